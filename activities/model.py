@@ -1,0 +1,142 @@
+"""The model activity: any OpenAI-compatible endpoint through the openai SDK.
+
+Errors are classified so Temporal's retry policy does the right thing: rate limits
+(honouring Retry-After), 5xx, timeouts and connection errors are retryable; other
+4xx answers and refusals are not. Within one attempt the ordered model list is
+walked, so a rate-limited or failing model falls back to the next one. The SDK's
+own retries are off: every attempt is an attempt in the event history.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import openai
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from workflows.machine import Message, Usage
+from workflows.machine.wire import ModelReply, ModelRequest, ToolCallRequest
+
+from .scripted import SCRIPTED_MODEL, scripted_reply
+
+RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
+             openai.APIConnectionError)
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """Where model calls go. No API key means the offline scripted model."""
+
+    api_key: str | None = None
+    base_url: str | None = None
+    models: list[str] = field(default_factory=lambda: ["gpt-4o-mini"])
+    timeout_seconds: float = 60.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ModelSettings:
+        env = os.environ if env is None else env
+        models = [m.strip() for m in env.get("TOWER_MODELS", "").split(",") if m.strip()]
+        return cls(
+            api_key=env.get("OPENAI_API_KEY") or None,
+            base_url=env.get("OPENAI_BASE_URL") or None,
+            models=models or ["gpt-4o-mini"],
+            timeout_seconds=float(env.get("TOWER_MODEL_TIMEOUT", "60")),
+        )
+
+    @property
+    def scripted(self) -> bool:
+        return self.api_key is None
+
+    def describe(self) -> str:
+        if self.scripted:
+            return f"{SCRIPTED_MODEL} (built-in, offline; set OPENAI_API_KEY for a real model)"
+        return f"{', '.join(self.models)} at {self.base_url or 'the OpenAI default endpoint'}"
+
+
+class ModelActivities:
+    def __init__(self, settings: ModelSettings) -> None:
+        self.settings = settings
+        self._client = None if settings.scripted else openai.AsyncOpenAI(
+            api_key=settings.api_key, base_url=settings.base_url, max_retries=0,
+            timeout=settings.timeout_seconds,
+        )
+
+    @activity.defn(name="call_model")
+    async def call_model(self, request: ModelRequest) -> ModelReply:
+        if self._client is None:
+            return scripted_reply(request)
+        last: Exception | None = None
+        for model in request.models or self.settings.models:
+            try:
+                return await self._complete(model, request)
+            except RETRYABLE as exc:
+                activity.logger.warning("model %s unavailable (%s); trying the next", model, exc)
+                last = exc
+            except openai.APIStatusError as exc:
+                raise ApplicationError(
+                    f"{model} rejected the request ({exc.status_code}): {exc.message}",
+                    type="ModelRequestRejected", non_retryable=True) from exc
+        raise ApplicationError(
+            f"no model answered; last error: {last}", type="ModelUnavailable",
+            next_retry_delay=_retry_after(last)) from last
+
+    async def _complete(self, model: str, request: ModelRequest) -> ModelReply:
+        assert self._client is not None
+        kwargs: dict[str, Any] = {"model": model, "messages": _openai_messages(request)}
+        if request.tools:
+            kwargs["tools"] = [{"type": "function", "function": t.model_dump()}
+                               for t in request.tools]
+        if request.response_schema is not None:
+            kwargs["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": request.response_name or "answer", "schema": request.response_schema}}
+        response = await self._client.chat.completions.create(**kwargs)
+        message = response.choices[0].message
+        if getattr(message, "refusal", None):
+            raise ApplicationError(f"{model} refused: {message.refusal}", type="ModelRefused",
+                                   non_retryable=True)
+        calls = [ToolCallRequest(name=c.function.name, arguments=_arguments(c.function.arguments))
+                 for c in (message.tool_calls or []) if c.type == "function"]
+        usage = Usage(calls=1)
+        if response.usage is not None:
+            usage = Usage(calls=1, prompt_tokens=response.usage.prompt_tokens,
+                          completion_tokens=response.usage.completion_tokens)
+        return ModelReply(model=response.model or model, content=message.content,
+                          tool_calls=calls, usage=usage)
+
+
+def _openai_messages(request: ModelRequest) -> list[dict[str, str]]:
+    out = [{"role": "system", "content": request.system}] if request.system else []
+    for m in request.messages:
+        out.append(_openai_message(m))
+    return out
+
+
+def _openai_message(m: Message) -> dict[str, str]:
+    # Tool results go back as plain text: it works on every compatible endpoint,
+    # without pairing ids across turns.
+    if m.role == "tool":
+        return {"role": "user", "content": f"[result of tool {m.name}]\n{m.content}"}
+    return {"role": m.role, "content": m.content}
+
+
+def _arguments(raw: str | None) -> dict[str, Any]:
+    try:
+        parsed = json.loads(raw or "{}")
+    except json.JSONDecodeError:
+        return {"_unparseable_arguments": raw}
+    return parsed if isinstance(parsed, dict) else {"_not_an_object": parsed}
+
+
+def _retry_after(exc: Exception | None) -> timedelta | None:
+    response = getattr(exc, "response", None)
+    value = response.headers.get("retry-after") if response is not None else None
+    try:
+        return timedelta(seconds=float(value)) if value else None
+    except ValueError:
+        return None

@@ -1,0 +1,41 @@
+"""The built-in scripted model: deterministic answers so everything runs offline.
+
+It is used when no OPENAI_API_KEY is configured, and it always answers as model
+``scripted`` so no output can be mistaken for a real model's. Each agent's node has
+a small script: a pure function of the request, in the module named after the agent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from workflows.machine import Usage
+from workflows.machine.wire import ModelReply, ModelRequest, ToolCallRequest
+
+from . import account, support
+
+SCRIPTED_MODEL = "scripted"
+
+Script = Callable[[ModelRequest], "str | ToolCallRequest"]
+
+SCRIPTS: dict[tuple[str, str], Script] = {**account.SCRIPTS, **support.SCRIPTS}
+
+
+def scripted_reply(request: ModelRequest) -> ModelReply:
+    script = SCRIPTS.get((request.agent, request.node))
+    if script is None:
+        answer: str | ToolCallRequest = (
+            f"(the scripted model has no script for {request.agent}/{request.node})")
+    else:
+        answer = script(request)
+    prompt_chars = len(request.system) + sum(len(m.content) for m in request.messages)
+    if isinstance(answer, ToolCallRequest):
+        text, reply = json.dumps(answer.arguments), ModelReply(model=SCRIPTED_MODEL,
+                                                               tool_calls=[answer])
+    else:
+        text, reply = answer, ModelReply(model=SCRIPTED_MODEL, content=answer)
+    # A rough 4-characters-a-token estimate, so budgets and reports have figures offline.
+    reply.usage = Usage(calls=1, prompt_tokens=prompt_chars // 4 + 1,
+                        completion_tokens=len(text) // 4 + 1)
+    return reply

@@ -1,0 +1,61 @@
+"""The tools' world: a real SQLite database with a small seeded data set.
+
+Side-effecting tools record every idempotency key they have acted on, in the
+same transaction as the effect, so an activity retried or re-run after a crash
+returns the first result instead of acting twice.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS accounts (
+    id TEXT PRIMARY KEY, name TEXT NOT NULL, email TEXT NOT NULL, plan TEXT NOT NULL,
+    status TEXT NOT NULL, balance_cents INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS invoices (
+    id TEXT PRIMARY KEY, account_id TEXT NOT NULL REFERENCES accounts(id),
+    amount_cents INTEGER NOT NULL, status TEXT NOT NULL, issued_on TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS refunds (
+    id TEXT PRIMARY KEY, invoice_id TEXT, amount_cents INTEGER NOT NULL, reason TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS tickets (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, subject TEXT NOT NULL, body TEXT NOT NULL,
+    idempotency_key TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS docs (id TEXT PRIMARY KEY, title TEXT NOT NULL, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS effects (
+    idempotency_key TEXT PRIMARY KEY, tool TEXT NOT NULL, result TEXT NOT NULL);
+"""
+
+SEED_ACCOUNTS = [
+    ("ACC-1001", "Ada Lovelace", "ada@example.com", "pro", "active", 0),
+    ("ACC-1002", "Grace Hopper", "grace@example.com", "free", "suspended", -4200),
+    ("ACC-1003", "Alan Turing", "alan@example.com", "team", "active", 1500),
+]
+SEED_INVOICES = [
+    ("INV-2001", "ACC-1001", 4900, "paid", "2026-11-01"),
+    ("INV-2002", "ACC-1001", 4900, "paid", "2026-10-01"),
+    ("INV-2003", "ACC-1002", 4200, "overdue", "2026-11-01"),
+]
+SEED_DOCS = [
+    ("DOC-1", "Resetting your password", "Open Settings > Security and choose Reset password."),
+    ("DOC-2", "Login fails with error 500", "Clear cookies; if it persists our status page shows "
+     "incidents. Error 500 on login is usually a stale session."),
+    ("DOC-3", "Exporting data", "Use Settings > Data > Export to download a CSV of your data."),
+]
+
+
+def connect(path: str | Path) -> sqlite3.Connection:
+    """Open the tools' database, creating and seeding it on first use."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(str(path), timeout=30)
+    db.row_factory = sqlite3.Row
+    db.execute("PRAGMA journal_mode=WAL")
+    db.executescript(SCHEMA)
+    if db.execute("SELECT COUNT(*) FROM accounts").fetchone()[0] == 0:
+        db.executemany("INSERT INTO accounts VALUES (?,?,?,?,?,?)", SEED_ACCOUNTS)
+        db.executemany("INSERT INTO invoices VALUES (?,?,?,?,?)", SEED_INVOICES)
+        db.executemany("INSERT INTO docs VALUES (?,?,?)", SEED_DOCS)
+        db.commit()
+    return db

@@ -1,0 +1,41 @@
+"""Technical-support tools: search the docs, open a ticket."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .spec import Tool
+
+
+class SearchDocs(BaseModel):
+    query: str = Field(min_length=1, max_length=200)
+
+
+class CreateTicket(BaseModel):
+    subject: str = Field(min_length=1, max_length=200)
+    body: str = Field(min_length=1, max_length=5000)
+
+
+def search_docs(db: sqlite3.Connection, args: SearchDocs, key: str) -> dict[str, Any]:
+    words = [w for w in args.query.lower().split() if len(w) > 2][:8]
+    rows = db.execute("SELECT id, title, body FROM docs").fetchall()
+    scored = [(sum(w in (r["title"] + " " + r["body"]).lower() for w in words), dict(r))
+              for r in rows]
+    hits = [doc for score, doc in sorted(scored, key=lambda s: -s[0]) if score > 0][:3]
+    return {"results": hits}
+
+
+def create_ticket(db: sqlite3.Connection, args: CreateTicket, key: str) -> dict[str, Any]:
+    cur = db.execute("INSERT INTO tickets (subject, body, idempotency_key) VALUES (?,?,?)",
+                     (args.subject, args.body, key))
+    return {"ticket_id": f"T-{cur.lastrowid}"}
+
+
+TOOLS = [
+    Tool("search_docs", "Search the product documentation.", SearchDocs, search_docs),
+    Tool("create_ticket", "Open a support ticket for the engineering team.", CreateTicket,
+         create_ticket, side_effect=True),
+]

@@ -1,0 +1,27 @@
+"""What a tool is: a name, typed arguments, and a function on the tools' database."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from workflows.machine.wire import ToolSchema
+
+ToolFn = Callable[[sqlite3.Connection, Any, str], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    args: type[BaseModel]
+    run: ToolFn  # (db, validated args, idempotency key) -> JSON-able result
+    side_effect: bool = False
+
+    def schema(self) -> ToolSchema:
+        return ToolSchema(name=self.name, description=self.description,
+                          parameters=self.args.model_json_schema())

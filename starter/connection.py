@@ -1,0 +1,41 @@
+"""Connect to Temporal the way every Temporal tool does: ``temporalio.envconfig``.
+
+TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_PROFILE and the config file all
+work; a server that does not answer gets a message saying how to start one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.envconfig import ClientConfigProfile
+
+DEFAULT_ADDRESS = "localhost:7233"
+TASK_QUEUE = "tower"
+
+
+class ServerUnreachable(RuntimeError):
+    pass
+
+
+def connect_config(address: str | None = None, namespace: str | None = None) -> dict[str, Any]:
+    config: dict[str, Any] = dict(ClientConfigProfile.load().to_client_connect_config())
+    config.setdefault("target_host", DEFAULT_ADDRESS)
+    if address:
+        config["target_host"] = address
+    if namespace:
+        config["namespace"] = namespace
+    return config
+
+
+async def connect(address: str | None = None, namespace: str | None = None) -> Client:
+    config = connect_config(address, namespace)
+    try:
+        return await Client.connect(**config, data_converter=pydantic_data_converter)
+    except RuntimeError as exc:
+        raise ServerUnreachable(
+            f"no Temporal server answers at {config['target_host']} ({exc}).\n"
+            "Start one with `tower dev` (or set TEMPORAL_ADDRESS to a running server)."
+        ) from exc

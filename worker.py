@@ -1,0 +1,73 @@
+"""`python worker.py`: one worker hosting every agent and every activity.
+
+Connection settings come from temporalio.envconfig (TEMPORAL_ADDRESS, ...);
+models from OPENAI_API_KEY / OPENAI_BASE_URL / TOWER_MODELS (none: the offline
+scripted model); the tools' SQLite database from TOWER_DB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities.model import ModelActivities, ModelSettings
+from activities.tools import ToolBox
+from starter.connection import TASK_QUEUE, ServerUnreachable, connect
+from workflows.machine import TowerError
+from workflows.registry import AGENTS
+
+DEFAULT_DB = Path(".tower") / "tools.sqlite"
+
+
+def build_worker(
+    client: Client, *, task_queue: str = TASK_QUEUE, db_path: str | Path | None = None,
+    models: ModelSettings | None = None, max_concurrent_activities: int = 50,
+) -> Worker:
+    tools = ToolBox(db_path or os.environ.get("TOWER_DB") or DEFAULT_DB)
+    model = ModelActivities(models or ModelSettings.from_env())
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=list(AGENTS.values()),
+        activities=[model.call_model, *tools.activities()],
+        # Tools are plain blocking SQLite code: run them on threads, off the event loop.
+        activity_executor=ThreadPoolExecutor(max_concurrent_activities),
+        max_concurrent_activities=max_concurrent_activities,
+        # The engine and the tool schemas are deterministic and stateless: load them
+        # once instead of once per run inside the sandbox.
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules(
+                "workflows.machine", "activities")),
+        # A domain error fails the run instead of retrying the workflow task forever.
+        workflow_failure_exception_types=[TowerError],
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task-queue", default=os.environ.get("TOWER_TASK_QUEUE", TASK_QUEUE))
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        client = await connect()
+    except ServerUnreachable as exc:
+        raise SystemExit(f"error: {exc}") from None
+    settings = ModelSettings.from_env()
+    logging.info("worker on task queue %r; model: %s", args.task_queue, settings.describe())
+    async with build_worker(client, task_queue=args.task_queue, models=settings):
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,100 @@
+"""account — a bounded ReAct loop.
+
+START → reason ⇄ lookup_account → reason → DONE; the loop budget escalates to
+``error``, which ends the run FAILED ("loop budget exceeded"), never an endless loop.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import BaseModel, Field
+from temporalio import workflow
+
+from workflows.machine import DONE, FAILED, AgentState, Graph, Message
+from workflows.machine.context import NodeContext
+from workflows.machine.runtime import AgentWorkflow
+from workflows.machine.wire import ToolCallRequest
+
+MAX_REASON_ROUNDS = 5
+
+
+class AccountRequest(BaseModel):
+    question: str = Field(min_length=1, max_length=2000, examples=["Check my account ACC-1001"])
+
+
+class AccountState(AgentState):
+    pending_call: ToolCallRequest | None = None
+    answer: str = ""
+
+
+class FinalAnswer(BaseModel):
+    answer: str = Field(min_length=1)
+
+
+REASON_PROMPT = (
+    "You answer questions about a customer's account. Call lookup_account to read the "
+    "account; when you know the answer, reply with JSON {\"answer\": \"...\"}."
+)
+
+
+async def reason(ctx: NodeContext, state: AccountState) -> dict[str, object]:
+    """Ask the model: call a tool, or finalize with the answer."""
+    answer = await ctx.ask(state.messages, schema=FinalAnswer)
+    if answer.tool_calls:
+        call = answer.tool_calls[0]
+        note = f"calling {call.name} {json.dumps(call.arguments)}"
+        return {"pending_call": call, "messages": [Message(role="assistant", content=note)]}
+    assert answer.parsed is not None
+    text = answer.parsed.answer
+    return {"answer": text, "messages": [Message(role="assistant", content=text)]}
+
+
+async def lookup_account(ctx: NodeContext, state: AccountState) -> dict[str, object]:
+    """Read the account the model asked for."""
+    assert state.pending_call is not None
+    call = state.pending_call
+    result = await ctx.tool(call.name, call.arguments)
+    reply = Message(role="tool", name=call.name, content=json.dumps(result, sort_keys=True))
+    return {"pending_call": None, "messages": [reply]}
+
+
+async def error(ctx: NodeContext, state: AccountState) -> dict[str, object]:
+    """The loop budget ran out: tell the user plainly and stop."""
+    return {"answer": "Sorry, I could not work this out; a human will follow up."}
+
+
+def after_reason(state: AccountState) -> str:
+    return "lookup_account" if state.pending_call else DONE
+
+
+def has_answer(state: AccountState) -> bool:
+    return bool(state.answer)
+
+
+GRAPH = (
+    Graph("account", AccountState)
+    .node("reason", reason, prompt=REASON_PROMPT, tools=["lookup_account"])
+    .node("lookup_account", lookup_account, tools=["lookup_account"])
+    .node("error", error)
+    .entry("reason")
+    .route("reason", after_reason, {"lookup_account": "tool call", DONE: "final answer"},
+           guards={DONE: has_answer})
+    .edge("lookup_account", "reason")
+    .edge("error", FAILED)
+    .budget(escalate_to="error", max_visits={"reason": MAX_REASON_ROUNDS})
+    .compile()
+)
+
+
+@workflow.defn(name="account")
+class AccountAgent(AgentWorkflow):
+    """Answers questions about a customer's account with a bounded tool loop."""
+
+    machine = GRAPH
+    Input = AccountRequest
+
+    @workflow.run
+    async def run(self, request: AccountRequest) -> AccountState:
+        state = AccountState(messages=[Message(role="user", content=request.question)])
+        return await self.drive(state)  # type: ignore[return-value]

@@ -1,0 +1,150 @@
+"""What a node may touch: the model, its own tools, the clock — backed by activities.
+
+A node gets a ``NodeContext`` and nothing else from the outside world, so a unit
+test can hand it a fake with the same methods.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+from .errors import NodeFailed
+from .graph import Node
+from .state import Message, Usage
+from .wire import ModelReply, ModelRequest, ToolCall, ToolCallRequest
+
+with workflow.unsafe.imports_passed_through():
+    # Only the tools' names and argument schemas are used here; they run in activities.
+    from activities.tools import TOOLS
+
+T = TypeVar("T", bound=BaseModel)
+
+# Let Temporal own retries so every attempt is visible in the event history.
+MODEL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30), maximum_attempts=6,
+    non_retryable_error_types=["ModelRequestRejected"],
+)
+TOOL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30), maximum_attempts=5,
+    non_retryable_error_types=["BadToolArguments"],
+)
+
+
+@dataclass
+class Answer(Generic[T]):
+    """A validated model answer: either tool calls (all allowed in this node) or content."""
+
+    model: str
+    text: str | None = None
+    parsed: T | None = None
+    tool_calls: list[ToolCallRequest] = field(default_factory=list)
+
+
+class NodeContext:
+    def __init__(self, agent: str, node: Node, step: int, models: list[str]) -> None:
+        self.agent = agent
+        self.node = node
+        self.step = step
+        self.models = models
+        self.calls: list[str] = []
+        self.usage = Usage()
+
+    def now(self) -> datetime:
+        return workflow.now()
+
+    async def ask(
+        self, messages: list[Message], *, schema: type[T] | None = None,
+        max_corrections: int = 2,
+    ) -> Answer[T]:
+        """Ask the model with this node's prompt and tools; validate what comes back.
+
+        Invalid output (a tool this node lacks, bad arguments, content that fails
+        ``schema``) is fed back to the model up to ``max_corrections`` times, then
+        the node fails with the last validation error.
+        """
+        convo = list(messages)
+        problem = ""
+        for _ in range(max_corrections + 1):
+            reply = await self._call_model(convo, schema)
+            answer, problem = self._check(reply, schema)
+            if answer is not None:
+                return answer
+            convo += [
+                Message(role="assistant", content=reply.content or _dump_calls(reply)),
+                Message(role="user", content=f"That answer was invalid: {problem}. Answer again."),
+            ]
+        raise NodeFailed(
+            f"{self.node.name}: model output still invalid after {max_corrections} "
+            f"corrections: {problem}"
+        )
+
+    async def tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Run one of this node's tools as an activity, with an idempotency key."""
+        if name not in self.node.tools:
+            raise NodeFailed(f"tool {name!r} is not available in state {self.node.name!r}")
+        info = workflow.info()
+        key = f"{info.workflow_id}/{info.run_id}/{self.step}/{len(self.calls)}"
+        result: dict[str, Any] = await workflow.execute_activity(
+            name, ToolCall(tool=name, arguments=arguments, idempotency_key=key),
+            result_type=dict, start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=TOOL_RETRY, summary=f"{self.node.name} · tool {name}",
+        )
+        self.calls.append(f"tool:{name}")
+        return result
+
+    async def _call_model(self, convo: list[Message], schema: type[BaseModel] | None) -> ModelReply:
+        request = ModelRequest(
+            agent=self.agent, node=self.node.name, system=self.node.prompt, messages=convo,
+            tools=[TOOLS[name].schema() for name in self.node.tools],
+            response_schema=schema.model_json_schema() if schema else None,
+            response_name=schema.__name__ if schema else None, models=self.models,
+        )
+        reply: ModelReply = await workflow.execute_activity(
+            "call_model", request, result_type=ModelReply,
+            start_to_close_timeout=timedelta(seconds=120), retry_policy=MODEL_RETRY,
+            summary=f"{self.node.name} · model",
+        )
+        self.calls.append(f"model:{reply.model}")
+        self.usage = self.usage + reply.usage
+        return reply
+
+    def _check(
+        self, reply: ModelReply, schema: type[T] | None
+    ) -> tuple[Answer[T] | None, str]:
+        for call in reply.tool_calls:
+            if call.name not in self.node.tools:
+                allowed = ", ".join(self.node.tools) or "none"
+                return None, f"tool {call.name!r} is not available here (available: {allowed})"
+            try:
+                TOOLS[call.name].args.model_validate(call.arguments)
+            except ValidationError as exc:
+                return None, f"bad arguments for {call.name}: {_brief(exc)}"
+        if reply.tool_calls:
+            return Answer(model=reply.model, tool_calls=reply.tool_calls), ""
+        if not reply.content:
+            return None, "empty answer"
+        if schema is None:
+            return Answer(model=reply.model, text=reply.content), ""
+        try:
+            parsed = schema.model_validate_json(reply.content)
+        except ValidationError as exc:
+            return None, f"answer does not match {schema.__name__}: {_brief(exc)}"
+        return Answer(model=reply.model, text=reply.content, parsed=parsed), ""
+
+
+def _dump_calls(reply: ModelReply) -> str:
+    return json.dumps([c.model_dump() for c in reply.tool_calls])
+
+
+def _brief(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+                     for e in exc.errors()[:5])

@@ -1,0 +1,231 @@
+"""Build and validate an agent's graph: nodes, edges, routes, guards, budgets.
+
+Pure: no Temporal. ``Graph`` is the builder; ``Graph.compile()`` checks the
+whole machine and returns an immutable ``Machine``. Every mistake in a graph is
+an ``InvalidGraph`` raised when the agent's module is imported, never at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from .errors import IllegalTransition, InvalidGraph
+from .state import AgentState
+
+START = "START"
+DONE = "DONE"
+FAILED = "FAILED"
+TERMINALS = frozenset({DONE, FAILED})
+
+Guard = Callable[[Any], bool]
+RouteFn = Callable[[Any], str]
+NodeFn = Callable[[Any, Any], Awaitable[Mapping[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    fn: NodeFn
+    prompt: str = ""
+    tools: tuple[str, ...] = ()
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Transitions:
+    """Where a node may go next: one static target, or a route with declared targets."""
+
+    source: str
+    targets: tuple[str, ...]
+    route: RouteFn | None = None
+    guards: Mapping[str, Guard] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits a run cannot exceed. Exceeding one routes to ``escalate_to``."""
+
+    escalate_to: str
+    max_steps: int | None = None
+    max_visits: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Choice:
+    target: str
+    reason: str
+
+
+class Machine:
+    """A validated graph. Immutable; shared by every run of an agent."""
+
+    def __init__(
+        self,
+        name: str,
+        state_type: type[AgentState],
+        entry: str,
+        nodes: Mapping[str, Node],
+        transitions: Mapping[str, Transitions],
+        budget: Budget | None,
+    ) -> None:
+        self.name = name
+        self.state_type = state_type
+        self.entry = entry
+        self.nodes = MappingProxyType(dict(nodes))
+        self.transitions = MappingProxyType(dict(transitions))
+        self.budget = budget
+
+    def declared(self, source: str, target: str) -> bool:
+        """Whether the graph allows ``source -> target``. Any node may fail, and any
+        node may escalate when the budget runs out."""
+        if source == START:
+            return target == self.entry
+        if source in TERMINALS:
+            return False
+        if target == FAILED or (self.budget and target == self.budget.escalate_to):
+            return True
+        out = self.transitions.get(source)
+        return out is not None and target in out.targets
+
+    def choose(self, source: str, state: AgentState) -> Choice:
+        """The next node after ``source``; IllegalTransition if undeclared or guarded off."""
+        out = self.transitions[source]
+        if out.route is None:
+            target, reason = out.targets[0], "edge"
+        else:
+            target = out.route(state)
+            reason = f"route {out.route.__name__} -> {target}"
+            if target not in out.targets:
+                raise IllegalTransition(
+                    source, target, f"route {out.route.__name__} returned an undeclared target"
+                )
+        guard = out.guards.get(target)
+        if guard is not None:
+            if not guard(state):
+                raise IllegalTransition(source, target, f"guard {guard.__name__} failed")
+            reason += f", guard {guard.__name__} held"
+        return Choice(target, reason)
+
+
+class Graph:
+    """Builder for a Machine, in the vocabulary of LangGraph's StateGraph."""
+
+    def __init__(self, name: str, state_type: type[AgentState]) -> None:
+        self.name = name
+        self.state_type = state_type
+        self._entry: str | None = None
+        self._nodes: dict[str, Node] = {}
+        self._out: dict[str, Transitions] = {}
+        self._budget: Budget | None = None
+
+    def node(
+        self, name: str, fn: NodeFn, *, prompt: str = "", tools: Iterable[str] = (),
+        description: str = "",
+    ) -> Graph:
+        if name in self._nodes or name in TERMINALS or name == START:
+            raise InvalidGraph(self.name, f"node {name!r} is defined twice or is reserved")
+        self._nodes[name] = Node(name, fn, prompt, tuple(tools), description or (fn.__doc__ or ""))
+        return self
+
+    def entry(self, name: str) -> Graph:
+        self._entry = name
+        return self
+
+    def edge(self, source: str, target: str, *, guard: Guard | None = None) -> Graph:
+        guards = {target: guard} if guard else {}
+        return self._add(Transitions(source, (target,), None, guards))
+
+    def route(
+        self, source: str, fn: RouteFn, targets: Iterable[str] | Mapping[str, str],
+        *, guards: Mapping[str, Guard] | None = None,
+    ) -> Graph:
+        """A conditional transition. ``targets`` lists every node ``fn`` may return
+        (a mapping gives each one a label for the picture)."""
+        labels = dict(targets) if isinstance(targets, Mapping) else {}
+        return self._add(Transitions(source, tuple(targets), fn, dict(guards or {}), labels))
+
+    def budget(
+        self, *, escalate_to: str, max_steps: int | None = None,
+        max_visits: Mapping[str, int] | None = None,
+    ) -> Graph:
+        self._budget = Budget(escalate_to, max_steps, dict(max_visits or {}))
+        return self
+
+    def _add(self, out: Transitions) -> Graph:
+        if out.source in self._out:
+            raise InvalidGraph(self.name, f"node {out.source!r} already has its transitions")
+        self._out[out.source] = out
+        return self
+
+    def compile(self) -> Machine:
+        _validate(self.name, self._entry, self._nodes, self._out, self._budget)
+        assert self._entry is not None
+        return Machine(
+            self.name, self.state_type, self._entry, self._nodes, self._out, self._budget
+        )
+
+
+def _validate(
+    name: str, entry: str | None, nodes: Mapping[str, Node],
+    out: Mapping[str, Transitions], budget: Budget | None,
+) -> None:
+    def fail(msg: str) -> None:
+        raise InvalidGraph(name, msg)
+
+    known = set(nodes) | TERMINALS
+    if entry is None:
+        fail("no entry node: call .entry(name)")
+    if entry not in nodes:
+        fail(f"entry {entry!r} is not a node")
+    for source, t in out.items():
+        if source in TERMINALS:
+            fail(f"terminal {source} cannot have outgoing transitions")
+        if source not in nodes:
+            fail(f"transition from unknown node {source!r}")
+        if not t.targets:
+            fail(f"route from {source!r} declares no targets")
+        for target in t.targets:
+            if target not in known:
+                fail(f"{source!r} -> unknown node {target!r}")
+        for target in t.guards:
+            if target not in t.targets:
+                fail(f"guard on {source!r} -> {target!r}, which is not a declared target")
+    for node in nodes:
+        if node not in out:
+            fail(f"node {node!r} has no outgoing transition (add an edge to DONE or FAILED)")
+    if budget is not None:
+        if budget.escalate_to not in known:
+            fail(f"budget escalates to unknown node {budget.escalate_to!r}")
+        for node in budget.max_visits:
+            if node not in nodes:
+                fail(f"budget limits visits of unknown node {node!r}")
+
+    succ: dict[str, set[str]] = {n: set(out[n].targets) for n in nodes}
+    if budget is not None:
+        for n in nodes:
+            succ[n].add(budget.escalate_to)
+    reachable = _closure({entry}, succ)  # type: ignore[arg-type]
+    unreachable = sorted(set(nodes) - reachable)
+    if unreachable:
+        fail(f"unreachable from {entry!r}: {', '.join(unreachable)}")
+    pred: dict[str, set[str]] = {n: set() for n in known}
+    for n, targets in succ.items():
+        for t in targets:
+            pred[t].add(n)
+    stuck = sorted(set(nodes) - _closure(set(TERMINALS), pred))
+    if stuck:
+        fail(f"no path to DONE or FAILED from: {', '.join(stuck)}")
+
+
+def _closure(start: set[str], succ: Mapping[str, set[str]]) -> set[str]:
+    seen, todo = set(start), list(start)
+    while todo:
+        for nxt in succ.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen

@@ -1,0 +1,29 @@
+"""Draw a Machine as a Mermaid state diagram: the real graph, not a hand-drawn copy."""
+
+from __future__ import annotations
+
+from .graph import DONE, FAILED, START, Machine
+
+
+def to_mermaid(machine: Machine) -> str:
+    def ref(node: str) -> str:
+        return "[*]" if node in (START, DONE) else node
+
+    lines = ["stateDiagram-v2", f"    {ref(START)} --> {machine.entry}"]
+    for source, out in machine.transitions.items():
+        for target in out.targets:
+            label = out.labels.get(target) or (out.route.__name__ if out.route else "")
+            guard = out.guards.get(target)
+            if guard is not None:
+                label = f"{label} [{guard.__name__}]".strip()
+            suffix = f": {label}" if label else ""
+            lines.append(f"    {source} --> {ref(target)}{suffix}")
+    budget = machine.budget
+    if budget is not None:
+        limits = [f"{n} ≤ {v} visits" for n, v in budget.max_visits.items()]
+        if budget.max_steps is not None:
+            limits.append(f"≤ {budget.max_steps} steps")
+        lines.append(f"    note right of {budget.escalate_to}: budget: {', '.join(limits)}")
+    if any(FAILED in out.targets for out in machine.transitions.values()):
+        lines.append(f"    {FAILED} --> [*]")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,20 @@
+"""The search attributes every run keeps current. Register each one with the server
+(``tower dev`` and the test environment do): an unknown attribute makes the workflow
+task fail and retry forever."""
+
+from __future__ import annotations
+
+from temporalio.common import SearchAttributeKey
+
+AGENT_NAME = SearchAttributeKey.for_keyword("AgentName")
+AGENT_NODE = SearchAttributeKey.for_keyword("AgentNode")
+AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
+AGENT_STEP = SearchAttributeKey.for_int("AgentStep")
+
+ALL = [AGENT_NAME, AGENT_NODE, AGENT_STATUS, AGENT_STEP]
+
+
+def dev_server_flags() -> list[str]:
+    """``--search-attribute`` flags for ``temporal server start-dev``."""
+    kinds = {"KEYWORD": "Keyword", "INT": "Int", "TEXT": "Text", "BOOL": "Bool"}
+    return [f"--search-attribute={k.name}={kinds[k.indexed_value_type.name]}" for k in ALL]

@@ -1,0 +1,127 @@
+"""The typed state of a run and the reducers that merge node updates into it.
+
+Pure: no Temporal, no I/O. A node never mutates the state; it returns an
+update (field -> value) and each field's reducer decides how that value merges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class Status(StrEnum):
+    RUNNING = "RUNNING"
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
+    DONE = "DONE"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True)
+class Reducer:
+    """How an update's value merges into a field: ``fn(old, new) -> merged``."""
+
+    name: str
+    fn: Callable[[Any, Any], Any]
+
+
+def _append(old: list[Any], new: Any) -> list[Any]:
+    items = new if isinstance(new, list | tuple) else [new]
+    return [*old, *items]
+
+
+APPEND = Reducer("append", _append)
+ADD = Reducer("add", lambda old, new: old + new)
+REPLACE = Reducer("replace", lambda old, new: new)
+
+
+def custom(fn: Callable[[Any, Any], Any], name: str | None = None) -> Reducer:
+    return Reducer(name or getattr(fn, "__name__", "custom"), fn)
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+    name: str | None = None  # the tool's name for role="tool"
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            calls=self.calls + other.calls,
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cost_usd=round(self.cost_usd + other.cost_usd, 8),
+        )
+
+
+class AgentState(BaseModel):
+    """Base of every agent's state. Subclasses add their own typed fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    messages: Annotated[list[Message], APPEND] = Field(default_factory=list)
+    errors: Annotated[list[str], APPEND] = Field(default_factory=list)
+    usage: Annotated[Usage, ADD] = Field(default_factory=Usage)
+    # Owned by the engine: a node's update can never set these.
+    step: int = 0
+    node: str = "START"
+    status: Status = Status.RUNNING
+    visits: dict[str, int] = Field(default_factory=dict)
+
+
+PROTECTED_FIELDS = frozenset({"step", "node", "status", "visits"})
+
+
+class UpdateError(ValueError):
+    """A node returned an update that cannot be applied; the state is unchanged."""
+
+
+def reducer_of(state_type: type[BaseModel], field: str) -> Reducer:
+    for meta in state_type.model_fields[field].metadata:
+        if isinstance(meta, Reducer):
+            return meta
+    return REPLACE
+
+
+def apply_update(
+    state: AgentState, update: Mapping[str, Any], *, protected: frozenset[str] = PROTECTED_FIELDS
+) -> AgentState:
+    """Return a new state with ``update`` merged through each field's reducer.
+
+    Raises UpdateError naming the field when the update names an unknown or
+    protected field or a merged value fails validation; ``state`` is untouched.
+    """
+    state_type = type(state)
+    merged: dict[str, Any] = dict(state)
+    for field, value in update.items():
+        if field not in state_type.model_fields:
+            raise UpdateError(f"update names unknown field {field!r} of {state_type.__name__}")
+        if field in protected:
+            raise UpdateError(f"update may not set protected field {field!r}")
+        try:
+            merged[field] = reducer_of(state_type, field).fn(merged[field], value)
+        except Exception as exc:  # a reducer given a value of the wrong shape
+            raise UpdateError(f"cannot merge field {field!r}: {exc}") from exc
+    try:
+        return state_type.model_validate(merged)
+    except ValidationError as exc:
+        raise UpdateError(f"update does not fit {state_type.__name__}: {exc}") from exc
+
+
+def set_engine_fields(state: AgentState, **fields: Any) -> AgentState:
+    """The engine's own way to move step, node, status and visits."""
+    return state.model_copy(update=fields)

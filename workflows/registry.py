@@ -1,0 +1,12 @@
+"""Every agent Tower ships, by its stable workflow name. Explicit: no discovery."""
+
+from __future__ import annotations
+
+from workflows.account import AccountAgent
+from workflows.machine.runtime import AgentWorkflow
+from workflows.support import SupportAgent
+
+AGENTS: dict[str, type[AgentWorkflow]] = {
+    "account": AccountAgent,
+    "support": SupportAgent,
+}

@@ -1,0 +1,111 @@
+"""support — classify, then route in code.
+
+classify → billing | technical | account_help → DONE. ``classify`` has no tools and
+must output one category (a validated enum); the route is code reading that field.
+Each handler has its own prompt and tools, and cannot call another handler's tools.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, Field
+from temporalio import workflow
+
+from workflows.machine import APPEND, DONE, AgentState, Graph, Message, NodeFailed
+from workflows.machine.context import NodeContext
+from workflows.machine.runtime import AgentWorkflow
+
+MAX_TOOL_ROUNDS = 4
+
+
+class Category(StrEnum):
+    BILLING = "BILLING"
+    TECHNICAL = "TECHNICAL"
+    ACCOUNT = "ACCOUNT"
+
+
+class SupportRequest(BaseModel):
+    message: str = Field(min_length=1, max_length=4000,
+                         examples=["I was charged twice on invoice INV-2001"])
+
+
+class Classification(BaseModel):
+    category: Category
+
+
+class SupportState(AgentState):
+    category: Category | None = None
+    reply: str = ""
+    tools_used: Annotated[list[str], APPEND] = Field(default_factory=list)
+
+
+CLASSIFY_PROMPT = (
+    "Classify the customer's message. Reply with JSON {\"category\": ...} where category "
+    "is exactly one of BILLING, TECHNICAL, ACCOUNT."
+)
+BILLING_PROMPT = "You are the billing desk. Look up invoices; refund only what is owed."
+TECHNICAL_PROMPT = "You are technical support. Search the docs first; open a ticket if needed."
+ACCOUNT_PROMPT = "You are the account desk. Look up or update the customer's account."
+
+
+async def classify(ctx: NodeContext, state: SupportState) -> dict[str, object]:
+    """One category, validated against the enum; no tools."""
+    answer = await ctx.ask(state.messages, schema=Classification)
+    assert answer.parsed is not None
+    return {"category": answer.parsed.category}
+
+
+async def handle(ctx: NodeContext, state: SupportState) -> dict[str, object]:
+    """A handler: the model may use this desk's tools for a few rounds, then replies."""
+    convo = list(state.messages)
+    used: list[str] = []
+    for _ in range(MAX_TOOL_ROUNDS):
+        answer = await ctx.ask(convo)
+        if not answer.tool_calls:
+            assert answer.text is not None
+            reply = Message(role="assistant", content=answer.text)
+            return {"reply": answer.text, "tools_used": used, "messages": [*convo[len(state.messages):], reply]}
+        for call in answer.tool_calls:
+            result = await ctx.tool(call.name, call.arguments)
+            used.append(call.name)
+            convo.append(Message(role="tool", name=call.name,
+                                 content=json.dumps(result, sort_keys=True)))
+    raise NodeFailed(f"{ctx.node.name}: no reply after {MAX_TOOL_ROUNDS} tool rounds")
+
+
+def by_category(state: SupportState) -> str:
+    return {Category.BILLING: "billing", Category.TECHNICAL: "technical",
+            Category.ACCOUNT: "account_help"}[state.category or Category.ACCOUNT]
+
+
+GRAPH = (
+    Graph("support", SupportState)
+    .node("classify", classify, prompt=CLASSIFY_PROMPT)
+    .node("billing", handle, prompt=BILLING_PROMPT, tools=["lookup_invoice", "issue_refund"])
+    .node("technical", handle, prompt=TECHNICAL_PROMPT, tools=["search_docs", "create_ticket"])
+    .node("account_help", handle, prompt=ACCOUNT_PROMPT,
+          tools=["lookup_account", "update_account"])
+    .entry("classify")
+    .route("classify", by_category,
+           {"billing": "BILLING", "technical": "TECHNICAL", "account_help": "ACCOUNT"})
+    .edge("billing", DONE)
+    .edge("technical", DONE)
+    .edge("account_help", DONE)
+    .compile()
+)
+
+
+@workflow.defn(name="support")
+class SupportAgent(AgentWorkflow):
+    """Routes a support message to the right desk, decided in code from a validated category."""
+
+    machine = GRAPH
+    Input = SupportRequest
+
+    @workflow.run
+    async def run(self, request: SupportRequest) -> SupportState:
+        state = SupportState(messages=[Message(role="user", content=request.message)])
+        return await self.drive(state)  # type: ignore[return-value]
