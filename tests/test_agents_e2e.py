@@ -6,8 +6,8 @@ import sqlite3
 import uuid
 from pathlib import Path
 
-from temporalio.client import Client
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
 
 from activities.model import ModelSettings
 from worker import build_worker

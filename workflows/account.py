@@ -61,7 +61,8 @@ async def lookup_account(ctx: NodeContext, state: AccountState) -> dict[str, obj
 
 async def error(ctx: NodeContext, state: AccountState) -> dict[str, object]:
     """The loop budget ran out: tell the user plainly and stop."""
-    return {"answer": "Sorry, I could not work this out; a human will follow up."}
+    text = "Sorry, I could not work this out; a human will follow up."
+    return {"answer": text, "messages": [Message(role="assistant", content=text)]}
 
 
 def after_reason(state: AccountState) -> str:

@@ -67,7 +67,8 @@ async def handle(ctx: NodeContext, state: SupportState) -> dict[str, object]:
         if not answer.tool_calls:
             assert answer.text is not None
             reply = Message(role="assistant", content=answer.text)
-            return {"reply": answer.text, "tools_used": used, "messages": [*convo[len(state.messages):], reply]}
+            new_messages = [*convo[len(state.messages):], reply]
+            return {"reply": answer.text, "tools_used": used, "messages": new_messages}
         for call in answer.tool_calls:
             result = await ctx.tool(call.name, call.arguments)
             used.append(call.name)

