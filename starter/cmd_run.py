@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import uuid
+from typing import Any
 
-from temporalio.common import TypedSearchAttributes
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from starter.common import agent_class, follow, parse_input, ui_link
 from starter.connection import TASK_QUEUE, connect, connect_config
@@ -35,8 +36,8 @@ async def run(args: argparse.Namespace) -> int:
     handle = await client.start_workflow(
         agent.machine.name, request, id=run_id, task_queue=args.task_queue,
         search_attributes=TypedSearchAttributes([
-            search.AGENT_NAME.value_set(agent.machine.name),
-            search.AGENT_STATUS.value_set("RUNNING")]),
+            SearchAttributePair(search.AGENT_NAME, agent.machine.name),
+            SearchAttributePair(search.AGENT_STATUS, "RUNNING")]),
     )
     print(f"started {run_id}")
     if args.no_follow:
@@ -49,7 +50,7 @@ async def run(args: argparse.Namespace) -> int:
     return 0 if status != "FAILED" else 1
 
 
-def print_outcome(status: str, state: dict[str, object]) -> None:
+def print_outcome(status: str, state: dict[str, Any]) -> None:
     print(f"status: {status}")
     final = [m for m in state.get("messages", []) if isinstance(m, dict)
              and m.get("role") == "assistant"]

@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 async def run_state(client: Client, run: str) -> dict[str, Any]:
-    handle = client.get_workflow_handle(run)
+    handle = client.get_workflow_handle(run, result_type=dict)
     try:
         info = await handle.describe()
     except RPCError as exc:
@@ -39,7 +39,7 @@ async def run_state(client: Client, run: str) -> dict[str, Any]:
             raise CliError(f"run {run!r} not found") from None
         raise
     if info.status == WorkflowExecutionStatus.COMPLETED:
-        result: dict[str, Any] = await handle.result(result_type=dict)
+        result: dict[str, Any] = await handle.result()
         return result
     if info.status != WorkflowExecutionStatus.RUNNING:
         raise CliError(f"run {run!r} is {info.status.name if info.status else 'unknown'}")

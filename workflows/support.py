@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from temporalio import workflow
 
 from workflows.machine import APPEND, DONE, AgentState, Graph, Message, NodeFailed
-from workflows.machine.context import NodeContext
+from workflows.machine.context import Answer, NodeContext
 from workflows.machine.runtime import AgentWorkflow
 
 MAX_TOOL_ROUNDS = 4
@@ -63,7 +63,7 @@ async def handle(ctx: NodeContext, state: SupportState) -> dict[str, object]:
     convo = list(state.messages)
     used: list[str] = []
     for _ in range(MAX_TOOL_ROUNDS):
-        answer = await ctx.ask(convo)
+        answer: Answer[BaseModel] = await ctx.ask(convo)
         if not answer.tool_calls:
             assert answer.text is not None
             reply = Message(role="assistant", content=answer.text)

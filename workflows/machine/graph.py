@@ -181,18 +181,18 @@ def _validate(
         fail("no entry node: call .entry(name)")
     if entry not in nodes:
         fail(f"entry {entry!r} is not a node")
-    for source, t in out.items():
+    for source, declared in out.items():
         if source in TERMINALS:
             fail(f"terminal {source} cannot have outgoing transitions")
         if source not in nodes:
             fail(f"transition from unknown node {source!r}")
-        if not t.targets:
+        if not declared.targets:
             fail(f"route from {source!r} declares no targets")
-        for target in t.targets:
+        for target in declared.targets:
             if target not in known:
                 fail(f"{source!r} -> unknown node {target!r}")
-        for target in t.guards:
-            if target not in t.targets:
+        for target in declared.guards:
+            if target not in declared.targets:
                 fail(f"guard on {source!r} -> {target!r}, which is not a declared target")
     for node in nodes:
         if node not in out:
@@ -213,9 +213,9 @@ def _validate(
     if unreachable:
         fail(f"unreachable from {entry!r}: {', '.join(unreachable)}")
     pred: dict[str, set[str]] = {n: set() for n in known}
-    for n, targets in succ.items():
-        for t in targets:
-            pred[t].add(n)
+    for source, targets in succ.items():
+        for target in targets:
+            pred[target].add(source)
     stuck = sorted(set(nodes) - _closure(set(TERMINALS), pred))
     if stuck:
         fail(f"no path to DONE or FAILED from: {', '.join(stuck)}")

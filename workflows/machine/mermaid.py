@@ -16,14 +16,18 @@ def to_mermaid(machine: Machine) -> str:
             guard = out.guards.get(target)
             if guard is not None:
                 label = f"{label} [{guard.__name__}]".strip()
-            suffix = f": {label}" if label else ""
-            lines.append(f"    {source} --> {ref(target)}{suffix}")
+            lines.append(f"    {source} --> {ref(target)}" + (f": {label}" if label else ""))
     budget = machine.budget
     if budget is not None:
-        limits = [f"{n} ≤ {v} visits" for n, v in budget.max_visits.items()]
+        # Entering a node past its visit limit escalates instead: draw that move.
+        for limited, limit in budget.max_visits.items():
+            for source, out in machine.transitions.items():
+                if limited in out.targets:
+                    lines.append(f"    {source} --> {ref(budget.escalate_to)}: over budget "
+                                 f"({limited} > {limit} visits)")
         if budget.max_steps is not None:
-            limits.append(f"≤ {budget.max_steps} steps")
-        lines.append(f"    note right of {budget.escalate_to}: budget: {', '.join(limits)}")
+            lines.append(f"    note right of {machine.entry}: at most {budget.max_steps} steps, "
+                         f"then {budget.escalate_to}")
     if any(FAILED in out.targets for out in machine.transitions.values()):
         lines.append(f"    {FAILED} --> [*]")
     return "\n".join(lines) + "\n"

@@ -4,6 +4,8 @@ task fail and retry forever."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from temporalio.common import SearchAttributeKey
 
 AGENT_NAME = SearchAttributeKey.for_keyword("AgentName")
@@ -11,7 +13,7 @@ AGENT_NODE = SearchAttributeKey.for_keyword("AgentNode")
 AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
 AGENT_STEP = SearchAttributeKey.for_int("AgentStep")
 
-ALL = [AGENT_NAME, AGENT_NODE, AGENT_STATUS, AGENT_STEP]
+ALL: list[SearchAttributeKey[Any]] = [AGENT_NAME, AGENT_NODE, AGENT_STATUS, AGENT_STEP]
 
 
 def dev_server_flags() -> list[str]:

@@ -40,7 +40,7 @@ REPLACE = Reducer("replace", lambda old, new: new)
 
 
 def custom(fn: Callable[[Any, Any], Any], name: str | None = None) -> Reducer:
-    return Reducer(name or getattr(fn, "__name__", "custom"), fn)
+    return Reducer(name or str(getattr(fn, "__name__", "custom")), fn)
 
 
 class Message(BaseModel):

@@ -1,0 +1,167 @@
+"""The real `tower` command, run as a user would, against the real dev server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+from activities.model import ModelSettings
+from starter.devserver import temporal_binary
+from worker import build_worker
+
+TOWER = str(Path(sys.executable).parent / "tower")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cli_env(address: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TEMPORAL_"))}
+    return {**env, "TEMPORAL_ADDRESS": address}
+
+
+async def tower(address: str, *args: str, timeout: float = 60) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        TOWER, *args, env=cli_env(address), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+def address_of(env: WorkflowEnvironment) -> str:
+    return env.client.service_client.config.target_host
+
+
+async def test_help_lists_every_command(env: WorkflowEnvironment) -> None:
+    code, out, _ = await tower(address_of(env), "--help")
+    assert code == 0
+    for command in ("dev", "demo", "run", "state", "list", "graph"):
+        assert f"    {command} " in out
+    code, out, _ = await tower(address_of(env), "run", "--help")
+    assert code == 0 and "--input" in out and "account" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "nope", "--input", "{}"], "unknown agent 'nope'; known agents: account"),
+        (["graph", "nope"], "unknown agent 'nope'"),
+        (["run", "account", "--input", "{not json"], "--input is not valid JSON"),
+        (["run", "account", "--input", "{}"], "field question: Field required"),
+        (["run", "account", "--input", '{"question": ""}'],
+         "field question: String should have at least 1 character"),
+        (["list", "--status", "x' OR 1=1"], "invalid filter value"),
+        (["state", "no-such-run"], "run 'no-such-run' not found"),
+    ],
+)
+async def test_bad_input_gets_a_clear_error_and_exit_2(
+    env: WorkflowEnvironment, args: list[str], message: str
+) -> None:
+    code, out, err = await tower(address_of(env), *args)
+    assert code == 2, (out, err)
+    assert message in err and err.startswith("error: ")
+
+
+async def test_unreachable_server_says_how_to_start_one() -> None:
+    code, _, err = await tower(f"127.0.0.1:{free_port()}", "list")
+    assert code == 2
+    assert "no Temporal server answers at 127.0.0.1:" in err and "tower dev" in err
+
+
+async def test_run_follows_transitions_then_state_and_list_find_it(
+    env: WorkflowEnvironment, task_queue: str, db_path: Path
+) -> None:
+    address, run_id = address_of(env), f"cli-{task_queue}"
+    async with build_worker(env.client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        code, out, err = await tower(
+            address, "run", "account", "--input", '{"question": "Check ACC-1003"}',
+            "--id", run_id, "--task-queue", task_queue)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"started {run_id}"
+    assert "START → reason" in lines[1] and "reason → lookup_account" in lines[2]
+    assert "[model:scripted]" in lines[2] and "[tool:lookup_account]" in lines[3]
+    assert "reason → DONE" in lines[4]
+    assert "status: DONE" in out and "Alan Turing" in out
+    assert f"/namespaces/default/workflows/{run_id}" in out
+
+    code, out, _ = await tower(address, "state", run_id)
+    state = json.loads(out)
+    assert code == 0 and state["status"] == "DONE" and state["step"] == 4
+
+    await _eventually_listed(address, run_id)
+    code, out, _ = await tower(address, "list", "--agent", "account", "--status", "DONE")
+    assert code == 0 and run_id in out
+    # The search attributes work with Temporal's own tooling, too.
+    listed = subprocess.run(
+        [temporal_binary(), "workflow", "list", "--address", address,
+         "--query", f"AgentStatus='DONE' AND AgentName='account' AND WorkflowId='{run_id}'"],
+        capture_output=True, text=True, timeout=30)
+    assert run_id in listed.stdout
+
+
+async def _eventually_listed(address: str, run_id: str) -> None:
+    # Visibility is eventually consistent: give the index a moment.
+    for _ in range(40):
+        code, out, _ = await tower(address, "list", "--status", "DONE", "--limit", "100")
+        if run_id in out:
+            return
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"{run_id} never appeared in `tower list`")
+
+
+async def test_graph_prints_the_mermaid_machine(env: WorkflowEnvironment) -> None:
+    code, out, _ = await tower(address_of(env), "graph", "support")
+    assert code == 0 and out.startswith("stateDiagram-v2\n")
+    assert "classify --> billing: BILLING" in out
+
+
+async def test_dev_server_registers_attributes_and_keeps_runs_across_restarts(
+    tmp_path: Path,
+) -> None:
+    port, ui_port, db = free_port(), free_port(), tmp_path / "dev.sqlite"
+    address = f"127.0.0.1:{port}"
+    args = [TOWER, "dev", "--port", str(port), "--ui-port", str(ui_port), "--db", str(db)]
+
+    async def serve() -> tuple[subprocess.Popen[bytes], Client]:
+        proc = subprocess.Popen(args, env=cli_env(address), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        for _ in range(120):
+            try:
+                return proc, await Client.connect(address)
+            except RuntimeError:
+                await asyncio.sleep(0.5)
+        proc.kill()
+        raise AssertionError("tower dev never answered")
+
+    proc, client = await serve()
+    try:
+        from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+        attrs = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace="default"))
+        assert {"AgentName", "AgentNode", "AgentStatus", "AgentStep"} <= set(
+            attrs.custom_attributes)
+        handle = await client.start_workflow("account", {"question": "x"}, id="survivor",
+                                             task_queue="nobody-polls")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    proc, client = await serve()
+    try:
+        info = await client.get_workflow_handle(handle.id).describe()
+        assert info.id == "survivor", "the run outlived the server restart"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
