@@ -15,9 +15,12 @@ from starter.connection import connect_config
 from starter.devprocess import server_if_needed
 from worker import build_worker
 from workflows.account import AccountRequest
+from workflows.onboarding import OnboardingRequest
 from workflows.support import SupportRequest
 
 DEMO_QUEUE = "tower-demo"
+# The tools' database outlives a demo: a fresh address keeps onboarding repeatable.
+_TAG = uuid.uuid4().hex[:6]
 
 RUNS: list[tuple[str, BaseModel, str]] = [
     ("account", AccountRequest(question="Check my account status, id ACC-1001"),
@@ -28,6 +31,10 @@ RUNS: list[tuple[str, BaseModel, str]] = [
      "classify, then route in code to the billing desk"),
     ("support", SupportRequest(message="Login fails with error 500 since this morning"),
      "classify, then route in code to technical support"),
+    ("onboarding", OnboardingRequest(message=(
+        "I'm Grace Hopper from Compiler Works, email grace@navy.invalid or "
+        f"grace.{_TAG}@cobol.dev")),
+     "per-state tools; a rejected e-mail sends the run back to collect_info, then provisions"),
 ]
 
 

@@ -13,13 +13,14 @@ from collections.abc import Callable
 from workflows.machine import Usage
 from workflows.machine.wire import ModelReply, ModelRequest, ToolCallRequest
 
-from . import account, support
+from . import account, onboarding, support
 
 SCRIPTED_MODEL = "scripted"
 
 Script = Callable[[ModelRequest], "str | ToolCallRequest"]
 
-SCRIPTS: dict[tuple[str, str], Script] = {**account.SCRIPTS, **support.SCRIPTS}
+SCRIPTS: dict[tuple[str, str], Script] = {
+    **account.SCRIPTS, **support.SCRIPTS, **onboarding.SCRIPTS}
 
 
 def scripted_reply(request: ModelRequest) -> ModelReply:

@@ -17,11 +17,12 @@ from temporalio.exceptions import ApplicationError
 
 from workflows.machine.wire import ToolCall, ToolSchema
 
-from . import accounts, billing, helpdesk
+from . import accounts, billing, helpdesk, onboarding, research
 from .db import connect
 from .spec import Tool
 
-TOOLS: dict[str, Tool] = {t.name: t for t in [*accounts.TOOLS, *billing.TOOLS, *helpdesk.TOOLS]}
+TOOLS: dict[str, Tool] = {t.name: t for t in [
+    *accounts.TOOLS, *billing.TOOLS, *helpdesk.TOOLS, *onboarding.TOOLS, *research.TOOLS]}
 
 
 def schema_of(name: str) -> ToolSchema:
@@ -36,7 +37,7 @@ class ToolBox:
         connect(self.db_path).close()  # create and seed once, before any activity runs
 
     def activities(self) -> list[Callable[..., Any]]:
-        return [self._activity(tool) for tool in TOOLS.values()]
+        return [self._activity(tool) for tool in TOOLS.values() if not tool.control]
 
     def _activity(self, tool: Tool) -> Callable[[ToolCall], dict[str, Any]]:
         def run(call: ToolCall) -> dict[str, Any]:

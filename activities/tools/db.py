@@ -26,6 +26,14 @@ CREATE TABLE IF NOT EXISTS tickets (
 CREATE TABLE IF NOT EXISTS docs (id TEXT PRIMARY KEY, title TEXT NOT NULL, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS effects (
     idempotency_key TEXT PRIMARY KEY, tool TEXT NOT NULL, result TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS signups (
+    account_id TEXT PRIMARY KEY, company TEXT NOT NULL, idempotency_key TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, to_addr TEXT NOT NULL, subject TEXT NOT NULL,
+    body TEXT NOT NULL, idempotency_key TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS blocked_companies (name TEXT PRIMARY KEY, reason TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sources (
+    id TEXT PRIMARY KEY, title TEXT NOT NULL, url TEXT NOT NULL, summary TEXT NOT NULL);
 """
 
 SEED_ACCOUNTS = [
@@ -45,6 +53,23 @@ SEED_DOCS = [
     ("DOC-3", "Exporting data", "Use Settings > Data > Export to download a CSV of your data."),
 ]
 
+SEED_BLOCKED_COMPANIES = [("Shady Holdings", "on the sanctions list")]
+SEED_SOURCES = [
+    ("SRC-1", "Durable execution explained", "https://temporal.io/blog/durable-execution",
+     "Durable execution persists every step of a workflow in an event history so that a crashed "
+     "process resumes exactly where it stopped, replaying recorded results instead of redoing "
+     "side effects."),
+    ("SRC-2", "Finite state machines for LLM agents", "https://example.org/fsm-agents",
+     "Modelling an agent as a finite state machine makes its control flow explicit: the model "
+     "reasons inside a state while code owns the transitions, which can be validated and drawn."),
+    ("SRC-3", "Idempotency keys in payment APIs", "https://example.org/idempotency",
+     "An idempotency key lets a client retry a request safely: the server records the key with "
+     "the first result and returns that result for every retry."),
+    ("SRC-4", "Event sourcing and audit logs", "https://example.org/event-sourcing",
+     "Event sourcing stores every change as an immutable event; the current state is a fold "
+     "over the log, which doubles as a complete audit trail and a replay tape for debugging."),
+]
+
 
 def connect(path: str | Path) -> sqlite3.Connection:
     """Open the tools' database, creating and seeding it on first use."""
@@ -57,5 +82,11 @@ def connect(path: str | Path) -> sqlite3.Connection:
         db.executemany("INSERT INTO accounts VALUES (?,?,?,?,?,?)", SEED_ACCOUNTS)
         db.executemany("INSERT INTO invoices VALUES (?,?,?,?,?)", SEED_INVOICES)
         db.executemany("INSERT INTO docs VALUES (?,?,?)", SEED_DOCS)
+        db.commit()
+    # Seeded separately so a database created by an older version gets them too.
+    if db.execute("SELECT COUNT(*) FROM sources").fetchone()[0] == 0:
+        db.executemany("INSERT OR IGNORE INTO blocked_companies VALUES (?,?)",
+                       SEED_BLOCKED_COMPANIES)
+        db.executemany("INSERT OR IGNORE INTO sources VALUES (?,?,?,?)", SEED_SOURCES)
         db.commit()
     return db

@@ -21,6 +21,9 @@ class Tool:
     args: type[BaseModel]
     run: ToolFn  # (db, validated args, idempotency key) -> JSON-able result
     side_effect: bool = False
+    # A control tool is a signal from the model to its node (e.g. advance_to_next_step):
+    # the node reads the call; no activity exists for it.
+    control: bool = False
 
     def schema(self) -> ToolSchema:
         return ToolSchema(name=self.name, description=self.description,

@@ -1,0 +1,51 @@
+"""Research tools: find sources one page at a time, and the control tool that ends a step.
+
+``advance_to_next_step`` is a *control* tool: the model calls it to say "this step is
+done", the node reads the call (and its summary), and no activity ever runs for it.
+It is a tool all the same so that its arguments are validated like every tool's.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .spec import Tool
+
+
+class SearchSources(BaseModel):
+    query: str = Field(min_length=1, max_length=200)
+    page: int = Field(default=1, ge=1, le=20, description="1 = best match, 2 = next, ...")
+
+
+class AdvanceToNextStep(BaseModel):
+    summary: str = Field(min_length=1, max_length=2000,
+                         description="what this step produced, in a sentence or two")
+
+
+def search_sources(db: sqlite3.Connection, args: SearchSources, key: str) -> dict[str, Any]:
+    """One source per page, best match first: the model has to ask for more."""
+    words = [w for w in args.query.lower().split() if len(w) > 2][:10]
+    rows = db.execute("SELECT id, title, url, summary FROM sources ORDER BY id").fetchall()
+    scored = [(sum(w in (r["title"] + " " + r["summary"]).lower() for w in words), dict(r))
+              for r in rows]
+    hits = [src for score, src in sorted(scored, key=lambda s: -s[0]) if score > 0]
+    if args.page > len(hits):
+        return {"results": [], "total": len(hits)}
+    return {"results": [hits[args.page - 1]], "total": len(hits)}
+
+
+def advance_to_next_step(db: sqlite3.Connection, args: AdvanceToNextStep,
+                         key: str) -> dict[str, Any]:
+    # Never scheduled (see module docstring); kept total so the registry stays uniform.
+    return {"summary": args.summary}
+
+
+TOOLS = [
+    Tool("search_sources", "Search the source library; returns one source per page.",
+         SearchSources, search_sources),
+    Tool("advance_to_next_step", "Call when you judge the current step complete, with a "
+         "summary of what it produced.", AdvanceToNextStep, advance_to_next_step, control=True),
+]
