@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import uuid
-from typing import Any
 
 from pydantic import BaseModel
+from temporalio.client import Client
 
 from activities.model import ModelSettings
 from starter.cmd_run import print_outcome
@@ -51,26 +51,27 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 async def run(args: argparse.Namespace) -> int:
     settings = ModelSettings.from_env()
     print(f"model: {settings.describe()}")
-    async with server_if_needed(keep=args.keep_server) as (client, started):
+    async with server_if_needed(keep=args.keep_server) as server:
         config = connect_config()
         links: list[str] = []
-        async with build_worker(client, task_queue=DEMO_QUEUE, models=settings):
+        async with build_worker(server.client, task_queue=DEMO_QUEUE, models=settings):
             for agent, request, what in RUNS:
-                links.append(await _one(client, agent, request, what, config))
+                run_id = await _one(server.client, agent, request, what)
+                links.append(ui_link(config["target_host"], config.get("namespace", "default"),
+                                     run_id, server.ui_port))
         print("\nWeb UI (each run, with its history and current details):")
         for link in links:
             print(f"  {link}")
-        if started and not args.keep_server:
+        if server.started_here and not args.keep_server:
             print("\nThe dev server this demo started is stopped now; its runs are kept in "
                   ".tower/temporal.sqlite. `tower dev` serves them again on the Web UI.")
     return 0
 
 
-async def _one(client: Any, agent: str, request: BaseModel, what: str,
-               config: dict[str, Any]) -> str:
+async def _one(client: Client, agent: str, request: BaseModel, what: str) -> str:
     run_id = f"demo-{agent}-{uuid.uuid4().hex[:6]}"
     print(f"\n== {agent}: {what}\n   input: {request.model_dump_json()}\n   run: {run_id}")
     handle = await client.start_workflow(agent, request, id=run_id, task_queue=DEMO_QUEUE)
     status = await follow(handle)
     print_outcome(status, await handle.query("state", result_type=dict))
-    return ui_link(config["target_host"], config.get("namespace", "default"), run_id)
+    return run_id

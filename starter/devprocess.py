@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import subprocess
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from temporalio.client import Client
@@ -14,11 +16,29 @@ from starter.connection import ServerUnreachable, connect, connect_config
 from starter.devserver import DATA_DIR, dev_server_command
 
 
+@dataclass(frozen=True)
+class Server:
+    client: Client
+    started_here: bool
+    ui_port: int = 8233
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @contextlib.asynccontextmanager
-async def server_if_needed(*, keep: bool = False) -> AsyncIterator[tuple[Client, bool]]:
-    """Yield (client, started_here). Starts `temporal server start-dev` only if needed."""
+async def server_if_needed(*, keep: bool = False) -> AsyncIterator[Server]:
+    """Connect, or start `temporal server start-dev` in the background if nothing answers."""
     try:
-        yield await connect(), False
+        yield Server(await connect(), started_here=False)
         return
     except ServerUnreachable:
         pass
@@ -30,11 +50,13 @@ async def server_if_needed(*, keep: bool = False) -> AsyncIterator[tuple[Client,
     log = (DATA_DIR / "devserver.log").open("ab")
     print(f"no server at {address}: starting the embedded dev server "
           f"(state in {DATA_DIR / 'temporal.sqlite'}, log in {log.name})", flush=True)
-    proc = subprocess.Popen(dev_server_command(port=int(port)), stdout=log, stderr=log,
-                            start_new_session=True)
+    # Another program on the UI's usual port must not stop the demo: take a free one.
+    ui_port = 8233 if port_free(8233) else free_port()
+    proc = subprocess.Popen(dev_server_command(port=int(port), ui_port=ui_port), stdout=log,
+                            stderr=log, start_new_session=True)
     try:
         client = await _wait_for_server(proc)
-        yield client, True
+        yield Server(client, started_here=True, ui_port=ui_port)
     finally:
         if not keep:
             proc.terminate()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,16 +14,11 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from activities.model import ModelSettings
+from starter.devprocess import free_port
 from starter.devserver import temporal_binary
 from worker import build_worker
 
 TOWER = str(Path(sys.executable).parent / "tower")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cli_env(address: str) -> dict[str, str]:
