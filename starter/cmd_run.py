@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import uuid
 from typing import Any
 
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from starter.common import agent_class, follow, parse_input, ui_link
@@ -42,12 +47,22 @@ async def run(args: argparse.Namespace) -> int:
     print(f"started {run_id}")
     if args.no_follow:
         return 0
+    if not await has_workers(client, args.task_queue):
+        print(f"warning: no worker is polling task queue {args.task_queue!r}; the run waits "
+              "until one starts (`python worker.py`)", file=sys.stderr, flush=True)
     status = await follow(handle)
     state = await handle.query("state", result_type=dict)
     print_outcome(status, state)
     config = connect_config()
     print(f"Web UI: {ui_link(config['target_host'], config.get('namespace', 'default'), run_id)}")
     return 0 if status != "FAILED" else 1
+
+
+async def has_workers(client: Client, task_queue: str) -> bool:
+    response = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+        namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
+    return bool(response.pollers)
 
 
 def print_outcome(status: str, state: dict[str, Any]) -> None:

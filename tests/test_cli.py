@@ -106,6 +106,23 @@ async def test_run_follows_transitions_then_state_and_list_find_it(
     assert run_id in listed.stdout
 
 
+async def test_run_without_a_worker_warns_and_no_follow_returns(
+    env: WorkflowEnvironment, task_queue: str
+) -> None:
+    code, out, err = await tower(address_of(env), "run", "support", "--input",
+                                 '{"message": "hello"}', "--task-queue", task_queue,
+                                 "--no-follow")
+    assert code == 0 and out.startswith("started support-") and err == ""
+    proc = await asyncio.create_subprocess_exec(
+        TOWER, "run", "support", "--input", '{"message": "hello"}', "--task-queue", task_queue,
+        env=cli_env(address_of(env)), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    line = await asyncio.wait_for(proc.stderr.readline(), 30)
+    proc.kill()
+    await proc.wait()
+    assert f"no worker is polling task queue {task_queue!r}" in line.decode()
+
+
 async def _eventually_listed(address: str, run_id: str) -> None:
     # Visibility is eventually consistent: give the index a moment.
     for _ in range(40):
