@@ -16,6 +16,7 @@ from starter.devprocess import server_if_needed
 from worker import build_worker
 from workflows.account import AccountRequest
 from workflows.onboarding import OnboardingRequest
+from workflows.research import ResearchRequest
 from workflows.support import SupportRequest
 
 DEMO_QUEUE = "tower-demo"
@@ -35,6 +36,8 @@ RUNS: list[tuple[str, BaseModel, str]] = [
         "I'm Grace Hopper from Compiler Works, email grace@navy.invalid or "
         f"grace.{_TAG}@cobol.dev")),
      "per-state tools; a rejected e-mail sends the run back to collect_info, then provisions"),
+    ("research", ResearchRequest(topic="durable execution for LLM agents"),
+     "hybrid exits: the model signals 'done', code holds it until 2 sources / 100 words"),
 ]
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 from workflows.account import AccountAgent
 from workflows.machine.runtime import AgentWorkflow
 from workflows.onboarding import OnboardingAgent
+from workflows.research import ResearchAgent
 from workflows.support import SupportAgent
 
 AGENTS: dict[str, type[AgentWorkflow]] = {
     "account": AccountAgent,
     "support": SupportAgent,
     "onboarding": OnboardingAgent,
+    "research": ResearchAgent,
 }

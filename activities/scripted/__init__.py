@@ -13,14 +13,15 @@ from collections.abc import Callable
 from workflows.machine import Usage
 from workflows.machine.wire import ModelReply, ModelRequest, ToolCallRequest
 
-from . import account, onboarding, support
+from . import account, onboarding, research, support
 
 SCRIPTED_MODEL = "scripted"
 
 Script = Callable[[ModelRequest], "str | ToolCallRequest"]
 
 SCRIPTS: dict[tuple[str, str], Script] = {
-    **account.SCRIPTS, **support.SCRIPTS, **onboarding.SCRIPTS}
+    **account.SCRIPTS, **support.SCRIPTS, **onboarding.SCRIPTS,
+    **research.SCRIPTS}
 
 
 def scripted_reply(request: ModelRequest) -> ModelReply:
