@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.messages import MessageStore
 from activities.model import ModelActivities, ModelSettings
 from activities.tools import ToolBox
 from starter.connection import TASK_QUEUE, ServerUnreachable, connect
@@ -28,25 +30,34 @@ from workflows.registry import AGENTS
 DEFAULT_DB = Path(".tower") / "tools.sqlite"
 
 
+def sandbox_runner() -> SandboxedWorkflowRunner:
+    """The sandbox every worker and replayer uses (a replayer must match the worker)."""
+    # The engine and the tool schemas are deterministic and stateless: load them
+    # once instead of once per run inside the sandbox.
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(
+            "workflows.machine", "activities"))
+
+
 def build_worker(
     client: Client, *, task_queue: str = TASK_QUEUE, db_path: str | Path | None = None,
     models: ModelSettings | None = None, max_concurrent_activities: int = 50,
+    messages_path: str | Path | None = None, workflows: Sequence[type] = (),
 ) -> Worker:
     tools = ToolBox(db_path or os.environ.get("TOWER_DB") or DEFAULT_DB)
-    model = ModelActivities(models or ModelSettings.from_env())
+    # Conversation content lives beside the tools' database, never in the history.
+    store = MessageStore(messages_path or os.environ.get("TOWER_MESSAGES")
+                         or tools.db_path.with_name("messages.sqlite"))
+    model = ModelActivities(models or ModelSettings.from_env(), store)
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=list(AGENTS.values()),
+        workflows=[*AGENTS.values(), *workflows],
         activities=[model.call_model, *tools.activities()],
         # Tools are plain blocking SQLite code: run them on threads, off the event loop.
         activity_executor=ThreadPoolExecutor(max_concurrent_activities),
         max_concurrent_activities=max_concurrent_activities,
-        # The engine and the tool schemas are deterministic and stateless: load them
-        # once instead of once per run inside the sandbox.
-        workflow_runner=SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules(
-                "workflows.machine", "activities")),
+        workflow_runner=sandbox_runner(),
         # A domain error fails the run instead of retrying the workflow task forever.
         workflow_failure_exception_types=[TowerError],
     )

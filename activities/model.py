@@ -9,6 +9,7 @@ own retries are off: every attempt is an attempt in the event history.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from temporalio.exceptions import ApplicationError
 from workflows.machine import Message, Usage
 from workflows.machine.wire import ModelReply, ModelRequest, ToolCallRequest
 
+from .messages import MessageStore
 from .scripted import SCRIPTED_MODEL, scripted_reply
 
 RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
@@ -60,8 +62,9 @@ class ModelSettings:
 
 
 class ModelActivities:
-    def __init__(self, settings: ModelSettings) -> None:
+    def __init__(self, settings: ModelSettings, store: MessageStore | None = None) -> None:
         self.settings = settings
+        self.store = store
         self._client = None if settings.scripted else openai.AsyncOpenAI(
             api_key=settings.api_key, base_url=settings.base_url, max_retries=0,
             timeout=settings.timeout_seconds,
@@ -69,6 +72,23 @@ class ModelActivities:
 
     @activity.defn(name="call_model")
     async def call_model(self, request: ModelRequest) -> ModelReply:
+        if not (request.history or request.keep):
+            return await self._answer(request)
+        if self.store is None:
+            raise ApplicationError("this worker has no message store", type="NoMessageStore",
+                                   non_retryable=True)
+        # SQLite blocks: keep it off the event loop the other activities share.
+        loaded = await asyncio.to_thread(self.store.get, request.history)
+        reply = await self._answer(request.model_copy(
+            update={"messages": [*loaded, *request.messages], "history": []}))
+        if request.keep:
+            kept = list(request.messages)
+            if reply.content:
+                kept.append(Message(role="assistant", content=reply.content))
+            reply.stored = await asyncio.to_thread(self.store.put, kept)
+        return reply
+
+    async def _answer(self, request: ModelRequest) -> ModelReply:
         if self._client is None:
             return scripted_reply(request)
         last: Exception | None = None

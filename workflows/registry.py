@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from workflows.account import AccountAgent
+from workflows.chat import ChatAgent
 from workflows.machine.runtime import AgentWorkflow
 from workflows.onboarding import OnboardingAgent
 from workflows.research import ResearchAgent
@@ -13,4 +14,5 @@ AGENTS: dict[str, type[AgentWorkflow]] = {
     "support": SupportAgent,
     "onboarding": OnboardingAgent,
     "research": ResearchAgent,
+    "chat": ChatAgent,
 }

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from workflows.machine import Usage
 from workflows.machine.wire import ModelReply, ModelRequest, ToolCallRequest
 
-from . import account, onboarding, research, support
+from . import account, chat, onboarding, research, support
 
 SCRIPTED_MODEL = "scripted"
 
@@ -21,7 +21,8 @@ Script = Callable[[ModelRequest], "str | ToolCallRequest"]
 
 SCRIPTS: dict[tuple[str, str], Script] = {
     **account.SCRIPTS, **support.SCRIPTS, **onboarding.SCRIPTS,
-    **research.SCRIPTS}
+    **research.SCRIPTS,
+    **chat.SCRIPTS}
 
 
 def scripted_reply(request: ModelRequest) -> ModelReply:

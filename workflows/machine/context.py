@@ -18,7 +18,7 @@ from temporalio.common import RetryPolicy
 from .errors import NodeFailed
 from .graph import Node
 from .state import Message, Usage
-from .wire import ModelReply, ModelRequest, ToolCall, ToolCallRequest
+from .wire import MessageRef, ModelReply, ModelRequest, ToolCall, ToolCallRequest
 
 with workflow.unsafe.imports_passed_through():
     # Only the tools' names and argument schemas are used here; they run in activities.
@@ -47,6 +47,8 @@ class Answer(Generic[T]):
     text: str | None = None
     parsed: T | None = None
     tool_calls: list[ToolCallRequest] = field(default_factory=list)
+    # With ``keep=True``: refs of the messages asked with, then of this answer.
+    stored: list[MessageRef] = field(default_factory=list)
 
 
 class NodeContext:
@@ -63,20 +65,25 @@ class NodeContext:
 
     async def ask(
         self, messages: list[Message], *, schema: type[T] | None = None,
-        max_corrections: int = 2,
+        max_corrections: int = 2, history: list[MessageRef] | None = None, keep: bool = False,
     ) -> Answer[T]:
         """Ask the model with this node's prompt and tools; validate what comes back.
 
         Invalid output (a tool this node lacks, bad arguments, content that fails
         ``schema``) is fed back to the model up to ``max_corrections`` times, then
         the node fails with the last validation error.
+
+        Flat history: ``history`` names stored messages the activity loads before
+        ``messages``; ``keep`` stores ``messages`` and the answer and returns their refs
+        in ``Answer.stored``. Either way, stored content never enters the event history.
         """
         convo = list(messages)
         problem = ""
         for _ in range(max_corrections + 1):
-            reply = await self._call_model(convo, schema)
+            reply = await self._call_model(convo, schema, history or [], keep)
             answer, problem = self._check(reply, schema)
             if answer is not None:
+                answer.stored = reply.stored
                 return answer
             convo += [
                 Message(role="assistant", content=reply.content or _dump_calls(reply)),
@@ -101,12 +108,16 @@ class NodeContext:
         self.calls.append(f"tool:{name}")
         return result
 
-    async def _call_model(self, convo: list[Message], schema: type[BaseModel] | None) -> ModelReply:
+    async def _call_model(
+        self, convo: list[Message], schema: type[BaseModel] | None,
+        history: list[MessageRef] | None = None, keep: bool = False,
+    ) -> ModelReply:
         request = ModelRequest(
             agent=self.agent, node=self.node.name, system=self.node.prompt, messages=convo,
             tools=[TOOLS[name].schema() for name in self.node.tools],
             response_schema=schema.model_json_schema() if schema else None,
             response_name=schema.__name__ if schema else None, models=self.models,
+            history=list(history or []), keep=keep,
         )
         reply: ModelReply = await workflow.execute_activity(
             "call_model", request, result_type=ModelReply,

@@ -16,6 +16,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from . import search
+from .carry import Carry, LogSummary, summarize
 from .context import NodeContext
 from .engine import Transition, advance, fail, start
 from .errors import NodeFailed
@@ -30,17 +31,69 @@ class AgentWorkflow:
     Input: ClassVar[type[BaseModel]]
     # Ordered model fallbacks for this agent; empty means the worker's list.
     models: ClassVar[list[str]] = []
+    # Continue-as-new once the history has this many events, even before Temporal
+    # suggests it (None: only when suggested). Only agents with ``carry_input`` do.
+    continue_as_new_after: int | None = None
+    # Upsert the search attributes at every transition (one history event each) instead
+    # of only when the status changes, the run parks (``publish``) or it ends.
+    publish_every_step: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self._state: AgentState | None = None
         self._log: list[Transition] = []
+        self._carried: LogSummary | None = None
 
-    async def drive(self, state: AgentState) -> AgentState:
-        """Run the machine from its entry node until DONE or FAILED."""
-        self._record(*start(self.machine, state, at=workflow.now(), event_id=_event_id()))
+    async def drive(self, state: AgentState, *, carried: LogSummary | None = None) -> AgentState:
+        """Run the machine from its entry node until DONE or FAILED.
+
+        With ``carried`` (a run continued-as-new), ``state`` already stands on its node:
+        the run goes on from there, with no new START transition.
+        """
+        if carried is None:
+            self._record(*start(self.machine, state, at=workflow.now(), event_id=_event_id()))
+        else:
+            self._state, self._carried = state, carried
+            self.publish()
         while self.current.node not in TERMINALS:
+            if self.carry_over_due() and workflow.all_handlers_finished():
+                self.carry_over()
             await self._step()
         return self.current
+
+    def carry_input(self, carry: Carry) -> Any | None:
+        """The input of this agent's next run, made from ``carry``; None (the default)
+        means this agent does not continue-as-new."""
+        return None
+
+    def carry_over_due(self) -> bool:
+        info = workflow.info()
+        limit = self.continue_as_new_after
+        return (info.is_continue_as_new_suggested()
+                or (limit is not None and info.get_current_history_length() >= limit))
+
+    def carry(self) -> Carry:
+        return Carry(state=self.current.model_dump(mode="json"),
+                     log=summarize(self._carried, self._log))
+
+    def carry_over(self) -> None:
+        """Continue-as-new with the state and the log summary, if this agent can. Call it
+        only once ``workflow.all_handlers_finished()``: a handler cut off loses its reply."""
+        args = self.carry_input(self.carry())
+        if args is None:
+            return None
+        self.publish()
+        workflow.continue_as_new(args)
+
+    def publish(self) -> None:
+        """Bring the run's search attributes up to date; upserts (one history event)
+        only the ones that changed. Call it before the run parks on a long wait."""
+        state = self.current
+        wanted = [(search.AGENT_NAME, self.machine.name), (search.AGENT_NODE, state.node),
+                  (search.AGENT_STATUS, state.status.value), (search.AGENT_STEP, state.step)]
+        have = workflow.info().typed_search_attributes
+        changed = [key.value_set(value) for key, value in wanted if have.get(key) != value]
+        if changed:
+            workflow.upsert_search_attributes(changed)
 
     @property
     def current(self) -> AgentState:
@@ -63,14 +116,14 @@ class AgentWorkflow:
                               event_id=_event_id(), calls=ctx.calls))
 
     def _record(self, state: AgentState, transition: Transition) -> None:
+        before = self._state
         self._state = state
         self._log.append(transition)
-        workflow.upsert_search_attributes([
-            search.AGENT_NAME.value_set(self.machine.name),
-            search.AGENT_NODE.value_set(state.node),
-            search.AGENT_STATUS.value_set(state.status.value),
-            search.AGENT_STEP.value_set(state.step),
-        ])
+        # An upsert is a history event: spend it when the status changes or the run
+        # ends, not at every step (the live node is in the queries and current details).
+        if (self.publish_every_step or before is None or before.status != state.status
+                or state.node in TERMINALS):
+            self.publish()
         workflow.set_current_details(
             f"**{self.machine.name}** · state `{state.node}` · {state.status.value} · "
             f"step {state.step}\n\nlast move: {transition.source} → {transition.target} "
@@ -87,7 +140,12 @@ class AgentWorkflow:
 
     @workflow.query(name="transitions")
     def query_transitions(self) -> list[Transition]:
+        """This run's transitions; earlier runs of a continued thread are in ``log_summary``."""
         return list(self._log)
+
+    @workflow.query(name="log_summary")
+    def query_log_summary(self) -> LogSummary:
+        return summarize(self._carried, self._log)
 
 
 def _event_id() -> int:

@@ -5,11 +5,26 @@ Activity inputs carry what one call needs, never the whole state.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from .state import Message, Usage
+
+
+class MessageRef(BaseModel):
+    """A message kept in the message store (activities/messages.py), as the workflow sees it:
+    the content's hash and the small facts code decides on, never the content itself."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ref: str  # content hash: the same message is stored once
+    role: Literal["system", "user", "assistant", "tool"]
+    chars: int = Field(ge=0)
+    name: str | None = None  # the tool's name for role="tool"
+    # Loaded as a one-line stub instead of its content: a large tool payload that a
+    # context reduction dropped from the model's view (the content stays in the store).
+    pruned: bool = False
 
 
 class ToolSchema(BaseModel):
@@ -31,6 +46,11 @@ class ModelRequest(BaseModel):
     response_name: str | None = None
     # Ordered fallbacks for this node; empty means the worker's configured list.
     models: list[str] = Field(default_factory=list)
+    # Flat history: messages the activity loads from the message store and puts before
+    # ``messages``, so the conversation's content is never in the activity's input.
+    history: list[MessageRef] = Field(default_factory=list)
+    # Store ``messages`` and the reply; their refs come back in ``ModelReply.stored``.
+    keep: bool = False
 
 
 class ToolCallRequest(BaseModel):
@@ -43,6 +63,8 @@ class ModelReply(BaseModel):
     content: str | None = None
     tool_calls: list[ToolCallRequest] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
+    # With ``ModelRequest.keep``: refs of the request's messages, then of the reply.
+    stored: list[MessageRef] = Field(default_factory=list)
 
 
 class ToolCall(BaseModel):

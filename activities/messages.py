@@ -1,0 +1,85 @@
+"""The message store: conversation content lives here, not in the event history.
+
+Content-addressed (a message's ref is the hash of its role, name and content), so
+storing a message twice, or again on an activity retry, is harmless. SQLite
+locally; any key-value database in production: the workflow only holds refs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+from temporalio.exceptions import ApplicationError
+
+from workflows.machine import Message
+from workflows.machine.wire import MessageRef
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS messages (
+    ref TEXT PRIMARY KEY, role TEXT NOT NULL, name TEXT, content TEXT NOT NULL);
+"""
+
+
+def ref_of(message: Message) -> MessageRef:
+    digest = hashlib.sha256(
+        f"{message.role}\x00{message.name or ''}\x00{message.content}".encode()).hexdigest()
+    # 128 bits: collision-free for any realistic store, and half the bytes in the history.
+    return MessageRef(ref=digest[:32], role=message.role, name=message.name,
+                      chars=len(message.content))
+
+
+def pruned_stub(ref: MessageRef) -> Message:
+    """What the model sees instead of a pruned payload."""
+    return Message(role=ref.role, name=ref.name, content=(
+        f"[{ref.chars}-character output of tool {ref.name} pruned from the context; "
+        f"it is kept as message {ref.ref}]"))
+
+
+class MessageStore:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as db:
+            db.executescript(SCHEMA)
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(str(self.path), timeout=30)
+        db.execute("PRAGMA journal_mode=WAL")
+        return db
+
+    def put(self, messages: Sequence[Message]) -> list[MessageRef]:
+        refs = [ref_of(m) for m in messages]
+        rows = [(r.ref, m.role, m.name, m.content) for r, m in zip(refs, messages, strict=True)]
+        db = self._connect()
+        try:
+            with db:
+                db.executemany("INSERT OR IGNORE INTO messages VALUES (?,?,?,?)", rows)
+        finally:
+            db.close()
+        return refs
+
+    def get(self, refs: Sequence[MessageRef]) -> list[Message]:
+        """The messages behind ``refs``, in order; a pruned ref loads as its stub."""
+        wanted = sorted({r.ref for r in refs if not r.pruned})
+        db = self._connect()
+        try:
+            found: dict[str, Message] = {}
+            for start in range(0, len(wanted), 500):  # stay under SQLite's variable limit
+                chunk = wanted[start:start + 500]
+                rows = db.execute(
+                    f"SELECT ref, role, name, content FROM messages WHERE ref IN "
+                    f"({','.join('?' * len(chunk))})", chunk).fetchall()
+                found.update({row[0]: Message(role=row[1], name=row[2], content=row[3])
+                              for row in rows})
+        finally:
+            db.close()
+        missing = [r for r in wanted if r not in found]
+        if missing:
+            # Retrying cannot bring a message back: fail the call, name what is missing.
+            raise ApplicationError(f"message store {self.path} has no message {missing[0]}"
+                                   f" ({len(missing)} missing)", type="MessageNotFound",
+                                   non_retryable=True)
+        return [pruned_stub(r) if r.pruned else found[r.ref] for r in refs]

@@ -1,0 +1,239 @@
+"""chat — a thread that lives for days, at constant cost per turn.
+
+One workflow id per thread. Each user message is an update (``send``) that returns
+the reply; its validator refuses empty or oversized messages before they enter the
+history. ``listen → respond → (reduce →) listen``, ``listen → DONE`` on ``close``
+or after the thread has been idle for ``idle_days``.
+
+Flat history: message content lives in the message store; the state holds refs.
+Each model call carries the summary's ref, a bounded window of refs and the new
+message, so the bytes a turn adds to the history do not grow with the thread.
+The ``reduce`` node summarises older turns and prunes large tool payloads; the run
+continues-as-new when Temporal suggests it (or at ``continue_as_new_after`` events).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+from workflows.machine import ADD, DONE, TERMINALS, AgentState, Graph, Message
+from workflows.machine.carry import Carry
+from workflows.machine.context import NodeContext
+from workflows.machine.runtime import AgentWorkflow
+from workflows.machine.window import WindowPolicy, needs_reduction, prune, split
+from workflows.machine.wire import MessageRef
+
+MAX_MESSAGE_CHARS = 8000
+MAX_TOOL_ROUNDS = 3
+
+
+class ChatConfig(BaseModel):
+    window: WindowPolicy = Field(default_factory=WindowPolicy)
+    idle_days: float = Field(30.0, gt=0, le=3650)
+    continue_as_new_after: int | None = Field(None, ge=40)  # history events
+
+
+class ChatInput(BaseModel):
+    config: ChatConfig = Field(default_factory=ChatConfig)
+    carry: Carry | None = None  # set by the thread itself when it continues-as-new
+
+
+class UserMessage(BaseModel):
+    text: str
+
+
+class ChatReply(BaseModel):
+    turn: int
+    reply: str
+    step: int
+    context_messages: int  # refs the next model call will load, the summary included
+
+
+class Turn(BaseModel):
+    id: int
+    text: str
+
+
+class ChatState(AgentState):
+    config: ChatConfig = Field(default_factory=ChatConfig)
+    summary: MessageRef | None = None
+    context: list[MessageRef] = Field(default_factory=list)  # the window after the summary
+    pending: Turn | None = None
+    reply: str = ""
+    answered: int = 0  # id of the last turn answered
+    turns: Annotated[int, ADD] = 0
+    reductions: Annotated[int, ADD] = 0
+    closed: str = ""  # why the thread closed
+
+
+RESPOND_PROMPT = (
+    "You are a helpful assistant in a long-running chat. Earlier turns may be given as a "
+    "summary. Use search_docs when the user asks about the product documentation.")
+REDUCE_PROMPT = (
+    "Summarise the conversation so far in at most 120 words, keeping names, numbers, "
+    "decisions and open questions. Start with 'Summary:'.")
+SUMMARISE = Message(role="user", content="Summarise the conversation above.")
+
+
+def _thread() -> ChatAgent:
+    # The inbox and the replies belong to the running workflow, not to the state.
+    instance: ChatAgent = workflow.instance()
+    return instance
+
+
+def _window(state: ChatState) -> list[MessageRef]:
+    return ([state.summary] if state.summary else []) + state.context
+
+
+async def listen(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
+    """Wait for the next user message (or close); continue-as-new while idle if due."""
+    thread = _thread()
+    thread.publish()
+    while True:
+        await workflow.wait_condition(lambda: bool(
+            thread.inbox or thread.closing
+            or (thread.carry_over_due() and workflow.all_handlers_finished())))
+        if thread.inbox:
+            return {"pending": thread.inbox.pop(0)}
+        if thread.closing:
+            return {"closed": thread.closing}
+        thread.carry_over()  # raises ContinueAsNewError, ending this run
+
+
+async def respond(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
+    """Answer the pending message from the summary, the window and (maybe) the docs."""
+    assert state.pending is not None
+    window, new = _window(state), [Message(role="user", content=state.pending.text)]
+    added: list[MessageRef] = []
+    text = ""
+    for _ in range(MAX_TOOL_ROUNDS):
+        answer = await ctx.ask(new, history=window + added, keep=True)
+        added += answer.stored
+        if not answer.tool_calls:
+            text = answer.text or ""
+            break
+        new = [Message(role="tool", name=call.name, content=json.dumps(
+            await ctx.tool(call.name, call.arguments), sort_keys=True))
+            for call in answer.tool_calls]
+    else:
+        text = "Sorry, I could not finish looking that up."
+    _thread().replies[state.pending.id] = text
+    return {"context": state.context + added, "pending": None, "reply": text,
+            "answered": state.pending.id, "turns": 1}
+
+
+async def reduce(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
+    """Summarise the older part of the window; prune large tool payloads in the rest."""
+    policy = state.config.window
+    older, recent = split(policy, state.context)
+    update: dict[str, Any] = {"context": prune(policy, recent), "reductions": 1}
+    if older:
+        history = ([state.summary] if state.summary else []) + older
+        answer = await ctx.ask([SUMMARISE], history=history, keep=True)
+        update["summary"] = answer.stored[-1]
+    return update
+
+
+def after_listen(state: ChatState) -> str:
+    return DONE if state.closed else "respond"
+
+
+def after_respond(state: ChatState) -> str:
+    return "reduce" if needs_reduction(state.config.window, _window(state)) else "listen"
+
+
+GRAPH = (
+    Graph("chat", ChatState)
+    .node("listen", listen)
+    .node("respond", respond, prompt=RESPOND_PROMPT, tools=["search_docs"])
+    .node("reduce", reduce, prompt=REDUCE_PROMPT)
+    .entry("listen")
+    .route("listen", after_listen, {"respond": "user message", DONE: "thread closed"})
+    .route("respond", after_respond, {"reduce": "context over budget", "listen": "replied"})
+    .edge("reduce", "listen")
+    .compile()
+)
+
+
+@workflow.defn(name="chat")
+class ChatAgent(AgentWorkflow):
+    """A chat thread: one workflow id, one update per user message, days long."""
+
+    machine = GRAPH
+    Input = ChatInput
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inbox: list[Turn] = []
+        self.replies: dict[int, str] = {}
+        self.closing = ""
+        self._issued = 0
+
+    @workflow.run
+    async def run(self, request: ChatInput) -> ChatState:
+        if request.carry is not None:
+            state = ChatState.model_validate(request.carry.state)
+            carried = request.carry.log
+        else:
+            state, carried = ChatState(config=request.config), None
+        self.continue_as_new_after = state.config.continue_as_new_after
+        self._issued = state.answered  # handlers all finished before the last run ended
+        idle = asyncio.create_task(self._close_when_idle(timedelta(days=state.config.idle_days)))
+        final = await self.drive(state, carried=carried)
+        idle.cancel()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return final  # type: ignore[return-value]
+
+    def carry_input(self, carry: Carry) -> ChatInput:
+        return ChatInput(carry=carry)
+
+    async def _close_when_idle(self, idle: timedelta) -> None:
+        # One timer per run, re-armed only when it fires: no timer events per turn.
+        while True:
+            seen = self._issued
+            await workflow.sleep(idle)
+            if self._issued == seen and not self.inbox:
+                self.closing = f"idle for {idle}"
+                return
+
+    @workflow.update(name="send")
+    async def send(self, message: UserMessage) -> ChatReply:
+        # Turn ids continue from the carried state: number them once the run has it.
+        await workflow.wait_condition(lambda: self._state is not None)
+        self._issued += 1
+        turn = Turn(id=self._issued, text=message.text)
+        self.inbox.append(turn)
+        await workflow.wait_condition(lambda: turn.id in self.replies or self._ended())
+        if turn.id not in self.replies:
+            raise ApplicationError(f"the thread ended ({self.current.status.value}) before "
+                                   f"turn {turn.id} was answered", type="ThreadEnded")
+        state: ChatState = self.current  # type: ignore[assignment]
+        return ChatReply(turn=turn.id, reply=self.replies.pop(turn.id), step=state.step,
+                         context_messages=len(_window(state)))
+
+    @send.validator
+    def check_send(self, message: UserMessage) -> None:
+        # Raising here keeps the message out of the history; the caller gets the reason.
+        if not message.text.strip():
+            raise ValueError("message is empty")
+        if len(message.text) > MAX_MESSAGE_CHARS:
+            raise ValueError(f"message has {len(message.text)} characters; "
+                             f"the limit is {MAX_MESSAGE_CHARS}")
+        if self.closing or self._ended():
+            raise ValueError("this thread is closed")
+
+    def _ended(self) -> bool:
+        # Updates can arrive in the first activation, before the run has a state.
+        return self._state is not None and self._state.node in TERMINALS
+
+    @workflow.update(name="close")
+    async def close(self) -> str:
+        self.closing = self.closing or "closed by the user"
+        return self.closing

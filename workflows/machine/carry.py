@@ -1,0 +1,48 @@
+"""What a run carries into its next run when it continues-as-new.
+
+Pure: no Temporal. The state goes over whole (it is small: long content lives in
+the message store); the transition log goes over as a summary, so the carried
+input does not grow with the run's age. The full log of an earlier run is still
+in that run's history.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .engine import Transition
+
+RECENT = 5  # transitions kept verbatim in the summary
+
+
+class LogSummary(BaseModel):
+    runs: int = 1  # runs (continue-as-new segments) the log spans, this one included
+    transitions: int = 0
+    first_step: int = 0
+    last_step: int = 0
+    moves: dict[str, int] = Field(default_factory=dict)  # "source -> target": count
+    recent: list[Transition] = Field(default_factory=list)
+
+
+class Carry(BaseModel):
+    """The input of the next run: the state (as JSON) and the log so far, summarised."""
+
+    state: dict[str, Any]
+    log: LogSummary
+
+
+def summarize(previous: LogSummary | None, log: list[Transition], *,
+              recent: int = RECENT) -> LogSummary:
+    """Fold this run's log into the summary carried from earlier runs."""
+    base = previous or LogSummary(runs=0)
+    moves = dict(base.moves)
+    for t in log:
+        key = f"{t.source} -> {t.target}"
+        moves[key] = moves.get(key, 0) + 1
+    first = base.first_step if base.transitions else (log[0].step if log else 0)
+    last = log[-1].step if log else base.last_step
+    return LogSummary(runs=base.runs + 1, transitions=base.transitions + len(log),
+                      first_step=first, last_step=last, moves=moves,
+                      recent=[*base.recent, *log][-recent:] if recent else [])
