@@ -39,6 +39,11 @@ def sandbox_runner() -> SandboxedWorkflowRunner:
             "workflows.machine", "activities"))
 
 
+# A domain error fails the run instead of retrying the workflow task forever. Shared
+# with the Replayer (starter/histories.py), like the sandbox.
+WORKFLOW_FAILURE_TYPES: list[type[BaseException]] = [TowerError]
+
+
 def build_worker(
     client: Client, *, task_queue: str = TASK_QUEUE, db_path: str | Path | None = None,
     models: ModelSettings | None = None, max_concurrent_activities: int = 50,
@@ -58,8 +63,7 @@ def build_worker(
         activity_executor=ThreadPoolExecutor(max_concurrent_activities),
         max_concurrent_activities=max_concurrent_activities,
         workflow_runner=sandbox_runner(),
-        # A domain error fails the run instead of retrying the workflow task forever.
-        workflow_failure_exception_types=[TowerError],
+        workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES,
     )
 
 

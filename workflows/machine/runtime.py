@@ -42,6 +42,9 @@ class AgentWorkflow:
         self._state: AgentState | None = None
         self._log: list[Transition] = []
         self._carried: LogSummary | None = None
+        # The state after every step, kept only when a replay inspector asks for it
+        # (starter/histories.py sets it to []): a live run stays at one state in memory.
+        self.trace: list[AgentState] | None = None
 
     async def drive(self, state: AgentState, *, carried: LogSummary | None = None) -> AgentState:
         """Run the machine from its entry node until DONE or FAILED.
@@ -119,6 +122,8 @@ class AgentWorkflow:
         before = self._state
         self._state = state
         self._log.append(transition)
+        if self.trace is not None:
+            self.trace.append(state)
         # An upsert is a history event: spend it when the status changes or the run
         # ends, not at every step (the live node is in the queries and current details).
         if (self.publish_every_step or before is None or before.status != state.status

@@ -1,0 +1,136 @@
+"""`tower inspect RUN [--step N]` and `tower fork RUN --step N`: time travel on a run.
+
+Both read the run's history from the server (running or closed) and replay it
+locally against the current code, which gives the transition log and the state
+after every step without a worker; fork then asks Temporal to reset the run to
+the workflow task that recorded step N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import uuid
+from pathlib import Path
+
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import ResetReapplyExcludeType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+from temporalio.client import WorkflowHistory
+
+from starter.cmd_replay import fetch
+from starter.common import CliError
+from starter.connection import connect
+from starter.histories import HistoryError, Replayed, load, replay, task_completed_after
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "inspect", help="a run's transition table and its state at any step",
+        description="Print the transition table of RUN (step, from, to, reason, time, "
+                    "history event) and, with --step N, the full state as it was after step "
+                    "N. RUN is a workflow id (running or closed) or a history JSON file; the "
+                    "history is replayed locally, no worker needed.")
+    p.add_argument("run", metavar="RUN", help="workflow id, or a history .json file")
+    p.add_argument("--run-id", help="a particular run of RUN (default: the latest)")
+    p.add_argument("--step", type=int, help="print the full state after this step")
+    p.set_defaults(handler=inspect)
+
+    f = sub.add_parser(
+        "fork", help="restart a run from step N (Temporal reset)",
+        description="Reset RUN to the workflow task that recorded step N: a new run of the "
+                    "same workflow id continues from there, without the signals and updates "
+                    "that came after, so a different decision can be made. The original "
+                    "run's history is kept. Activities after the reset point run again.")
+    f.add_argument("run", metavar="RUN", help="workflow id")
+    f.add_argument("--run-id", help="a particular run of RUN (default: the latest)")
+    f.add_argument("--step", type=int, required=True, help="the step to restart after")
+    f.add_argument("--reason", default="tower fork", help="recorded in the history")
+    f.set_defaults(handler=fork)
+
+
+async def replayed(run: str, run_id: str | None) -> tuple[WorkflowHistory, Replayed]:
+    """The history of RUN (a file or a workflow id) and its replay; CliError if it fails."""
+    try:
+        if run.endswith(".json") and Path(run).is_file():
+            histories = load([run])
+        else:
+            histories = [(run, await fetch(await connect(), run, run_id))]
+    except HistoryError as exc:
+        raise CliError(str(exc)) from None
+    (source, history), = histories
+    result, = await replay(histories)
+    if result.failure:
+        raise CliError(f"{source} does not replay against the current code, so its steps "
+                       f"cannot be read: {result.failure}")
+    if not result.log:
+        raise CliError(f"{source} is a {result.workflow_type!r} run with no transitions yet")
+    return history, result
+
+
+def table(result: Replayed) -> str:
+    rows = [f"{'STEP':>4}  {'FROM':<16} {'TO':<16} {'TIME':<24} {'EVENT':>5}  REASON"]
+    for t in result.log:
+        rows.append(f"{t.step:>4}  {t.source:<16} {t.target:<16} "
+                    f"{t.at.isoformat(timespec='milliseconds'):<24} {t.event_id:>5}  {t.reason}")
+    return "\n".join(rows)
+
+
+async def inspect(args: argparse.Namespace) -> int:
+    history, result = await replayed(args.run, args.run_id)
+    last = result.states[-1]
+    print(f"run {result.workflow_id} · agent {result.workflow_type} · {len(history.events)} "
+          f"history events · now at {last.node} ({last.status.value}, step {last.step})")
+    print(table(result))
+    for problem in result.problems:
+        print(f"warning: {problem}")
+    if args.step is not None:
+        try:
+            state = result.state_after(args.step)
+        except HistoryError as exc:
+            raise CliError(str(exc)) from None
+        print(f"\nstate after step {args.step}:")
+        print(json.dumps(state.model_dump(mode="json"), indent=2, sort_keys=True))
+    return 0
+
+
+async def fork(args: argparse.Namespace) -> int:
+    history, result = await replayed(args.run, args.run_id)
+    steps = {t.step: t for t in result.log}
+    if args.step not in steps:
+        raise CliError(f"{args.run} has no step {args.step} (steps {result.log[0].step}.."
+                       f"{result.log[-1].step})")
+    chosen = steps[args.step]
+    completed = task_completed_after(history, chosen.event_id)
+    if completed is None:
+        raise CliError(f"step {args.step} of {args.run} is in a workflow task that has not "
+                       "completed yet; wait for it, or fork from an earlier step")
+    client = await connect()
+    original = history.events[0].workflow_execution_started_event_attributes
+    run_id = args.run_id or (await client.get_workflow_handle(args.run).describe()).run_id
+    response = await client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=args.run, run_id=run_id),
+            reason=f"{args.reason}: fork at step {args.step}",
+            workflow_task_finish_event_id=completed.event_id,
+            request_id=str(uuid.uuid4()),
+            # A fork exists to decide differently: don't replay the old decisions into it.
+            reset_reapply_exclude_types=[
+                ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_SIGNAL,
+                ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_UPDATE],
+        ))
+    same_task = [t.step for t in result.log if t.event_id == chosen.event_id]
+    print(f"forked {args.run} at step {args.step}: new run {response.run_id}")
+    print(f"  reset to workflow task completed event {completed.event_id}; the new run keeps "
+          f"steps {result.log[0].step}..{max(same_task)} as recorded"
+          + (f" (step {args.step} shares its workflow task with steps "
+             f"{', '.join(map(str, same_task))})" if len(same_task) > 1 else ""))
+    print("  signals and updates sent after that point are NOT re-applied: send the new "
+          "decision to the new run")
+    print("  activities after the reset point run again (model calls, tools); a "
+          "side-effecting tool acts again, since its idempotency key includes the run id")
+    print(f"  original run {run_id} keeps its history (workflow type "
+          f"{original.workflow_type.name}); if it was still running, the reset terminated it")
+    print(f"  follow the new run: tower inspect {args.run}")
+    return 0

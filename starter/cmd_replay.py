@@ -1,0 +1,91 @@
+"""`tower history export RUN` and `tower replay PATH...`: histories out of the server,
+and back through the current code."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowHistory
+from temporalio.service import RPCError, RPCStatusCode
+
+from starter.common import CliError
+from starter.connection import connect
+from starter.histories import HistoryError, Replayed, load, replay
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("history", help="export a run's event history",
+                       description="Work with a run's Temporal event history.")
+    hsub = p.add_subparsers(dest="history_command", metavar="ACTION", required=True)
+    e = hsub.add_parser(
+        "export", help="write a run's history as JSON",
+        description="Write the event history of RUN (a workflow id) as JSON, the format the "
+                    "Web UI and `temporal workflow show --output json` produce. The file's "
+                    "name is the workflow id, which `tower replay` reads back.")
+    e.add_argument("run", metavar="RUN", help="workflow id")
+    e.add_argument("--run-id", help="a particular run of RUN (default: the latest)")
+    e.add_argument("-o", "--output", help="file to write (default: RUN.json)")
+    e.set_defaults(handler=export)
+
+    r = sub.add_parser(
+        "replay", help="replay histories against the current code",
+        description="Replay history files (or every *.json in folders) against the current "
+                    "agents with the worker's sandbox and converter, then check each run's "
+                    "transition log: steps strictly increase, only declared moves, DONE is "
+                    "never left, FAILED is left only by an operator, and the path is the one "
+                    "the original run recorded. Exits 1 if any history fails.")
+    r.add_argument("paths", nargs="+", metavar="PATH", help="history JSON file or folder")
+    r.add_argument("-v", "--verbose", action="store_true", help="print every transition")
+    r.set_defaults(handler=replay_cmd)
+
+
+async def fetch(client: Client, run: str, run_id: str | None = None) -> WorkflowHistory:
+    """A run's history; a clear error when the server does not know the run."""
+    handle = client.get_workflow_handle(run, run_id=run_id)
+    try:
+        return await handle.fetch_history()
+    except RPCError as exc:
+        if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+            raise CliError(f"run {run!r}{f' ({run_id})' if run_id else ''} not found: "
+                           f"{exc.message}") from None
+        raise
+
+
+async def export(args: argparse.Namespace) -> int:
+    client = await connect()
+    history = await fetch(client, args.run, args.run_id)
+    out = Path(args.output or f"{args.run}.json")
+    if out.is_dir():
+        out = out / f"{args.run}.json"
+    out.write_text(history.to_json())
+    print(f"wrote {len(history.events)} events of {args.run} to {out}")
+    return 0
+
+
+async def replay_cmd(args: argparse.Namespace) -> int:
+    try:
+        histories = load(args.paths)
+    except HistoryError as exc:
+        raise CliError(str(exc)) from None
+    results = await replay(histories)
+    for result in results:
+        print(report(result, verbose=args.verbose))
+    bad = [r for r in results if not r.ok]
+    print(f"{len(results)} histories replayed: {len(results) - len(bad)} ok, {len(bad)} failed")
+    return 1 if bad else 0
+
+
+def report(result: Replayed, *, verbose: bool = False) -> str:
+    last = result.log[-1] if result.log else None
+    where = f"{len(result.log)} steps, at {last.target}" if last else "no steps"
+    lines = [f"{'ok  ' if result.ok else 'FAIL'}  {result.source}  workflow "
+             f"{result.workflow_type} (id {result.workflow_id}): {where}"]
+    if result.failure:
+        sep = " " if result.failure.startswith("at event") else ": "
+        lines.append(f"      replay failed{sep}{result.failure}")
+    lines += [f"      {problem}" for problem in result.problems]
+    if verbose:
+        lines += [f"      step {t.step:>3}  {t.source} -> {t.target}  ({t.reason})"
+                  for t in result.log]
+    return "\n".join(lines)

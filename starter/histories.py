@@ -1,0 +1,257 @@
+"""Replay recorded histories against the current code and read back every step.
+
+The SDK's Replayer runs the agents with the worker's own sandbox, converter and
+failure types (worker.py), so a history that replays here replays on a worker.
+A workflow interceptor keeps a reference to each replayed agent instance and
+asks it to keep the state after every step; that is how the transition log and
+the state at any step are read from a history with no server and no query.
+Each replayed log is then checked twice: against the rules of the agent's
+graph (``workflows.machine.audit``) and against the moves the original run
+recorded in its history (the AgentStep/AgentNode search-attribute upserts), so a
+code change that takes a different path without changing any command is caught
+as well as one Temporal itself calls non-deterministic.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import decode_typed_search_attributes
+from temporalio.worker import (
+    ExecuteWorkflowInput,
+    Interceptor,
+    Replayer,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
+
+from workflows.machine import AgentState, Transition, search
+from workflows.machine.audit import check_log
+from workflows.machine.runtime import AgentWorkflow
+
+
+class HistoryError(Exception):
+    """A history file or folder that cannot be read."""
+
+
+@dataclass
+class Replayed:
+    """One history replayed against the current code."""
+
+    source: str  # the file, or the run it was fetched from
+    workflow_id: str
+    workflow_type: str
+    log: list[Transition] = field(default_factory=list)
+    states: list[AgentState] = field(default_factory=list)  # states[i] is after log[i]
+    failure: str | None = None  # why the Replayer failed: non-determinism or a task failure
+    problems: list[str] = field(default_factory=list)  # transition-log rules broken
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and not self.problems
+
+    def state_after(self, step: int) -> AgentState:
+        for t, state in zip(self.log, self.states, strict=True):
+            if t.step == step:
+                return state
+        steps = [t.step for t in self.log]
+        raise HistoryError(f"{self.workflow_id} has no step {step} (steps "
+                           f"{steps[0] if steps else '-'}..{steps[-1] if steps else '-'})")
+
+
+def load(paths: Iterable[str | Path]) -> list[tuple[str, WorkflowHistory]]:
+    """Read history JSON files; a folder means every ``*.json`` under it, sorted.
+
+    The workflow id is the file's name without ``.json`` (the JSON that the Web UI
+    and ``temporal workflow show --output json`` produce does not carry it).
+    """
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = sorted(path.rglob("*.json"))
+            if not found:
+                raise HistoryError(f"{path}: no *.json history files in this folder")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise HistoryError(f"{path}: no such file or folder")
+    loaded = []
+    for file in files:
+        try:
+            history = WorkflowHistory.from_json(file.stem, file.read_text())
+        except Exception as exc:  # protobuf's parse errors share no useful base class
+            raise HistoryError(f"{file}: not a Temporal history in JSON ({exc})") from None
+        if not history.events:
+            raise HistoryError(f"{file}: the history has no events")
+        loaded.append((str(file), history))
+    return loaded
+
+
+def workflow_type(history: WorkflowHistory) -> str:
+    first = history.events[0]
+    if first.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+        raise HistoryError(
+            f"{history.workflow_id}: the first event is not WorkflowExecutionStarted")
+    return first.workflow_execution_started_event_attributes.workflow_type.name
+
+
+def recorded_moves(history: WorkflowHistory) -> list[tuple[int, str]]:
+    """(step, node) each time the original run published where it stood.
+
+    The runtime upserts only the search attributes that changed, and not at every
+    step, so the attributes are accumulated event by event as the server does.
+    """
+    moves: list[tuple[int, str]] = []
+    step: int | None = None
+    node: str | None = None
+    for event in history.events:
+        if event.event_type != EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+            continue
+        attrs = decode_typed_search_attributes(
+            event.upsert_workflow_search_attributes_event_attributes.search_attributes)
+        new_step, new_node = attrs.get(search.AGENT_STEP), attrs.get(search.AGENT_NODE)
+        step = step if new_step is None else new_step
+        node = node if new_node is None else new_node
+        if (new_step is not None or new_node is not None) and step is not None and node:
+            moves.append((step, node))
+    return moves
+
+
+def task_completed_after(history: WorkflowHistory, event_id: int) -> HistoryEvent | None:
+    """The WorkflowTaskCompleted event that closed the task a step was recorded in.
+
+    A transition's ``event_id`` is the history length while its workflow task ran,
+    i.e. that task's WorkflowTaskStarted event; the task's completion comes next.
+    """
+    for event in history.events:
+        if (event.event_id > event_id
+                and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED):
+            return event
+    return None
+
+
+class _Recorder(Interceptor):
+    """Keeps the agent instance of the workflow being replayed."""
+
+    def __init__(self) -> None:
+        self.instance: AgentWorkflow | None = None
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor]:
+        recorder = self
+
+        class Keep(WorkflowInboundInterceptor):
+            async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+                instance = workflow.instance()
+                if isinstance(instance, AgentWorkflow):
+                    instance.trace = []
+                    recorder.instance = instance
+                return await super().execute_workflow(input)
+
+        return Keep
+
+
+def agent_workflows() -> list[type[AgentWorkflow]]:
+    from workflows.registry import AGENTS
+
+    return list(AGENTS.values())
+
+
+def replayer(
+    interceptors: Sequence[Interceptor] = (), workflows: Sequence[type] | None = None,
+) -> Replayer:
+    """A Replayer with the worker's agents, sandbox, converter and failure types."""
+    from worker import WORKFLOW_FAILURE_TYPES, sandbox_runner  # the worker's exact settings
+
+    return Replayer(
+        workflows=list(workflows or agent_workflows()), workflow_runner=sandbox_runner(),
+        data_converter=pydantic_data_converter, interceptors=list(interceptors),
+        workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES,
+    )
+
+
+async def replay(
+    histories: Sequence[tuple[str, WorkflowHistory]], *, workflows: Sequence[type] | None = None,
+) -> list[Replayed]:
+    """Replay each history; ``workflows`` replaces the registered agents (for tests of
+    variants of an agent)."""
+    recorder = _Recorder()
+    classes = list(workflows or agent_workflows())
+    rep = replayer([recorder], classes)
+    machines = {workflow_name(w): w.machine for w in classes if hasattr(w, "machine")}
+    results: list[Replayed] = []
+    async def feed() -> AsyncIterator[WorkflowHistory]:
+        for _, history in histories:
+            yield history
+
+    async with rep.workflow_replay_iterator(feed()) as replays:
+        index = 0
+        async for outcome in replays:
+            source, history = histories[index]
+            index += 1
+            kind = workflow_type(history)
+            done = Replayed(source, history.workflow_id, kind)
+            instance, recorder.instance = recorder.instance, None
+            if instance is not None:
+                done.log, done.states = list(instance._log), list(instance.trace or [])
+            if outcome.replay_failure is not None:
+                done.failure = describe_failure(history, outcome.replay_failure)
+            machine = machines.get(kind)
+            if machine is None:
+                done.failure = done.failure or f"workflow type {kind!r} is not a Tower agent"
+            else:
+                done.problems = check_log(machine, done.log)
+                done.problems += _diverged(recorded_moves(history), done.log)
+            results.append(done)
+    return results
+
+
+def workflow_name(cls: type) -> str:
+    defn = workflow._Definition.from_class(cls)
+    return defn.name if defn and defn.name else cls.__name__
+
+
+def _diverged(recorded: list[tuple[int, str]], log: list[Transition]) -> list[str]:
+    """Where the replayed log disagrees with what the original run published."""
+    targets = {t.step: t.target for t in log}
+    first = log[0].step if log else 1
+    for step, node in recorded:
+        if step < first:
+            continue  # published from the state a continued-as-new run carried over
+        if step not in targets:
+            return [f"replay stopped early: the original run was at {node} after step {step}, "
+                    f"the current code never makes step {step}"]
+        if targets[step] != node:
+            return [f"replay took a different path: the original run was at {node} after step "
+                    f"{step}, the current code is at {targets[step]}"]
+    return []
+
+
+_EVENT_ID = re.compile(r"\bid: (\d+)|event[_ ]id[:= ]+(\d+)", re.IGNORECASE)
+
+
+def describe_failure(history: WorkflowHistory, exc: BaseException) -> str:
+    """The cause, with the history event it happened at (named by id and type)."""
+    text = str(exc).strip() or type(exc).__name__
+    cause = exc.__cause__
+    if cause is not None and str(cause) not in text:
+        text += f" (caused by {type(cause).__name__}: {cause})"
+    match = _EVENT_ID.search(text)
+    if match:
+        event_id = int(match.group(1) or match.group(2))
+        names = {e.event_id: EventType.Name(e.event_type) for e in history.events}
+        where = names.get(event_id, "?").removeprefix("EVENT_TYPE_")
+        return f"at event {event_id} ({where}): {type(exc).__name__}: {text}"
+    return f"{type(exc).__name__}: {text}"
