@@ -4,6 +4,7 @@ and back through the current code."""
 from __future__ import annotations
 
 import argparse
+import importlib
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowHistory
@@ -37,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     "the original run recorded. Exits 1 if any history fails.")
     r.add_argument("paths", nargs="+", metavar="PATH", help="history JSON file or folder")
     r.add_argument("-v", "--verbose", action="store_true", help="print every transition")
+    r.add_argument("--workflows", metavar="MODULE:NAME",
+                   help="replay against these workflow classes (a class, or a list or dict of "
+                        "them) instead of Tower's registered agents")
     r.set_defaults(handler=replay_cmd)
 
 
@@ -68,12 +72,28 @@ async def replay_cmd(args: argparse.Namespace) -> int:
         histories = load(args.paths)
     except HistoryError as exc:
         raise CliError(str(exc)) from None
-    results = await replay(histories)
+    workflows = import_workflows(args.workflows) if args.workflows else None
+    results = await replay(histories, workflows=workflows)
     for result in results:
         print(report(result, verbose=args.verbose))
     bad = [r for r in results if not r.ok]
     print(f"{len(results)} histories replayed: {len(results) - len(bad)} ok, {len(bad)} failed")
     return 1 if bad else 0
+
+
+def import_workflows(spec: str) -> list[type]:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise CliError(f"--workflows wants MODULE:NAME, got {spec!r}")
+    try:
+        found = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise CliError(f"--workflows {spec}: {exc}") from None
+    classes = list(found.values() if isinstance(found, dict) else
+                   found if isinstance(found, list | tuple) else [found])
+    if not classes or not all(isinstance(c, type) for c in classes):
+        raise CliError(f"--workflows {spec}: not a workflow class or a list/dict of them")
+    return classes
 
 
 def report(result: Replayed, *, verbose: bool = False) -> str:

@@ -208,7 +208,9 @@ async def replay(
                 done.log, done.states = list(instance._log), list(instance.trace or [])
             if outcome.replay_failure is not None:
                 done.failure = describe_failure(history, outcome.replay_failure)
-            machine = machines.get(kind)
+            # A versioned agent may pick its graph per run (workflow.patched): check the log
+            # against the graph the instance ran, not the class's current one.
+            machine = getattr(instance, "machine", None) or machines.get(kind)
             if machine is None:
                 done.failure = done.failure or f"workflow type {kind!r} is not a Tower agent"
             else:

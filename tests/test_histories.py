@@ -1,0 +1,98 @@
+"""Recorded histories replay against the current code; export and replay from the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+from test_cli import address_of, tower
+
+from activities.model import ModelSettings
+from starter.demo import RUNS
+from starter.devserver import temporal_binary
+from starter.histories import _diverged, load, replay
+from starter.testing import assert_replays, history_files
+from worker import build_worker
+from workflows.account import AccountAgent, AccountRequest
+from workflows.machine import Transition
+from workflows.registry import AGENTS
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+# The CI recipe from the README, applied to Tower's own recordings.
+@pytest.mark.parametrize("path", history_files(HISTORIES), ids=lambda p: p.name)
+async def test_history_replays(path: Path) -> None:
+    (result,) = await assert_replays(path)
+    assert result.log and result.log[0].source == "START"
+
+
+def test_every_agent_with_a_demo_input_is_recorded() -> None:
+    recorded = {json.loads(p.read_text())["events"][0]["workflowExecutionStartedEventAttributes"]
+                ["workflowType"]["name"] for p in history_files(HISTORIES)}
+    demo_agents = {agent for agent, _, _ in RUNS}
+    assert demo_agents <= set(AGENTS)
+    missing = demo_agents - recorded
+    assert not missing, f"re-run `python -m starter.record_histories`: {sorted(missing)}"
+
+
+async def test_recordings_include_a_failed_run() -> None:
+    results = await replay(load([HISTORIES]))
+    finals = {r.workflow_id: r.log[-1].target for r in results}
+    assert "FAILED" in finals.values() and "DONE" in finals.values(), finals
+
+
+async def test_tower_replay_folder_and_bad_paths(env: WorkflowEnvironment, tmp_path: Path) -> None:
+    address = address_of(env)
+    code, out, _ = await tower(address, "replay", str(HISTORIES))
+    count = len(history_files(HISTORIES))
+    assert code == 0, out
+    assert f"{count} histories replayed: {count} ok, 0 failed" in out
+    code, _, err = await tower(address, "replay", str(tmp_path / "nope"))
+    assert code == 2 and "nope: no such file or folder" in err
+    bogus = tmp_path / "bogus.json"
+    bogus.write_text('{"events": "no"}')
+    code, _, err = await tower(address, "replay", str(bogus))
+    assert code == 2 and "bogus.json: not a Temporal history in JSON" in err
+
+
+async def test_export_matches_temporal_cli_and_both_replay(
+    env: WorkflowEnvironment, client: Client, task_queue: str, db_path: Path, tmp_path: Path,
+) -> None:
+    run = f"account-{uuid.uuid4().hex[:8]}"
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        await client.execute_workflow(AccountAgent.run, AccountRequest(question="ACC-1001?"),
+                                      id=run, task_queue=task_queue)
+    address = address_of(env)
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    ours.mkdir()
+    theirs.mkdir()
+    code, out, err = await tower(address, "history", "export", run, "-o", str(ours))
+    assert code == 0, err
+    assert f"of {run} to {ours / (run + '.json')}" in out
+    proc = await asyncio.create_subprocess_exec(
+        temporal_binary(), "workflow", "show", "--workflow-id", run, "--output", "json",
+        "--address", address, stdout=asyncio.subprocess.PIPE)
+    shown, _ = await asyncio.wait_for(proc.communicate(), 60)
+    (theirs / f"{run}.json").write_bytes(shown)
+    assert json.loads((ours / f"{run}.json").read_text()) == json.loads(shown)
+    code, out, _ = await tower(address, "replay", str(ours), str(theirs / f"{run}.json"))
+    assert code == 0 and "2 histories replayed: 2 ok" in out, out
+    code, _, err = await tower(address, "history", "export", "no-such-run")
+    assert code == 2 and "run 'no-such-run' not found" in err
+
+
+def test_a_different_path_is_reported_even_without_a_command_change() -> None:
+    def t(step: int, target: str) -> Transition:
+        return Transition(step=step, source="x", target=target, reason="", at="2026-01-01T00:00Z")
+    assert _diverged([(1, "a"), (2, "b")], [t(1, "a"), t(2, "b")]) == []
+    assert _diverged([(1, "a"), (2, "b")], [t(1, "a"), t(2, "c")]) == [
+        "replay took a different path: the original run recorded step 2 -> b, the current "
+        "code makes step 2 -> c (move 2)"]
+    assert "replay stopped early" in _diverged([(1, "a"), (2, "b")], [t(1, "a")])[0]
