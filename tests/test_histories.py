@@ -91,8 +91,10 @@ async def test_export_matches_temporal_cli_and_both_replay(
 def test_a_different_path_is_reported_even_without_a_command_change() -> None:
     def t(step: int, target: str) -> Transition:
         return Transition(step=step, source="x", target=target, reason="", at="2026-01-01T00:00Z")
-    assert _diverged([(1, "a"), (2, "b")], [t(1, "a"), t(2, "b")]) == []
-    assert _diverged([(1, "a"), (2, "b")], [t(1, "a"), t(2, "c")]) == [
-        "replay took a different path: the original run recorded step 2 -> b, the current "
-        "code makes step 2 -> c (move 2)"]
-    assert "replay stopped early" in _diverged([(1, "a"), (2, "b")], [t(1, "a")])[0]
+    log = [t(1, "a"), t(2, "b"), t(3, "c")]
+    assert _diverged([(1, "a"), (3, "c")], log) == []  # published at some steps only
+    assert _diverged([(1, "a"), (2, "x")], log) == [
+        "replay took a different path: the original run was at x after step 2, the current "
+        "code is at b"]
+    assert "replay stopped early" in _diverged([(1, "a"), (4, "d")], log)[0]
+    assert _diverged([(7, "z"), (9, "d")], [t(9, "d")]) == []  # carried over from a run before
