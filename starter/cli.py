@@ -9,11 +9,20 @@ import os
 import sys
 from collections.abc import Sequence
 
-from starter import cmd_dev, cmd_graph, cmd_inspect, cmd_replay, cmd_run, cmd_runs, demo
+from starter import (
+    cmd_approve,
+    cmd_dev,
+    cmd_graph,
+    cmd_inspect,
+    cmd_replay,
+    cmd_run,
+    cmd_runs,
+    demo,
+)
 from starter.common import CliError
 from starter.connection import ServerUnreachable
 
-COMMANDS = [cmd_dev, demo, cmd_run, cmd_runs, cmd_graph, cmd_replay, cmd_inspect]
+COMMANDS = [cmd_dev, demo, cmd_run, cmd_runs, cmd_graph, cmd_replay, cmd_inspect, cmd_approve]
 
 
 def build_parser() -> argparse.ArgumentParser:

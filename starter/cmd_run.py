@@ -13,6 +13,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
+from starter.approvals import with_approvals
 from starter.common import agent_class, follow, parse_input, ui_link
 from starter.connection import TASK_QUEUE, connect, connect_config
 from workflows.machine import search
@@ -38,6 +39,8 @@ async def run(args: argparse.Namespace) -> int:
     request = parse_input(agent, args.input)
     client = await connect()
     run_id = args.id or f"{args.agent}-{uuid.uuid4().hex[:8]}"
+    # A gated agent gets its per-run approval key (never the tenant's secret).
+    request = with_approvals(request, client.namespace, run_id)
     handle = await client.start_workflow(
         agent.machine.name, request, id=run_id, task_queue=args.task_queue,
         search_attributes=TypedSearchAttributes([
@@ -53,6 +56,8 @@ async def run(args: argparse.Namespace) -> int:
     status = await follow(handle)
     state = await handle.query("state", result_type=dict)
     print_outcome(status, state)
+    if status == "AWAITING_APPROVAL":
+        print_pending(await handle.query("approvals", result_type=dict))
     config = connect_config()
     print(f"Web UI: {ui_link(config['target_host'], config.get('namespace', 'default'), run_id)}")
     return 0 if status != "FAILED" else 1
@@ -63,6 +68,20 @@ async def has_workers(client: Client, task_queue: str) -> bool:
         namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
     return bool(response.pollers)
+
+
+def print_pending(approvals: dict[str, Any]) -> None:
+    p = approvals.get("pending")
+    if not p:
+        return
+    proposal = ", ".join(f"{k}={v}" for k, v in p["proposal"].items())
+    print(f"waiting at gate {p['gate']} ({p['when']} {p['node']}) for role {p['role']} until "
+          f"{p['expires_at']}")
+    print(f"proposal: {proposal or '-'}")
+    if p["editable"]:
+        print(f"editable: {', '.join(p['editable'])}")
+    print(f"decide with: tower approve {approvals['run']} --by NAME --role {p['role']}   "
+          f"(or tower reject ...)")
 
 
 def print_outcome(status: str, state: dict[str, Any]) -> None:

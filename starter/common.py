@@ -53,11 +53,13 @@ def describe(t: Transition) -> str:
 
 async def follow(
     handle: WorkflowHandle[Any, Any], show: Callable[[Transition], None] | None = None,
-    poll_seconds: float = 0.25,
+    poll_seconds: float = 0.25, skip: int = 0,
 ) -> str:
-    """Print each transition as it happens until the run ends or pauses; return the status."""
+    """Print each transition as it happens until the run ends or pauses; return the status.
+
+    ``skip`` transitions already shown are not printed again."""
     show = show or (lambda t: print(describe(t), flush=True))
-    seen = 0
+    seen = skip
     while True:
         try:
             log = await handle.query("transitions", result_type=list[Transition])

@@ -5,7 +5,9 @@ from __future__ import annotations
 from workflows.account import AccountAgent
 from workflows.chat import ChatAgent
 from workflows.machine.runtime import AgentWorkflow
+from workflows.migration import MigrationAgent
 from workflows.onboarding import OnboardingAgent
+from workflows.refund import RefundAgent
 from workflows.research import ResearchAgent
 from workflows.support import SupportAgent
 
@@ -15,4 +17,6 @@ AGENTS: dict[str, type[AgentWorkflow]] = {
     "onboarding": OnboardingAgent,
     "research": ResearchAgent,
     "chat": ChatAgent,
+    "refund": RefundAgent,
+    "migration": MigrationAgent,
 }

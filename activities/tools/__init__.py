@@ -17,12 +17,13 @@ from temporalio.exceptions import ApplicationError
 
 from workflows.machine.wire import ToolCall, ToolSchema
 
-from . import accounts, billing, helpdesk, onboarding, research
+from . import accounts, billing, helpdesk, migrations, onboarding, research
 from .db import connect
 from .spec import Tool
 
 TOOLS: dict[str, Tool] = {t.name: t for t in [
-    *accounts.TOOLS, *billing.TOOLS, *helpdesk.TOOLS, *onboarding.TOOLS, *research.TOOLS]}
+    *accounts.TOOLS, *billing.TOOLS, *helpdesk.TOOLS, *onboarding.TOOLS, *research.TOOLS,
+    *migrations.TOOLS]}
 
 
 def schema_of(name: str) -> ToolSchema:

@@ -45,6 +45,7 @@ SEED_INVOICES = [
     ("INV-2001", "ACC-1001", 4900, "paid", "2026-11-01"),
     ("INV-2002", "ACC-1001", 4900, "paid", "2026-10-01"),
     ("INV-2003", "ACC-1002", 4200, "overdue", "2026-11-01"),
+    ("INV-2004", "ACC-1003", 240000, "paid", "2026-11-15"),  # large enough for a gated refund
 ]
 SEED_DOCS = [
     ("DOC-1", "Resetting your password", "Open Settings > Security and choose Reset password."),

@@ -8,12 +8,13 @@ an ``InvalidGraph`` raised when the agent's module is imported, never at run tim
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from .approval import Gate
 from .errors import IllegalTransition, InvalidGraph
-from .state import AgentState
+from .state import PROTECTED_FIELDS, AgentState
 
 START = "START"
 DONE = "DONE"
@@ -71,6 +72,7 @@ class Machine:
         nodes: Mapping[str, Node],
         transitions: Mapping[str, Transitions],
         budget: Budget | None,
+        gates: Mapping[str, Gate] | None = None,
     ) -> None:
         self.name = name
         self.state_type = state_type
@@ -78,6 +80,11 @@ class Machine:
         self.nodes = MappingProxyType(dict(nodes))
         self.transitions = MappingProxyType(dict(transitions))
         self.budget = budget
+        # Gates by the node they guard.
+        self.gates = MappingProxyType(dict(gates or {}))
+
+    def gate_named(self, name: str) -> Gate | None:
+        return next((g for g in self.gates.values() if g.name == name), None)
 
     def declared(self, source: str, target: str) -> bool:
         """Whether the graph allows ``source -> target``. Any node may fail, and any
@@ -87,6 +94,10 @@ class Machine:
         if source in TERMINALS:
             return False
         if target == FAILED or (self.budget and target == self.budget.escalate_to):
+            return True
+        gate = self.gates.get(source)
+        # A gate holds the run at its node (source == target) or routes a decision away.
+        if gate is not None and (target == source or target in gate.targets):
             return True
         out = self.transitions.get(source)
         return out is not None and target in out.targets
@@ -121,6 +132,7 @@ class Graph:
         self._nodes: dict[str, Node] = {}
         self._out: dict[str, Transitions] = {}
         self._budget: Budget | None = None
+        self._gates: dict[str, Gate] = {}
 
     def node(
         self, name: str, fn: NodeFn, *, prompt: str = "", tools: Iterable[str] = (),
@@ -155,6 +167,13 @@ class Graph:
         self._budget = Budget(escalate_to, max_steps, dict(max_visits or {}))
         return self
 
+    def gate(self, node: str, gate: Gate) -> Graph:
+        """Require approval before (or after) ``node`` runs; see ``approval.Gate``."""
+        if node in self._gates:
+            raise InvalidGraph(self.name, f"node {node!r} already has a gate")
+        self._gates[node] = replace(gate, node=node)
+        return self
+
     def _add(self, out: Transitions) -> Graph:
         if out.source in self._out:
             raise InvalidGraph(self.name, f"node {out.source!r} already has its transitions")
@@ -162,16 +181,19 @@ class Graph:
         return self
 
     def compile(self) -> Machine:
-        _validate(self.name, self._entry, self._nodes, self._out, self._budget)
+        _validate(self.name, self._entry, self._nodes, self._out, self._budget, self._gates)
+        _validate_gates(self.name, self.state_type, self._nodes, self._gates)
         assert self._entry is not None
         return Machine(
-            self.name, self.state_type, self._entry, self._nodes, self._out, self._budget
+            self.name, self.state_type, self._entry, self._nodes, self._out, self._budget,
+            self._gates,
         )
 
 
 def _validate(
     name: str, entry: str | None, nodes: Mapping[str, Node],
     out: Mapping[str, Transitions], budget: Budget | None,
+    gates: Mapping[str, Gate] | None = None,
 ) -> None:
     def fail(msg: str) -> None:
         raise InvalidGraph(name, msg)
@@ -208,6 +230,13 @@ def _validate(
     if budget is not None:
         for n in nodes:
             succ[n].add(budget.escalate_to)
+    for node, gate in (gates or {}).items():
+        if node not in nodes:
+            fail(f"gate {gate.name!r} on unknown node {node!r}")
+        for target in gate.targets:
+            if target not in known:
+                fail(f"gate {gate.name!r} routes to unknown node {target!r}")
+        succ[node].update(gate.targets)
     reachable = _closure({entry}, succ)  # type: ignore[arg-type]
     unreachable = sorted(set(nodes) - reachable)
     if unreachable:
@@ -219,6 +248,27 @@ def _validate(
     stuck = sorted(set(nodes) - _closure(set(TERMINALS), pred))
     if stuck:
         fail(f"no path to DONE or FAILED from: {', '.join(stuck)}")
+
+
+def _validate_gates(
+    name: str, state_type: type[AgentState], nodes: Mapping[str, Node],
+    gates: Mapping[str, Gate],
+) -> None:
+    names = [g.name for g in gates.values()]
+    for gate in gates.values():
+        where = f"gate {gate.name!r}"
+        if not gate.name or names.count(gate.name) > 1:
+            raise InvalidGraph(name, f"{where}: gate names must be non-empty and unique")
+        if not gate.role:
+            raise InvalidGraph(name, f"{where} names no role")
+        if not callable(gate.timeout) and gate.timeout.total_seconds() <= 0:
+            raise InvalidGraph(name, f"{where}: timeout must be positive")
+        if (gate.recheck is None) != (gate.on_stale is None):
+            raise InvalidGraph(name, f"{where}: recheck and on_stale go together")
+        for field_name in gate.editable:
+            if field_name not in state_type.model_fields or field_name in PROTECTED_FIELDS:
+                raise InvalidGraph(name, f"{where}: {field_name!r} is not an editable field of "
+                                         f"{state_type.__name__}")
 
 
 def _closure(start: set[str], succ: Mapping[str, set[str]]) -> set[str]:

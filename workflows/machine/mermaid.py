@@ -17,6 +17,16 @@ def to_mermaid(machine: Machine) -> str:
             if guard is not None:
                 label = f"{label} [{guard.__name__}]".strip()
             lines.append(f"    {source} --> {ref(target)}" + (f": {label}" if label else ""))
+    for node, gate in machine.gates.items():
+        lines.append(f"    note left of {node}: gate {gate.name} {gate.when} {node}, "
+                     f"role {gate.role}")
+        labels: dict[str, list[str]] = {}
+        for target, label in ((gate.on_reject, "rejected"), (gate.on_timeout, "timeout"),
+                              (gate.on_stale, "stale")):
+            if target:
+                labels.setdefault(target, []).append(label)
+        for target, names in labels.items():
+            lines.append(f"    {node} --> {ref(target)}: gate {' / '.join(names)}")
     budget = machine.budget
     if budget is not None:
         # Entering a node past its visit limit escalates instead: draw that move.

@@ -16,15 +16,18 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from . import search
+from .approval import ApprovalSettings
 from .carry import Carry, LogSummary, summarize
 from .context import NodeContext
 from .engine import Transition, advance, fail, start
 from .errors import NodeFailed
+from .gates import needs_gate
+from .gating import Gatekeeper
 from .graph import TERMINALS, Machine
-from .state import AgentState
+from .state import AgentState, UpdateError, apply_update
 
 
-class AgentWorkflow:
+class AgentWorkflow(Gatekeeper):
     """Base of every agent workflow. Subclasses set ``machine`` and ``Input``."""
 
     machine: ClassVar[Machine]
@@ -45,13 +48,19 @@ class AgentWorkflow:
         # The state after every step, kept only when a replay inspector asks for it
         # (starter/histories.py sets it to []): a live run stays at one state in memory.
         self.trace: list[AgentState] | None = None
+        self._init_gates()
 
-    async def drive(self, state: AgentState, *, carried: LogSummary | None = None) -> AgentState:
+    async def drive(
+        self, state: AgentState, *, carried: LogSummary | None = None,
+        approvals: ApprovalSettings | None = None,
+    ) -> AgentState:
         """Run the machine from its entry node until DONE or FAILED.
 
         With ``carried`` (a run continued-as-new), ``state`` already stands on its node:
-        the run goes on from there, with no new START transition.
+        the run goes on from there, with no new START transition. ``approvals`` (from
+        the run's input) is how an agent with gates verifies decisions.
         """
+        self._use_approval_settings(approvals)
         if carried is None:
             self._record(*start(self.machine, state, at=workflow.now(), event_id=_event_id()))
         else:
@@ -61,6 +70,8 @@ class AgentWorkflow:
             if self.carry_over_due() and workflow.all_handlers_finished():
                 self.carry_over()
             await self._step()
+        # A decision handler may still be reporting its outcome: let it answer first.
+        await workflow.wait_condition(workflow.all_handlers_finished)
         return self.current
 
     def carry_input(self, carry: Carry) -> Any | None:
@@ -105,6 +116,10 @@ class AgentWorkflow:
 
     async def _step(self) -> None:
         state = self.current
+        gate = self.machine.gates.get(state.node)
+        if gate is not None and gate.when == "before" and needs_gate(state, gate):
+            await self.hold(gate)
+            return
         node = self.machine.nodes[state.node]
         ctx = NodeContext(self.machine.name, node, state.step, list(self.models))
         try:
@@ -115,6 +130,9 @@ class AgentWorkflow:
             return
         if ctx.usage.calls:
             update["usage"] = ctx.usage
+        if gate is not None and gate.when == "after" and _gated_after(state, gate, update):
+            await self.hold(gate, update, ctx.calls)
+            return
         self._record(*advance(self.machine, state, node.name, update, at=workflow.now(),
                               event_id=_event_id(), calls=ctx.calls))
 
@@ -151,6 +169,13 @@ class AgentWorkflow:
     @workflow.query(name="log_summary")
     def query_log_summary(self) -> LogSummary:
         return summarize(self._carried, self._log)
+
+
+def _gated_after(state: AgentState, gate: Any, update: dict[str, Any]) -> bool:
+    try:
+        return needs_gate(apply_update(state, update), gate)
+    except UpdateError:
+        return False  # advance() will fail the run with the reason
 
 
 def _event_id() -> int:

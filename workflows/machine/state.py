@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .decisions import GateRecord
+
 
 class Status(StrEnum):
     RUNNING = "RUNNING"
@@ -81,9 +83,12 @@ class AgentState(BaseModel):
     node: str = "START"
     status: Status = Status.RUNNING
     visits: dict[str, int] = Field(default_factory=dict)
+    # Approval requests and decisions: written by the gate runtime only, never by a
+    # node's update, a tool's output or an approver's edits.
+    approvals: list[GateRecord] = Field(default_factory=list)
 
 
-PROTECTED_FIELDS = frozenset({"step", "node", "status", "visits"})
+PROTECTED_FIELDS = frozenset({"step", "node", "status", "visits", "approvals"})
 
 
 class UpdateError(ValueError):
@@ -123,5 +128,5 @@ def apply_update(
 
 
 def set_engine_fields(state: AgentState, **fields: Any) -> AgentState:
-    """The engine's own way to move step, node, status and visits."""
+    """The engine's own way to move step, node, status, visits and approvals."""
     return state.model_copy(update=fields)

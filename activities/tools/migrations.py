@@ -1,0 +1,174 @@
+"""Migration tools: inspect, fingerprint and apply SQL on a real SQLite database.
+
+The target is a named database beside the tools' database (``databases/<name>.sqlite``).
+Every statement of a migration runs in one transaction: all of it applies, or none.
+``destructive_findings`` is the deterministic check; the model's opinion can add to it,
+never clear it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .spec import Tool
+
+LEDGER = "_tower_migrations"  # applied migrations, by idempotency key; not part of the schema
+NAME = r"^[a-z][a-z0-9_]{0,39}$"
+
+CHECKS = [
+    (r"^DROP\s+(TABLE|INDEX|VIEW|TRIGGER)\b", "drops a {0}"),
+    (r"^ALTER\s+TABLE\s+\S+\s+DROP\b", "removes a column"),
+    (r"^DELETE\s+FROM\b", "deletes rows"),
+    (r"^TRUNCATE\b", "empties a table"),
+    (r"^(?:INSERT\s+OR\s+REPLACE|REPLACE)\b", "may overwrite rows"),
+]
+
+
+def split_statements(script: str) -> list[str]:
+    """Complete SQL statements, in order (``sqlite3.complete_statement`` knows quoting)."""
+    out, buf = [], ""
+    for char in script:
+        buf += char
+        if char == ";" and sqlite3.complete_statement(buf):
+            if _strip(buf).strip(" ;"):
+                out.append(buf.strip())
+            buf = ""
+    if _strip(buf).strip():
+        out.append(buf.strip())  # an unterminated last statement still runs (and may fail)
+    return out
+
+
+def _strip(sql: str) -> str:
+    """The statement without comments and string literals, upper-cased, spaces collapsed."""
+    sql = re.sub(r"--[^\n]*|/\*.*?\*/", " ", sql, flags=re.S)
+    sql = re.sub(r"'(?:[^']|'')*'", "''", sql)
+    return re.sub(r"\s+", " ", sql).strip().upper()
+
+
+def destructive_findings(script: str) -> list[str]:
+    """What in ``script`` can lose data: DROP, column removal, DELETE, blanket UPDATE…"""
+    findings = []
+    for stmt in split_statements(script):
+        text = _strip(stmt)
+        for pattern, what in CHECKS:
+            match = re.search(pattern, text)
+            if match:
+                groups = [g.lower() for g in match.groups() if g]
+                findings.append(f"{what.format(*groups, '')}: "
+                                f"{stmt.splitlines()[0][:120]}")
+        if text.startswith("UPDATE ") and " WHERE " not in f" {text} ":
+            findings.append(f"updates every row (no WHERE): {stmt.splitlines()[0][:120]}")
+    return findings
+
+
+def fingerprint(db: sqlite3.Connection) -> str:
+    rows = db.execute(
+        "SELECT type, name, tbl_name, COALESCE(sql, '') FROM sqlite_master "
+        "WHERE name NOT LIKE 'sqlite_%' AND name != ? ORDER BY type, name", (LEDGER,)).fetchall()
+    return hashlib.sha256(repr([tuple(r) for r in rows]).encode()).hexdigest()[:16]
+
+
+def target(tools_db: sqlite3.Connection, name: str) -> sqlite3.Connection | None:
+    """Open the named database; None if it does not exist (a migration never creates one)."""
+    main = tools_db.execute("PRAGMA database_list").fetchone()[2]
+    path = Path(main).parent / "databases" / f"{name}.sqlite"
+    if not path.is_file():
+        return None
+    return sqlite3.connect(str(path), timeout=30, isolation_level=None)  # we manage BEGIN
+
+
+class Inspect(BaseModel):
+    database: str = Field(pattern=NAME)
+    script: str = Field(min_length=1, max_length=20_000)
+
+
+class Fingerprint(BaseModel):
+    database: str = Field(pattern=NAME)
+
+
+class Apply(Inspect):
+    expected_fingerprint: str = Field(pattern=r"^[0-9a-f]{16}$")
+
+
+def inspect_migration(tools_db: sqlite3.Connection, args: Inspect, key: str) -> dict[str, Any]:
+    """Dry-run the script in a transaction that is rolled back; report what it would do."""
+    db = target(tools_db, args.database)
+    if db is None:
+        return {"ok": False, "error": f"no database named {args.database!r}"}
+    try:
+        before = fingerprint(db)
+        statements = split_statements(args.script)
+        db.execute("BEGIN")
+        try:
+            for stmt in statements:
+                db.execute(stmt)
+            error = ""
+        except sqlite3.Error as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            db.execute("ROLLBACK")
+        findings = destructive_findings(args.script)
+        return {"ok": not error, "error": error, "statements": len(statements),
+                "findings": findings, "destructive": bool(findings), "fingerprint": before}
+    finally:
+        db.close()
+
+
+def schema_fingerprint(tools_db: sqlite3.Connection, args: Fingerprint, key: str
+                       ) -> dict[str, Any]:
+    db = target(tools_db, args.database)
+    if db is None:
+        return {"error": f"no database named {args.database!r}"}
+    try:
+        return {"fingerprint": fingerprint(db)}
+    finally:
+        db.close()
+
+
+def apply_migration(tools_db: sqlite3.Connection, args: Apply, key: str) -> dict[str, Any]:
+    """Apply all statements in one transaction, once per key, on the schema analysed."""
+    db = target(tools_db, args.database)
+    if db is None:
+        return {"applied": False, "error": f"no database named {args.database!r}"}
+    try:
+        db.execute("BEGIN IMMEDIATE")  # no other writer between the check and the change
+        try:
+            db.execute(f"CREATE TABLE IF NOT EXISTS {LEDGER} (idempotency_key TEXT PRIMARY KEY,"
+                       " fingerprint_before TEXT NOT NULL, fingerprint_after TEXT NOT NULL)")
+            done = db.execute(f"SELECT fingerprint_after FROM {LEDGER} WHERE idempotency_key=?",
+                              (key,)).fetchone()
+            if done is not None:
+                db.execute("ROLLBACK")
+                return {"applied": True, "fingerprint": done[0], "repeat": True}
+            now = fingerprint(db)
+            if now != args.expected_fingerprint:
+                db.execute("ROLLBACK")
+                return {"applied": False, "error": f"schema changed since analysis "
+                        f"({args.expected_fingerprint} -> {now}); nothing applied"}
+            for stmt in split_statements(args.script):
+                db.execute(stmt)
+            after = fingerprint(db)
+            db.execute(f"INSERT INTO {LEDGER} VALUES (?,?,?)", (key, now, after))
+            db.execute("COMMIT")
+            return {"applied": True, "fingerprint": after}
+        except sqlite3.Error as exc:
+            db.execute("ROLLBACK")
+            return {"applied": False, "error": f"{type(exc).__name__}: {exc}; rolled back"}
+    finally:
+        db.close()
+
+
+TOOLS = [
+    Tool("inspect_migration", "Dry-run a migration script and list destructive statements.",
+         Inspect, inspect_migration),
+    Tool("schema_fingerprint", "A short hash of a database's schema.", Fingerprint,
+         schema_fingerprint),
+    Tool("apply_migration", "Apply a migration in one transaction if the schema is unchanged.",
+         Apply, apply_migration, side_effect=True),
+]

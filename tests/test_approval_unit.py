@@ -1,0 +1,207 @@
+"""Gates without a server: graph validation, gate moves, and every decision check."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from workflows.machine import DONE, AgentState, Graph, InvalidGraph, Status, UpdateError
+from workflows.machine.approval import (
+    ApprovalSettings,
+    Gate,
+    check_decision,
+    run_key,
+    sign,
+    signature_valid,
+)
+from workflows.machine.decisions import Decision, GateStatus, Verdict
+from workflows.machine.engine import advance, start
+from workflows.machine.gates import close_gate, needs_gate, open_gate
+from workflows.machine.state import apply_update
+
+T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+SECRET = b"s3cret"
+TENANT, RUN = "acme", "pay-1"
+KEY = run_key(SECRET, TENANT, RUN)
+
+
+class PayState(AgentState):
+    amount: int = 0
+    planned: int = 0
+    note: str = ""
+
+
+async def nop(ctx: Any, state: Any) -> dict[str, Any]:
+    return {}
+
+
+def lower_only(state: PayState, edits: Any) -> str | None:
+    return None if state.amount <= state.planned else "amount may only be lowered"
+
+
+GATE = Gate(name="review", role="manager", timeout=timedelta(hours=48), on_reject="notify",
+            on_timeout="notify", editable=("amount",), check_edits=lower_only,
+            applies=lambda s: s.amount > 100, proposal=lambda s: {"amount": s.amount})
+
+
+def graph(gate: Gate = GATE) -> Graph:
+    return (Graph("pay", PayState).node("plan", nop).node("pay", nop).node("notify", nop)
+            .entry("plan").edge("plan", "pay").edge("pay", DONE).edge("notify", DONE)
+            .gate("pay", gate))
+
+
+MACHINE = graph().compile()
+
+
+def at_gate(amount: int = 500) -> PayState:
+    state, _ = start(MACHINE, PayState(amount=amount, planned=amount), at=T0, event_id=1)
+    state, _ = advance(MACHINE, state, "plan", {}, at=T0, event_id=2)
+    assert state.node == "pay"
+    held, log = open_gate(MACHINE, state, MACHINE.gates["pay"], at=T0, event_id=3)
+    assert log.source == log.target == "pay"
+    return held  # type: ignore[return-value]
+
+
+def decision(**kw: Any) -> Decision:
+    fields: dict[str, Any] = dict(decision_id="d-1", tenant=TENANT, run=RUN, gate="review",
+                                  decision=Verdict.APPROVE, approver="alice", role="manager",
+                                  expires_at=T0 + timedelta(hours=48))
+    signed = kw.pop("signed", True)
+    fields.update(kw)
+    d = Decision(**fields)
+    return sign(KEY, d) if signed else d
+
+
+def check(d: Decision, state: Any = ..., **kw: Any) -> Any:
+    args: dict[str, Any] = dict(state=at_gate() if state is ... else state,
+                                gates={"review": MACHINE.gates["pay"]}, tenant=TENANT, run=RUN,
+                                now=T0 + timedelta(hours=1), settings=ApprovalSettings(key=KEY))
+    args.update(kw)
+    return check_decision(d, **args)
+
+
+def test_open_gate_records_pending_and_awaits_without_a_visit() -> None:
+    state = at_gate()
+    assert state.status == Status.AWAITING_APPROVAL and state.node == "pay"
+    assert state.visits == {"plan": 1, "pay": 1}
+    (record,) = state.approvals
+    assert record.status == GateStatus.PENDING and record.proposal == {"amount": 500}
+    assert record.expires_at == T0 + timedelta(hours=48) and record.role == "manager"
+    assert not needs_gate(state, MACHINE.gates["pay"])
+
+
+def test_gate_applies_only_when_its_predicate_holds() -> None:
+    state, _ = start(MACHINE, PayState(amount=50), at=T0, event_id=1)
+    state, _ = advance(MACHINE, state, "plan", {}, at=T0, event_id=2)
+    assert not needs_gate(state, MACHINE.gates["pay"])
+
+
+def test_approval_stays_at_node_and_rejection_routes() -> None:
+    gate = MACHINE.gates["pay"]
+    held = at_gate()
+    ok, log = close_gate(MACHINE, held, gate, GateStatus.APPROVED, target="pay", at=T0,
+                         event_id=4, decision=decision(), update={"amount": 300})
+    assert (ok.node, ok.status, ok.step, ok.amount) == ("pay", Status.RUNNING, 4, 300)
+    assert ok.approvals[-1].status == GateStatus.APPROVED and "alice" in log.reason
+    no, log = close_gate(MACHINE, held, gate, GateStatus.REJECTED, target="notify", at=T0,
+                         event_id=4, decision=decision(decision=Verdict.REJECT))
+    assert (no.node, no.visits["notify"]) == ("notify", 1) and log.target == "notify"
+
+
+def test_valid_signed_decision_passes() -> None:
+    result = check(decision(edits={"amount": 200}))
+    assert result.ok and not result.duplicate
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    (dict(tenant="other"), "tenant 'other'"),
+    (dict(run="pay-2"), "run 'pay-2'"),
+    (dict(role="clerk"), "role 'clerk' may not decide"),
+    (dict(gate="nope"), "unknown gate 'nope'"),
+    (dict(edits={"note": "x"}), "not editable"),
+    (dict(edits={"amount": 900}), "may only be lowered"),
+    (dict(edits={"amount": "lots"}), "edit refused"),
+    (dict(decision=Verdict.REJECT, edits={"amount": 1}), "rejection cannot edit"),
+    (dict(expires_at=T0 + timedelta(hours=1)), "pending request expires"),
+    (dict(signed=False), "unsigned decision refused"),
+])
+def test_refusals(change: dict[str, Any], reason: str) -> None:
+    result = check(decision(**change))
+    assert not result.ok and reason in result.reason
+
+
+def test_forged_signature_and_other_runs_key_are_refused() -> None:
+    forged = decision().model_copy(update={"signature": "0" * 64})
+    assert check(forged).reason == "invalid signature"
+    other_key = run_key(SECRET, TENANT, "pay-2")  # a key read from another run's history
+    stolen = sign(other_key, decision())
+    assert check(stolen).reason == "invalid signature"
+    tampered = decision().model_copy(update={"approver": "mallory"})
+    assert not signature_valid(KEY, tampered)
+
+
+def test_unsigned_only_when_the_run_allows_it() -> None:
+    assert check(decision(signed=False), settings=ApprovalSettings(allow_unsigned=True)).ok
+
+
+def test_expired_request_is_refused() -> None:
+    result = check(decision(), now=T0 + timedelta(hours=48))
+    assert not result.ok and "expired" in result.reason
+
+
+def test_no_pending_gate_before_the_gate_is_reached() -> None:
+    state, _ = start(MACHINE, PayState(amount=500), at=T0, event_id=1)
+    result = check(decision(), state=state)
+    assert not result.ok and "not awaiting a decision" in result.reason
+    assert "run has not started" in check(decision(), state=None).reason
+
+
+def test_duplicates_and_a_second_decision() -> None:
+    first = decision()
+    gate = MACHINE.gates["pay"]
+    done, _ = close_gate(MACHINE, at_gate(), gate, GateStatus.APPROVED, target="pay", at=T0,
+                         event_id=4, decision=first)
+    assert check(first, state=done).duplicate
+    assert "already used for a different" in check(decision(note="x"), state=done).reason
+    second = check(decision(decision_id="d-2", decision=Verdict.REJECT), state=done)
+    assert "already decided: approve by alice" in second.reason
+    racing = check(decision(decision_id="d-2", decision=Verdict.REJECT), in_flight=first)
+    assert "already decided" in racing.reason
+    assert check(first, in_flight=first).duplicate
+
+
+def test_expired_record_names_its_expiry() -> None:
+    gate = MACHINE.gates["pay"]
+    gone, _ = close_gate(MACHINE, at_gate(), gate, GateStatus.EXPIRED, target="notify", at=T0,
+                         event_id=4, why="no decision")
+    assert "expired at 2026-12-03T09:00:00" in check(decision(), state=gone).reason
+
+
+def test_approvals_are_protected_from_node_updates() -> None:
+    with pytest.raises(UpdateError, match="protected field 'approvals'"):
+        apply_update(at_gate(), {"approvals": []})
+
+
+@pytest.mark.parametrize(("gate", "problem"), [
+    (Gate(name="g", role="", timeout=timedelta(1), on_reject="notify", on_timeout="notify"),
+     "names no role"),
+    (Gate(name="g", role="r", timeout=timedelta(0), on_reject="notify", on_timeout="notify"),
+     "timeout must be positive"),
+    (Gate(name="g", role="r", timeout=timedelta(1), on_reject="nowhere", on_timeout="notify"),
+     "unknown node 'nowhere'"),
+    (Gate(name="g", role="r", timeout=timedelta(1), on_reject="notify", on_timeout="notify",
+          editable=("step",)), "not an editable field"),
+    (Gate(name="g", role="r", timeout=timedelta(1), on_reject="notify", on_timeout="notify",
+          on_stale="plan"), "recheck and on_stale go together"),
+])
+def test_bad_gates_fail_when_built(gate: Gate, problem: str) -> None:
+    with pytest.raises(InvalidGraph, match=problem):
+        graph(gate).compile()
+
+
+def test_gate_routes_make_nodes_reachable_and_declared() -> None:
+    # "notify" is reachable only through the gate's routes.
+    assert MACHINE.declared("pay", "notify") and MACHINE.declared("pay", "pay")
+    assert not MACHINE.declared("plan", "notify")

@@ -1,0 +1,119 @@
+"""The migration agent on the real dev server, against a real SQLite database."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from gatekit import SECRET, decision, make_shop, new_id, schema, wait_pending
+from temporalio.client import Client
+
+from activities.model import ModelSettings
+from activities.tools.migrations import destructive_findings, split_statements
+from worker import build_worker
+from workflows.machine.approval import ApprovalSettings, run_key
+from workflows.machine.decisions import Verdict
+from workflows.migration import MigrationAgent, MigrationRequest
+
+DROP = "ALTER TABLE customers DROP COLUMN fax;\nDROP TABLE legacy_notes;"
+ADD = "ALTER TABLE customers ADD COLUMN phone TEXT;\nCREATE INDEX ix_name ON customers(name);"
+
+
+async def start(client: Client, task_queue: str, script: str, **kw: Any) -> Any:
+    run = new_id("migration")
+    request = MigrationRequest(database="shop", script=script, approvals=ApprovalSettings(
+        key=run_key(SECRET, client.namespace, run)), **kw)
+    return await client.start_workflow(MigrationAgent.run, request, id=run,
+                                       task_queue=task_queue)
+
+
+def worker(client: Client, task_queue: str, db_path: Path) -> Any:
+    return build_worker(client, task_queue=task_queue, db_path=db_path, models=ModelSettings())
+
+
+def test_sql_check_is_deterministic_and_ignores_strings_and_comments() -> None:
+    script = "-- DROP TABLE x\nINSERT INTO t VALUES ('DROP TABLE y; DELETE FROM z');\n" + ADD
+    assert destructive_findings(script) == []
+    assert len(split_statements(script)) == 3
+    found = destructive_findings(DROP + "\nDELETE FROM t WHERE a=1;\nUPDATE t SET a = 1;")
+    assert [f.split(":")[0] for f in found] == [
+        "removes a column", "drops a table", "deletes rows", "updates every row (no WHERE)"]
+
+
+async def test_safe_migration_applies_without_a_gate(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    shop = make_shop(db_path)
+    async with worker(client, task_queue, db_path):
+        state = await (await start(client, task_queue, ADD)).result()
+    assert state.applied and not state.destructive and state.approvals == []
+    assert any(name == "ix_name" for _, name, _ in schema(shop))
+
+
+async def test_destructive_migration_waits_then_applies_on_approval(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    shop = make_shop(db_path)
+    async with worker(client, task_queue, db_path):
+        handle = await start(client, task_queue, DROP)
+        p = (await wait_pending(handle))["pending"]
+        assert p["role"] == "dba" and "drops a table" in p["proposal"]["findings"]
+        assert "legacy_notes" in str(schema(shop))  # nothing applied while waiting
+        out = await handle.execute_update("decide", decision(client, handle.id, p, role="dba"),
+                                          result_type=dict)
+        state = await handle.result()
+    assert out["result"] == "approved" and state.applied
+    assert "legacy_notes" not in str(schema(shop)) and "fax" not in str(schema(shop))
+    with sqlite3.connect(shop) as db:  # the data that was not dropped is all still there
+        assert db.execute("SELECT name FROM customers ORDER BY id").fetchall() == [
+            ("Ada",), ("Grace",)]
+
+
+async def test_rejected_migration_changes_nothing(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    shop = make_shop(db_path)
+    before = schema(shop)
+    async with worker(client, task_queue, db_path):
+        handle = await start(client, task_queue, DROP)
+        p = (await wait_pending(handle))["pending"]
+        await handle.execute_update("decide", decision(
+            client, handle.id, p, role="dba", verdict=Verdict.REJECT, note="keep the notes"),
+            result_type=dict)
+        state = await handle.result()
+    assert not state.applied and schema(shop) == before
+    assert state.report == "Not applied: rejected by alice: keep the notes. Nothing changed."
+
+
+async def test_schema_changed_while_waiting_goes_back_to_analysis(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    shop = make_shop(db_path)
+    async with worker(client, task_queue, db_path):
+        handle = await start(client, task_queue, DROP)
+        p = (await wait_pending(handle))["pending"]
+        with sqlite3.connect(shop) as db:  # someone else migrates meanwhile
+            db.execute("CREATE TABLE audit (id INTEGER PRIMARY KEY)")
+        out = await handle.execute_update("decide", decision(client, handle.id, p, role="dba"),
+                                          result_type=dict)
+        assert out["result"] == "stale" and "changed since analysis" in out["reason"]
+        assert "legacy_notes" in str(schema(shop))  # the stale approval applied nothing
+        again = (await wait_pending(handle))["pending"]
+        assert again["visit"] == 2
+        await handle.execute_update("decide", decision(client, handle.id, again, role="dba"),
+                                    result_type=dict)
+        state = await handle.result()
+    assert [r.status for r in state.approvals] == ["stale", "approved"]
+    assert state.applied and "legacy_notes" not in str(schema(shop))
+    assert state.visits["analyze"] == 2
+
+
+async def test_invalid_migration_is_reported_not_applied(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    shop = make_shop(db_path)
+    before = schema(shop)
+    async with worker(client, task_queue, db_path):
+        state = await (await start(client, task_queue, "DROP TABLE nope;")).result()
+    assert not state.valid and "no such table" in state.report and schema(shop) == before

@@ -1,0 +1,227 @@
+"""The refund gate on the real dev server: approvals, refusals, races, restarts, staleness."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gatekit import (
+    decision,
+    new_id,
+    refund_request,
+    refunds,
+    snapshot,
+    wait_pending,
+)
+from temporalio.client import Client, WorkflowUpdateFailedError
+
+from activities.model import ModelSettings
+from worker import build_worker
+from workflows.machine import Transition, search
+from workflows.machine.decisions import Verdict
+from workflows.refund import RefundAgent
+
+SCRIPTED = ModelSettings()
+
+
+def worker(client: Client, task_queue: str, db_path: Path) -> Any:
+    return build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED)
+
+
+async def start(client: Client, task_queue: str, **kw: Any) -> Any:
+    run = new_id("refund")
+    return await client.start_workflow(RefundAgent.run, refund_request(client, run, **kw),
+                                       id=run, task_queue=task_queue)
+
+
+async def refused(handle: Any, payload: dict[str, Any]) -> str:
+    with pytest.raises(WorkflowUpdateFailedError) as info:
+        await handle.execute_update("decide", payload, result_type=dict)
+    return str(info.value.cause.message)
+
+
+async def test_under_the_limit_no_gate(client: Client, task_queue: str, db_path: Path) -> None:
+    async with worker(client, task_queue, db_path):
+        handle = await start(client, task_queue, message="Refund $300 on invoice INV-2004")
+        state = await handle.result()
+    assert state.status == "DONE" and state.approvals == []
+    assert refunds(db_path) == [("INV-2004", 30000)]
+
+
+async def test_approved_with_a_lower_amount_refunds_once(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    async with worker(client, task_queue, db_path):
+        handle = await start(client, task_queue)
+        info = await wait_pending(handle)
+        assert info["pending"]["proposal"]["amount_cents"] == 120000
+        described = await handle.describe()
+        sa = described.typed_search_attributes
+        assert sa.get(search.AGENT_STATUS) == "AWAITING_APPROVAL"
+        ok = decision(client, handle.id, info["pending"], edits={"amount_cents": 100000},
+                      decision_id="d-approve-1")
+        out = await handle.execute_update("decide", ok, result_type=dict)
+        again = await handle.execute_update("decide", ok, result_type=dict)  # same id
+        state = await handle.result()
+        log = await handle.query("transitions", result_type=list[Transition])
+    assert out["result"] == "approved" and not out["duplicate"]
+    assert again["duplicate"] and again["result"] == "approved"
+    assert state.status == "DONE" and state.refund_id.startswith("rf_")
+    assert "$1,000.00" in state.reply
+    assert refunds(db_path) == [("INV-2004", 100000)]  # once, at the approved amount
+    # The data-flow table of the refund agent: plan, gate, approval, payment, confirm.
+    assert [(t.source, t.target) for t in log] == [
+        ("START", "reason"), ("reason", "issue_refund"), ("issue_refund", "issue_refund"),
+        ("issue_refund", "issue_refund"), ("issue_refund", "confirm"), ("confirm", "DONE")]
+    assert "awaiting approval" in log[2].reason and "approved by alice" in log[3].reason
+    assert log[3].update == {"amount_cents": 100000}
+    assert [t.step for t in log] == [1, 2, 3, 4, 5, 6]
+
+
+async def test_every_refused_decision_changes_nothing(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    async with worker(client, task_queue, db_path):
+        handle = await start(client, task_queue)
+        info = await wait_pending(handle)
+        p, run = info["pending"], handle.id
+        before = await snapshot(handle)
+        log_before = await handle.query("transitions", result_type=list)
+        cases = {
+            "wrong tenant": (decision(client, run, p, tenant="other-tenant"), "tenant"),
+            "wrong role": (decision(client, run, p, role="clerk"), "role 'clerk' may not"),
+            "forged signature": (decision(client, run, p, secret=b"guessed"),
+                                 "invalid signature"),
+            "unsigned": (decision(client, run, p, secret=None), "unsigned decision refused"),
+            "non-editable field": (decision(client, run, p, edits={"invoice_id": "INV-2001"}),
+                                   "not editable"),
+            "raise the amount": (decision(client, run, p, edits={"amount_cents": 200000}),
+                                 "may only be lowered"),
+            "protected field": (decision(client, run, p, edits={"approvals": []}),
+                                "not editable"),
+            "unknown gate": (decision(client, run, p, gate="nope"), "unknown gate"),
+            "malformed": ({"decision": "maybe"}, "malformed decision"),
+        }
+        for name, (payload, reason) in cases.items():
+            assert reason in await refused(handle, payload), name
+            await handle.signal("decision", payload)
+        audit = await handle.query("approvals", result_type=dict)
+        after = await snapshot(handle)
+        log_after = await handle.query("transitions", result_type=list)
+        assert after == before and log_after == log_before
+        assert len(audit["refused"]) == len(cases)
+        assert all(r["via"] == "signal" for r in audit["refused"])
+        assert "invalid signature" in audit["refused"][2]["reason"]
+        # Still waiting, still decidable by the right person.
+        out = await handle.execute_update("decide", decision(client, run, p), result_type=dict)
+        assert out["result"] == "approved"
+        await handle.result()
+    assert refunds(db_path) == [("INV-2004", 120000)]
+
+
+async def test_decision_before_the_gate_is_reached(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    handle = await start(client, task_queue)  # no worker yet: the run has not begun
+    early = decision(client, handle.id, None, expires_at=None)
+    await handle.signal("decision", early)
+    update = asyncio.create_task(handle.execute_update("decide", early, result_type=dict))
+    async with worker(client, task_queue, db_path):
+        with pytest.raises(WorkflowUpdateFailedError) as info:
+            await update
+        assert "not awaiting a decision" in str(info.value.cause.message)
+        approvals = await wait_pending(handle)
+        assert [r["reason"] for r in approvals["refused"]][0].startswith("gate 'refund_review'")
+        state = await snapshot(handle)
+        assert state["status"] == "AWAITING_APPROVAL" and len(state["approvals"]) == 1
+        await handle.terminate("test over")
+    assert refunds(db_path) == []
+
+
+async def test_approve_and_reject_race(client: Client, task_queue: str, db_path: Path) -> None:
+    async with worker(client, task_queue, db_path):
+        handle = await start(client, task_queue)
+        p = (await wait_pending(handle))["pending"]
+        approve = decision(client, handle.id, p, decision_id="d-yes")
+        reject = decision(client, handle.id, p, verdict=Verdict.REJECT, approver="bob",
+                          decision_id="d-no")
+        results = await asyncio.gather(
+            handle.execute_update("decide", approve, result_type=dict),
+            handle.execute_update("decide", reject, result_type=dict), return_exceptions=True)
+        state = await handle.result()
+    won = [r for r in results if isinstance(r, dict)]
+    lost = [r for r in results if isinstance(r, WorkflowUpdateFailedError)]
+    assert len(won) == 1 and len(lost) == 1
+    assert "already decided" in str(lost[0].cause.message)
+    (record,) = state.approvals
+    assert record.status == won[0]["result"]
+    assert len(refunds(db_path)) == (1 if won[0]["result"] == "approved" else 0)
+
+
+async def test_worker_replaced_while_the_run_waits(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    async with worker(client, task_queue, db_path):
+        handle = await start(client, task_queue)
+        p = (await wait_pending(handle))["pending"]
+    # The first worker is gone; a new one picks the run up from its history.
+    async with worker(client, task_queue, db_path):
+        out = await handle.execute_update("decide", decision(client, handle.id, p),
+                                          result_type=dict)
+        state = await handle.result()
+    assert out["result"] == "approved" and state.status == "DONE"
+    assert refunds(db_path) == [("INV-2004", 120000)]
+
+
+async def test_rejected_by_signal_tells_the_customer(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    async with worker(client, task_queue, db_path):
+        handle = await start(client, task_queue)
+        p = (await wait_pending(handle))["pending"]
+        signed = decision(client, handle.id, p, verdict=Verdict.REJECT, approver="bob",
+                          note="over the quarter's budget")
+        tampered = signed | {"note": "approved after all"}  # the note is signed too
+        await handle.signal("decision", tampered)
+        await handle.signal("decision", signed)
+        state = await handle.result()
+        audit = await handle.query("approvals", result_type=dict)
+    assert [r["reason"] for r in audit["refused"]] == ["invalid signature"]
+    assert state.approvals[-1].status == "rejected" and state.node == "DONE"
+    assert state.reply == "Your refund request was not approved: over the quarter's budget."
+    assert refunds(db_path) == []
+
+
+async def test_decision_after_expiry(client: Client, task_queue: str, db_path: Path) -> None:
+    async with worker(client, task_queue, db_path):
+        handle = await start(client, task_queue, review_timeout_seconds=2)
+        p = (await wait_pending(handle))["pending"]
+        state = await handle.result()  # nobody decided within 2 seconds
+        assert state.approvals[-1].status == "expired"
+        assert "could not be reviewed in time" in state.reply
+        with pytest.raises(Exception, match="(?i)workflow.*(completed|closed)|already"):
+            await handle.execute_update("decide", decision(client, handle.id, p),
+                                        result_type=dict)
+    assert refunds(db_path) == []
+
+
+async def test_stale_recheck_plans_again(client: Client, task_queue: str, db_path: Path) -> None:
+    async with worker(client, task_queue, db_path):
+        handle = await start(client, task_queue)
+        p = (await wait_pending(handle))["pending"]
+        # While the manager thinks, someone else refunds $1,500 of the $2,400 invoice.
+        with sqlite3.connect(db_path) as db:
+            db.execute("INSERT INTO refunds VALUES ('rf_other','INV-2004',150000,'x','k-other')")
+        out = await handle.execute_update("decide", decision(client, handle.id, p),
+                                          result_type=dict)
+        assert out["result"] == "stale" and "$900.00 refundable now" in out["reason"]
+        again = (await wait_pending(handle))["pending"]  # re-planned: $900 still needs review
+        assert again["proposal"]["amount_cents"] == 90000 and again["visit"] == 2
+        await handle.execute_update("decide", decision(client, handle.id, again),
+                                    result_type=dict)
+        state = await handle.result()
+    assert [r.status for r in state.approvals] == ["stale", "approved"]
+    assert sorted(refunds(db_path)) == [("INV-2004", 90000), ("INV-2004", 150000)]

@@ -1,0 +1,108 @@
+"""The moves a gate makes, as pure functions (no Temporal), logged like every other step.
+
+Opening a gate is a step that keeps the run at its node with status AWAITING_APPROVAL
+and a pending ``GateRecord``; closing it is a step that marks the record (approved,
+rejected, expired, stale) and either stays at the node (an approval before it runs)
+or moves to the gate's declared target. Holding at a node does not count as a visit,
+so gates never eat into a node's visit budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from .approval import Gate, canonical_time, pending_record
+from .decisions import Decision, GateRecord, GateStatus
+from .engine import Transition, escalation, fail, over_budget, status_for
+from .errors import IllegalTransition
+from .graph import TERMINALS, Machine
+from .state import AgentState, Status, UpdateError, apply_update, set_engine_fields
+
+
+def needs_gate(state: AgentState, gate: Gate) -> bool:
+    """Whether this visit of the gate's node still needs a decision."""
+    visit = state.visits.get(gate.node, 0)
+    if any(r.gate == gate.name and r.visit == visit for r in state.approvals):
+        return False
+    return gate.needed(state)
+
+
+def open_gate(
+    machine: Machine, state: AgentState, gate: Gate, *, at: datetime, event_id: int,
+    update: Mapping[str, Any] | None = None, calls: list[str] | None = None,
+) -> tuple[AgentState, Transition]:
+    """Record a pending approval and hold the run at the gate's node."""
+    calls = calls or []
+    try:
+        merged = apply_update(state, update or {})
+    except UpdateError as exc:
+        return fail(machine, state, f"bad update from {gate.node}: {exc}", at=at,
+                    event_id=event_id, calls=calls)
+    expires = at + gate.timeout_for(merged)
+    record = GateRecord(
+        gate=gate.name, node=gate.node, when=gate.when, visit=merged.visits.get(gate.node, 0),
+        step=merged.step + 1, role=gate.role,
+        proposal=to_jsonable_python(dict(gate.proposal(merged)) if gate.proposal else {}),
+        editable=list(gate.editable), requested_at=at, expires_at=expires,
+    )
+    new = set_engine_fields(merged, step=merged.step + 1, status=Status.AWAITING_APPROVAL,
+                            approvals=[*merged.approvals, record])
+    reason = (f"gate {gate.name}: awaiting approval by role {gate.role} until "
+              f"{canonical_time(expires)}")
+    return new, _log(new, gate.node, gate.node, reason, update, at, event_id, calls)
+
+
+def close_gate(
+    machine: Machine, state: AgentState, gate: Gate, status: GateStatus, *, target: str,
+    at: datetime, event_id: int, decision: Decision | None = None, why: str = "",
+    update: Mapping[str, Any] | None = None, calls: list[str] | None = None,
+) -> tuple[AgentState, Transition]:
+    """Mark the pending request and stay at the node (``target == gate.node``) or move on."""
+    pending = pending_record(state)
+    if pending is None or pending.gate != gate.name:
+        raise IllegalTransition(state.node, target, f"gate {gate.name} is not pending")
+    if not machine.declared(gate.node, target):
+        raise IllegalTransition(gate.node, target, f"not a declared route of gate {gate.name}")
+    calls = calls or []
+    closed = pending.model_copy(update={"status": status, "decision": decision, "reason": why})
+    approvals = [closed if r is pending else r for r in state.approvals]
+    try:
+        merged = apply_update(state, update or {})
+    except UpdateError as exc:  # edits are checked before they are accepted; defence in depth
+        return fail(machine, state, f"gate {gate.name}: {exc}", at=at, event_id=event_id)
+    reason = _reason(gate, status, decision, why)
+    visits = dict(merged.visits)
+    if target != gate.node:
+        over = over_budget(machine, merged, target)
+        if over:
+            target, reason = escalation(machine, merged, over)
+            merged = apply_update(merged, {"errors": [over]})
+        if target not in TERMINALS:
+            visits[target] = visits.get(target, 0) + 1
+    new_status = Status.RUNNING if target == gate.node else status_for(target)
+    new = set_engine_fields(merged, step=merged.step + 1, node=target, status=new_status,
+                            visits=visits, approvals=approvals)
+    return new, _log(new, gate.node, target, reason, update, at, event_id, calls)
+
+
+def _reason(gate: Gate, status: GateStatus, decision: Decision | None, why: str) -> str:
+    head = f"gate {gate.name}: {status.value}"
+    if decision is not None:
+        signed = "signed" if decision.signature else "UNSIGNED"
+        head += f" by {decision.approver} ({decision.role}, {signed})"
+        if decision.note:
+            head += f": {decision.note}"
+    return f"{head} — {why}" if why else head
+
+
+def _log(
+    state: AgentState, source: str, target: str, reason: str,
+    update: Mapping[str, Any] | None, at: datetime, event_id: int, calls: list[str],
+) -> Transition:
+    return Transition(step=state.step, source=source, target=target, reason=reason,
+                      update=to_jsonable_python(dict(update or {})), at=at, event_id=event_id,
+                      calls=calls)
