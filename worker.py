@@ -22,6 +22,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.messages import MessageStore
 from activities.model import ModelActivities, ModelSettings
+from activities.prices import PriceError
 from activities.tools import ToolBox
 from starter.connection import TASK_QUEUE, ServerUnreachable, connect
 from workflows.machine import TowerError
@@ -76,7 +77,10 @@ async def main() -> None:
         client = await connect()
     except ServerUnreachable as exc:
         raise SystemExit(f"error: {exc}") from None
-    settings = ModelSettings.from_env()
+    try:
+        settings = ModelSettings.from_env()
+    except PriceError as exc:
+        raise SystemExit(f"error: {exc}") from None
     logging.info("worker on task queue %r; model: %s", args.task_queue, settings.describe())
     async with build_worker(client, task_queue=args.task_queue, models=settings):
         await asyncio.Event().wait()

@@ -25,6 +25,7 @@ from workflows.machine import Message, Usage
 from workflows.machine.wire import ModelReply, ModelRequest, ToolCallRequest
 
 from .messages import MessageStore
+from .prices import PriceTable
 from .scripted import SCRIPTED_MODEL, scripted_reply
 
 RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
@@ -39,6 +40,7 @@ class ModelSettings:
     base_url: str | None = None
     models: list[str] = field(default_factory=lambda: ["gpt-4o-mini"])
     timeout_seconds: float = 60.0
+    prices: PriceTable = field(default_factory=PriceTable)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ModelSettings:
@@ -49,6 +51,7 @@ class ModelSettings:
             base_url=env.get("OPENAI_BASE_URL") or None,
             models=models or ["gpt-4o-mini"],
             timeout_seconds=float(env.get("TOWER_MODEL_TIMEOUT", "60")),
+            prices=PriceTable.from_env(env),
         )
 
     @property
@@ -89,6 +92,12 @@ class ModelActivities:
         return reply
 
     async def _answer(self, request: ModelRequest) -> ModelReply:
+        reply = await self._call(request)
+        # Priced here, in the activity, so each call's cost is in the history and replays as is.
+        reply.usage = self.settings.prices.priced(reply.model, reply.usage)
+        return reply
+
+    async def _call(self, request: ModelRequest) -> ModelReply:
         if self._client is None:
             return scripted_reply(request)
         last: Exception | None = None

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from starter import (
     cmd_approve,
+    cmd_cost,
     cmd_dev,
     cmd_graph,
     cmd_inspect,
@@ -22,7 +23,8 @@ from starter import (
 from starter.common import CliError
 from starter.connection import ServerUnreachable
 
-COMMANDS = [cmd_dev, demo, cmd_run, cmd_runs, cmd_graph, cmd_replay, cmd_inspect, cmd_approve]
+COMMANDS = [cmd_dev, demo, cmd_run, cmd_runs, cmd_graph, cmd_replay, cmd_inspect, cmd_approve,
+            cmd_cost]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
+from .cost import CallUsage
 from .errors import NodeFailed
 from .graph import Node
 from .state import Message, Usage
@@ -59,6 +60,7 @@ class NodeContext:
         self.models = models
         self.calls: list[str] = []
         self.usage = Usage()
+        self.model_calls: list[CallUsage] = []  # each model call's usage, for the cost query
 
     def now(self) -> datetime:
         return workflow.now()
@@ -126,6 +128,8 @@ class NodeContext:
         )
         self.calls.append(f"model:{reply.model}")
         self.usage = self.usage + reply.usage
+        self.model_calls.append(CallUsage(step=self.step, node=self.node.name, model=reply.model,
+                                          usage=reply.usage))
         return reply
 
     def _check(

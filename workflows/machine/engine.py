@@ -106,6 +106,11 @@ def over_budget(machine: Machine, state: AgentState, target: str) -> str | None:
     limit = budget.max_visits.get(target)
     if limit is not None and state.visits.get(target, 0) + 1 > limit:
         return f"loop budget exceeded ({target} visited {limit} times)"
+    used = state.usage
+    if budget.max_tokens is not None and used.tokens > budget.max_tokens:
+        return f"token budget exceeded ({used.tokens} tokens > {budget.max_tokens})"
+    if budget.max_cost_usd is not None and used.cost_usd > budget.max_cost_usd:
+        return f"cost budget exceeded (${used.cost_usd:.6f} > ${budget.max_cost_usd:g})"
     return None
 
 

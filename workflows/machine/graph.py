@@ -53,6 +53,20 @@ class Budget:
     escalate_to: str
     max_steps: int | None = None
     max_visits: Mapping[str, int] = field(default_factory=dict)
+    # Model spend over the whole run: prompt + completion tokens, and estimated dollars.
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+
+    def limits(self) -> list[str]:
+        """Each limit in words, for pictures and reports."""
+        out = [f"{n} ≤ {v} visits" for n, v in self.max_visits.items()]
+        if self.max_steps is not None:
+            out.append(f"≤ {self.max_steps} steps")
+        if self.max_tokens is not None:
+            out.append(f"≤ {self.max_tokens} tokens")
+        if self.max_cost_usd is not None:
+            out.append(f"≤ ${self.max_cost_usd:g}")
+        return out
 
 
 @dataclass(frozen=True)
@@ -162,9 +176,11 @@ class Graph:
 
     def budget(
         self, *, escalate_to: str, max_steps: int | None = None,
-        max_visits: Mapping[str, int] | None = None,
+        max_visits: Mapping[str, int] | None = None, max_tokens: int | None = None,
+        max_cost_usd: float | None = None,
     ) -> Graph:
-        self._budget = Budget(escalate_to, max_steps, dict(max_visits or {}))
+        self._budget = Budget(escalate_to, max_steps, dict(max_visits or {}), max_tokens,
+                              max_cost_usd)
         return self
 
     def gate(self, node: str, gate: Gate) -> Graph:
@@ -225,6 +241,10 @@ def _validate(
         for node in budget.max_visits:
             if node not in nodes:
                 fail(f"budget limits visits of unknown node {node!r}")
+        for what, limit in (("max_tokens", budget.max_tokens),
+                            ("max_cost_usd", budget.max_cost_usd)):
+            if limit is not None and limit <= 0:
+                fail(f"budget {what} must be positive, got {limit!r}")
 
     succ: dict[str, set[str]] = {n: set(out[n].targets) for n in nodes}
     if budget is not None:

@@ -38,6 +38,10 @@ def to_mermaid(machine: Machine) -> str:
         if budget.max_steps is not None:
             lines.append(f"    note right of {machine.entry}: at most {budget.max_steps} steps, "
                          f"then {budget.escalate_to}")
+        spend = [limit for limit in budget.limits() if "tokens" in limit or "$" in limit]
+        if spend:
+            lines.append(f"    note right of {budget.escalate_to}: spend budget: "
+                         f"{', '.join(spend)}")
     if any(FAILED in out.targets for out in machine.transitions.values()):
         lines.append(f"    {FAILED} --> [*]")
     return "\n".join(lines) + "\n"

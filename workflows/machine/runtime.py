@@ -19,6 +19,7 @@ from . import search
 from .approval import ApprovalSettings
 from .carry import Carry, LogSummary, summarize
 from .context import NodeContext
+from .cost import CallUsage, cost_report
 from .engine import Transition, advance, fail, start
 from .errors import NodeFailed
 from .gates import needs_gate
@@ -49,6 +50,7 @@ class AgentWorkflow(Gatekeeper):
         # (starter/histories.py sets it to []): a live run stays at one state in memory.
         self.trace: list[AgentState] | None = None
         self._init_gates()
+        self._calls: list[CallUsage] = []
 
     async def drive(
         self, state: AgentState, *, carried: LogSummary | None = None,
@@ -103,7 +105,9 @@ class AgentWorkflow(Gatekeeper):
         only the ones that changed. Call it before the run parks on a long wait."""
         state = self.current
         wanted = [(search.AGENT_NAME, self.machine.name), (search.AGENT_NODE, state.node),
-                  (search.AGENT_STATUS, state.status.value), (search.AGENT_STEP, state.step)]
+                  (search.AGENT_STATUS, state.status.value), (search.AGENT_STEP, state.step),
+                  (search.AGENT_COST_USD, state.usage.cost_usd),
+                  (search.AGENT_TOKENS, state.usage.tokens)]
         have = workflow.info().typed_search_attributes
         changed = [key.value_set(value) for key, value in wanted if have.get(key) != value]
         if changed:
@@ -125,11 +129,14 @@ class AgentWorkflow(Gatekeeper):
         try:
             update = dict(await node.fn(ctx, state))
         except (NodeFailed, ActivityError) as exc:
+            # A failed node's model calls were still paid for.
+            self._calls += ctx.model_calls
+            state = apply_update(state, _spent(node.name, ctx))
             self._record(*fail(self.machine, state, _reason(exc), at=workflow.now(),
                                event_id=_event_id(), calls=ctx.calls))
             return
-        if ctx.usage.calls:
-            update["usage"] = ctx.usage
+        update.update(_spent(node.name, ctx))
+        self._calls += ctx.model_calls
         if gate is not None and gate.when == "after" and _gated_after(state, gate, update):
             await self.hold(gate, update, ctx.calls)
             return
@@ -161,6 +168,11 @@ class AgentWorkflow(Gatekeeper):
     def query_status(self) -> str:
         return self._state.status.value if self._state else "STARTING"
 
+    @workflow.query(name="cost")
+    def query_cost(self) -> dict[str, Any]:
+        """Tokens and estimated dollars: the run's, each node's, each model call's."""
+        return cost_report(self._state, self._calls) if self._state else {}
+
     @workflow.query(name="transitions")
     def query_transitions(self) -> list[Transition]:
         """This run's transitions; earlier runs of a continued thread are in ``log_summary``."""
@@ -176,6 +188,12 @@ def _gated_after(state: AgentState, gate: Any, update: dict[str, Any]) -> bool:
         return needs_gate(apply_update(state, update), gate)
     except UpdateError:
         return False  # advance() will fail the run with the reason
+
+
+def _spent(node: str, ctx: NodeContext) -> dict[str, Any]:
+    if not ctx.usage.calls:
+        return {}
+    return {"usage": ctx.usage, "node_usage": {node: ctx.usage}}
 
 
 def _event_id() -> int:

@@ -61,6 +61,10 @@ class Usage(BaseModel):
     completion_tokens: int = 0
     cost_usd: float = 0.0
 
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             calls=self.calls + other.calls,
@@ -68,6 +72,16 @@ class Usage(BaseModel):
             completion_tokens=self.completion_tokens + other.completion_tokens,
             cost_usd=round(self.cost_usd + other.cost_usd, 8),
         )
+
+
+def _add_by_key(old: dict[str, Usage], new: dict[str, Usage]) -> dict[str, Usage]:
+    merged = dict(old)
+    for key, usage in new.items():
+        merged[key] = merged.get(key, Usage()) + Usage.model_validate(usage)
+    return merged
+
+
+ADD_BY_KEY = Reducer("add_by_key", _add_by_key)
 
 
 class AgentState(BaseModel):
@@ -78,6 +92,8 @@ class AgentState(BaseModel):
     messages: Annotated[list[Message], APPEND] = Field(default_factory=list)
     errors: Annotated[list[str], APPEND] = Field(default_factory=list)
     usage: Annotated[Usage, ADD] = Field(default_factory=Usage)
+    # The same spend, per node: what each state of the machine cost.
+    node_usage: Annotated[dict[str, Usage], ADD_BY_KEY] = Field(default_factory=dict)
     # Owned by the engine: a node's update can never set these.
     step: int = 0
     node: str = "START"
