@@ -131,3 +131,10 @@ def test_node_usage_reducer_adds_per_node() -> None:
     state = apply_update(AgentState(), {"node_usage": {"x": u}})
     state = apply_update(state, {"node_usage": {"x": u, "y": u}})
     assert state.node_usage == {"x": u + u, "y": u}
+
+
+def test_dev_server_registers_the_cost_attributes() -> None:
+    from workflows.machine.search import dev_server_flags
+    flags = dev_server_flags()
+    assert "--search-attribute=AgentCostUsd=Double" in flags
+    assert "--search-attribute=AgentTokens=Int" in flags

@@ -22,5 +22,6 @@ ALL: list[SearchAttributeKey[Any]] = [
 
 def dev_server_flags() -> list[str]:
     """``--search-attribute`` flags for ``temporal server start-dev``."""
-    kinds = {"KEYWORD": "Keyword", "INT": "Int", "TEXT": "Text", "BOOL": "Bool", "FLOAT": "Double"}
+    kinds = {"KEYWORD": "Keyword", "INT": "Int", "TEXT": "Text", "BOOL": "Bool",
+             "DOUBLE": "Double"}
     return [f"--search-attribute={k.name}={kinds[k.indexed_value_type.name]}" for k in ALL]
