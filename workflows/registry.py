@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from workflows.account import AccountAgent
 from workflows.chat import ChatAgent
+from workflows.lifecycle import LifecycleAgent
 from workflows.machine.runtime import AgentWorkflow
 from workflows.migration import MigrationAgent
 from workflows.onboarding import OnboardingAgent
@@ -19,4 +20,5 @@ AGENTS: dict[str, type[AgentWorkflow]] = {
     "chat": ChatAgent,
     "refund": RefundAgent,
     "migration": MigrationAgent,
+    "lifecycle": LifecycleAgent,
 }

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from workflows.machine import Usage
 from workflows.machine.wire import ModelReply, ModelRequest, ToolCallRequest
 
-from . import account, chat, migration, onboarding, refund, research, support
+from . import account, chat, lifecycle, migration, onboarding, refund, research, support
 
 SCRIPTED_MODEL = "scripted"
 
@@ -22,7 +22,8 @@ Script = Callable[[ModelRequest], "str | ToolCallRequest"]
 SCRIPTS: dict[tuple[str, str], Script] = {
     **account.SCRIPTS, **support.SCRIPTS, **onboarding.SCRIPTS,
     **research.SCRIPTS,
-    **chat.SCRIPTS, **refund.SCRIPTS, **migration.SCRIPTS}
+    **chat.SCRIPTS, **refund.SCRIPTS, **migration.SCRIPTS,
+    **lifecycle.SCRIPTS}
 
 
 def scripted_reply(request: ModelRequest) -> ModelReply:

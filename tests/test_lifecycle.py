@@ -1,0 +1,102 @@
+"""lifecycle end to end: the event-driven guard table on the real dev server.
+
+Events come from the run's input, from the states' entry actions (model and tool
+activities) and from outside as signals; all go through the same guards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+
+from activities.model import ModelSettings
+from worker import build_worker
+from workflows.lifecycle import MAX_RECOVERIES, LifecycleAgent, LifecycleRequest
+from workflows.machine import Transition
+from workflows.machine.events import Rejection
+
+
+async def _start(client: Client, task_queue: str, request: LifecycleRequest) -> WorkflowHandle:
+    return await client.start_workflow(LifecycleAgent.run, request,
+                                       id=f"lifecycle-{uuid.uuid4().hex[:8]}",
+                                       task_queue=task_queue)
+
+
+async def _log(handle: WorkflowHandle) -> list[Transition]:
+    return await handle.query("transitions", result_type=list[Transition])
+
+
+async def test_plans_calls_evaluates_until_solved(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        handle = await _start(client, task_queue, LifecycleRequest(
+            goal="Check account ACC-1001 and invoice INV-2001"))
+        state = await handle.result()
+        log = await _log(handle)
+        history = await handle.fetch_history()
+    assert state.status == "DONE" and "ACC-1001" in state.answer
+    assert [t.target for t in log] == ["IDLE", "PLANNING", "TOOL_CALL", "EVALUATING",
+                                       "PLANNING", "TOOL_CALL", "EVALUATING", "DONE"]
+    assert [t.step for t in log] == list(range(1, 9))
+    assert "(input)" in log[1].reason and "guard start_is_true held" in log[1].reason
+    # The model's plan is an activity of PLANNING's entry action, answered as an event.
+    assert "(action:PLANNING)" in log[2].reason and log[2].calls == ["model:scripted"]
+    assert [p.name for p in state.plans] == ["lookup_account", "lookup_invoice"]
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
+                 for e in history.events
+                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    assert scheduled == ["call_model", "lookup_account", "call_model",
+                         "call_model", "lookup_invoice", "call_model"]
+
+
+async def test_signals_are_validated_guarded_and_deduplicated(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        handle = await _start(client, task_queue, LifecycleRequest(
+            goal="Check account ACC-1001", start=False))
+        for _ in range(50):  # parked in IDLE: no event has arrived
+            if await handle.query("status", result_type=str) == "RUNNING":
+                break
+            await asyncio.sleep(0.1)
+        assert [t.target for t in await _log(handle)] == ["IDLE"]
+        for raw in ["go!", {"step": 1, "start": True, "priority": "high"},
+                    {"step": 1, "solved": True}, {"step": 7, "start": True},
+                    {"step": 1, "start": True}, {"step": 1, "start": True}]:
+            await handle.signal("event", raw)
+        state = await handle.result()
+        log = await _log(handle)
+        rejected = await handle.query("rejected", result_type=list[Rejection])
+    assert state.status == "DONE"
+    assert sum(1 for t in log if t.source == "IDLE") == 1  # one start, not two
+    reasons = [r.reason for r in rejected]
+    assert len(reasons) == 5 and all(r.step == 1 and r.node == "IDLE" for r in rejected[:4])
+    assert reasons[0].startswith("invalid event")
+    assert "priority" in reasons[1] and "Extra inputs are not permitted" in reasons[1]
+    assert "illegal transition IDLE -> ?" in reasons[2] and "start_is_true" in reasons[2]
+    assert "step 7" in reasons[3]
+    assert reasons[4].startswith("duplicate event") and rejected[4].event == {
+        "step": 1, "start": True}
+    assert all(r.source == "signal" for r in rejected)
+
+
+async def test_recovery_is_bounded_then_failed(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        handle = await _start(client, task_queue, LifecycleRequest(goal="Check ACC-9999"))
+        state = await handle.result()
+        log = await _log(handle)
+    assert state.status == "FAILED" and state.recoveries == MAX_RECOVERIES + 1
+    assert [t.target for t in log] == (
+        ["IDLE"] + ["PLANNING", "TOOL_CALL", "RECOVERING"] * (MAX_RECOVERIES + 1) + ["FAILED"])
+    assert "recovery_exhausted held" in log[-1].reason
+    assert state.errors == ["lookup_account: no account ACC-9999"] * (MAX_RECOVERIES + 1)

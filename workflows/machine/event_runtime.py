@@ -1,0 +1,125 @@
+"""Run an event-driven Machine inside a Temporal workflow.
+
+``EventWorkflow`` reuses ``AgentWorkflow``'s transition log, queries, search attributes
+and details; only the loop differs. Each state's node function is its *entry action*:
+it runs once when the state is entered (model and tool calls are activities, so the
+history holds their results) and returns the data of an event, or None to wait for
+one from outside. Events from the entry action, from the run's input and from the
+``event`` signal all go through one inbox, in arrival order, and through the same
+validation, duplicate check and guards. A refused event is kept in the audit trail
+(query ``rejected``) with the reason; nothing is ever silently dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import to_jsonable_python
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+from .context import NodeContext
+from .engine import fail, start
+from .errors import NodeFailed, TowerError
+from .events import Event, Rejection, apply_event
+from .graph import TERMINALS
+from .runtime import AgentWorkflow, _event_id, _reason
+from .state import AgentState, Usage
+
+
+class EventWorkflow(AgentWorkflow):
+    """Base of event-driven agents. Subclasses set ``machine``, ``Input`` and ``EventModel``
+    (a pydantic model with a ``step: int`` field) and may override ``on_event``."""
+
+    EventModel: ClassVar[type[BaseModel]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._inbox: list[tuple[Any, str, list[str]]] = []  # (raw event, source, calls)
+        self._accepted: set[str] = set()
+        self._rejected: list[Rejection] = []
+        self._entered: set[int] = set()  # steps whose entry action has run
+        self._usage = Usage()  # model usage of entry actions, merged with the next event
+
+    def on_event(self, state: AgentState, event: Any) -> Mapping[str, Any]:
+        """What an accepted event changes in the state (before the guards look)."""
+        return {}
+
+    async def drive_events(
+        self, state: AgentState, *, initial: Iterable[Mapping[str, Any]] = ()
+    ) -> AgentState:
+        """Run until DONE or FAILED, applying events one at a time."""
+        self._record(*start(self.machine, state, at=workflow.now(), event_id=_event_id()))
+        self._inbox += [(dict(raw), "input", []) for raw in initial]
+        while self.current.node not in TERMINALS:
+            await self._enter()
+            if self.current.node in TERMINALS:
+                break
+            await workflow.wait_condition(lambda: bool(self._inbox))
+            self._apply(*self._inbox.pop(0))
+        for raw, source, _ in self._inbox:  # arrived too late: refused, and said so
+            self._reject(raw, source, f"the run is {self.current.node}")
+        self._inbox.clear()
+        return self.current
+
+    @workflow.signal(name="event")
+    def event_signal(self, raw: Any = None) -> None:
+        # Validated when applied, in order: a bad event is refused and recorded then.
+        self._inbox.append((raw, "signal", []))
+
+    @workflow.query(name="rejected")
+    def query_rejected(self) -> list[Rejection]:
+        return list(self._rejected)
+
+    async def _enter(self) -> None:
+        state = self.current
+        if state.step in self._entered:
+            return
+        self._entered.add(state.step)
+        node = self.machine.nodes[state.node]
+        ctx = NodeContext(self.machine.name, node, state.step, list(self.models))
+        try:
+            data = await node.fn(ctx, state)
+        except (NodeFailed, ActivityError) as exc:
+            self._record(*fail(self.machine, state, _reason(exc), at=workflow.now(),
+                               event_id=_event_id(), calls=ctx.calls))
+            return
+        self._usage = self._usage + ctx.usage
+        if data is not None:
+            self._inbox.append(({**data, "step": state.step}, f"action:{node.name}", ctx.calls))
+
+    def _apply(self, raw: Any, source: str, calls: list[str]) -> None:
+        state = self.current
+        try:
+            parsed = self.EventModel.model_validate(raw)
+            data = parsed.model_dump(mode="json", exclude={"step"}, exclude_defaults=True)
+            event = Event(step=parsed.step, data=data, source=source)  # type: ignore[attr-defined]
+            update = dict(self.on_event(state, parsed))
+            if self._usage.calls:
+                update["usage"] = self._usage
+            new, transition = apply_event(
+                self.machine, state, event, update, accepted=self._accepted,
+                at=workflow.now(), event_id=_event_id(), calls=calls)
+        except ValidationError as exc:
+            self._reject(raw, source, f"invalid event: {_brief(exc)}")
+            return
+        except TowerError as exc:
+            self._reject(raw, source, str(exc))
+            return
+        self._accepted.add(event.key)
+        self._usage = Usage()
+        self._record(new, transition)
+
+    def _reject(self, raw: Any, source: str, reason: str) -> None:
+        state = self.current
+        self._rejected.append(Rejection(
+            step=state.step, node=state.node, source=source, reason=reason, at=workflow.now(),
+            event=to_jsonable_python(raw, fallback=repr)))
+        workflow.logger.warning("event refused at step %s (%s): %s", state.step, source, reason)
+
+
+def _brief(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'event'}: {e['msg']}"
+                     for e in exc.errors()[:5])

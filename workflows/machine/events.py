@@ -1,0 +1,124 @@
+"""Event-driven machines: the same Machine, guards, budgets and transition log, moved by events.
+
+A node-driven run (``runtime.AgentWorkflow``) runs a node and takes the move its route
+picks. An event-driven run waits in a state until an *event* arrives — from outside (a
+signal) or as the result of the state's entry action (an activity) — merges it into
+the state, and lets the state's guards decide the move. Pure: no Temporal.
+
+``apply_event`` either returns the next state and its transition or raises and changes
+nothing: ``DuplicateEvent`` for an event already accepted (same step, same content
+hash), ``StaleEvent`` for one addressed to another step, ``EventRejected`` for one
+whose update does not fit the state, ``IllegalTransition`` when no guard admits it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Collection, Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from .engine import Transition, _move, escalation, over_budget
+from .errors import IllegalTransition, TowerError
+from .graph import TERMINALS, Graph, Guard, Machine
+from .state import AgentState, UpdateError, apply_update
+
+
+class EventRejected(TowerError):
+    """An event that cannot be applied; the run's state is unchanged."""
+
+
+class DuplicateEvent(EventRejected):
+    """The same event (step and content hash) was already accepted: at-least-once
+    delivery must never advance the run twice."""
+
+
+class StaleEvent(EventRejected):
+    """The event was addressed to a step the run is no longer (or not yet) at."""
+
+
+class Event(BaseModel):
+    """One event, already validated by the agent's own event model."""
+
+    model_config = ConfigDict(frozen=True)
+
+    step: int  # the step the sender saw; the event applies to that step only
+    data: dict[str, Any]
+    source: str = "signal"  # "signal", "input" or "action:<STATE>"
+
+    @property
+    def digest(self) -> str:
+        canonical = json.dumps(self.data, sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    @property
+    def key(self) -> str:
+        """What makes two deliveries the same event (the run is implicit)."""
+        return f"{self.step}:{self.digest}"
+
+
+class Rejection(BaseModel):
+    """A refused event, kept in the run's audit trail: never silently dropped."""
+
+    model_config = ConfigDict(frozen=True)
+
+    step: int  # the run's step when the event was refused
+    node: str
+    source: str
+    event: Any
+    reason: str
+    at: datetime
+
+
+def apply_event(
+    machine: Machine, state: AgentState, event: Event, update: Mapping[str, Any], *,
+    accepted: Collection[str], at: datetime, event_id: int, calls: list[str] | None = None,
+) -> tuple[AgentState, Transition]:
+    """Merge ``update`` (what ``event`` changes) and take the move the guards admit."""
+    if state.node in TERMINALS:
+        raise IllegalTransition(state.node, "?", f"{state.node} is terminal")
+    if event.key in accepted:
+        raise DuplicateEvent(f"duplicate event {event.digest} at step {event.step}")
+    if event.step != state.step:
+        raise StaleEvent(f"event for step {event.step}, but the run is at step {state.step}")
+    try:
+        merged = apply_update(state, update)
+    except UpdateError as exc:
+        raise EventRejected(f"event does not fit the state: {exc}") from exc
+    choice = machine.choose(state.node, merged)  # IllegalTransition: nothing changes
+    target, reason = choice.target, f"event {event.digest[:8]} ({event.source}): {choice.reason}"
+    over = over_budget(machine, merged, target)
+    if over:
+        target, reason = escalation(machine, merged, over)
+        merged = apply_update(merged, {"errors": [over]})
+    return _move(machine, merged, state.node, target, reason, dict(update), at, event_id,
+                 calls or [])
+
+
+def by_guards(source: str, guards: Mapping[str, Guard]) -> Callable[[Any], str]:
+    """A route that goes where exactly one guard holds: a row of a guard table.
+
+    No guard holding, or two, is an IllegalTransition, so an event no row admits
+    (or one that two rows admit) never moves the run.
+    """
+
+    def guards_fn(state: Any) -> str:
+        holding = [target for target, guard in guards.items() if guard(state)]
+        if len(holding) != 1:
+            names = ", ".join(f"{t} if {g.__name__}" for t, g in guards.items())
+            why = "no guard admits the event" if not holding else (
+                f"ambiguous: {', '.join(holding)} all admit it")
+            raise IllegalTransition(source, "?", f"{why} ({names})")
+        return holding[0]
+
+    guards_fn.__name__ = "guards"
+    return guards_fn
+
+
+def guard_rows(graph: Graph, source: str, rows: Mapping[str, Guard]) -> Graph:
+    """Declare the guard-table rows leaving ``source`` (target -> guard) on ``graph``."""
+    return graph.route(source, by_guards(source, rows), dict.fromkeys(rows, "on event"),
+                       guards=rows)
