@@ -15,6 +15,7 @@ from starter.connection import connect_config
 from starter.devprocess import server_if_needed
 from worker import build_worker
 from workflows.account import AccountRequest
+from workflows.lifecycle import LifecycleRequest
 from workflows.onboarding import OnboardingRequest
 from workflows.research import ResearchRequest
 from workflows.support import SupportRequest
@@ -38,6 +39,8 @@ RUNS: list[tuple[str, BaseModel, str]] = [
      "per-state tools; a rejected e-mail sends the run back to collect_info, then provisions"),
     ("research", ResearchRequest(topic="durable execution for LLM agents"),
      "hybrid exits: the model signals 'done', code holds it until 2 sources / 100 words"),
+    ("lifecycle", LifecycleRequest(goal="Check account ACC-1001 and invoice INV-2001"),
+     "event-driven guard table: plans and tool results arrive as events"),
 ]
 
 

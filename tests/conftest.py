@@ -3,17 +3,25 @@ and a fresh tools database per test."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from starter.devserver import temporal_binary
 from workflows.machine import search
+
+# Property tests: CI sees the same examples on every run (a fixed seed, no example
+# database); HYPOTHESIS_PROFILE=explore searches afresh with more examples.
+settings.register_profile("ci", derandomize=True, database=None, deadline=None)
+settings.register_profile("explore", max_examples=2000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")
