@@ -162,7 +162,7 @@ async def _approvals(client: Client, run: str) -> dict[str, Any]:
         status = info.status.name if info.status else "unknown"
         last = ""
         if info.status == WorkflowExecutionStatus.COMPLETED:
-            state = await handle.result(result_type=dict)
+            state = await client.get_workflow_handle(run, result_type=dict).result()
             last = "; " + _last_request({"records": state.get("approvals", [])})
         raise CliError(f"run {run!r} is closed ({status}): nothing to decide{last}")
     result: dict[str, Any] = await handle.query("approvals", result_type=dict)

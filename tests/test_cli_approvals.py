@@ -1,0 +1,119 @@
+"""`tower run`, `tower pending`, `tower approve` and `tower reject` as a user runs them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from gatekit import make_shop, refunds, schema, wait_pending
+from temporalio.testing import WorkflowEnvironment
+
+from activities.model import ModelSettings
+from worker import build_worker
+
+TOWER = str(Path(sys.executable).parent / "tower")
+SECRET = "cli-test-secret"
+
+
+async def tower(env: WorkflowEnvironment, cwd: Path, *args: str,
+                **extra: str) -> tuple[int, str, str]:
+    environ = {k: v for k, v in os.environ.items()
+               if not k.startswith(("OPENAI_", "TEMPORAL_", "TOWER_"))}
+    environ.update({"TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+                    "TOWER_APPROVAL_SECRET": SECRET, **extra})
+    proc = await asyncio.create_subprocess_exec(
+        TOWER, *args, env=environ, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 90)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_refund_paused_listed_refused_then_approved_from_the_cli(
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path
+) -> None:
+    run = f"refund-cli-{task_queue}"
+    request = '{"message": "Please refund $1,200 on invoice INV-2004"}'
+    async with build_worker(env.client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        code, out, err = await tower(env, tmp_path, "run", "refund", "--input", request,
+                                     "--id", run, "--task-queue", task_queue)
+        assert code == 0, err
+        assert "status: AWAITING_APPROVAL" in out
+        assert "waiting at gate refund_review (before issue_refund) for role manager" in out
+        assert f"decide with: tower approve {run} --by NAME --role manager" in out
+
+        code, out, _ = await tower(env, tmp_path, "pending")
+        assert code == 0 and run in out and "role=manager" in out
+        assert "amount=$1,200.00" in out and "editable: amount_cents" in out
+
+        # A clerk may not approve; the run says why and nothing changes.
+        code, out, _ = await tower(env, tmp_path, "approve", run, "--by", "carol", "--role",
+                                   "clerk")
+        assert code == 1
+        assert "refused: role 'clerk' may not decide gate 'refund_review'" in out
+        # A wrong secret cannot sign for this tenant.
+        code, out, _ = await tower(env, tmp_path, "approve", run, "--by", "eve", "--role",
+                                   "manager", TOWER_APPROVAL_SECRET="guess")
+        assert code == 1 and "refused: invalid signature" in out
+
+        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "alice", "--role",
+                                     "manager", "--set", "amount_cents=100000",
+                                     "--note", "partial refund", "--decision-id", "d-cli-1")
+        assert code == 0, err
+        assert "signed with TOWER_APPROVAL_SECRET" in out
+        assert "outcome: gate refund_review approved" in out
+        assert re.search(r"issue_refund → confirm", out) and "status: DONE" in out
+        assert "Your refund of $1,000.00 has been issued" in out
+
+        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "alice", "--role",
+                                     "manager", "--decision-id", "d-cli-1")
+        assert code == 2 and "is closed (COMPLETED)" in err, (out, err)
+        assert "gate refund_review, was approved by alice" in err
+    assert refunds(db_path) == [("INV-2004", 100000)]
+
+
+async def test_migration_rejected_from_the_cli_changes_nothing(
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path
+) -> None:
+    shop = make_shop(db_path)
+    before = schema(shop)
+    run = f"migration-cli-{task_queue}"
+    request = '{"database": "shop", "script": "DROP TABLE legacy_notes;"}'
+    async with build_worker(env.client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        code, out, err = await tower(env, tmp_path, "run", "migration", "--input", request,
+                                     "--id", run, "--task-queue", task_queue)
+        assert code == 0 and "gate dba_review" in out, err
+        code, out, err = await tower(env, tmp_path, "reject", run, "--by", "dana", "--role",
+                                     "dba", "--note", "notes are still read by billing")
+        assert code == 0, err
+        assert "outcome: gate dba_review rejected" in out and "status: DONE" in out
+    assert schema(shop) == before
+
+
+async def test_unsigned_only_when_the_deployment_allows_it(
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path
+) -> None:
+    run = f"refund-unsigned-{task_queue}"
+    request = '{"message": "Please refund $900 on invoice INV-2004"}'
+    code, _, err = await tower(env, tmp_path, "run", "refund", "--input", request, "--id", run,
+                               "--task-queue", task_queue, "--no-follow",
+                               TOWER_APPROVAL_SECRET="")
+    assert code == 2 and "no approval secret for tenant 'default'" in err
+    async with build_worker(env.client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        code, out, err = await tower(env, tmp_path, "run", "refund", "--input", request,
+                                     "--id", run, "--task-queue", task_queue,
+                                     TOWER_APPROVAL_SECRET="", TOWER_ALLOW_UNSIGNED="1")
+        assert code == 0 and "AWAITING_APPROVAL" in out, err
+        await wait_pending(env.client.get_workflow_handle(run))
+        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "dev", "--role",
+                                     "manager", TOWER_APPROVAL_SECRET="",
+                                     TOWER_ALLOW_UNSIGNED="1")
+        assert code == 0, err
+        assert "UNSIGNED (TOWER_ALLOW_UNSIGNED=1" in out and "status: DONE" in out
+        assert "UNSIGNED" in out.split("outcome:")[0]
+    assert refunds(db_path) == [("INV-2004", 90000)]
