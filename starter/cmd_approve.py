@@ -16,6 +16,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFai
 from temporalio.service import RPCError, RPCStatusCode
 
 from starter.approvals import make_decision, parse_edits
+from starter.cmd_run import print_outcome as print_run_outcome
 from starter.common import CliError, follow
 from starter.connection import connect
 from workflows.machine import search
@@ -72,7 +73,7 @@ async def pending(args: argparse.Namespace) -> int:
         if not p:
             continue
         count += 1
-        proposal = ", ".join(f"{k}={v}" for k, v in p["proposal"].items())
+        proposal = ", ".join(f"{k}={v}" for k, v in p["proposal"].items()).replace("\n", " ")
         print(f"{wf.id}  agent={info['agent']}  gate={p['gate']} ({p['when']} {p['node']})  "
               f"role={p['role']}  expires={p['expires_at']}")
         print(f"    proposal: {proposal or '-'}")
@@ -99,11 +100,8 @@ async def decide(args: argparse.Namespace) -> int:
     print_outcome(out)
     if not args.no_follow:
         handle = client.get_workflow_handle(args.run)
-        status = await follow(handle, skip=out.step - 1)
-        state = await handle.query("state", result_type=dict)
-        print(f"status: {status}")
-        if state.get("reply"):
-            print(f"reply: {state['reply']}")
+        status = await follow(handle, skip=out.requested_step)
+        print_run_outcome(status, await handle.query("state", result_type=dict))
     return 0
 
 

@@ -74,7 +74,7 @@ def print_pending(approvals: dict[str, Any]) -> None:
     p = approvals.get("pending")
     if not p:
         return
-    proposal = ", ".join(f"{k}={v}" for k, v in p["proposal"].items())
+    proposal = ", ".join(f"{k}={v}" for k, v in p["proposal"].items()).replace("\n", " ")
     print(f"waiting at gate {p['gate']} ({p['when']} {p['node']}) for role {p['role']} until "
           f"{p['expires_at']}")
     print(f"proposal: {proposal or '-'}")

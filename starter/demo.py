@@ -12,6 +12,7 @@ from activities.model import ModelSettings
 from starter.cmd_run import print_outcome
 from starter.common import follow, ui_link
 from starter.connection import connect_config
+from starter.demo_gates import gated_runs
 from starter.devprocess import server_if_needed
 from worker import build_worker
 from workflows.account import AccountRequest
@@ -63,6 +64,10 @@ async def run(args: argparse.Namespace) -> int:
         async with build_worker(server.client, task_queue=DEMO_QUEUE, models=settings):
             for agent, request, what in RUNS:
                 run_id = await _one(server.client, agent, request, what)
+                links.append(ui_link(config["target_host"], config.get("namespace", "default"),
+                                     run_id, server.ui_port))
+            # Runs that pause at an approval gate and get a human decision.
+            for run_id in await gated_runs(server.client, DEMO_QUEUE):
                 links.append(ui_link(config["target_host"], config.get("namespace", "default"),
                                      run_id, server.ui_port))
         print("\nWeb UI (each run, with its history and current details):")

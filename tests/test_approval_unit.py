@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -205,3 +206,17 @@ def test_gate_routes_make_nodes_reachable_and_declared() -> None:
     # "notify" is reachable only through the gate's routes.
     assert MACHINE.declared("pay", "notify") and MACHINE.declared("pay", "pay")
     assert not MACHINE.declared("plan", "notify")
+
+
+def test_after_gate_holds_the_nodes_update_until_approved() -> None:
+    machine = graph(replace(GATE, when="after", applies=None)).compile()
+    gate = machine.gates["pay"]
+    state, _ = start(machine, PayState(amount=500), at=T0, event_id=1)
+    state, _ = advance(machine, state, "plan", {}, at=T0, event_id=2)
+    held, log = open_gate(machine, state, gate, at=T0, event_id=3, update={"note": "drafted"})
+    assert held.note == "drafted" and log.update == {"note": "drafted"}  # type: ignore[attr-defined]
+    assert held.status == Status.AWAITING_APPROVAL and held.node == "pay"
+    ok, _ = close_gate(machine, held, gate, GateStatus.APPROVED, target="pay", at=T0,
+                       event_id=4, decision=decision())
+    done, log = advance(machine, ok, "pay", {}, at=T0, event_id=5)
+    assert (log.source, log.target, done.status) == ("pay", DONE, Status.DONE)

@@ -114,6 +114,7 @@ class Outcome(BaseModel):
     status: str
     step: int
     duplicate: bool = False
+    requested_step: int = 0  # the step that opened the request
 
 
 def canonical_time(at: datetime) -> str:
@@ -254,4 +255,4 @@ def outcome(record: GateRecord, decision_id: str, state: AgentState,
             duplicate: bool = False) -> Outcome:
     return Outcome(decision_id=decision_id, gate=record.gate, result=record.status,
                    reason=record.reason, node=state.node, status=state.status.value,
-                   step=state.step, duplicate=duplicate)
+                   step=state.step, duplicate=duplicate, requested_step=record.step)

@@ -1,0 +1,90 @@
+"""The approval part of `tower demo`: a refund paused at a gate and approved, a destructive
+migration paused and rejected. Decisions go through the same code as `tower approve`."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import uuid
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+
+from starter.approvals import ensure_dev_secret, secret_for, unsigned_allowed, with_approvals
+from starter.cmd_approve import print_outcome, send_decision
+from starter.cmd_run import print_outcome as print_run_outcome
+from starter.cmd_run import print_pending
+from starter.common import follow
+from worker import DEFAULT_DB
+from workflows.machine.decisions import Verdict
+from workflows.migration import MigrationRequest
+from workflows.refund import RefundRequest
+
+SHOP = """
+CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, fax TEXT);
+CREATE TABLE legacy_notes (id INTEGER PRIMARY KEY, body TEXT);
+INSERT INTO customers (name, fax) VALUES ('Ada', '555-0100'), ('Grace', NULL);
+INSERT INTO legacy_notes (body) VALUES ('call back on Monday');
+"""
+
+
+def demo_shop() -> Path:
+    """The demo's application database, beside the tools' database (created once)."""
+    path = Path(os.environ.get("TOWER_DB") or DEFAULT_DB).parent / "databases" / "shop.sqlite"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with sqlite3.connect(path) as db:
+            db.executescript(SHOP)
+    return path
+
+
+def prepare_secret(tenant: str) -> None:
+    if unsigned_allowed():
+        print("\nNOTE: TOWER_ALLOW_UNSIGNED=1 — this deployment accepts UNSIGNED decisions.")
+    elif secret_for(tenant) is None and ensure_dev_secret():
+        print("\ncreated a development approval secret in .tower/approval-secret "
+              "(production: set TOWER_APPROVAL_SECRET or TOWER_APPROVAL_SECRET_<TENANT>)")
+
+
+async def gated_runs(client: Client, task_queue: str) -> list[str]:
+    prepare_secret(client.namespace)
+    demo_shop()
+    refund = await _gated(
+        client, task_queue, "refund", RefundRequest(
+            message="Please refund $1,200 on invoice INV-2004"),
+        "a human review gate: over the $500 limit the run waits for a manager",
+        Verdict.APPROVE, approver="alice", role="manager", note="partial refund agreed",
+        edits={"amount_cents": 100000})
+    migration = await _gated(
+        client, task_queue, "migration", MigrationRequest(
+            database="shop", script="ALTER TABLE customers DROP COLUMN fax;\n"
+                                    "DROP TABLE legacy_notes;"),
+        "a destructive migration waits for a DBA; rejected, nothing changes",
+        Verdict.REJECT, approver="dana", role="dba", note="legacy_notes is still read")
+    return [refund, migration]
+
+
+async def _gated(client: Client, task_queue: str, agent: str, request: Any, what: str,
+                 verdict: Verdict, *, approver: str, role: str, note: str,
+                 edits: dict[str, Any] | None = None) -> str:
+    run_id = f"demo-{agent}-{uuid.uuid4().hex[:6]}"
+    request = with_approvals(request, client.namespace, run_id)
+    shown = request.model_dump(mode="json", exclude={"approvals"})
+    print(f"\n== {agent}: {what}\n   input: {shown}\n   run: {run_id}")
+    handle = await client.start_workflow(agent, request, id=run_id, task_queue=task_queue)
+    status = await follow(handle)
+    print_run_outcome(status, await handle.query("state", result_type=dict))
+    if status != "AWAITING_APPROVAL":
+        return run_id
+    print_pending(await handle.query("approvals", result_type=dict))
+    sets = "".join(f" --set {k}={v}" for k, v in (edits or {}).items())
+    print(f"\n$ tower {'approve' if verdict == Verdict.APPROVE else 'reject'} {run_id} "
+          f"--by {approver} --role {role}{sets} --note '{note}'")
+    out = await send_decision(client, run_id, verdict, approver=approver, role=role,
+                              note=note, edits=edits, say=print)
+    assert out is not None
+    print_outcome(out)
+    status = await follow(handle, skip=out.requested_step)
+    print_run_outcome(status, await handle.query("state", result_type=dict))
+    return run_id
