@@ -32,6 +32,7 @@ from .approval import (
 )
 from .context import NodeContext
 from .decisions import Decision, GateRecord, GateStatus, Verdict
+from .details import render_details
 from .engine import Transition, advance
 from .errors import NodeFailed
 from .gates import close_gate, open_gate
@@ -47,6 +48,7 @@ class Gatekeeper:
     machine: ClassVar[Machine]
     models: ClassVar[list[str]]
     _state: AgentState | None
+    _log: list[Transition]
 
     def _init_gates(self) -> None:
         self._approval = ApprovalSettings()
@@ -209,14 +211,11 @@ class Gatekeeper:
         }
 
     def _show_pending(self, pending: GateRecord) -> None:
-        info = workflow.info()
-        proposal = ", ".join(f"{k}={v}" for k, v in pending.proposal.items()) or "-"
-        workflow.set_current_details(
-            f"**{self.machine.name}** · AWAITING_APPROVAL at `{pending.node}` · step "
-            f"{self.current.step}\n\ngate `{pending.gate}` needs role **{pending.role}** "
-            f"({pending.when} `{pending.node}`), expires {canonical_time(pending.expires_at)}"
-            f"\n\nproposal: {proposal}\n\n`tower approve {info.workflow_id} --gate "
-            f"{pending.gate} --by NAME --role {pending.role}` (or `tower reject ...`)")
+        # The same story as at every step, now with the request: gate, role, proposal.
+        del pending  # render_details finds it in the state
+        workflow.set_current_details(render_details(
+            self.machine, self.current, self._log[-1] if self._log else None,
+            workflow.info().workflow_id))
 
 
 def _event_id() -> int:

@@ -20,6 +20,7 @@ from .approval import ApprovalSettings
 from .carry import Carry, LogSummary, summarize
 from .context import NodeContext
 from .cost import CallUsage, cost_report
+from .details import render_details
 from .engine import Transition, advance, fail, start
 from .errors import NodeFailed
 from .gates import needs_gate
@@ -155,10 +156,7 @@ class AgentWorkflow(Gatekeeper):
                 or state.node in TERMINALS):
             self.publish()
         workflow.set_current_details(
-            f"**{self.machine.name}** · state `{state.node}` · {state.status.value} · "
-            f"step {state.step}\n\nlast move: {transition.source} → {transition.target} "
-            f"({transition.reason})"
-        )
+            render_details(self.machine, state, transition, workflow.info().workflow_id))
 
     @workflow.query(name="state")
     def query_state(self) -> dict[str, Any]:

@@ -1,0 +1,69 @@
+"""The Web UI's current details: a pure rendering of the state, checked without a server."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from workflows.account import GRAPH as ACCOUNT
+from workflows.account import AccountState
+from workflows.machine import AgentState, Status, Transition, Usage
+from workflows.machine.decisions import GateRecord, GateStatus
+from workflows.machine.details import budget_used, render_details
+from workflows.machine.graph import Graph
+
+AT = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+
+
+def test_details_show_state_last_move_budget_and_usage() -> None:
+    state = AccountState(step=3, node="reason", visits={"reason": 2, "lookup_account": 1},
+                         usage=Usage(calls=1, prompt_tokens=120, completion_tokens=15,
+                                     cost_usd=0.0012))
+    last = Transition(step=3, source="lookup_account", target="reason", reason="edge", at=AT)
+    text = render_details(ACCOUNT, state, last, "account-1")
+    assert text.splitlines()[0] == "**account** · state `reason` · RUNNING · step 3"
+    assert "last move: lookup_account → reason (edge)" in text
+    assert "budget used: steps 3 · reason: 2 of 5 visits" in text
+    assert "model usage: 1 call · 120 prompt + 15 completion tokens · $0.0012" in text
+    assert "approval" not in text and "last error" not in text
+
+
+def test_a_pending_approval_is_shown_while_the_run_waits() -> None:
+    record = GateRecord(gate="refund_review", node="issue_refund", when="before", visit=1,
+                        step=2, role="manager", proposal={"amount": 1200, "note": "`x`"},
+                        requested_at=AT, expires_at=AT.replace(hour=11))
+    decided = record.model_copy(update={"gate": "older", "status": GateStatus.APPROVED})
+    state = AccountState(step=2, node="issue_refund", status=Status.AWAITING_APPROVAL,
+                         approvals=[decided, record])
+    text = render_details(ACCOUNT, state, None, "refund-7")
+    assert "state `issue_refund` · AWAITING_APPROVAL · step 2" in text
+    assert "**awaiting approval**: gate `refund_review` (before `issue_refund`) needs role " \
+           "**manager**, expires 2026-12-02T11:00:00" in text
+    # Values are code spans (no "$" math), and a backtick cannot break out of one.
+    assert "proposal: amount=`1200`, note=`'x'`" in text
+    assert "`tower approve refund-7 --gate refund_review --by NAME --role manager`" in text
+    assert "older" not in text  # decided requests are history, not pending
+    # Once decided, nothing is shown as pending.
+    done = state.model_copy(update={"approvals": [decided], "status": Status.RUNNING})
+    assert "awaiting approval" not in render_details(ACCOUNT, done)
+
+
+def test_budget_used_names_every_limit() -> None:
+    async def work(ctx: object, state: AgentState) -> dict[str, object]:
+        return {}
+
+    machine = (Graph("spend", AgentState).node("work", work).entry("work")
+               .edge("work", "DONE")
+               .budget(escalate_to="FAILED", max_steps=8, max_tokens=4000, max_cost_usd=0.5)
+               .compile())
+    state = AgentState(step=2, usage=Usage(calls=2, prompt_tokens=700, completion_tokens=100,
+                                           cost_usd=0.0123))
+    assert budget_used(machine, state) == "steps 2 of 8 · 800 of 4000 tokens · $0.0123 of $0.5"
+    from workflows.support import GRAPH as SUPPORT
+
+    assert budget_used(SUPPORT, AgentState(step=4)) == "steps 4 (no budget)"
+
+
+def test_errors_show_the_last_one() -> None:
+    state = AccountState(step=12, node="FAILED", status=Status.FAILED,
+                         errors=["loop budget exceeded (reason visited 5 times)", "boom"])
+    assert render_details(ACCOUNT, state).endswith("last error: boom")

@@ -1,0 +1,164 @@
+"""The Temporal Web UI tells a run's story: headless Chromium opens live runs' pages.
+
+A dev server of its own with the Web UI on a free port. An account run whose model is
+a loopback OpenAI-compatible server (the first call asks for lookup_account, the second
+hangs until the test ends, so the run sits in `reason` while we look), and a refund
+run parked at its approval gate on the scripted model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from gatekit import new_id, refund_request, wait_pending
+from headless import Browser, chromium_path
+from temporalio.api.enums.v1 import EventType
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.model import ModelSettings
+from starter.devserver import temporal_binary
+from worker import build_worker
+from workflows.account import AccountAgent, AccountRequest
+from workflows.machine import search
+from workflows.refund import RefundAgent
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+TOOL_CALL = {
+    "id": "cmpl-1", "object": "chat.completion", "created": 0, "model": "loopback-model",
+    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "tool_calls": [{
+            "id": "call-1", "type": "function", "function": {
+                "name": "lookup_account", "arguments": '{"account_id": "ACC-1001"}'}}]}}],
+    "usage": {"prompt_tokens": 120, "completion_tokens": 15, "total_tokens": 135},
+}
+
+
+@pytest.fixture
+def slow_model() -> Iterator[str]:
+    """Answer the first chat completion with a tool call; hold every later one."""
+    release = threading.Event()
+    calls = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            calls.append(self.path)
+            if len(calls) > 1:
+                release.wait(120)
+            body = json.dumps(TOOL_CALL).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+async def ui_env() -> AsyncIterator[tuple[WorkflowEnvironment, int]]:
+    ui_port = _free_port()
+    environment = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(), data_converter=pydantic_data_converter,
+        search_attributes=search.ALL, dev_server_log_level="error", ui=True, ui_port=ui_port)
+    try:
+        yield environment, ui_port
+    finally:
+        await environment.shutdown()
+
+
+async def test_run_page_shows_the_agents_current_state(
+    ui_env: tuple[WorkflowEnvironment, int], slow_model: str, tmp_path: Path
+) -> None:
+    executable = chromium_path()
+    if executable is None:
+        pytest.skip("chromium is not installed (`apt-get install chromium`; .ci/run does)")
+    env, ui_port = ui_env
+    client, queue = env.client, f"ui-{uuid.uuid4().hex[:8]}"
+    run_id = f"account-ui-{uuid.uuid4().hex[:6]}"
+    models = ModelSettings(api_key="loopback-key", base_url=slow_model, models=["loopback-model"])
+    async with build_worker(client, task_queue=queue, db_path=tmp_path / "tools.sqlite",
+                            models=models), \
+            build_worker(client, task_queue=f"{queue}-refund", db_path=tmp_path / "rf.sqlite",
+                         models=ModelSettings()):
+        handle = await client.start_workflow(
+            AccountAgent.run, AccountRequest(question="Check my account ACC-1001"),
+            id=run_id, task_queue=queue)
+        refund_id = new_id("refund-ui")
+        refund = await client.start_workflow(
+            RefundAgent.run, refund_request(client, refund_id), id=refund_id,
+            task_queue=f"{queue}-refund")
+        await _wait_for_node(handle, "reason", step=3)
+        await wait_pending(refund)
+        # The worker answers the UI's queries on this event loop: browse from a thread.
+        browser = await asyncio.to_thread(Browser, tmp_path / "chromium-profile", executable)
+        try:
+            text = await _look(browser, ui_port, run_id, "web-ui-run.png", (
+                "state reason", "RUNNING", "step 3", "last move: lookup_account → reason",
+                "reason: 2 of 5 visits",
+                "model usage: 1 call · 120 prompt + 15 completion tokens"))
+            gated = await _look(browser, ui_port, refund_id, "web-ui-approval.png", (
+                "AWAITING_APPROVAL", "awaiting approval: gate refund_review",
+                "role manager", "proposal: ", f"tower approve {refund_id} --gate refund_review"))
+        finally:
+            await asyncio.to_thread(browser.close)
+        await handle.terminate("test over")
+        await refund.terminate("test over")
+    assert run_id in text and refund_id in gated
+    assert "amount" in gated  # the proposed refund is on the page
+    assert (ARTIFACTS / "web-ui-run.png").stat().st_size > 10_000
+    # Every activity in the history is labelled with its node and what it calls.
+    summaries = []
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            summaries.append(pydantic_data_converter.payload_converter.from_payload(
+                event.user_metadata.summary, str))
+    assert summaries == ["reason · model", "lookup_account · tool lookup_account",
+                         "reason · model"]
+
+
+async def _look(browser: Browser, ui_port: int, run_id: str, shot: str,
+                needles: tuple[str, ...]) -> str:
+    """Open a run's page, its User Metadata tab, wait for ``needles``; keep a screenshot."""
+    url = f"http://127.0.0.1:{ui_port}/namespaces/default/workflows/{run_id}"
+    await asyncio.to_thread(browser.open, url)
+    await asyncio.to_thread(browser.wait_for_text, run_id, "User Metadata")
+    await asyncio.to_thread(browser.click_text, "User Metadata")
+    text = await asyncio.to_thread(browser.wait_for_text, "Current Details", *needles)
+    await asyncio.to_thread(browser.screenshot, ARTIFACTS / shot)
+    return text
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _wait_for_node(handle, node: str, step: int, seconds: float = 30) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(int(seconds * 10)):
+        state = await handle.query("state", result_type=dict)
+        if state.get("node") == node and state.get("step") == step:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"run never reached {node} at step {step}: {state}")
