@@ -153,9 +153,14 @@ async def test_approve_and_reject_race(client: Client, task_queue: str, db_path:
             handle.execute_update("decide", reject, result_type=dict), return_exceptions=True)
         state = await handle.result()
     won = [r for r in results if isinstance(r, dict)]
-    lost = [r for r in results if isinstance(r, WorkflowUpdateFailedError)]
-    assert len(won) == 1 and len(lost) == 1
-    assert "already decided" in str(lost[0].cause.message)
+    lost = [r for r in results if isinstance(r, BaseException)]
+    assert len(won) == 1 and len(lost) == 1, results
+    # The loser is refused by the validator, or (when the winner already finished the run
+    # under load) by the server because the run is closed; either way it changed nothing.
+    if isinstance(lost[0], WorkflowUpdateFailedError):
+        assert "already decided" in str(lost[0].cause.message)
+    else:
+        assert "completed" in str(lost[0]).lower(), repr(lost[0])
     (record,) = state.approvals
     assert record.status == won[0]["result"]
     assert len(refunds(db_path)) == (1 if won[0]["result"] == "approved" else 0)
