@@ -1,0 +1,113 @@
+"""`tower inspect` and `tower fork` on real runs: running, closed, forked."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+from test_cli import address_of, tower
+
+from activities.model import ModelSettings
+from worker import WORKFLOW_FAILURE_TYPES, build_worker, sandbox_runner
+from workflows.account import AccountAgent, AccountRequest
+from workflows.registry import AGENTS
+
+SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+SIGNALED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+
+
+async def events_of(handle: WorkflowHandle, kind: int) -> list:  # type: ignore[type-arg]
+    return [e for e in (await handle.fetch_history()).events if e.event_type == kind]
+
+
+async def wait_for_event(handle: WorkflowHandle, kind: int) -> None:  # type: ignore[type-arg]
+    for _ in range(200):
+        if await events_of(handle, kind):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{handle.id}: no {EventType.Name(kind)} event")
+
+
+async def test_inspect_running_and_closed_then_fork_without_later_signals(
+    env: WorkflowEnvironment, client: Client, task_queue: str, db_path: Path,
+) -> None:
+    address, run = address_of(env), f"account-{uuid.uuid4().hex[:8]}"
+    # A worker with the workflows and no activities: the run's first model call stays
+    # scheduled, so the run is in flight after step 1.
+    async with Worker(client, task_queue=task_queue, workflows=list(AGENTS.values()),
+                      workflow_runner=sandbox_runner(),
+                      workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES):
+        original = await client.start_workflow(
+            AccountAgent.run, AccountRequest(question="Check my account ACC-1001"), id=run,
+            task_queue=task_queue)
+        await wait_for_event(original, SCHEDULED)
+        await original.signal("nudge", "sent after step 1")  # a fork must not re-apply it
+        await wait_for_event(original, SIGNALED)
+
+        code, out, err = await tower(address, "inspect", run, "--step", "1")
+        assert code == 0, err
+        assert f"run {run} · agent account" in out and "now at reason (RUNNING, step 1)" in out
+        assert "   1  START            reason" in out
+        state = json.loads(out.split("state after step 1:\n", 1)[1])
+        assert state["step"] == 1 and state["messages"][0]["content"].endswith("ACC-1001")
+
+        code, out, err = await tower(address, "fork", run, "--step", "1")
+        assert code == 0, err
+        assert "activities after the reset point run again" in out
+        assert f"original run {original.result_run_id} keeps its history" in out
+        new_run_id = out.split("new run ", 1)[1].split()[0]
+
+    forked = client.get_workflow_handle(run, run_id=new_run_id, result_type=dict)
+    assert new_run_id != original.result_run_id
+    before = client.get_workflow_handle(run, run_id=original.result_run_id)
+    assert (await before.describe()).status == WorkflowExecutionStatus.TERMINATED
+    assert len(await events_of(before, SIGNALED)) == 1  # the original keeps its history
+    assert await events_of(forked, SIGNALED) == []  # the decision is not re-applied
+
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        state = await forked.result()
+        assert state["status"] == "DONE" and "ACC-1001" in state["answer"]
+        code, out, err = await tower(address, "inspect", run, "--step", "2")
+        assert code == 0, err
+        assert "now at DONE (DONE, step 4)" in out and "   4  reason           DONE" in out
+        after_2 = json.loads(out.split("state after step 2:\n", 1)[1])
+        assert after_2["pending_call"]["name"] == "lookup_account"
+
+        # Forking a closed run at step 2 runs the tool call after it again.
+        code, out, err = await tower(address, "fork", run, "--step", "2")
+        assert code == 0, err
+        again = client.get_workflow_handle(run, run_id=out.split("new run ", 1)[1].split()[0],
+                                           result_type=dict)
+        assert (await again.result())["status"] == "DONE"
+    names = [e.activity_task_scheduled_event_attributes.activity_type.name
+             for e in await events_of(again, SCHEDULED)]
+    assert names == ["call_model", "lookup_account", "call_model"]
+    # ...and it ran after the reset point: the reset is recorded as a failed workflow task.
+    events = (await again.fetch_history()).events
+    reset_at = min(e.event_id for e in events
+                   if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)
+    lookup_at = min(e.event_id for e in events if e.event_type == SCHEDULED
+                    and e.activity_task_scheduled_event_attributes.activity_type.name
+                    == "lookup_account")
+    assert reset_at < lookup_at
+
+
+async def test_inspect_and_fork_refuse_bad_input(env: WorkflowEnvironment) -> None:
+    address = address_of(env)
+    code, _, err = await tower(address, "inspect", "no-such-run")
+    assert code == 2 and "run 'no-such-run' not found" in err
+    history = str(Path(__file__).parent / "histories" / "account-2.json")
+    code, out, err = await tower(address, "inspect", history, "--step", "99")
+    assert code == 2 and "has no step 99" in err
+    code, out, _ = await tower(address, "inspect", history, "--step", "11")
+    assert code == 0 and "now at FAILED (FAILED, step 12)" in out
+    assert '"loop budget exceeded (reason visited 5 times)"' in out.split("after step 11")[1]
+    code, _, err = await tower(address, "fork", "no-such-run", "--step", "1")
+    assert code == 2 and "run 'no-such-run' not found" in err
