@@ -14,6 +14,7 @@ as well as one Temporal itself calls non-deterministic.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import decode_typed_search_attributes
+from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import (
     ExecuteWorkflowInput,
     Interceptor,
@@ -169,6 +171,13 @@ def agent_workflows() -> list[type[AgentWorkflow]]:
     return list(AGENTS.values())
 
 
+@functools.cache
+def _quiet_runtime() -> Runtime:
+    # The SDK core logs every failed workflow task as a warning; replay reports them itself.
+    quiet = TelemetryFilter(core_level="ERROR", other_level="ERROR")
+    return Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=quiet)))
+
+
 def replayer(
     interceptors: Sequence[Interceptor] = (), workflows: Sequence[type] | None = None,
 ) -> Replayer:
@@ -177,6 +186,7 @@ def replayer(
 
     return Replayer(
         workflows=list(workflows or agent_workflows()), workflow_runner=sandbox_runner(),
+        runtime=_quiet_runtime(),
         data_converter=pydantic_data_converter, interceptors=list(interceptors),
         workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES,
     )
@@ -207,7 +217,7 @@ async def replay(
             if instance is not None:
                 done.log, done.states = list(instance._log), list(instance.trace or [])
             if outcome.replay_failure is not None:
-                done.failure = describe_failure(history, outcome.replay_failure)
+                done.failure = describe_failure(history, outcome.replay_failure, done.log)
             # A versioned agent may pick its graph per run (workflow.patched): check the log
             # against the graph the instance ran, not the class's current one.
             machine = getattr(instance, "machine", None) or machines.get(kind)
@@ -241,19 +251,45 @@ def _diverged(recorded: list[tuple[int, str]], log: list[Transition]) -> list[st
     return []
 
 
-_EVENT_ID = re.compile(r"\bid: (\d+)|event[_ ]id[:= ]+(\d+)", re.IGNORECASE)
+_EVENT_ID = re.compile(r"HistoryEvent\(id: (\d+)|event[_ ]id:? (\d+)", re.IGNORECASE)
+_SCHEDULED = re.compile(r"scheduled event '([^']+)'")
+_CORE_MESSAGE = re.compile(r'message: "((?:[^"\\]|\\.)*)"')
 
 
-def describe_failure(history: WorkflowHistory, exc: BaseException) -> str:
+def describe_failure(
+    history: WorkflowHistory, exc: BaseException, log: Sequence[Transition] = (),
+) -> str:
     """The cause, with the history event it happened at (named by id and type)."""
     text = str(exc).strip() or type(exc).__name__
-    cause = exc.__cause__
-    if cause is not None and str(cause) not in text:
-        text += f" (caused by {type(cause).__name__}: {cause})"
-    match = _EVENT_ID.search(text)
-    if match:
-        event_id = int(match.group(1) or match.group(2))
-        names = {e.event_id: EventType.Name(e.event_type) for e in history.events}
-        where = names.get(event_id, "?").removeprefix("EVENT_TYPE_")
-        return f"at event {event_id} ({where}): {type(exc).__name__}: {text}"
-    return f"{type(exc).__name__}: {text}"
+    inner = _CORE_MESSAGE.search(text)  # the SDK core wraps its message in a debug dump
+    cause = f"{type(exc).__name__}: {inner.group(1) if inner else text}"
+    if exc.__cause__ is not None and str(exc.__cause__) not in text:
+        cause += f" (caused by {type(exc.__cause__).__name__}: {exc.__cause__})"
+    event_id, exact = _failed_event(history, text, log)
+    if event_id is None:
+        return cause
+    kind = {e.event_id: EventType.Name(e.event_type) for e in history.events}.get(event_id, "?")
+    where = "at event" if exact else "after the last reproduced workflow task, at event"
+    return f"{where} {event_id} ({kind.removeprefix('EVENT_TYPE_')}): {cause}"
+
+
+def _failed_event(
+    history: WorkflowHistory, text: str, log: Sequence[Transition],
+) -> tuple[int | None, bool]:
+    found = _EVENT_ID.search(text)
+    if found:
+        return int(found.group(1) or found.group(2)), True
+    # The mismatch lies after the last step the current code did reproduce.
+    after = log[-1].event_id if log else 0
+    named = _SCHEDULED.search(text)
+    if named:
+        for e in history.events:
+            if (e.event_id > after
+                    and e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                    and e.activity_task_scheduled_event_attributes.activity_type.name
+                    == named.group(1)):
+                return e.event_id, True
+    completed = task_completed_after(history, after)
+    if completed is not None and completed.event_id < history.events[-1].event_id:
+        return completed.event_id + 1, False
+    return None, False

@@ -1,0 +1,115 @@
+"""Changing an agent safely (workflow.patched) and catching a non-deterministic one."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from replay_variants import PATCH, AccountV2, AccountV2Unpatched, SetOrderAgent
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+from test_cli import TOWER, address_of, cli_env
+
+from activities.messages import MessageStore
+from activities.model import ModelActivities, ModelSettings
+from activities.tools import ToolBox
+from starter.histories import load, replay
+from starter.testing import assert_replays
+from worker import WORKFLOW_FAILURE_TYPES, sandbox_runner
+from workflows.account import AccountRequest
+
+HISTORIES = Path(__file__).parent / "histories"
+REACHES_ANSWER = HISTORIES / "account-1.json"  # v1 run: reason -> lookup -> reason -> DONE
+BUDGET_FAILS = HISTORIES / "account-2.json"  # v1 run that never reaches the answer
+
+
+def variant_worker(client: Client, task_queue: str, db_path: Path, workflows: list[type]
+                   ) -> Worker:
+    """Like worker.build_worker, hosting ``workflows`` in place of the registered agents."""
+    model = ModelActivities(ModelSettings(), MessageStore(db_path.with_name("messages.sqlite")))
+    return Worker(client, task_queue=task_queue, workflows=workflows,
+                  activities=[model.call_model, *ToolBox(db_path).activities()],
+                  activity_executor=ThreadPoolExecutor(8), workflow_runner=sandbox_runner(),
+                  workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES)
+
+
+async def test_old_histories_replay_with_the_patch_and_fail_without_it() -> None:
+    await assert_replays(REACHES_ANSWER, BUDGET_FAILS, workflows=[AccountV2])
+    unpatched = {r.workflow_id: r for r in
+                 await replay(load([REACHES_ANSWER, BUDGET_FAILS]), workflows=[AccountV2Unpatched])}
+    broken = unpatched["account-1"]
+    assert broken.failure and "at event" in broken.failure
+    assert "Nondeterminism" in broken.failure or "nondetermin" in broken.failure.lower()
+    # A run that never reaches the changed part of the graph is not affected.
+    assert unpatched["account-2"].ok, unpatched["account-2"]
+
+
+async def test_new_runs_take_the_new_graph_and_cannot_be_rolled_back(
+    client: Client, task_queue: str, db_path: Path,
+) -> None:
+    async with variant_worker(client, task_queue, db_path, [AccountV2]):
+        handle = await client.start_workflow(
+            AccountV2.run, AccountRequest(question="Check my account ACC-1001"),
+            id=f"account-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+        state = await handle.result()
+    assert state.status == "DONE" and "verified: ACC-1001 is active" in state.messages[-1].content
+    history = await handle.fetch_history()
+    markers = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
+    assert len(markers) == 1 and PATCH.encode() in markers[0].SerializeToString()
+    (new,) = await assert_replays_history(history, [AccountV2])
+    assert [t.target for t in new.log][-2:] == ["verify", "DONE"]
+    # Rolling back to v1 (the registered account agent) breaks the runs v2 started.
+    (rolled_back,) = await replay([("v2 run", history)])
+    assert rolled_back.failure is not None
+
+
+async def assert_replays_history(history, workflows):  # type: ignore[no-untyped-def]
+    results = await replay([("v2 run", history)], workflows=workflows)
+    assert all(r.ok for r in results), results
+    return results
+
+
+def set_order(seed: int) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", "print(list({'lookup_account', 'lookup_invoice'}))"],
+        env={**os.environ, "PYTHONHASHSEED": str(seed)}, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+async def test_replay_in_another_process_catches_set_iteration_order(
+    env: WorkflowEnvironment, client: Client, task_queue: str, db_path: Path, tmp_path: Path,
+) -> None:
+    run = f"set-order-{uuid.uuid4().hex[:6]}"
+    async with variant_worker(client, task_queue, db_path, [SetOrderAgent]):
+        handle = await client.start_workflow(
+            SetOrderAgent.run, AccountRequest(question="both"), id=run, task_queue=task_queue)
+        await handle.result()
+    file = tmp_path / f"{run}.json"
+    file.write_text((await handle.fetch_history()).to_json())
+    here = str(list({"lookup_account", "lookup_invoice"}))
+    same = next(s for s in range(100) if set_order(s) == here)
+    other = next(s for s in range(100) if set_order(s) != here)
+
+    async def tower_replay(seed: int) -> tuple[int, str]:
+        env_vars = {**cli_env(address_of(env)), "PYTHONHASHSEED": str(seed),
+                    "PYTHONPATH": str(Path(__file__).parent)}
+        proc = await asyncio.create_subprocess_exec(
+            TOWER, "replay", "--workflows", "replay_variants:SetOrderAgent", str(file),
+            env=env_vars, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out, _ = await asyncio.wait_for(proc.communicate(), 120)
+        return proc.returncode or 0, out.decode()
+
+    code, out = await tower_replay(same)
+    assert code == 0 and "1 ok, 0 failed" in out, out
+    code, out = await tower_replay(other)
+    assert code == 1, out
+    assert f"FAIL  {file}  workflow set-order (id {run})" in out
+    assert "replay failed at event" in out and "ACTIVITY_TASK_SCHEDULED" in out, out
+    assert "1 ok" not in out and "0 ok, 1 failed" in out
