@@ -20,7 +20,7 @@ from temporalio.client import WorkflowHistory
 
 from starter.cmd_replay import fetch
 from starter.common import CliError
-from starter.connection import connect
+from starter.connection import connect, connect_config
 from starter.histories import HistoryError, Replayed, load, replay, task_completed_after
 
 
@@ -51,6 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 async def replayed(run: str, run_id: str | None) -> tuple[WorkflowHistory, Replayed]:
     """The history of RUN (a file or a workflow id) and its replay; CliError if it fails."""
+    namespace = connect_config().get("namespace") or "default"
     try:
         if run.endswith(".json") and Path(run).is_file():
             histories = load([run])
@@ -59,7 +60,7 @@ async def replayed(run: str, run_id: str | None) -> tuple[WorkflowHistory, Repla
     except HistoryError as exc:
         raise CliError(str(exc)) from None
     (source, history), = histories
-    result, = await replay(histories)
+    result, = await replay(histories, namespace=namespace)
     if result.failure:
         raise CliError(f"{source} does not replay against the current code, so its steps "
                        f"cannot be read: {result.failure}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowHistory
@@ -38,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     "the original run recorded. Exits 1 if any history fails.")
     r.add_argument("paths", nargs="+", metavar="PATH", help="history JSON file or folder")
     r.add_argument("-v", "--verbose", action="store_true", help="print every transition")
+    r.add_argument("--namespace", default=os.environ.get("TEMPORAL_NAMESPACE", "default"),
+                   help="the namespace the runs were recorded in; workflow code may read it "
+                        "(default: TEMPORAL_NAMESPACE, else 'default')")
     r.add_argument("--workflows", metavar="MODULE:NAME",
                    help="replay against these workflow classes (a class, or a list or dict of "
                         "them) instead of Tower's registered agents")
@@ -73,7 +77,7 @@ async def replay_cmd(args: argparse.Namespace) -> int:
     except HistoryError as exc:
         raise CliError(str(exc)) from None
     workflows = import_workflows(args.workflows) if args.workflows else None
-    results = await replay(histories, workflows=workflows)
+    results = await replay(histories, workflows=workflows, namespace=args.namespace)
     for result in results:
         print(report(result, verbose=args.verbose))
     bad = [r for r in results if not r.ok]

@@ -178,15 +178,23 @@ def _quiet_runtime() -> Runtime:
     return Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=quiet)))
 
 
+DEFAULT_NAMESPACE = "default"
+
+
 def replayer(
     interceptors: Sequence[Interceptor] = (), workflows: Sequence[type] | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
 ) -> Replayer:
-    """A Replayer with the worker's agents, sandbox, converter and failure types."""
+    """A Replayer with the worker's agents, sandbox, converter and failure types.
+
+    ``namespace`` must be the one the runs were recorded in: workflow code may read it
+    (the gates check a decision's tenant against it), and the history does not say it.
+    """
     from worker import WORKFLOW_FAILURE_TYPES, sandbox_runner  # the worker's exact settings
 
     return Replayer(
         workflows=list(workflows or agent_workflows()), workflow_runner=sandbox_runner(),
-        runtime=_quiet_runtime(),
+        runtime=_quiet_runtime(), namespace=namespace,
         data_converter=pydantic_data_converter, interceptors=list(interceptors),
         workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES,
     )
@@ -194,12 +202,13 @@ def replayer(
 
 async def replay(
     histories: Sequence[tuple[str, WorkflowHistory]], *, workflows: Sequence[type] | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
 ) -> list[Replayed]:
     """Replay each history; ``workflows`` replaces the registered agents (for tests of
     variants of an agent)."""
     recorder = _Recorder()
     classes = list(workflows or agent_workflows())
-    rep = replayer([recorder], classes)
+    rep = replayer([recorder], classes, namespace)
     machines = {workflow_name(w): w.machine for w in classes if hasattr(w, "machine")}
     results: list[Replayed] = []
     async def feed() -> AsyncIterator[WorkflowHistory]:

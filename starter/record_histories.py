@@ -2,21 +2,26 @@
 
 Starts a throw-away dev server (nothing downloaded, in memory), a worker on the
 offline scripted model and a fresh tools database, runs every demo input of
-``starter.demo.RUNS`` (every agent that has one), and writes each run's history
-as ``AGENT-N.json`` (the workflow id, which replay reads back from the name) with
-an index in ``README.md``. A run that stops at a gate is recorded as it stands,
-parked: a history of a run still in flight. Re-run it whenever an agent or a
-demo input is added; `pytest tests/test_histories.py` then replays them all.
+``starter.demo.RUNS`` (every agent that has one) and the gated scenarios below,
+and writes each run's history as ``ID.json`` (the workflow id, which replay reads
+back from the name) with an index in ``README.md``. A demo run that stops at a
+gate is recorded as it stands, parked: a history of a run still in flight.
+Re-run it whenever an agent or a demo input is added; `pytest
+tests/test_histories.py` then replays them all.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sqlite3
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 from temporalio.client import Client
@@ -29,9 +34,73 @@ from starter.devserver import temporal_binary
 from starter.histories import load, replay
 from worker import build_worker
 from workflows.machine import search
+from workflows.machine.approval import ApprovalSettings, run_key, sign
+from workflows.machine.decisions import Decision, Verdict
 
 DEFAULT_OUT = Path("tests") / "histories"
 QUEUE = "record-histories"
+# Signs the gated scenarios' decisions; only these recordings ever see it.
+SECRET = b"tower-recorded-histories"
+BIG_REFUND = "Please refund $1,200 on invoice INV-2004"
+SHOP = """CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, fax TEXT);
+INSERT INTO customers (name, fax) VALUES ('Ada', '555-0100'), ('Grace', NULL);"""
+
+
+@dataclass(frozen=True)
+class Gated:
+    """A run of a gated agent and what a reviewer answers (None: leave it parked)."""
+
+    id: str
+    agent: str
+    request: dict[str, Any]
+    what: str
+    verdict: Verdict | None = None
+    edits: dict[str, Any] = field(default_factory=dict)
+    role: str = "manager"
+
+
+GATED = [
+    Gated("refund-approved", "refund", {"message": BIG_REFUND},
+          "over the limit: the gate parks the run, a manager lowers and approves it, "
+          "the refund is issued once", Verdict.APPROVE, {"amount_cents": 100_000}),
+    Gated("refund-rejected", "refund", {"message": BIG_REFUND},
+          "over the limit: the manager rejects, nothing is refunded", Verdict.REJECT),
+    Gated("refund-parked", "refund", {"message": BIG_REFUND},
+          "over the limit and still waiting for a decision: a run in flight"),
+    Gated("migration-approved", "migration",
+          {"database": "shop", "script": "ALTER TABLE customers DROP COLUMN fax;"},
+          "a destructive migration: a DBA approves, then it is applied", Verdict.APPROVE,
+          role="dba"),
+]
+
+
+async def record_gated(client: Client, gated: Gated, out: Path) -> str:
+    from workflows.registry import AGENTS
+
+    settings = ApprovalSettings(key=run_key(SECRET, client.namespace, gated.id))
+    request = AGENTS[gated.agent].Input.model_validate({**gated.request, "approvals": settings})
+    handle = await client.start_workflow(gated.agent, request, id=gated.id, task_queue=QUEUE)
+    status = await asyncio.wait_for(follow(handle, show=lambda t: None), timeout=120)
+    if status == "AWAITING_APPROVAL" and gated.verdict is not None:
+        pending = (await handle.query("approvals", result_type=dict))["pending"]
+        decision = sign(settings.key or "", Decision(
+            decision_id=f"d-{gated.id}", tenant=client.namespace, run=gated.id,
+            gate=pending["gate"], decision=gated.verdict, approver="alice", role=gated.role,
+            expires_at=datetime.fromisoformat(pending["expires_at"]), edits=gated.edits))
+        await handle.execute_update("decide", decision.model_dump(mode="json"),
+                                    result_type=dict)
+        status = await asyncio.wait_for(_finished(handle), timeout=120)
+    history = await handle.fetch_history()
+    (out / f"{gated.id}.json").write_text(history.to_json() + "\n")
+    return status
+
+
+async def _finished(handle: Any) -> str:
+    while True:
+        status: str = await handle.query("status", result_type=str)
+        if status in ("DONE", "FAILED"):
+            return status
+        await asyncio.sleep(0.1)
 
 
 async def record_one(
@@ -64,6 +133,12 @@ async def record(out: Path, runs: Sequence[tuple[str, BaseModel, str]]) -> list[
                     status = await record_one(env.client, workflow_id, agent, request, out)
                     print(f"recorded {workflow_id}.json: {status} ({what})", flush=True)
                     rows.append(f"| `{workflow_id}.json` | {agent} | {status} | {what} |")
+                _make_shop(Path(tmp) / "databases" / "shop.sqlite")
+                for gated in GATED:
+                    status = await record_gated(env.client, gated, out)
+                    print(f"recorded {gated.id}.json: {status} ({gated.what})", flush=True)
+                    rows.append(f"| `{gated.id}.json` | {gated.agent} | {status} | "
+                                f"{gated.what} |")
     finally:
         await env.shutdown()
     index = [
@@ -75,6 +150,12 @@ async def record(out: Path, runs: Sequence[tuple[str, BaseModel, str]]) -> list[
     ]
     (out / "README.md").write_text("\n".join(index) + "\n")
     return rows
+
+
+def _make_shop(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(path) as db:
+        db.executescript(SHOP)
 
 
 async def main(argv: Sequence[str] | None = None) -> int:

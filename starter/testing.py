@@ -34,11 +34,12 @@ def history_files(*folders: str | Path) -> list[Path]:
 
 
 async def assert_replays(
-    *paths: str | Path, workflows: Sequence[type] | None = None,
+    *paths: str | Path, workflows: Sequence[type] | None = None, namespace: str = "default",
 ) -> list[Replayed]:
     """Replay ``paths`` (files or folders) against the current code; AssertionError naming
-    every history that fails. ``workflows`` replaces the registered agents."""
-    results = await replay(load(paths), workflows=workflows)
+    every history that fails. ``workflows`` replaces the registered agents; ``namespace``
+    is the one the histories were recorded in."""
+    results = await replay(load(paths), workflows=workflows, namespace=namespace)
     failures = []
     for r in results:
         if r.failure:

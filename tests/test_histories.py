@@ -41,10 +41,13 @@ def test_every_agent_with_a_demo_input_is_recorded() -> None:
     assert not missing, f"re-run `python -m starter.record_histories`: {sorted(missing)}"
 
 
-async def test_recordings_include_a_failed_run() -> None:
+async def test_recordings_include_failed_gated_and_parked_runs() -> None:
     results = await replay(load([HISTORIES]))
-    finals = {r.workflow_id: r.log[-1].target for r in results}
-    assert "FAILED" in finals.values() and "DONE" in finals.values(), finals
+    finals = {r.workflow_id: r.states[-1].status for r in results}
+    assert {"DONE", "FAILED", "AWAITING_APPROVAL"} <= set(finals.values()), finals
+    passed_a_gate = [r.workflow_id for r in results if r.states[-1].status == "DONE"
+                     and any(s.status == "AWAITING_APPROVAL" for s in r.states)]
+    assert passed_a_gate, "no recorded run went through an approval gate"
 
 
 async def test_tower_replay_folder_and_bad_paths(env: WorkflowEnvironment, tmp_path: Path) -> None:
