@@ -79,7 +79,7 @@ def settings_for_run(
             f"TOWER_APPROVAL_SECRET_<TENANT>, or a file in TOWER_APPROVAL_SECRET_FILE), or "
             "allow unsigned decisions on a development deployment with TOWER_ALLOW_UNSIGNED=1")
     key = run_key(found[0], tenant, run) if found else None
-    return ApprovalSettings(key=key, allow_unsigned=allow)
+    return ApprovalSettings(key=key, tenant=tenant, allow_unsigned=allow)
 
 
 def with_approvals(request: BaseModel, tenant: str, run: str,

@@ -20,7 +20,7 @@ BIG_REFUND = "Please refund $1,200 on invoice INV-2004"
 
 
 def settings(client: Client, run: str, secret: bytes = SECRET) -> ApprovalSettings:
-    return ApprovalSettings(key=run_key(secret, client.namespace, run))
+    return ApprovalSettings(key=run_key(secret, client.namespace, run), tenant=client.namespace)
 
 
 def refund_request(client: Client, run: str, **kw: Any) -> RefundRequest:

@@ -16,7 +16,7 @@ from gatekit import (
     snapshot,
     wait_pending,
 )
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 
 from activities.model import ModelSettings
 from worker import build_worker
@@ -197,6 +197,22 @@ async def test_rejected_by_signal_tells_the_customer(
     assert [r["reason"] for r in audit["refused"]] == ["invalid signature"]
     assert state.approvals[-1].status == "rejected" and state.node == "DONE"
     assert state.reply == "Your refund request was not approved: over the quarter's budget."
+    assert refunds(db_path) == []
+
+
+async def test_run_started_with_another_tenants_settings_fails_fast(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    run = new_id("refund")
+    request = refund_request(client, run)
+    request = request.model_copy(update={"approvals": request.approvals.model_copy(
+        update={"tenant": "other-tenant"})})
+    async with worker(client, task_queue, db_path):
+        handle = await client.start_workflow(RefundAgent.run, request, id=run,
+                                             task_queue=task_queue)
+        with pytest.raises(WorkflowFailureError) as info:
+            await handle.result()
+    assert "for tenant 'other-tenant' but the run is in namespace" in str(info.value.cause)
     assert refunds(db_path) == []
 
 

@@ -100,6 +100,10 @@ class ApprovalSettings(BaseModel):
 
     key: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$",
                             description="per-run key: run_key(tenant secret, tenant, run)")
+    # The tenant (Temporal namespace) the key was derived for. Checks read it from here,
+    # not from the live namespace, so they give the same answer when a history is
+    # replayed elsewhere (a replayer runs under its own namespace).
+    tenant: str | None = Field(default=None, min_length=1, max_length=200)
     allow_unsigned: bool = False
 
 

@@ -64,6 +64,12 @@ class Gatekeeper:
 
     def _use_approval_settings(self, settings: ApprovalSettings | None) -> None:
         self._approval = settings or ApprovalSettings()
+        namespace = workflow.info().namespace
+        tenant = self._approval.tenant
+        if tenant and tenant != namespace and not workflow.unsafe.is_replaying():
+            raise ApplicationError(
+                f"the run's approval settings are for tenant {tenant!r} but the run is in "
+                f"namespace {namespace!r}", type="WrongTenant", non_retryable=True)
         if self.machine.gates and self._approval.key is None and not self._approval.allow_unsigned:
             # Without a key no decision could ever be accepted: refuse to start.
             raise ApplicationError(
@@ -141,8 +147,11 @@ class Gatekeeper:
         info = workflow.info()
         return decision, check_decision(
             decision, state=self._state, gates={g.name: g for g in self.machine.gates.values()},
-            tenant=info.namespace, run=info.workflow_id, now=workflow.now(),
+            tenant=self._tenant(), run=info.workflow_id, now=workflow.now(),
             settings=self._approval, in_flight=self._in_flight)
+
+    def _tenant(self) -> str:
+        return self._approval.tenant or workflow.info().namespace
 
     def _refusal(self, raw: Any, via: str, reason: str) -> Refusal:
         fields = raw if isinstance(raw, dict) else {}
@@ -201,7 +210,7 @@ class Gatekeeper:
         state = self._state
         pending = pending_record(state)
         return {
-            "tenant": workflow.info().namespace,
+            "tenant": self._tenant(),
             "run": workflow.info().workflow_id,
             "agent": self.machine.name,
             "unsigned_allowed": self._approval.allow_unsigned,

@@ -1,0 +1,126 @@
+"""Record gated runs for replay: `python -m starter.record_gates [--out tests/histories/gates]`.
+
+Each run here gets human decisions (updates and signals, refused and accepted), which
+``starter.record_histories`` (demo inputs only) cannot give, so the replay tests also
+cover waiting at a gate, a refused signal, an approval with an edit, a rejection and a
+stale re-check. Decisions are signed with a throw-away secret; only the per-run key
+derived from it is in the histories.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sqlite3
+import sys
+import tempfile
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.model import ModelSettings
+from starter.approvals import make_decision, settings_for_run
+from starter.demo_gates import SHOP
+from starter.devserver import temporal_binary
+from starter.histories import load, replay
+from worker import build_worker
+from workflows.machine import search
+from workflows.machine.decisions import Verdict
+from workflows.migration import MigrationRequest
+from workflows.refund import RefundRequest
+
+DEFAULT_OUT = Path("tests") / "histories" / "gates"
+QUEUE = "record-gates"
+ENV = {"TOWER_APPROVAL_SECRET": "recording-only-secret"}
+DROP = "ALTER TABLE customers DROP COLUMN fax;\nDROP TABLE legacy_notes;"
+
+
+async def _pending(client: Client, run: str) -> dict[str, Any]:
+    handle = client.get_workflow_handle(run)
+    async with asyncio.timeout(60):
+        while True:
+            info: dict[str, Any] = await handle.query("approvals", result_type=dict)
+            if info["pending"]:
+                return dict(info["pending"])
+            await asyncio.sleep(0.1)
+
+
+async def _decide(client: Client, run: str, verdict: Verdict, role: str, *,
+                  via: str = "update", **kw: Any) -> None:
+    p = await _pending(client, run)
+    decision, _ = make_decision(
+        tenant=client.namespace, run=run, gate=p["gate"], verdict=verdict, approver="alice",
+        role=role, expires_at=datetime.fromisoformat(p["expires_at"]), env=ENV, **kw)
+    handle = client.get_workflow_handle(run)
+    if via == "signal":
+        await handle.signal("decision", decision.model_dump(mode="json"))
+    else:
+        await handle.execute_update("decide", decision.model_dump(mode="json"))
+
+
+async def _start(client: Client, agent: str, run: str, request: Any) -> Any:
+    request = request.model_copy(update={
+        "approvals": settings_for_run(client.namespace, run, ENV)})
+    return await client.start_workflow(agent, request, id=run, task_queue=QUEUE)
+
+
+async def record(out: Path) -> list[str]:
+    out.mkdir(parents=True, exist_ok=True)
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(), data_converter=pydantic_data_converter,
+        search_attributes=search.ALL, dev_server_log_level="error")
+    client, written = env.client, []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            shop = Path(tmp) / "databases" / "shop.sqlite"
+            shop.parent.mkdir()
+            with sqlite3.connect(shop) as db:
+                db.executescript(SHOP)
+            async with build_worker(client, task_queue=QUEUE, db_path=Path(tmp) / "tools.db",
+                                    models=ModelSettings()):
+                big = RefundRequest(message="Please refund $1,200 on invoice INV-2004")
+                h1 = await _start(client, "refund", "refund-gated-1", big)
+                await _decide(client, h1.id, Verdict.APPROVE, "clerk", via="signal")  # refused
+                await _decide(client, h1.id, Verdict.APPROVE, "manager",
+                              edits={"amount_cents": 100000}, note="partial")
+                h2 = await _start(client, "refund", "refund-gated-2", big)
+                await _decide(client, h2.id, Verdict.REJECT, "manager", via="signal",
+                              note="not this quarter")
+                h3 = await _start(client, "migration", "migration-gated-1",
+                                  MigrationRequest(database="shop", script=DROP))
+                await _pending(client, h3.id)
+                with sqlite3.connect(shop) as db:  # the schema moves while the DBA thinks
+                    db.execute("CREATE TABLE audit (id INTEGER PRIMARY KEY)")
+                await _decide(client, h3.id, Verdict.APPROVE, "dba")  # stale: re-analysed
+                await _decide(client, h3.id, Verdict.APPROVE, "dba")
+                for handle in (h1, h2, h3):
+                    await handle.result()
+                    history = await handle.fetch_history()
+                    (out / f"{handle.id}.json").write_text(history.to_json() + "\n")
+                    written.append(handle.id)
+    finally:
+        await env.shutdown()
+    return written
+
+
+async def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    for name in await record(args.out):
+        print(f"recorded {args.out / name}.json")
+    bad = [r for r in await replay(load([args.out])) if not r.ok]
+    for r in bad:
+        print(f"does not replay: {r.source}: {r.failure or '; '.join(r.problems)}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    code = asyncio.run(main())
+    sys.stdout.flush()
+    sys.exit(code)
