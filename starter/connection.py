@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfigProfile
+
+from activities.payloads import tower_data_converter
 
 DEFAULT_ADDRESS = "localhost:7233"
 TASK_QUEUE = "tower"
@@ -33,7 +34,8 @@ def connect_config(address: str | None = None, namespace: str | None = None) -> 
 async def connect(address: str | None = None, namespace: str | None = None) -> Client:
     config = connect_config(address, namespace)
     try:
-        return await Client.connect(**config, data_converter=pydantic_data_converter)
+        # pydantic payloads; large ones go to external storage (activities/payloads.py).
+        return await Client.connect(**config, data_converter=tower_data_converter())
     except RuntimeError as exc:
         raise ServerUnreachable(
             f"no Temporal server answers at {config['target_host']} ({exc}).\n"
