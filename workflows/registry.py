@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from workflows.account import AccountAgent
 from workflows.chat import ChatAgent
+from workflows.company import CompanyAgent
+from workflows.fanout import FanOutAgent
 from workflows.lifecycle import LifecycleAgent
 from workflows.machine.runtime import AgentWorkflow
 from workflows.migration import MigrationAgent
@@ -21,4 +23,6 @@ AGENTS: dict[str, type[AgentWorkflow]] = {
     "refund": RefundAgent,
     "migration": MigrationAgent,
     "lifecycle": LifecycleAgent,
+    "company": CompanyAgent,
+    "fanout": FanOutAgent,
 }

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from workflows.machine import Usage
 from workflows.machine.wire import ModelReply, ModelRequest, ToolCallRequest
 
-from . import account, chat, lifecycle, migration, onboarding, refund, research, support
+from . import account, chat, company, lifecycle, migration, onboarding, refund, research, support
 
 SCRIPTED_MODEL = "scripted"
 
@@ -23,7 +23,8 @@ SCRIPTS: dict[tuple[str, str], Script] = {
     **account.SCRIPTS, **support.SCRIPTS, **onboarding.SCRIPTS,
     **research.SCRIPTS,
     **chat.SCRIPTS, **refund.SCRIPTS, **migration.SCRIPTS,
-    **lifecycle.SCRIPTS}
+    **lifecycle.SCRIPTS,
+    **company.SCRIPTS}
 
 
 def scripted_reply(request: ModelRequest) -> ModelReply:
