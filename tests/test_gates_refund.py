@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -160,7 +161,9 @@ async def test_approve_and_reject_race(client: Client, task_queue: str, db_path:
     if isinstance(lost[0], WorkflowUpdateFailedError):
         assert "already decided" in str(lost[0].cause.message)
     else:
-        assert "completed" in str(lost[0]).lower(), repr(lost[0])
+        # "workflow execution already completed", or "update was aborted by closing
+        # workflow" when it was admitted but not yet delivered as the run closed.
+        assert re.search(r"completed|closing", str(lost[0]).lower()), repr(lost[0])
     (record,) = state.approvals
     assert record.status == won[0]["result"]
     assert len(refunds(db_path)) == (1 if won[0]["result"] == "approved" else 0)
