@@ -15,6 +15,7 @@ import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -25,6 +26,7 @@ from activities.model import ModelActivities, ModelSettings
 from activities.prices import PriceError
 from activities.tools import ToolBox
 from starter.connection import TASK_QUEUE, ServerUnreachable, connect
+from starter.telemetry import TracingConfigError
 from workflows.machine import TowerError
 from workflows.registry import AGENTS
 
@@ -49,6 +51,7 @@ def build_worker(
     client: Client, *, task_queue: str = TASK_QUEUE, db_path: str | Path | None = None,
     models: ModelSettings | None = None, max_concurrent_activities: int = 50,
     messages_path: str | Path | None = None, workflows: Sequence[type] = (),
+    **worker_options: Any,  # passed on to Worker (e.g. max_cached_workflows=0 in tests)
 ) -> Worker:
     tools = ToolBox(db_path or os.environ.get("TOWER_DB") or DEFAULT_DB)
     # Conversation content lives beside the tools' database, never in the history.
@@ -65,6 +68,7 @@ def build_worker(
         max_concurrent_activities=max_concurrent_activities,
         workflow_runner=sandbox_runner(),
         workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES,
+        **worker_options,
     )
 
 
@@ -75,7 +79,7 @@ async def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         client = await connect()
-    except ServerUnreachable as exc:
+    except (ServerUnreachable, TracingConfigError) as exc:
         raise SystemExit(f"error: {exc}") from None
     try:
         settings = ModelSettings.from_env()

@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any
 
 import openai
+from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -95,6 +96,13 @@ class ModelActivities:
         reply = await self._call(request)
         # Priced here, in the activity, so each call's cost is in the history and replays as is.
         reply.usage = self.settings.prices.priced(reply.model, reply.usage)
+        # The activity's span (when tracing) carries the call in GenAI terms.
+        trace.get_current_span().set_attributes({
+            "gen_ai.operation.name": "chat", "gen_ai.response.model": reply.model,
+            "gen_ai.usage.input_tokens": reply.usage.prompt_tokens,
+            "gen_ai.usage.output_tokens": reply.usage.completion_tokens,
+            "tower.agent": request.agent, "tower.node": request.node,
+            "tower.cost_usd": reply.usage.cost_usd})
         return reply
 
     async def _call(self, request: ModelRequest) -> ModelReply:

@@ -22,6 +22,7 @@ from starter import (
 )
 from starter.common import CliError
 from starter.connection import ServerUnreachable
+from starter.telemetry import TracingConfigError
 
 COMMANDS = [cmd_dev, demo, cmd_run, cmd_runs, cmd_graph, cmd_replay, cmd_inspect, cmd_approve,
             cmd_cost]
@@ -47,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if asyncio.iscoroutine(result):
             result = asyncio.run(result)
         return int(result or 0)
-    except (CliError, ServerUnreachable) as exc:
+    except (CliError, ServerUnreachable, TracingConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -12,6 +12,7 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfigProfile
 
 from activities.payloads import tower_data_converter
+from starter.telemetry import client_plugins, configure_tracing
 
 DEFAULT_ADDRESS = "localhost:7233"
 TASK_QUEUE = "tower"
@@ -33,9 +34,11 @@ def connect_config(address: str | None = None, namespace: str | None = None) -> 
 
 async def connect(address: str | None = None, namespace: str | None = None) -> Client:
     config = connect_config(address, namespace)
+    configure_tracing()  # a no-op unless the OTEL_* variables ask for traces
     try:
         # pydantic payloads; large ones go to external storage (activities/payloads.py).
-        return await Client.connect(**config, data_converter=tower_data_converter())
+        return await Client.connect(**config, data_converter=tower_data_converter(),
+                                    plugins=client_plugins())
     except RuntimeError as exc:
         raise ServerUnreachable(
             f"no Temporal server answers at {config['target_host']} ({exc}).\n"

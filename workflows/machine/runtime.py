@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from . import search
+from . import search, tracing
 from .approval import ApprovalSettings
 from .carry import Carry, LogSummary, summarize
 from .context import NodeContext
@@ -120,6 +120,12 @@ class AgentWorkflow(Gatekeeper):
         return self._state
 
     async def _step(self) -> None:
+        before, seen = self.current, len(self._log)
+        with tracing.state_span(self.machine.name, before) as span:
+            await self._run_node()
+            tracing.close_state(span, before, self.current, self._log[seen:])
+
+    async def _run_node(self) -> None:
         state = self.current
         gate = self.machine.gates.get(state.node)
         if gate is not None and gate.when == "before" and needs_gate(state, gate):
