@@ -11,14 +11,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from temporalio import workflow
+from budget_agents import TightAccount
 from temporalio.client import Client
 
 from activities.model import ModelSettings
 from activities.prices import PriceTable
 from worker import build_worker
-from workflows.account import GRAPH, AccountAgent, AccountRequest, AccountState
-from workflows.machine import FAILED, Graph, Message, search
+from workflows.account import AccountAgent, AccountRequest
+from workflows.machine import search
 
 
 async def tower(client: Client, *args: str) -> str:
@@ -35,30 +35,6 @@ async def tower(client: Client, *args: str) -> str:
 
 PRICED = ModelSettings(prices=PriceTable.parse(
     '{"scripted": {"prompt": 0.5, "completion": 1.5}}'))
-
-# The account agent's own nodes under a token budget far too small for one answer.
-TIGHT = (Graph("account", AccountState)
-         .node("reason", GRAPH.nodes["reason"].fn, prompt=GRAPH.nodes["reason"].prompt,
-               tools=["lookup_account"])
-         .node("lookup_account", GRAPH.nodes["lookup_account"].fn, tools=["lookup_account"])
-         .node("error", GRAPH.nodes["error"].fn)
-         .entry("reason")
-         .route("reason", GRAPH.transitions["reason"].route,  # type: ignore[arg-type]
-                GRAPH.transitions["reason"].targets, guards=GRAPH.transitions["reason"].guards)
-         .edge("lookup_account", "reason").edge("error", FAILED)
-         .budget(escalate_to="error", max_tokens=20)
-         .compile())
-
-
-@workflow.defn(name="account_tight_budget")
-class TightAccount(AccountAgent):
-    machine = TIGHT
-
-    @workflow.run
-    async def run(self, request: AccountRequest) -> AccountState:
-        state = AccountState(messages=[Message(role="user", content=request.question)])
-        return await self.drive(state)  # type: ignore[return-value]
-
 
 async def test_cost_per_call_node_and_run(client: Client, task_queue: str, db_path: Path) -> None:
     run_id = f"account-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,32 @@
+"""An agent for the cost tests, in a plain module: the workflow sandbox imports it again,
+and a pytest-rewritten test module is a poor thing to import there."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+from workflows.account import GRAPH, AccountAgent, AccountRequest, AccountState
+from workflows.machine import FAILED, Graph, Message
+
+# The account agent's own nodes under a token budget far too small for one answer.
+TIGHT = (Graph("account", AccountState)
+         .node("reason", GRAPH.nodes["reason"].fn, prompt=GRAPH.nodes["reason"].prompt,
+               tools=["lookup_account"])
+         .node("lookup_account", GRAPH.nodes["lookup_account"].fn, tools=["lookup_account"])
+         .node("error", GRAPH.nodes["error"].fn)
+         .entry("reason")
+         .route("reason", GRAPH.transitions["reason"].route,  # type: ignore[arg-type]
+                GRAPH.transitions["reason"].targets, guards=GRAPH.transitions["reason"].guards)
+         .edge("lookup_account", "reason").edge("error", FAILED)
+         .budget(escalate_to="error", max_tokens=20)
+         .compile())
+
+
+@workflow.defn(name="account_tight_budget")
+class TightAccount(AccountAgent):
+    machine = TIGHT
+
+    @workflow.run
+    async def run(self, request: AccountRequest) -> AccountState:
+        state = AccountState(messages=[Message(role="user", content=request.question)])
+        return await self.drive(state)  # type: ignore[return-value]
