@@ -123,10 +123,10 @@ async def fork(args: argparse.Namespace) -> int:
         ))
     same_task = [t.step for t in result.log if t.event_id == chosen.event_id]
     print(f"forked {args.run} at step {args.step}: new run {response.run_id}")
-    print(f"  reset to workflow task completed event {completed.event_id}; the new run keeps "
-          f"steps {result.log[0].step}..{max(same_task)} as recorded"
-          + (f" (step {args.step} shares its workflow task with steps "
-             f"{', '.join(map(str, same_task))})" if len(same_task) > 1 else ""))
+    print(f"  reset to workflow task completed event {completed.event_id}: the new run "
+          f"replays steps {result.log[0].step}..{max(same_task)} from the history"
+          + (f" (steps {', '.join(map(str, same_task))} were made in that workflow task, "
+             "which runs again)" if len(same_task) > 1 else ""))
     print("  signals and updates sent after that point are NOT re-applied: send the new "
           "decision to the new run")
     print("  activities after the reset point run again (model calls, tools); a "

@@ -24,10 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "export", help="write a run's history as JSON",
         description="Write the event history of RUN (a workflow id) as JSON, the format the "
                     "Web UI and `temporal workflow show --output json` produce. The file's "
-                    "name is the workflow id, which `tower replay` reads back.")
+                    "name is the workflow id (plus @RUN_ID for a chosen run), which "
+                    "`tower replay` reads back.")
     e.add_argument("run", metavar="RUN", help="workflow id")
     e.add_argument("--run-id", help="a particular run of RUN (default: the latest)")
-    e.add_argument("-o", "--output", help="file to write (default: RUN.json)")
+    e.add_argument("-o", "--output", help="file or folder to write (default: RUN.json, or "
+                                              "RUN@RUN_ID.json with --run-id)")
     e.set_defaults(handler=export)
 
     r = sub.add_parser(
@@ -63,9 +65,11 @@ async def fetch(client: Client, run: str, run_id: str | None = None) -> Workflow
 async def export(args: argparse.Namespace) -> int:
     client = await connect()
     history = await fetch(client, args.run, args.run_id)
-    out = Path(args.output or f"{args.run}.json")
+    # The name carries the workflow id, which replay needs; a chosen run gets its id too.
+    name = f"{args.run}@{args.run_id}.json" if args.run_id else f"{args.run}.json"
+    out = Path(args.output or name)
     if out.is_dir():
-        out = out / f"{args.run}.json"
+        out = out / name
     out.write_text(history.to_json())
     print(f"wrote {len(history.events)} events of {args.run} to {out}")
     return 0

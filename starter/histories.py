@@ -74,7 +74,8 @@ def load(paths: Iterable[str | Path]) -> list[tuple[str, WorkflowHistory]]:
     """Read history JSON files; a folder means every ``*.json`` under it, sorted.
 
     The workflow id is the file's name without ``.json`` (the JSON that the Web UI
-    and ``temporal workflow show --output json`` produce does not carry it).
+    and ``temporal workflow show --output json`` produce does not carry it), and
+    without an ``@RUN-ID`` suffix, which tells apart several runs of one workflow.
     """
     files: list[Path] = []
     for raw in paths:
@@ -91,13 +92,23 @@ def load(paths: Iterable[str | Path]) -> list[tuple[str, WorkflowHistory]]:
     loaded = []
     for file in files:
         try:
-            history = WorkflowHistory.from_json(file.stem, file.read_text())
+            history = WorkflowHistory.from_json(workflow_id_of(file), file.read_text())
         except Exception as exc:  # protobuf's parse errors share no useful base class
             raise HistoryError(f"{file}: not a Temporal history in JSON ({exc})") from None
         if not history.events:
             raise HistoryError(f"{file}: the history has no events")
         loaded.append((str(file), history))
     return loaded
+
+
+_RUN_SUFFIX = re.compile(r"^(.+)@[0-9a-fA-F-]{36}$")
+
+
+def workflow_id_of(file: Path) -> str:
+    """``ID.json`` or ``ID@RUN-ID.json`` -> ID. Workflow code may read its id (a gate
+    checks a decision was made for this run), so replay must use the original one."""
+    named = _RUN_SUFFIX.match(file.stem)
+    return named.group(1) if named else file.stem
 
 
 def workflow_type(history: WorkflowHistory) -> str:
@@ -224,7 +235,7 @@ async def replay(
             done = Replayed(source, history.workflow_id, kind)
             instance, recorder.instance = recorder.instance, None
             if instance is not None:
-                done.log, done.states = list(instance._log), list(instance.trace or [])
+                done.log, done.states = _completed(history, instance._log, instance.trace)
             if outcome.replay_failure is not None:
                 done.failure = describe_failure(history, outcome.replay_failure, done.log)
             # A versioned agent may pick its graph per run (workflow.patched): check the log
@@ -237,6 +248,19 @@ async def replay(
                 done.problems += _diverged(recorded_moves(history), done.log)
             results.append(done)
     return results
+
+
+def _completed(
+    history: WorkflowHistory, log: list[Transition], trace: list[AgentState] | None,
+) -> tuple[list[Transition], list[AgentState]]:
+    """The steps whose workflow task completed in the history. A history that ends on a
+    task still in progress (scheduled or started) makes the Replayer run that task too;
+    its moves have not happened yet, so they are left out."""
+    last_completed = max((e.event_id for e in history.events
+                          if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED),
+                         default=0)
+    keep = sum(1 for t in log if t.event_id < last_completed)
+    return list(log[:keep]), list((trace or [])[:keep])
 
 
 def workflow_name(cls: type) -> str:
