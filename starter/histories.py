@@ -25,7 +25,6 @@ from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import decode_typed_search_attributes
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import (
@@ -201,12 +200,13 @@ def replayer(
     ``namespace`` must be the one the runs were recorded in: workflow code may read it
     (the gates check a decision's tenant against it), and the history does not say it.
     """
+    from activities.payloads import tower_data_converter  # the clients' and workers' one
     from worker import WORKFLOW_FAILURE_TYPES, sandbox_runner  # the worker's exact settings
 
     return Replayer(
         workflows=list(workflows or agent_workflows()), workflow_runner=sandbox_runner(),
         runtime=_quiet_runtime(), namespace=namespace,
-        data_converter=pydantic_data_converter, interceptors=list(interceptors),
+        data_converter=tower_data_converter(), interceptors=list(interceptors),
         workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES,
     )
 

@@ -48,7 +48,8 @@ INSERT INTO customers (name, fax) VALUES ('Ada', '555-0100'), ('Grace', NULL);""
 
 @dataclass(frozen=True)
 class Gated:
-    """A run of a gated agent and what a reviewer answers (None: leave it parked)."""
+    """A run of an agent outside the demo, and what a reviewer answers at its gate (None:
+    leave a gated run parked)."""
 
     id: str
     agent: str
@@ -71,6 +72,9 @@ GATED = [
           {"database": "shop", "script": "ALTER TABLE customers DROP COLUMN fax;"},
           "a destructive migration: a DBA approves, then it is applied", Verdict.APPROVE,
           role="dba"),
+    # No gate, but no demo input either: a parent that runs child agents.
+    Gated("fanout-1", "fanout", {"companies": ["Acme", "Globex"]},
+          "map-reduce: one child company agent per item, results merged"),
 ]
 
 
@@ -78,7 +82,9 @@ async def record_gated(client: Client, gated: Gated, out: Path) -> str:
     from workflows.registry import AGENTS
 
     settings = ApprovalSettings(key=run_key(SECRET, client.namespace, gated.id))
-    request = AGENTS[gated.agent].Input.model_validate({**gated.request, "approvals": settings})
+    fields = AGENTS[gated.agent].Input.model_fields
+    extra = {"approvals": settings} if "approvals" in fields else {}
+    request = AGENTS[gated.agent].Input.model_validate({**gated.request, **extra})
     handle = await client.start_workflow(gated.agent, request, id=gated.id, task_queue=QUEUE)
     status = await asyncio.wait_for(follow(handle, show=lambda t: None), timeout=120)
     if status == "AWAITING_APPROVAL" and gated.verdict is not None:
@@ -117,6 +123,7 @@ async def record(out: Path, runs: Sequence[tuple[str, BaseModel, str]]) -> list[
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.json"):  # the folder's own files only; subfolders are kept
         old.unlink()
+    # Plain pydantic payloads, never external storage: a fixture must carry all its data.
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(), data_converter=pydantic_data_converter,
         search_attributes=search.ALL, dev_server_log_level="error")
