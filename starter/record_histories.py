@@ -101,6 +101,31 @@ async def record_gated(client: Client, gated: Gated, out: Path) -> str:
     return status
 
 
+CHAT_TURNS = ["hello there", "what is my account status? ACC-1001", "and my invoice INV-2001?",
+              "thanks"]
+
+
+async def record_chat(client: Client, out: Path) -> str:
+    """A thread of several turns (updates) that continues-as-new once its history passes 40
+    events; every run of the chain is written, as ``chat-1@RUN_ID.json``."""
+    from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
+
+    request = ChatInput(config=ChatConfig(continue_as_new_after=40))
+    handle = await client.start_workflow(ChatAgent.run, request, id="chat-1", task_queue=QUEUE)
+    latest = client.get_workflow_handle("chat-1")
+    for text in CHAT_TURNS:
+        await latest.execute_update(ChatAgent.send, UserMessage(text=text))
+    await latest.execute_update(ChatAgent.close)
+    status = await asyncio.wait_for(_finished(latest), timeout=120)
+    run_id: str | None = handle.result_run_id
+    while run_id:
+        history = await client.get_workflow_handle("chat-1", run_id=run_id).fetch_history()
+        (out / f"chat-1@{run_id}.json").write_text(history.to_json() + "\n")
+        last = history.events[-1].workflow_execution_continued_as_new_event_attributes
+        run_id = last.new_execution_run_id or None
+    return status
+
+
 async def _finished(handle: Any) -> str:
     while True:
         status: str = await handle.query("status", result_type=str)
@@ -146,6 +171,10 @@ async def record(out: Path, runs: Sequence[tuple[str, BaseModel, str]]) -> list[
                     print(f"recorded {gated.id}.json: {status} ({gated.what})", flush=True)
                     rows.append(f"| `{gated.id}.json` | {gated.agent} | {status} | "
                                 f"{gated.what} |")
+                status = await record_chat(env.client, out)
+                what = "a thread of updates that continues-as-new, carrying its state over"
+                print(f"recorded chat-1@*.json: {status} ({what})", flush=True)
+                rows.append(f"| `chat-1@*.json` | chat | {status} | {what} |")
     finally:
         await env.shutdown()
     index = [
