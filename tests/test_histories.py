@@ -29,7 +29,7 @@ HISTORIES = Path(__file__).parent / "histories"
 @pytest.mark.parametrize("path", history_files(HISTORIES), ids=lambda p: p.name)
 async def test_history_replays(path: Path) -> None:
     (result,) = await assert_replays(path)
-    assert result.log and result.log[0].source == "START"
+    assert result.log, f"{path.name} replays to no transition at all"
 
 
 def test_every_agent_with_a_demo_input_is_recorded() -> None:
