@@ -96,6 +96,8 @@ async def inspect(args: argparse.Namespace) -> int:
 
 
 async def fork(args: argparse.Namespace) -> int:
+    if args.run.endswith(".json") and Path(args.run).is_file():
+        raise CliError("fork needs a run on the server (a workflow id), not a history file")
     history, result = await replayed(args.run, args.run_id)
     steps = {t.step: t for t in result.log}
     if args.step not in steps:

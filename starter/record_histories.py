@@ -110,12 +110,12 @@ async def record_chat(client: Client, out: Path) -> str:
     events; every run of the chain is written, as ``chat-1@RUN_ID.json``."""
     from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
 
-    request = ChatInput(config=ChatConfig(continue_as_new_after=40))
+    request = ChatInput(config=ChatConfig.model_validate({"continue_as_new_after": 40}))
     handle = await client.start_workflow(ChatAgent.run, request, id="chat-1", task_queue=QUEUE)
     latest = client.get_workflow_handle("chat-1")
     for text in CHAT_TURNS:
-        await latest.execute_update(ChatAgent.send, UserMessage(text=text))
-    await latest.execute_update(ChatAgent.close)
+        await latest.execute_update("send", UserMessage(text=text), result_type=dict)
+    await latest.execute_update("close", result_type=str)
     status = await asyncio.wait_for(_finished(latest), timeout=120)
     run_id: str | None = handle.result_run_id
     while run_id:

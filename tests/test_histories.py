@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -93,7 +94,8 @@ async def test_export_matches_temporal_cli_and_both_replay(
 
 def test_a_different_path_is_reported_even_without_a_command_change() -> None:
     def t(step: int, target: str) -> Transition:
-        return Transition(step=step, source="x", target=target, reason="", at="2026-01-01T00:00Z")
+        return Transition(step=step, source="x", target=target, reason="",
+                          at=datetime(2026, 1, 1, tzinfo=UTC))
     log = [t(1, "a"), t(2, "b"), t(3, "c")]
     assert _diverged([(1, "a"), (3, "c")], log) == []  # published at some steps only
     assert _diverged([(1, "a"), (2, "x")], log) == [

@@ -22,11 +22,11 @@ SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 SIGNALED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
 
 
-async def events_of(handle: WorkflowHandle, kind: int) -> list:  # type: ignore[type-arg]
+async def events_of(handle: WorkflowHandle, kind: EventType.ValueType) -> list:  # type: ignore[type-arg]
     return [e for e in (await handle.fetch_history()).events if e.event_type == kind]
 
 
-async def wait_for_event(handle: WorkflowHandle, kind: int) -> None:  # type: ignore[type-arg]
+async def wait_for_event(handle: WorkflowHandle, kind: EventType.ValueType) -> None:  # type: ignore[type-arg]
     for _ in range(200):
         if await events_of(handle, kind):
             return
@@ -99,8 +99,17 @@ async def test_inspect_running_and_closed_then_fork_without_later_signals(
     assert reset_at < lookup_at
 
 
-async def test_inspect_and_fork_refuse_bad_input(env: WorkflowEnvironment) -> None:
+async def test_inspect_and_fork_refuse_bad_input(
+    env: WorkflowEnvironment, client: Client, task_queue: str,
+) -> None:
     address = address_of(env)
+    # No worker: the first workflow task has not run, so no step has been made yet.
+    waiting = await client.start_workflow(
+        AccountAgent.run, AccountRequest(question="ACC-1001?"),
+        id=f"account-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+    code, _, err = await tower(address, "inspect", waiting.id)
+    assert code == 2 and "with no transitions yet" in err, err
+    await waiting.terminate("test over")
     code, _, err = await tower(address, "inspect", "no-such-run")
     assert code == 2 and "run 'no-such-run' not found" in err
     history = str(Path(__file__).parent / "histories" / "account-2.json")
