@@ -31,6 +31,8 @@ HISTORIES = Path(__file__).parent / "histories"
 async def test_history_replays(path: Path) -> None:
     (result,) = await assert_replays(path)
     assert result.log, f"{path.name} replays to no transition at all"
+    # inspect --step needs the state after every step: every move goes through _record.
+    assert len(result.states) == len(result.log)
 
 
 def test_every_agent_with_a_demo_input_is_recorded() -> None:
