@@ -87,6 +87,17 @@ async def test_migration_rejected_from_the_cli_changes_nothing(
         code, out, err = await tower(env, tmp_path, "run", "migration", "--input", request,
                                      "--id", run, "--task-queue", task_queue)
         assert code == 0 and "gate dba_review" in out, err
+        # Without a role the command says which one the gate needs.
+        code, _, err = await tower(env, tmp_path, "reject", run, "--by", "dana")
+        assert code == 2 and "gate 'dba_review' needs role 'dba'" in err
+        # A signal from the wrong role is refused by the run and kept in its audit trail.
+        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "eve", "--role",
+                                     "intern", "--signal")
+        assert code == 0 and "sent as a signal" in out, err
+        handle = env.client.get_workflow_handle(run)
+        async with asyncio.timeout(30):
+            while not (await handle.query("approvals", result_type=dict))["refused"]:
+                await asyncio.sleep(0.1)
         code, out, err = await tower(env, tmp_path, "reject", run, "--by", "dana", "--role",
                                      "dba", "--note", "notes are still read by billing")
         assert code == 0, err

@@ -17,6 +17,7 @@ from gatekit import (
     snapshot,
     wait_pending,
 )
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 
 from activities.model import ModelSettings
@@ -62,6 +63,11 @@ async def test_approved_with_a_lower_amount_refunds_once(
         described = await handle.describe()
         sa = described.typed_search_attributes
         assert sa.get(search.AGENT_STATUS) == "AWAITING_APPROVAL"
+        # What the Web UI shows for the run: the gate, the role, the proposal, the command.
+        meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        details = meta.current_details
+        assert "AWAITING_APPROVAL" in details and "gate `refund_review`" in details
+        assert "needs role **manager**" in details and "$1,200.00" in details
         ok = decision(client, handle.id, info["pending"], edits={"amount_cents": 100000},
                       decision_id="d-approve-1")
         out = await handle.execute_update("decide", ok, result_type=dict)
