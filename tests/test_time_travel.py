@@ -7,6 +7,7 @@ import json
 import uuid
 from pathlib import Path
 
+from gatekit import decision, new_id, refund_request, refunds, wait_pending
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
@@ -16,6 +17,8 @@ from test_cli import address_of, tower
 from activities.model import ModelSettings
 from worker import WORKFLOW_FAILURE_TYPES, build_worker, sandbox_runner
 from workflows.account import AccountAgent, AccountRequest
+from workflows.machine.decisions import Verdict
+from workflows.refund import RefundAgent, RefundState
 from workflows.registry import AGENTS
 
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
@@ -120,3 +123,38 @@ async def test_inspect_and_fork_refuse_bad_input(
     assert '"loop budget exceeded (reason visited 5 times)"' in out.split("after step 11")[1]
     code, _, err = await tower(address, "fork", "no-such-run", "--step", "1")
     assert code == 2 and "run 'no-such-run' not found" in err
+
+
+async def test_fork_at_a_gate_lets_a_different_decision_be_made(
+    env: WorkflowEnvironment, client: Client, task_queue: str, db_path: Path,
+) -> None:
+    address, run = address_of(env), new_id("refund")
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        original = await client.start_workflow(
+            RefundAgent.run, refund_request(client, run), id=run, task_queue=task_queue)
+        info = await wait_pending(original)
+        await original.execute_update("decide", decision(client, run, info["pending"]),
+                                      result_type=dict)
+        assert (await original.result()).status == "DONE"
+        assert refunds(db_path) == [("INV-2004", 120000)]
+        gate_step = next(r["step"] for r in info["records"] if r["status"] == "pending")
+
+        code, out, err = await tower(address, "fork", run, "--step", str(gate_step))
+        assert code == 0, err
+        forked = client.get_workflow_handle(run, run_id=out.split("new run ", 1)[1].split()[0],
+                                            result_type=RefundState)
+        again = await wait_pending(forked)  # the approval is not re-applied: it waits again
+        await forked.execute_update(
+            "decide", decision(client, run, again["pending"], verdict=Verdict.REJECT),
+            result_type=dict)
+        state = await forked.result()
+    assert state.status == "DONE" and state.refund_id == ""
+    assert "not approved" in state.reply
+    assert refunds(db_path) == [("INV-2004", 120000)]  # only the original's refund
+    # The original run's history still holds its approval and its refund.
+    kept = client.get_workflow_handle(run, run_id=original.result_run_id)
+    assert (await kept.describe()).status == WorkflowExecutionStatus.COMPLETED
+    done = [e for e in (await kept.fetch_history()).events
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED]
+    assert len(done) == 1
