@@ -21,7 +21,8 @@ from temporalio.client import WorkflowHistory
 from starter.cmd_replay import fetch
 from starter.common import CliError
 from starter.connection import connect, connect_config
-from starter.histories import HistoryError, Replayed, load, replay, task_completed_after
+from starter.histories import HistoryError, Replayed, load, replay
+from starter.replay_report import task_completed_after
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

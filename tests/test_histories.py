@@ -16,7 +16,8 @@ from test_cli import address_of, tower
 from activities.model import ModelSettings
 from starter.demo import RUNS
 from starter.devserver import temporal_binary
-from starter.histories import _diverged, load, replay
+from starter.histories import load, replay
+from starter.replay_report import diverged
 from starter.testing import assert_replays, history_files
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
@@ -99,9 +100,9 @@ def test_a_different_path_is_reported_even_without_a_command_change() -> None:
         return Transition(step=step, source="x", target=target, reason="",
                           at=datetime(2026, 1, 1, tzinfo=UTC))
     log = [t(1, "a"), t(2, "b"), t(3, "c")]
-    assert _diverged([(1, "a"), (3, "c")], log) == []  # published at some steps only
-    assert _diverged([(1, "a"), (2, "x")], log) == [
+    assert diverged([(1, "a"), (3, "c")], log) == []  # published at some steps only
+    assert diverged([(1, "a"), (2, "x")], log) == [
         "replay took a different path: the original run was at x after step 2, the current "
         "code is at b"]
-    assert "replay stopped early" in _diverged([(1, "a"), (4, "d")], log)[0]
-    assert _diverged([(7, "z"), (9, "d")], [t(9, "d")]) == []  # carried over from a run before
+    assert "replay stopped early" in diverged([(1, "a"), (4, "d")], log)[0]
+    assert diverged([(7, "z"), (9, "d")], [t(9, "d")]) == []  # carried over from a run before
