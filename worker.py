@@ -25,7 +25,7 @@ from activities.messages import MessageStore
 from activities.model import ModelActivities, ModelSettings
 from activities.prices import PriceError
 from activities.tools import ToolBox
-from starter.connection import TASK_QUEUE, ServerUnreachable, connect
+from starter.connection import TASK_QUEUE, ServerUnreachable, UnknownTenant, connect, use_tenant
 from starter.telemetry import TracingConfigError
 from workflows.machine import TowerError
 from workflows.registry import AGENTS
@@ -75,11 +75,14 @@ def build_worker(
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task-queue", default=os.environ.get("TOWER_TASK_QUEUE", TASK_QUEUE))
+    parser.add_argument("--tenant", metavar="NAME",
+                        help="serve this tenant's namespace (default TEMPORAL_NAMESPACE)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
+        use_tenant(args.tenant)
         client = await connect()
-    except (ServerUnreachable, TracingConfigError) as exc:
+    except (ServerUnreachable, UnknownTenant, TracingConfigError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
     try:
         settings = ModelSettings.from_env()

@@ -23,12 +23,15 @@ from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
     ExternalStorage,
     StorageDriver,
     StorageDriverClaim,
     StorageDriverRetrieveContext,
     StorageDriverStoreContext,
 )
+
+from .codec import codec_from_env
 
 DEFAULT_DIR = Path(".tower") / "payloads"
 # Far below Temporal's 2 MiB payload limit, far above any routine activity input.
@@ -95,4 +98,10 @@ def tower_data_converter(
     limit = threshold if threshold is not None else int(
         env.get("TOWER_PAYLOAD_THRESHOLD") or DEFAULT_THRESHOLD)
     storage = ExternalStorage(drivers=[LocalDirDriver(root)], payload_size_threshold=limit)
-    return dataclasses.replace(pydantic_data_converter, external_storage=storage)
+    converter = dataclasses.replace(pydantic_data_converter, external_storage=storage)
+    codec = codec_from_env(env)
+    if codec is None:
+        return converter
+    # Encrypted at rest (activities/codec.py): payloads and failure messages alike.
+    return dataclasses.replace(converter, payload_codec=codec,
+                               failure_converter_class=DefaultFailureConverterWithEncodedAttributes)

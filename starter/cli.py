@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from starter import (
     cmd_approve,
+    cmd_codec,
     cmd_cost,
     cmd_dev,
     cmd_graph,
@@ -21,11 +22,11 @@ from starter import (
     demo,
 )
 from starter.common import CliError
-from starter.connection import ServerUnreachable
-from starter.telemetry import TracingConfigError
+from starter.connection import ServerUnreachable, UnknownTenant, use_tenant
+from starter.telemetry import TracingConfigError, flush_traces
 
 COMMANDS = [cmd_dev, demo, cmd_run, cmd_runs, cmd_graph, cmd_replay, cmd_inspect, cmd_approve,
-            cmd_cost]
+            cmd_cost, cmd_codec]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,20 +36,29 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Connection settings: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_PROFILE "
                "(temporalio.envconfig). Models: OPENAI_API_KEY, OPENAI_BASE_URL, TOWER_MODELS.",
     )
+    tenant_help = ("act within tenant NAME (its own Temporal namespace); default "
+                   "TEMPORAL_NAMESPACE or 'default'")
+    parser.add_argument("--tenant", dest="act_tenant", metavar="NAME", help=tenant_help)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in COMMANDS:
         module.register(sub)
+    # `tower state RUN --tenant acme` works as well as `tower --tenant acme state RUN`.
+    for command in sub.choices.values():
+        if "--tenant" not in command._option_string_actions:
+            command.add_argument("--tenant", dest="act_tenant", metavar="NAME",
+                                 default=argparse.SUPPRESS, help=tenant_help)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        use_tenant(getattr(args, "act_tenant", None))
         result = args.handler(args)
         if asyncio.iscoroutine(result):
             result = asyncio.run(result)
         return int(result or 0)
-    except (CliError, ServerUnreachable, TracingConfigError) as exc:
+    except (CliError, ServerUnreachable, UnknownTenant, TracingConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -59,6 +69,7 @@ def entry() -> None:
     """Console entry point. Exits with os._exit after flushing: the SDK's Rust runtime
     can abort the process if the interpreter tears it down while a client is alive."""
     code = main()
+    flush_traces()  # os._exit skips atexit, where the exporters would otherwise flush
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

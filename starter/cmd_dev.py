@@ -6,6 +6,7 @@ import argparse
 import os
 import subprocess
 
+from starter.connection import check_tenant
 from starter.devserver import DATA_DIR, dev_server_command
 
 
@@ -20,12 +21,20 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--db", default=str(DATA_DIR / "temporal.sqlite"),
                    help="SQLite file for the server's state (default .tower/temporal.sqlite)")
     p.add_argument("--headless", action="store_true", help="no Web UI")
+    p.add_argument("--tenant", action="append", default=[], metavar="NAME",
+                   help="create the namespace of tenant NAME (repeatable)")
+    p.add_argument("--ui-codec-endpoint", metavar="URL",
+                   help="the Web UI decodes payloads through this codec server "
+                        "(`tower codec-server`), e.g. http://127.0.0.1:8081")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    for tenant in args.tenant:
+        check_tenant(tenant)
+    extra = ["--ui-codec-endpoint", args.ui_codec_endpoint] if args.ui_codec_endpoint else []
     cmd = dev_server_command(port=args.port, ui_port=args.ui_port, db=args.db,
-                             headless=args.headless)
+                             headless=args.headless, namespaces=args.tenant, extra=extra)
     print(f"Temporal dev server on 127.0.0.1:{args.port}, state in {args.db}")
     if not args.headless:
         print(f"Web UI: http://localhost:{args.ui_port}")

@@ -193,6 +193,7 @@ def replayer(
     return Replayer(
         workflows=list(workflows or agent_workflows()), workflow_runner=sandbox_runner(),
         runtime=_quiet_runtime(), namespace=namespace,
+        # The clients' converter: encrypted (TOWER_CODEC_KEYS) and stored payloads read back.
         data_converter=tower_data_converter(), interceptors=list(interceptors),
         workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES,
     )

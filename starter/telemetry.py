@@ -111,6 +111,12 @@ def client_plugins() -> list[OpenTelemetryPlugin]:
     return [OpenTelemetryPlugin(add_temporal_spans=True)]
 
 
+def flush_traces() -> None:
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, ReplaySafeTracerProvider):
+        provider.force_flush()
+
+
 class SkipNoise(SpanProcessor):
     """Passes every span to ``inner`` except the query polling ones."""
 

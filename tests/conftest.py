@@ -24,6 +24,9 @@ settings.register_profile("explore", max_examples=2000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+TENANTS = ("tenant-a", "tenant-b")
+
+
 @pytest.fixture(scope="session")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
     environment = await WorkflowEnvironment.start_local(
@@ -31,6 +34,8 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
         data_converter=pydantic_data_converter,
         search_attributes=search.ALL,
         dev_server_log_level="error",
+        # Tenants are namespaces: the tenancy tests use these two.
+        dev_server_extra_args=[arg for ns in TENANTS for arg in ("--namespace", ns)],
     )
     try:
         yield environment
