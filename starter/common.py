@@ -62,8 +62,10 @@ async def follow(
     seen = skip
     while True:
         try:
-            log = await handle.query("transitions", result_type=list[Transition])
+            # Status first: a log read after it holds every move up to that status, so
+            # the last transition (e.g. -> DONE) is printed before we stop.
             status = await handle.query("status", result_type=str)
+            log = await handle.query("transitions", result_type=list[Transition])
         except RPCError as exc:
             if "workflow" in str(exc).lower() and "not" in str(exc).lower():
                 raise CliError(f"run {handle.id!r} not found") from None

@@ -27,7 +27,7 @@ CHECKS = ("validate_email", "check_company")
 
 class OnboardingRequest(BaseModel):
     message: str = Field(min_length=1, max_length=4000, examples=[
-        "Hi, I'm Ada Lovelace from Analytical Engines, e-mail ada@engines.io"])
+        "Hi, I am Ada Lovelace from Analytical Engines, e-mail ada@engines.io"])
 
 
 class ContactInfo(BaseModel):

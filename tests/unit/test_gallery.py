@@ -1,0 +1,20 @@
+"""The README's agent gallery shows every registered agent, with its current picture."""
+
+from __future__ import annotations
+
+from starter.gallery import BEGIN, README, gallery, render
+from workflows.registry import AGENTS
+
+
+def test_the_readme_gallery_is_current() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert BEGIN in text, "no gallery in README.md: run `python -m starter.gallery`"
+    assert render(text) == text, "README.md's gallery is stale: run `python -m starter.gallery`"
+
+
+def test_every_agent_has_a_purpose_and_a_picture() -> None:
+    section = gallery()
+    for name, agent in AGENTS.items():
+        assert f"### {name}\n" in section and f"tower run {name} " in section
+        assert agent.__doc__, f"{name}: the workflow class needs a one-line docstring"
+    assert section.count("stateDiagram-v2") == len(AGENTS)
