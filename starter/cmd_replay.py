@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
 from starter.common import CliError
-from starter.connection import connect
+from starter.connection import connect, connect_config
 from starter.histories import HistoryError, Replayed, load, replay
 
 
@@ -41,9 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     "the original run recorded. Exits 1 if any history fails.")
     r.add_argument("paths", nargs="+", metavar="PATH", help="history JSON file or folder")
     r.add_argument("-v", "--verbose", action="store_true", help="print every transition")
-    r.add_argument("--namespace", default=os.environ.get("TEMPORAL_NAMESPACE", "default"),
+    r.add_argument("--namespace",
                    help="the namespace the runs were recorded in; workflow code may read it "
-                        "(default: TEMPORAL_NAMESPACE, else 'default')")
+                        "(default: the tenant, TEMPORAL_NAMESPACE, else 'default')")
     r.add_argument("--workflows", metavar="MODULE:NAME",
                    help="replay against these workflow classes (a class, or a list or dict of "
                         "them) instead of Tower's registered agents")
@@ -81,7 +80,8 @@ async def replay_cmd(args: argparse.Namespace) -> int:
     except HistoryError as exc:
         raise CliError(str(exc)) from None
     workflows = import_workflows(args.workflows) if args.workflows else None
-    results = await replay(histories, workflows=workflows, namespace=args.namespace)
+    namespace = args.namespace or connect_config().get("namespace") or "default"
+    results = await replay(histories, workflows=workflows, namespace=namespace)
     for result in results:
         print(report(result, verbose=args.verbose))
     bad = [r for r in results if not r.ok]
