@@ -129,6 +129,25 @@ async def test_every_refused_decision_changes_nothing(
     assert refunds(db_path) == [("INV-2004", 120000)]
 
 
+async def test_a_flood_of_bad_signals_is_bounded_in_the_audit_trail(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    async with worker(client, task_queue, db_path):
+        handle = await start(client, task_queue)
+        before = (await wait_pending(handle), await snapshot(handle))
+        await asyncio.gather(*(handle.signal("decision", {"decision_id": f"junk-{i}"})
+                               for i in range(120)))
+        async with asyncio.timeout(30):
+            while (audit := await handle.query("approvals", result_type=dict))[
+                    "refused_total"] < 120:
+                await asyncio.sleep(0.1)
+        kept = {r["decision_id"] for r in audit["refused"]}  # the newest 100, all distinct
+        assert len(audit["refused"]) == len(kept) == 100
+        assert kept <= {f"junk-{i}" for i in range(120)}
+        assert await snapshot(handle) == before[1]
+        await handle.terminate("test over")
+
+
 async def test_decision_before_the_gate_is_reached(
     client: Client, task_queue: str, db_path: Path
 ) -> None:

@@ -40,6 +40,7 @@ from .graph import FAILED, TERMINALS, Machine
 from .state import AgentState, Message, apply_update
 
 REFUSED = "DecisionRefused"
+AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` query)
 
 
 class Gatekeeper:
@@ -54,6 +55,7 @@ class Gatekeeper:
         self._approval = ApprovalSettings()
         self._in_flight: Decision | None = None
         self._audit: list[Refusal] = []
+        self._refused_total = 0
 
     @property
     def current(self) -> AgentState:  # provided by AgentWorkflow
@@ -150,6 +152,12 @@ class Gatekeeper:
             tenant=self._tenant(), run=info.workflow_id, now=workflow.now(),
             settings=self._approval, in_flight=self._in_flight)
 
+    def _remember(self, refusal: Refusal) -> None:
+        # Keep the newest refusals only: a flood of bad signals must not grow the run's
+        # memory without bound (every one of them is in the history anyway).
+        self._refused_total += 1
+        self._audit = [*self._audit[-(AUDIT_KEEP - 1):], refusal]
+
     def _tenant(self) -> str:
         return self._approval.tenant or workflow.info().namespace
 
@@ -165,7 +173,7 @@ class Gatekeeper:
         decision, check = self._judge(raw)
         if not check.ok or check.duplicate:
             reason = check.reason or "duplicate of an accepted decision: nothing changed"
-            self._audit.append(self._refusal(raw, "signal", reason))
+            self._remember(self._refusal(raw, "signal", reason))
             return
         self._in_flight = decision
 
@@ -176,7 +184,7 @@ class Gatekeeper:
         # accepted in the same workflow task may have decided the gate meanwhile.
         decision, check = self._judge(raw)
         if decision is None or not check.ok:
-            self._audit.append(self._refusal(raw, "update", check.reason))
+            self._remember(self._refusal(raw, "update", check.reason))
             raise ApplicationError(check.reason, type=REFUSED, non_retryable=True)
         if not check.duplicate:
             self._in_flight = decision
@@ -217,6 +225,7 @@ class Gatekeeper:
             "pending": pending.model_dump(mode="json") if pending else None,
             "records": [r.model_dump(mode="json") for r in (state.approvals if state else [])],
             "refused": [r.model_dump(mode="json") for r in self._audit],
+            "refused_total": self._refused_total,
         }
 
     def _show_pending(self, pending: GateRecord) -> None:
