@@ -185,7 +185,7 @@ def replayer(
     """A Replayer with the worker's agents, sandbox, converter and failure types.
 
     ``namespace`` must be the one the runs were recorded in: workflow code may read it
-    (the gates check a decision's tenant against it), and the history does not say it.
+    (gated runs check it against their tenant), and the history does not say it.
     """
     from activities.payloads import tower_data_converter  # the clients' and workers' one
     from worker import WORKFLOW_FAILURE_TYPES, sandbox_runner  # the worker's exact settings
