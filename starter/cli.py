@@ -19,14 +19,16 @@ from starter import (
     cmd_replay,
     cmd_run,
     cmd_runs,
+    cmd_watch,
     demo,
 )
 from starter.common import CliError
 from starter.connection import ServerUnreachable, UnknownTenant, use_tenant
+from starter.output import add_json_flags, error_json, wrapped
 from starter.telemetry import TracingConfigError, flush_traces
 
 COMMANDS = [cmd_dev, demo, cmd_run, cmd_runs, cmd_graph, cmd_replay, cmd_inspect, cmd_approve,
-            cmd_cost, cmd_codec]
+            cmd_cost, cmd_codec, cmd_watch]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,22 +49,32 @@ def build_parser() -> argparse.ArgumentParser:
         if "--tenant" not in command._option_string_actions:
             command.add_argument("--tenant", dest="act_tenant", metavar="NAME",
                                  default=argparse.SUPPRESS, help=tenant_help)
+    add_json_flags(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    as_json = getattr(args, "json", False)
     try:
         use_tenant(getattr(args, "act_tenant", None))
-        result = args.handler(args)
-        if asyncio.iscoroutine(result):
-            result = asyncio.run(result)
-        return int(result or 0)
+        if as_json and not args.json_native:
+            return wrapped(args.command, lambda: _dispatch(args))
+        return _dispatch(args)
     except (CliError, ServerUnreachable, UnknownTenant, TracingConfigError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        if as_json and args.json_native:
+            print(error_json(exc, 2))
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    result = args.handler(args)
+    if asyncio.iscoroutine(result):
+        result = asyncio.run(result)
+    return int(result or 0)
 
 
 def entry() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 
@@ -26,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--ui-codec-endpoint", metavar="URL",
                    help="the Web UI decodes payloads through this codec server "
                         "(`tower codec-server`), e.g. http://127.0.0.1:8081")
+    p.add_argument("--json", action="store_true",
+                   help="print the server's addresses as one JSON line, then run it")
     p.set_defaults(handler=run)
 
 
@@ -35,9 +38,15 @@ def run(args: argparse.Namespace) -> int:
     extra = ["--ui-codec-endpoint", args.ui_codec_endpoint] if args.ui_codec_endpoint else []
     cmd = dev_server_command(port=args.port, ui_port=args.ui_port, db=args.db,
                              headless=args.headless, namespaces=args.tenant, extra=extra)
-    print(f"Temporal dev server on 127.0.0.1:{args.port}, state in {args.db}")
-    if not args.headless:
-        print(f"Web UI: http://localhost:{args.ui_port}")
-    print(f"Workers and commands connect with TEMPORAL_ADDRESS=127.0.0.1:{args.port}", flush=True)
+    if args.json:
+        print(json.dumps({"address": f"127.0.0.1:{args.port}", "db": args.db,
+                          "web_ui": None if args.headless else f"http://localhost:{args.ui_port}",
+                          "command": cmd}), flush=True)
+    else:
+        print(f"Temporal dev server on 127.0.0.1:{args.port}, state in {args.db}")
+        if not args.headless:
+            print(f"Web UI: http://localhost:{args.ui_port}")
+        print(f"Workers and commands connect with TEMPORAL_ADDRESS=127.0.0.1:{args.port}",
+              flush=True)
     os.execv(cmd[0], cmd) if os.name == "posix" else subprocess.run(cmd, check=False)
     return 0

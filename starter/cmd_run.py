@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import uuid
 from typing import Any
@@ -14,8 +15,10 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from starter.approvals import with_approvals
-from starter.common import agent_class, follow, parse_input, ui_link
+from starter.cmd_watch import end_event
+from starter.common import agent_class, parse_input, ui_link
 from starter.connection import TASK_QUEUE, connect, connect_config
+from starter.live import watch
 from workflows.machine import search
 from workflows.registry import AGENTS
 
@@ -30,7 +33,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--input", required=True, help='e.g. \'{"question": "Check ACC-1001"}\'')
     p.add_argument("--id", help="workflow id (default: AGENT-<random>)")
     p.add_argument("--task-queue", default=TASK_QUEUE)
-    p.add_argument("--no-follow", action="store_true", help="start and print the run id only")
+    follow = p.add_mutually_exclusive_group()
+    follow.add_argument("--follow", dest="follow", action="store_true", default=True,
+                        help="show transitions live with a progress line (the default)")
+    follow.add_argument("--no-follow", dest="follow", action="store_false",
+                        help="start and print the run id only")
+    p.add_argument("--json", action="store_true",
+                   help="JSON for scripts: one object per line (started, each transition, end)")
     p.set_defaults(handler=run)
 
 
@@ -46,20 +55,34 @@ async def run(args: argparse.Namespace) -> int:
         search_attributes=TypedSearchAttributes([
             SearchAttributePair(search.AGENT_NAME, agent.machine.name),
             SearchAttributePair(search.AGENT_STATUS, "RUNNING")]),
+        # The Web UI's "Summary" of the run: what was asked, in one line.
+        static_summary=f"{agent.machine.name}: {args.input}"[:200],
     )
-    print(f"started {run_id}")
-    if args.no_follow:
+    config = connect_config()
+    link = ui_link(config["target_host"], config.get("namespace", "default"), run_id)
+    if args.json:
+        print(json.dumps({"event": "started", "run": run_id, "agent": agent.machine.name,
+                          "task_queue": args.task_queue, "web_ui": link}), flush=True)
+    else:
+        print(f"started {run_id}", flush=True)
+    if not args.follow:
         return 0
     if not await has_workers(client, args.task_queue):
         print(f"warning: no worker is polling task queue {args.task_queue!r}; the run waits "
               "until one starts (`python worker.py`)", file=sys.stderr, flush=True)
-    status = await follow(handle)
+    progress = await watch(handle, as_json=args.json)
+    status = progress.status
     state = await handle.query("state", result_type=dict)
+    approvals = (await handle.query("approvals", result_type=dict)
+                 if status == "AWAITING_APPROVAL" else {})
+    if args.json:
+        print(end_event(run_id, status, progress.step, progress.node, state=state,
+                        pending=approvals.get("pending"), web_ui=link))
+        return 0 if status != "FAILED" else 1
     print_outcome(status, state)
-    if status == "AWAITING_APPROVAL":
-        print_pending(await handle.query("approvals", result_type=dict))
-    config = connect_config()
-    print(f"Web UI: {ui_link(config['target_host'], config.get('namespace', 'default'), run_id)}")
+    if approvals:
+        print_pending(approvals)
+    print(f"Web UI: {link}")
     return 0 if status != "FAILED" else 1
 
 

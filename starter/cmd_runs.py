@@ -19,6 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                        description="Print the state of run RUN (a workflow id): the live state "
                                    "of a running run, the final state of a closed one.")
     p.add_argument("run", metavar="RUN", help="workflow id")
+    p.add_argument("--json", action="store_true", help="the same JSON (it is always JSON)")
     p.set_defaults(handler=state)
 
     p = sub.add_parser("list", help="list agent runs",
@@ -27,6 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--status", help="only runs in this status (RUNNING, AWAITING_APPROVAL, "
                                     "DONE, FAILED)")
     p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--json", action="store_true", help="a JSON array of runs")
     p.set_defaults(handler=list_runs)
 
 
@@ -66,14 +68,20 @@ def list_query(agent: str | None, status: str | None) -> str:
 async def list_runs(args: argparse.Namespace) -> int:
     client = await connect()
     query = list_query(args.agent, args.status)
-    print(f"{'RUN':<28} {'AGENT':<12} {'STATUS':<18} {'NODE':<16} STEP")
-    count = 0
+    rows = []
     async for wf in client.list_workflows(query, limit=args.limit):
         sa = wf.typed_search_attributes
-        print(f"{wf.id:<28} {sa.get(search.AGENT_NAME) or '?':<12} "
-              f"{sa.get(search.AGENT_STATUS) or '?':<18} {sa.get(search.AGENT_NODE) or '?':<16} "
-              f"{sa.get(search.AGENT_STEP) or 0}")
-        count += 1
-    if count == 0:
+        rows.append({"run": wf.id, "agent": sa.get(search.AGENT_NAME),
+                     "status": sa.get(search.AGENT_STATUS), "node": sa.get(search.AGENT_NODE),
+                     "step": sa.get(search.AGENT_STEP) or 0,
+                     "started": wf.start_time.isoformat() if wf.start_time else None})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'RUN':<28} {'AGENT':<12} {'STATUS':<18} {'NODE':<16} STEP")
+    for r in rows:
+        print(f"{r['run']:<28} {r['agent'] or '?':<12} {r['status'] or '?':<18} "
+              f"{r['node'] or '?':<16} {r['step']}")
+    if not rows:
         print("(no runs)")
     return 0

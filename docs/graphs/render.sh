@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Redraw every agent's state machine for the README, from the compiled graphs.
+# Needs Graphviz's `dot` (apt-get install graphviz); nothing goes over the network.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+.venv/bin/tower graph --all --format svg --out-dir docs/graphs
+.venv/bin/tower graph --all --format mermaid --out-dir docs/graphs
