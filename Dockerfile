@@ -1,0 +1,12 @@
+# The Tower worker image (also runs `tower` commands and the search-attribute setup).
+FROM python:3.11-slim
+WORKDIR /app
+ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+COPY pyproject.toml README.md ./
+COPY workflows workflows
+COPY activities activities
+COPY starter starter
+COPY worker.py ./
+RUN pip install . && useradd --create-home tower && mkdir -p /data && chown tower /data
+USER tower
+CMD ["python", "worker.py"]
