@@ -21,6 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from starter.devserver import temporal_binary
 from starter.server_setup import SearchAttributeClash, register_search_attributes
+from starter.telemetry import exporter_names, make_exporter
 from workflows.machine import search
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +72,14 @@ def test_the_stack_has_every_part_and_workers_scale() -> None:
     assert services["temporal-ui"]["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233"
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert 'CMD ["python", "worker.py"]' in dockerfile and "pip install ." in dockerfile
+
+
+def test_the_workers_tracing_settings_make_an_otlp_exporter() -> None:
+    env = {k: str(v) for k, v in compose()["services"]["worker"]["environment"].items()}
+    assert exporter_names(env) == ["otlp"]
+    exporter = make_exporter("otlp", env)
+    assert exporter._endpoint == "http://otel-collector:4318/v1/traces"  # type: ignore[attr-defined]
+    exporter.shutdown()
 
 
 def test_the_collector_sends_traces_to_jaeger() -> None:
