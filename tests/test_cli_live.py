@@ -121,7 +121,8 @@ async def test_other_commands_print_json(
                      ["cost", run_id], ["inspect", run_id], ["graph", "account"],
                      ["history", "export", run_id, "--output", str(tmp_path / "h.json")],
                      ["replay", str(tmp_path / "h.json")]):
-            code, out, err = await tower(address, *args, "--json")
+            # Each command is a fresh process importing everything: slow on a loaded machine.
+            code, out, err = await tower(address, *args, "--json", timeout=120)
             assert code == 0, (args, err)
             json.loads(out)  # one JSON document, nothing else on stdout
     # Errors too: a script gets JSON and exit code 2.
