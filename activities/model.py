@@ -25,12 +25,19 @@ from temporalio.exceptions import ApplicationError
 from workflows.machine import Message, Usage
 from workflows.machine.wire import ModelReply, ModelRequest, ToolCallRequest
 
+from .fallback import (
+    AGENT_HEADER,
+    NODE_HEADER,
+    Endpoint,
+    Verdict,
+    brief,
+    classify,
+    parse_models,
+    retry_after,
+)
 from .messages import MessageStore
 from .prices import PriceTable
 from .scripted import SCRIPTED_MODEL, scripted_reply
-
-RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
-             openai.APIConnectionError)
 
 
 @dataclass(frozen=True)
@@ -39,9 +46,13 @@ class ModelSettings:
 
     api_key: str | None = None
     base_url: str | None = None
+    # Ordered fallbacks: "NAME" (at base_url) or "NAME@http(s)://HOST/v1" (its own endpoint).
     models: list[str] = field(default_factory=lambda: ["gpt-4o-mini"])
     timeout_seconds: float = 60.0
     prices: PriceTable = field(default_factory=PriceTable)
+
+    def __post_init__(self) -> None:
+        parse_models(self.models)  # a bad entry is a clear error at start-up, not mid-run
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ModelSettings:
@@ -69,13 +80,28 @@ class ModelActivities:
     def __init__(self, settings: ModelSettings, store: MessageStore | None = None) -> None:
         self.settings = settings
         self.store = store
-        self._client = None if settings.scripted else openai.AsyncOpenAI(
-            api_key=settings.api_key, base_url=settings.base_url, max_retries=0,
-            timeout=settings.timeout_seconds,
-        )
+        self._clients: dict[str | None, openai.AsyncOpenAI] = {}
+
+    def _client_for(self, base_url: str | None) -> openai.AsyncOpenAI:
+        url = base_url or self.settings.base_url
+        if url not in self._clients:
+            # max_retries=0: Temporal owns retries, so every attempt is in the history.
+            self._clients[url] = openai.AsyncOpenAI(
+                api_key=self.settings.api_key, base_url=url, max_retries=0,
+                timeout=self.settings.timeout_seconds)
+        return self._clients[url]
 
     @activity.defn(name="call_model")
     async def call_model(self, request: ModelRequest) -> ModelReply:
+        # Heartbeats say "still waiting on the model": a worker killed mid-call is
+        # noticed at the heartbeat timeout and the call retried on another worker.
+        beat = asyncio.create_task(_heartbeat())
+        try:
+            return await self._with_store(request)
+        finally:
+            beat.cancel()
+
+    async def _with_store(self, request: ModelRequest) -> ModelReply:
         if not (request.history or request.keep):
             return await self._answer(request)
         if self.store is None:
@@ -93,7 +119,7 @@ class ModelActivities:
         return reply
 
     async def _answer(self, request: ModelRequest) -> ModelReply:
-        reply = await self._call(request)
+        reply = await self._fallback(request)
         # Priced here, in the activity, so each call's cost is in the history and replays as is.
         reply.usage = self.settings.prices.priced(reply.model, reply.usage)
         # The activity's span (when tracing) carries the call in GenAI terms.
@@ -105,34 +131,52 @@ class ModelActivities:
             "tower.cost_usd": reply.usage.cost_usd})
         return reply
 
-    async def _call(self, request: ModelRequest) -> ModelReply:
-        if self._client is None:
+    async def _fallback(self, request: ModelRequest) -> ModelReply:
+        if self.settings.scripted:
             return scripted_reply(request)
+        failures: list[str] = []
+        waits: list[float] = []
+        retryable = False
         last: Exception | None = None
-        for model in request.models or self.settings.models:
+        for endpoint in parse_models(request.models or self.settings.models):
             try:
-                return await self._complete(model, request)
-            except RETRYABLE as exc:
-                activity.logger.warning("model %s unavailable (%s); trying the next", model, exc)
+                return await self._complete(endpoint, request)
+            except ApplicationError:
+                raise  # a refusal: already classified
+            except Exception as exc:
+                verdict = classify(exc)
+                if verdict is Verdict.REJECT:
+                    raise ApplicationError(
+                        f"{endpoint.model} rejected the request: {brief(exc)}",
+                        type="ModelRequestRejected", non_retryable=True) from exc
+                retryable = retryable or verdict is Verdict.RETRY
+                wait = retry_after(exc)
+                if wait is not None:
+                    waits.append(wait)
+                failures.append(f"{endpoint.model}: {brief(exc)}")
                 last = exc
-            except openai.APIStatusError as exc:
-                raise ApplicationError(
-                    f"{model} rejected the request ({exc.status_code}): {exc.message}",
-                    type="ModelRequestRejected", non_retryable=True) from exc
-        raise ApplicationError(
-            f"no model answered; last error: {last}", type="ModelUnavailable",
-            next_retry_delay=_retry_after(last)) from last
+                activity.logger.warning("model %s failed (%s); trying the next",
+                                        endpoint.model, brief(exc))
+        if not retryable:
+            raise ApplicationError(f"no model can serve this: {'; '.join(failures)}",
+                                   type="ModelRequestRejected", non_retryable=True) from last
+        # The soonest any model said it is back: the next attempt starts with that one.
+        delay = timedelta(seconds=min(waits)) if waits else None
+        raise ApplicationError(f"no model answered: {'; '.join(failures)}",
+                               type="ModelUnavailable", next_retry_delay=delay) from last
 
-    async def _complete(self, model: str, request: ModelRequest) -> ModelReply:
-        assert self._client is not None
-        kwargs: dict[str, Any] = {"model": model, "messages": _openai_messages(request)}
+    async def _complete(self, endpoint: Endpoint, request: ModelRequest) -> ModelReply:
+        model = endpoint.model
+        kwargs: dict[str, Any] = {
+            "model": model, "messages": _openai_messages(request),
+            "extra_headers": {AGENT_HEADER: request.agent, NODE_HEADER: request.node}}
         if request.tools:
             kwargs["tools"] = [{"type": "function", "function": t.model_dump()}
                                for t in request.tools]
         if request.response_schema is not None:
             kwargs["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": request.response_name or "answer", "schema": request.response_schema}}
-        response = await self._client.chat.completions.create(**kwargs)
+        response = await self._client_for(endpoint.base_url).chat.completions.create(**kwargs)
         message = response.choices[0].message
         if getattr(message, "refusal", None):
             raise ApplicationError(f"{model} refused: {message.refusal}", type="ModelRefused",
@@ -170,10 +214,8 @@ def _arguments(raw: str | None) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {"_not_an_object": parsed}
 
 
-def _retry_after(exc: Exception | None) -> timedelta | None:
-    response = getattr(exc, "response", None)
-    value = response.headers.get("retry-after") if response is not None else None
-    try:
-        return timedelta(seconds=float(value)) if value else None
-    except ValueError:
-        return None
+async def _heartbeat() -> None:
+    timeout = activity.info().heartbeat_timeout or timedelta(seconds=30)
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(max(timeout.total_seconds() / 3, 0.5))

@@ -16,6 +16,8 @@ from starter import (
     cmd_dev,
     cmd_graph,
     cmd_inspect,
+    cmd_model_server,
+    cmd_operator,
     cmd_replay,
     cmd_run,
     cmd_runs,
@@ -28,7 +30,7 @@ from starter.output import add_json_flags, error_json, wrapped
 from starter.telemetry import TracingConfigError, flush_traces
 
 COMMANDS = [cmd_dev, demo, cmd_run, cmd_runs, cmd_graph, cmd_replay, cmd_inspect, cmd_approve,
-            cmd_cost, cmd_codec, cmd_watch]
+            cmd_cost, cmd_codec, cmd_watch, cmd_operator, cmd_model_server]
 
 
 def build_parser() -> argparse.ArgumentParser:

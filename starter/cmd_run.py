@@ -16,10 +16,11 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from starter.approvals import with_approvals
 from starter.cmd_watch import end_event
-from starter.common import agent_class, parse_input, ui_link
+from starter.common import CliError, agent_class, parse_input, ui_link
 from starter.connection import TASK_QUEUE, connect, connect_config
 from starter.live import watch
 from workflows.machine import search
+from workflows.machine.runtime import FAILED_WAIT_MEMO
 from workflows.registry import AGENTS
 
 
@@ -40,12 +41,18 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                         help="start and print the run id only")
     p.add_argument("--json", action="store_true",
                    help="JSON for scripts: one object per line (started, each transition, end)")
+    p.add_argument("--failed-wait", type=float, metavar="SECONDS",
+                   help="how long a FAILED run waits for `tower retry`/`tower abort` before "
+                        "it closes (default: the agent's, 7 days)")
     p.set_defaults(handler=run)
 
 
 async def run(args: argparse.Namespace) -> int:
     agent = agent_class(args.agent)
     request = parse_input(agent, args.input)
+    if args.failed_wait is not None and not 0 <= args.failed_wait <= 366 * 86400:
+        raise CliError(f"--failed-wait must be between 0 and a year in seconds, "
+                       f"not {args.failed_wait}")
     client = await connect()
     run_id = args.id or f"{args.agent}-{uuid.uuid4().hex[:8]}"
     # A gated agent gets its per-run approval key (never the tenant's secret).
@@ -57,6 +64,7 @@ async def run(args: argparse.Namespace) -> int:
             SearchAttributePair(search.AGENT_STATUS, "RUNNING")]),
         # The Web UI's "Summary" of the run: what was asked, in one line.
         static_summary=f"{agent.machine.name}: {args.input}"[:200],
+        memo={} if args.failed_wait is None else {FAILED_WAIT_MEMO: args.failed_wait},
     )
     config = connect_config()
     link = ui_link(config["target_host"], config.get("namespace", "default"), run_id)

@@ -18,6 +18,7 @@ from worker import build_worker
 from workflows.account import AccountRequest
 from workflows.lifecycle import LifecycleRequest
 from workflows.onboarding import OnboardingRequest
+from workflows.order import OrderRequest
 from workflows.research import ResearchRequest
 from workflows.support import SupportRequest
 
@@ -42,6 +43,11 @@ RUNS: list[tuple[str, BaseModel, str]] = [
      "hybrid exits: the model signals 'done', code holds it until 2 sources / 100 words"),
     ("lifecycle", LifecycleRequest(goal="Check account ACC-1001 and invoice INV-2001"),
      "event-driven guard table: plans and tool results arrive as events"),
+    ("order", OrderRequest(text="Please send 2 x WIDGET-1 and 1 x GADGET-2 to 1 Main St, "
+                                "Springfield, US"),
+     "model parses, then stock, tax, payment, shipment in code; model confirms"),
+    ("order", OrderRequest(text="3 x WIDGET-1 to 5 Rue Neuve, Paris, FR", card="tok_declined"),
+     "the same agent with a declined card: stock released, run ends FAILED with the reason"),
 ]
 
 

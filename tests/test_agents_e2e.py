@@ -13,6 +13,7 @@ from activities.model import ModelSettings
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
 from workflows.machine import Transition
+from workflows.machine.runtime import FAILED_WAIT_MEMO
 from workflows.support import SupportAgent, SupportRequest
 
 SCRIPTED = ModelSettings()
@@ -48,7 +49,8 @@ async def test_account_loop_budget_ends_failed(
     async with build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED):
         state = await client.execute_workflow(
             AccountAgent.run, AccountRequest(question="Check account ACC-9999"),
-            id=f"account-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+            id=f"account-{uuid.uuid4().hex[:8]}", task_queue=task_queue,
+            memo={FAILED_WAIT_MEMO: 0})  # close at once instead of waiting for an operator
     assert state.status == "FAILED"
     assert any("loop budget exceeded" in e for e in state.errors)
     assert state.visits["reason"] == 5 and state.node == "FAILED"

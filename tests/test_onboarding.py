@@ -13,6 +13,7 @@ from activities.model import ModelSettings
 from activities.tools import TOOLS, ToolBox
 from worker import build_worker
 from workflows.machine import Transition
+from workflows.machine.runtime import FAILED_WAIT_MEMO
 from workflows.machine.wire import ToolCall
 from workflows.onboarding import (
     GRAPH,
@@ -31,7 +32,8 @@ async def _run(client: Client, task_queue: str, db_path: Path, message: str):
     async with build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED):
         handle = await client.start_workflow(
             OnboardingAgent.run, OnboardingRequest(message=message),
-            id=f"onboarding-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+            id=f"onboarding-{uuid.uuid4().hex[:8]}", task_queue=task_queue,
+            memo={FAILED_WAIT_MEMO: 0})  # a FAILED run closes at once, no operator wait
         state = await handle.result()
         log = await handle.query("transitions", result_type=list[Transition])
         history = await handle.fetch_history()

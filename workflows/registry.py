@@ -10,6 +10,7 @@ from workflows.lifecycle import LifecycleAgent
 from workflows.machine.runtime import AgentWorkflow
 from workflows.migration import MigrationAgent
 from workflows.onboarding import OnboardingAgent
+from workflows.order import OrderAgent
 from workflows.refund import RefundAgent
 from workflows.research import ResearchAgent
 from workflows.support import SupportAgent
@@ -25,4 +26,5 @@ AGENTS: dict[str, type[AgentWorkflow]] = {
     "lifecycle": LifecycleAgent,
     "company": CompanyAgent,
     "fanout": FanOutAgent,
+    "order": OrderAgent,
 }

@@ -13,7 +13,18 @@ from collections.abc import Callable
 from workflows.machine import Usage
 from workflows.machine.wire import ModelReply, ModelRequest, ToolCallRequest
 
-from . import account, chat, company, lifecycle, migration, onboarding, refund, research, support
+from . import (
+    account,
+    chat,
+    company,
+    lifecycle,
+    migration,
+    onboarding,
+    order,
+    refund,
+    research,
+    support,
+)
 
 SCRIPTED_MODEL = "scripted"
 
@@ -24,7 +35,8 @@ SCRIPTS: dict[tuple[str, str], Script] = {
     **research.SCRIPTS,
     **chat.SCRIPTS, **refund.SCRIPTS, **migration.SCRIPTS,
     **lifecycle.SCRIPTS,
-    **company.SCRIPTS}
+    **company.SCRIPTS,
+    **order.SCRIPTS}
 
 
 def scripted_reply(request: ModelRequest) -> ModelReply:

@@ -17,13 +17,14 @@ from temporalio.exceptions import ApplicationError
 
 from workflows.machine.wire import ToolCall, ToolSchema
 
-from . import accounts, billing, helpdesk, migrations, onboarding, research
+from . import accounts, billing, helpdesk, migrations, onboarding, orders, research
 from .db import connect
 from .spec import Tool
 
 TOOLS: dict[str, Tool] = {t.name: t for t in [
     *accounts.TOOLS, *billing.TOOLS, *helpdesk.TOOLS, *onboarding.TOOLS, *research.TOOLS,
-    *migrations.TOOLS]}
+    *migrations.TOOLS,
+    *orders.TOOLS]}
 
 
 def schema_of(name: str) -> ToolSchema:
@@ -59,6 +60,9 @@ class ToolBox:
         try:
             with db:  # one transaction: the effect and its idempotency record, or neither
                 if tool.side_effect:
+                    # Take the write lock before looking: two attempts with one key
+                    # (a timed-out attempt still running, its retry) then serialize.
+                    db.execute("BEGIN IMMEDIATE")
                     done = db.execute("SELECT result FROM effects WHERE idempotency_key=?",
                                       (call.idempotency_key,)).fetchone()
                     if done is not None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from . import orders
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS accounts (
     id TEXT PRIMARY KEY, name TEXT NOT NULL, email TEXT NOT NULL, plan TEXT NOT NULL,
@@ -90,4 +92,5 @@ def connect(path: str | Path) -> sqlite3.Connection:
                        SEED_BLOCKED_COMPANIES)
         db.executemany("INSERT OR IGNORE INTO sources VALUES (?,?,?,?)", SEED_SOURCES)
         db.commit()
+    orders.ensure_schema(db)
     return db

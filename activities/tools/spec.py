@@ -24,6 +24,8 @@ class Tool:
     # A control tool is a signal from the model to its node (e.g. advance_to_next_step):
     # the node reads the call; no activity exists for it.
     control: bool = False
+    # start-to-close per attempt: a worker that dies mid-call is retried after this.
+    timeout_seconds: float = 10.0
 
     def schema(self) -> ToolSchema:
         return ToolSchema(name=self.name, description=self.description,

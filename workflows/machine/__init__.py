@@ -3,7 +3,15 @@
 Everything here except ``runtime`` and ``context`` is pure and imports no Temporal.
 """
 
-from .engine import Transition, advance, fail, operator_retry, start
+from .engine import (
+    Transition,
+    advance,
+    fail,
+    node_error,
+    operator_abort,
+    operator_retry,
+    start,
+)
 from .errors import IllegalTransition, InvalidGraph, NodeFailed, TowerError
 from .graph import DONE, FAILED, START, TERMINALS, Budget, Graph, Machine
 from .state import (
@@ -12,6 +20,7 @@ from .state import (
     REPLACE,
     AgentState,
     Message,
+    NodeError,
     Reducer,
     Status,
     UpdateError,
@@ -22,7 +31,7 @@ from .state import (
 
 __all__ = [
     "ADD", "APPEND", "DONE", "FAILED", "REPLACE", "START", "TERMINALS", "AgentState", "Budget",
-    "Graph", "IllegalTransition", "InvalidGraph", "Machine", "Message", "NodeFailed", "Reducer",
-    "Status", "TowerError", "Transition", "UpdateError", "Usage", "advance", "apply_update",
-    "custom", "fail", "operator_retry", "start",
+    "Graph", "IllegalTransition", "InvalidGraph", "Machine", "Message", "NodeError", "NodeFailed",
+    "Reducer", "Status", "TowerError", "Transition", "UpdateError", "Usage", "advance",
+    "apply_update", "custom", "fail", "node_error", "operator_abort", "operator_retry", "start",
 ]

@@ -33,6 +33,7 @@ MODEL_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=30), maximum_attempts=6,
     non_retryable_error_types=["ModelRequestRejected"],
 )
+MODEL_HEARTBEAT = timedelta(seconds=10)
 TOOL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30), maximum_attempts=5,
@@ -104,7 +105,8 @@ class NodeContext:
         key = f"{info.workflow_id}/{info.run_id}/{self.step}/{len(self.calls)}"
         result: dict[str, Any] = await workflow.execute_activity(
             name, ToolCall(tool=name, arguments=arguments, idempotency_key=key),
-            result_type=dict, start_to_close_timeout=timedelta(seconds=30),
+            result_type=dict,
+            start_to_close_timeout=timedelta(seconds=TOOLS[name].timeout_seconds),
             retry_policy=TOOL_RETRY, summary=f"{self.node.name} · tool {name}",
         )
         self.calls.append(f"tool:{name}")
@@ -124,6 +126,9 @@ class NodeContext:
         reply: ModelReply = await workflow.execute_activity(
             "call_model", request, result_type=ModelReply,
             start_to_close_timeout=timedelta(seconds=120), retry_policy=MODEL_RETRY,
+            # The activity heartbeats while it waits for the model: a worker killed
+            # mid-call is noticed in seconds, not at the start-to-close timeout.
+            heartbeat_timeout=MODEL_HEARTBEAT,
             summary=f"{self.node.name} · model",
         )
         self.calls.append(f"model:{reply.model}")

@@ -18,7 +18,7 @@ from pydantic_core import to_jsonable_python
 
 from .errors import IllegalTransition
 from .graph import DONE, FAILED, START, TERMINALS, Machine
-from .state import AgentState, Status, UpdateError, apply_update, set_engine_fields
+from .state import AgentState, NodeError, Status, UpdateError, apply_update, set_engine_fields
 
 
 class Transition(BaseModel):
@@ -84,15 +84,57 @@ def fail(
                  calls or [])
 
 
+def node_error(
+    machine: Machine, state: AgentState, node: str, why: str, *, at: datetime, event_id: int,
+    calls: list[str] | None = None,
+) -> tuple[AgentState, Transition]:
+    """``node`` raised instead of returning an update: record the error in
+    ``errors`` and ``last_error``, then go to the node's recovery node
+    (``Graph.on_error``) or, without one or past its budget, to FAILED."""
+    calls = calls or []
+    errored = set_engine_fields(state, last_error=NodeError(node=node, error=why,
+                                                            step=state.step))
+    target = machine.recovery.get(node)
+    if target is None:
+        return fail(machine, errored, why, at=at, event_id=event_id, calls=calls)
+    over = over_budget(machine, errored, target)
+    if over:
+        return fail(machine, errored, f"recovery exhausted ({over}); last error: {why}",
+                    at=at, event_id=event_id, calls=calls)
+    errored = apply_update(errored, {"errors": [f"{node}: {why}"]})
+    return _move(machine, errored, node, target, f"error in {node}: {why}", {}, at, event_id,
+                 calls)
+
+
 def operator_retry(
     machine: Machine, state: AgentState, node: str, by: str, *, at: datetime, event_id: int
 ) -> tuple[AgentState, Transition]:
     """The only way out of FAILED: an operator names the node to retry from."""
+    check_operator_retry(machine, state, node)
+    retried = set_engine_fields(state, last_error=None)
+    return _move(machine, retried, FAILED, node, f"{OPERATOR_PREFIX} retry by {by}", {}, at,
+                 event_id, [])
+
+
+def check_operator_retry(machine: Machine, state: AgentState, node: str) -> None:
+    """Raise IllegalTransition (changing nothing) unless ``node`` can be retried from."""
     if state.node != FAILED:
         raise IllegalTransition(state.node, node, "only a FAILED run can be retried")
     if node not in machine.nodes:
-        raise IllegalTransition(state.node, node, f"{node!r} is not a node of {machine.name}")
-    return _move(machine, state, FAILED, node, f"{OPERATOR_PREFIX} retry by {by}", {}, at,
+        known = ", ".join(machine.nodes)
+        raise IllegalTransition(state.node, node,
+                                f"{node!r} is not a node of {machine.name} (nodes: {known})")
+
+
+def operator_abort(
+    machine: Machine, state: AgentState, by: str, why: str, *, at: datetime, event_id: int
+) -> tuple[AgentState, Transition]:
+    """An operator gives up on a FAILED run: it stays FAILED and closes, reason recorded."""
+    if state.node != FAILED:
+        raise IllegalTransition(state.node, FAILED, "only a FAILED run can be aborted")
+    note = f"aborted by {by}" + (f": {why}" if why else "")
+    aborted = apply_update(state, {"errors": [note]})
+    return _move(machine, aborted, FAILED, FAILED, f"{OPERATOR_PREFIX} abort by {by}", {}, at,
                  event_id, [])
 
 

@@ -87,6 +87,7 @@ class Machine:
         transitions: Mapping[str, Transitions],
         budget: Budget | None,
         gates: Mapping[str, Gate] | None = None,
+        recovery: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
         self.state_type = state_type
@@ -94,6 +95,8 @@ class Machine:
         self.nodes = MappingProxyType(dict(nodes))
         self.transitions = MappingProxyType(dict(transitions))
         self.budget = budget
+        # node -> the node its errors route to (Graph.on_error); others fail.
+        self.recovery = MappingProxyType(dict(recovery or {}))
         # Gates by the node they guard.
         self.gates = MappingProxyType(dict(gates or {}))
 
@@ -108,6 +111,8 @@ class Machine:
         if source in TERMINALS:
             return False
         if target == FAILED or (self.budget and target == self.budget.escalate_to):
+            return True
+        if self.recovery.get(source) == target:
             return True
         gate = self.gates.get(source)
         # A gate holds the run at its node (source == target) or routes a decision away.
@@ -147,6 +152,7 @@ class Graph:
         self._out: dict[str, Transitions] = {}
         self._budget: Budget | None = None
         self._gates: dict[str, Gate] = {}
+        self._on_error: tuple[str, tuple[str, ...] | None] | None = None
 
     def node(
         self, name: str, fn: NodeFn, *, prompt: str = "", tools: Iterable[str] = (),
@@ -190,6 +196,33 @@ class Graph:
         self._gates[node] = replace(gate, node=node)
         return self
 
+    def on_error(self, recovery: str, *, nodes: Iterable[str] | None = None) -> Graph:
+        """Route node errors (a NodeFailed, an activity out of retries) to ``recovery``.
+
+        ``nodes`` limits which nodes recover (default: every node but ``recovery``);
+        the others, and ``recovery`` itself, go straight to FAILED. The error is in
+        ``state.errors`` and ``state.last_error`` when ``recovery`` runs.
+        """
+        if self._on_error is not None:
+            raise InvalidGraph(self.name, "on_error is already set")
+        self._on_error = (recovery, tuple(nodes) if nodes is not None else None)
+        return self
+
+    def _recovery_map(self) -> dict[str, str]:
+        if self._on_error is None:
+            return {}
+        recovery, listed = self._on_error
+        if recovery not in self._nodes:
+            raise InvalidGraph(self.name, f"on_error names unknown node {recovery!r}")
+        sources = listed if listed is not None else tuple(self._nodes)
+        for node in sources:
+            if node not in self._nodes:
+                raise InvalidGraph(self.name, f"on_error lists unknown node {node!r}")
+            if node == recovery and listed is not None:
+                raise InvalidGraph(self.name, f"recovery node {recovery!r} cannot recover "
+                                              "its own errors")
+        return {n: recovery for n in sources if n != recovery}
+
     def _add(self, out: Transitions) -> Graph:
         if out.source in self._out:
             raise InvalidGraph(self.name, f"node {out.source!r} already has its transitions")
@@ -197,12 +230,14 @@ class Graph:
         return self
 
     def compile(self) -> Machine:
-        _validate(self.name, self._entry, self._nodes, self._out, self._budget, self._gates)
+        recovery = self._recovery_map()
+        _validate(self.name, self._entry, self._nodes, self._out, self._budget, self._gates,
+                  recovery)
         _validate_gates(self.name, self.state_type, self._nodes, self._gates)
         assert self._entry is not None
         return Machine(
             self.name, self.state_type, self._entry, self._nodes, self._out, self._budget,
-            self._gates,
+            self._gates, recovery,
         )
 
 
@@ -210,6 +245,7 @@ def _validate(
     name: str, entry: str | None, nodes: Mapping[str, Node],
     out: Mapping[str, Transitions], budget: Budget | None,
     gates: Mapping[str, Gate] | None = None,
+    recovery: Mapping[str, str] | None = None,
 ) -> None:
     def fail(msg: str) -> None:
         raise InvalidGraph(name, msg)
@@ -257,6 +293,8 @@ def _validate(
             if target not in known:
                 fail(f"gate {gate.name!r} routes to unknown node {target!r}")
         succ[node].update(gate.targets)
+    for n, handler in (recovery or {}).items():
+        succ[n].add(handler)
     reachable = _closure({entry}, succ)  # type: ignore[arg-type]
     unreachable = sorted(set(nodes) - reachable)
     if unreachable:

@@ -27,6 +27,8 @@ def to_mermaid(machine: Machine) -> str:
                 labels.setdefault(target, []).append(label)
         for target, names in labels.items():
             lines.append(f"    {node} --> {ref(target)}: gate {' / '.join(names)}")
+    for source, handler in machine.recovery.items():
+        lines.append(f"    {source} --> {handler}: error")
     budget = machine.budget
     if budget is not None:
         # Entering a node past its visit limit escalates instead: draw that move.

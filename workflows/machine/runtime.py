@@ -9,6 +9,8 @@ a new worker resumes from there.
 
 from __future__ import annotations
 
+import contextlib
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
@@ -21,12 +23,28 @@ from .carry import Carry, LogSummary, summarize
 from .context import NodeContext
 from .cost import CallUsage, cost_report
 from .details import render_details
-from .engine import Transition, advance, fail, start
-from .errors import NodeFailed
+from .engine import (
+    Transition,
+    advance,
+    check_operator_retry,
+    node_error,
+    operator_abort,
+    operator_retry,
+    start,
+)
+from .errors import IllegalTransition, NodeFailed
 from .gates import needs_gate
 from .gating import Gatekeeper
-from .graph import TERMINALS, Machine
+from .graph import DONE, FAILED, TERMINALS, Machine
 from .state import AgentState, UpdateError, apply_update
+from .wire import AbortRequest, RetryRequest
+
+# Memo key a starter may set to override ``failed_wait`` for one run (seconds; 0: close
+# at once). A memo is part of the run's history, so replay sees the same value.
+FAILED_WAIT_MEMO = "tower_failed_wait_seconds"
+# Runs recorded before FAILED runs waited for an operator closed at once: they replay
+# down the old path (no marker in their history), new runs take the new one.
+DEAD_LETTER_PATCH = "tower-dead-letter"
 
 
 class AgentWorkflow(Gatekeeper):
@@ -42,6 +60,8 @@ class AgentWorkflow(Gatekeeper):
     # Upsert the search attributes at every transition (one history event each) instead
     # of only when the status changes, the run parks (``publish``) or it ends.
     publish_every_step: ClassVar[bool] = False
+    # How long a FAILED run stays open for an operator's retry or abort (dead letter).
+    failed_wait: ClassVar[timedelta] = timedelta(days=7)
 
     def __init__(self) -> None:
         self._state: AgentState | None = None
@@ -52,12 +72,14 @@ class AgentWorkflow(Gatekeeper):
         self.trace: list[AgentState] | None = None
         self._init_gates()
         self._calls: list[CallUsage] = []
+        self._decision: RetryRequest | AbortRequest | None = None
+        self._closing = False
 
     async def drive(
         self, state: AgentState, *, carried: LogSummary | None = None,
         approvals: ApprovalSettings | None = None,
     ) -> AgentState:
-        """Run the machine from its entry node until DONE or FAILED.
+        """Run the machine from its entry node until DONE, or FAILED with no operator retry.
 
         With ``carried`` (a run continued-as-new), ``state`` already stands on its node:
         the run goes on from there, with no new START transition. ``approvals`` (from
@@ -69,13 +91,79 @@ class AgentWorkflow(Gatekeeper):
         else:
             self._state, self._carried = state, carried
             self.publish()
-        while self.current.node not in TERMINALS:
-            if self.carry_over_due() and workflow.all_handlers_finished():
-                self.carry_over()
-            await self._step()
+        while True:
+            while self.current.node not in TERMINALS:
+                if self.carry_over_due() and workflow.all_handlers_finished():
+                    self.carry_over()
+                await self._step()
+            if self.current.node == DONE or not await self._await_operator():
+                self._closing = True
+                break
         # A decision handler may still be reporting its outcome: let it answer first.
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self.current
+
+    async def _await_operator(self) -> bool:
+        """Hold a FAILED run open until an operator decides or ``failed_wait`` passes.
+        True when the run goes on (a retry), False when it closes."""
+        if not workflow.patched(DEAD_LETTER_PATCH):
+            return False
+        wait = self._failed_wait()
+        if wait > timedelta(0):
+            until = workflow.now() + wait
+            workflow.set_current_details(
+                f"**{self.machine.name}** · FAILED · waiting for an operator until "
+                f"{until:%Y-%m-%d %H:%M} UTC: `tower retry {workflow.info().workflow_id} "
+                f"--from NODE` or `tower abort {workflow.info().workflow_id}`")
+            with contextlib.suppress(TimeoutError):  # no decision in time: the run closes
+                await workflow.wait_condition(lambda: self._decision is not None, timeout=wait)
+        decision, self._decision = self._decision, None
+        at, event_id = workflow.now(), _event_id()
+        if isinstance(decision, RetryRequest):
+            self._record(*operator_retry(self.machine, self.current, decision.node, decision.by,
+                                         at=at, event_id=event_id))
+            return True
+        if isinstance(decision, AbortRequest):
+            self._record(*operator_abort(self.machine, self.current, decision.by,
+                                         decision.reason, at=at, event_id=event_id))
+        return False
+
+    def _failed_wait(self) -> timedelta:
+        seconds = workflow.memo_value(FAILED_WAIT_MEMO, None, type_hint=float)
+        if seconds is None:
+            return self.failed_wait
+        return timedelta(seconds=max(0.0, seconds))
+
+    @workflow.update(name="retry")
+    def retry(self, request: RetryRequest) -> str:
+        """Operator: take this FAILED run back to ``request.node``."""
+        self._decision = request
+        return f"{workflow.info().workflow_id} will retry from {request.node}"
+
+    @retry.validator
+    def _check_retry(self, request: RetryRequest) -> None:
+        # Refused here, a bad decision never enters the history and changes nothing.
+        self._check_can_decide()
+        check_operator_retry(self.machine, self.current, request.node)
+
+    @workflow.update(name="abort")
+    def abort(self, request: AbortRequest) -> str:
+        """Operator: close this FAILED run for good."""
+        self._decision = request
+        return f"{workflow.info().workflow_id} aborted"
+
+    @abort.validator
+    def _check_abort(self, request: AbortRequest) -> None:
+        self._check_can_decide()
+
+    def _check_can_decide(self) -> None:
+        state = self._state
+        if state is None or state.node != FAILED or self._closing:
+            where = "closing" if self._closing else (state.node if state else "STARTING")
+            raise IllegalTransition(where, "?", "only a FAILED run waiting for an operator "
+                                                "takes a retry or an abort")
+        if self._decision is not None:
+            raise IllegalTransition(FAILED, "?", "a decision is already pending")
 
     def carry_input(self, carry: Carry) -> Any | None:
         """The input of this agent's next run, made from ``carry``; None (the default)
@@ -105,10 +193,13 @@ class AgentWorkflow(Gatekeeper):
         """Bring the run's search attributes up to date; upserts (one history event)
         only the ones that changed. Call it before the run parks on a long wait."""
         state = self.current
-        wanted = [(search.AGENT_NAME, self.machine.name), (search.AGENT_NODE, state.node),
+        wanted: list[tuple[Any, Any]] = [
+                  (search.AGENT_NAME, self.machine.name), (search.AGENT_NODE, state.node),
                   (search.AGENT_STATUS, state.status.value), (search.AGENT_STEP, state.step),
                   (search.AGENT_COST_USD, state.usage.cost_usd),
                   (search.AGENT_TOKENS, state.usage.tokens)]
+        if state.errors and workflow.patched(DEAD_LETTER_PATCH):  # why it failed, searchable
+            wanted.append((search.AGENT_ERROR, state.errors[-1][:256]))
         have = workflow.info().typed_search_attributes
         changed = [key.value_set(value) for key, value in wanted if have.get(key) != value]
         if changed:
@@ -139,8 +230,8 @@ class AgentWorkflow(Gatekeeper):
             # A failed node's model calls were still paid for.
             self._calls += ctx.model_calls
             state = apply_update(state, _spent(node.name, ctx))
-            self._record(*fail(self.machine, state, _reason(exc), at=workflow.now(),
-                               event_id=_event_id(), calls=ctx.calls))
+            self._record(*node_error(self.machine, state, node.name, _reason(exc),
+                                     at=workflow.now(), event_id=_event_id(), calls=ctx.calls))
             return
         update.update(_spent(node.name, ctx))
         self._calls += ctx.model_calls

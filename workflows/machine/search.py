@@ -15,9 +15,11 @@ AGENT_STEP = SearchAttributeKey.for_int("AgentStep")
 # What the run has spent on models so far: find expensive runs with a visibility query.
 AGENT_COST_USD = SearchAttributeKey.for_float("AgentCostUsd")
 AGENT_TOKENS = SearchAttributeKey.for_int("AgentTokens")
+# The latest error of a run (truncated): why a FAILED run failed, searchable.
+AGENT_ERROR = SearchAttributeKey.for_keyword("AgentError")
 
 ALL: list[SearchAttributeKey[Any]] = [
-    AGENT_NAME, AGENT_NODE, AGENT_STATUS, AGENT_STEP, AGENT_COST_USD, AGENT_TOKENS]
+    AGENT_NAME, AGENT_NODE, AGENT_STATUS, AGENT_STEP, AGENT_COST_USD, AGENT_TOKENS, AGENT_ERROR]
 
 
 def dev_server_flags() -> list[str]:

@@ -84,6 +84,16 @@ def _add_by_key(old: dict[str, Usage], new: dict[str, Usage]) -> dict[str, Usage
 ADD_BY_KEY = Reducer("add_by_key", _add_by_key)
 
 
+class NodeError(BaseModel):
+    """The most recent error a node raised: what a recovery node (or an operator) reads."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    error: str
+    step: int
+
+
 class AgentState(BaseModel):
     """Base of every agent's state. Subclasses add their own typed fields."""
 
@@ -102,9 +112,10 @@ class AgentState(BaseModel):
     # Approval requests and decisions: written by the gate runtime only, never by a
     # node's update, a tool's output or an approver's edits.
     approvals: list[GateRecord] = Field(default_factory=list)
+    last_error: NodeError | None = None
 
 
-PROTECTED_FIELDS = frozenset({"step", "node", "status", "visits", "approvals"})
+PROTECTED_FIELDS = frozenset({"step", "node", "status", "visits", "approvals", "last_error"})
 
 
 class UpdateError(ValueError):
@@ -144,5 +155,5 @@ def apply_update(
 
 
 def set_engine_fields(state: AgentState, **fields: Any) -> AgentState:
-    """The engine's own way to move step, node, status, visits and approvals."""
+    """The engine's own way to move step, node, status, visits, approvals and last_error."""
     return state.model_copy(update=fields)

@@ -1,0 +1,87 @@
+"""Pure rules of the model activity: which errors are worth retrying, what Retry-After
+asks for, and the ordered fallback list (a model, optionally at its own endpoint).
+
+No I/O here, so every rule is unit-tested without a network.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+
+import openai
+import pydantic
+
+# Sent with every request so a gateway's logs (and the loopback server) can tell
+# which agent and node asked.
+AGENT_HEADER, NODE_HEADER = "X-Tower-Agent", "X-Tower-Node"
+# A gateway asking for more than this gets it capped: the run's own budget decides.
+MAX_RETRY_AFTER = 300.0
+
+
+class Verdict(StrEnum):
+    RETRY = "retry"  # transient: try the next model now, this one again later
+    SKIP = "skip"  # this model cannot serve (not found, out of quota): the next one might
+    REJECT = "reject"  # the request itself is wrong: no model and no retry will help
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    model: str
+    base_url: str | None = None  # None: the configured OPENAI_BASE_URL
+
+
+def parse_models(entries: list[str]) -> list[Endpoint]:
+    """``["gpt-4o-mini", "llama3@http://127.0.0.1:11434/v1"]`` -> endpoints, in order."""
+    out = []
+    for entry in entries:
+        model, sep, url = entry.strip().partition("@")
+        if not model or (sep and not url.startswith(("http://", "https://"))):
+            raise ValueError(f"bad model entry {entry!r}: use NAME or NAME@http(s)://HOST/v1")
+        out.append(Endpoint(model, url or None))
+    return out
+
+
+def classify(exc: BaseException) -> Verdict:
+    if isinstance(exc, openai.RateLimitError):
+        return Verdict.SKIP if _code(exc) == "insufficient_quota" else Verdict.RETRY
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        if status >= 500 or status in (408, 409):
+            return Verdict.RETRY
+        return Verdict.SKIP if status == 404 else Verdict.REJECT
+    if isinstance(exc, openai.APIError | json.JSONDecodeError | pydantic.ValidationError):
+        # Timeouts, dropped connections and garbled bodies are the endpoint's trouble.
+        return Verdict.RETRY
+    return Verdict.RETRY
+
+
+def retry_after(exc: BaseException | None) -> float | None:
+    """Seconds the server asked us to wait (Retry-After / retry-after-ms), capped."""
+    response = getattr(exc, "response", None)
+    if response is None:
+        return None
+    headers = response.headers
+    try:
+        if headers.get("retry-after-ms"):
+            seconds = float(headers["retry-after-ms"]) / 1000
+        elif headers.get("retry-after"):
+            seconds = float(headers["retry-after"])
+        else:
+            return None
+    except ValueError:
+        return None  # an HTTP date: rare from model APIs; fall back to our backoff
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+def brief(exc: BaseException) -> str:
+    status = getattr(exc, "status_code", None)
+    name = type(exc).__name__
+    return f"{name} ({status})" if status else f"{name}: {str(exc)[:120]}"
+
+
+def _code(exc: openai.APIStatusError) -> str | None:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error", body)
+    return error.get("code") if isinstance(error, dict) else None

@@ -1,0 +1,253 @@
+"""A loopback OpenAI-compatible model server for tests and demos: real HTTP on 127.0.0.1.
+
+It answers ``POST /v1/chat/completions`` with the built-in scripts (the same answers
+as the offline scripted model, but through the real ``openai`` SDK and a real
+socket) and injects faults on demand: 429 with Retry-After, 500, replies slower
+than the client's timeout, malformed JSON, JSON that violates the schema, calls to
+tools that don't exist, 400s and refusals. Faults come from a queue (``inject``),
+from models that are down (``down``), or at random with a seeded rate.
+
+``tower model-server`` runs one in the foreground; tests start one in a thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from activities.fallback import AGENT_HEADER, NODE_HEADER
+from activities.scripted import scripted_reply
+from workflows.machine import Message
+from workflows.machine.wire import ModelRequest, ToolCallRequest
+
+TOOL_RESULT_PREFIX = "[result of tool "
+RANDOM_KINDS = ("rate_limit", "server_error", "slow", "malformed", "schema", "unknown_tool")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injected answer. ``kind`` is one of: rate_limit, server_error, slow,
+    malformed, schema, unknown_tool, bad_request, refusal."""
+
+    kind: str
+    model: str | None = None  # only requests for this model; None: any
+    retry_after: float = 1.0  # rate_limit
+    seconds: float = 5.0  # slow: delay before the (good) reply
+    content: str = '{"unexpected": true}'  # schema: what the model "says"
+
+    def __post_init__(self) -> None:
+        kinds = {*RANDOM_KINDS, "bad_request", "refusal"}
+        if self.kind not in kinds:
+            raise ValueError(f"unknown fault {self.kind!r}; one of: {', '.join(sorted(kinds))}")
+
+
+@dataclass(frozen=True)
+class Served:
+    """What the server did with one request: the audit a test asserts on."""
+
+    at: float
+    model: str
+    agent: str
+    node: str
+    outcome: str  # "ok" or the fault's kind
+    last_message: str = ""  # what the model was last told (e.g. a correction)
+
+
+@dataclass
+class FaultPlan:
+    queue: deque[Fault] = field(default_factory=deque)
+    down: dict[str, int] = field(default_factory=dict)  # model -> HTTP status
+    rate: float = 0.0
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+    slow_seconds: float = 5.0
+    delay: float = 0.0  # added to every good reply
+
+    def pick(self, model: str) -> Fault | None:
+        if model in self.down:
+            return Fault("server_error" if self.down[model] >= 500 else "rate_limit", model)
+        for fault in self.queue:
+            if fault.model in (None, model):
+                self.queue.remove(fault)
+                return fault
+        if self.rate and self.rng.random() < self.rate:
+            kind = self.rng.choice(RANDOM_KINDS)
+            return Fault(kind, seconds=self.slow_seconds)
+        return None
+
+
+class LoopbackModelServer:
+    """Start with ``with LoopbackModelServer() as server:``; ``server.base_url`` is the
+    ``OPENAI_BASE_URL`` to use (any API key works)."""
+
+    def __init__(self, port: int = 0, *, fault_rate: float = 0.0, seed: int = 0,
+                 slow_seconds: float = 5.0) -> None:
+        self.plan = FaultPlan(rate=fault_rate, rng=random.Random(seed), slow_seconds=slow_seconds)
+        self.served: list[Served] = []
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True,
+                                        name="loopback-model-server")
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def start(self) -> LoopbackModelServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread.is_alive():  # shutdown() waits for serve_forever: only if it runs
+            self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> LoopbackModelServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def inject(self, *faults: Fault) -> None:
+        """The next matching requests get these faults, in order."""
+        with self._lock:
+            self.plan.queue.extend(faults)
+
+    def set_down(self, model: str, status: int = 503) -> None:
+        with self._lock:
+            self.plan.down[model] = status
+
+    def set_up(self, model: str) -> None:
+        with self._lock:
+            self.plan.down.pop(model, None)
+
+    def set_delay(self, seconds: float) -> None:
+        with self._lock:
+            self.plan.delay = seconds
+
+    def outcomes(self) -> list[str]:
+        with self._lock:
+            return [s.outcome for s in self.served]
+
+    def answer(self, body: dict[str, Any], agent: str, node: str) -> tuple[int, dict[str, str],
+                                                                          bytes, float]:
+        """(status, headers, body, delay before sending) for one request."""
+        model = str(body.get("model") or "unknown")
+        with self._lock:
+            fault = self.plan.pick(model)
+            delay = self.plan.delay
+            messages = body.get("messages") or [{}]
+            self.served.append(Served(time.monotonic(), model, agent, node,
+                                      fault.kind if fault else "ok",
+                                      str(messages[-1].get("content") or "")[:500]))
+        if fault is None:
+            return 200, {}, _completion(model, *_scripted(body, agent, node)), delay
+        return _fault_response(fault, model, body, agent, node)
+
+
+def _fault_response(fault: Fault, model: str, body: dict[str, Any], agent: str,
+                    node: str) -> tuple[int, dict[str, str], bytes, float]:
+    if fault.kind == "rate_limit":
+        return 429, {"Retry-After": f"{fault.retry_after:g}"}, _error(
+            "Rate limit reached, retry later", "rate_limit_exceeded"), 0.0
+    if fault.kind == "server_error":
+        return 500, {}, _error("The server had an error", "server_error"), 0.0
+    if fault.kind == "bad_request":
+        return 400, {}, _error("Invalid request", "invalid_request_error"), 0.0
+    if fault.kind == "slow":
+        return 200, {}, _completion(model, *_scripted(body, agent, node)), fault.seconds
+    if fault.kind == "malformed":
+        return 200, {}, b'{"id": "chatcmpl-broken", "choices": [{"message": ', 0.0
+    if fault.kind == "schema":
+        return 200, {}, _completion(model, fault.content, []), 0.0
+    if fault.kind == "unknown_tool":
+        return 200, {}, _completion(model, None, [ToolCallRequest(
+            name="transfer_all_funds", arguments={"to": "attacker"})]), 0.0
+    return 200, {}, _completion(model, None, [], refusal="I can't help with that."), 0.0
+
+
+def _scripted(body: dict[str, Any], agent: str, node: str) -> tuple[str | None,
+                                                                    list[ToolCallRequest]]:
+    reply = scripted_reply(ModelRequest(agent=agent, node=node, system="",
+                                        messages=_messages(body.get("messages", []))))
+    return reply.content, reply.tool_calls
+
+
+def _messages(raw: list[dict[str, Any]]) -> list[Message]:
+    """The conversation back in Tower's shape (tool results travel as user text)."""
+    out = []
+    for m in raw:
+        role, content = m.get("role"), str(m.get("content") or "")
+        if role == "system":
+            continue
+        if role == "user" and content.startswith(TOOL_RESULT_PREFIX):
+            name, _, rest = content[len(TOOL_RESULT_PREFIX):].partition("]\n")
+            out.append(Message(role="tool", name=name, content=rest))
+        elif role in ("user", "assistant"):
+            out.append(Message(role=role, content=content))
+    return out
+
+
+def _completion(model: str, content: str | None, calls: list[ToolCallRequest],
+                refusal: str | None = None) -> bytes:
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": refusal}
+    if calls:
+        message["tool_calls"] = [
+            {"id": f"call_{i}", "type": "function",
+             "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            for i, c in enumerate(calls)]
+    text = (content or "") + json.dumps(message.get("tool_calls", []))
+    return json.dumps({
+        "id": "chatcmpl-loopback", "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{"index": 0, "message": message,
+                     "finish_reason": "tool_calls" if calls else "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": len(text) // 4 + 1,
+                  "total_tokens": 10 + len(text) // 4 + 1},
+    }).encode()
+
+
+def _error(message: str, code: str) -> bytes:
+    return json.dumps({"error": {"message": message, "type": code, "code": code}}).encode()
+
+
+def _handler_for(server: LoopbackModelServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            if not self.path.rstrip("/").endswith("/chat/completions"):
+                return self._send(404, {}, _error(f"no route {self.path}", "not_found"))
+            try:
+                body = json.loads(raw or b"{}")
+            except json.JSONDecodeError:
+                return self._send(400, {}, _error("body is not JSON", "invalid_request_error"))
+            status, headers, payload, delay = server.answer(
+                body, self.headers.get(AGENT_HEADER, ""), self.headers.get(NODE_HEADER, ""))
+            if delay:
+                time.sleep(delay)
+            self._send(status, headers, payload)
+
+        def _send(self, status: int, headers: dict[str, str], payload: bytes) -> None:
+            # The client may have given up (a "slow" fault): nothing to tell it then.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass  # the audit is ``server.served``; stderr stays quiet
+
+    return Handler
