@@ -1,0 +1,112 @@
+"""Real processes for the fault tests: `python worker.py` and `temporal server start-dev`,
+started, killed with SIGKILL and restarted the way an operator (or a crash) would."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from starter.devserver import dev_server_command
+
+REPO = Path(__file__).resolve().parent.parent
+# What a worker's log may show for an exception someone handled on purpose: a classified
+# activity failure (retried or failing the node) or our own warnings. Anything else with
+# a traceback is an exception nobody handled.
+HANDLED = re.compile(r"temporalio\.exceptions\.ApplicationError: ")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class WorkerProcess:
+    """`python worker.py` pointed at a test's server, task queue, database and model."""
+
+    def __init__(self, address: str, task_queue: str, db_path: Path, model_url: str,
+                 log_path: Path, *, models: str = "primary,backup", timeout: float = 60) -> None:
+        self.env = {**os.environ, "TEMPORAL_ADDRESS": address, "TOWER_TASK_QUEUE": task_queue,
+                    "TOWER_DB": str(db_path), "OPENAI_API_KEY": "loopback",
+                    "OPENAI_BASE_URL": model_url, "TOWER_MODELS": models,
+                    "TOWER_MODEL_TIMEOUT": str(timeout), "PYTHONUNBUFFERED": "1"}
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen([sys.executable, "worker.py"], cwd=REPO, env=self.env,
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        return self
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGINT)  # the worker shuts down cleanly on Ctrl-C
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+
+    def unhandled(self) -> list[str]:
+        """Tracebacks in the log whose exception was not a handled, classified one."""
+        text = self.log_path.read_text(errors="replace")
+        # One record per log line the worker wrote (they start with the time), with
+        # any traceback (chained causes included) that belongs to it.
+        records = re.split(r"\n(?=\d{4}-\d{2}-\d{2} )", text)
+        bad = [r[:800] for r in records if "Traceback" in r and not HANDLED.search(r)]
+        fatal = [line for line in text.splitlines()
+                 if "Failed activation" in line or "Fatal Python error" in line
+                 or "Task exception was never retrieved" in line]
+        return bad + fatal
+
+
+class DevServer:
+    """`temporal server start-dev` on its own port and SQLite file, restartable."""
+
+    def __init__(self, db: Path, log_path: Path) -> None:
+        self.port = free_port()
+        self.cmd = dev_server_command(port=self.port, db=db, headless=True)
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self) -> Client:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        for _ in range(120):
+            try:
+                return await Client.connect(self.address,
+                                            data_converter=pydantic_data_converter)
+            except RuntimeError:
+                await asyncio.sleep(0.5)
+        raise AssertionError(f"dev server did not come up; see {self.log_path}")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)

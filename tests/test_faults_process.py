@@ -1,0 +1,245 @@
+"""Fault injection with real processes: a worker killed with SIGKILL mid-model-call and
+mid-tool-call and replaced, the dev server restarted on its SQLite file, and 50 runs
+under 30 % injected model faults. Every run ends DONE or FAILED with a reason, and
+every side effect happened exactly once (rows counted in the tools' SQLite)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from gatekit import decision, new_id, refund_request, refunds, wait_pending
+from procs import DevServer, WorkerProcess
+from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from activities.tools.db import connect
+from starter.model_server import Fault, LoopbackModelServer
+from workflows.machine.runtime import FAILED_WAIT_MEMO
+from workflows.order import OrderAgent, OrderRequest, OrderState
+from workflows.refund import RefundAgent
+
+TEXT = "2 x WIDGET-1 to 7 Quay St, Dublin, US"
+
+
+@pytest.fixture
+def model_server() -> Iterator[LoopbackModelServer]:
+    with LoopbackModelServer() as srv:
+        yield srv
+
+
+def address_of(env: WorkflowEnvironment) -> str:
+    return env.client.service_client.config.target_host
+
+
+def count(db_path: Path, sql: str) -> int:
+    with sqlite3.connect(db_path) as db:
+        return int(db.execute(sql).fetchone()[0])
+
+
+def assert_effects_once(db_path: Path, runs: int) -> None:
+    """One reservation, one charge, one shipment per shipped order, nothing more."""
+    assert count(db_path, "SELECT COUNT(*) FROM reservations") == runs
+    assert count(db_path, "SELECT COUNT(*) FROM charges") == runs
+    assert count(db_path, "SELECT COUNT(*) FROM shipments") == runs
+    assert count(db_path, "SELECT COUNT(*) FROM effects") == 3 * runs
+    assert count(db_path, "SELECT stock FROM products WHERE sku='WIDGET-1'") == 5000 - 2 * runs
+
+
+async def start_order(client: Client, task_queue: str, request: OrderRequest | None = None,
+                      ) -> WorkflowHandle[OrderAgent, OrderState]:
+    return await client.start_workflow(
+        OrderAgent.run, request or OrderRequest(text=TEXT), id=f"order-{uuid.uuid4().hex[:8]}",
+        task_queue=task_queue, memo={FAILED_WAIT_MEMO: 0})
+
+
+async def until(predicate, what: str, seconds: float = 60) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(int(seconds * 10)):
+        if await predicate():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def started_attempts(handle: WorkflowHandle, activity: str) -> list[int]:  # type: ignore[type-arg]
+    history = await handle.fetch_history()
+    scheduled = {e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+                 for e in history.events
+                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED}
+    return [e.activity_task_started_event_attributes.attempt for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+            and scheduled[e.activity_task_started_event_attributes.scheduled_event_id]
+            == activity]
+
+
+async def test_worker_killed_during_a_model_call(
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path,
+    model_server: LoopbackModelServer,
+) -> None:
+    model_server.inject(Fault("slow", seconds=30))  # parse hangs: the worker dies meanwhile
+    first = WorkerProcess(address_of(env), task_queue, db_path, model_server.base_url,
+                          tmp_path / "worker.log").start()
+    second = WorkerProcess(address_of(env), task_queue, db_path, model_server.base_url,
+                           tmp_path / "worker.log")
+    try:
+        handle = await start_order(env.client, task_queue)
+
+        async def in_flight() -> bool:
+            return len(model_server.served) >= 1
+        await until(in_flight, "the model call to start")
+        first.kill9()
+        second.start()
+        state = await asyncio.wait_for(handle.result(), timeout=90)
+    finally:
+        first.stop()
+        second.stop()
+    assert state.status == "DONE"
+    parse = [s.outcome for s in model_server.served if s.node == "parse"]
+    assert parse == ["slow", "ok"]  # asked again by the new worker, answered once
+    # The activity's retry is attempt 2; the history holds only the attempt that finished.
+    assert await started_attempts(handle, "call_model") == [2, 1]
+    assert_effects_once(db_path, 1)
+    assert second.unhandled() == []
+
+
+async def test_worker_killed_during_a_side_effecting_tool_call(
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path,
+    model_server: LoopbackModelServer,
+) -> None:
+    connect(db_path).close()
+    lock = sqlite3.connect(db_path, isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")  # reserve_stock will block on this write lock
+    first = WorkerProcess(address_of(env), task_queue, db_path, model_server.base_url,
+                          tmp_path / "worker.log").start()
+    second = WorkerProcess(address_of(env), task_queue, db_path, model_server.base_url,
+                           tmp_path / "worker.log")
+    try:
+        handle = await start_order(env.client, task_queue)
+
+        async def reserving() -> bool:
+            pending = (await handle.describe()).raw_description.pending_activities
+            return any(p.activity_type.name == "reserve_stock"
+                       and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                       for p in pending)
+        await until(reserving, "reserve_stock to start")
+        await asyncio.sleep(0.5)
+        first.kill9()  # mid-call: inside the tool, waiting to write
+        lock.rollback()
+        second.start()
+        state = await asyncio.wait_for(handle.result(), timeout=90)
+    finally:
+        lock.close()
+        first.stop()
+        second.stop()
+    assert state.status == "DONE"
+    assert await started_attempts(handle, "reserve_stock") == [2]
+    assert_effects_once(db_path, 1)
+    assert second.unhandled() == []
+
+
+async def test_worker_killed_during_an_approval_wait(
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path,
+    model_server: LoopbackModelServer,
+) -> None:
+    first = WorkerProcess(address_of(env), task_queue, db_path, model_server.base_url,
+                          tmp_path / "worker.log").start()
+    second = WorkerProcess(address_of(env), task_queue, db_path, model_server.base_url,
+                           tmp_path / "worker.log")
+    client = env.client
+    try:
+        run = new_id("refund")
+        handle = await client.start_workflow(RefundAgent.run, refund_request(client, run),
+                                             id=run, task_queue=task_queue,
+                                             memo={FAILED_WAIT_MEMO: 0})
+        pending = (await wait_pending(handle))["pending"]
+        first.kill9()  # the run is parked at its gate; nothing holds it but the history
+        second.start()
+        out = await handle.execute_update("decide", decision(client, run, pending),
+                                          result_type=dict)
+        state = await asyncio.wait_for(handle.result(), timeout=90)
+    finally:
+        first.stop()
+        second.stop()
+    assert out["result"] == "approved" and state.status == "DONE"
+    assert refunds(db_path) == [("INV-2004", 120000)]  # once
+    assert count(db_path, "SELECT COUNT(*) FROM effects WHERE tool='issue_refund'") == 1
+    assert {s.agent for s in model_server.served} == {"refund"}  # the real HTTP path
+    assert second.unhandled() == []
+
+
+async def test_dev_server_restarted_on_its_sqlite_file_mid_run(
+    task_queue: str, db_path: Path, tmp_path: Path, model_server: LoopbackModelServer,
+) -> None:
+    server = DevServer(tmp_path / "temporal.sqlite", tmp_path / "server.log")
+    client = await server.start()
+    model_server.set_delay(1.0)  # every model answer takes a second: runs are mid-flight
+    worker = WorkerProcess(server.address, task_queue, db_path, model_server.base_url,
+                           tmp_path / "worker.log").start()
+    try:
+        ids = [(await start_order(client, task_queue)).id for _ in range(4)]
+
+        async def some_progress() -> bool:
+            return len(model_server.served) >= 2
+        await until(some_progress, "runs to get going")
+        server.stop()
+        await asyncio.sleep(1)
+        client = await server.start()
+        results = await asyncio.wait_for(asyncio.gather(
+            *[client.get_workflow_handle(i, result_type=OrderState).result() for i in ids]),
+            timeout=150)
+    finally:
+        worker.stop()
+        server.stop()
+    assert [r.status for r in results] == ["DONE"] * 4
+    assert_effects_once(db_path, 4)
+    assert worker.unhandled() == []
+
+
+async def test_fifty_runs_under_thirty_percent_model_faults(
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path,
+) -> None:
+    requests = []
+    for i in range(50):
+        if i % 10 == 3:
+            requests.append(OrderRequest(text=TEXT, card="tok_declined"))
+        elif i % 10 == 7:
+            requests.append(OrderRequest(text="1 x GIZMO-3 to 2 Elm Rd, Austin, US"))
+        else:
+            requests.append(OrderRequest(text=TEXT))
+    with LoopbackModelServer(fault_rate=0.3, seed=4, slow_seconds=4) as model_server:
+        worker = WorkerProcess(address_of(env), task_queue, db_path, model_server.base_url,
+                               tmp_path / "worker.log", timeout=2).start()
+        try:
+            handles = [await start_order(env.client, task_queue, r) for r in requests]
+            results = await asyncio.wait_for(
+                asyncio.gather(*[h.result() for h in handles]), timeout=300)
+        finally:
+            worker.stop()
+        outcomes = Counter(model_server.outcomes())
+    statuses = Counter(r.status.value for r in results)
+    failed = [r for r in results if r.status == "FAILED"]
+    served = sum(outcomes.values())
+    faults = served - outcomes["ok"]
+    print(f"\nfault drill: {len(results)} runs, {served} model requests, {faults} faults "
+          f"injected ({faults / served:.0%}: {dict(outcomes)}), {statuses['DONE']} DONE, "
+          f"{len(failed)} FAILED with a reason: {Counter(r.errors[-1] for r in failed)}")
+    assert set(statuses) <= {"DONE", "FAILED"} and len(results) == 50
+    assert 0.2 <= faults / served <= 0.4
+    assert all(r.errors for r in failed)
+    # The business outcomes are exact despite the faults: 5 declined, 5 out of stock.
+    assert Counter(r.outcome for r in failed) == {"payment_declined": 5, "out_of_stock": 5}
+    shipped = statuses["DONE"]
+    assert shipped == 40
+    # Exactly once: one row per run for each effect, no key twice.
+    assert count(db_path, "SELECT COUNT(*) FROM shipments") == shipped
+    assert count(db_path, "SELECT COUNT(*) FROM charges WHERE status='paid'") == shipped
+    assert count(db_path, "SELECT COUNT(*) FROM charges WHERE status='declined'") == 5
+    assert count(db_path, "SELECT COUNT(*) FROM reservations") == shipped + 5
+    assert count(db_path, "SELECT stock FROM products WHERE sku='WIDGET-1'") == 5000 - 2 * 40
+    assert worker.unhandled() == []
