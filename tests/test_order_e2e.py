@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.testing import WorkflowEnvironment
+from test_cli import address_of, tower
 
 from activities.model import ModelSettings
 from starter.cmd_operator import send_abort, send_retry
@@ -145,3 +147,26 @@ async def test_a_failed_run_closes_by_itself_when_no_operator_decides(
         await until_status(handle, "FAILED")
         state = await asyncio.wait_for(handle.result(), timeout=30)
     assert state.status == "FAILED" and state.outcome == "out_of_stock"
+
+
+async def test_tower_retry_and_abort_commands(
+    env: WorkflowEnvironment, client: Client, task_queue: str, db_path: Path
+) -> None:
+    address = address_of(env)
+    async with build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED):
+        handle = await start(client, task_queue, OrderRequest(text="2 x GIZMO-3 to 3 Ash Row, US"),
+                             wait=600)
+        await until_status(handle, "FAILED")
+        code, _, err = await tower(address, "retry", handle.id, "--from", "nope")
+        assert code == 2 and err.startswith(f"error: retry refused for '{handle.id}'")
+        assert "'nope' is not a node of order (nodes: parse, check_stock" in err
+        code, _, err = await tower(address, "abort", "no-such-run")
+        assert code == 2 and "run 'no-such-run' not found or already closed" in err
+        with sqlite3.connect(db_path) as db:
+            db.execute("UPDATE products SET stock = 5 WHERE sku='GIZMO-3'")
+        code, out, err = await tower(address, "retry", handle.id, "--from", "check_stock",
+                                     "--by", "ops")
+        assert code == 0, err
+        assert f"{handle.id} will retry from check_stock" in out
+        assert "FAILED → check_stock" in out and "status: DONE" in out
+        assert (await handle.result()).status == "DONE"
