@@ -19,6 +19,7 @@ from activities.prices import PriceTable
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
 from workflows.machine import search
+from workflows.machine.runtime import FAILED_WAIT_MEMO
 
 
 async def tower(client: Client, *args: str) -> str:
@@ -93,7 +94,8 @@ async def test_token_budget_escalates_on_the_server(
                             workflows=[TightAccount]):
         handle = await client.start_workflow(
             TightAccount.run, AccountRequest(question="Check my account ACC-1001"),
-            id=f"tight-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+            id=f"tight-{uuid.uuid4().hex[:8]}", task_queue=task_queue,
+            memo={FAILED_WAIT_MEMO: 0})  # a FAILED run closes at once, no operator wait
         state = await handle.result()
         log = await handle.query("transitions", result_type=list)
     moves = [(t["source"], t["target"]) for t in log]

@@ -14,6 +14,7 @@ from worker import build_worker
 from workflows.fanout import FanOutAgent, FanOutRequest, FanOutState
 from workflows.machine import Transition
 from workflows.machine.fanout import FanOutPolicy, OnChildFailure
+from workflows.machine.runtime import FAILED_WAIT_MEMO
 
 
 async def _run(client: Client, task_queue: str, db_path: Path, companies: list[str],
@@ -22,7 +23,8 @@ async def _run(client: Client, task_queue: str, db_path: Path, companies: list[s
                             models=ModelSettings()):
         handle = await client.start_workflow(
             FanOutAgent.run, FanOutRequest(companies=companies, policy=policy),
-            id=f"fanout-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+            id=f"fanout-{uuid.uuid4().hex[:8]}", task_queue=task_queue,
+            memo={FAILED_WAIT_MEMO: 0})  # a FAILED run closes at once, no operator wait
         state = await handle.result()
         return state, handle, await handle.query("transitions", result_type=list[Transition])
 

@@ -21,6 +21,7 @@ from temporalio.exceptions import ChildWorkflowError
 
 from .context import NodeContext
 from .errors import NodeFailed
+from .runtime import FAILED_WAIT_MEMO
 
 I = TypeVar("I")  # noqa: E741
 R = TypeVar("R")
@@ -74,8 +75,11 @@ async def fan_out(
             child_id = f"{parent}/{ctx.node.name}-{ctx.step}/{suffix}"
             ctx.calls.append(f"child:{suffix}")
             try:
+                # A failed child is its parent's to handle (the policy), not an
+                # operator's: it closes at once instead of waiting as a dead letter.
                 result = await workflow.execute_child_workflow(
-                    child_run, make_input(item, attempt), id=child_id)
+                    child_run, make_input(item, attempt), id=child_id,
+                    memo={FAILED_WAIT_MEMO: 0})
             except ChildWorkflowError as exc:
                 reason = str(exc.cause or exc)
                 continue
