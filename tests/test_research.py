@@ -15,6 +15,7 @@ from temporalio.client import Client
 from activities.model import ModelSettings
 from worker import build_worker
 from workflows.machine import Transition
+from workflows.machine.runtime import FAILED_WAIT_MEMO
 from workflows.research import (
     MIN_WORDS,
     Control,
@@ -30,7 +31,7 @@ TOPIC = "durable execution for LLM agents"
 async def _run(client: Client, task_queue: str, request: ResearchRequest):
     handle = await client.start_workflow(
         ResearchAgent.run, request, id=f"research-{uuid.uuid4().hex[:8]}",
-        task_queue=task_queue)
+        task_queue=task_queue, memo={FAILED_WAIT_MEMO: 0})  # FAILED closes at once
     state = await handle.result()
     log = await handle.query("transitions", result_type=list[Transition])
     return state, [t.target for t in log]
