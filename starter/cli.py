@@ -7,7 +7,10 @@ import argparse
 import asyncio
 import os
 import sys
+import traceback
 from collections.abc import Sequence
+
+from temporalio.service import RPCError
 
 from starter import (
     cmd_approve,
@@ -68,6 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if as_json and args.json_native:
             print(error_json(exc, 2))
         return 2
+    except RPCError as exc:
+        print(f"error: the Temporal server refused the request: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 
@@ -75,14 +81,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     result = args.handler(args)
     if asyncio.iscoroutine(result):
-        result = asyncio.run(result)
+        # Not asyncio.run: closing the loop while the SDK's Rust runtime still holds
+        # callbacks on it can abort the process. entry() exits right after instead.
+        result = asyncio.new_event_loop().run_until_complete(result)
     return int(result or 0)
 
 
 def entry() -> None:
     """Console entry point. Exits with os._exit after flushing: the SDK's Rust runtime
     can abort the process if the interpreter tears it down while a client is alive."""
-    code = main()
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse: --help, usage errors
+        code = exc.code if isinstance(exc.code, int) else 2
+    except BaseException:  # an unexpected error still exits without interpreter teardown
+        traceback.print_exc()
+        code = 1
     flush_traces()  # os._exit skips atexit, where the exporters would otherwise flush
     sys.stdout.flush()
     sys.stderr.flush()
