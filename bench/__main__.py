@@ -1,0 +1,85 @@
+"""`python -m bench`: the whole benchmark on a dev server it starts itself.
+
+Prints one table of figures measured side by side in this run (ratios, not
+absolute times: the machine changes, the ratios should not). ``--quick`` shrinks
+every suite for a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import uuid
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.model import ModelSettings
+from bench import parked, suites
+from bench.agents import BENCH_WORKFLOWS, StepsAgent
+from bench.report import table
+from starter.devserver import temporal_binary
+from worker import build_worker
+from workflows.machine import search
+
+
+async def _suite(figures: dict[str, Any], name: str, work: Awaitable[Any]) -> None:
+    """Run one suite; a failure is reported in the table instead of losing the others."""
+    print(f"{name} ...", flush=True)
+    try:
+        figures[name] = await work
+    except Exception as exc:  # noqa: BLE001 - any failure becomes a row saying so
+        figures[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    print(json.dumps(figures[name], default=str)[:2000], flush=True)
+
+
+async def _throughput(client: Any, tq: str, runs: int) -> dict[str, Any]:
+    base = await suites.throughput(client, tq, "baseline", runs=runs, n=10)
+    tower = await suites.throughput(client, tq, "tower", runs=runs, n=10)
+    return {"baseline": {k: v for k, v in base.items() if k != "handles"},
+            "tower": {k: v for k, v in tower.items() if k != "handles"},
+            "handles": tower["handles"]}
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(), data_converter=pydantic_data_converter,
+        search_attributes=search.ALL, dev_server_log_level="error")
+    tmp = Path(tempfile.mkdtemp(prefix="tower-bench-"))
+    figures: dict[str, Any] = {"args": vars(args)}
+    try:
+        client, tq = env.client, f"bench-{uuid.uuid4().hex[:6]}"
+        async with build_worker(client, task_queue=tq, db_path=tmp / "tools.sqlite",
+                                models=ModelSettings(), workflows=BENCH_WORKFLOWS):
+            await _suite(figures, "overhead", suites.overhead(client, tq, runs=args.runs, n=10))
+            await _suite(figures, "growth", suites.growth(client, tq, turns=args.turns,
+                                                          naive_turns=args.naive_turns))
+            await _suite(figures, "throughput", _throughput(client, tq, args.concurrent))
+            handles = figures["throughput"].pop("handles", [])
+            # 10 steps = 11 transitions (START -> work, work -> work x9, work -> DONE)
+            await _suite(figures, "replay", suites.replay(handles, StepsAgent, 11))
+        address = env.client.service_client.config.target_host
+        await _suite(figures, "memory", parked.memory(client, address, f"{tq}-parked",
+                                                      tmp / "parked.sqlite", runs=args.parked))
+    finally:
+        await env.shutdown()
+    return figures
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--runs", type=int, default=10, help="sequential runs per kind")
+    parser.add_argument("--turns", type=int, default=1000, help="chat thread length")
+    parser.add_argument("--naive-turns", type=int, default=400, help="naive thread length")
+    parser.add_argument("--concurrent", type=int, default=200)
+    parser.add_argument("--parked", type=int, default=1000)
+    ns = parser.parse_args()
+    if ns.quick:
+        ns.runs, ns.turns, ns.naive_turns, ns.concurrent, ns.parked = 3, 100, 100, 20, 50
+    print(table(asyncio.run(main(ns))))

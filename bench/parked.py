@@ -1,0 +1,85 @@
+"""Worker memory with many runs parked at an approval gate.
+
+The worker runs in its own process (``python -m bench.parked ADDRESS QUEUE DB``) so its
+peak RSS (VmHWM) is the worker's alone, not the benchmark's client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from activities.model import ModelSettings
+from bench.agents import BENCH_WORKFLOWS, ParkedAgent, ParkRequest
+from worker import build_worker
+
+
+def _status_kb(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/{pid}/status")
+
+
+async def memory(client: Client, address: str, tq: str, db: Path, *, runs: int) -> dict[str, Any]:
+    # Its stderr goes to a file: the SDK's runtime can print a fatal-at-exit message when
+    # the process is stopped, which says nothing about the measurement.
+    log = db.with_suffix(".log").open("w")
+    proc = subprocess.Popen([sys.executable, "-m", "bench.parked", address, tq, str(db)],
+                            stdout=subprocess.PIPE, stderr=log, text=True)
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("the parked-runs worker did not start")
+        idle_kb = _status_kb(proc.pid, "VmRSS")
+        start = time.perf_counter()
+        ids = [f"bench-parked-{uuid.uuid4().hex[:8]}" for _ in range(runs)]
+        for batch in range(0, runs, 100):
+            await asyncio.gather(*(client.start_workflow(
+                ParkedAgent.run, ParkRequest(), id=i, task_queue=tq)
+                for i in ids[batch:batch + 100]))
+        parked = 0
+        query = f'TaskQueue="{tq}" AND AgentStatus="AWAITING_APPROVAL"'
+        for _ in range(600):  # the gate publishes AWAITING_APPROVAL to visibility
+            parked = (await client.count_workflows(query)).count
+            if parked >= runs:
+                break
+            await asyncio.sleep(1)
+        elapsed = time.perf_counter() - start
+        return {"runs": runs, "parked": parked, "seconds": elapsed, "idle_mb": idle_kb / 1024,
+                "rss_mb": _status_kb(proc.pid, "VmRSS") / 1024,
+                "peak_mb": _status_kb(proc.pid, "VmHWM") / 1024}
+    finally:
+        # The process this function started, by its own handle: SIGINT lets the worker
+        # shut down cleanly; kill only if it does not.
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+async def _serve(address: str, tq: str, db: str) -> None:
+    client = await Client.connect(address, data_converter=pydantic_data_converter)
+    async with build_worker(client, task_queue=tq, db_path=db, models=ModelSettings(),
+                            workflows=BENCH_WORKFLOWS):
+        print("ready", flush=True)
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_serve(*sys.argv[1:4]))

@@ -1,0 +1,127 @@
+"""The benchmark's measurements. Each returns plain figures; ``bench.__main__`` prints them."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+from temporalio.worker import Replayer
+
+from bench.agents import Baseline, NaiveChat, NaiveMessage, Steps, StepsAgent, StepsEveryAgent
+from bench.measure import bytes_per_call, history_bytes, run_chain, turn_costs
+from worker import sandbox_runner
+from workflows.chat import ChatAgent, ChatInput, UserMessage
+
+KINDS: dict[str, Any] = {
+    "baseline": Baseline.run, "tower": StepsAgent.run, "tower_every_step": StepsEveryAgent.run}
+FILLER = "please keep this in mind for later, it matters to me and my team"  # ~65 chars
+
+
+def _id(kind: str) -> str:
+    return f"bench-{kind}-{uuid.uuid4().hex[:8]}"
+
+
+async def overhead(client: Client, tq: str, *, runs: int, n: int) -> dict[str, Any]:
+    """Sequential runs, kinds interleaved so drift hits all alike; medians compared."""
+    times: dict[str, list[float]] = {k: [] for k in KINDS}
+    histories: dict[str, WorkflowHistory] = {}
+    for i in range(runs):
+        order = list(KINDS) if i % 2 == 0 else list(reversed(KINDS))
+        for kind in order:
+            handle = await client.start_workflow(KINDS[kind], Steps(n=n), id=_id(kind),
+                                                 task_queue=tq)
+            start = time.perf_counter()
+            await handle.result()
+            times[kind].append(time.perf_counter() - start)
+            if i == 0:
+                histories[kind] = await handle.fetch_history()
+    out: dict[str, Any] = {}
+    for kind in KINDS:
+        h = histories[kind]
+        out[kind] = {"wall_ms": 1000 * statistics.median(times[kind]),
+                     "events_per_step": len(h.events) / n,
+                     "bytes_per_step": history_bytes(h) / n}
+    return out
+
+
+async def _chat(client: Client, tq: str, turns: int) -> tuple[list[Any], float, list[Any]]:
+    handle = await client.start_workflow(ChatAgent.run, ChatInput(), id=_id("chat"),
+                                         task_queue=tq)
+    start = time.perf_counter()
+    for t in range(1, turns + 1):
+        await handle.execute_update(ChatAgent.send, UserMessage(text=f"turn {t:04d}: {FILLER}"))
+    elapsed = time.perf_counter() - start
+    await handle.execute_update(ChatAgent.close)
+    await handle.result()
+    chain = await run_chain(client, handle.id, handle.first_execution_run_id or "")
+    return chain, elapsed, turn_costs(chain)
+
+
+async def _naive(client: Client, tq: str, turns: int) -> tuple[list[Any], int, str]:
+    handle = await client.start_workflow(NaiveChat.run, id=_id("naive"), task_queue=tq)
+    done, stopped = 0, ""
+    for t in range(1, turns + 1):
+        try:
+            await handle.execute_update(NaiveChat.send, NaiveMessage(text=f"turn {t:04d}: "
+                                                                     f"{FILLER}"))
+        except (RPCError, WorkflowFailureError, Exception) as exc:  # the server stopped it
+            stopped = f"stopped at turn {t}: {type(exc).__name__}: {str(exc)[:120]}"
+            break
+        done = t
+    if not stopped:
+        await handle.execute_update(NaiveChat.close)
+        await handle.result()
+    chain = await run_chain(client, handle.id, handle.first_execution_run_id or "")
+    return chain, done, stopped
+
+
+async def growth(client: Client, tq: str, *, turns: int, naive_turns: int) -> dict[str, Any]:
+    chain, elapsed, costs = await _chat(client, tq, turns)
+    naive_chain, naive_done, stopped = await _naive(client, tq, naive_turns)
+    naive_costs = turn_costs(naive_chain)
+    marks = [m for m in (10, 100, 1000) if m <= turns]
+    same = min(naive_done, turns)
+    return {
+        "turns": turns, "turns_per_s": turns / elapsed, "runs": len(chain),
+        "max_run_events": max(len(h.events) for h in chain),
+        "max_run_bytes": max(history_bytes(h) for h in chain),
+        "per_call": {m: bytes_per_call(costs, m) for m in marks},
+        "naive_per_call": {m: bytes_per_call(naive_costs, m) for m in marks if m <= naive_done},
+        "total": sum(history_bytes(h) for h in chain),
+        "total_at_same": sum(c.bytes for c in costs[:same]),
+        "naive_turns": naive_done, "naive_total": sum(history_bytes(h) for h in naive_chain),
+        "naive_stopped": stopped,
+    }
+
+
+async def throughput(client: Client, tq: str, kind: str, *, runs: int, n: int) -> dict[str, Any]:
+    start = time.perf_counter()
+    handles = await asyncio.gather(*(client.start_workflow(
+        KINDS[kind], Steps(n=n), id=_id(kind), task_queue=tq) for _ in range(runs)))
+    await asyncio.gather(*(h.result() for h in handles))
+    elapsed = time.perf_counter() - start
+    return {"transitions_per_s": runs * n / elapsed, "seconds": elapsed, "handles": handles}
+
+
+async def _each(histories: list[WorkflowHistory]) -> AsyncIterator[WorkflowHistory]:
+    for history in histories:
+        yield history
+
+
+async def replay(handles: list[Any], workflow: type, transitions_each: int) -> dict[str, Any]:
+    histories = await asyncio.gather(*(h.fetch_history() for h in handles))
+    replayer = Replayer(workflows=[workflow], data_converter=pydantic_data_converter,
+                        workflow_runner=sandbox_runner())
+    start = time.perf_counter()
+    results = await replayer.replay_workflows(_each(histories), raise_on_replay_failure=False)
+    elapsed = time.perf_counter() - start
+    failures = len(results.replay_failures)
+    return {"transitions_per_s": len(histories) * transitions_each / elapsed,
+            "histories": len(histories), "failures": failures}
