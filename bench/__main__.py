@@ -21,7 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.model import ModelSettings
 from bench import parked, suites
-from bench.agents import BENCH_WORKFLOWS, StepsAgent
+from bench.agents import BENCH_WORKFLOWS, WORKFLOW_TASKS, StepsAgent
 from bench.report import table
 from starter.devserver import temporal_binary
 from worker import build_worker
@@ -35,7 +35,8 @@ async def _suite(figures: dict[str, Any], name: str, work: Awaitable[Any]) -> No
         figures[name] = await work
     except Exception as exc:  # noqa: BLE001 - any failure becomes a row saying so
         figures[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-    print(json.dumps(figures[name], default=str)[:2000], flush=True)
+    shown = {k: v for k, v in figures[name].items() if k != "handles"}
+    print(json.dumps(shown, default=str)[:2000], flush=True)
 
 
 async def _throughput(client: Any, tq: str, runs: int) -> dict[str, Any]:
@@ -55,7 +56,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     try:
         client, tq = env.client, f"bench-{uuid.uuid4().hex[:6]}"
         async with build_worker(client, task_queue=tq, db_path=tmp / "tools.sqlite",
-                                models=ModelSettings(), workflows=BENCH_WORKFLOWS):
+                                models=ModelSettings(), workflows=BENCH_WORKFLOWS,
+                                max_concurrent_workflow_tasks=WORKFLOW_TASKS):
             await _suite(figures, "overhead", suites.overhead(client, tq, runs=args.runs, n=10))
             await _suite(figures, "growth", suites.growth(client, tq, turns=args.turns,
                                                           naive_turns=args.naive_turns))

@@ -17,6 +17,8 @@ from workflows.machine.runtime import AgentWorkflow
 from workflows.machine.wire import ModelReply, ModelRequest, ToolCall
 
 LOOKUP = {"account_id": "ACC-1001"}
+# Workflow tasks one bench worker runs at once: sized for 2 cores (see worker.build_worker).
+WORKFLOW_TASKS = 16
 
 
 class Steps(BaseModel):

@@ -21,7 +21,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.model import ModelSettings
-from bench.agents import BENCH_WORKFLOWS, ParkedAgent, ParkRequest
+from bench.agents import BENCH_WORKFLOWS, WORKFLOW_TASKS, ParkedAgent, ParkRequest
 from worker import build_worker
 
 
@@ -74,7 +74,8 @@ async def memory(client: Client, address: str, tq: str, db: Path, *, runs: int) 
 async def _serve(address: str, tq: str, db: str) -> None:
     client = await Client.connect(address, data_converter=pydantic_data_converter)
     async with build_worker(client, task_queue=tq, db_path=db, models=ModelSettings(),
-                            workflows=BENCH_WORKFLOWS):
+                            workflows=BENCH_WORKFLOWS,
+                            max_concurrent_workflow_tasks=WORKFLOW_TASKS):
         print("ready", flush=True)
         await asyncio.Event().wait()
 
