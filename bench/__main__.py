@@ -67,7 +67,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await _suite(figures, "replay", suites.replay(handles, StepsAgent, 11))
         address = env.client.service_client.config.target_host
         await _suite(figures, "memory", parked.memory(client, address, f"{tq}-parked",
-                                                      tmp / "parked.sqlite", runs=args.parked))
+                                                      tmp / "parked.sqlite", runs=args.parked,
+                                                      cache=args.cache))
     finally:
         await env.shutdown()
     return figures
@@ -81,6 +82,8 @@ if __name__ == "__main__":
     parser.add_argument("--naive-turns", type=int, default=400, help="naive thread length")
     parser.add_argument("--concurrent", type=int, default=200)
     parser.add_argument("--parked", type=int, default=1000)
+    parser.add_argument("--cache", type=int, default=250,
+                        help="the parked-runs worker's max_cached_workflows")
     ns = parser.parse_args()
     if ns.quick:
         ns.runs, ns.turns, ns.naive_turns, ns.concurrent, ns.parked = 3, 100, 100, 20, 50

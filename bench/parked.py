@@ -32,11 +32,13 @@ def _status_kb(pid: int, field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/{pid}/status")
 
 
-async def memory(client: Client, address: str, tq: str, db: Path, *, runs: int) -> dict[str, Any]:
+async def memory(client: Client, address: str, tq: str, db: Path, *, runs: int,
+                 cache: int) -> dict[str, Any]:
     # Its stderr goes to a file: the SDK's runtime can print a fatal-at-exit message when
     # the process is stopped, which says nothing about the measurement.
     log = db.with_suffix(".log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "bench.parked", address, tq, str(db)],
+    proc = subprocess.Popen([sys.executable, "-m", "bench.parked", address, tq, str(db),
+                             str(cache)],
                             stdout=subprocess.PIPE, stderr=log, text=True)
     try:
         assert proc.stdout is not None
@@ -57,7 +59,8 @@ async def memory(client: Client, address: str, tq: str, db: Path, *, runs: int) 
                 break
             await asyncio.sleep(1)
         elapsed = time.perf_counter() - start
-        return {"runs": runs, "parked": parked, "seconds": elapsed, "idle_mb": idle_kb / 1024,
+        return {"runs": runs, "parked": parked, "cache": cache, "seconds": elapsed,
+                "idle_mb": idle_kb / 1024,
                 "rss_mb": _status_kb(proc.pid, "VmRSS") / 1024,
                 "peak_mb": _status_kb(proc.pid, "VmHWM") / 1024}
     finally:
@@ -71,11 +74,12 @@ async def memory(client: Client, address: str, tq: str, db: Path, *, runs: int) 
         log.close()
 
 
-async def _serve(address: str, tq: str, db: str) -> None:
+async def _serve(address: str, tq: str, db: str, cache: str) -> None:
     client = await Client.connect(address, data_converter=pydantic_data_converter)
     async with build_worker(client, task_queue=tq, db_path=db, models=ModelSettings(),
                             workflows=BENCH_WORKFLOWS,
-                            max_concurrent_workflow_tasks=WORKFLOW_TASKS):
+                            max_concurrent_workflow_tasks=WORKFLOW_TASKS,
+                            max_cached_workflows=int(cache)):
         print("ready", flush=True)
         await asyncio.Event().wait()
 
@@ -83,4 +87,4 @@ async def _serve(address: str, tq: str, db: str) -> None:
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_serve(*sys.argv[1:4]))
+        asyncio.run(_serve(*sys.argv[1:5]))

@@ -58,9 +58,13 @@ def table(f: dict[str, Any]) -> str:
     add(f"throughput, {f['args']['concurrent']} concurrent runs × 10 (steps/s)",
         t["tower"]["transitions_per_s"], t["baseline"]["transitions_per_s"], ".0f", "≥ 0.90×",
         tp >= 0.9)
+    if "cpu_ms_per_step" in t["tower"]:
+        add("  worker+client CPU ms per step (not moved by other load)",
+            t["tower"]["cpu_ms_per_step"], t["baseline"]["cpu_ms_per_step"], ".1f", "", None)
     add(f"replay (transitions/s, {r['histories']} histories, {r['failures']} failures)",
         r["transitions_per_s"], None, ".0f", "", r["failures"] == 0)
-    add(f"worker peak RSS, {m['parked']}/{m['runs']} runs parked at a gate (MB)",
+    add(f"worker peak RSS, {m['parked']}/{m['runs']} runs parked at a gate, "
+        f"cache {m.get('cache', 1000)} (MB)",
         m["peak_mb"], m["idle_mb"], ".0f", "< 300 MB", m["peak_mb"] < 300)
     notes = [f"chat: {g['turns_per_s']:.1f} turns/s; naive thread: "
              f"{g['naive_stopped'] or 'completed'}",
