@@ -79,6 +79,8 @@ async def _serve(address: str, tq: str, db: str, cache: str) -> None:
     async with build_worker(client, task_queue=tq, db_path=db, models=ModelSettings(),
                             workflows=BENCH_WORKFLOWS,
                             max_concurrent_workflow_tasks=WORKFLOW_TASKS,
+                            # Each cached run keeps its own sandbox (~0.4 MB); a parked
+                            # run needs none: evicted, it replays its history on waking.
                             max_cached_workflows=int(cache)):
         print("ready", flush=True)
         await asyncio.Event().wait()
