@@ -32,10 +32,12 @@ from activities.model import ModelSettings
 from starter.common import follow
 from starter.devserver import temporal_binary
 from starter.histories import load, replay
+from starter.model_server import LoopbackModelServer
 from worker import build_worker
 from workflows.machine import search
 from workflows.machine.approval import ApprovalSettings, run_key, sign
 from workflows.machine.decisions import Decision, Verdict
+from workflows.order import OrderRequest
 
 DEFAULT_OUT = Path("tests") / "histories"
 QUEUE = "record-histories"
@@ -126,6 +128,28 @@ async def record_chat(client: Client, out: Path) -> str:
     return status
 
 
+FALLBACK_ORDER = "1 x WIDGET-1 to 4 Oak Lane, Bristol, GB"
+
+
+async def record_fallback(client: Client, db_path: Path, out: Path) -> str:
+    """The order agent with its primary model down: every model call goes through the real
+    openai SDK to a loopback server that answers 500 for "primary", so "backup" answers and
+    the transitions say so. Its own worker and queue, since its models differ."""
+    with LoopbackModelServer() as server:
+        server.set_down("primary")
+        models = ModelSettings(api_key="loopback", base_url=server.base_url,
+                               models=["primary", "backup"], timeout_seconds=10)
+        queue = f"{QUEUE}-fallback"
+        async with build_worker(client, task_queue=queue, db_path=db_path, models=models):
+            handle = await client.start_workflow(
+                "order", OrderRequest(text=FALLBACK_ORDER), id="order-fallback",
+                task_queue=queue)
+            status = await asyncio.wait_for(_finished(handle), timeout=120)
+            history = await handle.fetch_history()
+    (out / "order-fallback.json").write_text(history.to_json() + "\n")
+    return status
+
+
 async def _finished(handle: Any) -> str:
     while True:
         status: str = await handle.query("status", result_type=str)
@@ -171,6 +195,10 @@ async def record(out: Path, runs: Sequence[tuple[str, BaseModel, str]]) -> list[
                     print(f"recorded {gated.id}.json: {status} ({gated.what})", flush=True)
                     rows.append(f"| `{gated.id}.json` | {gated.agent} | {status} | "
                                 f"{gated.what} |")
+                status = await record_fallback(env.client, Path(tmp) / "tools.db", out)
+                what = "primary model down (HTTP 500): the backup model answers every call"
+                print(f"recorded order-fallback.json: {status} ({what})", flush=True)
+                rows.append(f"| `order-fallback.json` | order | {status} | {what} |")
                 status = await record_chat(env.client, out)
                 what = "a thread of updates that continues-as-new, carrying its state over"
                 print(f"recorded chat-1@*.json: {status} ({what})", flush=True)

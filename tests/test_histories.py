@@ -54,6 +54,16 @@ async def test_recordings_include_failed_gated_and_parked_runs() -> None:
     assert passed_a_gate, "no recorded run went through an approval gate"
 
 
+async def test_recordings_include_a_fallback_run() -> None:
+    # Recorded with the primary model down: the backup's answers are in the history, so a
+    # change to how fallbacks are recorded must still replay the runs that used one.
+    results = await replay(load([HISTORIES / "order-fallback.json"]))
+    (result,) = results
+    calls = [call for t in result.log for call in t.calls if call.startswith("model:")]
+    assert result.ok and result.states[-1].status == "DONE"
+    assert calls and set(calls) == {"model:backup"}, calls
+
+
 async def test_tower_replay_folder_and_bad_paths(env: WorkflowEnvironment, tmp_path: Path) -> None:
     address = address_of(env)
     code, out, _ = await tower(address, "replay", str(HISTORIES))
