@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from opentelemetry import trace
+from opentelemetry import context, trace
 from opentelemetry.trace import Span, Status, StatusCode
 
 from .engine import Transition
@@ -22,11 +22,29 @@ TRACER = "tower.agent"
 @contextmanager
 def state_span(agent: str, state: AgentState) -> Iterator[Span]:
     """Open the span of the state ``state`` stands on; model and tool spans nest in it."""
-    tracer = trace.get_tracer(TRACER)
-    with tracer.start_as_current_span(f"state {state.node}", attributes={
+    span = trace.get_tracer(TRACER).start_span(f"state {state.node}", attributes={
         "tower.agent": agent, "tower.node": state.node, "tower.step": state.step,
-    }) as span:
+    })
+    token = context.attach(trace.set_span_in_context(span))
+    try:
         yield span
+    except GeneratorExit:
+        # The worker evicted the run mid-state and its coroutine is being closed, often in
+        # another context (garbage collection), where the token cannot be detached. The
+        # state is not over either: leave the span open; replaying the run reopens it.
+        raise
+    except Exception as exc:
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        _close(span, token)
+        raise
+    else:
+        _close(span, token)
+
+
+def _close(span: Span, token: object) -> None:
+    span.end()
+    context.detach(token)  # type: ignore[arg-type]
 
 
 def close_state(span: Span, before: AgentState, after: AgentState,
