@@ -19,7 +19,7 @@ from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import WorkflowHistory
 
 from starter.cmd_replay import fetch
-from starter.common import CliError
+from starter.common import CliError, add_run_arguments
 from starter.connection import connect, connect_config
 from starter.histories import HistoryError, Replayed, load, replay
 from starter.replay_report import task_completed_after
@@ -32,8 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     "history event) and, with --step N, the full state as it was after step "
                     "N. RUN is a workflow id (running or closed) or a history JSON file; the "
                     "history is replayed locally, no worker needed.")
-    p.add_argument("run", metavar="RUN", help="workflow id, or a history .json file")
-    p.add_argument("--run-id", help="a particular run of RUN (default: the latest)")
+    add_run_arguments(p, "workflow id, or a history .json file")
     p.add_argument("--step", type=int, help="print the full state after this step")
     p.set_defaults(handler=inspect)
 
@@ -43,8 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     "same workflow id continues from there, without the signals and updates "
                     "that came after, so a different decision can be made. The original "
                     "run's history is kept. Activities after the reset point run again.")
-    f.add_argument("run", metavar="RUN", help="workflow id")
-    f.add_argument("--run-id", help="a particular run of RUN (default: the latest)")
+    add_run_arguments(f)
     f.add_argument("--step", type=int, required=True, help="the step to restart after")
     f.add_argument("--reason", default="tower fork", help="recorded in the history")
     f.set_defaults(handler=fork)

@@ -10,7 +10,7 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
-from starter.common import CliError
+from starter.common import CliError, add_run_arguments
 from starter.connection import connect, connect_config
 from starter.histories import HistoryError, Replayed, load, replay
 
@@ -25,8 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
                     "Web UI and `temporal workflow show --output json` produce. The file's "
                     "name is the workflow id (plus @RUN_ID for a chosen run), which "
                     "`tower replay` reads back.")
-    e.add_argument("run", metavar="RUN", help="workflow id")
-    e.add_argument("--run-id", help="a particular run of RUN (default: the latest)")
+    add_run_arguments(e)
     e.add_argument("-o", "--output", help="file or folder to write (default: RUN.json, or "
                                               "RUN@RUN_ID.json with --run-id)")
     e.set_defaults(handler=export)

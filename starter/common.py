@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 from collections.abc import Callable
@@ -20,6 +21,12 @@ STOP_STATUSES = {"DONE", "FAILED", "AWAITING_APPROVAL"}
 
 class CliError(Exception):
     """A user-facing error: printed as `error: ...` with exit code 2."""
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, what: str = "workflow id") -> None:
+    """RUN and --run-id: how every command that reads one run's history names it."""
+    parser.add_argument("run", metavar="RUN", help=what)
+    parser.add_argument("--run-id", help="a particular run of RUN (default: the latest)")
 
 
 def agent_class(name: str) -> type[AgentWorkflow]:

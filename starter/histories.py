@@ -238,6 +238,15 @@ async def replay(
     return results
 
 
+async def report_unreplayable(folder: Path) -> int:
+    """Replay a folder just recorded and name what does not replay: a fixture that fails
+    the moment it is written is useless. Returns how many failed."""
+    bad = [r for r in await replay(load([folder])) if not r.ok]
+    for r in bad:
+        print(f"does not replay: {r.source}: {r.failure or '; '.join(r.problems)}")
+    return len(bad)
+
+
 def _completed(
     history: WorkflowHistory, log: list[Transition], trace: list[AgentState] | None,
 ) -> tuple[list[Transition], list[AgentState]]:

@@ -27,7 +27,7 @@ from activities.model import ModelSettings
 from starter.approvals import make_decision, settings_for_run
 from starter.demo_gates import SHOP
 from starter.devserver import temporal_binary
-from starter.histories import load, replay
+from starter.histories import report_unreplayable
 from worker import build_worker
 from workflows.machine import search
 from workflows.machine.decisions import Verdict
@@ -114,10 +114,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     for name in await record(args.out):
         print(f"recorded {args.out / name}.json")
-    bad = [r for r in await replay(load([args.out])) if not r.ok]
-    for r in bad:
-        print(f"does not replay: {r.source}: {r.failure or '; '.join(r.problems)}")
-    return 1 if bad else 0
+    return 1 if await report_unreplayable(args.out) else 0
 
 
 if __name__ == "__main__":

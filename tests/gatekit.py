@@ -53,6 +53,14 @@ def decision(
     return d.model_dump(mode="json")
 
 
+async def decide(client: Client, handle: WorkflowHandle[Any, Any],
+                 pending: dict[str, Any] | None, **kw: Any) -> dict[str, Any]:
+    """Answer the run's gate with a signed decision (see ``decision``): the update's reply."""
+    reply: dict[str, Any] = await handle.execute_update(
+        "decide", decision(client, handle.id, pending, **kw), result_type=dict)
+    return reply
+
+
 async def wait_pending(handle: WorkflowHandle[Any, Any], timeout: float = 30) -> dict[str, Any]:
     """The run's approvals once a request is pending."""
     async with asyncio.timeout(timeout):

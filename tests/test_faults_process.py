@@ -10,10 +10,11 @@ import sqlite3
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from gatekit import decision, new_id, refund_request, refunds, wait_pending
+from gatekit import decide, new_id, refund_request, refunds, wait_pending
 from procs import DevServer, WorkerProcess
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
@@ -59,6 +60,23 @@ async def start_order(client: Client, task_queue: str, request: OrderRequest | N
         task_queue=task_queue, memo={FAILED_WAIT_MEMO: 0})
 
 
+@contextmanager
+def takeover(env: WorkflowEnvironment, task_queue: str, db_path: Path,
+             model_server: LoopbackModelServer, tmp_path: Path,
+             ) -> Iterator[tuple[WorkerProcess, WorkerProcess]]:
+    """A worker process running and a second one ready to take over from it (one log for
+    both); both are stopped on the way out, before the test reads the log."""
+    log = tmp_path / "worker.log"
+    first = WorkerProcess(address_of(env), task_queue, db_path, model_server.base_url,
+                          log).start()
+    second = WorkerProcess(address_of(env), task_queue, db_path, model_server.base_url, log)
+    try:
+        yield first, second
+    finally:
+        first.stop()
+        second.stop()
+
+
 async def until(predicate, what: str, seconds: float = 60) -> None:  # type: ignore[no-untyped-def]
     for _ in range(int(seconds * 10)):
         if await predicate():
@@ -83,11 +101,7 @@ async def test_worker_killed_during_a_model_call(
     model_server: LoopbackModelServer,
 ) -> None:
     model_server.inject(Fault("slow", seconds=30))  # parse hangs: the worker dies meanwhile
-    first = WorkerProcess(address_of(env), task_queue, db_path, model_server.base_url,
-                          tmp_path / "worker.log").start()
-    second = WorkerProcess(address_of(env), task_queue, db_path, model_server.base_url,
-                           tmp_path / "worker.log")
-    try:
+    with takeover(env, task_queue, db_path, model_server, tmp_path) as (first, second):
         handle = await start_order(env.client, task_queue)
 
         async def in_flight() -> bool:
@@ -96,9 +110,6 @@ async def test_worker_killed_during_a_model_call(
         first.kill9()
         second.start()
         state = await asyncio.wait_for(handle.result(), timeout=90)
-    finally:
-        first.stop()
-        second.stop()
     assert state.status == "DONE"
     parse = [s.outcome for s in model_server.served if s.node == "parse"]
     assert parse == ["slow", "ok"]  # asked again by the new worker, answered once
@@ -115,11 +126,7 @@ async def test_worker_killed_during_a_side_effecting_tool_call(
     connect(db_path).close()
     lock = sqlite3.connect(db_path, isolation_level=None)
     lock.execute("BEGIN IMMEDIATE")  # reserve_stock will block on this write lock
-    first = WorkerProcess(address_of(env), task_queue, db_path, model_server.base_url,
-                          tmp_path / "worker.log").start()
-    second = WorkerProcess(address_of(env), task_queue, db_path, model_server.base_url,
-                           tmp_path / "worker.log")
-    try:
+    with takeover(env, task_queue, db_path, model_server, tmp_path) as (first, second):
         handle = await start_order(env.client, task_queue)
 
         async def reserving() -> bool:
@@ -133,10 +140,7 @@ async def test_worker_killed_during_a_side_effecting_tool_call(
         lock.rollback()
         second.start()
         state = await asyncio.wait_for(handle.result(), timeout=90)
-    finally:
-        lock.close()
-        first.stop()
-        second.stop()
+    lock.close()
     assert state.status == "DONE"
     assert await started_attempts(handle, "reserve_stock") == [2]
     assert_effects_once(db_path, 1)
@@ -147,12 +151,8 @@ async def test_worker_killed_during_an_approval_wait(
     env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path,
     model_server: LoopbackModelServer,
 ) -> None:
-    first = WorkerProcess(address_of(env), task_queue, db_path, model_server.base_url,
-                          tmp_path / "worker.log").start()
-    second = WorkerProcess(address_of(env), task_queue, db_path, model_server.base_url,
-                           tmp_path / "worker.log")
     client = env.client
-    try:
+    with takeover(env, task_queue, db_path, model_server, tmp_path) as (first, second):
         run = new_id("refund")
         handle = await client.start_workflow(RefundAgent.run, refund_request(client, run),
                                              id=run, task_queue=task_queue,
@@ -160,12 +160,8 @@ async def test_worker_killed_during_an_approval_wait(
         pending = (await wait_pending(handle))["pending"]
         first.kill9()  # the run is parked at its gate; nothing holds it but the history
         second.start()
-        out = await handle.execute_update("decide", decision(client, run, pending),
-                                          result_type=dict)
+        out = await decide(client, handle, pending)
         state = await asyncio.wait_for(handle.result(), timeout=90)
-    finally:
-        first.stop()
-        second.stop()
     assert out["result"] == "approved" and state.status == "DONE"
     assert refunds(db_path) == [("INV-2004", 120000)]  # once
     assert count(db_path, "SELECT COUNT(*) FROM effects WHERE tool='issue_refund'") == 1

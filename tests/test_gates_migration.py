@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from gatekit import SECRET, decision, make_shop, new_id, schema, wait_pending
+from gatekit import SECRET, decide, make_shop, new_id, schema, wait_pending
 from temporalio.client import Client
 
 from activities.model import ModelSettings
@@ -60,8 +60,7 @@ async def test_destructive_migration_waits_then_applies_on_approval(
         p = (await wait_pending(handle))["pending"]
         assert p["role"] == "dba" and "drops a table" in p["proposal"]["findings"]
         assert "legacy_notes" in str(schema(shop))  # nothing applied while waiting
-        out = await handle.execute_update("decide", decision(client, handle.id, p, role="dba"),
-                                          result_type=dict)
+        out = await decide(client, handle, p, role="dba")
         state = await handle.result()
     assert out["result"] == "approved" and state.applied
     assert "legacy_notes" not in str(schema(shop)) and "fax" not in str(schema(shop))
@@ -78,9 +77,7 @@ async def test_rejected_migration_changes_nothing(
     async with worker(client, task_queue, db_path):
         handle = await start(client, task_queue, DROP)
         p = (await wait_pending(handle))["pending"]
-        await handle.execute_update("decide", decision(
-            client, handle.id, p, role="dba", verdict=Verdict.REJECT, note="keep the notes"),
-            result_type=dict)
+        await decide(client, handle, p, role="dba", verdict=Verdict.REJECT, note="keep the notes")
         state = await handle.result()
     assert not state.applied and schema(shop) == before
     assert state.report == "Not applied: rejected by alice: keep the notes. Nothing changed."
@@ -95,14 +92,12 @@ async def test_schema_changed_while_waiting_goes_back_to_analysis(
         p = (await wait_pending(handle))["pending"]
         with sqlite3.connect(shop) as db:  # someone else migrates meanwhile
             db.execute("CREATE TABLE audit (id INTEGER PRIMARY KEY)")
-        out = await handle.execute_update("decide", decision(client, handle.id, p, role="dba"),
-                                          result_type=dict)
+        out = await decide(client, handle, p, role="dba")
         assert out["result"] == "stale" and "changed since analysis" in out["reason"]
         assert "legacy_notes" in str(schema(shop))  # the stale approval applied nothing
         again = (await wait_pending(handle))["pending"]
         assert again["visit"] == 2
-        await handle.execute_update("decide", decision(client, handle.id, again, role="dba"),
-                                    result_type=dict)
+        await decide(client, handle, again, role="dba")
         state = await handle.result()
     assert [r.status for r in state.approvals] == ["stale", "approved"]
     assert state.applied and "legacy_notes" not in str(schema(shop))

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from gatekit import (
+    decide,
     decision,
     new_id,
     refund_request,
@@ -123,7 +124,7 @@ async def test_every_refused_decision_changes_nothing(
         assert all(r["via"] == "signal" for r in audit["refused"])
         assert "invalid signature" in audit["refused"][2]["reason"]
         # Still waiting, still decidable by the right person.
-        out = await handle.execute_update("decide", decision(client, run, p), result_type=dict)
+        out = await decide(client, handle, p)
         assert out["result"] == "approved"
         await handle.result()
     assert refunds(db_path) == [("INV-2004", 120000)]
@@ -202,8 +203,7 @@ async def test_worker_replaced_while_the_run_waits(
         p = (await wait_pending(handle))["pending"]
     # The first worker is gone; a new one picks the run up from its history.
     async with worker(client, task_queue, db_path):
-        out = await handle.execute_update("decide", decision(client, handle.id, p),
-                                          result_type=dict)
+        out = await decide(client, handle, p)
         state = await handle.result()
     assert out["result"] == "approved" and state.status == "DONE"
     assert refunds(db_path) == [("INV-2004", 120000)]
@@ -252,8 +252,7 @@ async def test_decision_after_expiry(client: Client, task_queue: str, db_path: P
         assert state.approvals[-1].status == "expired"
         assert "could not be reviewed in time" in state.reply
         with pytest.raises(Exception, match="(?i)workflow.*(completed|closed)|already"):
-            await handle.execute_update("decide", decision(client, handle.id, p),
-                                        result_type=dict)
+            await decide(client, handle, p)
     assert refunds(db_path) == []
 
 
@@ -264,13 +263,11 @@ async def test_stale_recheck_plans_again(client: Client, task_queue: str, db_pat
         # While the manager thinks, someone else refunds $1,500 of the $2,400 invoice.
         with sqlite3.connect(db_path) as db:
             db.execute("INSERT INTO refunds VALUES ('rf_other','INV-2004',150000,'x','k-other')")
-        out = await handle.execute_update("decide", decision(client, handle.id, p),
-                                          result_type=dict)
+        out = await decide(client, handle, p)
         assert out["result"] == "stale" and "$900.00 refundable now" in out["reason"]
         again = (await wait_pending(handle))["pending"]  # re-planned: $900 still needs review
         assert again["proposal"]["amount_cents"] == 90000 and again["visit"] == 2
-        await handle.execute_update("decide", decision(client, handle.id, again),
-                                    result_type=dict)
+        await decide(client, handle, again)
         state = await handle.result()
     assert [r.status for r in state.approvals] == ["stale", "approved"]
     assert sorted(refunds(db_path)) == [("INV-2004", 90000), ("INV-2004", 150000)]

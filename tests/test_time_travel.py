@@ -7,7 +7,7 @@ import json
 import uuid
 from pathlib import Path
 
-from gatekit import decision, new_id, refund_request, refunds, wait_pending
+from gatekit import decide, new_id, refund_request, refunds, wait_pending
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
@@ -134,8 +134,7 @@ async def test_fork_at_a_gate_lets_a_different_decision_be_made(
         original = await client.start_workflow(
             RefundAgent.run, refund_request(client, run), id=run, task_queue=task_queue)
         info = await wait_pending(original)
-        await original.execute_update("decide", decision(client, run, info["pending"]),
-                                      result_type=dict)
+        await decide(client, original, info["pending"])
         assert (await original.result()).status == "DONE"
         assert refunds(db_path) == [("INV-2004", 120000)]
         gate_step = next(r["step"] for r in info["records"] if r["status"] == "pending")
@@ -145,9 +144,7 @@ async def test_fork_at_a_gate_lets_a_different_decision_be_made(
         forked = client.get_workflow_handle(run, run_id=out.split("new run ", 1)[1].split()[0],
                                             result_type=RefundState)
         again = await wait_pending(forked)  # the approval is not re-applied: it waits again
-        await forked.execute_update(
-            "decide", decision(client, run, again["pending"], verdict=Verdict.REJECT),
-            result_type=dict)
+        await decide(client, forked, again["pending"], verdict=Verdict.REJECT)
         state = await forked.result()
     assert state.status == "DONE" and state.refund_id == ""
     assert "not approved" in state.reply
