@@ -14,6 +14,7 @@ from temporalio.service import RPCError
 
 from starter import (
     cmd_approve,
+    cmd_chat,
     cmd_codec,
     cmd_cost,
     cmd_dev,
@@ -32,8 +33,8 @@ from starter.connection import ServerUnreachable, UnknownTenant, use_tenant
 from starter.output import add_json_flags, error_json, wrapped
 from starter.telemetry import TracingConfigError, flush_traces
 
-COMMANDS = [cmd_dev, demo, cmd_run, cmd_runs, cmd_graph, cmd_replay, cmd_inspect, cmd_approve,
-            cmd_cost, cmd_codec, cmd_watch, cmd_operator, cmd_model_server]
+COMMANDS = [cmd_dev, demo, cmd_run, cmd_chat, cmd_runs, cmd_graph, cmd_replay, cmd_inspect,
+            cmd_approve, cmd_cost, cmd_codec, cmd_watch, cmd_operator, cmd_model_server]
 
 
 def build_parser() -> argparse.ArgumentParser:

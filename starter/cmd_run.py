@@ -19,6 +19,7 @@ from starter.cmd_watch import end_event
 from starter.common import CliError, agent_class, parse_input, ui_link
 from starter.connection import TASK_QUEUE, connect, connect_config
 from starter.live import watch
+from workflows.chat import ChatAgent
 from workflows.machine import search
 from workflows.machine.runtime import FAILED_WAIT_MEMO
 from workflows.registry import AGENTS
@@ -74,6 +75,10 @@ async def run(args: argparse.Namespace) -> int:
     else:
         print(f"started {run_id}", flush=True)
     if not args.follow:
+        return 0
+    if agent is ChatAgent:  # it waits for messages, for days: nothing to follow
+        print(f"{run_id} is a chat thread waiting for messages: talk to it with "
+              f"`tower chat {run_id}`", file=sys.stderr, flush=True)
         return 0
     if not await has_workers(client, args.task_queue):
         print(f"warning: no worker is polling task queue {args.task_queue!r}; the run waits "

@@ -1,7 +1,8 @@
 """The README's agent gallery, generated from the registry: `python -m starter.gallery`.
 
 Every registered agent gets its purpose (the first line of its workflow class's
-docstring), a `tower run` line built from its input model's examples, and its picture
+docstring), a `tower run` line built from its input model's examples (or how to talk
+to it, for a chat), and its picture
 (`tower graph AGENT`, drawn from the compiled machine). The section between the two
 markers is rewritten; `tests/unit/test_gallery.py` fails when it is out of date.
 """
@@ -34,11 +35,18 @@ def example_input(agent: type[AgentWorkflow]) -> str:
     return json.dumps(example, ensure_ascii=False)
 
 
+# Agents driven by messages after the start, not by one input: how a user talks to them.
+TRY_IT = {"chat": "tower chat -m 'search docs login error' -m 'thanks' --close"}
+
+
+def try_it(name: str, agent: type[AgentWorkflow]) -> str:
+    return TRY_IT.get(name) or f"tower run {name} --input {shlex.quote(example_input(agent))}"
+
+
 def gallery() -> str:
     parts = [BEGIN, ""]
     for name, agent in AGENTS.items():
-        parts += [f"### {name}", "", purpose(agent), "",
-                  f"    tower run {name} --input {shlex.quote(example_input(agent))}", "",
+        parts += [f"### {name}", "", purpose(agent), "", f"    {try_it(name, agent)}", "",
                   "```mermaid", to_mermaid(agent.machine).rstrip(), "```", ""]
     return "\n".join([*parts, END])
 

@@ -1,0 +1,142 @@
+"""`tower chat [THREAD]`: talk to a chat thread from the terminal.
+
+Each message is the thread's ``send`` update, so the reply comes back on the same call
+and a refused message (empty, too long) never enters the history. Without THREAD a new
+thread starts; with no ``-m`` the messages come from standard input, one per line
+(``/close`` closes the thread). Leaving leaves the thread open: it lives for days.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from starter.cmd_run import has_workers
+from starter.common import CliError
+from starter.connection import TASK_QUEUE, connect
+from workflows.chat import ChatAgent, ChatInput, ChatReply, UserMessage
+
+CLOSE = "/close"
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "chat", help="send messages to a chat thread (a new one without THREAD)",
+        description="Send messages to chat thread THREAD (a workflow id of the chat agent) and "
+                    "print each reply. Without THREAD a new thread starts. Messages come from "
+                    "-m (repeatable) or, without -m, from standard input one per line, where "
+                    f"{CLOSE} closes the thread. Leaving does not close the thread: it waits for "
+                    "the next message for days (`tower chat THREAD` to go on).")
+    p.add_argument("thread", metavar="THREAD", nargs="?", help="the thread's workflow id")
+    p.add_argument("-m", "--message", action="append", default=[], metavar="TEXT",
+                   help="a message to send (repeatable, sent in order)")
+    p.add_argument("--close", action="store_true", help="close the thread after the messages")
+    p.add_argument("--timeout", type=float, default=120, metavar="SECONDS",
+                   help="how long to wait for each reply (default 120)")
+    p.add_argument("--task-queue", default=TASK_QUEUE, help="for a new thread")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per line: started, each reply, refused, closed")
+    p.set_defaults(handler=chat)
+
+
+async def chat(args: argparse.Namespace) -> int:
+    if args.timeout <= 0:
+        raise CliError(f"--timeout must be positive, not {args.timeout}")
+    client = await connect()
+    if args.thread:
+        handle = await open_thread(client, args.thread)
+    else:
+        handle = await client.start_workflow(
+            ChatAgent.run, ChatInput(), id=f"chat-{uuid.uuid4().hex[:8]}",
+            task_queue=args.task_queue)
+        emit(args, {"event": "started", "thread": handle.id},
+             f"started {handle.id} (go on later with `tower chat {handle.id}`)")
+        if not await has_workers(client, args.task_queue):
+            print(f"warning: no worker is polling task queue {args.task_queue!r}; replies "
+                  "wait until one starts (`python worker.py`)", file=sys.stderr, flush=True)
+    interactive = not args.message and not args.close
+    refused = 0
+    for text in messages(args.message, interactive):
+        if text == CLOSE:
+            args.close = True
+            break
+        try:
+            reply = await asyncio.wait_for(handle.execute_update(
+                ChatAgent.send, UserMessage(text=text)), args.timeout)
+        except WorkflowUpdateFailedError as exc:  # the validator's reason; nothing recorded
+            reason = str(exc.cause.message if exc.cause else exc)
+            refused += 1
+            emit(args, {"event": "refused", "reason": reason}, f"refused: {reason}",
+                 err=True)
+            if not interactive:
+                return 2
+            continue
+        except TimeoutError:
+            raise CliError(f"no reply from {handle.id} in {args.timeout:g} s; is a worker "
+                           "running (`python worker.py`)?") from None
+        emit(args, {"event": "reply", **reply.model_dump()}, f"{reply_line(reply)}")
+    if args.close:
+        why = await asyncio.wait_for(handle.execute_update(ChatAgent.close), args.timeout)
+        emit(args, {"event": "closed", "thread": handle.id, "reason": why},
+             f"closed {handle.id}: {why}")
+    elif not args.json:
+        print(f"{handle.id} stays open; `tower chat {handle.id}` to go on", file=sys.stderr)
+    return 0
+
+
+async def open_thread(client: Client, thread: str) -> WorkflowHandle[Any, Any]:
+    """The latest run of THREAD (a thread continues-as-new), if it is an open chat."""
+    handle = client.get_workflow_handle(thread)
+    try:
+        info = await handle.describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise CliError(f"thread {thread!r} not found") from None
+        raise
+    if info.workflow_type != "chat":
+        raise CliError(f"{thread!r} is a run of {info.workflow_type!r}, not a chat thread")
+    if info.status != WorkflowExecutionStatus.RUNNING:
+        status = info.status.name if info.status else "unknown"
+        raise CliError(f"thread {thread!r} is closed ({status}); start a new one with "
+                       "`tower chat`")
+    return handle
+
+
+def messages(given: Iterable[str], interactive: bool) -> Iterator[str]:
+    """-m's messages, or standard input's lines (blank ones skipped) until end of input."""
+    if not interactive:
+        yield from given
+        return
+    prompt = sys.stdin.isatty()
+    while True:
+        if prompt:
+            print("you> ", end="", flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            return
+        if line.strip():
+            yield line.rstrip("\n")
+
+
+def reply_line(reply: ChatReply) -> str:
+    return f"[turn {reply.turn}, step {reply.step}] {reply.reply}"
+
+
+def emit(args: argparse.Namespace, event: dict[str, Any], text: str, err: bool = False) -> None:
+    if args.json:
+        print(json.dumps(event), flush=True)
+    else:
+        print(text, file=sys.stderr if err else sys.stdout, flush=True)
