@@ -98,7 +98,9 @@ class NaiveChat:
         await workflow.wait_condition(lambda: self.closed and workflow.all_handlers_finished())
         return len(self.messages)
 
-    @workflow.update(name="send")
+    # Bare decorator: the update is still named after the method, and temporalio's
+    # async overload types execute_update's result (with name=, mypy sees a coroutine).
+    @workflow.update
     async def send(self, message: NaiveMessage) -> str:
         self.messages.append(Message(role="user", content=message.text))
         reply: ModelReply = await workflow.execute_activity(
@@ -110,7 +112,9 @@ class NaiveChat:
         self.messages.append(Message(role="assistant", content=reply.content or ""))
         return reply.content or ""
 
-    @workflow.update(name="close")
+    # Bare decorator: the update is still named after the method, and temporalio's
+    # async overload types execute_update's result (with name=, mypy sees a coroutine).
+    @workflow.update
     async def close(self) -> None:
         self.closed = True
 

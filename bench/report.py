@@ -7,6 +7,8 @@ from typing import Any
 # The server's defaults: history warnings at 10,240 events or 10 MiB per run.
 WARN_EVENTS, WARN_BYTES = 10_240, 10 * 1024 * 1024
 SECTIONS = ("overhead", "growth", "throughput", "replay", "memory")
+# measure, Tower, compared with, ratio, target, met
+Row = tuple[str, str, str, str, str, str]
 
 
 def _ok(met: bool) -> str:
@@ -14,7 +16,7 @@ def _ok(met: bool) -> str:
 
 
 def table(f: dict[str, Any]) -> str:
-    rows = [("measure", "Tower", "compared with", "ratio", "target", "met")]
+    rows: list[Row] = [("measure", "Tower", "compared with", "ratio", "target", "met")]
     failed = [(name, f[name]["error"]) for name in SECTIONS
               if "error" in f.get(name, {"error": "not run"})]
     if failed:  # show what did run; say what did not
@@ -72,7 +74,7 @@ def table(f: dict[str, Any]) -> str:
     return _render(rows, notes)
 
 
-def _render(rows: list[tuple[str, ...]], notes: list[str]) -> str:
+def _render(rows: list[Row], notes: list[str]) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(6)]
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
              for row in rows]

@@ -22,6 +22,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
+from temporalio.exceptions import FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
 from starter.cmd_run import has_workers
@@ -77,7 +78,8 @@ async def chat(args: argparse.Namespace) -> int:
             reply = await asyncio.wait_for(handle.execute_update(
                 ChatAgent.send, UserMessage(text=text)), args.timeout)
         except WorkflowUpdateFailedError as exc:  # the validator's reason; nothing recorded
-            reason = str(exc.cause.message if exc.cause else exc)
+            cause = exc.cause  # typed BaseException; a failure from the server has .message
+            reason = cause.message if isinstance(cause, FailureError) else str(exc)
             refused += 1
             emit(args, {"event": "refused", "reason": reason}, f"refused: {reason}",
                  err=True)

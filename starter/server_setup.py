@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from typing import cast
 
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
@@ -34,7 +35,10 @@ async def register_search_attributes(client: Client, namespace: str | None = Non
     listed = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=namespace))
     known = {**dict(listed.system_attributes), **dict(listed.custom_attributes)}
-    wanted = {k.name: int(k.indexed_value_type) for k in search.ALL}
+    # The protobuf stubs type enum values as ``IndexedValueType.ValueType``, a NewType of
+    # int that exists only in the stubs: cast (a no-op at run time) instead of calling it.
+    wanted = {k.name: cast("IndexedValueType.ValueType", int(k.indexed_value_type))
+              for k in search.ALL}
     clash = [f"{name} is {IndexedValueType.Name(known[name])}, Tower needs "
              f"{IndexedValueType.Name(kind)}" for name, kind in wanted.items()
              if name in known and known[name] != kind]
@@ -43,7 +47,7 @@ async def register_search_attributes(client: Client, namespace: str | None = Non
     missing = {name: kind for name, kind in wanted.items() if name not in known}
     if missing:
         await client.operator_service.add_search_attributes(AddSearchAttributesRequest(
-            namespace=namespace, search_attributes=missing))  # type: ignore[arg-type]
+            namespace=namespace, search_attributes=missing))
     return sorted(missing)
 
 

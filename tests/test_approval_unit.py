@@ -62,7 +62,7 @@ def at_gate(amount: int = 500) -> PayState:
     assert state.node == "pay"
     held, log = open_gate(MACHINE, state, MACHINE.gates["pay"], at=T0, event_id=3)
     assert log.source == log.target == "pay"
-    return held  # type: ignore[return-value]
+    return held
 
 
 def decision(**kw: Any) -> Decision:
@@ -214,7 +214,7 @@ def test_after_gate_holds_the_nodes_update_until_approved() -> None:
     state, _ = start(machine, PayState(amount=500), at=T0, event_id=1)
     state, _ = advance(machine, state, "plan", {}, at=T0, event_id=2)
     held, log = open_gate(machine, state, gate, at=T0, event_id=3, update={"note": "drafted"})
-    assert held.note == "drafted" and log.update == {"note": "drafted"}  # type: ignore[attr-defined]
+    assert held.note == "drafted" and log.update == {"note": "drafted"}
     assert held.status == Status.AWAITING_APPROVAL and held.node == "pay"
     ok, _ = close_gate(machine, held, gate, GateStatus.APPROVED, target="pay", at=T0,
                        event_id=4, decision=decision())

@@ -4,11 +4,22 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from activities.prices import PriceError, PriceTable
-from workflows.machine import DONE, FAILED, AgentState, Graph, InvalidGraph, Usage, advance, start
+from workflows.machine import (
+    DONE,
+    FAILED,
+    AgentState,
+    Graph,
+    InvalidGraph,
+    Machine,
+    Usage,
+    advance,
+    start,
+)
 from workflows.machine.cost import CallUsage, cost_report
 from workflows.machine.mermaid import to_mermaid
 
@@ -19,11 +30,11 @@ async def _noop(ctx: object, state: object) -> dict[str, object]:
     return {}
 
 
-def _machine(**limits: object) -> object:
+def _machine(**limits: Any) -> Machine:
     return (Graph("spend", AgentState)
             .node("work", _noop).node("escalate", _noop)
             .entry("work").edge("work", "work").edge("escalate", FAILED)
-            .budget(escalate_to="escalate", **limits)  # type: ignore[arg-type]
+            .budget(escalate_to="escalate", **limits)
             .compile())
 
 
@@ -61,11 +72,11 @@ def test_bad_price_tables_are_refused_clearly(value: str, message: str) -> None:
         PriceTable.from_env({"TOWER_PRICES": value})
 
 
-def _run_until_escalation(machine: object, per_step: Usage) -> list[tuple[str, str, str]]:
-    state, t = start(machine, AgentState(), at=T0, event_id=1)  # type: ignore[arg-type]
+def _run_until_escalation(machine: Machine, per_step: Usage) -> list[tuple[str, str, str]]:
+    state, t = start(machine, AgentState(), at=T0, event_id=1)
     moves = [(t.source, t.target, t.reason)]
     while state.node == "work" and len(moves) < 50:
-        state, t = advance(machine, state, "work", {"usage": per_step},  # type: ignore[arg-type]
+        state, t = advance(machine, state, "work", {"usage": per_step},
                            at=T0, event_id=2)
         moves.append((t.source, t.target, t.reason))
     return moves
@@ -81,7 +92,7 @@ def test_token_budget_routes_to_escalation() -> None:
 
 def test_cost_budget_routes_to_escalation_and_records_why() -> None:
     machine = _machine(max_cost_usd=0.05)
-    state, _ = start(machine, AgentState(), at=T0, event_id=1)  # type: ignore[arg-type]
+    state, _ = start(machine, AgentState(), at=T0, event_id=1)
     state, t = advance(machine, state, "work", {"usage": Usage(calls=1, cost_usd=0.04)},
                        at=T0, event_id=2)
     assert t.target == "work"
@@ -107,7 +118,7 @@ def test_nonpositive_spend_budget_is_an_invalid_graph(limits: dict[str, float]) 
 
 
 def test_budget_is_drawn() -> None:
-    text = to_mermaid(_machine(max_tokens=5000, max_cost_usd=0.25))  # type: ignore[arg-type]
+    text = to_mermaid(_machine(max_tokens=5000, max_cost_usd=0.25))
     assert "note right of escalate: spend budget: ≤ 5000 tokens, ≤ $0.25" in text
 
 

@@ -20,6 +20,7 @@ from gatekit import (
 )
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.exceptions import FailureError
 
 from activities.model import ModelSettings
 from worker import build_worker
@@ -43,7 +44,14 @@ async def start(client: Client, task_queue: str, **kw: Any) -> Any:
 async def refused(handle: Any, payload: dict[str, Any]) -> str:
     with pytest.raises(WorkflowUpdateFailedError) as info:
         await handle.execute_update("decide", payload, result_type=dict)
-    return str(info.value.cause.message)
+    return refusal(info.value)
+
+
+def refusal(error: WorkflowUpdateFailedError) -> str:
+    """Why the update was refused: the message of the failure that caused it."""
+    cause = error.cause
+    assert isinstance(cause, FailureError), cause  # has ``message``; BaseException has not
+    return cause.message
 
 
 async def test_under_the_limit_no_gate(client: Client, task_queue: str, db_path: Path) -> None:
@@ -159,7 +167,7 @@ async def test_decision_before_the_gate_is_reached(
     async with worker(client, task_queue, db_path):
         with pytest.raises(WorkflowUpdateFailedError) as info:
             await update
-        assert "not awaiting a decision" in str(info.value.cause.message)
+        assert "not awaiting a decision" in refusal(info.value)
         approvals = await wait_pending(handle)
         assert [r["reason"] for r in approvals["refused"]][0].startswith("gate 'refund_review'")
         state = await snapshot(handle)
@@ -185,7 +193,7 @@ async def test_approve_and_reject_race(client: Client, task_queue: str, db_path:
     # The loser is refused by the validator, or (when the winner already finished the run
     # under load) by the server because the run is closed; either way it changed nothing.
     if isinstance(lost[0], WorkflowUpdateFailedError):
-        assert "already decided" in str(lost[0].cause.message)
+        assert "already decided" in refusal(lost[0])
     else:
         # "workflow execution already completed", or "update was aborted by closing
         # workflow" when it was admitted but not yet delivered as the run closed.

@@ -36,9 +36,10 @@ async def call(server: LoopbackModelServer, models: list[str], timeout: float = 
     return result
 
 
-async def failure(server: LoopbackModelServer, models: list[str], **kw: float) -> ApplicationError:
+async def failure(server: LoopbackModelServer, models: list[str],
+                  timeout: float = 2.0) -> ApplicationError:
     with pytest.raises(ApplicationError) as info:
-        await call(server, models, **kw)
+        await call(server, models, timeout)
     return info.value
 
 

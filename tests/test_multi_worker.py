@@ -72,8 +72,8 @@ async def test_workers_share_the_load_and_take_over_a_killed_workers_runs(
     results = await asyncio.gather(*(h.result() for h in handles))
     assert all(r.status == "DONE" for r in results)
     work = Counter[str]()
-    for h in handles:
-        work.update(await _identities(h))
+    for loaded in handles:  # not ``h``: that name holds refund handles below
+        work.update(await _identities(loaded))
     assert set(work) <= set(workers)
     assert len(work) >= 2, f"one worker did everything: {work}"
 

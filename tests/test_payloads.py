@@ -37,7 +37,9 @@ async def test_a_large_input_goes_to_external_storage(
     client: Client, task_queue: str, db_path: Path, tmp_path: Path
 ) -> None:
     store = tmp_path / "payloads"
-    big = Client(**{**client.config(), "data_converter": tower_data_converter(store, 1024)})
+    config = client.config()  # a copy: the shared client is unchanged
+    config["data_converter"] = tower_data_converter(store, 1024)
+    big = Client(**config)
     question = "Check my account ACC-1001. " + "Some context. " * 120  # ~1.7 KB
     async with build_worker(big, task_queue=task_queue, db_path=db_path,
                             models=ModelSettings()):

@@ -100,8 +100,10 @@ async def test_one_trace_client_to_states_to_activities_with_replays(
                   and s.attributes["tower.step"] == 1)  # type: ignore[index]
     attrs = reason.attributes or {}
     assert attrs["tower.agent"] == "account" and attrs["tower.models"] == ("scripted",)
-    assert attrs["tower.tokens"] > 0 and attrs["tower.tokens"] == (
-        attrs["tower.prompt_tokens"] + attrs["tower.completion_tokens"])
+    tokens, prompt, completion = (
+        attrs[f"tower.{k}"] for k in ("tokens", "prompt_tokens", "completion_tokens"))
+    assert isinstance(tokens, int) and isinstance(prompt, int) and isinstance(completion, int)
+    assert tokens > 0 and tokens == prompt + completion
     # Each activity runs inside the state that called it.
     for run in (s for s in spans if s.name.startswith("RunActivity:")):
         chain, parent = [], run.parent

@@ -203,7 +203,9 @@ class ChatAgent(AgentWorkflow):
                 self.closing = f"idle for {idle}"
                 return
 
-    @workflow.update(name="send")
+    # Bare decorator: the update is still named after the method, and temporalio's
+    # async overload types execute_update's result (with name=, mypy sees a coroutine).
+    @workflow.update
     async def send(self, message: UserMessage) -> ChatReply:
         # Turn ids continue from the carried state: number them once the run has it.
         await workflow.wait_condition(lambda: self._state is not None)
@@ -233,7 +235,9 @@ class ChatAgent(AgentWorkflow):
         # Updates can arrive in the first activation, before the run has a state.
         return self._state is not None and self._state.node in TERMINALS
 
-    @workflow.update(name="close")
+    # Bare decorator: the update is still named after the method, and temporalio's
+    # async overload types execute_update's result (with name=, mypy sees a coroutine).
+    @workflow.update
     async def close(self) -> str:
         self.closing = self.closing or "closed by the user"
         return self.closing

@@ -48,7 +48,7 @@ async def research_all(ctx: NodeContext, state: FanOutState) -> dict[str, Any]:
         lambda company, attempt: CompanyRequest(company=company, attempt=attempt),
         policy=state.policy, failed=_child_failed)
     return {
-        "profiles": {o.item: o.result.profile for o in outcomes if o.ok},
+        "profiles": {o.item: o.result.profile for o in outcomes if o.result is not None},
         "skipped": [f"{o.item}: {o.reason}" for o in outcomes if not o.ok],
     }
 

@@ -8,7 +8,6 @@ a small script: a pure function of the request, in the module named after the ag
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 
 from workflows.machine import Usage
 from workflows.machine.wire import ModelReply, ModelRequest, ToolCallRequest
@@ -25,10 +24,9 @@ from . import (
     research,
     support,
 )
+from .common import Script
 
 SCRIPTED_MODEL = "scripted"
-
-Script = Callable[[ModelRequest], "str | ToolCallRequest"]
 
 SCRIPTS: dict[tuple[str, str], Script] = {
     **account.SCRIPTS, **support.SCRIPTS, **onboarding.SCRIPTS,

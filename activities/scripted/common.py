@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from workflows.machine import Message
-from workflows.machine.wire import ModelRequest
+from workflows.machine.wire import ModelRequest, ToolCallRequest
+
+# A node's script: the request in, the model's content (or one tool call) out.
+Script = Callable[[ModelRequest], "str | ToolCallRequest"]
 
 
 def first_user_text(request: ModelRequest) -> str:

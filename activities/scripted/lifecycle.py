@@ -11,7 +11,7 @@ import re
 
 from workflows.machine.wire import ModelRequest, ToolCallRequest
 
-from .common import first_user_text
+from .common import Script, first_user_text
 
 IDS = re.compile(r"\b(ACC|INV)-\d{4}\b")
 TOOL_FOR = {"ACC": ("lookup_account", "account_id"), "INV": ("lookup_invoice", "invoice_id")}
@@ -46,7 +46,8 @@ def evaluate(request: ModelRequest) -> str:
     return json.dumps({"solved": False, "answer": ""})
 
 
-SCRIPTS = {
+# Annotated: one script returns a tool call, the other text.
+SCRIPTS: dict[tuple[str, str], Script] = {
     ("lifecycle", "PLANNING"): plan,
     ("lifecycle", "EVALUATING"): evaluate,
 }

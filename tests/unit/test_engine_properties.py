@@ -89,7 +89,7 @@ def machines(draw: st.DrawFn) -> Machine:
     return g.compile()
 
 
-updates = st.fixed_dictionaries({
+updates: st.SearchStrategy[dict[str, Any]] = st.fixed_dictionaries({
     "pick": st.integers(0, 4), "allow": st.booleans(),
     "trace": st.lists(st.integers(-9, 9), max_size=2), "total": st.integers(-5, 5),
     "last": st.integers(0, 99), "high": st.integers(0, 99),
@@ -152,8 +152,8 @@ def test_budgets_always_end_a_cycle(data: st.DataObject) -> None:
     if m.budget is None or (m.budget.max_steps is None and len(m.budget.max_visits) < len(
             m.nodes)):
         # A cycle only the budget can end, whose escalation node (a bad design) loops back.
-        limits = data.draw(st.fixed_dictionaries({"max_steps": st.none() | st.integers(2, 30),
-                                                  "max_visits": st.just({"a": 3, "b": 3})}))
+        limits: dict[str, Any] = data.draw(st.fixed_dictionaries({
+            "max_steps": st.none() | st.integers(2, 30), "max_visits": st.just({"a": 3, "b": 3})}))
         m = (Graph("bounded", Prop).node("a", noop).node("b", noop).node("stop", noop)
              .entry("a")
              .route("a", route_over(("b", DONE)), ["b", DONE], guards={DONE: allowed})

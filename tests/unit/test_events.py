@@ -35,7 +35,7 @@ TABLE = {
     ("TOOL_CALL", "RECOVERING"), ("EVALUATING", "PLANNING"), ("EVALUATING", DONE),
     ("RECOVERING", "PLANNING"), ("RECOVERING", FAILED),
 }
-CANON = {  # one typical event per kind
+CANON: dict[str, dict[str, Any]] = {  # one typical event per kind
     "start": {"start": True}, "tool": {"tool": "lookup_account"}, "done": {"tool_done": True},
     "error": {"error": "boom"}, "unsolved": {"solved": False}, "solved": {"solved": True},
     "recovered": {"recovered": True}, "unrecovered": {"recovered": False},
@@ -61,7 +61,7 @@ def send(state: LifecycleState, data: dict[str, Any], accepted: frozenset[str] =
                                                             exclude_defaults=True))
     new, t = apply_event(GRAPH, state, event, on_event(state, parsed), accepted=accepted,
                          at=T0, event_id=1)
-    return new, t, event  # type: ignore[return-value]
+    return new, t, event
 
 
 @pytest.mark.parametrize("node", ["IDLE", "PLANNING", "TOOL_CALL", "EVALUATING", "RECOVERING"])
@@ -123,7 +123,9 @@ LIKELY = {
 @given(st.data())
 def test_random_event_sequences_keep_the_promises(data: st.DataObject) -> None:
     state, first = start(GRAPH, LifecycleState(goal="g"), at=T0, event_id=0)
-    log, accepted, sent = [first], set(), []
+    log = [first]
+    accepted: set[str] = set()
+    sent: list[tuple[dict[str, Any], int]] = []
     for _ in range(data.draw(st.integers(0, 80))):
         how = data.draw(st.sampled_from(["likely", "likely", "random", "stale", "replay"]))
         if how == "replay" and sent:  # at-least-once delivery: an accepted event comes again
@@ -132,8 +134,11 @@ def test_random_event_sequences_keep_the_promises(data: st.DataObject) -> None:
             pool = LIKELY.get(state.node, events) if how == "likely" else events
             payload = data.draw(pool)
             now = state.step
-            step = now if how != "stale" else data.draw(
-                st.integers(0, now + 3).filter(lambda n, now=now: n != now))
+
+            def other(n: int, now: int = now) -> bool:  # ``now`` bound per iteration
+                return n != now
+
+            step = now if how != "stale" else data.draw(st.integers(0, now + 3).filter(other))
         before = state
         try:
             state, t, event = send(state, payload, frozenset(accepted), step=step)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pydantic import BaseModel
+
 from workflows.account import GRAPH as ACCOUNT
 from workflows.account import FinalAnswer
-from workflows.machine.context import NodeContext
+from workflows.machine.context import Answer, NodeContext
 from workflows.machine.wire import ModelReply, ToolCallRequest
 from workflows.support import GRAPH as SUPPORT
 
@@ -17,6 +19,7 @@ def test_a_tool_of_another_state_is_refused() -> None:
     billing = ctx(SUPPORT.nodes, "billing")
     reply = ModelReply(model="m", tool_calls=[
         ToolCallRequest(name="update_account", arguments={"account_id": "ACC-1001"})])
+    answer: Answer[BaseModel] | None  # no schema: nothing to parse
     answer, problem = billing._check(reply, None)
     assert answer is None
     assert problem == ("tool 'update_account' is not available here "

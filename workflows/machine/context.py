@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
@@ -66,10 +66,24 @@ class NodeContext:
     def now(self) -> datetime:
         return workflow.now()
 
+    # Without a schema nothing is parsed: ``Answer.parsed`` stays None, so the answer's
+    # type is the plain ``Answer[BaseModel]`` rather than an unsolvable ``Answer[T]``.
+    @overload
+    async def ask(
+        self, messages: list[Message], *, schema: None = None,
+        max_corrections: int = 2, history: list[MessageRef] | None = None, keep: bool = False,
+    ) -> Answer[BaseModel]: ...
+
+    @overload
+    async def ask(
+        self, messages: list[Message], *, schema: type[T],
+        max_corrections: int = 2, history: list[MessageRef] | None = None, keep: bool = False,
+    ) -> Answer[T]: ...
+
     async def ask(
         self, messages: list[Message], *, schema: type[T] | None = None,
         max_corrections: int = 2, history: list[MessageRef] | None = None, keep: bool = False,
-    ) -> Answer[T]:
+    ) -> Answer[T] | Answer[BaseModel]:
         """Ask the model with this node's prompt and tools; validate what comes back.
 
         Invalid output (a tool this node lacks, bad arguments, content that fails

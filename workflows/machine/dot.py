@@ -52,14 +52,14 @@ def to_dot(machine: Machine) -> str:
                 label = f"{label} [{guard.__name__}]".strip()
             attrs = f" [label={_q(label)}]" if label else ""
             lines.append(f"  {_q(source)} -> {_q(target)}{attrs};")
-    for node, gate in machine.gates.items():
+    for gated, gate in machine.gates.items():
         moves: dict[str, list[str]] = {}
-        for target, why in ((gate.on_reject, "rejected"), (gate.on_timeout, "timeout"),
-                            (gate.on_stale, "stale")):
-            if target:
-                moves.setdefault(target, []).append(why)
+        for gate_target, why in ((gate.on_reject, "rejected"), (gate.on_timeout, "timeout"),
+                                 (gate.on_stale, "stale")):
+            if gate_target:
+                moves.setdefault(gate_target, []).append(why)
         for target, names in moves.items():
-            lines.append(f"  {_q(node)} -> {_q(target)} [label={_q('gate ' + ' / '.join(names))}"
+            lines.append(f"  {_q(gated)} -> {_q(target)} [label={_q('gate ' + ' / '.join(names))}"
                          ', color="#c77800", fontcolor="#c77800", style=dashed];')
     if budget is not None:
         limited = set(budget.max_visits)

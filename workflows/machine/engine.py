@@ -18,7 +18,15 @@ from pydantic_core import to_jsonable_python
 
 from .errors import IllegalTransition
 from .graph import DONE, FAILED, START, TERMINALS, Machine
-from .state import AgentState, NodeError, Status, UpdateError, apply_update, set_engine_fields
+from .state import (
+    AgentState,
+    NodeError,
+    S,
+    Status,
+    UpdateError,
+    apply_update,
+    set_engine_fields,
+)
 
 
 class Transition(BaseModel):
@@ -41,17 +49,15 @@ def status_for(node: str) -> Status:
     return {DONE: Status.DONE, FAILED: Status.FAILED}.get(node, Status.RUNNING)
 
 
-def start(machine: Machine, state: AgentState, *, at: datetime, event_id: int) -> tuple[
-    AgentState, Transition
-]:
+def start(machine: Machine, state: S, *, at: datetime, event_id: int) -> tuple[S, Transition]:
     """The first move, START -> entry."""
     return _move(machine, state, START, machine.entry, "start", {}, at, event_id, [])
 
 
 def advance(
-    machine: Machine, state: AgentState, node: str, update: Mapping[str, Any], *,
+    machine: Machine, state: S, node: str, update: Mapping[str, Any], *,
     at: datetime, event_id: int, calls: list[str] | None = None,
-) -> tuple[AgentState, Transition]:
+) -> tuple[S, Transition]:
     """Apply ``update`` from ``node`` and take the transition the graph allows."""
     if state.node in TERMINALS:
         raise IllegalTransition(state.node, "?", f"{state.node} is terminal")
@@ -75,9 +81,9 @@ def advance(
 
 
 def fail(
-    machine: Machine, state: AgentState, why: str, *, at: datetime, event_id: int,
+    machine: Machine, state: S, why: str, *, at: datetime, event_id: int,
     update: Mapping[str, Any] | None = None, calls: list[str] | None = None,
-) -> tuple[AgentState, Transition]:
+) -> tuple[S, Transition]:
     """Move to FAILED, recording why. The move that was asked for does not happen."""
     failed = apply_update(state, {"errors": [why]})
     return _move(machine, failed, state.node, FAILED, why, dict(update or {}), at, event_id,
@@ -85,9 +91,9 @@ def fail(
 
 
 def node_error(
-    machine: Machine, state: AgentState, node: str, why: str, *, at: datetime, event_id: int,
+    machine: Machine, state: S, node: str, why: str, *, at: datetime, event_id: int,
     calls: list[str] | None = None,
-) -> tuple[AgentState, Transition]:
+) -> tuple[S, Transition]:
     """``node`` raised instead of returning an update: record the error in
     ``errors`` and ``last_error``, then go to the node's recovery node
     (``Graph.on_error``) or, without one or past its budget, to FAILED."""
@@ -107,8 +113,8 @@ def node_error(
 
 
 def operator_retry(
-    machine: Machine, state: AgentState, node: str, by: str, *, at: datetime, event_id: int
-) -> tuple[AgentState, Transition]:
+    machine: Machine, state: S, node: str, by: str, *, at: datetime, event_id: int
+) -> tuple[S, Transition]:
     """The only way out of FAILED: an operator names the node to retry from."""
     check_operator_retry(machine, state, node)
     retried = set_engine_fields(state, last_error=None)
@@ -127,8 +133,8 @@ def check_operator_retry(machine: Machine, state: AgentState, node: str) -> None
 
 
 def operator_abort(
-    machine: Machine, state: AgentState, by: str, why: str, *, at: datetime, event_id: int
-) -> tuple[AgentState, Transition]:
+    machine: Machine, state: S, by: str, why: str, *, at: datetime, event_id: int
+) -> tuple[S, Transition]:
     """An operator gives up on a FAILED run: it stays FAILED and closes, reason recorded."""
     if state.node != FAILED:
         raise IllegalTransition(state.node, FAILED, "only a FAILED run can be aborted")
@@ -166,9 +172,9 @@ def escalation(machine: Machine, state: AgentState, why: str) -> tuple[str, str]
 
 
 def _move(
-    machine: Machine, state: AgentState, source: str, target: str, reason: str,
+    machine: Machine, state: S, source: str, target: str, reason: str,
     update: dict[str, Any], at: datetime, event_id: int, calls: list[str],
-) -> tuple[AgentState, Transition]:
+) -> tuple[S, Transition]:
     operator = source == FAILED and reason.startswith(OPERATOR_PREFIX)
     if not (operator or machine.declared(source, target)):
         # The runtime only ever asks for declared moves; this is the last line of defence.

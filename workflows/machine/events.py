@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from .engine import Transition, _move, escalation, over_budget
 from .errors import IllegalTransition, TowerError
 from .graph import TERMINALS, Graph, Guard, Machine
-from .state import AgentState, UpdateError, apply_update
+from .state import S, UpdateError, apply_update
 
 
 class EventRejected(TowerError):
@@ -74,9 +74,9 @@ class Rejection(BaseModel):
 
 
 def apply_event(
-    machine: Machine, state: AgentState, event: Event, update: Mapping[str, Any], *,
+    machine: Machine, state: S, event: Event, update: Mapping[str, Any], *,
     accepted: Collection[str], at: datetime, event_id: int, calls: list[str] | None = None,
-) -> tuple[AgentState, Transition]:
+) -> tuple[S, Transition]:
     """Merge ``update`` (what ``event`` changes) and take the move the guards admit."""
     if state.node in TERMINALS:
         raise IllegalTransition(state.node, "?", f"{state.node} is terminal")

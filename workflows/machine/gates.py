@@ -20,7 +20,7 @@ from .decisions import Decision, GateRecord, GateStatus
 from .engine import Transition, escalation, fail, over_budget, status_for
 from .errors import IllegalTransition
 from .graph import TERMINALS, Machine
-from .state import AgentState, Status, UpdateError, apply_update, set_engine_fields
+from .state import AgentState, S, Status, UpdateError, apply_update, set_engine_fields
 
 
 def needs_gate(state: AgentState, gate: Gate) -> bool:
@@ -32,9 +32,9 @@ def needs_gate(state: AgentState, gate: Gate) -> bool:
 
 
 def open_gate(
-    machine: Machine, state: AgentState, gate: Gate, *, at: datetime, event_id: int,
+    machine: Machine, state: S, gate: Gate, *, at: datetime, event_id: int,
     update: Mapping[str, Any] | None = None, calls: list[str] | None = None,
-) -> tuple[AgentState, Transition]:
+) -> tuple[S, Transition]:
     """Record a pending approval and hold the run at the gate's node."""
     calls = calls or []
     try:
@@ -57,10 +57,10 @@ def open_gate(
 
 
 def close_gate(
-    machine: Machine, state: AgentState, gate: Gate, status: GateStatus, *, target: str,
+    machine: Machine, state: S, gate: Gate, status: GateStatus, *, target: str,
     at: datetime, event_id: int, decision: Decision | None = None, why: str = "",
     update: Mapping[str, Any] | None = None, calls: list[str] | None = None,
-) -> tuple[AgentState, Transition]:
+) -> tuple[S, Transition]:
     """Mark the pending request and stay at the node (``target == gate.node``) or move on."""
     pending = pending_record(state)
     if pending is None or pending.gate != gate.name:

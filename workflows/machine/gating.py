@@ -177,7 +177,9 @@ class Gatekeeper:
             return
         self._in_flight = decision
 
-    @workflow.update(name="decide")
+    # Bare decorator: the update is still named after the method, and temporalio's
+    # async overload types execute_update's result (with name=, mypy sees a coroutine).
+    @workflow.update
     async def decide(self, raw: dict[str, Any]) -> Outcome:
         """A decision as an update: answers with the outcome the run reported."""
         # Checked again here: on replay the validator does not run, and a decision

@@ -21,10 +21,10 @@ def to_mermaid(machine: Machine) -> str:
         lines.append(f"    note left of {node}: gate {gate.name} {gate.when} {node}, "
                      f"role {gate.role}")
         labels: dict[str, list[str]] = {}
-        for target, label in ((gate.on_reject, "rejected"), (gate.on_timeout, "timeout"),
-                              (gate.on_stale, "stale")):
-            if target:
-                labels.setdefault(target, []).append(label)
+        for gate_target, why in ((gate.on_reject, "rejected"), (gate.on_timeout, "timeout"),
+                                 (gate.on_stale, "stale")):
+            if gate_target:
+                labels.setdefault(gate_target, []).append(why)
         for target, names in labels.items():
             lines.append(f"    {node} --> {ref(target)}: gate {' / '.join(names)}")
     for source, handler in machine.recovery.items():

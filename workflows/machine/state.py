@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -122,6 +122,10 @@ class UpdateError(ValueError):
     """A node returned an update that cannot be applied; the state is unchanged."""
 
 
+# Any agent's state: the engine hands back the state type it was given.
+S = TypeVar("S", bound=AgentState)
+
+
 def reducer_of(state_type: type[BaseModel], field: str) -> Reducer:
     for meta in state_type.model_fields[field].metadata:
         if isinstance(meta, Reducer):
@@ -130,8 +134,8 @@ def reducer_of(state_type: type[BaseModel], field: str) -> Reducer:
 
 
 def apply_update(
-    state: AgentState, update: Mapping[str, Any], *, protected: frozenset[str] = PROTECTED_FIELDS
-) -> AgentState:
+    state: S, update: Mapping[str, Any], *, protected: frozenset[str] = PROTECTED_FIELDS
+) -> S:
     """Return a new state with ``update`` merged through each field's reducer.
 
     Raises UpdateError naming the field when the update names an unknown or
@@ -154,6 +158,6 @@ def apply_update(
         raise UpdateError(f"update does not fit {state_type.__name__}: {exc}") from exc
 
 
-def set_engine_fields(state: AgentState, **fields: Any) -> AgentState:
+def set_engine_fields(state: S, **fields: Any) -> S:
     """The engine's own way to move step, node, status, visits, approvals and last_error."""
     return state.model_copy(update=fields)
