@@ -28,7 +28,7 @@ class DecisionRefused(CliError):
     """The run refused the decision; nothing changed."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pending", help="list runs awaiting an approval decision",
                        description="List runs whose status is AWAITING_APPROVAL (found by "
                                    "search attribute) with the gate, role, expiry and proposal.")

@@ -33,7 +33,7 @@ from workflows.chat import ChatAgent, ChatInput, ChatReply, UserMessage
 CLOSE = "/close"
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "chat", help="send messages to a chat thread (a new one without THREAD)",
         description="Send messages to chat thread THREAD (a workflow id of the chat agent) and "

@@ -9,7 +9,7 @@ from starter.codec_server import DEFAULT_ORIGINS, build_server
 from starter.common import CliError
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "codec-server", help="serve /encode and /decode so the Web UI shows encrypted payloads",
         description="Serve Temporal's remote codec protocol (POST /encode, /decode) with the "

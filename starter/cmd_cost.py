@@ -12,7 +12,7 @@ from starter.common import CliError
 from starter.connection import connect
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "cost", help="a run's token usage and estimated cost",
         description="Print what run RUN spent on models: the run's total, each node's and "

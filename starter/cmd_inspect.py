@@ -25,7 +25,7 @@ from starter.histories import HistoryError, Replayed, load, replay
 from starter.replay_report import task_completed_after
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "inspect", help="a run's transition table and its state at any step",
         description="Print the transition table of RUN (step, from, to, reason, time, "

@@ -10,7 +10,7 @@ from starter.common import CliError
 from starter.model_server import LoopbackModelServer
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "model-server", help="serve the scripted model over OpenAI-compatible HTTP",
         description="Serve /v1/chat/completions on 127.0.0.1 with the built-in scripts, "

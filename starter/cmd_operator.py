@@ -18,7 +18,7 @@ from starter.connection import connect
 from workflows.machine.wire import AbortRequest, RetryRequest
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("retry", help="retry a FAILED run from a named node",
                        description="Take FAILED run RUN back to NODE and follow it.")
     p.add_argument("run", metavar="RUN", help="workflow id")

@@ -15,7 +15,7 @@ from starter.connection import connect, connect_config
 from starter.histories import HistoryError, Replayed, load, replay
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("history", help="export a run's event history",
                        description="Work with a run's Temporal event history.")
     hsub = p.add_subparsers(dest="history_command", metavar="ACTION", required=True)

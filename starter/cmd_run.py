@@ -25,7 +25,7 @@ from workflows.machine.runtime import FAILED_WAIT_MEMO
 from workflows.registry import AGENTS
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "run", help="start an agent run and follow it",
         description="Start a run of AGENT with --input (JSON validated against the agent's "

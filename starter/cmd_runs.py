@@ -14,7 +14,7 @@ from starter.connection import connect
 from workflows.machine import search
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("state", help="print a run's current state as JSON",
                        description="Print the state of run RUN (a workflow id): the live state "
                                    "of a running run, the final state of a closed one.")

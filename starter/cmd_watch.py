@@ -9,7 +9,7 @@ from starter.connection import connect
 from starter.live import watch
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "watch", help="follow a run's transitions live",
         description="Print RUN's transitions so far, then each new one as it happens, with a "

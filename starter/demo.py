@@ -51,7 +51,7 @@ RUNS: list[tuple[str, BaseModel, str]] = [
 ]
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo", help="run the demo: server, worker and every demo agent",
         description="Start the embedded dev server if none answers, start a worker, run the "

@@ -71,7 +71,7 @@ def make_exporter(name: str, env: Mapping[str, str]) -> SpanExporter:
             raise TracingConfigError(
                 "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs the opentelemetry-exporter-otlp-proto-grpc "
                 "package; or use http/protobuf (the collector's port 4318)") from None
-        return GrpcExporter(endpoint=_otlp_endpoint(env))  # type: ignore[no-any-return]
+        return GrpcExporter(endpoint=_otlp_endpoint(env))
     if protocol != "http/protobuf":
         raise TracingConfigError(f"OTLP protocol {protocol!r} is not supported "
                                  "(use http/protobuf or grpc)")

@@ -77,7 +77,7 @@ def takeover(env: WorkflowEnvironment, task_queue: str, db_path: Path,
         second.stop()
 
 
-async def until(predicate, what: str, seconds: float = 60) -> None:  # type: ignore[no-untyped-def]
+async def until(predicate, what: str, seconds: float = 60) -> None:
     for _ in range(int(seconds * 10)):
         if await predicate():
             return
@@ -85,7 +85,7 @@ async def until(predicate, what: str, seconds: float = 60) -> None:  # type: ign
     raise AssertionError(f"timed out waiting for {what}")
 
 
-async def started_attempts(handle: WorkflowHandle, activity: str) -> list[int]:  # type: ignore[type-arg]
+async def started_attempts(handle: WorkflowHandle, activity: str) -> list[int]:
     history = await handle.fetch_history()
     scheduled = {e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
                  for e in history.events

@@ -9,7 +9,7 @@ from starter.testing import assert_replays
 GATES = Path(__file__).parent / "histories" / "gates"
 
 
-def moves(log: list) -> list[str]:  # type: ignore[type-arg]
+def moves(log: list) -> list[str]:
     return [f"{t.source}>{t.target}" for t in log]
 
 

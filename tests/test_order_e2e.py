@@ -39,7 +39,7 @@ async def start(client: Client, task_queue: str, request: OrderRequest,
         memo={FAILED_WAIT_MEMO: wait}, id_conflict_policy=WorkflowIDConflictPolicy.FAIL)
 
 
-async def until_status(handle: WorkflowHandle, status: str) -> None:  # type: ignore[type-arg]
+async def until_status(handle: WorkflowHandle, status: str) -> None:
     for _ in range(200):
         if await handle.query("status", result_type=str) == status:
             return

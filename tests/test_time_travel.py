@@ -25,11 +25,11 @@ SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 SIGNALED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
 
 
-async def events_of(handle: WorkflowHandle, kind: EventType.ValueType) -> list:  # type: ignore[type-arg]
+async def events_of(handle: WorkflowHandle, kind: EventType.ValueType) -> list:
     return [e for e in (await handle.fetch_history()).events if e.event_type == kind]
 
 
-async def wait_for_event(handle: WorkflowHandle, kind: EventType.ValueType) -> None:  # type: ignore[type-arg]
+async def wait_for_event(handle: WorkflowHandle, kind: EventType.ValueType) -> None:
     for _ in range(200):
         if await events_of(handle, kind):
             return

@@ -70,7 +70,7 @@ async def test_new_runs_take_the_new_graph_and_cannot_be_rolled_back(
     assert rolled_back.failure is not None
 
 
-async def assert_replays_history(history, workflows):  # type: ignore[no-untyped-def]
+async def assert_replays_history(history, workflows):
     results = await replay([("v2 run", history)], workflows=workflows)
     assert all(r.ok for r in results), results
     return results

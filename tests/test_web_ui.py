@@ -155,7 +155,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def _wait_for_node(handle, node: str, step: int, seconds: float = 30) -> None:  # type: ignore[no-untyped-def]
+async def _wait_for_node(handle, node: str, step: int, seconds: float = 30) -> None:
     for _ in range(int(seconds * 10)):
         state = await handle.query("state", result_type=dict)
         if state.get("node") == node and state.get("step") == step:

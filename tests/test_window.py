@@ -16,7 +16,7 @@ from workflows.machine.window import WindowPolicy, estimate_tokens, needs_reduct
 POLICY = WindowPolicy(max_messages=4, keep_recent=2, max_tokens=1000, prune_chars=100)
 
 
-def _ref(role: str, chars: int, name: str | None = None):  # type: ignore[no-untyped-def]
+def _ref(role: str, chars: int, name: str | None = None):
     return ref_of(Message(role=role, content="x" * chars, name=name))  # type: ignore[arg-type]
 
 

@@ -33,7 +33,7 @@ def back_to_failed_node(state: AgentState) -> str:
     return state.last_error.node if state.last_error else FAILED
 
 
-def machine(recover_limit: int = 2, nodes: tuple[str, ...] | None = None):  # type: ignore[no-untyped-def]
+def machine(recover_limit: int = 2, nodes: tuple[str, ...] | None = None):
     return (
         Graph("m", AgentState)
         .node("a", noop).node("b", noop).node("fix", noop)
@@ -45,7 +45,7 @@ def machine(recover_limit: int = 2, nodes: tuple[str, ...] | None = None):  # ty
     )
 
 
-def started(m):  # type: ignore[no-untyped-def]
+def started(m):
     return start(m, AgentState(), at=AT, event_id=1)[0]
 
 
