@@ -13,11 +13,11 @@ from datetime import datetime
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from starter.approvals import make_decision, parse_edits
 from starter.cmd_run import print_outcome as print_run_outcome
-from starter.common import CliError, follow
+from starter.common import CliError, follow, not_found_is
 from starter.connection import connect
 from workflows.machine import search
 from workflows.machine.approval import Outcome
@@ -150,12 +150,8 @@ async def send_decision(
 
 async def _approvals(client: Client, run: str) -> dict[str, Any]:
     handle = client.get_workflow_handle(run)
-    try:
+    with not_found_is(f"run {run!r} not found in namespace {client.namespace!r}"):
         info = await handle.describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise CliError(f"run {run!r} not found in namespace {client.namespace!r}") from None
-        raise
     if info.status != WorkflowExecutionStatus.RUNNING:
         status = info.status.name if info.status else "unknown"
         last = ""

@@ -23,10 +23,9 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.exceptions import FailureError
-from temporalio.service import RPCError, RPCStatusCode
 
 from starter.cmd_run import has_workers
-from starter.common import CliError
+from starter.common import CliError, not_found_is
 from starter.connection import TASK_QUEUE, connect
 from workflows.chat import ChatAgent, ChatInput, ChatReply, UserMessage
 
@@ -102,12 +101,8 @@ async def chat(args: argparse.Namespace) -> int:
 async def open_thread(client: Client, thread: str) -> WorkflowHandle[Any, Any]:
     """The latest run of THREAD (a thread continues-as-new), if it is an open chat."""
     handle = client.get_workflow_handle(thread)
-    try:
+    with not_found_is(f"thread {thread!r} not found"):
         info = await handle.describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise CliError(f"thread {thread!r} not found") from None
-        raise
     if info.workflow_type != "chat":
         raise CliError(f"{thread!r} is a run of {info.workflow_type!r}, not a chat thread")
     if info.status != WorkflowExecutionStatus.RUNNING:

@@ -6,9 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from temporalio.service import RPCError, RPCStatusCode
-
-from starter.common import CliError
+from starter.common import not_found_is
 from starter.connection import connect
 
 
@@ -25,13 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     client = await connect()
-    try:
+    with not_found_is(f"run {args.run!r} not found"):
         report: dict[str, Any] = await client.get_workflow_handle(args.run).query(
             "cost", result_type=dict)
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise CliError(f"run {args.run!r} not found") from None
-        raise
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
         return 0

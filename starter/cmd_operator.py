@@ -11,9 +11,8 @@ import argparse
 import getpass
 
 from temporalio.client import Client, WorkflowUpdateFailedError
-from temporalio.service import RPCError, RPCStatusCode
 
-from starter.common import CliError, follow
+from starter.common import CliError, follow, not_found_is
 from starter.connection import connect
 from workflows.machine.wire import AbortRequest, RetryRequest
 
@@ -62,12 +61,9 @@ async def abort(args: argparse.Namespace) -> int:
 async def _update(client: Client, run: str, name: str, request: object) -> str:
     handle = client.get_workflow_handle(run)
     try:
-        result: str = await handle.execute_update(name, request, result_type=str)
+        with not_found_is(f"run {run!r} not found or already closed"):
+            result: str = await handle.execute_update(name, request, result_type=str)
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
         raise CliError(f"{name} refused for {run!r}: {getattr(cause, 'message', cause)}") from None
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise CliError(f"run {run!r} not found or already closed") from None
-        raise
     return result

@@ -7,9 +7,8 @@ import json
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.service import RPCError, RPCStatusCode
 
-from starter.common import CliError
+from starter.common import CliError, not_found_is
 from starter.connection import connect
 from workflows.machine import search
 
@@ -34,12 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 async def run_state(client: Client, run: str) -> dict[str, Any]:
     handle = client.get_workflow_handle(run, result_type=dict)
-    try:
+    with not_found_is(f"run {run!r} not found"):
         info = await handle.describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise CliError(f"run {run!r} not found") from None
-        raise
     if info.status == WorkflowExecutionStatus.COMPLETED:
         result: dict[str, Any] = await handle.result()
         return result

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from temporalio.client import WorkflowHandle
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from workflows.machine import Transition
 from workflows.machine.runtime import AgentWorkflow
@@ -21,6 +22,17 @@ STOP_STATUSES = {"DONE", "FAILED", "AWAITING_APPROVAL"}
 
 class CliError(Exception):
     """A user-facing error: printed as `error: ...` with exit code 2."""
+
+
+@contextlib.contextmanager
+def not_found_is(message: str) -> Iterator[None]:
+    """The server's NOT_FOUND for a run becomes ``error: MESSAGE``; other errors pass."""
+    try:
+        yield
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise CliError(message) from None
+        raise
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, what: str = "workflow id") -> None:

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from starter.common import CliError, describe
+from starter.common import CliError, describe, not_found_is
 from workflows.machine import Transition
 
 # DONE/FAILED from the run itself; the others from the server when no worker can answer.
@@ -90,12 +90,8 @@ async def watch(
 
 
 async def _describe(handle: WorkflowHandle[Any, Any]) -> Any:
-    try:
+    with not_found_is(f"run {handle.id!r} not found"):
         return await handle.describe()
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise CliError(f"run {handle.id!r} not found") from None
-        raise
 
 
 async def _poll(
