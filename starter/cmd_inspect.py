@@ -131,7 +131,8 @@ async def fork(args: argparse.Namespace) -> int:
     print("  signals and updates sent after that point are NOT re-applied: send the new "
           "decision to the new run")
     print("  activities after the reset point run again (model calls, tools); a "
-          "side-effecting tool acts again, since its idempotency key includes the run id")
+          "side-effecting tool already done at the same step and call returns that effect "
+          "instead of acting twice, and fails the run if asked with other arguments")
     print(f"  original run {run_id} keeps its history (workflow type "
           f"{original.workflow_type.name}); if it was still running, the reset terminated it")
     print(f"  follow the new run: tower inspect {args.run}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import uuid
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from activities.model import ModelSettings
 from worker import WORKFLOW_FAILURE_TYPES, build_worker, sandbox_runner
 from workflows.account import AccountAgent, AccountRequest
 from workflows.machine.decisions import Verdict
+from workflows.onboarding import OnboardingAgent, OnboardingRequest, OnboardingState
 from workflows.refund import RefundAgent, RefundState
 from workflows.registry import AGENTS
 
@@ -84,7 +86,7 @@ async def test_inspect_running_and_closed_then_fork_without_later_signals(
         assert after_2["pending_call"]["name"] == "lookup_account"
 
         # Forking a closed run at step 2 runs the tool call after it again.
-        code, out, err = await tower(address, "fork", run, "--step", "2")
+        code, out, err = await tower(address, "fork", run, "--step", "3")  # at provision
         assert code == 0, err
         again = client.get_workflow_handle(run, run_id=out.split("new run ", 1)[1].split()[0],
                                            result_type=dict)
@@ -155,3 +157,35 @@ async def test_fork_at_a_gate_lets_a_different_decision_be_made(
     done = [e for e in (await kept.fetch_history()).events
             if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED]
     assert len(done) == 1
+
+
+async def test_a_fork_that_repeats_a_side_effect_finds_it_done(
+    env: WorkflowEnvironment, client: Client, task_queue: str, db_path: Path,
+) -> None:
+    # Forked before provisioning, the new run provisions again: the activities run again,
+    # but the account and the welcome e-mail already made for those steps are not made twice.
+    address, run = address_of(env), new_id("onboarding")
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        original = await client.start_workflow(
+            OnboardingAgent.run, OnboardingRequest(
+                message="Hi, I'm Ada Byron from Analytical Engines, e-mail ada@engines.io"),
+            id=run, task_queue=task_queue)
+        first = await original.result()
+        assert first.status == "DONE" and first.account_id
+        code, out, err = await tower(address, "fork", run, "--step", "3")  # at provision
+        assert code == 0, err
+        assert "a side-effecting tool already done at the same step and call" in out
+        forked = client.get_workflow_handle(run, run_id=out.split("new run ", 1)[1].split()[0],
+                                            result_type=OnboardingState)
+        again = await asyncio.wait_for(forked.result(), 60)
+    assert again.status == "DONE"
+    assert (again.account_id, again.welcome_message_id) == (
+        first.account_id, first.welcome_message_id)
+    scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
+                 for e in await events_of(forked, SCHEDULED)]
+    assert "create_account" in scheduled  # it ran again, and found its effect made
+    with sqlite3.connect(db_path) as db:
+        assert db.execute("SELECT COUNT(*) FROM accounts WHERE email='ada@engines.io'"
+                          ).fetchone()[0] == 1
+        assert db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0] == 1

@@ -56,6 +56,7 @@ class ToolBox:
             # Retrying cannot fix bad arguments: fail fast and let the node decide.
             raise ApplicationError(f"bad arguments for {tool.name}: {exc}",
                                    type="BadToolArguments", non_retryable=True) from exc
+        asked = json.dumps(args.model_dump(mode="json"), sort_keys=True)
         db = connect(self.db_path)
         try:
             with db:  # one transaction: the effect and its idempotency record, or neither
@@ -63,17 +64,31 @@ class ToolBox:
                     # Take the write lock before looking: two attempts with one key
                     # (a timed-out attempt still running, its retry) then serialize.
                     db.execute("BEGIN IMMEDIATE")
-                    done = db.execute("SELECT result FROM effects WHERE idempotency_key=?",
-                                      (call.idempotency_key,)).fetchone()
+                    done = db.execute(
+                        "SELECT result, arguments FROM effects WHERE idempotency_key=?",
+                        (call.idempotency_key,)).fetchone()
                     if done is not None:
-                        return dict(json.loads(done[0]))
+                        _same_effect(tool.name, done["arguments"], asked)
+                        return dict(json.loads(done["result"]))
                 result = tool.run(db, args, call.idempotency_key)
                 if tool.side_effect:
-                    db.execute("INSERT INTO effects VALUES (?,?,?)",
-                               (call.idempotency_key, tool.name, json.dumps(result)))
+                    db.execute("INSERT INTO effects (idempotency_key, tool, result, arguments) "
+                               "VALUES (?,?,?,?)",
+                               (call.idempotency_key, tool.name, json.dumps(result), asked))
             return result
         finally:
             db.close()
+
+
+def _same_effect(tool: str, done_with: str | None, asked: str) -> None:
+    """The key was used before: only the very same call may take its result. The same key
+    with other arguments is a fork (or a reused step) asking for another effect where one
+    was already made: refuse, rather than act twice or report the wrong effect."""
+    if done_with is not None and done_with != asked:
+        raise ApplicationError(
+            f"{tool} already ran for this step of this run (or of the run it was forked from) "
+            f"with {done_with}; refusing to run it again with {asked}",
+            type="EffectConflict", non_retryable=True)
 
 
 __all__ = ["TOOLS", "Tool", "ToolBox", "schema_of"]

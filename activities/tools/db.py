@@ -27,7 +27,8 @@ CREATE TABLE IF NOT EXISTS tickets (
     idempotency_key TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS docs (id TEXT PRIMARY KEY, title TEXT NOT NULL, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS effects (
-    idempotency_key TEXT PRIMARY KEY, tool TEXT NOT NULL, result TEXT NOT NULL);
+    idempotency_key TEXT PRIMARY KEY, tool TEXT NOT NULL, result TEXT NOT NULL,
+    arguments TEXT);
 CREATE TABLE IF NOT EXISTS signups (
     account_id TEXT PRIMARY KEY, company TEXT NOT NULL, idempotency_key TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS outbox (
@@ -93,4 +94,9 @@ def connect(path: str | Path) -> sqlite3.Connection:
         db.executemany("INSERT OR IGNORE INTO sources VALUES (?,?,?,?)", SEED_SOURCES)
         db.commit()
     orders.ensure_schema(db)
+    # A database made before effects recorded their arguments: add the column (NULL for old
+    # rows, which are then trusted as they are).
+    if "arguments" not in {row[1] for row in db.execute("PRAGMA table_info(effects)")}:
+        db.execute("ALTER TABLE effects ADD COLUMN arguments TEXT")
+        db.commit()
     return db

@@ -37,7 +37,7 @@ MODEL_HEARTBEAT = timedelta(seconds=10)
 TOOL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30), maximum_attempts=5,
-    non_retryable_error_types=["BadToolArguments"],
+    non_retryable_error_types=["BadToolArguments", "EffectConflict"],
 )
 
 
@@ -116,7 +116,11 @@ class NodeContext:
         if name not in self.node.tools:
             raise NodeFailed(f"tool {name!r} is not available in state {self.node.name!r}")
         info = workflow.info()
-        key = f"{info.workflow_id}/{info.run_id}/{self.step}/{len(self.calls)}"
+        # The key names the action, not the run: a fork (a reset keeps the first run id)
+        # or a continued run that makes the same call at the same step finds the effect
+        # already made instead of acting twice; a reused workflow id is a new chain.
+        key = (f"{info.workflow_id}/{info.first_execution_run_id}/{self.step}/"
+               f"{len(self.calls)}/{name}")
         result: dict[str, Any] = await workflow.execute_activity(
             name, ToolCall(tool=name, arguments=arguments, idempotency_key=key),
             result_type=dict,
