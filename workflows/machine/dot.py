@@ -9,6 +9,7 @@ escalations are dashed red edges; a note lists the budget's limits.
 from __future__ import annotations
 
 from .graph import DONE, FAILED, START, Machine
+from .moves import gate_exits, labelled_moves
 
 
 def _q(text: str) -> str:
@@ -44,21 +45,11 @@ def to_dot(machine: Machine) -> str:
         else:
             lines.append(f"  {_q(name)} [label={_q(label)}];")
     lines.append(f"  {_q(START)} -> {_q(machine.entry)};")
-    for source, out in machine.transitions.items():
-        for target in out.targets:
-            label = out.labels.get(target) or (out.route.__name__ if out.route else "")
-            guard = out.guards.get(target)
-            if guard is not None:
-                label = f"{label} [{guard.__name__}]".strip()
-            attrs = f" [label={_q(label)}]" if label else ""
-            lines.append(f"  {_q(source)} -> {_q(target)}{attrs};")
+    for source, target, edge_label in labelled_moves(machine):
+        attrs = f" [label={_q(edge_label)}]" if edge_label else ""
+        lines.append(f"  {_q(source)} -> {_q(target)}{attrs};")
     for gated, gate in machine.gates.items():
-        moves: dict[str, list[str]] = {}
-        for gate_target, why in ((gate.on_reject, "rejected"), (gate.on_timeout, "timeout"),
-                                 (gate.on_stale, "stale")):
-            if gate_target:
-                moves.setdefault(gate_target, []).append(why)
-        for target, names in moves.items():
+        for target, names in gate_exits(gate).items():
             lines.append(f"  {_q(gated)} -> {_q(target)} [label={_q('gate ' + ' / '.join(names))}"
                          ', color="#c77800", fontcolor="#c77800", style=dashed];')
     if budget is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .graph import DONE, FAILED, START, Machine
+from .moves import gate_exits, labelled_moves
 
 
 def to_mermaid(machine: Machine) -> str:
@@ -10,22 +11,12 @@ def to_mermaid(machine: Machine) -> str:
         return "[*]" if node in (START, DONE) else node
 
     lines = ["stateDiagram-v2", f"    {ref(START)} --> {machine.entry}"]
-    for source, out in machine.transitions.items():
-        for target in out.targets:
-            label = out.labels.get(target) or (out.route.__name__ if out.route else "")
-            guard = out.guards.get(target)
-            if guard is not None:
-                label = f"{label} [{guard.__name__}]".strip()
-            lines.append(f"    {source} --> {ref(target)}" + (f": {label}" if label else ""))
+    for source, target, label in labelled_moves(machine):
+        lines.append(f"    {source} --> {ref(target)}" + (f": {label}" if label else ""))
     for node, gate in machine.gates.items():
         lines.append(f"    note left of {node}: gate {gate.name} {gate.when} {node}, "
                      f"role {gate.role}")
-        labels: dict[str, list[str]] = {}
-        for gate_target, why in ((gate.on_reject, "rejected"), (gate.on_timeout, "timeout"),
-                                 (gate.on_stale, "stale")):
-            if gate_target:
-                labels.setdefault(gate_target, []).append(why)
-        for target, names in labels.items():
+        for target, names in gate_exits(gate).items():
             lines.append(f"    {node} --> {ref(target)}: gate {' / '.join(names)}")
     for source, handler in machine.recovery.items():
         lines.append(f"    {source} --> {handler}: error")
