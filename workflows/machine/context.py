@@ -117,8 +117,8 @@ class NodeContext:
             raise NodeFailed(f"tool {name!r} is not available in state {self.node.name!r}")
         info = workflow.info()
         # The key names the action, not the run: a fork (a reset keeps the first run id)
-        # or a continued run that makes the same call at the same step finds the effect
-        # already made instead of acting twice; a reused workflow id is a new chain.
+        # that makes the same call at the same step finds the effect already made instead
+        # of acting twice. A reused workflow id starts a new chain, so new keys.
         key = (f"{info.workflow_id}/{info.first_execution_run_id}/{self.step}/"
                f"{len(self.calls)}/{name}")
         result: dict[str, Any] = await workflow.execute_activity(
