@@ -68,10 +68,10 @@ async def chat(args: argparse.Namespace) -> int:
             print(f"warning: no worker is polling task queue {args.task_queue!r}; replies "
                   "wait until one starts (`python worker.py`)", file=sys.stderr, flush=True)
     interactive = not args.message and not args.close
-    refused = 0
+    close = args.close
     for text in messages(args.message, interactive):
         if text == CLOSE:
-            args.close = True
+            close = True
             break
         try:
             reply = await asyncio.wait_for(handle.execute_update(
@@ -79,7 +79,6 @@ async def chat(args: argparse.Namespace) -> int:
         except WorkflowUpdateFailedError as exc:  # the validator's reason; nothing recorded
             cause = exc.cause  # typed BaseException; a failure from the server has .message
             reason = cause.message if isinstance(cause, FailureError) else str(exc)
-            refused += 1
             emit(args, {"event": "refused", "reason": reason}, f"refused: {reason}",
                  err=True)
             if not interactive:
@@ -88,8 +87,8 @@ async def chat(args: argparse.Namespace) -> int:
         except TimeoutError:
             raise CliError(f"no reply from {handle.id} in {args.timeout:g} s; is a worker "
                            "running (`python worker.py`)?") from None
-        emit(args, {"event": "reply", **reply.model_dump()}, f"{reply_line(reply)}")
-    if args.close:
+        emit(args, {"event": "reply", **reply.model_dump()}, reply_line(reply))
+    if close:
         why = await asyncio.wait_for(handle.execute_update(ChatAgent.close), args.timeout)
         emit(args, {"event": "closed", "thread": handle.id, "reason": why},
              f"closed {handle.id}: {why}")
