@@ -114,6 +114,15 @@ async def throughput(client: Client, tq: str, kind: str, *, runs: int, n: int) -
             "cpu_ms_per_step": cpu_ms, "handles": handles}
 
 
+def combine(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Throughput blocks of one kind as one figure: all steps over all their time."""
+    seconds = sum(b["seconds"] for b in blocks)
+    steps = sum(b["transitions_per_s"] * b["seconds"] for b in blocks)
+    return {"transitions_per_s": steps / seconds, "seconds": seconds,
+            "cpu_ms_per_step": sum(b["cpu_ms_per_step"] for b in blocks) / len(blocks),
+            "blocks": [round(b["transitions_per_s"], 1) for b in blocks]}
+
+
 async def _each(histories: list[WorkflowHistory]) -> AsyncIterator[WorkflowHistory]:
     for history in histories:
         yield history

@@ -6,12 +6,14 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 
 from activities.model import ModelSettings
 from bench.agents import BENCH_WORKFLOWS, NaiveChat, NaiveMessage
 from bench.measure import bytes_per_call, history_bytes, run_chain, turn_costs
 from bench.report import table
+from bench.suites import combine
 from worker import build_worker
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
 from workflows.machine.window import WindowPolicy
@@ -69,3 +71,13 @@ def test_table_marks_missed_targets() -> None:
     growth = next(line for line in lines if "turn 1000 vs turn 10" in line)
     assert "1.10×" in growth and "| yes" in growth
     assert "0.10×" in next(line for line in lines if line.startswith("| total history"))
+
+
+def test_throughput_blocks_combine_as_all_steps_over_all_time() -> None:
+    # 2,000 steps in 20 s and 2,000 in 40 s: 4,000 in 60 s, not the mean of 100 and 50.
+    fast = {"transitions_per_s": 100.0, "seconds": 20.0, "cpu_ms_per_step": 9.0}
+    slow = {"transitions_per_s": 50.0, "seconds": 40.0, "cpu_ms_per_step": 11.0}
+    both = combine([fast, slow])
+    assert both["transitions_per_s"] == pytest.approx(4000 / 60)
+    assert both["seconds"] == 60.0 and both["cpu_ms_per_step"] == 10.0
+    assert both["blocks"] == [100.0, 50.0]
