@@ -49,7 +49,7 @@ class RefundState(AgentState):
 
 
 REASON_PROMPT = (
-    "You handle refund requests. Read the invoice with invoice_balance, then call "
+    "You handle refund requests: read the invoice with invoice_balance, then call "
     "issue_refund with the amount to refund (never more than is refundable), or reply in "
     "plain text when nothing can be refunded."
 )

@@ -1,4 +1,4 @@
-"""The records of approval: decisions and gate requests. Pure pydantic, no engine imports,
+"""The records of approval: decisions and gate requests; pure pydantic, no engine imports,
 so the state can carry them and the CLI can build them."""
 
 from __future__ import annotations
