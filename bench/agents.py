@@ -51,7 +51,7 @@ class StepsAgent(AgentWorkflow):
 
     @workflow.run
     async def run(self, request: Steps) -> StepsState:
-        return await self.drive(StepsState(n=request.n))  # type: ignore[return-value]
+        return await self.drive(StepsState(n=request.n))
 
 
 @workflow.defn(name="bench_steps_every")
@@ -62,7 +62,7 @@ class StepsEveryAgent(StepsAgent):
 
     @workflow.run
     async def run(self, request: Steps) -> StepsState:
-        return await self.drive(StepsState(n=request.n))  # type: ignore[return-value]
+        return await self.drive(StepsState(n=request.n))
 
 
 @workflow.defn(name="bench_baseline")
@@ -154,7 +154,7 @@ class ParkedAgent(AgentWorkflow):
     @workflow.run
     async def run(self, request: ParkRequest) -> ParkState:
         state = ParkState()
-        return await self.drive(state, approvals=request.approvals)  # type: ignore[return-value]
+        return await self.drive(state, approvals=request.approvals)
 
 
 BENCH_WORKFLOWS: list[type] = [StepsAgent, StepsEveryAgent, Baseline, NaiveChat, ParkedAgent]

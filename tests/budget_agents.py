@@ -29,4 +29,4 @@ class TightAccount(AccountAgent):
     @workflow.run
     async def run(self, request: AccountRequest) -> AccountState:
         state = AccountState(messages=[Message(role="user", content=request.question)])
-        return await self.drive(state)  # type: ignore[return-value]
+        return await self.drive(state)

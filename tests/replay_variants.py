@@ -82,7 +82,7 @@ class AccountV2(AgentWorkflow):
         if not workflow.patched(PATCH):
             self.machine = GRAPH_V1  # type: ignore[misc]
         state = AccountState(messages=[Message(role="user", content=request.question)])
-        return await self.drive(state)  # type: ignore[return-value]
+        return await self.drive(state)
 
 
 @workflow.defn(name="account")
@@ -95,7 +95,7 @@ class AccountV2Unpatched(AgentWorkflow):
     @workflow.run
     async def run(self, request: AccountRequest) -> AccountState:
         state = AccountState(messages=[Message(role="user", content=request.question)])
-        return await self.drive(state)  # type: ignore[return-value]
+        return await self.drive(state)
 
 
 async def lookup_both(ctx: NodeContext, state: AgentState) -> dict[str, object]:

@@ -98,4 +98,4 @@ class AccountAgent(AgentWorkflow):
     @workflow.run
     async def run(self, request: AccountRequest) -> AccountState:
         state = AccountState(messages=[Message(role="user", content=request.question)])
-        return await self.drive(state)  # type: ignore[return-value]
+        return await self.drive(state)

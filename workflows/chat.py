@@ -189,7 +189,7 @@ class ChatAgent(AgentWorkflow):
         final = await self.drive(state, carried=carried)
         idle.cancel()
         await workflow.wait_condition(workflow.all_handlers_finished)
-        return final  # type: ignore[return-value]
+        return final
 
     def carry_input(self, carry: Carry) -> ChatInput:
         return ChatInput(carry=carry)

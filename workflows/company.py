@@ -63,4 +63,4 @@ class CompanyAgent(AgentWorkflow):
         text = f"Profile the company {request.company} (attempt {request.attempt})."
         state = CompanyState(company=request.company,
                              messages=[Message(role="user", content=text)])
-        return await self.drive(state)  # type: ignore[return-value]
+        return await self.drive(state)

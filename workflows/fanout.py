@@ -83,4 +83,4 @@ class FanOutAgent(AgentWorkflow):
     @workflow.run
     async def run(self, request: FanOutRequest) -> FanOutState:
         state = FanOutState(companies=list(request.companies), policy=request.policy)
-        return await self.drive(state)  # type: ignore[return-value]
+        return await self.drive(state)

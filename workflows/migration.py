@@ -157,4 +157,4 @@ class MigrationAgent(AgentWorkflow):
                               f"{request.script}")],
             database=request.database, script=request.script,
             review_timeout_seconds=request.review_timeout_seconds)
-        return await self.drive(state, approvals=request.approvals)  # type: ignore[return-value]
+        return await self.drive(state, approvals=request.approvals)

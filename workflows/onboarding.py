@@ -201,4 +201,4 @@ class OnboardingAgent(AgentWorkflow):
     @workflow.run
     async def run(self, request: OnboardingRequest) -> OnboardingState:
         state = OnboardingState(messages=[Message(role="user", content=request.message)])
-        return await self.drive(state)  # type: ignore[return-value]
+        return await self.drive(state)

@@ -195,4 +195,4 @@ class OrderAgent(AgentWorkflow):
     async def run(self, request: OrderRequest) -> OrderState:
         state = OrderState(card=request.card,
                            messages=[Message(role="user", content=request.text)])
-        return await self.drive(state)  # type: ignore[return-value]
+        return await self.drive(state)

@@ -190,4 +190,4 @@ class RefundAgent(AgentWorkflow):
         state = RefundState(messages=[Message(role="user", content=request.message)],
                             limit_cents=request.limit_cents,
                             review_timeout_seconds=request.review_timeout_seconds)
-        return await self.drive(state, approvals=request.approvals)  # type: ignore[return-value]
+        return await self.drive(state, approvals=request.approvals)

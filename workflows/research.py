@@ -196,4 +196,4 @@ class ResearchAgent(AgentWorkflow):
     async def run(self, request: ResearchRequest) -> ResearchState:
         state = ResearchState(topic=request.topic, control=request.control, messages=[
             Message(role="user", content=f"Research and draft: {request.topic}")])
-        return await self.drive(state)  # type: ignore[return-value]
+        return await self.drive(state)

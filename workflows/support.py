@@ -109,4 +109,4 @@ class SupportAgent(AgentWorkflow):
     @workflow.run
     async def run(self, request: SupportRequest) -> SupportState:
         state = SupportState(messages=[Message(role="user", content=request.message)])
-        return await self.drive(state)  # type: ignore[return-value]
+        return await self.drive(state)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from pydantic import BaseModel
 from temporalio import workflow
@@ -36,7 +36,7 @@ from .errors import IllegalTransition, NodeFailed
 from .gates import needs_gate
 from .gating import Gatekeeper
 from .graph import DONE, FAILED, TERMINALS, Machine
-from .state import AgentState, UpdateError, apply_update
+from .state import AgentState, S, UpdateError, apply_update
 from .wire import AbortRequest, RetryRequest
 
 # Memo key a starter may set to override ``failed_wait`` for one run (seconds; 0: close
@@ -76,9 +76,9 @@ class AgentWorkflow(Gatekeeper):
         self._closing = False
 
     async def drive(
-        self, state: AgentState, *, carried: LogSummary | None = None,
+        self, state: S, *, carried: LogSummary | None = None,
         approvals: ApprovalSettings | None = None,
-    ) -> AgentState:
+    ) -> S:
         """Run the machine from its entry node until DONE, or FAILED with no operator retry.
 
         With ``carried`` (a run continued-as-new), ``state`` already stands on its node:
@@ -101,7 +101,8 @@ class AgentWorkflow(Gatekeeper):
                 break
         # A decision handler may still be reporting its outcome: let it answer first.
         await workflow.wait_condition(workflow.all_handlers_finished)
-        return self.current
+        # The engine hands back the state type it is given: the run ends in the agent's own.
+        return cast(S, self.current)
 
     async def _await_operator(self) -> bool:
         """Hold a FAILED run open until an operator decides or ``failed_wait`` passes.
