@@ -7,6 +7,7 @@ import json
 import sqlite3
 import uuid
 from pathlib import Path
+from typing import Any, TypeVar
 
 from gatekit import decide, new_id, refund_request, refunds, wait_pending
 from temporalio.api.enums.v1 import EventType
@@ -23,6 +24,7 @@ from workflows.onboarding import OnboardingAgent, OnboardingRequest, OnboardingS
 from workflows.refund import RefundAgent, RefundState
 from workflows.registry import AGENTS
 
+R = TypeVar("R")
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 SIGNALED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
 
@@ -37,6 +39,15 @@ async def wait_for_event(handle: WorkflowHandle, kind: EventType.ValueType) -> N
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"{handle.id}: no {EventType.Name(kind)} event")
+
+
+async def fork(address: str, client: Client, run: str, step: int, result_type: type[R],
+               ) -> tuple[WorkflowHandle[Any, R], str]:
+    """`tower fork RUN --step N`: the new run's handle, and what the command printed."""
+    code, out, err = await tower(address, "fork", run, "--step", str(step))
+    assert code == 0, err
+    new_run_id = out.split("new run ", 1)[1].split()[0]
+    return client.get_workflow_handle(run, run_id=new_run_id, result_type=result_type), out
 
 
 async def test_inspect_running_and_closed_then_fork_without_later_signals(
@@ -62,13 +73,11 @@ async def test_inspect_running_and_closed_then_fork_without_later_signals(
         state = json.loads(out.split("state after step 1:\n", 1)[1])
         assert state["step"] == 1 and state["messages"][0]["content"].endswith("ACC-1001")
 
-        code, out, err = await tower(address, "fork", run, "--step", "1")
-        assert code == 0, err
+        forked, out = await fork(address, client, run, 1, dict)
         assert "activities after the reset point run again" in out
         assert f"original run {original.result_run_id} keeps its history" in out
-        new_run_id = out.split("new run ", 1)[1].split()[0]
+        new_run_id = forked.run_id
 
-    forked = client.get_workflow_handle(run, run_id=new_run_id, result_type=dict)
     assert new_run_id != original.result_run_id
     before = client.get_workflow_handle(run, run_id=original.result_run_id)
     assert (await before.describe()).status == WorkflowExecutionStatus.TERMINATED
@@ -86,10 +95,7 @@ async def test_inspect_running_and_closed_then_fork_without_later_signals(
         assert after_2["pending_call"]["name"] == "lookup_account"
 
         # Forking a closed run at step 2 runs the tool call after it again.
-        code, out, err = await tower(address, "fork", run, "--step", "3")  # at provision
-        assert code == 0, err
-        again = client.get_workflow_handle(run, run_id=out.split("new run ", 1)[1].split()[0],
-                                           result_type=dict)
+        again, _ = await fork(address, client, run, 2, dict)
         assert (await again.result())["status"] == "DONE"
     names = [e.activity_task_scheduled_event_attributes.activity_type.name
              for e in await events_of(again, SCHEDULED)]
@@ -141,10 +147,7 @@ async def test_fork_at_a_gate_lets_a_different_decision_be_made(
         assert refunds(db_path) == [("INV-2004", 120000)]
         gate_step = next(r["step"] for r in info["records"] if r["status"] == "pending")
 
-        code, out, err = await tower(address, "fork", run, "--step", str(gate_step))
-        assert code == 0, err
-        forked = client.get_workflow_handle(run, run_id=out.split("new run ", 1)[1].split()[0],
-                                            result_type=RefundState)
+        forked, _ = await fork(address, client, run, gate_step, RefundState)
         again = await wait_pending(forked)  # the approval is not re-applied: it waits again
         await decide(client, forked, again["pending"], verdict=Verdict.REJECT)
         state = await forked.result()
@@ -173,11 +176,8 @@ async def test_a_fork_that_repeats_a_side_effect_finds_it_done(
             id=run, task_queue=task_queue)
         first = await original.result()
         assert first.status == "DONE" and first.account_id
-        code, out, err = await tower(address, "fork", run, "--step", "3")  # at provision
-        assert code == 0, err
+        forked, out = await fork(address, client, run, 3, OnboardingState)  # at provision
         assert "a side-effecting tool already done at the same step and call" in out
-        forked = client.get_workflow_handle(run, run_id=out.split("new run ", 1)[1].split()[0],
-                                            result_type=OnboardingState)
         again = await asyncio.wait_for(forked.result(), 60)
     assert again.status == "DONE"
     assert (again.account_id, again.welcome_message_id) == (
