@@ -11,6 +11,7 @@ from pathlib import Path
 
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 from test_cli import TOWER, address_of, cli_env, tower
 
 from activities.model import ModelSettings
@@ -27,12 +28,16 @@ async def tower_stdin(address: str, stdin: str, *args: str) -> tuple[int, str, s
     return proc.returncode or 0, out.decode(), err.decode()
 
 
+def scripted_worker(env: WorkflowEnvironment, task_queue: str, db_path: Path) -> Worker:
+    return build_worker(env.client, task_queue=task_queue, db_path=db_path,
+                        models=ModelSettings())
+
+
 async def test_a_new_thread_from_messages_then_from_stdin_then_closed(
     env: WorkflowEnvironment, task_queue: str, db_path: Path
 ) -> None:
     address = address_of(env)
-    async with build_worker(env.client, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker(env, task_queue, db_path):
         code, out, err = await tower(address, "chat", "--task-queue", task_queue, "--json",
                                      "-m", "hello there", "-m", "what is my status? ACC-1001")
         assert code == 0, err
@@ -59,8 +64,7 @@ async def test_a_refused_message_changes_nothing(
     env: WorkflowEnvironment, task_queue: str, db_path: Path
 ) -> None:
     address = address_of(env)
-    async with build_worker(env.client, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker(env, task_queue, db_path):
         code, out, err = await tower(address, "chat", "--task-queue", task_queue, "-m", "hi")
         assert code == 0, err
         thread = out.split()[1]
@@ -84,8 +88,7 @@ async def test_threads_that_cannot_be_talked_to(
     code, _, err = await tower(address, "chat", "no-such-thread", "-m", "hi")
     assert code == 2 and "thread 'no-such-thread' not found" in err
     run = f"account-{task_queue}"
-    async with build_worker(env.client, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker(env, task_queue, db_path):
         await env.client.execute_workflow(AccountAgent.run, AccountRequest(question="ACC-1001?"),
                                           id=run, task_queue=task_queue)
     code, _, err = await tower(address, "chat", run, "-m", "hi")
