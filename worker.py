@@ -27,7 +27,7 @@ from activities.prices import PriceError
 from activities.tools import ToolBox
 from starter.connection import TASK_QUEUE, ServerUnreachable, UnknownTenant, connect, use_tenant
 from starter.telemetry import TracingConfigError
-from workflows.machine import TowerError
+from tower import TowerError
 from workflows.registry import AGENTS
 
 DEFAULT_DB = Path(".tower") / "tools.sqlite"
@@ -39,7 +39,7 @@ def sandbox_runner() -> SandboxedWorkflowRunner:
     # once instead of once per run inside the sandbox.
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(
-            "workflows.machine", "activities"))
+            "tower", "activities"))
 
 
 # A domain error fails the run instead of retrying the workflow task forever. Shared

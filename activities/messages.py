@@ -14,8 +14,8 @@ from pathlib import Path
 
 from temporalio.exceptions import ApplicationError
 
-from workflows.machine import Message
-from workflows.machine.wire import MessageRef
+from tower import Message
+from tower.contract.wire import MessageRef
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (

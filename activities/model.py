@@ -22,8 +22,8 @@ from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from workflows.machine import Message, Usage
-from workflows.machine.wire import ModelReply, ModelRequest, ToolCallRequest
+from tower import Message, Usage
+from tower.contract.wire import ModelReply, ModelRequest, ToolCallRequest
 
 from .fallback import (
     AGENT_HEADER,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from workflows.machine import Usage
+from tower import Usage
 
 
 class PriceError(ValueError):

@@ -24,8 +24,8 @@ from bench import parked, suites
 from bench.agents import BENCH_WORKFLOWS, WORKFLOW_TASKS, StepsAgent
 from bench.report import table
 from starter.devserver import temporal_binary
+from tower.contract import search
 from worker import build_worker
-from workflows.machine import search
 
 
 async def _suite(figures: dict[str, Any], name: str, work: Awaitable[Any]) -> None:

@@ -9,12 +9,12 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 from temporalio import workflow
 
+from tower import ADD, DONE, AgentState, Graph, Message
+from tower.contract.wire import ModelReply, ModelRequest, ToolCall
+from tower.core.approval import ApprovalSettings, Gate
+from tower.temporal.context import TOOL_RETRY, TOOLS, NodeContext
+from tower.temporal.runtime import AgentWorkflow
 from workflows.chat import RESPOND_PROMPT
-from workflows.machine import ADD, DONE, AgentState, Graph, Message
-from workflows.machine.approval import ApprovalSettings, Gate
-from workflows.machine.context import TOOL_RETRY, TOOLS, NodeContext
-from workflows.machine.runtime import AgentWorkflow
-from workflows.machine.wire import ModelReply, ModelRequest, ToolCall
 
 LOOKUP = {"account_id": "ACC-1001"}
 # Workflow tasks one bench worker runs at once: sized for 2 cores (see worker.build_worker).

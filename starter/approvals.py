@@ -27,8 +27,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from starter.common import CliError
-from workflows.machine.approval import ApprovalSettings, run_key, sign
-from workflows.machine.decisions import Decision, Verdict
+from tower.contract.decisions import Decision, Verdict
+from tower.core.approval import ApprovalSettings, run_key, sign
 
 DEFAULT_SECRET_FILE = Path(".tower") / "approval-secret"
 

@@ -19,9 +19,9 @@ from starter.approvals import make_decision, parse_edits
 from starter.cmd_run import print_outcome as print_run_outcome
 from starter.common import CliError, follow, not_found_is
 from starter.connection import connect
-from workflows.machine import search
-from workflows.machine.approval import Outcome
-from workflows.machine.decisions import Verdict
+from tower.contract import search
+from tower.contract.decisions import Verdict
+from tower.core.approval import Outcome
 
 
 class DecisionRefused(CliError):

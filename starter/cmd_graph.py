@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from starter.common import CliError, agent_class
-from workflows.machine import Machine
-from workflows.machine.dot import to_dot
-from workflows.machine.mermaid import to_mermaid
+from tower import Machine
+from tower.core.dot import to_dot
+from tower.core.mermaid import to_mermaid
 from workflows.registry import AGENTS
 
 FORMATS = ("mermaid", "dot", "svg", "png")

@@ -14,7 +14,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from starter.common import CliError, follow, not_found_is
 from starter.connection import connect
-from workflows.machine.wire import AbortRequest, RetryRequest
+from tower.contract.wire import AbortRequest, RetryRequest
 
 
 def register(sub: argparse._SubParsersAction) -> None:

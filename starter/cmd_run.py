@@ -19,9 +19,9 @@ from starter.cmd_watch import end_event
 from starter.common import CliError, agent_class, parse_input, ui_link
 from starter.connection import TASK_QUEUE, connect, connect_config
 from starter.live import watch
+from tower.contract import search
+from tower.temporal.runtime import FAILED_WAIT_MEMO
 from workflows.chat import ChatAgent
-from workflows.machine import search
-from workflows.machine.runtime import FAILED_WAIT_MEMO
 from workflows.registry import AGENTS
 
 

@@ -10,7 +10,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from starter.common import CliError, not_found_is
 from starter.connection import connect
-from workflows.machine import search
+from tower.contract import search
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ValidationError
 from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.machine import Transition
-from workflows.machine.runtime import AgentWorkflow
+from tower import Transition
+from tower.temporal.runtime import AgentWorkflow
 from workflows.registry import AGENTS
 
 STOP_STATUSES = {"DONE", "FAILED", "AWAITING_APPROVAL"}

@@ -16,8 +16,8 @@ from starter.cmd_approve import print_outcome, send_decision
 from starter.cmd_run import print_outcome as print_run_outcome
 from starter.cmd_run import print_pending
 from starter.common import follow
+from tower.contract.decisions import Verdict
 from worker import DEFAULT_DB
-from workflows.machine.decisions import Verdict
 from workflows.migration import MigrationRequest
 from workflows.refund import RefundRequest
 

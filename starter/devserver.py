@@ -6,7 +6,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from workflows.machine.search import dev_server_flags
+from tower.contract.search import dev_server_flags
 
 DATA_DIR = Path(".tower")
 

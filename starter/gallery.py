@@ -14,8 +14,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from workflows.machine.mermaid import to_mermaid
-from workflows.machine.runtime import AgentWorkflow
+from tower.core.mermaid import to_mermaid
+from tower.temporal.runtime import AgentWorkflow
 from workflows.registry import AGENTS
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -6,7 +6,7 @@ A workflow interceptor keeps a reference to each replayed agent instance and
 asks it to keep the state after every step; that is how the transition log and
 the state at any step are read from a history with no server and no query.
 Each replayed log is then checked twice: against the rules of the agent's
-graph (``workflows.machine.audit``) and against the moves the original run
+graph (``tower.core.audit``) and against the moves the original run
 recorded in its history (the AgentStep/AgentNode search-attribute upserts), so a
 code change that takes a different path without changing any command is caught
 as well as one Temporal itself calls non-deterministic.
@@ -35,9 +35,10 @@ from temporalio.worker import (
 )
 
 from starter.replay_report import describe_failure, diverged
-from workflows.machine import AgentState, Transition, search
-from workflows.machine.audit import check_log
-from workflows.machine.runtime import AgentWorkflow
+from tower import AgentState, Transition
+from tower.contract import search
+from tower.core.audit import check_log
+from tower.temporal.runtime import AgentWorkflow
 
 
 class HistoryError(Exception):

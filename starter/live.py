@@ -17,7 +17,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from starter.common import CliError, describe, not_found_is
-from workflows.machine import Transition
+from tower import Transition
 
 # DONE/FAILED from the run itself; the others from the server when no worker can answer.
 ENDED = {"DONE", "FAILED", "COMPLETED", "TERMINATED", "CANCELED", "TIMED_OUT", "CONTINUED_AS_NEW"}

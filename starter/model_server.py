@@ -24,8 +24,8 @@ from typing import Any
 
 from activities.fallback import AGENT_HEADER, NODE_HEADER
 from activities.scripted import scripted_reply
-from workflows.machine import Message
-from workflows.machine.wire import ModelRequest, ToolCallRequest
+from tower import Message
+from tower.contract.wire import ModelRequest, ToolCallRequest
 
 TOOL_RESULT_PREFIX = "[result of tool "
 RANDOM_KINDS = ("rate_limit", "server_error", "slow", "malformed", "schema", "unknown_tool")

@@ -28,9 +28,9 @@ from starter.approvals import make_decision, settings_for_run
 from starter.demo_gates import SHOP
 from starter.devserver import temporal_binary
 from starter.histories import report_unreplayable
+from tower.contract import search
+from tower.contract.decisions import Verdict
 from worker import build_worker
-from workflows.machine import search
-from workflows.machine.decisions import Verdict
 from workflows.migration import MigrationRequest
 from workflows.refund import RefundRequest
 

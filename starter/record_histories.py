@@ -33,10 +33,10 @@ from starter.common import follow
 from starter.devserver import temporal_binary
 from starter.histories import report_unreplayable
 from starter.model_server import LoopbackModelServer
+from tower.contract import search
+from tower.contract.decisions import Decision, Verdict
+from tower.core.approval import ApprovalSettings, run_key, sign
 from worker import build_worker
-from workflows.machine import search
-from workflows.machine.approval import ApprovalSettings, run_key, sign
-from workflows.machine.decisions import Decision, Verdict
 from workflows.order import OrderRequest
 
 DEFAULT_OUT = Path("tests") / "histories"

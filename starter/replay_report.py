@@ -10,7 +10,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 
-from workflows.machine import Transition
+from tower import Transition
 
 
 def task_completed_after(history: WorkflowHistory, event_id: int) -> HistoryEvent | None:

@@ -22,7 +22,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from starter.connection import ServerUnreachable, connect
-from workflows.machine import search
+from tower.contract import search
 
 
 class SearchAttributeClash(Exception):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from temporalio import workflow
 
+from tower import FAILED, Graph, Message
 from workflows.account import GRAPH, AccountAgent, AccountRequest, AccountState
-from workflows.machine import FAILED, Graph, Message
 
 # The account agent's own nodes under a token budget far too small for one answer.
 TIGHT = (Graph("account", AccountState)

@@ -15,7 +15,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from starter.devserver import temporal_binary
-from workflows.machine import search
+from tower.contract import search
 
 # Property tests: CI sees the same examples on every run (a fixed seed, no example
 # database); HYPOTHESIS_PROFILE=explore searches afresh with more examples.

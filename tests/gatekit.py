@@ -11,8 +11,8 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
-from workflows.machine.approval import ApprovalSettings, run_key, sign
-from workflows.machine.decisions import Decision, Verdict
+from tower.contract.decisions import Decision, Verdict
+from tower.core.approval import ApprovalSettings, run_key, sign
 from workflows.refund import RefundRequest
 
 SECRET = b"tenant-secret-for-tests"

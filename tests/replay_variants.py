@@ -18,6 +18,9 @@ import re
 
 from temporalio import workflow
 
+from tower import DONE, FAILED, AgentState, Graph, Message
+from tower.temporal.context import NodeContext
+from tower.temporal.runtime import AgentWorkflow
 from workflows.account import GRAPH as GRAPH_V1
 from workflows.account import (
     MAX_REASON_ROUNDS,
@@ -29,9 +32,6 @@ from workflows.account import (
     lookup_account,
     reason,
 )
-from workflows.machine import DONE, FAILED, AgentState, Graph, Message
-from workflows.machine.context import NodeContext
-from workflows.machine.runtime import AgentWorkflow
 
 PATCH = "account-verify"
 

@@ -10,10 +10,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from activities.model import ModelSettings
+from tower import Transition
+from tower.temporal.runtime import FAILED_WAIT_MEMO
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
-from workflows.machine import Transition
-from workflows.machine.runtime import FAILED_WAIT_MEMO
 from workflows.support import SupportAgent, SupportRequest
 
 SCRIPTED = ModelSettings()

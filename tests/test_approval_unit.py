@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from workflows.machine import DONE, AgentState, Graph, InvalidGraph, Status, UpdateError
-from workflows.machine.approval import (
+from tower import DONE, AgentState, Graph, InvalidGraph, Status, UpdateError
+from tower.contract.decisions import Decision, GateStatus, Verdict
+from tower.core.approval import (
     ApprovalSettings,
     Gate,
     check_decision,
@@ -17,10 +18,9 @@ from workflows.machine.approval import (
     sign,
     signature_valid,
 )
-from workflows.machine.decisions import Decision, GateStatus, Verdict
-from workflows.machine.engine import advance, start
-from workflows.machine.gates import close_gate, needs_gate, open_gate
-from workflows.machine.state import apply_update
+from tower.core.engine import advance, start
+from tower.core.gates import close_gate, needs_gate, open_gate
+from tower.core.state import apply_update
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 SECRET = b"s3cret"

@@ -14,9 +14,9 @@ from bench.agents import BENCH_WORKFLOWS, NaiveChat, NaiveMessage
 from bench.measure import bytes_per_call, history_bytes, run_chain, turn_costs
 from bench.report import table
 from bench.suites import combine
+from tower.core.window import WindowPolicy
 from worker import build_worker
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
-from workflows.machine.window import WindowPolicy
 
 
 async def test_turn_costs_follow_the_run_chain(

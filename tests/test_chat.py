@@ -14,6 +14,8 @@ from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from activities.model import ModelSettings
+from tower.core.carry import LogSummary
+from tower.core.window import WindowPolicy
 from worker import build_worker, sandbox_runner
 from workflows.chat import (
     MAX_MESSAGE_CHARS,
@@ -24,8 +26,6 @@ from workflows.chat import (
     ChatState,
     UserMessage,
 )
-from workflows.machine.carry import LogSummary
-from workflows.machine.window import WindowPolicy
 
 SCRIPTED = ModelSettings()
 SMALL = WindowPolicy(max_messages=6, keep_recent=2, max_tokens=4000, prune_chars=50)

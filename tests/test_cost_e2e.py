@@ -16,10 +16,10 @@ from temporalio.client import Client
 
 from activities.model import ModelSettings
 from activities.prices import PriceTable
+from tower.contract import search
+from tower.temporal.runtime import FAILED_WAIT_MEMO
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
-from workflows.machine import search
-from workflows.machine.runtime import FAILED_WAIT_MEMO
 
 
 async def tower(client: Client, *args: str) -> str:

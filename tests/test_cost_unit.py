@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from activities.prices import PriceError, PriceTable
-from workflows.machine import (
+from tower import (
     DONE,
     FAILED,
     AgentState,
@@ -20,8 +20,8 @@ from workflows.machine import (
     advance,
     start,
 )
-from workflows.machine.cost import CallUsage, cost_report
-from workflows.machine.mermaid import to_mermaid
+from tower.core.cost import CallUsage, cost_report
+from tower.core.mermaid import to_mermaid
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -137,7 +137,7 @@ def test_cost_report_per_call_node_and_run() -> None:
 
 
 def test_node_usage_reducer_adds_per_node() -> None:
-    from workflows.machine import apply_update
+    from tower import apply_update
     u = Usage(calls=1, prompt_tokens=3)
     state = apply_update(AgentState(), {"node_usage": {"x": u}})
     state = apply_update(state, {"node_usage": {"x": u, "y": u}})
@@ -145,7 +145,7 @@ def test_node_usage_reducer_adds_per_node() -> None:
 
 
 def test_dev_server_registers_the_cost_attributes() -> None:
-    from workflows.machine.search import dev_server_flags
+    from tower.contract.search import dev_server_flags
     flags = dev_server_flags()
     assert "--search-attribute=AgentCostUsd=Double" in flags
     assert "--search-attribute=AgentTokens=Int" in flags

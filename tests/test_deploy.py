@@ -22,7 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from starter.devserver import temporal_binary
 from starter.server_setup import SearchAttributeClash, register_search_attributes
 from starter.telemetry import exporter_names, make_exporter
-from workflows.machine import search
+from tower.contract import search
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((Path(__file__).parent / "data" / "compose-spec.json").read_text())

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from tower import AgentState, Status, Transition, Usage
+from tower.contract.decisions import GateRecord, GateStatus
+from tower.core.details import budget_used, render_details
+from tower.core.graph import Graph
 from workflows.account import GRAPH as ACCOUNT
 from workflows.account import AccountState
-from workflows.machine import AgentState, Status, Transition, Usage
-from workflows.machine.decisions import GateRecord, GateStatus
-from workflows.machine.details import budget_used, render_details
-from workflows.machine.graph import Graph
 
 AT = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 

@@ -10,11 +10,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from activities.model import ModelSettings
+from tower import Transition
+from tower.temporal.fanout import FanOutPolicy, OnChildFailure
+from tower.temporal.runtime import FAILED_WAIT_MEMO
 from worker import build_worker
 from workflows.fanout import FanOutAgent, FanOutRequest, FanOutState
-from workflows.machine import Transition
-from workflows.machine.fanout import FanOutPolicy, OnChildFailure
-from workflows.machine.runtime import FAILED_WAIT_MEMO
 
 
 async def _run(client: Client, task_queue: str, db_path: Path, companies: list[str],

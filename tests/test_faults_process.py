@@ -22,7 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.tools.db import connect
 from starter.model_server import Fault, LoopbackModelServer
-from workflows.machine.runtime import FAILED_WAIT_MEMO
+from tower.temporal.runtime import FAILED_WAIT_MEMO
 from workflows.order import OrderAgent, OrderRequest, OrderState
 from workflows.refund import RefundAgent
 

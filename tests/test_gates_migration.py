@@ -11,9 +11,9 @@ from temporalio.client import Client
 
 from activities.model import ModelSettings
 from activities.tools.migrations import destructive_findings, split_statements
+from tower.contract.decisions import Verdict
+from tower.core.approval import ApprovalSettings, run_key
 from worker import build_worker
-from workflows.machine.approval import ApprovalSettings, run_key
-from workflows.machine.decisions import Verdict
 from workflows.migration import MigrationAgent, MigrationRequest
 
 DROP = "ALTER TABLE customers DROP COLUMN fax;\nDROP TABLE legacy_notes;"

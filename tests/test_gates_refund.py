@@ -23,9 +23,10 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from temporalio.exceptions import FailureError
 
 from activities.model import ModelSettings
+from tower import Transition
+from tower.contract import search
+from tower.contract.decisions import Verdict
 from worker import build_worker
-from workflows.machine import Transition, search
-from workflows.machine.decisions import Verdict
 from workflows.refund import RefundAgent
 
 SCRIPTED = ModelSettings()

@@ -12,8 +12,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.model import ModelSettings
 from starter.devserver import temporal_binary
+from tower import Transition
+from tower.contract import search
 from worker import build_worker
-from workflows.machine import Transition, search
 from workflows.refund import RefundAgent
 
 

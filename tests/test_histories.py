@@ -19,9 +19,9 @@ from starter.devserver import temporal_binary
 from starter.histories import load, replay
 from starter.replay_report import diverged
 from starter.testing import assert_replays, history_files
+from tower import Transition
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
-from workflows.machine import Transition
 from workflows.registry import AGENTS
 
 HISTORIES = Path(__file__).parent / "histories"

@@ -14,10 +14,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from activities.model import ModelSettings
+from tower import Transition
+from tower.core.events import Rejection
 from worker import build_worker
 from workflows.lifecycle import MAX_RECOVERIES, LifecycleAgent, LifecycleRequest
-from workflows.machine import Transition
-from workflows.machine.events import Rejection
 
 
 async def _start(client: Client, task_queue: str, request: LifecycleRequest) -> WorkflowHandle:

@@ -14,8 +14,8 @@ from temporalio.testing import ActivityEnvironment
 from activities.fallback import Endpoint, parse_models
 from activities.model import ModelActivities, ModelSettings
 from starter.model_server import Fault, LoopbackModelServer
-from workflows.machine import Message
-from workflows.machine.wire import ModelReply, ModelRequest
+from tower import Message
+from tower.contract.wire import ModelReply, ModelRequest
 
 REQUEST = ModelRequest(agent="order", node="parse", system="Extract the order.",
                        messages=[Message(role="user", content="2 x WIDGET-1 to 1 Main St, US")])

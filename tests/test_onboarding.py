@@ -11,10 +11,10 @@ from temporalio.client import Client
 
 from activities.model import ModelSettings
 from activities.tools import TOOLS, ToolBox
+from tower import Transition
+from tower.contract.wire import ToolCall
+from tower.temporal.runtime import FAILED_WAIT_MEMO
 from worker import build_worker
-from workflows.machine import Transition
-from workflows.machine.runtime import FAILED_WAIT_MEMO
-from workflows.machine.wire import ToolCall
 from workflows.onboarding import (
     GRAPH,
     ContactInfo,

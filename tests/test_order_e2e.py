@@ -18,9 +18,10 @@ from test_cli import address_of, tower
 from activities.model import ModelSettings
 from starter.cmd_operator import send_abort, send_retry
 from starter.common import CliError
+from tower import Transition
+from tower.contract import search
+from tower.temporal.runtime import FAILED_WAIT_MEMO
 from worker import build_worker
-from workflows.machine import Transition, search
-from workflows.machine.runtime import FAILED_WAIT_MEMO
 from workflows.order import OrderAgent, OrderRequest, OrderState
 
 SCRIPTED = ModelSettings()

@@ -13,9 +13,9 @@ import pytest
 from temporalio.client import Client
 
 from activities.model import ModelSettings
+from tower import Transition
+from tower.temporal.runtime import FAILED_WAIT_MEMO
 from worker import build_worker
-from workflows.machine import Transition
-from workflows.machine.runtime import FAILED_WAIT_MEMO
 from workflows.research import (
     MIN_WORDS,
     Control,

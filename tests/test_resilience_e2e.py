@@ -13,9 +13,9 @@ from temporalio.client import Client
 
 from activities.model import ModelSettings
 from starter.model_server import Fault, LoopbackModelServer
+from tower import Transition
+from tower.temporal.runtime import FAILED_WAIT_MEMO
 from worker import build_worker
-from workflows.machine import Transition
-from workflows.machine.runtime import FAILED_WAIT_MEMO
 from workflows.order import OrderAgent, OrderRequest, OrderState
 
 TEXT = "1 x WIDGET-1 to 4 Oak Lane, Bristol, GB"

@@ -17,9 +17,9 @@ from temporalio.worker import Worker
 from test_cli import address_of, tower
 
 from activities.model import ModelSettings
+from tower.contract.decisions import Verdict
 from worker import WORKFLOW_FAILURE_TYPES, build_worker, sandbox_runner
 from workflows.account import AccountAgent, AccountRequest
-from workflows.machine.decisions import Verdict
 from workflows.onboarding import OnboardingAgent, OnboardingRequest, OnboardingState
 from workflows.refund import RefundAgent, RefundState
 from workflows.registry import AGENTS

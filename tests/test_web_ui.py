@@ -26,9 +26,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.model import ModelSettings
 from starter.devserver import temporal_binary
+from tower.contract import search
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
-from workflows.machine import search
 from workflows.refund import RefundAgent
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"

@@ -9,9 +9,9 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from activities.messages import MessageStore, ref_of
-from workflows.machine import Message, Transition
-from workflows.machine.carry import summarize
-from workflows.machine.window import WindowPolicy, estimate_tokens, needs_reduction, prune, split
+from tower import Message, Transition
+from tower.core.carry import summarize
+from tower.core.window import WindowPolicy, estimate_tokens, needs_reduction, prune, split
 
 POLICY = WindowPolicy(max_messages=4, keep_recent=2, max_tokens=1000, prune_chars=100)
 

@@ -11,10 +11,10 @@ import json
 from pydantic import BaseModel, Field
 from temporalio import workflow
 
-from workflows.machine import DONE, FAILED, AgentState, Graph, Message
-from workflows.machine.context import NodeContext
-from workflows.machine.runtime import AgentWorkflow
-from workflows.machine.wire import ToolCallRequest
+from tower import DONE, FAILED, AgentState, Graph, Message
+from tower.contract.wire import ToolCallRequest
+from tower.temporal.context import NodeContext
+from tower.temporal.runtime import AgentWorkflow
 
 MAX_REASON_ROUNDS = 5
 

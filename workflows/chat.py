@@ -23,12 +23,12 @@ from pydantic import BaseModel, Field
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from workflows.machine import ADD, DONE, TERMINALS, AgentState, Graph, Message
-from workflows.machine.carry import Carry
-from workflows.machine.context import NodeContext
-from workflows.machine.runtime import AgentWorkflow
-from workflows.machine.window import WindowPolicy, needs_reduction, prune, split
-from workflows.machine.wire import MessageRef
+from tower import ADD, DONE, TERMINALS, AgentState, Graph, Message
+from tower.contract.wire import MessageRef
+from tower.core.carry import Carry
+from tower.core.window import WindowPolicy, needs_reduction, prune, split
+from tower.temporal.context import NodeContext
+from tower.temporal.runtime import AgentWorkflow
 
 MAX_MESSAGE_CHARS = 8000
 MAX_TOOL_ROUNDS = 3

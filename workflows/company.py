@@ -9,9 +9,9 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 from temporalio import workflow
 
-from workflows.machine import DONE, AgentState, Graph, Message
-from workflows.machine.context import NodeContext
-from workflows.machine.runtime import AgentWorkflow
+from tower import DONE, AgentState, Graph, Message
+from tower.temporal.context import NodeContext
+from tower.temporal.runtime import AgentWorkflow
 
 
 class CompanyRequest(BaseModel):

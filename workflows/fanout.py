@@ -12,11 +12,11 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 from temporalio import workflow
 
+from tower import APPEND, DONE, AgentState, Graph, custom
+from tower.temporal.context import NodeContext
+from tower.temporal.fanout import FanOutPolicy, fan_out
+from tower.temporal.runtime import AgentWorkflow
 from workflows.company import CompanyAgent, CompanyRequest, CompanyState
-from workflows.machine import APPEND, DONE, AgentState, Graph, custom
-from workflows.machine.context import NodeContext
-from workflows.machine.fanout import FanOutPolicy, fan_out
-from workflows.machine.runtime import AgentWorkflow
 
 Company = Annotated[str, Field(min_length=1, max_length=100)]
 MERGE = custom(lambda old, new: {**old, **new}, "merge")

@@ -30,11 +30,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
-from workflows.machine import ADD, APPEND, DONE, FAILED, AgentState, Graph, Message, NodeFailed
-from workflows.machine.context import NodeContext
-from workflows.machine.event_runtime import EventWorkflow
-from workflows.machine.events import guard_rows
-from workflows.machine.wire import ToolCallRequest
+from tower import ADD, APPEND, DONE, FAILED, AgentState, Graph, Message, NodeFailed
+from tower.contract.wire import ToolCallRequest
+from tower.core.events import guard_rows
+from tower.temporal.context import NodeContext
+from tower.temporal.event_runtime import EventWorkflow
 
 MAX_RECOVERIES = 2
 MAX_STEPS = 40

@@ -18,11 +18,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 from temporalio import workflow
 
-from workflows.machine import DONE, AgentState, Graph, Message, NodeFailed
-from workflows.machine.approval import ApprovalSettings, Gate
-from workflows.machine.context import NodeContext
-from workflows.machine.decisions import GateStatus
-from workflows.machine.runtime import AgentWorkflow
+from tower import DONE, AgentState, Graph, Message, NodeFailed
+from tower.contract.decisions import GateStatus
+from tower.core.approval import ApprovalSettings, Gate
+from tower.temporal.context import NodeContext
+from tower.temporal.runtime import AgentWorkflow
 
 DAY = 24 * 3600
 

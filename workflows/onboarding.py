@@ -16,9 +16,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 from temporalio import workflow
 
-from workflows.machine import APPEND, DONE, FAILED, AgentState, Graph, Message, NodeFailed
-from workflows.machine.context import NodeContext
-from workflows.machine.runtime import AgentWorkflow
+from tower import APPEND, DONE, FAILED, AgentState, Graph, Message, NodeFailed
+from tower.temporal.context import NodeContext
+from tower.temporal.runtime import AgentWorkflow
 
 MAX_COLLECT_ROUNDS = 3
 MAX_TOOL_ROUNDS = 4

@@ -19,9 +19,9 @@ from typing import Literal
 from pydantic import BaseModel, Field
 from temporalio import workflow
 
-from workflows.machine import FAILED, AgentState, Graph, Message
-from workflows.machine.context import NodeContext
-from workflows.machine.runtime import AgentWorkflow
+from tower import FAILED, AgentState, Graph, Message
+from tower.temporal.context import NodeContext
+from tower.temporal.runtime import AgentWorkflow
 
 TAX_RATES = {"US": Decimal("0.0725"), "GB": Decimal("0.20"), "DE": Decimal("0.19"),
              "FR": Decimal("0.20")}

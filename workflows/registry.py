@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from tower.temporal.runtime import AgentWorkflow
 from workflows.account import AccountAgent
 from workflows.chat import ChatAgent
 from workflows.company import CompanyAgent
 from workflows.fanout import FanOutAgent
 from workflows.lifecycle import LifecycleAgent
-from workflows.machine.runtime import AgentWorkflow
 from workflows.migration import MigrationAgent
 from workflows.onboarding import OnboardingAgent
 from workflows.order import OrderAgent

@@ -20,9 +20,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 from temporalio import workflow
 
-from workflows.machine import APPEND, DONE, FAILED, AgentState, Graph, Message, custom
-from workflows.machine.context import NodeContext
-from workflows.machine.runtime import AgentWorkflow
+from tower import APPEND, DONE, FAILED, AgentState, Graph, Message, custom
+from tower.temporal.context import NodeContext
+from tower.temporal.runtime import AgentWorkflow
 
 MIN_SOURCES = 2
 MIN_WORDS = 100

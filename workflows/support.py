@@ -14,9 +14,9 @@ from typing import Annotated
 from pydantic import BaseModel, Field
 from temporalio import workflow
 
-from workflows.machine import APPEND, DONE, AgentState, Graph, Message, NodeFailed
-from workflows.machine.context import Answer, NodeContext
-from workflows.machine.runtime import AgentWorkflow
+from tower import APPEND, DONE, AgentState, Graph, Message, NodeFailed
+from tower.temporal.context import Answer, NodeContext
+from tower.temporal.runtime import AgentWorkflow
 
 MAX_TOOL_ROUNDS = 4
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from workflows.machine import Usage
-from workflows.machine.wire import ModelReply, ModelRequest, ToolCallRequest
+from tower import Usage
+from tower.contract.wire import ModelReply, ModelRequest, ToolCallRequest
 
 from . import (
     account,

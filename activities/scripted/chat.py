@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from workflows.machine.wire import ModelRequest, ToolCallRequest
+from tower.contract.wire import ModelRequest, ToolCallRequest
 
 SUMMARY_CHARS = 600
 

@@ -7,8 +7,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from workflows.machine import Message
-from workflows.machine.wire import ModelRequest, ToolCallRequest
+from tower import Message
+from tower.contract.wire import ModelRequest, ToolCallRequest
 
 # A node's script: the request in, the model's content (or one tool call) out.
 Script = Callable[[ModelRequest], "str | ToolCallRequest"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from workflows.machine.wire import ModelRequest
+from tower.contract.wire import ModelRequest
 
 from .common import tool_results
 

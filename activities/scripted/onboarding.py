@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from workflows.machine.wire import ModelRequest, ToolCallRequest
+from tower.contract.wire import ModelRequest, ToolCallRequest
 
 from .common import first_user_text, tool_results
 

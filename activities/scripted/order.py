@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from workflows.machine.wire import ModelRequest
+from tower.contract.wire import ModelRequest
 
 from .common import first_user_text, last_message
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from workflows.machine.wire import ModelRequest, ToolCallRequest
+from tower.contract.wire import ModelRequest, ToolCallRequest
 
 from .common import first_user_text
 

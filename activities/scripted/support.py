@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from workflows.machine.wire import ModelRequest, ToolCallRequest
+from tower.contract.wire import ModelRequest, ToolCallRequest
 
 from .common import find_id, first_user_text, tool_results
 

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from workflows.machine.wire import ToolCall, ToolSchema
+from tower.contract.wire import ToolCall, ToolSchema
 
 from . import accounts, billing, helpdesk, migrations, onboarding, orders, research
 from .db import connect

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from workflows.machine.wire import ToolSchema
+from tower.contract.wire import ToolSchema
 
 ToolFn = Callable[[sqlite3.Connection, Any, str], dict[str, Any]]
 

@@ -8,8 +8,8 @@ import pytest
 
 from starter.approvals import parse_edits, secret_for, settings_for_run, with_approvals
 from starter.common import CliError
+from tower.core.approval import run_key
 from workflows.account import AccountRequest
-from workflows.machine.approval import run_key
 from workflows.refund import RefundRequest
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from tower import DONE, FAILED, Transition, advance, operator_retry, start
+from tower.core.audit import check_log
 from workflows.account import GRAPH, AccountState
-from workflows.machine import DONE, FAILED, Transition, advance, operator_retry, start
-from workflows.machine.audit import check_log
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from starter.cmd_graph import describe_graph, render
+from tower.core.dot import to_dot
 from workflows.account import GRAPH as ACCOUNT
-from workflows.machine.dot import to_dot
 from workflows.refund import RefundAgent
 from workflows.registry import AGENTS
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import pytest
 
-from workflows.machine import (
+from tower import (
     ADD,
     DONE,
     FAILED,

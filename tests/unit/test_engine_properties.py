@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workflows.machine import (
+from tower import (
     ADD,
     APPEND,
     DONE,
@@ -33,7 +33,7 @@ from workflows.machine import (
     operator_retry,
     start,
 )
-from workflows.machine.engine import OPERATOR_PREFIX, Transition
+from tower.core.engine import OPERATOR_PREFIX, Transition
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 UNDECLARED = "nowhere"

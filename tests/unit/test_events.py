@@ -11,6 +11,15 @@ from hypothesis import event as note_event
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tower import DONE, FAILED, START, TERMINALS, IllegalTransition, start
+from tower.core.engine import Transition
+from tower.core.events import (
+    DuplicateEvent,
+    Event,
+    EventRejected,
+    StaleEvent,
+    apply_event,
+)
 from workflows.lifecycle import (
     GRAPH,
     MAX_RECOVERIES,
@@ -18,15 +27,6 @@ from workflows.lifecycle import (
     LifecycleEvent,
     LifecycleState,
     on_event,
-)
-from workflows.machine import DONE, FAILED, START, TERMINALS, IllegalTransition, start
-from workflows.machine.engine import Transition
-from workflows.machine.events import (
-    DuplicateEvent,
-    Event,
-    EventRejected,
-    StaleEvent,
-    apply_event,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
+from tower import DONE, FAILED, AgentState, Graph, InvalidGraph
+from tower.core.mermaid import to_mermaid
 from workflows.account import GRAPH as ACCOUNT
-from workflows.machine import DONE, FAILED, AgentState, Graph, InvalidGraph
-from workflows.machine.mermaid import to_mermaid
 from workflows.support import GRAPH as SUPPORT
 
 

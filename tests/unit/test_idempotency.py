@@ -12,7 +12,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from activities.tools import TOOLS, ToolBox
-from workflows.machine.wire import ToolCall
+from tower.contract.wire import ToolCall
 
 CHARGE = {"card": "tok_visa", "amount": "10.50"}
 

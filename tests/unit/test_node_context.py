@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from tower.contract.wire import ModelReply, ToolCallRequest
+from tower.temporal.context import Answer, NodeContext
 from workflows.account import GRAPH as ACCOUNT
 from workflows.account import FinalAnswer
-from workflows.machine.context import Answer, NodeContext
-from workflows.machine.wire import ModelReply, ToolCallRequest
 from workflows.support import GRAPH as SUPPORT
 
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from workflows.machine import (
+from tower import (
     DONE,
     FAILED,
     AgentState,
@@ -19,8 +19,8 @@ from workflows.machine import (
     operator_retry,
     start,
 )
-from workflows.machine.mermaid import to_mermaid
-from workflows.machine.state import Status, UpdateError, apply_update
+from tower.core.mermaid import to_mermaid
+from tower.core.state import Status, UpdateError, apply_update
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 

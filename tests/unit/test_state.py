@@ -7,7 +7,7 @@ from typing import Annotated
 import pytest
 from pydantic import Field
 
-from workflows.machine import (
+from tower import (
     ADD,
     APPEND,
     AgentState,

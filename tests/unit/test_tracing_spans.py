@@ -10,8 +10,8 @@ from collections.abc import Generator
 import pytest
 from opentelemetry import trace
 
-from workflows.machine import AgentState
-from workflows.machine.tracing import state_span
+from tower import AgentState
+from tower.temporal.tracing import state_span
 
 
 class Gate:

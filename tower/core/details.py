@@ -7,11 +7,11 @@ renders it as Markdown (in a frame of its own, on the run's "User Metadata" tab)
 
 from __future__ import annotations
 
-from .approval import canonical_time, pending_record
-from .decisions import GateRecord
-from .engine import Transition
-from .graph import Machine
-from .state import AgentState
+from tower.contract.decisions import GateRecord
+from tower.core.approval import canonical_time, pending_record
+from tower.core.engine import Transition
+from tower.core.graph import Machine
+from tower.core.state import AgentState
 
 MAX_VALUE_CHARS = 120
 

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from opentelemetry import context, trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from .engine import Transition
-from .state import AgentState
+from tower.core.engine import Transition
+from tower.core.state import AgentState
 
 TRACER = "tower.agent"
 

@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .decisions import Decision, GateRecord, GateStatus, Verdict
-from .state import AgentState, UpdateError, apply_update
+from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
+from tower.core.state import AgentState, UpdateError, apply_update
 
 SIGNATURE_VERSION = "tower-decision-v1"
 RUN_KEY_VERSION = "tower-run-key-v1"

@@ -16,9 +16,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_jsonable_python
 
-from .errors import IllegalTransition
-from .graph import DONE, FAILED, START, TERMINALS, Machine
-from .state import (
+from tower.core.errors import IllegalTransition
+from tower.core.graph import DONE, FAILED, START, TERMINALS, Machine
+from tower.core.state import (
     AgentState,
     NodeError,
     S,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .approval import Gate
-from .graph import Machine
+from tower.core.approval import Gate
+from tower.core.graph import Machine
 
 
 def labelled_moves(machine: Machine) -> Iterator[tuple[str, str, str]]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .engine import OPERATOR_PREFIX, Transition
-from .graph import DONE, FAILED, START, Machine
+from tower.core.engine import OPERATOR_PREFIX, Transition
+from tower.core.graph import DONE, FAILED, START, Machine
 
 
 def check_log(machine: Machine, log: Sequence[Transition]) -> list[str]:

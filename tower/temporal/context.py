@@ -15,11 +15,11 @@ from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from .cost import CallUsage
-from .errors import NodeFailed
-from .graph import Node
-from .state import Message, Usage
-from .wire import MessageRef, ModelReply, ModelRequest, ToolCall, ToolCallRequest
+from tower.contract.wire import MessageRef, ModelReply, ModelRequest, ToolCall, ToolCallRequest
+from tower.core.cost import CallUsage
+from tower.core.errors import NodeFailed
+from tower.core.graph import Node
+from tower.core.state import Message, Usage
 
 with workflow.unsafe.imports_passed_through():
     # Only the tools' names and argument schemas are used here; they run in activities.

@@ -17,13 +17,13 @@ from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from . import search, tracing
-from .approval import ApprovalSettings
-from .carry import Carry, LogSummary, summarize
-from .context import NodeContext
-from .cost import CallUsage, cost_report
-from .details import render_details
-from .engine import (
+from tower.contract import search
+from tower.contract.wire import AbortRequest, RetryRequest
+from tower.core.approval import ApprovalSettings
+from tower.core.carry import Carry, LogSummary, summarize
+from tower.core.cost import CallUsage, cost_report
+from tower.core.details import render_details
+from tower.core.engine import (
     Transition,
     advance,
     check_operator_retry,
@@ -32,12 +32,13 @@ from .engine import (
     operator_retry,
     start,
 )
-from .errors import IllegalTransition, NodeFailed
-from .gates import needs_gate
-from .gating import Gatekeeper
-from .graph import DONE, FAILED, TERMINALS, Machine
-from .state import AgentState, S, UpdateError, apply_update
-from .wire import AbortRequest, RetryRequest
+from tower.core.errors import IllegalTransition, NodeFailed
+from tower.core.gates import needs_gate
+from tower.core.graph import DONE, FAILED, TERMINALS, Machine
+from tower.core.state import AgentState, S, UpdateError, apply_update
+from tower.temporal import tracing
+from tower.temporal.context import NodeContext
+from tower.temporal.gating import Gatekeeper
 
 # Memo key a starter may set to override ``failed_wait`` for one run (seconds; 0: close
 # at once). A memo is part of the run's history, so replay sees the same value.

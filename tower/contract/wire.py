@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .state import Message, Usage
+from tower.core.state import Message, Usage
 
 
 class MessageRef(BaseModel):

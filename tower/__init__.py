@@ -1,9 +1,10 @@
 """The Tower engine: typed state, reducers, graphs, guards, budgets, the transition log.
 
-Everything here except ``runtime`` and ``context`` is pure and imports no Temporal.
+The pure core lives in ``tower.core`` (no temporalio), the types that cross to activities and
+clients in ``tower.contract``, the Temporal layer in ``tower.temporal``.
 """
 
-from .engine import (
+from tower.core.engine import (
     Transition,
     advance,
     fail,
@@ -12,9 +13,9 @@ from .engine import (
     operator_retry,
     start,
 )
-from .errors import IllegalTransition, InvalidGraph, NodeFailed, TowerError
-from .graph import DONE, FAILED, START, TERMINALS, Budget, Graph, Machine
-from .state import (
+from tower.core.errors import IllegalTransition, InvalidGraph, NodeFailed, TowerError
+from tower.core.graph import DONE, FAILED, START, TERMINALS, Budget, Graph, Machine
+from tower.core.state import (
     ADD,
     APPEND,
     REPLACE,

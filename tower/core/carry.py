@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .engine import Transition
+from tower.core.engine import Transition
 
 RECENT = 5  # transitions kept verbatim in the summary
 

@@ -8,8 +8,8 @@ escalations are dashed red edges; a note lists the budget's limits.
 
 from __future__ import annotations
 
-from .graph import DONE, FAILED, START, Machine
-from .moves import gate_exits, labelled_moves
+from tower.core.graph import DONE, FAILED, START, Machine
+from tower.core.moves import gate_exits, labelled_moves
 
 
 def _q(text: str) -> str:

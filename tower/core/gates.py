@@ -15,12 +15,12 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
-from .approval import Gate, canonical_time, pending_record
-from .decisions import Decision, GateRecord, GateStatus
-from .engine import Transition, escalation, fail, over_budget, status_for
-from .errors import IllegalTransition
-from .graph import TERMINALS, Machine
-from .state import AgentState, S, Status, UpdateError, apply_update, set_engine_fields
+from tower.contract.decisions import Decision, GateRecord, GateStatus
+from tower.core.approval import Gate, canonical_time, pending_record
+from tower.core.engine import Transition, escalation, fail, over_budget, status_for
+from tower.core.errors import IllegalTransition
+from tower.core.graph import TERMINALS, Machine
+from tower.core.state import AgentState, S, Status, UpdateError, apply_update, set_engine_fields
 
 
 def needs_gate(state: AgentState, gate: Gate) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from .wire import MessageRef
+from tower.contract.wire import MessageRef
 
 PRUNED_TOKENS = 30  # what a pruned payload's one-line stub costs in the context
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .state import AgentState, Usage
+from tower.core.state import AgentState, Usage
 
 
 class CallUsage(BaseModel):

@@ -20,13 +20,13 @@ from pydantic_core import to_jsonable_python
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
-from .context import NodeContext
-from .engine import fail, start
-from .errors import NodeFailed, TowerError
-from .events import Event, Rejection, apply_event
-from .graph import TERMINALS
-from .runtime import AgentWorkflow, _event_id, _reason
-from .state import AgentState, Usage
+from tower.core.engine import fail, start
+from tower.core.errors import NodeFailed, TowerError
+from tower.core.events import Event, Rejection, apply_event
+from tower.core.graph import TERMINALS
+from tower.core.state import AgentState, Usage
+from tower.temporal.context import NodeContext
+from tower.temporal.runtime import AgentWorkflow, _event_id, _reason
 
 
 class EventWorkflow(AgentWorkflow):

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .decisions import GateRecord
+from tower.contract.decisions import GateRecord
 
 
 class Status(StrEnum):

@@ -19,9 +19,9 @@ from pydantic import BaseModel, Field
 from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError
 
-from .context import NodeContext
-from .errors import NodeFailed
-from .runtime import FAILED_WAIT_MEMO
+from tower.core.errors import NodeFailed
+from tower.temporal.context import NodeContext
+from tower.temporal.runtime import FAILED_WAIT_MEMO
 
 I = TypeVar("I")  # noqa: E741
 R = TypeVar("R")

@@ -21,10 +21,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .engine import Transition, _move, escalation, over_budget
-from .errors import IllegalTransition, TowerError
-from .graph import TERMINALS, Graph, Guard, Machine
-from .state import S, UpdateError, apply_update
+from tower.core.engine import Transition, _move, escalation, over_budget
+from tower.core.errors import IllegalTransition, TowerError
+from tower.core.graph import TERMINALS, Graph, Guard, Machine
+from tower.core.state import S, UpdateError, apply_update
 
 
 class EventRejected(TowerError):

@@ -18,7 +18,8 @@ from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from .approval import (
+from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
+from tower.core.approval import (
     ApprovalSettings,
     Check,
     Gate,
@@ -30,14 +31,13 @@ from .approval import (
     pending_record,
     record_of,
 )
-from .context import NodeContext
-from .decisions import Decision, GateRecord, GateStatus, Verdict
-from .details import render_details
-from .engine import Transition, advance
-from .errors import NodeFailed
-from .gates import close_gate, open_gate
-from .graph import FAILED, TERMINALS, Machine
-from .state import AgentState, Message, apply_update
+from tower.core.details import render_details
+from tower.core.engine import Transition, advance
+from tower.core.errors import NodeFailed
+from tower.core.gates import close_gate, open_gate
+from tower.core.graph import FAILED, TERMINALS, Machine
+from tower.core.state import AgentState, Message, apply_update
+from tower.temporal.context import NodeContext
 
 REFUSED = "DecisionRefused"
 AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` query)

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from .approval import Gate
-from .errors import IllegalTransition, InvalidGraph
-from .state import PROTECTED_FIELDS, AgentState
+from tower.core.approval import Gate
+from tower.core.errors import IllegalTransition, InvalidGraph
+from tower.core.state import PROTECTED_FIELDS, AgentState
 
 START = "START"
 DONE = "DONE"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .graph import DONE, FAILED, START, Machine
-from .moves import gate_exits, labelled_moves
+from tower.core.graph import DONE, FAILED, START, Machine
+from tower.core.moves import gate_exits, labelled_moves
 
 
 def to_mermaid(machine: Machine) -> str:
