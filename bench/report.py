@@ -1,4 +1,4 @@
-"""Format the benchmark's figures as the table the README shows."""
+"""Format the benchmark's figures as the table docs/benchmarks.md shows."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from workflows.registry import AGENTS
 HISTORIES = Path(__file__).parent / "histories"
 
 
-# The CI recipe from the README, applied to Tower's own recordings.
+# The CI recipe from docs/debugging.md, applied to Tower's own recordings.
 @pytest.mark.parametrize("path", history_files(HISTORIES), ids=lambda p: p.name)
 async def test_history_replays(path: Path) -> None:
     (result,) = await assert_replays(path)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Redraw every agent's state machine for the README, from the compiled graphs.
+# Redraw every agent's state machine for docs/operations.md, from the compiled graphs.
 # Needs Graphviz's `dot` (apt-get install graphviz); nothing goes over the network.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

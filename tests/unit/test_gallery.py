@@ -1,21 +1,21 @@
-"""The README's agent gallery shows every registered agent, with its current picture."""
+"""The agent gallery (docs/gallery.md) shows every registered agent, with its current picture."""
 
 from __future__ import annotations
 
-from starter.gallery import BEGIN, README, TRY_IT, gallery, render
+from starter.gallery import BEGIN, PAGE, TRY_IT, gallery, render
 from workflows.registry import AGENTS
 
 
-def test_the_readme_gallery_is_current() -> None:
-    text = README.read_text(encoding="utf-8")
-    assert BEGIN in text, "no gallery in README.md: run `python -m starter.gallery`"
-    assert render(text) == text, "README.md's gallery is stale: run `python -m starter.gallery`"
+def test_the_gallery_page_is_current() -> None:
+    text = PAGE.read_text(encoding="utf-8")
+    assert BEGIN in text, "no gallery in docs/gallery.md: run `python -m starter.gallery`"
+    assert render(text) == text, "docs/gallery.md is stale: run `python -m starter.gallery`"
 
 
 def test_every_agent_has_a_purpose_and_a_picture() -> None:
     section = gallery()
     for name, agent in AGENTS.items():
-        assert f"### {name}\n" in section
+        assert f"## {name}\n" in section
         assert f"tower run {name} " in section or TRY_IT[name] in section, name
         assert agent.__doc__, f"{name}: the workflow class needs a one-line docstring"
     assert section.count("stateDiagram-v2") == len(AGENTS)
