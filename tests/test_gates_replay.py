@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from starter.testing import assert_replays
+from tower import Kind
 
 GATES = Path(__file__).parent / "histories" / "gates"
 
@@ -22,6 +23,6 @@ async def test_gated_histories_replay_with_their_decisions() -> None:
     assert approved[3].update == {"amount_cents": 100000}
     assert "rejected by alice" in results["refund-gated-2"].log[3].reason
     stale = results["migration-gated-1"].log
-    assert [t.reason.split(":")[1].split()[0] for t in stale if t.reason.startswith("gate")] == [
+    assert [t.reason.split(":")[1].split()[0] for t in stale if t.kind == Kind.GATE] == [
         "awaiting", "stale", "awaiting", "approved"]
     assert moves(stale)[-2:] == ["apply>report", "report>DONE"]

@@ -18,7 +18,7 @@ from test_cli import address_of, tower
 from activities.model import ModelSettings
 from starter.cmd_operator import send_abort, send_retry
 from starter.common import CliError
-from tower import Transition
+from tower import Kind, Transition
 from tower.contract import search
 from tower.temporal.runtime import FAILED_WAIT_MEMO
 from worker import build_worker
@@ -115,7 +115,8 @@ async def test_out_of_stock_waits_for_an_operator_who_restocks_and_retries(
         log = await handle.query("transitions", result_type=list[Transition])
     assert final.status == "DONE" and final.total == Decimal("25.20")  # 21.00 + 20 % VAT
     retry = next(t for t in log if t.source == "FAILED")
-    assert (retry.target, retry.reason) == ("check_stock", "operator: retry by ops")
+    assert (retry.target, retry.kind, retry.reason) == (
+        "check_stock", Kind.OPERATOR, "retry by ops")
     assert rows(db_path, "SELECT stock FROM products WHERE sku='GIZMO-3'") == [(6,)]
 
 

@@ -5,6 +5,7 @@ clients in ``tower.contract``, the Temporal layer in ``tower.temporal``.
 """
 
 from tower.core.engine import (
+    Kind,
     Transition,
     advance,
     fail,
@@ -32,7 +33,8 @@ from tower.core.state import (
 
 __all__ = [
     "ADD", "APPEND", "DONE", "FAILED", "REPLACE", "START", "TERMINALS", "AgentState", "Budget",
-    "Graph", "IllegalTransition", "InvalidGraph", "Machine", "Message", "NodeError", "NodeFailed",
-    "Reducer", "Status", "TowerError", "Transition", "UpdateError", "Usage", "advance",
-    "apply_update", "custom", "fail", "node_error", "operator_abort", "operator_retry", "start",
+    "Graph", "IllegalTransition", "InvalidGraph", "Kind", "Machine", "Message", "NodeError",
+    "NodeFailed", "Reducer", "Status", "TowerError", "Transition", "UpdateError", "Usage",
+    "advance", "apply_update", "custom", "fail", "node_error", "operator_abort", "operator_retry",
+    "start",
 ]

@@ -14,6 +14,7 @@ from tower import (
     AgentState,
     Graph,
     IllegalTransition,
+    Kind,
     Machine,
     Status,
     advance,
@@ -111,8 +112,8 @@ def test_done_is_never_left_and_failed_only_by_an_operator() -> None:
     with pytest.raises(IllegalTransition, match="'nope' is not a node"):
         operator_retry(m, failed, "nope", "ops", at=T0, event_id=6)
     back, t = operator_retry(m, failed, "work", "ops", at=T0, event_id=7)
-    assert (back.node, back.status, t.source, t.reason) == (
-        "work", Status.RUNNING, FAILED, "operator: retry by ops")
+    assert (back.node, back.status, t.source, t.kind, t.reason) == (
+        "work", Status.RUNNING, FAILED, Kind.OPERATOR, "retry by ops")
 
 
 def test_visit_budget_escalates_then_fails_instead_of_looping() -> None:

@@ -33,7 +33,7 @@ from tower import (
     operator_retry,
     start,
 )
-from tower.core.engine import OPERATOR_PREFIX, Transition
+from tower.core.transition import Kind, Transition
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 UNDECLARED = "nowhere"
@@ -108,9 +108,9 @@ def check_log(m: Machine, log: list[Transition], states: list[Prop]) -> None:
         if t.source == DONE:
             raise AssertionError(f"DONE was left: {t}")
         if t.source == FAILED:
-            assert t.reason.startswith(OPERATOR_PREFIX), f"FAILED left without operator: {t}"
+            assert t.kind == Kind.OPERATOR, f"FAILED left without operator: {t}"
             continue
-        escalated = budget is not None and t.target == budget.escalate_to and "budget" in t.reason
+        escalated = budget is not None and t.target == budget.escalate_to and t.kind == Kind.BUDGET
         if t.target != FAILED and not escalated:
             out = m.transitions[t.source]
             assert t.target in out.targets, f"undeclared move {t.source} -> {t.target}"

@@ -21,6 +21,7 @@ from tower import (
 )
 from tower.core.mermaid import to_mermaid
 from tower.core.state import Status, UpdateError, apply_update
+from tower.core.transition import Kind
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -107,7 +108,7 @@ def test_operator_retry_leaves_failed_for_a_named_node_only() -> None:
         operator_retry(m, state, "zzz", "ops", at=AT, event_id=3)
     retried, t = operator_retry(m, state, "b", "ops", at=AT, event_id=3)
     assert (t.source, t.target, retried.status) == (FAILED, "b", Status.RUNNING)
-    assert t.reason == "operator: retry by ops" and retried.last_error is None
+    assert (t.kind, t.reason) == (Kind.OPERATOR, "retry by ops") and retried.last_error is None
     assert retried.errors == ["boom"] and retried.step == state.step + 1
     with pytest.raises(IllegalTransition, match="only a FAILED run"):
         operator_retry(m, retried, "a", "ops", at=AT, event_id=4)

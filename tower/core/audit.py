@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tower.core.engine import OPERATOR_PREFIX, Transition
 from tower.core.graph import DONE, FAILED, START, Machine
+from tower.core.transition import Kind, Transition
 
 
 def check_log(machine: Machine, log: Sequence[Transition]) -> list[str]:
@@ -35,7 +35,7 @@ def check_log(machine: Machine, log: Sequence[Transition]) -> list[str]:
             if t.source != previous.target:
                 problems.append(f"{where}: starts at {t.source} but the run was at "
                                 f"{previous.target}")
-        operator = t.reason.startswith(OPERATOR_PREFIX)
+        operator = t.kind == Kind.OPERATOR
         if t.source == DONE:
             problems.append(f"{where}: DONE was left")
         elif t.source == FAILED and not operator:

@@ -13,45 +13,33 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-from pydantic_core import to_jsonable_python
-
 from tower.core.errors import IllegalTransition
-from tower.core.graph import DONE, FAILED, START, TERMINALS, Machine
+from tower.core.graph import FAILED, START, TERMINALS, Machine
 from tower.core.state import (
     AgentState,
     NodeError,
     S,
-    Status,
     UpdateError,
     apply_update,
     set_engine_fields,
 )
+from tower.core.transition import (
+    Kind,
+    Transition,
+    move,
+    over_budget,
+    status_for,
+    within_budget,
+)
 
-
-class Transition(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    step: int
-    source: str
-    target: str
-    reason: str
-    update: dict[str, Any] = {}
-    at: datetime
-    event_id: int = 0
-    calls: list[str] = []  # what answered inside the node: "model:scripted", "tool:x"
-
-
-OPERATOR_PREFIX = "operator:"
-
-
-def status_for(node: str) -> Status:
-    return {DONE: Status.DONE, FAILED: Status.FAILED}.get(node, Status.RUNNING)
+__all__ = ["Kind", "Transition", "advance", "check_operator_retry", "fail", "node_error",
+           "operator_abort", "operator_retry", "over_budget", "start", "status_for"]
 
 
 def start(machine: Machine, state: S, *, at: datetime, event_id: int) -> tuple[S, Transition]:
     """The first move, START -> entry."""
-    return _move(machine, state, START, machine.entry, "start", {}, at, event_id, [])
+    return move(machine, state, START, machine.entry, Kind.NODE, "start", at=at,
+                event_id=event_id)
 
 
 def advance(
@@ -72,12 +60,11 @@ def advance(
     except IllegalTransition as exc:
         return fail(machine, merged, str(exc), at=at, event_id=event_id, update=update,
                     calls=calls)
-    target, reason = choice.target, choice.reason
-    over = over_budget(machine, merged, target)
-    if over:
-        target, reason = escalation(machine, merged, over)
-        merged = apply_update(merged, {"errors": [over]})
-    return _move(machine, merged, node, target, reason, dict(update), at, event_id, calls)
+    kind = Kind.NODE if machine.transitions[node].route is None else Kind.ROUTE
+    merged, target, kind, reason = within_budget(machine, merged, choice.target, kind,
+                                                 choice.reason)
+    return move(machine, merged, node, target, kind, reason, at=at, event_id=event_id,
+                update=update, calls=calls)
 
 
 def fail(
@@ -86,8 +73,8 @@ def fail(
 ) -> tuple[S, Transition]:
     """Move to FAILED, recording why. The move that was asked for does not happen."""
     failed = apply_update(state, {"errors": [why]})
-    return _move(machine, failed, state.node, FAILED, why, dict(update or {}), at, event_id,
-                 calls or [])
+    return move(machine, failed, state.node, FAILED, Kind.NODE, why, at=at, event_id=event_id,
+                update=update, calls=calls)
 
 
 def node_error(
@@ -108,8 +95,8 @@ def node_error(
         return fail(machine, errored, f"recovery exhausted ({over}); last error: {why}",
                     at=at, event_id=event_id, calls=calls)
     errored = apply_update(errored, {"errors": [f"{node}: {why}"]})
-    return _move(machine, errored, node, target, f"error in {node}: {why}", {}, at, event_id,
-                 calls)
+    return move(machine, errored, node, target, Kind.NODE, f"error in {node}: {why}", at=at,
+                event_id=event_id, calls=calls)
 
 
 def operator_retry(
@@ -118,8 +105,8 @@ def operator_retry(
     """The only way out of FAILED: an operator names the node to retry from."""
     check_operator_retry(machine, state, node)
     retried = set_engine_fields(state, last_error=None)
-    return _move(machine, retried, FAILED, node, f"{OPERATOR_PREFIX} retry by {by}", {}, at,
-                 event_id, [])
+    return move(machine, retried, FAILED, node, Kind.OPERATOR, f"retry by {by}", at=at,
+                event_id=event_id)
 
 
 def check_operator_retry(machine: Machine, state: AgentState, node: str) -> None:
@@ -140,50 +127,5 @@ def operator_abort(
         raise IllegalTransition(state.node, FAILED, "only a FAILED run can be aborted")
     note = f"aborted by {by}" + (f": {why}" if why else "")
     aborted = apply_update(state, {"errors": [note]})
-    return _move(machine, aborted, FAILED, FAILED, f"{OPERATOR_PREFIX} abort by {by}", {}, at,
-                 event_id, [])
-
-
-def over_budget(machine: Machine, state: AgentState, target: str) -> str | None:
-    """Why entering ``target`` would exceed the budget, or None."""
-    budget = machine.budget
-    if budget is None or target in TERMINALS:
-        return None
-    if budget.max_steps is not None and state.step + 1 > budget.max_steps:
-        return f"step budget exceeded ({budget.max_steps} steps)"
-    limit = budget.max_visits.get(target)
-    if limit is not None and state.visits.get(target, 0) + 1 > limit:
-        return f"loop budget exceeded ({target} visited {limit} times)"
-    used = state.usage
-    if budget.max_tokens is not None and used.tokens > budget.max_tokens:
-        return f"token budget exceeded ({used.tokens} tokens > {budget.max_tokens})"
-    if budget.max_cost_usd is not None and used.cost_usd > budget.max_cost_usd:
-        return f"cost budget exceeded (${used.cost_usd:.6f} > ${budget.max_cost_usd:g})"
-    return None
-
-
-def escalation(machine: Machine, state: AgentState, why: str) -> tuple[str, str]:
-    assert machine.budget is not None
-    target = machine.budget.escalate_to
-    # Escalating twice means the escalation path itself ran out of budget: stop.
-    if target in state.visits:
-        return FAILED, why
-    return target, why
-
-
-def _move(
-    machine: Machine, state: S, source: str, target: str, reason: str,
-    update: dict[str, Any], at: datetime, event_id: int, calls: list[str],
-) -> tuple[S, Transition]:
-    operator = source == FAILED and reason.startswith(OPERATOR_PREFIX)
-    if not (operator or machine.declared(source, target)):
-        # The runtime only ever asks for declared moves; this is the last line of defence.
-        raise IllegalTransition(source, target, "not declared in the graph")
-    step = state.step + 1
-    visits = dict(state.visits)
-    if target not in TERMINALS:
-        visits[target] = visits.get(target, 0) + 1
-    new = set_engine_fields(state, step=step, node=target, status=status_for(target),
-                            visits=visits)
-    return new, Transition(step=step, source=source, target=target, reason=reason,
-                           update=to_jsonable_python(update), at=at, event_id=event_id, calls=calls)
+    return move(machine, aborted, FAILED, FAILED, Kind.OPERATOR, f"abort by {by}", at=at,
+                event_id=event_id)

@@ -21,10 +21,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from tower.core.engine import Transition, _move, escalation, over_budget
 from tower.core.errors import IllegalTransition, TowerError
 from tower.core.graph import TERMINALS, Graph, Guard, Machine
 from tower.core.state import S, UpdateError, apply_update
+from tower.core.transition import Kind, Transition, move, within_budget
 
 
 class EventRejected(TowerError):
@@ -89,13 +89,11 @@ def apply_event(
     except UpdateError as exc:
         raise EventRejected(f"event does not fit the state: {exc}") from exc
     choice = machine.choose(state.node, merged)  # IllegalTransition: nothing changes
-    target, reason = choice.target, f"event {event.digest[:8]} ({event.source}): {choice.reason}"
-    over = over_budget(machine, merged, target)
-    if over:
-        target, reason = escalation(machine, merged, over)
-        merged = apply_update(merged, {"errors": [over]})
-    return _move(machine, merged, state.node, target, reason, dict(update), at, event_id,
-                 calls or [])
+    reason = f"event {event.digest[:8]} ({event.source}): {choice.reason}"
+    merged, target, kind, reason = within_budget(machine, merged, choice.target, Kind.EVENT,
+                                                 reason)
+    return move(machine, merged, state.node, target, kind, reason, at=at, event_id=event_id,
+                update=update, calls=calls)
 
 
 def by_guards(source: str, guards: Mapping[str, Guard]) -> Callable[[Any], str]:

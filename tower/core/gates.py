@@ -17,10 +17,11 @@ from pydantic_core import to_jsonable_python
 
 from tower.contract.decisions import Decision, GateRecord, GateStatus
 from tower.core.approval import Gate, canonical_time, pending_record
-from tower.core.engine import Transition, escalation, fail, over_budget, status_for
+from tower.core.engine import fail
 from tower.core.errors import IllegalTransition
-from tower.core.graph import TERMINALS, Machine
-from tower.core.state import AgentState, S, Status, UpdateError, apply_update, set_engine_fields
+from tower.core.graph import Machine
+from tower.core.state import AgentState, S, Status, UpdateError, apply_update
+from tower.core.transition import Kind, Transition, move, within_budget
 
 
 def needs_gate(state: AgentState, gate: Gate) -> bool:
@@ -49,11 +50,11 @@ def open_gate(
         proposal=to_jsonable_python(dict(gate.proposal(merged)) if gate.proposal else {}),
         editable=list(gate.editable), requested_at=at, expires_at=expires,
     )
-    new = set_engine_fields(merged, step=merged.step + 1, status=Status.AWAITING_APPROVAL,
-                            approvals=[*merged.approvals, record])
     reason = (f"gate {gate.name}: awaiting approval by role {gate.role} until "
               f"{canonical_time(expires)}")
-    return new, _log(new, gate.node, gate.node, reason, update, at, event_id, calls)
+    return move(machine, merged, gate.node, gate.node, Kind.GATE, reason, at=at,
+                event_id=event_id, update=update, calls=calls, status=Status.AWAITING_APPROVAL,
+                approvals=[*merged.approvals, record])
 
 
 def close_gate(
@@ -74,19 +75,11 @@ def close_gate(
         merged = apply_update(state, update or {})
     except UpdateError as exc:  # edits are checked before they are accepted; defence in depth
         return fail(machine, state, f"gate {gate.name}: {exc}", at=at, event_id=event_id)
-    reason = _reason(gate, status, decision, why)
-    visits = dict(merged.visits)
+    reason, kind = _reason(gate, status, decision, why), Kind.GATE
     if target != gate.node:
-        over = over_budget(machine, merged, target)
-        if over:
-            target, reason = escalation(machine, merged, over)
-            merged = apply_update(merged, {"errors": [over]})
-        if target not in TERMINALS:
-            visits[target] = visits.get(target, 0) + 1
-    new_status = Status.RUNNING if target == gate.node else status_for(target)
-    new = set_engine_fields(merged, step=merged.step + 1, node=target, status=new_status,
-                            visits=visits, approvals=approvals)
-    return new, _log(new, gate.node, target, reason, update, at, event_id, calls)
+        merged, target, kind, reason = within_budget(machine, merged, target, kind, reason)
+    return move(machine, merged, gate.node, target, kind, reason, at=at, event_id=event_id,
+                update=update, calls=calls, approvals=approvals)
 
 
 def _reason(gate: Gate, status: GateStatus, decision: Decision | None, why: str) -> str:
@@ -98,11 +91,3 @@ def _reason(gate: Gate, status: GateStatus, decision: Decision | None, why: str)
             head += f": {decision.note}"
     return f"{head} — {why}" if why else head
 
-
-def _log(
-    state: AgentState, source: str, target: str, reason: str,
-    update: Mapping[str, Any] | None, at: datetime, event_id: int, calls: list[str],
-) -> Transition:
-    return Transition(step=state.step, source=source, target=target, reason=reason,
-                      update=to_jsonable_python(dict(update or {})), at=at, event_id=event_id,
-                      calls=calls)
