@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import towercli
 from hypothesis import settings
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -41,6 +42,13 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
         yield environment
     finally:
         await environment.shutdown()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tower_fork_server() -> Iterator[None]:
+    """The CLI tests' fork server (towercli), if one started, is stopped with the session."""
+    yield
+    towercli.stop_server()
 
 
 @pytest.fixture

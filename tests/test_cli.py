@@ -6,19 +6,17 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
+from towercli import TOWER, tower_cli
 
 from activities.model import ModelSettings
 from starter.devprocess import free_port
 from starter.devserver import temporal_binary
 from worker import build_worker
-
-TOWER = str(Path(sys.executable).parent / "tower")
 
 
 def cli_env(address: str) -> dict[str, str]:
@@ -27,9 +25,15 @@ def cli_env(address: str) -> dict[str, str]:
 
 
 async def tower(address: str, *args: str, timeout: float = 60) -> tuple[int, str, str]:
+    """`tower ARGS` in its own process, forked from the CLI fork server (see towercli)."""
+    return await tower_cli(list(args), env=cli_env(address), timeout=timeout)
+
+
+async def installed_tower(address: str, *args: str) -> tuple[int, str, str]:
+    """The installed `tower` script itself, interpreter start-up and all."""
     proc = await asyncio.create_subprocess_exec(
         TOWER, *args, env=cli_env(address), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
     return proc.returncode or 0, out.decode(), err.decode()
 
 
@@ -38,7 +42,7 @@ def address_of(env: WorkflowEnvironment) -> str:
 
 
 async def test_help_lists_every_command(env: WorkflowEnvironment) -> None:
-    code, out, _ = await tower(address_of(env), "--help")
+    code, out, _ = await installed_tower(address_of(env), "--help")
     assert code == 0
     for command in ("dev", "demo", "run", "state", "list", "graph"):
         assert f"    {command} " in out

@@ -5,17 +5,15 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from gatekit import make_shop, refunds, schema, wait_pending
 from temporalio.testing import WorkflowEnvironment
+from towercli import tower_cli
 
 from activities.model import ModelSettings
 from worker import build_worker
 
-TOWER = str(Path(sys.executable).parent / "tower")
 SECRET = "cli-test-secret"
 
 
@@ -25,10 +23,7 @@ async def tower(env: WorkflowEnvironment, cwd: Path, *args: str,
                if not k.startswith(("OPENAI_", "TEMPORAL_", "TOWER_"))}
     environ.update({"TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
                     "TOWER_APPROVAL_SECRET": SECRET, **extra})
-    proc = await asyncio.create_subprocess_exec(
-        TOWER, *args, env=environ, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 90)
-    return proc.returncode or 0, out.decode(), err.decode()
+    return await tower_cli(list(args), env=environ, cwd=cwd, timeout=90)
 
 
 async def test_refund_paused_listed_refused_then_approved_from_the_cli(

@@ -4,15 +4,14 @@ nothing, and clear errors for threads that don't exist, are closed or aren't cha
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
 from pathlib import Path
 
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
-from test_cli import TOWER, address_of, cli_env, tower
+from test_cli import address_of, cli_env, tower
+from towercli import tower_cli
 
 from activities.model import ModelSettings
 from worker import build_worker
@@ -21,11 +20,7 @@ from workflows.chat import ChatState
 
 
 async def tower_stdin(address: str, stdin: str, *args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        TOWER, *args, env=cli_env(address), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 60)
-    return proc.returncode or 0, out.decode(), err.decode()
+    return await tower_cli(list(args), env=cli_env(address), stdin=stdin)
 
 
 def scripted_worker(env: WorkflowEnvironment, task_queue: str, db_path: Path) -> Worker:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 from test_cli import TOWER, address_of, cli_env, tower
+from towercli import tower_cli
 
 from activities.model import ModelSettings
 from starter.cli import build_parser
@@ -121,7 +122,6 @@ async def test_other_commands_print_json(
                      ["cost", run_id], ["inspect", run_id], ["graph", "account"],
                      ["history", "export", run_id, "--output", str(tmp_path / "h.json")],
                      ["replay", str(tmp_path / "h.json")]):
-            # Each command is a fresh process importing everything: slow on a loaded machine.
             code, out, err = await tower(address, *args, "--json", timeout=120)
             assert code == 0, (args, err)
             json.loads(out)  # one JSON document, nothing else on stdout
@@ -155,8 +155,4 @@ async def test_graph_text_formats(env: WorkflowEnvironment, fmt: str) -> None:
 
 
 async def tower_env(address: str, extra: dict[str, str], *args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        TOWER, *args, env={**cli_env(address), **extra}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    return proc.returncode or 0, out.decode(), err.decode()
+    return await tower_cli(list(args), env={**cli_env(address), **extra})

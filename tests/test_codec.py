@@ -3,11 +3,9 @@ UI, and a real run whose stored history holds only ciphertext yet replays and re
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
-import sys
 import urllib.error
 import urllib.request
 import uuid
@@ -18,6 +16,7 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
+from towercli import tower_cli
 
 from activities.codec import ENCODING, CodecError, EncryptionCodec, KeyRing, new_key
 from activities.model import ModelSettings
@@ -137,11 +136,7 @@ async def _run(client: Client, task_queue: str, db_path: Path) -> WorkflowHistor
 async def _tower(client: Client, env: dict[str, str], *args: str) -> tuple[int, str, str]:
     full = {**os.environ, "TEMPORAL_ADDRESS": client.service_client.config.target_host,
             "TEMPORAL_NAMESPACE": client.namespace, **env}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "starter.cli", *args, env=full,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    return proc.returncode or 0, out.decode(), err.decode()
+    return await tower_cli(list(args), env=full)
 
 
 async def test_history_is_ciphertext_yet_replays_and_reads(

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 from budget_agents import TightAccount
 from temporalio.client import Client
+from towercli import tower_cli
 
 from activities.model import ModelSettings
 from activities.prices import PriceTable
@@ -26,12 +26,9 @@ async def tower(client: Client, *args: str) -> str:
     """Run the real `tower` command line against the test server; return its stdout."""
     env = {**os.environ, "TEMPORAL_ADDRESS": client.service_client.config.target_host,
            "TEMPORAL_NAMESPACE": client.namespace}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "starter.cli", *args, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await proc.communicate()
-    assert proc.returncode == 0, err.decode()
-    return out.decode()
+    code, out, err = await tower_cli(list(args), env=env)
+    assert code == 0, err
+    return out
 
 
 PRICED = ModelSettings(prices=PriceTable.parse(

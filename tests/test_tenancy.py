@@ -3,10 +3,7 @@ nothing done as tenant A can read, signal or approve a run of tenant B."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,13 +12,13 @@ from gatekit import refunds
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
+from towercli import tower_cli
 
 from activities.model import ModelSettings
 from activities.payloads import tower_data_converter
 from starter.connection import UnknownTenant, connect, use_tenant
 from worker import build_worker
 
-TOWER = str(Path(sys.executable).parent / "tower")
 A, B = TENANTS
 
 
@@ -30,10 +27,7 @@ async def tower(env: WorkflowEnvironment, cwd: Path, *args: str) -> tuple[int, s
                if not k.startswith(("OPENAI_", "TEMPORAL_", "TOWER_"))}
     environ.update({"TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
                     "TOWER_APPROVAL_SECRET": "tenancy-secret"})
-    proc = await asyncio.create_subprocess_exec(
-        TOWER, *args, env=environ, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 90)
-    return proc.returncode or 0, out.decode(), err.decode()
+    return await tower_cli(list(args), env=environ, cwd=cwd, timeout=90)
 
 
 def tenant_client(env: WorkflowEnvironment, tenant: str) -> Client:
