@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import towercli
@@ -14,9 +15,12 @@ from hypothesis import settings
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
+from activities.model import ModelSettings
 from starter.devserver import temporal_binary
 from tower.contract import search
+from worker import build_worker
 
 # Property tests: CI sees the same examples on every run (a fixed seed, no example
 # database); HYPOTHESIS_PROFILE=explore searches afresh with more examples.
@@ -64,3 +68,18 @@ def task_queue() -> str:
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "tools.sqlite"
+
+
+WorkerFactory = Callable[..., Worker]
+
+
+@pytest.fixture
+def scripted_worker(client: Client, task_queue: str, db_path: Path) -> WorkerFactory:
+    """``async with scripted_worker():`` Tower's worker on the test's own task queue and
+    tools database, answered by the offline scripted model. ``scripted_worker(other)``
+    uses another client; keyword arguments (``models=``, ``workflows=`` ...) go to
+    ``build_worker``."""
+    def make(on: Client | None = None, **options: Any) -> Worker:
+        options.setdefault("models", ModelSettings())
+        return build_worker(on or client, task_queue=task_queue, db_path=db_path, **options)
+    return make

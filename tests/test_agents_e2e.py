@@ -6,13 +6,13 @@ import sqlite3
 import uuid
 from pathlib import Path
 
+from conftest import WorkerFactory
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from activities.model import ModelSettings
 from tower import Transition
 from tower.temporal.runtime import FAILED_WAIT_MEMO
-from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
 from workflows.support import SupportAgent, SupportRequest
 
@@ -20,9 +20,9 @@ SCRIPTED = ModelSettings()
 
 
 async def test_account_reads_the_account_then_answers(
-    client: Client, task_queue: str, db_path: Path
+    client: Client, task_queue: str, scripted_worker: WorkerFactory
 ) -> None:
-    async with build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED):
+    async with scripted_worker():
         handle = await client.start_workflow(
             AccountAgent.run, AccountRequest(question="Check my account ACC-1001"),
             id=f"account-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
@@ -44,9 +44,9 @@ async def test_account_reads_the_account_then_answers(
 
 
 async def test_account_loop_budget_ends_failed(
-    client: Client, task_queue: str, db_path: Path
+    client: Client, task_queue: str, scripted_worker: WorkerFactory
 ) -> None:
-    async with build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED):
+    async with scripted_worker():
         state = await client.execute_workflow(
             AccountAgent.run, AccountRequest(question="Check account ACC-9999"),
             id=f"account-{uuid.uuid4().hex[:8]}", task_queue=task_queue,
@@ -57,9 +57,9 @@ async def test_account_loop_budget_ends_failed(
 
 
 async def test_support_routes_billing_with_billing_tools_only(
-    client: Client, task_queue: str, db_path: Path
+    client: Client, task_queue: str, db_path: Path, scripted_worker: WorkerFactory
 ) -> None:
-    async with build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED):
+    async with scripted_worker():
         state = await client.execute_workflow(
             SupportAgent.run, SupportRequest(message="Why was invoice INV-2001 charged?"),
             id=f"support-{uuid.uuid4().hex[:8]}", task_queue=task_queue)

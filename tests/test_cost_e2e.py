@@ -7,10 +7,10 @@ import asyncio
 import json
 import os
 import uuid
-from pathlib import Path
 
 import pytest
 from budget_agents import TightAccount
+from conftest import WorkerFactory
 from temporalio.client import Client
 from towercli import tower_cli
 
@@ -18,7 +18,6 @@ from activities.model import ModelSettings
 from activities.prices import PriceTable
 from tower.contract import search
 from tower.temporal.runtime import FAILED_WAIT_MEMO
-from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
 
 
@@ -34,9 +33,11 @@ async def tower(client: Client, *args: str) -> str:
 PRICED = ModelSettings(prices=PriceTable.parse(
     '{"scripted": {"prompt": 0.5, "completion": 1.5}}'))
 
-async def test_cost_per_call_node_and_run(client: Client, task_queue: str, db_path: Path) -> None:
+async def test_cost_per_call_node_and_run(
+    client: Client, task_queue: str, scripted_worker: WorkerFactory
+) -> None:
     run_id = f"account-{uuid.uuid4().hex[:8]}"
-    async with build_worker(client, task_queue=task_queue, db_path=db_path, models=PRICED):
+    async with scripted_worker(models=PRICED):
         handle = await client.start_workflow(
             AccountAgent.run, AccountRequest(question="Check my account ACC-1001"),
             id=run_id, task_queue=task_queue)
@@ -73,10 +74,9 @@ async def test_cost_per_call_node_and_run(client: Client, task_queue: str, db_pa
 
 
 async def test_unpriced_scripted_model_costs_nothing(
-    client: Client, task_queue: str, db_path: Path
+    client: Client, task_queue: str, scripted_worker: WorkerFactory
 ) -> None:
-    async with build_worker(client, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker():
         handle = await client.start_workflow(
             AccountAgent.run, AccountRequest(question="Check my account ACC-1001"),
             id=f"account-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
@@ -85,10 +85,9 @@ async def test_unpriced_scripted_model_costs_nothing(
 
 
 async def test_token_budget_escalates_on_the_server(
-    client: Client, task_queue: str, db_path: Path
+    client: Client, task_queue: str, scripted_worker: WorkerFactory
 ) -> None:
-    async with build_worker(client, task_queue=task_queue, db_path=db_path, models=PRICED,
-                            workflows=[TightAccount]):
+    async with scripted_worker(models=PRICED, workflows=[TightAccount]):
         handle = await client.start_workflow(
             TightAccount.run, AccountRequest(question="Check my account ACC-1001"),
             id=f"tight-{uuid.uuid4().hex[:8]}", task_queue=task_queue,

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from pathlib import Path
 
+from conftest import WorkerFactory
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from activities.model import ModelSettings
 from tower import Transition
 from tower.core.events import Rejection
-from worker import build_worker
 from workflows.lifecycle import MAX_RECOVERIES, LifecycleAgent, LifecycleRequest
 
 
@@ -31,10 +29,9 @@ async def _log(handle: WorkflowHandle) -> list[Transition]:
 
 
 async def test_plans_calls_evaluates_until_solved(
-    client: Client, task_queue: str, db_path: Path
+    client: Client, task_queue: str, scripted_worker: WorkerFactory
 ) -> None:
-    async with build_worker(client, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker():
         handle = await _start(client, task_queue, LifecycleRequest(
             goal="Check account ACC-1001 and invoice INV-2001"))
         state = await handle.result()
@@ -56,10 +53,9 @@ async def test_plans_calls_evaluates_until_solved(
 
 
 async def test_signals_are_validated_guarded_and_deduplicated(
-    client: Client, task_queue: str, db_path: Path
+    client: Client, task_queue: str, scripted_worker: WorkerFactory
 ) -> None:
-    async with build_worker(client, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker():
         handle = await _start(client, task_queue, LifecycleRequest(
             goal="Check account ACC-1001", start=False))
         for _ in range(50):  # parked in IDLE: no event has arrived
@@ -88,10 +84,9 @@ async def test_signals_are_validated_guarded_and_deduplicated(
 
 
 async def test_recovery_is_bounded_then_failed(
-    client: Client, task_queue: str, db_path: Path
+    client: Client, task_queue: str, scripted_worker: WorkerFactory
 ) -> None:
-    async with build_worker(client, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker():
         handle = await _start(client, task_queue, LifecycleRequest(goal="Check ACC-9999"))
         state = await handle.result()
         log = await _log(handle)

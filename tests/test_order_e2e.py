@@ -10,6 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from conftest import WorkerFactory
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.testing import WorkflowEnvironment
@@ -21,7 +22,6 @@ from starter.common import CliError
 from tower import Kind, Transition
 from tower.contract import search
 from tower.temporal.runtime import FAILED_WAIT_MEMO
-from worker import build_worker
 from workflows.order import OrderAgent, OrderRequest, OrderState
 
 SCRIPTED = ModelSettings()
@@ -49,9 +49,9 @@ async def until_status(handle: WorkflowHandle, status: str) -> None:
 
 
 async def test_order_ships_with_exact_figures_and_each_effect_once(
-    client: Client, task_queue: str, db_path: Path
+    client: Client, task_queue: str, db_path: Path, scripted_worker: WorkerFactory
 ) -> None:
-    async with build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED):
+    async with scripted_worker():
         handle = await start(client, task_queue, OrderRequest(text=TEXT))
         state = await handle.result()
         log = await handle.query("transitions", result_type=list[Transition])
@@ -69,9 +69,9 @@ async def test_order_ships_with_exact_figures_and_each_effect_once(
 
 
 async def test_declined_payment_releases_stock_and_fails_with_the_reason(
-    client: Client, task_queue: str, db_path: Path
+    client: Client, task_queue: str, db_path: Path, scripted_worker: WorkerFactory
 ) -> None:
-    async with build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED):
+    async with scripted_worker():
         handle = await start(client, task_queue, OrderRequest(text=TEXT, card="tok_low"))
         state = await handle.result()
     assert state.status == "FAILED" and state.outcome == "payment_declined"
@@ -83,10 +83,10 @@ async def test_declined_payment_releases_stock_and_fails_with_the_reason(
 
 
 async def test_out_of_stock_waits_for_an_operator_who_restocks_and_retries(
-    client: Client, task_queue: str, db_path: Path
+    client: Client, task_queue: str, db_path: Path, scripted_worker: WorkerFactory
 ) -> None:
     request = OrderRequest(text="4 x GIZMO-3 to 9 High St, Leeds, GB")
-    async with build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED):
+    async with scripted_worker():
         handle = await start(client, task_queue, request, wait=600)
         await until_status(handle, "FAILED")
         state = await handle.query("state", result_type=dict)
@@ -121,9 +121,9 @@ async def test_out_of_stock_waits_for_an_operator_who_restocks_and_retries(
 
 
 async def test_abort_closes_a_failed_run_and_a_done_run_refuses_decisions(
-    client: Client, task_queue: str, db_path: Path
+    client: Client, task_queue: str, scripted_worker: WorkerFactory
 ) -> None:
-    async with build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED):
+    async with scripted_worker():
         handle = await start(client, task_queue, OrderRequest(text="1 x GIZMO-3 to 2 Elm Rd, US"),
                              wait=600)
         await until_status(handle, "FAILED")
@@ -141,9 +141,9 @@ async def test_abort_closes_a_failed_run_and_a_done_run_refuses_decisions(
 
 
 async def test_a_failed_run_closes_by_itself_when_no_operator_decides(
-    client: Client, task_queue: str, db_path: Path
+    client: Client, task_queue: str, scripted_worker: WorkerFactory
 ) -> None:
-    async with build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED):
+    async with scripted_worker():
         handle = await start(client, task_queue, OrderRequest(text="1 x GIZMO-3 to 2 Elm Rd, US"),
                              wait=1.5)
         await until_status(handle, "FAILED")
@@ -152,10 +152,11 @@ async def test_a_failed_run_closes_by_itself_when_no_operator_decides(
 
 
 async def test_tower_retry_and_abort_commands(
-    env: WorkflowEnvironment, client: Client, task_queue: str, db_path: Path
+    env: WorkflowEnvironment, client: Client, task_queue: str, db_path: Path,
+    scripted_worker: WorkerFactory
 ) -> None:
     address = address_of(env)
-    async with build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED):
+    async with scripted_worker():
         handle = await start(client, task_queue, OrderRequest(text="2 x GIZMO-3 to 3 Ash Row, US"),
                              wait=600)
         await until_status(handle, "FAILED")

@@ -6,14 +6,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import WorkerFactory
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.converter import StorageDriverRetrieveContext, StorageDriverStoreContext
 
-from activities.model import ModelSettings
 from activities.payloads import LocalDirDriver, PayloadMissing, tower_data_converter
-from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
 
 
@@ -34,15 +33,14 @@ async def test_local_driver_round_trip_and_integrity(tmp_path: Path) -> None:
 
 
 async def test_a_large_input_goes_to_external_storage(
-    client: Client, task_queue: str, db_path: Path, tmp_path: Path
+    client: Client, task_queue: str, tmp_path: Path, scripted_worker: WorkerFactory
 ) -> None:
     store = tmp_path / "payloads"
     config = client.config()  # a copy: the shared client is unchanged
     config["data_converter"] = tower_data_converter(store, 1024)
     big = Client(**config)
     question = "Check my account ACC-1001. " + "Some context. " * 120  # ~1.7 KB
-    async with build_worker(big, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker(big):
         handle = await big.start_workflow(
             AccountAgent.run, AccountRequest(question=question),
             id=f"account-{uuid.uuid4().hex[:8]}", task_queue=task_queue)

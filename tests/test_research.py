@@ -7,15 +7,13 @@ draft). Who decides is the only difference between the runs, and it shows in the
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
+from conftest import WorkerFactory
 from temporalio.client import Client
 
-from activities.model import ModelSettings
 from tower import Transition
 from tower.temporal.runtime import FAILED_WAIT_MEMO
-from worker import build_worker
 from workflows.research import (
     MIN_WORDS,
     Control,
@@ -38,10 +36,9 @@ async def _run(client: Client, task_queue: str, request: ResearchRequest):
 
 
 async def test_three_control_models_behave_differently(
-    client: Client, task_queue: str, db_path: Path
+    client: Client, task_queue: str, scripted_worker: WorkerFactory
 ) -> None:
-    async with build_worker(client, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker():
         model, model_path = await _run(client, task_queue, ResearchRequest(
             topic=TOPIC, control=Control.MODEL))
         dev, dev_path = await _run(client, task_queue, ResearchRequest(
@@ -70,10 +67,9 @@ async def test_three_control_models_behave_differently(
 
 
 async def test_a_step_that_never_completes_ends_on_the_budget(
-    client: Client, task_queue: str, db_path: Path
+    client: Client, task_queue: str, scripted_worker: WorkerFactory
 ) -> None:
-    async with build_worker(client, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker():
         state, path = await _run(client, task_queue, ResearchRequest(
             topic="medieval basket weaving", control=Control.HYBRID))
     assert state.status == "FAILED" and state.sources == []

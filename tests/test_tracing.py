@@ -8,9 +8,9 @@ import threading
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
+from conftest import WorkerFactory
 from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -31,7 +31,7 @@ from starter.telemetry import (
     exporter_names,
     make_exporter,
 )
-from worker import WORKFLOW_FAILURE_TYPES, build_worker, sandbox_runner
+from worker import WORKFLOW_FAILURE_TYPES, sandbox_runner
 from workflows.account import AccountAgent, AccountRequest
 from workflows.registry import AGENTS
 
@@ -76,12 +76,11 @@ def states(spans: list[ReadableSpan]) -> list[tuple[object, ...]]:
 
 
 async def test_one_trace_client_to_states_to_activities_with_replays(
-    traced: Client, exporter: InMemorySpanExporter, task_queue: str, db_path: Path
+    traced: Client, exporter: InMemorySpanExporter, task_queue: str, scripted_worker: WorkerFactory
 ) -> None:
     run_id = f"traced-{uuid.uuid4().hex[:8]}"
     # No workflow cache: every workflow task replays the run from its first event.
-    async with build_worker(traced, task_queue=task_queue, db_path=db_path, models=SCRIPTED,
-                            max_cached_workflows=0):
+    async with scripted_worker(traced, models=SCRIPTED, max_cached_workflows=0):
         handle = await traced.start_workflow(
             AccountAgent.run, AccountRequest(question="Check my account ACC-1001"),
             id=run_id, task_queue=task_queue)
@@ -117,7 +116,7 @@ async def test_one_trace_client_to_states_to_activities_with_replays(
 
 
 async def test_worker_restart_and_replayer_emit_no_duplicate_spans(
-    traced: Client, exporter: InMemorySpanExporter, task_queue: str, db_path: Path
+    traced: Client, exporter: InMemorySpanExporter, task_queue: str, scripted_worker: WorkerFactory
 ) -> None:
     run_id = f"restart-{uuid.uuid4().hex[:8]}"
     # Worker A runs the workflow but no activity: the run stops at its first model call.
@@ -131,7 +130,7 @@ async def test_worker_restart_and_replayer_emit_no_duplicate_spans(
         await _until_scheduled(handle)
     assert states(spans_of(exporter, run_id)) == [], "the first state is still open"
     # Worker B has an empty cache: it replays A's part of the history, then goes on.
-    async with build_worker(traced, task_queue=task_queue, db_path=db_path, models=SCRIPTED):
+    async with scripted_worker(traced):
         await handle.result()
     spans = spans_of(exporter, run_id)
     assert states(spans) == [(1, "reason", "lookup_account"), (2, "lookup_account", "reason"),
