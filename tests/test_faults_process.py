@@ -6,6 +6,8 @@ every side effect happened exactly once (rows counted in the tools' SQLite)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sqlite3
 import uuid
 from collections import Counter
@@ -77,6 +79,16 @@ def takeover(env: WorkflowEnvironment, task_queue: str, db_path: Path,
         second.stop()
 
 
+def holds_open(pid: int, path: Path) -> bool:
+    """Whether process ``pid`` has the file ``path`` open (Linux: /proc/PID/fd)."""
+    target = str(path.resolve())
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):  # a descriptor closed while we look
+            if os.readlink(fd) == target:
+                return True
+    return False
+
+
 async def until(predicate, what: str, seconds: float = 60) -> None:
     for _ in range(int(seconds * 10)):
         if await predicate():
@@ -135,7 +147,11 @@ async def test_worker_killed_during_a_side_effecting_tool_call(
                        and p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
                        for p in pending)
         await until(reserving, "reserve_stock to start")
-        await asyncio.sleep(0.5)
+
+        async def in_the_tool() -> bool:  # a tool opens the database for its call only
+            assert first.proc is not None
+            return holds_open(first.proc.pid, db_path)
+        await until(in_the_tool, "reserve_stock to open the database")
         first.kill9()  # mid-call: inside the tool, waiting to write
         lock.rollback()
         second.start()
@@ -183,8 +199,7 @@ async def test_dev_server_restarted_on_its_sqlite_file_mid_run(
         async def some_progress() -> bool:
             return len(model_server.served) >= 2
         await until(some_progress, "runs to get going")
-        server.stop()
-        await asyncio.sleep(1)
+        server.stop()  # returns once the server has exited: the runs are mid-flight
         client = await server.start()
         results = await asyncio.wait_for(asyncio.gather(
             *[client.get_workflow_handle(i, result_type=OrderState).result() for i in ids]),
