@@ -1,91 +1,152 @@
-"""The `tower` command line. Each command lives in its own module with
-``register(subparsers)``; this file only lists them and turns errors into exit codes."""
+"""The `tower` command line: a click group that imports a command's module only when that
+command runs, so `tower --help` loads neither Temporal nor the agents.
+
+A command is a click command in its own module, registered below by name, module and
+one help line (the line `tower --help` shows without importing the module). To add one,
+write ``starter/cmd_NAME.py`` with a ``command`` (see starter/cmd_cost.py for the
+pattern) and add a line to ``COMMANDS``. A command returns its exit code, or a
+coroutine for it; errors a user can fix raise ``CliError`` (``error: ...``, exit 2).
+"""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import importlib
 import os
 import sys
 import traceback
 from collections.abc import Sequence
+from typing import Any
 
-from temporalio.service import RPCError
+import click
 
-from starter import (
-    cmd_approve,
-    cmd_chat,
-    cmd_codec,
-    cmd_cost,
-    cmd_dev,
-    cmd_graph,
-    cmd_inspect,
-    cmd_model_server,
-    cmd_operator,
-    cmd_replay,
-    cmd_run,
-    cmd_runs,
-    cmd_watch,
-    demo,
-)
-from starter.common import CliError
-from starter.connection import ServerUnreachable, UnknownTenant, use_tenant
-from starter.output import add_json_flags, error_json, wrapped
-from starter.telemetry import TracingConfigError, flush_traces
+from starter import output
+from starter.errors import user_error
 
-COMMANDS = [cmd_dev, demo, cmd_run, cmd_chat, cmd_runs, cmd_graph, cmd_replay, cmd_inspect,
-            cmd_approve, cmd_cost, cmd_codec, cmd_watch, cmd_operator, cmd_model_server]
+# name: (module:attribute, the one line `tower --help` shows)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "dev": ("starter.cmd_dev:command", "start the embedded Temporal dev server"),
+    "demo": ("starter.demo:command", "run the demo: server, worker and every demo agent"),
+    "run": ("starter.cmd_run:command", "start an agent run and follow it"),
+    "chat": ("starter.cmd_chat:command",
+             "send messages to a chat thread (a new one without THREAD)"),
+    "state": ("starter.cmd_runs:state", "print a run's current state as JSON"),
+    "list": ("starter.cmd_runs:list_runs", "list agent runs"),
+    "watch": ("starter.cmd_watch:command", "follow a run's transitions live"),
+    "graph": ("starter.cmd_graph:command",
+              "draw an agent's state machine (mermaid, dot, svg, png)"),
+    "inspect": ("starter.cmd_inspect:inspect",
+                "a run's transition table and its state at any step"),
+    "fork": ("starter.cmd_inspect:fork", "restart a run from step N (Temporal reset)"),
+    "history": ("starter.cmd_replay:history", "export a run's event history"),
+    "replay": ("starter.cmd_replay:replay", "replay histories against the current code"),
+    "pending": ("starter.cmd_approve:pending", "list runs awaiting an approval decision"),
+    "approve": ("starter.cmd_approve:approve", "approve a run's pending gate (signed decision)"),
+    "reject": ("starter.cmd_approve:reject", "reject a run's pending gate (signed decision)"),
+    "retry": ("starter.cmd_operator:retry", "retry a FAILED run from a named node"),
+    "abort": ("starter.cmd_operator:abort", "close a FAILED run for good"),
+    "cost": ("starter.cmd_cost:command", "a run's token usage and estimated cost"),
+    "codec-server": ("starter.cmd_codec:command",
+                     "serve /encode and /decode so the Web UI shows encrypted payloads"),
+    "model-server": ("starter.cmd_model_server:command",
+                     "serve the scripted model over OpenAI-compatible HTTP"),
+}
+
+EPILOG = ("Connection settings: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_PROFILE "
+          "(temporalio.envconfig). Models: OPENAI_API_KEY, OPENAI_BASE_URL, TOWER_MODELS. "
+          "Web UI links: TOWER_UI_URL.")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tower",
-        description="Run AI agents as explicit state machines on Temporal.",
-        epilog="Connection settings: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_PROFILE "
-               "(temporalio.envconfig). Models: OPENAI_API_KEY, OPENAI_BASE_URL, TOWER_MODELS.",
-    )
-    tenant_help = ("act within tenant NAME (its own Temporal namespace); default "
-                   "TEMPORAL_NAMESPACE or 'default'")
-    parser.add_argument("--tenant", dest="act_tenant", metavar="NAME", help=tenant_help)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in COMMANDS:
-        module.register(sub)
-    # `tower state RUN --tenant acme` works as well as `tower --tenant acme state RUN`.
-    for command in sub.choices.values():
-        if "--tenant" not in command._option_string_actions:
-            command.add_argument("--tenant", dest="act_tenant", metavar="NAME",
-                                 default=argparse.SUPPRESS, help=tenant_help)
-    add_json_flags(parser)
-    return parser
+class LazyGroup(click.Group):
+    """Commands listed from ``COMMANDS``; a command's module is imported when it is used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, _, attr = COMMANDS[cmd_name][0].partition(":")
+        found: click.Command = getattr(importlib.import_module(module), attr)
+        return found
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, line) for name, (_, line) in COMMANDS.items()])
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=EPILOG)
+@output.tenant_option
+def cli() -> None:
+    """Run AI agents as explicit state machines on Temporal."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    as_json = getattr(args, "json", False)
+    """Run one command in a fresh event loop; its exit code."""
+    return _finish(_invoke(argv))
+
+
+async def amain(argv: Sequence[str]) -> int:
+    """Run one command in the running event loop (tests call the CLI in-process)."""
+    result = _invoke(argv)
+    if asyncio.iscoroutine(result):
+        result = await _guarded(result)
+    return _finish(result)
+
+
+def _invoke(argv: Sequence[str] | None) -> Any:
+    output.reset()
+    if "starter.connection" in sys.modules:  # a previous in-process call chose a tenant
+        sys.modules["starter.connection"].use_tenant(None)
+    args = list(sys.argv[1:] if argv is None else argv)
     try:
-        use_tenant(getattr(args, "act_tenant", None))
-        if as_json and not args.json_native:
-            return wrapped(args.command, lambda: _dispatch(args))
-        return _dispatch(args)
-    except (CliError, ServerUnreachable, UnknownTenant, TracingConfigError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        if as_json and args.json_native:
-            print(error_json(exc, 2))
-        return 2
-    except RPCError as exc:
-        print(f"error: the Temporal server refused the request: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+        return cli.main(args=args, prog_name="tower", standalone_mode=False)
+    except BaseException as exc:  # noqa: BLE001  (turned into an exit code below)
+        return _Failed(exc)
 
 
-def _dispatch(args: argparse.Namespace) -> int:
-    result = args.handler(args)
+def _finish(result: Any) -> int:
     if asyncio.iscoroutine(result):
         # Not asyncio.run: closing the loop while the SDK's Rust runtime still holds
         # callbacks on it can abort the process. entry() exits right after instead.
-        result = asyncio.new_event_loop().run_until_complete(result)
+        result = asyncio.new_event_loop().run_until_complete(_guarded(result))
+    if isinstance(result, _Failed):
+        return _exit_code(result.exc)
     return int(result or 0)
+
+
+class _Failed:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+async def _guarded(coro: Any) -> Any:
+    try:
+        return await coro
+    except BaseException as exc:  # noqa: BLE001
+        return _Failed(exc)
+
+
+def _exit_code(exc: BaseException) -> int:
+    """Print what a user needs to know about ``exc``; the exit code it means."""
+    if isinstance(exc, click.exceptions.Exit):  # --help and friends
+        return exc.exit_code
+    if isinstance(exc, click.exceptions.Abort | KeyboardInterrupt):
+        return 130
+    if isinstance(exc, BrokenPipeError):
+        return 1  # `tower list | head -3`: the reader has gone; click exits 1 there too
+    if isinstance(exc, SystemExit):
+        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    if isinstance(exc, click.ClickException):
+        message = exc.format_message()
+        if isinstance(exc, click.UsageError) and exc.ctx is not None:
+            message += f"\n(see `{exc.ctx.command_path} --help`)"
+        return output.fail(message, exc.exit_code)
+    line = user_error(exc)
+    if line is None:
+        raise exc
+    return output.fail(line, 2)
 
 
 def entry() -> None:
@@ -93,13 +154,17 @@ def entry() -> None:
     can abort the process if the interpreter tears it down while a client is alive."""
     try:
         code = main()
-    except SystemExit as exc:  # argparse: --help, usage errors
-        code = exc.code if isinstance(exc.code, int) else 2
     except BaseException:  # an unexpected error still exits without interpreter teardown
         traceback.print_exc()
         code = 1
-    flush_traces()  # os._exit skips atexit, where the exporters would otherwise flush
-    sys.stdout.flush()
+    if "opentelemetry" in sys.modules:
+        from starter.telemetry import flush_traces
+
+        flush_traces()  # os._exit skips atexit, where the exporters would otherwise flush
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = 1
     sys.stderr.flush()
     os._exit(code)
 

@@ -7,18 +7,19 @@ nothing). ``--signal`` sends it as a fire-and-forget signal instead.
 
 from __future__ import annotations
 
-import argparse
 import os
 from datetime import datetime
 from typing import Any
 
+import click
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
-from temporalio.service import RPCError
 
 from starter.approvals import make_decision, parse_edits
 from starter.cmd_run import print_outcome as print_run_outcome
-from starter.common import CliError, follow, not_found_is
+from starter.common import CliError, not_found_is
 from starter.connection import connect
+from starter.live import follow as follow_run
+from starter.output import json_option, print_json, say, table, tenant_option
 from tower.contract import search
 from tower.contract.decisions import Verdict
 from tower.core.approval import Outcome
@@ -28,79 +29,134 @@ class DecisionRefused(CliError):
     """The run refused the decision; nothing changed."""
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("pending", help="list runs awaiting an approval decision",
-                       description="List runs whose status is AWAITING_APPROVAL (found by "
-                                   "search attribute) with the gate, role, expiry and proposal.")
-    p.add_argument("--agent", help="only runs of this agent")
-    p.add_argument("--limit", type=int, default=50)
-    p.set_defaults(handler=pending)
-    for verb, verdict in (("approve", Verdict.APPROVE), ("reject", Verdict.REJECT)):
-        p = sub.add_parser(verb, help=f"{verb} a run's pending gate (signed decision)",
-                           description=f"{verb.capitalize()} the pending approval of RUN and "
-                                       "print the outcome the run reported. The decision is "
-                                       "signed with the tenant's approval secret "
-                                       "(TOWER_APPROVAL_SECRET or TOWER_APPROVAL_SECRET_FILE).")
-        p.add_argument("run", metavar="RUN", help="workflow id")
-        p.add_argument("--gate", help="gate id (default: the run's pending gate)")
-        p.add_argument("--by", required=True, metavar="NAME", help="who decides")
-        p.add_argument("--role", help="the role you decide as (default: $TOWER_ROLE)")
-        p.add_argument("--note", default="", help="why (shown to the run and in its log)")
-        if verdict == Verdict.APPROVE:
-            p.add_argument("--set", action="append", metavar="FIELD=VALUE", dest="edits",
-                           help="change an editable field, e.g. --set amount_cents=50000")
-        p.add_argument("--decision-id", help="idempotency id (resending it changes nothing)")
-        p.add_argument("--signal", action="store_true", help="send as a signal, don't wait")
-        p.add_argument("--no-follow", action="store_true",
-                       help="print the outcome only, not the run's next transitions")
-        p.set_defaults(handler=decide, verdict=verdict)
+@click.command("pending", help=(
+    "List runs whose status is AWAITING_APPROVAL with the gate, role, expiry and proposal, "
+    "all read from Temporal's visibility (search attributes and memo): no worker needed."))
+@click.option("--agent", help="only runs of this agent")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@json_option("a JSON array of pending requests")
+@tenant_option
+def pending(agent: str | None, limit: int, as_json: bool) -> Any:
+    return _pending(agent, limit, as_json)
 
 
-async def pending(args: argparse.Namespace) -> int:
+def _decision_command(verdict: Verdict) -> click.Command:
+    verb = "approve" if verdict == Verdict.APPROVE else "reject"
+
+    def decide_cmd(run: str, gate: str | None, by: str, role: str | None, note: str,
+                   edits: tuple[str, ...] = (), decision_id: str | None = None,
+                   signal: bool = False, no_follow: bool = False,
+                   as_json: bool = False) -> Any:
+        return decide(run, verdict, gate=gate, by=by, role=role, note=note, edits=list(edits),
+                      decision_id=decision_id, use_signal=signal, follow=not no_follow,
+                      as_json=as_json)
+
+    params = [
+        click.argument("run", metavar="RUN"),
+        click.option("--gate", help="gate id (default: the run's pending gate)"),
+        click.option("--by", required=True, metavar="NAME", help="who decides"),
+        click.option("--role", help="the role you decide as (default: $TOWER_ROLE)"),
+        click.option("--note", default="", help="why (shown to the run and in its log)"),
+    ]
+    if verdict == Verdict.APPROVE:
+        params.append(click.option(
+            "--set", "edits", multiple=True, metavar="FIELD=VALUE",
+            help="change an editable field, e.g. --set amount_cents=50000"))
+    params += [
+        click.option("--decision-id", help="idempotency id (resending it changes nothing)"),
+        click.option("--signal", is_flag=True, help="send as a signal, don't wait"),
+        click.option("--no-follow", is_flag=True,
+                     help="print the outcome only, not the run's next transitions"),
+        json_option("the decision and the outcome the run reported, as JSON"),
+        tenant_option,
+    ]
+    for param in reversed(params):
+        decide_cmd = param(decide_cmd)
+    return click.command(verb, help=(
+        f"{verb.capitalize()} the pending approval of RUN and print the outcome the run "
+        "reported. The decision is signed with the tenant's approval secret "
+        "(TOWER_APPROVAL_SECRET or TOWER_APPROVAL_SECRET_FILE)."))(decide_cmd)
+
+
+approve = _decision_command(Verdict.APPROVE)
+reject = _decision_command(Verdict.REJECT)
+
+
+async def _pending(agent: str | None, limit: int, as_json: bool) -> int:
     client = await connect()
-    query = f"{search.AGENT_STATUS.name} = 'AWAITING_APPROVAL'"
-    if args.agent:
-        if not args.agent.isidentifier():
-            raise CliError(f"invalid agent name {args.agent!r}")
-        query += f" AND {search.AGENT_NAME.name} = '{args.agent}'"
-    count = 0
-    async for wf in client.list_workflows(query, limit=args.limit):
-        try:
-            info = await client.get_workflow_handle(wf.id).query("approvals", result_type=dict)
-        except RPCError:
-            continue  # closed between the listing and the query
-        p = info.get("pending")
-        if not p:
-            continue
-        count += 1
-        proposal = ", ".join(f"{k}={v}" for k, v in p["proposal"].items()).replace("\n", " ")
-        print(f"{wf.id}  agent={info['agent']}  gate={p['gate']} ({p['when']} {p['node']})  "
-              f"role={p['role']}  expires={p['expires_at']}")
-        print(f"    proposal: {proposal or '-'}")
-        if p["editable"]:
-            print(f"    editable: {', '.join(p['editable'])}")
-    if count == 0:
-        print("(no runs awaiting approval)")
+    rows = await pending_requests(client, agent=agent, limit=limit)
+    if as_json:
+        print_json(rows)
+        return 0
+    table(["RUN", "AGENT", "GATE", "ROLE", "EXPIRES", "PROPOSAL", "EDITABLE"],
+          [[r["run"], r["agent"], f"{r['gate']} ({r['when']} {r['node']})", r["role"],
+            r["expires_at"] or "?", _proposal(r["proposal"]), ", ".join(r["editable"])]
+           for r in rows], empty="(no runs awaiting approval)")
     return 0
 
 
-async def decide(args: argparse.Namespace) -> int:
+def _proposal(proposal: dict[str, Any] | None) -> str:
+    if proposal is None:
+        return "? (started before runs published their pending gate)"
+    return ", ".join(f"{k}={v}" for k, v in proposal.items()).replace("\n", " ") or "-"
+
+
+async def pending_requests(client: Client, *, agent: str | None = None,
+                           limit: int = 50) -> list[dict[str, Any]]:
+    """Runs waiting at a gate, from search attributes and the memo each run keeps."""
+    query = f"{search.AGENT_STATUS.name} = 'AWAITING_APPROVAL'"
+    if agent:
+        if not agent.isidentifier():
+            raise CliError(f"invalid agent name {agent!r}")
+        query += f" AND {search.AGENT_NAME.name} = '{agent}'"
+    rows = []
+    async for wf in client.list_workflows(query, limit=limit):
+        sa = wf.typed_search_attributes
+        name, node = sa.get(search.AGENT_NAME) or "?", sa.get(search.AGENT_NODE) or "?"
+        memo = await wf.memo_value(search.PENDING_MEMO, None, type_hint=dict)
+        if memo is None:  # a run from before the memo: what its graph says about the node
+            memo = _gate_from_graph(name, node)
+        rows.append({"run": wf.id, "agent": name, "step": sa.get(search.AGENT_STEP), **memo})
+    return rows
+
+
+def _gate_from_graph(agent: str, node: str) -> dict[str, Any]:
+    from workflows.registry import AGENTS
+
+    cls = AGENTS.get(agent)
+    gate = cls.machine.gates.get(node) if cls else None
+    return {"gate": gate.name if gate else "?", "node": node,
+            "when": gate.when if gate else "?", "role": gate.role if gate else "?",
+            "editable": list(gate.editable) if gate else [], "expires_at": None,
+            "requested_at": None, "proposal": None}
+
+
+async def decide(run: str, verdict: Verdict, *, gate: str | None, by: str, role: str | None,
+                 note: str, edits: list[str], decision_id: str | None, use_signal: bool,
+                 follow: bool, as_json: bool) -> int:
     client = await connect()
     try:
         out = await send_decision(
-            client, args.run, args.verdict, approver=args.by, role=args.role, gate=args.gate,
-            note=args.note, edits=parse_edits(getattr(args, "edits", None)),
-            decision_id=args.decision_id, use_signal=args.signal, say=print)
+            client, run, verdict, approver=by, role=role, gate=gate, note=note,
+            edits=parse_edits(edits), decision_id=decision_id, use_signal=use_signal, say=say)
     except DecisionRefused as exc:
-        print(f"refused: {exc}")
-        print("the run's state is unchanged")
+        if as_json:
+            print_json({"run": run, "accepted": False, "refused": str(exc)})
+        else:
+            print(f"refused: {exc}")
+            print("the run's state is unchanged")
         return 1
     if out is None:
+        if as_json:
+            print_json({"run": run, "accepted": None, "sent_as": "signal"})
+        return 0
+    if as_json:
+        print_json({"run": run, "accepted": True, **out.model_dump(mode="json")})
         return 0
     print_outcome(out)
-    if not args.no_follow:
-        handle = client.get_workflow_handle(args.run)
-        status = await follow(handle, skip=out.requested_step)
+    if follow:
+        handle = client.get_workflow_handle(run)
+        status = await follow_run(handle, skip=out.requested_step)
         print_run_outcome(status, await handle.query("state", result_type=dict))
     return 0
 

@@ -8,14 +8,13 @@ thread starts; with no ``-m`` the messages come from standard input, one per lin
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import sys
 import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import click
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -24,75 +23,76 @@ from temporalio.client import (
 )
 from temporalio.exceptions import FailureError
 
-from starter.cmd_run import has_workers
 from starter.common import CliError, not_found_is
 from starter.connection import TASK_QUEUE, connect
+from starter.output import json_mode, json_option, print_json, tenant_option
+from starter.runs import has_workers
 from workflows.chat import ChatAgent, ChatInput, ChatReply, UserMessage
 
 CLOSE = "/close"
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "chat", help="send messages to a chat thread (a new one without THREAD)",
-        description="Send messages to chat thread THREAD (a workflow id of the chat agent) and "
-                    "print each reply. Without THREAD a new thread starts. Messages come from "
-                    "-m (repeatable) or, without -m, from standard input one per line, where "
-                    f"{CLOSE} closes the thread. Leaving does not close the thread: it waits for "
-                    "the next message for days (`tower chat THREAD` to go on).")
-    p.add_argument("thread", metavar="THREAD", nargs="?", help="the thread's workflow id")
-    p.add_argument("-m", "--message", action="append", default=[], metavar="TEXT",
-                   help="a message to send (repeatable, sent in order)")
-    p.add_argument("--close", action="store_true", help="close the thread after the messages")
-    p.add_argument("--timeout", type=float, default=120, metavar="SECONDS",
-                   help="how long to wait for each reply (default 120)")
-    p.add_argument("--task-queue", default=TASK_QUEUE, help="for a new thread")
-    p.add_argument("--json", action="store_true",
-                   help="one JSON object per line: started, each reply, refused, closed")
-    p.set_defaults(handler=chat)
+@click.command("chat", help=(
+    "Send messages to chat thread THREAD (a workflow id of the chat agent) and print each "
+    "reply. Without THREAD a new thread starts. Messages come from -m (repeatable) or, "
+    f"without -m, from standard input one per line, where {CLOSE} closes the thread. Leaving "
+    "does not close the thread: it waits for the next message for days (`tower chat THREAD` "
+    "to go on)."))
+@click.argument("thread", metavar="THREAD", required=False)
+@click.option("-m", "--message", "given", multiple=True, metavar="TEXT",
+              help="a message to send (repeatable, sent in order)")
+@click.option("--close", is_flag=True, help="close the thread after the messages")
+@click.option("--timeout", type=float, default=120, show_default=True, metavar="SECONDS",
+              help="how long to wait for each reply")
+@click.option("--task-queue", default=TASK_QUEUE, help="for a new thread")
+@json_option("one JSON object per line: started, each reply, refused, closed")
+@tenant_option
+def command(thread: str | None, given: tuple[str, ...], close: bool, timeout: float,
+            task_queue: str, as_json: bool) -> Any:
+    return chat(thread, list(given), close, timeout, task_queue)
 
 
-async def chat(args: argparse.Namespace) -> int:
-    if args.timeout <= 0:
-        raise CliError(f"--timeout must be positive, not {args.timeout}")
+async def chat(thread: str | None, given: list[str], close: bool, timeout: float,
+               task_queue: str) -> int:
+    if timeout <= 0:
+        raise CliError(f"--timeout must be positive, not {timeout}")
     client = await connect()
-    if args.thread:
-        handle = await open_thread(client, args.thread)
+    if thread:
+        handle = await open_thread(client, thread)
     else:
         handle = await client.start_workflow(
             ChatAgent.run, ChatInput(), id=f"chat-{uuid.uuid4().hex[:8]}",
-            task_queue=args.task_queue)
-        emit(args, {"event": "started", "thread": handle.id},
+            task_queue=task_queue)
+        emit({"event": "started", "thread": handle.id},
              f"started {handle.id} (go on later with `tower chat {handle.id}`)")
-        if not await has_workers(client, args.task_queue):
-            print(f"warning: no worker is polling task queue {args.task_queue!r}; replies "
+        if not await has_workers(client, task_queue):
+            print(f"warning: no worker is polling task queue {task_queue!r}; replies "
                   "wait until one starts (`python worker.py`)", file=sys.stderr, flush=True)
-    interactive = not args.message and not args.close
-    close = args.close
-    for text in messages(args.message, interactive):
+    interactive = not given and not close
+    for text in messages(given, interactive):
         if text == CLOSE:
             close = True
             break
         try:
             reply = await asyncio.wait_for(handle.execute_update(
-                ChatAgent.send, UserMessage(text=text)), args.timeout)
+                ChatAgent.send, UserMessage(text=text)), timeout)
         except WorkflowUpdateFailedError as exc:  # the validator's reason; nothing recorded
             cause = exc.cause  # typed BaseException; a failure from the server has .message
             reason = cause.message if isinstance(cause, FailureError) else str(exc)
-            emit(args, {"event": "refused", "reason": reason}, f"refused: {reason}",
+            emit({"event": "refused", "reason": reason}, f"refused: {reason}",
                  err=True)
             if not interactive:
                 return 2
             continue
         except TimeoutError:
-            raise CliError(f"no reply from {handle.id} in {args.timeout:g} s; is a worker "
+            raise CliError(f"no reply from {handle.id} in {timeout:g} s; is a worker "
                            "running (`python worker.py`)?") from None
-        emit(args, {"event": "reply", **reply.model_dump()}, reply_line(reply))
+        emit({"event": "reply", **reply.model_dump()}, reply_line(reply))
     if close:
-        why = await asyncio.wait_for(handle.execute_update(ChatAgent.close), args.timeout)
-        emit(args, {"event": "closed", "thread": handle.id, "reason": why},
+        why = await asyncio.wait_for(handle.execute_update(ChatAgent.close), timeout)
+        emit({"event": "closed", "thread": handle.id, "reason": why},
              f"closed {handle.id}: {why}")
-    elif not args.json:
+    elif not json_mode():
         print(f"{handle.id} stays open; `tower chat {handle.id}` to go on", file=sys.stderr)
     return 0
 
@@ -131,8 +131,8 @@ def reply_line(reply: ChatReply) -> str:
     return f"[turn {reply.turn}, step {reply.step}] {reply.reply}"
 
 
-def emit(args: argparse.Namespace, event: dict[str, Any], text: str, err: bool = False) -> None:
-    if args.json:
-        print(json.dumps(event), flush=True)
+def emit(event: dict[str, Any], text: str, err: bool = False) -> None:
+    if json_mode():
+        print_json(event, line=True)
     else:
         print(text, file=sys.stderr if err else sys.stdout, flush=True)

@@ -2,47 +2,46 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 from typing import Any
 
-from starter.common import not_found_is
-from starter.connection import connect
+import click
+
+from starter.output import json_option, print_json, table, tenant_option
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "cost", help="a run's token usage and estimated cost",
-        description="Print what run RUN spent on models: the run's total, each node's and "
-                    "each call's tokens and estimated cost (prices from TOWER_PRICES on the "
-                    "worker; an unpriced model counts $0).")
-    p.add_argument("run", metavar="RUN", help="workflow id")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(handler=run)
+@click.command("cost", help=(
+    "Print what run RUN spent on models: the run's total, each node's and each call's tokens "
+    "and estimated cost (prices from TOWER_PRICES on the worker; an unpriced model counts $0)."))
+@click.argument("run", metavar="RUN")
+@json_option("print the report as JSON")
+@tenant_option
+def command(run: str, as_json: bool) -> Any:
+    return _cost(run, as_json)
 
 
-async def run(args: argparse.Namespace) -> int:
+async def _cost(run: str, as_json: bool) -> int:
+    from starter.common import not_found_is
+    from starter.connection import connect
+    from starter.runs import query
+
     client = await connect()
-    with not_found_is(f"run {args.run!r} not found"):
-        report: dict[str, Any] = await client.get_workflow_handle(args.run).query(
-            "cost", result_type=dict)
-    if args.json:
-        print(json.dumps(report, indent=2, sort_keys=True))
+    with not_found_is(f"run {run!r} not found"):
+        report: dict[str, Any] = await query(client, client.get_workflow_handle(run), "cost")
+    if as_json:
+        print_json(report)
         return 0
-    print(format_report(report), end="")
+    table(["", "calls", "prompt", "completion", "cost $"], rows(report))
     return 0
 
 
-def format_report(report: dict[str, Any]) -> str:
-    def row(label: str, f: dict[str, Any]) -> str:
-        return (f"{label:<28} {f['calls']:>5} {f['prompt_tokens']:>9} "
-                f"{f['completion_tokens']:>10} {f['cost_usd']:>12.6f}\n")
+def rows(report: dict[str, Any]) -> list[list[Any]]:
+    def row(label: str, f: dict[str, Any]) -> list[Any]:
+        return [label, f["calls"], f["prompt_tokens"], f["completion_tokens"],
+                f"{f['cost_usd']:.6f}"]
 
-    out = f"{'':<28} {'calls':>5} {'prompt':>9} {'completion':>10} {'cost $':>12}\n"
-    for c in report.get("calls", []):
-        out += row(f"  step {c['step']} {c['node']} ({c['model']})", c)
-    for node, f in report.get("nodes", {}).items():
-        out += row(f"node {node}", f)
+    out = [row(f"  step {c['step']} {c['node']} ({c['model']})", c)
+           for c in report.get("calls", [])]
+    out += [row(f"node {node}", f) for node, f in report.get("nodes", {}).items()]
     if report.get("run"):
-        out += row("run", report["run"])
+        out.append(row("run", report["run"]))
     return out

@@ -6,15 +6,16 @@ Graphviz's `dot` (Debian's graphviz package) on this machine, with no network.
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import click
+
 from starter.common import CliError, agent_class
+from starter.output import json_option, print_json
 from tower import Machine
 from tower.core.dot import to_dot
 from tower.core.mermaid import to_mermaid
@@ -23,52 +24,51 @@ from workflows.registry import AGENTS
 FORMATS = ("mermaid", "dot", "svg", "png")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "graph", help="draw an agent's state machine (mermaid, dot, svg, png)",
-        description="Draw AGENT's graph, built from the compiled machine, with its approval "
-                    "gates and budgets marked. mermaid and dot are printed; svg and png are "
-                    "drawn by Graphviz (`apt-get install graphviz`) into --out (svg may also "
-                    "go to stdout). --all --out-dir DIR draws every agent.")
-    p.add_argument("agent", metavar="AGENT", nargs="?",
-                   help=f"one of: {', '.join(sorted(AGENTS))}")
-    p.add_argument("--format", choices=FORMATS, default="mermaid")
-    p.add_argument("--out", help="write to this file instead of stdout")
-    p.add_argument("--all", action="store_true", help="every agent, into --out-dir")
-    p.add_argument("--out-dir", help="folder for --all (files named AGENT.FORMAT)")
-    p.add_argument("--json", action="store_true",
-                   help="the graph as JSON (nodes, transitions, gates, budget, mermaid, dot)")
-    p.set_defaults(handler=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.all:
-        if not args.out_dir:
+@click.command("graph", help=(
+    "Draw AGENT's graph, built from the compiled machine, with its approval gates and budgets "
+    "marked. mermaid and dot are printed; svg and png are drawn by Graphviz (`apt-get install "
+    "graphviz`) into --out (svg may also go to stdout). --all --out-dir DIR draws every agent."))
+@click.argument("agent", metavar="AGENT", required=False)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="mermaid",
+              show_default=True)
+@click.option("--out", help="write to this file instead of stdout")
+@click.option("--all", "every", is_flag=True, help="every agent, into --out-dir")
+@click.option("--out-dir", help="folder for --all (files named AGENT.FORMAT)")
+@json_option("the graph as JSON (nodes, transitions, gates, budget, mermaid, dot)")
+def command(agent: str | None, fmt: str, out: str | None, every: bool, out_dir: str | None,
+            as_json: bool) -> int:
+    if every:
+        if not out_dir:
             raise CliError("--all needs --out-dir DIR")
-        out_dir = Path(args.out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        folder = Path(out_dir)
+        folder.mkdir(parents=True, exist_ok=True)
         written = []
         for name in sorted(AGENTS):
-            path = out_dir / f"{name}.{'mmd' if args.format == 'mermaid' else args.format}"
-            path.write_bytes(render(AGENTS[name].machine, args.format))
+            path = folder / f"{name}.{'mmd' if fmt == 'mermaid' else fmt}"
+            path.write_bytes(render(AGENTS[name].machine, fmt))
             written.append(str(path))
-        print(json.dumps({"written": written}) if args.json else "\n".join(written))
+        if as_json:
+            print_json({"written": written})
+        else:
+            print("\n".join(written))
         return 0
-    if not args.agent:
+    if not agent:
         raise CliError("name an AGENT (or use --all --out-dir DIR)")
-    machine = agent_class(args.agent).machine
-    if args.json:
-        print(json.dumps(describe_graph(machine), indent=2, sort_keys=True))
+    machine = agent_class(agent).machine
+    if as_json:
+        print_json(describe_graph(machine))
         return 0
-    data = render(machine, args.format)
-    if args.out:
-        Path(args.out).write_bytes(data)
-        print(f"wrote {args.out}", file=sys.stderr)
-    elif args.format == "png" and sys.stdout.isatty():
+    data = render(machine, fmt)
+    if out:
+        Path(out).write_bytes(data)
+        print(f"wrote {out}", file=sys.stderr)
+    elif fmt == "png" and sys.stdout.isatty():
         raise CliError("a PNG is not for the terminal: add --out FILE.png")
-    else:
+    elif hasattr(sys.stdout, "buffer"):
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
+    else:  # a text-only stream (the CLI called in-process)
+        sys.stdout.write(data.decode(errors="replace"))
     return 0
 
 

@@ -8,44 +8,50 @@ the workflow task that recorded step N.
 
 from __future__ import annotations
 
-import argparse
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
+import click
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import ResetReapplyExcludeType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import WorkflowHistory
 
 from starter.cmd_replay import fetch
-from starter.common import CliError, add_run_arguments
+from starter.common import CliError
 from starter.connection import connect, connect_config
 from starter.histories import HistoryError, Replayed, load, replay
+from starter.output import json_option, print_json, run_argument, table, tenant_option
 from starter.replay_report import task_completed_after
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "inspect", help="a run's transition table and its state at any step",
-        description="Print the transition table of RUN (step, from, to, reason, time, "
-                    "history event) and, with --step N, the full state as it was after step "
-                    "N. RUN is a workflow id (running or closed) or a history JSON file; the "
-                    "history is replayed locally, no worker needed.")
-    add_run_arguments(p, "workflow id, or a history .json file")
-    p.add_argument("--step", type=int, help="print the full state after this step")
-    p.set_defaults(handler=inspect)
+@click.command("inspect", help=(
+    "Print the transition table of RUN (step, from, to, reason, time, history event) and, "
+    "with --step N, the full state as it was after step N. RUN is a workflow id (running or "
+    "closed) or a history JSON file; the history is replayed locally, no worker needed."))
+@run_argument("workflow id, or a history .json file")
+@click.option("--step", type=int, help="print the full state after this step")
+@json_option("the run, its transitions (and the state after --step) as JSON")
+@tenant_option
+def inspect(run: str, run_id: str | None, step: int | None, as_json: bool) -> Any:
+    return _inspect(run, run_id, step, as_json)
 
-    f = sub.add_parser(
-        "fork", help="restart a run from step N (Temporal reset)",
-        description="Reset RUN to the workflow task that recorded step N: a new run of the "
-                    "same workflow id continues from there, without the signals and updates "
-                    "that came after, so a different decision can be made. The original "
-                    "run's history is kept. Activities after the reset point run again.")
-    add_run_arguments(f)
-    f.add_argument("--step", type=int, required=True, help="the step to restart after")
-    f.add_argument("--reason", default="tower fork", help="recorded in the history")
-    f.set_defaults(handler=fork)
+
+@click.command("fork", help=(
+    "Reset RUN to the workflow task that recorded step N: a new run of the same workflow id "
+    "continues from there, without the signals and updates that came after, so a different "
+    "decision can be made. The original run's history is kept. Activities after the reset "
+    "point run again."))
+@run_argument()
+@click.option("--step", type=int, required=True, help="the step to restart after")
+@click.option("--reason", default="tower fork", show_default=True,
+              help="recorded in the history")
+@json_option("the new run as JSON")
+@tenant_option
+def fork(run: str, run_id: str | None, step: int, reason: str, as_json: bool) -> Any:
+    return _fork(run, run_id, step, reason, as_json)
 
 
 async def replayed(run: str, run_id: str | None) -> tuple[WorkflowHistory, Replayed]:
@@ -68,53 +74,56 @@ async def replayed(run: str, run_id: str | None) -> tuple[WorkflowHistory, Repla
     return history, result
 
 
-def table(result: Replayed) -> str:
-    rows = [f"{'STEP':>4}  {'FROM':<16} {'TO':<16} {'TIME':<24} {'EVENT':>5}  REASON"]
-    for t in result.log:
-        rows.append(f"{t.step:>4}  {t.source:<16} {t.target:<16} "
-                    f"{t.at.isoformat(timespec='milliseconds'):<24} {t.event_id:>5}  {t.reason}")
-    return "\n".join(rows)
-
-
-async def inspect(args: argparse.Namespace) -> int:
-    history, result = await replayed(args.run, args.run_id)
+async def _inspect(run: str, run_id: str | None, step: int | None, as_json: bool) -> int:
+    history, result = await replayed(run, run_id)
     last = result.states[-1]
-    print(f"run {result.workflow_id} · agent {result.workflow_type} · {len(history.events)} "
-          f"history events · now at {last.node} ({last.status.value}, step {last.step})")
-    print(table(result))
-    for problem in result.problems:
-        print(f"warning: {problem}")
-    if args.step is not None:
+    state = None
+    if step is not None:
         try:
-            state = result.state_after(args.step)
+            state = result.state_after(step).model_dump(mode="json")
         except HistoryError as exc:
             raise CliError(str(exc)) from None
-        print(f"\nstate after step {args.step}:")
-        print(json.dumps(state.model_dump(mode="json"), indent=2, sort_keys=True))
+    if as_json:
+        print_json({"run": result.workflow_id, "agent": result.workflow_type,
+                    "history_events": len(history.events), "node": last.node,
+                    "status": last.status.value, "step": last.step,
+                    "transitions": [t.model_dump(mode="json") for t in result.log],
+                    "warnings": result.problems, "state_after_step": state})
+        return 0
+    print(f"run {result.workflow_id} · agent {result.workflow_type} · {len(history.events)} "
+          f"history events · now at {last.node} ({last.status.value}, step {last.step})")
+    table(["STEP", "FROM", "TO", "TIME", "EVENT", "REASON"],
+          [[t.step, t.source, t.target, t.at.isoformat(timespec="milliseconds"), t.event_id,
+            t.reason] for t in result.log])
+    for problem in result.problems:
+        print(f"warning: {problem}")
+    if state is not None:
+        print(f"\nstate after step {step}:")
+        print(json.dumps(state, indent=2, sort_keys=True))
     return 0
 
 
-async def fork(args: argparse.Namespace) -> int:
-    if args.run.endswith(".json") and Path(args.run).is_file():
+async def _fork(run: str, run_id: str | None, step: int, reason: str, as_json: bool) -> int:
+    if run.endswith(".json") and Path(run).is_file():
         raise CliError("fork needs a run on the server (a workflow id), not a history file")
-    history, result = await replayed(args.run, args.run_id)
+    history, result = await replayed(run, run_id)
     steps = {t.step: t for t in result.log}
-    if args.step not in steps:
-        raise CliError(f"{args.run} has no step {args.step} (steps {result.log[0].step}.."
+    if step not in steps:
+        raise CliError(f"{run} has no step {step} (steps {result.log[0].step}.."
                        f"{result.log[-1].step})")
-    chosen = steps[args.step]
+    chosen = steps[step]
     completed = task_completed_after(history, chosen.event_id)
     if completed is None:
-        raise CliError(f"step {args.step} of {args.run} is in a workflow task that has not "
+        raise CliError(f"step {step} of {run} is in a workflow task that has not "
                        "completed yet; wait for it, or fork from an earlier step")
     client = await connect()
     original = history.events[0].workflow_execution_started_event_attributes
-    run_id = args.run_id or (await client.get_workflow_handle(args.run).describe()).run_id
+    run_id = run_id or (await client.get_workflow_handle(run).describe()).run_id
     response = await client.workflow_service.reset_workflow_execution(
         ResetWorkflowExecutionRequest(
             namespace=client.namespace,
-            workflow_execution=WorkflowExecution(workflow_id=args.run, run_id=run_id),
-            reason=f"{args.reason}: fork at step {args.step}",
+            workflow_execution=WorkflowExecution(workflow_id=run, run_id=run_id),
+            reason=f"{reason}: fork at step {step}",
             workflow_task_finish_event_id=completed.event_id,
             request_id=str(uuid.uuid4()),
             # A fork exists to decide differently: don't replay the old decisions into it.
@@ -123,7 +132,13 @@ async def fork(args: argparse.Namespace) -> int:
                 ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_UPDATE],
         ))
     same_task = [t.step for t in result.log if t.event_id == chosen.event_id]
-    print(f"forked {args.run} at step {args.step}: new run {response.run_id}")
+    if as_json:
+        print_json({"run": run, "step": step, "new_run_id": response.run_id,
+                    "original_run_id": run_id, "reset_event_id": completed.event_id,
+                    "replayed_steps": [result.log[0].step, max(same_task)],
+                    "steps_rerun": same_task if len(same_task) > 1 else []})
+        return 0
+    print(f"forked {run} at step {step}: new run {response.run_id}")
     print(f"  reset to workflow task completed event {completed.event_id}: the new run "
           f"replays steps {result.log[0].step}..{max(same_task)} from the history"
           + (f" (steps {', '.join(map(str, same_task))} were made in that workflow task, "
@@ -135,5 +150,5 @@ async def fork(args: argparse.Namespace) -> int:
           "instead of acting twice, and fails the run if asked with other arguments")
     print(f"  original run {run_id} keeps its history (workflow type "
           f"{original.workflow_type.name}); if it was still running, the reset terminated it")
-    print(f"  follow the new run: tower inspect {args.run}")
+    print(f"  follow the new run: tower inspect {run}")
     return 0

@@ -7,32 +7,41 @@ is not FAILED) before it reaches the history: the run is left exactly as it was.
 
 from __future__ import annotations
 
-import argparse
 import getpass
+import io
+from typing import Any
 
+import click
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from starter.common import CliError, follow, not_found_is
+from starter.common import CliError, not_found_is
 from starter.connection import connect
+from starter.live import follow as follow_run
+from starter.live import watch
+from starter.output import json_option, print_json, tenant_option
 from tower.contract.wire import AbortRequest, RetryRequest
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("retry", help="retry a FAILED run from a named node",
-                       description="Take FAILED run RUN back to NODE and follow it.")
-    p.add_argument("run", metavar="RUN", help="workflow id")
-    p.add_argument("--from", dest="node", required=True, metavar="NODE",
-                   help="the node to run next (`tower graph AGENT` shows them)")
-    p.add_argument("--by", default=None, help="who decides (default: your user name)")
-    p.add_argument("--no-follow", action="store_true", help="do not follow the run")
-    p.set_defaults(handler=retry)
+@click.command("retry", help="Take FAILED run RUN back to NODE and follow it.")
+@click.argument("run", metavar="RUN")
+@click.option("--from", "node", required=True, metavar="NODE",
+              help="the node to run next (`tower graph AGENT` shows them)")
+@click.option("--by", default=None, help="who decides (default: your user name)")
+@click.option("--no-follow", is_flag=True, help="do not follow the run")
+@json_option("the run's answer (and its status after following) as JSON")
+@tenant_option
+def retry(run: str, node: str, by: str | None, no_follow: bool, as_json: bool) -> Any:
+    return _retry(run, node, by or getpass.getuser(), not no_follow, as_json)
 
-    p = sub.add_parser("abort", help="close a FAILED run for good",
-                       description="Close FAILED run RUN now instead of waiting for a retry.")
-    p.add_argument("run", metavar="RUN", help="workflow id")
-    p.add_argument("--by", default=None, help="who decides (default: your user name)")
-    p.add_argument("--reason", default="", help="recorded in the run's errors")
-    p.set_defaults(handler=abort)
+
+@click.command("abort", help="Close FAILED run RUN now instead of waiting for a retry.")
+@click.argument("run", metavar="RUN")
+@click.option("--by", default=None, help="who decides (default: your user name)")
+@click.option("--reason", default="", help="recorded in the run's errors")
+@json_option("the run's answer as JSON")
+@tenant_option
+def abort(run: str, by: str | None, reason: str, as_json: bool) -> Any:
+    return _abort(run, by or getpass.getuser(), reason, as_json)
 
 
 async def send_retry(client: Client, run: str, node: str, by: str) -> str:
@@ -43,18 +52,31 @@ async def send_abort(client: Client, run: str, by: str, reason: str = "") -> str
     return await _update(client, run, "abort", AbortRequest(by=by, reason=reason))
 
 
-async def retry(args: argparse.Namespace) -> int:
+async def _retry(run: str, node: str, by: str, follow: bool, as_json: bool) -> int:
     client = await connect()
-    print(await send_retry(client, args.run, args.node, args.by or getpass.getuser()))
-    if not args.no_follow:
-        status = await follow(client.get_workflow_handle(args.run))
+    answer = await send_retry(client, run, node, by)
+    status = None
+    if as_json:
+        if follow:
+            status = (await watch(client.get_workflow_handle(run), as_json=False,
+                                  out=io.StringIO(), progress_line=False)).status
+        print_json({"run": run, "retry_from": node, "by": by, "answer": answer,
+                    "status": status})
+        return 0
+    print(answer)
+    if follow:
+        status = await follow_run(client.get_workflow_handle(run))
         print(f"status: {status}")
     return 0
 
 
-async def abort(args: argparse.Namespace) -> int:
+async def _abort(run: str, by: str, reason: str, as_json: bool) -> int:
     client = await connect()
-    print(await send_abort(client, args.run, args.by or getpass.getuser(), args.reason))
+    answer = await send_abort(client, run, by, reason)
+    if as_json:
+        print_json({"run": run, "aborted_by": by, "reason": reason, "answer": answer})
+    else:
+        print(answer)
     return 0
 
 

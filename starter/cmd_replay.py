@@ -3,49 +3,58 @@ and back through the current code."""
 
 from __future__ import annotations
 
-import argparse
 import importlib
 from pathlib import Path
+from typing import Any
 
+import click
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
-from starter.common import CliError, add_run_arguments
+from starter.common import CliError
 from starter.connection import connect, connect_config
-from starter.histories import HistoryError, Replayed, load, replay
+from starter.histories import HistoryError, Replayed, load
+from starter.histories import replay as run_replay
+from starter.output import json_option, print_json, run_argument, tenant_option
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("history", help="export a run's event history",
-                       description="Work with a run's Temporal event history.")
-    hsub = p.add_subparsers(dest="history_command", metavar="ACTION", required=True)
-    e = hsub.add_parser(
-        "export", help="write a run's history as JSON",
-        description="Write the event history of RUN (a workflow id) as JSON, the format the "
-                    "Web UI and `temporal workflow show --output json` produce. The file's "
-                    "name is the workflow id (plus @RUN_ID for a chosen run), which "
-                    "`tower replay` reads back.")
-    add_run_arguments(e)
-    e.add_argument("-o", "--output", help="file or folder to write (default: RUN.json, or "
-                                              "RUN@RUN_ID.json with --run-id)")
-    e.set_defaults(handler=export)
+@click.group("history", help="Work with a run's Temporal event history.")
+def history() -> None:
+    pass
 
-    r = sub.add_parser(
-        "replay", help="replay histories against the current code",
-        description="Replay history files (or every *.json in folders) against the current "
-                    "agents with the worker's sandbox and converter, then check each run's "
-                    "transition log: steps strictly increase, only declared moves, DONE is "
-                    "never left, FAILED is left only by an operator, and the path is the one "
-                    "the original run recorded. Exits 1 if any history fails.")
-    r.add_argument("paths", nargs="+", metavar="PATH", help="history JSON file or folder")
-    r.add_argument("-v", "--verbose", action="store_true", help="print every transition")
-    r.add_argument("--namespace",
-                   help="the namespace the runs were recorded in; workflow code may read it "
-                        "(default: the tenant, TEMPORAL_NAMESPACE, else 'default')")
-    r.add_argument("--workflows", metavar="MODULE:NAME",
-                   help="replay against these workflow classes (a class, or a list or dict of "
-                        "them) instead of Tower's registered agents")
-    r.set_defaults(handler=replay_cmd)
+
+@history.command("export", help=(
+    "Write the event history of RUN (a workflow id) as JSON, the format the Web UI and "
+    "`temporal workflow show --output json` produce. The file's name is the workflow id "
+    "(plus @RUN_ID for a chosen run), which `tower replay` reads back."))
+@run_argument()
+@click.option("-o", "--output", "target",
+              help="file or folder to write (default: RUN.json, or RUN@RUN_ID.json with "
+                   "--run-id)")
+@json_option("what was written, as JSON")
+@tenant_option
+def export(run: str, run_id: str | None, target: str | None, as_json: bool) -> Any:
+    return _export(run, run_id, target, as_json)
+
+
+@click.command("replay", help=(
+    "Replay history files (or every *.json in folders) against the current agents with the "
+    "worker's sandbox and converter, then check each run's transition log: steps strictly "
+    "increase, only declared moves, DONE is never left, FAILED is left only by an operator, "
+    "and the path is the one the original run recorded. Exits 1 if any history fails."))
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("-v", "--verbose", is_flag=True, help="print every transition")
+@click.option("--namespace", help="the namespace the runs were recorded in; workflow code may "
+                                  "read it (default: the tenant, TEMPORAL_NAMESPACE, else "
+                                  "'default')")
+@click.option("--workflows", metavar="MODULE:NAME",
+              help="replay against these workflow classes (a class, or a list or dict of "
+                   "them) instead of Tower's registered agents")
+@json_option("each history's result as JSON")
+@tenant_option
+def replay(paths: tuple[str, ...], verbose: bool, namespace: str | None, workflows: str | None,
+           as_json: bool) -> Any:
+    return _replay(list(paths), verbose, namespace, workflows, as_json)
 
 
 async def fetch(client: Client, run: str, run_id: str | None = None) -> WorkflowHistory:
@@ -60,32 +69,49 @@ async def fetch(client: Client, run: str, run_id: str | None = None) -> Workflow
         raise
 
 
-async def export(args: argparse.Namespace) -> int:
+async def _export(run: str, run_id: str | None, target: str | None, as_json: bool) -> int:
     client = await connect()
-    history = await fetch(client, args.run, args.run_id)
+    history = await fetch(client, run, run_id)
     # The name carries the workflow id, which replay needs; a chosen run gets its id too.
-    name = f"{args.run}@{args.run_id}.json" if args.run_id else f"{args.run}.json"
-    out = Path(args.output or name)
+    name = f"{run}@{run_id}.json" if run_id else f"{run}.json"
+    out = Path(target or name)
     if out.is_dir():
         out = out / name
     out.write_text(history.to_json())
-    print(f"wrote {len(history.events)} events of {args.run} to {out}")
+    if as_json:
+        print_json({"run": run, "run_id": run_id, "events": len(history.events),
+                    "path": str(out)})
+    else:
+        print(f"wrote {len(history.events)} events of {run} to {out}")
     return 0
 
 
-async def replay_cmd(args: argparse.Namespace) -> int:
+async def _replay(paths: list[str], verbose: bool, namespace: str | None,
+                  workflows: str | None, as_json: bool) -> int:
     try:
-        histories = load(args.paths)
+        histories = load(paths)
     except HistoryError as exc:
         raise CliError(str(exc)) from None
-    workflows = import_workflows(args.workflows) if args.workflows else None
-    namespace = args.namespace or connect_config().get("namespace") or "default"
-    results = await replay(histories, workflows=workflows, namespace=namespace)
-    for result in results:
-        print(report(result, verbose=args.verbose))
+    classes = import_workflows(workflows) if workflows else None
+    namespace = namespace or connect_config().get("namespace") or "default"
+    results = await run_replay(histories, workflows=classes, namespace=namespace)
     bad = [r for r in results if not r.ok]
+    if as_json:
+        print_json({"replayed": len(results), "ok": len(results) - len(bad), "failed": len(bad),
+                    "histories": [as_data(r) for r in results]})
+        return 1 if bad else 0
+    for result in results:
+        print(report(result, verbose=verbose))
     print(f"{len(results)} histories replayed: {len(results) - len(bad)} ok, {len(bad)} failed")
     return 1 if bad else 0
+
+
+def as_data(result: Replayed) -> dict[str, Any]:
+    return {"source": result.source, "workflow_id": result.workflow_id,
+            "workflow_type": result.workflow_type, "ok": result.ok, "failure": result.failure,
+            "problems": result.problems, "steps": len(result.log),
+            "node": result.log[-1].target if result.log else None,
+            "transitions": [t.model_dump(mode="json") for t in result.log]}
 
 
 def import_workflows(spec: str) -> list[type]:

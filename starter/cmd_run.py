@@ -2,108 +2,115 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import uuid
 from typing import Any
 
-from temporalio.api.enums.v1 import TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
+import click
 
-from starter.approvals import with_approvals
-from starter.cmd_watch import end_event
-from starter.common import CliError, agent_class, parse_input, ui_link
-from starter.connection import TASK_QUEUE, connect, connect_config
-from starter.live import watch
-from tower.contract import search
-from tower.temporal.runtime import FAILED_WAIT_MEMO
-from workflows.chat import ChatAgent
-from workflows.registry import AGENTS
+from starter.connection import TASK_QUEUE
+from starter.output import json_option, print_json, say, tenant_option
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "run", help="start an agent run and follow it",
-        description="Start a run of AGENT with --input (JSON validated against the agent's "
-                    "input model) and print each transition until the run ends or pauses. "
-                    "A worker (`python worker.py`) must be running.")
-    p.add_argument("agent", metavar="AGENT", help=f"one of: {', '.join(sorted(AGENTS))}")
-    p.add_argument("--input", required=True, help='e.g. \'{"question": "Check ACC-1001"}\'')
-    p.add_argument("--id", help="workflow id (default: AGENT-<random>)")
-    p.add_argument("--task-queue", default=TASK_QUEUE)
-    follow = p.add_mutually_exclusive_group()
-    follow.add_argument("--follow", dest="follow", action="store_true", default=True,
-                        help="show transitions live with a progress line (the default)")
-    follow.add_argument("--no-follow", dest="follow", action="store_false",
-                        help="start and print the run id only")
-    p.add_argument("--json", action="store_true",
-                   help="JSON for scripts: one object per line (started, each transition, end)")
-    p.add_argument("--failed-wait", type=float, metavar="SECONDS",
-                   help="how long a FAILED run waits for `tower retry`/`tower abort` before "
-                        "it closes (default: the agent's, 7 days)")
-    p.set_defaults(handler=run)
+def _agents_help() -> str:
+    from workflows.registry import AGENTS
+
+    return f"AGENT is one of: {', '.join(sorted(AGENTS))}"
 
 
-async def run(args: argparse.Namespace) -> int:
-    agent = agent_class(args.agent)
-    request = parse_input(agent, args.input)
-    if args.failed_wait is not None and not 0 <= args.failed_wait <= 366 * 86400:
+@click.command("run", help=(
+    "Start a run of AGENT with --input (JSON validated against the agent's input model) and "
+    "print each transition until the run ends, pauses at a gate or waits for input from "
+    "outside. A worker (`python worker.py`) must be running."), epilog=_agents_help())
+@click.argument("agent", metavar="AGENT")
+@click.option("--input", "raw_input", required=True,
+              help='e.g. \'{"question": "Check ACC-1001"}\'')
+@click.option("--id", "run_id", help="workflow id (default: AGENT-<random>)")
+@click.option("--task-queue", default=TASK_QUEUE, show_default=True)
+@click.option("--follow/--no-follow", default=True,
+              help="show transitions live with a progress line (the default), or start and "
+                   "print the run id only")
+@click.option("--failed-wait", type=float, metavar="SECONDS",
+              help="how long a FAILED run waits for `tower retry`/`tower abort` before it "
+                   "closes (default: the agent's, 7 days)")
+@click.option("--ui-url", metavar="URL", help="the Web UI's address for the printed link "
+                                              "(default: TOWER_UI_URL, else the dev server's)")
+@json_option("JSON for scripts: one object per line (started, each transition, end)")
+@tenant_option
+def command(agent: str, raw_input: str, run_id: str | None, task_queue: str, follow: bool,
+            failed_wait: float | None, ui_url: str | None, as_json: bool) -> Any:
+    return run(agent, raw_input, run_id, task_queue, follow, failed_wait, ui_url, as_json)
+
+
+async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: str,
+              follow: bool, failed_wait: float | None, ui_url: str | None,
+              as_json: bool) -> int:
+    from temporalio.common import SearchAttributePair, TypedSearchAttributes
+
+    from starter.approvals import with_approvals
+    from starter.common import CliError, agent_class, parse_input
+    from starter.connection import connect, connect_config
+    from starter.live import watch
+    from starter.runs import has_workers
+    from starter.ui import run_link
+    from tower.contract import search
+    from tower.temporal.runtime import FAILED_WAIT_MEMO
+    from workflows.chat import ChatAgent
+
+    agent = agent_class(agent_name)
+    request = parse_input(agent, raw_input)
+    if failed_wait is not None and not 0 <= failed_wait <= 366 * 86400:
         raise CliError(f"--failed-wait must be between 0 and a year in seconds, "
-                       f"not {args.failed_wait}")
+                       f"not {failed_wait}")
     client = await connect()
-    run_id = args.id or f"{args.agent}-{uuid.uuid4().hex[:8]}"
+    run_id = run_id or f"{agent_name}-{uuid.uuid4().hex[:8]}"
     # A gated agent gets its per-run approval key (never the tenant's secret).
     request = with_approvals(request, client.namespace, run_id)
     handle = await client.start_workflow(
-        agent.machine.name, request, id=run_id, task_queue=args.task_queue,
+        agent.machine.name, request, id=run_id, task_queue=task_queue,
         search_attributes=TypedSearchAttributes([
             SearchAttributePair(search.AGENT_NAME, agent.machine.name),
             SearchAttributePair(search.AGENT_STATUS, "RUNNING")]),
         # The Web UI's "Summary" of the run: what was asked, in one line.
-        static_summary=f"{agent.machine.name}: {args.input}"[:200],
-        memo={} if args.failed_wait is None else {FAILED_WAIT_MEMO: args.failed_wait},
+        static_summary=f"{agent.machine.name}: {raw_input}"[:200],
+        memo={} if failed_wait is None else {FAILED_WAIT_MEMO: failed_wait},
     )
     config = connect_config()
-    link = ui_link(config["target_host"], config.get("namespace", "default"), run_id)
-    if args.json:
-        print(json.dumps({"event": "started", "run": run_id, "agent": agent.machine.name,
-                          "task_queue": args.task_queue, "web_ui": link}), flush=True)
+    link = run_link(config["target_host"], client.namespace, run_id,
+                    base=ui_url.rstrip("/") if ui_url else None)
+    if as_json:
+        print_json({"event": "started", "run": run_id, "agent": agent.machine.name,
+                    "task_queue": task_queue, "web_ui": link}, line=True)
     else:
         print(f"started {run_id}", flush=True)
-    if not args.follow:
+    if not follow:
         return 0
     if agent is ChatAgent:  # it waits for messages, for days: nothing to follow
         print(f"{run_id} is a chat thread waiting for messages: talk to it with "
               f"`tower chat {run_id}`", file=sys.stderr, flush=True)
         return 0
-    if not await has_workers(client, args.task_queue):
-        print(f"warning: no worker is polling task queue {args.task_queue!r}; the run waits "
+    if not await has_workers(client, task_queue):
+        print(f"warning: no worker is polling task queue {task_queue!r}; the run waits "
               "until one starts (`python worker.py`)", file=sys.stderr, flush=True)
-    progress = await watch(handle, as_json=args.json)
+    progress = await watch(handle, as_json=as_json, stop_when_idle=True)
     status = progress.status
     state = await handle.query("state", result_type=dict)
     approvals = (await handle.query("approvals", result_type=dict)
                  if status == "AWAITING_APPROVAL" else {})
-    if args.json:
-        print(end_event(run_id, status, progress.step, progress.node, state=state,
-                        pending=approvals.get("pending"), web_ui=link))
+    if as_json:
+        print_json({"event": "end", "run": run_id, "status": status, "step": progress.step,
+                    "node": progress.node, "state": state, "pending": approvals.get("pending"),
+                    "waiting_for_input": progress.idle, "web_ui": link}, line=True)
         return 0 if status != "FAILED" else 1
     print_outcome(status, state)
     if approvals:
         print_pending(approvals)
-    print(f"Web UI: {link}")
+    if progress.idle:
+        say(f"{run_id} waits for input from outside (a signal or an update, e.g. an "
+            f"event-driven agent's `event` signal); follow it again with `tower watch {run_id}`")
+    if link:
+        print(f"Web UI: {link}")
     return 0 if status != "FAILED" else 1
-
-
-async def has_workers(client: Client, task_queue: str) -> bool:
-    response = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-        namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
-        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
-    return bool(response.pollers)
 
 
 def print_pending(approvals: dict[str, Any]) -> None:

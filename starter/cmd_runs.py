@@ -1,82 +1,54 @@
-"""`tower state RUN` and `tower list`: look at runs through queries and search attributes."""
+"""`tower state RUN` and `tower list`: look at runs. `list` reads Temporal's visibility
+(search attributes) only, so it answers with no worker running."""
 
 from __future__ import annotations
 
-import argparse
-import json
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus
+import click
 
-from starter.common import CliError, not_found_is
-from starter.connection import connect
-from tower.contract import search
+from starter.output import json_option, print_json, table, tenant_option
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("state", help="print a run's current state as JSON",
-                       description="Print the state of run RUN (a workflow id): the live state "
-                                   "of a running run, the final state of a closed one.")
-    p.add_argument("run", metavar="RUN", help="workflow id")
-    p.add_argument("--json", action="store_true", help="the same JSON (it is always JSON)")
-    p.set_defaults(handler=state)
-
-    p = sub.add_parser("list", help="list agent runs",
-                       description="List agent runs, newest first, found by search attribute.")
-    p.add_argument("--agent", help="only runs of this agent")
-    p.add_argument("--status", help="only runs in this status (RUNNING, AWAITING_APPROVAL, "
-                                    "DONE, FAILED)")
-    p.add_argument("--limit", type=int, default=20)
-    p.add_argument("--json", action="store_true", help="a JSON array of runs")
-    p.set_defaults(handler=list_runs)
+@click.command("state", help="Print the state of run RUN (a workflow id) as JSON: the live "
+                             "state of a running run (a worker answers), the final state of "
+                             "a closed one.")
+@click.argument("run", metavar="RUN")
+@json_option("the same JSON (it is always JSON)")
+@tenant_option
+def state(run: str, as_json: bool) -> Any:
+    return _state(run)
 
 
-async def run_state(client: Client, run: str) -> dict[str, Any]:
-    handle = client.get_workflow_handle(run, result_type=dict)
-    with not_found_is(f"run {run!r} not found"):
-        info = await handle.describe()
-    if info.status == WorkflowExecutionStatus.COMPLETED:
-        result: dict[str, Any] = await handle.result()
-        return result
-    if info.status != WorkflowExecutionStatus.RUNNING:
-        raise CliError(f"run {run!r} is {info.status.name if info.status else 'unknown'}")
-    state: dict[str, Any] = await handle.query("state", result_type=dict)
-    return state
+async def _state(run: str) -> int:
+    from starter.connection import connect
+    from starter.runs import run_state
 
-
-async def state(args: argparse.Namespace) -> int:
-    client = await connect()
-    print(json.dumps(await run_state(client, args.run), indent=2, sort_keys=True))
+    print_json(await run_state(await connect(), run))
     return 0
 
 
-def list_query(agent: str | None, status: str | None) -> str:
-    clauses = [f"{search.AGENT_NAME.name} IS NOT NULL"]
-    for key, value in ((search.AGENT_NAME, agent), (search.AGENT_STATUS, status)):
-        if value:
-            if not value.replace("_", "").replace("-", "").isalnum():
-                raise CliError(f"invalid filter value {value!r}")
-            clauses.append(f"{key.name} = '{value}'")
-    return " AND ".join(clauses)
+@click.command("list", help="List agent runs, newest first, found by search attribute "
+                            "(no worker needed).")
+@click.option("--agent", help="only runs of this agent")
+@click.option("--status", help="only runs in this status (RUNNING, AWAITING_APPROVAL, DONE, "
+                               "FAILED)")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@json_option("a JSON array of runs")
+@tenant_option
+def list_runs(agent: str | None, status: str | None, limit: int, as_json: bool) -> Any:
+    return _list(agent, status, limit, as_json)
 
 
-async def list_runs(args: argparse.Namespace) -> int:
-    client = await connect()
-    query = list_query(args.agent, args.status)
-    rows = []
-    async for wf in client.list_workflows(query, limit=args.limit):
-        sa = wf.typed_search_attributes
-        rows.append({"run": wf.id, "agent": sa.get(search.AGENT_NAME),
-                     "status": sa.get(search.AGENT_STATUS), "node": sa.get(search.AGENT_NODE),
-                     "step": sa.get(search.AGENT_STEP) or 0,
-                     "started": wf.start_time.isoformat() if wf.start_time else None})
-    if args.json:
-        print(json.dumps(rows, indent=2))
+async def _list(agent: str | None, status: str | None, limit: int, as_json: bool) -> int:
+    from starter.connection import connect
+    from starter.runs import list_rows
+
+    rows = await list_rows(await connect(), agent=agent, status=status, limit=limit)
+    if as_json:
+        print_json(rows)
         return 0
-    print(f"{'RUN':<28} {'AGENT':<12} {'STATUS':<18} {'NODE':<16} STEP")
-    for r in rows:
-        print(f"{r['run']:<28} {r['agent'] or '?':<12} {r['status'] or '?':<18} "
-              f"{r['node'] or '?':<16} {r['step']}")
-    if not rows:
-        print("(no runs)")
+    table(["RUN", "AGENT", "STATUS", "NODE", "STEP"],
+          [[r["run"], r["agent"] or "?", r["status"] or "?", r["node"] or "?", r["step"]]
+           for r in rows], empty="(no runs)")
     return 0

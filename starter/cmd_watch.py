@@ -2,35 +2,39 @@
 
 from __future__ import annotations
 
-import argparse
 import json
+from typing import Any
 
-from starter.connection import connect
-from starter.live import watch
+import click
 
-
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "watch", help="follow a run's transitions live",
-        description="Print RUN's transitions so far, then each new one as it happens, with a "
-                    "progress line (step, current node, status, elapsed) until the run ends. "
-                    "A run waiting at an approval gate is watched on until it is decided, "
-                    "unless --until-pause. --json prints JSON Lines, one object per "
-                    "transition, then a final {\"event\": \"end\", ...}.")
-    p.add_argument("run", metavar="RUN", help="workflow id")
-    p.add_argument("--until-pause", action="store_true",
-                   help="stop when the run waits at an approval gate")
-    p.add_argument("--timeout", type=float, help="give up after this many seconds")
-    p.add_argument("--json", action="store_true", help="JSON Lines for scripts")
-    p.set_defaults(handler=run)
+from starter.output import json_option, tenant_option
 
 
-async def run(args: argparse.Namespace) -> int:
+@click.command("watch", help=(
+    "Print RUN's transitions so far, then each new one as it happens, with a progress line "
+    "(step, current node, status, elapsed) until the run ends. A run waiting at an approval "
+    "gate is watched on until it is decided, unless --until-pause. --json prints JSON Lines, "
+    "one object per transition, then a final {\"event\": \"end\", ...}."))
+@click.argument("run", metavar="RUN")
+@click.option("--until-pause", is_flag=True, help="stop when the run waits at an approval gate")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="give up after this many seconds")
+@json_option("JSON Lines for scripts")
+@tenant_option
+def command(run: str, until_pause: bool, timeout: float | None, as_json: bool) -> Any:
+    return _watch(run, until_pause, timeout, as_json)
+
+
+async def _watch(run: str, until_pause: bool, timeout: float | None, as_json: bool) -> int:
+    from starter.connection import connect
+    from starter.live import watch
+
     client = await connect()
-    progress = await watch(client.get_workflow_handle(args.run), as_json=args.json,
-                           stop_at_pause=args.until_pause, timeout=args.timeout)
-    if args.json:
-        print(end_event(progress.run, progress.status, progress.step, progress.node))
+    progress = await watch(client.get_workflow_handle(run), as_json=as_json,
+                           stop_at_pause=until_pause, timeout=timeout)
+    if as_json:
+        print(end_event(progress.run, progress.status, progress.step, progress.node),
+              flush=True)
     return 1 if progress.status == "FAILED" else 0
 
 

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
-import argparse
+import contextlib
+import json
+import sys
 import uuid
+from typing import Any
 
+import click
 from pydantic import BaseModel
 from temporalio.client import Client
 
 from activities.model import ModelSettings
 from starter.cmd_run import print_outcome
-from starter.common import follow, ui_link
 from starter.connection import connect_config
 from starter.demo_gates import gated_runs
 from starter.devprocess import server_if_needed
+from starter.live import follow
+from starter.output import json_option, tenant_option
+from starter.ui import run_link
 from worker import build_worker
 from workflows.account import AccountRequest
 from workflows.lifecycle import LifecycleRequest
@@ -51,37 +57,50 @@ RUNS: list[tuple[str, BaseModel, str]] = [
 ]
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "demo", help="run the demo: server, worker and every demo agent",
-        description="Start the embedded dev server if none answers, start a worker, run the "
-                    "demo agents and print their transitions, results and Web UI links.")
-    p.add_argument("--keep-server", action="store_true",
-                   help="leave a dev server this command started running (to browse the UI)")
-    p.set_defaults(handler=run)
+@click.command("demo", help=(
+    "Start the embedded dev server if none answers, start a worker, run the demo agents and "
+    "print their transitions, results and Web UI links."))
+@click.option("--keep-server", is_flag=True,
+              help="leave a dev server this command started running (to browse the UI)")
+@json_option("one JSON line per demo run (agent, run, status, Web UI link), the story on stderr")
+@tenant_option
+def command(keep_server: bool, as_json: bool) -> Any:
+    return run(keep_server, as_json)
 
 
-async def run(args: argparse.Namespace) -> int:
+async def run(keep_server: bool, as_json: bool = False) -> int:
     settings = ModelSettings.from_env()
-    print(f"model: {settings.describe()}")
-    async with server_if_needed(keep=args.keep_server) as server:
-        config = connect_config()
-        links: list[str] = []
-        async with build_worker(server.client, task_queue=DEMO_QUEUE, models=settings):
-            for agent, request, what in RUNS:
-                run_id = await _one(server.client, agent, request, what)
-                links.append(ui_link(config["target_host"], config.get("namespace", "default"),
-                                     run_id, server.ui_port))
-            # Runs that pause at an approval gate and get a human decision.
-            for run_id in await gated_runs(server.client, DEMO_QUEUE):
-                links.append(ui_link(config["target_host"], config.get("namespace", "default"),
-                                     run_id, server.ui_port))
-        print("\nWeb UI (each run, with its history and current details):")
-        for link in links:
-            print(f"  {link}")
-        if server.started_here and not args.keep_server:
-            print("\nThe dev server this demo started is stopped now; its runs are kept in "
-                  ".tower/temporal.sqlite. `tower dev` serves them again on the Web UI.")
+    data = sys.stdout
+    # Under --json the story goes to stderr and stdout carries one JSON line per run.
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        print(f"model: {settings.describe()}")
+        async with server_if_needed(keep=keep_server) as server:
+            config = connect_config()
+            namespace = server.client.namespace
+            base = server.ui_url if server.started_here else None
+            links: list[str] = []
+
+            def done(agent: str, run_id: str) -> None:
+                link = run_link(config["target_host"], namespace, run_id, base=base)
+                if link:
+                    links.append(link)
+                if as_json:
+                    print(json.dumps({"agent": agent, "run": run_id, "web_ui": link}),
+                          file=data, flush=True)
+
+            async with build_worker(server.client, task_queue=DEMO_QUEUE, models=settings):
+                for agent, request, what in RUNS:
+                    done(agent, await _one(server.client, agent, request, what))
+                # Runs that pause at an approval gate and get a human decision.
+                for agent, run_id in await gated_runs(server.client, DEMO_QUEUE):
+                    done(agent, run_id)
+            if links:
+                print("\nWeb UI (each run, with its history and current details):")
+                for link in links:
+                    print(f"  {link}")
+            if server.started_here and not keep_server:
+                print("\nThe dev server this demo started is stopped now; its runs are kept "
+                      "in .tower/temporal.sqlite. `tower dev` serves them again on the Web UI.")
     return 0
 
 

@@ -15,7 +15,7 @@ from starter.approvals import ensure_dev_secret, secret_for, unsigned_allowed, w
 from starter.cmd_approve import print_outcome, send_decision
 from starter.cmd_run import print_outcome as print_run_outcome
 from starter.cmd_run import print_pending
-from starter.common import follow
+from starter.live import follow
 from tower.contract.decisions import Verdict
 from worker import DEFAULT_DB
 from workflows.migration import MigrationRequest
@@ -47,7 +47,7 @@ def prepare_secret(tenant: str) -> None:
               "(production: set TOWER_APPROVAL_SECRET or TOWER_APPROVAL_SECRET_<TENANT>)")
 
 
-async def gated_runs(client: Client, task_queue: str) -> list[str]:
+async def gated_runs(client: Client, task_queue: str) -> list[tuple[str, str]]:
     prepare_secret(client.namespace)
     demo_shop()
     refund = await _gated(
@@ -62,7 +62,7 @@ async def gated_runs(client: Client, task_queue: str) -> list[str]:
                                     "DROP TABLE legacy_notes;"),
         "a destructive migration waits for a DBA; rejected, nothing changes",
         Verdict.REJECT, approver="dana", role="dba", note="legacy_notes is still read")
-    return [refund, migration]
+    return [("refund", refund), ("migration", migration)]
 
 
 async def _gated(client: Client, task_queue: str, agent: str, request: Any, what: str,

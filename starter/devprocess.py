@@ -20,7 +20,11 @@ from starter.devserver import DATA_DIR, dev_server_command
 class Server:
     client: Client
     started_here: bool
-    ui_port: int = 8233
+    ui_port: int | None = None  # the UI of a server started here
+
+    @property
+    def ui_url(self) -> str | None:
+        return f"http://localhost:{self.ui_port}" if self.ui_port else None
 
 
 def port_free(port: int) -> bool:

@@ -1,7 +1,12 @@
 """Follow a run live: each transition as a line, and a progress line (step, node, status,
-elapsed) redrawn in place on a terminal; JSON Lines instead with ``--json``.
+elapsed) redrawn in place on a terminal (rich's Live display); JSON Lines with ``--json``.
 
-Used by `tower run` (follows by default) and `tower watch RUN`.
+Used by `tower run` (follows by default), `tower watch RUN`, and every command that
+follows a run after acting on it (approve, retry, the demo).
+
+Each poll reads the run's status *before* its transition log: a log read after the
+status holds every move up to that status, so the last transitions of a run that ends
+while it is followed (``→ DONE``) are always printed before the follower stops.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -35,6 +41,9 @@ class Progress:
     started: datetime | None = None
     seen: int = 0
     transitions: list[Transition] = field(default_factory=list)
+    # The run is RUNNING but waits for something from outside (a signal or an update):
+    # no workflow task, no activity, no child is pending.
+    idle: bool = False
 
     def line(self, now: datetime) -> str:
         elapsed = (now - self.started).total_seconds() if self.started else 0.0
@@ -52,36 +61,86 @@ def transition_json(run: str, t: Transition) -> dict[str, Any]:
     return {"event": "transition", "run": run, **t.model_dump(mode="json")}
 
 
+class _Screen:
+    """Where transitions go: plain lines, JSON Lines, or lines above a live progress line."""
+
+    def __init__(self, out: TextIO, as_json: bool, show: Callable[[Transition], str] | None):
+        self.out, self.as_json = out, as_json
+        self.show = show or describe
+        self.live: Any = None
+        if not as_json and out.isatty():
+            from rich.console import Console
+            from rich.live import Live
+            from rich.text import Text
+
+            self._text = Text
+            self.live = Live(Text(""), console=Console(file=out, highlight=False),
+                             auto_refresh=False, transient=True)
+            self.live.start()
+
+    def transition(self, run: str, t: Transition) -> None:
+        if self.as_json:
+            self.out.write(json.dumps(transition_json(run, t)) + "\n")
+        elif self.live is not None:
+            self.live.console.print(self._text(self.show(t)))
+        else:
+            self.out.write(self.show(t) + "\n")
+
+    def progress(self, line: str, *, last: bool) -> None:
+        if self.live is not None:
+            self.live.update(self._text(line), refresh=True)
+            if last:
+                self.live.stop()
+                self.out.write(line + "\n")
+        elif last and not self.as_json:
+            self.out.write(line + "\n")
+        self.out.flush()
+
+    def close(self) -> None:
+        if self.live is not None and self.live.is_started:
+            self.live.stop()
+
+
 async def watch(
     handle: WorkflowHandle[Any, Any], *, as_json: bool = False, out: TextIO | None = None,
-    stop_at_pause: bool = True, poll_seconds: float = 0.25, timeout: float | None = None,
+    stop_at_pause: bool = True, stop_when_idle: bool = False, poll_seconds: float = 0.25,
+    timeout: float | None = None, skip: int = 0, progress_line: bool = True,
+    show: Callable[[Transition], str] | None = None,
 ) -> Progress:
     """Show the run's transitions as they happen until it ends (or pauses at a gate, if
-    ``stop_at_pause``); return the last progress. ``timeout`` bounds the wait (seconds)."""
-    out = out or sys.stdout
-    tty = not as_json and out.isatty()
+    ``stop_at_pause``; or waits for outside input, if ``stop_when_idle``); return the last
+    progress. ``skip`` transitions already shown are not printed again; ``timeout``
+    bounds the wait (seconds)."""
+    screen = _Screen(out or sys.stdout, as_json, show)
+    try:
+        return await _follow(handle, screen, stop_at_pause, stop_when_idle, poll_seconds,
+                             timeout, skip, progress_line)
+    finally:
+        screen.close()
+
+
+async def _follow(handle: WorkflowHandle[Any, Any], screen: _Screen, stop_at_pause: bool,
+                  stop_when_idle: bool, poll_seconds: float, timeout: float | None, skip: int,
+                  progress_line: bool) -> Progress:
     info = await _describe(handle)
-    progress = Progress(run=handle.id, started=info.start_time)
+    progress = Progress(run=handle.id, started=info.start_time, seen=skip)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout if timeout is not None else None
     while True:
-        log, status = await _poll(handle, info.status)
+        status, log = await poll(handle)
         for t in log[progress.seen:]:
-            if tty:
-                out.write("\r\x1b[K")
-            out.write((json.dumps(transition_json(handle.id, t)) if as_json else describe(t))
-                      + "\n")
+            screen.transition(handle.id, t)
             progress.transitions.append(t)
-        progress.seen = len(log)
+        moved = len(log) > progress.seen
+        progress.seen = max(progress.seen, len(log))
         if log:
             progress.step, progress.node = log[-1].step, log[-1].target
         progress.status = status
-        ended = status in ENDED or (stop_at_pause and status == PAUSED)
-        if tty:
-            out.write("\r\x1b[K" + progress.line(datetime.now(UTC)) + ("\n" if ended else ""))
-        elif ended and not as_json:
-            out.write(progress.line(datetime.now(UTC)) + "\n")
-        out.flush()
+        progress.idle = (stop_when_idle and status == "RUNNING" and not moved
+                         and await waits_for_outside(handle))
+        ended = status in ENDED or (stop_at_pause and status == PAUSED) or progress.idle
+        if progress_line:
+            screen.progress(progress.line(datetime.now(UTC)), last=ended)
         if ended:
             return progress
         if deadline is not None and loop.time() > deadline:
@@ -94,18 +153,31 @@ async def _describe(handle: WorkflowHandle[Any, Any]) -> Any:
         return await handle.describe()
 
 
-async def _poll(
-    handle: WorkflowHandle[Any, Any], first: WorkflowExecutionStatus | None
-) -> tuple[list[Transition], str]:
+async def poll(handle: WorkflowHandle[Any, Any]) -> tuple[str, list[Transition]]:
+    """The run's status, then its transition log (in that order: see the module doc)."""
     try:
-        log = await handle.query("transitions", result_type=list[Transition])
         status = await handle.query("status", result_type=str)
+        log = await handle.query("transitions", result_type=list[Transition])
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise CliError(f"run {handle.id!r} not found") from None
         # A closed run with no worker to answer queries: its status is all we can say.
         info = await handle.describe()
         if info.status not in (None, WorkflowExecutionStatus.RUNNING):
-            return [], info.status.name
+            return info.status.name, []
         raise
-    return log, status
+    return status, log
+
+
+async def waits_for_outside(handle: WorkflowHandle[Any, Any]) -> bool:
+    """True when nothing inside the run is pending: it waits for a signal or an update."""
+    raw = (await handle.describe()).raw_description
+    return (not raw.HasField("pending_workflow_task") and not raw.pending_activities
+            and not raw.pending_children and not raw.pending_nexus_operations)
+
+
+async def follow(handle: WorkflowHandle[Any, Any], *, skip: int = 0,
+                 out: TextIO | None = None) -> str:
+    """Print each transition (after the first ``skip``) to ``out`` (stdout) until the run
+    ends or pauses at a gate; the status it stopped at."""
+    return (await watch(handle, skip=skip, out=out, progress_line=False)).status

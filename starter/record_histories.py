@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import sqlite3
 import sys
 import tempfile
@@ -29,9 +30,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.model import ModelSettings
-from starter.common import follow
 from starter.devserver import temporal_binary
 from starter.histories import report_unreplayable
+from starter.live import follow
 from starter.model_server import LoopbackModelServer
 from tower.contract import search
 from tower.contract.decisions import Decision, Verdict
@@ -88,7 +89,7 @@ async def record_gated(client: Client, gated: Gated, out: Path) -> str:
     extra = {"approvals": settings} if "approvals" in fields else {}
     request = AGENTS[gated.agent].Input.model_validate({**gated.request, **extra})
     handle = await client.start_workflow(gated.agent, request, id=gated.id, task_queue=QUEUE)
-    status = await asyncio.wait_for(follow(handle, show=lambda t: None), timeout=120)
+    status = await asyncio.wait_for(follow(handle, out=io.StringIO()), timeout=120)
     if status == "AWAITING_APPROVAL" and gated.verdict is not None:
         pending = (await handle.query("approvals", result_type=dict))["pending"]
         decision = sign(settings.key or "", Decision(
@@ -162,7 +163,7 @@ async def record_one(
     client: Client, workflow_id: str, agent: str, request: BaseModel, out: Path,
 ) -> str:
     handle = await client.start_workflow(agent, request, id=workflow_id, task_queue=QUEUE)
-    status = await asyncio.wait_for(follow(handle, show=lambda t: None), timeout=120)
+    status = await asyncio.wait_for(follow(handle, out=io.StringIO()), timeout=120)
     history = await handle.fetch_history()
     (out / f"{workflow_id}.json").write_text(history.to_json() + "\n")
     return status

@@ -18,6 +18,7 @@ history, so a run traced across a worker restart has each span exactly once.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 
 from opentelemetry import trace
@@ -56,7 +57,8 @@ def exporter_names(env: Mapping[str, str]) -> list[str]:
 
 def make_exporter(name: str, env: Mapping[str, str]) -> SpanExporter:
     if name == "console":
-        return ConsoleSpanExporter()
+        # stderr: a command's stdout carries its output (`--json` data) and nothing else.
+        return ConsoleSpanExporter(out=sys.stderr)
     if name != "otlp":
         raise TracingConfigError(
             f"OTEL_TRACES_EXPORTER={name!r} is not supported (use console, otlp or none)")

@@ -45,7 +45,7 @@ async def test_help_lists_every_command(env: WorkflowEnvironment) -> None:
     code, out, _ = await installed_tower(address_of(env), "--help")
     assert code == 0
     for command in ("dev", "demo", "run", "state", "list", "graph"):
-        assert f"    {command} " in out
+        assert f"\n  {command} " in out
     code, out, _ = await tower(address_of(env), "run", "--help")
     assert code == 0 and "--input" in out and "account" in out
 

@@ -41,8 +41,9 @@ async def test_refund_paused_listed_refused_then_approved_from_the_cli(
         assert f"decide with: tower approve {run} --by NAME --role manager" in out
 
         code, out, _ = await tower(env, tmp_path, "pending")
-        assert code == 0 and run in out and "role=manager" in out
-        assert "amount=$1,200.00" in out and "editable: amount_cents" in out
+        row = next(line for line in out.splitlines() if line.startswith(run))
+        assert code == 0 and "refund_review (before issue_refund)" in row and "manager" in row
+        assert "amount=$1,200.00" in row and row.endswith("amount_cents")
 
         # A clerk may not approve; the run says why and nothing changes.
         code, out, _ = await tower(env, tmp_path, "approve", run, "--by", "carol", "--role",

@@ -108,12 +108,12 @@ def test_codec_server_encodes_decodes_with_cors_for_the_ui() -> None:
 
 
 def test_dev_server_gets_the_ui_codec_endpoint() -> None:
-    from starter.cli import build_parser
-    args = build_parser().parse_args(["dev", "--ui-codec-endpoint", "http://127.0.0.1:8081",
-                                      "--tenant", "acme"])
-    assert args.ui_codec_endpoint == "http://127.0.0.1:8081" and args.tenant == ["acme"]
-    cmd = dev_server_command(extra=["--ui-codec-endpoint", args.ui_codec_endpoint],
-                             namespaces=args.tenant)
+    from starter.cmd_dev import command
+    args = command.make_context("dev", ["--ui-codec-endpoint", "http://127.0.0.1:8081",
+                                        "--tenant", "acme"]).params
+    assert args["ui_codec_endpoint"] == "http://127.0.0.1:8081" and args["tenants"] == ("acme",)
+    cmd = dev_server_command(extra=["--ui-codec-endpoint", args["ui_codec_endpoint"]],
+                             namespaces=list(args["tenants"]))
     assert cmd[cmd.index("--ui-codec-endpoint") + 1] == "http://127.0.0.1:8081"
     assert cmd[cmd.index("--namespace") + 1] == "acme"
 

@@ -18,6 +18,12 @@ AGENT_TOKENS = SearchAttributeKey.for_int("AgentTokens")
 # The latest error of a run (truncated): why a FAILED run failed, searchable.
 AGENT_ERROR = SearchAttributeKey.for_keyword("AgentError")
 
+# Memo key of a run waiting at a gate: the pending request (gate, role, expiry, proposal),
+# so `tower pending` lists it from visibility alone, with no worker answering a query.
+PENDING_MEMO = "tower_pending_gate"
+# A proposal's values are cut to this many characters in the memo (the history has them).
+MEMO_VALUE_CHARS = 200
+
 ALL: list[SearchAttributeKey[Any]] = [
     AGENT_NAME, AGENT_NODE, AGENT_STATUS, AGENT_STEP, AGENT_COST_USD, AGENT_TOKENS, AGENT_ERROR]
 
@@ -27,3 +33,14 @@ def dev_server_flags() -> list[str]:
     kinds = {"KEYWORD": "Keyword", "INT": "Int", "TEXT": "Text", "BOOL": "Bool",
              "DOUBLE": "Double"}
     return [f"--search-attribute={k.name}={kinds[k.indexed_value_type.name]}" for k in ALL]
+
+
+def pending_memo(record: Any) -> dict[str, Any] | None:
+    """The memo for a pending ``GateRecord`` (None: no gate is pending)."""
+    if record is None:
+        return None
+    data: dict[str, Any] = record.model_dump(
+        mode="json", include={"gate", "node", "when", "step", "role", "editable",
+                              "requested_at", "expires_at"})
+    data["proposal"] = {k: str(v)[:MEMO_VALUE_CHARS] for k, v in record.proposal.items()}
+    return data

@@ -19,7 +19,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.contract import search
 from tower.contract.wire import AbortRequest, RetryRequest
-from tower.core.approval import ApprovalSettings
+from tower.core.approval import ApprovalSettings, pending_record
 from tower.core.carry import Carry, LogSummary, summarize
 from tower.core.cost import CallUsage, cost_report
 from tower.core.details import render_details
@@ -46,6 +46,8 @@ FAILED_WAIT_MEMO = "tower_failed_wait_seconds"
 # Runs recorded before FAILED runs waited for an operator closed at once: they replay
 # down the old path (no marker in their history), new runs take the new one.
 DEAD_LETTER_PATCH = "tower-dead-letter"
+# Runs recorded before a pending gate was published in the memo replay without it.
+PENDING_MEMO_PATCH = "tower-pending-memo"
 
 
 class AgentWorkflow(Gatekeeper):
@@ -75,6 +77,7 @@ class AgentWorkflow(Gatekeeper):
         self._calls: list[CallUsage] = []
         self._decision: RetryRequest | AbortRequest | None = None
         self._closing = False
+        self._pending_memo: dict[str, Any] | None = None
 
     async def drive(
         self, state: S, *, carried: LogSummary | None = None,
@@ -206,6 +209,11 @@ class AgentWorkflow(Gatekeeper):
         changed = [key.value_set(value) for key, value in wanted if have.get(key) != value]
         if changed:
             workflow.upsert_search_attributes(changed)
+        if workflow.patched(PENDING_MEMO_PATCH):
+            memo = search.pending_memo(pending_record(state))
+            if memo != self._pending_memo:  # None removes it once the gate is decided
+                workflow.upsert_memo({search.PENDING_MEMO: memo})
+                self._pending_memo = memo
 
     @property
     def current(self) -> AgentState:

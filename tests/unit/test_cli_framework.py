@@ -1,0 +1,113 @@
+"""The command line's frame, without a server: lazy loading, errors, pipes, follow order."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from starter.cli import COMMANDS, cli, main
+from starter.live import watch
+from starter.ui import remember_dev_ui, ui_base
+from tower import Transition
+
+TOWER = str(Path(sys.executable).parent / "tower")
+HISTORY = Path(__file__).parents[1] / "histories" / "account-1.json"
+HEAVY = ("temporalio", "pydantic", "openai", "rich", "workflows", "activities", "tower")
+
+
+def test_help_loads_no_command_and_nothing_heavy() -> None:
+    probe = ("import sys\nfrom starter.cli import main\ncode = main(['--help'])\n"
+             f"print([m for m in sys.modules if m.split('.')[0] in {HEAVY!r}"
+             " or m.startswith('starter.cmd')])\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout
+    for name in COMMANDS:  # every command is listed, with its line, from the registry alone
+        assert f"\n  {name} " in done.stdout
+
+
+def test_every_registered_command_loads_and_says_what_it_does() -> None:
+    for name, (_, line) in COMMANDS.items():
+        command = cli.get_command(None, name)  # type: ignore[arg-type]
+        assert command is not None and command.name == name
+        assert line and command.help, name
+
+
+def test_usage_errors_exit_2_with_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["graph", "account", "--bogus"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: No such option '--bogus'") and "tower graph --help" in err
+    assert main(["nope"]) == 2
+    assert capsys.readouterr().err.startswith("error: No such command 'nope'")
+    assert main(["graph", "nope", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("error: unknown agent 'nope'")
+    assert json.loads(captured.out) == {"error": captured.err[7:].strip(), "exit_code": 2}
+
+
+@pytest.mark.parametrize("args", [["graph", "account", "--json"],  # a plain command
+                                  ["replay", str(HISTORY), "--json"]])  # an async one
+def test_a_closed_pipe_ends_quietly(args: list[str]) -> None:
+    """`tower ... | head -0`: the reader is gone before the first write."""
+    proc = subprocess.Popen([TOWER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 1 and err == ""  # 1: what click (and Python) exit with
+
+
+def test_ui_links_follow_the_real_ui(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    record = tmp_path / "dev-ui.json"
+    monkeypatch.delenv("TOWER_UI_URL", raising=False)
+    assert ui_base("127.0.0.1:7233", record) == "http://localhost:8233"
+    remember_dev_ui("127.0.0.1:7300", "http://localhost:9400", record)
+    remember_dev_ui("127.0.0.1:7301", None, record)  # headless: no link at all
+    assert ui_base("127.0.0.1:7300", record) == "http://localhost:9400"
+    assert ui_base("localhost:7300", record) == "http://localhost:9400"
+    assert ui_base("127.0.0.1:7301", record) is None
+    monkeypatch.setenv("TOWER_UI_URL", "https://temporal.example.com/")
+    assert ui_base("127.0.0.1:7300", record) == "https://temporal.example.com"
+
+
+@dataclass
+class _Info:
+    start_time: datetime | None = None
+    status: Any = None
+
+
+class RaceHandle:
+    """A run that makes one move between any two queries, and ends at its 4th move: the
+    race a follower loses when it reads the log before the status."""
+
+    id = "race-1"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def describe(self) -> _Info:
+        return _Info(start_time=datetime(2026, 12, 2, tzinfo=UTC))
+
+    async def query(self, name: str, result_type: Any = None) -> Any:
+        moves = min(self.calls, 4)
+        self.calls += 1
+        if name == "status":
+            return "DONE" if moves == 4 else "RUNNING"
+        return [Transition(step=i + 1, source="a", target="DONE" if i == 3 else "a",
+                           reason="r", at=datetime(2026, 12, 2, tzinfo=UTC), event_id=1)
+                for i in range(moves)]
+
+
+async def test_a_followed_run_shows_every_move_up_to_its_end() -> None:
+    out = io.StringIO()
+    progress = await watch(RaceHandle(), as_json=True, out=out,  # type: ignore[arg-type]
+                           poll_seconds=0)
+    assert progress.status == "DONE"
+    assert [json.loads(line)["step"] for line in out.getvalue().splitlines()] == [1, 2, 3, 4]
