@@ -88,9 +88,9 @@ async def _pending(agent: str | None, limit: int, as_json: bool) -> int:
     if as_json:
         print_json(rows)
         return 0
-    table(["RUN", "AGENT", "GATE", "ROLE", "EXPIRES", "PROPOSAL", "EDITABLE"],
+    table(["RUN", "AGENT", "GATE", "ROLE", "EXPIRES", "EDITABLE", "PROPOSAL"],
           [[r["run"], r["agent"], f"{r['gate']} ({r['when']} {r['node']})", r["role"],
-            r["expires_at"] or "?", _proposal(r["proposal"]), ", ".join(r["editable"])]
+            r["expires_at"] or "?", ", ".join(r["editable"]) or "-", _proposal(r["proposal"])]
            for r in rows], empty="(no runs awaiting approval)")
     return 0
 

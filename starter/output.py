@@ -81,7 +81,7 @@ def say(text: str = "", *, err: bool = False) -> None:
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, empty: str = "") -> None:
     """A table on stdout: boxed on a terminal, plain aligned columns in a pipe (so `grep`,
-    `awk` and `head` see one row per line, never a truncated cell)."""
+    `awk` and `head` see one row per line, never a cut cell)."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -90,11 +90,17 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, empty: str =
     grid = Table(box=box.SIMPLE_HEAD if tty else None, show_edge=tty, pad_edge=False,
                  header_style="bold" if tty else "")
     for name in columns:
-        grid.add_column(name, no_wrap=True, overflow="ignore" if not tty else "ellipsis")
+        grid.add_column(name, no_wrap=True, overflow="ellipsis" if tty else "ignore")
     for row in rows:
         grid.add_row(*("" if cell is None else str(cell) for cell in row))
-    # A pipe has no width: never wrap or cut a row there.
-    console = Console(file=sys.stdout, width=None if tty else 10_000, highlight=False)
-    console.print(grid, soft_wrap=not tty)
+    if tty:
+        Console(file=sys.stdout, highlight=False).print(grid)
+    else:  # a pipe has no width: never wrap or cut a row, and no trailing blanks
+        console = Console(width=10_000, highlight=False, color_system=None)
+        with console.capture() as captured:
+            console.print(grid)
+        for line in captured.get().splitlines():
+            print(line.rstrip())
+        sys.stdout.flush()
     if not rows and empty:
         print(empty, flush=True)
