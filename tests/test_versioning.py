@@ -62,7 +62,7 @@ async def test_new_runs_take_the_new_graph_and_cannot_be_rolled_back(
     assert state.status == "DONE" and "verified: ACC-1001 is active" in state.messages[-1].content
     history = await handle.fetch_history()
     markers = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED]
-    assert len([m for m in markers if PATCH.encode() in m.SerializeToString()]) == 1
+    assert len(markers) == 1 and PATCH.encode() in markers[0].SerializeToString()
     (new,) = await assert_replays_history(history, [AccountV2])
     assert [t.target for t in new.log][-2:] == ["verify", "DONE"]
     # Rolling back to v1 (the registered account agent) breaks the runs v2 started.

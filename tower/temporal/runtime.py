@@ -209,11 +209,12 @@ class AgentWorkflow(Gatekeeper):
         changed = [key.value_set(value) for key, value in wanted if have.get(key) != value]
         if changed:
             workflow.upsert_search_attributes(changed)
-        if workflow.patched(PENDING_MEMO_PATCH):
-            memo = search.pending_memo(pending_record(state))
-            if memo != self._pending_memo:  # None removes it once the gate is decided
-                workflow.upsert_memo({search.PENDING_MEMO: memo})
-                self._pending_memo = memo
+        # A run waiting at a gate shows the request in its memo (None removes it once
+        # decided), so `tower pending` needs no worker; a run with no gate is untouched.
+        memo = search.pending_memo(pending_record(state))
+        if memo != self._pending_memo and workflow.patched(PENDING_MEMO_PATCH):
+            workflow.upsert_memo({search.PENDING_MEMO: memo})
+            self._pending_memo = memo
 
     @property
     def current(self) -> AgentState:
