@@ -127,7 +127,12 @@ async def _follow(handle: WorkflowHandle[Any, Any], screen: _Screen, stop_at_pau
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout if timeout is not None else None
     while True:
-        status, log = await poll(handle)
+        polled = await poll(handle)
+        if polled is None:  # no answer this time: the run is still going
+            _check_deadline(handle, deadline, loop.time(), progress.status, timeout)
+            await asyncio.sleep(poll_seconds)
+            continue
+        status, log = polled
         for t in log[progress.seen:]:
             screen.transition(handle.id, t)
             progress.transitions.append(t)
@@ -143,9 +148,14 @@ async def _follow(handle: WorkflowHandle[Any, Any], screen: _Screen, stop_at_pau
             screen.progress(progress.line(datetime.now(UTC)), last=ended)
         if ended:
             return progress
-        if deadline is not None and loop.time() > deadline:
-            raise CliError(f"run {handle.id!r} still {status} after {timeout:g}s")
+        _check_deadline(handle, deadline, loop.time(), status, timeout)
         await asyncio.sleep(poll_seconds)
+
+
+def _check_deadline(handle: WorkflowHandle[Any, Any], deadline: float | None, now: float,
+                    status: str, timeout: float | None) -> None:
+    if deadline is not None and timeout is not None and now > deadline:
+        raise CliError(f"run {handle.id!r} still {status} after {timeout:g}s")
 
 
 async def _describe(handle: WorkflowHandle[Any, Any]) -> Any:
@@ -153,20 +163,33 @@ async def _describe(handle: WorkflowHandle[Any, Any]) -> Any:
         return await handle.describe()
 
 
-async def poll(handle: WorkflowHandle[Any, Any]) -> tuple[str, list[Transition]]:
-    """The run's status, then its transition log (in that order: see the module doc)."""
+async def poll(handle: WorkflowHandle[Any, Any]) -> tuple[str, list[Transition]] | None:
+    """The run's status, then its transition log (in that order: see the module doc);
+    None when no worker answered this time (ask again)."""
     try:
         status = await handle.query("status", result_type=str)
         log = await handle.query("transitions", result_type=list[Transition])
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise CliError(f"run {handle.id!r} not found") from None
-        # A closed run with no worker to answer queries: its status is all we can say.
         info = await handle.describe()
-        if info.status not in (None, WorkflowExecutionStatus.RUNNING):
-            return info.status.name, []
-        raise
+        if info.status in (None, WorkflowExecutionStatus.RUNNING):
+            return None
+        return await _closed(handle, info.status.name)
     return status, log
+
+
+async def _closed(handle: WorkflowHandle[Any, Any], status: str) -> tuple[str, list[Transition]]:
+    """A closed run no worker answers for: its log from its history, replayed here."""
+    from starter.connection import connect_config
+    from starter.histories import replay
+
+    history = await handle.fetch_history()
+    namespace = connect_config().get("namespace") or "default"
+    [result] = await replay([(handle.id, history)], namespace=namespace)
+    if result.failure or not result.states:
+        return status, []
+    return result.states[-1].status.value, result.log
 
 
 async def waits_for_outside(handle: WorkflowHandle[Any, Any]) -> bool:
