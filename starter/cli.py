@@ -87,14 +87,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _finish(_invoke(argv))
 
 
-async def amain(argv: Sequence[str]) -> int:
-    """Run one command in the running event loop (tests call the CLI in-process)."""
-    result = _invoke(argv)
-    if asyncio.iscoroutine(result):
-        result = await _guarded(result)
-    return _finish(result)
-
-
 def _invoke(argv: Sequence[str] | None) -> Any:
     output.reset()
     if "starter.connection" in sys.modules:  # a previous in-process call chose a tenant

@@ -1,5 +1,6 @@
 """Operational edges of the CLI on the real dev server: no worker, followed runs that end
-while followed, runs that wait for outside input, `--json` that is data only."""
+while followed, runs that wait for outside input, `--json` that is data only. `tower` runs
+as its own process (forked from tests/towercli.py's server, or the installed script)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli_inproc import tower
 from gatekit import refund_request, wait_pending
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
+from test_cli import address_of, tower
 
 from activities.model import ModelSettings
 from starter.live import watch
@@ -23,10 +24,6 @@ from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
 
 TOWER = str(Path(sys.executable).parent / "tower")
-
-
-def address_of(env: WorkflowEnvironment) -> str:
-    return env.client.service_client.config.target_host
 
 
 async def test_pending_and_list_need_no_worker_and_state_says_one_is_missing(
