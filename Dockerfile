@@ -10,4 +10,8 @@ COPY starter starter
 COPY worker.py ./
 RUN pip install . && useradd --create-home tower && mkdir -p /data && chown tower /data
 USER tower
+# `docker stop` sends STOPSIGNAL, then SIGKILL after the grace period (docker-compose.yml:
+# stop_grace_period 30s): the worker drains on SIGTERM within TOWER_SHUTDOWN_GRACE and exits 0.
+STOPSIGNAL SIGTERM
+ENV TOWER_SHUTDOWN_GRACE=20
 CMD ["python", "worker.py"]

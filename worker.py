@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +33,9 @@ from tower import TowerError
 from workflows.registry import AGENTS
 
 DEFAULT_DB = Path(".tower") / "tools.sqlite"
+# How long a stopping worker lets its running activities finish before cancelling them.
+# Keep it under the container's stop grace period (Dockerfile, docker-compose.yml).
+DEFAULT_GRACE_SECONDS = 20.0
 
 
 def sandbox_runner() -> SandboxedWorkflowRunner:
@@ -88,11 +93,20 @@ async def main() -> None:
         settings = ModelSettings.from_env()
     except PriceError as exc:
         raise SystemExit(f"error: {exc}") from None
+    grace = float(os.environ.get("TOWER_SHUTDOWN_GRACE", DEFAULT_GRACE_SECONDS))
     logging.info("worker on task queue %r; model: %s", args.task_queue, settings.describe())
-    async with build_worker(client, task_queue=args.task_queue, models=settings):
-        await asyncio.Event().wait()
+    stop = asyncio.Event()
+    # `docker stop` and Kubernetes send SIGTERM, a terminal SIGINT: both drain the same way
+    # (stop polling, let running activities finish within the grace period, exit 0).
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    async with build_worker(client, task_queue=args.task_queue, models=settings,
+                            graceful_shutdown_timeout=timedelta(seconds=grace)):
+        await stop.wait()
+        logging.info("stopping: draining running activities (up to %.0f s)", grace)
+    logging.info("worker stopped")
 
 
 if __name__ == "__main__":
-    with contextlib.suppress(KeyboardInterrupt):
+    with contextlib.suppress(KeyboardInterrupt):  # a second Ctrl-C while draining
         asyncio.run(main())

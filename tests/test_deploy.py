@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,10 @@ def test_the_stack_has_every_part_and_workers_scale() -> None:
     assert services["temporal-ui"]["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233"
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert 'CMD ["python", "worker.py"]' in dockerfile and "pip install ." in dockerfile
+    # The worker drains on SIGTERM within its grace, well before docker's SIGKILL.
+    assert "STOPSIGNAL SIGTERM" in dockerfile
+    grace = re.search(r"TOWER_SHUTDOWN_GRACE=(\d+)", dockerfile)
+    assert grace and int(grace.group(1)) < int(worker["stop_grace_period"].rstrip("s"))
 
 
 def test_the_workers_tracing_settings_make_an_otlp_exporter() -> None:
