@@ -54,6 +54,18 @@ def test_log_summary_folds_runs_and_keeps_the_last_moves() -> None:
     assert [t.step for t in both.recent] == [5, 6, 7]
 
 
+def test_log_summary_stays_small_whatever_a_step_carried() -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    huge = {"context": [{"ref": "f" * 32, "role": "user", "chars": 400}] * 2000}
+    log = [Transition(step=i, source="a", target="a", reason="r" * 5000, update=huge,
+                      at=at, calls=["model:x"] * 100) for i in range(1, 50)]
+    carried = summarize(summarize(None, log[:25]), log[25:])
+    assert all(t.update == {} and len(t.reason) == 200 and len(t.calls) == 10
+               for t in carried.recent)
+    assert len(carried.model_dump_json()) < 3000  # the log itself was megabytes
+    assert len(str([t.model_dump() for t in log])) > 1_000_000
+
+
 def test_store_is_content_addressed_and_names_missing_messages(tmp_path: Path) -> None:
     store = MessageStore(tmp_path / "m.sqlite")
     hello, tool = Message(role="user", content="hello"), Message(role="tool", name="t",

@@ -1,9 +1,10 @@
 """What a run carries into its next run when it continues-as-new.
 
 Pure: no Temporal. The state goes over whole (it is small: long content lives in
-the message store); the transition log goes over as a summary, so the carried
-input does not grow with the run's age. The full log of an earlier run is still
-in that run's history.
+the message store); the transition log goes over as a bounded summary (counts and
+the last few moves without their updates), so the carried input does not grow with
+the run's age or the size of a step. The full log of an earlier run is still in
+that run's history.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from pydantic import BaseModel, Field
 
 from tower.core.engine import Transition
 
-RECENT = 5  # transitions kept verbatim in the summary
+RECENT = 5  # transitions kept in the summary, without their updates
+REASON_CHARS = 200  # a carried transition's reason is cut to this
+CALLS = 10  # ... and its calls to these
 
 
 class LogSummary(BaseModel):
@@ -23,6 +26,8 @@ class LogSummary(BaseModel):
     first_step: int = 0
     last_step: int = 0
     moves: dict[str, int] = Field(default_factory=dict)  # "source -> target": count
+    # The last moves, each cut to a bounded size: no update (it can be as large as the
+    # state; the full entry is in its own run's history), a short reason, the first calls.
     recent: list[Transition] = Field(default_factory=list)
 
 
@@ -45,4 +50,10 @@ def summarize(previous: LogSummary | None, log: list[Transition], *,
     last = log[-1].step if log else base.last_step
     return LogSummary(runs=base.runs + 1, transitions=base.transitions + len(log),
                       first_step=first, last_step=last, moves=moves,
-                      recent=[*base.recent, *log][-recent:] if recent else [])
+                      recent=[brief(t) for t in [*base.recent, *log][-recent:]] if recent else [])
+
+
+def brief(t: Transition) -> Transition:
+    """``t`` without its update, its reason and calls cut: bounded whatever the node did."""
+    return t.model_copy(update={"update": {}, "reason": t.reason[:REASON_CHARS],
+                                "calls": t.calls[:CALLS]})
