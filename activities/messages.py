@@ -8,6 +8,7 @@ locally; any key-value database in production: the workflow only holds refs.
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,11 +16,13 @@ from pathlib import Path
 from temporalio.exceptions import ApplicationError
 
 from tower import Message
-from tower.contract.wire import MessageRef
+from tower.contract.wire import MessageRef, WindowRef
+from tower.core.window import estimate_tokens
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
     ref TEXT PRIMARY KEY, role TEXT NOT NULL, name TEXT, content TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS windows (ref TEXT PRIMARY KEY, refs TEXT NOT NULL);
 """
 
 
@@ -83,3 +86,31 @@ class MessageStore:
                                    f" ({len(missing)} missing)", type="MessageNotFound",
                                    non_retryable=True)
         return [pruned_stub(r) if r.pruned else found[r.ref] for r in refs]
+
+    def put_window(self, summary: MessageRef | None, context: Sequence[MessageRef]) -> WindowRef:
+        """Keep a window (the summary, then the messages); its ref is the hash of the list."""
+        refs = [*([summary] if summary else []), *context]
+        body = json.dumps({"summary": summary.model_dump() if summary else None,
+                           "context": [r.model_dump() for r in context]}, sort_keys=True)
+        ref = hashlib.sha256(body.encode()).hexdigest()[:32]
+        db = self._connect()
+        try:
+            with db:
+                db.execute("INSERT OR IGNORE INTO windows VALUES (?,?)", (ref, body))
+        finally:
+            db.close()
+        return WindowRef(ref=ref, messages=len(refs), tokens=estimate_tokens(refs))
+
+    def get_window(self, window: WindowRef) -> tuple[MessageRef | None, list[MessageRef]]:
+        """(summary, messages) of a window kept by ``put_window``."""
+        db = self._connect()
+        try:
+            row = db.execute("SELECT refs FROM windows WHERE ref = ?", (window.ref,)).fetchone()
+        finally:
+            db.close()
+        if row is None:
+            raise ApplicationError(f"message store {self.path} has no window {window.ref}",
+                                   type="MessageNotFound", non_retryable=True)
+        body = json.loads(row[0])
+        summary = MessageRef.model_validate(body["summary"]) if body["summary"] else None
+        return summary, [MessageRef.model_validate(r) for r in body["context"]]

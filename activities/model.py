@@ -38,6 +38,7 @@ from .fallback import (
 from .messages import MessageStore
 from .prices import PriceTable
 from .scripted import SCRIPTED_MODEL, scripted_reply
+from .windowed import windowed_call
 
 
 @dataclass(frozen=True)
@@ -102,11 +103,13 @@ class ModelActivities:
             beat.cancel()
 
     async def _with_store(self, request: ModelRequest) -> ModelReply:
-        if not (request.history or request.keep):
+        if not (request.history or request.keep or request.window or request.windowed):
             return await self._answer(request)
         if self.store is None:
             raise ApplicationError("this worker has no message store", type="NoMessageStore",
                                    non_retryable=True)
+        if request.window or request.windowed:
+            return await windowed_call(self.store, request, self._answer)
         # SQLite blocks: keep it off the event loop the other activities share.
         loaded = await asyncio.to_thread(self.store.get, request.history)
         reply = await self._answer(request.model_copy(
@@ -215,6 +218,8 @@ def _arguments(raw: str | None) -> dict[str, Any]:
 
 
 async def _heartbeat() -> None:
+    if activity.info().is_local:
+        return  # a local activity has no heartbeat: its workflow task is its liveness
     timeout = activity.info().heartbeat_timeout or timedelta(seconds=30)
     while True:
         activity.heartbeat()

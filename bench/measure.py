@@ -5,11 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 
 ACCEPTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 CONTINUED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+MARKER = EventType.EVENT_TYPE_MARKER_RECORDED
+LOCAL_ACTIVITY = "core_local_activity"  # the SDK's marker for a local activity's result
 
 
 def history_bytes(history: WorkflowHistory) -> int:
@@ -50,10 +53,21 @@ def turn_costs(chain: list[WorkflowHistory], update_name: str = "send") -> list[
                 continue
             current.bytes += e.ByteSize()
             current.events += 1
-            if (e.event_type == SCHEDULED and e.activity_task_scheduled_event_attributes
-                    .activity_type.name == "call_model"):
+            if is_model_call(e):
                 current.model_calls += 1
     return turns
+
+
+def is_model_call(e: HistoryEvent) -> bool:
+    """A model call: an activity scheduled, or a local activity's result recorded."""
+    if e.event_type == SCHEDULED:
+        return e.activity_task_scheduled_event_attributes.activity_type.name == "call_model"
+    if e.event_type == MARKER:
+        marker = e.marker_recorded_event_attributes
+        data = marker.details["data"].payloads
+        return marker.marker_name == LOCAL_ACTIVITY and bool(data) and (
+            b'"call_model"' in data[0].data)
+    return False
 
 
 def bytes_per_call(turns: list[TurnCost], end: int, window: int = 10) -> float:

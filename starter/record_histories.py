@@ -105,25 +105,27 @@ async def record_gated(client: Client, gated: Gated, out: Path) -> str:
 
 
 CHAT_TURNS = ["hello there", "what is my account status? ACC-1001", "and my invoice INV-2001?",
-              "thanks"]
+              "search docs login error", "thanks", "one more thing", "what did I ask first?",
+              "bye for now"]
 
 
-async def record_chat(client: Client, out: Path) -> str:
+async def record_chat(client: Client, out: Path, workflow_id: str = "chat-1") -> str:
     """A thread of several turns (updates) that continues-as-new once its history passes 40
-    events; every run of the chain is written, as ``chat-1@RUN_ID.json``."""
+    events; every run of the chain is written, as ``WORKFLOW_ID@RUN_ID.json``."""
     from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
 
     request = ChatInput(config=ChatConfig.model_validate({"continue_as_new_after": 40}))
-    handle = await client.start_workflow(ChatAgent.run, request, id="chat-1", task_queue=QUEUE)
-    latest = client.get_workflow_handle("chat-1")
+    handle = await client.start_workflow(ChatAgent.run, request, id=workflow_id,
+                                         task_queue=QUEUE)
+    latest = client.get_workflow_handle(workflow_id)
     for text in CHAT_TURNS:
         await latest.execute_update("send", UserMessage(text=text), result_type=dict)
     await latest.execute_update("close", result_type=str)
     status = await asyncio.wait_for(_finished(latest), timeout=120)
     run_id: str | None = handle.result_run_id
     while run_id:
-        history = await client.get_workflow_handle("chat-1", run_id=run_id).fetch_history()
-        (out / f"chat-1@{run_id}.json").write_text(history.to_json() + "\n")
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        (out / f"{workflow_id}@{run_id}.json").write_text(history.to_json() + "\n")
         last = history.events[-1].workflow_execution_continued_as_new_event_attributes
         run_id = last.new_execution_run_id or None
     return status
@@ -201,7 +203,9 @@ async def record(out: Path, runs: Sequence[tuple[str, BaseModel, str]]) -> list[
                 print(f"recorded order-fallback.json: {status} ({what})", flush=True)
                 rows.append(f"| `order-fallback.json` | order | {status} | {what} |")
                 status = await record_chat(env.client, out)
-                what = "a thread of updates that continues-as-new, carrying its state over"
+                what = ("a thread of updates that continues-as-new, carrying its state over; its "
+                        "window is one ref in the message store, model calls are local "
+                        "activities")
                 print(f"recorded chat-1@*.json: {status} ({what})", flush=True)
                 rows.append(f"| `chat-1@*.json` | chat | {status} | {what} |")
     finally:
@@ -213,6 +217,10 @@ async def record(out: Path, runs: Sequence[tuple[str, BaseModel, str]]) -> list[
         "file here against the current code; a change that breaks one breaks CI.", "",
         "| file | agent | status when recorded | what it shows |", "|---|---|---|---|", *rows,
     ]
+    if (out / "before-windows").is_dir():  # kept across recordings: the old chat format
+        index += ["", "`before-windows/` keeps the chat thread recorded before that change "
+                  "(refs in the state,", "model calls as activities): threads started then "
+                  'still replay (`workflow.patched("chat-window-ref")`).']
     (out / "README.md").write_text("\n".join(index) + "\n")
     return rows
 

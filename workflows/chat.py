@@ -5,11 +5,14 @@ the reply; its validator refuses empty or oversized messages before they enter t
 history. ``listen → respond → (reduce →) listen``, ``listen → DONE`` on ``close``
 or after the thread has been idle for ``idle_days``.
 
-Flat history: message content lives in the message store; the state holds refs.
-Each model call carries the summary's ref, a bounded window of refs and the new
-message, so the bytes a turn adds to the history do not grow with the thread.
-The ``reduce`` node summarises older turns and prunes large tool payloads; the run
-continues-as-new when Temporal suggests it (or at ``continue_as_new_after`` events).
+Flat history: message content lives in the message store, and so does the window
+(the summary and the recent messages); the state holds one ``WindowRef``. Each model
+call is a local activity sent that ref and the new message, so the user's text enters
+the history once (in the update) and a turn adds the same bytes however long the
+thread. The ``reduce`` node summarises older turns and prunes large tool payloads; the
+run continues-as-new when Temporal suggests it (or at ``continue_as_new_after`` events).
+Threads started before windows keep their refs in ``summary``/``context`` (replayed as
+they ran; their first new turn moves them into a window).
 """
 
 from __future__ import annotations
@@ -24,14 +27,16 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from tower import ADD, DONE, TERMINALS, AgentState, Graph, Message
-from tower.contract.wire import MessageRef
+from tower.contract.wire import MessageRef, Reduction, WindowRef
 from tower.core.carry import Carry
-from tower.core.window import WindowPolicy, needs_reduction, prune, split
+from tower.core.window import WindowPolicy, needs_reduction, over_budget, prune, split
 from tower.temporal.context import NodeContext
 from tower.temporal.runtime import AgentWorkflow
 
 MAX_MESSAGE_CHARS = 8000
 MAX_TOOL_ROUNDS = 3
+# Threads whose first turn ran after this patch keep their window in the message store.
+WINDOW_PATCH = "chat-window-ref"
 
 
 class ChatConfig(BaseModel):
@@ -63,8 +68,10 @@ class Turn(BaseModel):
 
 class ChatState(AgentState):
     config: ChatConfig = Field(default_factory=ChatConfig)
+    window: WindowRef | None = None  # the summary and the recent messages, in the store
+    # Before windows: the refs themselves (empty once a thread has a window).
     summary: MessageRef | None = None
-    context: list[MessageRef] = Field(default_factory=list)  # the window after the summary
+    context: list[MessageRef] = Field(default_factory=list)
     pending: Turn | None = None
     reply: str = ""
     answered: int = 0  # id of the last turn answered
@@ -110,6 +117,8 @@ async def listen(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
 async def respond(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
     """Answer the pending message from the summary, the window and (maybe) the docs."""
     assert state.pending is not None
+    if state.window is not None or workflow.patched(WINDOW_PATCH):
+        return await _respond_windowed(ctx, state)
     window, new = _window(state), [Message(role="user", content=state.pending.text)]
     added: list[MessageRef] = []
     text = ""
@@ -129,9 +138,32 @@ async def respond(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
             "answered": state.pending.id, "turns": 1}
 
 
+async def _respond_windowed(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
+    assert state.pending is not None
+    window, legacy = state.window, _window(state)
+    new = [Message(role="user", content=state.pending.text)]
+    text = "Sorry, I could not finish looking that up."
+    for _ in range(MAX_TOOL_ROUNDS):
+        answer = await ctx.ask_window(new, window, legacy=legacy)
+        window, legacy = answer.window, []
+        if not answer.tool_calls:
+            text = answer.text or ""
+            break
+        new = [Message(role="tool", name=call.name, content=json.dumps(
+            await ctx.tool(call.name, call.arguments), sort_keys=True))
+            for call in answer.tool_calls]
+    _thread().replies[state.pending.id] = text
+    return {"window": window, "summary": None, "context": [], "pending": None, "reply": text,
+            "answered": state.pending.id, "turns": 1}
+
+
 async def reduce(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
     """Summarise the older part of the window; prune large tool payloads in the rest."""
     policy = state.config.window
+    if state.window is not None:
+        answer = await ctx.ask_window([SUMMARISE], state.window, summarise=Reduction(
+            keep_recent=policy.keep_recent, prune_chars=policy.prune_chars))
+        return {"window": answer.window, "reductions": 1}
     older, recent = split(policy, state.context)
     update: dict[str, Any] = {"context": prune(policy, recent), "reductions": 1}
     if older:
@@ -146,7 +178,10 @@ def after_listen(state: ChatState) -> str:
 
 
 def after_respond(state: ChatState) -> str:
-    return "reduce" if needs_reduction(state.config.window, _window(state)) else "listen"
+    policy, window = state.config.window, state.window
+    over = (over_budget(policy, window.messages, window.tokens) if window is not None
+            else needs_reduction(policy, _window(state)))
+    return "reduce" if over else "listen"
 
 
 GRAPH = (
@@ -217,8 +252,9 @@ class ChatAgent(AgentWorkflow):
             raise ApplicationError(f"the thread ended ({self.current.status.value}) before "
                                    f"turn {turn.id} was answered", type="ThreadEnded")
         state: ChatState = self.current  # type: ignore[assignment]
+        shown = state.window.messages if state.window else len(_window(state))
         return ChatReply(turn=turn.id, reply=self.replies.pop(turn.id), step=state.step,
-                         context_messages=len(_window(state)))
+                         context_messages=shown)
 
     @send.validator
     def check_send(self, message: UserMessage) -> None:

@@ -27,6 +27,25 @@ class MessageRef(BaseModel):
     pruned: bool = False
 
 
+class WindowRef(BaseModel):
+    """A conversation window kept in the message store, as the workflow sees it: one
+    content hash (of the summary's and the messages' refs) and the two numbers a route
+    decides on. The store keeps the list; the history holds only this."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ref: str
+    messages: int = Field(ge=0)  # the summary included
+    tokens: int = Field(ge=0)  # estimated (tower/core/window.py)
+
+
+class Reduction(BaseModel):
+    """How a windowed call reduces its window (``WindowPolicy``'s part the activity uses)."""
+
+    keep_recent: int = Field(ge=1)
+    prune_chars: int = Field(ge=10)
+
+
 class ToolSchema(BaseModel):
     """A tool as the model sees it (OpenAI function-tool shape)."""
 
@@ -51,6 +70,14 @@ class ModelRequest(BaseModel):
     history: list[MessageRef] = Field(default_factory=list)
     # Store ``messages`` and the reply; their refs come back in ``ModelReply.stored``.
     keep: bool = False
+    # Windowed calls: the activity loads this window (after ``history``, if any), and
+    # returns the window with ``messages`` and the reply appended in ``ModelReply.window``
+    # (never the refs as well). With ``summarise``, the window's older messages (and its
+    # summary) are asked with ``messages`` instead, and the reply becomes the summary of
+    # a window that keeps only the recent messages.
+    window: WindowRef | None = None
+    windowed: bool = False  # a window call with no window yet (the thread's first)
+    summarise: Reduction | None = None
 
 
 class ToolCallRequest(BaseModel):
@@ -65,6 +92,8 @@ class ModelReply(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     # With ``ModelRequest.keep``: refs of the request's messages, then of the reply.
     stored: list[MessageRef] = Field(default_factory=list)
+    # With ``ModelRequest.window``/``windowed``: the window after this call.
+    window: WindowRef | None = None
 
 
 class ToolCall(BaseModel):

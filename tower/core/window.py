@@ -29,7 +29,12 @@ def estimate_tokens(refs: Sequence[MessageRef]) -> int:
 
 
 def needs_reduction(policy: WindowPolicy, refs: Sequence[MessageRef]) -> bool:
-    return len(refs) > policy.max_messages or estimate_tokens(refs) > policy.max_tokens
+    return over_budget(policy, len(refs), estimate_tokens(refs))
+
+
+def over_budget(policy: WindowPolicy, messages: int, tokens: int) -> bool:
+    """A window of ``messages`` and ``tokens`` (``estimate_tokens``) is due a reduction."""
+    return messages > policy.max_messages or tokens > policy.max_tokens
 
 
 def split(policy: WindowPolicy, refs: Sequence[MessageRef]) -> tuple[

@@ -15,7 +15,15 @@ from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-from tower.contract.wire import MessageRef, ModelReply, ModelRequest, ToolCall, ToolCallRequest
+from tower.contract.wire import (
+    MessageRef,
+    ModelReply,
+    ModelRequest,
+    Reduction,
+    ToolCall,
+    ToolCallRequest,
+    WindowRef,
+)
 from tower.core.cost import CallUsage
 from tower.core.errors import NodeFailed
 from tower.core.graph import Node
@@ -51,6 +59,8 @@ class Answer(Generic[T]):
     tool_calls: list[ToolCallRequest] = field(default_factory=list)
     # With ``keep=True``: refs of the messages asked with, then of this answer.
     stored: list[MessageRef] = field(default_factory=list)
+    # With ``ask_window``: the conversation window after this answer.
+    window: WindowRef | None = None
 
 
 class NodeContext:
@@ -94,13 +104,37 @@ class NodeContext:
         ``messages``; ``keep`` stores ``messages`` and the answer and returns their refs
         in ``Answer.stored``. Either way, stored content never enters the event history.
         """
+        extra = {"history": list(history or []), "keep": keep}
+        return await self._ask(messages, schema, max_corrections, extra, local=False)
+
+    async def ask_window(
+        self, messages: list[Message], window: WindowRef | None, *,
+        legacy: list[MessageRef] | None = None, summarise: Reduction | None = None,
+        max_corrections: int = 2,
+    ) -> Answer[BaseModel]:
+        """Ask with a stored conversation window; ``Answer.window`` is the window after it.
+
+        The window travels as one ref, and the call runs as a local activity: its input
+        (the new messages, the prompt, the tools) is not recorded, only its result, so
+        a user's message that arrived in an update enters the history once. ``legacy``:
+        refs of a thread started before windows, turned into its first window.
+        ``summarise``: reduce the window instead (the answer becomes its summary).
+        """
+        extra = {"history": list(legacy or []), "keep": True, "window": window,
+                 "windowed": True, "summarise": summarise}
+        return await self._ask(messages, None, max_corrections, extra, local=True)
+
+    async def _ask(
+        self, messages: list[Message], schema: type[T] | None, max_corrections: int,
+        extra: dict[str, Any], *, local: bool,
+    ) -> Answer[T] | Answer[BaseModel]:
         convo = list(messages)
         problem = ""
         for _ in range(max_corrections + 1):
-            reply = await self._call_model(convo, schema, history or [], keep)
+            reply = await self._call_model(convo, schema, extra, local)
             answer, problem = self._check(reply, schema)
             if answer is not None:
-                answer.stored = reply.stored
+                answer.stored, answer.window = reply.stored, reply.window
                 return answer
             convo += [
                 Message(role="assistant", content=reply.content or _dump_calls(reply)),
@@ -131,24 +165,32 @@ class NodeContext:
         return result
 
     async def _call_model(
-        self, convo: list[Message], schema: type[BaseModel] | None,
-        history: list[MessageRef] | None = None, keep: bool = False,
+        self, convo: list[Message], schema: type[BaseModel] | None, extra: dict[str, Any],
+        local: bool,
     ) -> ModelReply:
         request = ModelRequest(
             agent=self.agent, node=self.node.name, system=self.node.prompt, messages=convo,
             tools=[TOOLS[name].schema() for name in self.node.tools],
             response_schema=schema.model_json_schema() if schema else None,
-            response_name=schema.__name__ if schema else None, models=self.models,
-            history=list(history or []), keep=keep,
+            response_name=schema.__name__ if schema else None, models=self.models, **extra,
         )
-        reply: ModelReply = await workflow.execute_activity(
-            "call_model", request, result_type=ModelReply,
-            start_to_close_timeout=timedelta(seconds=120), retry_policy=MODEL_RETRY,
-            # The activity heartbeats while it waits for the model: a worker killed
-            # mid-call is noticed in seconds, not at the start-to-close timeout.
-            heartbeat_timeout=MODEL_HEARTBEAT,
-            summary=f"{self.node.name} · model",
-        )
+        reply: ModelReply
+        if local:
+            # Recorded as one marker holding the result; a worker lost mid-call is noticed
+            # at the workflow task timeout and the task (with the call) runs elsewhere.
+            reply = await workflow.execute_local_activity(
+                "call_model", request, result_type=ModelReply,
+                start_to_close_timeout=timedelta(seconds=120), retry_policy=MODEL_RETRY,
+                summary=f"{self.node.name} · model")
+        else:
+            reply = await workflow.execute_activity(
+                "call_model", request, result_type=ModelReply,
+                start_to_close_timeout=timedelta(seconds=120), retry_policy=MODEL_RETRY,
+                # The activity heartbeats while it waits for the model: a worker killed
+                # mid-call is noticed in seconds, not at the start-to-close timeout.
+                heartbeat_timeout=MODEL_HEARTBEAT,
+                summary=f"{self.node.name} · model",
+            )
         self.calls.append(f"model:{reply.model}")
         self.usage = self.usage + reply.usage
         self.model_calls.append(CallUsage(step=self.step, node=self.node.name, model=reply.model,

@@ -1,0 +1,64 @@
+"""Model calls on a stored conversation window: the workflow sends one window ref and
+gets one back; the messages, the summary and the list itself stay in the message store.
+
+The reduction's mechanics (what is older, what is pruned) are the pure functions of
+``tower/core/window.py``; the workflow decides when to reduce from the ref's counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from tower import Message, Usage
+from tower.contract.wire import MessageRef, ModelReply, ModelRequest
+from tower.core.window import WindowPolicy, prune, split
+
+from .messages import MessageStore
+
+Answer = Callable[[ModelRequest], Awaitable[ModelReply]]
+
+
+async def windowed_call(store: MessageStore, request: ModelRequest, answer: Answer) -> ModelReply:
+    summary: MessageRef | None = None
+    context = list(request.history)  # a thread started before windows: its refs, once
+    if request.window is not None:
+        summary, kept = await asyncio.to_thread(store.get_window, request.window)
+        context += kept
+    if request.summarise is not None:
+        return await _reduce(store, request, answer, summary, context)
+    head = [summary] if summary else []
+    loaded = await asyncio.to_thread(store.get, [*head, *context])
+    reply = await answer(request.model_copy(update={
+        "messages": [*loaded, *request.messages], "history": [], "window": None}))
+    if request.keep:
+        new = list(request.messages)
+        if reply.content:
+            new.append(Message(role="assistant", content=reply.content))
+        context += await asyncio.to_thread(store.put, new)
+    reply.window = await asyncio.to_thread(store.put_window, summary, context)
+    return reply
+
+
+async def _reduce(store: MessageStore, request: ModelRequest, answer: Answer,
+                  summary: MessageRef | None, context: list[MessageRef]) -> ModelReply:
+    """Summarise the older messages (with the previous summary) into the new summary;
+    keep the recent ones, large tool payloads pruned to stubs."""
+    assert request.summarise is not None
+    policy = WindowPolicy(keep_recent=request.summarise.keep_recent,
+                          prune_chars=request.summarise.prune_chars)
+    older, recent = split(policy, context)
+    if older:
+        loaded = await asyncio.to_thread(store.get, [*([summary] if summary else []), *older])
+        reply = await answer(request.model_copy(update={
+            "messages": [*loaded, *request.messages], "history": [], "window": None,
+            "summarise": None}))
+        (summary,) = await asyncio.to_thread(
+            store.put, [Message(role="assistant", content=reply.content or "")])
+        # The summary lives in the store; the history only needs to know it was made.
+        reply.content = f"summary kept as message {summary.ref} ({summary.chars} characters)"
+    else:  # only large payloads to prune: no model call
+        reply = ModelReply(model="none", content="nothing older to summarise",
+                           usage=Usage())
+    reply.window = await asyncio.to_thread(store.put_window, summary, prune(policy, recent))
+    return reply
