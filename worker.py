@@ -15,10 +15,12 @@ import os
 import signal
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -38,11 +40,31 @@ DEFAULT_DB = Path(".tower") / "tools.sqlite"
 DEFAULT_GRACE_SECONDS = 20.0
 
 
+_VALIDATED: set[type] = set()  # workflow classes already checked in a sandbox, this process
+
+
+@dataclass(frozen=True)
+class _ValidateOnce(SandboxedWorkflowRunner):
+    """The SDK's sandbox, checking each workflow class once per process.
+
+    Every Worker and Replayer checks its workflows by building a throwaway sandbox for
+    each (the agent module imported afresh, its pydantic models rebuilt): about a second
+    for Tower's agents, paid again for every replayed batch and every test's worker. The
+    check's answer cannot change while the process runs the same code. Runs themselves
+    still each get a fresh sandbox with every restriction.
+    """
+
+    def prepare_workflow(self, defn: workflow._Definition) -> None:
+        if defn.cls not in _VALIDATED:
+            super().prepare_workflow(defn)
+            _VALIDATED.add(defn.cls)
+
+
 def sandbox_runner() -> SandboxedWorkflowRunner:
     """The sandbox every worker and replayer uses (a replayer must match the worker)."""
     # The engine and the tool schemas are deterministic and stateless: load them
     # once instead of once per run inside the sandbox.
-    return SandboxedWorkflowRunner(
+    return _ValidateOnce(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(
             "tower", "activities"))
 

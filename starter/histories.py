@@ -208,7 +208,10 @@ async def replay(
     variants of an agent)."""
     recorder = _Recorder()
     classes = list(workflows or agent_workflows())
-    rep = replayer([recorder], classes, namespace)
+    # Only the agents these histories ran: each one registered costs a sandbox check.
+    kinds = {workflow_type(h) for _, h in histories}
+    used = [c for c in classes if workflow_name(c) in kinds] or classes
+    rep = replayer([recorder], used, namespace)
     machines = {workflow_name(w): w.machine for w in classes if hasattr(w, "machine")}
     results: list[Replayed] = []
     async def feed() -> AsyncIterator[WorkflowHistory]:
