@@ -20,7 +20,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.model import ModelSettings
-from bench import parked, suites
+from bench import chat, parked, suites
 from bench.agents import BENCH_WORKFLOWS, WORKFLOW_TASKS, StepsAgent
 from bench.report import table
 from starter.devserver import temporal_binary
@@ -61,8 +61,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                                 models=ModelSettings(), workflows=BENCH_WORKFLOWS,
                                 max_concurrent_workflow_tasks=WORKFLOW_TASKS):
             await _suite(figures, "overhead", suites.overhead(client, tq, runs=args.runs, n=10))
-            await _suite(figures, "growth", suites.growth(client, tq, turns=args.turns,
-                                                          naive_turns=args.naive_turns))
+            await _suite(figures, "chat", chat.thread(client, tq, turns=args.turns))
+            await _suite(figures, "pair", chat.side_by_side(client, tq, turns=args.pair_turns,
+                                                            rounds=args.rounds))
+            await _suite(figures, "carry", chat.empty_store(
+                env.client.service_client.config.target_host, f"{tq}-carry", tmp / "carry",
+                turns=args.carry_turns))
             await _suite(figures, "throughput", _throughput(client, tq, args.concurrent))
             handles = figures["throughput"].pop("handles", [])
             # 10 steps = 11 transitions (START -> work, work -> work x9, work -> DONE)
@@ -70,7 +74,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         address = env.client.service_client.config.target_host
         await _suite(figures, "memory", parked.memory(client, address, f"{tq}-parked",
                                                       tmp / "parked.sqlite", runs=args.parked,
-                                                      cache=args.cache))
+                                                      cache=args.cache,
+                                                      decisions=args.decisions))
     finally:
         await env.shutdown()
     return figures
@@ -80,13 +85,20 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--runs", type=int, default=10, help="sequential runs per kind")
-    parser.add_argument("--turns", type=int, default=1000, help="chat thread length")
-    parser.add_argument("--naive-turns", type=int, default=400, help="naive thread length")
+    parser.add_argument("--turns", type=int, default=3000, help="Tower chat thread length")
+    parser.add_argument("--pair-turns", type=int, default=300,
+                        help="turns of the side-by-side threads (latency, replay)")
+    parser.add_argument("--rounds", type=int, default=5, help="replays of each history")
+    parser.add_argument("--carry-turns", type=int, default=40,
+                        help="turns of the thread replayed with its payload store deleted")
     parser.add_argument("--concurrent", type=int, default=200)
-    parser.add_argument("--parked", type=int, default=1000)
+    parser.add_argument("--parked", type=int, default=10_000)
     parser.add_argument("--cache", type=int, default=250,
                         help="the parked-runs worker's max_cached_workflows")
+    parser.add_argument("--decisions", type=int, default=40,
+                        help="decisions sent to evicted parked runs (latency)")
     ns = parser.parse_args()
     if ns.quick:
-        ns.runs, ns.turns, ns.naive_turns, ns.concurrent, ns.parked = 3, 100, 100, 20, 50
+        ns.runs, ns.turns, ns.pair_turns, ns.rounds, ns.carry_turns = 3, 40, 30, 2, 20
+        ns.concurrent, ns.parked, ns.cache, ns.decisions = 20, 60, 20, 5
     print(table(asyncio.run(main(ns))))

@@ -17,6 +17,7 @@ from tower.temporal.runtime import AgentWorkflow
 from workflows.chat import RESPOND_PROMPT
 
 LOOKUP = {"account_id": "ACC-1001"}
+REVIEW_TIMEOUT = timedelta(days=7)  # the parked runs' gate
 # Workflow tasks one bench worker runs at once: sized for 2 cores (see worker.build_worker).
 WORKFLOW_TASKS = 16
 
@@ -138,7 +139,7 @@ PARK = (
     .node("act", act)
     .node("declined", act)
     .entry("act")
-    .gate("act", Gate(name="review", role="manager", timeout=timedelta(days=7),
+    .gate("act", Gate(name="review", role="manager", timeout=REVIEW_TIMEOUT,
                       on_reject="declined", on_timeout="declined"))
     .edge("act", DONE)
     .edge("declined", DONE)

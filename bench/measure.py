@@ -68,10 +68,3 @@ def is_model_call(e: HistoryEvent) -> bool:
         return marker.marker_name == LOCAL_ACTIVITY and bool(data) and (
             b'"call_model"' in data[0].data)
     return False
-
-
-def bytes_per_call(turns: list[TurnCost], end: int, window: int = 10) -> float:
-    """Mean history bytes per model call over the ``window`` turns ending at turn ``end``."""
-    chosen = turns[max(end - window, 0):end]
-    calls = sum(t.model_calls for t in chosen)
-    return sum(t.bytes for t in chosen) / calls if calls else float("nan")

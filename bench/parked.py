@@ -1,4 +1,5 @@
-"""Worker memory with many runs parked at an approval gate.
+"""Worker memory with many runs parked at an approval gate, and how fast a decision on a
+run long evicted from the worker's cache reaches the run's next step.
 
 The worker runs in its own process (``python -m bench.parked ADDRESS QUEUE DB``) so its
 peak RSS (VmHWM) is the worker's alone, not the benchmark's client.
@@ -8,20 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.model import ModelSettings
-from bench.agents import BENCH_WORKFLOWS, WORKFLOW_TASKS, ParkedAgent, ParkRequest
+from bench.agents import BENCH_WORKFLOWS, REVIEW_TIMEOUT, WORKFLOW_TASKS, ParkedAgent, ParkRequest
+from tower.contract.decisions import Decision, Verdict
 from worker import build_worker
 
 
@@ -32,8 +38,46 @@ def _status_kb(pid: int, field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/{pid}/status")
 
 
+async def _expiry(client: Client, run: str) -> datetime:
+    """When the run's pending request expires, from its history alone: a query would load
+    the run back into the worker's cache, which is what the measurement must not do."""
+    history = await client.get_workflow_handle(run).fetch_history()
+    # The gate parks in the run's first completed workflow task (an earlier attempt may have
+    # failed or timed out): its now() is that task's start, and the request expires the
+    # gate's timeout later.
+    started = None
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            started = e
+        elif e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            break
+    assert started is not None, f"{run} has not run a workflow task"
+    # now() as the SDK makes it: the task's time in float seconds, to a datetime.
+    now = datetime.fromtimestamp(started.event_time.ToNanoseconds() / 1e9, UTC)
+    return now + REVIEW_TIMEOUT
+
+
+async def decision_latency(client: Client, ids: list[str]) -> list[float]:
+    """Seconds from sending each approval to the run having taken its next step (DONE)."""
+    seconds = []
+    for run in ids:
+        verdict = Decision(decision_id=f"bench-{uuid.uuid4().hex[:8]}", tenant=client.namespace,
+                           run=run, gate="review", decision=Verdict.APPROVE, approver="bench",
+                           role="manager", expires_at=await _expiry(client, run))
+        handle = client.get_workflow_handle(run)
+        start = time.perf_counter()
+        try:
+            await handle.execute_update("decide", verdict.model_dump(mode="json"),
+                                        result_type=dict)
+        except WorkflowUpdateFailedError as exc:  # the refusal's reason, not just "failed"
+            raise RuntimeError(f"decision on {run} refused: {exc.cause}") from exc
+        await handle.result()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
 async def memory(client: Client, address: str, tq: str, db: Path, *, runs: int,
-                 cache: int) -> dict[str, Any]:
+                 cache: int, decisions: int = 20) -> dict[str, Any]:
     # Its stderr goes to a file: the SDK's runtime can print a fatal-at-exit message when
     # the process is stopped, which says nothing about the measurement.
     log = db.with_suffix(".log").open("w")
@@ -53,16 +97,21 @@ async def memory(client: Client, address: str, tq: str, db: Path, *, runs: int,
                 for i in ids[batch:batch + 100]))
         parked = 0
         query = f'TaskQueue="{tq}" AND AgentStatus="AWAITING_APPROVAL"'
-        for _ in range(600):  # the gate publishes AWAITING_APPROVAL to visibility
+        for _ in range(1800):  # the gate publishes AWAITING_APPROVAL to visibility
             parked = (await client.count_workflows(query)).count
             if parked >= runs:
                 break
             await asyncio.sleep(1)
         elapsed = time.perf_counter() - start
-        return {"runs": runs, "parked": parked, "cache": cache, "seconds": elapsed,
-                "idle_mb": idle_kb / 1024,
-                "rss_mb": _status_kb(proc.pid, "VmRSS") / 1024,
-                "peak_mb": _status_kb(proc.pid, "VmHWM") / 1024}
+        figures = {"runs": runs, "parked": parked, "cache": cache, "seconds": elapsed,
+                   "idle_mb": idle_kb / 1024,
+                   "rss_mb": _status_kb(proc.pid, "VmRSS") / 1024,
+                   "peak_mb": _status_kb(proc.pid, "VmHWM") / 1024}
+        # The runs started first: with more runs than the cache holds, long evicted.
+        latencies = sorted(await decision_latency(client, ids[:decisions]))
+        figures.update(decisions=len(latencies), decision_p50_s=statistics.median(latencies),
+                       decision_p95_s=latencies[math.ceil(0.95 * len(latencies)) - 1])
+        return figures
     finally:
         # The process this function started, by its own handle: SIGINT lets the worker
         # shut down cleanly; kill only if it does not.

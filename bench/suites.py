@@ -9,19 +9,16 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
+from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
-from bench.agents import Baseline, NaiveChat, NaiveMessage, Steps, StepsAgent, StepsEveryAgent
-from bench.measure import bytes_per_call, history_bytes, run_chain, turn_costs
+from bench.agents import Baseline, Steps, StepsAgent, StepsEveryAgent
+from bench.measure import history_bytes
 from worker import sandbox_runner
-from workflows.chat import ChatAgent, ChatInput, UserMessage
 
 KINDS: dict[str, Any] = {
     "baseline": Baseline.run, "tower": StepsAgent.run, "tower_every_step": StepsEveryAgent.run}
-FILLER = "please keep this in mind for later, it matters to me and my team"  # ~65 chars
 
 
 def _id(kind: str) -> str:
@@ -49,56 +46,6 @@ async def overhead(client: Client, tq: str, *, runs: int, n: int) -> dict[str, A
                      "events_per_step": len(h.events) / n,
                      "bytes_per_step": history_bytes(h) / n}
     return out
-
-
-async def _chat(client: Client, tq: str, turns: int) -> tuple[list[Any], float, list[Any]]:
-    handle = await client.start_workflow(ChatAgent.run, ChatInput(), id=_id("chat"),
-                                         task_queue=tq)
-    start = time.perf_counter()
-    for t in range(1, turns + 1):
-        await handle.execute_update(ChatAgent.send, UserMessage(text=f"turn {t:04d}: {FILLER}"))
-    elapsed = time.perf_counter() - start
-    await handle.execute_update(ChatAgent.close)
-    await handle.result()
-    chain = await run_chain(client, handle.id, handle.first_execution_run_id or "")
-    return chain, elapsed, turn_costs(chain)
-
-
-async def _naive(client: Client, tq: str, turns: int) -> tuple[list[Any], int, str]:
-    handle = await client.start_workflow(NaiveChat.run, id=_id("naive"), task_queue=tq)
-    done, stopped = 0, ""
-    for t in range(1, turns + 1):
-        try:
-            await handle.execute_update(NaiveChat.send, NaiveMessage(text=f"turn {t:04d}: "
-                                                                     f"{FILLER}"))
-        except (RPCError, WorkflowFailureError, Exception) as exc:  # the server stopped it
-            stopped = f"stopped at turn {t}: {type(exc).__name__}: {str(exc)[:120]}"
-            break
-        done = t
-    if not stopped:
-        await handle.execute_update(NaiveChat.close)
-        await handle.result()
-    chain = await run_chain(client, handle.id, handle.first_execution_run_id or "")
-    return chain, done, stopped
-
-
-async def growth(client: Client, tq: str, *, turns: int, naive_turns: int) -> dict[str, Any]:
-    chain, elapsed, costs = await _chat(client, tq, turns)
-    naive_chain, naive_done, stopped = await _naive(client, tq, naive_turns)
-    naive_costs = turn_costs(naive_chain)
-    marks = [m for m in (10, 100, 1000) if m <= turns]
-    same = min(naive_done, turns)
-    return {
-        "turns": turns, "turns_per_s": turns / elapsed, "runs": len(chain),
-        "max_run_events": max(len(h.events) for h in chain),
-        "max_run_bytes": max(history_bytes(h) for h in chain),
-        "per_call": {m: bytes_per_call(costs, m) for m in marks},
-        "naive_per_call": {m: bytes_per_call(naive_costs, m) for m in marks if m <= naive_done},
-        "total": sum(history_bytes(h) for h in chain),
-        "total_at_same": sum(c.bytes for c in costs[:same]),
-        "naive_turns": naive_done, "naive_total": sum(history_bytes(h) for h in naive_chain),
-        "naive_stopped": stopped,
-    }
 
 
 async def throughput(client: Client, tq: str, kind: str, *, runs: int, n: int) -> dict[str, Any]:

@@ -3,15 +3,21 @@ sense, never for time), and its table on fixed figures."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
 
 from activities.model import ModelSettings
-from bench.agents import BENCH_WORKFLOWS, NaiveChat, NaiveMessage
-from bench.measure import bytes_per_call, history_bytes, run_chain, turn_costs
+from bench import chat
+from bench.agents import BENCH_WORKFLOWS, NaiveChat, NaiveMessage, ParkedAgent, ParkRequest
+from bench.measure import history_bytes, run_chain, turn_costs
+from bench.parked import decision_latency
 from bench.report import table
 from bench.suites import combine
 from tower.core.window import WindowPolicy
@@ -46,31 +52,46 @@ async def test_turn_costs_follow_the_run_chain(
     assert all(c.model_calls == 1 for c in naive_costs)
     # The naive thread's calls grow with every turn; they carry the whole conversation.
     assert [c.bytes for c in naive_costs] == sorted(c.bytes for c in naive_costs)
-    assert bytes_per_call(costs, 8, window=4) > 0
     assert sum(history_bytes(h) for h in chain) > sum(c.bytes for c in costs)
 
 
 def test_table_marks_missed_targets() -> None:
     step = {"wall_ms": 100.0, "events_per_step": 6.5, "bytes_per_step": 900.0}
-    figures = {
+    figures: dict[str, Any] = {
         "args": {"concurrent": 200},
         "overhead": {"baseline": step, "tower": {**step, "wall_ms": 120.0},
                      "tower_every_step": {**step, "events_per_step": 7.5}},
-        "growth": {"turns": 1000, "turns_per_s": 10.0, "runs": 4, "max_run_events": 4100,
-                   "max_run_bytes": 2_000_000, "per_call": {10: 3000.0, 1000: 3300.0},
-                   "naive_per_call": {10: 3000.0}, "total": 1, "total_at_same": 10,
-                   "naive_turns": 400, "naive_total": 100, "naive_stopped": ""},
+        "chat": {"turns": 3000, "turns_per_s": 20.0, "runs": 6, "bytes_per_turn": 2100.0,
+                 "events_per_turn": 7.2, "bytes_at_10": 2000.0, "bytes_at_end": 2200.0,
+                 "max_run_events": 4100, "max_run_bytes": 2_000_000},
+        "pair": {"turns": 300, "latency_ms": {"tower": 40.0, "naive": 50.0},
+                 "latency_all_ms": {"tower": 40.0, "naive": 80.0}, "latency_turns": 50,
+                 "replay_s": {"tower": 3.0, "naive": 5.0}, "events": {"tower": 2100, "naive": 3300},
+                 "bytes": {"tower": 600_000, "naive": 30_000_000}},
+        "carry": {"runs": 5, "largest_carried": 2000, "threshold": 8192, "stored_payloads": 0,
+                  "failed": []},
         "throughput": {"baseline": {"transitions_per_s": 100.0},
                        "tower": {"transitions_per_s": 95.0}},
         "replay": {"transitions_per_s": 500.0, "histories": 200, "failures": 0},
-        "memory": {"runs": 1000, "parked": 1000, "peak_mb": 250.0, "idle_mb": 80.0},
+        "memory": {"runs": 10000, "parked": 10000, "peak_mb": 250.0, "idle_mb": 80.0,
+                   "decisions": 40, "decision_p95_s": 0.4},
     }
     lines = table(figures).splitlines()
-    wall = next(line for line in lines if line.startswith("| wall time"))
-    assert "1.20×" in wall and "**no**" in wall
-    growth = next(line for line in lines if "turn 1000 vs turn 10" in line)
-    assert "1.10×" in growth and "| yes" in growth
-    assert "0.10×" in next(line for line in lines if line.startswith("| total history"))
+
+    def row(start: str) -> str:
+        return next(line for line in lines if line.startswith(f"| {start}"))
+
+    assert "1.20×" in row("wall time") and "**no**" in row("wall time")
+    assert "2100" in row("history bytes per chat turn") and "| yes" in row("history bytes per")
+    assert "0.65×" in row("events per chat turn") and "| yes" in row("events per chat turn")
+    assert "1.10×" in row("bytes per turn, turn 3000") and "**no**" in row("bytes per turn,")
+    assert "0.60×" in row("replay of a 300-turn") and "**no**" in row("replay of a 300-turn")
+    assert "passes" in row("replay of a continued") and "| yes" in row("replay of a continued")
+    assert "0.80×" in row("chat turn latency") and "| yes" in row("chat turn latency")
+    assert "| yes" in row("  decision on an evicted run")
+    figures["carry"]["failed"] = ["run 2: PayloadMissing"]
+    assert "**no**" in next(line for line in table(figures).splitlines()
+                            if "continued" in line)
 
 
 def test_throughput_blocks_combine_as_all_steps_over_all_time() -> None:
@@ -81,3 +102,47 @@ def test_throughput_blocks_combine_as_all_steps_over_all_time() -> None:
     assert both["transitions_per_s"] == pytest.approx(4000 / 60)
     assert both["seconds"] == 60.0 and both["cpu_ms_per_step"] == 10.0
     assert both["blocks"] == [100.0, 50.0]
+
+
+async def test_chat_suites_measure_short_real_threads(
+    env: WorkflowEnvironment, client: Client, task_queue: str, db_path: Path, tmp_path: Path,
+) -> None:
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings(), workflows=BENCH_WORKFLOWS):
+        thread = await chat.thread(client, task_queue, turns=12)
+        pair = await chat.side_by_side(client, task_queue, turns=4, rounds=1)
+    carry = await chat.empty_store(env.client.service_client.config.target_host,
+                                   f"{task_queue}-carry", tmp_path, turns=20)
+    assert len(chat.message(7)) == 400 and chat.message(7) != chat.message(8)
+    assert thread["runs"] == 1 and thread["bytes_at_10"] > 400  # a turn holds its message
+    assert 0 < thread["bytes_per_turn"] < 10_000 and thread["events_per_turn"] > 4
+    assert pair["events"]["naive"] >= 4 * 11  # one activity per hand-written turn
+    assert set(pair["replay_s"]) == set(pair["latency_ms"]) == {"tower", "naive"}
+    assert all(v > 0 for v in [*pair["replay_s"].values(), *pair["latency_ms"].values()])
+    # Continued at least twice, each carried input under the store's threshold, and every
+    # run replayed with the store gone.
+    assert carry["runs"] >= 3 and 0 < carry["largest_carried"] < carry["threshold"]
+    assert carry["failed"] == []
+
+
+async def test_decisions_reach_evicted_parked_runs(
+    client: Client, task_queue: str, db_path: Path,
+) -> None:
+    # A one-run cache: of three parked runs, the first two are evicted when decided.
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings(), workflows=BENCH_WORKFLOWS,
+                            max_cached_workflows=1):
+        ids = [f"park-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+        for run in ids:
+            await client.start_workflow(ParkedAgent.run, ParkRequest(), id=run,
+                                        task_queue=task_queue)
+        for run in ids:  # parked: the gate's timer is in the history
+            handle = client.get_workflow_handle(run)
+            while not any(e.event_type == EventType.EVENT_TYPE_TIMER_STARTED
+                          for e in (await handle.fetch_history()).events):
+                await asyncio.sleep(0.1)
+        seconds = await decision_latency(client, ids)
+        states = [await client.get_workflow_handle(run).result() for run in ids]
+    assert len(seconds) == 3 and all(s > 0 for s in seconds)
+    assert [s["status"] for s in states] == ["DONE"] * 3
+    assert all(s["acted"] for s in states)  # approved: the gated node ran

@@ -1,0 +1,141 @@
+"""Chat-turn measurements: history per turn, growth over a long thread, turn latency and
+replay against the hand-written agent, and replay with the payload store deleted."""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from activities.model import ModelSettings
+from activities.payloads import tower_data_converter
+from bench.agents import NaiveChat, NaiveMessage
+from bench.measure import history_bytes, run_chain, turn_costs
+from starter.histories import replay as replay_checked
+from tower.core.window import WindowPolicy
+from worker import build_worker, sandbox_runner
+from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
+
+# A 400-character user message, different every turn (the turn number leads it).
+PAD = "please keep this in mind for later, it matters to me and my team. "
+
+
+def message(turn: int) -> str:
+    return (f"turn {turn:05d}: " + PAD * 7)[:400]
+
+
+def _id(kind: str) -> str:
+    return f"bench-{kind}-{uuid.uuid4().hex[:8]}"
+
+
+async def thread(client: Client, tq: str, *, turns: int) -> dict[str, Any]:
+    """One Tower thread of ``turns`` 400-character turns: what each turn costs, early and late."""
+    handle = await client.start_workflow(ChatAgent.run, ChatInput(), id=_id("chat"),
+                                         task_queue=tq)
+    start = time.perf_counter()
+    for t in range(1, turns + 1):
+        await handle.execute_update(ChatAgent.send, UserMessage(text=message(t)))
+    elapsed = time.perf_counter() - start
+    await handle.execute_update(ChatAgent.close)
+    await handle.result()
+    chain = await run_chain(client, handle.id, handle.first_execution_run_id or "")
+    costs = turn_costs(chain)
+    total_bytes = sum(history_bytes(h) for h in chain)
+    total_events = sum(len(h.events) for h in chain)
+
+    def median_bytes(end: int) -> float:
+        # The median of the 10 turns ending at ``end``: a turn that also reduced the window
+        # (one in eight) does not move it, so this compares plain turns early and late.
+        return statistics.median(c.bytes for c in costs[max(end - 10, 0):end])
+
+    return {"turns": turns, "turns_per_s": turns / elapsed, "runs": len(chain),
+            # Everything the thread stored, run starts, reductions and continue-as-new
+            # included, per turn.
+            "bytes_per_turn": total_bytes / turns, "events_per_turn": total_events / turns,
+            "bytes_at_10": median_bytes(10), "bytes_at_end": median_bytes(turns),
+            "max_run_events": max(len(h.events) for h in chain),
+            "max_run_bytes": max(history_bytes(h) for h in chain)}
+
+
+async def side_by_side(client: Client, tq: str, *, turns: int, rounds: int) -> dict[str, Any]:
+    """A Tower thread and the hand-written one, turn by turn in turns (latency), then each
+    history replayed ``rounds`` times, alternating (replay time)."""
+    tower = await client.start_workflow(ChatAgent.run, ChatInput(), id=_id("chat"),
+                                        task_queue=tq)
+    naive = await client.start_workflow(NaiveChat.run, id=_id("naive"), task_queue=tq)
+    latency: dict[str, list[float]] = {"tower": [], "naive": []}
+    for t in range(1, turns + 1):
+        order = ("tower", "naive") if t % 2 else ("naive", "tower")
+        for kind in order:
+            start = time.perf_counter()
+            if kind == "tower":
+                await tower.execute_update(ChatAgent.send, UserMessage(text=message(t)))
+            else:
+                await naive.execute_update(NaiveChat.send, NaiveMessage(text=message(t)))
+            latency[kind].append(time.perf_counter() - start)
+    histories = {"tower": await tower.fetch_history(), "naive": await naive.fetch_history()}
+    await tower.execute_update(ChatAgent.close)
+    await naive.execute_update(NaiveChat.close)
+    replays = await _replay_times(histories, rounds)
+    early = min(50, turns)
+    return {
+        "turns": turns,
+        "latency_ms": {k: 1000 * statistics.median(v[:early]) for k, v in latency.items()},
+        "latency_all_ms": {k: 1000 * statistics.median(v) for k, v in latency.items()},
+        "latency_turns": early,
+        "replay_s": {k: statistics.median(v) for k, v in replays.items()},
+        "events": {k: len(h.events) for k, h in histories.items()},
+        "bytes": {k: history_bytes(h) for k, h in histories.items()},
+    }
+
+
+async def _replay_times(histories: dict[str, WorkflowHistory], rounds: int,
+                        ) -> dict[str, list[float]]:
+    classes = {"tower": ChatAgent, "naive": NaiveChat}
+    replayers = {k: Replayer(workflows=[classes[k]], data_converter=pydantic_data_converter,
+                             workflow_runner=sandbox_runner()) for k in histories}
+    for kind in histories:  # warm up: imports and the one-off sandbox check
+        await replayers[kind].replay_workflow(histories[kind])
+    times: dict[str, list[float]] = {k: [] for k in histories}
+    for r in range(rounds):
+        for kind in (("tower", "naive") if r % 2 else ("naive", "tower")):
+            start = time.perf_counter()
+            await replayers[kind].replay_workflow(histories[kind])
+            times[kind].append(time.perf_counter() - start)
+    return times
+
+
+async def empty_store(address: str, tq: str, folder: Path, *, turns: int,
+                      threshold: int = 8 * 1024) -> dict[str, Any]:
+    """A thread with a never-reduced window that continues-as-new, on a client and worker
+    whose payloads over ``threshold`` go to an external store; then the store is deleted
+    and every run replayed from its history."""
+    store = folder / "payloads"
+    client = await Client.connect(address, data_converter=tower_data_converter(
+        store, threshold, env={}))
+    config = ChatConfig(window=WindowPolicy(max_messages=1000, max_tokens=1_000_000),
+                        continue_as_new_after=60)
+    async with build_worker(client, task_queue=tq, db_path=folder / "tools.sqlite",
+                            models=ModelSettings()):
+        handle = await client.start_workflow(ChatAgent.run, ChatInput(config=config),
+                                             id=_id("carry"), task_queue=tq)
+        for t in range(1, turns + 1):
+            await handle.execute_update(ChatAgent.send, UserMessage(text=message(t)))
+        await handle.execute_update(ChatAgent.close)
+        await handle.result()
+    chain = await run_chain(client, handle.id, handle.first_execution_run_id or "")
+    carried = [h.events[-1].workflow_execution_continued_as_new_event_attributes.input.ByteSize()
+               for h in chain[:-1]]
+    stored = sum(1 for p in store.rglob("*") if p.is_file()) if store.exists() else 0
+    shutil.rmtree(store, ignore_errors=True)
+    results = await replay_checked([(f"run {i}", h) for i, h in enumerate(chain)])
+    failed = [f"{r.source}: {r.failure or r.problems}" for r in results if not r.ok]
+    return {"runs": len(chain), "largest_carried": max(carried, default=0),
+            "threshold": threshold, "stored_payloads": stored, "failed": failed}
