@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +49,10 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _tower_fork_server() -> Iterator[None]:
+async def _tower_fork_server() -> AsyncIterator[None]:
     """The CLI tests' fork server (towercli), if one started, is stopped with the session."""
     yield
-    towercli.stop_server()
+    await towercli.stop_server()
 
 
 @pytest.fixture

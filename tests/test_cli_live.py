@@ -14,7 +14,7 @@ import click
 import pytest
 from temporalio.testing import WorkflowEnvironment
 from test_cli import TOWER, address_of, cli_env, tower
-from towercli import tower_cli
+from towercli import tower_cli, until_connected
 
 from activities.model import ModelSettings
 from starter.cli import COMMANDS, cli
@@ -99,7 +99,8 @@ async def test_watch_follows_a_run_live_and_stops_at_its_gate(
     watcher = await asyncio.create_subprocess_exec(
         TOWER, "watch", run_id, "--until-pause", "--json", "--timeout", "60",
         env=cli_env(address), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    await asyncio.sleep(1.0)  # the watcher is polling a run no worker has touched yet
+    # The watcher is talking to the server about a run no worker has touched yet.
+    await until_connected(watcher.pid, int(address.rsplit(":", 1)[1]))
     async with build_worker(env.client, task_queue=task_queue, db_path=db_path,
                             models=ModelSettings()):
         out_b, err_b = await asyncio.wait_for(watcher.communicate(), 60)

@@ -13,6 +13,7 @@ at a time. Tests that need the installed script itself, or a live pipe, run `TOW
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import pkgutil
@@ -75,9 +76,15 @@ class _ForkServer:
                 return (code, Path(files["out"]).read_text(encoding="utf-8", errors="replace"),
                         Path(files["err"]).read_text(encoding="utf-8", errors="replace"))
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
-            self.proc.kill()
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()  # end of requests: the server exits
+            try:
+                await asyncio.wait_for(self.proc.wait(), 10)
+            except TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
 
 
 _SERVER: _ForkServer | None = None
@@ -90,9 +97,35 @@ def _server() -> _ForkServer:
     return _SERVER
 
 
-def stop_server() -> None:
+async def stop_server() -> None:
     if _SERVER is not None:
-        _SERVER.stop()
+        await _SERVER.stop()
+
+
+def connected(pid: int, port: int) -> bool:
+    """Whether process ``pid`` has an established TCP connection to ``port`` (Linux /proc):
+    how a test knows a command it started is talking to the server yet."""
+    prefix = "socket:["
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            link = os.readlink(fd)
+            if link.startswith(prefix):
+                inodes.add(link[len(prefix):-1])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()  # sl local remote state ... inode
+                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                if remote_port == port and fields[3] == "01" and fields[9] in inodes:
+                    return True
+    return False
+
+
+async def until_connected(pid: int, port: int, seconds: float = 60) -> None:
+    async with asyncio.timeout(seconds):
+        while not connected(pid, port):
+            await asyncio.sleep(0.05)
 
 
 # ---- the server side (this file run as a script) -------------------------------------
