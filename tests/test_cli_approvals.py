@@ -7,12 +7,10 @@ import os
 import re
 from pathlib import Path
 
+from conftest import WorkerFactory
 from gatekit import make_shop, refunds, schema, wait_pending
 from temporalio.testing import WorkflowEnvironment
 from towercli import tower_cli
-
-from activities.model import ModelSettings
-from worker import build_worker
 
 SECRET = "cli-test-secret"
 
@@ -27,12 +25,12 @@ async def tower(env: WorkflowEnvironment, cwd: Path, *args: str,
 
 
 async def test_refund_paused_listed_refused_then_approved_from_the_cli(
-    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path,
+    scripted_worker: WorkerFactory,
 ) -> None:
     run = f"refund-cli-{task_queue}"
     request = '{"message": "Please refund $1,200 on invoice INV-2004"}'
-    async with build_worker(env.client, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker():
         code, out, err = await tower(env, tmp_path, "run", "refund", "--input", request,
                                      "--id", run, "--task-queue", task_queue)
         assert code == 0, err
@@ -72,14 +70,14 @@ async def test_refund_paused_listed_refused_then_approved_from_the_cli(
 
 
 async def test_migration_rejected_from_the_cli_changes_nothing(
-    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path,
+    scripted_worker: WorkerFactory,
 ) -> None:
     shop = make_shop(db_path)
     before = schema(shop)
     run = f"migration-cli-{task_queue}"
     request = '{"database": "shop", "script": "DROP TABLE legacy_notes;"}'
-    async with build_worker(env.client, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker():
         code, out, err = await tower(env, tmp_path, "run", "migration", "--input", request,
                                      "--id", run, "--task-queue", task_queue)
         assert code == 0 and "gate dba_review" in out, err
@@ -102,7 +100,8 @@ async def test_migration_rejected_from_the_cli_changes_nothing(
 
 
 async def test_unsigned_only_when_the_deployment_allows_it(
-    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path,
+    scripted_worker: WorkerFactory,
 ) -> None:
     run = f"refund-unsigned-{task_queue}"
     request = '{"message": "Please refund $900 on invoice INV-2004"}'
@@ -110,8 +109,7 @@ async def test_unsigned_only_when_the_deployment_allows_it(
                                "--task-queue", task_queue, "--no-follow",
                                TOWER_APPROVAL_SECRET="")
     assert code == 2 and "no approval secret for tenant 'default'" in err
-    async with build_worker(env.client, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker():
         code, out, err = await tower(env, tmp_path, "run", "refund", "--input", request,
                                      "--id", run, "--task-queue", task_queue,
                                      TOWER_APPROVAL_SECRET="", TOWER_ALLOW_UNSIGNED="1")

@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from conftest import WorkerFactory
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 from test_cli import address_of, cli_env, tower
 from towercli import tower_cli
 
-from activities.model import ModelSettings
-from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
 from workflows.chat import ChatState
 
@@ -23,16 +21,12 @@ async def tower_stdin(address: str, stdin: str, *args: str) -> tuple[int, str, s
     return await tower_cli(list(args), env=cli_env(address), stdin=stdin)
 
 
-def scripted_worker(env: WorkflowEnvironment, task_queue: str, db_path: Path) -> Worker:
-    return build_worker(env.client, task_queue=task_queue, db_path=db_path,
-                        models=ModelSettings())
-
 
 async def test_a_new_thread_from_messages_then_from_stdin_then_closed(
-    env: WorkflowEnvironment, task_queue: str, db_path: Path
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, scripted_worker: WorkerFactory
 ) -> None:
     address = address_of(env)
-    async with scripted_worker(env, task_queue, db_path):
+    async with scripted_worker():
         code, out, err = await tower(address, "chat", "--task-queue", task_queue, "--json",
                                      "-m", "hello there", "-m", "what is my status? ACC-1001")
         assert code == 0, err
@@ -56,10 +50,10 @@ async def test_a_new_thread_from_messages_then_from_stdin_then_closed(
 
 
 async def test_a_refused_message_changes_nothing(
-    env: WorkflowEnvironment, task_queue: str, db_path: Path
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, scripted_worker: WorkerFactory
 ) -> None:
     address = address_of(env)
-    async with scripted_worker(env, task_queue, db_path):
+    async with scripted_worker():
         code, out, err = await tower(address, "chat", "--task-queue", task_queue, "-m", "hi")
         assert code == 0, err
         thread = out.split()[1]
@@ -77,13 +71,13 @@ async def test_a_refused_message_changes_nothing(
 
 
 async def test_threads_that_cannot_be_talked_to(
-    env: WorkflowEnvironment, task_queue: str, db_path: Path
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, scripted_worker: WorkerFactory
 ) -> None:
     address = address_of(env)
     code, _, err = await tower(address, "chat", "no-such-thread", "-m", "hi")
     assert code == 2 and "thread 'no-such-thread' not found" in err
     run = f"account-{task_queue}"
-    async with scripted_worker(env, task_queue, db_path):
+    async with scripted_worker():
         await env.client.execute_workflow(AccountAgent.run, AccountRequest(question="ACC-1001?"),
                                           id=run, task_queue=task_queue)
     code, _, err = await tower(address, "chat", run, "-m", "hi")

@@ -13,26 +13,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from conftest import WorkerFactory
 from gatekit import refund_request, wait_pending
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of, tower
 
-from activities.model import ModelSettings
 from starter.live import watch
-from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
 
 TOWER = str(Path(sys.executable).parent / "tower")
 
 
 async def test_pending_and_list_need_no_worker_and_state_says_one_is_missing(
-    env: WorkflowEnvironment, task_queue: str, db_path: Path
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, scripted_worker: WorkerFactory
 ) -> None:
     address, client = address_of(env), env.client
     run = f"nowork-{task_queue}"
-    async with build_worker(client, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker():
         handle = await client.start_workflow("refund", refund_request(client, run), id=run,
                                              task_queue=task_queue)
         await wait_pending(handle)
@@ -62,11 +60,10 @@ async def test_pending_and_list_need_no_worker_and_state_says_one_is_missing(
 
 
 async def test_a_run_waiting_for_an_outside_event_is_not_followed_forever(
-    env: WorkflowEnvironment, task_queue: str, db_path: Path
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, scripted_worker: WorkerFactory
 ) -> None:
     address, run = address_of(env), f"idle-{task_queue}"
-    async with build_worker(env.client, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker():
         code, out, err = await tower(
             address, "run", "lifecycle", "--input", '{"goal": "Check ACC-1001", "start": false}',
             "--id", run, "--task-queue", task_queue, "--json")
@@ -82,12 +79,11 @@ async def test_a_run_waiting_for_an_outside_event_is_not_followed_forever(
 
 
 async def test_24_runs_followed_while_they_end_show_every_transition(
-    client: Client, task_queue: str, db_path: Path
+    client: Client, task_queue: str, db_path: Path, scripted_worker: WorkerFactory
 ) -> None:
     """`tower run --json` follows with ``watch``: each of 24 concurrent runs, followed from
     its start, shows all four moves, the last one (-> DONE) included."""
-    async with build_worker(client, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker():
         handles = [await client.start_workflow(
             AccountAgent.run, AccountRequest(question=f"Check ACC-100{i % 3 + 1}"),
             id=f"follow-{task_queue}-{i}", task_queue=task_queue) for i in range(24)]
@@ -101,11 +97,10 @@ async def test_24_runs_followed_while_they_end_show_every_transition(
 
 
 async def test_inspect_json_is_data(
-    env: WorkflowEnvironment, task_queue: str, db_path: Path
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, scripted_worker: WorkerFactory
 ) -> None:
     address, run = address_of(env), f"inspect-{task_queue}"
-    async with build_worker(env.client, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker():
         await env.client.execute_workflow(AccountAgent.run,
                                           AccountRequest(question="Check ACC-1001"), id=run,
                                           task_queue=task_queue)
@@ -119,12 +114,11 @@ async def test_inspect_json_is_data(
 
 
 async def test_tracing_run_json_prints_only_json_on_stdout(
-    env: WorkflowEnvironment, task_queue: str, db_path: Path
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, scripted_worker: WorkerFactory
 ) -> None:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TEMPORAL_"))}
     environ.update({"TEMPORAL_ADDRESS": address_of(env), "TOWER_TRACING": "1"})
-    async with build_worker(env.client, task_queue=task_queue, db_path=db_path,
-                            models=ModelSettings()):
+    async with scripted_worker():
         proc = await asyncio.create_subprocess_exec(
             TOWER, "run", "account", "--input", '{"question": "Check ACC-1002"}',
             "--task-queue", task_queue, "--json", env=environ, stdout=subprocess.PIPE,
