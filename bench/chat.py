@@ -103,12 +103,14 @@ async def _replay_times(histories: dict[str, WorkflowHistory], rounds: int,
                              workflow_runner=sandbox_runner()) for k in histories}
     for kind in histories:  # warm up: imports and the one-off sandbox check
         await replayers[kind].replay_workflow(histories[kind])
+    # CPU time of this process (the SDK core's threads included): on a shared machine the
+    # wall time of the same replay varied twofold from one run to the next.
     times: dict[str, list[float]] = {k: [] for k in histories}
     for r in range(rounds):
         for kind in (("tower", "naive") if r % 2 else ("naive", "tower")):
-            start = time.perf_counter()
+            start = time.process_time()
             await replayers[kind].replay_workflow(histories[kind])
-            times[kind].append(time.perf_counter() - start)
+            times[kind].append(time.process_time() - start)
     return times
 
 

@@ -43,7 +43,7 @@ def table(f: dict[str, Any]) -> str:
     add(f"bytes per turn, turn {c['turns']} vs turn 10 (median of 10)", c["bytes_at_end"],
         c["bytes_at_10"], ".0f", "≤ 1.05×", growth <= 1.05)
     replay = p["replay_s"]["tower"] / p["replay_s"]["naive"]
-    add(f"replay of a {p['turns']}-turn thread vs hand-written (median s)",
+    add(f"replay of a {p['turns']}-turn thread vs hand-written (median CPU s)",
         p["replay_s"]["tower"], p["replay_s"]["naive"], ".2f", "≤ 0.50×", replay <= 0.5)
     rows.append((f"replay of a continued thread ({carry['runs']} runs), payload store deleted",
                  "passes" if not carry["failed"] else f"fails: {carry['failed'][0][:60]}",

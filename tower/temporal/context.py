@@ -177,11 +177,12 @@ class NodeContext:
         reply: ModelReply
         if local:
             # Recorded as one marker holding the result; a worker lost mid-call is noticed
-            # at the workflow task timeout and the task (with the call) runs elsewhere.
+            # at the workflow task timeout and the task (with the call) runs elsewhere. No
+            # summary: the node is in the run's current details, and a summary is one more
+            # payload to record and to convert on every replay.
             reply = await workflow.execute_local_activity(
                 "call_model", request, result_type=ModelReply,
-                start_to_close_timeout=timedelta(seconds=120), retry_policy=MODEL_RETRY,
-                summary=f"{self.node.name} · model")
+                start_to_close_timeout=timedelta(seconds=120), retry_policy=MODEL_RETRY)
         else:
             reply = await workflow.execute_activity(
                 "call_model", request, result_type=ModelReply,
