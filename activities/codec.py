@@ -115,6 +115,23 @@ class EncryptionCodec(PayloadCodec):
         return Payload.FromString(plain)
 
 
+class NoKeys(PayloadCodec):
+    """The codec of a process without TOWER_CODEC_KEYS: writes in clear, and refuses an
+    encrypted payload with one clear line instead of an 'unknown encoding' traceback."""
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(payloads)
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        for p in payloads:
+            if p.metadata.get("encoding") == ENCODING:
+                key_id = p.metadata.get(KEY_ID, b"").decode() or "?"
+                raise CodecError(f"payloads are encrypted (key {key_id!r}) and "
+                                 "TOWER_CODEC_KEYS is not set: set it to the keys the "
+                                 "workers use")
+        return list(payloads)
+
+
 def codec_from_env(env: Mapping[str, str] | None = None) -> EncryptionCodec | None:
     ring = KeyRing.from_env(env)
     return EncryptionCodec(ring) if ring else None

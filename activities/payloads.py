@@ -31,7 +31,7 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
-from .codec import codec_from_env
+from .codec import NoKeys, codec_from_env
 
 DEFAULT_DIR = Path(".tower") / "payloads"
 # Far below Temporal's 2 MiB payload limit, far above any routine activity input.
@@ -100,8 +100,8 @@ def tower_data_converter(
     storage = ExternalStorage(drivers=[LocalDirDriver(root)], payload_size_threshold=limit)
     converter = dataclasses.replace(pydantic_data_converter, external_storage=storage)
     codec = codec_from_env(env)
-    if codec is None:
-        return converter
+    if codec is None:  # writes in clear; an encrypted payload gets one clear error
+        return dataclasses.replace(converter, payload_codec=NoKeys())
     # Encrypted at rest (activities/codec.py): payloads and failure messages alike.
     return dataclasses.replace(converter, payload_codec=codec,
                                failure_converter_class=DefaultFailureConverterWithEncodedAttributes)

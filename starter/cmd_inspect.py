@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
-from temporalio.api.common.v1 import WorkflowExecution
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload, WorkflowExecution
 from temporalio.api.enums.v1 import ResetReapplyExcludeType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import WorkflowHistory
@@ -65,6 +67,7 @@ async def replayed(run: str, run_id: str | None) -> tuple[WorkflowHistory, Repla
     except HistoryError as exc:
         raise CliError(str(exc)) from None
     (source, history), = histories
+    await readable(source, history)
     result, = await replay(histories, namespace=namespace)
     if result.failure:
         raise CliError(f"{source} does not replay against the current code, so its steps "
@@ -72,6 +75,41 @@ async def replayed(run: str, run_id: str | None) -> tuple[WorkflowHistory, Repla
     if not result.log:
         raise CliError(f"{source} is a {result.workflow_type!r} run with no transitions yet")
     return history, result
+
+
+async def readable(source: str, history: WorkflowHistory) -> None:
+    """A CliError naming the keys when this process cannot decrypt the history's payloads
+    (replaying it anyway would fail as if the code had changed)."""
+    from activities.codec import ENCODING, CodecError
+    from activities.payloads import tower_data_converter
+
+    codec = tower_data_converter().payload_codec
+    sealed = next((p for e in history.events for p in payloads_in(e)
+                   if p.metadata.get("encoding") == ENCODING), None)
+    if codec is None or sealed is None:
+        return
+    try:
+        await codec.decode([sealed])
+    except CodecError as exc:
+        raise CliError(f"cannot read {source}: {exc}") from None
+
+
+def payloads_in(message: Message) -> Iterator[Payload]:
+    """Every Payload inside a protobuf message (an event and all it holds)."""
+    for fd, value in message.ListFields():
+        if fd.message_type is None:
+            continue
+        if fd.message_type.GetOptions().map_entry:
+            items = list(value.values())
+        elif isinstance(value, Message):
+            items = [value]
+        else:  # a repeated field
+            items = list(value)
+        for item in items:
+            if isinstance(item, Payload):
+                yield item
+            elif isinstance(item, Message):
+                yield from payloads_in(item)
 
 
 async def _inspect(run: str, run_id: str | None, step: int | None, as_json: bool) -> int:

@@ -9,6 +9,7 @@ import os
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -65,11 +66,18 @@ def test_bad_keys_are_refused_clearly(spec: str, message: str) -> None:
         KeyRing.parse(spec)
 
 
-def _post(url: str, body: bytes, origin: str = "http://localhost:8233",
-          method: str = "POST") -> tuple[int, dict[str, str], bytes]:
+TOKEN = "codec-test-token-0123456789"
+
+
+def _post(url: str, body: bytes, origin: str | None = "http://localhost:8233",
+          method: str = "POST", token: str | None = TOKEN) -> tuple[int, dict[str, str], bytes]:
+    headers = {"Content-Type": "application/json", "X-Namespace": "default"}
+    if origin:
+        headers["Origin"] = origin
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(url, data=body if method == "POST" else None, method=method,
-                                     headers={"Content-Type": "application/json",
-                                              "Origin": origin, "X-Namespace": "default"})
+                                     headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, dict(response.headers), response.read()
@@ -77,34 +85,63 @@ def _post(url: str, body: bytes, origin: str = "http://localhost:8233",
         return exc.code, dict(exc.headers), exc.read()
 
 
-def test_codec_server_encodes_decodes_with_cors_for_the_ui() -> None:
-    server = build_server(EncryptionCodec(ring(f"k1={K1}")), port=0)
+@pytest.fixture
+def codec_url() -> Iterator[str]:
+    server = build_server(EncryptionCodec(ring(f"k1={K1}")), token=TOKEN, port=0)
     serve_in_thread(server)
-    base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        plain = Payloads(payloads=[Payload(metadata={"encoding": b"json/plain"},
-                                           data=b'"ACC-1001"')])
-        status, headers, body = _post(f"{base}/encode", json_format.MessageToJson(plain).encode())
-        assert status == 200 and headers["Access-Control-Allow-Origin"] == "http://localhost:8233"
-        encoded = json_format.Parse(body, Payloads())
-        assert encoded.payloads[0].metadata["encoding"] == ENCODING
-        status, _, body = _post(f"{base}/decode", body)
-        assert status == 200 and json_format.Parse(body, Payloads()) == plain
-        status, headers, _ = _post(f"{base}/decode", b"", method="OPTIONS")
-        assert status == 200 and "X-Namespace" in headers["Access-Control-Allow-Headers"]
-        status, headers, _ = _post(f"{base}/decode", b"", origin="http://evil.example",
-                                   method="OPTIONS")
-        assert status == 403 and "Access-Control-Allow-Origin" not in headers
-        status, _, body = _post(f"{base}/decode", b"{not json")
-        assert status == 400 and "not a Payloads JSON" in json.loads(body)["error"]
-        foreign = EncryptionCodec(ring(f"k9={K2}")).encrypt(plain.payloads[0])
-        status, _, body = _post(f"{base}/decode", json_format.MessageToJson(
-            Payloads(payloads=[foreign])).encode())
-        assert status == 400 and "'k9'" in json.loads(body)["error"]
-        assert _post(f"{base}/nope", b"{}")[0] == 404
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+PLAIN = Payloads(payloads=[Payload(metadata={"encoding": b"json/plain"}, data=b'"ACC-1001"')])
+
+
+def test_codec_server_encodes_decodes_with_cors_for_the_ui(codec_url: str) -> None:
+    base = codec_url
+    status, headers, body = _post(f"{base}/encode", json_format.MessageToJson(PLAIN).encode())
+    assert status == 200 and headers["Access-Control-Allow-Origin"] == "http://localhost:8233"
+    encoded = json_format.Parse(body, Payloads())
+    assert encoded.payloads[0].metadata["encoding"] == ENCODING
+    status, _, body = _post(f"{base}/decode", body)
+    assert status == 200 and json_format.Parse(body, Payloads()) == PLAIN
+    status, headers, _ = _post(f"{base}/decode", b"", method="OPTIONS", token=None)
+    assert status == 200 and "X-Namespace" in headers["Access-Control-Allow-Headers"]
+    status, _, body = _post(f"{base}/decode", b"{not json")
+    assert status == 400 and "not a Payloads JSON" in json.loads(body)["error"]
+    foreign = EncryptionCodec(ring(f"k9={K2}")).encrypt(PLAIN.payloads[0])
+    status, _, body = _post(f"{base}/decode", json_format.MessageToJson(
+        Payloads(payloads=[foreign])).encode())
+    assert status == 400 and "'k9'" in json.loads(body)["error"]
+    assert _post(f"{base}/nope", b"{}")[0] == 404
+    # The dev server's UI cannot send headers: its endpoint URL carries the token instead.
+    status, _, body = _post(f"{base}/{TOKEN}/encode", json_format.MessageToJson(PLAIN).encode(),
+                            token=None)
+    assert status == 200 and json_format.Parse(body, Payloads()).payloads[0].data != b""
+
+
+def test_codec_server_decodes_nothing_for_strangers(codec_url: str) -> None:
+    """Whoever can call /decode reads every payload: without the token, or from a page of
+    another origin, the answer is a refusal that carries no payload."""
+    sealed = EncryptionCodec(ring(f"k1={K1}")).encrypt(PLAIN.payloads[0])
+    body = json_format.MessageToJson(Payloads(payloads=[sealed])).encode()
+    for kwargs in ({"token": None}, {"token": "codec-test-token-wrong-guess"},
+                   {"token": None, "origin": None}, {"origin": "http://evil.example"},
+                   {"origin": "http://evil.example", "token": None}):
+        for path in ("/decode", "/encode", "/x/decode", f"/{TOKEN[:-1]}/decode"):
+            status, headers, answer = _post(codec_url + path, body, **kwargs)
+            assert status in (401, 403), (kwargs, path, status)
+            assert b"ACC-1001" not in answer and "Access-Control-Allow-Origin" not in headers
+    status, headers, _ = _post(f"{codec_url}/decode", b"", origin="http://evil.example",
+                               method="OPTIONS", token=None)
+    assert status == 403 and "Access-Control-Allow-Origin" not in headers
+    # The `temporal` CLI (no Origin header) with the token is served.
+    status, _, answer = _post(f"{codec_url}/decode", body, origin=None)
+    assert status == 200 and json_format.Parse(answer, Payloads()) == PLAIN
+    with pytest.raises(ValueError, match="at least 16"):
+        build_server(EncryptionCodec(ring(f"k1={K1}")), token="short", port=0)
 
 
 def test_dev_server_gets_the_ui_codec_endpoint() -> None:
@@ -171,3 +208,11 @@ async def test_history_is_ciphertext_yet_replays_and_reads(
     code, _, err = await _tower(client, {"TOWER_CODEC_KEYS": f"k3={new_key()}"}, "state",
                                 history.workflow_id)
     assert code != 0 and "k2" in err, "the wrong keys cannot read the run"
+    # No keys at all: one line that says so, from state and inspect alike (not a traceback,
+    # and not "does not replay against the current code": the code is fine).
+    for command in ("state", "inspect"):
+        code, out, err = await _tower(client, {"TOWER_CODEC_KEYS": ""}, command,
+                                      history.workflow_id)
+        assert code == 2 and out == "" and len(err.splitlines()) == 1, (command, err)
+        assert err.startswith("error: ") and "TOWER_CODEC_KEYS is not set" in err
+        assert "replay" not in err and "'k2'" in err
