@@ -13,9 +13,10 @@ from enum import StrEnum
 import openai
 import pydantic
 
+from tower.contract.wire import AGENT_HEADER, NODE_HEADER  # noqa: F401  (re-exported)
+
 # Sent with every request so a gateway's logs (and the loopback server) can tell
 # which agent and node asked.
-AGENT_HEADER, NODE_HEADER = "X-Tower-Agent", "X-Tower-Node"
 # A gateway asking for more than this gets it capped: the run's own budget decides.
 MAX_RETRY_AFTER = 300.0
 

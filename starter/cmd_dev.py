@@ -4,12 +4,26 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import click
 
 from starter.output import json_option, print_json
 
 DEFAULT_DB = os.path.join(".tower", "temporal.sqlite")
+
+
+def prepare_dev_setup(tenants: list[str] | None = None) -> list[str]:
+    """What a development setup needs beside the server: an approval secret, so gated runs
+    can start and be decided (`tower run refund`, `tower approve`). Says what it made."""
+    from starter.approvals import ensure_dev_secret, secret_for, unsigned_allowed
+
+    if unsigned_allowed() or any(secret_for(t) for t in ["default", *(tenants or [])]):
+        return []
+    if ensure_dev_secret():
+        return ["created a development approval secret in .tower/approval-secret "
+                "(production: set TOWER_APPROVAL_SECRET or TOWER_APPROVAL_SECRET_<TENANT>)"]
+    return []
 
 
 @click.command("dev", help=(
@@ -37,6 +51,8 @@ def command(port: int, ui_port: int, db: str, headless: bool, tenants: tuple[str
 
     for tenant in tenants:
         check_tenant(tenant)
+    for line in prepare_dev_setup(list(tenants)):
+        print(line, file=sys.stderr)
     extra = ["--ui-codec-endpoint", ui_codec_endpoint] if ui_codec_endpoint else []
     cmd = dev_server_command(port=port, ui_port=ui_port, db=db, headless=headless,
                              namespaces=list(tenants), extra=extra)

@@ -24,14 +24,15 @@ from starter.output import json_option, print_json
               help="how long a 'slow' fault holds the reply")
 @json_option("print the server's address as one JSON line, then serve")
 def command(port: int, fault_rate: float, seed: int, slow_seconds: float, as_json: bool) -> int:
-    from starter.model_server import LoopbackModelServer
+    from activities.scripted import scripted_reply
+    from tower.testing.model_server import LoopbackModelServer
 
     if not 0.0 <= fault_rate <= 1.0:
         raise CliError(f"--fault-rate must be between 0 and 1, not {fault_rate}")
     if not 0 <= port <= 65535:
         raise CliError(f"--port must be between 0 and 65535, not {port}")
     try:
-        server = LoopbackModelServer(port, fault_rate=fault_rate, seed=seed,
+        server = LoopbackModelServer(port, replies=scripted_reply, fault_rate=fault_rate, seed=seed,
                                      slow_seconds=slow_seconds)
     except OSError as exc:
         raise CliError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None

@@ -4,13 +4,13 @@ migration paused and rejected. Decisions go through the same code as `tower appr
 from __future__ import annotations
 
 import os
-import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
 
+from activities.tools.migrations import create_example_databases
 from starter.approvals import ensure_dev_secret, secret_for, unsigned_allowed, with_approvals
 from starter.cmd_approve import print_outcome, send_decision
 from starter.cmd_run import print_outcome as print_run_outcome
@@ -21,22 +21,12 @@ from worker import DEFAULT_DB
 from workflows.migration import MigrationRequest
 from workflows.refund import RefundRequest
 
-SHOP = """
-CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, fax TEXT);
-CREATE TABLE legacy_notes (id INTEGER PRIMARY KEY, body TEXT);
-INSERT INTO customers (name, fax) VALUES ('Ada', '555-0100'), ('Grace', NULL);
-INSERT INTO legacy_notes (body) VALUES ('call back on Monday');
-"""
-
 
 def demo_shop() -> Path:
     """The demo's application database, beside the tools' database (created once)."""
-    path = Path(os.environ.get("TOWER_DB") or DEFAULT_DB).parent / "databases" / "shop.sqlite"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with sqlite3.connect(path) as db:
-            db.executescript(SHOP)
-    return path
+    tools = Path(os.environ.get("TOWER_DB") or DEFAULT_DB)
+    create_example_databases(tools)
+    return tools.parent / "databases" / "shop.sqlite"
 
 
 def prepare_secret(tenant: str) -> None:

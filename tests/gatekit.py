@@ -93,6 +93,7 @@ def make_shop(tools_db: Path) -> Path:
     """A real application database for migrations, beside the tools' database."""
     path = tools_db.parent / "databases" / "shop.sqlite"
     path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)  # a new tools database made the example one: start afresh
     with sqlite3.connect(path) as db:
         db.executescript(SHOP_SCHEMA)
     return path

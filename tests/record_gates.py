@@ -1,7 +1,7 @@
-"""Record gated runs for replay: `python -m starter.record_gates [--out tests/histories/gates]`.
+"""Record gated runs for replay: `python -m tests.record_gates [--out tests/histories/gates]`.
 
 Each run here gets human decisions (updates and signals, refused and accepted), which
-``starter.record_histories`` (demo inputs only) cannot give, so the replay tests also
+``tests.record_histories`` (demo inputs only) cannot give, so the replay tests also
 cover waiting at a gate, a refused signal, an approval with an edit, a rejection and a
 stale re-check. Decisions are signed with a throw-away secret; only the per-run key
 derived from it is in the histories.
@@ -24,8 +24,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.model import ModelSettings
+from activities.tools.migrations import EXAMPLE_SHOP
 from starter.approvals import make_decision, settings_for_run
-from starter.demo_gates import SHOP
 from starter.devserver import temporal_binary
 from starter.histories import report_unreplayable
 from tower.contract import search
@@ -80,7 +80,7 @@ async def record(out: Path) -> list[str]:
             shop = Path(tmp) / "databases" / "shop.sqlite"
             shop.parent.mkdir()
             with sqlite3.connect(shop) as db:
-                db.executescript(SHOP)
+                db.executescript(EXAMPLE_SHOP)
             async with build_worker(client, task_queue=QUEUE, db_path=Path(tmp) / "tools.db",
                                     models=ModelSettings()):
                 big = RefundRequest(message="Please refund $1,200 on invoice INV-2004")

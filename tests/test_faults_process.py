@@ -22,9 +22,10 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from activities.scripted import scripted_reply
 from activities.tools.db import connect
-from starter.model_server import Fault, LoopbackModelServer
 from tower.temporal.runtime import FAILED_WAIT_MEMO
+from tower.testing.model_server import Fault, LoopbackModelServer
 from workflows.order import OrderAgent, OrderRequest, OrderState
 from workflows.refund import RefundAgent
 
@@ -33,7 +34,7 @@ TEXT = "2 x WIDGET-1 to 7 Quay St, Dublin, US"
 
 @pytest.fixture
 def model_server() -> Iterator[LoopbackModelServer]:
-    with LoopbackModelServer() as srv:
+    with LoopbackModelServer(replies=scripted_reply) as srv:
         yield srv
 
 
@@ -223,7 +224,8 @@ async def test_fifty_runs_under_thirty_percent_model_faults(
             requests.append(OrderRequest(text="1 x GIZMO-3 to 2 Elm Rd, Austin, US"))
         else:
             requests.append(OrderRequest(text=TEXT))
-    with LoopbackModelServer(fault_rate=0.3, seed=4, slow_seconds=4) as model_server:
+    with LoopbackModelServer(replies=scripted_reply, fault_rate=0.3, seed=4,
+                             slow_seconds=4) as model_server:
         worker = WorkerProcess(address_of(env), task_queue, db_path, model_server.base_url,
                                tmp_path / "worker.log", timeout=2).start()
         try:

@@ -42,7 +42,7 @@ def test_every_agent_with_a_demo_input_is_recorded() -> None:
     demo_agents = {agent for agent, _, _ in RUNS}
     assert demo_agents <= set(AGENTS)
     missing = demo_agents - recorded
-    assert not missing, f"re-run `python -m starter.record_histories`: {sorted(missing)}"
+    assert not missing, f"re-run `python -m tests.record_histories`: {sorted(missing)}"
 
 
 async def test_recordings_include_failed_gated_and_parked_runs() -> None:

@@ -13,9 +13,10 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.fallback import Endpoint, parse_models
 from activities.model import ModelActivities, ModelSettings
-from starter.model_server import Fault, LoopbackModelServer
+from activities.scripted import scripted_reply
 from tower import Message
 from tower.contract.wire import ModelReply, ModelRequest
+from tower.testing.model_server import Fault, LoopbackModelServer
 
 REQUEST = ModelRequest(agent="order", node="parse", system="Extract the order.",
                        messages=[Message(role="user", content="2 x WIDGET-1 to 1 Main St, US")])
@@ -23,7 +24,7 @@ REQUEST = ModelRequest(agent="order", node="parse", system="Extract the order.",
 
 @pytest.fixture
 def server() -> Iterator[LoopbackModelServer]:
-    with LoopbackModelServer() as srv:
+    with LoopbackModelServer(replies=scripted_reply) as srv:
         yield srv
 
 
@@ -93,7 +94,7 @@ async def test_bad_requests_and_refusals_are_not_retried_nor_sent_elsewhere(
 
 
 async def test_a_model_on_its_own_endpoint_is_a_fallback_too(server: LoopbackModelServer) -> None:
-    with LoopbackModelServer() as other:
+    with LoopbackModelServer(replies=scripted_reply) as other:
         server.set_down("primary")
         reply = await call(server, ["primary", f"local@{other.base_url}"])
     assert reply.model == "local"
@@ -113,7 +114,7 @@ async def test_schema_violations_and_unknown_tools_reach_the_workflow_to_be_corr
 
 async def test_random_faults_are_seeded_and_near_the_rate() -> None:
     def outcomes(seed: int) -> list[str]:
-        srv = LoopbackModelServer(fault_rate=0.3, seed=seed)
+        srv = LoopbackModelServer(replies=scripted_reply, fault_rate=0.3, seed=seed)
         try:
             for _ in range(400):
                 srv.answer({"model": "m", "messages": []}, "order", "parse")

@@ -12,9 +12,10 @@ import pytest
 from temporalio.client import Client
 
 from activities.model import ModelSettings
-from starter.model_server import Fault, LoopbackModelServer
+from activities.scripted import scripted_reply
 from tower import Transition
 from tower.temporal.runtime import FAILED_WAIT_MEMO
+from tower.testing.model_server import Fault, LoopbackModelServer
 from worker import build_worker
 from workflows.order import OrderAgent, OrderRequest, OrderState
 
@@ -23,7 +24,7 @@ TEXT = "1 x WIDGET-1 to 4 Oak Lane, Bristol, GB"
 
 @pytest.fixture
 def server() -> Iterator[LoopbackModelServer]:
-    with LoopbackModelServer() as srv:
+    with LoopbackModelServer(replies=scripted_reply) as srv:
         yield srv
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from . import orders
+from . import migrations, orders
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS accounts (
@@ -87,6 +87,7 @@ def connect(path: str | Path) -> sqlite3.Connection:
         db.executemany("INSERT INTO invoices VALUES (?,?,?,?,?)", SEED_INVOICES)
         db.executemany("INSERT INTO docs VALUES (?,?,?)", SEED_DOCS)
         db.commit()
+        migrations.create_example_databases(path)
     # Seeded separately so a database created by an older version gets them too.
     if db.execute("SELECT COUNT(*) FROM sources").fetchone()[0] == 0:
         db.executemany("INSERT OR IGNORE INTO blocked_companies VALUES (?,?)",

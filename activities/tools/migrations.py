@@ -8,6 +8,7 @@ never clear it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import sqlite3
@@ -72,6 +73,26 @@ def fingerprint(db: sqlite3.Connection) -> str:
         "SELECT type, name, tbl_name, COALESCE(sql, '') FROM sqlite_master "
         "WHERE name NOT LIKE 'sqlite_%' AND name != ? ORDER BY type, name", (LEDGER,)).fetchall()
     return hashlib.sha256(repr([tuple(r) for r in rows]).encode()).hexdigest()[:16]
+
+
+# The application database the examples and the demo migrate, created with a new tools
+# database so `tower run migration --input '{"database": "shop", ...}'` works on a fresh setup.
+EXAMPLE_SHOP = """
+CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, fax TEXT);
+CREATE TABLE legacy_notes (id INTEGER PRIMARY KEY, body TEXT);
+INSERT INTO customers (name, fax) VALUES ('Ada', '555-0100'), ('Grace', NULL);
+INSERT INTO legacy_notes (body) VALUES ('call back on Monday');
+"""
+
+
+def create_example_databases(tools_path: str | Path) -> None:
+    """Create ``databases/shop.sqlite`` beside the tools' database unless it exists."""
+    path = Path(tools_path).parent / "databases" / "shop.sqlite"
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.executescript(EXAMPLE_SHOP)
 
 
 def target(tools_db: sqlite3.Connection, name: str) -> sqlite3.Connection | None:

@@ -11,6 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tower.core.state import Message, Usage
 
+# HTTP headers the model activity sends with each call: which agent and node asked, so an
+# OpenAI-compatible test server (tower.testing.model_server) can answer per node.
+AGENT_HEADER, NODE_HEADER = "X-Tower-Agent", "X-Tower-Node"
+
 
 class MessageRef(BaseModel):
     """A message kept in the message store (activities/messages.py), as the workflow sees it:

@@ -18,16 +18,18 @@ import random
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from activities.fallback import AGENT_HEADER, NODE_HEADER
-from activities.scripted import scripted_reply
 from tower import Message
-from tower.contract.wire import ModelRequest, ToolCallRequest
+from tower.contract.wire import AGENT_HEADER, NODE_HEADER, ModelReply, ModelRequest, ToolCallRequest
 
 TOOL_RESULT_PREFIX = "[result of tool "
+# What answers a request that gets no fault: the project's scripted model, typically
+# (``activities.scripted.scripted_reply`` in Tower's own tests and `tower model-server`).
+Replies = Callable[[ModelRequest], ModelReply]
 RANDOM_KINDS = ("rate_limit", "server_error", "slow", "malformed", "schema", "unknown_tool")
 
 
@@ -83,11 +85,12 @@ class FaultPlan:
 
 
 class LoopbackModelServer:
-    """Start with ``with LoopbackModelServer() as server:``; ``server.base_url`` is the
-    ``OPENAI_BASE_URL`` to use (any API key works)."""
+    """Start with ``with LoopbackModelServer(replies=...) as server:``; ``server.base_url``
+    is the ``OPENAI_BASE_URL`` to use (any API key works)."""
 
-    def __init__(self, port: int = 0, *, fault_rate: float = 0.0, seed: int = 0,
-                 slow_seconds: float = 5.0) -> None:
+    def __init__(self, port: int = 0, *, replies: Replies, fault_rate: float = 0.0,
+                 seed: int = 0, slow_seconds: float = 5.0) -> None:
+        self.replies = replies
         self.plan = FaultPlan(rate=fault_rate, rng=random.Random(seed), slow_seconds=slow_seconds)
         self.served: list[Served] = []
         self._lock = threading.Lock()
@@ -147,13 +150,18 @@ class LoopbackModelServer:
             self.served.append(Served(time.monotonic(), model, agent, node,
                                       fault.kind if fault else "ok",
                                       str(messages[-1].get("content") or "")[:500]))
+        def scripted() -> bytes:
+            reply = self.replies(ModelRequest(agent=agent, node=node, system="",
+                                              messages=_messages(body.get("messages", []))))
+            return _completion(model, reply.content, reply.tool_calls)
+
         if fault is None:
-            return 200, {}, _completion(model, *_scripted(body, agent, node)), delay
-        return _fault_response(fault, model, body, agent, node)
+            return 200, {}, scripted(), delay
+        return _fault_response(fault, model, scripted)
 
 
-def _fault_response(fault: Fault, model: str, body: dict[str, Any], agent: str,
-                    node: str) -> tuple[int, dict[str, str], bytes, float]:
+def _fault_response(fault: Fault, model: str, scripted: Callable[[], bytes],
+                    ) -> tuple[int, dict[str, str], bytes, float]:
     if fault.kind == "rate_limit":
         return 429, {"Retry-After": f"{fault.retry_after:g}"}, _error(
             "Rate limit reached, retry later", "rate_limit_exceeded"), 0.0
@@ -162,7 +170,7 @@ def _fault_response(fault: Fault, model: str, body: dict[str, Any], agent: str,
     if fault.kind == "bad_request":
         return 400, {}, _error("Invalid request", "invalid_request_error"), 0.0
     if fault.kind == "slow":
-        return 200, {}, _completion(model, *_scripted(body, agent, node)), fault.seconds
+        return 200, {}, scripted(), fault.seconds
     if fault.kind == "malformed":
         return 200, {}, b'{"id": "chatcmpl-broken", "choices": [{"message": ', 0.0
     if fault.kind == "schema":
@@ -171,13 +179,6 @@ def _fault_response(fault: Fault, model: str, body: dict[str, Any], agent: str,
         return 200, {}, _completion(model, None, [ToolCallRequest(
             name="transfer_all_funds", arguments={"to": "attacker"})]), 0.0
     return 200, {}, _completion(model, None, [], refusal="I can't help with that."), 0.0
-
-
-def _scripted(body: dict[str, Any], agent: str, node: str) -> tuple[str | None,
-                                                                    list[ToolCallRequest]]:
-    reply = scripted_reply(ModelRequest(agent=agent, node=node, system="",
-                                        messages=_messages(body.get("messages", []))))
-    return reply.content, reply.tool_calls
 
 
 def _messages(raw: list[dict[str, Any]]) -> list[Message]:
