@@ -20,6 +20,7 @@ from starter.common import CliError, not_found_is
 from starter.connection import connect
 from starter.live import follow as follow_run
 from starter.output import json_option, print_json, say, table, tenant_option
+from starter.runs import query
 from tower.contract import search
 from tower.contract.decisions import Verdict
 from tower.core.approval import Outcome
@@ -215,7 +216,7 @@ async def _approvals(client: Client, run: str) -> dict[str, Any]:
             state = await client.get_workflow_handle(run, result_type=dict).result()
             last = "; " + _last_request({"records": state.get("approvals", [])})
         raise CliError(f"run {run!r} is closed ({status}): nothing to decide{last}")
-    result: dict[str, Any] = await handle.query("approvals", result_type=dict)
+    result: dict[str, Any] = await query(client, handle, "approvals")
     return result
 
 
