@@ -4,6 +4,7 @@ and back through the current code."""
 from __future__ import annotations
 
 import importlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,8 @@ async def _export(run: str, run_id: str | None, target: str | None, as_json: boo
     # The name carries the workflow id, which replay needs; a chosen run gets its id too.
     name = f"{run}@{run_id}.json" if run_id else f"{run}.json"
     out = Path(target or name)
+    if target and target.endswith(("/", os.sep)):  # `-o histories/`: a folder, made if new
+        out.mkdir(parents=True, exist_ok=True)
     if out.is_dir():
         out = out / name
     out.write_text(history.to_json())

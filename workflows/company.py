@@ -15,7 +15,7 @@ from tower.temporal.runtime import AgentWorkflow
 
 
 class CompanyRequest(BaseModel):
-    company: str = Field(min_length=1, max_length=100)
+    company: str = Field(min_length=1, max_length=100, examples=["Acme"])
     attempt: int = Field(0, ge=0, le=10)  # which try of its parent's retry policy
 
 

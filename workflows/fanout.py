@@ -23,7 +23,8 @@ MERGE = custom(lambda old, new: {**old, **new}, "merge")
 
 
 class FanOutRequest(BaseModel):
-    companies: list[Company] = Field(min_length=1, max_length=50)
+    companies: list[Company] = Field(min_length=1, max_length=50,
+                                     examples=[["Acme", "Globex", "Initech"]])
     policy: FanOutPolicy = Field(default_factory=FanOutPolicy)
 
 
