@@ -15,7 +15,7 @@ from typing import Any
 
 from conftest import WorkerFactory
 from gatekit import refund_request, wait_pending
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of, tower
 
@@ -59,7 +59,7 @@ async def test_pending_and_list_need_no_worker_and_state_says_one_is_missing(
     # A decision needs the run's pending gate, which only a worker can tell: said, not hung.
     code, out, err = await tower(address, "approve", run, "--by", "alice", "--role", "manager")
     assert code == 2 and f"no worker answers on its task queue {task_queue!r}" in err, err
-    assert (await handle.describe()).status.name == "RUNNING"  # nothing was sent
+    assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING  # nothing sent
     await handle.terminate("test over")
 
 
