@@ -14,7 +14,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from starter.model_server import Fault, LoopbackModelServer
+from activities.scripted import scripted_reply
+from tower.testing.model_server import Fault, LoopbackModelServer
 from workflows.order import OrderAgent, OrderRequest
 
 RUNS = 3
@@ -37,7 +38,7 @@ async def test_sigterm_drains_the_worker_and_another_finishes_its_runs(
     env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path,
 ) -> None:
     address = env.client.service_client.config.target_host
-    with LoopbackModelServer() as model:
+    with LoopbackModelServer(replies=scripted_reply) as model:
         for _ in range(RUNS):  # every run's first model call is in flight at SIGTERM
             model.inject(Fault("slow", seconds=3))
         first = WorkerProcess(address, task_queue, db_path, model.base_url,
