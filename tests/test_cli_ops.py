@@ -18,6 +18,7 @@ from gatekit import refund_request, wait_pending
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of, tower
+from test_cli_live import tower_env
 
 from starter.live import watch
 from workflows.account import AccountAgent, AccountRequest
@@ -75,10 +76,14 @@ async def test_a_run_waiting_for_an_outside_event_is_not_followed_forever(
         end = json.loads(out.splitlines()[-1])
         assert end["event"] == "end" and end["status"] == "RUNNING"
         assert end["waiting_for_input"] is True
-        code, out, err = await tower(address, "run", "account", "--input",
-                                     '{"question": "Check ACC-1001"}', "--task-queue",
-                                     task_queue, "--json")
-        assert code == 0 and json.loads(out.splitlines()[-1])["status"] == "DONE", err
+        # The printed link is the real UI's (TOWER_UI_URL here), not always :8233.
+        code, out, err = await tower_env(
+            address, {"TOWER_UI_URL": "https://ui.example.com/"}, "run", "account", "--input",
+            '{"question": "Check ACC-1001"}', "--id", f"ui-{task_queue}", "--task-queue",
+            task_queue, "--json")
+        end = json.loads(out.splitlines()[-1])
+        assert code == 0 and end["status"] == "DONE", err
+        assert end["web_ui"] == f"https://ui.example.com/namespaces/default/workflows/ui-{task_queue}"
     await env.client.get_workflow_handle(run).terminate("test over")
 
 
