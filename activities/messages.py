@@ -54,15 +54,29 @@ class MessageStore:
         return db
 
     def put(self, messages: Sequence[Message]) -> list[MessageRef]:
+        return self.put_with_window(messages)[0]
+
+    def put_with_window(
+        self, messages: Sequence[Message], window: tuple[MessageRef | None,
+                                                         Sequence[MessageRef]] | None = None,
+    ) -> tuple[list[MessageRef], WindowRef | None]:
+        """Store ``messages`` and, given ``(summary, earlier messages)``, the window that ends
+        with them: one transaction (one disk sync) for a whole turn."""
         refs = [ref_of(m) for m in messages]
         rows = [(r.ref, m.role, m.name, m.content) for r, m in zip(refs, messages, strict=True)]
+        kept = None
+        if window is not None:
+            summary, context = window[0], [*window[1], *refs]
+            kept = _window_row(summary, context)
         db = self._connect()
         try:
             with db:
                 db.executemany("INSERT OR IGNORE INTO messages VALUES (?,?,?,?)", rows)
+                if kept is not None:
+                    db.execute("INSERT OR IGNORE INTO windows VALUES (?,?)", kept[1:])
         finally:
             db.close()
-        return refs
+        return refs, kept[0] if kept else None
 
     def get(self, refs: Sequence[MessageRef]) -> list[Message]:
         """The messages behind ``refs``, in order; a pruned ref loads as its stub."""
@@ -89,17 +103,9 @@ class MessageStore:
 
     def put_window(self, summary: MessageRef | None, context: Sequence[MessageRef]) -> WindowRef:
         """Keep a window (the summary, then the messages); its ref is the hash of the list."""
-        refs = [*([summary] if summary else []), *context]
-        body = json.dumps({"summary": summary.model_dump() if summary else None,
-                           "context": [r.model_dump() for r in context]}, sort_keys=True)
-        ref = hashlib.sha256(body.encode()).hexdigest()[:32]
-        db = self._connect()
-        try:
-            with db:
-                db.execute("INSERT OR IGNORE INTO windows VALUES (?,?)", (ref, body))
-        finally:
-            db.close()
-        return WindowRef(ref=ref, messages=len(refs), tokens=estimate_tokens(refs))
+        window = self.put_with_window([], (summary, context))[1]
+        assert window is not None
+        return window
 
     def get_window(self, window: WindowRef) -> tuple[MessageRef | None, list[MessageRef]]:
         """(summary, messages) of a window kept by ``put_window``."""
@@ -114,3 +120,12 @@ class MessageStore:
         body = json.loads(row[0])
         summary = MessageRef.model_validate(body["summary"]) if body["summary"] else None
         return summary, [MessageRef.model_validate(r) for r in body["context"]]
+
+
+def _window_row(summary: MessageRef | None, context: Sequence[MessageRef],
+                ) -> tuple[WindowRef, str, str]:
+    refs = [*([summary] if summary else []), *context]
+    body = json.dumps({"summary": summary.model_dump() if summary else None,
+                       "context": [r.model_dump() for r in context]}, sort_keys=True)
+    ref = hashlib.sha256(body.encode()).hexdigest()[:32]
+    return WindowRef(ref=ref, messages=len(refs), tokens=estimate_tokens(refs)), ref, body

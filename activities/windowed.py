@@ -19,24 +19,30 @@ from .messages import MessageStore
 Answer = Callable[[ModelRequest], Awaitable[ModelReply]]
 
 
-async def windowed_call(store: MessageStore, request: ModelRequest, answer: Answer) -> ModelReply:
+def _open(store: MessageStore, request: ModelRequest,
+          ) -> tuple[MessageRef | None, list[MessageRef], list[Message]]:
+    """(summary, messages' refs, the messages to ask with) of the request's window."""
     summary: MessageRef | None = None
     context = list(request.history)  # a thread started before windows: its refs, once
     if request.window is not None:
-        summary, kept = await asyncio.to_thread(store.get_window, request.window)
+        summary, kept = store.get_window(request.window)
         context += kept
     if request.summarise is not None:
+        return summary, context, []
+    return summary, context, store.get([*([summary] if summary else []), *context])
+
+
+async def windowed_call(store: MessageStore, request: ModelRequest, answer: Answer) -> ModelReply:
+    # SQLite blocks: each phase is one trip off the event loop, the write one transaction.
+    summary, context, loaded = await asyncio.to_thread(_open, store, request)
+    if request.summarise is not None:
         return await _reduce(store, request, answer, summary, context)
-    head = [summary] if summary else []
-    loaded = await asyncio.to_thread(store.get, [*head, *context])
     reply = await answer(request.model_copy(update={
         "messages": [*loaded, *request.messages], "history": [], "window": None}))
-    if request.keep:
-        new = list(request.messages)
-        if reply.content:
-            new.append(Message(role="assistant", content=reply.content))
-        context += await asyncio.to_thread(store.put, new)
-    reply.window = await asyncio.to_thread(store.put_window, summary, context)
+    new = list(request.messages) if request.keep else []
+    if reply.content and request.keep:
+        new.append(Message(role="assistant", content=reply.content))
+    _, reply.window = await asyncio.to_thread(store.put_with_window, new, (summary, context))
     return reply
 
 

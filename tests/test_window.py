@@ -78,3 +78,20 @@ def test_store_is_content_addressed_and_names_missing_messages(tmp_path: Path) -
     assert "500-character output of tool t pruned" in loaded[1].content
     with pytest.raises(ApplicationError, match="no message"):
         store.get([ref_of(Message(role="user", content="never stored"))])
+
+
+def test_a_window_is_one_content_addressed_ref(tmp_path: Path) -> None:
+    store = MessageStore(tmp_path / "m.sqlite")
+    summary = store.put([Message(role="assistant", content="Summary: earlier talk")])[0]
+    earlier = store.put([Message(role="user", content="x" * 400)])
+    new = [Message(role="user", content="hi"), Message(role="assistant", content="hello")]
+    refs, window = store.put_with_window(new, (summary, earlier))
+    assert window is not None and window.messages == 4
+    assert window.tokens == estimate_tokens([summary, *earlier, *refs])
+    # Same list, same ref; the store gives the list back, and its messages.
+    assert store.put_window(summary, [*earlier, *refs]) == window
+    assert store.put_window(None, [*earlier, *refs]).ref != window.ref
+    assert store.get_window(window) == (summary, [*earlier, *refs])
+    assert store.get(refs) == new
+    with pytest.raises(ApplicationError, match="no window"):
+        store.get_window(window.model_copy(update={"ref": "0" * 32}))
