@@ -27,6 +27,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.messages import MessageStore
 from activities.model import ModelActivities, ModelSettings
+from activities.notify import Notifier
 from activities.prices import PriceError
 from activities.tools import ToolBox
 from starter.connection import TASK_QUEUE, ServerUnreachable, UnknownTenant, connect, use_tenant
@@ -89,7 +90,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[*AGENTS.values(), *workflows],
-        activities=[model.call_model, *tools.activities()],
+        activities=[model.call_model, *tools.activities(), Notifier().notify_gate],
         # Tools are plain blocking SQLite code: run them on threads, off the event loop.
         activity_executor=ThreadPoolExecutor(max_concurrent_activities),
         max_concurrent_activities=max_concurrent_activities,

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from tower.contract import search
 from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
+from tower.contract.notify import GateNotice
 from tower.core.approval import (
     ApprovalSettings,
     Check,
@@ -40,6 +44,9 @@ from tower.core.state import AgentState, Message, apply_update
 from tower.temporal.context import NodeContext
 
 REFUSED = "DecisionRefused"
+# Runs recorded before gates notified approvers (webhook) replay without the activity.
+NOTIFY_PATCH = "tower-gate-notify"
+NOTIFY_ATTEMPTS = 5
 AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` query)
 
 
@@ -89,6 +96,8 @@ class Gatekeeper:
         if pending is None:  # the update could not be applied: the run failed instead
             return
         self._show_pending(pending)
+        if workflow.patched(NOTIFY_PATCH):
+            await self._notify(pending)  # decisions may arrive meanwhile: they are kept
         with contextlib.suppress(TimeoutError):  # the timeout is a route, not an error
             await workflow.wait_condition(
                 lambda: self._in_flight is not None, timeout=pending.expires_at - workflow.now(),
@@ -104,6 +113,24 @@ class Gatekeeper:
                 await self._approve(gate, decision)
         finally:
             self._in_flight = None
+
+    async def _notify(self, pending: GateRecord) -> None:
+        """Tell the tenant's approvers (its webhook); a failure only gets logged."""
+        notice = GateNotice(tenant=self._tenant(), run=workflow.info().workflow_id,
+                            agent=self.machine.name, gate=pending.gate, role=pending.role,
+                            node=pending.node, expires_at=pending.expires_at,
+                            proposal={k: str(v)[:search.MEMO_VALUE_CHARS]
+                                      for k, v in pending.proposal.items()})
+        try:
+            await workflow.execute_activity(
+                "notify_gate", notice, start_to_close_timeout=timedelta(seconds=20),
+                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
+                                         maximum_interval=timedelta(seconds=10),
+                                         maximum_attempts=NOTIFY_ATTEMPTS),
+                summary=f"notify approvers · gate {pending.gate}")
+        except ActivityError as exc:
+            workflow.logger.warning("gate %s: approvers not notified: %s", pending.gate,
+                                    exc.cause or exc)
 
     async def _approve(self, gate: Gate, decision: Decision) -> None:
         ctx = NodeContext(self.machine.name, self.machine.nodes[gate.node], self.current.step,

@@ -48,6 +48,8 @@ FAILED_WAIT_MEMO = "tower_failed_wait_seconds"
 DEAD_LETTER_PATCH = "tower-dead-letter"
 # Runs recorded before a pending gate was published in the memo replay without it.
 PENDING_MEMO_PATCH = "tower-pending-memo"
+# Runs recorded before the pending gate's role was a search attribute replay without it.
+GATE_ROLE_PATCH = "tower-gate-role"
 
 
 class AgentWorkflow(Gatekeeper):
@@ -205,13 +207,17 @@ class AgentWorkflow(Gatekeeper):
                   (search.AGENT_TOKENS, state.usage.tokens)]
         if state.errors and workflow.patched(DEAD_LETTER_PATCH):  # why it failed, searchable
             wanted.append((search.AGENT_ERROR, state.errors[-1][:256]))
+        pending = pending_record(state)
+        # Gated agents only: a run with no gate gets no marker and no attribute.
+        if self.machine.gates and workflow.patched(GATE_ROLE_PATCH):
+            wanted.append((search.AGENT_GATE_ROLE, pending.role if pending else ""))
         have = workflow.info().typed_search_attributes
         changed = [key.value_set(value) for key, value in wanted if have.get(key) != value]
         if changed:
             workflow.upsert_search_attributes(changed)
         # A run waiting at a gate shows the request in its memo (None removes it once
         # decided), so `tower pending` needs no worker; a run with no gate is untouched.
-        memo = search.pending_memo(pending_record(state))
+        memo = search.pending_memo(pending)
         if memo != self._pending_memo and workflow.patched(PENDING_MEMO_PATCH):
             workflow.upsert_memo({search.PENDING_MEMO: memo})
             self._pending_memo = memo

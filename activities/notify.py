@@ -1,0 +1,93 @@
+"""Tell approvers that a run waits for them: the ``notify_gate`` activity.
+
+The webhook (URL and format) is the tenant's, in the deployment's trust directory beside
+its roster and policy (``<TOWER_TRUST_DIR>/<tenant>/notify.json``). It is a file of its
+own, read here at send time, because the policy is loaded into every run (its history)
+and a webhook URL is often a secret itself: it never enters a run. Formats: ``slack``
+(an incoming-webhook message with a link straight to the inbox's decision page) or
+``json`` (the notice as data).
+Temporal retries a failed post (5xx, 429, a timeout); other 4xx answers are final.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from tower.contract.notify import GateNotice, NotifyPolicy
+
+DEFAULT_TRUST_DIR = Path(".tower") / "trust"
+TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+TIMEOUT_SECONDS = 10.0
+NOTIFY_FILE = "notify.json"
+
+
+def notify_policy(root: Path, tenant: str) -> NotifyPolicy | None:
+    """The tenant's webhook, or None when it has none."""
+    if not TENANT.match(tenant) or tenant in (".", ".."):
+        raise ApplicationError(f"invalid tenant name {tenant!r}", non_retryable=True)
+    path = root / tenant / NOTIFY_FILE
+    if not path.is_file():
+        return None
+    try:
+        return NotifyPolicy.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}"
+                             for e in exc.errors()[:3])
+        raise ApplicationError(f"{path} is invalid: {problems}", type="BadNotifySettings",
+                               non_retryable=True) from None
+
+
+def link(policy: NotifyPolicy, notice: GateNotice) -> str | None:
+    if not policy.inbox_url:
+        return None
+    return f"{policy.inbox_url.rstrip('/')}/runs/{quote(notice.run, safe='')}"
+
+
+def message(policy: NotifyPolicy, notice: GateNotice) -> dict[str, Any]:
+    """The body to post, in the policy's format."""
+    url = link(policy, notice)
+    if policy.format == "json":
+        return {"event": "gate.waiting", **notice.model_dump(mode="json"), "link": url}
+    summary = ", ".join(f"{k}: {v}" for k, v in notice.proposal.items() if k != "script")
+    text = (f"*{notice.agent}* run `{notice.run}` waits at gate *{notice.gate}*: a "
+            f"*{notice.role}* must decide by {notice.expires_at:%Y-%m-%d %H:%M} UTC.")
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": text}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"Proposal: {summary[:2500]}"}}]
+    if url:
+        blocks.append({"type": "actions", "elements": [{
+            "type": "button", "text": {"type": "plain_text", "text": "Decide in the inbox"},
+            "url": url}]})
+    return {"text": f"{text} {url or ''}".strip(), "blocks": blocks}
+
+
+class Notifier:
+    """Hosts ``notify_gate`` on one trust directory."""
+
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.root = Path(root or os.environ.get("TOWER_TRUST_DIR") or DEFAULT_TRUST_DIR)
+
+    @activity.defn(name="notify_gate")
+    def notify_gate(self, notice: GateNotice) -> str:
+        policy = notify_policy(self.root, notice.tenant)
+        if policy is None:
+            return f"no {NOTIFY_FILE} for tenant {notice.tenant}: nobody notified"
+        try:
+            reply = httpx.post(policy.url, json=message(policy, notice), timeout=TIMEOUT_SECONDS)
+        except httpx.HTTPError as exc:
+            raise ApplicationError(f"webhook unreachable: {type(exc).__name__}") from None
+        if reply.status_code == 429 or reply.status_code >= 500:
+            raise ApplicationError(f"webhook answered {reply.status_code}; retrying")
+        if reply.status_code >= 400:
+            raise ApplicationError(f"webhook refused the notice: {reply.status_code}",
+                                   type="WebhookRefused", non_retryable=True)
+        return f"notified {policy.format} webhook ({reply.status_code})"

@@ -1,0 +1,37 @@
+"""What a run parking at a gate tells the tenant's approvers (the ``notify_gate`` activity)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class NotifyPolicy(BaseModel):
+    """Where a tenant's approvers hear that a run waits (``<trust dir>/<tenant>/notify.json``).
+
+    The URL is read by the notifying activity at send time and never enters a run:
+    a Slack webhook URL is itself a secret."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(pattern=r"^https?://", max_length=2000)
+    format: Literal["slack", "json"] = "slack"
+    inbox_url: str | None = Field(default=None, pattern=r"^https?://", max_length=500,
+                                  description="the tenant's inbox, for links to decide")
+
+
+class GateNotice(BaseModel):
+    """Input of the ``notify_gate`` activity: who is asked to decide what."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tenant: str
+    run: str
+    agent: str
+    gate: str
+    role: str
+    node: str
+    expires_at: datetime
+    proposal: dict[str, Any] = Field(default_factory=dict)
