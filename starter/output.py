@@ -80,27 +80,27 @@ def say(text: str = "", *, err: bool = False) -> None:
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, empty: str = "") -> None:
-    """A table on stdout: boxed on a terminal, plain aligned columns in a pipe (so `grep`,
-    `awk` and `head` see one row per line, never a cut cell)."""
+    """A table on stdout: a bold header and a rule on a terminal, plain aligned columns in
+    a pipe (so `grep`, `awk` and `head` see one row per line), never a cut cell."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
 
     tty = sys.stdout.isatty()
-    grid = Table(box=box.SIMPLE_HEAD if tty else None, show_edge=tty, pad_edge=False,
+    grid = Table(box=box.SIMPLE_HEAD if tty else None, show_edge=False, pad_edge=False,
                  header_style="bold" if tty else "")
     for name in columns:
-        grid.add_column(name, no_wrap=True, overflow="ellipsis" if tty else "ignore")
+        grid.add_column(name, no_wrap=True, overflow="ignore")
     for row in rows:
         grid.add_row(*("" if cell is None else str(cell) for cell in row))
-    if tty:
-        Console(file=sys.stdout, highlight=False).print(grid)
-    else:  # a pipe has no width: never wrap or cut a row, and no trailing blanks
-        console = Console(width=10_000, highlight=False, color_system=None)
-        with console.capture() as captured:
-            console.print(grid)
-        for line in captured.get().splitlines():
-            print(line.rstrip())
-        sys.stdout.flush()
+    # Never cut or drop a column to fit a width: a row longer than the terminal wraps
+    # there, and a pipe gets whole lines with no trailing blanks.
+    console = Console(width=10_000, highlight=False, color_system="auto" if tty else None,
+                      force_terminal=tty)
+    with console.capture() as captured:
+        console.print(grid)
+    for line in captured.get().splitlines():
+        print(line.rstrip())
+    sys.stdout.flush()
     if not rows and empty:
         print(empty, flush=True)

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import io
 import json
+import os
+import pty
+import re
+import struct
 import subprocess
 import sys
+import termios
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -111,3 +118,20 @@ async def test_a_followed_run_shows_every_move_up_to_its_end() -> None:
                            poll_seconds=0)
     assert progress.status == "DONE"
     assert [json.loads(line)["step"] for line in out.getvalue().splitlines()] == [1, 2, 3, 4]
+
+
+def test_a_table_on_a_narrow_terminal_keeps_every_column_and_cell() -> None:
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    proc = subprocess.Popen([TOWER, "inspect", str(HISTORY)], stdout=follower,
+                            stderr=subprocess.PIPE, env={**os.environ, "TERM": "xterm"})
+    os.close(follower)
+    shown = b""
+    with contextlib.suppress(OSError):  # EIO once the command has exited
+        while chunk := os.read(leader, 4096):
+            shown += chunk
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0
+    text = re.sub(r"\x1b\[[0-9;]*m", "", shown.decode())
+    for word in ("STEP", "EVENT", "REASON", "lookup_account", "guard has_answer held", "…"):
+        assert (word in text) == (word != "…"), word
