@@ -5,7 +5,11 @@ reason → issue_refund → confirm → DONE. Over the limit, a gate holds the r
 or rejects. Rejection and timeout go to ``decline`` (the customer is told why). On
 approval the gate re-reads the invoice: if less is refundable now than was approved
 (another refund landed meanwhile), the run goes back to ``reason`` instead of paying.
-The payment tool is idempotent by key, so a refund is issued at most once.
+That re-check is advice; the guarantee is the payment tool's: in the refund's own
+transaction it refuses more than is refundable, or more than the limit without an
+approval for that amount, and it is idempotent by the action's key, so a refund is
+issued at most once. A refusal routes back to ``reason`` (less is refundable now) or
+to ``decline`` (anything else), never to a payment.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from temporalio import workflow
 
 from tower import DONE, AgentState, Graph, Message, NodeFailed
 from tower.contract.decisions import GateStatus
+from tower.contract.wire import Authority
 from tower.core.approval import ApprovalSettings, Gate
+from tower.core.errors import EffectRefused
 from tower.temporal.context import NodeContext
 from tower.temporal.runtime import AgentWorkflow
 
@@ -45,6 +51,8 @@ class RefundState(AgentState):
     refund_reason: str = ""
     refundable_seen: int = 0
     refund_id: str = ""
+    refused: str = ""  # why the payment tool refused the last attempt ("" if it did not)
+    refused_code: str = ""
     reply: str = ""
 
 
@@ -82,12 +90,20 @@ async def reason(ctx: NodeContext, state: RefundState) -> dict[str, object]:
 
 
 async def issue_refund(ctx: NodeContext, state: RefundState) -> dict[str, object]:
-    """Pay the refund once: the tool is idempotent by the step's key."""
-    result = await ctx.tool("issue_refund", {"invoice_id": state.invoice_id,
-                                             "amount_cents": state.amount_cents,
-                                             "reason": state.refund_reason})
+    """Pay the refund once, under the run's limit and approval as recorded in its state."""
+    approved = {"amount_cents": state.amount_cents} if ctx.decision else {}
+    try:
+        result = await ctx.tool("issue_refund", {"invoice_id": state.invoice_id,
+                                                 "amount_cents": state.amount_cents,
+                                                 "reason": state.refund_reason},
+                                Authority(limit_cents=state.limit_cents, approved=approved))
+    except EffectRefused as exc:
+        note = Message(role="system", content=f"The refund was not issued: {exc.reason}. "
+                       "Plan again from the invoice as it is now.")
+        return {"refused": exc.reason, "refused_code": exc.code, "messages": [note]}
     msg = Message(role="tool", name="issue_refund", content=json.dumps(result, sort_keys=True))
-    return {"refund_id": result["refund_id"], "messages": [msg]}
+    return {"refund_id": result["refund_id"], "refused": "", "refused_code": "",
+            "messages": [msg]}
 
 
 async def confirm(ctx: NodeContext, state: RefundState) -> dict[str, object]:
@@ -100,7 +116,9 @@ async def confirm(ctx: NodeContext, state: RefundState) -> dict[str, object]:
 async def decline(ctx: NodeContext, state: RefundState) -> dict[str, object]:
     """Tell the customer why no refund was issued (rejected, or no decision in time)."""
     last = state.approvals[-1] if state.approvals else None
-    if last is not None and last.status == GateStatus.REJECTED and last.decision is not None:
+    if state.refused:
+        text = f"Your refund could not be issued: {state.refused}."
+    elif last is not None and last.status == GateStatus.REJECTED and last.decision is not None:
         why = last.decision.note or "the reviewer declined it"
         text = f"Your refund request was not approved: {why}."
     elif last is not None and last.status == GateStatus.EXPIRED:
@@ -142,6 +160,12 @@ def after_reason(state: RefundState) -> str:
     return "issue_refund" if state.amount_cents > 0 else DONE
 
 
+def after_payment(state: RefundState) -> str:
+    if state.refund_id:
+        return "confirm"
+    return "reason" if state.refused_code == "over_refundable" else "decline"
+
+
 def has_reply(state: RefundState) -> bool:
     return bool(state.reply)
 
@@ -170,7 +194,9 @@ GRAPH = (
         on_reject="decline", on_timeout="decline", applies=over_limit, proposal=proposal,
         editable=("amount_cents",), check_edits=only_lower,
         recheck=still_refundable, on_stale="reason"))
-    .edge("issue_refund", "confirm")
+    .route("issue_refund", after_payment, {"confirm": "refund issued",
+                                           "reason": "refused: less is refundable now",
+                                           "decline": "refused by the payment tool"})
     .edge("confirm", DONE)
     .edge("decline", DONE)
     .budget(escalate_to="decline", max_visits={"reason": 3})

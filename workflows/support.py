@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from temporalio import workflow
 
 from tower import APPEND, DONE, AgentState, Graph, Message, NodeFailed
+from tower.core.errors import EffectRefused
 from tower.temporal.context import Answer, NodeContext
 from tower.temporal.runtime import AgentWorkflow
 
@@ -70,7 +71,10 @@ async def handle(ctx: NodeContext, state: SupportState) -> dict[str, object]:
             new_messages = [*convo[len(state.messages):], reply]
             return {"reply": answer.text, "tools_used": used, "messages": new_messages}
         for call in answer.tool_calls:
-            result = await ctx.tool(call.name, call.arguments)
+            try:
+                result = await ctx.tool(call.name, call.arguments)
+            except EffectRefused as exc:  # an invariant held: tell the model, pay nothing
+                result = {"refused": exc.reason}
             used.append(call.name)
             convo.append(Message(role="tool", name=call.name,
                                  content=json.dumps(result, sort_keys=True)))

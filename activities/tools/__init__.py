@@ -7,11 +7,12 @@ only for the tools' names and argument schemas; the functions run in activities.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -19,7 +20,8 @@ from tower.contract.wire import ToolCall, ToolSchema
 
 from . import accounts, billing, helpdesk, migrations, onboarding, orders, research
 from .db import connect
-from .spec import Tool
+from .effects import begin_immediate, claim, epoch_now, reconcile
+from .spec import Tool, ToolRefused
 
 TOOLS: dict[str, Tool] = {t.name: t for t in [
     *accounts.TOOLS, *billing.TOOLS, *helpdesk.TOOLS, *onboarding.TOOLS, *research.TOOLS,
@@ -39,7 +41,8 @@ class ToolBox:
         connect(self.db_path).close()  # create and seed once, before any activity runs
 
     def activities(self) -> list[Callable[..., Any]]:
-        return [self._activity(tool) for tool in TOOLS.values() if not tool.control]
+        tools = [self._activity(tool) for tool in TOOLS.values() if not tool.control]
+        return [*tools, self.reconcile_activity()]
 
     def _activity(self, tool: Tool) -> Callable[[ToolCall], dict[str, Any]]:
         def run(call: ToolCall) -> dict[str, Any]:
@@ -49,35 +52,57 @@ class ToolBox:
         # Activity names are part of the history's contract: keep them stable.
         return activity.defn(name=tool.name)(run)
 
-    def call(self, tool: Tool, call: ToolCall) -> dict[str, Any]:
+    def call(self, tool: Tool, call: ToolCall, *, epoch: int | None = None) -> dict[str, Any]:
         try:
             args = tool.args.model_validate(call.arguments)
         except ValidationError as exc:
             # Retrying cannot fix bad arguments: fail fast and let the node decide.
             raise ApplicationError(f"bad arguments for {tool.name}: {exc}",
                                    type="BadToolArguments", non_retryable=True) from exc
-        asked = json.dumps(args.model_dump(mode="json"), sort_keys=True)
         db = connect(self.db_path)
         try:
-            with db:  # one transaction: the effect and its idempotency record, or neither
-                if tool.side_effect:
-                    # Take the write lock before looking: two attempts with one key
-                    # (a timed-out attempt still running, its retry) then serialize.
-                    db.execute("BEGIN IMMEDIATE")
-                    done = db.execute(
-                        "SELECT result, arguments FROM effects WHERE idempotency_key=?",
-                        (call.idempotency_key,)).fetchone()
-                    if done is not None:
-                        _same_effect(tool.name, done["arguments"], asked)
-                        return dict(json.loads(done["result"]))
-                result = tool.run(db, args, call.idempotency_key)
-                if tool.side_effect:
-                    db.execute("INSERT INTO effects (idempotency_key, tool, result, arguments) "
-                               "VALUES (?,?,?,?)",
-                               (call.idempotency_key, tool.name, json.dumps(result), asked))
-            return result
+            if not tool.side_effect:
+                return tool.run(db, args, call.idempotency_key)
+            return self._effect(db, tool, args, call, epoch_now() if epoch is None else epoch)
         finally:
             db.close()
+
+    def _effect(self, db: sqlite3.Connection, tool: Tool, args: BaseModel, call: ToolCall,
+                epoch: int) -> dict[str, Any]:
+        """Fence, idempotency record, invariants and effect: one transaction (effects.py)."""
+        key = call.idempotency_key
+        asked = json.dumps(args.model_dump(mode="json"), sort_keys=True)
+        begin_immediate(db)
+        with db:  # commits on return, rolls back on any exception
+            done = db.execute("SELECT result, arguments FROM effects WHERE idempotency_key=?",
+                              (key,)).fetchone()
+            if done is not None:  # made before: the same result, whoever asks
+                _same_effect(tool.name, done["arguments"], asked)
+                return dict(json.loads(done["result"]))
+            claim(db, key, epoch)
+            if tool.guard is not None:
+                try:
+                    tool.guard(db, args, call.authority)
+                except ToolRefused as exc:
+                    raise ApplicationError(exc.message, {"code": exc.code, "tool": tool.name},
+                                           type="ToolRefused", non_retryable=True) from None
+            result = tool.run(db, args, key)
+            db.execute("INSERT INTO effects (idempotency_key, tool, result, arguments) "
+                       "VALUES (?,?,?,?)", (key, tool.name, json.dumps(result), asked))
+        return result
+
+    def reconcile_activity(self) -> Callable[[str], dict[str, Any] | None]:
+        @activity.defn(name="reconcile_effect")
+        def reconcile_effect(key: str) -> dict[str, Any] | None:
+            """The effect made under ``key`` (None: none, and none can be made any more by
+            an attempt given up on): what a run reads before it gives up on a side effect."""
+            db = connect(self.db_path)
+            try:
+                return reconcile(db, key, epoch_now())
+            finally:
+                db.close()
+
+        return reconcile_effect
 
 
 def _same_effect(tool: str, done_with: str | None, asked: str) -> None:

@@ -1,4 +1,8 @@
-"""Billing tools: read an invoice, issue a refund (at most once per idempotency key)."""
+"""Billing tools: read an invoice, issue a refund (at most once per idempotency key).
+
+``issue_refund``'s invariants are checked in the refund's own transaction (``refund_guard``),
+so two approved refunds racing on one invoice cannot together refund more than it is worth.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .spec import Tool
+from tower.contract.wire import Authority
+
+from .spec import Tool, ToolRefused
+
+# The limit a refund is held to when the run passed none (a desk without a gate).
+DEFAULT_LIMIT_CENTS = 50_000
 
 
 class LookupInvoice(BaseModel):
@@ -40,6 +49,38 @@ def invoice_balance(db: sqlite3.Connection, args: InvoiceBalance, key: str) -> d
             "refundable_cents": max(0, row["amount_cents"] - refunded)}
 
 
+def refundable_cents(db: sqlite3.Connection, invoice_id: str) -> int | None:
+    row = db.execute("SELECT amount_cents FROM invoices WHERE id=?", (invoice_id,)).fetchone()
+    if row is None:
+        return None
+    refunded = db.execute("SELECT COALESCE(SUM(amount_cents), 0) FROM refunds "
+                          "WHERE invoice_id=?", (invoice_id,)).fetchone()[0]
+    return max(0, int(row[0]) - int(refunded))
+
+
+def refund_guard(db: sqlite3.Connection, args: IssueRefund, authority: Authority) -> None:
+    """Positive, within what is refundable now, within the limit unless approved."""
+    amount = args.amount_cents
+    if amount <= 0:
+        raise ToolRefused("not_positive", f"a refund must be positive (asked {amount} cents)")
+    left = refundable_cents(db, args.invoice_id)
+    if left is None:
+        raise ToolRefused("no_invoice", f"no invoice {args.invoice_id}")
+    if amount > left:
+        raise ToolRefused("over_refundable", f"invoice {args.invoice_id} has {_usd(left)} "
+                          f"refundable now; refusing to refund {_usd(amount)}")
+    limit = DEFAULT_LIMIT_CENTS if authority.limit_cents is None else authority.limit_cents
+    approved = authority.approved.get("amount_cents")
+    if amount > limit and not (authority.decision_id and isinstance(approved, int)
+                               and amount <= approved):
+        raise ToolRefused("over_limit", f"{_usd(amount)} is over the {_usd(limit)} limit and "
+                          "no approval for that amount was recorded")
+
+
+def _usd(cents: int) -> str:
+    return f"${cents / 100:,.2f}"
+
+
 def issue_refund(db: sqlite3.Connection, args: IssueRefund, key: str) -> dict[str, Any]:
     refund_id = "rf_" + hashlib.sha256(key.encode()).hexdigest()[:12]
     db.execute("INSERT INTO refunds VALUES (?,?,?,?,?)",
@@ -52,5 +93,5 @@ TOOLS = [
     Tool("invoice_balance", "Read an invoice with what is already refunded and what is left.",
          InvoiceBalance, invoice_balance),
     Tool("issue_refund", "Refund part or all of an invoice.", IssueRefund, issue_refund,
-         side_effect=True),
+         side_effect=True, guard=refund_guard),
 ]

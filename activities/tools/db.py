@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from . import migrations, orders
+from . import effects, migrations, orders
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS accounts (
@@ -95,6 +95,7 @@ def connect(path: str | Path) -> sqlite3.Connection:
         db.executemany("INSERT OR IGNORE INTO sources VALUES (?,?,?,?)", SEED_SOURCES)
         db.commit()
     orders.ensure_schema(db)
+    db.executescript(effects.FENCES)
     # A database made before effects recorded their arguments: add the column (NULL for old
     # rows, which are then trusted as they are).
     if "arguments" not in {row[1] for row in db.execute("PRAGMA table_info(effects)")}:

@@ -10,9 +10,23 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tower.contract.wire import ToolSchema
+from tower.contract.wire import Authority, ToolSchema
 
 ToolFn = Callable[[sqlite3.Connection, Any, str], dict[str, Any]]
+# (db, validated args, what the run's recorded state authorizes) -> None, or raises
+# ToolRefused. Runs in the effect's own transaction, under the write lock.
+GuardFn = Callable[[sqlite3.Connection, Any, Authority], None]
+
+
+class ToolRefused(Exception):
+    """An invariant of a side effect does not hold: nothing was done, and retrying the
+    same call cannot change that. The activity fails non-retryably with type
+    ``ToolRefused``; the node routes on ``code``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 @dataclass(frozen=True)
@@ -22,11 +36,16 @@ class Tool:
     args: type[BaseModel]
     run: ToolFn  # (db, validated args, idempotency key) -> JSON-able result
     side_effect: bool = False
+    # The effect's invariants, checked in the same transaction as the effect.
+    guard: GuardFn | None = None
     # A control tool is a signal from the model to its node (e.g. advance_to_next_step):
     # the node reads the call; no activity exists for it.
     control: bool = False
     # start-to-close per attempt: a worker that dies mid-call is retried after this.
     timeout_seconds: float = 10.0
+    # Attempts Temporal makes before the node sees the failure (then, for a side
+    # effect, the run reconciles by key before it gives up).
+    attempts: int = 5
 
     def schema(self) -> ToolSchema:
         return ToolSchema(name=self.name, description=self.description,

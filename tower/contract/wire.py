@@ -100,14 +100,25 @@ class ModelReply(BaseModel):
     window: WindowRef | None = None
 
 
+class Authority(BaseModel):
+    """What the run's recorded state authorizes a side effect to do. The workflow fills
+    it from its state, never from the model's arguments; the tool checks it inside the
+    effect's transaction."""
+
+    limit_cents: int | None = Field(default=None, ge=0)  # the policy limit of this run
+    decision_id: str = ""  # the approval that authorized this action ("" if none)
+    approved: dict[str, Any] = Field(default_factory=dict)  # what it approved (edits in)
+
+
 class ToolCall(BaseModel):
     """Input of every tool activity."""
 
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
-    # Derived from (run, step, call): a retried or replayed call reuses it, so a
-    # side-effecting tool acts at most once per key.
+    # Names the logical action (see tower/core/keys.py): every repeat of the same
+    # action reuses it, so a side-effecting tool acts at most once per key.
     idempotency_key: str
+    authority: Authority = Field(default_factory=Authority)
 
 
 class RetryRequest(BaseModel):

@@ -31,3 +31,15 @@ class NodeFailed(TowerError):
 
     The run records the reason and moves to FAILED instead of retrying forever.
     """
+
+
+class EffectRefused(NodeFailed):
+    """A side-effecting tool refused the call because an invariant does not hold (more
+    than is refundable, over the limit without an approval…). Nothing was done; a node
+    may catch it and route on ``code`` instead of failing the run."""
+
+    def __init__(self, tool: str, code: str, reason: str) -> None:
+        super().__init__(f"{tool} refused ({code}): {reason}")
+        self.tool = tool
+        self.code = code
+        self.reason = reason

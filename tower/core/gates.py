@@ -32,6 +32,17 @@ def needs_gate(state: AgentState, gate: Gate) -> bool:
     return gate.needed(state)
 
 
+def approving_decision(state: AgentState, node: str) -> str:
+    """The id of the decision that approved this visit of ``node`` ("" if none): part of
+    the key of every side effect the node makes (tower/core/keys.py)."""
+    visit = state.visits.get(node, 0)
+    for record in reversed(state.approvals):
+        if (record.node == node and record.visit == visit
+                and record.status == GateStatus.APPROVED and record.decision is not None):
+            return record.decision.decision_id
+    return ""
+
+
 def open_gate(
     machine: Machine, state: S, gate: Gate, *, at: datetime, event_id: int,
     update: Mapping[str, Any] | None = None, calls: list[str] | None = None,

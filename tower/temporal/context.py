@@ -6,6 +6,7 @@ test can hand it a fake with the same methods.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -14,8 +15,10 @@ from typing import Any, Generic, TypeVar, overload
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.contract.wire import (
+    Authority,
     MessageRef,
     ModelReply,
     ModelRequest,
@@ -25,8 +28,9 @@ from tower.contract.wire import (
     WindowRef,
 )
 from tower.core.cost import CallUsage
-from tower.core.errors import NodeFailed
+from tower.core.errors import EffectRefused, NodeFailed
 from tower.core.graph import Node
+from tower.core.keys import effect_key
 from tower.core.state import Message, Usage
 
 with workflow.unsafe.imports_passed_through():
@@ -45,8 +49,18 @@ MODEL_HEARTBEAT = timedelta(seconds=10)
 TOOL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30), maximum_attempts=5,
-    non_retryable_error_types=["BadToolArguments", "EffectConflict"],
+    non_retryable_error_types=["BadToolArguments", "EffectConflict", "ToolRefused"],
 )
+# A side effect heartbeats while it waits for its database: a dead worker is noticed fast.
+TOOL_HEARTBEAT = timedelta(seconds=3)
+# Reading back an effect by key must outlast a slow database: it is what lets a run that
+# gave up on a tool say truthfully whether the effect was made.
+RECONCILE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+                              maximum_interval=timedelta(seconds=10))
+# Runs recorded before side effects were reconciled fail straight away on a failed tool.
+RECONCILE_PATCH = "tower-reconcile-effects"
+# Errors that say the effect was certainly not made: nothing to reconcile.
+NOT_MADE = {"BadToolArguments", "EffectConflict", "ToolRefused"}
 
 
 @dataclass
@@ -64,11 +78,13 @@ class Answer(Generic[T]):
 
 
 class NodeContext:
-    def __init__(self, agent: str, node: Node, step: int, models: list[str]) -> None:
+    def __init__(self, agent: str, node: Node, step: int, models: list[str],
+                 decision: str = "") -> None:
         self.agent = agent
         self.node = node
         self.step = step
         self.models = models
+        self.decision = decision  # the approval of this node visit (part of effect keys)
         self.calls: list[str] = []
         self.usage = Usage()
         self.model_calls: list[CallUsage] = []  # each model call's usage, for the cost query
@@ -145,24 +161,54 @@ class NodeContext:
             f"corrections: {problem}"
         )
 
-    async def tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Run one of this node's tools as an activity, with an idempotency key."""
+    async def tool(self, name: str, arguments: dict[str, Any],
+                   authority: Authority | None = None) -> dict[str, Any]:
+        """Run one of this node's tools as an activity, with the action's idempotency key.
+
+        ``authority`` is what the run's recorded state allows a side effect (its limit,
+        the approval); the tool checks it in the effect's transaction. A refusal raises
+        ``EffectRefused``. A side effect that failed otherwise (timed out, retries spent)
+        is reconciled by key first: if it was made after all, its result is returned.
+        """
         if name not in self.node.tools:
             raise NodeFailed(f"tool {name!r} is not available in state {self.node.name!r}")
-        info = workflow.info()
-        # The key names the action, not the run: a fork (a reset keeps the first run id)
-        # that makes the same call at the same step finds the effect already made instead
-        # of acting twice. A reused workflow id starts a new chain, so new keys.
-        key = (f"{info.workflow_id}/{info.first_execution_run_id}/{self.step}/"
-               f"{len(self.calls)}/{name}")
-        result: dict[str, Any] = await workflow.execute_activity(
-            name, ToolCall(tool=name, arguments=arguments, idempotency_key=key),
-            result_type=dict,
-            start_to_close_timeout=timedelta(seconds=TOOLS[name].timeout_seconds),
-            retry_policy=TOOL_RETRY, summary=f"{self.node.name} · tool {name}",
-        )
+        tool, info = TOOLS[name], workflow.info()
+        key = effect_key(workflow_id=info.workflow_id, chain=info.first_execution_run_id,
+                         node=self.node.name, decision=self.decision, tool=name,
+                         nth=self.calls.count(f"tool:{name}"), arguments=arguments)
+        grant = (authority or Authority()).model_copy(update={"decision_id": self.decision})
+        retry = dataclasses.replace(TOOL_RETRY, maximum_attempts=tool.attempts)
+        try:
+            result: dict[str, Any] = await workflow.execute_activity(
+                name, ToolCall(tool=name, arguments=arguments, idempotency_key=key,
+                               authority=grant),
+                result_type=dict, start_to_close_timeout=timedelta(seconds=tool.timeout_seconds),
+                heartbeat_timeout=TOOL_HEARTBEAT if tool.side_effect else None,
+                retry_policy=retry, summary=f"{self.node.name} · tool {name}",
+            )
+        except ActivityError as exc:
+            cause = exc.cause
+            kind = cause.type if isinstance(cause, ApplicationError) else None
+            if kind == "ToolRefused":
+                assert isinstance(cause, ApplicationError)
+                code = str(cause.details[0].get("code", "")) if cause.details else ""
+                raise EffectRefused(name, code, cause.message) from exc
+            if not tool.side_effect or kind in NOT_MADE or not workflow.patched(RECONCILE_PATCH):
+                raise
+            made = await self._reconcile(name, key)
+            if made is None:
+                raise
+            result = made
         self.calls.append(f"tool:{name}")
         return result
+
+    async def _reconcile(self, name: str, key: str) -> dict[str, Any] | None:
+        made: dict[str, Any] | None = await workflow.execute_activity(
+            "reconcile_effect", key, result_type=dict,
+            start_to_close_timeout=timedelta(seconds=30), heartbeat_timeout=TOOL_HEARTBEAT,
+            schedule_to_close_timeout=timedelta(minutes=10), retry_policy=RECONCILE_RETRY,
+            summary=f"{self.node.name} · reconcile {name}")
+        return made
 
     async def _call_model(
         self, convo: list[Message], schema: type[BaseModel] | None, extra: dict[str, Any],

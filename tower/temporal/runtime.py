@@ -33,7 +33,7 @@ from tower.core.engine import (
     start,
 )
 from tower.core.errors import IllegalTransition, NodeFailed
-from tower.core.gates import needs_gate
+from tower.core.gates import approving_decision, needs_gate
 from tower.core.graph import DONE, FAILED, TERMINALS, Machine
 from tower.core.state import AgentState, S, UpdateError, apply_update
 from tower.temporal import tracing
@@ -240,7 +240,8 @@ class AgentWorkflow(Gatekeeper):
             await self.hold(gate)
             return
         node = self.machine.nodes[state.node]
-        ctx = NodeContext(self.machine.name, node, state.step, list(self.models))
+        ctx = NodeContext(self.machine.name, node, state.step, list(self.models),
+                          decision=approving_decision(state, node.name))
         try:
             update = dict(await node.fn(ctx, state))
         except (NodeFailed, ActivityError) as exc:

@@ -1,0 +1,160 @@
+"""The exactly-once and invariant rules, without a server: the key rule case by case,
+the refund's invariants in its transaction (also under a race), and the fence that keeps
+an attempt given up on from committing after the run reconciled."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.exceptions import ApplicationError
+
+from activities.tools import TOOLS, ToolBox
+from activities.tools.effects import reconcile
+from tower.contract.wire import Authority, ToolCall
+from tower.core.keys import effect_key
+
+BASE: dict[str, Any] = dict(workflow_id="refund-1", chain="run-a", node="issue_refund",
+                            decision="d-1", tool="issue_refund", nth=0,
+                            arguments={"invoice_id": "INV-2004", "amount_cents": 120000})
+
+
+def key(**change: Any) -> str:
+    return effect_key(**{**BASE, **change})
+
+
+def test_the_same_logical_action_has_the_same_key() -> None:
+    # What retries, resets (tower retry, tower fork) and continue-as-new keep: the workflow
+    # id, the chain's first run id, the node, the decision, the call and its arguments.
+    assert key() == key(arguments=dict(reversed(list(BASE["arguments"].items()))))
+    assert key() == effect_key(**BASE)
+
+
+@pytest.mark.parametrize("change", [
+    {"decision": "d-2"},  # a new approval is a new action
+    {"arguments": {"invoice_id": "INV-2004", "amount_cents": 100000}},  # other arguments
+    {"nth": 1},  # the node's second call of the tool
+    {"node": "billing"},
+    {"chain": "run-b"},  # a new run reusing the workflow id
+    {"workflow_id": "refund-2"},
+])
+def test_a_new_action_has_a_new_key(change: dict[str, Any]) -> None:
+    assert key(**change) != key()
+
+
+def test_no_decision_is_spelled_out() -> None:
+    assert "/-/" in key(decision="")
+
+
+def refund(box: ToolBox, k: str, cents: int, *, authority: Authority | None = None,
+           invoice: str = "INV-9000", epoch: int | None = None) -> dict[str, Any]:
+    call = ToolCall(tool="issue_refund", idempotency_key=k, authority=authority or Authority(),
+                    arguments={"invoice_id": invoice, "amount_cents": cents, "reason": "r"})
+    return box.call(TOOLS["issue_refund"], call, epoch=epoch)
+
+
+def paid(box: ToolBox) -> int:
+    with sqlite3.connect(box.db_path) as db:
+        return int(db.execute("SELECT COALESCE(SUM(amount_cents), 0) FROM refunds").fetchone()[0])
+
+
+@pytest.fixture
+def box(tmp_path: Path) -> ToolBox:
+    tools = ToolBox(tmp_path / "t.sqlite")
+    with sqlite3.connect(tools.db_path) as db:
+        db.execute("INSERT INTO invoices VALUES ('INV-9000', 'ACC-1001', 1000000, 'paid', "
+                   "'2026-11-20')")
+    return tools
+
+
+def refused(fn: Any, *args: Any, **kw: Any) -> str:
+    with pytest.raises(ApplicationError) as info:
+        fn(*args, **kw)
+    assert info.value.type == "ToolRefused" and info.value.non_retryable
+    return str(info.value.details[0]["code"])
+
+
+def test_racing_refunds_never_overdraw(box: ToolBox) -> None:
+    approved = Authority(limit_cents=50_000, decision_id="d", approved={"amount_cents": 400_000})
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        try:
+            refund(box, f"k{i}", 400_000, authority=approved)
+            result = "paid"
+        except ApplicationError as exc:
+            result = str(exc.details[0]["code"])
+        with lock:
+            outcomes.append(result)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(8)))
+    assert sorted(outcomes) == ["over_refundable"] * 6 + ["paid"] * 2
+    assert paid(box) == 800_000
+
+
+def test_over_the_limit_needs_an_approval_for_that_amount(box: ToolBox) -> None:
+    limit = Authority(limit_cents=50_000)
+    assert refused(refund, box, "a", 60_000, authority=limit) == "over_limit"
+    low = Authority(limit_cents=50_000, decision_id="d", approved={"amount_cents": 55_000})
+    assert refused(refund, box, "b", 60_000, authority=low) == "over_limit"
+    # An approval with no decision behind it is no approval.
+    forged = Authority(limit_cents=50_000, approved={"amount_cents": 60_000})
+    assert refused(refund, box, "c", 60_000, authority=forged) == "over_limit"
+    assert paid(box) == 0
+    ok = Authority(limit_cents=50_000, decision_id="d", approved={"amount_cents": 60_000})
+    assert refund(box, "d", 60_000, authority=ok)["amount_cents"] == 60_000
+    assert refund(box, "e", 50_000, authority=limit)["amount_cents"] == 50_000  # at the limit
+    # No limit passed (a desk without a gate): the tool's default holds.
+    assert refused(refund, box, "f", 50_001) == "over_limit"
+    assert paid(box) == 110_000
+
+
+def test_more_than_refundable_is_refused_and_a_refusal_leaves_no_key(box: ToolBox) -> None:
+    assert refused(refund, box, "k", 4_901, invoice="INV-2001") == "over_refundable"
+    assert refused(refund, box, "x", 100, invoice="INV-0000") == "no_invoice"
+    with sqlite3.connect(box.db_path) as db:
+        assert db.execute("SELECT COUNT(*) FROM effects").fetchone()[0] == 0
+    assert refund(box, "k2", 4_900, invoice="INV-2001")["amount_cents"] == 4_900
+    assert refused(refund, box, "k3", 1, invoice="INV-2001") == "over_refundable"
+
+
+def test_an_attempt_given_up_on_cannot_commit_after_reconciliation(box: ToolBox) -> None:
+    # Attempt 1 (epoch 10) stalls; the run reconciles (epoch 20): nothing made, and now
+    # attempt 1 wakes up and tries to pay: it is fenced off and changes nothing.
+    db = sqlite3.connect(box.db_path)
+    assert reconcile(db, "k", 20) is None
+    with pytest.raises(ApplicationError) as info:
+        refund(box, "k", 1000, epoch=10)
+    assert info.value.type == "FencedOff" and info.value.non_retryable
+    assert paid(box) == 0
+    # A later attempt (the operator's retry) owns the key again and pays, once.
+    first = refund(box, "k", 1000, epoch=30)
+    assert refund(box, "k", 1000, epoch=10) == first  # made: the same result, whoever asks
+    assert reconcile(db, "k", 40) == first
+    db.close()
+    assert paid(box) == 1000
+
+
+def test_an_attempt_waits_for_the_lock_and_then_acts_once(box: ToolBox) -> None:
+    holder = sqlite3.connect(box.db_path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    with ThreadPoolExecutor(2) as pool:
+        later = [pool.submit(refund, box, "k", 500, epoch=e) for e in (1, 2)]
+        threading.Event().wait(0.5)
+        assert not any(f.done() for f in later)  # both wait for the other writer
+        holder.execute("ROLLBACK")
+        results = []
+        for f in later:
+            try:
+                results.append(f.result(timeout=10))
+            except ApplicationError as exc:  # epoch 1 may find epoch 2 owns the key
+                assert exc.type == "FencedOff"
+    holder.close()
+    assert results and all(r == results[0] for r in results)
+    assert paid(box) == 500
