@@ -184,8 +184,8 @@ async def _fork(run: str, run_id: str | None, step: int, reason: str, as_json: b
     print("  signals and updates sent after that point are NOT re-applied: send the new "
           "decision to the new run")
     print("  activities after the reset point run again (model calls, tools); a "
-          "side-effecting tool already done at the same step and call returns that effect "
-          "instead of acting twice, and fails the run if asked with other arguments")
+          "side effect the run already made for the same action (node, decision, call, "
+          "arguments) returns that effect instead of acting twice")
     print(f"  original run {run_id} keeps its history (workflow type "
           f"{original.workflow_type.name}); if it was still running, the reset terminated it")
     print(f"  follow the new run: tower inspect {run}")

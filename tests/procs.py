@@ -34,17 +34,19 @@ class WorkerProcess:
     """`python worker.py` pointed at a test's server, task queue, database and model."""
 
     def __init__(self, address: str, task_queue: str, db_path: Path, model_url: str,
-                 log_path: Path, *, models: str = "primary,backup", timeout: float = 60) -> None:
+                 log_path: Path, *, models: str = "primary,backup", timeout: float = 60,
+                 argv: tuple[str, ...] = ("worker.py",)) -> None:
         self.env = {**os.environ, "TEMPORAL_ADDRESS": address, "TOWER_TASK_QUEUE": task_queue,
                     "TOWER_DB": str(db_path), "OPENAI_API_KEY": "loopback",
                     "OPENAI_BASE_URL": model_url, "TOWER_MODELS": models,
                     "TOWER_MODEL_TIMEOUT": str(timeout), "PYTHONUNBUFFERED": "1"}
+        self.argv = argv
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "worker.py"], cwd=REPO, env=self.env,
+            self.proc = subprocess.Popen([sys.executable, *self.argv], cwd=REPO, env=self.env,
                                          stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
         return self

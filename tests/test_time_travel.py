@@ -179,7 +179,7 @@ async def test_a_fork_that_repeats_a_side_effect_finds_it_done(
         first = await original.result()
         assert first.status == "DONE" and first.account_id
         forked, out = await fork(address, client, run, 3, OnboardingState)  # at provision
-        assert "a side-effecting tool already done at the same step and call" in out
+        assert "side effect the run already made for the same action" in out
         again = await asyncio.wait_for(forked.result(), 60)
     assert again.status == "DONE"
     assert (again.account_id, again.welcome_message_id) == (

@@ -21,7 +21,7 @@ from tower.contract.wire import ToolCall, ToolSchema
 from . import accounts, billing, helpdesk, migrations, onboarding, orders, research
 from .db import connect
 from .effects import begin_immediate, claim, epoch_now, reconcile
-from .spec import Tool, ToolRefused
+from .spec import NoEffect, Tool, ToolRefused
 
 TOOLS: dict[str, Tool] = {t.name: t for t in [
     *accounts.TOOLS, *billing.TOOLS, *helpdesk.TOOLS, *onboarding.TOOLS, *research.TOOLS,
@@ -70,9 +70,16 @@ class ToolBox:
     def _effect(self, db: sqlite3.Connection, tool: Tool, args: BaseModel, call: ToolCall,
                 epoch: int) -> dict[str, Any]:
         """Fence, idempotency record, invariants and effect: one transaction (effects.py)."""
-        key = call.idempotency_key
         asked = json.dumps(args.model_dump(mode="json"), sort_keys=True)
         begin_immediate(db)
+        try:
+            return self._in_transaction(db, tool, args, call, epoch, asked)
+        except NoEffect as nothing:  # rolled back: no effect, no key
+            return nothing.result
+
+    def _in_transaction(self, db: sqlite3.Connection, tool: Tool, args: BaseModel,
+                        call: ToolCall, epoch: int, asked: str) -> dict[str, Any]:
+        key = call.idempotency_key
         with db:  # commits on return, rolls back on any exception
             done = db.execute("SELECT result, arguments FROM effects WHERE idempotency_key=?",
                               (key,)).fetchone()

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .spec import Tool
+from .spec import NoEffect, Tool
 
 LEDGER = "_tower_migrations"  # applied migrations, by idempotency key; not part of the schema
 NAME = r"^[a-z][a-z0-9_]{0,39}$"
@@ -156,7 +156,7 @@ def apply_migration(tools_db: sqlite3.Connection, args: Apply, key: str) -> dict
     """Apply all statements in one transaction, once per key, on the schema analysed."""
     db = target(tools_db, args.database)
     if db is None:
-        return {"applied": False, "error": f"no database named {args.database!r}"}
+        raise NoEffect({"applied": False, "error": f"no database named {args.database!r}"})
     try:
         db.execute("BEGIN IMMEDIATE")  # no other writer between the check and the change
         try:
@@ -170,8 +170,8 @@ def apply_migration(tools_db: sqlite3.Connection, args: Apply, key: str) -> dict
             now = fingerprint(db)
             if now != args.expected_fingerprint:
                 db.execute("ROLLBACK")
-                return {"applied": False, "error": f"schema changed since analysis "
-                        f"({args.expected_fingerprint} -> {now}); nothing applied"}
+                raise NoEffect({"applied": False, "error": f"schema changed since analysis "
+                                f"({args.expected_fingerprint} -> {now}); nothing applied"})
             for stmt in split_statements(args.script):
                 db.execute(stmt)
             after = fingerprint(db)
@@ -180,7 +180,8 @@ def apply_migration(tools_db: sqlite3.Connection, args: Apply, key: str) -> dict
             return {"applied": True, "fingerprint": after}
         except sqlite3.Error as exc:
             db.execute("ROLLBACK")
-            return {"applied": False, "error": f"{type(exc).__name__}: {exc}; rolled back"}
+            raise NoEffect({"applied": False,
+                            "error": f"{type(exc).__name__}: {exc}; rolled back"}) from exc
     finally:
         db.close()
 

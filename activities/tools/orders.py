@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .spec import Tool
+from .spec import NoEffect, Tool
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS products (
@@ -93,7 +93,7 @@ def reserve_stock(db: sqlite3.Connection, args: ReserveStock, key: str) -> dict[
             lines.append({"sku": item.sku, "name": row["name"], "unit_price": row["price"],
                           "quantity": item.quantity})
     if missing:
-        return {"ok": False, "missing": missing}  # nothing reserved
+        raise NoEffect({"ok": False, "missing": missing})  # nothing reserved
     for item in args.items:
         db.execute("UPDATE products SET stock = stock - ? WHERE sku=?", (item.quantity, item.sku))
     reservation = _id("rs", key)
@@ -105,7 +105,7 @@ def reserve_stock(db: sqlite3.Connection, args: ReserveStock, key: str) -> dict[
 def release_stock(db: sqlite3.Connection, args: ReleaseStock, key: str) -> dict[str, Any]:
     row = db.execute("SELECT * FROM reservations WHERE id=?", (args.reservation_id,)).fetchone()
     if row is None or row["status"] != "held":
-        return {"released": False, "why": "no held reservation " + args.reservation_id}
+        raise NoEffect({"released": False, "why": "no held reservation " + args.reservation_id})
     for item in json.loads(row["items"]):
         db.execute("UPDATE products SET stock = stock + ? WHERE sku=?",
                    (item["quantity"], item["sku"]))

@@ -29,6 +29,16 @@ class ToolRefused(Exception):
         self.message = message
 
 
+class NoEffect(Exception):  # noqa: N818 (an outcome, not an error)
+    """The tool decided not to act (out of stock, nothing to release, schema changed):
+    its transaction rolls back and the key stays free, so a later repeat of the action
+    (an operator's retry after restocking) really tries again. ``result`` is returned."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(result)
+        self.result = result
+
+
 @dataclass(frozen=True)
 class Tool:
     name: str

@@ -1,0 +1,75 @@
+"""What must hold after every trial, read from each run's history, its state and the DB."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+SETTLED = ("DONE", "FAILED")
+
+
+@dataclass
+class RunView:
+    """One run as the checker sees it: its final state and what its history reports paid."""
+
+    workflow_id: str
+    state: dict[str, Any]
+    reported: list[str] = field(default_factory=list)  # refund ids in completed activities
+
+
+async def view(client: Client, workflow_id: str) -> RunView:
+    handle = client.get_workflow_handle(workflow_id)
+    state: dict[str, Any] = await handle.query("state", result_type=dict)
+    history = await handle.fetch_history()
+    scheduled: dict[int, str] = {}
+    reported: list[str] = []
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attrs = event.activity_task_scheduled_event_attributes
+            scheduled[event.event_id] = attrs.activity_type.name
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            attrs2 = event.activity_task_completed_event_attributes
+            if scheduled.get(attrs2.scheduled_event_id) in ("issue_refund", "reconcile_effect"):
+                payloads = list(attrs2.result.payloads)
+                values = await client.data_converter.decode(payloads, [dict]) if payloads else []
+                if values and isinstance(values[0], dict) and values[0].get("refund_id"):
+                    reported.append(str(values[0]["refund_id"]))
+    return RunView(workflow_id, state, reported)
+
+
+def check(db_path: Path, invoice: str, total_cents: int, runs: list[RunView]) -> list[str]:
+    """Violations (empty when the trial kept every rule)."""
+    with sqlite3.connect(db_path) as db:
+        rows = db.execute("SELECT id, amount_cents, idempotency_key FROM refunds "
+                          "WHERE invoice_id=?", (invoice,)).fetchall()
+    problems: list[str] = []
+    paid = sum(r[1] for r in rows)
+    if paid > total_cents:
+        problems.append(f"{invoice}: refunded {paid} cents of {total_cents}")
+    by_id = {r[0]: r for r in rows}
+    for run in runs:
+        wid, state = run.workflow_id, run.state
+        mine = [r for r in rows if r[2].startswith(f"{wid}/")]
+        if len(mine) > 1:
+            problems.append(f"{wid}: paid {len(mine)} times: {[r[0] for r in mine]}")
+        if state.get("status") not in SETTLED:
+            problems.append(f"{wid}: stuck at {state.get('node')} ({state.get('status')})")
+            continue
+        refund_id = state.get("refund_id", "")
+        if refund_id and refund_id not in by_id:
+            problems.append(f"{wid}: state says {refund_id} but the database has no such refund")
+        if refund_id and refund_id in by_id and by_id[refund_id][1] != state["amount_cents"]:
+            problems.append(f"{wid}: state says {state['amount_cents']} cents, database "
+                            f"{by_id[refund_id][1]}")
+        if not refund_id and mine:
+            problems.append(f"{wid}: {state['status']} with no refund_id while {mine[0][0]} "
+                            "exists")
+        for reported in run.reported:
+            if reported not in by_id:
+                problems.append(f"{wid}: history reports {reported}, the database has none")
+    return problems
