@@ -20,9 +20,14 @@ from temporalio import workflow
 
 from tower import DONE, AgentState, Graph, Message, NodeFailed
 from tower.contract.decisions import GateStatus
+from tower.contract.wire import Authority
 from tower.core.approval import ApprovalSettings, Gate
 from tower.temporal.context import NodeContext
 from tower.temporal.runtime import AgentWorkflow
+
+with workflow.unsafe.imports_passed_through():
+    # A pure function: the script's digest, computed the way the tool checks it.
+    from activities.tools.migrations import script_digest
 
 DAY = 24 * 3600
 
@@ -80,9 +85,12 @@ async def analyze(ctx: NodeContext, state: MigrationState) -> dict[str, object]:
 
 async def apply(ctx: NodeContext, state: MigrationState) -> dict[str, object]:
     """Apply in one transaction, only on the schema that was analysed."""
+    # The tool applies a destructive script only with the approval, and only that script.
+    approved = {"script_sha256": script_digest(state.script)} if ctx.decision else {}
     result = await ctx.tool("apply_migration", {"database": state.database,
                                                 "script": state.script,
-                                                "expected_fingerprint": state.fingerprint})
+                                                "expected_fingerprint": state.fingerprint},
+                            Authority(approved=approved))
     if not result.get("applied"):
         raise NodeFailed(f"apply: {result.get('error', 'not applied')}")
     return {"applied": True, "messages": [

@@ -31,7 +31,7 @@ CREATE TABLE IF NOT EXISTS effect_fences (
     idempotency_key TEXT PRIMARY KEY, epoch INTEGER NOT NULL);
 """
 LOCK_POLL_MS = 200  # how long one BEGIN waits before the attempt heartbeats again
-MARGIN = timedelta(seconds=1)  # stop this long before the start-to-close deadline
+MARGIN = timedelta(seconds=1)  # stop this long before the start-to-close deadline (at most)
 
 
 def epoch_now() -> int:
@@ -99,7 +99,8 @@ def _deadline() -> datetime | None:
     info = activity.info()
     if info.start_to_close_timeout is None:
         return None
-    return info.started_time + info.start_to_close_timeout - MARGIN
+    timeout = info.start_to_close_timeout
+    return info.started_time + timeout - min(MARGIN, timeout / 5)
 
 
 def _micros(at: datetime) -> int:

@@ -17,7 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .spec import NoEffect, Tool
+from tower.contract.wire import Authority
+
+from .spec import NoEffect, Tool, ToolRefused
 
 LEDGER = "_tower_migrations"  # applied migrations, by idempotency key; not part of the schema
 NAME = r"^[a-z][a-z0-9_]{0,39}$"
@@ -152,6 +154,23 @@ def schema_fingerprint(tools_db: sqlite3.Connection, args: Fingerprint, key: str
         db.close()
 
 
+def script_digest(script: str) -> str:
+    return hashlib.sha256(script.encode()).hexdigest()[:16]
+
+
+def only_the_approved_script(tools_db: sqlite3.Connection, args: Apply,
+                             authority: Authority) -> None:
+    """A destructive script applies only with an approval, and only the script approved."""
+    approved = authority.approved.get("script_sha256")
+    if authority.decision_id and approved != script_digest(args.script):
+        raise ToolRefused("not_the_approved_script", "the script differs from the one approved "
+                          f"({approved} approved, {script_digest(args.script)} asked)")
+    findings = destructive_findings(args.script)
+    if findings and not authority.decision_id:
+        raise ToolRefused("unapproved_destructive", "a destructive migration needs an "
+                          f"approval: {findings[0]}")
+
+
 def apply_migration(tools_db: sqlite3.Connection, args: Apply, key: str) -> dict[str, Any]:
     """Apply all statements in one transaction, once per key, on the schema analysed."""
     db = target(tools_db, args.database)
@@ -192,5 +211,5 @@ TOOLS = [
     Tool("schema_fingerprint", "A short hash of a database's schema.", Fingerprint,
          schema_fingerprint),
     Tool("apply_migration", "Apply a migration in one transaction if the schema is unchanged.",
-         Apply, apply_migration, side_effect=True),
+         Apply, apply_migration, side_effect=True, guard=only_the_approved_script),
 ]

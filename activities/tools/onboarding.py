@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .spec import Tool
+from .spec import Tool, ToolRefused
 
 EMAIL = re.compile(r"^[^@\s]+@([^@\s]+\.[^@\s.]+)$")
 # Top-level domains that can never receive mail (RFC 2606 / 6761).
@@ -67,6 +67,16 @@ def check_company(db: sqlite3.Connection, args: CheckCompany, key: str) -> dict[
     return {"company": args.company, "valid": True, "reason": "ok"}
 
 
+def one_account_per_email(db: sqlite3.Connection, args: CreateAccount, authority: Any) -> None:
+    """Registers once: ``validate_email`` looked earlier, outside this transaction; two
+    sign-ups racing with one address both passed it. This check is under the write lock."""
+    taken = db.execute("SELECT id FROM accounts WHERE lower(email)=?",
+                       (args.email.lower(),)).fetchone()
+    if taken is not None:
+        raise ToolRefused("already_registered", f"{args.email} is already registered "
+                          f"({taken[0]}); no second account")
+
+
 def create_account(db: sqlite3.Connection, args: CreateAccount, key: str) -> dict[str, Any]:
     last = db.execute("SELECT MAX(CAST(substr(id, 5) AS INTEGER)) FROM accounts").fetchone()[0]
     account_id = f"ACC-{(last or 1000) + 1:04d}"
@@ -90,7 +100,7 @@ TOOLS = [
     Tool("check_company", "Check that a company name is acceptable for a new account.",
          CheckCompany, check_company),
     Tool("create_account", "Create the customer's account (once).", CreateAccount,
-         create_account, side_effect=True),
+         create_account, side_effect=True, guard=one_account_per_email),
     Tool("send_welcome_email", "Send the welcome e-mail for a new account (once).",
          SendWelcomeEmail, send_welcome_email, side_effect=True),
 ]

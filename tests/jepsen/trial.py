@@ -32,7 +32,8 @@ from workflows.refund import RefundAgent
 
 from .check import SETTLED, RunView, check, view
 
-SETTLE_SECONDS = 120  # a run not DONE or FAILED by then is stuck
+SETTLE_SECONDS = 240  # a run not DONE or FAILED by then is stuck (generous: CI machines are busy)
+RPC_SECONDS = 30  # one operator call (retry, fork); past it the call counts as not made
 
 
 @dataclass
@@ -68,9 +69,12 @@ async def trial(world: World, number: int, rng: random.Random) -> Outcome:
     try:
         await settle(handles)
         for handle in handles:  # operators: retry what FAILED, fork some of what is DONE
-            await operate(world.client, handle, rng, faults)
+            with contextlib.suppress(TimeoutError, RPCError):
+                async with asyncio.timeout(RPC_SECONDS):
+                    await operate(world.client, handle, rng, faults)
         await settle(handles)
-        views = [await view(world.client, h.id) for h in handles]
+        async with asyncio.timeout(RPC_SECONDS * len(handles)):
+            views = [await view(world.client, h.id) for h in handles]
     except TimeoutError:
         views = [RunView(h.id, await state_of(h)) for h in handles]
     finally:
@@ -96,9 +100,10 @@ async def start(world: World, invoice: str, dollars: int, rng: random.Random
 
 async def state_of(handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
     try:
-        state: dict[str, Any] = await handle.query("state", result_type=dict)
+        async with asyncio.timeout(RPC_SECONDS):
+            state: dict[str, Any] = await handle.query("state", result_type=dict)
         return state
-    except RPCError:  # no worker answered in time: the run counts as stuck
+    except (RPCError, TimeoutError):  # no worker answered in time: the run counts as stuck
         return {"status": "UNKNOWN", "node": "?"}
 
 
@@ -163,8 +168,10 @@ async def kill_worker(world: World, rng: random.Random, faults: list[str]) -> No
     victim = rng.choice(world.workers)
     victim.kill9()
     faults.append("worker SIGKILL")
-    await asyncio.sleep(rng.uniform(0, 1))
-    victim.start()
+    try:
+        await asyncio.sleep(rng.uniform(0, 1))
+    finally:  # even when the trial ends meanwhile: never leave a worker dead
+        victim.start()
 
 
 FAULTS = (lock_database, kill_worker)

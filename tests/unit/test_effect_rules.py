@@ -158,3 +158,47 @@ def test_an_attempt_waits_for_the_lock_and_then_acts_once(box: ToolBox) -> None:
     holder.close()
     assert results and all(r == results[0] for r in results)
     assert paid(box) == 500
+
+
+def test_racing_sign_ups_with_one_address_register_once(box: ToolBox) -> None:
+    def sign_up(i: int) -> str:
+        call = ToolCall(tool="create_account", idempotency_key=f"signup-{i}", arguments={
+            "name": f"Kim {i}", "email": "Kim@Example.com", "company": "Acme"})
+        try:
+            return str(box.call(TOOLS["create_account"], call)["account_id"])
+        except ApplicationError as exc:
+            return str(exc.details[0]["code"])
+
+    with ThreadPoolExecutor(6) as pool:
+        outcomes = list(pool.map(sign_up, range(6)))
+    assert outcomes.count("already_registered") == 5
+    with sqlite3.connect(box.db_path) as db:
+        assert db.execute("SELECT COUNT(*) FROM accounts WHERE lower(email)='kim@example.com'"
+                          ).fetchone()[0] == 1
+
+
+def test_a_migration_applies_only_the_approved_script(box: ToolBox) -> None:
+    from activities.tools.migrations import script_digest
+
+    shop = box.db_path.parent / "databases" / "shop.sqlite"
+    shop.parent.mkdir()
+    with sqlite3.connect(shop) as db:
+        db.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+    with sqlite3.connect(shop) as db:
+        from activities.tools.migrations import fingerprint
+        before = fingerprint(db)
+    drop = "DROP TABLE notes;"
+
+    def apply(script: str, authority: Authority, k: str) -> dict[str, Any]:
+        call = ToolCall(tool="apply_migration", idempotency_key=k, authority=authority,
+                        arguments={"database": "shop", "script": script,
+                                   "expected_fingerprint": before})
+        return box.call(TOOLS["apply_migration"], call)
+
+    assert refused(apply, drop, Authority(), "a") == "unapproved_destructive"
+    other = Authority(decision_id="d", approved={"script_sha256": script_digest("SELECT 1;")})
+    assert refused(apply, drop, other, "b") == "not_the_approved_script"
+    with sqlite3.connect(shop) as db:  # nothing changed
+        assert db.execute("SELECT name FROM sqlite_master").fetchall() == [("notes",)]
+    approved = Authority(decision_id="d", approved={"script_sha256": script_digest(drop)})
+    assert apply(drop, approved, "c")["applied"] is True
