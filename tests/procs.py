@@ -71,7 +71,9 @@ class WorkerProcess:
         # One record per log line the worker wrote (they start with the time), with
         # any traceback (chained causes included) that belongs to it.
         records = re.split(r"\n(?=\d{4}-\d{2}-\d{2} )", text)
-        bad = [r[:800] for r in records if "Traceback" in r and not HANDLED.search(r)]
+        # Head and tail: the tail names the exception.
+        bad = [r if len(r) < 1200 else f"{r[:500]} … {r[-600:]}"
+               for r in records if "Traceback" in r and not HANDLED.search(r)]
         fatal = [line for line in text.splitlines()
                  if "Failed activation" in line or "Fatal Python error" in line
                  or "Task exception was never retrieved" in line]

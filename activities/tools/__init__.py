@@ -19,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 from tower.contract.wire import ToolCall, ToolSchema
 
 from . import accounts, billing, helpdesk, migrations, onboarding, orders, research
-from .db import connect
+from .db import connect, open_db
 from .effects import begin_immediate, claim, epoch_now, reconcile
 from .spec import NoEffect, Tool, ToolRefused
 
@@ -59,7 +59,7 @@ class ToolBox:
             # Retrying cannot fix bad arguments: fail fast and let the node decide.
             raise ApplicationError(f"bad arguments for {tool.name}: {exc}",
                                    type="BadToolArguments", non_retryable=True) from exc
-        db = connect(self.db_path)
+        db = open_db(self.db_path)
         try:
             if not tool.side_effect:
                 return tool.run(db, args, call.idempotency_key)
@@ -103,7 +103,7 @@ class ToolBox:
         def reconcile_effect(key: str) -> dict[str, Any] | None:
             """The effect made under ``key`` (None: none, and none can be made any more by
             an attempt given up on): what a run reads before it gives up on a side effect."""
-            db = connect(self.db_path)
+            db = open_db(self.db_path)
             try:
                 return reconcile(db, key, epoch_now())
             finally:

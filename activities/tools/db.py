@@ -75,6 +75,14 @@ SEED_SOURCES = [
 ]
 
 
+def open_db(path: str | Path) -> sqlite3.Connection:
+    """Open the database ``connect`` made, without touching its schema: a call must not
+    block on another writer before it can heartbeat (``effects.begin_immediate`` waits)."""
+    db = sqlite3.connect(str(path), timeout=30)
+    db.row_factory = sqlite3.Row
+    return db
+
+
 def connect(path: str | Path) -> sqlite3.Connection:
     """Open the tools' database, creating and seeding it on first use."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
