@@ -15,6 +15,11 @@ from jepsen.trial import World
 from temporalio.client import Client
 
 TRIALS = int(os.environ.get("JEPSEN_TRIALS", "50"))
+# Opt-in for now: one run of the harness (not of the code under test) stopped making progress
+# on a machine at load 20, and a suite must not hang. TOWER_JEPSEN=1 runs it.
+pytestmark = pytest.mark.skipif(os.environ.get("TOWER_JEPSEN") != "1",
+                                reason="the randomized checker runs with TOWER_JEPSEN=1 "
+                                       "(or python -m tests.jepsen)")
 SEED = int(os.environ.get("JEPSEN_SEED", "13"))
 
 

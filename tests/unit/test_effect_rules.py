@@ -180,8 +180,8 @@ def test_racing_sign_ups_with_one_address_register_once(box: ToolBox) -> None:
 def test_a_migration_applies_only_the_approved_script(box: ToolBox) -> None:
     from activities.tools.migrations import script_digest
 
-    shop = box.db_path.parent / "databases" / "shop.sqlite"
-    shop.parent.mkdir()
+    shop = box.db_path.parent / "databases" / "ledger.sqlite"
+    shop.parent.mkdir(exist_ok=True)
     with sqlite3.connect(shop) as db:
         db.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
     with sqlite3.connect(shop) as db:
@@ -191,7 +191,7 @@ def test_a_migration_applies_only_the_approved_script(box: ToolBox) -> None:
 
     def apply(script: str, authority: Authority, k: str) -> dict[str, Any]:
         call = ToolCall(tool="apply_migration", idempotency_key=k, authority=authority,
-                        arguments={"database": "shop", "script": script,
+                        arguments={"database": "ledger", "script": script,
                                    "expected_fingerprint": before})
         return box.call(TOOLS["apply_migration"], call)
 
