@@ -20,6 +20,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -30,6 +31,7 @@ from activities.model import ModelActivities, ModelSettings
 from activities.notify import Notifier
 from activities.prices import PriceError
 from activities.tools import ToolBox
+from activities.trust import TrustLoader
 from starter.connection import TASK_QUEUE, ServerUnreachable, UnknownTenant, connect, use_tenant
 from starter.telemetry import TracingConfigError
 from tower import TowerError
@@ -64,21 +66,25 @@ class _ValidateOnce(SandboxedWorkflowRunner):
 def sandbox_runner() -> SandboxedWorkflowRunner:
     """The sandbox every worker and replayer uses (a replayer must match the worker)."""
     # The engine and the tool schemas are deterministic and stateless: load them
-    # once instead of once per run inside the sandbox.
+    # once instead of once per run inside the sandbox. joserfc (and the cryptography it
+    # uses) verifies signed decisions: pure functions, loaded once outside the sandbox.
     return _ValidateOnce(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(
-            "tower", "activities"))
+            "tower", "activities", "joserfc", "cryptography"))
 
 
-# A domain error fails the run instead of retrying the workflow task forever. Shared
-# with the Replayer (starter/histories.py), like the sandbox.
-WORKFLOW_FAILURE_TYPES: list[type[BaseException]] = [TowerError]
+# A domain error fails the run instead of retrying the workflow task forever; so does an
+# input that does not fit the agent's input model (pydantic's ValidationError, raised
+# while decoding the start): a malformed start ends FAILED at once, with the reason.
+# Shared with the Replayer (starter/histories.py), like the sandbox.
+WORKFLOW_FAILURE_TYPES: list[type[BaseException]] = [TowerError, ValidationError]
 
 
 def build_worker(
     client: Client, *, task_queue: str = TASK_QUEUE, db_path: str | Path | None = None,
     models: ModelSettings | None = None, max_concurrent_activities: int = 50,
     messages_path: str | Path | None = None, workflows: Sequence[type] = (),
+    trust_dir: str | Path | None = None,
     **worker_options: Any,  # passed on to Worker (e.g. max_cached_workflows=0 in tests)
 ) -> Worker:
     tools = ToolBox(db_path or os.environ.get("TOWER_DB") or DEFAULT_DB)
@@ -90,7 +96,9 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[*AGENTS.values(), *workflows],
-        activities=[model.call_model, *tools.activities(), Notifier().notify_gate],
+        # The tenant's roster and policy: TOWER_TRUST_DIR (default .tower/trust).
+        activities=[model.call_model, *tools.activities(), Notifier().notify_gate,
+                    TrustLoader(trust_dir).load_trust],
         # Tools are plain blocking SQLite code: run them on threads, off the event loop.
         activity_executor=ThreadPoolExecutor(max_concurrent_activities),
         max_concurrent_activities=max_concurrent_activities,

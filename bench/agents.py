@@ -11,7 +11,7 @@ from temporalio import workflow
 
 from tower import ADD, DONE, AgentState, Graph, Message
 from tower.contract.wire import ModelReply, ModelRequest, ToolCall
-from tower.core.approval import ApprovalSettings, Gate
+from tower.core.approval import Gate
 from tower.temporal.context import TOOL_RETRY, TOOLS, NodeContext
 from tower.temporal.runtime import AgentWorkflow
 from workflows.chat import RESPOND_PROMPT
@@ -121,8 +121,7 @@ class NaiveChat:
 
 
 class ParkRequest(BaseModel):
-    approvals: ApprovalSettings = Field(
-        default_factory=lambda: ApprovalSettings(allow_unsigned=True))
+    pass
 
 
 class ParkState(AgentState):
@@ -154,8 +153,8 @@ class ParkedAgent(AgentWorkflow):
 
     @workflow.run
     async def run(self, request: ParkRequest) -> ParkState:
-        state = ParkState()
-        return await self.drive(state, approvals=request.approvals)
+        await self.admit(request)  # the bench's trust dir: a roster, unsigned allowed
+        return await self.drive(ParkState())
 
 
 BENCH_WORKFLOWS: list[type] = [StepsAgent, StepsEveryAgent, Baseline, NaiveChat, ParkedAgent]

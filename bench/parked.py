@@ -27,7 +27,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from activities.model import ModelSettings
 from bench.agents import BENCH_WORKFLOWS, REVIEW_TIMEOUT, WORKFLOW_TASKS, ParkedAgent, ParkRequest
-from tower.contract.decisions import Decision, Verdict
+from starter.trust_files import dev_trust
+from tower.core.signing import decision_claims
 from worker import build_worker
 
 
@@ -61,13 +62,16 @@ async def decision_latency(client: Client, ids: list[str]) -> list[float]:
     """Seconds from sending each approval to the run having taken its next step (DONE)."""
     seconds = []
     for run in ids:
-        verdict = Decision(decision_id=f"bench-{uuid.uuid4().hex[:8]}", tenant=client.namespace,
-                           run=run, gate="review", decision=Verdict.APPROVE, approver="bench",
-                           role="manager", expires_at=await _expiry(client, run))
         handle = client.get_workflow_handle(run)
+        pending = (await handle.query("approvals", result_type=dict))["pending"]
+        # The bench's deployment allows unsigned decisions (a development setting).
+        claims = decision_claims(tenant=client.namespace, run=run, gate="review",
+                                 request=pending["step"], verdict="approve", sub="bench",
+                                 role="manager", jti=f"bench-{uuid.uuid4().hex[:8]}",
+                                 now=time.time())
         start = time.perf_counter()
         try:
-            await handle.execute_update("decide", verdict.model_dump(mode="json"),
+            await handle.execute_update("decide", {"unsigned": claims.model_dump(mode="json")},
                                         result_type=dict)
         except WorkflowUpdateFailedError as exc:  # the refusal's reason, not just "failed"
             raise RuntimeError(f"decision on {run} refused: {exc.cause}") from exc
@@ -125,7 +129,11 @@ async def memory(client: Client, address: str, tq: str, db: Path, *, runs: int,
 
 async def _serve(address: str, tq: str, db: str, cache: str) -> None:
     client = await Client.connect(address, data_converter=pydantic_data_converter)
+    # The parked runs load a roster and policy like every gated run: a throw-away tenant.
+    trust = Path(db).with_name("trust")
+    dev_trust(trust, client.namespace, approvers={}, unsigned_allowed=True)
     async with build_worker(client, task_queue=tq, db_path=db, models=ModelSettings(),
+                            trust_dir=trust,
                             workflows=BENCH_WORKFLOWS,
                             max_concurrent_workflow_tasks=WORKFLOW_TASKS,
                             # Each cached run keeps its own sandbox (~0.4 MB); a parked

@@ -43,6 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pending": ("starter.cmd_approve:pending", "list runs awaiting an approval decision"),
     "approve": ("starter.cmd_approve:approve", "approve a run's pending gate (signed decision)"),
     "reject": ("starter.cmd_approve:reject", "reject a run's pending gate (signed decision)"),
+    "keys": ("starter.cmd_keys:keys", "approvers' signing keys and the tenant's roster"),
     "retry": ("starter.cmd_operator:retry", "retry a FAILED run from a named node"),
     "abort": ("starter.cmd_operator:abort", "close a FAILED run for good"),
     "cost": ("starter.cmd_cost:command", "a run's token usage and estimated cost"),

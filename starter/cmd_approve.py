@@ -7,8 +7,8 @@ nothing). ``--signal`` sends it as a fire-and-forget signal instead.
 
 from __future__ import annotations
 
-import os
-from datetime import datetime
+import asyncio
+import uuid
 from typing import Any
 
 import click
@@ -46,17 +46,18 @@ def _decision_command(verdict: Verdict) -> click.Command:
 
     def decide_cmd(run: str, gate: str | None, by: str, role: str | None, note: str,
                    edits: tuple[str, ...] = (), decision_id: str | None = None,
-                   signal: bool = False, no_follow: bool = False,
+                   signal: bool = False, unsigned: bool = False, no_follow: bool = False,
                    as_json: bool = False) -> Any:
         return decide(run, verdict, gate=gate, by=by, role=role, note=note, edits=list(edits),
-                      decision_id=decision_id, use_signal=signal, follow=not no_follow,
-                      as_json=as_json)
+                      decision_id=decision_id, use_signal=signal, unsigned=unsigned,
+                      follow=not no_follow, as_json=as_json)
 
     params = [
         click.argument("run", metavar="RUN"),
         click.option("--gate", help="gate id (default: the run's pending gate)"),
-        click.option("--by", required=True, metavar="NAME", help="who decides"),
-        click.option("--role", help="the role you decide as (default: $TOWER_ROLE)"),
+        click.option("--by", required=True, metavar="NAME",
+                     help="who decides: signs with <config>/keys/NAME.jwk"),
+        click.option("--role", help="the role you decide as (default: the gate's)"),
         click.option("--note", default="", help="why (shown to the run and in its log)"),
     ]
     if verdict == Verdict.APPROVE:
@@ -66,6 +67,8 @@ def _decision_command(verdict: Verdict) -> click.Command:
     params += [
         click.option("--decision-id", help="idempotency id (resending it changes nothing)"),
         click.option("--signal", is_flag=True, help="send as a signal, don't wait"),
+        click.option("--unsigned", is_flag=True,
+                     help="send unsigned (only a development deployment accepts it)"),
         click.option("--no-follow", is_flag=True,
                      help="print the outcome only, not the run's next transitions"),
         json_option("the decision and the outcome the run reported, as JSON"),
@@ -75,8 +78,8 @@ def _decision_command(verdict: Verdict) -> click.Command:
         decide_cmd = param(decide_cmd)
     return click.command(verb, help=(
         f"{verb.capitalize()} the pending approval of RUN and print the outcome the run "
-        "reported. The decision is signed with the tenant's approval secret "
-        "(TOWER_APPROVAL_SECRET or TOWER_APPROVAL_SECRET_FILE)."))(decide_cmd)
+        "reported. The decision is signed with your own key (`tower keys new NAME`), which "
+        "the tenant's roster must list."))(decide_cmd)
 
 
 approve = _decision_command(Verdict.APPROVE)
@@ -105,7 +108,8 @@ def _proposal(proposal: dict[str, Any] | None) -> str:
 async def pending_requests(client: Client, *, agent: str | None = None,
                            limit: int = 50) -> list[dict[str, Any]]:
     """Runs waiting at a gate, from search attributes and the memo each run keeps."""
-    query = f"{search.AGENT_STATUS.name} = 'AWAITING_APPROVAL'"
+    # Open runs only: a terminated run keeps its last AgentStatus.
+    query = f"{search.AGENT_STATUS.name} = 'AWAITING_APPROVAL' AND ExecutionStatus = 'Running'"
     if agent:
         if not agent.isidentifier():
             raise CliError(f"invalid agent name {agent!r}")
@@ -134,12 +138,13 @@ def _gate_from_graph(agent: str, node: str) -> dict[str, Any]:
 
 async def decide(run: str, verdict: Verdict, *, gate: str | None, by: str, role: str | None,
                  note: str, edits: list[str], decision_id: str | None, use_signal: bool,
-                 follow: bool, as_json: bool) -> int:
+                 follow: bool, as_json: bool, unsigned: bool = False) -> int:
     client = await connect()
     try:
         out = await send_decision(
             client, run, verdict, approver=by, role=role, gate=gate, note=note,
-            edits=parse_edits(edits), decision_id=decision_id, use_signal=use_signal, say=say)
+            edits=parse_edits(edits), decision_id=decision_id, use_signal=use_signal,
+            unsigned=unsigned, say=say)
     except DecisionRefused as exc:
         if as_json:
             print_json({"run": run, "accepted": False, "refused": str(exc)})
@@ -172,7 +177,8 @@ def print_outcome(out: Outcome) -> None:
 async def send_decision(
     client: Client, run: str, verdict: Verdict, *, approver: str, role: str | None,
     gate: str | None = None, note: str = "", edits: dict[str, Any] | None = None,
-    decision_id: str | None = None, use_signal: bool = False, say: Any = None,
+    decision_id: str | None = None, use_signal: bool = False, unsigned: bool = False,
+    say: Any = None,
 ) -> Outcome | None:
     """Build, sign and send one decision; the Outcome, or None for a signal."""
     handle = client.get_workflow_handle(run)
@@ -180,18 +186,18 @@ async def send_decision(
     pending = approvals.get("pending")
     if pending is None:
         raise CliError(f"run {run!r} has no pending approval ({_last_request(approvals)})")
-    role = role or os.environ.get("TOWER_ROLE")
-    if not role:
-        raise CliError(f"gate {pending['gate']!r} needs role {pending['role']!r}: say which "
-                       "role you decide as with --role (or TOWER_ROLE)")
-    decision, how = make_decision(
-        tenant=client.namespace, run=run, gate=gate or pending["gate"], verdict=verdict,
-        approver=approver, role=role, expires_at=datetime.fromisoformat(pending["expires_at"]),
-        note=note, edits=edits, decision_id=decision_id)
+    if approvals.get("trust") != "roster":
+        raise CliError(f"run {run!r} was started before signed decisions (it verifies a "
+                       "per-run HMAC key): let it finish or time out, or terminate it")
+    role = role or pending["role"]
+    decision_id = decision_id or f"d-{uuid.uuid4().hex[:12]}"
+    payload, how = make_decision(
+        tenant=client.namespace, run=run, gate=gate or pending["gate"],
+        request=pending["step"], verdict=verdict, approver=approver, role=role, note=note,
+        edits=edits, decision_id=decision_id, unsigned=unsigned)
     if say:
-        say(f"decision {decision.decision_id}: {verdict.value} gate {decision.gate} of {run} "
+        say(f"decision {decision_id}: {verdict.value} gate {gate or pending['gate']} of {run} "
             f"by {approver} ({role}), {how}")
-    payload = decision.model_dump(mode="json")
     if use_signal:
         await handle.signal("decision", payload)
         if say:
@@ -199,10 +205,27 @@ async def send_decision(
                 "(query `approvals`)")
         return None
     try:
-        return await handle.execute_update("decide", payload, result_type=Outcome)
+        return await _update(handle, payload)
+    except DecisionRefused as exc:
+        if not str(exc).startswith("unknown key id"):
+            raise
+    # Perhaps the key was added to the roster after the run last read it: ask it to
+    # re-read now, wait for that, and send once more.
+    await handle.signal("refresh_trust")
+    async with asyncio.timeout(30):
+        while (await query(client, handle, "approvals")).get(
+                "refreshed_at") == approvals.get("refreshed_at"):
+            await asyncio.sleep(0.2)
+    return await _update(handle, payload)
+
+
+async def _update(handle: Any, payload: dict[str, Any]) -> Outcome:
+    try:
+        out: Outcome = await handle.execute_update("decide", payload, result_type=Outcome)
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
         raise DecisionRefused(getattr(cause, "message", None) or str(cause)) from None
+    return out
 
 
 async def _approvals(client: Client, run: str) -> dict[str, Any]:

@@ -14,16 +14,21 @@ DEFAULT_DB = os.path.join(".tower", "temporal.sqlite")
 
 
 def prepare_dev_setup(tenants: list[str] | None = None) -> list[str]:
-    """What a development setup needs beside the server: an approval secret, so gated runs
-    can start and be decided (`tower run refund`, `tower approve`). Says what it made."""
-    from starter.approvals import ensure_dev_secret, secret_for, unsigned_allowed
+    """What a development setup needs beside the server: each tenant's roster and policy in
+    the trust directory, so gated runs can start (`tower run refund`); approvers then enrol
+    their keys (`tower keys enrol NAME --role ROLE`). Says what it made."""
+    from activities.trust import tenant_dir, trust_dir
+    from starter.trust_files import dev_trust
 
-    if unsigned_allowed() or any(secret_for(t) for t in ["default", *(tenants or [])]):
-        return []
-    if ensure_dev_secret():
-        return ["created a development approval secret in .tower/approval-secret "
-                "(production: set TOWER_APPROVAL_SECRET or TOWER_APPROVAL_SECRET_<TENANT>)"]
-    return []
+    made = []
+    for tenant in ["default", *(tenants or [])]:
+        folder = tenant_dir(trust_dir(), tenant)
+        if not (folder / "policy.json").is_file() or not (folder / "roster.json").is_file():
+            dev_trust(trust_dir(), tenant, approvers={})
+            made.append(f"created tenant {tenant!r}'s roster and policy in {folder} (signed "
+                        "decisions only; add approvers with `tower keys enrol NAME --role "
+                        "ROLE`)")
+    return made
 
 
 @click.command("dev", help=(

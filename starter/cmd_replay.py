@@ -14,7 +14,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from starter.common import CliError
 from starter.connection import connect, connect_config
-from starter.histories import HistoryError, Replayed, load
+from starter.histories import HistoryError, Replayed, history_file_name, load
 from starter.histories import replay as run_replay
 from starter.output import json_option, print_json, run_argument, tenant_option
 
@@ -74,7 +74,8 @@ async def _export(run: str, run_id: str | None, target: str | None, as_json: boo
     client = await connect()
     history = await fetch(client, run, run_id)
     # The name carries the workflow id, which replay needs; a chosen run gets its id too.
-    name = f"{run}@{run_id}.json" if run_id else f"{run}.json"
+    # Encoded: a run id is chosen by whoever started the run ("../x", "/tmp/x").
+    name = history_file_name(run, run_id)
     out = Path(target or name)
     if target and target.endswith(("/", os.sep)):  # `-o histories/`: a folder, made if new
         out.mkdir(parents=True, exist_ok=True)

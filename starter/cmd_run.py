@@ -47,7 +47,7 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
               as_json: bool) -> int:
     from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-    from starter.approvals import with_approvals
+    from starter.approvals import check_policy
     from starter.common import CliError, agent_class, parse_input
     from starter.connection import connect, connect_config
     from starter.live import watch
@@ -64,8 +64,9 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
                        f"not {failed_wait}")
     client = await connect()
     run_id = run_id or f"{agent_name}-{uuid.uuid4().hex[:8]}"
-    # A gated agent gets its per-run approval key (never the tenant's secret).
-    request = with_approvals(request, client.namespace, run_id)
+    # Refused here, before the run starts, when the input would loosen the tenant's policy
+    # (the run refuses it too, for a client that skips this check).
+    check_policy(agent, request, client.namespace)
     handle = await client.start_workflow(
         agent.machine.name, request, id=run_id, task_queue=task_queue,
         search_attributes=TypedSearchAttributes([
@@ -123,8 +124,8 @@ def print_pending(approvals: dict[str, Any]) -> None:
     print(f"proposal: {proposal or '-'}")
     if p["editable"]:
         print(f"editable: {', '.join(p['editable'])}")
-    print(f"decide with: tower approve {approvals['run']} --by NAME --role {p['role']}   "
-          f"(or tower reject ...)")
+    print(f"decide with: tower approve {approvals['run']} --by NAME   (signs with NAME's key; "
+          f"the roster must give NAME role {p['role']}; or tower reject ...)")
 
 
 def print_outcome(status: str, state: dict[str, Any]) -> None:

@@ -11,11 +11,13 @@ from typing import Any
 from temporalio.client import Client
 
 from activities.tools.migrations import create_example_databases
-from starter.approvals import ensure_dev_secret, secret_for, unsigned_allowed, with_approvals
+from activities.trust import trust_dir
 from starter.cmd_approve import print_outcome, send_decision
 from starter.cmd_run import print_outcome as print_run_outcome
 from starter.cmd_run import print_pending
+from starter.keys import config_dir
 from starter.live import follow
+from starter.trust_files import dev_trust
 from tower.contract.decisions import Verdict
 from worker import DEFAULT_DB
 from workflows.migration import MigrationRequest
@@ -29,16 +31,18 @@ def demo_shop() -> Path:
     return tools.parent / "databases" / "shop.sqlite"
 
 
-def prepare_secret(tenant: str) -> None:
-    if unsigned_allowed():
-        print("\nNOTE: TOWER_ALLOW_UNSIGNED=1 — this deployment accepts UNSIGNED decisions.")
-    elif secret_for(tenant) is None and ensure_dev_secret():
-        print("\ncreated a development approval secret in .tower/approval-secret "
-              "(production: set TOWER_APPROVAL_SECRET or TOWER_APPROVAL_SECRET_<TENANT>)")
+def prepare_trust(tenant: str) -> None:
+    """Approver keys for alice and dana (made once, in their config dir) and the tenant's
+    roster and policy in the trust dir, unless they are there already."""
+    roster = dev_trust(trust_dir(), tenant, approvers={"alice": ["manager"], "dana": ["dba"]})
+    kids = ", ".join(f"{m.name} ({'/'.join(m.roles)}): {m.keys[-1].kid}"
+                     for m in roster.members if m.name in ("alice", "dana"))
+    print(f"\napprovers sign with their own keys in {config_dir() / 'keys'}; the tenant's "
+          f"roster ({trust_dir() / tenant / 'roster.json'}) lists {kids}")
 
 
 async def gated_runs(client: Client, task_queue: str) -> list[tuple[str, str]]:
-    prepare_secret(client.namespace)
+    prepare_trust(client.namespace)
     demo_shop()
     refund = await _gated(
         client, task_queue, "refund", RefundRequest(
@@ -59,8 +63,7 @@ async def _gated(client: Client, task_queue: str, agent: str, request: Any, what
                  verdict: Verdict, *, approver: str, role: str, note: str,
                  edits: dict[str, Any] | None = None) -> str:
     run_id = f"demo-{agent}-{uuid.uuid4().hex[:6]}"
-    request = with_approvals(request, client.namespace, run_id)
-    shown = request.model_dump(mode="json", exclude={"approvals"})
+    shown = request.model_dump(mode="json", exclude_none=True)
     print(f"\n== {agent}: {what}\n   input: {shown}\n   run: {run_id}")
     handle = await client.start_workflow(agent, request, id=run_id, task_queue=task_queue)
     status = await follow(handle)
@@ -70,7 +73,7 @@ async def _gated(client: Client, task_queue: str, agent: str, request: Any, what
     print_pending(await handle.query("approvals", result_type=dict))
     sets = "".join(f" --set {k}={v}" for k, v in (edits or {}).items())
     print(f"\n$ tower {'approve' if verdict == Verdict.APPROVE else 'reject'} {run_id} "
-          f"--by {approver} --role {role}{sets} --note '{note}'")
+          f"--by {approver}{sets} --note '{note}'")
     out = await send_decision(client, run_id, verdict, approver=approver, role=role,
                               note=note, edits=edits, say=print)
     assert out is not None

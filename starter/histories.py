@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
@@ -106,9 +107,18 @@ _RUN_SUFFIX = re.compile(r"^(.+)@[0-9a-fA-F-]{36}$")
 
 def workflow_id_of(file: Path) -> str:
     """``ID.json`` or ``ID@RUN-ID.json`` -> ID. Workflow code may read its id (a gate
-    checks a decision was made for this run), so replay must use the original one."""
+    checks a decision was made for this run), so replay must use the original one.
+    ``history_file_name`` percent-encodes an id's unsafe characters; this decodes them."""
     named = _RUN_SUFFIX.match(file.stem)
-    return named.group(1) if named else file.stem
+    return unquote(named.group(1) if named else file.stem)
+
+
+def history_file_name(run: str, run_id: str | None = None) -> str:
+    """The file a run's history is exported to: the run id (chosen by whoever started the
+    run) percent-encoded so that it is one plain file name — no ``/``, no ``..`` path, no
+    leading dot — and can never point outside the folder it is written to."""
+    name = quote(run, safe="@=+,;-_").replace(".", "%2E")  # no "..", no hidden files
+    return f"{name}@{run_id}.json" if run_id else f"{name}.json"
 
 
 def workflow_type(history: WorkflowHistory) -> str:

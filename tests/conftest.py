@@ -19,6 +19,7 @@ from temporalio.worker import Worker
 
 from activities.model import ModelSettings
 from starter.devserver import temporal_binary
+from starter.trust_files import dev_trust, enrol
 from tower.contract import search
 from worker import build_worker
 
@@ -30,6 +31,21 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 TENANTS = ("tenant-a", "tenant-b")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def trust(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The deployment's trust directory (roster and policy per tenant) and the approvers'
+    own keys, for every worker and CLI the tests start (in-process or as a subprocess)."""
+    root = tmp_path_factory.mktemp("trust")
+    os.environ["TOWER_TRUST_DIR"] = str(root / "deployment")
+    os.environ["TOWER_CONFIG_DIR"] = str(root / "approvers")
+    for tenant in ("default", *TENANTS):
+        dev_trust(root / "deployment", tenant, config=root / "approvers")
+        # A service allowed to send the lifecycle agent its (signed) events.
+        enrol(root / "deployment", tenant, "ops-bot", config=root / "approvers",
+              events=["lifecycle"])
+    return root / "deployment"
 
 
 @pytest.fixture(scope="session")

@@ -1,31 +1,30 @@
-"""What the gate tests share: a test secret, signed decisions, waiting for a gate."""
+"""What the gate tests share: decisions signed with the approvers' own keys (made by the
+session's ``trust`` fixture in tests/conftest.py), waiting for a gate."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import sqlite3
+import time
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
-from tower.contract.decisions import Decision, Verdict
-from tower.core.approval import ApprovalSettings, run_key, sign
+from starter.keys import load_key, new_key
+from tower.contract.decisions import Verdict
+from tower.contract.trust import EventClaims
+from tower.core.signing import EVENT_TYPE, decision_claims, sign
 from workflows.refund import RefundRequest
 
-SECRET = b"tenant-secret-for-tests"
 BIG_REFUND = "Please refund $1,200 on invoice INV-2004"
 
 
-def settings(client: Client, run: str, secret: bytes = SECRET) -> ApprovalSettings:
-    return ApprovalSettings(key=run_key(secret, client.namespace, run), tenant=client.namespace)
-
-
 def refund_request(client: Client, run: str, **kw: Any) -> RefundRequest:
-    return RefundRequest(message=kw.pop("message", BIG_REFUND), approvals=settings(client, run),
-                         **kw)
+    return RefundRequest(message=kw.pop("message", BIG_REFUND), **kw)
 
 
 def new_id(prefix: str) -> str:
@@ -36,21 +35,43 @@ def decision(
     client: Client, run: str, pending: dict[str, Any] | None, *,
     verdict: Verdict = Verdict.APPROVE, approver: str = "alice", role: str = "manager",
     gate: str | None = None, edits: dict[str, Any] | None = None, decision_id: str | None = None,
-    secret: bytes | None = SECRET, tenant: str | None = None, expires_at: datetime | None = None,
-    note: str = "",
+    key: dict[str, Any] | None = None, tenant: str | None = None, request: int | None = None,
+    note: str = "", unsigned: bool = False, lifetime: int = 600, now: float | None = None,
 ) -> dict[str, Any]:
-    """A decision as the wire carries it, signed for ``tenant`` (default: the client's)."""
-    tenant = tenant or client.namespace
-    d = Decision(
-        decision_id=decision_id or new_id("d"), tenant=tenant, run=run,
-        gate=gate or (pending["gate"] if pending else "refund_review"), decision=verdict,
-        approver=approver, role=role,
-        expires_at=expires_at or (datetime.fromisoformat(pending["expires_at"]) if pending
-                                  else datetime(2030, 1, 1, tzinfo=UTC)),
-        edits=edits or {}, note=note)
-    if secret is not None:
-        d = sign(run_key(secret, tenant, run), d)
-    return d.model_dump(mode="json")
+    """A decision as the wire carries it: signed with ``approver``'s own key (or ``key``),
+    for ``tenant`` (default: the client's) and the pending request."""
+    claims = decision_claims(
+        tenant=tenant or client.namespace, run=run,
+        gate=gate or (pending["gate"] if pending else "refund_review"),
+        request=request if request is not None else (pending["step"] if pending else 1),
+        verdict=verdict.value, sub=approver, role=role, edits=edits or {}, note=note,
+        jti=decision_id or new_id("d"), lifetime=lifetime,
+        now=time.time() if now is None else now)
+    if unsigned:
+        return {"unsigned": claims.model_dump(mode="json")}
+    return {"token": sign(claims, key or load_key(approver))}
+
+
+def signed_event(client: Client, run: str, event: dict[str, Any], *,
+                 sender: str = "ops-bot", agent: str = "lifecycle") -> dict[str, Any]:
+    """An event for ``run`` signed by ``sender``'s own key (docs/approvals.md)."""
+    now = int(time.time())
+    claims = EventClaims(tenant=client.namespace, run=run, agent=agent, sub=sender,
+                         event=event, jti=new_id("e"), iat=now, exp=now + 600)
+    return {"token": sign(claims, load_key(sender), typ=EVENT_TYPE)}
+
+
+def tamper(message: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """The same token with its claims changed and its signature kept (a forgery)."""
+    header, payload, signature = message["token"].split(".")
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    forged = base64.urlsafe_b64encode(json.dumps(claims | changes).encode()).rstrip(b"=")
+    return {"token": f"{header}.{forged.decode()}.{signature}"}
+
+
+def forged_key(approver: str = "alice") -> dict[str, Any]:
+    """A key that claims to be ``approver``'s (same key id) but is not."""
+    return {**new_key(), "kid": load_key(approver)["kid"]}
 
 
 async def decide(client: Client, handle: WorkflowHandle[Any, Any],

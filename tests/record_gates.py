@@ -3,8 +3,8 @@
 Each run here gets human decisions (updates and signals, refused and accepted), which
 ``tests.record_histories`` (demo inputs only) cannot give, so the replay tests also
 cover waiting at a gate, a refused signal, an approval with an edit, a rejection and a
-stale re-check. Decisions are signed with a throw-away secret; only the per-run key
-derived from it is in the histories.
+stale re-check. Decisions are signed with throw-away approver keys; only their public
+halves (the roster the runs load) are in the histories.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import sqlite3
 import sys
 import tempfile
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +24,10 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.model import ModelSettings
 from activities.tools.migrations import EXAMPLE_SHOP
-from starter.approvals import make_decision, settings_for_run
+from starter.approvals import make_decision
 from starter.devserver import temporal_binary
 from starter.histories import report_unreplayable
+from starter.trust_files import dev_trust
 from tower.contract import search
 from tower.contract.decisions import Verdict
 from worker import build_worker
@@ -36,7 +36,7 @@ from workflows.refund import RefundRequest
 
 DEFAULT_OUT = Path("tests") / "histories" / "gates"
 QUEUE = "record-gates"
-ENV = {"TOWER_APPROVAL_SECRET": "recording-only-secret"}
+APPROVER = {"manager": "alice", "dba": "dana", "clerk": "carol"}
 DROP = "ALTER TABLE customers DROP COLUMN fax;\nDROP TABLE legacy_notes;"
 
 
@@ -50,22 +50,20 @@ async def _pending(client: Client, run: str) -> dict[str, Any]:
             await asyncio.sleep(0.1)
 
 
-async def _decide(client: Client, run: str, verdict: Verdict, role: str, *,
+async def _decide(client: Client, run: str, verdict: Verdict, role: str, *, config: Path,
                   via: str = "update", **kw: Any) -> None:
     p = await _pending(client, run)
     decision, _ = make_decision(
-        tenant=client.namespace, run=run, gate=p["gate"], verdict=verdict, approver="alice",
-        role=role, expires_at=datetime.fromisoformat(p["expires_at"]), env=ENV, **kw)
+        tenant=client.namespace, run=run, gate=p["gate"], request=p["step"], verdict=verdict,
+        approver=APPROVER[role], role=role, config=config, **kw)
     handle = client.get_workflow_handle(run)
     if via == "signal":
-        await handle.signal("decision", decision.model_dump(mode="json"))
+        await handle.signal("decision", decision)
     else:
-        await handle.execute_update("decide", decision.model_dump(mode="json"))
+        await handle.execute_update("decide", decision)
 
 
 async def _start(client: Client, agent: str, run: str, request: Any) -> Any:
-    request = request.model_copy(update={
-        "approvals": settings_for_run(client.namespace, run, ENV)})
     return await client.start_workflow(agent, request, id=run, task_queue=QUEUE)
 
 
@@ -81,23 +79,26 @@ async def record(out: Path) -> list[str]:
             shop.parent.mkdir()
             with sqlite3.connect(shop) as db:
                 db.executescript(EXAMPLE_SHOP)
+            config = Path(tmp) / "approvers"
+            dev_trust(Path(tmp) / "trust", client.namespace, config=config)
             async with build_worker(client, task_queue=QUEUE, db_path=Path(tmp) / "tools.db",
-                                    models=ModelSettings()):
+                                    models=ModelSettings(), trust_dir=Path(tmp) / "trust"):
                 big = RefundRequest(message="Please refund $1,200 on invoice INV-2004")
                 h1 = await _start(client, "refund", "refund-gated-1", big)
-                await _decide(client, h1.id, Verdict.APPROVE, "clerk", via="signal")  # refused
-                await _decide(client, h1.id, Verdict.APPROVE, "manager",
+                await _decide(client, h1.id, Verdict.APPROVE, "clerk", via="signal",
+                              config=config)  # refused: a clerk may not decide
+                await _decide(client, h1.id, Verdict.APPROVE, "manager", config=config,
                               edits={"amount_cents": 100000}, note="partial")
                 h2 = await _start(client, "refund", "refund-gated-2", big)
                 await _decide(client, h2.id, Verdict.REJECT, "manager", via="signal",
-                              note="not this quarter")
+                              config=config, note="not this quarter")
                 h3 = await _start(client, "migration", "migration-gated-1",
                                   MigrationRequest(database="shop", script=DROP))
                 await _pending(client, h3.id)
                 with sqlite3.connect(shop) as db:  # the schema moves while the DBA thinks
                     db.execute("CREATE TABLE audit (id INTEGER PRIMARY KEY)")
-                await _decide(client, h3.id, Verdict.APPROVE, "dba")  # stale: re-analysed
-                await _decide(client, h3.id, Verdict.APPROVE, "dba")
+                await _decide(client, h3.id, Verdict.APPROVE, "dba", config=config)  # stale
+                await _decide(client, h3.id, Verdict.APPROVE, "dba", config=config)
                 for handle in (h1, h2, h3):
                     await handle.result()
                     history = await handle.fetch_history()

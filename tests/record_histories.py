@@ -20,7 +20,6 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,20 +30,20 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.model import ModelSettings
 from activities.scripted import scripted_reply
+from starter.approvals import make_decision
 from starter.devserver import temporal_binary
 from starter.histories import report_unreplayable
 from starter.live import follow
+from starter.trust_files import dev_trust
 from tower.contract import search
-from tower.contract.decisions import Decision, Verdict
-from tower.core.approval import ApprovalSettings, run_key, sign
+from tower.contract.decisions import Verdict
 from tower.testing.model_server import LoopbackModelServer
 from worker import build_worker
 from workflows.order import OrderRequest
 
 DEFAULT_OUT = Path("tests") / "histories"
 QUEUE = "record-histories"
-# Signs the gated scenarios' decisions; only these recordings ever see it.
-SECRET = b"tower-recorded-histories"
+APPROVER = {"manager": "alice", "dba": "dana"}
 BIG_REFUND = "Please refund $1,200 on invoice INV-2004"
 SHOP = """CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL, fax TEXT);
 INSERT INTO customers (name, fax) VALUES ('Ada', '555-0100'), ('Grace', NULL);"""
@@ -82,23 +81,19 @@ GATED = [
 ]
 
 
-async def record_gated(client: Client, gated: Gated, out: Path) -> str:
+async def record_gated(client: Client, gated: Gated, out: Path, config: Path) -> str:
     from workflows.registry import AGENTS
 
-    settings = ApprovalSettings(key=run_key(SECRET, client.namespace, gated.id))
-    fields = AGENTS[gated.agent].Input.model_fields
-    extra = {"approvals": settings} if "approvals" in fields else {}
-    request = AGENTS[gated.agent].Input.model_validate({**gated.request, **extra})
+    request = AGENTS[gated.agent].Input.model_validate(gated.request)
     handle = await client.start_workflow(gated.agent, request, id=gated.id, task_queue=QUEUE)
     status = await asyncio.wait_for(follow(handle, out=io.StringIO()), timeout=120)
     if status == "AWAITING_APPROVAL" and gated.verdict is not None:
         pending = (await handle.query("approvals", result_type=dict))["pending"]
-        decision = sign(settings.key or "", Decision(
-            decision_id=f"d-{gated.id}", tenant=client.namespace, run=gated.id,
-            gate=pending["gate"], decision=gated.verdict, approver="alice", role=gated.role,
-            expires_at=datetime.fromisoformat(pending["expires_at"]), edits=gated.edits))
-        await handle.execute_update("decide", decision.model_dump(mode="json"),
-                                    result_type=dict)
+        decision, _ = make_decision(
+            tenant=client.namespace, run=gated.id, gate=pending["gate"],
+            request=pending["step"], verdict=gated.verdict, approver=APPROVER[gated.role],
+            role=gated.role, edits=gated.edits, decision_id=f"d-{gated.id}", config=config)
+        await handle.execute_update("decide", decision, result_type=dict)
         status = await asyncio.wait_for(_finished(handle), timeout=120)
     history = await handle.fetch_history()
     (out / f"{gated.id}.json").write_text(history.to_json() + "\n")
@@ -183,8 +178,11 @@ async def record(out: Path, runs: Sequence[tuple[str, BaseModel, str]]) -> list[
     rows: list[str] = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
+            # Throw-away approver keys; only their public halves reach the histories.
+            config, trust = Path(tmp) / "approvers", Path(tmp) / "trust"
+            dev_trust(trust, env.client.namespace, config=config)
             worker = build_worker(env.client, task_queue=QUEUE, db_path=Path(tmp) / "tools.db",
-                                  models=ModelSettings())
+                                  models=ModelSettings(), trust_dir=trust)
             async with worker:
                 counts: dict[str, int] = {}
                 for agent, request, what in runs:
@@ -195,7 +193,7 @@ async def record(out: Path, runs: Sequence[tuple[str, BaseModel, str]]) -> list[
                     rows.append(f"| `{workflow_id}.json` | {agent} | {status} | {what} |")
                 _make_shop(Path(tmp) / "databases" / "shop.sqlite")
                 for gated in GATED:
-                    status = await record_gated(env.client, gated, out)
+                    status = await record_gated(env.client, gated, out, config)
                     print(f"recorded {gated.id}.json: {status} ({gated.what})", flush=True)
                     rows.append(f"| `{gated.id}.json` | {gated.agent} | {status} | "
                                 f"{gated.what} |")

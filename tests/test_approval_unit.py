@@ -8,24 +8,27 @@ from typing import Any
 
 import pytest
 
+from starter.keys import new_key
 from tower import DONE, AgentState, Graph, InvalidGraph, Status, UpdateError
 from tower.contract.decisions import Decision, GateStatus, Verdict
-from tower.core.approval import (
-    ApprovalSettings,
-    Gate,
-    check_decision,
-    run_key,
-    sign,
-    signature_valid,
-)
+from tower.contract.trust import Member, Policy, Roster, TrustSnapshot
+from tower.core import legacy_trust
+from tower.core.approval import Gate, check_decision, read_decision
 from tower.core.engine import advance, start
 from tower.core.gates import close_gate, needs_gate, open_gate
+from tower.core.signing import decision_claims, public_of, sign
 from tower.core.state import apply_update
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
-SECRET = b"s3cret"
 TENANT, RUN = "acme", "pay-1"
-KEY = run_key(SECRET, TENANT, RUN)
+ALICE, CAROL = new_key("alice-1"), new_key("carol-1")
+ROSTER = Roster(tenant=TENANT, members=[
+    Member(name="alice", roles=["manager"], keys=[public_of(ALICE)]),
+    Member(name="carol", roles=["clerk"], keys=[public_of(CAROL)])])
+
+
+def trust(**policy: Any) -> TrustSnapshot:
+    return TrustSnapshot(roster=ROSTER, policy=Policy(tenant=TENANT, **policy), digest="x")
 
 
 class PayState(AgentState):
@@ -66,21 +69,32 @@ def at_gate(amount: int = 500) -> PayState:
 
 
 def decision(**kw: Any) -> Decision:
+    """A decision record as ``read_decision`` makes it from a verified token."""
     fields: dict[str, Any] = dict(decision_id="d-1", tenant=TENANT, run=RUN, gate="review",
                                   decision=Verdict.APPROVE, approver="alice", role="manager",
-                                  expires_at=T0 + timedelta(hours=48))
-    signed = kw.pop("signed", True)
+                                  expires_at=T0 + timedelta(hours=2), kid="alice-1", request=3)
     fields.update(kw)
-    d = Decision(**fields)
-    return sign(KEY, d) if signed else d
+    return Decision(**fields)
 
 
 def check(d: Decision, state: Any = ..., **kw: Any) -> Any:
     args: dict[str, Any] = dict(state=at_gate() if state is ... else state,
                                 gates={"review": MACHINE.gates["pay"]}, tenant=TENANT, run=RUN,
-                                now=T0 + timedelta(hours=1), settings=ApprovalSettings(key=KEY))
+                                now=T0 + timedelta(hours=1))
     args.update(kw)
     return check_decision(d, **args)
+
+
+def token(key: dict[str, Any] = ALICE, **kw: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = dict(tenant=TENANT, run=RUN, gate="review", request=3,
+                                  verdict="approve", sub="alice", role="manager", jti="d-1",
+                                  now=(T0 + timedelta(hours=1)).timestamp())
+    fields.update(kw)
+    return {"token": sign(decision_claims(**fields), key)}
+
+
+def read(message: dict[str, Any], **policy: Any) -> tuple[Decision | None, str]:
+    return read_decision(message, trust=trust(**policy), now=T0 + timedelta(hours=1))
 
 
 def test_open_gate_records_pending_and_awaits_without_a_visit() -> None:
@@ -125,30 +139,60 @@ def test_valid_signed_decision_passes() -> None:
     (dict(edits={"amount": 900}), "may only be lowered"),
     (dict(edits={"amount": "lots"}), "edit refused"),
     (dict(decision=Verdict.REJECT, edits={"amount": 1}), "rejection cannot edit"),
-    (dict(expires_at=T0 + timedelta(hours=1)), "pending request expires"),
-    (dict(signed=False), "unsigned decision refused"),
+    (dict(request=2), "answers the request opened at step 2"),
 ])
 def test_refusals(change: dict[str, Any], reason: str) -> None:
     result = check(decision(**change))
     assert not result.ok and reason in result.reason
 
 
-def test_forged_signature_and_other_runs_key_are_refused() -> None:
-    forged = decision().model_copy(update={"signature": "0" * 64})
-    assert check(forged).reason == "invalid signature"
-    other_key = run_key(SECRET, TENANT, "pay-2")  # a key read from another run's history
-    stolen = sign(other_key, decision())
-    assert check(stolen).reason == "invalid signature"
-    tampered = decision().model_copy(update={"approver": "mallory"})
-    assert not signature_valid(KEY, tampered)
+def test_a_verified_token_becomes_the_decision_record() -> None:
+    d, why = read(token(edits={"amount": 200}, note="ok"))
+    assert why == "" and d is not None and d.signed
+    assert (d.approver, d.role, d.kid, d.request, d.edits) == (
+        "alice", "manager", "alice-1", 3, {"amount": 200})
+    assert check(d).ok
 
 
-def test_unsigned_only_when_the_run_allows_it() -> None:
-    assert check(decision(signed=False), settings=ApprovalSettings(allow_unsigned=True)).ok
+@pytest.mark.parametrize(("message", "reason"), [
+    (token(key={**new_key(), "kid": "alice-1"}), "invalid signature"),  # a forged key
+    (token(key=new_key("mallory-1")), "unknown key id 'mallory-1'"),
+    (token(key=CAROL, sub="carol"), "carol does not hold role 'manager'"),
+    (token(key=CAROL, sub="alice"), "key of carol may not sign as 'alice'"),
+    (token(now=T0.timestamp()), "expired"),
+    (token(lifetime=7200, now=(T0 + timedelta(minutes=30)).timestamp()), "at most 3600s"),
+    ({"token": "not-a-jws"}, "malformed token"),
+    ({"decision_id": "d-1", "signature": "0" * 64}, "malformed decision"),  # the old format
+    ({"unsigned": {"tenant": TENANT}}, "unsigned decision refused"),
+])
+def test_tokens_that_prove_nothing(message: dict[str, Any], reason: str) -> None:
+    d, why = read(message)
+    assert d is None and reason in why
+
+
+def test_unsigned_only_where_the_deployment_allows_it() -> None:
+    claims = decision_claims(tenant=TENANT, run=RUN, gate="review", request=3,
+                             verdict="approve", sub="dev", role="manager", jti="d-u",
+                             now=(T0 + timedelta(hours=1)).timestamp())
+    d, why = read({"unsigned": claims.model_dump()}, unsigned_allowed=True)
+    assert d is not None and not d.signed and why == ""
+    assert check(d).ok
+
+
+def test_old_runs_keep_their_hmac_check() -> None:
+    key = legacy_trust.run_key(b"s3cret", TENANT, RUN)
+    old = decision(kid=None, request=None, expires_at=T0 + timedelta(hours=48))
+    settings = legacy_trust.ApprovalSettings(key=key)
+    assert legacy_trust.authenticate(legacy_trust.sign(key, old), settings) is None
+    stolen = legacy_trust.sign(legacy_trust.run_key(b"s3cret", TENANT, "pay-2"), old)
+    assert legacy_trust.authenticate(stolen, settings) == "invalid signature"
+    assert check(legacy_trust.sign(key, old)).ok  # bound to the request by its expiry
+    moved = old.model_copy(update={"expires_at": T0 + timedelta(hours=1)})
+    assert "pending request expires" in check(moved).reason
 
 
 def test_expired_request_is_refused() -> None:
-    result = check(decision(), now=T0 + timedelta(hours=48))
+    result = check(decision(expires_at=T0 + timedelta(hours=49)), now=T0 + timedelta(hours=48))
     assert not result.ok and "expired" in result.reason
 
 

@@ -3,24 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 from pathlib import Path
 
 from conftest import WorkerFactory
-from gatekit import make_shop, refunds, schema, wait_pending
+from gatekit import forged_key, make_shop, refunds, schema, wait_pending
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.testing import WorkflowEnvironment
 from towercli import tower_cli
 
-SECRET = "cli-test-secret"
+from activities.model import ModelSettings
+from starter.trust_files import dev_trust
+from tower.contract import search
+from worker import build_worker
 
 
 async def tower(env: WorkflowEnvironment, cwd: Path, *args: str,
                 **extra: str) -> tuple[int, str, str]:
     environ = {k: v for k, v in os.environ.items()
                if not k.startswith(("OPENAI_", "TEMPORAL_", "TOWER_"))}
+    # The approvers' keys and the deployment's trust dir: the session's (tests/conftest.py).
     environ.update({"TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
-                    "TOWER_APPROVAL_SECRET": SECRET, **extra})
+                    "TOWER_CONFIG_DIR": os.environ["TOWER_CONFIG_DIR"],
+                    "TOWER_TRUST_DIR": os.environ["TOWER_TRUST_DIR"], **extra})
     return await tower_cli(list(args), env=environ, cwd=cwd, timeout=90)
 
 
@@ -36,7 +43,7 @@ async def test_refund_paused_listed_refused_then_approved_from_the_cli(
         assert code == 0, err
         assert "status: AWAITING_APPROVAL" in out
         assert "waiting at gate refund_review (before issue_refund) for role manager" in out
-        assert f"decide with: tower approve {run} --by NAME --role manager" in out
+        assert f"decide with: tower approve {run} --by NAME" in out
 
         code, out, _ = await tower(env, tmp_path, "pending")
         row = next(line for line in out.splitlines() if line.startswith(run))
@@ -48,16 +55,23 @@ async def test_refund_paused_listed_refused_then_approved_from_the_cli(
                                    "clerk")
         assert code == 1
         assert "refused: role 'clerk' may not decide gate 'refund_review'" in out
-        # A wrong secret cannot sign for this tenant.
-        code, out, _ = await tower(env, tmp_path, "approve", run, "--by", "eve", "--role",
-                                   "manager", TOWER_APPROVAL_SECRET="guess")
+        # Nobody can sign without a key of their own; a key that claims alice's key id
+        # is not alice's key.
+        code, _, err = await tower(env, tmp_path, "approve", run, "--by", "eve")
+        assert code == 2 and "no signing key for 'eve'" in err
+        mallory = tmp_path / "mallory"
+        (mallory / "keys").mkdir(parents=True)
+        (mallory / "keys" / "alice.jwk").write_text(json.dumps(forged_key("alice")))
+        (mallory / "keys" / "alice.jwk").chmod(0o600)
+        code, out, _ = await tower(env, tmp_path, "approve", run, "--by", "alice",
+                                   TOWER_CONFIG_DIR=str(mallory))
         assert code == 1 and "refused: invalid signature" in out
 
         code, out, err = await tower(env, tmp_path, "approve", run, "--by", "alice", "--role",
                                      "manager", "--set", "amount_cents=100000",
                                      "--note", "partial refund", "--decision-id", "d-cli-1")
         assert code == 0, err
-        assert "signed with TOWER_APPROVAL_SECRET" in out
+        assert "signed with alice's key alice-" in out
         assert "outcome: gate refund_review approved" in out
         assert re.search(r"issue_refund → confirm", out) and "status: DONE" in out
         assert "Your refund of $1,000.00 has been issued" in out
@@ -81,19 +95,16 @@ async def test_migration_rejected_from_the_cli_changes_nothing(
         code, out, err = await tower(env, tmp_path, "run", "migration", "--input", request,
                                      "--id", run, "--task-queue", task_queue)
         assert code == 0 and "gate dba_review" in out, err
-        # Without a role the command says which one the gate needs.
-        code, _, err = await tower(env, tmp_path, "reject", run, "--by", "dana")
-        assert code == 2 and "gate 'dba_review' needs role 'dba'" in err
-        # A signal from the wrong role is refused by the run and kept in its audit trail.
-        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "eve", "--role",
-                                     "intern", "--signal")
+        # A signal from someone without the role is refused by the run and kept in its
+        # audit trail.
+        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "carol", "--signal")
         assert code == 0 and "sent as a signal" in out, err
         handle = env.client.get_workflow_handle(run)
         async with asyncio.timeout(30):
             while not (await handle.query("approvals", result_type=dict))["refused"]:
                 await asyncio.sleep(0.1)
-        code, out, err = await tower(env, tmp_path, "reject", run, "--by", "dana", "--role",
-                                     "dba", "--note", "notes are still read by billing")
+        code, out, err = await tower(env, tmp_path, "reject", run, "--by", "dana", "--note",
+                                     "notes are still read by billing")
         assert code == 0, err
         assert "outcome: gate dba_review rejected" in out and "status: DONE" in out
     assert schema(shop) == before
@@ -103,22 +114,36 @@ async def test_unsigned_only_when_the_deployment_allows_it(
     env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path,
     scripted_worker: WorkerFactory,
 ) -> None:
-    run = f"refund-unsigned-{task_queue}"
     request = '{"message": "Please refund $900 on invoice INV-2004"}'
-    code, _, err = await tower(env, tmp_path, "run", "refund", "--input", request, "--id", run,
-                               "--task-queue", task_queue, "--no-follow",
-                               TOWER_APPROVAL_SECRET="")
-    assert code == 2 and "no approval secret for tenant 'default'" in err
-    async with scripted_worker():
+    # The session's deployment requires signatures: an unsigned decision is refused.
+    run = f"refund-signed-{task_queue}"
+    async with build_worker(env.client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
         code, out, err = await tower(env, tmp_path, "run", "refund", "--input", request,
-                                     "--id", run, "--task-queue", task_queue,
-                                     TOWER_APPROVAL_SECRET="", TOWER_ALLOW_UNSIGNED="1")
+                                     "--id", run, "--task-queue", task_queue)
+        assert code == 0 and "AWAITING_APPROVAL" in out and "UNSIGNED" not in out, err
+        code, out, _ = await tower(env, tmp_path, "approve", run, "--by", "dev", "--unsigned")
+        assert code == 1 and "refused: unsigned decision refused" in out
+        await env.client.get_workflow_handle(run).terminate("test over")
+    # A development deployment that allows them: the run says so everywhere.
+    dev = tmp_path / "dev-trust"
+    dev_trust(dev, env.client.namespace, approvers={}, unsigned_allowed=True)
+    run = f"refund-unsigned-{task_queue}"
+    async with build_worker(env.client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings(), trust_dir=dev):
+        code, out, err = await tower(env, tmp_path, "run", "refund", "--input", request,
+                                     "--id", run, "--task-queue", task_queue)
         assert code == 0 and "AWAITING_APPROVAL" in out, err
-        await wait_pending(env.client.get_workflow_handle(run))
-        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "dev", "--role",
-                                     "manager", TOWER_APPROVAL_SECRET="",
-                                     TOWER_ALLOW_UNSIGNED="1")
+        handle = env.client.get_workflow_handle(run)
+        await wait_pending(handle)
+        described = await handle.describe()
+        assert described.typed_search_attributes.get(search.UNSIGNED_DECISIONS) is True
+        assert (await handle.query("state", result_type=dict))["unsigned_decisions"] is True
+        meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
+        assert "UNSIGNED decisions accepted" in meta.current_details
+        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "dev",
+                                     "--unsigned")
         assert code == 0, err
-        assert "UNSIGNED (TOWER_ALLOW_UNSIGNED=1" in out and "status: DONE" in out
-        assert "UNSIGNED" in out.split("outcome:")[0]
+        assert "UNSIGNED (accepted only where" in out and "status: DONE" in out
+        assert "approved by dev (manager, UNSIGNED)" in out
     assert refunds(db_path) == [("INV-2004", 90000)]

@@ -88,7 +88,7 @@ async def test_watch_follows_a_run_live_and_stops_at_its_gate(
 ) -> None:
     """`tower watch` started before the worker: it shows each move as it happens."""
     address, run_id = address_of(env), f"gate-{task_queue}"
-    secret = {"TOWER_APPROVAL_SECRET": "live-cli-test-secret"}
+    secret: dict[str, str] = {}
     code, out, err = await tower_env(
         address, secret, "run", "refund", "--input",
         '{"message": "Please refund $1,200 on invoice INV-2004"}', "--id", run_id,

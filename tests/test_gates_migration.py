@@ -6,13 +6,12 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from gatekit import SECRET, decide, make_shop, new_id, schema, wait_pending
+from gatekit import decide, make_shop, new_id, schema, wait_pending
 from temporalio.client import Client
 
 from activities.model import ModelSettings
 from activities.tools.migrations import destructive_findings, split_statements
 from tower.contract.decisions import Verdict
-from tower.core.approval import ApprovalSettings, run_key
 from worker import build_worker
 from workflows.migration import MigrationAgent, MigrationRequest
 
@@ -22,8 +21,7 @@ ADD = "ALTER TABLE customers ADD COLUMN phone TEXT;\nCREATE INDEX ix_name ON cus
 
 async def start(client: Client, task_queue: str, script: str, **kw: Any) -> Any:
     run = new_id("migration")
-    request = MigrationRequest(database="shop", script=script, approvals=ApprovalSettings(
-        key=run_key(SECRET, client.namespace, run)), **kw)
+    request = MigrationRequest(database="shop", script=script, **kw)
     return await client.start_workflow(MigrationAgent.run, request, id=run,
                                        task_queue=task_queue)
 
@@ -60,7 +58,7 @@ async def test_destructive_migration_waits_then_applies_on_approval(
         p = (await wait_pending(handle))["pending"]
         assert p["role"] == "dba" and "drops a table" in p["proposal"]["findings"]
         assert "legacy_notes" in str(schema(shop))  # nothing applied while waiting
-        out = await decide(client, handle, p, role="dba")
+        out = await decide(client, handle, p, approver="dana", role="dba")
         state = await handle.result()
     assert out["result"] == "approved" and state.applied
     assert "legacy_notes" not in str(schema(shop)) and "fax" not in str(schema(shop))
@@ -77,10 +75,11 @@ async def test_rejected_migration_changes_nothing(
     async with worker(client, task_queue, db_path):
         handle = await start(client, task_queue, DROP)
         p = (await wait_pending(handle))["pending"]
-        await decide(client, handle, p, role="dba", verdict=Verdict.REJECT, note="keep the notes")
+        await decide(client, handle, p, approver="dana", role="dba", verdict=Verdict.REJECT,
+                     note="keep the notes")
         state = await handle.result()
     assert not state.applied and schema(shop) == before
-    assert state.report == "Not applied: rejected by alice: keep the notes. Nothing changed."
+    assert state.report == "Not applied: rejected by dana: keep the notes. Nothing changed."
 
 
 async def test_schema_changed_while_waiting_goes_back_to_analysis(
@@ -92,12 +91,12 @@ async def test_schema_changed_while_waiting_goes_back_to_analysis(
         p = (await wait_pending(handle))["pending"]
         with sqlite3.connect(shop) as db:  # someone else migrates meanwhile
             db.execute("CREATE TABLE audit (id INTEGER PRIMARY KEY)")
-        out = await decide(client, handle, p, role="dba")
+        out = await decide(client, handle, p, approver="dana", role="dba")
         assert out["result"] == "stale" and "changed since analysis" in out["reason"]
         assert "legacy_notes" in str(schema(shop))  # the stale approval applied nothing
         again = (await wait_pending(handle))["pending"]
         assert again["visit"] == 2
-        await decide(client, handle, again, role="dba")
+        await decide(client, handle, again, approver="dana", role="dba")
         state = await handle.result()
     assert [r.status for r in state.approvals] == ["stale", "approved"]
     assert state.applied and "legacy_notes" not in str(schema(shop))

@@ -12,10 +12,12 @@ import pytest
 from gatekit import (
     decide,
     decision,
+    forged_key,
     new_id,
     refund_request,
     refunds,
     snapshot,
+    tamper,
     wait_pending,
 )
 from temporalio.api.sdk.v1 import WorkflowMetadata
@@ -26,6 +28,7 @@ from activities.model import ModelSettings
 from tower import Transition
 from tower.contract import search
 from tower.contract.decisions import Verdict
+from tower.core.legacy_trust import ApprovalSettings
 from worker import build_worker
 from workflows.refund import RefundAgent
 
@@ -109,10 +112,11 @@ async def test_every_refused_decision_changes_nothing(
         log_before = await handle.query("transitions", result_type=list)
         cases = {
             "wrong tenant": (decision(client, run, p, tenant="other-tenant"), "tenant"),
-            "wrong role": (decision(client, run, p, role="clerk"), "role 'clerk' may not"),
-            "forged signature": (decision(client, run, p, secret=b"guessed"),
+            "wrong role": (decision(client, run, p, approver="carol", role="clerk"),
+                           "role 'clerk' may not"),
+            "forged signature": (decision(client, run, p, key=forged_key()),
                                  "invalid signature"),
-            "unsigned": (decision(client, run, p, secret=None), "unsigned decision refused"),
+            "unsigned": (decision(client, run, p, unsigned=True), "unsigned decision refused"),
             "non-editable field": (decision(client, run, p, edits={"invoice_id": "INV-2001"}),
                                    "not editable"),
             "raise the amount": (decision(client, run, p, edits={"amount_cents": 200000}),
@@ -162,7 +166,7 @@ async def test_decision_before_the_gate_is_reached(
     client: Client, task_queue: str, db_path: Path
 ) -> None:
     handle = await start(client, task_queue)  # no worker yet: the run has not begun
-    early = decision(client, handle.id, None, expires_at=None)
+    early = decision(client, handle.id, None)
     await handle.signal("decision", early)
     update = asyncio.create_task(handle.execute_update("decide", early, result_type=dict))
     async with worker(client, task_queue, db_path):
@@ -170,7 +174,7 @@ async def test_decision_before_the_gate_is_reached(
             await update
         assert "not awaiting a decision" in refusal(info.value)
         approvals = await wait_pending(handle)
-        assert [r["reason"] for r in approvals["refused"]][0].startswith("gate 'refund_review'")
+        assert "not awaiting a decision" in approvals["refused"][0]["reason"]
         state = await snapshot(handle)
         assert state["status"] == "AWAITING_APPROVAL" and len(state["approvals"]) == 1
         await handle.terminate("test over")
@@ -226,30 +230,29 @@ async def test_rejected_by_signal_tells_the_customer(
         p = (await wait_pending(handle))["pending"]
         signed = decision(client, handle.id, p, verdict=Verdict.REJECT, approver="bob",
                           note="over the quarter's budget")
-        tampered = signed | {"note": "approved after all"}  # the note is signed too
+        tampered = tamper(signed, note="approved after all")  # the note is signed too
         await handle.signal("decision", tampered)
         await handle.signal("decision", signed)
         state = await handle.result()
         audit = await handle.query("approvals", result_type=dict)
-    assert [r["reason"] for r in audit["refused"]] == ["invalid signature"]
+    assert [r["reason"][:17] for r in audit["refused"]] == ["invalid signature"]
     assert state.approvals[-1].status == "rejected" and state.node == "DONE"
     assert state.reply == "Your refund request was not approved: over the quarter's budget."
     assert refunds(db_path) == []
 
 
-async def test_run_started_with_another_tenants_settings_fails_fast(
+async def test_a_start_carrying_signing_settings_fails_fast(
     client: Client, task_queue: str, db_path: Path
 ) -> None:
     run = new_id("refund")
-    request = refund_request(client, run)
-    request = request.model_copy(update={"approvals": request.approvals.model_copy(
-        update={"tenant": "other-tenant"})})
+    request = refund_request(client, run).model_copy(update={"approvals": ApprovalSettings(
+        allow_unsigned=True)})
     async with worker(client, task_queue, db_path):
         handle = await client.start_workflow(RefundAgent.run, request, id=run,
                                              task_queue=task_queue)
         with pytest.raises(WorkflowFailureError) as info:
             await handle.result()
-    assert "for tenant 'other-tenant' but the run is in namespace" in str(info.value.cause)
+    assert "carries `approvals`" in str(info.value.cause)
     assert refunds(db_path) == []
 
 

@@ -8,6 +8,7 @@ from starter.testing import assert_replays
 from tower import Kind
 
 GATES = Path(__file__).parent / "histories" / "gates"
+LEGACY = Path(__file__).parent / "histories" / "legacy-hmac"
 
 
 def moves(log: list) -> list[str]:
@@ -16,6 +17,19 @@ def moves(log: list) -> list[str]:
 
 async def test_gated_histories_replay_with_their_decisions() -> None:
     results = {r.workflow_id: r for r in await assert_replays(GATES)}
+    check_gated(results)
+    assert "(manager, signed)" in results["refund-gated-1"].log[3].reason
+
+
+async def test_runs_started_under_the_hmac_format_still_replay() -> None:
+    """Recorded before signed decisions: the same runs, decided with per-run HMAC keys."""
+    results = {r.workflow_id: r for r in await assert_replays(LEGACY)}
+    check_gated(results)
+    assert results["refund-parked"].states[-1].status == "AWAITING_APPROVAL"
+    assert "approved by alice (manager, signed)" in results["refund-approved"].log[3].reason
+
+
+def check_gated(results: dict) -> None:
     approved = results["refund-gated-1"].log
     assert moves(approved) == ["START>reason", "reason>issue_refund",
                                "issue_refund>issue_refund", "issue_refund>issue_refund",

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
+import pytest
 from conftest import WorkerFactory
+from gatekit import signed_event
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from tower import Transition
 from tower.core.events import Rejection
@@ -48,7 +51,7 @@ async def test_plans_calls_evaluates_until_solved(
     scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name
                  for e in history.events
                  if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
-    assert scheduled == ["call_model", "lookup_account", "call_model",
+    assert scheduled == ["load_trust", "call_model", "lookup_account", "call_model",
                          "call_model", "lookup_invoice", "call_model"]
 
 
@@ -63,23 +66,39 @@ async def test_signals_are_validated_guarded_and_deduplicated(
                 break
             await asyncio.sleep(0.1)
         assert [t.target for t in await _log(handle)] == ["IDLE"]
-        for raw in ["go!", {"step": 1, "start": True, "priority": "high"},
-                    {"step": 1, "solved": True}, {"step": 7, "start": True},
-                    {"step": 1, "start": True}, {"step": 1, "start": True}]:
-            await handle.signal("event", raw)
+        # Events move the machine, so they must be signed by a roster member allowed to
+        # send lifecycle events: refused before the history (update) or when applied.
+        start = {"step": 1, "start": True}
+        for raw, why in ((start, "unsigned event refused"),
+                         (signed_event(client, handle.id, start, sender="carol"),
+                          "carol may not send lifecycle events"),
+                         (signed_event(client, "another-run", start), "not this run"),
+                         (signed_event(client, handle.id, {"step": 7, "start": True}),
+                          "step 7")):
+            with pytest.raises(WorkflowUpdateFailedError) as info:
+                await handle.execute_update("send_event", raw, result_type=str)
+            assert why in str(getattr(info.value.cause, "message", "")), why
+        assert [t.target for t in await _log(handle)] == ["IDLE"]
+        await handle.signal("event", start)  # unsigned, as a signal: refused when applied
+        events: list[dict[str, Any]] = [
+            {"raw": "go!"}, {"step": 1, "start": True, "priority": "high"},
+            {"step": 1, "solved": True}, {"step": 7, "start": True},
+            {"step": 1, "start": True}, {"step": 1, "start": True}]
+        for event in events:
+            await handle.signal("event", signed_event(client, handle.id, event))
         state = await handle.result()
         log = await _log(handle)
         rejected = await handle.query("rejected", result_type=list[Rejection])
     assert state.status == "DONE"
     assert sum(1 for t in log if t.source == "IDLE") == 1  # one start, not two
     reasons = [r.reason for r in rejected]
-    assert len(reasons) == 5 and all(r.step == 1 and r.node == "IDLE" for r in rejected[:4])
-    assert reasons[0].startswith("invalid event")
-    assert "priority" in reasons[1] and "Extra inputs are not permitted" in reasons[1]
-    assert "illegal transition IDLE -> ?" in reasons[2] and "start_is_true" in reasons[2]
-    assert "step 7" in reasons[3]
-    assert reasons[4].startswith("duplicate event") and rejected[4].event == {
-        "step": 1, "start": True}
+    assert len(reasons) == 6 and all(r.step == 1 and r.node == "IDLE" for r in rejected[:5])
+    assert reasons[0].startswith("unsigned event refused")
+    assert reasons[1].startswith("invalid event")
+    assert "priority" in reasons[2] and "Extra inputs are not permitted" in reasons[2]
+    assert "illegal transition IDLE -> ?" in reasons[3] and "start_is_true" in reasons[3]
+    assert "step 7" in reasons[4]
+    assert reasons[5].startswith("duplicate event")
     assert all(r.source == "signal" for r in rejected)
 
 

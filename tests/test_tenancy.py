@@ -26,7 +26,8 @@ async def tower(env: WorkflowEnvironment, cwd: Path, *args: str) -> tuple[int, s
     environ = {k: v for k, v in os.environ.items()
                if not k.startswith(("OPENAI_", "TEMPORAL_", "TOWER_"))}
     environ.update({"TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
-                    "TOWER_APPROVAL_SECRET": "tenancy-secret"})
+                    "TOWER_CONFIG_DIR": os.environ["TOWER_CONFIG_DIR"],
+                    "TOWER_TRUST_DIR": os.environ["TOWER_TRUST_DIR"]})
     return await tower_cli(list(args), env=environ, cwd=cwd, timeout=90)
 
 
@@ -51,8 +52,8 @@ async def test_another_tenant_cannot_read_signal_or_approve(
         # Tenant A, through the CLI: the run does not exist for it.
         code, _, err = await tower(env, tmp_path, "--tenant", A, "state", run)
         assert code == 2 and f"run {run!r} not found" in err
-        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "mallory",
-                                     "--role", "manager", "--tenant", A)
+        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "alice",
+                                     "--tenant", A)
         assert code != 0 and "not found" in err, (out, err)
         code, out, _ = await tower(env, tmp_path, "--tenant", A, "pending")
         assert code == 0 and run not in out
@@ -72,8 +73,8 @@ async def test_another_tenant_cannot_read_signal_or_approve(
         assert state["status"] == "AWAITING_APPROVAL"
         code, out, _ = await tower(env, tmp_path, "--tenant", B, "pending")
         assert code == 0 and run in out
-        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "alice", "--role",
-                                     "manager", "--tenant", B)
+        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "alice",
+                                     "--tenant", B)
         assert code == 0 and "status: DONE" in out, (out, err)
     assert refunds(db_path) == [("INV-2004", 120000)]
 

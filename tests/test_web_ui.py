@@ -26,6 +26,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.model import ModelSettings
 from starter.devserver import temporal_binary
+from starter.keys import load_key
 from tower.contract import search
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
@@ -126,6 +127,9 @@ async def test_run_page_shows_the_agents_current_state(
         await refund.terminate("test over")
     assert run_id in text and refund_id in gated
     assert "amount" in gated  # the proposed refund is on the page
+    # What the Web UI shows a reader can sign nothing: no approver's private key is on it.
+    for name in ("alice", "bob", "carol", "dana"):
+        assert load_key(name)["d"] not in text + gated
     assert (ARTIFACTS / "web-ui-run.png").stat().st_size > 10_000
     # Every activity in the history is labelled with its node and what it calls.
     summaries = []

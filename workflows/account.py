@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
 from tower import DONE, FAILED, AgentState, Graph, Message
@@ -20,6 +20,9 @@ MAX_REASON_ROUNDS = 5
 
 
 class AccountRequest(BaseModel):
+    # Unknown fields are refused, not ignored: a start can't smuggle settings in.
+    model_config = ConfigDict(extra="forbid")
+
     question: str = Field(min_length=1, max_length=2000, examples=["Check my account ACC-1001"])
 
 

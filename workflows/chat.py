@@ -22,7 +22,7 @@ import json
 from datetime import timedelta
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
@@ -46,6 +46,9 @@ class ChatConfig(BaseModel):
 
 
 class ChatInput(BaseModel):
+    # Unknown fields are refused, not ignored: a start can't smuggle settings in.
+    model_config = ConfigDict(extra="forbid")
+
     config: ChatConfig = Field(default_factory=ChatConfig)
     carry: Carry | None = None  # set by the thread itself when it continues-as-new
 

@@ -6,7 +6,7 @@ which is how a parent sees a failed child.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
 from tower import DONE, AgentState, Graph, Message
@@ -15,6 +15,9 @@ from tower.temporal.runtime import AgentWorkflow
 
 
 class CompanyRequest(BaseModel):
+    # Unknown fields are refused, not ignored: a start can't smuggle settings in.
+    model_config = ConfigDict(extra="forbid")
+
     company: str = Field(min_length=1, max_length=100, examples=["Acme"])
     attempt: int = Field(0, ge=0, le=10)  # which try of its parent's retry policy
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
 from tower import APPEND, DONE, AgentState, Graph, custom
@@ -23,6 +23,9 @@ MERGE = custom(lambda old, new: {**old, **new}, "merge")
 
 
 class FanOutRequest(BaseModel):
+    # Unknown fields are refused, not ignored: a start can't smuggle settings in.
+    model_config = ConfigDict(extra="forbid")
+
     companies: list[Company] = Field(min_length=1, max_length=50,
                                      examples=[["Acme", "Globex", "Initech"]])
     policy: FanOutPolicy = Field(default_factory=FanOutPolicy)

@@ -42,10 +42,13 @@ TOOLS = ("lookup_account", "lookup_invoice", "search_docs")
 
 
 class LifecycleRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     goal: str = Field(min_length=1, max_length=2000,
                       examples=["Check account ACC-1001 and invoice INV-2001"])
     # True: the start event comes with the input. False: the run waits in IDLE for a
-    # `start` signal ({"step": 1, "start": true}).
+    # signed `start` event ({"step": 1, "start": true}, from a roster member allowed to
+    # send lifecycle events).
     start: bool = True
 
 
@@ -226,6 +229,7 @@ class LifecycleAgent(EventWorkflow):
 
     @workflow.run
     async def run(self, request: LifecycleRequest) -> LifecycleState:
+        await self.admit(request)  # the roster that says who may send this agent events
         state = LifecycleState(goal=request.goal)
         # START -> IDLE is step 1, so the start event is addressed to step 1.
         initial = [{"step": 1, "start": True}] if request.start else []

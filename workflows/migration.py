@@ -15,13 +15,14 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
 from tower import DONE, AgentState, Graph, Message, NodeFailed
 from tower.contract.decisions import GateStatus
 from tower.contract.wire import Authority
-from tower.core.approval import ApprovalSettings, Gate
+from tower.core.approval import Gate
+from tower.core.legacy_trust import ApprovalSettings
 from tower.temporal.context import NodeContext
 from tower.temporal.runtime import AgentWorkflow
 
@@ -33,12 +34,15 @@ DAY = 24 * 3600
 
 
 class MigrationRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     database: str = Field(pattern=r"^[a-z][a-z0-9_]{0,39}$", examples=["shop"],
                           description="a database under <tools dir>/databases/")
     script: str = Field(min_length=1, max_length=20_000,
                         examples=["ALTER TABLE customers DROP COLUMN fax;"])
     review_timeout_seconds: int = Field(default=DAY, ge=1, le=30 * DAY)
-    approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
+    # Runs started before signed decisions carried their HMAC key here; new runs refuse it.
+    approvals: ApprovalSettings | None = None
 
 
 class Assessment(BaseModel):
@@ -160,9 +164,10 @@ class MigrationAgent(AgentWorkflow):
 
     @workflow.run
     async def run(self, request: MigrationRequest) -> MigrationState:
+        await self.admit(request)
         state = MigrationState(
             messages=[Message(role="user", content=f"Migration for {request.database}:\n"
                               f"{request.script}")],
             database=request.database, script=request.script,
             review_timeout_seconds=request.review_timeout_seconds)
-        return await self.drive(state, approvals=request.approvals)
+        return await self.drive(state)

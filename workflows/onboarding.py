@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
 from tower import APPEND, DONE, FAILED, AgentState, Graph, Message, NodeFailed
@@ -26,6 +26,9 @@ CHECKS = ("validate_email", "check_company")
 
 
 class OnboardingRequest(BaseModel):
+    # Unknown fields are refused, not ignored: a start can't smuggle settings in.
+    model_config = ConfigDict(extra="forbid")
+
     message: str = Field(min_length=1, max_length=4000, examples=[
         "Hi, I am Ada Lovelace from Analytical Engines, e-mail ada@engines.io"])
 

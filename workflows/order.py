@@ -16,7 +16,7 @@ import json
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
 from tower import FAILED, AgentState, Graph, Message
@@ -30,6 +30,9 @@ MODEL_NODES = ("parse", "confirm")
 
 
 class OrderRequest(BaseModel):
+    # Unknown fields are refused, not ignored: a start can't smuggle settings in.
+    model_config = ConfigDict(extra="forbid")
+
     text: str = Field(min_length=1, max_length=2000,
                       examples=["2 x WIDGET-1 and 1 x GADGET-2 to 1 Main St, Springfield, US"])
     card: str = Field(default="tok_visa", pattern=r"^tok_[a-z0-9_]{1,40}$")

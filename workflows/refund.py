@@ -19,14 +19,17 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
 from tower import DONE, AgentState, Graph, Message, NodeFailed
 from tower.contract.decisions import GateStatus
 from tower.contract.wire import Authority
-from tower.core.approval import ApprovalSettings, Gate
+from tower.core.approval import Gate
+from tower.core.carry import Carry
 from tower.core.errors import EffectRefused
+from tower.core.legacy_trust import ApprovalSettings
+from tower.core.policy import stricter
 from tower.temporal.context import NodeContext
 from tower.temporal.runtime import AgentWorkflow
 
@@ -34,12 +37,25 @@ MAX_TOOL_ROUNDS = 3
 DAY = 24 * 3600
 
 
+class RefundPolicy(BaseModel):
+    """The tenant's limits for refunds (policy.json: ``agents.refund``)."""
+
+    limit_cents: int = Field(default=50_000, ge=0, json_schema_extra=stricter("lower"),
+                             description="refunds above need a manager's approval")
+
+
 class RefundRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     message: str = Field(min_length=1, max_length=2000,
                          examples=["Please refund $1,200 on invoice INV-2004"])
-    limit_cents: int = Field(default=50_000, ge=0, description="refunds above need approval")
+    limit_cents: int | None = Field(default=None, ge=0,
+                                    description="lower the tenant's limit for this run")
     review_timeout_seconds: int = Field(default=2 * DAY, ge=1, le=30 * DAY)
-    approvals: ApprovalSettings = Field(default_factory=ApprovalSettings)
+    # Runs started before signed decisions carried their HMAC key here; new runs refuse it.
+    approvals: ApprovalSettings | None = None
+    # Set by the run itself when it continues-as-new while waiting (refused from a client).
+    carry: Carry | None = None
 
 
 class RefundState(AgentState):
@@ -210,10 +226,23 @@ class RefundAgent(AgentWorkflow):
 
     machine = GRAPH
     Input = RefundRequest
+    Policy = RefundPolicy
+
+    # A flood of signals at the gate must not end the run: it continues-as-new instead.
+    carry_while_parked = True
 
     @workflow.run
     async def run(self, request: RefundRequest) -> RefundState:
+        self._request = request
+        limits = await self.admit(request)  # the tenant's limit, lowered by the request
+        if request.carry is not None:
+            state = RefundState.model_validate(request.carry.state)
+            return await self.drive(state, carried=request.carry.log)
+        limit = limits.limit_cents if limits else request.limit_cents  # else an old run
         state = RefundState(messages=[Message(role="user", content=request.message)],
-                            limit_cents=request.limit_cents,
+                            limit_cents=limit if limit is not None else 50_000,
                             review_timeout_seconds=request.review_timeout_seconds)
-        return await self.drive(state, approvals=request.approvals)
+        return await self.drive(state)
+
+    def carry_input(self, carry: Carry) -> RefundRequest:
+        return self._request.model_copy(update={"carry": carry, "limit_cents": None})

@@ -17,7 +17,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
 from tower import APPEND, DONE, FAILED, AgentState, Graph, Message, custom
@@ -37,6 +37,9 @@ class Control(StrEnum):
 
 
 class ResearchRequest(BaseModel):
+    # Unknown fields are refused, not ignored: a start can't smuggle settings in.
+    model_config = ConfigDict(extra="forbid")
+
     topic: str = Field(min_length=3, max_length=300,
                        examples=["durable execution for LLM agents"])
     control: Control = Control.HYBRID

@@ -11,7 +11,7 @@ import json
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
 from tower import APPEND, DONE, AgentState, Graph, Message, NodeFailed
@@ -29,6 +29,9 @@ class Category(StrEnum):
 
 
 class SupportRequest(BaseModel):
+    # Unknown fields are refused, not ignored: a start can't smuggle settings in.
+    model_config = ConfigDict(extra="forbid")
+
     message: str = Field(min_length=1, max_length=4000,
                          examples=["I was charged twice on invoice INV-2001"])
 

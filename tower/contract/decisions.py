@@ -16,7 +16,13 @@ class Verdict(StrEnum):
 
 
 class Decision(BaseModel):
-    """An approve/reject decision as it arrives by signal or update."""
+    """An approve/reject decision as the run records it, once its signature checked out.
+
+    Signed decisions arrive as a JWS (``SignedDecision``, docs/approvals.md) and are
+    recorded with the signing key's id in ``kid`` and the request they answer in
+    ``request``. Runs started before signed decisions received this model itself, with
+    an HMAC ``signature`` (tower/core/legacy_trust.py).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -30,7 +36,24 @@ class Decision(BaseModel):
     expires_at: datetime
     note: str = Field(default="", max_length=1000)
     edits: dict[str, Any] = Field(default_factory=dict)
-    signature: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    signature: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # legacy HMAC
+    kid: str | None = Field(default=None, max_length=100)  # the key that signed it
+    request: int | None = None  # the step that opened the request it answers
+
+    @property
+    def signed(self) -> bool:
+        return self.kid is not None or self.signature is not None
+
+
+class SignedDecision(BaseModel):
+    """A decision on the wire (the ``decide`` update's and ``decision`` signal's argument):
+    ``token``, a JWS signed by a roster key; or, only where the deployment allows unsigned
+    decisions (development), ``unsigned`` claims in the clear."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    token: str | None = Field(default=None, max_length=8000)
+    unsigned: dict[str, Any] | None = None
 
 
 class GateStatus(StrEnum):

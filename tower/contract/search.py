@@ -23,6 +23,8 @@ AGENT_ERROR = SearchAttributeKey.for_keyword("AgentError")
 PENDING_MEMO = "tower_pending_gate"
 # A proposal's values are cut to this many characters in the memo (the history has them).
 MEMO_VALUE_CHARS = 200
+# Set (true) on a run whose deployment accepts UNSIGNED decisions: a development setting.
+UNSIGNED_DECISIONS = SearchAttributeKey.for_bool("TowerUnsignedDecisions")
 
 # The role a run waiting at a gate needs ("" once decided): an approver's inbox lists
 # the runs their roles may decide with one visibility query.
@@ -30,7 +32,7 @@ AGENT_GATE_ROLE = SearchAttributeKey.for_keyword("AgentGateRole")
 
 ALL: list[SearchAttributeKey[Any]] = [
     AGENT_NAME, AGENT_NODE, AGENT_STATUS, AGENT_STEP, AGENT_COST_USD, AGENT_TOKENS, AGENT_ERROR,
-    AGENT_GATE_ROLE]
+    AGENT_GATE_ROLE, UNSIGNED_DECISIONS]
 
 
 def dev_server_flags() -> list[str]:

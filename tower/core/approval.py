@@ -1,34 +1,30 @@
 """Approval gates, the pure part: what a gate is, what is pending, what a decision must prove.
 
-No Temporal here: the runtime calls ``check_decision`` from an update validator and a
-signal handler, so the rules are one function, unit-tested without a server.
+No Temporal here: the runtime calls ``read_decision`` and ``check_decision`` from an update
+validator and a signal handler, so the rules are functions, unit-tested without a server.
 
-Signatures. A decision is signed with HMAC-SHA256 over its canonical fields (tenant,
-run, gate, decision, approver, role, expiry, decision id, edits, note). The key is a
-*per-run* key, ``run_key(tenant_secret, tenant, run)``, derived outside the workflow
-(by whoever starts the run) and passed in the run's input. Workflow code must not read
-env vars or files, and an update validator cannot call an activity, so the key has to
-be in the history; deriving it per run means the history never holds the tenant
-secret, and a key read from one run's history cannot sign decisions for any other run.
+Signatures. A decision is a JWS signed with the approver's own Ed25519 key (or an issuer's
+that vouches for the approver); the run verifies it against the tenant's roster, which
+holds public keys only and enters the run through the ``load_trust`` activity. Nothing a
+run records can sign: see docs/approvals.md. (Runs started before this verify the old
+HMAC format: tower/core/legacy_trust.py.)
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
+from tower.contract.decisions import Decision, GateRecord, GateStatus, SignedDecision, Verdict
+from tower.contract.trust import Claims, TrustSnapshot
+from tower.core.legacy_trust import canonical_time
+from tower.core.signing import SignatureRefused, authority, verify_decision
 from tower.core.state import AgentState, UpdateError, apply_update
-
-SIGNATURE_VERSION = "tower-decision-v1"
-RUN_KEY_VERSION = "tower-run-key-v1"
 
 Recheck = Callable[[Any, Any], Awaitable[str | None]]  # (ctx, state) -> why stale, or None
 EditCheck = Callable[[Any, Mapping[str, Any]], str | None]  # (state, edits) -> problem
@@ -93,20 +89,6 @@ class Refusal(BaseModel):
     decision: str = ""
 
 
-class ApprovalSettings(BaseModel):
-    """How a run verifies decisions; part of a gated agent's input, set by the starter."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    key: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$",
-                            description="per-run key: run_key(tenant secret, tenant, run)")
-    # The tenant (Temporal namespace) the key was derived for. Checks read it from here,
-    # not from the live namespace, so they give the same answer when a history is
-    # replayed elsewhere (a replayer runs under its own namespace).
-    tenant: str | None = Field(default=None, min_length=1, max_length=200)
-    allow_unsigned: bool = False
-
-
 class Outcome(BaseModel):
     """What the run reports back for a decision."""
 
@@ -119,38 +101,6 @@ class Outcome(BaseModel):
     step: int
     duplicate: bool = False
     requested_step: int = 0  # the step that opened the request
-
-
-def canonical_time(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def run_key(secret: bytes, tenant: str, run: str) -> str:
-    """The per-run verification key, derived from the tenant's secret (outside workflows)."""
-    if not secret:
-        raise ValueError("the approval secret is empty")
-    msg = json.dumps([RUN_KEY_VERSION, tenant, run]).encode()
-    return hmac.new(secret, msg, hashlib.sha256).hexdigest()
-
-
-def signing_message(d: Decision) -> bytes:
-    fields = [SIGNATURE_VERSION, d.tenant, d.run, d.gate, d.decision.value, d.approver, d.role,
-              canonical_time(d.expires_at), d.decision_id,
-              json.dumps(d.edits, sort_keys=True, separators=(",", ":"), default=str), d.note]
-    return json.dumps(fields).encode()
-
-
-def sign(key: str, decision: Decision) -> Decision:
-    """Return ``decision`` carrying its signature under the per-run ``key``."""
-    mac = hmac.new(bytes.fromhex(key), signing_message(decision), hashlib.sha256).hexdigest()
-    return decision.model_copy(update={"signature": mac})
-
-
-def signature_valid(key: str, decision: Decision) -> bool:
-    if decision.signature is None:
-        return False
-    expected = hmac.new(bytes.fromhex(key), signing_message(decision), hashlib.sha256)
-    return hmac.compare_digest(expected.hexdigest(), decision.signature)
 
 
 def pending_record(state: AgentState | None) -> GateRecord | None:
@@ -175,31 +125,68 @@ def refuse(reason: str) -> Check:
     return Check(False, reason)
 
 
+def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime) -> tuple[Decision | None, str]:
+    """The decision a wire message proves, or why it proves nothing. Pure: the roster and
+    policy come from the run's trust snapshot, the time from the run's clock."""
+    try:
+        message = SignedDecision.model_validate(raw)
+    except ValidationError as exc:
+        return None, f"malformed decision: {_brief(exc)}"
+    policy = trust.policy
+    if message.token is not None:
+        try:
+            claims, member, kid = verify_decision(message.token, trust.roster,
+                                                  now=now.timestamp())
+        except SignatureRefused as exc:
+            return None, str(exc)
+        problem = authority(member, claims.sub, claims.role)
+        if problem:
+            return None, problem
+    elif message.unsigned is not None:
+        if not policy.unsigned_allowed:
+            return None, ("unsigned decision refused: this deployment requires signed "
+                          "decisions (docs/approvals.md)")
+        try:
+            claims, kid = Claims.model_validate(message.unsigned), None
+        except ValidationError as exc:
+            return None, f"malformed decision: {_brief(exc)}"
+        if claims.exp <= now.timestamp():
+            return None, f"decision expired at {claims.exp}"
+    else:
+        return None, "malformed decision: no token"
+    if claims.exp - claims.iat > policy.max_decision_seconds:
+        return None, (f"decision lives {claims.exp - claims.iat}s; the tenant's policy allows "
+                      f"at most {policy.max_decision_seconds}s")
+    return Decision(
+        decision_id=claims.jti, tenant=claims.tenant, run=claims.run, gate=claims.gate,
+        decision=Verdict(claims.verdict), approver=claims.sub, role=claims.role,
+        expires_at=datetime.fromtimestamp(claims.exp, UTC), note=claims.note,
+        edits=claims.edits, kid=kid, request=claims.request), ""
+
+
 def check_decision(
     d: Decision, *, state: AgentState | None, gates: Mapping[str, Gate], tenant: str,
-    run: str, now: datetime, settings: ApprovalSettings, in_flight: Decision | None = None,
+    run: str, now: datetime, proof: str = "", in_flight: Decision | None = None,
 ) -> Check:
     """Whether ``d`` may decide the run's pending gate. Pure; the state is not touched.
 
-    Order matters: who sent it (tenant, run, signature) before what it asks for.
-    A decision repeating one already taken (same id, same content) is a duplicate:
-    accepted, but it changes nothing.
+    ``proof`` is why its signature proves nothing ("" when it checked out). Order
+    matters: who sent it (tenant, run, signature) before what it asks for. A decision
+    repeating one already taken (same id, same content) is a duplicate: accepted, but
+    it changes nothing.
     """
     if d.tenant != tenant:
         return refuse(f"decision is for tenant {d.tenant!r}; this run belongs to {tenant!r}")
     if d.run != run:
         return refuse(f"decision is for run {d.run!r}, not {run!r}")
-    if state is None:  # nothing to decide yet, and the run has not read its key
+    if state is None:  # nothing to decide yet
         return refuse(_not_pending(d.gate, state, gates))
-    if d.signature is None:
-        if not settings.allow_unsigned:
-            return refuse("unsigned decision refused: this deployment requires signed decisions")
-    elif settings.key is None or not signature_valid(settings.key, d):
-        return refuse("invalid signature")
+    if proof:
+        return refuse(proof)
     for earlier in ([in_flight] if in_flight else []) + [
-            r.decision for r in (state.approvals if state else []) if r.decision]:
+            r.decision for r in state.approvals if r.decision]:
         if earlier.decision_id == d.decision_id:
-            if earlier.model_dump(exclude={"signature"}) != d.model_dump(exclude={"signature"}):
+            if _substance(earlier) != _substance(d):
                 return refuse(f"decision id {d.decision_id!r} was already used for a "
                               "different decision")
             return Check(True, duplicate=True)
@@ -209,7 +196,10 @@ def check_decision(
     if in_flight is not None:
         return refuse(f"gate {d.gate!r} was already decided: {in_flight.decision.value} by "
                       f"{in_flight.approver}")
-    if d.expires_at != pending.expires_at:
+    if d.request is not None and d.request != pending.step:
+        return refuse(f"decision answers the request opened at step {d.request}; the pending "
+                      f"request was opened at step {pending.step}")
+    if d.request is None and d.expires_at != pending.expires_at:  # a legacy decision
         return refuse(f"decision names a request expiring {canonical_time(d.expires_at)}; the "
                       f"pending request expires {canonical_time(pending.expires_at)}")
     if now >= pending.expires_at:
@@ -217,9 +207,19 @@ def check_decision(
                       f"{canonical_time(pending.expires_at)}")
     if d.role != pending.role:
         return refuse(f"role {d.role!r} may not decide gate {d.gate!r} (needs {pending.role!r})")
-    assert state is not None
     problem = check_edits(gates[d.gate], state, d)
     return refuse(problem) if problem else Check(True)
+
+
+def _substance(d: Decision) -> tuple[Any, ...]:
+    """What makes two deliveries the same decision (not when or how it was signed)."""
+    edits = json.dumps(d.edits, sort_keys=True, separators=(",", ":"), default=str)
+    return (d.tenant, d.run, d.gate, d.decision, d.approver, d.role, edits, d.note, d.request)
+
+
+def _brief(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+                     for e in exc.errors()[:5])
 
 
 def check_edits(gate: Gate, state: AgentState, d: Decision) -> str | None:

@@ -33,6 +33,9 @@ def render_details(machine: Machine, state: AgentState, last: Transition | None 
         f"${usage.cost_usd:.4f}"]
     if state.errors:
         lines += ["", f"last error: {state.errors[-1]}"]
+    if state.unsigned_decisions:
+        lines += ["", "**UNSIGNED decisions accepted**: this deployment's policy allows them "
+                      "(a development setting)"]
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ so gates never eat into a node's visit budget.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic_core import to_jsonable_python
@@ -46,22 +46,25 @@ def approving_decision(state: AgentState, node: str) -> str:
 def open_gate(
     machine: Machine, state: S, gate: Gate, *, at: datetime, event_id: int,
     update: Mapping[str, Any] | None = None, calls: list[str] | None = None,
+    role: str | None = None, min_review: timedelta = timedelta(0),
 ) -> tuple[S, Transition]:
-    """Record a pending approval and hold the run at the gate's node."""
+    """Record a pending approval and hold the run at the gate's node. ``role`` and
+    ``min_review`` are the tenant's policy for this gate (its role, its shortest window)."""
     calls = calls or []
     try:
         merged = apply_update(state, update or {})
     except UpdateError as exc:
         return fail(machine, state, f"bad update from {gate.node}: {exc}", at=at,
                     event_id=event_id, calls=calls)
-    expires = at + gate.timeout_for(merged)
+    expires = at + max(gate.timeout_for(merged), min_review)
+    role = role or gate.role
     record = GateRecord(
         gate=gate.name, node=gate.node, when=gate.when, visit=merged.visits.get(gate.node, 0),
-        step=merged.step + 1, role=gate.role,
+        step=merged.step + 1, role=role,
         proposal=to_jsonable_python(dict(gate.proposal(merged)) if gate.proposal else {}),
         editable=list(gate.editable), requested_at=at, expires_at=expires,
     )
-    reason = (f"gate {gate.name}: awaiting approval by role {gate.role} until "
+    reason = (f"gate {gate.name}: awaiting approval by role {role} until "
               f"{canonical_time(expires)}")
     return move(machine, merged, gate.node, gate.node, Kind.GATE, reason, at=at,
                 event_id=event_id, update=update, calls=calls, status=Status.AWAITING_APPROVAL,
@@ -96,7 +99,7 @@ def close_gate(
 def _reason(gate: Gate, status: GateStatus, decision: Decision | None, why: str) -> str:
     head = f"gate {gate.name}: {status.value}"
     if decision is not None:
-        signed = "signed" if decision.signature else "UNSIGNED"
+        signed = "signed" if decision.signed else "UNSIGNED"
         head += f" by {decision.approver} ({decision.role}, {signed})"
         if decision.note:
             head += f": {decision.note}"

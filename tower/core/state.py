@@ -113,9 +113,12 @@ class AgentState(BaseModel):
     # node's update, a tool's output or an approver's edits.
     approvals: list[GateRecord] = Field(default_factory=list)
     last_error: NodeError | None = None
+    # The deployment let this run accept UNSIGNED decisions (a development setting).
+    unsigned_decisions: bool = False
 
 
-PROTECTED_FIELDS = frozenset({"step", "node", "status", "visits", "approvals", "last_error"})
+PROTECTED_FIELDS = frozenset({"step", "node", "status", "visits", "approvals", "last_error",
+                              "unsigned_decisions"})
 
 
 class UpdateError(ValueError):

@@ -8,6 +8,13 @@ one from outside. Events from the entry action, from the run's input and from th
 ``event`` signal all go through one inbox, in arrival order, and through the same
 validation, duplicate check and guards. A refused event is kept in the audit trail
 (query ``rejected``) with the reason; nothing is ever silently dropped.
+
+Events from outside carry authority (they pick the next move), so they are signed: a
+JWS (``tower-event+jwt``, docs/approvals.md) by a roster member whose ``events`` name this
+agent, bound to this tenant, run and agent. The ``send_event`` update's validator refuses
+a bad one before it enters the history; the ``event`` signal checks it when applied. An
+agent that sets ``trusted_events = True`` declares its events trusted-internal instead:
+anyone who can signal the run can move it (only for workers on a private task queue).
 """
 
 from __future__ import annotations
@@ -18,12 +25,13 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.core.engine import fail, start
 from tower.core.errors import NodeFailed, TowerError
 from tower.core.events import Event, Rejection, apply_event
 from tower.core.graph import TERMINALS
+from tower.core.signing import SignatureRefused, verify_event
 from tower.core.state import AgentState, Usage
 from tower.temporal.context import NodeContext
 from tower.temporal.runtime import AgentWorkflow, _event_id, _reason
@@ -34,6 +42,8 @@ class EventWorkflow(AgentWorkflow):
     (a pydantic model with a ``step: int`` field) and may override ``on_event``."""
 
     EventModel: ClassVar[type[BaseModel]]
+    # True: events from outside are trusted-internal and need no signature (see above).
+    trusted_events: ClassVar[bool] = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -69,6 +79,53 @@ class EventWorkflow(AgentWorkflow):
         # Validated when applied, in order: a bad event is refused and recorded then.
         self._inbox.append((raw, "signal", []))
 
+    @workflow.update(name="send_event")
+    def send_event(self, raw: Any = None) -> str:
+        """An event as an update: refused by the validator before it enters the history."""
+        self._inbox.append((raw, "signal", []))
+        return "accepted: applied in arrival order"
+
+    @send_event.validator
+    def _check_event(self, raw: Any = None) -> None:
+        if self._state is None or self.current.node in TERMINALS:
+            raise ApplicationError("the run is not waiting for events", type="EventRefused",
+                                   non_retryable=True)
+        opened, why = self._open(raw, "signal")
+        if opened is None:
+            raise ApplicationError(why, type="EventRefused", non_retryable=True)
+        try:
+            parsed = self.EventModel.model_validate(opened)
+        except ValidationError as exc:
+            raise ApplicationError(f"invalid event: {_brief(exc)}", type="EventRefused",
+                                   non_retryable=True) from None
+        step = getattr(parsed, "step", None)
+        if step != self.current.step:
+            raise ApplicationError(f"event for step {step}, but the run is at step "
+                                   f"{self.current.step}", type="EventRefused",
+                                   non_retryable=True)
+
+    def _open(self, raw: Any, source: str) -> tuple[Any, str]:
+        """The event inside a signed message from outside, or why there is none. Events
+        from the run's own input and entry actions, old runs and trusted-internal agents
+        pass as they are."""
+        if source != "signal" or self._trust is None or self.trusted_events:
+            return raw, ""
+        token = raw.get("token") if isinstance(raw, dict) and len(raw) == 1 else None
+        if not isinstance(token, str):
+            return None, "unsigned event refused: events from outside must be signed"
+        try:
+            claims, member, _ = verify_event(token, self._trust.roster,
+                                             now=workflow.now().timestamp())
+        except SignatureRefused as exc:
+            return None, str(exc)
+        if self.machine.name not in member.events or claims.sub != member.name:
+            return None, f"{member.name} may not send {self.machine.name} events"
+        if (claims.tenant, claims.run, claims.agent) != (
+                self._trust.roster.tenant, workflow.info().workflow_id, self.machine.name):
+            return None, (f"event is for {claims.tenant}/{claims.run} ({claims.agent}), "
+                          "not this run")
+        return claims.event, ""
+
     @workflow.query(name="rejected")
     def query_rejected(self) -> list[Rejection]:
         return list(self._rejected)
@@ -92,8 +149,12 @@ class EventWorkflow(AgentWorkflow):
 
     def _apply(self, raw: Any, source: str, calls: list[str]) -> None:
         state = self.current
+        opened, why = self._open(raw, source)
+        if opened is None:
+            self._reject(raw, source, why)
+            return
         try:
-            parsed = self.EventModel.model_validate(raw)
+            parsed = self.EventModel.model_validate(opened)
             data = parsed.model_dump(mode="json", exclude={"step"}, exclude_defaults=True)
             event = Event(step=parsed.step, data=data, source=source)  # type: ignore[attr-defined]
             update = dict(self.on_event(state, parsed))

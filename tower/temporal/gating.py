@@ -2,20 +2,28 @@
 
 A held run waits on ``workflow.wait_condition`` with the gate's timeout, so it costs
 nothing while it waits and any worker resumes it from the history. Decisions arrive
-as the ``decision`` signal (fire and forget) or the ``decide`` update (answers with
-the outcome). Both go through ``approval.check_decision``: the update's validator
-refuses bad decisions before they enter the history; a refused signal changes nothing
-and is kept in the audit trail (query ``approvals``) with the reason.
+as the ``decide`` update (answers with the outcome) or the ``decision`` signal (fire
+and forget). Both go through ``approval.read_decision`` and ``check_decision``: the
+update's validator refuses bad decisions before they enter the history; a refused
+signal changes nothing and is kept in the audit trail (query ``approvals``).
+
+Trust. At start a run loads its tenant's roster (public keys, roles) and policy with
+the ``load_trust`` activity. A validator cannot call an activity, so decisions are
+checked against the snapshot the run holds, and the run refreshes it while it waits at
+a gate: every ``roster_refresh_seconds`` (so a revoked key stops working within that
+time), and sooner when asked (the ``refresh_trust`` signal, which carries no authority:
+at most one refresh per ``REFRESH_GAP``). A signal-delivered decision signed by a key
+the snapshot does not know yet is kept and checked again after that refresh.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -23,8 +31,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from tower.contract import search
 from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
 from tower.contract.notify import GateNotice
+from tower.contract.trust import TrustRequest, TrustSnapshot
+from tower.core import legacy_trust
 from tower.core.approval import (
-    ApprovalSettings,
     Check,
     Gate,
     Outcome,
@@ -33,6 +42,7 @@ from tower.core.approval import (
     check_decision,
     outcome,
     pending_record,
+    read_decision,
     record_of,
 )
 from tower.core.details import render_details
@@ -40,6 +50,8 @@ from tower.core.engine import Transition, advance
 from tower.core.errors import NodeFailed
 from tower.core.gates import close_gate, open_gate
 from tower.core.graph import FAILED, TERMINALS, Machine
+from tower.core.legacy_trust import ApprovalSettings
+from tower.core.policy import effective
 from tower.core.state import AgentState, Message, apply_update
 from tower.temporal.context import NodeContext
 
@@ -48,6 +60,12 @@ REFUSED = "DecisionRefused"
 NOTIFY_PATCH = "tower-gate-notify"
 NOTIFY_ATTEMPTS = 5
 AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` query)
+# Runs started from here on verify signed decisions against the deployment's roster;
+# runs recorded before (no marker in their history) keep the per-run HMAC key.
+TRUST_PATCH = "tower-trust-v2"
+VERIFY_PER_TASK = 50  # signature checks per workflow task (see _within_verify_budget)
+REFRESH_GAP = timedelta(seconds=5)  # asked-for roster refreshes: at most one per this
+TRUST_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["TrustMissing"])
 
 
 class Gatekeeper:
@@ -55,21 +73,72 @@ class Gatekeeper:
 
     machine: ClassVar[Machine]
     models: ClassVar[list[str]]
+    # The agent's limits (a model whose fields say which way is stricter), or None.
+    Policy: ClassVar[type[BaseModel] | None] = None
+    # Continue-as-new while parked at a gate when Temporal suggests it (a flood of signals
+    # grows the history): the agent's ``carry_input`` must rebuild the run from a Carry.
+    carry_while_parked: ClassVar[bool] = False
     _state: AgentState | None
     _log: list[Transition]
+    # The runtime's one way to take a step (state, log, search attributes, details).
+    _record: Callable[[AgentState, Transition], None]
 
     def _init_gates(self) -> None:
         self._approval = ApprovalSettings()
+        self._trust: TrustSnapshot | None = None  # None: an old run (HMAC) or no gates
+        self._refreshed_at: Any = None
+        self._refresh_asked = False
+        self._unknown_key: Any = None  # a signalled decision waiting for a roster refresh
+        self._verify_mark, self._verified = -1, 0  # signature checks in this workflow task
         self._in_flight: Decision | None = None
         self._audit: list[Refusal] = []
         self._refused_total = 0
 
     @property
-    def current(self) -> AgentState:  # provided by AgentWorkflow
-        raise NotImplementedError
+    def current(self) -> AgentState:
+        assert self._state is not None, "the run has not started"
+        return self._state
 
-    def _record(self, state: AgentState, transition: Transition) -> None:
-        raise NotImplementedError
+    async def admit(self, request: BaseModel) -> Any:
+        """Bring the tenant's roster and policy into the run; return the agent's limits
+        (the policy's, tightened by ``request``), or None for an agent without limits.
+
+        Refuses (the run fails at once, with the reason) an input that carries signing
+        settings or loosens a limit, and a tenant without a roster and policy.
+        """
+        legacy = getattr(request, "approvals", None)
+        if not workflow.patched(TRUST_PATCH):  # an old run, replaying: its old settings
+            self._use_approval_settings(legacy)
+            return None
+        if legacy is not None:
+            raise ApplicationError(
+                "the run's input carries `approvals` (a key or unsigned mode): who may approve "
+                "and whether unsigned decisions count belong to the deployment's roster and "
+                "policy (docs/approvals.md); start the run without it",
+                type="InputRefused", non_retryable=True)
+        self._trust = await self._load_trust()
+        self._refreshed_at = workflow.now()
+        limits = None
+        if self.Policy is not None:
+            limits = effective(self.Policy,
+                               self._trust.policy.agents.get(self.machine.name, {}), request)
+        if self._trust.policy.unsigned_allowed:
+            workflow.upsert_search_attributes([search.UNSIGNED_DECISIONS.value_set(True)])
+        return limits
+
+    async def _load_trust(self) -> TrustSnapshot:
+        try:
+            snapshot: TrustSnapshot = await workflow.execute_activity(
+                "load_trust", TrustRequest(tenant=workflow.info().namespace,
+                                           agent=self.machine.name),
+                result_type=TrustSnapshot, start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=TRUST_RETRY, summary="trust: the tenant's roster and policy")
+        except ActivityError as exc:
+            cause = exc.cause if exc.cause is not None else exc
+            raise ApplicationError(f"cannot load the tenant's roster and policy: "
+                                   f"{getattr(cause, 'message', cause)}", type="TrustMissing",
+                                   non_retryable=True) from None
+        return snapshot
 
     def _use_approval_settings(self, settings: ApprovalSettings | None) -> None:
         self._approval = settings or ApprovalSettings()
@@ -88,20 +157,32 @@ class Gatekeeper:
                 type="MissingApprovalKey", non_retryable=True)
 
     async def hold(self, gate: Gate, update: Mapping[str, Any] | None = None,
-                   calls: list[str] | None = None) -> None:
-        """Open ``gate``, wait for a decision or the timeout, and take the route it gives."""
-        self._record(*open_gate(self.machine, self.current, gate, at=workflow.now(),
-                                event_id=_event_id(), update=update, calls=calls))
+                   calls: list[str] | None = None, *, resume: bool = False) -> None:
+        """Open ``gate`` (or, with ``resume``, go on waiting on the request a run continued
+        from left open), wait for a decision or the timeout, and take the route it gives.
+        Returns with the request still open when the run should continue-as-new first."""
+        if not resume:
+            rule = self._trust.policy.gates.get(gate.name) if self._trust else None
+            self._record(*open_gate(
+                self.machine, self.current, gate, at=workflow.now(), event_id=_event_id(),
+                update=update, calls=calls, role=rule.role if rule else None,
+                min_review=timedelta(seconds=rule.min_review_seconds if rule else 0)))
         pending = pending_record(self.current)
         if pending is None:  # the update could not be applied: the run failed instead
             return
         self._show_pending(pending)
-        if workflow.patched(NOTIFY_PATCH):
+        if workflow.patched(NOTIFY_PATCH) and not resume:
             await self._notify(pending)  # decisions may arrive meanwhile: they are kept
-        with contextlib.suppress(TimeoutError):  # the timeout is a route, not an error
-            await workflow.wait_condition(
-                lambda: self._in_flight is not None, timeout=pending.expires_at - workflow.now(),
-                timeout_summary=f"gate {gate.name} expires")
+        if self._trust is None:  # an old run: one timer, as it was recorded
+            with contextlib.suppress(TimeoutError):  # the timeout is a route, not an error
+                await workflow.wait_condition(
+                    lambda: self._in_flight is not None,
+                    timeout=pending.expires_at - workflow.now(),
+                    timeout_summary=f"gate {gate.name} expires")
+        else:
+            await self._wait_refreshing(gate, pending)
+            if self._in_flight is None and workflow.now() < pending.expires_at:
+                return  # the history is long (a flood of signals): carry over, still waiting
         decision = self._in_flight
         try:
             if decision is None:
@@ -131,6 +212,51 @@ class Gatekeeper:
         except ActivityError as exc:
             workflow.logger.warning("gate %s: approvers not notified: %s", pending.gate,
                                     exc.cause or exc)
+
+    async def _wait_refreshing(self, gate: Gate, pending: GateRecord) -> None:
+        """Wait for a decision until the request expires, re-reading the roster every
+        ``roster_refresh_seconds`` and when asked (at most once per ``REFRESH_GAP``)."""
+        assert self._trust is not None
+        while self._in_flight is None and workflow.now() < pending.expires_at:
+            if self.carry_while_parked and workflow.info().is_continue_as_new_suggested():
+                return
+            every = timedelta(seconds=self._trust.policy.roster_refresh_seconds)
+            due = self._refreshed_at + (min(every, REFRESH_GAP) if self._refresh_asked
+                                        else every)
+            if workflow.now() >= due:
+                await self._refresh()
+                continue
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    self._decided_or_asked(self._refresh_asked),
+                    timeout=min(pending.expires_at, due) - workflow.now(),
+                    timeout_summary=f"gate {gate.name}: roster refresh or expiry")
+
+    def _decided_or_asked(self, was_asked: bool) -> Callable[[], bool]:
+        info = workflow.info()
+        return lambda: (self._in_flight is not None or self._refresh_asked != was_asked
+                        or (self.carry_while_parked and info.is_continue_as_new_suggested()))
+
+    async def _refresh(self) -> None:
+        """Re-read the roster and policy; a held-back signalled decision is judged again."""
+        self._refresh_asked = False
+        try:
+            self._trust = await self._load_trust()
+        except ApplicationError as exc:  # keep the snapshot; say why in the audit trail
+            self._remember(Refusal(at=workflow.now(), via="signal",
+                                   reason=f"roster refresh failed: {exc.message}"))
+            return
+        finally:  # when the snapshot in use was read (queries show it)
+            self._refreshed_at = workflow.now()
+        raw, self._unknown_key = self._unknown_key, None
+        if raw is not None and self._in_flight is None:
+            self._take_signal(raw, may_hold=False)
+
+    @workflow.signal(name="refresh_trust")
+    def on_refresh_trust(self) -> None:
+        """Re-read the roster soon (it carries no authority: anyone may ask)."""
+        if self._trust is not None:
+            self._refresh_asked = True
 
     async def _approve(self, gate: Gate, decision: Decision) -> None:
         ctx = NodeContext(self.machine.name, self.machine.nodes[gate.node], self.current.step,
@@ -167,17 +293,39 @@ class Gatekeeper:
     # --- decisions -------------------------------------------------------------------------
 
     def _judge(self, raw: Any) -> tuple[Decision | None, Check]:
-        try:
-            decision = Decision.model_validate(raw)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
-                                 for e in exc.errors()[:5])
-            return None, Check(False, f"malformed decision: {problems}")
-        info = workflow.info()
+        if self._state is None:  # not started: no roster read yet, nothing pending
+            return None, Check(False, "the run is not awaiting a decision: it has not "
+                                      "started yet")
+        if self._trust is not None and not self._within_verify_budget():
+            return None, Check(False, f"refused unverified: more than {VERIFY_PER_TASK} "
+                                      "decisions arrived in one workflow task (a flood?); "
+                                      "send it again, as the decide update")
+        if self._trust is not None:
+            decision, proof = read_decision(raw, trust=self._trust, now=workflow.now())
+            if decision is None:
+                return None, Check(False, proof)
+        else:
+            try:
+                decision = Decision.model_validate(raw)
+            except ValidationError as exc:
+                problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+                                     for e in exc.errors()[:5])
+                return None, Check(False, f"malformed decision: {problems}")
+            proof = legacy_trust.authenticate(decision, self._approval) or ""
         return decision, check_decision(
             decision, state=self._state, gates={g.name: g for g in self.machine.gates.values()},
-            tenant=self._tenant(), run=info.workflow_id, now=workflow.now(),
-            settings=self._approval, in_flight=self._in_flight)
+            tenant=self._tenant(), run=workflow.info().workflow_id, now=workflow.now(),
+            proof=proof, in_flight=self._in_flight)
+
+    def _within_verify_budget(self) -> bool:
+        """At most VERIFY_PER_TASK signature checks per workflow task: thousands of signals
+        delivered in one task would otherwise keep it busy past the deadlock timeout, fail
+        it, and stall the run. Counted per history length, so replay counts the same."""
+        mark = workflow.info().get_current_history_length()
+        if mark != self._verify_mark:
+            self._verify_mark, self._verified = mark, 0
+        self._verified += 1
+        return self._verified <= VERIFY_PER_TASK
 
     def _remember(self, refusal: Refusal) -> None:
         # Keep the newest refusals only: a flood of bad signals must not grow the run's
@@ -186,10 +334,15 @@ class Gatekeeper:
         self._audit = [*self._audit[-(AUDIT_KEEP - 1):], refusal]
 
     def _tenant(self) -> str:
+        if self._trust is not None:
+            return self._trust.roster.tenant
         return self._approval.tenant or workflow.info().namespace
 
     def _refusal(self, raw: Any, via: str, reason: str) -> Refusal:
         fields = raw if isinstance(raw, dict) else {}
+        # Only what the run can read without trusting it: a token is named by its size.
+        if "token" in fields:
+            fields = {"decision_id": f"token ({len(str(fields['token']))} chars)"}
         return Refusal(at=workflow.now(), via=via, reason=reason,  # type: ignore[arg-type]
                        **{k: str(fields.get(k, ""))[:200]
                           for k in ("decision_id", "gate", "approver", "decision")})
@@ -197,7 +350,14 @@ class Gatekeeper:
     @workflow.signal(name="decision")
     def on_decision(self, raw: dict[str, Any]) -> None:
         """A decision as a signal. Refused ones change nothing and go to the audit trail."""
+        self._take_signal(raw, may_hold=True)
+
+    def _take_signal(self, raw: Any, *, may_hold: bool) -> None:
         decision, check = self._judge(raw)
+        if may_hold and check.reason.startswith("unknown key id") and self._unknown_key is None:
+            # Perhaps a key added since the run's last refresh: judge it again after one.
+            self._unknown_key, self._refresh_asked = raw, True
+            return
         if not check.ok or check.duplicate:
             reason = check.reason or "duplicate of an accepted decision: nothing changed"
             self._remember(self._refusal(raw, "signal", reason))
@@ -250,7 +410,11 @@ class Gatekeeper:
             "tenant": self._tenant(),
             "run": workflow.info().workflow_id,
             "agent": self.machine.name,
-            "unsigned_allowed": self._approval.allow_unsigned,
+            "unsigned_allowed": (self._trust.policy.unsigned_allowed if self._trust
+                                 else self._approval.allow_unsigned),
+            "trust": "roster" if self._trust else "legacy-hmac",
+            "roster_digest": self._trust.digest if self._trust else None,
+            "refreshed_at": (self._refreshed_at.isoformat() if self._refreshed_at else None),
             "pending": pending.model_dump(mode="json") if pending else None,
             "records": [r.model_dump(mode="json") for r in (state.approvals if state else [])],
             "refused": [r.model_dump(mode="json") for r in self._audit],

@@ -19,7 +19,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.contract import search
 from tower.contract.wire import AbortRequest, RetryRequest
-from tower.core.approval import ApprovalSettings, pending_record
+from tower.core.approval import pending_record
 from tower.core.carry import Carry, LogSummary, summarize
 from tower.core.cost import CallUsage, cost_report
 from tower.core.details import render_details
@@ -35,7 +35,8 @@ from tower.core.engine import (
 from tower.core.errors import IllegalTransition, NodeFailed
 from tower.core.gates import approving_decision, needs_gate
 from tower.core.graph import DONE, FAILED, TERMINALS, Machine
-from tower.core.state import AgentState, S, UpdateError, apply_update
+from tower.core.legacy_trust import ApprovalSettings
+from tower.core.state import AgentState, S, UpdateError, apply_update, set_engine_fields
 from tower.temporal import tracing
 from tower.temporal.context import NodeContext
 from tower.temporal.gating import Gatekeeper
@@ -88,12 +89,21 @@ class AgentWorkflow(Gatekeeper):
         """Run the machine from its entry node until DONE, or FAILED with no operator retry.
 
         With ``carried`` (a run continued-as-new), ``state`` already stands on its node:
-        the run goes on from there, with no new START transition. ``approvals`` (from
-        the run's input) is how an agent with gates verifies decisions.
+        the run goes on from there, with no new START transition. ``approvals`` is the
+        HMAC setting of runs started before signed decisions (agents call ``admit``).
         """
-        self._use_approval_settings(approvals)
+        if approvals is not None:
+            self._use_approval_settings(approvals)
+        if self._trust is not None and self._trust.policy.unsigned_allowed:
+            state = set_engine_fields(state, unsigned_decisions=True)
         if carried is None:
             self._record(*start(self.machine, state, at=workflow.now(), event_id=_event_id()))
+        elif workflow.info().continued_run_id is None:
+            # A carried state is the run's own, handed over by continue-as-new; from a
+            # client's start it would be a forged state (approvals, steps, anything).
+            raise ApplicationError("a carried state is accepted only from the run's own "
+                                   "continue-as-new, not in a new run's input",
+                                   type="InputRefused", non_retryable=True)
         else:
             self._state, self._carried = state, carried
             self.publish()
@@ -222,11 +232,6 @@ class AgentWorkflow(Gatekeeper):
             workflow.upsert_memo({search.PENDING_MEMO: memo})
             self._pending_memo = memo
 
-    @property
-    def current(self) -> AgentState:
-        assert self._state is not None, "the run has not started"
-        return self._state
-
     async def _step(self) -> None:
         before, seen = self.current, len(self._log)
         with tracing.state_span(self.machine.name, before) as span:
@@ -236,6 +241,10 @@ class AgentWorkflow(Gatekeeper):
     async def _run_node(self) -> None:
         state = self.current
         gate = self.machine.gates.get(state.node)
+        pending = pending_record(state)
+        if gate is not None and pending is not None and pending.gate == gate.name:
+            await self.hold(gate, resume=True)  # continued-as-new while it waited
+            return
         if gate is not None and gate.when == "before" and needs_gate(state, gate):
             await self.hold(gate)
             return

@@ -1,0 +1,111 @@
+"""Adding and revoking keys reaches runs already waiting at a gate, without restarting them:
+at once when asked (the `refresh_trust` signal; `tower approve` asks by itself), and within
+the policy's `roster_refresh_seconds` otherwise."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from gatekit import decision, new_id, refund_request, refunds, wait_pending
+from temporalio.client import Client, WorkflowUpdateFailedError
+
+from activities.model import ModelSettings
+from starter.cmd_approve import send_decision
+from starter.keys import load_key
+from starter.trust_files import dev_trust, enrol, read_roster, write_roster
+from tower.contract.decisions import Verdict
+from worker import build_worker
+from workflows.refund import RefundAgent
+
+
+def deployment(tmp_path: Path, client: Client, **policy: Any) -> tuple[Path, Path]:
+    trust, config = tmp_path / "trust", tmp_path / "approvers"
+    dev_trust(trust, client.namespace, config=config, **policy)
+    return trust, config
+
+
+async def parked(client: Client, task_queue: str) -> Any:
+    run = new_id("refund")
+    handle = await client.start_workflow(RefundAgent.run, refund_request(client, run), id=run,
+                                         task_queue=task_queue)
+    return handle, (await wait_pending(handle))
+
+
+def revoke(trust: Path, tenant: str, name: str) -> None:
+    roster = read_roster(trust, tenant)
+    write_roster(trust, roster.model_copy(update={
+        "members": [m for m in roster.members if m.name != name]}))
+
+
+async def refreshed_after(handle: Any, before: str) -> None:
+    async with asyncio.timeout(30):
+        while (await handle.query("approvals", result_type=dict))["refreshed_at"] == before:
+            await asyncio.sleep(0.1)
+
+
+async def test_a_key_added_while_the_run_waits_decides_at_once(
+    client: Client, task_queue: str, db_path: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    trust, config = deployment(tmp_path, client)
+    monkeypatch.setenv("TOWER_CONFIG_DIR", str(config))
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings(), trust_dir=trust):
+        handle, _ = await parked(client, task_queue)
+        enrol(trust, client.namespace, "erin", config=config, roles=["manager"])
+        # The run's snapshot does not know erin's key: tower approve asks it to re-read.
+        out = await send_decision(client, handle.id, Verdict.APPROVE, approver="erin",
+                                  role=None)
+        state = await handle.result()
+    assert out is not None and out.result == "approved"
+    (record,) = state.approvals
+    assert record.decision is not None and record.decision.approver == "erin"
+    assert record.decision.kid == load_key("erin", config)["kid"]
+    assert refunds(db_path) == [("INV-2004", 120000)]
+
+
+async def test_a_revoked_key_stops_working_when_the_run_refreshes(
+    client: Client, task_queue: str, db_path: Path, tmp_path: Path
+) -> None:
+    trust, config = deployment(tmp_path, client)
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings(), trust_dir=trust):
+        handle, info = await parked(client, task_queue)
+        revoke(trust, client.namespace, "alice")
+        await handle.signal("refresh_trust")  # what `tower keys push` would send
+        await refreshed_after(handle, info["refreshed_at"])
+        alice = decision(client, handle.id, info["pending"], key=load_key("alice", config))
+        try:
+            await handle.execute_update("decide", alice, result_type=dict)
+            raise AssertionError("a revoked key decided")
+        except WorkflowUpdateFailedError as exc:
+            assert "unknown key id" in str(exc.cause)
+        bob = decision(client, handle.id, info["pending"], approver="bob",
+                       key=load_key("bob", config))
+        out = await handle.execute_update("decide", bob, result_type=dict)
+        await handle.result()
+    assert out["result"] == "approved"
+
+
+async def test_without_being_asked_the_run_refreshes_on_the_policys_timer(
+    client: Client, task_queue: str, db_path: Path, tmp_path: Path
+) -> None:
+    trust, config = deployment(tmp_path, client, roster_refresh_seconds=1)
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings(), trust_dir=trust):
+        handle, info = await parked(client, task_queue)
+        revoke(trust, client.namespace, "alice")
+        # Two refreshes later (a second each), one of them began after the revocation.
+        await refreshed_after(handle, info["refreshed_at"])
+        await refreshed_after(handle, (await handle.query("approvals",
+                                                          result_type=dict))["refreshed_at"])
+        alice = decision(client, handle.id, info["pending"], key=load_key("alice", config))
+        try:
+            await handle.execute_update("decide", alice, result_type=dict)
+            raise AssertionError("a revoked key decided")
+        except WorkflowUpdateFailedError as exc:
+            assert "unknown key id" in str(exc.cause)
+        state = await handle.query("state", result_type=dict)
+        await handle.terminate("test over")
+    assert state["status"] == "AWAITING_APPROVAL" and refunds(db_path) == []

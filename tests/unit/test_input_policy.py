@@ -1,0 +1,56 @@
+"""Every agent's input refuses what would loosen the deployment's trust: unknown fields
+(``approvals``, ``unsigned``, ``policy``) and a limit above the tenant's — client-side in
+`tower run`, before a run starts (the run refuses them too: tests/test_redteam.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from starter.approvals import check_policy
+from starter.common import CliError, parse_input
+from starter.trust_files import dev_trust
+from workflows.registry import AGENTS
+
+SMUGGLED: list[dict[str, Any]] = [{"approvals": {"allow_unsigned": True}}, {"unsigned": True},
+            {"policy": {"limit_cents": 10**9}}, {"allow_unsigned": True}]
+
+
+def example(agent: Any) -> dict[str, Any]:
+    """A valid input for ``agent``: its schema's examples, else its demo input."""
+    from starter.demo import RUNS
+
+    for name, request, _ in RUNS:
+        if name == agent.machine.name:
+            return dict(request.model_dump(mode="json", exclude_none=True))
+    return {}
+
+
+@pytest.mark.parametrize("name", sorted(AGENTS))
+def test_every_agents_input_refuses_smuggled_trust_settings(name: str, tmp_path: Path) -> None:
+    agent = AGENTS[name]
+    base = example(agent)
+    for extra in SMUGGLED:
+        raw = {**base, **extra}
+        try:
+            request = parse_input(agent, json.dumps(raw))
+        except CliError as exc:
+            assert "invalid" in str(exc)
+            continue
+        # Declared only by the gated agents, for runs started before signed decisions.
+        assert "approvals" in extra and name in ("refund", "migration"), (name, extra)
+        with pytest.raises(CliError, match="carries `approvals`"):
+            check_policy(agent, request, "default", tmp_path)
+
+
+def test_a_limit_may_be_lowered_never_raised(tmp_path: Path) -> None:
+    dev_trust(tmp_path, "default", approvers={}, agents={"refund": {"limit_cents": 50_000}})
+    refund = AGENTS["refund"]
+    lower = parse_input(refund, '{"message": "refund $1", "limit_cents": 100}')
+    check_policy(refund, lower, "default", tmp_path)  # tightening is fine
+    higher = parse_input(refund, '{"message": "refund $1", "limit_cents": 100000000}')
+    with pytest.raises(CliError, match="would loosen the tenant's policy"):
+        check_policy(refund, higher, "default", tmp_path)

@@ -1,0 +1,145 @@
+"""The deployment's trust data as it crosses into a run: roster, policy, and decisions' claims.
+
+Pure pydantic. The roster and the policy are files the *deployment* owns (read by the
+``load_trust`` activity from ``TOWER_TRUST_DIR``); a run holds them as a snapshot, which
+is public: a roster carries public keys only (a JWK with a private part is refused),
+so anyone reading a run's history learns who may approve, never how to sign.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NAME = r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$"
+KID = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,99}$"
+
+
+class PublicKey(BaseModel):
+    """An Ed25519 public key as a JWK (RFC 8037). ``extra="forbid"``: a private ``d`` is
+    refused, so a roster can never carry anything that signs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kty: Literal["OKP"]
+    crv: Literal["Ed25519"]
+    x: str = Field(pattern=r"^[A-Za-z0-9_-]{43}$", description="base64url public key")
+    kid: str = Field(pattern=KID, description="key id, named in each token's header")
+    alg: Literal["EdDSA", "Ed25519"] | None = None
+    use: Literal["sig"] | None = None
+
+
+class Member(BaseModel):
+    """Someone (or something) the tenant trusts, and for what.
+
+    Attributes:
+        name: who; a decision's ``sub`` must name this member unless it is an issuer.
+        roles: the roles this member holds at gates.
+        vouches_for: roles this member (an issuer, e.g. a web inbox that authenticated
+            its user) may vouch for; its decisions carry ``sub`` = the approver.
+        events: agents whose events this member may send (signed events).
+        keys: its public keys; revoke a key by removing it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=NAME)
+    roles: list[str] = Field(default_factory=list)
+    vouches_for: list[str] = Field(default_factory=list)
+    events: list[str] = Field(default_factory=list)
+    keys: list[PublicKey] = Field(min_length=1)
+
+
+class Roster(BaseModel):
+    """A tenant's approvers, issuers and event senders (``<trust dir>/<tenant>/roster.json``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tenant: str = Field(min_length=1, max_length=200)
+    members: list[Member] = Field(default_factory=list)
+
+    def find(self, kid: str) -> tuple[Member, PublicKey] | None:
+        for member in self.members:
+            for key in member.keys:
+                if key.kid == kid:
+                    return member, key
+        return None
+
+
+class GatePolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: str | None = Field(default=None, description="overrides the gate's declared role")
+    min_review_seconds: int = Field(default=0, ge=0, le=366 * 86400,
+                                    description="a request stays open at least this long")
+
+
+class Policy(BaseModel):
+    """A tenant's rules (``<trust dir>/<tenant>/policy.json``). A run's input may tighten
+    the agents' limits, never loosen them; nothing else here is settable by a run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tenant: str = Field(min_length=1, max_length=200)
+    # A development convenience that weakens every gate: off unless the deployment says so.
+    unsigned_allowed: bool = False
+    # How often a run parked at a gate re-reads the roster (a revoked key stops working
+    # within this time; `tower keys push` makes waiting runs re-read it at once).
+    roster_refresh_seconds: int = Field(default=3600, ge=1, le=86400)
+    # The longest a signed decision may live (exp - iat).
+    max_decision_seconds: int = Field(default=3600, ge=1, le=7 * 86400)
+    gates: dict[str, GatePolicy] = Field(default_factory=dict)
+    # Per-agent limits, read by the agent's own policy model (e.g. refund: limit_cents).
+    agents: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+class TrustRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tenant: str
+    agent: str
+
+
+class TrustSnapshot(BaseModel):
+    """What ``load_trust`` returns; the run verifies with it until the next refresh."""
+
+    model_config = ConfigDict(frozen=True)
+
+    roster: Roster
+    policy: Policy
+    digest: str  # of both files: a refresh that finds the same digest changes nothing
+
+
+class Signed(BaseModel):
+    """What every token's claims carry: who signed it for, when, until when (seconds)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    jti: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._:-]+$")
+    iat: int
+    exp: int
+
+
+class Claims(Signed):
+    """A decision's JWS payload (see docs/approvals.md). ``jti`` is the decision id."""
+
+    tenant: str = Field(min_length=1, max_length=200)
+    run: str = Field(min_length=1, max_length=400)
+    gate: str = Field(min_length=1, max_length=100)
+    request: int = Field(ge=0, description="the step that opened the request")
+    verdict: Literal["approve", "reject"]
+    sub: str = Field(pattern=NAME, description="who decided")
+    role: str = Field(min_length=1, max_length=50)
+    edits: dict[str, Any] = Field(default_factory=dict)
+    note: str = Field(default="", max_length=1000)
+
+
+class EventClaims(Signed):
+    """A signed event's JWS payload: the event itself, bound to one run and step."""
+
+    tenant: str = Field(min_length=1, max_length=200)
+    run: str = Field(min_length=1, max_length=400)
+    agent: str = Field(min_length=1, max_length=100)
+    sub: str = Field(pattern=NAME)
+    event: dict[str, Any]

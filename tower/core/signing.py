@@ -1,0 +1,144 @@
+"""Signed decisions and events: JWS compact, EdDSA over Ed25519, verified with public keys.
+
+Pure (no I/O, no clock: ``now`` is passed in), so a workflow's update validator can call
+``verify`` and give the same answer on every replay. The format is in docs/approvals.md;
+any JOSE library (or ``cryptography`` by hand) can make a token this module accepts.
+
+joserfc does the JWS work: it is maintained by the author of Authlib, typed, and strict
+about algorithms (a token must name one of the algorithms we allow; ``none`` and HMAC are
+never accepted, so a public key can't be misused as an HMAC secret).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, TypeVar
+
+from joserfc import jws
+from joserfc.errors import JoseError
+from joserfc.jwk import OKPKey
+from pydantic import BaseModel, ValidationError
+
+from tower.contract.trust import Claims, EventClaims, Member, PublicKey, Roster, Signed
+
+DECISION_TYPE = "tower-decision+jwt"
+EVENT_TYPE = "tower-event+jwt"
+ALGORITHMS = ("EdDSA", "Ed25519")  # RFC 8037's name and RFC 9864's fully specified one
+SKEW_SECONDS = 60  # a signer's clock may run this far ahead of the run's
+MAX_TOKEN_CHARS = 8000
+
+C = TypeVar("C", bound=Signed)
+
+
+class SignatureRefused(ValueError):
+    """A token that proves nothing: malformed, unknown key, bad signature, expired."""
+
+
+class _Registry(jws.JWSRegistry):
+    """Only EdDSA/Ed25519. joserfc warns that the name "EdDSA" does not pin a curve
+    (RFC 9864); our keys are always OKP Ed25519 (``PublicKey`` says so), so it does."""
+
+    def get_alg(self, name: str) -> Any:
+        if name not in ALGORITHMS:
+            raise SignatureRefused(f"algorithm {name!r} not accepted (use EdDSA)")
+        return self.algorithms[name]
+
+
+_REGISTRY = _Registry(algorithms=list(ALGORITHMS))
+
+
+def public_of(private: dict[str, Any]) -> PublicKey:
+    public = {k: v for k, v in private.items() if k in ("kty", "crv", "x", "kid")}
+    return PublicKey.model_validate({**public, "alg": "EdDSA", "use": "sig"})
+
+
+def sign(claims: BaseModel, private: dict[str, Any], typ: str = DECISION_TYPE) -> str:
+    """A compact JWS of ``claims`` under the private JWK (which names its ``kid``)."""
+    key = OKPKey.import_key({k: v for k, v in private.items() if k != "kid"})
+    header = {"alg": "EdDSA", "kid": private["kid"], "typ": typ}
+    payload = json.dumps(claims.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
+    return jws.serialize_compact(header, payload, key, registry=_REGISTRY)
+
+
+def verify(token: str, roster: Roster, claims_type: type[C], *, typ: str,
+           now: float) -> tuple[C, Member, str]:
+    """The claims of a token signed by a roster key, the member and the key id; or
+    ``SignatureRefused`` saying why not. Checks expiry against ``now`` (seconds)."""
+    if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS or token.count(".") != 2:
+        raise SignatureRefused("malformed token: expected a compact JWS (three dot-separated "
+                               "parts)")
+    try:
+        header = jws.extract_compact(token.encode()).headers()
+    except (JoseError, ValueError) as exc:
+        raise SignatureRefused(f"malformed token: {exc}") from None
+    kid = header.get("kid")
+    if not isinstance(kid, str):
+        raise SignatureRefused("token has no key id (kid) in its header")
+    if header.get("typ") != typ:
+        raise SignatureRefused(f"token type {header.get('typ')!r} is not {typ!r}")
+    found = roster.find(kid)
+    if found is None:
+        raise SignatureRefused(f"unknown key id {kid!r}: not in tenant {roster.tenant!r}'s "
+                               "roster (revoked, another tenant's, or not yet added)")
+    member, public = found
+    try:
+        key = OKPKey.import_key(public.model_dump(exclude={"kid", "alg", "use"},
+                                                  exclude_none=True))
+        obj = jws.deserialize_compact(token, key, algorithms=list(ALGORITHMS),
+                                      registry=_REGISTRY)
+    except SignatureRefused:
+        raise
+    except (JoseError, ValueError) as exc:
+        raise SignatureRefused(f"invalid signature for key {kid!r}: {exc}") from None
+    try:
+        claims = claims_type.model_validate_json(obj.payload)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'claims'}: {e['msg']}"
+                             for e in exc.errors()[:5])
+        raise SignatureRefused(f"bad claims: {problems}") from None
+    _check_times(claims, now)
+    return claims, member, kid
+
+
+def _check_times(claims: Signed, now: float) -> None:
+    if claims.exp <= now:
+        raise SignatureRefused(f"token expired at {claims.exp} (now {int(now)})")
+    if claims.iat > now + SKEW_SECONDS:
+        raise SignatureRefused(f"token issued in the future (iat {claims.iat}, now {int(now)})")
+
+
+def verify_decision(token: str, roster: Roster, *, now: float) -> tuple[Claims, Member, str]:
+    return verify(token, roster, Claims, typ=DECISION_TYPE, now=now)
+
+
+def verify_event(token: str, roster: Roster, *, now: float) -> tuple[EventClaims, Member, str]:
+    return verify(token, roster, EventClaims, typ=EVENT_TYPE, now=now)
+
+
+def authority(member: Member, sub: str, role: str) -> str | None:
+    """Why ``member`` may not decide as ``sub`` with ``role``, or None when it may.
+
+    A member's own key decides as itself with one of its roles. An issuer (a member with
+    ``vouches_for``) decides as the user it authenticated, for a role it may vouch for.
+    """
+    if sub == member.name:
+        if role in member.roles:
+            return None
+        return f"{member.name} does not hold role {role!r} (roster roles: " \
+               f"{', '.join(member.roles) or 'none'})"
+    if role in member.vouches_for:
+        return None
+    if member.vouches_for:
+        return f"issuer {member.name} may not vouch for role {role!r} (vouches for: " \
+               f"{', '.join(member.vouches_for)})"
+    return f"key of {member.name} may not sign as {sub!r}"
+
+
+def decision_claims(*, tenant: str, run: str, gate: str, request: int, verdict: str, sub: str,
+                    role: str, edits: dict[str, Any] | None = None, note: str = "",
+                    jti: str, lifetime: int = 600, now: float) -> Claims:
+    """Claims for a new decision, issued at ``now`` (seconds) and valid for ``lifetime``."""
+    at = int(now)
+    return Claims(tenant=tenant, run=run, gate=gate, request=request, verdict=verdict,  # type: ignore[arg-type]
+                  sub=sub, role=role, edits=edits or {}, note=note,
+                  jti=jti, iat=at, exp=at + lifetime)
