@@ -79,4 +79,4 @@ def check_policy(agent: Any, request: BaseModel, tenant: str,
     try:
         effective(policy_model, snapshot.policy.agents.get(agent.machine.name, {}), request)
     except (PolicyLoosened, PolicyInvalid) as exc:
-        raise CliError(f"input refused: {exc}") from None
+        raise CliError(f"this input may not start a run: {exc}") from None

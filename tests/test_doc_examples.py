@@ -94,6 +94,9 @@ async def test_every_example_on_the_page_works_on_a_fresh_setup(
     if not found:
         pytest.skip(f"{page.name} has no runnable tower example")
     monkeypatch.chdir(tmp_path)  # nothing from an earlier run: no .tower/, no databases
+    # No approver keys yet, and the deployment's trust dir is the default .tower/trust.
+    monkeypatch.setenv("TOWER_CONFIG_DIR", str(tmp_path / "approver-config"))
+    monkeypatch.delenv("TOWER_TRUST_DIR")
     prepare_dev_setup()  # what `tower dev` does before it starts the server
     address = env.client.service_client.config.target_host
     async with build_worker(env.client, task_queue=TASK_QUEUE, db_path=tmp_path / ".tower" /
