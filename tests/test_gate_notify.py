@@ -20,6 +20,7 @@ from temporalio.client import Client
 
 from activities.model import ModelSettings
 from activities.notify import message
+from starter.trust_files import dev_trust
 from tower.contract.notify import GateNotice, NotifyPolicy
 from worker import build_worker
 from workflows.refund import RefundAgent
@@ -60,6 +61,7 @@ async def test_parked_run_notifies_the_tenants_webhook_with_a_retry(
     notify = tmp_path / "trust" / client.namespace / "notify.json"
     notify.parent.mkdir(parents=True)
     monkeypatch.setenv("TOWER_TRUST_DIR", str(tmp_path / "trust"))
+    dev_trust(tmp_path / "trust", client.namespace, approvers={})  # its roster and policy
     notify.write_text(json.dumps({"url": url, "format": "slack",
                                   "inbox_url": "https://inbox.example.test"}))
     try:
