@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from starter.output import json_option, print_json
+
 
 @click.group("keys", help="Approvers' signing keys and the tenant's roster (docs/approvals.md).")
 def keys() -> None:
@@ -24,11 +26,16 @@ def keys() -> None:
     "the tenant's roster."))
 @click.argument("name", metavar="NAME")
 @click.option("--kid", help="key id (default: NAME-<date>-<random>)")
-def new(name: str, kid: str | None) -> int:
+@json_option("the public JWK and where the private key is, as JSON")
+def new(name: str, kid: str | None, as_json: bool) -> int:
     from starter.keys import config_dir, create_key
 
     public = create_key(name, kid=kid)
-    print(json.dumps(public.model_dump(mode="json", exclude_none=True)))
+    jwk = public.model_dump(mode="json", exclude_none=True)
+    if as_json:
+        print_json({"public": jwk, "private_key": str(config_dir() / "keys" / f"{name}.jwk")})
+        return 0
+    print(json.dumps(jwk))
     print(f"private key: {config_dir() / 'keys' / (name + '.jwk')} (mode 0600; never share "
           "it). Add the public key above to the tenant's roster.json "
           f"(`tower keys enrol {name} --role ROLE` on the deployment).")
@@ -47,8 +54,9 @@ def new(name: str, kid: str | None) -> int:
 @click.option("--events", multiple=True, metavar="AGENT",
               help="an agent whose events NAME may send")
 @click.option("--trust-dir", type=click.Path(path_type=Path))
+@json_option("the roster member, as JSON")
 def enrol(name: str, for_tenant: str, roles: tuple[str, ...], vouches_for: tuple[str, ...],
-          events: tuple[str, ...], trust_dir: Path | None) -> int:
+          events: tuple[str, ...], trust_dir: Path | None, as_json: bool) -> int:
     from activities.trust import trust_dir as default_trust_dir
     from starter.trust_files import enrol as add
     from starter.trust_files import ensure_policy
@@ -58,6 +66,9 @@ def enrol(name: str, for_tenant: str, roles: tuple[str, ...], vouches_for: tuple
                  events=list(events))
     ensure_policy(root, for_tenant)
     who = next(m for m in roster.members if m.name == name)
+    if as_json:
+        print_json({"tenant": for_tenant, **who.model_dump(mode="json", exclude_none=True)})
+        return 0
     print(f"{name} in tenant {for_tenant!r}'s roster: roles {', '.join(who.roles) or '-'}; "
           f"keys {', '.join(k.kid for k in who.keys)}")
     return 0

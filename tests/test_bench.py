@@ -20,6 +20,7 @@ from bench.measure import history_bytes, run_chain, turn_costs
 from bench.parked import decision_latency
 from bench.report import table
 from bench.suites import combine
+from starter.trust_files import dev_trust
 from tower.core.window import WindowPolicy
 from worker import build_worker
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
@@ -128,10 +129,13 @@ async def test_chat_suites_measure_short_real_threads(
 async def test_decisions_reach_evicted_parked_runs(
     client: Client, task_queue: str, db_path: Path,
 ) -> None:
-    # A one-run cache: of three parked runs, the first two are evicted when decided.
+    # A one-run cache: of three parked runs, the first two are evicted when decided. The
+    # bench's deployment allows unsigned decisions (a development setting).
+    trust = db_path.parent / "bench-trust"
+    dev_trust(trust, client.namespace, approvers={}, unsigned_allowed=True)
     async with build_worker(client, task_queue=task_queue, db_path=db_path,
                             models=ModelSettings(), workflows=BENCH_WORKFLOWS,
-                            max_cached_workflows=1):
+                            max_cached_workflows=1, trust_dir=trust):
         ids = [f"park-{uuid.uuid4().hex[:8]}" for _ in range(3)]
         for run in ids:
             await client.start_workflow(ParkedAgent.run, ParkRequest(), id=run,
