@@ -172,7 +172,7 @@ class Gatekeeper:
             return
         self._show_pending(pending)
         if workflow.patched(NOTIFY_PATCH) and not resume:
-            await self._notify(pending)  # decisions may arrive meanwhile: they are kept
+            self._notify(pending)
         if self._trust is None:  # an old run: one timer, as it was recorded
             with contextlib.suppress(TimeoutError):  # the timeout is a route, not an error
                 await workflow.wait_condition(
@@ -195,23 +195,22 @@ class Gatekeeper:
         finally:
             self._in_flight = None
 
-    async def _notify(self, pending: GateRecord) -> None:
-        """Tell the tenant's approvers (its webhook); a failure only gets logged."""
+    def _notify(self, pending: GateRecord) -> None:
+        """Tell the tenant's approvers (its webhook). Not awaited: the wait for a decision
+        starts at once, so a flood of signals is taken as it comes (and the run can
+        continue-as-new meanwhile); a failure after the retries is only logged."""
         notice = GateNotice(tenant=self._tenant(), run=workflow.info().workflow_id,
                             agent=self.machine.name, gate=pending.gate, role=pending.role,
                             node=pending.node, expires_at=pending.expires_at,
                             proposal={k: str(v)[:search.MEMO_VALUE_CHARS]
                                       for k, v in pending.proposal.items()})
-        try:
-            await workflow.execute_activity(
-                "notify_gate", notice, start_to_close_timeout=timedelta(seconds=20),
-                retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
-                                         maximum_interval=timedelta(seconds=10),
-                                         maximum_attempts=NOTIFY_ATTEMPTS),
-                summary=f"notify approvers · gate {pending.gate}")
-        except ActivityError as exc:
-            workflow.logger.warning("gate %s: approvers not notified: %s", pending.gate,
-                                    exc.cause or exc)
+        sent = workflow.start_activity(
+            "notify_gate", notice, start_to_close_timeout=timedelta(seconds=20),
+            retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
+                                     maximum_interval=timedelta(seconds=10),
+                                     maximum_attempts=NOTIFY_ATTEMPTS),
+            summary=f"notify approvers · gate {pending.gate}")
+        sent.add_done_callback(lambda done: _log_unsent(pending.gate, done))
 
     async def _wait_refreshing(self, gate: Gate, pending: GateRecord) -> None:
         """Wait for a decision until the request expires, re-reading the roster every
@@ -427,6 +426,11 @@ class Gatekeeper:
         workflow.set_current_details(render_details(
             self.machine, self.current, self._log[-1] if self._log else None,
             workflow.info().workflow_id))
+
+
+def _log_unsent(gate: str, done: Any) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        workflow.logger.warning("gate %s: approvers not notified: %s", gate, done.exception())
 
 
 def _event_id() -> int:
