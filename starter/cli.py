@@ -26,6 +26,8 @@ from starter.errors import user_error
 # name: (module:attribute, the one line `tower --help` shows)
 COMMANDS: dict[str, tuple[str, str]] = {
     "dev": ("starter.cmd_dev:command", "start the embedded Temporal dev server"),
+    "setup": ("starter.cmd_setup:command",
+              "create namespaces and register search attributes (idempotent)"),
     "demo": ("starter.demo:command", "run the demo: server, worker and every demo agent"),
     "run": ("starter.cmd_run:command", "start an agent run and follow it"),
     "chat": ("starter.cmd_chat:command",

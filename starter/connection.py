@@ -60,7 +60,10 @@ def connect_config(address: str | None = None, namespace: str | None = None) -> 
     return config
 
 
-async def connect(address: str | None = None, namespace: str | None = None) -> Client:
+async def connect(address: str | None = None, namespace: str | None = None, *,
+                  check_namespace: bool = True) -> Client:
+    """A client for the configured server; ``check_namespace=False`` for `tower setup`,
+    which creates the namespace."""
     config = connect_config(address, namespace)
     configure_tracing()  # a no-op unless the OTEL_* variables ask for traces
     try:
@@ -73,7 +76,8 @@ async def connect(address: str | None = None, namespace: str | None = None) -> C
             f"no Temporal server answers at {config['target_host']} ({exc}).\n"
             "Start one with `tower dev` (or set TEMPORAL_ADDRESS to a running server)."
         ) from exc
-    await _require_namespace(client)
+    if check_namespace:
+        await _require_namespace(client)
     return client
 
 
@@ -86,6 +90,7 @@ async def _require_namespace(client: Client) -> None:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise UnknownTenant(
                 f"tenant (namespace) {client.namespace!r} does not exist on this server; "
-                f"the dev server creates it with `tower dev --tenant {client.namespace}`"
+                f"`tower setup --tenant {client.namespace}` creates it (on a dev server: "
+                f"`tower dev --tenant {client.namespace}`)"
             ) from None
         raise

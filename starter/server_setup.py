@@ -1,49 +1,78 @@
-"""Register Tower's search attributes on a Temporal server that is not the dev server.
+"""Make a Temporal server ready for Tower: namespaces and search attributes, idempotently.
 
-`tower dev` and the tests register them at start-up; a production cluster (the
-`temporal-setup` service of docker-compose.yml) runs ``python -m starter.server_setup``
-once. Without them a run's workflow task fails and retries forever. Idempotent: an
-attribute already there with the right type is left alone; one with another type is
-an error, never silently replaced.
+Any server the connection settings point at (the dev server, a self-hosted cluster, Temporal
+Cloud through an envconfig profile with TLS or an API key). Without the search attributes a
+run's workflow task fails and retries forever; without the namespace nothing starts. What
+setup may not change (a namespace it is not allowed to create, an attribute of another type,
+a server that refuses to add one) becomes an operator action, said plainly, never a guess.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
+from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import cast
 
-from temporalio.api.enums.v1 import IndexedValueType
+from google.protobuf.duration_pb2 import Duration
+from temporalio.api.enums.v1 import IndexedValueType, NamespaceState
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
+from temporalio.api.workflowservice.v1 import (
+    DescribeNamespaceRequest,
+    RegisterNamespaceRequest,
+)
 from temporalio.client import Client
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
-from starter.connection import ServerUnreachable, connect
 from tower.contract import search
+
+# Codes a server answers when the caller may not do something (Cloud, an authorizer).
+REFUSED = (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNIMPLEMENTED,
+           RPCStatusCode.UNAUTHENTICATED)
+KIND_NAMES = {"KEYWORD": "Keyword", "INT": "Int", "DOUBLE": "Double", "TEXT": "Text",
+              "BOOL": "Bool", "DATETIME": "Datetime", "KEYWORD_LIST": "KeywordList"}
 
 
 class SearchAttributeClash(Exception):
     """An attribute Tower needs exists with another type: an operator must decide."""
 
 
-async def register_search_attributes(client: Client, namespace: str | None = None) -> list[str]:
-    """Add every attribute in ``search.ALL`` that the namespace lacks; return the added names."""
-    namespace = namespace or client.namespace
-    listed = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=namespace))
-    known = {**dict(listed.system_attributes), **dict(listed.custom_attributes)}
+@dataclass
+class SetupReport:
+    """What setup found, what it changed, and what only an operator can do."""
+
+    changed: list[str] = field(default_factory=list)
+    present: list[str] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+
+
+def wanted_attributes() -> dict[str, IndexedValueType.ValueType]:
     # The protobuf stubs type enum values as ``IndexedValueType.ValueType``, a NewType of
     # int that exists only in the stubs: cast (a no-op at run time) instead of calling it.
-    wanted = {k.name: cast("IndexedValueType.ValueType", int(k.indexed_value_type))
-              for k in search.ALL}
-    clash = [f"{name} is {IndexedValueType.Name(known[name])}, Tower needs "
-             f"{IndexedValueType.Name(kind)}" for name, kind in wanted.items()
-             if name in known and known[name] != kind]
+    return {k.name: cast("IndexedValueType.ValueType", int(k.indexed_value_type))
+            for k in search.ALL}
+
+
+def kind_name(kind: int) -> str:
+    name = IndexedValueType.Name(cast("IndexedValueType.ValueType", kind))
+    return KIND_NAMES.get(name.removeprefix("INDEXED_VALUE_TYPE_"), name)
+
+
+async def register_search_attributes(client: Client, namespace: str | None = None) -> list[str]:
+    """Add every attribute in ``search.ALL`` that the namespace lacks; return the added names.
+
+    Raises SearchAttributeClash when one exists with another type (never replaced)."""
+    namespace = namespace or client.namespace
+    known = await _listed(client, namespace)
+    wanted = wanted_attributes()
+    clash = [f"{name} is {kind_name(known[name])}, Tower needs {kind_name(kind)}"
+             for name, kind in wanted.items() if name in known and known[name] != kind]
     if clash:
-        raise SearchAttributeClash("search attributes with the wrong type: " + "; ".join(clash))
+        raise SearchAttributeClash(f"search attributes of namespace {namespace} with the "
+                                   "wrong type: " + "; ".join(clash))
     missing = {name: kind for name, kind in wanted.items() if name not in known}
     if missing:
         await client.operator_service.add_search_attributes(AddSearchAttributesRequest(
@@ -51,26 +80,100 @@ async def register_search_attributes(client: Client, namespace: str | None = Non
     return sorted(missing)
 
 
-async def main(wait_seconds: float = 180) -> int:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait_seconds
-    while True:
-        try:
-            client = await connect()
-            added = await register_search_attributes(client)
-            break
-        except SearchAttributeClash as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        except (ServerUnreachable, RPCError) as exc:  # still creating its schemas: wait
-            if loop.time() > deadline:
-                print(f"error: no usable Temporal server after {wait_seconds:g}s: {exc}",
-                      file=sys.stderr)
-                return 2
-            await asyncio.sleep(3)
-    print(f"search attributes on {client.namespace}: "
-          f"{', '.join(added) + ' added' if added else 'all present'}")
-    return 0
+async def _listed(client: Client, namespace: str) -> dict[str, int]:
+    listed = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=namespace))
+    return {**dict(listed.system_attributes), **dict(listed.custom_attributes)}
 
-if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+
+async def setup(client: Client, namespaces: list[str], *, retention: timedelta,
+                ) -> SetupReport:
+    """Namespaces first (created when missing and allowed), then each one's attributes."""
+    report = SetupReport()
+    for namespace in dict.fromkeys(namespaces):  # once each, in order
+        if await _ensure_namespace(client, namespace, retention, report):
+            await _ensure_attributes(client, namespace, report)
+    return report
+
+
+async def _ensure_namespace(client: Client, namespace: str, retention: timedelta,
+                            report: SetupReport) -> bool:
+    try:
+        described = await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=namespace))
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+    else:
+        state = described.namespace_info.state
+        if state != NamespaceState.NAMESPACE_STATE_REGISTERED:
+            report.actions.append(
+                f"namespace {namespace} is {NamespaceState.Name(state)}: Tower cannot use it; "
+                "pick another namespace (TEMPORAL_NAMESPACE or --tenant)")
+            return False
+        days = described.config.workflow_execution_retention_ttl.ToTimedelta().days
+        report.present.append(f"namespace {namespace} (retention {days} days)")
+        return True
+    try:
+        await client.workflow_service.register_namespace(RegisterNamespaceRequest(
+            namespace=namespace, description="Tower agents",
+            workflow_execution_retention_period=Duration(seconds=int(retention.total_seconds()))))
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.ALREADY_EXISTS:  # created meanwhile by someone else
+            report.present.append(f"namespace {namespace}")
+            return True
+        if exc.status not in REFUSED:
+            raise
+        report.actions.append(
+            f"namespace {namespace} does not exist and this server does not let Tower create "
+            f"it ({exc.message}). Create it as an administrator (Temporal Cloud: its web "
+            f"console or `tcld namespace create`; self-hosted: `temporal operator namespace "
+            f"create --namespace {namespace}`), then run `tower setup` again")
+        return False
+    report.changed.append(f"created namespace {namespace} (retention {retention.days} days)")
+    await _until_known(client, namespace)
+    return True
+
+
+async def _until_known(client: Client, namespace: str, seconds: float = 60) -> None:
+    """Wait for a new namespace to reach the servers' caches (refreshed every few seconds):
+    until then adding its search attributes answers 'namespace not found'."""
+    for _ in range(int(seconds * 4)):
+        try:
+            await _listed(client, namespace)
+            return
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+        await asyncio.sleep(0.25)
+    raise TimeoutError(f"namespace {namespace} was created but no server knows it after "
+                       f"{seconds:g}s")
+
+
+async def _ensure_attributes(client: Client, namespace: str, report: SetupReport) -> None:
+    wanted = wanted_attributes()
+    try:
+        added = await register_search_attributes(client, namespace)
+    except SearchAttributeClash as exc:
+        report.actions.append(
+            f"{exc}. A search attribute's type cannot change: remove it (`temporal operator "
+            f"search-attribute remove --namespace {namespace} --name NAME`) if nothing else "
+            "uses it, or run Tower in another namespace; then run `tower setup` again")
+        return
+    except RPCError as exc:
+        if exc.status not in (*REFUSED, RPCStatusCode.INVALID_ARGUMENT,
+                              RPCStatusCode.FAILED_PRECONDITION):
+            raise
+        flags = " ".join(f"--name {n} --type {kind_name(k)}" for n, k in wanted.items())
+        report.actions.append(
+            f"the server refused to add Tower's search attributes to namespace {namespace} "
+            f"({exc.message}). An administrator adds them (Temporal Cloud: its web console or "
+            f"`tcld namespace search-attributes add`; self-hosted: `temporal operator "
+            f"search-attribute create --namespace {namespace} {flags}`); until then every "
+            "run's workflow task fails and retries")
+        return
+    present = sorted(set(wanted) - set(added))
+    if added:
+        report.changed.append(f"added search attributes to {namespace}: {', '.join(added)}")
+    if present:
+        report.present.append(f"search attributes of {namespace}: {', '.join(present)}")

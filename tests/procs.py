@@ -15,7 +15,7 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from starter.devserver import dev_server_command
+from starter.devserver import dev_server_command, prepare
 
 REPO = Path(__file__).resolve().parent.parent
 # What a worker's log may show for an exception someone handled on purpose: a classified
@@ -81,7 +81,8 @@ class WorkerProcess:
 
 
 class DevServer:
-    """`temporal server start-dev` on its own port and SQLite file, restartable."""
+    """`temporal server start-dev` on its own port and SQLite file, set up like `tower dev`,
+    restartable."""
 
     def __init__(self, db: Path, log_path: Path) -> None:
         self.port = free_port()
@@ -99,10 +100,13 @@ class DevServer:
                                          start_new_session=True)
         for _ in range(120):
             try:
-                return await Client.connect(self.address,
-                                            data_converter=pydantic_data_converter)
+                client = await Client.connect(self.address,
+                                              data_converter=pydantic_data_converter)
             except RuntimeError:
                 await asyncio.sleep(0.5)
+                continue
+            await prepare(client)  # as `tower dev` does (idempotent on a restart)
+            return client
         raise AssertionError(f"dev server did not come up; see {self.log_path}")
 
     def stop(self) -> None:

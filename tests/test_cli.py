@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import IO
 
 import pytest
 from temporalio.client import Client
@@ -151,15 +152,14 @@ async def test_dev_server_registers_attributes_and_keeps_runs_across_restarts(
     args = [TOWER, "dev", "--port", str(port), "--ui-port", str(ui_port), "--db", str(db)]
 
     async def serve() -> tuple[subprocess.Popen[bytes], Client]:
-        proc = subprocess.Popen(args, env=cli_env(address), stdout=subprocess.DEVNULL,
+        proc = subprocess.Popen(args, env=cli_env(address), stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL)
-        for _ in range(120):
-            try:
-                return proc, await Client.connect(address)
-            except RuntimeError:
-                await asyncio.sleep(0.5)
-        proc.kill()
-        raise AssertionError("tower dev never answered")
+        assert proc.stdout is not None
+        # It prints how to connect once the server is up and set up (`tower setup`).
+        out = await asyncio.wait_for(asyncio.to_thread(_until_line, proc.stdout,
+                                                       "Workers and commands connect"), 120)
+        assert "Temporal dev server on" in out
+        return proc, await Client.connect(address)
 
     proc, client = await serve()
     try:
@@ -180,3 +180,12 @@ async def test_dev_server_registers_attributes_and_keeps_runs_across_restarts(
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _until_line(stream: IO[bytes], needle: str) -> str:
+    seen = ""
+    for line in iter(stream.readline, b""):
+        seen += line.decode()
+        if needle in seen:
+            return seen
+    raise AssertionError(f"never printed {needle!r}; printed:\n{seen}")

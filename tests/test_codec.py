@@ -151,10 +151,8 @@ def test_dev_server_gets_the_ui_codec_endpoint() -> None:
     args = command.make_context("dev", ["--ui-codec-endpoint", "http://127.0.0.1:8081",
                                         "--tenant", "acme"]).params
     assert args["ui_codec_endpoint"] == "http://127.0.0.1:8081" and args["tenants"] == ("acme",)
-    cmd = dev_server_command(extra=["--ui-codec-endpoint", args["ui_codec_endpoint"]],
-                             namespaces=list(args["tenants"]))
+    cmd = dev_server_command(extra=["--ui-codec-endpoint", args["ui_codec_endpoint"]])
     assert cmd[cmd.index("--ui-codec-endpoint") + 1] == "http://127.0.0.1:8081"
-    assert cmd[cmd.index("--namespace") + 1] == "acme"
 
 
 def _stored_bytes(history: WorkflowHistory) -> bytes:

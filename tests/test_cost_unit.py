@@ -144,8 +144,7 @@ def test_node_usage_reducer_adds_per_node() -> None:
     assert state.node_usage == {"x": u + u, "y": u}
 
 
-def test_dev_server_registers_the_cost_attributes() -> None:
-    from tower.contract.search import dev_server_flags
-    flags = dev_server_flags()
-    assert "--search-attribute=AgentCostUsd=Double" in flags
-    assert "--search-attribute=AgentTokens=Int" in flags
+def test_setup_registers_the_cost_attributes() -> None:
+    from starter.server_setup import kind_name, wanted_attributes
+    wanted = {name: kind_name(kind) for name, kind in wanted_attributes().items()}
+    assert wanted["AgentCostUsd"] == "Double" and wanted["AgentTokens"] == "Int"

@@ -84,7 +84,7 @@ async def test_unknown_or_malformed_tenant_is_a_clear_error(
 ) -> None:
     code, _, err = await tower(env, tmp_path, "--tenant", "nobody", "list")
     assert code == 2 and "tenant (namespace) 'nobody' does not exist" in err
-    assert "tower dev --tenant nobody" in err
+    assert "tower setup --tenant nobody" in err and "tower dev --tenant nobody" in err
     code, _, err = await tower(env, tmp_path, "--tenant", "bad name!", "list")
     assert code == 2 and "invalid tenant name 'bad name!'" in err
 

@@ -1,5 +1,5 @@
 """The search attributes every run keeps current. Register each one with the server
-(``tower dev`` and the test environment do): an unknown attribute makes the workflow
+(`tower setup` does, through the operator API): an unknown attribute makes the workflow
 task fail and retry forever."""
 
 from __future__ import annotations
@@ -33,13 +33,6 @@ AGENT_GATE_ROLE = SearchAttributeKey.for_keyword("AgentGateRole")
 ALL: list[SearchAttributeKey[Any]] = [
     AGENT_NAME, AGENT_NODE, AGENT_STATUS, AGENT_STEP, AGENT_COST_USD, AGENT_TOKENS, AGENT_ERROR,
     AGENT_GATE_ROLE, UNSIGNED_DECISIONS]
-
-
-def dev_server_flags() -> list[str]:
-    """``--search-attribute`` flags for ``temporal server start-dev``."""
-    kinds = {"KEYWORD": "Keyword", "INT": "Int", "TEXT": "Text", "BOOL": "Bool",
-             "DOUBLE": "Double"}
-    return [f"--search-attribute={k.name}={kinds[k.indexed_value_type.name]}" for k in ALL]
 
 
 def pending_memo(record: Any) -> dict[str, Any] | None:
