@@ -3,7 +3,8 @@
 Every payload a client or worker writes (run inputs, prompts, messages, model
 answers, tool results, failure messages) reaches the server as ciphertext; search
 attributes stay in clear so runs can still be found. Keys come from
-TOWER_CODEC_KEYS as ``id=base64key`` pairs separated by commas; each key is 32
+TOWER_CODEC_KEYS (or the file named by TOWER_CODEC_KEYS_FILE, a mounted secret) as
+``id=base64key`` pairs separated by commas; each key is 32
 random bytes (``tower codec-server --new-key`` makes one). The FIRST key encrypts;
 every listed key decrypts. To rotate, put a new key first and keep the old ones
 for as long as histories written with them are read.
@@ -15,6 +16,7 @@ import base64
 import binascii
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -65,6 +67,15 @@ class KeyRing:
     def from_env(cls, env: Mapping[str, str] | None = None) -> KeyRing | None:
         env = os.environ if env is None else env
         text = env.get("TOWER_CODEC_KEYS", "").strip()
+        if not text and env.get("TOWER_CODEC_KEYS_FILE"):
+            # A mounted secret (docker-compose.yml's `secrets:`), never an image layer.
+            path = env["TOWER_CODEC_KEYS_FILE"]
+            try:
+                text = Path(path).read_text().strip()
+            except OSError as exc:
+                raise CodecError(f"TOWER_CODEC_KEYS_FILE {path}: {exc.strerror}") from None
+            if not text:
+                raise CodecError(f"TOWER_CODEC_KEYS_FILE {path} is empty")
         return cls.parse(text) if text else None
 
 

@@ -85,6 +85,24 @@ def _post(url: str, body: bytes, origin: str | None = "http://localhost:8233",
         return exc.code, dict(exc.headers), exc.read()
 
 
+def test_keys_from_a_mounted_secret_file(tmp_path: Path) -> None:
+    """TOWER_CODEC_KEYS_FILE: how docker-compose.yml hands the keys over (a secret)."""
+    secret = tmp_path / "codec-keys"
+    key = new_key()
+    secret.write_text(f"k1={key}\n")
+    ring = KeyRing.from_env({"TOWER_CODEC_KEYS_FILE": str(secret)})
+    assert ring is not None and ring.current == "k1" and list(ring.keys) == ["k1"]
+    # The variable wins over the file; no setting at all means no encryption.
+    both = {"TOWER_CODEC_KEYS": f"k9={key}", "TOWER_CODEC_KEYS_FILE": str(secret)}
+    assert KeyRing.from_env(both).current == "k9"  # type: ignore[union-attr]
+    assert KeyRing.from_env({}) is None
+    secret.write_text("  \n")
+    with pytest.raises(CodecError, match="codec-keys is empty"):
+        KeyRing.from_env({"TOWER_CODEC_KEYS_FILE": str(secret)})
+    with pytest.raises(CodecError, match="nope: No such file or directory"):
+        KeyRing.from_env({"TOWER_CODEC_KEYS_FILE": str(tmp_path / "nope")})
+
+
 @pytest.fixture
 def codec_url() -> Iterator[str]:
     server = build_server(EncryptionCodec(ring(f"k1={K1}")), token=TOKEN, port=0)
