@@ -14,17 +14,13 @@ import logging
 import os
 import signal
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.messages import MessageStore
 from activities.model import ModelActivities, ModelSettings
@@ -34,7 +30,10 @@ from activities.tools import ToolBox
 from activities.trust import TrustLoader
 from starter.connection import TASK_QUEUE, ServerUnreachable, UnknownTenant, connect, use_tenant
 from starter.telemetry import TracingConfigError
-from tower import TowerError
+from tower import scripts_of
+from tower.temporal.worker import WORKFLOW_FAILURE_TYPES
+from tower.temporal.worker import build_worker as tower_worker
+from tower.temporal.worker import sandbox_runner as tower_sandbox
 from workflows.registry import AGENTS
 
 DEFAULT_DB = Path(".tower") / "tools.sqlite"
@@ -43,41 +42,14 @@ DEFAULT_DB = Path(".tower") / "tools.sqlite"
 DEFAULT_GRACE_SECONDS = 20.0
 
 
-_VALIDATED: set[type] = set()  # workflow classes already checked in a sandbox, this process
-
-
-@dataclass(frozen=True)
-class _ValidateOnce(SandboxedWorkflowRunner):
-    """The SDK's sandbox, checking each workflow class once per process.
-
-    Every Worker and Replayer checks its workflows by building a throwaway sandbox for
-    each (the agent module imported afresh, its pydantic models rebuilt): about a second
-    for Tower's agents, paid again for every replayed batch and every test's worker. The
-    check's answer cannot change while the process runs the same code. Runs themselves
-    still each get a fresh sandbox with every restriction.
-    """
-
-    def prepare_workflow(self, defn: workflow._Definition) -> None:
-        if defn.cls not in _VALIDATED:
-            super().prepare_workflow(defn)
-            _VALIDATED.add(defn.cls)
+# The tool schemas are data, like the engine: load them once, not once per run.
+PASSTHROUGH = ("activities",)
+__all__ = ["WORKFLOW_FAILURE_TYPES", "build_worker", "sandbox_runner"]
 
 
 def sandbox_runner() -> SandboxedWorkflowRunner:
-    """The sandbox every worker and replayer uses (a replayer must match the worker)."""
-    # The engine and the tool schemas are deterministic and stateless: load them
-    # once instead of once per run inside the sandbox. joserfc (and the cryptography it
-    # uses) verifies signed decisions: pure functions, loaded once outside the sandbox.
-    return _ValidateOnce(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(
-            "tower", "activities", "joserfc", "cryptography"))
-
-
-# A domain error fails the run instead of retrying the workflow task forever; so does an
-# input that does not fit the agent's input model (pydantic's ValidationError, raised
-# while decoding the start): a malformed start ends FAILED at once, with the reason.
-# Shared with the Replayer (starter/histories.py), like the sandbox.
-WORKFLOW_FAILURE_TYPES: list[type[BaseException]] = [TowerError, ValidationError]
+    """This project's sandbox: what its worker and every replayer of its histories use."""
+    return tower_sandbox(*PASSTHROUGH)
 
 
 def build_worker(
@@ -91,20 +63,17 @@ def build_worker(
     # Conversation content lives beside the tools' database, never in the history.
     store = MessageStore(messages_path or os.environ.get("TOWER_MESSAGES")
                          or tools.db_path.with_name("messages.sqlite"))
-    model = ModelActivities(models or ModelSettings.from_env(), store)
-    return Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[*AGENTS.values(), *workflows],
+    agents = [*AGENTS.values(), *workflows]
+    # The scripted model answers from the scripts each agent's file attaches to it.
+    model = ModelActivities(models or ModelSettings.from_env(), store,
+                            scripts=scripts_of(a for a in agents if hasattr(a, "machine")))
+    return tower_worker(
+        client, task_queue=task_queue, agents=agents,
         # The tenant's roster and policy: TOWER_TRUST_DIR (default .tower/trust).
         activities=[model.call_model, *tools.activities(), Notifier().notify_gate,
                     TrustLoader(trust_dir).load_trust],
-        # Tools are plain blocking SQLite code: run them on threads, off the event loop.
-        activity_executor=ThreadPoolExecutor(max_concurrent_activities),
         max_concurrent_activities=max_concurrent_activities,
-        workflow_runner=sandbox_runner(),
-        workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES,
-        **worker_options,
+        passthrough=PASSTHROUGH, **worker_options,
     )
 
 

@@ -15,9 +15,8 @@ from pathlib import Path
 
 from temporalio.exceptions import ApplicationError
 
-from tower import Message
+from tower import Message, window
 from tower.contract.wire import MessageRef, WindowRef
-from tower.core.window import estimate_tokens
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -128,4 +127,4 @@ def _window_row(summary: MessageRef | None, context: Sequence[MessageRef],
     body = json.dumps({"summary": summary.model_dump() if summary else None,
                        "context": [r.model_dump() for r in context]}, sort_keys=True)
     ref = hashlib.sha256(body.encode()).hexdigest()[:32]
-    return WindowRef(ref=ref, messages=len(refs), tokens=estimate_tokens(refs)), ref, body
+    return WindowRef(ref=ref, messages=len(refs), tokens=window.estimate_tokens(refs)), ref, body

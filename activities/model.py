@@ -37,7 +37,7 @@ from .fallback import (
 )
 from .messages import MessageStore
 from .prices import PriceTable
-from .scripted import SCRIPTED_MODEL, scripted_reply
+from .scripted import SCRIPTED_MODEL, Scripts, scripted_reply
 from .windowed import windowed_call
 
 
@@ -78,9 +78,11 @@ class ModelSettings:
 
 
 class ModelActivities:
-    def __init__(self, settings: ModelSettings, store: MessageStore | None = None) -> None:
+    def __init__(self, settings: ModelSettings, store: MessageStore | None = None,
+                 scripts: Scripts | None = None) -> None:
         self.settings = settings
         self.store = store
+        self.scripts = scripts or {}  # the scripted model's answers: tower.scripts_of(agents)
         self._clients: dict[str | None, openai.AsyncOpenAI] = {}
 
     def _client_for(self, base_url: str | None) -> openai.AsyncOpenAI:
@@ -136,7 +138,7 @@ class ModelActivities:
 
     async def _fallback(self, request: ModelRequest) -> ModelReply:
         if self.settings.scripted:
-            return scripted_reply(request)
+            return scripted_reply(request, self.scripts)
         failures: list[str] = []
         waits: list[float] = []
         retryable = False

@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from tower import Message, Usage
+from tower import Message, Usage, WindowPolicy, window
 from tower.contract.wire import MessageRef, ModelReply, ModelRequest
-from tower.core.window import WindowPolicy, prune, split
 
 from .messages import MessageStore
 
@@ -53,7 +52,7 @@ async def _reduce(store: MessageStore, request: ModelRequest, answer: Answer,
     assert request.summarise is not None
     policy = WindowPolicy(keep_recent=request.summarise.keep_recent,
                           prune_chars=request.summarise.prune_chars)
-    older, recent = split(policy, context)
+    older, recent = window.split(policy, context)
     if older:
         loaded = await asyncio.to_thread(store.get, [*([summary] if summary else []), *older])
         reply = await answer(request.model_copy(update={
@@ -66,5 +65,5 @@ async def _reduce(store: MessageStore, request: ModelRequest, answer: Answer,
     else:  # only large payloads to prune: no model call
         reply = ModelReply(model="none", content="nothing older to summarise",
                            usage=Usage())
-    reply.window = await asyncio.to_thread(store.put_window, summary, prune(policy, recent))
+    reply.window = await asyncio.to_thread(store.put_window, summary, window.prune(policy, recent))
     return reply

@@ -9,10 +9,13 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 from temporalio import workflow
 
-from tower import ADD, DONE, AgentState, Graph, Message
+from tower import ADD, DONE, AgentState, Graph, Message, NodeContext
 from tower.contract.wire import ModelReply, ModelRequest, ToolCall
 from tower.core.approval import Gate
-from tower.temporal.context import TOOL_RETRY, TOOLS, NodeContext
+from tower.temporal.context import TOOL_RETRY
+
+with workflow.unsafe.imports_passed_through():
+    from activities.tools import TOOLS
 from tower.temporal.runtime import AgentWorkflow
 from workflows.chat import RESPOND_PROMPT
 
@@ -41,7 +44,7 @@ def more(state: StepsState) -> str:
     return "work" if state.done < state.n else DONE
 
 
-STEPS = (Graph("bench_steps", StepsState).node("work", work, tools=["lookup_account"])
+STEPS = (Graph("bench_steps", StepsState, tools=TOOLS).node("work", work, tools=["lookup_account"])
          .entry("work").route("work", more, ["work", DONE]).compile())
 
 

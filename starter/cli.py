@@ -78,9 +78,21 @@ class LazyGroup(click.Group):
             formatter.write_dl([(name, line) for name, (_, line) in COMMANDS.items()])
 
 
+def _use_agents(ctx: click.Context, param: click.Parameter, modules: str | None) -> None:
+    # Eager: a command's module (which may list the agents in its help) loads after this.
+    if modules:
+        from starter.agents import use_agents
+
+        use_agents(modules)
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
              epilog=EPILOG)
 @output.tenant_option
+@click.option("--agents", metavar="MODULE[,MODULE]", expose_value=False, is_eager=True,
+              callback=_use_agents,
+              help="the project's agents: modules or packages holding @agent classes "
+                   "(default TOWER_AGENTS, else Tower's own)")
 def cli() -> None:
     """Run AI agents as explicit state machines on Temporal."""
 

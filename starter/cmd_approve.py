@@ -21,9 +21,9 @@ from starter.connection import connect
 from starter.live import follow as follow_run
 from starter.output import json_option, print_json, say, table, tenant_option
 from starter.runs import query
+from tower import Outcome
 from tower.contract import search
 from tower.contract.decisions import Verdict
-from tower.core.approval import Outcome
 
 
 class DecisionRefused(CliError):

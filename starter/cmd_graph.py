@@ -14,12 +14,10 @@ from typing import Any
 
 import click
 
+from starter.agents import agents
 from starter.common import CliError, agent_class
 from starter.output import json_option, print_json
-from tower import Machine
-from tower.core.dot import to_dot
-from tower.core.mermaid import to_mermaid
-from workflows.registry import AGENTS
+from tower import Machine, to_dot, to_mermaid
 
 FORMATS = ("mermaid", "dot", "svg", "png")
 
@@ -43,9 +41,10 @@ def command(agent: str | None, fmt: str, out: str | None, every: bool, out_dir: 
         folder = Path(out_dir)
         folder.mkdir(parents=True, exist_ok=True)
         written = []
-        for name in sorted(AGENTS):
+        known = agents()
+        for name in sorted(known):
             path = folder / f"{name}.{'mmd' if fmt == 'mermaid' else fmt}"
-            path.write_bytes(render(AGENTS[name].machine, fmt))
+            path.write_bytes(render(known[name].machine, fmt))
             written.append(str(path))
         if as_json:
             print_json({"written": written})

@@ -26,7 +26,7 @@ from starter.common import CliError
 from starter.connection import connect, connect_config
 from starter.histories import HistoryError, Replayed, load, replay
 from starter.output import json_option, print_json, run_argument, table, tenant_option
-from starter.replay_report import task_completed_after
+from tower.testing.replay_report import task_completed_after
 
 
 @click.command("inspect", help=(

@@ -24,7 +24,7 @@ from starter.output import json_option, print_json
               help="how long a 'slow' fault holds the reply")
 @json_option("print the server's address as one JSON line, then serve")
 def command(port: int, fault_rate: float, seed: int, slow_seconds: float, as_json: bool) -> int:
-    from activities.scripted import scripted_reply
+    from starter.agents import scripted_reply
     from tower.testing.model_server import LoopbackModelServer
 
     if not 0.0 <= fault_rate <= 1.0:

@@ -13,9 +13,9 @@ from starter.output import json_option, print_json, say, tenant_option
 
 
 def _agents_help() -> str:
-    from workflows.registry import AGENTS
+    from starter.agents import help_names
 
-    return f"AGENT is one of: {', '.join(sorted(AGENTS))}"
+    return f"AGENT is {help_names()}"
 
 
 @click.command("run", help=(
@@ -53,9 +53,8 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
     from starter.live import watch
     from starter.runs import has_workers
     from starter.ui import run_link
+    from tower import FAILED_WAIT_MEMO
     from tower.contract import search
-    from tower.temporal.runtime import FAILED_WAIT_MEMO
-    from workflows.chat import ChatAgent
 
     agent = agent_class(agent_name)
     request = parse_input(agent, raw_input)
@@ -86,7 +85,7 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
         print(f"started {run_id}", flush=True)
     if not follow:
         return 0
-    if agent is ChatAgent:  # it waits for messages, for days: nothing to follow
+    if getattr(agent, "waits_for_messages", False):  # a chat: days long, nothing to follow
         print(f"{run_id} is a chat thread waiting for messages: talk to it with "
               f"`tower chat {run_id}`", file=sys.stderr, flush=True)
         return 0

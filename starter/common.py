@@ -9,10 +9,9 @@ from collections.abc import Iterator
 from pydantic import BaseModel, ValidationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from starter.agents import agents
 from starter.errors import CliError
-from tower import Transition
-from tower.temporal.runtime import AgentWorkflow
-from workflows.registry import AGENTS
+from tower import MachineRun, Transition
 
 
 @contextlib.contextmanager
@@ -26,15 +25,16 @@ def not_found_is(message: str) -> Iterator[None]:
         raise
 
 
-def agent_class(name: str) -> type[AgentWorkflow]:
+def agent_class(name: str) -> type[MachineRun]:
+    known = agents()
     try:
-        return AGENTS[name]
+        return known[name]
     except KeyError:
         raise CliError(
-            f"unknown agent {name!r}; known agents: {', '.join(sorted(AGENTS))}") from None
+            f"unknown agent {name!r}; known agents: {', '.join(sorted(known))}") from None
 
 
-def parse_input(agent: type[AgentWorkflow], raw: str) -> BaseModel:
+def parse_input(agent: type[MachineRun], raw: str) -> BaseModel:
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:

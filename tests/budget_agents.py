@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from temporalio import workflow
 
+from activities.tools import TOOLS
 from tower import FAILED, Graph, Message
 from workflows.account import GRAPH, AccountAgent, AccountRequest, AccountState
 
 # The account agent's own nodes under a token budget far too small for one answer.
-TIGHT = (Graph("account", AccountState)
+TIGHT = (Graph("account", AccountState, tools=TOOLS)
          .node("reason", GRAPH.nodes["reason"].fn, prompt=GRAPH.nodes["reason"].prompt,
                tools=["lookup_account"])
          .node("lookup_account", GRAPH.nodes["lookup_account"].fn, tools=["lookup_account"])

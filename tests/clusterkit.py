@@ -27,7 +27,7 @@ from temporalio.client import Client
 
 from activities.codec import new_key
 from activities.payloads import tower_data_converter
-from activities.scripted import scripted_reply
+from starter.agents import scripted_reply
 from tower.testing.model_server import LoopbackModelServer
 
 TOWER = str(Path(sys.executable).parent / "tower")

@@ -29,7 +29,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.model import ModelSettings
-from activities.scripted import scripted_reply
+from starter.agents import scripted_reply
 from starter.approvals import make_decision
 from starter.devserver import temporal_binary
 from starter.histories import report_unreplayable

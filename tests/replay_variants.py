@@ -18,8 +18,8 @@ import re
 
 from temporalio import workflow
 
-from tower import DONE, FAILED, AgentState, Graph, Message
-from tower.temporal.context import NodeContext
+from activities.tools import TOOLS
+from tower import DONE, FAILED, AgentState, Graph, Message, NodeContext
 from tower.temporal.runtime import AgentWorkflow
 from workflows.account import GRAPH as GRAPH_V1
 from workflows.account import (
@@ -52,7 +52,7 @@ def after_reason_v2(state: AccountState) -> str:
 
 
 GRAPH_V2 = (
-    Graph("account", AccountState)
+    Graph("account", AccountState, tools=TOOLS)
     .node("reason", reason, prompt=REASON_PROMPT, tools=["lookup_account"])
     .node("lookup_account", lookup_account, tools=["lookup_account"])
     .node("verify", verify, tools=["lookup_account"])
@@ -108,7 +108,7 @@ async def lookup_both(ctx: NodeContext, state: AgentState) -> dict[str, object]:
 
 
 SET_ORDER = (
-    Graph("set-order", AgentState)
+    Graph("set-order", AgentState, tools=TOOLS)
     .node("lookup", lookup_both, tools=["lookup_account", "lookup_invoice"])
     .entry("lookup")
     .edge("lookup", DONE)

@@ -27,7 +27,7 @@ from test_faults_process import TEXT, assert_effects_once, started_attempts
 from test_web_ui import ARTIFACTS
 
 from activities.codec import new_key
-from activities.scripted import scripted_reply
+from starter.agents import scripted_reply
 from starter.demo import RUNS
 from starter.devserver import temporal_binary
 from tower.testing.model_server import Fault, LoopbackModelServer

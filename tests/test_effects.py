@@ -17,7 +17,6 @@ from gatekit import decide, new_id, refund_request, refunds, snapshot, wait_pend
 from temporalio.client import Client, WorkflowHandle
 
 from activities.model import ModelSettings
-from activities.scripted import SCRIPTS
 from activities.tools import TOOLS, billing
 from starter.cmd_operator import send_retry
 from tower.contract.decisions import Verdict
@@ -93,7 +92,7 @@ async def test_a_model_asking_more_than_the_invoice_is_refused(
         return ToolCallRequest(name="issue_refund", arguments={
             "invoice_id": "INV-2001", "amount_cents": 49_999, "reason": "model says so"})
 
-    monkeypatch.setitem(SCRIPTS, ("refund", "reason"), greedy)
+    monkeypatch.setitem(RefundAgent.scripts, "reason", greedy)  # type: ignore[attr-defined]
     async with worker(client, task_queue, db_path):
         handle = await start(client, task_queue, "Refund $49 on invoice INV-2001")
         state = await handle.result()

@@ -22,8 +22,8 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from activities.scripted import scripted_reply
 from activities.tools.db import connect
+from starter.agents import scripted_reply
 from tower.temporal.runtime import FAILED_WAIT_MEMO
 from tower.testing.model_server import Fault, LoopbackModelServer
 from workflows.order import OrderAgent, OrderRequest, OrderState

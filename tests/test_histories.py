@@ -17,9 +17,9 @@ from activities.model import ModelSettings
 from starter.demo import RUNS
 from starter.devserver import temporal_binary
 from starter.histories import load, replay
-from starter.replay_report import diverged
 from starter.testing import assert_replays, history_files
 from tower import Transition
+from tower.testing.replay_report import diverged
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
 from workflows.registry import AGENTS

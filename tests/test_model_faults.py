@@ -13,7 +13,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.fallback import Endpoint, parse_models
 from activities.model import ModelActivities, ModelSettings
-from activities.scripted import scripted_reply
+from starter.agents import scripted_reply
 from tower import Message
 from tower.contract.wire import ModelReply, ModelRequest
 from tower.testing.model_server import Fault, LoopbackModelServer

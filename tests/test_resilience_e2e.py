@@ -12,7 +12,7 @@ import pytest
 from temporalio.client import Client
 
 from activities.model import ModelSettings
-from activities.scripted import scripted_reply
+from starter.agents import scripted_reply
 from tower import Transition
 from tower.temporal.runtime import FAILED_WAIT_MEMO
 from tower.testing.model_server import Fault, LoopbackModelServer

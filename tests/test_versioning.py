@@ -22,8 +22,10 @@ from activities.model import ModelActivities, ModelSettings
 from activities.tools import ToolBox
 from starter.histories import load, replay
 from starter.testing import assert_replays
+from tower import scripts_of
 from worker import WORKFLOW_FAILURE_TYPES, sandbox_runner
 from workflows.account import AccountRequest
+from workflows.registry import AGENTS
 
 HISTORIES = Path(__file__).parent / "histories"
 REACHES_ANSWER = HISTORIES / "account-1.json"  # v1 run: reason -> lookup -> reason -> DONE
@@ -33,7 +35,8 @@ BUDGET_FAILS = HISTORIES / "account-2.json"  # v1 run that never reaches the ans
 def variant_worker(client: Client, task_queue: str, db_path: Path, workflows: list[type]
                    ) -> Worker:
     """Like worker.build_worker, hosting ``workflows`` in place of the registered agents."""
-    model = ModelActivities(ModelSettings(), MessageStore(db_path.with_name("messages.sqlite")))
+    model = ModelActivities(ModelSettings(), MessageStore(db_path.with_name("messages.sqlite")),
+                            scripts=scripts_of(AGENTS.values()))
     return Worker(client, task_queue=task_queue, workflows=workflows,
                   activities=[model.call_model, *ToolBox(db_path).activities()],
                   activity_executor=ThreadPoolExecutor(8), workflow_runner=sandbox_runner(),

@@ -11,10 +11,22 @@ import json
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
-from tower import DONE, FAILED, AgentState, Graph, Message
-from tower.contract.wire import ToolCallRequest
-from tower.temporal.context import NodeContext
-from tower.temporal.runtime import AgentWorkflow
+from tower import (
+    DONE,
+    FAILED,
+    AgentState,
+    AgentWorkflow,
+    Graph,
+    Message,
+    NodeContext,
+    ToolCallRequest,
+    agent,
+)
+
+with workflow.unsafe.imports_passed_through():
+    # Data only: the tools' names and schemas, and the scripted model's answers.
+    from activities.scripted import account as scripted
+    from activities.tools import TOOLS
 
 MAX_REASON_ROUNDS = 5
 
@@ -77,7 +89,7 @@ def has_answer(state: AccountState) -> bool:
 
 
 GRAPH = (
-    Graph("account", AccountState)
+    Graph("account", AccountState, tools=TOOLS)
     .node("reason", reason, prompt=REASON_PROMPT, tools=["lookup_account"])
     .node("lookup_account", lookup_account, tools=["lookup_account"])
     .node("error", error)
@@ -91,11 +103,10 @@ GRAPH = (
 )
 
 
-@workflow.defn(name="account")
+@agent(GRAPH, scripts=scripted.SCRIPTS)
 class AccountAgent(AgentWorkflow):
     """Answers questions about a customer's account with a bounded tool loop."""
 
-    machine = GRAPH
     Input = AccountRequest
 
     @workflow.run

@@ -26,12 +26,28 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
-from tower import ADD, DONE, TERMINALS, AgentState, Graph, Message
-from tower.contract.wire import MessageRef, Reduction, WindowRef
-from tower.core.carry import Carry
-from tower.core.window import WindowPolicy, needs_reduction, over_budget, prune, split
-from tower.temporal.context import NodeContext
-from tower.temporal.runtime import AgentWorkflow
+from tower import (
+    ADD,
+    DONE,
+    TERMINALS,
+    AgentState,
+    AgentWorkflow,
+    Carry,
+    Graph,
+    Message,
+    MessageRef,
+    NodeContext,
+    Reduction,
+    WindowPolicy,
+    WindowRef,
+    agent,
+    window,
+)
+
+with workflow.unsafe.imports_passed_through():
+    # Data only: the tools' names and schemas, and the scripted model's answers.
+    from activities.scripted import chat as scripted
+    from activities.tools import TOOLS
 
 MAX_MESSAGE_CHARS = 8000
 MAX_TOOL_ROUNDS = 3
@@ -92,10 +108,10 @@ REDUCE_PROMPT = (
 SUMMARISE = Message(role="user", content="Summarise the conversation above.")
 
 
-def _thread() -> ChatAgent:
-    # The inbox and the replies belong to the running workflow, not to the state.
-    instance: ChatAgent = workflow.instance()
-    return instance
+def _thread(ctx: NodeContext) -> ChatAgent:
+    # The inbox and the replies belong to the run that hosts the machine, not to the state.
+    thread: ChatAgent = ctx.host
+    return thread
 
 
 def _window(state: ChatState) -> list[MessageRef]:
@@ -104,12 +120,10 @@ def _window(state: ChatState) -> list[MessageRef]:
 
 async def listen(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
     """Wait for the next user message (or close); continue-as-new while idle if due."""
-    thread = _thread()
+    thread = _thread(ctx)
     thread.publish()
     while True:
-        await workflow.wait_condition(lambda: bool(
-            thread.inbox or thread.closing
-            or (thread.carry_over_due() and workflow.all_handlers_finished())))
+        await ctx.wait(lambda: bool(thread.inbox or thread.closing or thread.carry_over_ready()))
         if thread.inbox:
             return {"pending": thread.inbox.pop(0)}
         if thread.closing:
@@ -120,7 +134,7 @@ async def listen(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
 async def respond(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
     """Answer the pending message from the summary, the window and (maybe) the docs."""
     assert state.pending is not None
-    if state.window is not None or workflow.patched(WINDOW_PATCH):
+    if state.window is not None or ctx.patched(WINDOW_PATCH):
         return await _respond_windowed(ctx, state)
     window, new = _window(state), [Message(role="user", content=state.pending.text)]
     added: list[MessageRef] = []
@@ -136,7 +150,7 @@ async def respond(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
             for call in answer.tool_calls]
     else:
         text = "Sorry, I could not finish looking that up."
-    _thread().replies[state.pending.id] = text
+    _thread(ctx).replies[state.pending.id] = text
     return {"context": state.context + added, "pending": None, "reply": text,
             "answered": state.pending.id, "turns": 1}
 
@@ -155,7 +169,7 @@ async def _respond_windowed(ctx: NodeContext, state: ChatState) -> dict[str, Any
         new = [Message(role="tool", name=call.name, content=json.dumps(
             await ctx.tool(call.name, call.arguments), sort_keys=True))
             for call in answer.tool_calls]
-    _thread().replies[state.pending.id] = text
+    _thread(ctx).replies[state.pending.id] = text
     return {"window": window, "summary": None, "context": [], "pending": None, "reply": text,
             "answered": state.pending.id, "turns": 1}
 
@@ -167,8 +181,8 @@ async def reduce(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
         answer = await ctx.ask_window([SUMMARISE], state.window, summarise=Reduction(
             keep_recent=policy.keep_recent, prune_chars=policy.prune_chars))
         return {"window": answer.window, "reductions": 1}
-    older, recent = split(policy, state.context)
-    update: dict[str, Any] = {"context": prune(policy, recent), "reductions": 1}
+    older, recent = window.split(policy, state.context)
+    update: dict[str, Any] = {"context": window.prune(policy, recent), "reductions": 1}
     if older:
         history = ([state.summary] if state.summary else []) + older
         answer = await ctx.ask([SUMMARISE], history=history, keep=True)
@@ -181,14 +195,14 @@ def after_listen(state: ChatState) -> str:
 
 
 def after_respond(state: ChatState) -> str:
-    policy, window = state.config.window, state.window
-    over = (over_budget(policy, window.messages, window.tokens) if window is not None
-            else needs_reduction(policy, _window(state)))
+    policy, stored = state.config.window, state.window
+    over = (window.over_budget(policy, stored.messages, stored.tokens) if stored is not None
+            else window.needs_reduction(policy, _window(state)))
     return "reduce" if over else "listen"
 
 
 GRAPH = (
-    Graph("chat", ChatState)
+    Graph("chat", ChatState, tools=TOOLS)
     .node("listen", listen)
     .node("respond", respond, prompt=RESPOND_PROMPT, tools=["search_docs"])
     .node("reduce", reduce, prompt=REDUCE_PROMPT)
@@ -200,12 +214,12 @@ GRAPH = (
 )
 
 
-@workflow.defn(name="chat")
+@agent(GRAPH, scripts=scripted.SCRIPTS)
 class ChatAgent(AgentWorkflow):
     """A chat thread: one workflow id, one update per user message, days long."""
 
-    machine = GRAPH
     Input = ChatInput
+    waits_for_messages = True  # `tower run` starts it and leaves: talk with `tower chat`
 
     def __init__(self) -> None:
         super().__init__()
@@ -228,6 +242,10 @@ class ChatAgent(AgentWorkflow):
         idle.cancel()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return final
+
+    def carry_over_ready(self) -> bool:
+        # Only once every handler finished: a handler cut off by continue-as-new loses its reply.
+        return self.carry_over_due() and workflow.all_handlers_finished()
 
     def carry_input(self, carry: Carry) -> ChatInput:
         return ChatInput(carry=carry)

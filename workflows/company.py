@@ -9,9 +9,11 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
-from tower import DONE, AgentState, Graph, Message
-from tower.temporal.context import NodeContext
-from tower.temporal.runtime import AgentWorkflow
+from tower import DONE, AgentState, AgentWorkflow, Graph, Message, NodeContext, agent
+
+with workflow.unsafe.imports_passed_through():
+    # Data only: the tools' names and schemas, and the scripted model's answers.
+    from activities.scripted import company as scripted
 
 
 class CompanyRequest(BaseModel):
@@ -54,11 +56,10 @@ GRAPH = (
 )
 
 
-@workflow.defn(name="company")
+@agent(GRAPH, scripts=scripted.SCRIPTS)
 class CompanyAgent(AgentWorkflow):
     """Profiles one company (a child of the fanout agent)."""
 
-    machine = GRAPH
     Input = CompanyRequest
 
     @workflow.run

@@ -12,10 +12,18 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
-from tower import APPEND, DONE, AgentState, Graph, custom
-from tower.temporal.context import NodeContext
-from tower.temporal.fanout import FanOutPolicy, fan_out
-from tower.temporal.runtime import AgentWorkflow
+from tower import (
+    APPEND,
+    DONE,
+    AgentState,
+    AgentWorkflow,
+    FanOutPolicy,
+    Graph,
+    NodeContext,
+    agent,
+    custom,
+    fan_out,
+)
 from workflows.company import CompanyAgent, CompanyRequest, CompanyState
 
 Company = Annotated[str, Field(min_length=1, max_length=100)]
@@ -77,11 +85,10 @@ GRAPH = (
 )
 
 
-@workflow.defn(name="fanout")
+@agent(GRAPH)
 class FanOutAgent(AgentWorkflow):
     """Profiles several companies at once, one child agent each."""
 
-    machine = GRAPH
     Input = FanOutRequest
 
     @workflow.run

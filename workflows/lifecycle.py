@@ -30,15 +30,30 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
-from tower import ADD, APPEND, DONE, FAILED, AgentState, Graph, Message, NodeFailed
-from tower.contract.wire import ToolCallRequest
-from tower.core.events import guard_rows
-from tower.temporal.context import NodeContext
-from tower.temporal.event_runtime import EventWorkflow
+from tower import (
+    ADD,
+    APPEND,
+    DONE,
+    FAILED,
+    AgentState,
+    EventWorkflow,
+    Graph,
+    Message,
+    NodeContext,
+    NodeFailed,
+    ToolCallRequest,
+    agent,
+    guard_rows,
+)
+
+with workflow.unsafe.imports_passed_through():
+    # Data only: the tools' names and schemas, and the scripted model's answers.
+    from activities.scripted import lifecycle as scripted
+    from activities.tools import TOOLS
 
 MAX_RECOVERIES = 2
 MAX_STEPS = 40
-TOOLS = ("lookup_account", "lookup_invoice", "search_docs")
+PLAN_TOOLS = ("lookup_account", "lookup_invoice", "search_docs")
 
 
 class LifecycleRequest(BaseModel):
@@ -194,10 +209,10 @@ def _conversation(state: LifecycleState) -> list[Message]:
 
 
 _nodes = (
-    Graph("lifecycle", LifecycleState)
+    Graph("lifecycle", LifecycleState, tools=TOOLS)
     .node("IDLE", idle)  # type: ignore[arg-type]
-    .node("PLANNING", plan, prompt=PLAN_PROMPT, tools=TOOLS)
-    .node("TOOL_CALL", call_tool, tools=TOOLS)
+    .node("PLANNING", plan, prompt=PLAN_PROMPT, tools=PLAN_TOOLS)
+    .node("TOOL_CALL", call_tool, tools=PLAN_TOOLS)
     .node("EVALUATING", evaluate, prompt=EVALUATE_PROMPT)
     .node("RECOVERING", recover)
     .entry("IDLE")
@@ -215,11 +230,10 @@ for _source, _rows in {
 GRAPH = _nodes.compile()
 
 
-@workflow.defn(name="lifecycle")
+@agent(GRAPH, scripts=scripted.SCRIPTS)
 class LifecycleAgent(EventWorkflow):
     """Works towards a goal through an event-driven guard table; events arrive as signals."""
 
-    machine = GRAPH
     Input = LifecycleRequest
     EventModel = LifecycleEvent
 
@@ -233,4 +247,4 @@ class LifecycleAgent(EventWorkflow):
         state = LifecycleState(goal=request.goal)
         # START -> IDLE is step 1, so the start event is addressed to step 1.
         initial = [{"step": 1, "start": True}] if request.start else []
-        return await self.drive_events(state, initial=initial)  # type: ignore[return-value]
+        return await self.drive_events(state, initial=initial)

@@ -18,15 +18,26 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
-from tower import DONE, AgentState, Graph, Message, NodeFailed
+from tower import (
+    DONE,
+    AgentState,
+    AgentWorkflow,
+    ApprovalSettings,
+    Gate,
+    Graph,
+    Message,
+    NodeContext,
+    NodeFailed,
+    agent,
+)
 from tower.contract.decisions import GateStatus
 from tower.contract.wire import Authority
-from tower.core.approval import Gate
-from tower.core.legacy_trust import ApprovalSettings
-from tower.temporal.context import NodeContext
-from tower.temporal.runtime import AgentWorkflow
 
 with workflow.unsafe.imports_passed_through():
+    # Data only: the tools' names and schemas, and the scripted model's answers.
+    from activities.scripted import migration as scripted
+    from activities.tools import TOOLS
+
     # A pure function: the script's digest, computed the way the tool checks it.
     from activities.tools.migrations import script_digest
 
@@ -137,7 +148,7 @@ def after_analyze(state: MigrationState) -> str:
 
 
 GRAPH = (
-    Graph("migration", MigrationState)
+    Graph("migration", MigrationState, tools=TOOLS)
     .node("analyze", analyze, prompt=ANALYZE_PROMPT, tools=["inspect_migration"])
     .node("apply", apply, tools=["apply_migration", "schema_fingerprint"])
     .node("report", report)
@@ -155,11 +166,10 @@ GRAPH = (
 )
 
 
-@workflow.defn(name="migration")
+@agent(GRAPH, scripts=scripted.SCRIPTS)
 class MigrationAgent(AgentWorkflow):
     """Applies a SQL migration; destructive ones wait for a DBA's signed decision."""
 
-    machine = GRAPH
     Input = MigrationRequest
 
     @workflow.run

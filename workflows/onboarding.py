@@ -16,9 +16,23 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
-from tower import APPEND, DONE, FAILED, AgentState, Graph, Message, NodeFailed
-from tower.temporal.context import NodeContext
-from tower.temporal.runtime import AgentWorkflow
+from tower import (
+    APPEND,
+    DONE,
+    FAILED,
+    AgentState,
+    AgentWorkflow,
+    Graph,
+    Message,
+    NodeContext,
+    NodeFailed,
+    agent,
+)
+
+with workflow.unsafe.imports_passed_through():
+    # Data only: the tools' names and schemas, and the scripted model's answers.
+    from activities.scripted import onboarding as scripted
+    from activities.tools import TOOLS
 
 MAX_COLLECT_ROUNDS = 3
 MAX_TOOL_ROUNDS = 4
@@ -176,7 +190,7 @@ def after_validate(state: OnboardingState) -> str:
 
 
 GRAPH = (
-    Graph("onboarding", OnboardingState)
+    Graph("onboarding", OnboardingState, tools=TOOLS)
     .node("collect_info", collect_info, prompt=COLLECT_PROMPT)
     .node("validate", validate, prompt=VALIDATE_PROMPT, tools=CHECKS)
     .node("provision", provision, prompt=PROVISION_PROMPT,
@@ -194,11 +208,10 @@ GRAPH = (
 )
 
 
-@workflow.defn(name="onboarding")
+@agent(GRAPH, scripts=scripted.SCRIPTS)
 class OnboardingAgent(AgentWorkflow):
     """Collects, validates and provisions a new customer; each side effect exactly once."""
 
-    machine = GRAPH
     Input = OnboardingRequest
 
     @workflow.run

@@ -19,9 +19,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
-from tower import FAILED, AgentState, Graph, Message
-from tower.temporal.context import NodeContext
-from tower.temporal.runtime import AgentWorkflow
+from tower import FAILED, AgentState, AgentWorkflow, Graph, Message, NodeContext, agent
+
+with workflow.unsafe.imports_passed_through():
+    # Data only: the tools' names and schemas, and the scripted model's answers.
+    from activities.scripted import order as scripted
+    from activities.tools import TOOLS
 
 TAX_RATES = {"US": Decimal("0.0725"), "GB": Decimal("0.20"), "DE": Decimal("0.19"),
              "FR": Decimal("0.20")}
@@ -163,7 +166,7 @@ def retry_model_step(state: OrderState) -> str:
 
 
 GRAPH = (
-    Graph("order", OrderState)
+    Graph("order", OrderState, tools=TOOLS)
     .node("parse", parse, prompt=PARSE_PROMPT)
     .node("check_stock", check_stock, tools=["reserve_stock"])
     .node("compute_tax", compute_tax)
@@ -187,11 +190,10 @@ GRAPH = (
 )
 
 
-@workflow.defn(name="order")
+@agent(GRAPH, scripts=scripted.SCRIPTS)
 class OrderAgent(AgentWorkflow):
     """Parses a free-form order, then stock, tax, payment and shipment in code."""
 
-    machine = GRAPH
     Input = OrderRequest
 
     @workflow.run

@@ -22,16 +22,28 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
-from tower import DONE, AgentState, Graph, Message, NodeFailed
+from tower import (
+    DONE,
+    AgentState,
+    AgentWorkflow,
+    ApprovalSettings,
+    Carry,
+    EffectRefused,
+    Gate,
+    Graph,
+    Message,
+    NodeContext,
+    NodeFailed,
+    agent,
+    stricter,
+)
 from tower.contract.decisions import GateStatus
 from tower.contract.wire import Authority
-from tower.core.approval import Gate
-from tower.core.carry import Carry
-from tower.core.errors import EffectRefused
-from tower.core.legacy_trust import ApprovalSettings
-from tower.core.policy import stricter
-from tower.temporal.context import NodeContext
-from tower.temporal.runtime import AgentWorkflow
+
+with workflow.unsafe.imports_passed_through():
+    # Data only: the tools' names and schemas, and the scripted model's answers.
+    from activities.scripted import refund as scripted
+    from activities.tools import TOOLS
 
 MAX_TOOL_ROUNDS = 3
 DAY = 24 * 3600
@@ -196,7 +208,7 @@ def _refundable(convo: list[Message], invoice_id: str) -> int:
 
 
 GRAPH = (
-    Graph("refund", RefundState)
+    Graph("refund", RefundState, tools=TOOLS)
     .node("reason", reason, prompt=REASON_PROMPT, tools=["invoice_balance", "issue_refund"])
     .node("issue_refund", issue_refund, tools=["issue_refund", "invoice_balance"])
     .node("confirm", confirm, prompt=CONFIRM_PROMPT)
@@ -220,11 +232,10 @@ GRAPH = (
 )
 
 
-@workflow.defn(name="refund")
+@agent(GRAPH, scripts=scripted.SCRIPTS)
 class RefundAgent(AgentWorkflow):
     """Refunds an invoice; amounts over the limit wait for a manager's signed decision."""
 
-    machine = GRAPH
     Input = RefundRequest
     Policy = RefundPolicy
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tower.temporal.runtime import AgentWorkflow
+from tower import MachineRun, agents_by_name
 from workflows.account import AccountAgent
 from workflows.chat import ChatAgent
 from workflows.company import CompanyAgent
@@ -15,16 +15,8 @@ from workflows.refund import RefundAgent
 from workflows.research import ResearchAgent
 from workflows.support import SupportAgent
 
-AGENTS: dict[str, type[AgentWorkflow]] = {
-    "account": AccountAgent,
-    "support": SupportAgent,
-    "onboarding": OnboardingAgent,
-    "research": ResearchAgent,
-    "chat": ChatAgent,
-    "refund": RefundAgent,
-    "migration": MigrationAgent,
-    "lifecycle": LifecycleAgent,
-    "company": CompanyAgent,
-    "fanout": FanOutAgent,
-    "order": OrderAgent,
-}
+# Keyed by each agent's own graph name (written once, in its file).
+AGENTS: dict[str, type[MachineRun]] = agents_by_name([
+    AccountAgent, SupportAgent, OnboardingAgent, ResearchAgent, ChatAgent, RefundAgent,
+    MigrationAgent, LifecycleAgent, CompanyAgent, FanOutAgent, OrderAgent,
+])

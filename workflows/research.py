@@ -20,9 +20,23 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
-from tower import APPEND, DONE, FAILED, AgentState, Graph, Message, custom
-from tower.temporal.context import NodeContext
-from tower.temporal.runtime import AgentWorkflow
+from tower import (
+    APPEND,
+    DONE,
+    FAILED,
+    AgentState,
+    AgentWorkflow,
+    Graph,
+    Message,
+    NodeContext,
+    agent,
+    custom,
+)
+
+with workflow.unsafe.imports_passed_through():
+    # Data only: the tools' names and schemas, and the scripted model's answers.
+    from activities.scripted import research as scripted
+    from activities.tools import TOOLS
 
 MIN_SOURCES = 2
 MIN_WORDS = 100
@@ -173,7 +187,7 @@ def after_draft(state: ResearchState) -> str:
 
 
 GRAPH = (
-    Graph("research", ResearchState)
+    Graph("research", ResearchState, tools=TOOLS)
     .node("research", research, prompt=RESEARCH_PROMPT, tools=["search_sources", ADVANCE])
     .node("draft", draft, prompt=DRAFT_PROMPT, tools=[ADVANCE])
     .node("give_up", give_up)
@@ -188,11 +202,10 @@ GRAPH = (
 )
 
 
-@workflow.defn(name="research")
+@agent(GRAPH, scripts=scripted.SCRIPTS)
 class ResearchAgent(AgentWorkflow):
     """Researches a topic and drafts an article; who ends each step is chosen per run."""
 
-    machine = GRAPH
     Input = ResearchRequest
 
     @workflow.run

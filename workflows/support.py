@@ -14,10 +14,24 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio import workflow
 
-from tower import APPEND, DONE, AgentState, Graph, Message, NodeFailed
-from tower.core.errors import EffectRefused
-from tower.temporal.context import Answer, NodeContext
-from tower.temporal.runtime import AgentWorkflow
+from tower import (
+    APPEND,
+    DONE,
+    AgentState,
+    AgentWorkflow,
+    Answer,
+    EffectRefused,
+    Graph,
+    Message,
+    NodeContext,
+    NodeFailed,
+    agent,
+)
+
+with workflow.unsafe.imports_passed_through():
+    # Data only: the tools' names and schemas, and the scripted model's answers.
+    from activities.scripted import support as scripted
+    from activities.tools import TOOLS
 
 MAX_TOOL_ROUNDS = 4
 
@@ -90,7 +104,7 @@ def by_category(state: SupportState) -> str:
 
 
 GRAPH = (
-    Graph("support", SupportState)
+    Graph("support", SupportState, tools=TOOLS)
     .node("classify", classify, prompt=CLASSIFY_PROMPT)
     .node("billing", handle, prompt=BILLING_PROMPT, tools=["lookup_invoice", "issue_refund"])
     .node("technical", handle, prompt=TECHNICAL_PROMPT, tools=["search_docs", "create_ticket"])
@@ -106,11 +120,10 @@ GRAPH = (
 )
 
 
-@workflow.defn(name="support")
+@agent(GRAPH, scripts=scripted.SCRIPTS)
 class SupportAgent(AgentWorkflow):
     """Routes a support message to the right desk, decided in code from a validated category."""
 
-    machine = GRAPH
     Input = SupportRequest
 
     @workflow.run

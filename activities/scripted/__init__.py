@@ -2,43 +2,28 @@
 
 It is used when no OPENAI_API_KEY is configured, and it always answers as model
 ``scripted`` so no output can be mistaken for a real model's. Each agent's node has
-a small script: a pure function of the request, in the module named after the agent.
+a small script: a pure function of the request, in the module named after the agent,
+which the agent's own file attaches to itself (``@agent(GRAPH, scripts=SCRIPTS)``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from tower import Usage
 from tower.contract.wire import ModelReply, ModelRequest, ToolCallRequest
 
-from . import (
-    account,
-    chat,
-    company,
-    lifecycle,
-    migration,
-    onboarding,
-    order,
-    refund,
-    research,
-    support,
-)
 from .common import Script
 
 SCRIPTED_MODEL = "scripted"
-
-SCRIPTS: dict[tuple[str, str], Script] = {
-    **account.SCRIPTS, **support.SCRIPTS, **onboarding.SCRIPTS,
-    **research.SCRIPTS,
-    **chat.SCRIPTS, **refund.SCRIPTS, **migration.SCRIPTS,
-    **lifecycle.SCRIPTS,
-    **company.SCRIPTS,
-    **order.SCRIPTS}
+# (agent, node) -> script. The worker builds it from the agents' files
+# (``tower.scripts_of``): each agent names its own scripts with ``@agent(GRAPH, scripts=...)``.
+Scripts = Mapping[tuple[str, str], Script]
 
 
-def scripted_reply(request: ModelRequest) -> ModelReply:
-    script = SCRIPTS.get((request.agent, request.node))
+def scripted_reply(request: ModelRequest, scripts: Scripts) -> ModelReply:
+    script = scripts.get((request.agent, request.node))
     if script is None:
         answer: str | ToolCallRequest = (
             f"(the scripted model has no script for {request.agent}/{request.node})")

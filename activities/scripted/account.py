@@ -10,7 +10,7 @@ import json
 
 from tower.contract.wire import ModelRequest, ToolCallRequest
 
-from .common import find_id, first_user_text, tool_results
+from .common import Script, find_id, first_user_text, tool_results
 
 
 def reason(request: ModelRequest) -> str | ToolCallRequest:
@@ -25,4 +25,5 @@ def reason(request: ModelRequest) -> str | ToolCallRequest:
     return json.dumps({"answer": answer})
 
 
-SCRIPTS = {("account", "reason"): reason}
+# node -> script; the agent's file names the agent (@agent(GRAPH, scripts=SCRIPTS)).
+SCRIPTS: dict[str, Script] = {"reason": reason}

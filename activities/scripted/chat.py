@@ -10,6 +10,8 @@ import json
 
 from tower.contract.wire import ModelRequest, ToolCallRequest
 
+from .common import Script
+
 SUMMARY_CHARS = 600
 
 
@@ -40,4 +42,5 @@ def reduce(request: ModelRequest) -> str:
         else summary
 
 
-SCRIPTS = {("chat", "respond"): respond, ("chat", "reduce"): reduce}
+# node -> script; the agent's file names the agent (@agent(GRAPH, scripts=SCRIPTS)).
+SCRIPTS: dict[str, Script] = {"respond": respond, "reduce": reduce}

@@ -8,7 +8,7 @@ import re
 
 from tower.contract.wire import ModelRequest
 
-from .common import first_user_text
+from .common import Script, first_user_text
 
 
 def profile(request: ModelRequest) -> str:
@@ -21,4 +21,5 @@ def profile(request: ModelRequest) -> str:
                                   f"by the scripted model on attempt {attempt}."})
 
 
-SCRIPTS = {("company", "profile"): profile}
+# node -> script; the agent's file names the agent (@agent(GRAPH, scripts=SCRIPTS)).
+SCRIPTS: dict[str, Script] = {"profile": profile}

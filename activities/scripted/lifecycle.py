@@ -47,7 +47,7 @@ def evaluate(request: ModelRequest) -> str:
 
 
 # Annotated: one script returns a tool call, the other text.
-SCRIPTS: dict[tuple[str, str], Script] = {
-    ("lifecycle", "PLANNING"): plan,
-    ("lifecycle", "EVALUATING"): evaluate,
+SCRIPTS: dict[str, Script] = {
+    "PLANNING": plan,
+    "EVALUATING": evaluate,
 }

@@ -6,7 +6,7 @@ import json
 
 from tower.contract.wire import ModelRequest
 
-from .common import tool_results
+from .common import Script, tool_results
 
 
 def analyze(request: ModelRequest) -> str:
@@ -21,4 +21,5 @@ def analyze(request: ModelRequest) -> str:
     return json.dumps({"destructive": bool(findings), "summary": summary})
 
 
-SCRIPTS = {("migration", "analyze"): analyze}
+# node -> script; the agent's file names the agent (@agent(GRAPH, scripts=SCRIPTS)).
+SCRIPTS: dict[str, Script] = {"analyze": analyze}

@@ -11,7 +11,7 @@ import re
 
 from tower.contract.wire import ModelRequest, ToolCallRequest
 
-from .common import first_user_text, tool_results
+from .common import Script, first_user_text, tool_results
 
 EMAILS = re.compile(r"[^@\s,;()<>]+@[^@\s,;()<>]+[A-Za-z]")
 NAME = re.compile(r"(?:I'm|I am|[Nn]ame is|[Nn]ame:)\s+([A-Z][\w'-]+(?: [A-Z][\w'-]+)*)")
@@ -57,8 +57,9 @@ def provision(request: ModelRequest) -> str | ToolCallRequest:
            f"welcome e-mail is on its way to {fields['email']}."
 
 
-SCRIPTS = {
-    ("onboarding", "collect_info"): collect_info,
-    ("onboarding", "validate"): validate,
-    ("onboarding", "provision"): provision,
+# node -> script; the agent's file names the agent (@agent(GRAPH, scripts=SCRIPTS)).
+SCRIPTS: dict[str, Script] = {
+    "collect_info": collect_info,
+    "validate": validate,
+    "provision": provision,
 }

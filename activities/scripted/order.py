@@ -8,7 +8,7 @@ import re
 
 from tower.contract.wire import ModelRequest
 
-from .common import first_user_text, last_message
+from .common import Script, first_user_text, last_message
 
 ITEM = re.compile(r"(\d+)\s*(?:x|×|of)?\s*([A-Z]+-\d+)")
 COUNTRIES = ("US", "GB", "DE", "FR")
@@ -35,4 +35,5 @@ def confirm(request: ModelRequest) -> str:
     return json.dumps({"email": email})
 
 
-SCRIPTS = {("order", "parse"): parse, ("order", "confirm"): confirm}
+# node -> script; the agent's file names the agent (@agent(GRAPH, scripts=SCRIPTS)).
+SCRIPTS: dict[str, Script] = {"parse": parse, "confirm": confirm}

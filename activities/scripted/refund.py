@@ -6,7 +6,7 @@ import re
 
 from tower.contract.wire import ModelRequest, ToolCallRequest
 
-from .common import find_id, first_user_text, last_message, tool_results
+from .common import Script, find_id, first_user_text, last_message, tool_results
 
 
 def requested_cents(text: str) -> int | None:
@@ -42,4 +42,5 @@ def confirm(request: ModelRequest) -> str:
             f"(refund id {r['refund_id']}). It reaches your account in 3-5 business days.")
 
 
-SCRIPTS = {("refund", "reason"): reason, ("refund", "confirm"): confirm}
+# node -> script; the agent's file names the agent (@agent(GRAPH, scripts=SCRIPTS)).
+SCRIPTS: dict[str, Script] = {"reason": reason, "confirm": confirm}

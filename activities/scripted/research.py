@@ -10,7 +10,7 @@ import re
 
 from tower.contract.wire import ModelRequest, ToolCallRequest
 
-from .common import first_user_text
+from .common import Script, first_user_text
 
 ADVANCE = "advance_to_next_step"
 CLOSING = (
@@ -55,7 +55,8 @@ def draft(request: ModelRequest) -> str | ToolCallRequest:
         "summary": f"A {words}-word draft on {topic} from {len(titles)} source(s)."})
 
 
-SCRIPTS = {
-    ("research", "research"): research,
-    ("research", "draft"): draft,
+# node -> script; the agent's file names the agent (@agent(GRAPH, scripts=SCRIPTS)).
+SCRIPTS: dict[str, Script] = {
+    "research": research,
+    "draft": draft,
 }

@@ -6,7 +6,7 @@ import json
 
 from tower.contract.wire import ModelRequest, ToolCallRequest
 
-from .common import find_id, first_user_text, tool_results
+from .common import Script, find_id, first_user_text, tool_results
 
 KEYWORDS = {
     "BILLING": ("invoice", "refund", "charge", "bill", "payment"),
@@ -55,9 +55,10 @@ def account_help(request: ModelRequest) -> str | ToolCallRequest:
     return "Please tell me your account id (ACC-####)."
 
 
-SCRIPTS = {
-    ("support", "classify"): classify,
-    ("support", "billing"): billing,
-    ("support", "technical"): technical,
-    ("support", "account_help"): account_help,
+# node -> script; the agent's file names the agent (@agent(GRAPH, scripts=SCRIPTS)).
+SCRIPTS: dict[str, Script] = {
+    "classify": classify,
+    "billing": billing,
+    "technical": technical,
+    "account_help": account_help,
 }

@@ -25,9 +25,9 @@ from temporalio.client import (
 from temporalio.service import RPCError
 
 from starter.cmd_operator import send_abort, send_retry
-from starter.replay_report import task_completed_after
 from tower.contract import search
 from tower.contract.decisions import Verdict
+from tower.testing.replay_report import task_completed_after
 from workflows.refund import RefundAgent
 
 from .check import SETTLED, RunView, check, view

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from tower import Answer
 from tower.contract.wire import ModelReply, ToolCallRequest
-from tower.temporal.context import Answer, NodeContext
+from tower.temporal.context import TemporalContext
 from workflows.account import GRAPH as ACCOUNT
 from workflows.account import FinalAnswer
 from workflows.support import GRAPH as SUPPORT
 
 
-def ctx(machine_nodes: object, node: str) -> NodeContext:
-    return NodeContext("t", machine_nodes[node], step=1, models=[])  # type: ignore[index]
+def ctx(machine_nodes: object, node: str) -> TemporalContext:
+    return TemporalContext("t", machine_nodes[node], step=1, models=[])  # type: ignore[index]
 
 
 def test_a_tool_of_another_state_is_refused() -> None:

@@ -11,6 +11,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 import worker
 from starter.histories import load, replay
+from tower.temporal import worker as tower_worker
 
 HISTORIES = Path(__file__).parent.parent / "histories"
 
@@ -26,7 +27,7 @@ async def test_each_agent_is_checked_once_and_only_the_agents_replayed(
         real(self, defn)  # type: ignore[arg-type]
 
     monkeypatch.setattr(SandboxedWorkflowRunner, "prepare_workflow", counting)
-    monkeypatch.setattr(worker, "_VALIDATED", set())
+    monkeypatch.setattr(tower_worker, "_VALIDATED", set())
     histories = load([HISTORIES / "account-1.json", HISTORIES / "support-1.json"])
     for _ in range(3):  # three batches, as three `assert_replays` calls would be
         results = await replay(histories)

@@ -15,6 +15,7 @@ from typing import Any
 from tower.core.approval import Gate
 from tower.core.errors import IllegalTransition, InvalidGraph
 from tower.core.state import PROTECTED_FIELDS, AgentState
+from tower.core.tools import Catalogue, ToolSpec, is_external, resolve
 
 START = "START"
 DONE = "DONE"
@@ -33,6 +34,9 @@ class Node:
     prompt: str = ""
     tools: tuple[str, ...] = ()
     description: str = ""
+    # The catalogue's entries for ``tools`` (set by ``Graph.compile``): what the node's
+    # context shows the model and checks arguments and timeouts against.
+    specs: Mapping[str, ToolSpec] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,10 @@ class Machine:
         # Gates by the node they guard.
         self.gates = MappingProxyType(dict(gates or {}))
 
+    def external_tools(self) -> set[str]:
+        """Tools named ``server.tool``: the worker checks they exist when it starts."""
+        return {t for node in self.nodes.values() for t in node.tools if is_external(t)}
+
     def gate_named(self, name: str) -> Gate | None:
         return next((g for g in self.gates.values() if g.name == name), None)
 
@@ -144,9 +152,11 @@ class Machine:
 class Graph:
     """Builder for a Machine, in the vocabulary of LangGraph's StateGraph."""
 
-    def __init__(self, name: str, state_type: type[AgentState]) -> None:
+    def __init__(self, name: str, state_type: type[AgentState], *,
+                 tools: Catalogue | None = None) -> None:
         self.name = name
         self.state_type = state_type
+        self._catalogue = tools
         self._entry: str | None = None
         self._nodes: dict[str, Node] = {}
         self._out: dict[str, Transitions] = {}
@@ -235,8 +245,10 @@ class Graph:
                   recovery)
         _validate_gates(self.name, self.state_type, self._nodes, self._gates)
         assert self._entry is not None
+        nodes = {name: replace(node, specs=resolve(self.name, name, node.tools, self._catalogue))
+                 for name, node in self._nodes.items()}
         return Machine(
-            self.name, self.state_type, self._entry, self._nodes, self._out, self._budget,
+            self.name, self.state_type, self._entry, nodes, self._out, self._budget,
             self._gates, recovery,
         )
 

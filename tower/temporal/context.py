@@ -1,41 +1,31 @@
-"""What a node may touch: the model, its own tools, the clock — backed by activities.
+"""The node context on a worker: the model, the node's tools, children and the clock,
+each backed by Temporal (activities, local activities, child workflows, ``workflow.now``).
 
-A node gets a ``NodeContext`` and nothing else from the outside world, so a unit
-test can hand it a fake with the same methods.
+It is one implementation of ``tower.core.context.NodeContext``; ``tower.testing`` has
+the in-process one. Tool specs come from the node (``Graph(..., tools=CATALOGUE)``):
+the engine never imports a project's tool catalogue.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, TypeVar, overload
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tower.contract.wire import (
-    Authority,
-    MessageRef,
-    ModelReply,
-    ModelRequest,
-    Reduction,
-    ToolCall,
-    ToolCallRequest,
-    WindowRef,
-)
+from tower.contract.wire import Authority, MessageRef, ModelReply, Reduction, ToolCall, WindowRef
+from tower.core.asking import ask_validated, check_reply, model_request
+from tower.core.context import Answer
 from tower.core.cost import CallUsage
 from tower.core.errors import EffectRefused, NodeFailed
 from tower.core.graph import Node
 from tower.core.keys import effect_key
 from tower.core.state import Message, Usage
-
-with workflow.unsafe.imports_passed_through():
-    # Only the tools' names and argument schemas are used here; they run in activities.
-    from activities.tools import TOOLS
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -63,23 +53,11 @@ RECONCILE_PATCH = "tower-reconcile-effects"
 NOT_MADE = {"BadToolArguments", "EffectConflict", "ToolRefused"}
 
 
-@dataclass
-class Answer(Generic[T]):
-    """A validated model answer: either tool calls (all allowed in this node) or content."""
+class TemporalContext:
+    """``NodeContext`` on a worker. ``host`` is the workflow instance running the node."""
 
-    model: str
-    text: str | None = None
-    parsed: T | None = None
-    tool_calls: list[ToolCallRequest] = field(default_factory=list)
-    # With ``keep=True``: refs of the messages asked with, then of this answer.
-    stored: list[MessageRef] = field(default_factory=list)
-    # With ``ask_window``: the conversation window after this answer.
-    window: WindowRef | None = None
-
-
-class NodeContext:
     def __init__(self, agent: str, node: Node, step: int, models: list[str],
-                 decision: str = "") -> None:
+                 host: Any = None, decision: str = "") -> None:
         self.agent = agent
         self.node = node
         self.step = step
@@ -88,9 +66,27 @@ class NodeContext:
         self.calls: list[str] = []
         self.usage = Usage()
         self.model_calls: list[CallUsage] = []  # each model call's usage, for the cost query
+        self._host = host
+
+    @property
+    def host(self) -> Any:
+        return self._host
+
+    @property
+    def run_id(self) -> str:
+        return workflow.info().workflow_id
 
     def now(self) -> datetime:
         return workflow.now()
+
+    def patched(self, change: str) -> bool:
+        return workflow.patched(change)
+
+    async def wait(self, until: Callable[[], bool]) -> None:
+        await workflow.wait_condition(until)
+
+    async def child(self, run: Any, arg: Any, *, id: str, memo: dict[str, Any]) -> Any:
+        return await workflow.execute_child_workflow(run, arg, id=id, memo=memo)
 
     # Without a schema nothing is parsed: ``Answer.parsed`` stays None, so the answer's
     # type is the plain ``Answer[BaseModel]`` rather than an unsolvable ``Answer[T]``.
@@ -121,7 +117,9 @@ class NodeContext:
         in ``Answer.stored``. Either way, stored content never enters the event history.
         """
         extra = {"history": list(history or []), "keep": keep}
-        return await self._ask(messages, schema, max_corrections, extra, local=False)
+        return await ask_validated(
+            self.node, lambda convo, schema: self._call_model(convo, schema, extra, False),
+            messages, schema=schema, max_corrections=max_corrections)
 
     async def ask_window(
         self, messages: list[Message], window: WindowRef | None, *,
@@ -138,28 +136,9 @@ class NodeContext:
         """
         extra = {"history": list(legacy or []), "keep": True, "window": window,
                  "windowed": True, "summarise": summarise}
-        return await self._ask(messages, None, max_corrections, extra, local=True)
-
-    async def _ask(
-        self, messages: list[Message], schema: type[T] | None, max_corrections: int,
-        extra: dict[str, Any], *, local: bool,
-    ) -> Answer[T] | Answer[BaseModel]:
-        convo = list(messages)
-        problem = ""
-        for _ in range(max_corrections + 1):
-            reply = await self._call_model(convo, schema, extra, local)
-            answer, problem = self._check(reply, schema)
-            if answer is not None:
-                answer.stored, answer.window = reply.stored, reply.window
-                return answer
-            convo += [
-                Message(role="assistant", content=reply.content or _dump_calls(reply)),
-                Message(role="user", content=f"That answer was invalid: {problem}. Answer again."),
-            ]
-        raise NodeFailed(
-            f"{self.node.name}: model output still invalid after {max_corrections} "
-            f"corrections: {problem}"
-        )
+        return await ask_validated(
+            self.node, lambda convo, schema: self._call_model(convo, schema, extra, True),
+            messages, schema=None, max_corrections=max_corrections)
 
     async def tool(self, name: str, arguments: dict[str, Any],
                    authority: Authority | None = None) -> dict[str, Any]:
@@ -172,7 +151,9 @@ class NodeContext:
         """
         if name not in self.node.tools:
             raise NodeFailed(f"tool {name!r} is not available in state {self.node.name!r}")
-        tool, info = TOOLS[name], workflow.info()
+        tool, info = self.node.specs.get(name), workflow.info()
+        if tool is None:
+            raise NodeFailed(f"tool {name!r} has no spec on this worker")
         key = effect_key(workflow_id=info.workflow_id, chain=info.first_execution_run_id,
                          node=self.node.name, decision=self.decision, tool=name,
                          nth=self.calls.count(f"tool:{name}"), arguments=arguments)
@@ -214,12 +195,7 @@ class NodeContext:
         self, convo: list[Message], schema: type[BaseModel] | None, extra: dict[str, Any],
         local: bool,
     ) -> ModelReply:
-        request = ModelRequest(
-            agent=self.agent, node=self.node.name, system=self.node.prompt, messages=convo,
-            tools=[TOOLS[name].schema() for name in self.node.tools],
-            response_schema=schema.model_json_schema() if schema else None,
-            response_name=schema.__name__ if schema else None, models=self.models, **extra,
-        )
+        request = model_request(self.agent, self.node, convo, schema, self.models, **extra)
         reply: ModelReply
         if local:
             # Recorded as one marker holding the result; a worker lost mid-call is noticed
@@ -247,31 +223,4 @@ class NodeContext:
     def _check(
         self, reply: ModelReply, schema: type[T] | None
     ) -> tuple[Answer[T] | None, str]:
-        for call in reply.tool_calls:
-            if call.name not in self.node.tools:
-                allowed = ", ".join(self.node.tools) or "none"
-                return None, f"tool {call.name!r} is not available here (available: {allowed})"
-            try:
-                TOOLS[call.name].args.model_validate(call.arguments)
-            except ValidationError as exc:
-                return None, f"bad arguments for {call.name}: {_brief(exc)}"
-        if reply.tool_calls:
-            return Answer(model=reply.model, tool_calls=reply.tool_calls), ""
-        if not reply.content:
-            return None, "empty answer"
-        if schema is None:
-            return Answer(model=reply.model, text=reply.content), ""
-        try:
-            parsed = schema.model_validate_json(reply.content)
-        except ValidationError as exc:
-            return None, f"answer does not match {schema.__name__}: {_brief(exc)}"
-        return Answer(model=reply.model, text=reply.content, parsed=parsed), ""
-
-
-def _dump_calls(reply: ModelReply) -> str:
-    return json.dumps([c.model_dump() for c in reply.tool_calls])
-
-
-def _brief(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
-                     for e in exc.errors()[:5])
+        return check_reply(self.node, reply, schema)

@@ -1,7 +1,8 @@
-"""Run an event-driven Machine inside a Temporal workflow.
+"""Event-driven machines on Temporal: ``EventWorkflow`` and its ``EventDriven`` strategy.
 
-``EventWorkflow`` reuses ``AgentWorkflow``'s transition log, queries, search attributes
-and details; only the loop differs. Each state's node function is its *entry action*:
+The loop, transition log, queries, search attributes and details are ``MachineRun``'s;
+the strategy is what differs, and the class carries only the handlers it can honour
+(no operator retry/abort, no approval gates). Each state's node function is its *entry action*:
 it runs once when the state is entered (model and tool calls are activities, so the
 history holds their results) and returns the data of an event, or None to wait for
 one from outside. Events from the entry action, from the run's input and from the
@@ -20,26 +21,49 @@ anyone who can signal the run can move it (only for workers on a private task qu
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tower.core.engine import fail, start
+from tower.core.engine import fail
 from tower.core.errors import NodeFailed, TowerError
 from tower.core.events import Event, Rejection, apply_event
 from tower.core.graph import TERMINALS
 from tower.core.signing import SignatureRefused, verify_event
-from tower.core.state import AgentState, Usage
-from tower.temporal.context import NodeContext
-from tower.temporal.runtime import AgentWorkflow, _event_id, _reason
+from tower.core.state import AgentState, S, Usage
+from tower.temporal.admission import Admission
+from tower.temporal.context import TemporalContext
+from tower.temporal.machine_run import MachineRun, event_id
+from tower.temporal.runtime import _reason
 
 
-class EventWorkflow(AgentWorkflow):
-    """Base of event-driven agents. Subclasses set ``machine``, ``Input`` and ``EventModel``
-    (a pydantic model with a ``step: int`` field) and may override ``on_event``."""
+class EventDriven:
+    """The strategy of event-driven machines: enter the state (its entry action runs
+    once), wait for the next event, apply it through the guards. A terminal is final."""
+
+    carries_over = False
+
+    async def step(self, run: EventWorkflow) -> None:
+        await run._enter()
+        if run.current.node in TERMINALS:
+            return
+        await workflow.wait_condition(lambda: bool(run._inbox))
+        run._apply(*run._inbox.pop(0))
+
+    async def settle(self, run: EventWorkflow) -> bool:
+        for raw, source, _ in run._inbox:  # arrived too late: refused, and said so
+            run._reject(raw, source, f"the run is {run.current.node}")
+        run._inbox.clear()
+        return False
+
+
+class EventWorkflow(MachineRun, Admission):
+    """Base of event-driven agents. Subclasses set ``Input`` and ``EventModel`` (a pydantic
+    model with a ``step: int`` field), are decorated ``@agent(GRAPH)`` and may override
+    ``on_event``."""
 
     EventModel: ClassVar[type[BaseModel]]
     # True: events from outside are trusted-internal and need no signature (see above).
@@ -47,6 +71,7 @@ class EventWorkflow(AgentWorkflow):
 
     def __init__(self) -> None:
         super().__init__()
+        self._init_trust()  # ``admit`` loads the roster that says who may send events
         self._inbox: list[tuple[Any, str, list[str]]] = []  # (raw event, source, calls)
         self._accepted: set[str] = set()
         self._rejected: list[Rejection] = []
@@ -58,21 +83,11 @@ class EventWorkflow(AgentWorkflow):
         return {}
 
     async def drive_events(
-        self, state: AgentState, *, initial: Iterable[Mapping[str, Any]] = ()
-    ) -> AgentState:
+        self, state: S, *, initial: Iterable[Mapping[str, Any]] = ()
+    ) -> S:
         """Run until DONE or FAILED, applying events one at a time."""
-        self._record(*start(self.machine, state, at=workflow.now(), event_id=_event_id()))
         self._inbox += [(dict(raw), "input", []) for raw in initial]
-        while self.current.node not in TERMINALS:
-            await self._enter()
-            if self.current.node in TERMINALS:
-                break
-            await workflow.wait_condition(lambda: bool(self._inbox))
-            self._apply(*self._inbox.pop(0))
-        for raw, source, _ in self._inbox:  # arrived too late: refused, and said so
-            self._reject(raw, source, f"the run is {self.current.node}")
-        self._inbox.clear()
-        return self.current
+        return cast(S, await self.run_machine(EventDriven(), state))
 
     @workflow.signal(name="event")
     def event_signal(self, raw: Any = None) -> None:
@@ -136,12 +151,12 @@ class EventWorkflow(AgentWorkflow):
             return
         self._entered.add(state.step)
         node = self.machine.nodes[state.node]
-        ctx = NodeContext(self.machine.name, node, state.step, list(self.models))
+        ctx = TemporalContext(self.machine.name, node, state.step, list(self.models), self)
         try:
             data = await node.fn(ctx, state)
         except (NodeFailed, ActivityError) as exc:
             self._record(*fail(self.machine, state, _reason(exc), at=workflow.now(),
-                               event_id=_event_id(), calls=ctx.calls))
+                               event_id=event_id(), calls=ctx.calls))
             return
         self._usage = self._usage + ctx.usage
         if data is not None:
@@ -162,7 +177,7 @@ class EventWorkflow(AgentWorkflow):
                 update["usage"] = self._usage
             new, transition = apply_event(
                 self.machine, state, event, update, accepted=self._accepted,
-                at=workflow.now(), event_id=_event_id(), calls=calls)
+                at=workflow.now(), event_id=event_id(), calls=calls)
         except ValidationError as exc:
             self._reject(raw, source, f"invalid event: {_brief(exc)}")
             return

@@ -16,11 +16,10 @@ from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, Field
-from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError
 
+from tower.core.context import NodeContext
 from tower.core.errors import NodeFailed
-from tower.temporal.context import NodeContext
 from tower.temporal.runtime import FAILED_WAIT_MEMO
 
 I = TypeVar("I")  # noqa: E741
@@ -65,7 +64,7 @@ async def fan_out(
     if len(items) > policy.max_children:
         raise NodeFailed(f"{ctx.node.name}: {len(items)} items is more than the "
                          f"{policy.max_children} children the policy allows")
-    parent = workflow.info().workflow_id
+    parent = ctx.run_id
     attempts = 1 + (policy.retries if policy.on_failure == OnChildFailure.RETRY else 0)
 
     async def one(index: int, item: I) -> ChildOutcome[I, Any]:
@@ -77,9 +76,8 @@ async def fan_out(
             try:
                 # A failed child is its parent's to handle (the policy), not an
                 # operator's: it closes at once instead of waiting as a dead letter.
-                result = await workflow.execute_child_workflow(
-                    child_run, make_input(item, attempt), id=child_id,
-                    memo={FAILED_WAIT_MEMO: 0})
+                result = await ctx.child(child_run, make_input(item, attempt), id=child_id,
+                                         memo={FAILED_WAIT_MEMO: 0})
             except ChildWorkflowError as exc:
                 reason = str(exc.cause or exc)
                 continue

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -31,7 +31,6 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from tower.contract import search
 from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
 from tower.contract.notify import GateNotice
-from tower.contract.trust import TrustRequest, TrustSnapshot
 from tower.core import legacy_trust
 from tower.core.approval import (
     Check,
@@ -49,32 +48,24 @@ from tower.core.details import render_details
 from tower.core.engine import Transition, advance
 from tower.core.errors import NodeFailed
 from tower.core.gates import close_gate, open_gate
-from tower.core.graph import FAILED, TERMINALS, Machine
-from tower.core.legacy_trust import ApprovalSettings
-from tower.core.policy import effective
+from tower.core.graph import FAILED, TERMINALS
 from tower.core.state import AgentState, Message, apply_update
-from tower.temporal.context import NodeContext
+from tower.temporal.admission import Admission
+from tower.temporal.context import TemporalContext
 
 REFUSED = "DecisionRefused"
 # Runs recorded before gates notified approvers (webhook) replay without the activity.
 NOTIFY_PATCH = "tower-gate-notify"
 NOTIFY_ATTEMPTS = 5
 AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` query)
-# Runs started from here on verify signed decisions against the deployment's roster;
-# runs recorded before (no marker in their history) keep the per-run HMAC key.
-TRUST_PATCH = "tower-trust-v2"
 VERIFY_PER_TASK = 50  # signature checks per workflow task (see _within_verify_budget)
 REFRESH_GAP = timedelta(seconds=5)  # asked-for roster refreshes: at most one per this
-TRUST_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["TrustMissing"])
 
 
-class Gatekeeper:
+class Gatekeeper(Admission):
     """The approval half of ``AgentWorkflow``: handlers, queries and ``hold``."""
 
-    machine: ClassVar[Machine]
     models: ClassVar[list[str]]
-    # The agent's limits (a model whose fields say which way is stricter), or None.
-    Policy: ClassVar[type[BaseModel] | None] = None
     # Continue-as-new while parked at a gate when Temporal suggests it (a flood of signals
     # grows the history): the agent's ``carry_input`` must rebuild the run from a Carry.
     carry_while_parked: ClassVar[bool] = False
@@ -84,9 +75,7 @@ class Gatekeeper:
     _record: Callable[[AgentState, Transition], None]
 
     def _init_gates(self) -> None:
-        self._approval = ApprovalSettings()
-        self._trust: TrustSnapshot | None = None  # None: an old run (HMAC) or no gates
-        self._refreshed_at: Any = None
+        self._init_trust()
         self._refresh_asked = False
         self._unknown_key: Any = None  # a signalled decision waiting for a roster refresh
         self._verify_mark, self._verified = -1, 0  # signature checks in this workflow task
@@ -98,63 +87,6 @@ class Gatekeeper:
     def current(self) -> AgentState:
         assert self._state is not None, "the run has not started"
         return self._state
-
-    async def admit(self, request: BaseModel) -> Any:
-        """Bring the tenant's roster and policy into the run; return the agent's limits
-        (the policy's, tightened by ``request``), or None for an agent without limits.
-
-        Refuses (the run fails at once, with the reason) an input that carries signing
-        settings or loosens a limit, and a tenant without a roster and policy.
-        """
-        legacy = getattr(request, "approvals", None)
-        if not workflow.patched(TRUST_PATCH):  # an old run, replaying: its old settings
-            self._use_approval_settings(legacy)
-            return None
-        if legacy is not None:
-            raise ApplicationError(
-                "the run's input carries `approvals` (a key or unsigned mode): who may approve "
-                "and whether unsigned decisions count belong to the deployment's roster and "
-                "policy (docs/approvals.md); start the run without it",
-                type="InputRefused", non_retryable=True)
-        self._trust = await self._load_trust()
-        self._refreshed_at = workflow.now()
-        limits = None
-        if self.Policy is not None:
-            limits = effective(self.Policy,
-                               self._trust.policy.agents.get(self.machine.name, {}), request)
-        if self._trust.policy.unsigned_allowed:
-            workflow.upsert_search_attributes([search.UNSIGNED_DECISIONS.value_set(True)])
-        return limits
-
-    async def _load_trust(self) -> TrustSnapshot:
-        try:
-            snapshot: TrustSnapshot = await workflow.execute_activity(
-                "load_trust", TrustRequest(tenant=workflow.info().namespace,
-                                           agent=self.machine.name),
-                result_type=TrustSnapshot, start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=TRUST_RETRY, summary="trust: the tenant's roster and policy")
-        except ActivityError as exc:
-            cause = exc.cause if exc.cause is not None else exc
-            raise ApplicationError(f"cannot load the tenant's roster and policy: "
-                                   f"{getattr(cause, 'message', cause)}", type="TrustMissing",
-                                   non_retryable=True) from None
-        return snapshot
-
-    def _use_approval_settings(self, settings: ApprovalSettings | None) -> None:
-        self._approval = settings or ApprovalSettings()
-        namespace = workflow.info().namespace
-        tenant = self._approval.tenant
-        if tenant and tenant != namespace and not workflow.unsafe.is_replaying():
-            raise ApplicationError(
-                f"the run's approval settings are for tenant {tenant!r} but the run is in "
-                f"namespace {namespace!r}", type="WrongTenant", non_retryable=True)
-        if self.machine.gates and self._approval.key is None and not self._approval.allow_unsigned:
-            # Without a key no decision could ever be accepted: refuse to start.
-            raise ApplicationError(
-                f"agent {self.machine.name!r} has approval gates but the run was started "
-                "without an approval key: start it with `tower run` (which derives one from "
-                "TOWER_APPROVAL_SECRET) or set approvals.allow_unsigned for a dev deployment",
-                type="MissingApprovalKey", non_retryable=True)
 
     async def hold(self, gate: Gate, update: Mapping[str, Any] | None = None,
                    calls: list[str] | None = None, *, resume: bool = False) -> None:
@@ -258,8 +190,8 @@ class Gatekeeper:
             self._refresh_asked = True
 
     async def _approve(self, gate: Gate, decision: Decision) -> None:
-        ctx = NodeContext(self.machine.name, self.machine.nodes[gate.node], self.current.step,
-                          list(self.models))
+        ctx = TemporalContext(self.machine.name, self.machine.nodes[gate.node],
+                              self.current.step, list(self.models), self)
         if gate.recheck is not None:
             try:
                 # The re-check sees the state as approved, edits included.

@@ -1,7 +1,36 @@
-"""What a project's own tests use to exercise Tower for real.
+"""Test helpers for a project's agents.
 
-``tower.testing.model_server.LoopbackModelServer``: an OpenAI-compatible server on
+In-process (no server, milliseconds): ``run_agent`` runs a whole machine, ``run_node``
+one node, with scripted model and tool answers and the engine's own transition log.
+Against recorded histories: ``assert_replays`` and ``history_files`` (see
+``tower.testing.replay``), which load the Temporal SDK on first use. Over real HTTP:
+``tower.testing.model_server.LoopbackModelServer``, an OpenAI-compatible server on
 127.0.0.1 that answers with your scripted replies and injects faults on demand (429,
 500, slow replies, malformed JSON, schema-violating output, unknown tools), so the real
-``openai`` SDK path of your agents is tested over real HTTP.
+``openai`` SDK path of your agents is tested.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from tower.testing.context import ScriptedContext, Stuck
+from tower.testing.inprocess import Run, Said, approve, reject, run_agent, run_node
+
+if TYPE_CHECKING:
+    from tower.testing.replay import Replayed, assert_replays, history_files, load, replay
+
+_LAZY = {name: "tower.testing.replay"
+         for name in ("Replayed", "assert_replays", "history_files", "load", "replay")}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tower.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = ["Replayed", "Run", "Said", "ScriptedContext", "Stuck", "approve", "assert_replays",
+           "history_files", "load", "reject", "replay", "run_agent", "run_node"]

@@ -10,7 +10,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 
-from tower import Transition
+from tower.core.transition import Transition
 
 
 def task_completed_after(history: WorkflowHistory, event_id: int) -> HistoryEvent | None:

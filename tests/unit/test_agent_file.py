@@ -1,0 +1,108 @@
+"""An agent is one file: its graph's name names the workflow, its nodes' tools are checked
+against the catalogue when it compiles, and registry, worker and scripted model find it."""
+
+from __future__ import annotations
+
+import pytest
+from temporalio import workflow
+
+from activities.tools import TOOLS
+from tower import (
+    AgentState,
+    AgentWorkflow,
+    Graph,
+    InvalidGraph,
+    agent,
+    agents_by_name,
+    load_agents,
+    scripts_of,
+)
+from tower.temporal.worker import check_external_tools
+from workflows.refund import GRAPH as REFUND
+from workflows.refund import RefundAgent
+from workflows.registry import AGENTS
+
+
+async def noop(ctx: object, state: AgentState) -> dict[str, object]:
+    return {}
+
+
+def one_node(*tools: str, catalogue: object = TOOLS) -> Graph:
+    return (Graph("t", AgentState, tools=catalogue)  # type: ignore[arg-type]
+            .node("a", noop, tools=tools).entry("a").edge("a", "DONE"))
+
+
+def test_a_node_naming_a_missing_tool_does_not_compile() -> None:
+    with pytest.raises(InvalidGraph, match="node 'a' names unknown tool 'lookup_acount' "
+                                           r"\(the catalogue has: .*lookup_account"):
+        one_node("lookup_acount").compile()
+    with pytest.raises(InvalidGraph, match="names tool 'lookup_account' but the graph has no "
+                                           "tool catalogue"):
+        one_node("lookup_account", catalogue=None).compile()
+    machine = one_node("lookup_account").compile()
+    assert list(machine.nodes["a"].specs) == ["lookup_account"]
+
+
+def test_server_tools_are_checked_when_the_worker_starts() -> None:
+    machine = one_node("lookup_account", "crm.find_customer").compile()  # compiles
+    assert machine.external_tools() == {"crm.find_customer"}
+
+    class Fake:
+        pass
+
+    Fake.machine = machine  # type: ignore[attr-defined]
+    with pytest.raises(InvalidGraph, match="'crm.find_customer', which no server on this "
+                                           "worker provides"):
+        check_external_tools([Fake], available=set())
+    check_external_tools([Fake], available={"crm.find_customer"})
+
+
+def test_the_graph_name_is_the_workflow_name_and_the_registry_key() -> None:
+    defn = workflow._Definition.from_class(RefundAgent)
+    assert defn is not None and defn.name == REFUND.name == "refund"
+    assert RefundAgent.machine is REFUND and AGENTS["refund"] is RefundAgent
+    assert all(cls.machine.name == name for name, cls in AGENTS.items())
+    assert load_agents("workflows") == AGENTS  # found from the files, nothing typed twice
+    table = scripts_of(AGENTS.values())
+    assert ("refund", "reason") in table and ("lifecycle", "PLANNING") in table
+    assert all(node in AGENTS[name].machine.nodes for name, node in table)
+
+
+def test_scripts_for_a_node_the_agent_lacks_are_refused() -> None:
+    with pytest.raises(InvalidGraph, match=r"scripts for unknown node\(s\): resaon"):
+        agent(REFUND, scripts={"resaon": lambda request: "hi"})
+
+
+def test_two_agents_with_one_name_are_refused() -> None:
+    class Twin:
+        machine = REFUND
+
+    with pytest.raises(ValueError, match="two agents are named 'refund'"):
+        agents_by_name([RefundAgent, Twin])
+
+
+def test_each_agent_carries_only_the_handlers_its_strategy_honours() -> None:
+    from tower import EventWorkflow
+    from tower.temporal.event_runtime import EventDriven
+    from tower.temporal.runtime import NodeDriven
+
+    def handlers(cls: type) -> set[str]:
+        defn = workflow._Definition.from_class(cls)
+        assert defn is not None
+        return {n for n in (*defn.signals, *defn.updates) if n}
+
+    lifecycle, refund = AGENTS["lifecycle"], AGENTS["refund"]
+    assert issubclass(lifecycle, EventWorkflow) and not issubclass(lifecycle, AgentWorkflow)
+    # Events (signal, or the validated update): no retry, abort or approval it could not honour.
+    assert handlers(lifecycle) == {"event", "send_event"}
+    assert {"retry", "abort", "decide", "decision"} <= handlers(refund)
+    assert "event" not in handlers(refund)
+    # One loop, two strategies: only the node-driven one may continue-as-new between steps.
+    assert (NodeDriven.carries_over, EventDriven.carries_over) == (True, False)
+
+
+def test_the_cli_replays_with_the_worker_s_sandbox() -> None:
+    import worker
+    from starter.histories import PASSTHROUGH
+
+    assert worker.PASSTHROUGH == PASSTHROUGH

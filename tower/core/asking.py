@@ -1,0 +1,92 @@
+"""Asking a node's model, the pure part: build the request, check the reply, correct.
+
+Every ``NodeContext`` (on a worker, in a unit test) asks through ``ask_validated`` with
+its own way to reach the model, so what counts as a valid answer is one piece of code:
+a tool this node lacks, bad tool arguments or content that fails the schema are fed
+back up to ``max_corrections`` times, then the node fails. Pure: no Temporal.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from tower.contract.wire import ModelReply, ModelRequest
+from tower.core.context import Answer
+from tower.core.errors import NodeFailed
+from tower.core.graph import Node
+from tower.core.state import Message
+
+T = TypeVar("T", bound=BaseModel)
+# (conversation, schema) -> the model's reply; the context closes over the rest
+ModelCall = Callable[[list[Message], type[BaseModel] | None], Awaitable[ModelReply]]
+
+
+def model_request(agent: str, node: Node, convo: list[Message], schema: type[BaseModel] | None,
+                  models: list[str], **extra: Any) -> ModelRequest:
+    """What the model is asked: the node's prompt and only the node's own tools (``extra``:
+    the stored history, the window, whether to keep the exchange)."""
+    return ModelRequest(
+        agent=agent, node=node.name, system=node.prompt, messages=convo,
+        tools=[spec.schema() for spec in node.specs.values()],
+        response_schema=schema.model_json_schema() if schema else None,
+        response_name=schema.__name__ if schema else None, models=models, **extra,
+    )
+
+
+async def ask_validated(
+    node: Node, call: ModelCall, messages: list[Message], *, schema: type[Any] | None,
+    max_corrections: int,
+) -> Answer[Any]:
+    convo = list(messages)
+    problem = ""
+    for _ in range(max_corrections + 1):
+        reply = await call(convo, schema)
+        answer, problem = check_reply(node, reply, schema)
+        if answer is not None:
+            answer.stored, answer.window = reply.stored, reply.window
+            return answer
+        convo += [
+            Message(role="assistant", content=reply.content or _dump_calls(reply)),
+            Message(role="user", content=f"That answer was invalid: {problem}. Answer again."),
+        ]
+    raise NodeFailed(f"{node.name}: model output still invalid after {max_corrections} "
+                     f"corrections: {problem}")
+
+
+def check_reply(node: Node, reply: ModelReply, schema: type[T] | None
+                ) -> tuple[Answer[T] | None, str]:
+    """The validated answer, or None and what is wrong with it."""
+    for call in reply.tool_calls:
+        if call.name not in node.tools:
+            allowed = ", ".join(node.tools) or "none"
+            return None, f"tool {call.name!r} is not available here (available: {allowed})"
+        spec = node.specs.get(call.name)
+        try:
+            if spec is not None:
+                spec.args.model_validate(call.arguments)
+        except ValidationError as exc:
+            return None, f"bad arguments for {call.name}: {brief(exc)}"
+    if reply.tool_calls:
+        return Answer(model=reply.model, tool_calls=reply.tool_calls), ""
+    if not reply.content:
+        return None, "empty answer"
+    if schema is None:
+        return Answer(model=reply.model, text=reply.content), ""
+    try:
+        parsed = schema.model_validate_json(reply.content)
+    except ValidationError as exc:
+        return None, f"answer does not match {schema.__name__}: {brief(exc)}"
+    return Answer(model=reply.model, text=reply.content, parsed=parsed), ""
+
+
+def _dump_calls(reply: ModelReply) -> str:
+    return json.dumps([c.model_dump() for c in reply.tool_calls])
+
+
+def brief(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+                     for e in exc.errors()[:5])

@@ -1,0 +1,111 @@
+"""What a node may touch, as a Protocol: the model, its own tools, the clock.
+
+A node gets a ``NodeContext`` and nothing else from the outside world. On a worker it
+is ``tower.temporal.context.TemporalContext`` (every call an activity); in a unit test
+it is ``tower.testing``'s scripted one, which answers in-process. Pure: no Temporal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, Protocol, TypeVar, overload
+
+from pydantic import BaseModel
+
+from tower.contract.wire import Authority, MessageRef, Reduction, ToolCallRequest, WindowRef
+from tower.core.cost import CallUsage
+from tower.core.graph import Node
+from tower.core.state import Message, Usage
+
+T = TypeVar("T", bound=BaseModel)
+
+
+@dataclass
+class Answer(Generic[T]):
+    """A validated model answer: either tool calls (all allowed in this node) or content."""
+
+    model: str
+    text: str | None = None
+    parsed: T | None = None
+    tool_calls: list[ToolCallRequest] = field(default_factory=list)
+    # With ``keep=True``: refs of the messages asked with, then of this answer.
+    stored: list[MessageRef] = field(default_factory=list)
+    # With ``ask_window``: the conversation window after this answer.
+    window: WindowRef | None = None
+
+
+class NodeContext(Protocol):
+    """The one object a node reaches the world through."""
+
+    agent: str  # the machine's name
+    node: Node  # the node running
+    step: int  # the run's step when the node started
+    calls: list[str]  # what answered so far: "model:NAME", "tool:NAME", "child:N"
+    usage: Usage  # model usage of this node so far
+    model_calls: list[CallUsage]  # each model call's usage, for the cost query
+    decision: str  # the decision that approved this node visit ("" if none): part of keys
+
+    @property
+    def run_id(self) -> str:
+        """The run's workflow id (children and idempotency keys are named after it)."""
+        ...
+
+    def now(self) -> datetime:
+        """The run's clock (deterministic on a worker)."""
+        ...
+
+    # Without a schema nothing is parsed: ``Answer.parsed`` stays None, so the answer's
+    # type is the plain ``Answer[BaseModel]`` rather than an unsolvable ``Answer[T]``.
+    @overload
+    async def ask(
+        self, messages: list[Message], *, schema: None = None,
+        max_corrections: int = 2, history: list[MessageRef] | None = None, keep: bool = False,
+    ) -> Answer[BaseModel]: ...
+
+    @overload
+    async def ask(
+        self, messages: list[Message], *, schema: type[T],
+        max_corrections: int = 2, history: list[MessageRef] | None = None, keep: bool = False,
+    ) -> Answer[T]: ...
+
+    async def ask(
+        self, messages: list[Message], *, schema: type[T] | None = None,
+        max_corrections: int = 2, history: list[MessageRef] | None = None, keep: bool = False,
+    ) -> Answer[T] | Answer[BaseModel]:
+        """Ask the model with this node's prompt and tools; validate what comes back."""
+        ...
+
+    async def ask_window(
+        self, messages: list[Message], window: WindowRef | None, *,
+        legacy: list[MessageRef] | None = None, summarise: Reduction | None = None,
+        max_corrections: int = 2,
+    ) -> Answer[BaseModel]:
+        """Ask with a stored conversation window; ``Answer.window`` is the window after it
+        (``summarise``: reduce the window instead)."""
+        ...
+
+    async def tool(self, name: str, arguments: dict[str, Any],
+                   authority: Authority | None = None) -> dict[str, Any]:
+        """Run one of this node's tools. ``authority`` is what the run's recorded state
+        allows a side effect (its limit, the approval); the tool checks it in the effect's
+        transaction, and a refusal raises ``EffectRefused``."""
+        ...
+
+    def patched(self, change: str) -> bool:
+        """Whether this run takes the code path behind ``change`` (``workflow.patched``)."""
+        ...
+
+    async def child(self, run: Any, arg: Any, *, id: str, memo: dict[str, Any]) -> Any:
+        """Run a child agent (its ``@workflow.run`` method) to its end; its result."""
+        ...
+
+    async def wait(self, until: Any) -> None:
+        """Wait until ``until()`` is true (the run parks without holding a worker)."""
+        ...
+
+    @property
+    def host(self) -> Any:
+        """The object that runs this machine: what a node that talks to the run's own
+        handlers (a chat's inbox) reads; the agent class in a unit test's runner."""
+        ...

@@ -1,0 +1,98 @@
+"""Admission: what a run learns from its deployment before it takes a step.
+
+At start a run loads its tenant's roster (who may decide or send events, with their
+public keys) and policy (limits, unsigned mode) with the ``load_trust`` activity, and
+refuses an input that tries to set either. Gated agents (``Gatekeeper``) and
+event-driven agents (``EventWorkflow``) both admit their input this way.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from tower.contract import search
+from tower.contract.trust import TrustRequest, TrustSnapshot
+from tower.core.graph import Machine
+from tower.core.legacy_trust import ApprovalSettings
+from tower.core.policy import effective
+
+# Runs started from here on verify signed decisions against the deployment's roster;
+# runs recorded before (no marker in their history) keep the per-run HMAC key.
+TRUST_PATCH = "tower-trust-v2"
+TRUST_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["TrustMissing"])
+
+
+class Admission:
+    """The run's roster and policy snapshot (``_trust``) and how it gets it."""
+
+    machine: ClassVar[Machine]
+    # The agent's limits (a model whose fields say which way is stricter), or None.
+    Policy: ClassVar[type[BaseModel] | None] = None
+
+    def _init_trust(self) -> None:
+        self._approval = ApprovalSettings()
+        self._trust: TrustSnapshot | None = None  # None: an old run (HMAC) or no gates
+        self._refreshed_at: Any = None
+
+    async def admit(self, request: BaseModel) -> Any:
+        """Bring the tenant's roster and policy into the run; return the agent's limits
+        (the policy's, tightened by ``request``), or None for an agent without limits.
+
+        Refuses (the run fails at once, with the reason) an input that carries signing
+        settings or loosens a limit, and a tenant without a roster and policy.
+        """
+        legacy = getattr(request, "approvals", None)
+        if not workflow.patched(TRUST_PATCH):  # an old run, replaying: its old settings
+            self._use_approval_settings(legacy)
+            return None
+        if legacy is not None:
+            raise ApplicationError(
+                "the run's input carries `approvals` (a key or unsigned mode): who may approve "
+                "and whether unsigned decisions count belong to the deployment's roster and "
+                "policy (docs/approvals.md); start the run without it",
+                type="InputRefused", non_retryable=True)
+        self._trust = await self._load_trust()
+        self._refreshed_at = workflow.now()
+        limits = None
+        if self.Policy is not None:
+            limits = effective(self.Policy,
+                               self._trust.policy.agents.get(self.machine.name, {}), request)
+        if self._trust.policy.unsigned_allowed:
+            workflow.upsert_search_attributes([search.UNSIGNED_DECISIONS.value_set(True)])
+        return limits
+
+    async def _load_trust(self) -> TrustSnapshot:
+        try:
+            snapshot: TrustSnapshot = await workflow.execute_activity(
+                "load_trust", TrustRequest(tenant=workflow.info().namespace,
+                                           agent=self.machine.name),
+                result_type=TrustSnapshot, start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=TRUST_RETRY, summary="trust: the tenant's roster and policy")
+        except ActivityError as exc:
+            cause = exc.cause if exc.cause is not None else exc
+            raise ApplicationError(f"cannot load the tenant's roster and policy: "
+                                   f"{getattr(cause, 'message', cause)}", type="TrustMissing",
+                                   non_retryable=True) from None
+        return snapshot
+
+    def _use_approval_settings(self, settings: ApprovalSettings | None) -> None:
+        self._approval = settings or ApprovalSettings()
+        namespace = workflow.info().namespace
+        tenant = self._approval.tenant
+        if tenant and tenant != namespace and not workflow.unsafe.is_replaying():
+            raise ApplicationError(
+                f"the run's approval settings are for tenant {tenant!r} but the run is in "
+                f"namespace {namespace!r}", type="WrongTenant", non_retryable=True)
+        if self.machine.gates and self._approval.key is None and not self._approval.allow_unsigned:
+            # Without a key no decision could ever be accepted: refuse to start.
+            raise ApplicationError(
+                f"agent {self.machine.name!r} has approval gates but the run was started "
+                "without an approval key: start it with `tower run` (which derives one from "
+                "TOWER_APPROVAL_SECRET) or set approvals.allow_unsigned for a dev deployment",
+                type="MissingApprovalKey", non_retryable=True)

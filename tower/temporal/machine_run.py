@@ -1,0 +1,193 @@
+"""The one runtime loop every agent runs, whatever moves its machine.
+
+``MachineRun`` holds what every run has — the state, the transition log, the queries,
+the search attributes, the Web UI's current details, continue-as-new — and the loop:
+start (or go on from a carried state), then ``strategy.step`` until the machine is in a
+terminal, then ``strategy.settle`` (which may take the run out of FAILED again). What
+moves the machine is the strategy, a parameter: ``runtime.NodeDriven`` runs the current
+node and takes the move its route picks; ``event_runtime.EventDriven`` waits for an
+event and lets the guards decide. Each agent base (``AgentWorkflow``, ``EventWorkflow``)
+carries only the handlers its strategy can honour.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Protocol
+
+from pydantic import BaseModel
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+from tower.contract import search
+from tower.core.approval import pending_record
+from tower.core.carry import Carry, LogSummary, summarize
+from tower.core.cost import CallUsage, cost_report
+from tower.core.details import render_details
+from tower.core.engine import Transition, start
+from tower.core.graph import TERMINALS, Machine
+from tower.core.state import AgentState
+
+# Runs recorded before FAILED runs waited for an operator closed at once: they replay
+# down the old path (no marker in their history), new runs take the new one.
+DEAD_LETTER_PATCH = "tower-dead-letter"
+# Runs recorded before a pending gate was published in the memo replay without it.
+PENDING_MEMO_PATCH = "tower-pending-memo"
+# Runs recorded before the pending gate's role was a search attribute replay without it.
+GATE_ROLE_PATCH = "tower-gate-role"
+
+
+class Strategy(Protocol):
+    """What moves a machine: one step at a time, then what happens at a terminal."""
+
+    carries_over: bool  # may the run continue-as-new between steps
+
+    async def step(self, run: Any) -> None:
+        """Make (at most) one move; the run is not in a terminal."""
+
+    async def settle(self, run: Any) -> bool:
+        """The run reached a terminal: True to go on (it left FAILED), False to end."""
+
+
+class MachineRun:
+    """Base of every agent workflow. Subclasses set ``machine`` (``@agent`` does) and
+    ``Input``, and call ``run_machine`` with their strategy from ``@workflow.run``."""
+
+    machine: ClassVar[Machine]
+    Input: ClassVar[type[BaseModel]]
+    # Ordered model fallbacks for this agent; empty means the worker's list.
+    models: ClassVar[list[str]] = []
+    # Continue-as-new once the history has this many events, even before Temporal
+    # suggests it (None: only when suggested). Only agents with ``carry_input`` do.
+    continue_as_new_after: int | None = None
+    # Upsert the search attributes at every transition (one history event each) instead
+    # of only when the status changes, the run parks (``publish``) or it ends.
+    publish_every_step: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        self._state: AgentState | None = None
+        self._log: list[Transition] = []
+        self._carried: LogSummary | None = None
+        # The state after every step, kept only when a replay inspector asks for it
+        # (tower.testing.replay sets it to []): a live run keeps one state in memory.
+        self.trace: list[AgentState] | None = None
+        self._calls: list[CallUsage] = []
+        self._pending_memo: dict[str, Any] | None = None
+
+    async def run_machine(self, strategy: Strategy, state: AgentState, *,
+                          carried: LogSummary | None = None) -> AgentState:
+        """The loop. With ``carried`` (a run continued-as-new), ``state`` already stands
+        on its node: the run goes on from there, with no new START transition."""
+        if carried is None:
+            self._record(*start(self.machine, state, at=workflow.now(), event_id=event_id()))
+        elif workflow.info().continued_run_id is None:
+            # A carried state is the run's own, handed over by continue-as-new; from a
+            # client's start it would be a forged state (approvals, steps, anything).
+            raise ApplicationError("a carried state is accepted only from the run's own "
+                                   "continue-as-new, not in a new run's input",
+                                   type="InputRefused", non_retryable=True)
+        else:
+            self._state, self._carried = state, carried
+            self.publish()
+        while True:
+            while self.current.node not in TERMINALS:
+                if (strategy.carries_over and self.carry_over_due()
+                        and workflow.all_handlers_finished()):
+                    self.carry_over()
+                await strategy.step(self)
+            if not await strategy.settle(self):
+                return self.current
+
+    @property
+    def current(self) -> AgentState:
+        assert self._state is not None, "the run has not started"
+        return self._state
+
+    def carry_input(self, carry: Carry) -> Any | None:
+        """The input of this agent's next run, made from ``carry``; None (the default)
+        means this agent does not continue-as-new."""
+        return None
+
+    def carry_over_due(self) -> bool:
+        info = workflow.info()
+        limit = self.continue_as_new_after
+        return (info.is_continue_as_new_suggested()
+                or (limit is not None and info.get_current_history_length() >= limit))
+
+    def carry(self) -> Carry:
+        return Carry(state=self.current.model_dump(mode="json"),
+                     log=summarize(self._carried, self._log))
+
+    def carry_over(self) -> None:
+        """Continue-as-new with the state and the log summary, if this agent can. Call it
+        only once ``workflow.all_handlers_finished()``: a handler cut off loses its reply."""
+        args = self.carry_input(self.carry())
+        if args is None:
+            return None
+        self.publish()
+        workflow.continue_as_new(args)
+
+    def publish(self) -> None:
+        """Bring the run's search attributes up to date; upserts (one history event)
+        only the ones that changed. Call it before the run parks on a long wait."""
+        state = self.current
+        wanted: list[tuple[Any, Any]] = [
+                  (search.AGENT_NAME, self.machine.name), (search.AGENT_NODE, state.node),
+                  (search.AGENT_STATUS, state.status.value), (search.AGENT_STEP, state.step),
+                  (search.AGENT_COST_USD, state.usage.cost_usd),
+                  (search.AGENT_TOKENS, state.usage.tokens)]
+        if state.errors and workflow.patched(DEAD_LETTER_PATCH):  # why it failed, searchable
+            wanted.append((search.AGENT_ERROR, state.errors[-1][:256]))
+        pending = pending_record(state)
+        # Gated agents only: a run with no gate gets no marker and no attribute.
+        if self.machine.gates and workflow.patched(GATE_ROLE_PATCH):
+            wanted.append((search.AGENT_GATE_ROLE, pending.role if pending else ""))
+        have = workflow.info().typed_search_attributes
+        changed = [key.value_set(value) for key, value in wanted if have.get(key) != value]
+        if changed:
+            workflow.upsert_search_attributes(changed)
+        # A run waiting at a gate shows the request in its memo (None removes it once
+        # decided), so `tower pending` needs no worker; a run with no gate is untouched.
+        memo = search.pending_memo(pending)
+        if memo != self._pending_memo and workflow.patched(PENDING_MEMO_PATCH):
+            workflow.upsert_memo({search.PENDING_MEMO: memo})
+            self._pending_memo = memo
+
+    def _record(self, state: AgentState, transition: Transition) -> None:
+        before = self._state
+        self._state = state
+        self._log.append(transition)
+        if self.trace is not None:
+            self.trace.append(state)
+        # An upsert is a history event: spend it when the status changes or the run
+        # ends, not at every step (the live node is in the queries and current details).
+        if (self.publish_every_step or before is None or before.status != state.status
+                or state.node in TERMINALS):
+            self.publish()
+        workflow.set_current_details(
+            render_details(self.machine, state, transition, workflow.info().workflow_id))
+
+    @workflow.query(name="state")
+    def query_state(self) -> dict[str, Any]:
+        return self._state.model_dump(mode="json") if self._state else {}
+
+    @workflow.query(name="status")
+    def query_status(self) -> str:
+        return self._state.status.value if self._state else "STARTING"
+
+    @workflow.query(name="cost")
+    def query_cost(self) -> dict[str, Any]:
+        """Tokens and estimated dollars: the run's, each node's, each model call's."""
+        return cost_report(self._state, self._calls) if self._state else {}
+
+    @workflow.query(name="transitions")
+    def query_transitions(self) -> list[Transition]:
+        """This run's transitions; earlier runs of a continued thread are in ``log_summary``."""
+        return list(self._log)
+
+    @workflow.query(name="log_summary")
+    def query_log_summary(self) -> LogSummary:
+        return summarize(self._carried, self._log)
+
+
+def event_id() -> int:
+    return workflow.info().get_current_history_length()

@@ -1,0 +1,172 @@
+"""``NodeContext`` in-process: scripted model answers and tool answers, no server.
+
+The model is asked through the same ``ask_validated`` a worker uses (same request, same
+checks, same corrections); the answers come from scripts, not from an activity.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel, ValidationError
+
+from tower.contract.wire import (
+    Authority,
+    MessageRef,
+    ModelReply,
+    ModelRequest,
+    Reduction,
+    ToolCallRequest,
+    WindowRef,
+)
+from tower.core.asking import ask_validated, brief, model_request
+from tower.core.context import Answer
+from tower.core.cost import CallUsage
+from tower.core.errors import NodeFailed
+from tower.core.graph import Node
+from tower.core.state import Message, Usage
+
+T = TypeVar("T", bound=BaseModel)
+# What the model says to a request: content, or one tool call (the scripted model's shape).
+Script = Callable[[ModelRequest], "str | ToolCallRequest"]
+# A node's answers: a script, or a list of answers given in order (across its visits).
+ModelAnswers = Script | Sequence["str | ToolCallRequest"]
+# A tool's answer: a fixed result, a function of the arguments, or a function of the
+# arguments and the call's Authority (what the run's state allows a side effect).
+ToolAnswer = (Callable[[dict[str, Any]], dict[str, Any]]
+              | Callable[[dict[str, Any], Authority], dict[str, Any]] | Mapping[str, Any])
+TEST_MODEL = "scripted-test"
+
+
+class Stuck(NodeFailed):
+    """A node waited for something no one in the test will ever do."""
+
+
+class ScriptedContext:
+    """A node's world in a unit test. ``model``: node -> answers; ``tools``: tool -> answer
+    (a function of the arguments, or a fixed result); ``children``: child run -> result."""
+
+    def __init__(
+        self, agent: str, node: Node, step: int, *, model: Mapping[str, ModelAnswers],
+        tools: Mapping[str, ToolAnswer], run_id: str, now: datetime, host: Any = None,
+        children: Callable[[Any, Any], Any] | None = None, decision: str = "",
+    ) -> None:
+        self.agent, self.node, self.step = agent, node, step
+        self.decision = decision  # the approval of this node visit, as on a worker
+        self.authorities: list[Authority] = []  # what each tool call was allowed
+        self.calls: list[str] = []
+        self.usage = Usage()
+        self.model_calls: list[CallUsage] = []
+        self.requests: list[ModelRequest] = []  # what the model was asked, for assertions
+        self._model, self._tools, self._children = model, tools, children
+        self._run_id, self._now, self._host = run_id, now, host
+
+    @property
+    def run_id(self) -> str:
+        return self._run_id
+
+    @property
+    def host(self) -> Any:
+        return self._host
+
+    def now(self) -> datetime:
+        return self._now
+
+    async def wait(self, until: Callable[[], bool]) -> None:
+        if not until():
+            raise Stuck(f"{self.node.name} waits for something the test never does")
+
+    async def child(self, run: Any, arg: Any, *, id: str, memo: dict[str, Any]) -> Any:
+        if self._children is None:
+            raise NodeFailed(f"{self.node.name}: no children in this test (children=...)")
+        result = self._children(run, arg)
+        return await result if inspect.isawaitable(result) else result
+
+    @overload
+    async def ask(
+        self, messages: list[Message], *, schema: None = None,
+        max_corrections: int = 2, history: list[MessageRef] | None = None, keep: bool = False,
+    ) -> Answer[BaseModel]: ...
+
+    @overload
+    async def ask(
+        self, messages: list[Message], *, schema: type[T],
+        max_corrections: int = 2, history: list[MessageRef] | None = None, keep: bool = False,
+    ) -> Answer[T]: ...
+
+    async def ask(
+        self, messages: list[Message], *, schema: type[T] | None = None,
+        max_corrections: int = 2, history: list[MessageRef] | None = None, keep: bool = False,
+    ) -> Answer[T] | Answer[BaseModel]:
+        return await ask_validated(self.node, self._call_model, messages, schema=schema,
+                                   max_corrections=max_corrections)
+
+    async def ask_window(
+        self, messages: list[Message], window: WindowRef | None, *,
+        legacy: list[MessageRef] | None = None, summarise: Reduction | None = None,
+        max_corrections: int = 2,
+    ) -> Answer[BaseModel]:
+        """As on a worker, but the window is counted here, not stored: ``Answer.window``
+        has as many messages as were asked and answered (a summary resets it to one)."""
+        answer = await ask_validated(self.node, self._call_model, messages, schema=None,
+                                     max_corrections=max_corrections)
+        before = 0 if summarise else (window.messages if window else len(legacy or []))
+        count = before + (1 if summarise else len(messages) + 1)
+        answer.window = WindowRef(ref=f"test-window-{self.step}-{count}", messages=count,
+                                  tokens=count * 10)
+        return answer
+
+    def patched(self, change: str) -> bool:
+        return True  # a test runs the newest code path
+
+    async def tool(self, name: str, arguments: dict[str, Any],
+                   authority: Authority | None = None) -> dict[str, Any]:
+        if name not in self.node.tools:
+            raise NodeFailed(f"tool {name!r} is not available in state {self.node.name!r}")
+        spec = self.node.specs.get(name)
+        if spec is not None:
+            try:  # the tool activity refuses bad arguments the same way
+                spec.args.model_validate(arguments)
+            except ValidationError as exc:
+                raise NodeFailed(f"bad arguments for {name}: {brief(exc)}") from None
+        answer = self._tools.get(name)
+        if answer is None:
+            raise NodeFailed(f"no answer for tool {name!r} in this test (tools={{...}})")
+        # As on a worker: the approval of this visit is the context's, not the node's say.
+        authority = (authority or Authority()).model_copy(update={"decision_id": self.decision})
+        self.calls.append(f"tool:{name}")
+        self.authorities.append(authority)
+        if not callable(answer):
+            return dict(answer)
+        takes_authority = len(inspect.signature(answer).parameters) > 1
+        return dict(answer(arguments, authority) if takes_authority  # type: ignore[call-arg]
+                    else answer(arguments))  # type: ignore[call-arg]
+
+    async def _call_model(self, convo: list[Message], schema: type[BaseModel] | None
+                          ) -> ModelReply:
+        request = model_request(self.agent, self.node, convo, schema, [])
+        self.requests.append(request)
+        said = self._answer(request)
+        reply = (ModelReply(model=TEST_MODEL, tool_calls=[said])
+                 if isinstance(said, ToolCallRequest) else ModelReply(model=TEST_MODEL,
+                                                                      content=said))
+        reply.usage = Usage(calls=1)
+        self.calls.append(f"model:{TEST_MODEL}")
+        self.usage = self.usage + reply.usage
+        self.model_calls.append(CallUsage(step=self.step, node=self.node.name,
+                                          model=TEST_MODEL, usage=reply.usage))
+        return reply
+
+    def _answer(self, request: ModelRequest) -> str | ToolCallRequest:
+        answers = self._model.get(self.node.name)
+        if answers is None:
+            raise NodeFailed(f"no model answers for node {self.node.name!r} in this test")
+        if callable(answers):
+            return answers(request)
+        if not isinstance(answers, list) or not answers:
+            raise NodeFailed(f"node {self.node.name!r} asked the model more often than "
+                             "this test scripted")
+        return answers.pop(0)  # the runner's own copy: answers are used up across visits

@@ -1,0 +1,263 @@
+"""Run a node, or a whole machine, in-process: scripted model and tool answers, no server.
+
+The way a LangGraph user ``invoke``s a graph in a unit test: milliseconds, and the same
+engine a worker runs — ``start``, ``advance``, ``node_error``, the gates' ``open_gate`` /
+``close_gate`` and ``apply_event`` write the transition log, so the guards, budgets and
+log properties (``check_log``) are the real ones.
+
+    run = await run_agent(RefundAgent, RefundState(...), model={"reason": [...]},
+                          tools={"invoice_balance": {...}}, decisions=[approve("ann")])
+    assert run.path == ["START", "reason", "issue_refund", ...]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+from pydantic import ValidationError
+
+from tower.contract.decisions import Decision, GateStatus, Verdict
+from tower.core.approval import Gate, check_edits, pending_record
+from tower.core.context import NodeContext
+from tower.core.engine import Transition, advance, fail, node_error, start
+from tower.core.errors import NodeFailed, TowerError
+from tower.core.events import Event, apply_event
+from tower.core.gates import approving_decision, close_gate, needs_gate, open_gate
+from tower.core.graph import TERMINALS, Machine
+from tower.core.state import AgentState, Message, UpdateError, apply_update
+from tower.testing.context import ModelAnswers, ScriptedContext, Stuck, ToolAnswer
+
+S = TypeVar("S", bound=AgentState)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Said:
+    """A scripted decision for the next gate: ``approve(...)`` or ``reject(...)``."""
+
+    verdict: Verdict
+    by: str
+    role: str | None = None  # default: the role the gate asks for
+    edits: Mapping[str, Any] = field(default_factory=dict)
+    note: str = ""
+
+
+def approve(by: str, *, role: str | None = None, edits: Mapping[str, Any] | None = None,
+            note: str = "") -> Said:
+    return Said(Verdict.APPROVE, by, role, dict(edits or {}), note)
+
+
+def reject(by: str, note: str = "", *, role: str | None = None) -> Said:
+    return Said(Verdict.REJECT, by, role, {}, note)
+
+
+@dataclass
+class Run(Generic[S]):
+    """What happened: the final state and the transition log, as a worker would record."""
+
+    state: S
+    log: list[Transition]
+    contexts: list[ScriptedContext]  # one per node visit: calls and model requests
+
+    @property
+    def path(self) -> list[str]:
+        return [self.log[0].source, *(t.target for t in self.log)] if self.log else []
+
+
+async def run_node(agent: Any, node: str, state: AgentState, *,
+                   model: Mapping[str, ModelAnswers] | None = None,
+                   tools: Mapping[str, ToolAnswer] | None = None, host: Any = None,
+                   run_id: str = "test-run") -> tuple[dict[str, Any], ScriptedContext]:
+    """Run one node on ``state``: its update (not applied) and the context it used."""
+    machine = _machine(agent)
+    ctx = ScriptedContext(machine.name, machine.nodes[node], state.step,
+                          model=_answers(agent, model), tools=dict(tools or {}),
+                          run_id=run_id, now=T0, host=host)
+    return dict(await machine.nodes[node].fn(ctx, state)), ctx
+
+
+async def run_agent(
+    agent: Any, state: S, *, model: Mapping[str, ModelAnswers] | None = None,
+    tools: Mapping[str, ToolAnswer] | None = None, decisions: Iterable[Said] = (),
+    events: Iterable[Mapping[str, Any]] = (), host: Any = None,
+    children: Callable[[Any, Any], Any] | None = None, run_id: str = "test-run",
+    max_steps: int = 500,
+) -> Run[S]:
+    """Run ``agent`` (an ``@agent`` class, or a Machine) from START until it ends, parks at
+    a gate with no scripted decision left, or (event-driven) runs out of events.
+
+    ``model`` defaults to the agent's own scripts (``@agent(..., scripts=...)``). A gate
+    takes the next of ``decisions``; with none left it expires (its timeout route).
+    """
+    runner = _Runner(agent, run_id, _answers(agent, model), dict(tools or {}),
+                     list(decisions), [dict(e) for e in events], host, children)
+    state, first = start(runner.machine, state, at=T0, event_id=1)
+    runner.log.append(first)
+    event_driven = hasattr(agent, "EventModel")
+    while state.node not in TERMINALS and len(runner.log) < max_steps:
+        before = len(runner.log)
+        state = await (runner.event_step(state) if event_driven else runner.node_step(state))
+        if len(runner.log) == before:  # waiting for what the test did not script
+            break
+    return Run(state, runner.log, runner.contexts)
+
+
+class _Runner:
+    def __init__(self, agent: Any, run_id: str, model: Mapping[str, ModelAnswers],
+                 tools: Mapping[str, ToolAnswer], decisions: list[Said],
+                 events: list[dict[str, Any]], host: Any,
+                 children: Callable[[Any, Any], Any] | None) -> None:
+        self.agent, self.machine = agent, _machine(agent)
+        self.run_id, self.model, self.tools = run_id, model, tools
+        self.decisions, self.events, self.host, self.children = decisions, events, host, children
+        self.log: list[Transition] = []
+        self.contexts: list[ScriptedContext] = []
+        self.accepted: set[str] = set()
+        self.entered: set[int] = set()
+        # An event-driven agent says what an event changes (on_event): ask an instance of
+        # it, made outside any workflow (its constructor touches no Temporal API).
+        self.instance: Any = agent() if hasattr(agent, "EventModel") else None
+
+    def context(self, node: str, step: int, decision: str = "") -> ScriptedContext:
+        ctx = ScriptedContext(self.machine.name, self.machine.nodes[node], step,
+                              model=self.model, tools=self.tools, run_id=self.run_id,
+                              now=self.now(), host=self.host, children=self.children,
+                              decision=decision)
+        self.contexts.append(ctx)
+        return ctx
+
+    def now(self) -> datetime:
+        return T0 + timedelta(seconds=len(self.log))
+
+    def record(self, moved: tuple[S, Transition]) -> S:
+        self.log.append(moved[1])
+        return moved[0]
+
+    async def node_step(self, state: S) -> S:
+        gate = self.machine.gates.get(state.node)
+        if gate is not None and gate.when == "before" and needs_gate(state, gate):
+            return await self.hold(state, gate)
+        node = self.machine.nodes[state.node]
+        ctx = self.context(node.name, state.step, approving_decision(state, node.name))
+        at, eid = self.now(), len(self.log) + 1
+        try:
+            update = dict(await node.fn(ctx, state))
+        except Stuck:
+            return state  # parked: waiting for what the test did not script
+        except NodeFailed as exc:
+            spent = apply_update(state, _spent(node.name, ctx))
+            return self.record(node_error(self.machine, spent, node.name, str(exc), at=at,
+                                          event_id=eid, calls=ctx.calls))
+        update.update(_spent(node.name, ctx))
+        if gate is not None and gate.when == "after" and _gated_after(state, gate, update):
+            return await self.hold(state, gate, update, ctx.calls)
+        return self.record(advance(self.machine, state, node.name, update, at=at,
+                                   event_id=eid, calls=ctx.calls))
+
+    async def hold(self, state: S, gate: Gate, update: Mapping[str, Any] | None = None,
+                   calls: list[str] | None = None) -> S:
+        state = self.record(open_gate(self.machine, state, gate, at=self.now(),
+                                      event_id=len(self.log) + 1, update=update, calls=calls))
+        pending = pending_record(state)
+        if pending is None:
+            return state
+        if not self.decisions:
+            return self.close(state, gate, GateStatus.EXPIRED, gate.on_timeout,
+                              why="no decision scripted")
+        said = self.decisions.pop(0)
+        decision = Decision(
+            decision_id=f"d{len(self.log)}", tenant="test", run=self.run_id, gate=gate.name,
+            decision=said.verdict, approver=said.by, role=said.role or pending.role,
+            expires_at=pending.expires_at, note=said.note, edits=dict(said.edits))
+        problem = check_edits(gate, state, decision)
+        if decision.role != pending.role or problem:
+            raise TowerError(f"gate {gate.name} refuses the scripted decision: "
+                             f"{problem or f'role {decision.role!r} may not decide it'}")
+        if said.verdict == Verdict.REJECT:
+            return self.close(state, gate, GateStatus.REJECTED, gate.on_reject, decision)
+        return await self.approved(state, gate, decision)
+
+    async def approved(self, state: S, gate: Gate, decision: Decision) -> S:
+        if gate.recheck is not None:
+            ctx = self.context(gate.node, state.step)
+            stale = await gate.recheck(ctx, apply_update(state, decision.edits))
+            if stale:
+                assert gate.on_stale is not None
+                note = Message(role="system", content=f"The approved action was not carried "
+                               f"out because the world changed: {stale}. Plan again.")
+                return self.close(state, gate, GateStatus.STALE, gate.on_stale, decision,
+                                  why=stale, update={"messages": [note]})
+        state = self.close(state, gate, GateStatus.APPROVED, gate.node, decision,
+                           update=decision.edits)
+        if gate.when == "after" and state.node == gate.node:
+            state = self.record(advance(self.machine, state, gate.node, {}, at=self.now(),
+                                        event_id=len(self.log) + 1))
+        return state
+
+    def close(self, state: S, gate: Gate, status: GateStatus, target: str,
+              decision: Decision | None = None, *, why: str = "",
+              update: Mapping[str, Any] | None = None) -> S:
+        return self.record(close_gate(self.machine, state, gate, status, target=target,
+                                      at=self.now(), event_id=len(self.log) + 1,
+                                      decision=decision, why=why, update=update))
+
+    async def event_step(self, state: S) -> S:
+        """An event-driven machine: run the state's entry action once, then apply the next
+        event (the action's, else the test's) through the guards."""
+        raw, source, calls = None, "signal", []
+        if state.step not in self.entered:
+            self.entered.add(state.step)
+            ctx = self.context(state.node, state.step)
+            try:
+                data = await self.machine.nodes[state.node].fn(ctx, state)
+            except NodeFailed as exc:
+                return self.record(fail(self.machine, state, str(exc), at=self.now(),
+                                        event_id=len(self.log) + 1, calls=ctx.calls))
+            if data is not None:
+                raw = {**data, "step": state.step}
+                source, calls = f"action:{state.node}", ctx.calls
+        if raw is None:
+            if not self.events:
+                return state
+            raw = {"step": state.step, **self.events.pop(0)}
+        try:
+            parsed = self.agent.EventModel.model_validate(raw)
+            data = parsed.model_dump(mode="json", exclude={"step"}, exclude_defaults=True)
+            event = Event(step=parsed.step, data=data, source=source)
+            moved = apply_event(self.machine, state, event,
+                                dict(self.instance.on_event(state, parsed)),
+                                accepted=self.accepted, at=self.now(),
+                                event_id=len(self.log) + 1, calls=calls)
+        except (ValidationError, TowerError):
+            return state  # refused: nothing changes (the worker records why)
+        self.accepted.add(event.key)
+        return self.record(moved)
+
+
+def _machine(agent: Any) -> Machine:
+    return agent if isinstance(agent, Machine) else agent.machine
+
+
+def _answers(agent: Any, model: Mapping[str, ModelAnswers] | None) -> dict[str, ModelAnswers]:
+    if model is None:
+        model = dict(getattr(agent, "scripts", {}))  # the same scripts the scripted model uses
+    # Lists are copied: a run uses its answers up without touching the caller's.
+    return {node: list(a) if isinstance(a, list | tuple) else a for node, a in model.items()}
+
+
+def _spent(node: str, ctx: NodeContext) -> dict[str, Any]:
+    if not ctx.usage.calls:
+        return {}
+    return {"usage": ctx.usage, "node_usage": {node: ctx.usage}}
+
+
+def _gated_after(state: AgentState, gate: Gate, update: dict[str, Any]) -> bool:
+    try:
+        return needs_gate(apply_update(state, update), gate)
+    except UpdateError:
+        return False  # advance() fails the run with the reason
+
+
