@@ -70,8 +70,8 @@ def build_worker(
     return tower_worker(
         client, task_queue=task_queue, agents=agents,
         # The tenant's roster and policy: TOWER_TRUST_DIR (default .tower/trust).
-        activities=[model.call_model, *tools.activities(), Notifier().notify_gate,
-                    TrustLoader(trust_dir).load_trust],
+        activities=[model.call_model, *tools.activities(), TrustLoader(trust_dir).load_trust,
+                    Notifier(trust_dir).notify_gate],
         max_concurrent_activities=max_concurrent_activities,
         passthrough=PASSTHROUGH, **worker_options,
     )

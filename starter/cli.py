@@ -46,6 +46,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "approve": ("starter.cmd_approve:approve", "approve a run's pending gate (signed decision)"),
     "reject": ("starter.cmd_approve:reject", "reject a run's pending gate (signed decision)"),
     "keys": ("starter.cmd_keys:keys", "approvers' signing keys and the tenant's roster"),
+    "inbox": ("starter.cmd_inbox:command",
+              "the approvers' web inbox: list and decide runs waiting at gates"),
     "retry": ("starter.cmd_operator:retry", "retry a FAILED run from a named node"),
     "abort": ("starter.cmd_operator:abort", "close a FAILED run for good"),
     "cost": ("starter.cmd_cost:command", "a run's token usage and estimated cost"),

@@ -16,10 +16,11 @@ from activities.model import ModelSettings
 from starter.cmd_run import print_outcome
 from starter.connection import connect_config
 from starter.demo_gates import gated_runs
+from starter.demo_inbox import park_for_inbox, serve_inbox
 from starter.devprocess import server_if_needed
 from starter.live import follow
 from starter.output import json_option, tenant_option
-from starter.ui import run_link
+from starter.ui import run_link, ui_base
 from worker import build_worker
 from workflows.account import AccountRequest
 from workflows.lifecycle import LifecycleRequest
@@ -94,10 +95,15 @@ async def run(keep_server: bool, as_json: bool = False) -> int:
                 # Runs that pause at an approval gate and get a human decision.
                 for agent, run_id in await gated_runs(server.client, DEMO_QUEUE):
                     done(agent, run_id)
+                # With --keep-server, a refund and a migration stay for the inbox.
+                waiting = (await park_for_inbox(server.client, DEMO_QUEUE) if keep_server
+                           else [])
             if links:
                 print("\nWeb UI (each run, with its history and current details):")
                 for link in links:
                     print(f"  {link}")
+            if waiting:
+                serve_inbox(waiting, DEMO_QUEUE, base or ui_base(config["target_host"]))
             if server.started_here and not keep_server:
                 print("\nThe dev server this demo started is stopped now; its runs are kept "
                       "in .tower/temporal.sqlite. `tower dev` serves them again on the Web UI.")

@@ -93,6 +93,21 @@ class Browser:
         if not found.get("result", {}).get("value"):
             raise LookupError(f"no link or button labelled {label!r}")
 
+    def evaluate(self, expression: str) -> Any:
+        """The value of a JavaScript expression in the page (awaited if a promise)."""
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True,
+                           awaitPromise=True)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"script failed: {result['exceptionDetails']}")
+        return result.get("result", {}).get("value")
+
+    def fill(self, selector: str, value: str) -> None:
+        """Set the value of the form field matching ``selector``."""
+        js = (f"(() => {{ const el = document.querySelector({json.dumps(selector)});"
+              f" if (!el) return false; el.value = {json.dumps(value)}; return true; }})()")
+        if not self.evaluate(js):
+            raise LookupError(f"no form field matches {selector!r}")
+
     def screenshot(self, path: Path) -> None:
         data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,9 @@ its page says (exit 0, or the `error:`/`refused:` the page shows).
 
 A fresh setup: an empty working directory and tools database, the dev server's default
 namespace, a worker on the default task queue, and what `tower dev` prepares. Examples
-that start servers (dev, demo, codec-server, model-server; their own tests run them) or
-name a run only a previous output could have named (a generated id) are listed, not run.
+that start servers (dev, demo, codec-server, model-server, inbox; their own tests run
+them) or name a run only a previous output could have named (a generated id) are listed,
+not run.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from worker import build_worker
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-SERVERS = {"dev", "demo", "codec-server", "model-server"}
+SERVERS = {"dev", "demo", "codec-server", "model-server", "inbox"}
 PLACEHOLDER = re.compile(r"\b(RUN|AGENT|NAME|THREAD|PATH|NODE|FILE|ID)\b|…|\.\.\.")
 GENERATED = re.compile(r"\b[a-z]+-[0-9a-f]{6,8}\b|\b[0-9a-f]{8}-[0-9a-f]{4}-")
 # Pages whose commands run in a project of the reader's own, not on Tower's fresh setup:

@@ -38,6 +38,7 @@ from tower import (
     stricter,
 )
 from tower.contract.decisions import GateStatus
+from tower.contract.pending import EditLimit
 from tower.contract.wire import Authority
 
 with workflow.unsafe.imports_passed_through():
@@ -167,6 +168,10 @@ def proposal(state: RefundState) -> Mapping[str, Any]:
             "limit": f"${state.limit_cents / 100:,.2f}", "reason": state.refund_reason}
 
 
+def amount_limits(state: RefundState) -> Mapping[str, EditLimit]:
+    return {"amount_cents": EditLimit(min=1, max=state.planned_cents, rule="lower only")}
+
+
 def only_lower(state: RefundState, edits: Mapping[str, Any]) -> str | None:
     if not 0 < state.amount_cents <= state.planned_cents:
         return (f"amount_cents may only be lowered: between 1 and {state.planned_cents} "
@@ -220,7 +225,7 @@ GRAPH = (
         name="refund_review", role="manager",
         timeout=lambda s: timedelta(seconds=s.review_timeout_seconds),
         on_reject="decline", on_timeout="decline", applies=over_limit, proposal=proposal,
-        editable=("amount_cents",), check_edits=only_lower,
+        editable=("amount_cents",), check_edits=only_lower, limits=amount_limits,
         recheck=still_refundable, on_stale="reason"))
     .route("issue_refund", after_payment, {"confirm": "refund issued",
                                            "reason": "refused: less is refundable now",

@@ -18,11 +18,10 @@ AGENT_TOKENS = SearchAttributeKey.for_int("AgentTokens")
 # The latest error of a run (truncated): why a FAILED run failed, searchable.
 AGENT_ERROR = SearchAttributeKey.for_keyword("AgentError")
 
-# Memo key of a run waiting at a gate: the pending request (gate, role, expiry, proposal),
-# so `tower pending` lists it from visibility alone, with no worker answering a query.
+# Memo key of a run waiting at a gate: what approvers see of the pending request
+# (tower.contract.pending.PendingView), so `tower pending` and the inbox list it from
+# visibility alone, with no worker answering a query.
 PENDING_MEMO = "tower_pending_gate"
-# A proposal's values are cut to this many characters in the memo (the history has them).
-MEMO_VALUE_CHARS = 200
 # Set (true) on a run whose deployment accepts UNSIGNED decisions: a development setting.
 UNSIGNED_DECISIONS = SearchAttributeKey.for_bool("TowerUnsignedDecisions")
 
@@ -34,13 +33,3 @@ ALL: list[SearchAttributeKey[Any]] = [
     AGENT_NAME, AGENT_NODE, AGENT_STATUS, AGENT_STEP, AGENT_COST_USD, AGENT_TOKENS, AGENT_ERROR,
     AGENT_GATE_ROLE, UNSIGNED_DECISIONS]
 
-
-def pending_memo(record: Any) -> dict[str, Any] | None:
-    """The memo for a pending ``GateRecord`` (None: no gate is pending)."""
-    if record is None:
-        return None
-    data: dict[str, Any] = record.model_dump(
-        mode="json", include={"gate", "node", "when", "step", "role", "editable",
-                              "requested_at", "expires_at"})
-    data["proposal"] = {k: str(v)[:MEMO_VALUE_CHARS] for k, v in record.proposal.items()}
-    return data

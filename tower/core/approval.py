@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tower.contract.decisions import Decision, GateRecord, GateStatus, SignedDecision, Verdict
+from tower.contract.pending import EditLimit
 from tower.contract.trust import Claims, TrustSnapshot
 from tower.core.legacy_trust import canonical_time
 from tower.core.signing import SignatureRefused, authority, verify_decision
@@ -47,6 +48,8 @@ class Gate:
         check_edits: extra rule on the edits (e.g. the amount may only go down).
         recheck: runs on approval, may call tools; returns why the world changed.
         on_stale: where the run goes when ``recheck`` finds the state stale.
+        limits: the bounds of each editable field, from the state, for approvers' forms
+            (e.g. amount between 1 and the planned amount); ``check_edits`` enforces.
     """
 
     name: str
@@ -61,6 +64,7 @@ class Gate:
     check_edits: EditCheck | None = None
     recheck: Recheck | None = None
     on_stale: str | None = None
+    limits: Callable[[Any], Mapping[str, EditLimit]] | None = None
     node: str = ""  # set by Graph.gate
 
     @property

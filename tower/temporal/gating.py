@@ -28,7 +28,6 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tower.contract import search
 from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
 from tower.contract.notify import GateNotice
 from tower.core import legacy_trust
@@ -49,6 +48,7 @@ from tower.core.engine import Transition, advance
 from tower.core.errors import NodeFailed
 from tower.core.gates import close_gate, open_gate
 from tower.core.graph import FAILED, TERMINALS
+from tower.core.pending import short_values
 from tower.core.state import AgentState, Message, apply_update
 from tower.temporal.admission import Admission
 from tower.temporal.context import TemporalContext
@@ -134,8 +134,7 @@ class Gatekeeper(Admission):
         notice = GateNotice(tenant=self._tenant(), run=workflow.info().workflow_id,
                             agent=self.machine.name, gate=pending.gate, role=pending.role,
                             node=pending.node, expires_at=pending.expires_at,
-                            proposal={k: str(v)[:search.MEMO_VALUE_CHARS]
-                                      for k, v in pending.proposal.items()})
+                            proposal=short_values(pending.proposal))
         sent = workflow.start_activity(
             "notify_gate", notice, start_to_close_timeout=timedelta(seconds=20),
             retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),

@@ -25,6 +25,7 @@ from tower.core.cost import CallUsage, cost_report
 from tower.core.details import render_details
 from tower.core.engine import Transition, start
 from tower.core.graph import TERMINALS, Machine
+from tower.core.pending import pending_view
 from tower.core.state import AgentState
 
 # Runs recorded before FAILED runs waited for an operator closed at once: they replay
@@ -146,8 +147,10 @@ class MachineRun:
         if changed:
             workflow.upsert_search_attributes(changed)
         # A run waiting at a gate shows the request in its memo (None removes it once
-        # decided), so `tower pending` needs no worker; a run with no gate is untouched.
-        memo = search.pending_memo(pending)
+        # decided), so `tower pending` and the inbox need no worker; a run with no gate
+        # is untouched.
+        view = pending_view(self.machine, state)
+        memo = view.model_dump(mode="json") if view else None
         if memo != self._pending_memo and workflow.patched(PENDING_MEMO_PATCH):
             workflow.upsert_memo({search.PENDING_MEMO: memo})
             self._pending_memo = memo

@@ -1,0 +1,87 @@
+"""A decision form, read and checked before anything is signed or sent. Pure.
+
+The checks here give the approver a clear message early; the run checks everything
+again (role, signature, expiry, edit rules), so a form forged past them changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tower.contract.decisions import Verdict
+from tower.contract.pending import EditableField, PendingView
+
+MAX_NOTE = 1000
+
+
+class FormError(ValueError):
+    """The form cannot become a decision; nothing was sent."""
+
+
+@dataclass(frozen=True)
+class DecisionForm:
+    verdict: Verdict
+    note: str
+    edits: dict[str, Any] = field(default_factory=dict)
+
+
+def read_form(form: Mapping[str, str], view: PendingView) -> DecisionForm:
+    """The verdict, note and changed editable fields of a posted form."""
+    try:
+        verdict = Verdict(form.get("verdict", ""))
+    except ValueError:
+        raise FormError("choose approve or reject") from None
+    note = form.get("note", "").strip()
+    if len(note) > MAX_NOTE:
+        raise FormError(f"the note is longer than {MAX_NOTE} characters")
+    if form.get("gate") != view.gate:
+        raise FormError(f"this form is for gate {form.get('gate')!r}; the run now waits at "
+                        f"{view.gate!r}: reload the page")
+    edits: dict[str, Any] = {}
+    if verdict == Verdict.APPROVE:
+        for f in view.fields:
+            raw = form.get(f"edit.{f.name}")
+            if raw is None or raw.strip() == "":
+                continue
+            value = parse_value(f, raw.strip())
+            if value != f.value:
+                edits[f.name] = value
+    unknown = sorted(k[5:] for k in form if k.startswith("edit.")
+                     and k[5:] not in {f.name for f in view.fields})
+    if unknown:
+        raise FormError(f"field(s) {', '.join(unknown)} are not editable at gate {view.gate!r}")
+    return DecisionForm(verdict, note, edits)
+
+
+def parse_value(f: EditableField, raw: str) -> Any:
+    """``raw`` as the field's type, within its limits."""
+    try:
+        value: Any
+        if f.type == "int":
+            value = int(raw)
+        elif f.type == "float":
+            value = float(raw)
+            if not math.isfinite(value):
+                raise ValueError(raw)
+        elif f.type == "bool":
+            value = raw.lower() in ("1", "true", "on", "yes")
+        else:
+            value = raw
+    except ValueError:
+        raise FormError(f"{f.name}: {raw!r} is not a valid {f.type}") from None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        low, high = f.limit.min, f.limit.max
+        if (low is not None and value < low) or (high is not None and value > high):
+            rule = f" ({f.limit.rule})" if f.limit.rule else ""
+            raise FormError(f"{f.name} must be between {_num(low)} and {_num(high)}{rule}; "
+                            f"got {_num(value)}")
+    return value
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "any"
+    return str(int(value)) if float(value).is_integer() else str(value)

@@ -1,0 +1,28 @@
+// Live updates without polling storms: one small request every few seconds (the server
+// answers them from a one-second cache of Temporal's visibility), for at most 30 minutes.
+(function () {
+  const el = document.getElementById("live");
+  if (!el) return;
+  const url = el.dataset.live === "run"
+    ? "/api/changes?run=" + encodeURIComponent(el.dataset.run) : "/api/changes";
+  const started = Date.now();
+  async function poll() {
+    if (Date.now() - started > 30 * 60 * 1000) return;
+    try {
+      const r = await fetch(url, {credentials: "same-origin"});
+      if (r.ok) {
+        const data = await r.json();
+        if (data.fingerprint !== el.dataset.fingerprint) {
+          if (el.dataset.live === "list") { location.reload(); return; }
+          const note = document.getElementById("changed");
+          note.textContent = data.message || "This run changed: reload the page.";
+          note.hidden = false;
+          document.querySelectorAll("form.decide button").forEach(b => { b.disabled = true; });
+          el.dataset.fingerprint = data.fingerprint;
+        }
+      }
+    } catch (e) { /* the next poll tries again */ }
+    setTimeout(poll, 2000);
+  }
+  setTimeout(poll, 2000);
+})();

@@ -1,0 +1,76 @@
+"""What the inbox tests share: known accounts, a served inbox, a parked refund."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from gatekit import new_id, refund_request, wait_pending
+from temporalio.client import Client, WorkflowHandle
+
+from activities.trust import trust_dir
+from starter.inbox.app import InboxConfig
+from starter.inbox.identity import Account, Accounts, hash_password
+from starter.inbox.server import serving
+from starter.inbox.visibility import waiting_run
+from starter.keys import load_key
+from starter.trust_files import enrol
+from workflows.refund import RefundAgent
+
+PASSWORD = "correct horse"
+ROLES = {"alice": ("manager",), "bob": ("manager",), "dave": ("dba",), "carol": ("support",)}
+_HASH = hash_password(PASSWORD)
+ACCOUNTS = Accounts({name: Account(_HASH, roles) for name, roles in ROLES.items()})
+
+
+def issuer(client: Client, name: str = "inbox",
+           vouches_for: tuple[str, ...] = ("manager", "dba")) -> dict[str, Any]:
+    """The inbox's issuer key, in the tenant's roster (enrol it before runs start: a run
+    reads the roster as it starts)."""
+    enrol(trust_dir(), client.namespace, name, vouches_for=list(vouches_for))
+    return load_key(name)
+
+
+def config(client: Client, **kw: Any) -> InboxConfig:
+    return InboxConfig(tenant=client.namespace, session_secret="test-session-secret",
+                       accounts=kw.pop("accounts", ACCOUNTS),
+                       issuer=kw.pop("issuer", None) or issuer(client), **kw)
+
+
+@contextlib.asynccontextmanager
+async def inbox(client: Client, **kw: Any) -> AsyncIterator[str]:
+    async with serving(kw.pop("config", None) or config(client, **kw), client) as url:
+        yield url
+
+
+async def park_refund(client: Client, task_queue: str, **kw: Any) -> WorkflowHandle[Any, Any]:
+    """A refund waiting at its gate, visible to the inbox (memo published)."""
+    issuer(client)
+    run = new_id("refund-inbox")
+    handle = await client.start_workflow(RefundAgent.run, refund_request(client, run, **kw),
+                                         id=run, task_queue=task_queue)
+    await wait_pending(handle)
+    async with asyncio.timeout(30):
+        while (await waiting_run(client, run))[1] is None:
+            await asyncio.sleep(0.1)
+    return handle
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, html[:2000]
+    return found.group(1)
+
+
+async def signed_in(url: str, name: str) -> httpx.AsyncClient:
+    """An HTTP session signed in as ``name`` (the caller closes it)."""
+    session = httpx.AsyncClient(base_url=url, follow_redirects=False, timeout=60)
+    page = await session.get("/login")
+    reply = await session.post("/login", data={"name": name, "password": PASSWORD,
+                                               "csrf": csrf_of(page.text)})
+    assert reply.status_code == 303, reply.text
+    return session

@@ -1,0 +1,152 @@
+"""The inbox in headless Chromium, on the real dev server with a real worker.
+
+A manager sees only the refunds a manager may decide, lowers one and approves it, and
+the run pays the lowered amount; a second manager's page says "already decided" when
+another approver decides first, and posting anyway is refused; an approver without the
+role gets no button and a forged post (with or without the CSRF token) is refused; a
+DBA rejects a destructive migration. Screenshots of the list and the decision page go
+to test-artifacts/ (copied to docs/ for docs/inbox.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gatekit import decide, make_shop, new_id, refunds, snapshot, wait_pending
+from headless import Browser, chromium_path
+from inboxkit import PASSWORD, inbox, park_refund
+from temporalio.client import Client
+
+from activities.model import ModelSettings
+from starter.inbox.visibility import waiting_run
+from worker import build_worker
+from workflows.migration import MigrationAgent, MigrationRequest
+
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+DROP = "ALTER TABLE customers DROP COLUMN fax;\nDROP TABLE legacy_notes;"
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Browser]:
+    executable = chromium_path()
+    if executable is None:
+        pytest.skip("chromium is not installed (`apt-get install chromium`; .ci/run does)")
+    b = Browser(tmp_path / "profile", executable)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+async def sync(fn: Any, *args: Any, **kw: Any) -> Any:
+    # The inbox and the worker answer on this event loop: drive the browser from a thread.
+    return await asyncio.to_thread(fn, *args, **kw)
+
+
+async def sign_in(b: Browser, url: str, name: str) -> str:
+    await sync(b.open, f"{url}/login")
+    await sync(b.wait_for_text, "Sign in", "Password")
+    await sync(b.fill, "input[name=name]", name)
+    await sync(b.fill, "input[name=password]", PASSWORD)
+    await sync(b.click_text, "Sign in")
+    text: str = await sync(b.wait_for_text, "Waiting for your decision", f"{name} · roles")
+    return text
+
+
+async def sign_out(b: Browser) -> None:
+    await sync(b.click_text, "Sign out")
+    await sync(b.wait_for_text, "Password")
+
+
+async def park_migration(client: Client, task_queue: str) -> Any:
+    run = new_id("migration-inbox")
+    request = MigrationRequest(database="shop", script=DROP)
+    handle = await client.start_workflow(MigrationAgent.run, request, id=run,
+                                         task_queue=task_queue)
+    await wait_pending(handle)
+    while (await waiting_run(client, run))[1] is None:
+        await asyncio.sleep(0.1)
+    return handle
+
+
+def post_from_page(run: str, with_token: bool) -> str:
+    """A form post forged in the page's own script: the session cookie goes along."""
+    token = ("document.querySelector('input[name=csrf]').value" if with_token else "''")
+    return (f"fetch('/runs/{run}/decide', {{method: 'POST', body: new URLSearchParams("
+            f"{{verdict: 'approve', gate: 'refund_review', csrf: {token}}})}})"
+            ".then(async r => [r.status, await r.text()])")
+
+
+async def test_approvers_decide_in_the_browser(
+    client: Client, task_queue: str, db_path: Path, browser: Browser
+) -> None:
+    b = browser
+    make_shop(db_path)
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()), inbox(client, web_ui="http://ui.test") as url:
+        first, second, third = [await park_refund(client, task_queue) for _ in range(3)]
+        migration = await park_migration(client, task_queue)
+
+        # A manager sees the refunds, not the migration; lowers one and approves it.
+        listing = await sign_in(b, url, "alice")
+        assert all(h.id in listing for h in (first, second, third))
+        assert migration.id not in listing and "dba_review" not in listing
+        await sync(b.screenshot, ARTIFACTS / "inbox-list.png")
+        await sync(b.open, f"{url}/runs/{first.id}")
+        page = await sync(b.wait_for_text, "Gate refund_review", "lower only", "Approve",
+                          "waiting here", "invoice_balance")
+        assert "between 1 and 120000" in page and "open in the Temporal Web UI" in page
+        await sync(b.screenshot, ARTIFACTS / "inbox-decision.png")
+        await sync(b.fill, "input[name='edit.amount_cents']", "90000")
+        await sync(b.fill, "textarea[name=note]", "partial refund agreed")
+        await sync(b.click_text, "Approve")
+        await sync(b.wait_for_text, "Gate refund_review: approved")
+        state = await first.result()
+        assert state.status == "DONE" and state.amount_cents == 90000
+        await sync(b.open, f"{url}/runs/{first.id}")
+        await sync(b.wait_for_text, "not waiting for a decision", "approved by alice",
+                   "Your refund of $900.00 has been issued")
+        assert ("INV-2004", 90000) in refunds(db_path)
+
+        # A race: bob decides the second refund while alice's page is open on it.
+        await sync(b.open, f"{url}/runs/{second.id}")
+        await sync(b.wait_for_text, "Approve")
+        pending = (await wait_pending(second))["pending"]
+        await decide(client, second, pending, approver="bob")
+        await sync(b.wait_for_text, "already decided", "approved by bob", seconds=30)
+        assert await sync(b.evaluate, "document.querySelector('button.approve').disabled")
+        await sync(b.evaluate, "document.querySelector('form.decide').submit()")
+        await sync(b.wait_for_text, "approved by bob", "Nothing was sent")
+        await sign_out(b)
+
+        # No role, no button; a forged post is refused with and without the CSRF token.
+        before = await snapshot(third)
+        listing = await sign_in(b, url, "carol")
+        assert third.id not in listing
+        await sync(b.open, f"{url}/runs/{third.id}")
+        await sync(b.wait_for_text, "may not decide this gate")
+        assert not await sync(b.evaluate, "!!document.querySelector('button.approve')")
+        status, text = await sync(b.evaluate, post_from_page(third.id, with_token=True))
+        assert status == 403 and "needs role manager; carol holds support" in text
+        status, text = await sync(b.evaluate, post_from_page(third.id, with_token=False))
+        assert status == 403 and "CSRF token is missing or wrong" in text
+        assert await snapshot(third) == before
+        await sign_out(b)
+
+        # A DBA sees the migration only, and rejects it.
+        listing = await sign_in(b, url, "dave")
+        assert migration.id in listing and third.id not in listing
+        await sync(b.open, f"{url}/runs/{migration.id}")
+        await sync(b.wait_for_text, "Gate dba_review", "DROP TABLE legacy_notes")
+        await sync(b.fill, "textarea[name=note]", "keep the fax numbers")
+        await sync(b.click_text, "Reject")
+        await sync(b.wait_for_text, "Gate dba_review: rejected")
+        result = await migration.result()
+        assert not result.applied
+        assert json.dumps(result.report).find("rejected by dave: keep the fax numbers") > 0
+        await third.terminate("test over")

@@ -1,0 +1,178 @@
+"""The inbox over plain HTTP on the real dev server: sign-in, sessions, CSRF, roles,
+forged posts, the trusted-proxy header. Every refused request leaves the run waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import httpx
+from gatekit import refunds, snapshot
+from inboxkit import PASSWORD, config, csrf_of, inbox, issuer, park_refund, signed_in
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.model import ModelSettings
+from starter.inbox.identity import ProxyAuth
+from worker import build_worker
+
+
+def worker(client: Client, task_queue: str, db_path: Path) -> Worker:
+    return build_worker(client, task_queue=task_queue, db_path=db_path, models=ModelSettings())
+
+
+async def test_sign_in_session_cookie_and_csrf(client: Client, task_queue: str,
+                                               db_path: Path) -> None:
+    async with worker(client, task_queue, db_path), inbox(client) as url:
+        handle = await park_refund(client, task_queue)
+        async with httpx.AsyncClient(base_url=url) as anon:
+            assert (await anon.get("/")).status_code == 303  # to the sign-in page
+            page = await anon.get("/login")
+            bad = await anon.post("/login", data={"name": "alice", "password": "nope",
+                                                  "csrf": csrf_of(page.text)})
+            assert bad.status_code == 401 and "wrong password" in bad.text
+            no_token = await anon.post("/login", data={"name": "alice", "password": PASSWORD})
+            assert no_token.status_code == 403
+            ok = await anon.post("/login", data={"name": "alice", "password": PASSWORD,
+                                                 "csrf": csrf_of(page.text)})
+            cookie = ok.headers["set-cookie"].lower()
+            assert ok.status_code == 303 and "tower_inbox=" in cookie
+            assert "httponly" in cookie and "samesite=lax" in cookie
+            assert "secure" not in cookie  # plain HTTP here; see the TLS test below
+        alice = await signed_in(url, "alice")
+        try:
+            page = await alice.get(f"/runs/{handle.id}")
+            assert page.status_code == 200 and "Approve" in page.text
+            assert "default-src 'none'" in page.headers["content-security-policy"]
+            before = await snapshot(handle)
+            # A decision without the CSRF token, then with a wrong one: refused, unsent.
+            form = {"verdict": "approve", "gate": "refund_review"}
+            for token in (None, "forged-token"):
+                data = form if token is None else {**form, "csrf": token}
+                reply = await alice.post(f"/runs/{handle.id}/decide", data=data)
+                assert reply.status_code == 403 and "CSRF token" in reply.text
+            # Out of range: above the planned amount.
+            reply = await alice.post(f"/runs/{handle.id}/decide", data={
+                **form, "csrf": csrf_of(page.text), "edit.amount_cents": "130000"})
+            assert reply.status_code == 400
+            assert "amount_cents must be between 1 and 120000 (lower only)" in reply.text
+            assert await snapshot(handle) == before
+        finally:
+            await alice.aclose()
+        await handle.terminate("test over")
+
+
+async def test_an_approver_without_the_role_gets_no_button_and_a_forged_post_is_refused(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    async with worker(client, task_queue, db_path), inbox(client) as url:
+        handle = await park_refund(client, task_queue)
+        carol = await signed_in(url, "carol")  # support: not a manager
+        try:
+            listing = await carol.get("/")
+            assert handle.id not in listing.text and "Nothing is waiting" in listing.text
+            page = await carol.get(f"/runs/{handle.id}")
+            assert "may not decide this gate" in page.text and 'value="approve"' not in page.text
+            before = await snapshot(handle)
+            forged = await carol.post(f"/runs/{handle.id}/decide", data={
+                "verdict": "approve", "gate": "refund_review", "csrf": csrf_of(page.text)})
+            assert forged.status_code == 403
+            assert "needs role manager; carol holds support" in forged.text
+            assert await snapshot(handle) == before
+        finally:
+            await carol.aclose()
+        await handle.terminate("test over")
+
+
+async def test_a_trusted_proxy_header_signs_in_only_from_the_proxy(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    roles = {"alice@example.com": ("manager",)}
+    trusted = config(client, accounts=None,
+                     proxy=ProxyAuth("X-Forwarded-User", frozenset({"127.0.0.1"}), roles))
+    untrusted = config(client, accounts=None,
+                       proxy=ProxyAuth("X-Forwarded-User", frozenset({"10.0.0.9"}), roles))
+    async with worker(client, task_queue, db_path):
+        handle = await park_refund(client, task_queue)
+        async with inbox(client, config=trusted) as url, httpx.AsyncClient(base_url=url) as web:
+            assert (await web.get("/")).status_code == 401  # no header: nobody
+            unknown = await web.get("/", headers={"X-Forwarded-User": "mallory"})
+            assert unknown.status_code == 401  # not in the role map
+            page = await web.get("/", headers={"X-Forwarded-User": "alice@example.com"})
+            assert page.status_code == 200 and handle.id in page.text
+            assert "alice@example.com · roles: manager" in page.text
+        async with inbox(client, config=untrusted) as url, httpx.AsyncClient(base_url=url) as web:
+            # The header from a connection that is not the proxy's proves nothing.
+            spoofed = await web.get("/", headers={"X-Forwarded-User": "alice@example.com"})
+            assert spoofed.status_code == 401
+        await handle.terminate("test over")
+
+
+async def test_the_session_cookie_is_secure_when_served_over_tls(client: Client) -> None:
+    async with inbox(client, secure_cookies=True) as url, \
+            httpx.AsyncClient(base_url=url) as web:
+        page = await web.get("/login")
+        assert "; secure" in page.headers["set-cookie"].lower()
+
+
+async def test_a_stale_recheck_and_an_expired_request_are_shown(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    async with worker(client, task_queue, db_path), inbox(client) as url:
+        stale = await park_refund(client, task_queue)
+        expiring = await park_refund(client, task_queue, review_timeout_seconds=2)
+        alice = await signed_in(url, "alice")
+        try:
+            page = await alice.get(f"/runs/{stale.id}")
+            # While alice reads, someone else refunds $1,500 of the $2,400 invoice.
+            with sqlite3.connect(db_path) as db:
+                db.execute("INSERT INTO refunds VALUES ('rf_other','INV-2004',150000,'x','k')")
+            reply = await alice.post(f"/runs/{stale.id}/decide", data={
+                "verdict": "approve", "gate": "refund_review", "csrf": csrf_of(page.text)})
+            assert reply.status_code == 200, reply.text
+            assert "Gate refund_review: stale. The re-check found the world changed" in reply.text
+            assert "$900.00 refundable now" in reply.text and "went back to reason" in reply.text
+            assert refunds(db_path) == [("INV-2004", 150000)]  # nothing paid on the stale plan
+            # The run re-planned and asks again; the page shows the earlier decision.
+            again = await alice.get(f"/runs/{stale.id}")
+            for _ in range(100):
+                if "Earlier decisions" in again.text:
+                    break
+                await asyncio.sleep(0.2)
+                again = await alice.get(f"/runs/{stale.id}")
+            assert "refund_review: stale by alice (manager)" in again.text
+            assert 'value="90000"' in again.text
+            # The other request expires while its page is open; deciding it is refused.
+            page = await alice.get(f"/runs/{expiring.id}")
+            assert (await expiring.result()).status == "DONE"
+            reply = await alice.post(f"/runs/{expiring.id}/decide", data={
+                "verdict": "approve", "gate": "refund_review", "csrf": csrf_of(page.text)})
+            assert reply.status_code == 409
+            assert "no longer waiting for a decision (gate refund_review: expired" in reply.text
+        finally:
+            await alice.aclose()
+        await stale.terminate("test over")
+
+
+async def test_the_run_refuses_a_role_the_inbox_issuer_may_not_vouch_for(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    # This inbox's roster entry vouches for DBAs only; alice is a manager in the inbox.
+    dba_only = issuer(client, "inbox-dba-only", vouches_for=("dba",))
+    async with worker(client, task_queue, db_path), \
+            inbox(client, issuer=dba_only) as url:
+        handle = await park_refund(client, task_queue)
+        alice = await signed_in(url, "alice")
+        try:
+            page = await alice.get(f"/runs/{handle.id}")
+            before = await snapshot(handle)
+            reply = await alice.post(f"/runs/{handle.id}/decide", data={
+                "verdict": "approve", "gate": "refund_review", "csrf": csrf_of(page.text)})
+            assert reply.status_code == 409
+            assert "Refused by the run" in reply.text
+            assert "issuer inbox-dba-only may not vouch for role" in reply.text
+            assert await snapshot(handle) == before
+        finally:
+            await alice.aclose()
+        await handle.terminate("test over")

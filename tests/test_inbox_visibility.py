@@ -1,0 +1,66 @@
+"""A run parked at a gate publishes what approvers need to visibility: the inbox lists it
+by role from search attributes and memo alone, with no worker answering queries."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from gatekit import decide, new_id, refund_request, wait_pending
+from temporalio.client import Client
+
+from activities.model import ModelSettings
+from starter.inbox.visibility import role_query, waiting_run, waiting_runs
+from tower.contract import search
+from worker import build_worker
+from workflows.refund import RefundAgent
+
+
+async def _listed(client: Client, roles: list[str], run: str, present: bool) -> list:
+    async with asyncio.timeout(30):
+        while True:  # visibility is eventually consistent
+            found = await waiting_runs(client, roles)
+            if any(w.run == run for w in found) == present:
+                return found
+            await asyncio.sleep(0.2)
+
+
+async def test_parked_refund_is_listed_for_managers_without_a_worker(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    run = new_id("refund-inbox")
+    worker = build_worker(client, task_queue=task_queue, db_path=db_path, models=ModelSettings())
+    async with worker:
+        handle = await client.start_workflow(RefundAgent.run, refund_request(client, run),
+                                             id=run, task_queue=task_queue)
+        await wait_pending(handle)
+    # The worker is gone: nothing answers queries, the inbox still sees the request.
+    found = await _listed(client, ["manager"], run, present=True)
+    view = next(w.view for w in found if w.run == run)
+    assert (view.agent, view.gate, view.role, view.node) == (
+        "refund", "refund_review", "manager", "issue_refund")
+    assert view.proposal["amount_cents"] == "120000" and view.expires_at > view.requested_at
+    assert view.editable == ["amount_cents"]  # what `tower pending` shows
+    [field] = view.fields
+    assert (field.name, field.type, field.value) == ("amount_cents", "int", 120000)
+    assert (field.limit.min, field.limit.max, field.limit.rule) == (1, 120000, "lower only")
+    assert run not in [w.run for w in await waiting_runs(client, ["dba"])]
+    status, single = await waiting_run(client, run)
+    assert single == view
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        info = await wait_pending(handle)
+        await decide(client, handle, info["pending"], edits={"amount_cents": 90000})
+        await handle.result()
+    # Decided: the role and the memo are cleared, the run leaves every inbox.
+    await _listed(client, ["manager"], run, present=False)
+    described = await handle.describe()
+    assert described.typed_search_attributes.get(search.AGENT_GATE_ROLE) == ""
+    assert search.PENDING_MEMO not in await described.memo()
+
+
+def test_role_names_are_checked_before_they_reach_the_query() -> None:
+    assert role_query([]) is None
+    assert role_query(["x' OR 'a'='a"]) is None
+    query = role_query(["manager", "dba", "manager"])
+    assert query is not None and "IN ('dba', 'manager')" in query

@@ -1,0 +1,60 @@
+"""Build a run's ``PendingView`` (what approvers see) from its machine and state. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tower.contract.decisions import GateStatus
+from tower.contract.pending import (
+    MAX_EARLIER,
+    MAX_TEXT,
+    EarlierDecision,
+    EditableField,
+    EditLimit,
+    PendingView,
+)
+from tower.core.approval import pending_record
+from tower.core.graph import Machine
+from tower.core.state import AgentState
+
+_TYPES = {int: "int", float: "float", str: "str", bool: "bool"}
+
+
+def pending_view(machine: Machine, state: AgentState) -> PendingView | None:
+    """The pending request of ``state`` as approvers see it, or None when nothing waits."""
+    record = pending_record(state)
+    if record is None:
+        return None
+    gate = machine.gate_named(record.gate)
+    limits = dict(gate.limits(state)) if gate is not None and gate.limits else {}
+    fields = [EditableField(name=name, type=field_type(machine, name),
+                            value=getattr(state, name, None),
+                            limit=limits.get(name, EditLimit()))
+              for name in record.editable]
+    earlier = [EarlierDecision(
+        gate=r.gate, status=r.status.value, requested_at=r.requested_at,
+        reason=short(r.reason), approver=r.decision.approver if r.decision else "",
+        role=r.decision.role if r.decision else "",
+        note=short(r.decision.note) if r.decision else "")
+        for r in state.approvals if r.status != GateStatus.PENDING][-MAX_EARLIER:]
+    return PendingView(
+        agent=machine.name, node=record.node, gate=record.gate, when=record.when,
+        role=record.role, step=record.step, requested_at=record.requested_at,
+        expires_at=record.expires_at, editable=list(record.editable), fields=fields,
+        earlier=earlier, proposal=short_values(record.proposal))
+
+
+def field_type(machine: Machine, name: str) -> Any:
+    """The input type of a state field: int, float, str or bool (str when unsure)."""
+    info = machine.state_type.model_fields.get(name)
+    return _TYPES.get(info.annotation, "str") if info is not None else "str"  # type: ignore[arg-type]
+
+
+def short_values(values: Mapping[str, Any]) -> dict[str, str]:
+    """``values`` as text, each cut to ``MAX_TEXT`` characters (the history has them whole)."""
+    return {k: short(str(v)) for k, v in values.items()}
+
+
+def short(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"
