@@ -176,3 +176,21 @@ async def test_the_run_refuses_a_role_the_inbox_issuer_may_not_vouch_for(
         finally:
             await alice.aclose()
         await handle.terminate("test over")
+
+
+async def test_what_a_requester_wrote_is_shown_as_text_never_as_markup(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    attack = "Please refund $1,200 on invoice INV-2004 <script>alert('x')</script><img src=x>"
+    async with worker(client, task_queue, db_path), inbox(client) as url:
+        handle = await park_refund(client, task_queue, message=attack)
+        alice = await signed_in(url, "alice")
+        try:
+            listing = (await alice.get("/")).text
+            page = (await alice.get(f"/runs/{handle.id}")).text
+        finally:
+            await alice.aclose()
+        await handle.terminate("test over")
+    for html in (listing, page):
+        assert "&lt;script&gt;alert(" in html  # the proposal's reason, escaped
+        assert "<script>alert(" not in html and "<img src=x>" not in html
