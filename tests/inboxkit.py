@@ -36,7 +36,8 @@ def issuer(client: Client, name: str = "inbox",
 
 
 def config(client: Client, **kw: Any) -> InboxConfig:
-    return InboxConfig(tenant=client.namespace, session_secret="test-session-secret",
+    return InboxConfig(tenant=kw.pop("tenant", client.namespace),
+                       session_secret="test-session-secret",
                        accounts=kw.pop("accounts", ACCOUNTS),
                        issuer=kw.pop("issuer", None) or issuer(client), **kw)
 
@@ -58,6 +59,14 @@ async def park_refund(client: Client, task_queue: str, **kw: Any) -> WorkflowHan
         while (await waiting_run(client, run))[1] is None:
             await asyncio.sleep(0.1)
     return handle
+
+
+def decision_form(html: str, **fields: str) -> dict[str, str]:
+    """The hidden fields of a decision page's form (CSRF token, gate, request), and
+    ``fields``: what a browser posts."""
+    hidden = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', html))
+    assert {"csrf", "gate", "request"} <= set(hidden), html[:2000]
+    return {**hidden, **fields}
 
 
 def csrf_of(html: str) -> str:

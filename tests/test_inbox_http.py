@@ -9,12 +9,22 @@ from pathlib import Path
 
 import httpx
 from gatekit import refunds, snapshot
-from inboxkit import PASSWORD, config, csrf_of, inbox, issuer, park_refund, signed_in
+from inboxkit import (
+    PASSWORD,
+    config,
+    csrf_of,
+    decision_form,
+    inbox,
+    issuer,
+    park_refund,
+    signed_in,
+)
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.model import ModelSettings
 from starter.inbox.identity import ProxyAuth
+from starter.inbox.visibility import waiting_run
 from worker import build_worker
 
 
@@ -47,20 +57,32 @@ async def test_sign_in_session_cookie_and_csrf(client: Client, task_queue: str,
             assert "default-src 'none'" in page.headers["content-security-policy"]
             before = await snapshot(handle)
             # A decision without the CSRF token, then with a wrong one: refused, unsent.
-            form = {"verdict": "approve", "gate": "refund_review"}
+            form = decision_form(page.text, verdict="approve")
             for token in (None, "forged-token"):
-                data = form if token is None else {**form, "csrf": token}
+                data = {k: v for k, v in form.items() if k != "csrf"}
+                if token is not None:
+                    data["csrf"] = token
                 reply = await alice.post(f"/runs/{handle.id}/decide", data=data)
                 assert reply.status_code == 403 and "CSRF token" in reply.text
             # Out of range: above the planned amount.
             reply = await alice.post(f"/runs/{handle.id}/decide", data={
-                **form, "csrf": csrf_of(page.text), "edit.amount_cents": "130000"})
+                **form, "edit.amount_cents": "130000"})
             assert reply.status_code == 400
             assert "amount_cents must be between 1 and 120000 (lower only)" in reply.text
             assert await snapshot(handle) == before
+            # Approved once; the same post replayed (a resubmit, a captured request) is
+            # refused and pays nothing more.
+            lowered = {**form, "edit.amount_cents": "90000"}
+            reply = await alice.post(f"/runs/{handle.id}/decide", data=lowered)
+            assert reply.status_code == 200 and "Gate refund_review: approved" in reply.text
+            assert (await handle.result()).amount_cents == 90000
+            after = await snapshot(handle)
+            replayed = await alice.post(f"/runs/{handle.id}/decide", data=lowered)
+            assert replayed.status_code == 409 and "Nothing was sent" in replayed.text
+            assert refunds(db_path) == [("INV-2004", 90000)]
+            assert await snapshot(handle) == after
         finally:
             await alice.aclose()
-        await handle.terminate("test over")
 
 
 async def test_an_approver_without_the_role_gets_no_button_and_a_forged_post_is_refused(
@@ -75,8 +97,11 @@ async def test_an_approver_without_the_role_gets_no_button_and_a_forged_post_is_
             page = await carol.get(f"/runs/{handle.id}")
             assert "may not decide this gate" in page.text and 'value="approve"' not in page.text
             before = await snapshot(handle)
+            # Everything a manager's form would carry, but carol is no manager.
+            step = (await waiting_run(client, handle.id))[1].step  # type: ignore[union-attr]
             forged = await carol.post(f"/runs/{handle.id}/decide", data={
-                "verdict": "approve", "gate": "refund_review", "csrf": csrf_of(page.text)})
+                "verdict": "approve", "gate": "refund_review", "request": str(step),
+                "csrf": csrf_of(page.text)})
             assert forged.status_code == 403
             assert "needs role manager; carol holds support" in forged.text
             assert await snapshot(handle) == before
@@ -128,8 +153,8 @@ async def test_a_stale_recheck_and_an_expired_request_are_shown(
             # While alice reads, someone else refunds $1,500 of the $2,400 invoice.
             with sqlite3.connect(db_path) as db:
                 db.execute("INSERT INTO refunds VALUES ('rf_other','INV-2004',150000,'x','k')")
-            reply = await alice.post(f"/runs/{stale.id}/decide", data={
-                "verdict": "approve", "gate": "refund_review", "csrf": csrf_of(page.text)})
+            reply = await alice.post(f"/runs/{stale.id}/decide", data=decision_form(
+                page.text, verdict="approve"))
             assert reply.status_code == 200, reply.text
             assert "Gate refund_review: stale. The re-check found the world changed" in reply.text
             assert "$900.00 refundable now" in reply.text and "went back to reason" in reply.text
@@ -143,11 +168,18 @@ async def test_a_stale_recheck_and_an_expired_request_are_shown(
                 again = await alice.get(f"/runs/{stale.id}")
             assert "refund_review: stale by alice (manager)" in again.text
             assert 'value="90000"' in again.text
+            # The first page's form posted again: it decided the earlier request, so it
+            # cannot decide the new one the approver has not seen.
+            before = await snapshot(stale)
+            replayed = await alice.post(f"/runs/{stale.id}/decide", data=decision_form(
+                page.text, verdict="approve"))
+            assert replayed.status_code == 400 and "for an earlier request" in replayed.text
+            assert await snapshot(stale) == before
             # The other request expires while its page is open; deciding it is refused.
             page = await alice.get(f"/runs/{expiring.id}")
             assert (await expiring.result()).status == "DONE"
-            reply = await alice.post(f"/runs/{expiring.id}/decide", data={
-                "verdict": "approve", "gate": "refund_review", "csrf": csrf_of(page.text)})
+            reply = await alice.post(f"/runs/{expiring.id}/decide", data=decision_form(
+                page.text, verdict="approve"))
             assert reply.status_code == 409
             assert "no longer waiting for a decision (gate refund_review: expired" in reply.text
         finally:
@@ -167,8 +199,8 @@ async def test_the_run_refuses_a_role_the_inbox_issuer_may_not_vouch_for(
         try:
             page = await alice.get(f"/runs/{handle.id}")
             before = await snapshot(handle)
-            reply = await alice.post(f"/runs/{handle.id}/decide", data={
-                "verdict": "approve", "gate": "refund_review", "csrf": csrf_of(page.text)})
+            reply = await alice.post(f"/runs/{handle.id}/decide", data=decision_form(
+                page.text, verdict="approve"))
             assert reply.status_code == 409
             assert "Refused by the run" in reply.text
             assert "issuer inbox-dba-only may not vouch for role" in reply.text
@@ -194,3 +226,30 @@ async def test_what_a_requester_wrote_is_shown_as_text_never_as_markup(
     for html in (listing, page):
         assert "&lt;script&gt;alert(" in html  # the proposal's reason, escaped
         assert "<script>alert(" not in html and "<img src=x>" not in html
+
+
+async def test_a_session_cookie_from_another_tenants_inbox_is_refused(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    # Two tenants' inboxes sharing one session secret (the worst case): alice signs in to
+    # the other tenant's inbox, and its cookie is carried to this tenant's.
+    elsewhere = config(client, tenant="other-tenant")
+    async with worker(client, task_queue, db_path), inbox(client) as url, \
+            inbox(client, config=elsewhere) as other_url:
+        handle = await park_refund(client, task_queue)
+        theirs, ours = await signed_in(other_url, "alice"), await signed_in(url, "alice")
+        try:
+            form = decision_form((await ours.get(f"/runs/{handle.id}")).text, verdict="approve")
+            cookie = theirs.cookies["tower_inbox"]
+            their_csrf = csrf_of((await theirs.get("/")).text)
+        finally:
+            await theirs.aclose()
+            await ours.aclose()
+        before = await snapshot(handle)
+        async with httpx.AsyncClient(base_url=url, cookies={"tower_inbox": cookie}) as web:
+            listing = await web.get("/")
+            assert listing.status_code == 303 and listing.headers["location"] == "/login?next=/"
+            posted = await web.post(f"/runs/{handle.id}/decide", data={**form, "csrf": their_csrf})
+            assert posted.status_code == 303  # to the sign-in page: nobody is signed in here
+        assert await snapshot(handle) == before
+        await handle.terminate("test over")

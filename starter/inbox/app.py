@@ -1,7 +1,9 @@
 """The inbox's web app: sign in, list what you may decide, decide. Starlette + Jinja2.
 
 Security in one place: identity comes from the session (built-in accounts) or from a
-trusted proxy's header, never from a form; every POST carries the session's CSRF token;
+trusted proxy's header, never from a form; a session is good only for the tenant that
+signed it in, with the roles its account holds now; every POST carries the session's
+CSRF token;
 the session cookie is HttpOnly, SameSite=Lax and Secure when served over TLS; pages
 carry a strict Content-Security-Policy (scripts and styles from this app only).
 """
@@ -85,7 +87,7 @@ def create_app(config: InboxConfig, client: Client) -> Starlette:
             return inbox.render(request, "login.html", None, status=401,
                                 error="Unknown name or wrong password.")
         request.session.clear()  # a new session on sign-in: no fixation
-        request.session.update({"user": approver.name, "roles": list(approver.roles),
+        request.session.update({"tenant": config.tenant, "user": approver.name,
                                 "csrf": secrets.token_urlsafe(32)})
         return RedirectResponse(safe_next(request.query_params.get("next")), 303)
 
@@ -147,8 +149,12 @@ def who(request: Request, config: InboxConfig) -> Approver | None:
     if config.proxy is not None:
         peer = request.client.host if request.client else None
         return config.proxy.approver(peer, request.headers)
-    name = request.session.get("user")
-    return Approver(name, tuple(request.session.get("roles", []))) if name else None
+    # Inboxes of other tenants may share the session secret: a cookie is good only here.
+    if request.session.get("tenant") != config.tenant or config.accounts is None:
+        return None
+    account = config.accounts.accounts.get(str(request.session.get("user")))
+    # Roles as the accounts file says now, not as they were at sign-in.
+    return Approver(str(request.session["user"]), account.roles) if account else None
 
 
 def csrf_token(request: Request) -> str:

@@ -40,6 +40,11 @@ def read_form(form: Mapping[str, str], view: PendingView) -> DecisionForm:
     if form.get("gate") != view.gate:
         raise FormError(f"this form is for gate {form.get('gate')!r}; the run now waits at "
                         f"{view.gate!r}: reload the page")
+    if form.get("request") != str(view.step):
+        # A form posted again (or kept open) after the run asked anew: what it decides
+        # was shown for an earlier request.
+        raise FormError(f"this form is for an earlier request than the one the run waits on "
+                        f"now (step {view.step}): reload the page to see it")
     edits: dict[str, Any] = {}
     if verdict == Verdict.APPROVE:
         for f in view.fields:

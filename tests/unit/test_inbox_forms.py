@@ -20,7 +20,7 @@ VIEW = PendingView(
 
 
 def form(**fields: str) -> dict[str, str]:
-    return {"verdict": "approve", "gate": "refund_review", **fields}
+    return {"verdict": "approve", "gate": "refund_review", "request": "3", **fields}
 
 
 def test_a_lowered_amount_is_an_edit_and_an_unchanged_one_is_not() -> None:
@@ -36,6 +36,7 @@ def test_a_lowered_amount_is_an_edit_and_an_unchanged_one_is_not() -> None:
     ({"edit.limit_cents": "5"}, "limit_cents are not editable"),
     ({"verdict": "maybe"}, "choose approve or reject"),
     ({"gate": "dba_review"}, "the run now waits at 'refund_review'"),
+    ({"request": "2"}, "for an earlier request than the one the run waits on now (step 3)"),
     ({"note": "x" * 1001}, "longer than 1000"),
 ])
 def test_bad_forms_are_refused_with_the_reason(fields: dict[str, str], problem: str) -> None:
