@@ -1,42 +1,38 @@
-"""A run parking at a gate posts to the tenant's webhook (a retried activity): tested
-against a loopback receiver that fails the first post, in Slack's format, with a link
-straight to the decision page; the webhook URL never enters the run's history."""
+"""The notice a parked run posts (Slack's format, to a loopback receiver) links straight
+to the run's decision page in the tenant's inbox: following it signs the approver in and
+lands on that page, with the decision form. (Retries, the JSON format and the webhook URL
+kept out of the history: tests/test_gate_notify.py.)"""
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import httpx
 import pytest
-from gatekit import wait_pending
-from inboxkit import park_refund
+from inboxkit import PASSWORD, csrf_of, inbox, park_refund
 from temporalio.client import Client
 
 from activities.model import ModelSettings
-from activities.notify import message
 from activities.trust import trust_dir
-from tower.contract.notify import GateNotice, NotifyPolicy
 from worker import build_worker
 
 
 @pytest.fixture
-def receiver() -> Iterator[tuple[str, list[tuple[int, dict[str, Any]]]]]:
-    """A webhook on loopback: answers 500 to the first post, 200 after; keeps them all."""
-    posts: list[tuple[int, dict[str, Any]]] = []
+def receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A Slack-style incoming webhook on loopback that keeps what it is sent."""
+    posts: list[dict[str, Any]] = []
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
-            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-            status = 500 if not posts else 200
-            posts.append((status, body))
-            self.send_response(status)
+            posts.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            self.send_response(200)
             self.send_header("content-length", "0")
             self.end_headers()
 
@@ -46,62 +42,45 @@ def receiver() -> Iterator[tuple[str, list[tuple[int, dict[str, Any]]]]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/hooks/T000/SECRET-PART", posts
+        yield f"http://127.0.0.1:{server.server_address[1]}/services/T0/B0/x", posts
     finally:
         server.shutdown()
         server.server_close()
 
 
-async def test_parked_run_notifies_the_tenants_webhook_with_a_retry(
+async def test_the_notice_links_straight_to_the_decision_page(
     client: Client, task_queue: str, db_path: Path,
-    receiver: tuple[str, list[tuple[int, dict[str, Any]]]],
+    receiver: tuple[str, list[dict[str, Any]]],
 ) -> None:
-    url, posts = receiver
-    # The tenant's webhook, beside its roster and policy in the deployment's trust dir.
+    hook, posts = receiver
     notify = trust_dir() / client.namespace / "notify.json"
-    notify.write_text(json.dumps({"url": url, "format": "slack",
-                                  "inbox_url": "https://inbox.example.test"}))
-    try:
-        async with build_worker(client, task_queue=task_queue, db_path=db_path,
-                                models=ModelSettings()):
+    async with inbox(client) as url, build_worker(client, task_queue=task_queue,
+                                                  db_path=db_path, models=ModelSettings()):
+        notify.write_text(json.dumps({"url": hook, "format": "slack", "inbox_url": url}))
+        try:
             handle = await park_refund(client, task_queue)
-            await wait_pending(handle)
             async with asyncio.timeout(30):
-                while len(posts) < 2:
+                while not any(handle.id in p["text"] for p in posts):
                     await asyncio.sleep(0.1)
-            await handle.terminate("test over")
-    finally:
-        notify.unlink()  # the other tests' runs notify nobody
-    (first, _), (second, body) = posts
-    assert (first, second) == (500, 200)  # the failed post was retried
-    assert f"`{handle.id}` waits at gate *refund_review*" in body["text"]
-    assert "a *manager* must decide" in body["text"]
-    button = body["blocks"][-1]["elements"][0]
-    assert button["url"] == f"https://inbox.example.test/runs/{handle.id}"
-    assert "amount: $1,200.00" in body["blocks"][1]["text"]["text"]
-    history = readable((await handle.fetch_history()).to_json_dict())
-    assert "SECRET-PART" not in history and "hooks/T000" not in history
-    assert '"notify_gate"' in history and "notify approvers · gate refund_review" in history
-
-
-def readable(value: Any) -> str:
-    """The history as text with every payload's data decoded (payloads are base64)."""
-    if isinstance(value, dict):
-        return "{" + ", ".join(
-            f"{k!r}: " + (base64.b64decode(v).decode(errors="replace")
-                          if k == "data" and isinstance(v, str) else readable(v))
-            for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(readable(v) for v in value) + "]"
-    return json.dumps(value)
-
-
-def test_the_json_format_carries_the_notice_as_data() -> None:
-    notice = GateNotice(tenant="acme", run="refund 1/2", agent="refund", gate="refund_review",
-                        role="manager", node="issue_refund",
-                        expires_at=datetime(2030, 1, 1, tzinfo=UTC), proposal={"amount": "$5"})
-    body = message(NotifyPolicy(url="https://hooks.test/x", format="json",
-                                inbox_url="https://inbox.test/"), notice)
-    assert body["event"] == "gate.waiting" and body["role"] == "manager"
-    assert body["link"] == "https://inbox.test/runs/refund%201%2F2"
-    assert body["expires_at"] == "2030-01-01T00:00:00Z"
+        finally:
+            notify.unlink()  # the other tests' runs notify nobody
+        body = next(p for p in posts if handle.id in p["text"])
+        assert "a *manager* must decide" in body["text"]
+        button = body["blocks"][-1]["elements"][0]
+        assert button["text"]["text"] == "Decide in the inbox"
+        link = button["url"]
+        async with httpx.AsyncClient(base_url=url, timeout=60) as approver:
+            # Not signed in yet: the sign-in page, which then goes back to the link.
+            bounced = await approver.get(link)
+            assert bounced.status_code == 303
+            login = bounced.headers["location"]
+            assert login == f"/login?next={urlsplit(link).path}"
+            form = await approver.get(login)
+            signed = await approver.post(login, data={
+                "name": "alice", "password": PASSWORD, "csrf": csrf_of(form.text)})
+            assert signed.status_code == 303 and signed.headers["location"] == f"/runs/{handle.id}"
+            page = await approver.get(signed.headers["location"])
+        assert page.status_code == 200
+        assert f"<h1>{handle.id}</h1>" in page.text and "Gate refund_review" in page.text
+        assert 'value="approve"' in page.text and "lower only" in page.text
+        await handle.terminate("test over")
