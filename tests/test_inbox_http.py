@@ -55,6 +55,11 @@ async def test_sign_in_session_cookie_and_csrf(client: Client, task_queue: str,
             page = await alice.get(f"/runs/{handle.id}")
             assert page.status_code == 200 and "Approve" in page.text
             assert "default-src 'none'" in page.headers["content-security-policy"]
+            # No secret in any page: the issuer's private key and the session secret stay
+            # on the server (the decision is signed there).
+            private = issuer(client)["d"]
+            for shown in (page, await alice.get("/"), await alice.get("/login")):
+                assert private not in shown.text and "test-session-secret" not in shown.text
             before = await snapshot(handle)
             # A decision without the CSRF token, then with a wrong one: refused, unsent.
             form = decision_form(page.text, verdict="approve")
