@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload, WorkflowExecution
 from temporalio.api.enums.v1 import ResetReapplyExcludeType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
-from temporalio.client import WorkflowHistory
+from temporalio.client import Client, WorkflowHistory
 
 from starter.cmd_replay import fetch
 from starter.common import CliError
@@ -56,14 +56,15 @@ def fork(run: str, run_id: str | None, step: int, reason: str, as_json: bool) ->
     return _fork(run, run_id, step, reason, as_json)
 
 
-async def replayed(run: str, run_id: str | None) -> tuple[WorkflowHistory, Replayed]:
+async def replayed(run: str, run_id: str | None, client: Client | None = None
+                   ) -> tuple[WorkflowHistory, Replayed]:
     """The history of RUN (a file or a workflow id) and its replay; CliError if it fails."""
-    namespace = connect_config().get("namespace") or "default"
+    namespace = client.namespace if client else connect_config().get("namespace") or "default"
     try:
         if run.endswith(".json") and Path(run).is_file():
             histories = load([run])
         else:
-            histories = [(run, await fetch(await connect(), run, run_id))]
+            histories = [(run, await fetch(client or await connect(), run, run_id))]
     except HistoryError as exc:
         raise CliError(str(exc)) from None
     (source, history), = histories

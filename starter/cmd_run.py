@@ -30,37 +30,29 @@ def _agents_help() -> str:
 @click.option("--follow/--no-follow", default=True,
               help="show transitions live with a progress line (the default), or start and "
                    "print the run id only")
-@click.option("--failed-wait", type=float, metavar="SECONDS",
-              help="how long a FAILED run waits for `tower retry`/`tower abort` before it "
-                   "closes (default: the agent's, 7 days)")
 @click.option("--ui-url", metavar="URL", help="the Web UI's address for the printed link "
                                               "(default: TOWER_UI_URL, else the dev server's)")
 @json_option("JSON for scripts: one object per line (started, each transition, end)")
 @tenant_option
 def command(agent: str, raw_input: str, run_id: str | None, task_queue: str, follow: bool,
-            failed_wait: float | None, ui_url: str | None, as_json: bool) -> Any:
-    return run(agent, raw_input, run_id, task_queue, follow, failed_wait, ui_url, as_json)
+            ui_url: str | None, as_json: bool) -> Any:
+    return run(agent, raw_input, run_id, task_queue, follow, ui_url, as_json)
 
 
 async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: str,
-              follow: bool, failed_wait: float | None, ui_url: str | None,
-              as_json: bool) -> int:
+              follow: bool, ui_url: str | None, as_json: bool) -> int:
     from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
     from starter.approvals import check_policy
-    from starter.common import CliError, agent_class, parse_input
+    from starter.common import agent_class, parse_input
     from starter.connection import connect, connect_config
     from starter.live import watch
     from starter.runs import has_workers
     from starter.ui import run_link
-    from tower import FAILED_WAIT_MEMO
     from tower.contract import search
 
     agent = agent_class(agent_name)
     request = parse_input(agent, raw_input)
-    if failed_wait is not None and not 0 <= failed_wait <= 366 * 86400:
-        raise CliError(f"--failed-wait must be between 0 and a year in seconds, "
-                       f"not {failed_wait}")
     client = await connect()
     run_id = run_id or f"{agent_name}-{uuid.uuid4().hex[:8]}"
     # Refused here, before the run starts, when the input would loosen the tenant's policy
@@ -73,7 +65,6 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
             SearchAttributePair(search.AGENT_STATUS, "RUNNING")]),
         # The Web UI's "Summary" of the run: what was asked, in one line.
         static_summary=f"{agent.machine.name}: {raw_input}"[:200],
-        memo={} if failed_wait is None else {FAILED_WAIT_MEMO: failed_wait},
     )
     config = connect_config()
     link = run_link(config["target_host"], client.namespace, run_id,

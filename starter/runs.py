@@ -6,6 +6,7 @@ none can, the error says so instead of waiting on the server's query timeout.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 from typing import Any
 
@@ -60,10 +61,34 @@ async def run_state(client: Client, run: str) -> dict[str, Any]:
     if info.status == WorkflowExecutionStatus.COMPLETED:
         result: dict[str, Any] = await handle.result()
         return result
+    if info.status == WorkflowExecutionStatus.FAILED:  # a FAILED run (AgentFailed)
+        return await failed_state(client, handle, info.task_queue)
     if info.status != WorkflowExecutionStatus.RUNNING:
         raise CliError(f"run {run!r} is {info.status.name if info.status else 'unknown'}")
     state: dict[str, Any] = await query(client, handle, "state")
     return state
+
+
+async def failed_state(client: Client, handle: WorkflowHandle[Any, Any],
+                       task_queue: str) -> dict[str, Any]:
+    """A failed run's final state: a worker answers the ``state`` query of a closed run;
+    with none up, the history is replayed here (no worker needed)."""
+    if await has_workers(client, task_queue):
+        with contextlib.suppress(RPCError):
+            state: dict[str, Any] = await handle.query("state", result_type=dict,
+                                                       rpc_timeout=QUERY_TIMEOUT)
+            return state
+    from starter.connection import connect_config
+    from starter.histories import replay
+
+    history = await handle.fetch_history()
+    [replayed] = await replay([(handle.id, history)],
+                              namespace=connect_config().get("namespace") or "default")
+    if replayed.failure or not replayed.states:
+        raise CliError(f"run {handle.id!r} failed, and its history does not replay against "
+                       f"this code: {replayed.failure or 'no transitions'}; start a worker "
+                       f"of the code that ran it and ask again")
+    return replayed.states[-1].model_dump(mode="json")
 
 
 def list_query(agent: str | None, status: str | None) -> str:

@@ -1,5 +1,5 @@
-"""The order agent end to end on the real dev server, and an operator's decisions on
-its FAILED runs (retry from a named node, abort, the dead-letter wait)."""
+"""The order agent end to end on the real dev server; a FAILED run is a failed workflow
+execution (result(), list queries), and an operator takes it on with `tower retry` (a reset)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import WorkerFactory
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of, tower
@@ -19,9 +19,8 @@ from test_cli import address_of, tower
 from activities.model import ModelSettings
 from starter.cmd_operator import send_abort, send_retry
 from starter.common import CliError
-from tower import Kind, Transition
+from tower import AGENT_FAILED, Kind, Transition, final_state
 from tower.contract import search
-from tower.temporal.runtime import FAILED_WAIT_MEMO
 from workflows.order import OrderAgent, OrderRequest, OrderState
 
 SCRIPTED = ModelSettings()
@@ -33,19 +32,32 @@ def rows(db_path: Path, sql: str) -> list[tuple[object, ...]]:
         return db.execute(sql).fetchall()
 
 
-async def start(client: Client, task_queue: str, request: OrderRequest,
-                wait: float = 0) -> WorkflowHandle[OrderAgent, OrderState]:
+async def start(client: Client, task_queue: str, request: OrderRequest
+                ) -> WorkflowHandle[OrderAgent, OrderState]:
     return await client.start_workflow(
         OrderAgent.run, request, id=f"order-{uuid.uuid4().hex[:8]}", task_queue=task_queue,
-        memo={FAILED_WAIT_MEMO: wait}, id_conflict_policy=WorkflowIDConflictPolicy.FAIL)
+        id_conflict_policy=WorkflowIDConflictPolicy.FAIL)
 
 
-async def until_status(handle: WorkflowHandle, status: str) -> None:
-    for _ in range(200):
-        if await handle.query("status", result_type=str) == status:
-            return
+async def failed(handle: WorkflowHandle) -> dict[str, object]:
+    """The AgentFailed details of a run that must end FAILED."""
+    with pytest.raises(WorkflowFailureError) as info:
+        await handle.result()
+    cause = info.value.cause
+    assert getattr(cause, "type", None) == AGENT_FAILED and cause.non_retryable, cause
+    details: dict[str, object] = cause.details[0]
+    assert cause.message == details["reason"]
+    return details
+
+
+async def listed(client: Client, query: str) -> list[str]:
+    """Workflow ids the list query finds, once visibility has caught up (it lags)."""
+    for _ in range(100):
+        found = [wf.id async for wf in client.list_workflows(query)]
+        if found:
+            return found
         await asyncio.sleep(0.1)
-    raise AssertionError(f"{handle.id} never reached {status}")
+    return []
 
 
 async def test_order_ships_with_exact_figures_and_each_effect_once(
@@ -68,12 +80,21 @@ async def test_order_ships_with_exact_figures_and_each_effect_once(
     assert rows(db_path, "SELECT stock FROM products WHERE sku='WIDGET-1'") == [(4998,)]
 
 
-async def test_declined_payment_releases_stock_and_fails_with_the_reason(
+async def test_declined_payment_releases_stock_and_fails_the_workflow_with_the_reason(
     client: Client, task_queue: str, db_path: Path, scripted_worker: WorkerFactory
 ) -> None:
     async with scripted_worker():
         handle = await start(client, task_queue, OrderRequest(text=TEXT, card="tok_low"))
-        state = await handle.result()
+        details = await failed(handle)
+        state = await final_state(handle, OrderState)
+        found = await listed(client, f"WorkflowId = '{handle.id}' AND "
+                                     "ExecutionStatus = 'Failed' AND "
+                                     f"{search.AGENT_STATUS.name} = 'FAILED'")
+        described = await handle.describe()
+    assert details == {"agent": "order", "node": "charge", "step": state.step,
+                       "reason": "payment declined: insufficient funds"}
+    assert found == [handle.id]
+    assert described.typed_search_attributes.get(search.AGENT_ERROR) == details["reason"]
     assert state.status == "FAILED" and state.outcome == "payment_declined"
     assert state.errors == ["payment declined: insufficient funds"]
     assert rows(db_path, "SELECT status FROM charges") == [("declined",)]
@@ -82,94 +103,92 @@ async def test_declined_payment_releases_stock_and_fails_with_the_reason(
     assert rows(db_path, "SELECT COUNT(*) FROM shipments") == [(0,)]
 
 
-async def test_out_of_stock_waits_for_an_operator_who_restocks_and_retries(
+async def test_out_of_stock_fails_then_an_operator_restocks_and_retries_by_reset(
     client: Client, task_queue: str, db_path: Path, scripted_worker: WorkerFactory
 ) -> None:
     request = OrderRequest(text="4 x GIZMO-3 to 9 High St, Leeds, GB")
     async with scripted_worker():
-        handle = await start(client, task_queue, request, wait=600)
-        await until_status(handle, "FAILED")
-        state = await handle.query("state", result_type=dict)
-        assert state["errors"] == ["out of stock: GIZMO-3 (asked 4, 0 left)"]
-        # FAILED is searchable, with its reason, while the run waits.
-        query = (f"WorkflowId = '{handle.id}' AND {search.AGENT_STATUS.name} = 'FAILED'")
-        found = [wf async for wf in client.list_workflows(query)]
-        for _ in range(50):
-            if found:
-                break
-            await asyncio.sleep(0.2)
-            found = [wf async for wf in client.list_workflows(query)]
-        assert found[0].typed_search_attributes.get(search.AGENT_ERROR) == state["errors"][0]
+        handle = await start(client, task_queue, request)
+        details = await failed(handle)
+        assert (details["node"], details["reason"]) == (
+            "check_stock", "out of stock: GIZMO-3 (asked 4, 0 left)")
+        first = (await handle.describe()).run_id
 
-        # A bad decision is refused and changes nothing.
+        # Bad decisions are refused and change nothing (no new run, same history).
         events = len((await handle.fetch_history()).events)
-        with pytest.raises(CliError, match="'nope' is not a node of order"):
+        with pytest.raises(CliError, match="'nope' is not a node of this agent"):
             await send_retry(client, handle.id, "nope", "ops")
+        with pytest.raises(CliError, match="never entered 'ship' in its last run .*"
+                                           "START → parse → check_stock → FAILED"):
+            await send_retry(client, handle.id, "ship", "ops")
+        assert (await handle.describe()).run_id == first
         assert len((await handle.fetch_history()).events) == events
-        assert await handle.query("state", result_type=dict) == state
 
         with sqlite3.connect(db_path) as db:
             db.execute("UPDATE products SET stock = 10 WHERE sku='GIZMO-3'")
-        await send_retry(client, handle.id, "check_stock", "ops")
-        final = await handle.result()
-        log = await handle.query("transitions", result_type=list[Transition])
-    assert final.status == "DONE" and final.total == Decimal("25.20")  # 21.00 + 20 % VAT
-    retry = next(t for t in log if t.source == "FAILED")
-    assert (retry.target, retry.kind, retry.reason) == (
-        "check_stock", Kind.OPERATOR, "retry by ops")
+        # Two operators (or a double click) race: a second reset terminates the first's
+        # new run, or is refused as still running; either way the stock is reserved once.
+        answers = await asyncio.gather(*(send_retry(client, handle.id, "check_stock", "ops")
+                                         for _ in range(2)), return_exceptions=True)
+        latest = client.get_workflow_handle(handle.id, result_type=OrderState)
+        final = await latest.result()
+        log = await latest.query("transitions", result_type=list[Transition])
+        new = await latest.describe()
+    resets = [a for a in answers if isinstance(a, str)]
+    assert resets and f"new run {new.run_id}" in " ".join(resets), answers
+    assert all("still running" in str(a) for a in answers if not isinstance(a, str)), answers
+    assert new.run_id != first and final.status == "DONE" and final.total == Decimal("25.20")
+    assert [t.target for t in log] == ["parse", "check_stock", "compute_tax", "charge", "ship",
+                                       "confirm", "DONE"]
+    assert all(t.kind != Kind.OPERATOR for t in log)  # a reset, not a move out of FAILED
     assert rows(db_path, "SELECT stock FROM products WHERE sku='GIZMO-3'") == [(6,)]
+    history = await client.get_workflow_handle(handle.id, run_id=new.run_id).fetch_history()
+    reset = [e.workflow_task_failed_event_attributes for e in history.events
+             if e.HasField("workflow_task_failed_event_attributes")]
+    assert "tower retry --from check_stock by ops" in reset[0].failure.message
 
 
-async def test_abort_closes_a_failed_run_and_a_done_run_refuses_decisions(
+async def test_retry_and_abort_refuse_runs_that_did_not_fail(
     client: Client, task_queue: str, scripted_worker: WorkerFactory
 ) -> None:
     async with scripted_worker():
-        handle = await start(client, task_queue, OrderRequest(text="1 x GIZMO-3 to 2 Elm Rd, US"),
-                             wait=600)
-        await until_status(handle, "FAILED")
-        await send_abort(client, handle.id, "ops", "customer cancelled")
-        state = await handle.result()
-        assert state.status == "FAILED"
-        assert state.errors[-1] == "aborted by ops: customer cancelled"
-        with pytest.raises(CliError, match="not found or already closed"):
-            await send_retry(client, handle.id, "parse", "ops")
-
-        running = await start(client, task_queue, OrderRequest(text=TEXT), wait=600)
+        handle = await start(client, task_queue, OrderRequest(text="1 x GIZMO-3 to 2 Elm Rd, US"))
+        await failed(handle)
+        with pytest.raises(CliError, match="closed already .FAILED to Temporal.: a FAILED run "
+                                           "is a failed workflow execution"):
+            await send_abort(client, handle.id, "ops", "customer cancelled")
+        # The retry update of the dead-letter wait refuses a run that does not wait.
+        running = await start(client, task_queue, OrderRequest(text=TEXT))
         await running.result()
-        with pytest.raises(CliError, match="not found or already closed"):
-            await send_abort(client, running.id, "ops")
+        with pytest.raises(CliError, match="ended DONE .COMPLETED to Temporal., not FAILED: "
+                                           "nothing to retry .*tower fork"):
+            await send_retry(client, running.id, "parse", "ops")
+        with pytest.raises(CliError, match="not found"):
+            await send_abort(client, "no-such-run", "ops")
 
 
-async def test_a_failed_run_closes_by_itself_when_no_operator_decides(
-    client: Client, task_queue: str, scripted_worker: WorkerFactory
-) -> None:
-    async with scripted_worker():
-        handle = await start(client, task_queue, OrderRequest(text="1 x GIZMO-3 to 2 Elm Rd, US"),
-                             wait=1.5)
-        await until_status(handle, "FAILED")
-        state = await asyncio.wait_for(handle.result(), timeout=30)
-    assert state.status == "FAILED" and state.outcome == "out_of_stock"
-
-
-async def test_tower_retry_and_abort_commands(
+async def test_tower_retry_command_follows_the_new_run(
     env: WorkflowEnvironment, client: Client, task_queue: str, db_path: Path,
     scripted_worker: WorkerFactory
 ) -> None:
     address = address_of(env)
     async with scripted_worker():
-        handle = await start(client, task_queue, OrderRequest(text="2 x GIZMO-3 to 3 Ash Row, US"),
-                             wait=600)
-        await until_status(handle, "FAILED")
+        handle = await start(client, task_queue, OrderRequest(text="2 x GIZMO-3 to 3 Ash Row, US"))
+        await failed(handle)
+        code, out, err = await tower(address, "state", handle.id)
+        assert code == 0 and '"status": "FAILED"' in out, err
         code, _, err = await tower(address, "retry", handle.id, "--from", "nope")
-        assert code == 2 and err.startswith(f"error: retry refused for '{handle.id}'")
-        assert "'nope' is not a node of order (nodes: parse, check_stock" in err
+        assert code == 2 and "'nope' is not a node of this agent (nodes: parse, check_stock" in err
         code, _, err = await tower(address, "abort", "no-such-run")
-        assert code == 2 and "run 'no-such-run' not found or already closed" in err
+        assert code == 2 and "run 'no-such-run' not found" in err
+        code, out, _ = await tower(address, "list", "--status", "FAILED", "--json")
+        assert handle.id in out
         with sqlite3.connect(db_path) as db:
             db.execute("UPDATE products SET stock = 5 WHERE sku='GIZMO-3'")
         code, out, err = await tower(address, "retry", handle.id, "--from", "check_stock",
                                      "--by", "ops")
         assert code == 0, err
-        assert f"{handle.id} will retry from check_stock" in out
-        assert "FAILED → check_stock" in out and "status: DONE" in out
-        assert (await handle.result()).status == "DONE"
+        assert f"{handle.id} reset to step 1 (before it entered check_stock): new run" in out
+        assert "parse → check_stock" in out and "status: DONE" in out
+        assert "START → parse" not in out  # replayed steps are not printed again
+        assert (await client.get_workflow_handle(handle.id).result())["status"] == "DONE"

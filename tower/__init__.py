@@ -65,11 +65,13 @@ if TYPE_CHECKING:  # what __getattr__ loads lazily, typed for mypy
     from tower.temporal.event_runtime import EventWorkflow
     from tower.temporal.fanout import FanOutPolicy, OnChildFailure, fan_out
     from tower.temporal.machine_run import MachineRun
-    from tower.temporal.runtime import FAILED_WAIT_MEMO, AgentWorkflow
+    from tower.temporal.outcome import AGENT_FAILED, final_state
+    from tower.temporal.runtime import AgentWorkflow
 
 # The Temporal layer, loaded on first use: name -> module.
 _LAZY = {
-    "AgentWorkflow": "tower.temporal.runtime", "FAILED_WAIT_MEMO": "tower.temporal.runtime",
+    "AgentWorkflow": "tower.temporal.runtime",
+    "AGENT_FAILED": "tower.temporal.outcome", "final_state": "tower.temporal.outcome",
     "EventWorkflow": "tower.temporal.event_runtime", "MachineRun": "tower.temporal.machine_run",
     "FanOutPolicy": "tower.temporal.fanout", "OnChildFailure": "tower.temporal.fanout",
     "fan_out": "tower.temporal.fanout",
@@ -86,14 +88,14 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "ADD", "APPEND", "DONE", "FAILED", "FAILED_WAIT_MEMO", "REPLACE", "START", "TERMINALS",
+    "ADD", "AGENT_FAILED", "APPEND", "DONE", "FAILED", "REPLACE", "START", "TERMINALS",
     "AgentState", "AgentWorkflow", "Answer", "ApprovalSettings", "Budget", "Carry", "Catalogue",
     "Decision", "EffectRefused", "EventWorkflow", "FanOutPolicy", "Gate", "GateStatus", "Graph",
     "IllegalTransition", "InvalidGraph", "Kind", "LogSummary", "Machine", "MachineRun", "Message",
     "MessageRef", "NodeContext", "NodeError", "NodeFailed", "OnChildFailure", "Outcome", "Reducer",
     "Reduction", "Status", "ToolCallRequest", "ToolDef", "ToolSpec", "TowerError", "Transition",
     "UpdateError", "Usage", "Verdict", "WindowPolicy", "WindowRef", "advance", "agent",
-    "agents_by_name", "apply_update", "check_log", "custom", "fail", "fan_out", "guard_rows",
-    "load_agents", "node_error", "operator_abort", "operator_retry", "scripts_of",
+    "agents_by_name", "apply_update", "check_log", "custom", "fail", "fan_out", "final_state",
+    "guard_rows", "load_agents", "node_error", "operator_abort", "operator_retry", "scripts_of",
     "start", "stricter", "to_dot", "to_mermaid", "window",
 ]

@@ -96,7 +96,8 @@ class NodeContext(Protocol):
         """Whether this run takes the code path behind ``change`` (``workflow.patched``)."""
         ...
 
-    async def child(self, run: Any, arg: Any, *, id: str, memo: dict[str, Any]) -> Any:
+    async def child(self, run: Any, arg: Any, *, id: str,
+                    memo: dict[str, Any] | None = None) -> Any:
         """Run a child agent (its ``@workflow.run`` method) to its end; its result."""
         ...
 

@@ -85,7 +85,8 @@ class TemporalContext:
     async def wait(self, until: Callable[[], bool]) -> None:
         await workflow.wait_condition(until)
 
-    async def child(self, run: Any, arg: Any, *, id: str, memo: dict[str, Any]) -> Any:
+    async def child(self, run: Any, arg: Any, *, id: str,
+                    memo: dict[str, Any] | None = None) -> Any:
         return await workflow.execute_child_workflow(run, arg, id=id, memo=memo)
 
     # Without a schema nothing is parsed: ``Answer.parsed`` stays None, so the answer's

@@ -1,7 +1,8 @@
 """Map-reduce over child agents: a node starts one child workflow per item, waits for
 all of them, and returns their results for the state's reducers to merge.
 
-A failed child (it raised, or it ended with status FAILED) follows the declared
+A failed child (its workflow execution failed: a FAILED agent raises ``AgentFailed``,
+so the parent sees a ``ChildWorkflowError``; or ``failed(result)`` says so) follows the declared
 policy: ``fail`` the parent's node, ``skip`` it (recorded), or ``retry`` it as a new
 child (``/retryN`` in its id, so every attempt is its own visible run) and fail the
 node once the retries are spent.
@@ -20,7 +21,6 @@ from temporalio.exceptions import ChildWorkflowError
 
 from tower.core.context import NodeContext
 from tower.core.errors import NodeFailed
-from tower.temporal.runtime import FAILED_WAIT_MEMO
 
 I = TypeVar("I")  # noqa: E741
 R = TypeVar("R")
@@ -74,11 +74,8 @@ async def fan_out(
             child_id = f"{parent}/{ctx.node.name}-{ctx.step}/{suffix}"
             ctx.calls.append(f"child:{suffix}")
             try:
-                # A failed child is its parent's to handle (the policy), not an
-                # operator's: it closes at once instead of waiting as a dead letter.
-                result = await ctx.child(child_run, make_input(item, attempt), id=child_id,
-                                         memo={FAILED_WAIT_MEMO: 0})
-            except ChildWorkflowError as exc:
+                result = await ctx.child(child_run, make_input(item, attempt), id=child_id)
+            except ChildWorkflowError as exc:  # a FAILED child: its AgentFailed is the cause
                 reason = str(exc.cause or exc)
                 continue
             reason = failed(result) or ""

@@ -3,7 +3,8 @@
 ``MachineRun`` holds what every run has — the state, the transition log, the queries,
 the search attributes, the Web UI's current details, continue-as-new — and the loop:
 start (or go on from a carried state), then ``strategy.step`` until the machine is in a
-terminal, then ``strategy.settle`` (which may take the run out of FAILED again). What
+terminal, then ``strategy.settle``; a run that ends FAILED then fails its workflow
+execution (``outcome.agent_failed``), one that ends DONE returns its state. What
 moves the machine is the strategy, a parameter: ``runtime.NodeDriven`` runs the current
 node and takes the move its route picks; ``event_runtime.EventDriven`` waits for an
 event and lets the guards decide. Each agent base (``AgentWorkflow``, ``EventWorkflow``)
@@ -24,12 +25,15 @@ from tower.core.carry import Carry, LogSummary, summarize
 from tower.core.cost import CallUsage, cost_report
 from tower.core.details import render_details
 from tower.core.engine import Transition, start
-from tower.core.graph import TERMINALS, Machine
+from tower.core.graph import FAILED, TERMINALS, Machine
 from tower.core.pending import pending_view
 from tower.core.state import AgentState
+from tower.temporal.outcome import FAILED_IS_FAILURE_PATCH, agent_failed
 
 # Runs recorded before FAILED runs waited for an operator closed at once: they replay
-# down the old path (no marker in their history), new runs take the new one.
+# down the old path (no marker in their history). Runs recorded since, until FAILED
+# failed the workflow execution (``FAILED_IS_FAILURE_PATCH``), waited; new runs take this
+# marker only for the AgentError search attribute.
 DEAD_LETTER_PATCH = "tower-dead-letter"
 # Runs recorded before a pending gate was published in the memo replay without it.
 PENDING_MEMO_PATCH = "tower-pending-memo"
@@ -46,7 +50,8 @@ class Strategy(Protocol):
         """Make (at most) one move; the run is not in a terminal."""
 
     async def settle(self, run: Any) -> bool:
-        """The run reached a terminal: True to go on (it left FAILED), False to end."""
+        """The run reached a terminal: False to end. (True, to go on, only for runs
+        recorded with the dead-letter wait, which an operator took out of FAILED.)"""
 
 
 class MachineRun:
@@ -96,7 +101,11 @@ class MachineRun:
                     self.carry_over()
                 await strategy.step(self)
             if not await strategy.settle(self):
-                return self.current
+                break
+        if self.current.node == FAILED and workflow.patched(FAILED_IS_FAILURE_PATCH):
+            raise agent_failed(self.machine.name, self.current,
+                               self._log[-1] if self._log else None)
+        return self.current
 
     @property
     def current(self) -> AgentState:

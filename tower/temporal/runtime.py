@@ -35,15 +35,24 @@ from tower.temporal import tracing
 from tower.temporal.context import TemporalContext
 from tower.temporal.gating import Gatekeeper
 from tower.temporal.machine_run import DEAD_LETTER_PATCH, MachineRun, event_id
+from tower.temporal.outcome import FAILED_IS_FAILURE_PATCH
 
-# Memo key a starter may set to override ``failed_wait`` for one run (seconds; 0: close
-# at once). A memo is part of the run's history, so replay sees the same value.
+# Memo key that set ``failed_wait`` for one run recorded with the dead-letter wait (seconds;
+# 0: close at once). Read only when such a run replays or is still parked there.
 FAILED_WAIT_MEMO = "tower_failed_wait_seconds"
+
+
+# The retry/abort updates exist for runs parked in the dead-letter wait before an upgrade.
+OLD_RUNS_ONLY = ("only a FAILED run parked in the dead-letter wait (started before FAILED "
+                 "failed the workflow execution) takes a retry or abort update; a run that "
+                 "fails now is a failed workflow execution: recover it with "
+                 "`tower retry RUN --from NODE`, which resets it")
 
 
 class NodeDriven:
     """The strategy of node-driven machines: run the current node (behind its gate, if
-    one applies) and take the move its route picks; at FAILED, wait for an operator."""
+    one applies) and take the move its route picks. A terminal ends the run; only runs
+    recorded with the dead-letter wait still wait for an operator at FAILED."""
 
     carries_over = True
 
@@ -54,7 +63,8 @@ class NodeDriven:
             tracing.close_state(span, before, run.current, run._log[seen:])
 
     async def settle(self, run: AgentWorkflow) -> bool:
-        if run.current.node != DONE and await run._await_operator():
+        if (run.current.node != DONE and not workflow.patched(FAILED_IS_FAILURE_PATCH)
+                and await run._await_operator()):
             return True
         run._closing = True
         # A decision handler may still be reporting its outcome: let it answer first.
@@ -63,10 +73,12 @@ class NodeDriven:
 
 
 class AgentWorkflow(MachineRun, Gatekeeper):
-    """Base of node-driven agents: the loop with the ``NodeDriven`` strategy, approval
-    gates (``Gatekeeper``) and the operator's retry/abort of a FAILED run."""
+    """Base of node-driven agents: the loop with the ``NodeDriven`` strategy and approval
+    gates (``Gatekeeper``). The ``retry``/``abort`` updates serve only runs recorded with
+    the dead-letter wait (still parked in it after an upgrade); a run that fails now is a
+    failed workflow execution, recovered by ``tower retry`` (a Temporal reset)."""
 
-    # How long a FAILED run stays open for an operator's retry or abort (dead letter).
+    # Runs recorded with the dead-letter wait: how long a FAILED one stays open.
     failed_wait: ClassVar[timedelta] = timedelta(days=7)
 
     def __init__(self) -> None:
@@ -79,7 +91,8 @@ class AgentWorkflow(MachineRun, Gatekeeper):
         self, state: S, *, carried: LogSummary | None = None,
         approvals: ApprovalSettings | None = None,
     ) -> S:
-        """Run the machine from its entry node until DONE, or FAILED with no operator retry.
+        """Run the machine from its entry node until DONE (its final state) or FAILED
+        (raises ``ApplicationError(type="AgentFailed")``: the workflow execution fails).
 
         With ``carried`` (a run continued-as-new), ``state`` already stands on its node:
         the run goes on from there, with no new START transition. ``approvals`` is the
@@ -93,8 +106,8 @@ class AgentWorkflow(MachineRun, Gatekeeper):
         return cast(S, await self.run_machine(NodeDriven(), state, carried=carried))
 
     async def _await_operator(self) -> bool:
-        """Hold a FAILED run open until an operator decides or ``failed_wait`` passes.
-        True when the run goes on (a retry), False when it closes."""
+        """Runs recorded with the dead-letter wait: hold a FAILED run open until an
+        operator decides or ``failed_wait`` passes. True when the run goes on (a retry)."""
         if not workflow.patched(DEAD_LETTER_PATCH):
             return False
         wait = self._failed_wait()
@@ -149,8 +162,7 @@ class AgentWorkflow(MachineRun, Gatekeeper):
         state = self._state
         if state is None or state.node != FAILED or self._closing:
             where = "closing" if self._closing else (state.node if state else "STARTING")
-            raise IllegalTransition(where, "?", "only a FAILED run waiting for an operator "
-                                                "takes a retry or an abort")
+            raise IllegalTransition(where, "?", OLD_RUNS_ONLY)
         if self._decision is not None:
             raise IllegalTransition(FAILED, "?", "a decision is already pending")
 

@@ -79,7 +79,8 @@ class ScriptedContext:
         if not until():
             raise Stuck(f"{self.node.name} waits for something the test never does")
 
-    async def child(self, run: Any, arg: Any, *, id: str, memo: dict[str, Any]) -> Any:
+    async def child(self, run: Any, arg: Any, *, id: str,
+                    memo: dict[str, Any] | None = None) -> Any:
         if self._children is None:
             raise NodeFailed(f"{self.node.name}: no children in this test (children=...)")
         result = self._children(run, arg)

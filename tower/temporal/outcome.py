@@ -1,0 +1,57 @@
+"""How a run ends to Temporal: DONE completes the workflow with the final state; FAILED
+fails it with a typed, non-retryable ``ApplicationError(type="AgentFailed")`` whose
+message is the reason and whose details name the agent, node and step.
+
+So a FAILED run is a failed workflow execution everywhere Temporal users look: the Web
+UI, ``ExecutionStatus='Failed'`` list queries, alerting, and ``result()``, which raises
+``WorkflowFailureError`` with this error as its cause. ``final_state`` gives a client the
+run's final state either way (the ``state`` query answers on a closed run while a worker
+is up). An operator recovers a failed run with ``tower retry`` (a Temporal reset).
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+
+from tower.core.state import AgentState
+from tower.core.transition import Transition
+
+AGENT_FAILED = "AgentFailed"
+# Runs recorded before a FAILED run failed its workflow execution (they waited for an
+# operator as a dead letter, then completed) replay down the old path: no marker.
+FAILED_IS_FAILURE_PATCH = "tower-failed-is-failure"
+
+S = TypeVar("S", bound=AgentState)
+
+
+def agent_failed(agent: str, state: AgentState, last: Transition | None) -> ApplicationError:
+    """The error a FAILED run raises to fail its workflow execution."""
+    node = last.source if last is not None else state.node
+    reason = state.errors[-1] if state.errors else (last.reason if last else "failed")
+    details = {"agent": agent, "node": node, "step": state.step, "reason": reason}
+    return ApplicationError(reason, details, type=AGENT_FAILED, non_retryable=True)
+
+
+def failure_details(exc: BaseException) -> dict[str, Any] | None:
+    """The details of an AgentFailed failure (``exc`` or its causes), or None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ApplicationError) and seen.type == AGENT_FAILED:
+            details = seen.details[0] if seen.details else {}
+            return details if isinstance(details, dict) else {}
+        seen = seen.cause if hasattr(seen, "cause") else seen.__cause__
+    return None
+
+
+async def final_state(handle: WorkflowHandle[Any, Any], result_type: type[S]) -> S:
+    """The run's final state, DONE or FAILED. A FAILED run's state comes from the
+    ``state`` query (a worker answers it for a closed run); anything else re-raises."""
+    try:
+        return result_type.model_validate(await handle.result())
+    except WorkflowFailureError as exc:
+        if failure_details(exc) is None:
+            raise
+    return result_type.model_validate(await handle.query("state", result_type=dict))
