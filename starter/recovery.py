@@ -35,9 +35,9 @@ from temporalio.client import (
 )
 
 from starter.common import CliError, not_found_is
+from tower import Transition
 from tower.contract import search
 from tower.contract.wire import AbortRequest, RetryRequest
-from tower.core.transition import Transition
 
 
 @dataclass(frozen=True)

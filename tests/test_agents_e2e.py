@@ -11,9 +11,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from activities.model import ModelSettings
-from tower import Transition
-from tower.temporal.runtime import FAILED_WAIT_MEMO
-from workflows.account import AccountAgent, AccountRequest
+from tower import Transition, final_state
+from workflows.account import AccountAgent, AccountRequest, AccountState
 from workflows.support import SupportAgent, SupportRequest
 
 SCRIPTED = ModelSettings()
@@ -47,10 +46,10 @@ async def test_account_loop_budget_ends_failed(
     client: Client, task_queue: str, scripted_worker: WorkerFactory
 ) -> None:
     async with scripted_worker():
-        state = await client.execute_workflow(
+        handle = await client.start_workflow(
             AccountAgent.run, AccountRequest(question="Check account ACC-9999"),
-            id=f"account-{uuid.uuid4().hex[:8]}", task_queue=task_queue,
-            memo={FAILED_WAIT_MEMO: 0})  # close at once instead of waiting for an operator
+            id=f"account-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+        state = await final_state(handle, AccountState)
     assert state.status == "FAILED"
     assert any("loop budget exceeded" in e for e in state.errors)
     assert state.visits["reason"] == 5 and state.node == "FAILED"

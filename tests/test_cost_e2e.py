@@ -16,9 +16,9 @@ from towercli import tower_cli
 
 from activities.model import ModelSettings
 from activities.prices import PriceTable
+from tower import final_state
 from tower.contract import search
-from tower.temporal.runtime import FAILED_WAIT_MEMO
-from workflows.account import AccountAgent, AccountRequest
+from workflows.account import AccountAgent, AccountRequest, AccountState
 
 
 async def tower(client: Client, *args: str) -> str:
@@ -90,9 +90,8 @@ async def test_token_budget_escalates_on_the_server(
     async with scripted_worker(models=PRICED, workflows=[TightAccount]):
         handle = await client.start_workflow(
             TightAccount.run, AccountRequest(question="Check my account ACC-1001"),
-            id=f"tight-{uuid.uuid4().hex[:8]}", task_queue=task_queue,
-            memo={FAILED_WAIT_MEMO: 0})  # a FAILED run closes at once, no operator wait
-        state = await handle.result()
+            id=f"tight-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+        state = await final_state(handle, AccountState)
         log = await handle.query("transitions", result_type=list)
     moves = [(t["source"], t["target"]) for t in log]
     assert moves == [("START", "reason"), ("reason", "error"), ("error", "FAILED")]

@@ -10,9 +10,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from activities.model import ModelSettings
-from tower import Transition
+from tower import Transition, final_state
 from tower.temporal.fanout import FanOutPolicy, OnChildFailure
-from tower.temporal.runtime import FAILED_WAIT_MEMO
 from worker import build_worker
 from workflows.fanout import FanOutAgent, FanOutRequest, FanOutState
 
@@ -23,9 +22,8 @@ async def _run(client: Client, task_queue: str, db_path: Path, companies: list[s
                             models=ModelSettings()):
         handle = await client.start_workflow(
             FanOutAgent.run, FanOutRequest(companies=companies, policy=policy),
-            id=f"fanout-{uuid.uuid4().hex[:8]}", task_queue=task_queue,
-            memo={FAILED_WAIT_MEMO: 0})  # a FAILED run closes at once, no operator wait
-        state = await handle.result()
+            id=f"fanout-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+        state = await final_state(handle, FanOutState)
         return state, handle, await handle.query("transitions", result_type=list[Transition])
 
 

@@ -24,7 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.tools.db import connect
 from starter.agents import scripted_reply
-from tower.temporal.runtime import FAILED_WAIT_MEMO
+from tower import final_state
 from tower.testing.model_server import Fault, LoopbackModelServer
 from workflows.order import OrderAgent, OrderRequest, OrderState
 from workflows.refund import RefundAgent
@@ -60,7 +60,7 @@ async def start_order(client: Client, task_queue: str, request: OrderRequest | N
                       ) -> WorkflowHandle[OrderAgent, OrderState]:
     return await client.start_workflow(
         OrderAgent.run, request or OrderRequest(text=TEXT), id=f"order-{uuid.uuid4().hex[:8]}",
-        task_queue=task_queue, memo={FAILED_WAIT_MEMO: 0})
+        task_queue=task_queue)
 
 
 @contextmanager
@@ -172,8 +172,7 @@ async def test_worker_killed_during_an_approval_wait(
     with takeover(env, task_queue, db_path, model_server, tmp_path) as (first, second):
         run = new_id("refund")
         handle = await client.start_workflow(RefundAgent.run, refund_request(client, run),
-                                             id=run, task_queue=task_queue,
-                                             memo={FAILED_WAIT_MEMO: 0})
+                                             id=run, task_queue=task_queue)
         pending = (await wait_pending(handle))["pending"]
         first.kill9()  # the run is parked at its gate; nothing holds it but the history
         second.start()
@@ -231,7 +230,7 @@ async def test_fifty_runs_under_thirty_percent_model_faults(
         try:
             handles = [await start_order(env.client, task_queue, r) for r in requests]
             results = await asyncio.wait_for(
-                asyncio.gather(*[h.result() for h in handles]), timeout=300)
+                asyncio.gather(*[final_state(h, OrderState) for h in handles]), timeout=300)
         finally:
             worker.stop()
         outcomes = Counter(model_server.outcomes())

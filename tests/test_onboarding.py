@@ -11,9 +11,8 @@ from temporalio.client import Client
 
 from activities.model import ModelSettings
 from activities.tools import TOOLS, ToolBox
-from tower import Transition
+from tower import Transition, final_state
 from tower.contract.wire import ToolCall
-from tower.temporal.runtime import FAILED_WAIT_MEMO
 from worker import build_worker
 from workflows.onboarding import (
     GRAPH,
@@ -32,9 +31,8 @@ async def _run(client: Client, task_queue: str, db_path: Path, message: str):
     async with build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED):
         handle = await client.start_workflow(
             OnboardingAgent.run, OnboardingRequest(message=message),
-            id=f"onboarding-{uuid.uuid4().hex[:8]}", task_queue=task_queue,
-            memo={FAILED_WAIT_MEMO: 0})  # a FAILED run closes at once, no operator wait
-        state = await handle.result()
+            id=f"onboarding-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+        state = await final_state(handle, OnboardingState)
         log = await handle.query("transitions", result_type=list[Transition])
         history = await handle.fetch_history()
     scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name

@@ -13,6 +13,7 @@ import pytest
 from conftest import WorkerFactory
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of, tower
 
@@ -44,7 +45,8 @@ async def failed(handle: WorkflowHandle) -> dict[str, object]:
     with pytest.raises(WorkflowFailureError) as info:
         await handle.result()
     cause = info.value.cause
-    assert getattr(cause, "type", None) == AGENT_FAILED and cause.non_retryable, cause
+    assert isinstance(cause, ApplicationError), cause
+    assert cause.type == AGENT_FAILED and cause.non_retryable, cause
     details: dict[str, object] = cause.details[0]
     assert cause.message == details["reason"]
     return details

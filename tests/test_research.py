@@ -12,13 +12,13 @@ import pytest
 from conftest import WorkerFactory
 from temporalio.client import Client
 
-from tower import Transition
-from tower.temporal.runtime import FAILED_WAIT_MEMO
+from tower import Transition, final_state
 from workflows.research import (
     MIN_WORDS,
     Control,
     ResearchAgent,
     ResearchRequest,
+    ResearchState,
     may_leave,
     word_count,
 )
@@ -29,8 +29,8 @@ TOPIC = "durable execution for LLM agents"
 async def _run(client: Client, task_queue: str, request: ResearchRequest):
     handle = await client.start_workflow(
         ResearchAgent.run, request, id=f"research-{uuid.uuid4().hex[:8]}",
-        task_queue=task_queue, memo={FAILED_WAIT_MEMO: 0})  # FAILED closes at once
-    state = await handle.result()
+        task_queue=task_queue)
+    state = await final_state(handle, ResearchState)
     log = await handle.query("transitions", result_type=list[Transition])
     return state, [t.target for t in log]
 

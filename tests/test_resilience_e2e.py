@@ -13,8 +13,7 @@ from temporalio.client import Client
 
 from activities.model import ModelSettings
 from starter.agents import scripted_reply
-from tower import Transition
-from tower.temporal.runtime import FAILED_WAIT_MEMO
+from tower import Transition, final_state
 from tower.testing.model_server import Fault, LoopbackModelServer
 from worker import build_worker
 from workflows.order import OrderAgent, OrderRequest, OrderState
@@ -35,8 +34,8 @@ async def run_order(client: Client, task_queue: str, db_path: Path, server: Loop
     async with build_worker(client, task_queue=task_queue, db_path=db_path, models=settings):
         handle = await client.start_workflow(
             OrderAgent.run, OrderRequest(text=TEXT), id=f"order-{uuid.uuid4().hex[:8]}",
-            task_queue=task_queue, memo={FAILED_WAIT_MEMO: 0})
-        state = await handle.result()
+            task_queue=task_queue)
+        state = await final_state(handle, OrderState)
         log = await handle.query("transitions", result_type=list[Transition])
     return state, log
 
