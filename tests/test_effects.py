@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 from gatekit import decide, new_id, refund_request, refunds, snapshot, wait_pending
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
 
 from activities.model import ModelSettings
 from activities.tools import TOOLS, billing
@@ -22,7 +23,7 @@ from starter.cmd_operator import send_retry
 from tower.contract.decisions import Verdict
 from tower.contract.wire import ModelRequest, ToolCallRequest
 from worker import build_worker
-from workflows.refund import RefundAgent
+from workflows.refund import RefundAgent, RefundState
 
 
 def worker(client: Client, task_queue: str, db_path: Path) -> Any:
@@ -136,10 +137,16 @@ async def test_a_tool_given_up_on_pays_never_and_a_retry_pays_once(
             holder.close()
         state = await settled(handle)
         assert state["status"] == "FAILED" and state["refund_id"] == ""
+        # FAILED after reconciling is a failed workflow execution, with the reason.
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        assert isinstance(failed.value.cause, ApplicationError)
+        assert failed.value.cause.details[0]["node"] == "issue_refund"
+        assert (await handle.describe()).status == WorkflowExecutionStatus.FAILED
         await asyncio.sleep(3)  # longer than any attempt could still be running
         assert refunds(db_path) == [], "a refund appeared after the run gave up"
         await send_retry(client, handle.id, "issue_refund", "ops")
-        done = await handle.result()
+        done = await client.get_workflow_handle(handle.id, result_type=RefundState).result()
     assert done.status == "DONE" and done.refund_id
     assert refunds(db_path) == [("INV-2004", 30000)]
 

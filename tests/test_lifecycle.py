@@ -14,11 +14,22 @@ import pytest
 from conftest import WorkerFactory
 from gatekit import signed_event
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import ApplicationError
 
-from tower import Transition
+from tower import AGENT_FAILED, Transition, final_state
 from tower.core.events import Rejection
-from workflows.lifecycle import MAX_RECOVERIES, LifecycleAgent, LifecycleRequest
+from workflows.lifecycle import (
+    MAX_RECOVERIES,
+    LifecycleAgent,
+    LifecycleRequest,
+    LifecycleState,
+)
 
 
 async def _start(client: Client, task_queue: str, request: LifecycleRequest) -> WorkflowHandle:
@@ -107,8 +118,15 @@ async def test_recovery_is_bounded_then_failed(
 ) -> None:
     async with scripted_worker():
         handle = await _start(client, task_queue, LifecycleRequest(goal="Check ACC-9999"))
-        state = await handle.result()
+        # An event-driven run that ends FAILED fails its workflow execution too.
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        state = await final_state(handle, LifecycleState)
         log = await _log(handle)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == AGENT_FAILED
+    assert cause.details[0] == {"agent": "lifecycle", "node": "RECOVERING", "step": state.step,
+                                "reason": state.errors[-1]}
     assert state.status == "FAILED" and state.recoveries == MAX_RECOVERIES + 1
     assert [t.target for t in log] == (
         ["IDLE"] + ["PLANNING", "TOOL_CALL", "RECOVERING"] * (MAX_RECOVERIES + 1) + ["FAILED"])
