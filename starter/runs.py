@@ -6,7 +6,6 @@ none can, the error says so instead of waiting on the server's query timeout.
 
 from __future__ import annotations
 
-import contextlib
 from datetime import timedelta
 from typing import Any
 
@@ -71,24 +70,25 @@ async def run_state(client: Client, run: str) -> dict[str, Any]:
 
 async def failed_state(client: Client, handle: WorkflowHandle[Any, Any],
                        task_queue: str) -> dict[str, Any]:
-    """A failed run's final state: a worker answers the ``state`` query of a closed run;
-    with none up, the history is replayed here (no worker needed)."""
-    if await has_workers(client, task_queue):
-        with contextlib.suppress(RPCError):
-            state: dict[str, Any] = await handle.query("state", result_type=dict,
-                                                       rpc_timeout=QUERY_TIMEOUT)
-            return state
+    """A failed run's final state, read from its history replayed here (no worker needed;
+    a replay that succeeds is the run's own state). When this code cannot replay it (the
+    agent changed since), a worker of the run's own build answers the ``state`` query."""
     from starter.connection import connect_config
     from starter.histories import replay
 
     history = await handle.fetch_history()
     [replayed] = await replay([(handle.id, history)],
-                              namespace=connect_config().get("namespace") or "default")
-    if replayed.failure or not replayed.states:
+                              namespace=connect_config().get("namespace") or client.namespace)
+    if not replayed.failure and replayed.states:
+        return replayed.states[-1].model_dump(mode="json")
+    why = replayed.failure or "no transitions"
+    if not await has_workers(client, task_queue):
         raise CliError(f"run {handle.id!r} failed, and its history does not replay against "
-                       f"this code: {replayed.failure or 'no transitions'}; start a worker "
-                       f"of the code that ran it and ask again")
-    return replayed.states[-1].model_dump(mode="json")
+                       f"this code ({why}); start a worker of the code that ran it and ask "
+                       "again")
+    state: dict[str, Any] = await handle.query("state", result_type=dict,
+                                               rpc_timeout=QUERY_TIMEOUT)
+    return state
 
 
 def list_query(agent: str | None, status: str | None) -> str:

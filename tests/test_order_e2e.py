@@ -20,6 +20,7 @@ from test_cli import address_of, tower
 from activities.model import ModelSettings
 from starter.cmd_operator import send_abort, send_retry
 from starter.common import CliError
+from starter.runs import run_state
 from tower import AGENT_FAILED, Kind, Transition, final_state
 from tower.contract import search
 from workflows.order import OrderAgent, OrderRequest, OrderState
@@ -93,6 +94,8 @@ async def test_declined_payment_releases_stock_and_fails_the_workflow_with_the_r
                                      "ExecutionStatus = 'Failed' AND "
                                      f"{search.AGENT_STATUS.name} = 'FAILED'")
         described = await handle.describe()
+    # With no worker left, `tower state` reads the failed run from its replayed history.
+    assert await run_state(client, handle.id) == state.model_dump(mode="json")
     assert details == {"agent": "order", "node": "charge", "step": state.step,
                        "reason": "payment declined: insufficient funds"}
     assert found == [handle.id]
