@@ -22,7 +22,7 @@ from headless import Browser, chromium_path
 from procs import WorkerProcess, free_port
 from temporal_cluster import DEPLOY, UiServer, server_env_file
 from temporalio.api.workflowservice.v1 import GetClusterInfoRequest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from test_faults_process import TEXT, assert_effects_once, started_attempts
 from test_web_ui import ARTIFACTS
 
@@ -245,20 +245,33 @@ async def test_the_web_ui_shows_the_runs_decoded_through_the_codec_server(
 async def test_a_failed_run_is_recovered_by_an_operator(
     cluster: Cluster, cluster_workers: list[WorkerProcess],
 ) -> None:
-    """Out of stock: the run ends FAILED; the stock arrives; `tower retry` takes it on."""
+    """Out of stock: the run is a failed workflow execution (SQL visibility finds it by
+    ExecutionStatus); the stock arrives; `tower retry` resets it and it goes on to DONE."""
     run_id = f"order-{uuid.uuid4().hex[:6]}"
     code, out = await cluster.tower(
         "run", "order", "--input", json.dumps({"text": "2 x GIZMO-3 to 3 Ash Row, US"}),
         "--id", run_id, "--no-follow", server=1)
     assert code == 0, out
-    handle = (await cluster.client(1)).get_workflow_handle(run_id)
+    client = await cluster.client(1)
+    handle = client.get_workflow_handle(run_id)
     assert await agent_status(handle) == "FAILED"
+    assert (await handle.describe()).status == WorkflowExecutionStatus.FAILED
+    query = f"WorkflowId = '{run_id}' AND ExecutionStatus = 'Failed' AND AgentStatus = 'FAILED'"
+    found: list[str] = []
+    for _ in range(60):
+        found = [wf.id async for wf in client.list_workflows(query)]
+        if found:
+            break
+        await asyncio.sleep(0.5)
+    assert found == [run_id]
     with sqlite3.connect(cluster.env["TOWER_DB"]) as db:
         db.execute("UPDATE products SET stock = 5 WHERE sku='GIZMO-3'")
     code, out = await cluster.tower("retry", run_id, "--from", "check_stock", "--by", "ops",
                                     server=0, timeout=240)
-    assert code == 0 and "status: DONE" in out, out
+    assert code == 0 and "(before it entered check_stock): new run" in out, out
+    assert "status: DONE" in out, out
     assert await agent_status(handle) == "DONE"
+    assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
 
 
 async def test_rotating_the_codec_key_keeps_earlier_runs_readable(
