@@ -220,6 +220,11 @@ async def record(out: Path, runs: Sequence[tuple[str, BaseModel, str]]) -> list[
         index += ["", "`before-windows/` keeps the chat thread recorded before that change "
                   "(refs in the state,", "model calls as activities): threads started then "
                   'still replay (`workflow.patched("chat-window-ref")`).']
+    if (out / "dead-letter").is_dir():  # kept across recordings: the old FAILED path
+        index += ["", "`dead-letter/` keeps runs recorded before a FAILED run failed its "
+                  "workflow execution", "(`tests/record_dead_letter.py`): they waited at "
+                  "FAILED for the `retry`/`abort` update, and still", "replay "
+                  '(`workflow.patched("tower-failed-is-failure")`).']
     (out / "README.md").write_text("\n".join(index) + "\n")
     return rows
 

@@ -1,0 +1,78 @@
+"""A deployment upgraded while a run waits at FAILED in the old dead-letter wait: the run
+was started and parked by the code before FAILED failed the workflow execution (commit
+e9636d6, run as a real `python worker.py` process from that commit's tree); the new
+worker takes it over, replays it down the old path, and `tower retry` still sends it
+the `retry` update it waits for."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import WorkerFactory
+from procs import REPO, WorkerProcess
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.testing import WorkflowEnvironment
+
+from starter.cmd_operator import send_retry
+from tower import Kind, Transition
+from tower.contract import search
+from workflows.order import OrderRequest
+
+OLD = "e9636d6"  # "engine as a library": the last code with the dead-letter wait
+
+
+@pytest.fixture(scope="module")
+def old_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    found = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{OLD}^{{commit}}"],
+                           capture_output=True)
+    if found.returncode != 0:
+        pytest.skip(f"commit {OLD} (the code before the change) is not in this clone's history")
+    tree = tmp_path_factory.mktemp("tower-before")
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", OLD], capture_output=True,
+                             check=True)
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    return tree
+
+
+async def test_a_run_parked_by_the_old_code_is_retried_after_the_upgrade(
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path,
+    scripted_worker: WorkerFactory, old_tree: Path,
+) -> None:
+    client = env.client
+    old = WorkerProcess(client.service_client.config.target_host, task_queue, db_path, "",
+                        tmp_path / "old-worker.log", argv=(str(old_tree / "worker.py"),))
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "TOWER_MODELS"):
+        old.env.pop(name)  # the offline scripted model
+    old.env["PYTHONPATH"] = str(old_tree)
+    old.start()
+    run = f"order-{uuid.uuid4().hex[:8]}"
+    try:
+        handle = await client.start_workflow(
+            "order", OrderRequest(text="4 x GIZMO-3 to 9 High St, Leeds, GB"), id=run,
+            task_queue=task_queue)
+        async with asyncio.timeout(90):
+            while (await handle.describe()).typed_search_attributes.get(
+                    search.AGENT_STATUS) != "FAILED":
+                await asyncio.sleep(0.2)
+    finally:
+        old.stop()
+    assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING  # parked
+    assert old.unhandled() == []
+
+    with sqlite3.connect(db_path) as db:
+        db.execute("UPDATE products SET stock = 10 WHERE sku='GIZMO-3'")
+    async with scripted_worker():  # the new code takes the parked run over
+        answer = await send_retry(client, run, "check_stock", "ops")
+        final = await handle.result()
+        log = await handle.query("transitions", result_type=list[Transition])
+    assert answer == f"{run} will retry from check_stock"
+    assert final["status"] == "DONE"
+    retry = next(t for t in log if t.source == "FAILED")
+    assert (retry.target, retry.kind, retry.reason) == ("check_stock", Kind.OPERATOR,
+                                                        "retry by ops")
+    assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
