@@ -6,8 +6,14 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
 
 from activities.model import ModelSettings
 from tower import Transition, final_state
@@ -48,6 +54,14 @@ async def test_skip_policy_merges_the_good_children(
     assert state.report.startswith("2 of 3 companies profiled; skipped: FailCo")
     assert sorted(c.rsplit("/", 1)[-1] for c in await _children(handle)) == ["0", "1", "2"]
     assert sorted(log[1].calls) == ["child:0", "child:1", "child:2"]
+    # The failed child is a failed execution (AgentFailed), which the parent's policy saw
+    # as a ChildWorkflowError carrying the child's reason.
+    failco = next(c for c in await _children(handle) if c.endswith("/1"))
+    child = client.get_workflow_handle(failco)
+    assert (await child.describe()).status == WorkflowExecutionStatus.FAILED
+    with pytest.raises(WorkflowFailureError) as failed:
+        await child.result()
+    assert state.skipped[0] == f"FailCo: {failed.value.cause}"
 
 
 async def test_fail_policy_fails_the_parent_naming_the_child(
