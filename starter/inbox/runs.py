@@ -29,7 +29,8 @@ async def run_story(client: Client, run: str, status: WorkflowExecutionStatus | 
     try:
         if status == WorkflowExecutionStatus.COMPLETED:
             state = await asyncio.wait_for(handle.result(), QUERY_SECONDS)
-        elif status == WorkflowExecutionStatus.RUNNING:
+        elif status in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.FAILED):
+            # A FAILED run is a failed execution: a worker answers its state query.
             state = await asyncio.wait_for(handle.query("state", result_type=dict),
                                            QUERY_SECONDS)
         else:
