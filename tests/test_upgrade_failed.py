@@ -60,7 +60,7 @@ async def test_a_run_parked_by_the_old_code_is_retried_after_the_upgrade(
                     search.AGENT_STATUS) != "FAILED":
                 await asyncio.sleep(0.2)
     finally:
-        old.stop()
+        old.kill9()  # the old deployment goes away (SIGKILL: no drain needed, it is parked)
     assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING  # parked
     assert old.unhandled() == []
 
