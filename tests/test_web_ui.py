@@ -2,8 +2,8 @@
 
 A dev server of its own with the Web UI on a free port. An account run whose model is
 a loopback OpenAI-compatible server (the first call asks for lookup_account, the second
-hangs until the test ends, so the run sits in `reason` while we look), and a refund
-run parked at its approval gate on the scripted model.
+hangs until the test ends, so the run sits in `reason` while we look), a refund run
+parked at its approval gate on the scripted model, and an order that ended FAILED.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 from gatekit import new_id, refund_request, wait_pending
 from headless import Browser, chromium_path
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -30,6 +31,7 @@ from starter.keys import load_key
 from tower.contract import search
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
+from workflows.order import OrderRequest
 from workflows.refund import RefundAgent
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -109,8 +111,14 @@ async def test_run_page_shows_the_agents_current_state(
         refund = await client.start_workflow(
             RefundAgent.run, refund_request(client, refund_id), id=refund_id,
             task_queue=f"{queue}-refund")
+        failed_id = f"order-ui-{uuid.uuid4().hex[:6]}"
+        failed = await client.start_workflow(
+            "order", OrderRequest(text="4 x GIZMO-3 to 9 High St, Leeds, GB"), id=failed_id,
+            task_queue=f"{queue}-refund")
         await _wait_for_node(handle, "reason", step=3)
         await wait_pending(refund)
+        with pytest.raises(WorkflowFailureError):
+            await failed.result()
         # The worker answers the UI's queries on this event loop: browse from a thread.
         browser = await asyncio.to_thread(Browser, tmp_path / "chromium-profile", executable)
         try:
@@ -121,11 +129,19 @@ async def test_run_page_shows_the_agents_current_state(
             gated = await _look(browser, ui_port, refund_id, "web-ui-approval.png", (
                 "AWAITING_APPROVAL", "awaiting approval: gate refund_review",
                 "role manager", "proposal: ", f"tower approve {refund_id} --gate refund_review"))
+            # A FAILED run is Failed in the Web UI, with its reason as the failure.
+            url = f"http://127.0.0.1:{ui_port}/namespaces/default/workflows/{failed_id}"
+            await asyncio.to_thread(browser.open, url)
+            failure = await asyncio.to_thread(browser.wait_for_text, failed_id, "Failed",
+                                              "out of stock: GIZMO-3 (asked 4, 0 left)")
+            await asyncio.to_thread(browser.screenshot, ARTIFACTS / "web-ui-failed.png")
         finally:
             await asyncio.to_thread(browser.close)
         await handle.terminate("test over")
         await refund.terminate("test over")
     assert run_id in text and refund_id in gated
+    # The header's status badge, then the failure with the reason.
+    assert f"FAILED\n{failed_id}" in failure and "out of stock: GIZMO-3" in failure
     assert "amount" in gated  # the proposed refund is on the page
     # What the Web UI shows a reader can sign nothing: no approver's private key is on it.
     for name in ("alice", "bob", "carol", "dana"):
