@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
+
+from tower.contract import search
+
+from .bounds import HarnessStuck, bounded
 
 SETTLED = ("DONE", "FAILED")
+RPC_TIMEOUT = timedelta(seconds=30)
 
 
 @dataclass
@@ -18,14 +25,15 @@ class RunView:
     """One run as the checker sees it: its final state and what its history reports paid."""
 
     workflow_id: str
-    state: dict[str, Any]
+    state: dict[str, Any] | None  # None: the harness could not read it (a harness error)
     reported: list[str] = field(default_factory=list)  # refund ids in completed activities
 
 
 async def view(client: Client, workflow_id: str) -> RunView:
     handle = client.get_workflow_handle(workflow_id)
-    state: dict[str, Any] = await handle.query("state", result_type=dict)
-    history = await handle.fetch_history()
+    state: dict[str, Any] = await handle.query("state", result_type=dict,
+                                               rpc_timeout=RPC_TIMEOUT)
+    history = await handle.fetch_history(rpc_timeout=RPC_TIMEOUT)
     scheduled: dict[int, str] = {}
     reported: list[str] = []
     for event in history.events:
@@ -42,11 +50,25 @@ async def view(client: Client, workflow_id: str) -> RunView:
     return RunView(workflow_id, state, reported)
 
 
+async def status_of(handle: WorkflowHandle[Any, Any]) -> str | None:
+    """The run's status from its search attributes: the server answers, no worker needed
+    (a query per poll would keep busy workflows busier). None when it cannot tell."""
+    try:
+        described = await bounded(f"describing {handle.id}", RPC_TIMEOUT.total_seconds(),
+                                  handle.describe(rpc_timeout=RPC_TIMEOUT))
+    except (RPCError, HarnessStuck):
+        return None
+    return described.typed_search_attributes.get(search.AGENT_STATUS)
+
+
 def check(db_path: Path, invoice: str, total_cents: int, runs: list[RunView]) -> list[str]:
     """Violations (empty when the trial kept every rule)."""
-    with sqlite3.connect(db_path) as db:
+    db = sqlite3.connect(db_path, timeout=10)
+    try:
         rows = db.execute("SELECT id, amount_cents, idempotency_key FROM refunds "
                           "WHERE invoice_id=?", (invoice,)).fetchall()
+    finally:
+        db.close()
     problems: list[str] = []
     paid = sum(r[1] for r in rows)
     if paid > total_cents:
@@ -57,6 +79,8 @@ def check(db_path: Path, invoice: str, total_cents: int, runs: list[RunView]) ->
         mine = [r for r in rows if r[2].startswith(f"{wid}/")]
         if len(mine) > 1:
             problems.append(f"{wid}: paid {len(mine)} times: {[r[0] for r in mine]}")
+        if state is None:
+            continue
         if state.get("status") not in SETTLED:
             problems.append(f"{wid}: stuck at {state.get('node')} ({state.get('status')})")
             continue

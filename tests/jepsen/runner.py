@@ -13,27 +13,44 @@ from pathlib import Path
 from procs import WorkerProcess
 
 from activities.tools import ToolBox
+from starter.trust_files import dev_trust
 
-from .trial import Outcome, World, trial
+from .bounds import HarnessStuck, bounded
+from .trial import LIMITS, trial
+from .world import Notes, Outcome, World
 
 Workers = tuple[str, Path, list[WorkerProcess]]
 WORKERS = 2
+# A trial that has not ended by then is reported, not waited for (its own steps are bounded
+# far below this: settling twice, and each operator call).
+TRIAL_SECONDS = 900.0
 
 
-def worker_process(address: str, task_queue: str, db_path: Path, log: Path) -> WorkerProcess:
+def worker_process(address: str, task_queue: str, db_path: Path, log: Path,
+                   trust: Path) -> WorkerProcess:
     proc = WorkerProcess(address, task_queue, db_path, "", log,
                          argv=("-m", "tests.jepsen.worker"))
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TOWER_MODELS"):
         proc.env.pop(name, None)  # the offline scripted model: the checker tests the money
+    proc.env["TOWER_TRUST_DIR"] = str(trust)
     return proc
+
+
+def deployment(workdir: Path) -> Path:
+    """The workers' trust directory: the approvers (their keys in TOWER_CONFIG_DIR, where the
+    trials' approvers sign) and a refund cap the trials' runs may only lower."""
+    root = workdir / "deployment"
+    dev_trust(root, "default", agents={"refund": {"limit_cents": max(LIMITS)}})
+    return root
 
 
 @asynccontextmanager
 async def workers(address: str, workdir: Path) -> AsyncIterator[Workers]:
     task_queue, db_path = f"jepsen-{uuid.uuid4().hex[:8]}", workdir / "tools.sqlite"
     ToolBox(db_path)  # created and seeded before any worker races to do it
-    procs = [worker_process(address, task_queue, db_path, workdir / f"worker-{i}.log").start()
-             for i in range(WORKERS)]
+    trust = deployment(workdir)
+    procs = [worker_process(address, task_queue, db_path, workdir / f"worker-{i}.log",
+                            trust).start() for i in range(WORKERS)]
     try:
         yield task_queue, db_path, procs
     finally:
@@ -43,16 +60,30 @@ async def workers(address: str, workdir: Path) -> AsyncIterator[Workers]:
 
 async def run_trials(world: World, trials: int, seed: int, parallel: int,
                      report: bool = True) -> list[Outcome]:
-    rng, outcomes = random.Random(seed), []
-    for first in range(0, trials, parallel):
-        wave = range(first, min(trials, first + parallel))
-        outcomes += await asyncio.gather(*(trial(world, n, random.Random(rng.random()))
-                                           for n in wave))
-        if report:
-            bad = sum(bool(o.problems) for o in outcomes)
-            print(f"{time.strftime('%H:%M:%S')} trials {len(outcomes)}/{trials}: {bad} with "
-                  "violations", flush=True)
-    return outcomes
+    """``trials`` trials, ``parallel`` in flight at any time (a new one starts as one ends),
+    each within TRIAL_SECONDS: past it, the outcome is a harness error naming the step the
+    trial was waiting for."""
+    rng, gate = random.Random(seed), asyncio.Semaphore(parallel)
+    seeds, outcomes = [rng.random() for _ in range(trials)], list[Outcome]()
+
+    async def one(number: int) -> Outcome:
+        async with gate:
+            notes, began = Notes(), time.monotonic()
+            try:
+                outcome = await bounded(f"trial {number}", TRIAL_SECONDS,
+                                        trial(world, number, random.Random(seeds[number]), notes))
+            except HarnessStuck as stuck:
+                outcome = Outcome(number, "?", 0, notes.faults, [],
+                                  [*notes.harness, f"{stuck} (it was {notes.doing})"])
+            outcome.seconds = time.monotonic() - began
+            outcomes.append(outcome)
+            if report and (len(outcomes) % 10 == 0 or len(outcomes) == trials):
+                print(f"{time.strftime('%H:%M:%S')} trials {len(outcomes)}/{trials}: "
+                      f"{sum(bool(o.problems) for o in outcomes)} with violations, "
+                      f"{sum(bool(o.harness) for o in outcomes)} with harness errors", flush=True)
+            return outcome
+
+    return list(await asyncio.gather(*(one(n) for n in range(trials))))
 
 
 def summary(outcomes: list[Outcome]) -> str:
@@ -60,8 +91,13 @@ def summary(outcomes: list[Outcome]) -> str:
     faults = [f.split(" ")[0] for o in outcomes for f in o.faults]
     kinds = {k: faults.count(k) for k in sorted(set(faults))}
     bad = [o for o in outcomes if o.problems]
+    stuck = [o for o in outcomes if o.harness]
+    spans = sorted(o.seconds for o in outcomes) or [0.0]
     lines = [f"{len(outcomes)} trials, {runs} refund runs, faults {kinds}: "
-             f"{sum(len(o.problems) for o in bad)} violations"]
+             f"{sum(len(o.problems) for o in bad)} violations, "
+             f"{sum(len(o.harness) for o in stuck)} harness errors; a trial took "
+             f"{spans[0]:.0f}-{spans[-1]:.0f} s (median {spans[len(spans) // 2]:.0f} s)"]
     lines += [f"  trial {o.trial} ({o.invoice}; {', '.join(o.faults)}): {p}"
               for o in bad for p in o.problems]
+    lines += [f"  trial {o.trial} ({o.invoice}) harness: {h}" for o in stuck for h in o.harness]
     return "\n".join(lines)

@@ -1,216 +1,154 @@
-"""One randomized trial, and the world the trials share (server, workers, database)."""
+"""One randomized trial: refund runs racing on one invoice, approvers, faults, operators.
+
+Every wait is bounded (bounds.py): what the harness cannot finish in time is a harness
+error on the trial's outcome, and the database-only rules (never more refunded than the
+invoice, each request paid at most once) are checked even then.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import sqlite3
 import uuid
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
-from gatekit import decision, refund_request
-from procs import WorkerProcess
-from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import ResetReapplyExcludeType
-from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
-from temporalio.client import (
-    Client,
-    WorkflowHandle,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
-)
-from temporalio.service import RPCError
+from gatekit import refund_request
+from temporalio.client import Client, WorkflowHandle
 
-from starter.cmd_operator import send_abort, send_retry
-from tower.contract import search
-from tower.contract.decisions import Verdict
-from tower.testing.replay_report import task_completed_after
+from starter.common import CliError
 from workflows.refund import RefundAgent
 
-from .check import SETTLED, RunView, check, view
+from . import operators
+from .approver import approver
+from .bounds import DB_SECONDS, RPC_SECONDS, HarnessStuck, on_db, persist, stop_all
+from .check import SETTLED, RunView, check, status_of, view
+from .faults import fault
+from .world import Notes, Outcome, World
 
-SETTLE_SECONDS = 240  # a run not DONE or FAILED by then is stuck (generous: CI machines are busy)
-RPC_SECONDS = 30  # one operator call (retry, fork); past it the call counts as not made
-
-
-@dataclass
-class World:
-    client: Client
-    db_path: Path
-    task_queue: str
-    workers: list[WorkerProcess]
-
-
-@dataclass
-class Outcome:
-    trial: int
-    invoice: str
-    runs: int
-    faults: list[str]
-    problems: list[str]
+SETTLE_SECONDS = 240.0  # a run not DONE or FAILED by then is stuck (CI machines are busy)
+POLL_SECONDS = 0.5
+QUERY_SECONDS = 60.0  # asking again while workers restart (a workflow task times out in 10 s)
+RPC_TIMEOUT = timedelta(seconds=RPC_SECONDS)
+LIMITS = (50_000, 200_000)  # a run's own refund limit: the tenant's cap, or lower
+Handle = WorkflowHandle[Any, Any]
 
 
-async def trial(world: World, number: int, rng: random.Random) -> Outcome:
+async def trial(world: World, number: int, rng: random.Random, notes: Notes) -> Outcome:
     invoice, total = f"INV-{3000 + number:04d}", rng.randint(5, 40) * 10_000
-    with sqlite3.connect(world.db_path, timeout=30) as db:
-        db.execute("INSERT INTO invoices VALUES (?, 'ACC-1001', ?, 'paid', '2026-11-20')",
-                   (invoice, total))
-    faults: list[str] = []
-    count = rng.randint(2, 4)
-    handles = [await start(world, invoice, rng.randint(100, total // 100), rng)
-               for _ in range(count)]
-    chaos = [asyncio.create_task(approver(world.client, h, random.Random(rng.random())))
-             for h in handles]
-    chaos += [asyncio.create_task(fault(world, rng.choice(FAULTS), random.Random(rng.random()),
-                                        faults)) for _ in range(rng.randint(0, 2))]
+    count, handles, chaos = rng.randint(2, 4), list[Handle](), list[asyncio.Task[None]]()
+    views: list[RunView] = []
     try:
-        await settle(handles)
-        for handle in handles:  # operators: retry what FAILED, fork some of what is DONE
-            with contextlib.suppress(TimeoutError, RPCError):
-                async with asyncio.timeout(RPC_SECONDS):
-                    await operate(world.client, handle, rng, faults)
-        await settle(handles)
-        async with asyncio.timeout(RPC_SECONDS * len(handles)):
-            views = [await view(world.client, h.id) for h in handles]
-    except TimeoutError:
-        views = [RunView(h.id, await state_of(h)) for h in handles]
+        await notes.step("inserting the invoice", DB_SECONDS,
+                         on_db(world.db_path, lambda db: insert_invoice(db, invoice, total)))
+        for _ in range(count):
+            dollars = rng.randint(100, total // 100)
+            handles.append(await notes.step("starting a refund run", RPC_SECONDS,
+                                            start(world, invoice, dollars, rng)))
+        chaos = [asyncio.create_task(approver(world, h, random.Random(rng.random()), notes),
+                                     name=f"approver of {h.id}") for h in handles]
+        chaos += [asyncio.create_task(fault(world, random.Random(rng.random()), notes),
+                                      name=f"fault {n}") for n in range(rng.randint(0, 2))]
+        views = await play(world, handles, rng, notes)
+    except HarnessStuck as stuck:
+        notes.harness.append(str(stuck))
+    except Exception as exc:  # the harness's own failure: named, never a pass
+        notes.harness.append(f"{notes.doing}: {type(exc).__name__}: {exc}")
     finally:
-        for task in chaos:
-            task.cancel()
-        await asyncio.gather(*chaos, return_exceptions=True)
-    problems = check(world.db_path, invoice, total, views)
-    for handle, run in zip(handles, views, strict=True):  # close what an operator left FAILED
-        if run.state.get("status") == "FAILED":
-            with contextlib.suppress(Exception):
-                await send_abort(world.client, handle.id, "checker", "trial over")
-    return Outcome(number, invoice, count, faults, problems)
+        notes.harness += await stop_all("trial task", chaos)
+    seen = {v.workflow_id for v in views}
+    views += [RunView(h.id, None) for h in handles if h.id not in seen]
+    problems = await notes.step("reading the refunds", DB_SECONDS,
+                                asyncio.to_thread(check, world.db_path, invoice, total, views))
+    return Outcome(number, invoice, count, notes.faults, problems, notes.harness)
 
 
-async def start(world: World, invoice: str, dollars: int, rng: random.Random
-                ) -> WorkflowHandle[Any, Any]:
+async def play(world: World, handles: list[Handle], rng: random.Random,
+               notes: Notes) -> list[RunView]:
+    """Settle the runs, let operators act, settle again, read what every run says."""
+    client = world.client
+    if await settle(handles, notes):
+        for handle in handles:
+            await operate(client, handle, rng, notes)
+        await settle(handles, notes)
+    return [await read(client, handle, notes) for handle in handles]
+
+
+async def read(client: Client, handle: Handle, notes: Notes) -> RunView:
+    if await status_of(handle) not in SETTLED:  # stuck: the checker reports what it says
+        return RunView(handle.id, await state_of(handle))
+    notes.doing = f"reading {handle.id}'s state and history"
+    return await persist(notes.doing, QUERY_SECONDS, lambda: view(client, handle.id))
+
+
+async def start(world: World, invoice: str, dollars: int, rng: random.Random) -> Handle:
     run = f"jepsen-{uuid.uuid4().hex[:10]}"
-    request = refund_request(world.client, run, limit_cents=rng.choice([50_000, 200_000]),
+    request = refund_request(world.client, run, limit_cents=rng.choice(LIMITS),
                              message=f"Please refund ${dollars:,} on invoice {invoice}")
     return await world.client.start_workflow(RefundAgent.run, request, id=run,
-                                             task_queue=world.task_queue)
+                                             task_queue=world.task_queue,
+                                             rpc_timeout=RPC_TIMEOUT)
 
 
-async def state_of(handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
+async def query_state(handle: Handle) -> dict[str, Any]:
+    state: dict[str, Any] = await handle.query("state", result_type=dict,
+                                               rpc_timeout=RPC_TIMEOUT)
+    return state
+
+
+async def state_of(handle: Handle) -> dict[str, Any]:
     try:
-        async with asyncio.timeout(RPC_SECONDS):
-            state: dict[str, Any] = await handle.query("state", result_type=dict)
-        return state
-    except (RPCError, TimeoutError):  # no worker answered in time: the run counts as stuck
+        return await persist(f"querying {handle.id}", QUERY_SECONDS,
+                             lambda: query_state(handle))
+    except HarnessStuck:  # no worker answered in time: the run counts as stuck
         return {"status": "UNKNOWN", "node": "?"}
 
 
-async def status_of(handle: WorkflowHandle[Any, Any]) -> str | None:
-    """The run's status from its search attributes: the server answers, no worker needed
-    (a query per poll would keep busy workflows busier)."""
-    described = await handle.describe()
-    return described.typed_search_attributes.get(search.AGENT_STATUS)
-
-
-async def settle(handles: list[WorkflowHandle[Any, Any]]) -> None:
-    async with asyncio.timeout(SETTLE_SECONDS):
-        for handle in handles:
-            while await status_of(handle) not in SETTLED:
-                await asyncio.sleep(1.0)
-
-
-async def approver(client: Client, handle: WorkflowHandle[Any, Any], rng: random.Random) -> None:
-    """Answers every request the run makes, after a random delay: mostly approve, sometimes
-    with a lower amount, sometimes reject."""
-    answered: set[int] = set()
-    while True:
-        await asyncio.sleep(rng.uniform(0.5, 1.5))
-        with contextlib.suppress(RPCError):
-            if await status_of(handle) != "AWAITING_APPROVAL":
-                continue
-            info: dict[str, Any] = await handle.query("approvals", result_type=dict)
-            pending = info["pending"]
-            if not pending or pending["step"] in answered:
-                continue
-            roll, amount = rng.random(), int(pending["proposal"]["amount_cents"])
-            kw: dict[str, Any] = {}
-            if roll < 0.15:
-                kw["verdict"] = Verdict.REJECT
-            elif roll < 0.3 and amount > 1:
-                kw["edits"] = {"amount_cents": rng.randint(1, amount)}
-            try:
-                await handle.execute_update("decide", decision(client, handle.id, pending, **kw),
-                                            result_type=dict)
-            except WorkflowUpdateRPCTimeoutOrCancelledError:
-                continue  # no answer in time (a worker was killed): look again
-            except WorkflowUpdateFailedError:
-                pass  # refused (the gate moved on, or another answer is in flight)
-            answered.add(pending["step"])
-
-
-async def lock_database(world: World, rng: random.Random, faults: list[str]) -> None:
-    span = rng.uniform(0.5, 6.0)  # around the checker worker's 2 s timeout and its give-up
-    await asyncio.sleep(rng.uniform(0, 2))
-    holder = sqlite3.connect(world.db_path, timeout=30, isolation_level=None)
+async def if_failed(handle: Handle, action: Callable[[], Awaitable[None]]) -> None:
+    """An operator's action on a FAILED run, safe to repeat: an action whose answer was
+    lost (its worker was killed) may have taken effect — then the run is FAILED no more."""
+    if (await query_state(handle)).get("status") != "FAILED":
+        return
     try:
-        holder.execute("BEGIN IMMEDIATE")
-        faults.append(f"db locked {span:.1f}s")
-        await asyncio.sleep(span)
-        holder.execute("ROLLBACK")
-    finally:
-        holder.close()
+        await action()
+    except CliError:  # refused: fine if an earlier attempt took the run out of FAILED
+        if (await query_state(handle)).get("status") == "FAILED":
+            raise
 
 
-async def kill_worker(world: World, rng: random.Random, faults: list[str]) -> None:
-    await asyncio.sleep(rng.uniform(0, 3))
-    victim = rng.choice(world.workers)
-    victim.kill9()
-    faults.append("worker SIGKILL")
+async def settle(handles: list[Handle], notes: Notes) -> bool:
+    """True once every run is DONE or FAILED; False when one is not by SETTLE_SECONDS."""
+    async def all_settled() -> None:
+        while not all(s in SETTLED for s in await asyncio.gather(*map(status_of, handles))):
+            await asyncio.sleep(POLL_SECONDS)
     try:
-        await asyncio.sleep(rng.uniform(0, 1))
-    finally:  # even when the trial ends meanwhile: never leave a worker dead
-        victim.start()
-
-
-FAULTS = (lock_database, kill_worker)
-
-
-async def fault(world: World, kind: Any, rng: random.Random, faults: list[str]) -> None:
-    await kind(world, rng, faults)
-
-
-async def operate(client: Client, handle: WorkflowHandle[Any, Any], rng: random.Random,
-                  faults: list[str]) -> None:
-    state = await state_of(handle)
-    if state.get("status") == "FAILED" and rng.random() < 0.8:
-        node = "issue_refund" if state.get("invoice_id") else "reason"
-        with contextlib.suppress(Exception):
-            await send_retry(client, handle.id, node, "checker")
-            why = (state.get("errors") or ["?"])[-1][:90]
-            faults.append(f"retry {handle.id} from {node} (failed: {why})")
-    elif (state.get("status") == "DONE" and state.get("refund_id") and rng.random() < 0.3
-          and await fork_at_payment(client, handle)):
-            faults.append(f"fork {handle.id} at issue_refund")
-
-
-async def fork_at_payment(client: Client, handle: WorkflowHandle[Any, Any]) -> bool:
-    """Reset the run to just before it paid: the fork repeats the same approved action."""
-    log: list[dict[str, Any]] = await handle.query("transitions", result_type=list)
-    entering = [t for t in log if t["target"] == "issue_refund"]
-    if not entering:
+        await notes.step("waiting for the runs to settle", SETTLE_SECONDS, all_settled())
+    except HarnessStuck:
         return False
-    history = await handle.fetch_history()
-    completed = task_completed_after(history, entering[-1]["event_id"])
-    if completed is None:
-        return False
-    run_id = (await handle.describe()).run_id
-    await client.workflow_service.reset_workflow_execution(ResetWorkflowExecutionRequest(
-        namespace=client.namespace,
-        workflow_execution=WorkflowExecution(workflow_id=handle.id, run_id=run_id),
-        reason="checker: fork at issue_refund", request_id=str(uuid.uuid4()),
-        workflow_task_finish_event_id=completed.event_id,
-        reset_reapply_exclude_types=[ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_SIGNAL,
-                                     ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_UPDATE]))
     return True
+
+
+async def operate(client: Client, handle: Handle, rng: random.Random, notes: Notes) -> None:
+    """An operator retries most FAILED runs and forks some DONE ones back to the payment."""
+    notes.doing = f"querying {handle.id}"
+    state = await persist(notes.doing, QUERY_SECONDS, lambda: query_state(handle))
+    if state.get("status") == "FAILED" and rng.random() < 0.8:
+        node = operators.retry_node(state)
+        notes.doing = f"retrying {handle.id} from {node}"
+        await persist(notes.doing, QUERY_SECONDS,
+                      lambda: if_failed(handle, lambda: operators.retry(client, handle.id, node)))
+        why = (state.get("errors") or ["?"])[-1][:90]
+        notes.faults.append(f"retry {handle.id} from {node} (failed: {why})")
+    elif state.get("status") == "DONE" and state.get("refund_id") and rng.random() < 0.3:
+        notes.doing = f"forking {handle.id} at issue_refund"
+        request_id = str(uuid.uuid4())  # the same on a repeat: the server makes one fork
+        if await persist(notes.doing, QUERY_SECONDS,
+                         lambda: operators.fork_at_payment(client, handle, request_id)):
+            notes.faults.append(f"fork {handle.id} at issue_refund")
+
+
+def insert_invoice(db: sqlite3.Connection, invoice: str, total: int) -> None:
+    db.execute("INSERT INTO invoices VALUES (?, 'ACC-1001', ?, 'paid', '2026-11-20')",
+               (invoice, total))

@@ -1,0 +1,48 @@
+"""What the trials share (server, workers, database) and what one trial notes."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from procs import WorkerProcess
+from temporalio.client import Client
+
+from .bounds import bounded
+
+T = TypeVar("T")
+
+
+@dataclass
+class World:
+    client: Client
+    db_path: Path
+    task_queue: str
+    workers: list[WorkerProcess]
+
+
+@dataclass
+class Notes:
+    """What a trial met (faults, operator actions) and what its harness could not do."""
+
+    faults: list[str] = field(default_factory=list)
+    harness: list[str] = field(default_factory=list)
+    doing: str = "starting"
+
+    async def step(self, what: str, seconds: float, step: Awaitable[T]) -> T:
+        """One bounded step of the trial's main line (``doing`` names it meanwhile)."""
+        self.doing = what
+        return await bounded(what, seconds, step)
+
+
+@dataclass
+class Outcome:
+    trial: int
+    invoice: str
+    runs: int
+    faults: list[str]
+    problems: list[str]  # violations of the money path's rules
+    harness: list[str] = field(default_factory=list)  # what the harness could not finish
+    seconds: float = 0.0
