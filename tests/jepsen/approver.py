@@ -60,9 +60,10 @@ async def approver(world: World, handle: Handle, rng: random.Random, notes: Note
             async with database_locked(world) as held:
                 if held:
                     notes.faults.append(f"db locked {span:.1f}s from {handle.id}'s approval")
-                if await send_decision(handle, payload):
+                sent = await send_decision(handle, payload)
+                if sent:
                     answered.add(pending["step"])
-                if held:
+                if held and sent:  # past the payment's give-up (not when nothing was decided)
                     await asyncio.sleep(span)
         elif await send_decision(handle, payload):
             answered.add(pending["step"])

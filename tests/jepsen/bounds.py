@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,8 +23,10 @@ from temporalio.service import RPCError
 T = TypeVar("T")
 
 RPC_SECONDS = 30.0  # one call to the server (a query, a describe, an update, a reset)
-DB_SECONDS = 30.0  # one harness statement on the tools' database (its busy timeout is less)
-DB_BUSY_SECONDS = 20.0  # longer than any lock fault holds the database
+# One harness statement on the tools' database: tried again (each try with a busy timeout)
+# while lock faults hold it, one after another, for up to this long.
+DB_SECONDS = 120.0
+DB_BUSY_SECONDS = 10.0
 STOP_SECONDS = 30.0  # the trial's own tasks (approvers, faults) to end once cancelled
 RETRY_PAUSE = 0.5  # before asking the server again
 
@@ -96,12 +99,19 @@ async def persist(what: str, seconds: float, call: Callable[[], Awaitable[T]]) -
 
 def on_db(db_path: Path, work: Callable[[sqlite3.Connection], T]) -> Awaitable[T]:
     """``work`` on its own connection (with a busy timeout) in a thread: a harness statement
-    waiting for a lock never blocks the event loop, where the lock's holder may be."""
+    waiting for a lock never blocks the event loop, where the lock's holder may be. Lock
+    faults can follow one another (a holder polling for the lock wins it before SQLite's
+    busy handler wakes): the statement is tried again until DB_SECONDS are nearly spent."""
     def run() -> T:
-        db = sqlite3.connect(db_path, timeout=DB_BUSY_SECONDS)
-        try:
-            with db:
-                return work(db)
-        finally:
-            db.close()
+        deadline = time.monotonic() + DB_SECONDS - 2 * DB_BUSY_SECONDS
+        while True:
+            db = sqlite3.connect(db_path, timeout=DB_BUSY_SECONDS)
+            try:
+                with db:
+                    return work(db)
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+            finally:
+                db.close()
     return asyncio.to_thread(run)

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 
 from procs import WorkerProcess
 
-from .bounds import DB_SECONDS, HarnessStuck, bounded
+from .bounds import RPC_SECONDS, HarnessStuck, bounded
 from .world import Notes, World
 
 # Around the checker worker's 2 s tool timeout and its give-up after 2 attempts (worker.py,
@@ -45,7 +45,7 @@ async def database_locked(world: World) -> AsyncIterator[bool]:
     holds it already (False)."""
     holder = sqlite3.connect(world.db_path, timeout=0, isolation_level=None)
     try:
-        yield await bounded("taking the tools' database lock", DB_SECONDS,
+        yield await bounded("taking the tools' database lock", LOCK_WAIT + RPC_SECONDS,
                             _take_lock(holder, LOCK_WAIT))
     finally:
         holder.close()  # rolls the open transaction back: the lock is free
