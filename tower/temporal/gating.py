@@ -5,7 +5,8 @@ nothing while it waits and any worker resumes it from the history. Decisions arr
 as the ``decide`` update (answers with the outcome) or the ``decision`` signal (fire
 and forget). Both go through ``approval.read_decision`` and ``check_decision``: the
 update's validator refuses bad decisions before they enter the history; a refused
-signal changes nothing and is kept in the audit trail (query ``approvals``).
+signal changes nothing and is kept in the audit trail (query ``approvals``). Signals are
+taken raw and a flood of them is refused cheaply: see tower/temporal/refusals.py.
 
 Trust. At start a run loads its tenant's roster (public keys, roles) and policy with
 the ``load_trust`` activity. A validator cannot call an activity, so decisions are
@@ -19,13 +20,13 @@ the snapshot does not know yet is kept and checked again after that refresh.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
-from datetime import timedelta
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
@@ -35,7 +36,6 @@ from tower.core.approval import (
     Check,
     Gate,
     Outcome,
-    Refusal,
     canonical_time,
     check_decision,
     outcome,
@@ -52,6 +52,7 @@ from tower.core.pending import short_values
 from tower.core.state import AgentState, Message, apply_update
 from tower.temporal.admission import Admission
 from tower.temporal.context import TemporalContext
+from tower.temporal.refusals import AuditTrail, decoded
 
 REFUSED = "DecisionRefused"
 # Runs recorded before gates notified approvers (webhook) replay without the activity.
@@ -59,6 +60,8 @@ NOTIFY_PATCH = "tower-gate-notify"
 NOTIFY_ATTEMPTS = 5
 AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` query)
 VERIFY_PER_TASK = 50  # signature checks per workflow task (see _within_verify_budget)
+UNVERIFIED = (f"refused unverified: more than {VERIFY_PER_TASK} decisions arrived in one "
+              "workflow task (a flood?); send it again, as the decide update")
 REFRESH_GAP = timedelta(seconds=5)  # asked-for roster refreshes: at most one per this
 
 
@@ -79,9 +82,10 @@ class Gatekeeper(Admission):
         self._refresh_asked = False
         self._unknown_key: Any = None  # a signalled decision waiting for a roster refresh
         self._verify_mark, self._verified = -1, 0  # signature checks in this workflow task
+        self._task_time = datetime.min
         self._in_flight: Decision | None = None
-        self._audit: list[Refusal] = []
-        self._refused_total = 0
+        # Refused decisions (and unknown signals): all counted, the newest kept.
+        self._audit = AuditTrail(AUDIT_KEEP)
 
     @property
     def current(self) -> AgentState:
@@ -173,8 +177,7 @@ class Gatekeeper(Admission):
         try:
             self._trust = await self._load_trust()
         except ApplicationError as exc:  # keep the snapshot; say why in the audit trail
-            self._remember(Refusal(at=workflow.now(), via="signal",
-                                   reason=f"roster refresh failed: {exc.message}"))
+            self._audit.add(workflow.now(), "signal", f"roster refresh failed: {exc.message}")
             return
         finally:  # when the snapshot in use was read (queries show it)
             self._refreshed_at = workflow.now()
@@ -182,11 +185,24 @@ class Gatekeeper(Admission):
         if raw is not None and self._in_flight is None:
             self._take_signal(raw, may_hold=False)
 
-    @workflow.signal(name="refresh_trust")
-    def on_refresh_trust(self) -> None:
-        """Re-read the roster soon (it carries no authority: anyone may ask)."""
-        if self._trust is not None:
-            self._refresh_asked = True
+    @workflow.signal(dynamic=True)
+    def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """Every signal, taken raw. Anyone may send any signal with any inputs; a typed
+        handler would drop an input it cannot decode (only a log line says so) and fail the
+        workflow task on a wrong number of inputs, again on every retry: the run would
+        stall. Here each is judged or refused into the audit trail, decoded only if needed.
+
+        ``decision``: a decision. ``refresh_trust``: re-read the roster soon (it carries no
+        authority: anyone may ask, inputs are ignored). Any other name is refused.
+        """
+        if name == "decision":
+            self._signalled_decision(args)
+        elif name == "refresh_trust":
+            if self._trust is not None:
+                self._refresh_asked = True
+        else:
+            self._audit.add_raw(workflow.now(), "signal",
+                                f"unknown signal {name[:80]!r}: nothing changed", args)
 
     async def _approve(self, gate: Gate, decision: Decision) -> None:
         ctx = TemporalContext(self.machine.name, self.machine.nodes[gate.node],
@@ -222,14 +238,13 @@ class Gatekeeper(Admission):
 
     # --- decisions -------------------------------------------------------------------------
 
-    def _judge(self, raw: Any) -> tuple[Decision | None, Check]:
+    def _judge(self, raw: Any, *, counted: bool = False) -> tuple[Decision | None, Check]:
+        """``counted``: this decision's place in the task's verify budget was taken."""
         if self._state is None:  # not started: no roster read yet, nothing pending
             return None, Check(False, "the run is not awaiting a decision: it has not "
                                       "started yet")
-        if self._trust is not None and not self._within_verify_budget():
-            return None, Check(False, f"refused unverified: more than {VERIFY_PER_TASK} "
-                                      "decisions arrived in one workflow task (a flood?); "
-                                      "send it again, as the decide update")
+        if self._trust is not None and not counted and not self._within_verify_budget():
+            return None, Check(False, UNVERIFIED)
         if self._trust is not None:
             decision, proof = read_decision(raw, trust=self._trust, now=workflow.now())
             if decision is None:
@@ -254,43 +269,37 @@ class Gatekeeper(Admission):
         mark = workflow.info().get_current_history_length()
         if mark != self._verify_mark:
             self._verify_mark, self._verified = mark, 0
+            self._task_time = workflow.now()  # for the refusals past the budget
         self._verified += 1
         return self._verified <= VERIFY_PER_TASK
-
-    def _remember(self, refusal: Refusal) -> None:
-        # Keep the newest refusals only: a flood of bad signals must not grow the run's
-        # memory without bound (every one of them is in the history anyway).
-        self._refused_total += 1
-        self._audit = [*self._audit[-(AUDIT_KEEP - 1):], refusal]
 
     def _tenant(self) -> str:
         if self._trust is not None:
             return self._trust.roster.tenant
         return self._approval.tenant or workflow.info().namespace
 
-    def _refusal(self, raw: Any, via: str, reason: str) -> Refusal:
-        fields = raw if isinstance(raw, dict) else {}
-        # Only what the run can read without trusting it: a token is named by its size.
-        if "token" in fields:
-            fields = {"decision_id": f"token ({len(str(fields['token']))} chars)"}
-        return Refusal(at=workflow.now(), via=via, reason=reason,  # type: ignore[arg-type]
-                       **{k: str(fields.get(k, ""))[:200]
-                          for k in ("decision_id", "gate", "approver", "decision")})
+    def _signalled_decision(self, args: Sequence[RawValue]) -> None:
+        """A decision as a signal. Refused ones change nothing and go to the audit trail;
+        past this task's verify budget they are refused before anything is decoded."""
+        if self._trust is not None and self._state is not None and (
+                not self._within_verify_budget()):
+            self._audit.add_raw(self._task_time, "signal", UNVERIFIED, args)
+            return
+        raw, problem = decoded(args)
+        if raw is None:
+            self._audit.add_raw(workflow.now(), "signal", problem, args)
+            return
+        self._take_signal(raw, may_hold=True, counted=True)
 
-    @workflow.signal(name="decision")
-    def on_decision(self, raw: dict[str, Any]) -> None:
-        """A decision as a signal. Refused ones change nothing and go to the audit trail."""
-        self._take_signal(raw, may_hold=True)
-
-    def _take_signal(self, raw: Any, *, may_hold: bool) -> None:
-        decision, check = self._judge(raw)
+    def _take_signal(self, raw: Any, *, may_hold: bool, counted: bool = False) -> None:
+        decision, check = self._judge(raw, counted=counted)
         if may_hold and check.reason.startswith("unknown key id") and self._unknown_key is None:
             # Perhaps a key added since the run's last refresh: judge it again after one.
             self._unknown_key, self._refresh_asked = raw, True
             return
         if not check.ok or check.duplicate:
             reason = check.reason or "duplicate of an accepted decision: nothing changed"
-            self._remember(self._refusal(raw, "signal", reason))
+            self._audit.add(workflow.now(), "signal", reason, raw)
             return
         self._in_flight = decision
 
@@ -303,7 +312,7 @@ class Gatekeeper(Admission):
         # accepted in the same workflow task may have decided the gate meanwhile.
         decision, check = self._judge(raw)
         if decision is None or not check.ok:
-            self._remember(self._refusal(raw, "update", check.reason))
+            self._audit.add(workflow.now(), "update", check.reason, raw)
             raise ApplicationError(check.reason, type=REFUSED, non_retryable=True)
         if not check.duplicate:
             self._in_flight = decision
@@ -347,8 +356,8 @@ class Gatekeeper(Admission):
             "refreshed_at": (self._refreshed_at.isoformat() if self._refreshed_at else None),
             "pending": pending.model_dump(mode="json") if pending else None,
             "records": [r.model_dump(mode="json") for r in (state.approvals if state else [])],
-            "refused": [r.model_dump(mode="json") for r in self._audit],
-            "refused_total": self._refused_total,
+            "refused": [r.model_dump(mode="json") for r in self._audit.refusals()],
+            "refused_total": self._audit.total,
         }
 
     def _show_pending(self, pending: GateRecord) -> None:

@@ -1,0 +1,82 @@
+"""Refused decisions: signals taken raw, and the run's audit trail of what it refused.
+
+Anyone who can signal a run can send any signal, with any number of inputs of any shape, as
+fast as the server takes them; thousands may reach the run in one workflow task, and the
+SDK's deadlock detector gives the whole task 2 seconds. So a signal is decoded only when it
+will be judged, and a refusal costs a counter and a tuple: the newest ``keep`` are kept raw
+(size-capped) and turned into ``Refusal`` records only when someone asks (the ``approvals``
+query). Every refusal is counted; every signal is in the history anyway.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from temporalio import workflow
+from temporalio.common import RawValue
+
+from tower.core.approval import Refusal
+
+Via = Literal["signal", "update"]
+Kept = dict[str, str] | Sequence[RawValue] | None  # what a kept refusal shows, or its inputs
+KEEP_BYTES = 16 * 1024  # a kept raw input larger than this is remembered by its size only
+FIELDS = ("decision_id", "gate", "approver", "decision")
+FIELD_CHARS = 200
+
+
+def decoded(args: Sequence[RawValue]) -> tuple[dict[str, Any] | None, str]:
+    """The JSON object a decision signal carries, or why it carries none."""
+    if len(args) != 1:
+        return None, (f"malformed decision: a decision signal carries one JSON object, "
+                      f"this one carried {len(args)} inputs")
+    try:
+        value = workflow.payload_converter().from_payload(args[0].payload, dict[str, Any])
+    except Exception:  # whatever the converter raises on input a sender chose
+        value = None
+    if not isinstance(value, dict):
+        return None, "malformed decision: the signal's input is not a JSON object"
+    return value, ""
+
+
+def brief(raw: Any) -> dict[str, str]:
+    """What a refusal shows of its input: only what the run can read without trusting it,
+    each field cut short; a token is named by its size."""
+    if not isinstance(raw, Mapping):
+        return {}
+    if "token" in raw:
+        return {"decision_id": f"token ({len(str(raw['token']))} chars)"}
+    return {k: str(raw.get(k, ""))[:FIELD_CHARS] for k in FIELDS}
+
+
+class AuditTrail:
+    """Every refusal counted (``total``), the newest ``keep`` shown by ``refusals()``."""
+
+    def __init__(self, keep: int) -> None:
+        self.total = 0
+        self._kept: deque[tuple[datetime, Via, str, Kept]] = deque(maxlen=keep)
+
+    def add(self, at: datetime, via: Via, reason: str, raw: Any = None) -> None:
+        """Refuse a decoded input (``raw``): only its small part is kept."""
+        self.total += 1
+        self._kept.append((at, via, reason, brief(raw)))
+
+    def add_raw(self, at: datetime, via: Via, reason: str, args: Sequence[RawValue]) -> None:
+        """Refuse a signal's inputs as they came: decoded only if shown, kept only if small
+        (a flood of large inputs must not be held in memory)."""
+        self.total += 1
+        small = len(args) == 1 and args[0].payload.ByteSize() <= KEEP_BYTES
+        self._kept.append((at, via, reason, args if small else None))
+
+    def refusals(self) -> list[Refusal]:
+        return [Refusal(at=at, via=via, reason=reason, **self._fields(raw))
+                for at, via, reason, raw in self._kept]
+
+    @staticmethod
+    def _fields(raw: Kept) -> dict[str, str]:
+        if raw is None or isinstance(raw, dict):
+            return dict(raw or {})
+        value, _ = decoded(raw)
+        return brief(value)
