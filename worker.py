@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -102,6 +103,11 @@ async def main() -> None:
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
     async with build_worker(client, task_queue=args.task_queue, models=settings,
                             graceful_shutdown_timeout=timedelta(seconds=grace)):
+        # What start-up loaded stays for good: frozen, the collector's full passes skip it.
+        # A workflow task holding thousands of signals triggers several, within the SDK's
+        # 2 s deadlock budget (docs/approvals.md, "What a refusal costs").
+        gc.collect()
+        gc.freeze()
         await stop.wait()
         logging.info("stopping: draining running activities (up to %.0f s)", grace)
     logging.info("worker stopped")
