@@ -23,6 +23,14 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from activities.mcp import (
+    McpConfigError,
+    McpDiscoveryError,
+    McpPolicyError,
+    McpSources,
+    check_agents,
+    load_sources,
+)
 from activities.messages import MessageStore
 from activities.model import ModelActivities, ModelSettings
 from activities.notify import Notifier
@@ -58,6 +66,7 @@ def build_worker(
     models: ModelSettings | None = None, max_concurrent_activities: int = 50,
     messages_path: str | Path | None = None, workflows: Sequence[type] = (),
     trust_dir: str | Path | None = None,
+    mcp: McpSources | None = None,  # the tenant's MCP tools, listed by load_sources()
     **worker_options: Any,  # passed on to Worker (e.g. max_cached_workflows=0 in tests)
 ) -> Worker:
     tools = ToolBox(db_path or os.environ.get("TOWER_DB") or DEFAULT_DB)
@@ -68,11 +77,17 @@ def build_worker(
     # The scripted model answers from the scripts each agent's file attaches to it.
     model = ModelActivities(models or ModelSettings.from_env(), store,
                             scripts=scripts_of(a for a in agents if hasattr(a, "machine")))
+    activities = [model.call_model, *tools.activities()]
+    if mcp is not None:
+        # Before any run: every server.tool named exists, destructive ones are gated.
+        check_agents((a.machine for a in agents if hasattr(a, "machine")), mcp.tools)
+        activities += mcp.toolbox().activities()
     return tower_worker(
         client, task_queue=task_queue, agents=agents,
         # The tenant's roster and policy: TOWER_TRUST_DIR (default .tower/trust).
-        activities=[model.call_model, *tools.activities(), TrustLoader(trust_dir).load_trust,
+        activities=[*activities, TrustLoader(trust_dir).load_trust,
                     Notifier(trust_dir).notify_gate],
+        external_tools=mcp.tools if mcp else None,
         max_concurrent_activities=max_concurrent_activities,
         passthrough=PASSTHROUGH, **worker_options,
     )
@@ -94,15 +109,24 @@ async def main() -> None:
         settings = ModelSettings.from_env()
     except PriceError as exc:
         raise SystemExit(f"error: {exc}") from None
+    try:
+        mcp = await load_sources(client.namespace)
+    except (McpConfigError, McpDiscoveryError) as exc:
+        raise SystemExit(f"error: {exc}") from None
     grace = float(os.environ.get("TOWER_SHUTDOWN_GRACE", DEFAULT_GRACE_SECONDS))
-    logging.info("worker on task queue %r; model: %s", args.task_queue, settings.describe())
+    logging.info("worker on task queue %r; model: %s; MCP tools: %s", args.task_queue,
+                 settings.describe(), ", ".join(mcp.tools) or "none")
+    try:
+        worker = build_worker(client, task_queue=args.task_queue, models=settings, mcp=mcp,
+                              graceful_shutdown_timeout=timedelta(seconds=grace))
+    except McpPolicyError as exc:
+        raise SystemExit(f"error: {exc}") from None
     stop = asyncio.Event()
     # `docker stop` and Kubernetes send SIGTERM, a terminal SIGINT: both drain the same way
     # (stop polling, let running activities finish within the grace period, exit 0).
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    async with build_worker(client, task_queue=args.task_queue, models=settings,
-                            graceful_shutdown_timeout=timedelta(seconds=grace)):
+    async with worker:
         # What start-up loaded stays for good: frozen, the collector's full passes skip it.
         # A workflow task holding thousands of signals triggers several, within the SDK's
         # 2 s deadlock budget (docs/approvals.md, "What a refusal costs").

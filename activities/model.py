@@ -175,9 +175,12 @@ class ModelActivities:
         kwargs: dict[str, Any] = {
             "model": model, "messages": _openai_messages(request),
             "extra_headers": {AGENT_HEADER: request.agent, NODE_HEADER: request.node}}
+        # OpenAI's function names allow no dot: MCP tools (server.tool) travel as
+        # server__tool and come back by this table, never by string surgery.
+        wire_names = {_wire_name(t.name): t.name for t in request.tools}
         if request.tools:
-            kwargs["tools"] = [{"type": "function", "function": t.model_dump()}
-                               for t in request.tools]
+            kwargs["tools"] = [{"type": "function", "function": {
+                **t.model_dump(), "name": _wire_name(t.name)}} for t in request.tools]
         if request.response_schema is not None:
             kwargs["response_format"] = {"type": "json_schema", "json_schema": {
                 "name": request.response_name or "answer", "schema": request.response_schema}}
@@ -186,7 +189,8 @@ class ModelActivities:
         if getattr(message, "refusal", None):
             raise ApplicationError(f"{model} refused: {message.refusal}", type="ModelRefused",
                                    non_retryable=True)
-        calls = [ToolCallRequest(name=c.function.name, arguments=_arguments(c.function.arguments))
+        calls = [ToolCallRequest(name=wire_names.get(c.function.name, c.function.name),
+                                 arguments=_arguments(c.function.arguments))
                  for c in (message.tool_calls or []) if c.type == "function"]
         usage = Usage(calls=1)
         if response.usage is not None:
@@ -194,6 +198,10 @@ class ModelActivities:
                           completion_tokens=response.usage.completion_tokens)
         return ModelReply(model=response.model or model, content=message.content,
                           tool_calls=calls, usage=usage)
+
+
+def _wire_name(tool: str) -> str:
+    return tool.replace(".", "__")
 
 
 def _openai_messages(request: ModelRequest) -> list[dict[str, str]]:

@@ -51,6 +51,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "retry": ("starter.cmd_operator:retry", "reset a FAILED run to a named node, and follow it"),
     "abort": ("starter.cmd_operator:abort", "close an old run parked in the dead-letter wait"),
     "cost": ("starter.cmd_cost:command", "a run's token usage and estimated cost"),
+    "tools": ("starter.cmd_tools:command",
+              "the tools a tenant's agents can use: built in and from MCP servers"),
     "codec-server": ("starter.cmd_codec:command",
                      "serve /encode and /decode so the Web UI shows encrypted payloads"),
     "model-server": ("starter.cmd_model_server:command",

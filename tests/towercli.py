@@ -146,6 +146,9 @@ def _child(request: dict[str, Any]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        known = sys.modules.get("starter.agents")
+        if known is not None:  # the agents come from this call's TOWER_AGENTS, not the server's
+            known.agents.cache_clear()
         for fd, path, flags in ((0, request["in"], os.O_RDONLY),
                                 (1, request["out"], os.O_WRONLY | os.O_TRUNC),
                                 (2, request["err"], os.O_WRONLY | os.O_TRUNC)):

@@ -19,6 +19,7 @@ from tower.core.context import Answer
 from tower.core.errors import NodeFailed
 from tower.core.graph import Node
 from tower.core.state import Message
+from tower.core.tools import argument_problem, spec_for, specs_of
 
 T = TypeVar("T", bound=BaseModel)
 # (conversation, schema) -> the model's reply; the context closes over the rest
@@ -31,7 +32,7 @@ def model_request(agent: str, node: Node, convo: list[Message], schema: type[Bas
     the stored history, the window, whether to keep the exchange)."""
     return ModelRequest(
         agent=agent, node=node.name, system=node.prompt, messages=convo,
-        tools=[spec.schema() for spec in node.specs.values()],
+        tools=[spec.schema() for spec in specs_of(node)],
         response_schema=schema.model_json_schema() if schema else None,
         response_name=schema.__name__ if schema else None, models=models, **extra,
     )
@@ -64,12 +65,10 @@ def check_reply(node: Node, reply: ModelReply, schema: type[T] | None
         if call.name not in node.tools:
             allowed = ", ".join(node.tools) or "none"
             return None, f"tool {call.name!r} is not available here (available: {allowed})"
-        spec = node.specs.get(call.name)
-        try:
-            if spec is not None:
-                spec.args.model_validate(call.arguments)
-        except ValidationError as exc:
-            return None, f"bad arguments for {call.name}: {brief(exc)}"
+        spec = spec_for(node, call.name)
+        problem = None if spec is None else argument_problem(spec, call.arguments)
+        if problem is not None:
+            return None, f"bad arguments for {call.name}: {problem}"
     if reply.tool_calls:
         return Answer(model=reply.model, tool_calls=reply.tool_calls), ""
     if not reply.content:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from tower.contract.wire import ToolSchema
 from tower.core.errors import InvalidGraph
@@ -85,3 +85,40 @@ def resolve(graph: str, node: str, names: Iterable[str],
                                       f"(the catalogue has: {known})")
         specs[name] = spec
     return specs
+
+
+# Tools served from outside any catalogue (``server.tool``: an MCP server's) are known
+# only once a worker has listed them: it registers them here at start-up, before it
+# polls. The specs are data (schema, timeout), the same on every worker of a
+# deployment; the activities that run the calls stay with the worker.
+_EXTERNAL: dict[str, ToolSpec] = {}
+
+
+def register_external(specs: Mapping[str, ToolSpec]) -> None:
+    _EXTERNAL.update(specs)
+
+
+def spec_for(node: Any, name: str) -> ToolSpec | None:
+    """The spec of one of ``node``'s tools: from its catalogue, or registered external."""
+    spec: ToolSpec | None = node.specs.get(name)
+    return spec if spec is not None else _EXTERNAL.get(name)
+
+
+def specs_of(node: Any) -> list[ToolSpec]:
+    """What the model is shown for ``node``: each of its tools that has a spec here."""
+    return [spec for name in node.tools if (spec := spec_for(node, name)) is not None]
+
+
+def argument_problem(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
+    """Why ``arguments`` do not fit the tool, or None. A spec with a ``check`` method
+    (JSON-Schema tools) checks itself; others validate against their pydantic ``args``."""
+    check = getattr(spec, "check", None)
+    if check is not None:
+        problem: str | None = check(arguments)
+        return problem
+    try:
+        spec.args.model_validate(arguments)
+    except ValidationError as exc:
+        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+                         for e in exc.errors()[:5])
+    return None

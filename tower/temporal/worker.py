@@ -10,7 +10,7 @@ The engine never imports a project's packages: the agents and activities come in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +22,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from tower.core.errors import InvalidGraph, TowerError
+from tower.core.tools import ToolSpec, register_external
 
 # A domain error fails the run instead of retrying the workflow task forever; so does an
 # input that does not fit the agent's input model (pydantic's ValidationError, raised
@@ -80,7 +81,8 @@ def check_external_tools(agents: Iterable[Any], available: Collection[str]) -> N
 
 def build_worker(
     client: Client, *, task_queue: str, agents: Sequence[type],
-    activities: Sequence[Callable[..., Any]] = (), external_tools: Collection[str] = (),
+    activities: Sequence[Callable[..., Any]] = (),
+    external_tools: Mapping[str, ToolSpec] | None = None,
     passthrough: Sequence[str] = (), max_concurrent_activities: int = 50,
     **worker_options: Any,  # passed on to Worker (e.g. max_cached_workflows=0 in tests)
 ) -> Worker:
@@ -88,7 +90,11 @@ def build_worker(
     and ``activities``."""
     if not agents:
         raise ValueError("build_worker needs at least one agent")
-    check_external_tools(agents, external_tools)
+    # ``server.tool`` specs (an MCP server's, listed at start): every one an agent names
+    # must be here; registered for the runs' contexts (schemas shown to the model,
+    # arguments checked, timeouts), while the calls run as ``activities``.
+    check_external_tools(agents, set(external_tools or {}))
+    register_external(external_tools or {})
     worker_options.setdefault(
         # Tools are often plain blocking code (SQLite): run them on threads.
         "activity_executor", ThreadPoolExecutor(max_concurrent_activities))

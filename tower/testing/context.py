@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar, overload
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from tower.contract.wire import (
     Authority,
@@ -22,12 +22,13 @@ from tower.contract.wire import (
     ToolCallRequest,
     WindowRef,
 )
-from tower.core.asking import ask_validated, brief, model_request
+from tower.core.asking import ask_validated, model_request
 from tower.core.context import Answer
 from tower.core.cost import CallUsage
 from tower.core.errors import NodeFailed
 from tower.core.graph import Node
 from tower.core.state import Message, Usage
+from tower.core.tools import argument_problem, spec_for
 
 T = TypeVar("T", bound=BaseModel)
 # What the model says to a request: content, or one tool call (the scripted model's shape).
@@ -127,12 +128,10 @@ class ScriptedContext:
                    authority: Authority | None = None) -> dict[str, Any]:
         if name not in self.node.tools:
             raise NodeFailed(f"tool {name!r} is not available in state {self.node.name!r}")
-        spec = self.node.specs.get(name)
-        if spec is not None:
-            try:  # the tool activity refuses bad arguments the same way
-                spec.args.model_validate(arguments)
-            except ValidationError as exc:
-                raise NodeFailed(f"bad arguments for {name}: {brief(exc)}") from None
+        spec = spec_for(self.node, name)
+        problem = None if spec is None else argument_problem(spec, arguments)
+        if problem is not None:  # the tool activity refuses bad arguments the same way
+            raise NodeFailed(f"bad arguments for {name}: {problem}")
         answer = self._tools.get(name)
         if answer is None:
             raise NodeFailed(f"no answer for tool {name!r} in this test (tools={{...}})")

@@ -1,0 +1,40 @@
+"""Checks at worker start: every ``server.tool`` an agent names exists, and every
+destructive one is called only behind an approval gate (unless the tenant's policy
+says otherwise). A failed check stops the worker with the reason — no run ever starts
+against a tool set it cannot honour."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .catalogue import McpTool
+
+
+class McpPolicyError(ValueError):
+    """An agent names an MCP tool that is not there, or calls a gated one ungated."""
+
+
+def check_agents(machines: Iterable[Any], tools: dict[str, McpTool]) -> None:
+    problems: list[str] = []
+    for machine in machines:
+        for node in machine.nodes.values():
+            for name in node.tools:
+                if "." not in name:
+                    continue  # built-in: compile() checked it at import
+                tool = tools.get(name)
+                if tool is None:
+                    known = ", ".join(sorted(tools)) or "none"
+                    problems.append(f"agent {machine.name!r} node {node.name!r} names MCP tool "
+                                    f"{name!r}, which no configured server lists (known: {known})")
+                    continue
+                gate = machine.gates.get(node.name)
+                if tool.gated and (gate is None or gate.when != "before"):
+                    why = ("destructiveHint" if tool.destructive
+                           else "the tenant's policy")
+                    problems.append(
+                        f"agent {machine.name!r} node {node.name!r} calls {name!r}, which needs "
+                        f"an approval gate before it ({why}); add .gate({node.name!r}, Gate(...)) "
+                        f"or set \"{name}\": {{\"gate\": false}} in the tenant's MCP policy")
+    if problems:
+        raise McpPolicyError("; ".join(problems))

@@ -1,0 +1,270 @@
+"""MCP tools in real runs on the dev server: an agent uses the notes server's read-only
+lookup, idempotent save and destructive delete; the delete waits at a gate; killing
+the worker or the MCP server mid-delete still leaves exactly one deletion; a
+non-idempotent call whose outcome is unknown is not retried; the worker refuses to
+start with an unknown or ungated tool."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gatekit import decide, wait_pending
+from mcp_notes.agent import CleanupRequest, NotesCleanupAgent, NotesPurgeAgent
+from mcp_notes.fixtures import HttpNotesServer, stdio_tenant
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+
+from activities.mcp import McpPolicyError, McpSources, discover, load_sources
+from starter.trust_files import enrol
+from tower.contract.decisions import Verdict
+from tower.temporal.runtime import FAILED_WAIT_MEMO
+from worker import build_worker
+
+TOKEN = "notes-token"
+HERE = Path(__file__).parent
+
+
+def seeded(db: Path, note_id: str = "n1", text: str = "call Ada back") -> Path:
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS notes (id TEXT PRIMARY KEY, text TEXT)")
+        conn.execute("CREATE TABLE IF NOT EXISTS deletions (seq INTEGER PRIMARY KEY, "
+                     "note_id TEXT, idempotency_key TEXT UNIQUE)")
+        conn.execute("INSERT INTO notes VALUES (?, ?)", (note_id, text))
+    return db
+
+
+def notes(db: Path) -> dict[str, str]:
+    with sqlite3.connect(db) as conn:
+        return dict(conn.execute("SELECT id, text FROM notes").fetchall())
+
+
+def deletions(db: Path) -> list[str]:
+    with sqlite3.connect(db) as conn:
+        return [r[0] for r in conn.execute("SELECT note_id FROM deletions").fetchall()]
+
+
+@pytest.fixture(autouse=True)
+def editor(trust: Path, client: Client) -> None:
+    """erin may approve a note's deletion: an editor in the tenant's roster."""
+    enrol(trust, client.namespace, "erin", config=Path(os.environ["TOWER_CONFIG_DIR"]),
+          roles=["editor"])
+
+
+async def sources(tenant: Any) -> McpSources:
+    return McpSources(tenant, await discover(tenant))
+
+
+async def final_state(handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
+    """The run's state once it has ended, DONE or FAILED."""
+    with contextlib.suppress(WorkflowFailureError):
+        await handle.result()
+    state: dict[str, Any] = await handle.query("state", result_type=dict)
+    return state
+
+
+async def delete_in_flight(handle: WorkflowHandle[Any, Any]) -> None:
+    """Until the run's notes.delete_note activity has been picked up by a worker."""
+    async with asyncio.timeout(60):
+        while True:
+            desc = await handle.describe()
+            if any(a.activity_type.name == "notes.delete_note" and a.state == 2  # STARTED
+                   for a in desc.raw_description.pending_activities):
+                return
+            await asyncio.sleep(0.1)
+
+
+async def test_worker_start_refuses_unknown_and_ungated_tools(
+    client: Client, task_queue: str, db_path: Path, tmp_path: Path
+) -> None:
+    mcp = await sources(stdio_tenant(seeded(tmp_path / "notes.sqlite")))
+    with pytest.raises(McpPolicyError, match=r"notes_purge.*'delete'.*notes.delete_note.*"
+                                             r"approval gate before it \(destructiveHint\)"):
+        build_worker(client, task_queue=task_queue, db_path=db_path,
+                     workflows=[NotesPurgeAgent], mcp=mcp)
+    missing = McpSources(mcp.tenant, {k: v for k, v in mcp.tools.items()
+                                      if k != "notes.save_note"})
+    with pytest.raises(McpPolicyError, match="names MCP tool 'notes.save_note', which no "
+                                             "configured server lists"):
+        build_worker(client, task_queue=task_queue, db_path=db_path,
+                     workflows=[NotesCleanupAgent], mcp=missing)
+    # The tenant's policy may waive the gate, explicitly, per tool.
+    waived = await sources(stdio_tenant(tmp_path / "notes.sqlite",
+                                        **{"notes.delete_note": {"gate": False}}))
+    build_worker(client, task_queue=task_queue, db_path=db_path,
+                 workflows=[NotesPurgeAgent], mcp=waived)
+
+
+async def test_an_agent_uses_all_three_tools_and_the_delete_waits_at_a_gate(
+    client: Client, task_queue: str, db_path: Path, tmp_path: Path
+) -> None:
+    db = seeded(tmp_path / "notes.sqlite")
+    mcp = await sources(stdio_tenant(db))
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            workflows=[NotesCleanupAgent], mcp=mcp):
+        run = f"notes-{uuid.uuid4().hex[:8]}"
+        handle = await client.start_workflow(
+            NotesCleanupAgent.run, CleanupRequest(note_id="n1"),
+            id=run, task_queue=task_queue)
+        pending = await wait_pending(handle, timeout=60)
+        # Parked before the destructive call: archived, not yet deleted.
+        assert notes(db) == {"n1": "call Ada back", "archive-n1": "call Ada back"}
+        assert deletions(db) == []
+        await decide(client, handle, pending["pending"], verdict=Verdict.APPROVE,
+                     approver="erin", role="editor")
+        state = await final_state(handle)
+    assert state["status"] == "DONE", state["errors"]
+    assert state["outcome"] == "deleted (deletion #1)"
+    assert state["shown_tools"] == ["notes.lookup_note"]  # the model saw only its node's tool
+    assert notes(db) == {"archive-n1": "call Ada back"} and deletions(db) == ["n1"]
+    history = await handle.fetch_history()
+    called = [e.activity_task_scheduled_event_attributes.activity_type.name
+              for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]
+    assert {"notes.lookup_note", "notes.save_note", "notes.delete_note"} <= set(called)
+
+
+class WorkerProc:
+    """tests/mcp_notes/worker_main.py as a process that can be SIGKILLed."""
+
+    def __init__(self, client: Client, task_queue: str, config: Path, log: Path) -> None:
+        self.env = {**os.environ, "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+                    "TEMPORAL_NAMESPACE": client.namespace, "TOWER_TASK_QUEUE": task_queue,
+                    "TOWER_MCP_CONFIG": str(config), "NOTES_MCP_AUTH": f"Bearer {TOKEN}",
+                    "TOWER_DB": str(config.with_name("tools.sqlite")), "PYTHONUNBUFFERED": "1"}
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProc:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen([sys.executable, str(HERE / "mcp_notes" /
+                                                             "worker_main.py")],
+                                         env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        return self
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture
+def workers() -> Iterator[list[WorkerProc]]:
+    started: list[WorkerProc] = []
+    yield started
+    for w in started:
+        w.kill9()
+
+
+def write_config(path: Path, url: str, honours: bool) -> Path:
+    policy = {"gate": False, "honours_idempotency_key": honours}
+    path.write_text(json.dumps({"tenants": {"default": {
+        "servers": {"notes": {"url": url, "headers": {"Authorization": "NOTES_MCP_AUTH"},
+                              "timeout_seconds": 6}},
+        "tools": {"notes.delete_note": policy}}}}))
+    return path
+
+
+async def test_killing_the_worker_mid_delete_leaves_one_deletion(
+    client: Client, task_queue: str, tmp_path: Path, workers: list[WorkerProc]
+) -> None:
+    db = seeded(tmp_path / "notes.sqlite")
+    server = HttpNotesServer(db, TOKEN, slow_delete=2).start()
+    try:
+        config = write_config(tmp_path / "mcp.json", server.url, honours=True)
+        first = WorkerProc(client, task_queue, config, tmp_path / "w1.log").start()
+        workers.append(first)
+        handle = await client.start_workflow(
+            NotesPurgeAgent.run, CleanupRequest(note_id="n1"),
+            id=f"purge-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+        await delete_in_flight(handle)
+        await asyncio.sleep(0.5)  # the request is at the server
+        first.kill9()
+        workers.append(WorkerProc(client, task_queue, config, tmp_path / "w2.log").start())
+        state = await final_state(handle)
+    finally:
+        server.kill()
+    assert state["status"] == "DONE", state["errors"]
+    assert deletions(db) == ["n1"]  # the retry found the first attempt's deletion by key
+
+
+async def test_killing_the_mcp_server_mid_delete_leaves_one_deletion(
+    client: Client, task_queue: str, tmp_path: Path, workers: list[WorkerProc]
+) -> None:
+    db = seeded(tmp_path / "notes.sqlite")
+    server = HttpNotesServer(db, TOKEN, slow_delete=2).start()
+    try:
+        config = write_config(tmp_path / "mcp.json", server.url, honours=True)
+        workers.append(WorkerProc(client, task_queue, config, tmp_path / "w.log").start())
+        handle = await client.start_workflow(
+            NotesPurgeAgent.run, CleanupRequest(note_id="n1"),
+            id=f"purge-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+        await delete_in_flight(handle)
+        await asyncio.sleep(0.5)
+        server.kill()  # mid-call: the deletion never commits
+        server.start()  # same port, same database
+        state = await final_state(handle)
+    finally:
+        server.kill()
+    assert state["status"] == "DONE", state["errors"]
+    assert deletions(db) == ["n1"]
+
+
+async def test_a_non_idempotent_call_is_not_retried_once_it_may_have_acted(
+    client: Client, task_queue: str, tmp_path: Path, workers: list[WorkerProc]
+) -> None:
+    db = seeded(tmp_path / "notes.sqlite")
+    server = HttpNotesServer(db, TOKEN, slow_delete=2).start()
+    try:
+        config = write_config(tmp_path / "mcp.json", server.url, honours=False)
+        workers.append(WorkerProc(client, task_queue, config, tmp_path / "w.log").start())
+        handle = await client.start_workflow(
+            NotesPurgeAgent.run, CleanupRequest(note_id="n1"),
+            id=f"purge-{uuid.uuid4().hex[:8]}", task_queue=task_queue,
+            memo={FAILED_WAIT_MEMO: 0})
+        await delete_in_flight(handle)
+        await asyncio.sleep(0.5)
+        server.kill()
+        server.start()
+        state = await final_state(handle)
+    finally:
+        server.kill()
+    assert state["status"] == "FAILED"
+    assert any("not idempotent" in e for e in state["errors"]), state["errors"]
+    assert deletions(db) == [] and "n1" in notes(db)  # not retried: nothing deleted twice
+
+
+async def test_the_docs_clock_example_runs(client: Client, task_queue: str, db_path: Path,
+                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    """docs/mcp.md's worked example, literally: its mcp.json and its agent file, with the
+    official reference server mcp-server-time."""
+    page = (HERE.parent / "docs" / "mcp.md").read_text()
+    config = json.loads(page.split("```json\n", 1)[1].split("```", 1)[0])
+    server = config["tenants"]["default"]["servers"]["time"]
+    server["command"][0] = sys.executable  # "python": this interpreter, where it is installed
+    config["tenants"][client.namespace] = config["tenants"].pop("default")
+    (tmp_path / "mcp.json").write_text(json.dumps(config))
+    source = page.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "docs_clock.py").write_text(source)
+    monkeypatch.syspath_prepend(tmp_path)  # the sandbox imports the agent's module by name
+    clock = importlib.import_module("docs_clock")
+    mcp = await load_sources(client.namespace, tmp_path / "mcp.json")
+    assert mcp.tools["time.get_current_time"].read_only
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            workflows=[clock.ClockAgent], mcp=mcp):
+        state = await client.execute_workflow(
+            clock.ClockAgent.run, clock.ClockRequest(zone="Asia/Tokyo"),
+            id=f"clock-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+    assert state.status == "DONE"
+    assert state.time.endswith("+09:00")  # Tokyo's offset, from the real server
