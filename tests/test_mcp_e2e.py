@@ -29,7 +29,6 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from activities.mcp import McpPolicyError, McpSources, discover, load_sources
 from starter.trust_files import enrol
 from tower.contract.decisions import Verdict
-from tower.temporal.runtime import FAILED_WAIT_MEMO
 from worker import build_worker
 
 TOKEN = "notes-token"
@@ -230,8 +229,7 @@ async def test_a_non_idempotent_call_is_not_retried_once_it_may_have_acted(
         workers.append(WorkerProc(client, task_queue, config, tmp_path / "w.log").start())
         handle = await client.start_workflow(
             NotesPurgeAgent.run, CleanupRequest(note_id="n1"),
-            id=f"purge-{uuid.uuid4().hex[:8]}", task_queue=task_queue,
-            memo={FAILED_WAIT_MEMO: 0})
+            id=f"purge-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
         await delete_in_flight(handle)
         await asyncio.sleep(0.5)
         server.kill()
