@@ -109,3 +109,30 @@ async def test_without_being_asked_the_run_refreshes_on_the_policys_timer(
         state = await handle.query("state", result_type=dict)
         await handle.terminate("test over")
     assert state["status"] == "AWAITING_APPROVAL" and refunds(db_path) == []
+
+
+async def test_a_run_outlives_failed_attempts_to_load_its_roster(
+    client: Client, task_queue: str, db_path: Path, monkeypatch: Any
+) -> None:
+    """The roster's loading fails three times (a worker lost mid-read, a flaky mount): the
+    run keeps trying within its deadline and goes on, instead of failing before its first
+    step (the randomized checker's soak met this with workers SIGKILLed every few seconds)."""
+    import activities.trust
+
+    real, failures = activities.trust.read_trust, list[str]()
+
+    def flaky(root: Path, tenant: str) -> Any:
+        if len(failures) < 3:
+            failures.append(tenant)
+            raise OSError("the trust directory is not readable right now")
+        return real(root, tenant)
+
+    monkeypatch.setattr(activities.trust, "read_trust", flaky)
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        handle = await client.start_workflow(
+            RefundAgent.run, refund_request(client, "x", message="Refund $49 on invoice INV-2001"),
+            id=new_id("flaky-trust"), task_queue=task_queue)
+        state = await handle.result()
+    assert len(failures) == 3
+    assert state.status == "DONE" and refunds(db_path) == [("INV-2001", 4900)]

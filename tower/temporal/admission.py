@@ -25,7 +25,12 @@ from tower.core.policy import effective
 # Runs started from here on verify signed decisions against the deployment's roster;
 # runs recorded before (no marker in their history) keep the per-run HMAC key.
 TRUST_PATCH = "tower-trust-v2"
-TRUST_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["TrustMissing"])
+# Retried until TRUST_DEADLINE, not a fixed number of times: workers killed one after
+# another (a deploy, a crash loop) must not fail a run before its first step. A missing
+# or invalid roster or policy (TrustMissing) is not retried: waiting cannot fix it.
+TRUST_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(
+    seconds=10), non_retryable_error_types=["TrustMissing"])
+TRUST_DEADLINE = timedelta(minutes=5)
 
 
 class Admission:
@@ -73,7 +78,8 @@ class Admission:
                 "load_trust", TrustRequest(tenant=workflow.info().namespace,
                                            agent=self.machine.name),
                 result_type=TrustSnapshot, start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=TRUST_RETRY, summary="trust: the tenant's roster and policy")
+                schedule_to_close_timeout=TRUST_DEADLINE, retry_policy=TRUST_RETRY,
+                summary="trust: the tenant's roster and policy")
         except ActivityError as exc:
             cause = exc.cause if exc.cause is not None else exc
             raise ApplicationError(f"cannot load the tenant's roster and policy: "
