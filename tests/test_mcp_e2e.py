@@ -197,13 +197,15 @@ async def test_killing_the_worker_mid_delete_leaves_one_deletion(
     assert deletions(db) == ["n1"]  # the retry found the first attempt's deletion by key
 
 
-async def test_killing_the_mcp_server_mid_delete_leaves_one_deletion(
-    client: Client, task_queue: str, tmp_path: Path, workers: list[WorkerProc]
-) -> None:
+async def server_killed_mid_delete(client: Client, task_queue: str, tmp_path: Path,
+                                   workers: list[WorkerProc], *, honours: bool
+                                   ) -> tuple[dict[str, Any], Path]:
+    """A purge over HTTP whose notes server is killed mid-delete and restarted (same port,
+    same database): the run's final state and the notes database."""
     db = seeded(tmp_path / "notes.sqlite")
     server = HttpNotesServer(db, TOKEN, slow_delete=2).start()
     try:
-        config = write_config(tmp_path / "mcp.json", server.url, honours=True)
+        config = write_config(tmp_path / "mcp.json", server.url, honours=honours)
         workers.append(WorkerProc(client, task_queue, config, tmp_path / "w.log").start())
         handle = await client.start_workflow(
             NotesPurgeAgent.run, CleanupRequest(note_id="n1"),
@@ -211,10 +213,17 @@ async def test_killing_the_mcp_server_mid_delete_leaves_one_deletion(
         await delete_in_flight(handle)
         await asyncio.sleep(0.5)
         server.kill()  # mid-call: the deletion never commits
-        server.start()  # same port, same database
-        state = await final_state(handle)
+        server.start()
+        return await final_state(handle), db
     finally:
         server.kill()
+
+
+async def test_killing_the_mcp_server_mid_delete_leaves_one_deletion(
+    client: Client, task_queue: str, tmp_path: Path, workers: list[WorkerProc]
+) -> None:
+    state, db = await server_killed_mid_delete(client, task_queue, tmp_path, workers,
+                                               honours=True)
     assert state["status"] == "DONE", state["errors"]
     assert deletions(db) == ["n1"]
 
@@ -222,21 +231,8 @@ async def test_killing_the_mcp_server_mid_delete_leaves_one_deletion(
 async def test_a_non_idempotent_call_is_not_retried_once_it_may_have_acted(
     client: Client, task_queue: str, tmp_path: Path, workers: list[WorkerProc]
 ) -> None:
-    db = seeded(tmp_path / "notes.sqlite")
-    server = HttpNotesServer(db, TOKEN, slow_delete=2).start()
-    try:
-        config = write_config(tmp_path / "mcp.json", server.url, honours=False)
-        workers.append(WorkerProc(client, task_queue, config, tmp_path / "w.log").start())
-        handle = await client.start_workflow(
-            NotesPurgeAgent.run, CleanupRequest(note_id="n1"),
-            id=f"purge-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
-        await delete_in_flight(handle)
-        await asyncio.sleep(0.5)
-        server.kill()
-        server.start()
-        state = await final_state(handle)
-    finally:
-        server.kill()
+    state, db = await server_killed_mid_delete(client, task_queue, tmp_path, workers,
+                                               honours=False)
     assert state["status"] == "FAILED"
     assert any("not idempotent" in e for e in state["errors"]), state["errors"]
     assert deletions(db) == [] and "n1" in notes(db)  # not retried: nothing deleted twice
