@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from starter.keys import load_key, new_key
@@ -90,6 +91,20 @@ async def wait_pending(handle: WorkflowHandle[Any, Any], timeout: float = 30) ->
             if info["pending"]:
                 return info
             await asyncio.sleep(0.1)
+
+
+# A workflow task's own events record no decision; the server may add them at any time
+# (a rejected update's speculative task is kept when it times out under load).
+TASK_BOOKKEEPING = {EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+                    EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED,
+                    EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED,
+                    EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT}
+
+
+async def recorded(handle: WorkflowHandle[Any, Any]) -> list[int]:
+    """The run's history minus workflow-task bookkeeping: what a refusal must not change."""
+    history = await handle.fetch_history()
+    return [e.event_type for e in history.events if e.event_type not in TASK_BOOKKEEPING]
 
 
 async def snapshot(handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:

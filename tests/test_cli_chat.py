@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from conftest import WorkerFactory
+from gatekit import recorded
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of, cli_env, tower
@@ -58,10 +59,10 @@ async def test_a_refused_message_changes_nothing(
         assert code == 0, err
         thread = out.split()[1]
         handle = env.client.get_workflow_handle(thread)
-        before = len((await handle.fetch_history()).events)
+        before = await recorded(handle)
         code, out, err = await tower(address, "chat", thread, "-m", "   ")
         assert code == 2 and "refused: message is empty" in err
-        assert len((await handle.fetch_history()).events) == before
+        assert await recorded(handle) == before
         # Typed at the prompt, a refusal is reported and the conversation goes on.
         code, out, err = await tower_stdin(address, "x" * 9000 + "\nthanks\n", "chat", thread)
         assert code == 0 and "refused: message has 9000 characters" in err

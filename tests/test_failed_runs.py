@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import WorkerFactory
-from gatekit import decide, new_id, refund_request, refunds, wait_pending
+from gatekit import decide, new_id, recorded, refund_request, refunds, wait_pending
 from temporalio.client import (
     Client,
     WorkflowFailureError,
@@ -129,7 +129,7 @@ async def test_retry_refuses_a_run_still_running(
     async with scripted_worker():
         handle = await start(client, task_queue, "Please refund $1,200 on invoice INV-2004")
         await wait_pending(handle)
-        events = len((await handle.fetch_history()).events)
+        events = await recorded(handle)
         with pytest.raises(CliError, match="still running .AWAITING_APPROVAL.: retry is for a "
                                            "run that ended FAILED"):
             await send_retry(client, handle.id, "reason", "ops")
@@ -138,5 +138,5 @@ async def test_retry_refuses_a_run_still_running(
             await handle.execute_update("retry", {"node": "reason", "by": "mallory"},
                                         result_type=str)
         assert "tower retry RUN --from NODE" in str(refused.value.cause)
-        assert len((await handle.fetch_history()).events) == events
+        assert await recorded(handle) == events
         await handle.terminate("test over")

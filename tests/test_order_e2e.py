@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import WorkerFactory
+from gatekit import recorded
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
@@ -120,14 +121,14 @@ async def test_out_of_stock_fails_then_an_operator_restocks_and_retries_by_reset
         first = (await handle.describe()).run_id
 
         # Bad decisions are refused and change nothing (no new run, same history).
-        events = len((await handle.fetch_history()).events)
+        events = await recorded(handle)
         with pytest.raises(CliError, match="'nope' is not a node of this agent"):
             await send_retry(client, handle.id, "nope", "ops")
         with pytest.raises(CliError, match="never entered 'ship' in its last run .*"
                                            "START → parse → check_stock → FAILED"):
             await send_retry(client, handle.id, "ship", "ops")
         assert (await handle.describe()).run_id == first
-        assert len((await handle.fetch_history()).events) == events
+        assert await recorded(handle) == events
 
         with sqlite3.connect(db_path) as db:
             db.execute("UPDATE products SET stock = 10 WHERE sku='GIZMO-3'")
