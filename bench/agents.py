@@ -11,7 +11,7 @@ from temporalio import workflow
 
 from tower import ADD, DONE, AgentState, Graph, Message, NodeContext
 from tower.contract.wire import ModelReply, ModelRequest, ToolCall
-from tower.core.approval import Gate
+from tower.core.gates import Gate
 from tower.temporal.context import TOOL_RETRY
 
 with workflow.unsafe.imports_passed_through():

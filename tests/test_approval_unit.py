@@ -13,9 +13,8 @@ from tower import DONE, AgentState, Graph, InvalidGraph, Status, UpdateError
 from tower.contract.decisions import Decision, GateStatus, Verdict
 from tower.contract.trust import Member, Policy, Roster, TrustSnapshot
 from tower.core import legacy_trust
-from tower.core.approval import Gate, check_decision, read_decision
 from tower.core.engine import advance, start
-from tower.core.gates import close_gate, needs_gate, open_gate
+from tower.core.gates import Gate, check_decision, close_gate, needs_gate, open_gate, read_decision
 from tower.core.signing import decision_claims, public_of, sign
 from tower.core.state import apply_update
 

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from tower.contract.decisions import Decision, GateStatus, Verdict
 from tower.contract.wire import MessageRef, Reduction, ToolCallRequest, WindowRef
 from tower.core import window
-from tower.core.approval import Gate, Outcome
 from tower.core.audit import check_log
 from tower.core.carry import Carry, LogSummary
 from tower.core.context import Answer, NodeContext
@@ -39,6 +38,7 @@ from tower.core.errors import (
     TowerError,
 )
 from tower.core.events import guard_rows
+from tower.core.gates import Gate, Outcome
 from tower.core.graph import DONE, FAILED, START, TERMINALS, Budget, Graph, Machine
 from tower.core.legacy_trust import ApprovalSettings
 from tower.core.mermaid import to_mermaid

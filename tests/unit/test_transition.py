@@ -21,12 +21,11 @@ from tower import (
     start,
 )
 from tower.contract.decisions import GateStatus
-from tower.core.approval import Gate
 from tower.core.audit import check_log
 from tower.core.carry import Carry
 from tower.core.engine import node_error
 from tower.core.events import Event, apply_event, guard_rows
-from tower.core.gates import close_gate, open_gate
+from tower.core.gates import Gate, close_gate, open_gate
 from tower.core.transition import legacy_kind, move
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -8,8 +8,8 @@ renders it as Markdown (in a frame of its own, on the run's "User Metadata" tab)
 from __future__ import annotations
 
 from tower.contract.decisions import GateRecord
-from tower.core.approval import canonical_time, pending_record
 from tower.core.engine import Transition
+from tower.core.gates import canonical_time, pending_record
 from tower.core.graph import Machine
 from tower.core.state import AgentState
 

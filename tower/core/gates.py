@@ -1,27 +1,281 @@
-"""The moves a gate makes, as pure functions (no Temporal), logged like every other step.
+"""Approval gates, pure (no Temporal): what a gate is, what a decision must prove, and the
+moves a gate makes.
 
-Opening a gate is a step that keeps the run at its node with status AWAITING_APPROVAL
-and a pending ``GateRecord``; closing it is a step that marks the record (approved,
-rejected, expired, stale) and either stays at the node (an approval before it runs)
-or moves to the gate's declared target. Holding at a node does not count as a visit,
+The runtime calls ``read_decision`` and ``check_decision`` from an update validator and a
+signal handler, so the rules are functions, unit-tested without a server.
+
+Signatures. A decision is a JWS signed with the approver's own Ed25519 key (or an issuer's
+that vouches for the approver); the run verifies it against the tenant's roster, which
+holds public keys only and enters the run through the ``load_trust`` activity. Nothing a
+run records can sign: see docs/approvals.md. (Runs started before this verify the old
+HMAC format: tower/core/legacy_trust.py.)
+
+Moves. Opening a gate is a step that keeps the run at its node with status
+AWAITING_APPROVAL and a pending ``GateRecord``; closing it is a step that marks the record
+(approved, rejected, expired, stale) and either stays at the node (an approval before it
+runs) or moves to the gate's declared target. Holding at a node does not count as a visit,
 so gates never eat into a node's visit budget.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import datetime, timedelta
-from typing import Any
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import to_jsonable_python
 
-from tower.contract.decisions import Decision, GateRecord, GateStatus
-from tower.core.approval import Gate, canonical_time, pending_record
+from tower.contract.decisions import Decision, GateRecord, GateStatus, SignedDecision, Verdict
+from tower.contract.pending import EditLimit
+from tower.contract.trust import Claims, TrustSnapshot
 from tower.core.engine import fail
 from tower.core.errors import IllegalTransition
 from tower.core.graph import Machine
+from tower.core.legacy_trust import canonical_time
+from tower.core.signing import SignatureRefused, authority, verify_decision
 from tower.core.state import AgentState, S, Status, UpdateError, apply_update
 from tower.core.transition import Kind, Transition, move, within_budget
+
+Recheck = Callable[[Any, Any], Awaitable[str | None]]  # (ctx, state) -> why stale, or None
+EditCheck = Callable[[Any, Mapping[str, Any]], str | None]  # (state, edits) -> problem
+
+
+@dataclass(frozen=True)
+class Gate:
+    """An approval point on a node, declared with ``Graph.gate(node, Gate(...))``.
+
+    Attributes:
+        name: the gate id decisions name.
+        role: the role an approver must hold.
+        timeout: how long the request stays open; a callable reads it from the state.
+        on_reject: the node a rejection routes to.
+        on_timeout: the node an expired request routes to (escalate, auto-reject).
+        when: "before" the node runs, or "after" it ran (its update is what is approved).
+        applies: whether this visit needs approval at all (default: always).
+        proposal: what the approver sees: the proposed action and its arguments.
+        editable: state fields an approval may change (e.g. lower an amount).
+        check_edits: extra rule on the edits (e.g. the amount may only go down).
+        recheck: runs on approval, may call tools; returns why the world changed.
+        on_stale: where the run goes when ``recheck`` finds the state stale.
+        limits: the bounds of each editable field, from the state, for approvers' forms
+            (e.g. amount between 1 and the planned amount); ``check_edits`` enforces.
+    """
+
+    name: str
+    role: str
+    timeout: timedelta | Callable[[Any], timedelta]
+    on_reject: str
+    on_timeout: str
+    when: Literal["before", "after"] = "before"
+    applies: Callable[[Any], bool] | None = None
+    proposal: Callable[[Any], Mapping[str, Any]] | None = None
+    editable: tuple[str, ...] = ()
+    check_edits: EditCheck | None = None
+    recheck: Recheck | None = None
+    on_stale: str | None = None
+    limits: Callable[[Any], Mapping[str, EditLimit]] | None = None
+    node: str = ""  # set by Graph.gate
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        extra = (self.on_stale,) if self.on_stale else ()
+        return (self.on_reject, self.on_timeout, *extra)
+
+    def timeout_for(self, state: Any) -> timedelta:
+        return self.timeout(state) if callable(self.timeout) else self.timeout
+
+    def needed(self, state: Any) -> bool:
+        return self.applies is None or bool(self.applies(state))
+
+
+class Refusal(BaseModel):
+    """A refused decision, kept in the run's audit trail (signals) or returned (updates)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    at: datetime
+    via: Literal["signal", "update"]
+    reason: str
+    decision_id: str = ""
+    gate: str = ""
+    approver: str = ""
+    decision: str = ""
+
+
+class Outcome(BaseModel):
+    """What the run reports back for a decision."""
+
+    decision_id: str
+    gate: str
+    result: GateStatus
+    reason: str = ""
+    node: str
+    status: str
+    step: int
+    duplicate: bool = False
+    requested_step: int = 0  # the step that opened the request
+
+
+def pending_record(state: AgentState | None) -> GateRecord | None:
+    if state is None:
+        return None
+    return next((r for r in reversed(state.approvals) if r.status == GateStatus.PENDING), None)
+
+
+def record_of(state: AgentState, decision_id: str) -> GateRecord | None:
+    return next((r for r in state.approvals
+                 if r.decision is not None and r.decision.decision_id == decision_id), None)
+
+
+@dataclass(frozen=True)
+class Check:
+    ok: bool
+    reason: str = ""
+    duplicate: bool = False
+
+
+def refuse(reason: str) -> Check:
+    return Check(False, reason)
+
+
+def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime) -> tuple[Decision | None, str]:
+    """The decision a wire message proves, or why it proves nothing. Pure: the roster and
+    policy come from the run's trust snapshot, the time from the run's clock."""
+    try:
+        message = SignedDecision.model_validate(raw)
+    except ValidationError as exc:
+        return None, f"malformed decision: {_brief(exc)}"
+    policy = trust.policy
+    if message.token is not None:
+        try:
+            claims, member, kid = verify_decision(message.token, trust.roster,
+                                                  now=now.timestamp())
+        except SignatureRefused as exc:
+            return None, str(exc)
+        problem = authority(member, claims.sub, claims.role)
+        if problem:
+            return None, problem
+    elif message.unsigned is not None:
+        if not policy.unsigned_allowed:
+            return None, ("unsigned decision refused: this deployment requires signed "
+                          "decisions (docs/approvals.md)")
+        try:
+            claims, kid = Claims.model_validate(message.unsigned), None
+        except ValidationError as exc:
+            return None, f"malformed decision: {_brief(exc)}"
+        if claims.exp <= now.timestamp():
+            return None, f"decision expired at {claims.exp}"
+    else:
+        return None, "malformed decision: no token"
+    if claims.exp - claims.iat > policy.max_decision_seconds:
+        return None, (f"decision lives {claims.exp - claims.iat}s; the tenant's policy allows "
+                      f"at most {policy.max_decision_seconds}s")
+    return Decision(
+        decision_id=claims.jti, tenant=claims.tenant, run=claims.run, gate=claims.gate,
+        decision=Verdict(claims.verdict), approver=claims.sub, role=claims.role,
+        expires_at=datetime.fromtimestamp(claims.exp, UTC), note=claims.note,
+        edits=claims.edits, kid=kid, request=claims.request), ""
+
+
+def check_decision(
+    d: Decision, *, state: AgentState | None, gates: Mapping[str, Gate], tenant: str,
+    run: str, now: datetime, proof: str = "", in_flight: Decision | None = None,
+) -> Check:
+    """Whether ``d`` may decide the run's pending gate. Pure; the state is not touched.
+
+    ``proof`` is why its signature proves nothing ("" when it checked out). Order
+    matters: who sent it (tenant, run, signature) before what it asks for. A decision
+    repeating one already taken (same id, same content) is a duplicate: accepted, but
+    it changes nothing.
+    """
+    if d.tenant != tenant:
+        return refuse(f"decision is for tenant {d.tenant!r}; this run belongs to {tenant!r}")
+    if d.run != run:
+        return refuse(f"decision is for run {d.run!r}, not {run!r}")
+    if state is None:  # nothing to decide yet
+        return refuse(_not_pending(d.gate, state, gates))
+    if proof:
+        return refuse(proof)
+    for earlier in ([in_flight] if in_flight else []) + [
+            r.decision for r in state.approvals if r.decision]:
+        if earlier.decision_id == d.decision_id:
+            if _substance(earlier) != _substance(d):
+                return refuse(f"decision id {d.decision_id!r} was already used for a "
+                              "different decision")
+            return Check(True, duplicate=True)
+    pending = pending_record(state)
+    if pending is None or pending.gate != d.gate:
+        return refuse(_not_pending(d.gate, state, gates))
+    if in_flight is not None:
+        return refuse(f"gate {d.gate!r} was already decided: {in_flight.decision.value} by "
+                      f"{in_flight.approver}")
+    if d.request is not None and d.request != pending.step:
+        return refuse(f"decision answers the request opened at step {d.request}; the pending "
+                      f"request was opened at step {pending.step}")
+    if d.request is None and d.expires_at != pending.expires_at:  # a legacy decision
+        return refuse(f"decision names a request expiring {canonical_time(d.expires_at)}; the "
+                      f"pending request expires {canonical_time(pending.expires_at)}")
+    if now >= pending.expires_at:
+        return refuse(f"request for gate {d.gate!r} expired at "
+                      f"{canonical_time(pending.expires_at)}")
+    if d.role != pending.role:
+        return refuse(f"role {d.role!r} may not decide gate {d.gate!r} (needs {pending.role!r})")
+    problem = check_edits(gates[d.gate], state, d)
+    return refuse(problem) if problem else Check(True)
+
+
+def _substance(d: Decision) -> tuple[Any, ...]:
+    """What makes two deliveries the same decision (not when or how it was signed)."""
+    edits = json.dumps(d.edits, sort_keys=True, separators=(",", ":"), default=str)
+    return (d.tenant, d.run, d.gate, d.decision, d.approver, d.role, edits, d.note, d.request)
+
+
+def _brief(exc: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+                     for e in exc.errors()[:5])
+
+
+def check_edits(gate: Gate, state: AgentState, d: Decision) -> str | None:
+    if not d.edits:
+        return None
+    if d.decision == Verdict.REJECT:
+        return "a rejection cannot edit fields"
+    bad = sorted(set(d.edits) - set(gate.editable))
+    if bad:
+        allowed = ", ".join(gate.editable) or "none"
+        return f"field(s) {', '.join(bad)} not editable at gate {gate.name!r} (editable: {allowed})"
+    try:
+        edited = apply_update(state, d.edits)
+    except UpdateError as exc:
+        return f"edit refused: {exc}"
+    if gate.check_edits is not None:
+        return gate.check_edits(edited, d.edits)
+    return None
+
+
+def _not_pending(gate: str, state: AgentState | None, gates: Mapping[str, Gate]) -> str:
+    if gate not in gates:
+        return f"unknown gate {gate!r} (gates: {', '.join(sorted(gates)) or 'none'})"
+    if state is None:
+        return f"gate {gate!r} is not awaiting a decision: the run has not started"
+    last = next((r for r in reversed(state.approvals) if r.gate == gate), None)
+    if last is not None and last.status == GateStatus.EXPIRED:
+        return f"request for gate {gate!r} expired at {canonical_time(last.expires_at)}"
+    if last is not None and last.status != GateStatus.PENDING and last.decision is not None:
+        return (f"gate {gate!r} was already decided: {last.decision.decision.value} by "
+                f"{last.decision.approver}")
+    return (f"gate {gate!r} is not awaiting a decision (the run is at {state.node}, "
+            f"{state.status.value})")
+
+
+def outcome(record: GateRecord, decision_id: str, state: AgentState,
+            duplicate: bool = False) -> Outcome:
+    return Outcome(decision_id=decision_id, gate=record.gate, result=record.status,
+                   reason=record.reason, node=state.node, status=state.status.value,
+                   step=state.step, duplicate=duplicate, requested_step=record.step)
 
 
 def needs_gate(state: AgentState, gate: Gate) -> bool:
@@ -104,4 +358,3 @@ def _reason(gate: Gate, status: GateStatus, decision: Decision | None, why: str)
         if decision.note:
             head += f": {decision.note}"
     return f"{head} — {why}" if why else head
-

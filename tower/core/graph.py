@@ -10,12 +10,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tower.core.approval import Gate
 from tower.core.errors import IllegalTransition, InvalidGraph
 from tower.core.state import PROTECTED_FIELDS, AgentState
 from tower.core.tools import Catalogue, ToolSpec, is_external, resolve
+
+if TYPE_CHECKING:  # gates.py builds on the graph; a graph only names its gates
+    from tower.core.gates import Gate
 
 START = "START"
 DONE = "DONE"
@@ -200,7 +202,7 @@ class Graph:
         return self
 
     def gate(self, node: str, gate: Gate) -> Graph:
-        """Require approval before (or after) ``node`` runs; see ``approval.Gate``."""
+        """Require approval before (or after) ``node`` runs; see ``gates.Gate``."""
         if node in self._gates:
             raise InvalidGraph(self.name, f"node {node!r} already has a gate")
         self._gates[node] = replace(gate, node=node)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tower.core.approval import Gate
+from tower.core.gates import Gate
 from tower.core.graph import Machine
 
 

@@ -14,7 +14,7 @@ from tower.contract.pending import (
     EditLimit,
     PendingView,
 )
-from tower.core.approval import pending_record
+from tower.core.gates import pending_record
 from tower.core.graph import Machine
 from tower.core.state import AgentState
 

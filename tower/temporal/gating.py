@@ -32,21 +32,22 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
 from tower.contract.notify import GateNotice
 from tower.core import legacy_trust
-from tower.core.approval import (
+from tower.core.details import render_details
+from tower.core.engine import Transition, advance
+from tower.core.errors import NodeFailed
+from tower.core.gates import (
     Check,
     Gate,
     Outcome,
     canonical_time,
     check_decision,
+    close_gate,
+    open_gate,
     outcome,
     pending_record,
     read_decision,
     record_of,
 )
-from tower.core.details import render_details
-from tower.core.engine import Transition, advance
-from tower.core.errors import NodeFailed
-from tower.core.gates import close_gate, open_gate
 from tower.core.graph import FAILED, TERMINALS
 from tower.core.pending import short_values
 from tower.core.state import AgentState, Message, apply_update

@@ -20,11 +20,11 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from tower.contract import search
-from tower.core.approval import pending_record
 from tower.core.carry import Carry, LogSummary, summarize
 from tower.core.cost import CallUsage, cost_report
 from tower.core.details import render_details
 from tower.core.engine import Transition, start
+from tower.core.gates import pending_record
 from tower.core.graph import FAILED, TERMINALS, Machine
 from tower.core.pending import pending_view
 from tower.core.state import AgentState

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from temporalio import workflow
 from temporalio.common import RawValue
 
-from tower.core.approval import Refusal
+from tower.core.gates import Refusal
 
 Via = Literal["signal", "update"]
 Kept = dict[str, str] | Sequence[RawValue] | None  # what a kept refusal shows, or its inputs

@@ -17,7 +17,6 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.contract.wire import AbortRequest, RetryRequest
-from tower.core.approval import pending_record
 from tower.core.carry import LogSummary
 from tower.core.engine import (
     advance,
@@ -27,7 +26,7 @@ from tower.core.engine import (
     operator_retry,
 )
 from tower.core.errors import IllegalTransition, NodeFailed
-from tower.core.gates import approving_decision, needs_gate
+from tower.core.gates import approving_decision, needs_gate, pending_record
 from tower.core.graph import DONE, FAILED
 from tower.core.legacy_trust import ApprovalSettings
 from tower.core.state import AgentState, S, UpdateError, apply_update, set_engine_fields

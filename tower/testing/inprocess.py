@@ -20,12 +20,19 @@ from typing import Any, Generic, TypeVar
 from pydantic import ValidationError
 
 from tower.contract.decisions import Decision, GateStatus, Verdict
-from tower.core.approval import Gate, check_edits, pending_record
 from tower.core.context import NodeContext
 from tower.core.engine import Transition, advance, fail, node_error, start
 from tower.core.errors import NodeFailed, TowerError
 from tower.core.events import Event, apply_event
-from tower.core.gates import approving_decision, close_gate, needs_gate, open_gate
+from tower.core.gates import (
+    Gate,
+    approving_decision,
+    check_edits,
+    close_gate,
+    needs_gate,
+    open_gate,
+    pending_record,
+)
 from tower.core.graph import TERMINALS, Machine
 from tower.core.state import AgentState, Message, UpdateError, apply_update
 from tower.testing.context import ModelAnswers, ScriptedContext, Stuck, ToolAnswer
