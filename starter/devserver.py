@@ -18,6 +18,10 @@ from starter.server_setup import SetupReport, setup
 
 DATA_DIR = Path(".tower")
 DEV_RETENTION = timedelta(days=1)  # the dev server's own default for its namespaces
+# What deploy/temporal/dynamicconfig.yaml sets that workflows rely on (a test checks they
+# agree): a flood of signals to one run is cut off at the API (MAX_SIGNALS_PER_RUN in
+# tower/temporal/refusals.py; docs/approvals.md, "What a refusal costs").
+DYNAMIC_CONFIG = {"history.maximumSignalsPerExecution": 2_000}
 
 
 class TemporalCliMissing(CliError):
@@ -47,7 +51,13 @@ def dev_server_command(
     cmd = [binary, "server", "start-dev", "--ip", "127.0.0.1",
            "--port", str(port), "--db-filename", str(db_path), "--log-level", "warn"]
     cmd += ["--headless"] if headless else ["--ui-port", str(ui_port)]
-    return cmd + list(extra or [])
+    return cmd + dynamic_config_args() + list(extra or [])
+
+
+def dynamic_config_args() -> list[str]:
+    """``temporal server start-dev`` flags for Tower's dynamic config."""
+    return [arg for key, value in DYNAMIC_CONFIG.items()
+            for arg in ("--dynamic-config-value", f"{key}={value}")]
 
 
 async def prepare(client: Client, tenants: list[str] | None = None) -> SetupReport:

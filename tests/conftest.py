@@ -18,7 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.model import ModelSettings
-from starter.devserver import temporal_binary
+from starter.devserver import dynamic_config_args, temporal_binary
 from starter.trust_files import dev_trust, enrol
 from tower.contract import search
 from worker import build_worker
@@ -58,7 +58,8 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
         search_attributes=search.ALL,
         dev_server_log_level="error",
         # Tenants are namespaces: the tenancy tests use these two.
-        dev_server_extra_args=[arg for ns in TENANTS for arg in ("--namespace", ns)],
+        dev_server_extra_args=[*dynamic_config_args(),
+                               *(arg for ns in TENANTS for arg in ("--namespace", ns))],
     )
     try:
         yield environment

@@ -13,7 +13,9 @@ import jsonschema
 import pytest
 import yaml
 
+from starter.devserver import DYNAMIC_CONFIG, dev_server_command
 from starter.telemetry import exporter_names, make_exporter
+from tower.temporal.refusals import CARRY_AFTER_SIGNALS, MAX_SIGNALS_PER_RUN
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((Path(__file__).parent / "data" / "compose-spec.json").read_text())
@@ -153,6 +155,19 @@ def test_the_servers_run_the_config_the_cluster_tier_runs() -> None:
     # The tier reads these very files.
     from temporal_cluster import DEPLOY, server_env_file
     assert DEPLOY == ROOT / "deploy" and server_env_file()["DB"] == "postgres12"
+
+
+def test_every_server_caps_signals_per_run_where_runs_expect_it(tmp_path: Path) -> None:
+    """Runs carry over at CARRY_AFTER_SIGNALS, below the cap the servers set: the cluster's
+    dynamic config, `tower dev`'s server and the tests' (tests/test_redteam.py's flood
+    shows the cap at work)."""
+    cluster = yaml.safe_load((ROOT / "deploy/temporal/dynamicconfig.yaml").read_text())
+    assert cluster["history.maximumSignalsPerExecution"] == [{"value": MAX_SIGNALS_PER_RUN}]
+    assert DYNAMIC_CONFIG["history.maximumSignalsPerExecution"] == MAX_SIGNALS_PER_RUN
+    cmd = " ".join(dev_server_command(db=tmp_path / "t.sqlite", headless=True))
+    assert f"--dynamic-config-value history.maximumSignalsPerExecution={MAX_SIGNALS_PER_RUN}" \
+        in cmd
+    assert 0 < CARRY_AFTER_SIGNALS < MAX_SIGNALS_PER_RUN
 
 
 def test_the_workers_tracing_settings_make_an_otlp_exporter() -> None:

@@ -53,7 +53,7 @@ from tower.core.pending import short_values
 from tower.core.state import AgentState, Message, apply_update
 from tower.temporal.admission import Admission
 from tower.temporal.context import TemporalContext
-from tower.temporal.refusals import AuditTrail, decoded
+from tower.temporal.refusals import CARRY_AFTER_SIGNALS, AuditTrail, decoded
 
 REFUSED = "DecisionRefused"
 # Runs recorded before gates notified approvers (webhook) replay without the activity.
@@ -70,8 +70,9 @@ class Gatekeeper(Admission):
     """The approval half of ``AgentWorkflow``: handlers, queries and ``hold``."""
 
     models: ClassVar[list[str]]
-    # Continue-as-new while parked at a gate when Temporal suggests it (a flood of signals
-    # grows the history): the agent's ``carry_input`` must rebuild the run from a Carry.
+    # Continue-as-new while parked at a gate when Temporal suggests it or the run has taken
+    # CARRY_AFTER_SIGNALS signals (a flood): the agent's ``carry_input`` must rebuild the run
+    # from a Carry.
     carry_while_parked: ClassVar[bool] = False
     _state: AgentState | None
     _log: list[Transition]
@@ -87,6 +88,7 @@ class Gatekeeper(Admission):
         self._in_flight: Decision | None = None
         # Refused decisions (and unknown signals): all counted, the newest kept.
         self._audit = AuditTrail(AUDIT_KEEP)
+        self._signals_taken = 0  # by this run (the server caps it: refusals.py)
 
     @property
     def current(self) -> AgentState:
@@ -153,7 +155,7 @@ class Gatekeeper(Admission):
         ``roster_refresh_seconds`` and when asked (at most once per ``REFRESH_GAP``)."""
         assert self._trust is not None
         while self._in_flight is None and workflow.now() < pending.expires_at:
-            if self.carry_while_parked and workflow.info().is_continue_as_new_suggested():
+            if self.carry_while_parked and self._carry_due():
                 return
             every = timedelta(seconds=self._trust.policy.roster_refresh_seconds)
             due = self._refreshed_at + (min(every, REFRESH_GAP) if self._refresh_asked
@@ -168,9 +170,13 @@ class Gatekeeper(Admission):
                     timeout_summary=f"gate {gate.name}: roster refresh or expiry")
 
     def _decided_or_asked(self, was_asked: bool) -> Callable[[], bool]:
-        info = workflow.info()
         return lambda: (self._in_flight is not None or self._refresh_asked != was_asked
-                        or (self.carry_while_parked and info.is_continue_as_new_suggested()))
+                        or (self.carry_while_parked and self._carry_due()))
+
+    def _carry_due(self) -> bool:
+        """Temporal suggests continue-as-new, or a flood of signals nears the server's cap."""
+        return (self._signals_taken >= CARRY_AFTER_SIGNALS
+                or workflow.info().is_continue_as_new_suggested())
 
     async def _refresh(self) -> None:
         """Re-read the roster and policy; a held-back signalled decision is judged again."""
@@ -196,6 +202,7 @@ class Gatekeeper(Admission):
         ``decision``: a decision. ``refresh_trust``: re-read the roster soon (it carries no
         authority: anyone may ask, inputs are ignored). Any other name is refused.
         """
+        self._signals_taken += 1
         if name == "decision":
             self._signalled_decision(args)
         elif name == "refresh_trust":

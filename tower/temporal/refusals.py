@@ -25,6 +25,14 @@ Kept = dict[str, str] | Sequence[RawValue] | None  # what a kept refusal shows, 
 KEEP_BYTES = 16 * 1024  # a kept raw input larger than this is remembered by its size only
 FIELDS = ("decision_id", "gate", "approver", "decision")
 FIELD_CHARS = 200
+# Tower's Temporal servers take at most this many signals per run (dynamic config
+# history.maximumSignalsPerExecution: deploy/temporal/dynamicconfig.yaml, the dev server);
+# later ones fail at the API and cost the run nothing. So one workflow task holds at most
+# this many signals, well within the SDK's 2 s deadlock detector (docs/approvals.md).
+MAX_SIGNALS_PER_RUN = 2_000
+# A run parked at a gate carries over (continue-as-new) once it has taken this many, so the
+# chain's next run takes signals again (``refresh_trust``, decisions) before this one fills.
+CARRY_AFTER_SIGNALS = MAX_SIGNALS_PER_RUN // 2
 
 
 def decoded(args: Sequence[RawValue]) -> tuple[dict[str, Any] | None, str]:

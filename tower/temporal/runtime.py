@@ -35,6 +35,7 @@ from tower.temporal.context import TemporalContext
 from tower.temporal.gating import Gatekeeper
 from tower.temporal.machine_run import DEAD_LETTER_PATCH, MachineRun, event_id
 from tower.temporal.outcome import FAILED_IS_FAILURE_PATCH
+from tower.temporal.refusals import CARRY_AFTER_SIGNALS
 
 # Memo key that set ``failed_wait`` for one run recorded with the dead-letter wait (seconds;
 # 0: close at once). Read only when such a run replays or is still parked there.
@@ -128,6 +129,10 @@ class AgentWorkflow(MachineRun, Gatekeeper):
             self._record(*operator_abort(self.machine, self.current, decision.by,
                                          decision.reason, at=at, event_id=eid))
         return False
+
+    def carry_over_due(self) -> bool:
+        # A gate that returned to carry over after a flood of signals (Gatekeeper) is due.
+        return super().carry_over_due() or self._signals_taken >= CARRY_AFTER_SIGNALS
 
     def _failed_wait(self) -> timedelta:
         seconds = workflow.memo_value(FAILED_WAIT_MEMO, None, type_hint=float)
