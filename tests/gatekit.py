@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle
 
 from starter.keys import load_key, new_key
@@ -139,3 +139,17 @@ def schema(path: Path) -> list[tuple[Any, ...]]:
     with sqlite3.connect(path) as db:
         return db.execute("SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE "
                           "'sqlite_%' AND name != '_tower_migrations' ORDER BY name").fetchall()
+
+
+# The server fails a task in flight itself when signals arrive meanwhile: more than 100
+# (history.maximumBufferedEventsBatch), or any while the task closes the run (continue-as-
+# new). Then it hands the worker a fresh task holding them; the worker did nothing wrong.
+SERVER_SIDE = (WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_FORCE_CLOSE_COMMAND,
+               WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND)
+
+
+def task_failures(history: Any) -> list[str]:
+    """The workflow tasks the worker failed (a deadlock, an exception in a handler...)."""
+    return [f"{WorkflowTaskFailedCause.Name(a.cause)}: {a.failure.message}"
+            for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+            for a in [e.workflow_task_failed_event_attributes] if a.cause not in SERVER_SIDE]

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 from conftest import WorkerFactory
-from gatekit import signed_event
+from gatekit import signed_event, task_failures
+from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
@@ -20,10 +21,12 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from tower import AGENT_FAILED, Transition, final_state
 from tower.core.events import Rejection
+from tower.temporal.event_runtime import EVENTS_PER_TASK, REJECTED_KEEP, UNTAKEN
 from workflows.lifecycle import (
     MAX_RECOVERIES,
     LifecycleAgent,
@@ -111,6 +114,66 @@ async def test_signals_are_validated_guarded_and_deduplicated(
     assert "step 7" in reasons[4]
     assert reasons[5].startswith("duplicate event")
     assert all(r.source == "signal" for r in rejected)
+
+
+async def _parked_in_idle(handle: WorkflowHandle) -> dict[str, Any]:
+    """The run's state once it waits in IDLE for its start event."""
+    async with asyncio.timeout(30):
+        while await handle.query("status", result_type=str) != "RUNNING":
+            await asyncio.sleep(0.1)
+    assert [t.target for t in await _log(handle)] == ["IDLE"]
+    state: dict[str, Any] = await handle.query("state", result_type=dict)
+    return state
+
+
+async def _rejected(handle: WorkflowHandle, total: int) -> list[Rejection]:
+    async with asyncio.timeout(60):
+        while await handle.query("rejected_total", result_type=int) < total:
+            await asyncio.sleep(0.1)
+    assert await handle.query("rejected_total", result_type=int) == total
+    return await handle.query("rejected", result_type=list[Rejection])
+
+
+FORGED_EVENTS = 1000
+
+
+async def test_unreadable_signals_and_a_flood_of_forged_events_change_nothing(
+    client: Client, task_queue: str, scripted_worker: WorkerFactory
+) -> None:
+    """Event signals the run cannot read (two inputs, an input that is not JSON) and signals
+    of another name are refused into the audit trail: none is dropped unseen or fails the
+    workflow task (the run would stall). Then 1,000 forged events while the worker is down,
+    so all land in one task: 50 are taken and verified, the rest refused as they arrive, the
+    newest 100 kept and all counted; no task fails, the run stays in IDLE, and a signed
+    start event still moves it."""
+    async with scripted_worker(max_cached_workflows=0):
+        handle = await _start(client, task_queue, LifecycleRequest(
+            goal="Check account ACC-1001", start=False))
+        idle = await _parked_in_idle(handle)
+        start = {"step": 1, "start": True}
+        await handle.signal("event", args=[start, start])
+        not_json = Payload(metadata={"encoding": b"json/plain"}, data=b"{not json")
+        await handle.signal("event", args=[RawValue(not_json)])
+        await handle.signal("start", signed_event(client, handle.id, start))
+        assert [r.reason for r in await _rejected(handle, 3)] == [
+            "malformed event: an event signal carries one input, this one carried 2",
+            "malformed event: the signal's input cannot be decoded",
+            "unknown signal 'start': nothing changed"]
+    forged = signed_event(client, handle.id, start, sender="carol")
+    await asyncio.gather(*(handle.signal("event", forged) for _ in range(FORGED_EVENTS)))
+    async with scripted_worker():
+        rejected = await _rejected(handle, 3 + FORGED_EVENTS)
+        assert len(rejected) == REJECTED_KEEP
+        reasons = [r.reason for r in rejected]  # refused on arrival, then those verified
+        assert reasons == ([UNTAKEN] * (REJECTED_KEEP - EVENTS_PER_TASK)
+                           + ["carol may not send lifecycle events"] * EVENTS_PER_TASK)
+        assert await handle.query("state", result_type=dict) == idle
+        assert [t.target for t in await _log(handle)] == ["IDLE"]
+        await handle.execute_update("send_event", signed_event(client, handle.id, start),
+                                    result_type=str)
+        state = await handle.result()
+        assert task_failures(await handle.fetch_history()) == []
+    assert state.status == "DONE"
 
 
 async def test_recovery_is_bounded_then_failed(

@@ -20,8 +20,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gatekit import decision, forged_key, new_id, refund_request, refunds, snapshot, wait_pending
-from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
+from gatekit import (
+    decision,
+    forged_key,
+    new_id,
+    refund_request,
+    refunds,
+    snapshot,
+    task_failures,
+    wait_pending,
+)
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -324,20 +333,6 @@ async def test_signals_the_run_cannot_read_are_refused_and_counted(
         await run.handle.result()
         assert task_failures(await run.handle.fetch_history()) == []
     assert refunds(db_path) == [("INV-2004", 120000)]
-
-
-# The server fails a task in flight itself when signals arrive meanwhile: more than 100
-# (history.maximumBufferedEventsBatch), or any while the task closes the run (continue-as-
-# new). Then it hands the worker a fresh task holding them; the worker did nothing wrong.
-SERVER_SIDE = (WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_FORCE_CLOSE_COMMAND,
-               WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND)
-
-
-def task_failures(history: Any) -> list[str]:
-    """The workflow tasks the worker failed (a deadlock, an exception in a handler...)."""
-    return [f"{WorkflowTaskFailedCause.Name(a.cause)}: {a.failure.message}"
-            for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-            for a in [e.workflow_task_failed_event_attributes] if a.cause not in SERVER_SIDE]
 
 
 # The servers take at most MAX_SIGNALS_PER_RUN signals per run (dynamic config); a refund

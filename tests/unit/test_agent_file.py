@@ -93,8 +93,9 @@ def test_each_agent_carries_only_the_handlers_its_strategy_honours() -> None:
 
     lifecycle, refund = AGENTS["lifecycle"], AGENTS["refund"]
     assert issubclass(lifecycle, EventWorkflow) and not issubclass(lifecycle, AgentWorkflow)
-    # Events (signal, or the validated update): no retry, abort or approval it could not honour.
-    assert handlers(lifecycle) == {"event", "send_event"}
+    # Events (a signal, taken raw like every signal, or the validated update): no retry,
+    # abort or approval it could not honour.
+    assert handlers(lifecycle) == {"*", "send_event"}
     # Signals reach a gated agent raw, through one handler (a decision, refresh_trust).
     assert {"retry", "abort", "decide", "*"} <= handlers(refund)
     assert "event" not in handlers(refund)

@@ -8,7 +8,15 @@ history holds their results) and returns the data of an event, or None to wait f
 one from outside. Events from the entry action, from the run's input and from the
 ``event`` signal all go through one inbox, in arrival order, and through the same
 validation, duplicate check and guards. A refused event is kept in the audit trail
-(query ``rejected``) with the reason; nothing is ever silently dropped.
+(query ``rejected``: the newest 100; ``rejected_total`` counts them all) with the reason;
+nothing is ever silently dropped.
+
+Signals are taken raw, as a gated run takes them (tower/temporal/refusals.py): anyone may send
+any signal with any inputs, thousands at a time. A malformed ``event`` signal or one of another
+name is refused into the audit trail, not dropped by the SDK or failing the workflow task; at
+most ``EVENTS_PER_TASK`` signalled events enter the inbox per workflow task (each is verified
+when applied), the rest of a flood are refused as they arrive, each costing a counter and a
+small record.
 
 Events from outside carry authority (they pick the next move), so they are signed: a
 JWS (``tower-event+jwt``, docs/approvals.md) by a roster member whose ``events`` name this
@@ -20,12 +28,14 @@ anyone who can signal the run can move it (only for workers on a private task qu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, cast
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import to_jsonable_python
+from pydantic_core import to_json, to_jsonable_python
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.core.engine import fail
@@ -38,6 +48,12 @@ from tower.temporal.admission import Admission
 from tower.temporal.context import TemporalContext
 from tower.temporal.machine_run import MachineRun, event_id
 from tower.temporal.runtime import _reason
+
+EVENTS_PER_TASK = 50  # signalled events taken into the inbox per workflow task
+REJECTED_KEEP = 100  # refused events kept in memory (and in the ``rejected`` query)
+KEEP_EVENT_BYTES = 16 * 1024  # a refused event larger than this is kept by its size only
+UNTAKEN = (f"refused unread: more than {EVENTS_PER_TASK} events arrived in one workflow "
+           "task (a flood?); send it again, as the send_event update")
 
 
 class EventDriven:
@@ -74,7 +90,9 @@ class EventWorkflow(MachineRun, Admission):
         self._init_trust()  # ``admit`` loads the roster that says who may send events
         self._inbox: list[tuple[Any, str, list[str]]] = []  # (raw event, source, calls)
         self._accepted: set[str] = set()
-        self._rejected: list[Rejection] = []
+        self._rejected: deque[Rejection] = deque(maxlen=REJECTED_KEEP)
+        self._rejected_total = 0
+        self._event_mark, self._events_taken = -1, 0  # signalled events in this task
         self._entered: set[int] = set()  # steps whose entry action has run
         self._usage = Usage()  # model usage of entry actions, merged with the next event
 
@@ -89,10 +107,34 @@ class EventWorkflow(MachineRun, Admission):
         self._inbox += [(dict(raw), "input", []) for raw in initial]
         return cast(S, await self.run_machine(EventDriven(), state))
 
-    @workflow.signal(name="event")
-    def event_signal(self, raw: Any = None) -> None:
-        # Validated when applied, in order: a bad event is refused and recorded then.
-        self._inbox.append((raw, "signal", []))
+    @workflow.signal(dynamic=True)
+    def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """Every signal, taken raw: ``event`` joins the inbox (validated when applied, in
+        order); anything else, or an event past this task's budget, is refused now."""
+        if name != "event":
+            self._refuse(f"unknown signal {name[:80]!r}: nothing changed")
+        elif not self._within_event_budget():
+            self._refuse(UNTAKEN)
+        elif len(args) != 1:
+            self._refuse(f"malformed event: an event signal carries one input, this one "
+                         f"carried {len(args)}")
+        else:
+            try:
+                raw = workflow.payload_converter().from_payload(args[0].payload)
+            except Exception:  # whatever the converter raises on input a sender chose
+                self._refuse("malformed event: the signal's input cannot be decoded")
+                return
+            self._inbox.append((raw, "signal", []))
+
+    def _within_event_budget(self) -> bool:
+        """At most EVENTS_PER_TASK signalled events per workflow task: a flood delivered in
+        one task would otherwise be verified one by one past the SDK's deadlock timeout.
+        Counted per history length, so replay counts the same."""
+        mark = workflow.info().get_current_history_length()
+        if mark != self._event_mark:
+            self._event_mark, self._events_taken = mark, 0
+        self._events_taken += 1
+        return self._events_taken <= EVENTS_PER_TASK
 
     @workflow.update(name="send_event")
     def send_event(self, raw: Any = None) -> str:
@@ -143,7 +185,12 @@ class EventWorkflow(MachineRun, Admission):
 
     @workflow.query(name="rejected")
     def query_rejected(self) -> list[Rejection]:
+        """The newest REJECTED_KEEP refused events."""
         return list(self._rejected)
+
+    @workflow.query(name="rejected_total")
+    def query_rejected_total(self) -> int:
+        return self._rejected_total
 
     async def _enter(self) -> None:
         state = self.current
@@ -189,11 +236,25 @@ class EventWorkflow(MachineRun, Admission):
         self._record(new, transition)
 
     def _reject(self, raw: Any, source: str, reason: str) -> None:
-        state = self.current
-        self._rejected.append(Rejection(
-            step=state.step, node=state.node, source=source, reason=reason, at=workflow.now(),
-            event=to_jsonable_python(raw, fallback=repr)))
-        workflow.logger.warning("event refused at step %s (%s): %s", state.step, source, reason)
+        size = len(to_json(raw, fallback=repr))
+        event = (to_jsonable_python(raw, fallback=repr) if size <= KEEP_EVENT_BYTES
+                 else f"({size} bytes, not kept)")
+        self._keep(Rejection(step=self.current.step, node=self.current.node, source=source,
+                             reason=reason, at=workflow.now(), event=event))
+        workflow.logger.warning("event refused at step %s (%s): %s", self.current.step,
+                                source, reason)
+
+    def _refuse(self, reason: str) -> None:
+        """A signal refused as it arrives (perhaps before the run has started): its input is
+        in the history, not in the audit trail."""
+        state = self._state
+        self._keep(Rejection(step=state.step if state else 0,
+                             node=state.node if state else "STARTING", source="signal",
+                             reason=reason, at=workflow.now(), event=None))
+
+    def _keep(self, rejection: Rejection) -> None:
+        self._rejected_total += 1
+        self._rejected.append(rejection)
 
 
 def _brief(exc: ValidationError) -> str:
