@@ -31,15 +31,21 @@ from gatekit import (
     wait_pending,
 )
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateStage,
+)
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Worker
 
 from activities.model import ModelSettings
 from starter.keys import load_key
 from starter.trust_files import enrol, read_roster, write_roster
 from tower.core.signing import decision_claims
-from tower.temporal.refusals import MAX_SIGNALS_PER_RUN
-from worker import build_worker
+from tower.temporal.refusals import CARRY_AFTER_SIGNALS, MAX_SIGNALS_PER_RUN
+from worker import WORKFLOW_FAILURE_TYPES, build_worker, sandbox_runner
 from workflows.refund import RefundAgent
 
 pytestmark = pytest.mark.integration
@@ -364,7 +370,7 @@ async def test_a_flood_of_forged_signals_leaves_the_refund_able_to_complete(
         async with worker(client, task_queue, db_path):
             latest = await carried_over(client, run.handle)
             await latest.signal("decision", forged)  # the next run takes signals: refused
-            info = await wait_pending(latest, timeout=60)
+            info = await wait_pending(latest, timeout=60)  # (it has read its roster)
             assert refunds(db_path) == [] and info["pending"]["gate"] == "refund_review"
             ok = decision(client, run.handle.id, info["pending"])
             out = await latest.execute_update("decide", ok, result_type=dict)
@@ -379,6 +385,39 @@ async def test_a_flood_of_forged_signals_leaves_the_refund_able_to_complete(
     assert all(refused == signals for _, _, signals, refused, _ in runs), runs  # ...or by the run
     assert all(failures == [] for *_, failures in runs), runs  # no deadlock, no retry
     assert all(events < WARN_EVENTS and size < WARN_BYTES for events, size, *_ in runs), runs
+
+
+async def test_a_decision_in_the_instant_the_run_carries_over_is_judged(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    """A run continued-as-new takes its carried state and roster snapshot before its first
+    workflow task (``@workflow.init``), so a decision that reaches it there is judged like
+    any other, not refused as "it has not started yet". Held in that instant (no worker runs
+    its roster-reading activity): a forged decision is refused, alice's is accepted; then
+    the run goes on and the refund is paid once."""
+    async with worker(client, task_queue, db_path, max_cached_workflows=0):
+        run = await park(client, task_queue)
+    forged = decision(client, run.handle.id, run.pending, key=forged_key("alice"))
+    await flood(run.handle, forged, CARRY_AFTER_SIGNALS)  # the run will carry over
+    async with Worker(client, task_queue=task_queue, workflows=[RefundAgent],
+                      workflow_runner=sandbox_runner(), max_cached_workflows=0,
+                      workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES):
+        latest = await carried_over(client, run.handle)
+        async with asyncio.timeout(60):  # its first task ran: it waits to read its roster
+            while not any(e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                          for e in (await latest.fetch_history()).events):
+                await asyncio.sleep(0.2)
+        assert "invalid signature" in await refused_update(latest, forged)
+        ok = decision(client, run.handle.id, run.pending)
+        accepted = await latest.start_update("decide", ok, result_type=dict,
+                                             wait_for_stage=WorkflowUpdateStage.ACCEPTED)
+    assert refunds(db_path) == []
+    async with worker(client, task_queue, db_path):
+        out = await accepted.result()
+        state = await latest.result()
+        assert task_failures(await latest.fetch_history()) == []
+    assert out["result"] == "approved" and state["status"] == "DONE"
+    assert refunds(db_path) == [("INV-2004", 120000)]
 
 
 async def flood(handle: Any, payload: dict[str, Any], count: int) -> int:

@@ -247,6 +247,11 @@ class RefundAgent(AgentWorkflow):
     # A flood of signals at the gate must not end the run: it continues-as-new instead.
     carry_while_parked = True
 
+    @workflow.init
+    def __init__(self, request: RefundRequest) -> None:
+        super().__init__()
+        self.take_carried(request.carry)  # a decision in the first task is judged
+
     @workflow.run
     async def run(self, request: RefundRequest) -> RefundState:
         self._request = request

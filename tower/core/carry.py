@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from tower.contract.trust import TrustSnapshot
 from tower.core.engine import Transition
 
 RECENT = 5  # transitions kept in the summary, without their updates
@@ -36,6 +37,9 @@ class Carry(BaseModel):
 
     state: dict[str, Any]
     log: LogSummary
+    # The roster and policy the run verified with (public keys only), so the next run can
+    # judge a decision from its first workflow task (AgentWorkflow.take_carried).
+    trust: TrustSnapshot | None = None
 
 
 def summarize(previous: LogSummary | None, log: list[Transition], *,

@@ -17,7 +17,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.contract.wire import AbortRequest, RetryRequest
-from tower.core.carry import LogSummary
+from tower.core.carry import Carry, LogSummary
 from tower.core.engine import (
     advance,
     check_operator_retry,
@@ -40,6 +40,8 @@ from tower.temporal.refusals import CARRY_AFTER_SIGNALS
 # Memo key that set ``failed_wait`` for one run recorded with the dead-letter wait (seconds;
 # 0: close at once). Read only when such a run replays or is still parked there.
 FAILED_WAIT_MEMO = "tower_failed_wait_seconds"
+# Carried runs recorded before they took their state in ``@workflow.init`` replay without.
+CARRIED_INIT_PATCH = "tower-carried-init"
 
 
 # The retry/abort updates exist for runs parked in the dead-letter wait before an upgrade.
@@ -129,6 +131,21 @@ class AgentWorkflow(MachineRun, Gatekeeper):
             self._record(*operator_abort(self.machine, self.current, decision.by,
                                          decision.reason, at=at, event_id=eid))
         return False
+
+    def take_carried(self, carry: Carry | None) -> None:
+        """Call from the agent's ``@workflow.init``: a run continued-as-new takes its carried
+        state and roster snapshot before its first workflow task, so a decision that reaches
+        it in that task is judged, not refused as "not started yet". Only from the run's own
+        continue-as-new (a client's start cannot set ``continued_run_id``); the run still
+        re-reads the roster at once."""
+        if (carry is None or carry.trust is None or workflow.info().continued_run_id is None
+                or not workflow.patched(CARRIED_INIT_PATCH)):
+            return
+        self._state = self.machine.state_type.model_validate(carry.state)
+        self._trust = carry.trust
+
+    def carry(self) -> Carry:
+        return super().carry().model_copy(update={"trust": self._trust})
 
     def carry_over_due(self) -> bool:
         # A gate that returned to carry over after a flood of signals (Gatekeeper) is due.
