@@ -19,6 +19,7 @@ from activities.payloads import tower_data_converter
 from bench.agents import NaiveChat, NaiveMessage
 from bench.measure import history_bytes, run_chain, turn_costs
 from starter.histories import replay as replay_checked
+from tower.contract.search import start_attributes
 from tower.core.window import WindowPolicy
 from worker import build_worker, sandbox_runner
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
@@ -31,6 +32,10 @@ def message(turn: int) -> str:
     return (f"turn {turn:05d}: " + PAD * 7)[:400]
 
 
+# Threads start as `tower chat` starts them: with their first move's search attributes.
+CHAT_START = start_attributes(ChatAgent.machine)
+
+
 def _id(kind: str) -> str:
     return f"bench-{kind}-{uuid.uuid4().hex[:8]}"
 
@@ -38,7 +43,7 @@ def _id(kind: str) -> str:
 async def thread(client: Client, tq: str, *, turns: int) -> dict[str, Any]:
     """One Tower thread of ``turns`` 400-character turns: what each turn costs, early and late."""
     handle = await client.start_workflow(ChatAgent.run, ChatInput(), id=_id("chat"),
-                                         task_queue=tq)
+                                         task_queue=tq, search_attributes=CHAT_START)
     start = time.perf_counter()
     for t in range(1, turns + 1):
         await handle.execute_update(ChatAgent.send, UserMessage(text=message(t)))
@@ -68,7 +73,7 @@ async def side_by_side(client: Client, tq: str, *, turns: int, rounds: int) -> d
     """A Tower thread and the hand-written one, turn by turn in turns (latency), then each
     history replayed ``rounds`` times, alternating (replay time)."""
     tower = await client.start_workflow(ChatAgent.run, ChatInput(), id=_id("chat"),
-                                        task_queue=tq)
+                                        task_queue=tq, search_attributes=CHAT_START)
     naive = await client.start_workflow(NaiveChat.run, id=_id("naive"), task_queue=tq)
     latency: dict[str, list[float]] = {"tower": [], "naive": []}
     for t in range(1, turns + 1):
@@ -127,7 +132,8 @@ async def empty_store(address: str, tq: str, folder: Path, *, turns: int,
     async with build_worker(client, task_queue=tq, db_path=folder / "tools.sqlite",
                             models=ModelSettings()):
         handle = await client.start_workflow(ChatAgent.run, ChatInput(config=config),
-                                             id=_id("carry"), task_queue=tq)
+                                             id=_id("carry"), task_queue=tq,
+                                             search_attributes=CHAT_START)
         for t in range(1, turns + 1):
             await handle.execute_update(ChatAgent.send, UserMessage(text=message(t)))
         await handle.execute_update(ChatAgent.close)

@@ -28,6 +28,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from activities.model import ModelSettings
 from bench.agents import BENCH_WORKFLOWS, REVIEW_TIMEOUT, WORKFLOW_TASKS, ParkedAgent, ParkRequest
 from starter.trust_files import dev_trust
+from tower.contract.search import start_attributes
 from tower.core.signing import decision_claims
 from worker import build_worker
 
@@ -97,7 +98,8 @@ async def memory(client: Client, address: str, tq: str, db: Path, *, runs: int,
         ids = [f"bench-parked-{uuid.uuid4().hex[:8]}" for _ in range(runs)]
         for batch in range(0, runs, 100):
             await asyncio.gather(*(client.start_workflow(
-                ParkedAgent.run, ParkRequest(), id=i, task_queue=tq)
+                ParkedAgent.run, ParkRequest(), id=i, task_queue=tq,
+                search_attributes=start_attributes(ParkedAgent.machine))
                 for i in ids[batch:batch + 100]))
         parked = 0
         query = f'TaskQueue="{tq}" AND AgentStatus="AWAITING_APPROVAL"'

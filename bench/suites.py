@@ -15,10 +15,15 @@ from temporalio.worker import Replayer
 
 from bench.agents import Baseline, Steps, StepsAgent, StepsEveryAgent
 from bench.measure import history_bytes
+from tower.contract.search import start_attributes
 from worker import sandbox_runner
 
 KINDS: dict[str, Any] = {
     "baseline": Baseline.run, "tower": StepsAgent.run, "tower_every_step": StepsEveryAgent.run}
+# Tower's runs start as `tower run` starts them: with their first move's search attributes.
+OPTIONS: dict[str, dict[str, Any]] = {
+    "baseline": {}, "tower": {"search_attributes": start_attributes(StepsAgent.machine)},
+    "tower_every_step": {"search_attributes": start_attributes(StepsEveryAgent.machine)}}
 
 
 def _id(kind: str) -> str:
@@ -33,7 +38,7 @@ async def overhead(client: Client, tq: str, *, runs: int, n: int) -> dict[str, A
         order = list(KINDS) if i % 2 == 0 else list(reversed(KINDS))
         for kind in order:
             handle = await client.start_workflow(KINDS[kind], Steps(n=n), id=_id(kind),
-                                                 task_queue=tq)
+                                                 task_queue=tq, **OPTIONS[kind])
             start = time.perf_counter()
             await handle.result()
             times[kind].append(time.perf_counter() - start)
@@ -51,7 +56,8 @@ async def overhead(client: Client, tq: str, *, runs: int, n: int) -> dict[str, A
 async def throughput(client: Client, tq: str, kind: str, *, runs: int, n: int) -> dict[str, Any]:
     start, cpu = time.perf_counter(), time.process_time()
     handles = await asyncio.gather(*(client.start_workflow(
-        KINDS[kind], Steps(n=n), id=_id(kind), task_queue=tq) for _ in range(runs)))
+        KINDS[kind], Steps(n=n), id=_id(kind), task_queue=tq, **OPTIONS[kind])
+        for _ in range(runs)))
     await asyncio.gather(*(h.result() for h in handles))
     elapsed = time.perf_counter() - start
     # CPU time of this process (worker + client): unlike wall time, other jobs on the

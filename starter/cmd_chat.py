@@ -23,7 +23,7 @@ from temporalio.client import (
 )
 from temporalio.exceptions import FailureError
 
-from starter.common import CliError, not_found_is
+from starter.common import CliError, not_found_is, start_run
 from starter.connection import TASK_QUEUE, connect
 from starter.output import json_mode, json_option, print_json, tenant_option
 from starter.runs import has_workers
@@ -60,9 +60,8 @@ async def chat(thread: str | None, given: list[str], close: bool, timeout: float
     if thread:
         handle = await open_thread(client, thread)
     else:
-        handle = await client.start_workflow(
-            ChatAgent.run, ChatInput(), id=f"chat-{uuid.uuid4().hex[:8]}",
-            task_queue=task_queue)
+        handle = await start_run(client, ChatAgent, ChatInput(),
+                                 id=f"chat-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
         emit({"event": "started", "thread": handle.id},
              f"started {handle.id} (go on later with `tower chat {handle.id}`)")
         if not await has_workers(client, task_queue):

@@ -41,15 +41,12 @@ def command(agent: str, raw_input: str, run_id: str | None, task_queue: str, fol
 
 async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: str,
               follow: bool, ui_url: str | None, as_json: bool) -> int:
-    from temporalio.common import SearchAttributePair, TypedSearchAttributes
-
     from starter.approvals import check_policy
-    from starter.common import agent_class, parse_input
+    from starter.common import agent_class, parse_input, start_run
     from starter.connection import connect, connect_config
     from starter.live import watch
     from starter.runs import has_workers
     from starter.ui import run_link
-    from tower.contract import search
 
     agent = agent_class(agent_name)
     request = parse_input(agent, raw_input)
@@ -58,11 +55,8 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
     # Refused here, before the run starts, when the input would loosen the tenant's policy
     # (the run refuses it too, for a client that skips this check).
     check_policy(agent, request, client.namespace)
-    handle = await client.start_workflow(
-        agent.machine.name, request, id=run_id, task_queue=task_queue,
-        search_attributes=TypedSearchAttributes([
-            SearchAttributePair(search.AGENT_NAME, agent.machine.name),
-            SearchAttributePair(search.AGENT_STATUS, "RUNNING")]),
+    handle = await start_run(
+        client, agent, request, id=run_id, task_queue=task_queue,
         # The Web UI's "Summary" of the run: what was asked, in one line.
         static_summary=f"{agent.machine.name}: {raw_input}"[:200],
     )

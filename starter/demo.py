@@ -14,6 +14,7 @@ from temporalio.client import Client
 
 from activities.model import ModelSettings
 from starter.cmd_run import print_outcome
+from starter.common import start_run
 from starter.connection import connect_config
 from starter.demo_gates import gated_runs
 from starter.demo_inbox import park_for_inbox, serve_inbox
@@ -113,7 +114,7 @@ async def run(keep_server: bool, as_json: bool = False) -> int:
 async def _one(client: Client, agent: str, request: BaseModel, what: str) -> str:
     run_id = f"demo-{agent}-{uuid.uuid4().hex[:6]}"
     print(f"\n== {agent}: {what}\n   input: {request.model_dump_json()}\n   run: {run_id}")
-    handle = await client.start_workflow(agent, request, id=run_id, task_queue=DEMO_QUEUE)
+    handle = await start_run(client, agent, request, id=run_id, task_queue=DEMO_QUEUE)
     status = await follow(handle)
     print_outcome(status, await handle.query("state", result_type=dict))
     return run_id

@@ -15,6 +15,7 @@ from activities.trust import trust_dir
 from starter.cmd_approve import print_outcome, send_decision
 from starter.cmd_run import print_outcome as print_run_outcome
 from starter.cmd_run import print_pending
+from starter.common import start_run
 from starter.keys import config_dir
 from starter.live import follow
 from starter.trust_files import dev_trust
@@ -65,7 +66,7 @@ async def _gated(client: Client, task_queue: str, agent: str, request: Any, what
     run_id = f"demo-{agent}-{uuid.uuid4().hex[:6]}"
     shown = request.model_dump(mode="json", exclude_none=True)
     print(f"\n== {agent}: {what}\n   input: {shown}\n   run: {run_id}")
-    handle = await client.start_workflow(agent, request, id=run_id, task_queue=task_queue)
+    handle = await start_run(client, agent, request, id=run_id, task_queue=task_queue)
     status = await follow(handle)
     print_run_outcome(status, await handle.query("state", result_type=dict))
     if status != "AWAITING_APPROVAL":

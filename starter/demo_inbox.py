@@ -16,6 +16,7 @@ from temporalio.client import Client
 
 from activities.trust import trust_dir
 from starter.cmd_inbox import DEV_ACCOUNTS
+from starter.common import start_run
 from starter.devprocess import free_port, port_free
 from starter.devserver import DATA_DIR
 from starter.inbox.identity import dev_accounts
@@ -39,7 +40,7 @@ async def park_for_inbox(client: Client, task_queue: str) -> list[str]:
     ids = []
     for agent, request in runs:
         run_id = f"demo-inbox-{agent}-{uuid.uuid4().hex[:6]}"
-        await client.start_workflow(agent, request, id=run_id, task_queue=task_queue)
+        await start_run(client, agent, request, id=run_id, task_queue=task_queue)
         ids.append(run_id)
     async with asyncio.timeout(60):
         for run_id in ids:

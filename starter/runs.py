@@ -93,11 +93,13 @@ async def failed_state(client: Client, handle: WorkflowHandle[Any, Any],
 
 def list_query(agent: str | None, status: str | None) -> str:
     clauses = [f"{search.AGENT_NAME.name} IS NOT NULL"]
-    for key, value in ((search.AGENT_NAME, agent), (search.AGENT_STATUS, status)):
-        if value:
-            if not value.replace("_", "").replace("-", "").isalnum():
-                raise CliError(f"invalid filter value {value!r}")
-            clauses.append(f"{key.name} = '{value}'")
+    for value in (agent, status):
+        if value and not value.replace("_", "").replace("-", "").isalnum():
+            raise CliError(f"invalid filter value {value!r}")
+    if agent:
+        clauses.append(f"{search.AGENT_NAME.name} = '{agent}'")
+    if status:  # DONE and FAILED: the closed execution says it (search.status_clause)
+        clauses.append(search.status_clause(status))
     return " AND ".join(clauses)
 
 
@@ -107,8 +109,10 @@ async def list_rows(client: Client, *, agent: str | None = None, status: str | N
     rows = []
     async for wf in client.list_workflows(list_query(agent, status), limit=limit):
         sa = wf.typed_search_attributes
-        rows.append({"run": wf.id, "agent": sa.get(search.AGENT_NAME),
-                     "status": sa.get(search.AGENT_STATUS), "node": sa.get(search.AGENT_NODE),
+        status = search.run_status(wf.status, sa)
+        rows.append({"run": wf.id, "agent": sa.get(search.AGENT_NAME), "status": status,
+                     # A DONE run need not have published its last node (search.py).
+                     "node": "DONE" if status == "DONE" else sa.get(search.AGENT_NODE),
                      "step": sa.get(search.AGENT_STEP) or 0,
                      "started": wf.start_time.isoformat() if wf.start_time else None})
     return rows

@@ -103,10 +103,11 @@ async def test_run_follows_transitions_then_state_and_list_find_it(
     await _eventually_listed(address, run_id)
     code, out, _ = await tower(address, "list", "--agent", "account", "--status", "DONE")
     assert code == 0 and run_id in out
-    # The search attributes work with Temporal's own tooling, too.
+    # The search attributes work with Temporal's own tooling, too (a DONE run is a
+    # completed execution: docs/operations.md).
     listed = subprocess.run(
-        [temporal_binary(), "workflow", "list", "--address", address,
-         "--query", f"AgentStatus='DONE' AND AgentName='account' AND WorkflowId='{run_id}'"],
+        [temporal_binary(), "workflow", "list", "--address", address, "--query",
+         f"ExecutionStatus='Completed' AND AgentName='account' AND WorkflowId='{run_id}'"],
         capture_output=True, text=True, timeout=30)
     assert run_id in listed.stdout
 

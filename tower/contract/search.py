@@ -4,9 +4,16 @@ task fail and retry forever."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from temporalio.common import SearchAttributeKey
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+
+from tower.core.state import Status
+
+if TYPE_CHECKING:
+    from tower.core.graph import Machine
+    from tower.core.state import AgentState
 
 AGENT_NAME = SearchAttributeKey.for_keyword("AgentName")
 AGENT_NODE = SearchAttributeKey.for_keyword("AgentNode")
@@ -33,3 +40,62 @@ ALL: list[SearchAttributeKey[Any]] = [
     AGENT_NAME, AGENT_NODE, AGENT_STATUS, AGENT_STEP, AGENT_COST_USD, AGENT_TOKENS, AGENT_ERROR,
     AGENT_GATE_ROLE, UNSIGNED_DECISIONS]
 
+
+
+def state_attributes(agent: str, state: AgentState) -> list[tuple[SearchAttributeKey[Any], Any]]:
+    """What a run publishes of its state (the runtime adds the error and the gate's role)."""
+    return [(AGENT_NAME, agent), (AGENT_NODE, state.node), (AGENT_STATUS, state.status.value),
+            (AGENT_STEP, state.step), (AGENT_COST_USD, state.usage.cost_usd),
+            (AGENT_TOKENS, state.usage.tokens)]
+
+
+def start_attributes(machine: Machine) -> TypedSearchAttributes:
+    """The attributes a run of ``machine`` has after its first move (START -> entry, step 1),
+    for a starter to pass as ``start_workflow(search_attributes=...)``. The run then upserts
+    nothing at its first move (one history event fewer), and it ends without upserting
+    what Temporal's ExecutionStatus already says (``list_status_clause``). A run started
+    without them (a raw ``temporal workflow start``) upserts them itself, as before."""
+    pairs: list[tuple[SearchAttributeKey[Any], Any]] = [
+        (AGENT_NAME, machine.name), (AGENT_NODE, machine.entry),
+        (AGENT_STATUS, Status.RUNNING.value), (AGENT_STEP, 1), (AGENT_COST_USD, 0.0),
+        (AGENT_TOKENS, 0)]
+    if machine.gates:
+        pairs.append((AGENT_GATE_ROLE, ""))
+    return TypedSearchAttributes([SearchAttributePair(key, value) for key, value in pairs])
+
+
+def started_with_attributes(attributes: TypedSearchAttributes) -> bool:
+    """Was a run started with ``start_attributes`` (AgentNode is set by nothing else at
+    start)? Such a run's end is read from ExecutionStatus, not from an upsert."""
+    return attributes.get(AGENT_NODE) is not None
+
+
+def status_clause(status: str) -> str:
+    """The visibility query clause for runs in ``status`` (a Status value).
+
+    A run started with ``start_attributes`` does not upsert DONE at its end when nothing
+    else changed: a completed execution is DONE. FAILED: the run's execution failed
+    (AgentStatus FAILED is published too, with the error), or, recorded before FAILED
+    failed the execution, a run completed or waiting with AgentStatus FAILED. A run still
+    open is in its AgentStatus.
+    """
+    if status == Status.DONE:
+        return f"ExecutionStatus = 'Completed' AND {AGENT_STATUS.name} != 'FAILED'"
+    if status == Status.FAILED:
+        return f"(ExecutionStatus = 'Failed' OR {AGENT_STATUS.name} = 'FAILED')"
+    return f"{AGENT_STATUS.name} = '{status}' AND ExecutionStatus = 'Running'"
+
+
+def run_status(execution: WorkflowExecutionStatus | None,
+               attributes: TypedSearchAttributes) -> str | None:
+    """A run's status as ``status_clause`` finds it: a closed execution's own (Completed is
+    DONE, Failed is FAILED, Terminated/TimedOut/Canceled by name) unless the run published
+    FAILED; an open run's AgentStatus."""
+    published = attributes.get(AGENT_STATUS)
+    if execution in (None, WorkflowExecutionStatus.RUNNING) or published == Status.FAILED:
+        return published
+    if execution == WorkflowExecutionStatus.COMPLETED:
+        return Status.DONE.value
+    if execution == WorkflowExecutionStatus.FAILED:
+        return Status.FAILED.value
+    return execution.name

@@ -39,6 +39,10 @@ DEAD_LETTER_PATCH = "tower-dead-letter"
 PENDING_MEMO_PATCH = "tower-pending-memo"
 # Runs recorded before the pending gate's role was a search attribute replay without it.
 GATE_ROLE_PATCH = "tower-gate-role"
+# What a closed execution tells without an upsert: Completed is DONE, Failed is FAILED
+# (search.status_clause); the node and step at the end are in the run's result or failure.
+_EXECUTION_STATUS_SAYS = {search.AGENT_NODE.name, search.AGENT_STATUS.name,
+                          search.AGENT_STEP.name}
 
 
 class Strategy(Protocol):
@@ -78,12 +82,19 @@ class MachineRun:
         self.trace: list[AgentState] | None = None
         self._calls: list[CallUsage] = []
         self._pending_memo: dict[str, Any] | None = None
+        # Started with its attributes (search.start_attributes): the end leaves what
+        # ExecutionStatus says (DONE, FAILED) to it, unless another attribute changes.
+        self._end_in_execution_status = False
 
     async def run_machine(self, strategy: Strategy, state: AgentState, *,
                           carried: LogSummary | None = None) -> AgentState:
         """The loop. With ``carried`` (a run continued-as-new), ``state`` already stands
         on its node: the run goes on from there, with no new START transition."""
         if carried is None:
+            # Decided from the start event, so a replay decides the same; a continued run
+            # (its attributes copied from the run before) keeps the upsert at its end.
+            self._end_in_execution_status = search.started_with_attributes(
+                workflow.info().typed_search_attributes)
             self._record(*start(self.machine, state, at=workflow.now(), event_id=event_id()))
         elif workflow.info().continued_run_id is None:
             # A carried state is the run's own, handed over by continue-as-new; from a
@@ -136,15 +147,11 @@ class MachineRun:
         self.publish()
         workflow.continue_as_new(args)
 
-    def publish(self) -> None:
+    def publish(self, *, ending: bool = False) -> None:
         """Bring the run's search attributes up to date; upserts (one history event)
         only the ones that changed. Call it before the run parks on a long wait."""
         state = self.current
-        wanted: list[tuple[Any, Any]] = [
-                  (search.AGENT_NAME, self.machine.name), (search.AGENT_NODE, state.node),
-                  (search.AGENT_STATUS, state.status.value), (search.AGENT_STEP, state.step),
-                  (search.AGENT_COST_USD, state.usage.cost_usd),
-                  (search.AGENT_TOKENS, state.usage.tokens)]
+        wanted = search.state_attributes(self.machine.name, state)
         if state.errors and workflow.patched(DEAD_LETTER_PATCH):  # why it failed, searchable
             wanted.append((search.AGENT_ERROR, state.errors[-1][:256]))
         pending = pending_record(state)
@@ -153,6 +160,9 @@ class MachineRun:
             wanted.append((search.AGENT_GATE_ROLE, pending.role if pending else ""))
         have = workflow.info().typed_search_attributes
         changed = [key.value_set(value) for key, value in wanted if have.get(key) != value]
+        if (ending and self._end_in_execution_status
+                and {u.key.name for u in changed} <= _EXECUTION_STATUS_SAYS):
+            changed = []  # the closing execution says it; anything else rides along
         if changed:
             workflow.upsert_search_attributes(changed)
         # A run waiting at a gate shows the request in its memo (None removes it once
@@ -174,7 +184,7 @@ class MachineRun:
         # ends, not at every step (the live node is in the queries and current details).
         if (self.publish_every_step or before is None or before.status != state.status
                 or state.node in TERMINALS):
-            self.publish()
+            self.publish(ending=state.node in TERMINALS)
         workflow.set_current_details(
             render_details(self.machine, state, transition, workflow.info().workflow_id))
 
