@@ -7,23 +7,31 @@ from pathlib import Path
 
 import pytest
 from gatekit import new_id, refund_request, refunds, wait_pending
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.model import ModelSettings
 from starter.devserver import temporal_binary
+from starter.trust_files import dev_trust
 from tower import Transition
 from tower.contract import search
 from worker import build_worker
 from workflows.refund import RefundAgent
 
+# The tenant of this test: its policy reloads the roster daily, not hourly (the default),
+# so skipping 48 hours is 2 refreshes, not 48 timers a second each.
+TENANT = "long-wait"
+
 
 @pytest.fixture(scope="module")
-async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+async def skipping_env(trust: Path) -> AsyncIterator[WorkflowEnvironment]:
+    dev_trust(trust, TENANT, config=trust.parent / "approvers", roster_refresh_seconds=86400)
     env = await WorkflowEnvironment.start_time_skipping_v2(
         dev_server_existing_path=temporal_binary(),
         dev_server_extra_args=["--dynamic-config-value",
-                               "frontend.WorkflowTimeSkippingEnabled=true"],
+                               "frontend.WorkflowTimeSkippingEnabled=true",
+                               "--namespace", TENANT],
         data_converter=pydantic_data_converter, search_attributes=search.ALL,
         dev_server_log_level="error")
     try:
@@ -35,7 +43,10 @@ async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
 async def test_no_decision_in_48_hours_auto_rejects(
     skipping_env: WorkflowEnvironment, task_queue: str, db_path: Path
 ) -> None:
-    client = skipping_env.client
+    # The environment's client, time skipping included, for the tenant's namespace.
+    config = skipping_env.client.config()
+    config["namespace"] = TENANT
+    client = Client(**config)
     async with build_worker(client, task_queue=task_queue, db_path=db_path,
                             models=ModelSettings()):
         run = new_id("refund")
