@@ -60,7 +60,7 @@ def test_roundtrip_rotation_and_unknown_keys() -> None:
     (f"k1={base64.b64encode(b'short').decode()}", "is 5 bytes; AES-256 needs 32"),
     (f"k1={K1},k1={K2}", "listed twice"),
     (f"bad id={K1}", "must be letters, digits"),
-])
+], ids=["no-key", "not-base64", "short", "twice", "bad-id"])  # fixed: the keys are random
 def test_bad_keys_are_refused_clearly(spec: str, message: str) -> None:
     with pytest.raises(CodecError, match=message):
         KeyRing.parse(spec)
