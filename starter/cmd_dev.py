@@ -72,7 +72,9 @@ async def _serve(cmd: list[str], port: int, ui_port: int, db: str, headless: boo
     from starter.ui import remember_dev_ui
 
     address, ui = f"127.0.0.1:{port}", None if headless else f"http://localhost:{ui_port}"
-    proc = subprocess.Popen(cmd)
+    # With --json, stdout carries only the one JSON line: the server's banner (which it prints
+    # once started, before or after that line) goes to stderr.
+    proc = subprocess.Popen(cmd, stdout=sys.stderr if as_json else None)
     # `kill` (or a test's terminate) stops the server too, not only this process.
     signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
     try:
