@@ -13,6 +13,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities.model import ModelSettings
 from activities.payloads import tower_data_converter
@@ -104,8 +105,13 @@ async def side_by_side(client: Client, tq: str, *, turns: int, rounds: int) -> d
 async def _replay_times(histories: dict[str, WorkflowHistory], rounds: int,
                         ) -> dict[str, list[float]]:
     classes = {"tower": ChatAgent, "naive": NaiveChat}
+    # The hand-written agent replays in the SDK's own sandbox, as a project without Tower
+    # has it, with the same restrictions and pass-through modules (its module imports
+    # Tower's); Tower's in Tower's (tower.temporal.sandbox: cheaper per payload).
+    runners = {"tower": sandbox_runner(),
+               "naive": SandboxedWorkflowRunner(restrictions=sandbox_runner().restrictions)}
     replayers = {k: Replayer(workflows=[classes[k]], data_converter=pydantic_data_converter,
-                             workflow_runner=sandbox_runner()) for k in histories}
+                             workflow_runner=runners[k]) for k in histories}
     for kind in histories:  # warm up: imports and the one-off sandbox check
         await replayers[kind].replay_workflow(histories[kind])
     # CPU time of this process (the SDK core's threads included): on a shared machine the

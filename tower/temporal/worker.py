@@ -18,11 +18,12 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkflowInstance, WorkflowInstanceDetails
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from tower.core.errors import InvalidGraph, TowerError
 from tower.core.tools import ToolSpec, register_external
+from tower.temporal.sandbox import RunSandbox
 
 # A domain error fails the run instead of retrying the workflow task forever; so does an
 # input that does not fit the agent's input model (pydantic's ValidationError, raised
@@ -45,10 +46,16 @@ class _ValidateOnce(SandboxedWorkflowRunner):
     still each get a fresh sandbox with every restriction.
     """
 
+    # Each run's sandbox: the SDK's, cheaper per payload (tower.temporal.sandbox).
+    instance_class = RunSandbox
+
     def prepare_workflow(self, defn: workflow._Definition) -> None:
         if defn.cls not in _VALIDATED:
             super().prepare_workflow(defn)
             _VALIDATED.add(defn.cls)
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return self.instance_class(det, self.runner_class, self.restrictions)
 
 
 def sandbox_runner(*passthrough: str) -> SandboxedWorkflowRunner:

@@ -1,0 +1,45 @@
+"""Tower's sandbox (tower.temporal.sandbox: cheaper per activation, the engine passed
+through) still catches agent code that breaks determinism: the run's workflow task fails
+with the SDK's restriction error, and the run does not complete."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+from sandbox_probe import ReadsTheClock
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from activities.model import ModelSettings
+from tower.temporal.sandbox import RunSandbox
+from worker import build_worker, sandbox_runner
+
+
+async def test_a_workflow_reading_the_wall_clock_is_stopped(
+    client: Client, task_queue: str, db_path: Path,
+) -> None:
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings(), workflows=[ReadsTheClock]):
+        handle = await client.start_workflow(ReadsTheClock.run, id=f"probe-{uuid.uuid4().hex[:6]}",
+                                             task_queue=task_queue)
+        failures: list[str] = []
+        for _ in range(200):
+            history = await handle.fetch_history()
+            failures = [e.workflow_task_failed_event_attributes.failure.message
+                        for e in history.events
+                        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]
+            if failures:
+                break
+            await asyncio.sleep(0.1)
+        await handle.terminate("probe done")
+    assert failures and "datetime.datetime.now" in failures[0], failures
+    assert not any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
+                   for e in history.events)
+
+
+def test_runs_get_tower_s_sandbox_instance() -> None:
+    # The worker's runner builds each run's sandbox as RunSandbox (the class the guard
+    # above runs in), with the SDK's default restrictions for everything not passed through.
+    assert getattr(sandbox_runner(), "instance_class", None) is RunSandbox
