@@ -103,13 +103,14 @@ async def memory(client: Client, address: str, tq: str, db: Path, *, runs: int,
                 for i in ids[batch:batch + 100]))
         parked = 0
         query = f'TaskQueue="{tq}" AND AgentStatus="AWAITING_APPROVAL"'
-        for _ in range(1800):  # the gate publishes AWAITING_APPROVAL to visibility
+        for _ in range(3600):  # the gate publishes AWAITING_APPROVAL to visibility
             parked = (await client.count_workflows(query)).count
             if parked >= runs:
                 break
             await asyncio.sleep(1)
         elapsed = time.perf_counter() - start
         figures = {"runs": runs, "parked": parked, "cache": cache, "seconds": elapsed,
+                   "runs_per_s": parked / elapsed,
                    "idle_mb": idle_kb / 1024,
                    "rss_mb": _status_kb(proc.pid, "VmRSS") / 1024,
                    "peak_mb": _status_kb(proc.pid, "VmHWM") / 1024}

@@ -80,7 +80,10 @@ def table(f: dict[str, Any]) -> str:
         r["transitions_per_s"], None, ".0f", "", r["failures"] == 0)
     add(f"worker peak RSS, {m['parked']}/{m['runs']} runs parked at a gate, "
         f"cache {m.get('cache', 1000)} (MB)",
-        m["peak_mb"], m["idle_mb"], ".0f", "< 300 MB", m["peak_mb"] < 300)
+        m["peak_mb"], m["idle_mb"], ".0f", "< 300 MB",
+        m["peak_mb"] < 300 and m["parked"] >= m["runs"])  # every run parked, or not met
+    if "runs_per_s" in m:
+        add("  runs started and parked per second", m["runs_per_s"], None, ".1f", "", None)
     if "decision_p95_s" in m:
         add(f"  decision on an evicted run → next step, p95 of {m['decisions']} (s)",
             m["decision_p95_s"], None, ".2f", "< 1 s", m["decision_p95_s"] < 1.0)
