@@ -151,9 +151,11 @@ async def test_a_stale_recheck_and_an_expired_request_are_shown(
 ) -> None:
     async with worker(client, task_queue, db_path), inbox(client) as url:
         stale = await park_refund(client, task_queue)
-        expiring = await park_refund(client, task_queue, review_timeout_seconds=2)
+        expiring = await park_refund(client, task_queue, review_timeout_seconds=5)
         alice = await signed_in(url, "alice")
         try:
+            # alice opens the other request at once; it expires while the page is open.
+            expiring_page = await alice.get(f"/runs/{expiring.id}")
             page = await alice.get(f"/runs/{stale.id}")
             # While alice reads, someone else refunds $1,500 of the $2,400 invoice.
             with sqlite3.connect(db_path) as db:
@@ -181,10 +183,9 @@ async def test_a_stale_recheck_and_an_expired_request_are_shown(
             assert replayed.status_code == 400 and "for an earlier request" in replayed.text
             assert await snapshot(stale) == before
             # The other request expires while its page is open; deciding it is refused.
-            page = await alice.get(f"/runs/{expiring.id}")
             assert (await expiring.result()).status == "DONE"
             reply = await alice.post(f"/runs/{expiring.id}/decide", data=decision_form(
-                page.text, verdict="approve"))
+                expiring_page.text, verdict="approve"))
             assert reply.status_code == 409
             assert "no longer waiting for a decision (gate refund_review: expired" in reply.text
         finally:
