@@ -15,9 +15,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.model import ModelSettings
 from bench import chat
-from bench.agents import BENCH_WORKFLOWS, NaiveChat, NaiveMessage, ParkedAgent, ParkRequest
+from bench.agents import BENCH_WORKFLOWS, NaiveChat, NaiveMessage
 from bench.measure import history_bytes, run_chain, turn_costs
-from bench.parked import decision_latency
+from bench.parked import decision_latency, park
 from bench.report import table
 from bench.suites import combine
 from starter.trust_files import dev_trust
@@ -137,9 +137,8 @@ async def test_decisions_reach_evicted_parked_runs(
                             models=ModelSettings(), workflows=BENCH_WORKFLOWS,
                             max_cached_workflows=1, trust_dir=trust):
         ids = [f"park-{uuid.uuid4().hex[:8]}" for _ in range(3)]
-        for run in ids:
-            await client.start_workflow(ParkedAgent.run, ParkRequest(), id=run,
-                                        task_queue=task_queue)
+        # Started two at a time, as the memory suite keeps them under the cache.
+        assert await park(client, task_queue, ids, in_flight=2, limit_s=120) == 3
         for run in ids:  # parked: the gate's timer is in the history
             handle = client.get_workflow_handle(run)
             while not any(e.event_type == EventType.EVENT_TYPE_TIMER_STARTED
