@@ -354,7 +354,7 @@ async def test_a_flood_of_forged_signals_leaves_the_refund_able_to_complete(
 ) -> None:
     """10,000 forged decisions by signal to a waiting refund whose worker is down: the worst
     case, as every signal the run takes lands in its next workflow task. The server takes
-    2,000 (its per-run cap) and refuses the rest at the API, where they cost the run nothing.
+    1,000 (its per-run cap) and refuses the rest at the API, where they cost the run nothing.
     The run records and refuses each one it took, fails no task (the SDK's deadlock detector
     gives a task 2 s) and carries over, so the chain takes signals again. Then alice decides:
     the refund is paid once, every run of the chain under the warning limits."""

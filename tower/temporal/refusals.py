@@ -29,7 +29,7 @@ FIELD_CHARS = 200
 # history.maximumSignalsPerExecution: deploy/temporal/dynamicconfig.yaml, the dev server);
 # later ones fail at the API and cost the run nothing. So one workflow task holds at most
 # this many signals, well within the SDK's 2 s deadlock detector (docs/approvals.md).
-MAX_SIGNALS_PER_RUN = 2_000
+MAX_SIGNALS_PER_RUN = 1_000
 # A run parked at a gate carries over (continue-as-new) once it has taken this many, so the
 # chain's next run takes signals again (``refresh_trust``, decisions) before this one fills.
 CARRY_AFTER_SIGNALS = MAX_SIGNALS_PER_RUN // 2
