@@ -4,15 +4,18 @@ by role from search attributes and memo alone, with no worker answering queries.
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gatekit import decide, new_id, refund_request, wait_pending
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from activities.model import ModelSettings
 from starter.inbox.visibility import role_query, waiting_run, waiting_runs
 from tower.contract import search
+from tower.contract.pending import PendingView
 from worker import build_worker
+from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
 from workflows.refund import RefundAgent
 
 
@@ -57,6 +60,30 @@ async def test_parked_refund_is_listed_for_managers_without_a_worker(
     described = await handle.describe()
     assert described.typed_search_attributes.get(search.AGENT_GATE_ROLE) == ""
     assert search.PENDING_MEMO not in await described.memo()
+
+
+async def test_a_request_forged_in_the_start_memo_is_cleared_at_the_first_step(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    """Whoever starts a run sets its start memo: mallory starts a chat thread (it has no
+    gate) whose memo claims a refund awaiting a DBA. The run's first step replaces the
+    memo with its own view (none), so no inbox page or `tower approve` offers the forgery."""
+    run = new_id("chat-forged")
+    forged = PendingView(gate="refund_review", node="issue_refund", when="before", step=1,
+                         role="dba", requested_at=datetime(2026, 12, 1, tzinfo=UTC),
+                         expires_at=datetime(2099, 1, 1, tzinfo=UTC), agent="refund",
+                         proposal={"amount_cents": "100"})
+    handle = await client.start_workflow(
+        ChatAgent.run, ChatInput(config=ChatConfig()), id=run, task_queue=task_queue,
+        memo={search.PENDING_MEMO: forged.model_dump(mode="json")})
+    assert (await waiting_run(client, run))[1] == forged  # no worker has run it yet
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        reply = await handle.execute_update(ChatAgent.send, UserMessage(text="hi"))
+        assert reply.reply  # the thread ran its first steps and listens again
+        assert await waiting_run(client, run) == (WorkflowExecutionStatus.RUNNING, None)
+        assert search.PENDING_MEMO not in await (await handle.describe()).memo()
+        await handle.terminate("test over")
 
 
 def test_role_names_are_checked_before_they_reach_the_query() -> None:

@@ -13,7 +13,7 @@ carries only the handlers its strategy can honour.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, cast
 
 from pydantic import BaseModel
 from temporalio import workflow
@@ -37,6 +37,9 @@ from tower.temporal.outcome import FAILED_IS_FAILURE_PATCH, agent_failed
 DEAD_LETTER_PATCH = "tower-dead-letter"
 # Runs recorded before a pending gate was published in the memo replay without it.
 PENDING_MEMO_PATCH = "tower-pending-memo"
+# Runs recorded before a run compared its memo at start with its state (so a forged
+# pending request in a client's start memo stayed) replay without it.
+MEMO_AT_START_PATCH = "tower-memo-at-start"
 # Runs recorded before the pending gate's role was a search attribute replay without it.
 GATE_ROLE_PATCH = "tower-gate-role"
 # What a closed execution tells without an upsert: Completed is DONE, Failed is FAILED
@@ -90,6 +93,7 @@ class MachineRun:
                           carried: LogSummary | None = None) -> AgentState:
         """The loop. With ``carried`` (a run continued-as-new), ``state`` already stands
         on its node: the run goes on from there, with no new START transition."""
+        self._pending_memo = memo_at_start()
         if carried is None:
             # Decided from the start event, so a replay decides the same; a continued run
             # (its attributes copied from the run before) keeps the upsert at its end.
@@ -213,3 +217,13 @@ class MachineRun:
 
 def event_id() -> int:
     return workflow.info().get_current_history_length()
+
+
+def memo_at_start() -> dict[str, Any] | None:
+    """The pending request the run's memo shows as it starts: a continued run's copy of its
+    own, or one forged by whoever started it (the start memo is the client's to set). The
+    first ``publish`` then compares the run's own view with it and clears a forgery."""
+    shown = workflow.memo_value(search.PENDING_MEMO, None)
+    if shown is not None and workflow.patched(MEMO_AT_START_PATCH):
+        return cast(dict[str, Any], shown)
+    return None
