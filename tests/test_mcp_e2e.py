@@ -73,6 +73,17 @@ async def final_state(handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
     return state
 
 
+async def delete_requested(db: Path) -> None:
+    """Until the notes server has received a delete request (it logs each on arrival)."""
+    async with asyncio.timeout(60):
+        while True:
+            with (contextlib.suppress(sqlite3.OperationalError),  # no table before its first call
+                  contextlib.closing(sqlite3.connect(db)) as conn):
+                if conn.execute("SELECT COUNT(*) FROM delete_requests").fetchone()[0]:
+                    return
+            await asyncio.sleep(0.05)
+
+
 async def delete_in_flight(handle: WorkflowHandle[Any, Any]) -> None:
     """Until the run's notes.delete_note activity has been picked up by a worker."""
     async with asyncio.timeout(60):
@@ -187,7 +198,7 @@ async def test_killing_the_worker_mid_delete_leaves_one_deletion(
             NotesPurgeAgent.run, CleanupRequest(note_id="n1"),
             id=f"purge-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
         await delete_in_flight(handle)
-        await asyncio.sleep(0.5)  # the request is at the server
+        await delete_requested(db)
         first.kill9()
         workers.append(WorkerProc(client, task_queue, config, tmp_path / "w2.log").start())
         state = await final_state(handle)
@@ -211,7 +222,7 @@ async def server_killed_mid_delete(client: Client, task_queue: str, tmp_path: Pa
             NotesPurgeAgent.run, CleanupRequest(note_id="n1"),
             id=f"purge-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
         await delete_in_flight(handle)
-        await asyncio.sleep(0.5)
+        await delete_requested(db)
         server.kill()  # mid-call: the deletion never commits
         server.start()
         return await final_state(handle), db

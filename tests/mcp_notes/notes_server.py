@@ -33,6 +33,8 @@ def build(db_path: str, slow_delete: float = 0.0) -> MCPServer:
     def db() -> sqlite3.Connection:
         conn = sqlite3.connect(db_path, timeout=30, isolation_level=None)
         conn.execute("CREATE TABLE IF NOT EXISTS notes (id TEXT PRIMARY KEY, text TEXT)")
+        # Every delete request as it arrives, before any work: tests wait on it.
+        conn.execute("CREATE TABLE IF NOT EXISTS delete_requests (note_id TEXT)")
         conn.execute("CREATE TABLE IF NOT EXISTS deletions "
                      "(seq INTEGER PRIMARY KEY, note_id TEXT, idempotency_key TEXT UNIQUE)")
         return conn
@@ -58,9 +60,10 @@ def build(db_path: str, slow_delete: float = 0.0) -> MCPServer:
         """Delete a note and log the deletion (destructive)."""
         meta = ctx.request_context.meta or {}
         key = meta.get(KEY) if isinstance(meta, dict) else getattr(meta, KEY, None)
+        conn = db()
+        conn.execute("INSERT INTO delete_requests VALUES (?)", (note_id,))
         if slow_delete:
             time.sleep(slow_delete)
-        conn = db()
         conn.execute("BEGIN IMMEDIATE")
         if key is not None:
             seen = conn.execute("SELECT seq FROM deletions WHERE idempotency_key=?",
