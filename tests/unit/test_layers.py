@@ -3,7 +3,6 @@ they load (and are unit-tested) without the SDK."""
 
 from __future__ import annotations
 
-import ast
 import json
 import subprocess
 import sys
@@ -37,15 +36,34 @@ PUBLIC = ("tower", "tower.contract", "tower.testing", "tower.temporal.worker",
           "tower.core.signing", "tower.core.policy")
 
 
-def imports(path: Path) -> list[str]:
-    """Every absolute module ``path`` imports, at any depth (lazy imports too)."""
-    found: list[str] = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+# Parsed in a child process: CPython 3.11 keeps the AST converter's recursion depth per
+# process, not per thread (gh-106905), so ast.parse here can fail while another thread of
+# this test process compiles (a worker's sandbox left running by an earlier test).
+_SCAN = """
+import ast, json, sys
+found = {}
+for path in sys.argv[1:]:
+    names = found.setdefault(path, [])
+    for node in ast.walk(ast.parse(open(path).read(), path)):
         if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names]
+            names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.append(node.module)
+            names.append(node.module)
+print(json.dumps(found))
+"""
+
+
+def imports_of(paths: list[Path]) -> dict[Path, list[str]]:
+    """Every absolute module each file imports, at any depth (lazy imports too)."""
+    out = subprocess.run([sys.executable, "-c", _SCAN, *map(str, paths)], capture_output=True,
+                         text=True, check=True).stdout
+    found = {Path(p): names for p, names in json.loads(out).items()}
+    assert found.keys() == set(paths), "the scan missed files"
     return found
+
+
+def imports(path: Path) -> list[str]:
+    return imports_of([path])[path]
 
 
 def files(*parts: str) -> list[Path]:
@@ -58,15 +76,17 @@ def files(*parts: str) -> list[Path]:
 
 
 def test_the_engine_never_imports_the_project() -> None:
-    bad = [f"{p.relative_to(ROOT)} imports {m}" for p in files("tower") for m in imports(p)
+    bad = [f"{p.relative_to(ROOT)} imports {m}"
+           for p, found in imports_of(files("tower")).items() for m in found
            if m.split(".")[0] in PROJECT]
     assert bad == []
 
 
 def test_agents_activities_cli_and_worker_use_only_the_public_api() -> None:
     bad = [f"{p.relative_to(ROOT)} imports {m}"
-           for p in files("workflows", "activities", "starter", "worker.py")
-           for m in imports(p) if m.split(".")[0] == "tower"
+           for p, found in imports_of(files("workflows", "activities", "starter",
+                                            "worker.py")).items()
+           for m in found if m.split(".")[0] == "tower"
            and not any(m == pub or m.startswith(pub + ".") and pub != "tower" for pub in PUBLIC)]
     assert bad == []
 
