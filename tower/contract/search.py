@@ -41,7 +41,6 @@ ALL: list[SearchAttributeKey[Any]] = [
     AGENT_GATE_ROLE, UNSIGNED_DECISIONS]
 
 
-
 def state_attributes(agent: str, state: AgentState) -> list[tuple[SearchAttributeKey[Any], Any]]:
     """What a run publishes of its state (the runtime adds the error and the gate's role)."""
     return [(AGENT_NAME, agent), (AGENT_NODE, state.node), (AGENT_STATUS, state.status.value),
@@ -53,7 +52,7 @@ def start_attributes(machine: Machine) -> TypedSearchAttributes:
     """The attributes a run of ``machine`` has after its first move (START -> entry, step 1),
     for a starter to pass as ``start_workflow(search_attributes=...)``. The run then upserts
     nothing at its first move (one history event fewer), and it ends without upserting
-    what Temporal's ExecutionStatus already says (``list_status_clause``). A run started
+    what Temporal's ExecutionStatus already says (``status_clause``). A run started
     without them (a raw ``temporal workflow start``) upserts them itself, as before."""
     pairs: list[tuple[SearchAttributeKey[Any], Any]] = [
         (AGENT_NAME, machine.name), (AGENT_NODE, machine.entry),
