@@ -47,6 +47,7 @@ from tower.core.state import AgentState, S, Usage
 from tower.temporal.admission import Admission
 from tower.temporal.context import TemporalContext
 from tower.temporal.machine_run import MachineRun, event_id
+from tower.temporal.refusals import TaskBudget
 from tower.temporal.runtime import _reason
 
 EVENTS_PER_TASK = 50  # signalled events taken into the inbox per workflow task
@@ -92,7 +93,7 @@ class EventWorkflow(MachineRun, Admission):
         self._accepted: set[str] = set()
         self._rejected: deque[Rejection] = deque(maxlen=REJECTED_KEEP)
         self._rejected_total = 0
-        self._event_mark, self._events_taken = -1, 0  # signalled events in this task
+        self._event_budget = TaskBudget(EVENTS_PER_TASK)  # signalled events per task
         self._entered: set[int] = set()  # steps whose entry action has run
         self._usage = Usage()  # model usage of entry actions, merged with the next event
 
@@ -113,7 +114,7 @@ class EventWorkflow(MachineRun, Admission):
         order); anything else, or an event past this task's budget, is refused now."""
         if name != "event":
             self._refuse(f"unknown signal {name[:80]!r}: nothing changed")
-        elif not self._within_event_budget():
+        elif not self._event_budget.take():
             self._refuse(UNTAKEN)
         elif len(args) != 1:
             self._refuse(f"malformed event: an event signal carries one input, this one "
@@ -125,16 +126,6 @@ class EventWorkflow(MachineRun, Admission):
                 self._refuse("malformed event: the signal's input cannot be decoded")
                 return
             self._inbox.append((raw, "signal", []))
-
-    def _within_event_budget(self) -> bool:
-        """At most EVENTS_PER_TASK signalled events per workflow task: a flood delivered in
-        one task would otherwise be verified one by one past the SDK's deadlock timeout.
-        Counted per history length, so replay counts the same."""
-        mark = workflow.info().get_current_history_length()
-        if mark != self._event_mark:
-            self._event_mark, self._events_taken = mark, 0
-        self._events_taken += 1
-        return self._events_taken <= EVENTS_PER_TASK
 
     @workflow.update(name="send_event")
     def send_event(self, raw: Any = None) -> str:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
@@ -53,14 +53,14 @@ from tower.core.pending import short_values
 from tower.core.state import AgentState, Message, apply_update
 from tower.temporal.admission import Admission
 from tower.temporal.context import TemporalContext
-from tower.temporal.refusals import CARRY_AFTER_SIGNALS, AuditTrail, decoded
+from tower.temporal.refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget, decoded
 
 REFUSED = "DecisionRefused"
 # Runs recorded before gates notified approvers (webhook) replay without the activity.
 NOTIFY_PATCH = "tower-gate-notify"
 NOTIFY_ATTEMPTS = 5
 AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` query)
-VERIFY_PER_TASK = 50  # signature checks per workflow task (see _within_verify_budget)
+VERIFY_PER_TASK = 50  # signature checks per workflow task (refusals.TaskBudget)
 UNVERIFIED = (f"refused unverified: more than {VERIFY_PER_TASK} decisions arrived in one "
               "workflow task (a flood?); send it again, as the decide update")
 REFRESH_GAP = timedelta(seconds=5)  # asked-for roster refreshes: at most one per this
@@ -83,8 +83,7 @@ class Gatekeeper(Admission):
         self._init_trust()
         self._refresh_asked = False
         self._unknown_key: Any = None  # a signalled decision waiting for a roster refresh
-        self._verify_mark, self._verified = -1, 0  # signature checks in this workflow task
-        self._task_time = datetime.min
+        self._verify_budget = TaskBudget(VERIFY_PER_TASK)  # signature checks per task
         self._in_flight: Decision | None = None
         # Refused decisions (and unknown signals): all counted, the newest kept.
         self._audit = AuditTrail(AUDIT_KEEP)
@@ -251,7 +250,7 @@ class Gatekeeper(Admission):
         if self._state is None:  # not started: no roster read yet, nothing pending
             return None, Check(False, "the run is not awaiting a decision: it has not "
                                       "started yet")
-        if self._trust is not None and not counted and not self._within_verify_budget():
+        if self._trust is not None and not counted and not self._verify_budget.take():
             return None, Check(False, UNVERIFIED)
         if self._trust is not None:
             decision, proof = read_decision(raw, trust=self._trust, now=workflow.now())
@@ -270,17 +269,6 @@ class Gatekeeper(Admission):
             tenant=self._tenant(), run=workflow.info().workflow_id, now=workflow.now(),
             proof=proof, in_flight=self._in_flight)
 
-    def _within_verify_budget(self) -> bool:
-        """At most VERIFY_PER_TASK signature checks per workflow task: thousands of signals
-        delivered in one task would otherwise keep it busy past the deadlock timeout, fail
-        it, and stall the run. Counted per history length, so replay counts the same."""
-        mark = workflow.info().get_current_history_length()
-        if mark != self._verify_mark:
-            self._verify_mark, self._verified = mark, 0
-            self._task_time = workflow.now()  # for the refusals past the budget
-        self._verified += 1
-        return self._verified <= VERIFY_PER_TASK
-
     def _tenant(self) -> str:
         if self._trust is not None:
             return self._trust.roster.tenant
@@ -290,8 +278,8 @@ class Gatekeeper(Admission):
         """A decision as a signal. Refused ones change nothing and go to the audit trail;
         past this task's verify budget they are refused before anything is decoded."""
         if self._trust is not None and self._state is not None and (
-                not self._within_verify_budget()):
-            self._audit.add_raw(self._task_time, "signal", UNVERIFIED, args)
+                not self._verify_budget.take()):
+            self._audit.add_raw(self._verify_budget.task_time, "signal", UNVERIFIED, args)
             return
         raw, problem = decoded(args)
         if raw is None:

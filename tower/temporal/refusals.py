@@ -35,6 +35,25 @@ MAX_SIGNALS_PER_RUN = 1_000
 CARRY_AFTER_SIGNALS = MAX_SIGNALS_PER_RUN // 2
 
 
+class TaskBudget:
+    """At most ``limit`` of something per workflow task: a flood delivered in one task must
+    not keep it busy past the SDK's deadlock timeout (a failed task, a stalled run).
+    Counted per history length, so a replay counts the same."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.task_time = datetime.min  # workflow.now() when this task's count began
+        self._mark, self._used = -1, 0
+
+    def take(self) -> bool:
+        """Count one; whether it is within this task's budget."""
+        mark = workflow.info().get_current_history_length()
+        if mark != self._mark:
+            self._mark, self._used, self.task_time = mark, 0, workflow.now()
+        self._used += 1
+        return self._used <= self.limit
+
+
 def decoded(args: Sequence[RawValue]) -> tuple[dict[str, Any] | None, str]:
     """The JSON object a decision signal carries, or why it carries none."""
     if len(args) != 1:
