@@ -81,7 +81,8 @@ def build_worker(
     if mcp is not None:
         # Before any run: every server.tool named exists, destructive ones are gated.
         check_agents((a.machine for a in agents if hasattr(a, "machine")), mcp.tools)
-        activities += mcp.toolbox().activities()
+        if mcp.tools:  # the MCP SDK is imported only here, for a tenant that lists tools
+            activities += mcp.toolbox().activities()
     return tower_worker(
         client, task_queue=task_queue, agents=agents,
         # The tenant's roster and policy: TOWER_TRUST_DIR (default .tower/trust).

@@ -26,7 +26,8 @@ from mcp_notes.agent import CleanupRequest, NotesCleanupAgent, NotesPurgeAgent
 from mcp_notes.fixtures import HttpNotesServer, stdio_tenant
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
-from activities.mcp import McpPolicyError, McpSources, discover, load_sources
+from activities.mcp import McpPolicyError, McpSources, load_sources
+from activities.mcp.catalogue import discover
 from starter.trust_files import enrol
 from tower.contract.decisions import Verdict
 from worker import build_worker
@@ -142,6 +143,45 @@ async def test_an_agent_uses_all_three_tools_and_the_delete_waits_at_a_gate(
     called = [e.activity_task_scheduled_event_attributes.activity_type.name
               for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]
     assert {"notes.lookup_note", "notes.save_note", "notes.delete_note"} <= set(called)
+
+
+# The worker's start-up as worker.py's main() does it, in a fresh interpreter: which
+# tenant's configuration makes it import the MCP SDK (~25 MB of a worker's idle RSS).
+STARTUP = """
+import asyncio, sys
+from activities.mcp import load_sources
+from starter.connection import connect
+from worker import build_worker
+
+async def start(config):
+    client = await connect()
+    mcp = await load_sources(client.namespace, config)
+    build_worker(client, task_queue="mcp-import-check", db_path=sys.argv[3], mcp=mcp)
+    print(sorted(mcp.tools), "mcp" in sys.modules, flush=True)
+
+asyncio.run(start(sys.argv[1]))
+asyncio.run(start(sys.argv[2]))
+"""
+
+
+async def test_a_worker_without_mcp_servers_does_not_import_the_sdk(
+    client: Client, tmp_path: Path
+) -> None:
+    none = tmp_path / "none.json"
+    none.write_text(json.dumps({"tenants": {client.namespace: {}}}))
+    listed = tmp_path / "notes.json"
+    listed.write_text(json.dumps({"tenants": {client.namespace: stdio_tenant(
+        seeded(tmp_path / "notes.sqlite")).model_dump(exclude_defaults=True)}}))
+    env = {**os.environ, "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+           "TEMPORAL_NAMESPACE": client.namespace}
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", STARTUP, str(none), str(listed), str(tmp_path / "tools.sqlite"),
+        cwd=HERE.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = await child.communicate()
+    assert child.returncode == 0, err.decode()
+    # No servers listed: no SDK. Then the same start-up with the notes server loads it.
+    assert out.decode().splitlines() == [
+        "[] False", "['notes.delete_note', 'notes.lookup_note', 'notes.save_note'] True"]
 
 
 class WorkerProc:

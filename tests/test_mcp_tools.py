@@ -11,7 +11,9 @@ import pytest
 from mcp_notes.fixtures import SERVER, http_server, http_tenant, stdio_tenant
 from temporalio.exceptions import ApplicationError
 
-from activities.mcp import McpDiscoveryError, McpToolBox, discover
+from activities.mcp import McpDiscoveryError
+from activities.mcp.calls import McpToolBox
+from activities.mcp.catalogue import discover
 from activities.mcp.config import McpConfigError, load
 from tower.contract.wire import ToolCall
 

@@ -3,19 +3,27 @@
 ``config`` — which servers a tenant uses and its per-tool policy (the deployment's file);
 ``catalogue`` — their tools, listed at worker start, classified by their annotations;
 ``calls`` — one activity per tool; ``policy`` — the worker-start checks.
+
+This package imports the SDK only for a tenant whose configuration lists servers
+(``load_sources``, ``McpSources.toolbox``): a worker without MCP tools stays ~25 MB
+smaller. Import ``catalogue`` and ``calls`` directly for the rest.
 """
+
+from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .calls import McpToolBox
-from .catalogue import KEY_META, McpDiscoveryError, McpTool, discover
-from .config import McpConfigError, TenantMcp, load
+from .config import McpConfigError, McpDiscoveryError, TenantMcp, load
 from .policy import McpPolicyError, check_agents
 
-__all__ = ["KEY_META", "McpConfigError", "McpDiscoveryError", "McpPolicyError", "McpTool",
-           "McpSources", "McpToolBox", "TenantMcp", "check_agents", "discover", "load",
-           "load_sources"]
+if TYPE_CHECKING:
+    from .calls import McpToolBox
+    from .catalogue import McpTool
+
+__all__ = ["McpConfigError", "McpDiscoveryError", "McpPolicyError", "McpSources", "TenantMcp",
+           "check_agents", "load", "load_sources"]
 
 
 @dataclass(frozen=True)
@@ -26,10 +34,16 @@ class McpSources:
     tools: dict[str, McpTool]
 
     def toolbox(self) -> McpToolBox:
+        from .calls import McpToolBox  # the SDK: only for a tenant that uses MCP
+
         return McpToolBox(self.tenant, self.tools)
 
 
 async def load_sources(tenant: str, path: str | Path | None = None) -> McpSources:
     """Read the tenant's MCP configuration and list its servers' tools (worker start)."""
     config = load(tenant, path)
+    if not config.servers:  # no MCP servers: the SDK is not even imported
+        return McpSources(config, {})
+    from .catalogue import discover
+
     return McpSources(config, await discover(config))

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from tower.contract.wire import ToolSchema
 
-from .config import ServerConfig, TenantMcp
+from .config import McpDiscoveryError, ServerConfig, TenantMcp
 
 # Where a non-idempotent call's key travels (MCP reserves ``_meta`` for such fields).
 KEY_META = "tower/idempotency-key"
@@ -144,10 +144,6 @@ async def discover(tenant: TenantMcp) -> dict[str, McpTool]:
             raise McpDiscoveryError(f"the MCP policy names {name!r}, which its server does not "
                                     "list")
     return tools
-
-
-class McpDiscoveryError(RuntimeError):
-    """A configured MCP server could not be reached or listed."""
 
 
 def _describe(exc: BaseException) -> str:

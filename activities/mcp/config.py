@@ -31,6 +31,11 @@ class McpConfigError(ValueError):
     """The MCP configuration is missing a secret, malformed, or names an unknown tenant."""
 
 
+# Raised by the catalogue, defined here: catching it must not import the MCP SDK.
+class McpDiscoveryError(RuntimeError):
+    """A configured MCP server could not be reached or listed."""
+
+
 class ServerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

@@ -6,9 +6,10 @@ against a tool set it cannot honour."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .catalogue import McpTool
+if TYPE_CHECKING:  # the catalogue imports the MCP SDK; these checks need only its type
+    from .catalogue import McpTool
 
 
 class McpPolicyError(ValueError):
