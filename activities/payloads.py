@@ -20,7 +20,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
@@ -30,6 +29,8 @@ from temporalio.converter import (
     StorageDriverRetrieveContext,
     StorageDriverStoreContext,
 )
+
+from tower.temporal.worker import pydantic_converter
 
 from .codec import NoKeys, codec_from_env
 
@@ -98,7 +99,7 @@ def tower_data_converter(
     limit = threshold if threshold is not None else int(
         env.get("TOWER_PAYLOAD_THRESHOLD") or DEFAULT_THRESHOLD)
     storage = ExternalStorage(drivers=[LocalDirDriver(root)], payload_size_threshold=limit)
-    converter = dataclasses.replace(pydantic_data_converter, external_storage=storage)
+    converter = dataclasses.replace(pydantic_converter, external_storage=storage)
     codec = codec_from_env(env)
     if codec is None:  # writes in clear; an encrypted payload gets one clear error
         return dataclasses.replace(converter, payload_codec=NoKeys())

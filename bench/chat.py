@@ -22,6 +22,7 @@ from bench.measure import history_bytes, run_chain, turn_costs
 from starter.histories import replay as replay_checked
 from tower.contract.search import start_attributes
 from tower.core.window import WindowPolicy
+from tower.temporal.worker import pydantic_converter
 from worker import build_worker, sandbox_runner
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
 
@@ -105,12 +106,15 @@ async def side_by_side(client: Client, tq: str, *, turns: int, rounds: int) -> d
 async def _replay_times(histories: dict[str, WorkflowHistory], rounds: int,
                         ) -> dict[str, list[float]]:
     classes = {"tower": ChatAgent, "naive": NaiveChat}
-    # The hand-written agent replays in the SDK's own sandbox, as a project without Tower
-    # has it, with the same restrictions and pass-through modules (its module imports
-    # Tower's); Tower's in Tower's (tower.temporal.sandbox: cheaper per payload).
+    # The hand-written agent replays in the SDK's own sandbox and with its pydantic
+    # converter, as a project without Tower has them, with the same restrictions and
+    # pass-through modules (its module imports Tower's); Tower's in Tower's, as
+    # tower.testing's replayer has them (tower.temporal.sandbox: cheaper per payload;
+    # tower.temporal.converter: cheaper per activation; the same payloads).
     runners = {"tower": sandbox_runner(),
                "naive": SandboxedWorkflowRunner(restrictions=sandbox_runner().restrictions)}
-    replayers = {k: Replayer(workflows=[classes[k]], data_converter=pydantic_data_converter,
+    converters = {"tower": pydantic_converter, "naive": pydantic_data_converter}
+    replayers = {k: Replayer(workflows=[classes[k]], data_converter=converters[k],
                              workflow_runner=runners[k]) for k in histories}
     for kind in histories:  # warm up: imports and the one-off sandbox check
         await replayers[kind].replay_workflow(histories[kind])

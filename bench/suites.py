@@ -10,12 +10,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from bench.agents import Baseline, Steps, StepsAgent, StepsEveryAgent
 from bench.measure import history_bytes
 from tower.contract.search import start_attributes
+from tower.temporal.worker import pydantic_converter
 from worker import sandbox_runner
 
 KINDS: dict[str, Any] = {
@@ -83,7 +83,7 @@ async def _each(histories: list[WorkflowHistory]) -> AsyncIterator[WorkflowHisto
 
 async def replay(handles: list[Any], workflow: type, transitions_each: int) -> dict[str, Any]:
     histories = await asyncio.gather(*(h.fetch_history() for h in handles))
-    replayer = Replayer(workflows=[workflow], data_converter=pydantic_data_converter,
+    replayer = Replayer(workflows=[workflow], data_converter=pydantic_converter,
                         workflow_runner=sandbox_runner())
     start = time.perf_counter()
     results = await replayer.replay_workflows(_each(histories), raise_on_replay_failure=False)

@@ -23,7 +23,12 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from tower.core.errors import InvalidGraph, TowerError
 from tower.core.tools import ToolSpec, register_external
+from tower.temporal.converter import pydantic_converter
 from tower.temporal.sandbox import RunSandbox
+
+# The converter Tower's clients, workers and replayers share (tower.temporal.converter).
+__all__ = ["WORKFLOW_FAILURE_TYPES", "build_worker", "check_external_tools",
+           "pydantic_converter", "sandbox_runner"]
 
 # A domain error fails the run instead of retrying the workflow task forever; so does an
 # input that does not fit the agent's input model (pydantic's ValidationError, raised

@@ -26,7 +26,6 @@ from urllib.parse import quote, unquote
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, decode_typed_search_attributes
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import (
@@ -43,7 +42,7 @@ from tower.core.audit import check_log
 from tower.core.state import AgentState
 from tower.core.transition import Transition
 from tower.temporal.machine_run import MachineRun
-from tower.temporal.worker import WORKFLOW_FAILURE_TYPES, sandbox_runner
+from tower.temporal.worker import WORKFLOW_FAILURE_TYPES, pydantic_converter, sandbox_runner
 from tower.testing.replay_report import describe_failure, diverged
 
 
@@ -197,13 +196,14 @@ def replayer(
 
     ``namespace`` must be the one the runs were recorded in: workflow code may read it
     (gated runs check it against their tenant), and the history does not say it.
-    ``runner`` and ``data_converter`` default to ``build_worker``'s sandbox and the
-    pydantic converter; a project with its own (a codec) passes them.
+    ``runner`` and ``data_converter`` default to ``build_worker``'s sandbox and Tower's
+    pydantic converter (``tower.temporal.worker.pydantic_converter``); a project with
+    its own (a codec) passes them.
     """
     return Replayer(
         workflows=list(workflows), workflow_runner=runner or sandbox_runner(),
         runtime=_quiet_runtime(), namespace=namespace,
-        data_converter=data_converter or pydantic_data_converter,
+        data_converter=data_converter or pydantic_converter,
         interceptors=list(interceptors),
         workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES,
     )
