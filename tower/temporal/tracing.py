@@ -17,12 +17,14 @@ from tower.core.engine import Transition
 from tower.core.state import AgentState
 
 TRACER = "tower.agent"
+# The API's tracer: it follows the provider installed later too, so one serves every run.
+_tracer = trace.get_tracer(TRACER)
 
 
 @contextmanager
 def state_span(agent: str, state: AgentState) -> Iterator[Span]:
     """Open the span of the state ``state`` stands on; model and tool spans nest in it."""
-    span = trace.get_tracer(TRACER).start_span(f"state {state.node}", attributes={
+    span = _tracer.start_span(f"state {state.node}", attributes={
         "tower.agent": agent, "tower.node": state.node, "tower.step": state.step,
     })
     token = context.attach(trace.set_span_in_context(span))
@@ -50,8 +52,10 @@ def _close(span: Span, token: object) -> None:
 def close_state(span: Span, before: AgentState, after: AgentState,
                 moves: list[Transition]) -> None:
     """Record where the state led and what it spent on models."""
-    if not moves:
-        return  # still parked (a gate): the span ends without a move
+    if not moves or not span.is_recording():
+        # Still parked (a gate): the span ends without a move. Not recording (no provider
+        # installed): the attributes would be dropped, so they are not computed.
+        return
     last = moves[-1]
     models = sorted({c.split(":", 1)[1] for t in moves for c in t.calls if c.startswith("model:")})
     tools = [c.split(":", 1)[1] for t in moves for c in t.calls if c.startswith("tool:")]
