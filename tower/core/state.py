@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
 
 from tower.contract.decisions import GateRecord
 
@@ -130,7 +131,11 @@ S = TypeVar("S", bound=AgentState)
 
 
 def reducer_of(state_type: type[BaseModel], field: str) -> Reducer:
-    for meta in state_type.model_fields[field].metadata:
+    return _reducer(state_type.model_fields[field])
+
+
+def _reducer(info: FieldInfo) -> Reducer:
+    for meta in info.metadata:
         if isinstance(meta, Reducer):
             return meta
     return REPLACE
@@ -145,14 +150,17 @@ def apply_update(
     protected field or a merged value fails validation; ``state`` is untouched.
     """
     state_type = type(state)
+    # Read once: pydantic's class property costs more than the rest of a field's merge.
+    fields = state_type.model_fields
     merged: dict[str, Any] = dict(state)
     for field, value in update.items():
-        if field not in state_type.model_fields:
+        info = fields.get(field)
+        if info is None:
             raise UpdateError(f"update names unknown field {field!r} of {state_type.__name__}")
         if field in protected:
             raise UpdateError(f"update may not set protected field {field!r}")
         try:
-            merged[field] = reducer_of(state_type, field).fn(merged[field], value)
+            merged[field] = _reducer(info).fn(merged[field], value)
         except Exception as exc:  # a reducer given a value of the wrong shape
             raise UpdateError(f"cannot merge field {field!r}: {exc}") from exc
     try:
