@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from temporalio.client import WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.trust import TrustError, read_trust, trust_dir
 from starter.errors import CliError
 from starter.keys import sign_decision
+from tower import Outcome
 from tower.contract.decisions import Verdict
 from tower.core.policy import PolicyInvalid, PolicyLoosened, effective
 from tower.core.signing import decision_claims
@@ -54,6 +57,33 @@ def make_decision(
     token, claims = sign_decision(approver, config=config, **fields)
     kid = json.loads(_b64(token.split(".")[0]))["kid"]
     return {"token": token}, f"signed with {approver}'s key {kid}"
+
+
+# The server aborts an update when it fails, itself, the workflow task that carried it (an
+# event arrived while that task closed the run: UnhandledCommand). The decision was not
+# taken and the run goes on waiting, so it is sent again; had it been taken, the same
+# signed decision would be a duplicate that changes nothing.
+RESENDS = 3
+
+
+async def submit_decision(handle: WorkflowHandle[Any, Any], message: dict[str, Any]) -> Outcome:
+    """The run's outcome for ``message`` (the ``decide`` update), sent again while the
+    server aborts it with its task. A refusal raises WorkflowUpdateFailedError."""
+    resent = 0
+    while True:
+        try:
+            outcome: Outcome = await handle.execute_update("decide", message,
+                                                           result_type=Outcome)
+            return outcome
+        except RPCError as exc:
+            if resent == RESENDS or not aborted_with_its_task(exc):
+                raise
+            resent += 1
+
+
+def aborted_with_its_task(exc: RPCError) -> bool:
+    return (exc.status == RPCStatusCode.FAILED_PRECONDITION
+            and "unexpected workflow task failure" in exc.message)
 
 
 def _b64(part: str) -> bytes:

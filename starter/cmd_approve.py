@@ -14,7 +14,7 @@ from typing import Any
 import click
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 
-from starter.approvals import make_decision, parse_edits
+from starter.approvals import make_decision, parse_edits, submit_decision
 from starter.cmd_run import print_outcome as print_run_outcome
 from starter.common import CliError, not_found_is
 from starter.connection import connect
@@ -221,7 +221,7 @@ async def send_decision(
 
 async def _update(handle: Any, payload: dict[str, Any]) -> Outcome:
     try:
-        out: Outcome = await handle.execute_update("decide", payload, result_type=Outcome)
+        out = await submit_decision(handle, payload)
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
         raise DecisionRefused(getattr(cause, "message", None) or str(cause)) from None

@@ -13,6 +13,7 @@ from starlette.templating import Jinja2Templates
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from starter.approvals import submit_decision
 from starter.inbox.forms import FormError, read_form
 from starter.inbox.identity import Approver
 from starter.inbox.picture import picture
@@ -90,8 +91,7 @@ class Inbox:
                                 **back)
         handle = self.client.get_workflow_handle(run)
         try:
-            outcome = await asyncio.wait_for(
-                handle.execute_update("decide", payload, result_type=Outcome), DECIDE_SECONDS)
+            outcome = await asyncio.wait_for(submit_decision(handle, payload), DECIDE_SECONDS)
         except WorkflowUpdateFailedError as exc:
             reason = getattr(exc.cause, "message", None) or str(exc.cause)
             return self.refused(request, approver, 409, refusal_text(reason), **back)
