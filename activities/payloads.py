@@ -30,7 +30,7 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
-from tower.temporal.worker import pydantic_converter
+from tower.temporal.unopenable import TowerDataConverter, TowerPayloadConverter
 
 from .codec import NoKeys, codec_from_env
 
@@ -99,7 +99,10 @@ def tower_data_converter(
     limit = threshold if threshold is not None else int(
         env.get("TOWER_PAYLOAD_THRESHOLD") or DEFAULT_THRESHOLD)
     storage = ExternalStorage(drivers=[LocalDirDriver(root)], payload_size_threshold=limit)
-    converter = dataclasses.replace(pydantic_converter, external_storage=storage)
+    # Tower's pydantic converter (tower.temporal.converter); an input from outside that a
+    # worker cannot open is refused, not a stalled run (tower/temporal/unopenable.py).
+    converter = TowerDataConverter(payload_converter_class=TowerPayloadConverter,
+                                   external_storage=storage)
     codec = codec_from_env(env)
     if codec is None:  # writes in clear; an encrypted payload gets one clear error
         return dataclasses.replace(converter, payload_codec=NoKeys())

@@ -10,6 +10,7 @@ from temporalio.client import WorkflowHistory
 
 from activities.payloads import tower_data_converter
 from starter.agents import agents
+from tower.temporal.unopenable import guarded
 from tower.temporal.worker import sandbox_runner
 from tower.testing.replay import (
     DEFAULT_NAMESPACE,
@@ -39,9 +40,9 @@ async def replay(
     variants of an agent)."""
     return await replay_with(
         histories, workflows=list(workflows or agents().values()), namespace=namespace,
-        # The worker's exact sandbox, and the clients' converter: encrypted
-        # (TOWER_CODEC_KEYS) and stored payloads read back.
-        runner=sandbox_runner(*PASSTHROUGH), data_converter=tower_data_converter())
+        # The worker's exact sandbox and converter: encrypted (TOWER_CODEC_KEYS) and stored
+        # payloads read back, an input that could not be opened refused as it was live.
+        runner=sandbox_runner(*PASSTHROUGH), data_converter=guarded(tower_data_converter()))
 
 
 async def report_unreplayable(folder: Path) -> int:

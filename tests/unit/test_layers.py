@@ -31,9 +31,10 @@ def test_the_pure_layers_import_no_temporal() -> None:
 ROOT = Path(tower.__file__).resolve().parents[1]
 PROJECT = {"activities", "starter", "workflows", "worker", "bench", "tests"}
 # What a project may import from Tower: the public API, the contract types, the worker
-# builder, the test helpers, and what a client signs decisions and checks policies with.
+# builder, the test helpers, what a client signs decisions and checks policies with, and
+# the data converter a project's codec and payload store plug into.
 PUBLIC = ("tower", "tower.contract", "tower.testing", "tower.temporal.worker",
-          "tower.core.signing", "tower.core.policy")
+          "tower.core.signing", "tower.core.policy", "tower.temporal.unopenable")
 
 
 # Parsed in a child process: CPython 3.11 keeps the AST converter's recursion depth per

@@ -49,6 +49,7 @@ from tower.temporal.context import TemporalContext
 from tower.temporal.machine_run import MachineRun, event_id
 from tower.temporal.refusals import TaskBudget
 from tower.temporal.runtime import _reason
+from tower.temporal.unopenable import UnopenablePayload
 
 EVENTS_PER_TASK = 50  # signalled events taken into the inbox per workflow task
 REJECTED_KEEP = 100  # refused events kept in memory (and in the ``rejected`` query)
@@ -122,6 +123,9 @@ class EventWorkflow(MachineRun, Admission):
         else:
             try:
                 raw = workflow.payload_converter().from_payload(args[0].payload)
+            except UnopenablePayload as exc:
+                self._refuse(f"malformed event: {exc}")
+                return
             except Exception:  # whatever the converter raises on input a sender chose
                 self._refuse("malformed event: the signal's input cannot be decoded")
                 return

@@ -19,6 +19,7 @@ from temporalio import workflow
 from temporalio.common import RawValue
 
 from tower.core.gates import Refusal
+from tower.temporal.unopenable import UnopenablePayload
 
 Via = Literal["signal", "update"]
 Kept = dict[str, str] | Sequence[RawValue] | None  # what a kept refusal shows, or its inputs
@@ -61,6 +62,8 @@ def decoded(args: Sequence[RawValue]) -> tuple[dict[str, Any] | None, str]:
                       f"this one carried {len(args)} inputs")
     try:
         value = workflow.payload_converter().from_payload(args[0].payload, dict[str, Any])
+    except UnopenablePayload as exc:
+        return None, f"malformed decision: {exc}"
     except Exception:  # whatever the converter raises on input a sender chose
         value = None
     if not isinstance(value, dict):

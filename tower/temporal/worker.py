@@ -25,6 +25,7 @@ from tower.core.errors import InvalidGraph, TowerError
 from tower.core.tools import ToolSpec, register_external
 from tower.temporal.converter import pydantic_converter
 from tower.temporal.sandbox import RunSandbox
+from tower.temporal.unopenable import guarded
 
 # The converter Tower's clients, workers and replayers share (tower.temporal.converter).
 __all__ = ["WORKFLOW_FAILURE_TYPES", "build_worker", "check_external_tools",
@@ -107,6 +108,12 @@ def build_worker(
     # arguments checked, timeouts), while the calls run as ``activities``.
     check_external_tools(agents, set(external_tools or {}))
     register_external(external_tools or {})
+    converter = guarded(client.data_converter)
+    if converter is not client.data_converter:
+        # An input from outside that this worker cannot open is refused, not a stalled run.
+        config = client.config()  # as first given: its plugins (tracing) apply again
+        config["data_converter"] = converter
+        client = Client(**config)
     worker_options.setdefault(
         # Tools are often plain blocking code (SQLite): run them on threads.
         "activity_executor", ThreadPoolExecutor(max_concurrent_activities))

@@ -1,0 +1,126 @@
+"""Payloads from outside that the worker cannot open become a refusal, not a stalled run.
+
+Anyone who may signal a run (or start one, or send an update) chooses the payload's bytes,
+including its metadata: "encrypted under key k9", "stored externally, here is the reference".
+The SDK opens every payload of a workflow activation before the run sees any of it (the
+codec, the external store), and one that fails fails the whole workflow task — again at
+every retry, as the payload stays in the history. One forged signal would stall the run.
+
+So in a worker (and a replayer), a payload in the run's own serialization context (its start
+input, signals, updates, queries: what clients send) that cannot be opened is replaced by a
+marker naming why (``guarded``); the
+payload converter refuses the marker with ``UnopenablePayload``: the signal is refused into
+the audit trail, the update is rejected, a start fails at once with the reason (a
+``TowerError``). What the worker's own activities returned keeps failing the task, so a
+missing key or payload store is fixed by the operator and the run goes on. Clients keep the
+plain behaviour: a result they cannot open is the codec's own error.
+
+This overrides three private steps of the SDK's ``DataConverter`` (temporalio 1.35, pinned).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Self
+
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.converter import (
+    DataConverter,
+    EncodingPayloadConverter,
+    SerializationContext,
+    WorkflowSerializationContext,
+)
+
+from tower.core.errors import TowerError
+from tower.temporal.converter import BuiltOnUse
+
+ENCODING = "binary/unopenable"
+
+Step = Callable[[Sequence[Payload]], Awaitable[list[Payload]]]
+
+
+class UnopenablePayload(TowerError):
+    """An input the worker could not open (its reason), read as a value."""
+
+
+def marker(reason: str) -> Payload:
+    return Payload(metadata={"encoding": ENCODING.encode()}, data=reason.encode()[:300])
+
+
+class _Refuse(EncodingPayloadConverter):
+    """Reads a marker by raising; never writes one."""
+
+    @property
+    def encoding(self) -> str:
+        return ENCODING
+
+    def to_payload(self, value: Any) -> Payload | None:
+        return None
+
+    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
+        raise UnopenablePayload(
+            f"the input could not be opened: {payload.data.decode(errors='replace')}")
+
+
+class TowerPayloadConverter(BuiltOnUse):
+    """Tower's pydantic payloads, and the marker of an input that could not be opened."""
+
+    @functools.cached_property
+    def converters(self) -> Mapping[bytes, EncodingPayloadConverter]:  # type: ignore[override]
+        return {ENCODING.encode(): _Refuse(), **PydanticPayloadConverter().converters}
+
+
+@dataclasses.dataclass(frozen=True)
+class TowerDataConverter(DataConverter):
+    """The SDK's converter; guarded, an input from outside it cannot open is a marker."""
+
+    guard_inputs: bool = False  # a worker's or a replayer's converter
+    outside: bool = False  # guarded, in a run's own serialization context (what clients sent)
+
+    def with_context(self, context: SerializationContext) -> Self:
+        outside = self.guard_inputs and isinstance(context, WorkflowSerializationContext)
+        converter = super().with_context(context)
+        if converter.outside == outside:
+            return converter
+        return dataclasses.replace(converter, outside=outside)
+
+    async def _decode_reference_payload_sequence(
+        self, payloads: Sequence[Payload]
+    ) -> list[Payload]:
+        return await self._each(super()._decode_reference_payload_sequence, payloads,
+                                "names a stored payload whose reference does not open")
+
+    async def _external_retrieve_payload_sequence(
+        self, payloads: Sequence[Payload]
+    ) -> list[Payload]:
+        return await self._each(super()._external_retrieve_payload_sequence, payloads,
+                                "names a stored payload this worker cannot read")
+
+    async def _decode_payload_sequence(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return await self._each(super()._decode_payload_sequence, payloads, "")
+
+    async def _each(self, step: Step, payloads: Sequence[Payload], why: str) -> list[Payload]:
+        """``step`` over all payloads; from outside, one that fails it becomes a marker
+        (``why``, else the error's own message: the codec's names only a key id)."""
+        if not self.outside:
+            return await step(payloads)
+        try:
+            return await step(payloads)
+        except Exception:
+            opened: list[Payload] = []
+            for payload in payloads:
+                try:
+                    opened += await step([payload])
+                except Exception as exc:
+                    opened.append(marker(why or str(exc)))
+            return opened
+
+
+def guarded(converter: DataConverter) -> DataConverter:
+    """``converter`` as a worker's or replayer's: inputs it cannot open become markers."""
+    if isinstance(converter, TowerDataConverter) and not converter.guard_inputs:
+        return dataclasses.replace(converter, guard_inputs=True)
+    return converter
