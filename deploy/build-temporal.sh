@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # Build the real Temporal server, its SQL schema tool and the Web UI server from the Go
-# module proxy, at the versions in deploy/temporal/versions.env. The binaries are cached in
-# .tower/temporal/<versions>/bin: a second run builds nothing. Prints that directory.
+# module proxy, at the versions in deploy/temporal/versions.env. The server is Tower's build
+# (deploy/temporal/server: the unmodified server plus a guard on signal bytes). The binaries
+# are cached in .tower/temporal/<versions>/bin: a second run builds nothing. Prints that
+# directory.
 #
-#   deploy/build-temporal.sh            # -> .tower/temporal/1.32.1-ui2.54.1/bin
+#   deploy/build-temporal.sh            # -> .tower/temporal/1.32.1-ui2.54.1-<guard>/bin
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=temporal/versions.env
 source deploy/temporal/versions.env
-out=".tower/temporal/${TEMPORAL_VERSION}-ui${TEMPORAL_UI_VERSION}"
+# A change to Tower's server sources is a new build.
+guard=$(cat deploy/temporal/server/go.mod deploy/temporal/server/go.sum \
+        deploy/temporal/server/*.go | sha256sum | cut -c1-12)
+out=".tower/temporal/${TEMPORAL_VERSION}-ui${TEMPORAL_UI_VERSION}-${guard}"
 bin="$out/bin"
 if [[ -x $bin/temporal-server && -x $bin/temporal-sql-tool && -x $bin/temporal-ui-server
       && -f $out/ui-config/docker.yaml ]]; then
@@ -21,10 +26,13 @@ command -v go >/dev/null || { echo "error: Go is not installed (needed to build 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$bin" "$out/ui-config"
+grep -q "go.temporal.io/server v$TEMPORAL_VERSION\$" deploy/temporal/server/go.mod || {
+    echo "error: deploy/temporal/server/go.mod does not require server v$TEMPORAL_VERSION" >&2
+    exit 3
+}
+(cd deploy/temporal/server && go build -buildvcs=false -o "$work/server/server" .) >&2
 # Both modules name their command `server`: build each into its own directory.
-GOBIN="$work/server" go install \
-    "go.temporal.io/server/cmd/server@v$TEMPORAL_VERSION" \
-    "go.temporal.io/server/cmd/tools/sql@v$TEMPORAL_VERSION" >&2
+GOBIN="$work/server" go install "go.temporal.io/server/cmd/tools/sql@v$TEMPORAL_VERSION" >&2
 GOBIN="$work/ui" go install \
     "github.com/temporalio/ui-server/v2/cmd/server@v$TEMPORAL_UI_VERSION" >&2
 # The UI server reads its settings from the environment through this template: the same

@@ -17,12 +17,22 @@ from typing import Any
 import pytest
 import yaml
 from clusterkit import QUEUE, TOWER, Cluster, until_serving
-from gatekit import refunds
+from gatekit import decision, recorded, refunds, wait_pending
 from headless import Browser, chromium_path
 from procs import WorkerProcess, free_port
 from temporal_cluster import DEPLOY, UiServer, server_env_file
-from temporalio.api.workflowservice.v1 import GetClusterInfoRequest
+from temporalio.api.batch.v1 import BatchOperationSignal
+from temporalio.api.common.v1 import Header, Payload, Payloads, WorkflowExecution, WorkflowType
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import (
+    GetClusterInfoRequest,
+    SignalWithStartWorkflowExecutionRequest,
+    SignalWorkflowExecutionRequest,
+    StartBatchOperationRequest,
+)
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
 from test_faults_process import TEXT, assert_effects_once, started_attempts
 from test_web_ui import ARTIFACTS
 
@@ -152,6 +162,7 @@ async def test_list_queries_find_the_runs_through_sql_visibility(
 async def test_a_gated_refund_is_approved_after_a_server_process_is_killed(
     cluster: Cluster, cluster_workers: list[WorkerProcess],
 ) -> None:
+    earlier = paid(cluster)
     run_id = f"refund-{uuid.uuid4().hex[:6]}"
     code, out = await cluster.tower("run", "refund", "--input", REFUND, "--id", run_id,
                                     "--no-follow", server=0)
@@ -174,7 +185,7 @@ async def test_a_gated_refund_is_approved_after_a_server_process_is_killed(
                                     server=1, timeout=240)
     assert code == 0 and "status: DONE" in out, out
     assert await agent_status(handle) == "DONE"
-    assert refunds(Path(cluster.env["TOWER_DB"])) == [("INV-2004", 120000)]
+    assert paid(cluster) == [*earlier, ("INV-2004", 120000)]
 
 
 async def test_a_worker_killed_mid_step_is_replaced_by_another_process(
@@ -309,3 +320,138 @@ async def test_rotating_the_codec_key_keeps_earlier_runs_readable(
         payload = started.input.payloads[0]
         assert payload.metadata["encryption-key-id"] == key_id
         assert b"ACC-1001" not in payload.data
+
+
+# Tower's server build refuses a signal over this many bytes (deploy/temporal/server).
+SIGNAL_MAX_BYTES = int(server_env_file()["TOWER_SIGNAL_MAX_BYTES"])
+OVER_LIMIT = "TOWER_SIGNAL_MAX_BYTES"  # named in the guard's refusal
+OVER_CAP = "exceeded workflow execution limit for signal events"  # the server's own
+WARN_BYTES = 10 * 1024 * 1024  # Temporal's history warning size
+
+
+def paid(cluster: Cluster) -> list[tuple[Any, ...]]:
+    """The refunds in the cluster's tools database (shared by every test of the tier)."""
+    return refunds(Path(cluster.env["TOWER_DB"]))
+
+
+async def parked_refund(cluster: Cluster
+                        ) -> tuple[WorkflowHandle[Any, Any], dict[str, Any], str]:
+    """A $1,200 refund waiting at its gate, on an invoice of its own (INV-2004's balance is
+    for the other tests), and that invoice."""
+    with sqlite3.connect(cluster.env["TOWER_DB"]) as db:
+        invoice = f"INV-{7000 + db.execute('SELECT COUNT(*) FROM invoices').fetchone()[0]}"
+        db.execute("INSERT INTO invoices VALUES (?, 'ACC-1003', 240000, 'paid', '2026-11-15')",
+                   (invoice,))
+    run_id = f"refund-{uuid.uuid4().hex[:6]}"
+    ask = json.dumps({"message": f"Please refund $1,200 on invoice {invoice}"})
+    code, out = await cluster.tower("run", "refund", "--input", ask, "--id", run_id,
+                                    "--no-follow")
+    assert code == 0, out
+    handle = (await cluster.client(0)).get_workflow_handle(run_id)
+    return handle, (await wait_pending(handle, timeout=240))["pending"], invoice
+
+
+def signal_of(run: str, data: bytes, **fields: Any) -> SignalWorkflowExecutionRequest:
+    """A `decision` signal carrying ``data`` as its one payload, as anyone may send it."""
+    return SignalWorkflowExecutionRequest(
+        namespace="default", workflow_execution=WorkflowExecution(workflow_id=run),
+        signal_name="decision", input=Payloads(payloads=[Payload(data=data)]),
+        identity=fields.pop("identity", "mallory"), **fields)
+
+
+def signal_sized(run: str, size: int) -> SignalWorkflowExecutionRequest:
+    """A signal of exactly ``size`` bytes as the guard counts them (input, header, identity,
+    name)."""
+    def counted(r: SignalWorkflowExecutionRequest) -> int:
+        return r.input.ByteSize() + r.header.ByteSize() + len(r.identity) + len(r.signal_name)
+
+    n = size - counted(signal_of(run, b""))
+    while counted(signal_of(run, b"x" * n)) > size:  # the length's own varint grew
+        n -= 1
+    request = signal_of(run, b"x" * n, identity="m" * (size - counted(signal_of(run, b"x" * n))
+                                                       + len("mallory")))
+    assert counted(request) == size
+    return request
+
+
+async def test_a_signal_over_the_byte_limit_is_refused_before_the_history(
+    cluster: Cluster, cluster_workers: list[WorkerProcess],
+) -> None:
+    """Temporal bounds a signal's input (2 MB) but not its header, and a run's signals by
+    count, not bytes: on a stock server 18 signals of 3 MB headers ended a parked run (its
+    history passed 50 MB). Tower's build refuses every signal path over the limit at the
+    frontend; nothing reaches the run, which then takes a real decision by signal."""
+    handle, pending, invoice = await parked_refund(cluster)
+    earlier = paid(cluster)
+    client = await cluster.client(1)
+    run, service = handle.id, client.workflow_service
+    before = await recorded(handle)
+    big = Payloads(payloads=[Payload(data=b"x" * 1_900_000)])
+    attacks: dict[str, Any] = {
+        "input under the 2 MB blob limit": service.signal_workflow_execution(
+            signal_of(run, b"x" * 1_900_000)),
+        "header of 3 MB": service.signal_workflow_execution(signal_of(
+            run, b"{}", header=Header(fields={"_tracer-data": Payload(data=b"x" * 3_000_000)}))),
+        "one byte over": service.signal_workflow_execution(
+            signal_sized(run, SIGNAL_MAX_BYTES + 1)),
+        "signal-with-start": service.signal_with_start_workflow_execution(
+            SignalWithStartWorkflowExecutionRequest(
+                namespace="default", workflow_id=run, workflow_type=WorkflowType(name="refund"),
+                task_queue=TaskQueue(name=QUEUE), signal_name="decision", signal_input=big,
+                identity="mallory", request_id=uuid.uuid4().hex)),
+        "batch signal": service.start_batch_operation(StartBatchOperationRequest(
+            namespace="default", job_id=uuid.uuid4().hex, reason="flood",
+            executions=[WorkflowExecution(workflow_id=run)],
+            signal_operation=BatchOperationSignal(signal="decision", input=big,
+                                                  identity="mallory"))),
+    }
+    for name, attack in attacks.items():
+        with pytest.raises(RPCError) as refused:
+            await attack
+        assert refused.value.status == RPCStatusCode.INVALID_ARGUMENT, name
+        assert OVER_LIMIT in refused.value.message, (name, refused.value.message)
+    assert await recorded(handle) == before and paid(cluster) == earlier
+    await service.signal_workflow_execution(signal_sized(run, SIGNAL_MAX_BYTES))  # at it: taken
+    # alice's signed decision, by signal (`temporal workflow signal`'s path), fits easily.
+    await handle.signal("decision", decision(client, run, pending))
+    assert await agent_status(handle) == "DONE"
+    assert paid(cluster) == [*earlier, (invoice, 120000)]
+
+
+async def test_a_flood_of_the_largest_signals_leaves_every_run_under_the_warning_size(
+    cluster: Cluster, cluster_workers: list[WorkerProcess],
+) -> None:
+    """1,500 forged signals of exactly the largest size the server takes: each run of the
+    chain holds at most the per-run cap of them, so its history stays under Temporal's
+    10 MiB warning size, and the refund is then paid once."""
+    handle, _, invoice = await parked_refund(cluster)
+    earlier = paid(cluster)
+    client = await cluster.client(0)
+    first_run = (await handle.describe()).run_id
+    request = signal_sized(handle.id, SIGNAL_MAX_BYTES)
+    over_cap = 0
+    for _ in range(0, 1500, 250):
+        sent = await asyncio.gather(*(client.workflow_service.signal_workflow_execution(request)
+                                      for _ in range(250)), return_exceptions=True)
+        for error in (e for e in sent if isinstance(e, BaseException)):
+            assert isinstance(error, RPCError) and OVER_CAP in error.message, error
+            over_cap += 1
+    # The chain's current run (the flood made it carry over) takes alice's decision.
+    pending = (await wait_pending(handle, timeout=240))["pending"]
+    out = await handle.execute_update("decide", decision(client, handle.id, pending),
+                                      result_type=dict)
+    assert out["result"] == "approved" and await agent_status(handle) == "DONE"
+    sizes, signals = [], 0
+    run_id: str | None = first_run
+    while run_id:
+        run = client.get_workflow_handle(handle.id, run_id=run_id)
+        sizes.append((await run.describe()).raw_description.workflow_execution_info
+                     .history_size_bytes)
+        history = await run.fetch_history()
+        signals += sum(1 for e in history.events
+                       if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED)
+        last = history.events[-1].workflow_execution_continued_as_new_event_attributes
+        run_id = last.new_execution_run_id or None
+    assert len(sizes) > 1 and max(sizes) < WARN_BYTES, sizes
+    assert signals + over_cap == 1500, (signals, over_cap)
+    assert paid(cluster) == [*earlier, (invoice, 120000)]

@@ -3,6 +3,7 @@ what the stack must contain, and that its servers run the cluster tier's config.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import re
@@ -12,9 +13,13 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from temporalio.api.common.v1 import Payloads
 
+from activities.codec import new_key
+from activities.payloads import tower_data_converter
 from starter.devserver import DYNAMIC_CONFIG, dev_server_command
 from starter.telemetry import exporter_names, make_exporter
+from tower.core.signing import MAX_TOKEN_CHARS
 from tower.temporal.refusals import CARRY_AFTER_SIGNALS, MAX_SIGNALS_PER_RUN
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +67,7 @@ def test_the_stack_has_every_part_and_workers_scale() -> None:
     assert services["temporal-setup"]["command"] == ["tower", "setup", "--wait", "180"]
     # Not auto-setup: the server image, and the schema job before any server starts.
     for name in ("temporal", "temporal-2"):
-        assert services[name]["image"].startswith("temporalio/server:")
+        assert services[name]["image"].startswith("tower-temporal-server:")
         assert "temporal-frontend" in services[name]["networks"]["default"]["aliases"]
     assert services["temporal"]["depends_on"]["temporal-schema"]["condition"] == \
         "service_completed_successfully"
@@ -133,8 +138,11 @@ def test_the_servers_run_the_config_the_cluster_tier_runs() -> None:
                     if line and not line.startswith("#"))
     for name in ("temporal", "temporal-2"):
         server = services[name]
+        # Tower's build (its signal guard) on the temporalio/server image of that version.
         assert server["image"] == \
-            f"temporalio/server:${{TEMPORAL_VERSION:-{versions['TEMPORAL_VERSION']}}}"
+            f"tower-temporal-server:${{TEMPORAL_VERSION:-{versions['TEMPORAL_VERSION']}}}"
+        assert server["build"] == {"context": "deploy/temporal/server", "args": {
+            "TEMPORAL_VERSION": f"${{TEMPORAL_VERSION:-{versions['TEMPORAL_VERSION']}}}"}}
         assert server["env_file"] == ["deploy/temporal/server.env"]
         mount = server["environment"]["DYNAMIC_CONFIG_FILE_PATH"]
         assert f"./deploy/temporal/dynamicconfig.yaml:{mount}:ro" in server["volumes"]
@@ -168,6 +176,25 @@ def test_every_server_caps_signals_per_run_where_runs_expect_it(tmp_path: Path) 
     assert f"--dynamic-config-value history.maximumSignalsPerExecution={MAX_SIGNALS_PER_RUN}" \
         in cmd
     assert 0 < CARRY_AFTER_SIGNALS < MAX_SIGNALS_PER_RUN
+
+
+def test_a_run_full_of_the_largest_signals_stays_under_the_warning_size() -> None:
+    """Tower's server build takes at most TOWER_SIGNAL_MAX_BYTES per signal, the servers
+    MAX_SIGNALS_PER_RUN signals per run: with room for each event's own fields and the run's
+    other events, a run full of the largest signals stays under Temporal's 10 MiB warning
+    size (tests/test_cluster.py floods one). A real decision, its token as long as a token
+    may be, encrypted and with a trace header, fits well under the limit."""
+    from temporal_cluster import server_env_file
+    limit = int(server_env_file()["TOWER_SIGNAL_MAX_BYTES"])
+    guard = (ROOT / "deploy/temporal/server/main.go").read_text()
+    assert f"defaultSignalMaxBytes = {limit // 1024} * 1024" in guard and limit % 1024 == 0
+    event_fields, other_events = 100, 1024 * 1024  # ids, times, type; the run's own events
+    assert MAX_SIGNALS_PER_RUN * (limit + event_fields) + other_events < 10 * 1024 * 1024
+    converter = tower_data_converter(env={"TOWER_CODEC_KEYS": f"k1={new_key()}"})
+    payloads = asyncio.run(converter.encode([{"token": "x" * MAX_TOKEN_CHARS}]))
+    trace_header, identity = 300, 64  # a W3C trace context; "pid@host"
+    assert Payloads(payloads=payloads).ByteSize() + trace_header + identity + len("decision") \
+        < limit
 
 
 def test_the_workers_tracing_settings_make_an_otlp_exporter() -> None:

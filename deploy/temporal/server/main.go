@@ -1,0 +1,135 @@
+// Tower's build of the Temporal server: the unmodified server of go.temporal.io/server, with
+// one frontend interceptor (guard.go) that bounds the bytes a signal may add to a run.
+//
+// It starts the way `temporal-server` does, so it replaces that binary as is:
+//
+//	temporal-server [--config-file F | --env E --config DIR --zone Z] [--allow-no-auth] start [--service S]...
+//
+// Without a config flag the configuration is the server's embedded template, filled from the
+// environment (DB, POSTGRES_SEEDS, DYNAMIC_CONFIG_FILE_PATH, ...), as in the server's image.
+// TOWER_SIGNAL_MAX_BYTES sets the guard's limit (default 9216).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	_ "time/tzdata" // time zones for schedules, on hosts without them
+
+	"go.temporal.io/server/common/authorization"
+	"go.temporal.io/server/common/config"
+	"go.temporal.io/server/common/log"
+	_ "go.temporal.io/server/common/persistence/sql/sqlplugin/mysql"
+	_ "go.temporal.io/server/common/persistence/sql/sqlplugin/postgresql"
+	_ "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
+	"go.temporal.io/server/temporal"
+)
+
+// defaultSignalMaxBytes: a Tower decision token is at most 8,000 characters
+// (tower/core/signing.py); this leaves room for its JSON, encryption and trace header.
+const defaultSignalMaxBytes = 9 * 1024
+
+type services []string
+
+func (s *services) String() string     { return strings.Join(*s, ",") }
+func (s *services) Set(v string) error { *s = append(*s, strings.Split(v, ",")...); return nil }
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "temporal-server:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	global := flag.NewFlagSet("temporal-server", flag.ContinueOnError)
+	root := global.String("root", ".", "root directory of the config dir")
+	configDir := global.String("config", "config", "config dir, relative to --root")
+	env := global.String("env", "development", "runtime environment: the config file's name")
+	zone := global.String("zone", "", "availability zone")
+	configFile := global.String("config-file", os.Getenv(config.EnvKeyConfigFile), "config file")
+	global.Bool("allow-no-auth", false, "accepted for compatibility: no authorizer is the default")
+	if err := global.Parse(args); err != nil {
+		return err
+	}
+	if global.Arg(0) != "start" {
+		return fmt.Errorf("usage: temporal-server [flags] start [--service S]... (got %q)", global.Args())
+	}
+	start := flag.NewFlagSet("start", flag.ContinueOnError)
+	var chosen services
+	start.Var(&chosen, "service", "a service to start (repeat; default all)")
+	start.Var(&chosen, "svc", "same as --service")
+	if err := start.Parse(global.Args()[1:]); err != nil {
+		return err
+	}
+	if len(chosen) == 0 {
+		if v := os.Getenv("TEMPORAL_SERVICES"); v != "" {
+			_ = chosen.Set(v)
+		} else {
+			chosen = temporal.DefaultServices
+		}
+	}
+	limit, err := signalMaxBytes()
+	if err != nil {
+		return err
+	}
+
+	set := map[string]bool{}
+	global.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var cfg *config.Config
+	switch {
+	case *configFile != "":
+		cfg, err = config.Load(config.WithConfigFile(*configFile))
+	case set["config"] || set["env"] || set["zone"]:
+		cfg, err = config.Load(config.WithEnv(*env),
+			config.WithConfigDir(path.Join(*root, *configDir)), config.WithZone(*zone))
+	default:
+		cfg, err = config.Load(config.WithEmbedded())
+	}
+	if err != nil {
+		return fmt.Errorf("unable to load configuration: %w", err)
+	}
+	logger := log.NewZapLogger(log.BuildZapLogger(cfg.Log))
+	authorizer, err := authorization.GetAuthorizerFromConfig(&cfg.Global.Authorization)
+	if err != nil {
+		return fmt.Errorf("unable to instantiate the authorizer: %w", err)
+	}
+	claimMapper, err := authorization.GetClaimMapperFromConfig(&cfg.Global.Authorization, logger)
+	if err != nil {
+		return fmt.Errorf("unable to instantiate the claim mapper: %w", err)
+	}
+	audience, err := authorization.GetAudienceMapperFromConfig(&cfg.Global.Authorization)
+	if err != nil {
+		return fmt.Errorf("unable to instantiate the audience mapper: %w", err)
+	}
+	logger.Info(fmt.Sprintf("Tower signal guard: at most %d bytes per signal", limit))
+	server, err := temporal.NewServer(
+		temporal.ForServices(chosen),
+		temporal.WithConfig(cfg),
+		temporal.WithLogger(logger),
+		temporal.InterruptOn(temporal.InterruptCh()),
+		temporal.WithAuthorizer(authorizer),
+		temporal.WithClaimMapper(func(*config.Config) authorization.ClaimMapper { return claimMapper }),
+		temporal.WithAudienceGetter(func(*config.Config) authorization.JWTAudienceMapper { return audience }),
+		temporal.WithChainedFrontendGrpcInterceptors(signalGuard(limit)),
+	)
+	if err != nil {
+		return fmt.Errorf("unable to create the server: %w", err)
+	}
+	return server.Start()
+}
+
+func signalMaxBytes() (int, error) {
+	v := os.Getenv("TOWER_SIGNAL_MAX_BYTES")
+	if v == "" {
+		return defaultSignalMaxBytes, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1024 {
+		return 0, fmt.Errorf("TOWER_SIGNAL_MAX_BYTES=%q: want a whole number of bytes, at least 1024", v)
+	}
+	return n, nil
+}
