@@ -18,6 +18,7 @@ from starter.approvals import make_decision, parse_edits, submit_decision
 from starter.cmd_run import print_outcome as print_run_outcome
 from starter.common import CliError, not_found_is
 from starter.connection import connect
+from starter.inbox.visibility import pending_memo
 from starter.live import follow as follow_run
 from starter.output import json_option, print_json, say, table, tenant_option
 from starter.runs import query
@@ -118,8 +119,9 @@ async def pending_requests(client: Client, *, agent: str | None = None,
     async for wf in client.list_workflows(query, limit=limit):
         sa = wf.typed_search_attributes
         name, node = sa.get(search.AGENT_NAME) or "?", sa.get(search.AGENT_NODE) or "?"
-        memo = await wf.memo_value(search.PENDING_MEMO, None, type_hint=dict)
-        if memo is None:  # a run from before the memo: what its graph says about the node
+        memo = await pending_memo(wf.memo)
+        if not isinstance(memo, dict):  # a run from before the memo (or one whose memo
+            # this process cannot open): what its graph says about the node
             memo = _gate_from_graph(name, node)
         rows.append({"run": wf.id, "agent": name, "step": sa.get(search.AGENT_STEP), **memo})
     return rows

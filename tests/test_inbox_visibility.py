@@ -8,9 +8,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gatekit import decide, new_id, refund_request, wait_pending
+from temporalio.api.common.v1 import Memo, Payload, SearchAttributes, WorkflowType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import StartWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.converter import encode_search_attributes
 
+from activities.codec import ENCODING, KEY_ID, new_key
 from activities.model import ModelSettings
+from activities.payloads import tower_data_converter
+from starter.cmd_approve import pending_requests
 from starter.inbox.visibility import role_query, waiting_run, waiting_runs
 from tower.contract import search
 from tower.contract.pending import PendingView
@@ -91,3 +99,45 @@ def test_role_names_are_checked_before_they_reach_the_query() -> None:
     assert role_query(["x' OR 'a'='a"]) is None
     query = role_query(["manager", "dba", "manager"])
     assert query is not None and "IN ('dba', 'manager')" in query
+
+
+async def test_a_memo_the_inbox_cannot_open_hides_that_run_not_the_inbox(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """mallory starts a run (on a queue no worker polls) with the search attributes of a
+    request awaiting a DBA and a memo encrypted under a key nobody holds. The inbox, whose
+    client holds the deployment's keys, still lists the real requests; the forgery offers
+    nothing (before, opening its memo failed the whole listing for every approver)."""
+    keys = {"TOWER_CODEC_KEYS": f"k1={new_key()}"}
+    inbox = Client(client.service_client, namespace=client.namespace,
+                   data_converter=tower_data_converter(store_dir=tmp_path, env=keys))
+    honest = new_id("chat-honest")
+    forged_view = PendingView(gate="refund_review", node="issue_refund", when="before", step=1,
+                              role="dba", requested_at=datetime(2026, 12, 1, tzinfo=UTC),
+                              expires_at=datetime(2099, 1, 1, tzinfo=UTC), agent="refund")
+    await inbox.start_workflow(  # a readable (if forged) request, so the listing has one
+        ChatAgent.run, ChatInput(config=ChatConfig()), id=honest, task_queue=f"{task_queue}-x",
+        memo={search.PENDING_MEMO: forged_view.model_dump(mode="json")},
+        search_attributes=TypedSearchAttributes([
+            SearchAttributePair(search.AGENT_STATUS, "AWAITING_APPROVAL"),
+            SearchAttributePair(search.AGENT_GATE_ROLE, "dba")]))
+    run = new_id("refund-forged")
+    attributes = SearchAttributes()
+    encode_search_attributes(TypedSearchAttributes([
+        SearchAttributePair(search.AGENT_STATUS, "AWAITING_APPROVAL"),
+        SearchAttributePair(search.AGENT_GATE_ROLE, "dba")]), attributes)
+    sealed = Payload(metadata={"encoding": ENCODING, KEY_ID: b"nope"}, data=b"\0" * 40)
+    await inbox.workflow_service.start_workflow_execution(StartWorkflowExecutionRequest(
+        namespace=client.namespace, workflow_id=run, workflow_type=WorkflowType(name="refund"),
+        task_queue=TaskQueue(name=f"{task_queue}-x"), request_id=new_id("r"),
+        memo=Memo(fields={search.PENDING_MEMO: sealed}), search_attributes=attributes))
+    try:
+        found = await _listed(inbox, ["dba"], honest, present=True)
+        assert run not in [w.run for w in found]
+        assert await waiting_run(inbox, run) == (WorkflowExecutionStatus.RUNNING, None)
+        # `tower pending` lists both: the forgery by what its attributes claim, no crash.
+        rows = {r["run"]: r for r in await pending_requests(inbox)}
+        assert rows[honest]["gate"] == "refund_review" and run in rows
+    finally:
+        for handle in (inbox.get_workflow_handle(run), inbox.get_workflow_handle(honest)):
+            await handle.terminate("test over")

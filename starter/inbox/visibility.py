@@ -8,9 +8,10 @@ a query. Roles and agent names go into the query only after a strict name check.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -48,7 +49,7 @@ async def waiting_runs(client: Client, roles: Iterable[str], limit: int = 200) -
     found = []
     async for wf in client.list_workflows(query, limit=limit):
         agent = wf.typed_search_attributes.get(search.AGENT_NAME) or "?"
-        view = _view((await wf.memo()).get(search.PENDING_MEMO), agent)
+        view = _view(await pending_memo(wf.memo), agent)
         if view is not None:
             found.append(Waiting(run=wf.id, view=view, started=wf.start_time))
     return sorted(found, key=lambda w: w.view.requested_at, reverse=True)
@@ -61,8 +62,18 @@ async def waiting_run(client: Client, run: str) -> tuple[WorkflowExecutionStatus
     view = None
     if described.status == WorkflowExecutionStatus.RUNNING:
         agent = described.typed_search_attributes.get(search.AGENT_NAME) or "?"
-        view = _view((await described.memo()).get(search.PENDING_MEMO), agent)
+        view = _view(await pending_memo(described.memo), agent)
     return described.status, view
+
+
+async def pending_memo(memo: Callable[[], Awaitable[Mapping[str, Any]]]) -> object:
+    """The run's pending-request memo, or None when this process cannot open its memo.
+    Whoever starts a run writes its memo, payload metadata included ("encrypted under k9"):
+    one such run must hide itself, not fail the listing for every approver."""
+    try:
+        return (await memo()).get(search.PENDING_MEMO)
+    except Exception:  # whatever the codec or converter raises on bytes a starter chose
+        return None
 
 
 def _view(raw: object, agent: str) -> PendingView | None:
