@@ -31,6 +31,9 @@ from temporalio.contrib.opentelemetry import (
     ReplaySafeTracerProvider,
     create_tracer_provider,
 )
+from temporalio.plugin import SimplePlugin
+
+from starter.trace_headers import TraceHeaderGuard
 
 TRUE = ("1", "true", "yes", "on")
 # `tower run` polls its run with queries several times a second: tracing each poll
@@ -105,12 +108,14 @@ def configure_tracing(
     return provider
 
 
-def client_plugins() -> list[OpenTelemetryPlugin]:
-    """The plugin for Client.connect when tracing is on: spans for starting runs,
-    running workflows and activities, with the trace context carried in headers."""
+def client_plugins() -> list[SimplePlugin]:
+    """The plugins for Client.connect when tracing is on: spans for starting runs,
+    running workflows and activities, with the trace context carried in headers; in front
+    of the tracer, a guard against headers it cannot read (starter/trace_headers.py)."""
     if not isinstance(trace.get_tracer_provider(), ReplaySafeTracerProvider):
         return []
-    return [OpenTelemetryPlugin(add_temporal_spans=True)]
+    return [SimplePlugin("tower.TraceHeaderGuard", interceptors=[TraceHeaderGuard()]),
+            OpenTelemetryPlugin(add_temporal_spans=True)]
 
 
 def flush_traces() -> None:

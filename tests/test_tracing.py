@@ -8,15 +8,19 @@ import threading
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from conftest import WorkerFactory
+from gatekit import decision, new_id, refund_request, refunds, task_failures, wait_pending
 from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from temporalio.api.common.v1 import Header, Payload, Payloads, WorkflowExecution
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.workflowservice.v1 import SignalWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -33,6 +37,7 @@ from starter.telemetry import (
 )
 from worker import WORKFLOW_FAILURE_TYPES, sandbox_runner
 from workflows.account import AccountAgent, AccountRequest
+from workflows.refund import RefundAgent
 from workflows.registry import AGENTS
 
 SCRIPTED = ModelSettings()
@@ -200,3 +205,37 @@ def test_otlp_exporter_posts_spans_to_the_endpoint() -> None:
     request = ExportTraceServiceRequest.FromString(body)
     span = request.resource_spans[0].scope_spans[0].spans[0]
     assert span.name == "state reason" and span.attributes[0].value.int_value == 1
+
+
+async def test_a_trace_header_the_worker_cannot_read_is_ignored_not_a_stalled_run(
+    traced: Client, task_queue: str, scripted_worker: WorkerFactory, db_path: Path,
+) -> None:
+    """Whoever signals a run writes the signal's headers too. The tracing interceptor reads
+    the trace context from one of them: a header that is not a trace context (not JSON, or
+    'encrypted') must cost that signal its trace link, not fail every workflow task of the
+    run. The signals are refused as decisions; the refund is then approved and paid once."""
+    run = new_id("refund")
+    async with scripted_worker(traced):
+        handle = await traced.start_workflow(RefundAgent.run, refund_request(traced, run),
+                                             id=run, task_queue=task_queue)
+        pending = (await wait_pending(handle))["pending"]
+        bad_headers = [Payload(metadata={"encoding": b"json/plain"}, data=b"{not json"),
+                       Payload(metadata={"encoding": b"binary/encrypted"}, data=b"\0" * 40),
+                       Payload(metadata={"encoding": b"json/plain"}, data=b"[1, 2]")]
+        for header in bad_headers:
+            await traced.workflow_service.signal_workflow_execution(
+                SignalWorkflowExecutionRequest(
+                    namespace=traced.namespace, signal_name="decision", identity="mallory",
+                    workflow_execution=WorkflowExecution(workflow_id=run),
+                    input=Payloads(payloads=[Payload(metadata={"encoding": b"json/plain"},
+                                                     data=b"{}")]),
+                    header=Header(fields={"_tracer-data": header})))
+        async with asyncio.timeout(30):
+            while (await handle.query("approvals", result_type=dict))["refused_total"] < 3:
+                await asyncio.sleep(0.2)
+        assert task_failures(await handle.fetch_history()) == []
+        out = await handle.execute_update("decide", decision(traced, run, pending),
+                                          result_type=dict)
+        await handle.result()
+    assert out["result"] == "approved"
+    assert refunds(db_path) == [("INV-2004", 120000)]
