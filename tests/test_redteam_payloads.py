@@ -22,7 +22,14 @@ from gatekit import (
     task_failures,
     wait_pending,
 )
-from temporalio.api.common.v1 import Header, Payload, Payloads, WorkflowExecution, WorkflowType
+from temporalio.api.common.v1 import (
+    Header,
+    Memo,
+    Payload,
+    Payloads,
+    WorkflowExecution,
+    WorkflowType,
+)
 from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.update.v1 import Input, Meta, Request, WaitPolicy
@@ -116,7 +123,8 @@ async def test_an_update_or_a_start_the_worker_cannot_open_is_refused_at_once(
     client: Client, task_queue: str, db_path: Path, tmp_path: Path,
 ) -> None:
     """The same payloads as a decision by update: rejected, nothing recorded; as a raw
-    start's input: the run fails at once, with the reason."""
+    start's input, or in its memo (which the run reads): the run fails at once, with the
+    reason, never a workflow task retrying forever."""
     env = {"TOWER_CODEC_KEYS": f"k1={new_key()}"}
     tower = await tower_client(client, tmp_path, env)
     forged = UNOPENABLE["encrypted under a key nobody holds"]
@@ -144,6 +152,23 @@ async def test_an_update_or_a_start_the_worker_cannot_open_is_refused_at_once(
             request_id=new_id("r"), identity="mallory"))
         with pytest.raises(WorkflowFailureError) as failed:
             await asyncio.wait_for(tower.get_workflow_handle(bad).result(), 30)
+        # A good input, but a start memo that cannot be opened (the run reads its memo).
+        memo_run = new_id("refund")
+        good = (await tower.data_converter.encode([refund_request(tower, memo_run)]))[0]
+        await tower.workflow_service.start_workflow_execution(StartWorkflowExecutionRequest(
+            namespace=tower.namespace, workflow_id=memo_run,
+            workflow_type=WorkflowType(name="refund"), task_queue=TaskQueue(name=task_queue),
+            input=Payloads(payloads=[good]), memo=Memo(fields={"tower_pending_gate": forged}),
+            request_id=new_id("r"), identity="mallory"))
+        memo_handle = tower.get_workflow_handle(memo_run)
+        async with asyncio.timeout(30):
+            while not (await memo_handle.describe()).close_time and not task_failures(
+                    await memo_handle.fetch_history()):
+                await asyncio.sleep(0.2)
+        assert task_failures(await memo_handle.fetch_history()) == []
+        with pytest.raises(WorkflowFailureError) as memo_failed:
+            await memo_handle.result()
+        assert "could not be opened" in str(memo_failed.value.cause)
     assert "could not be opened: payload encrypted with key 'nope'" in str(failed.value.cause)
     assert refunds(db_path) == []
 
