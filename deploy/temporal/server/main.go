@@ -62,6 +62,7 @@ func run(args []string) error {
 	var chosen services
 	start.Var(&chosen, "service", "a service to start (repeat; default all)")
 	start.Var(&chosen, "svc", "same as --service")
+	start.Var(&chosen, "services", "comma-separated services (older images' entrypoints)")
 	if err := start.Parse(global.Args()[1:]); err != nil {
 		return err
 	}
