@@ -119,7 +119,7 @@ async def pending_requests(client: Client, *, agent: str | None = None,
     async for wf in client.list_workflows(query, limit=limit):
         sa = wf.typed_search_attributes
         name, node = sa.get(search.AGENT_NAME) or "?", sa.get(search.AGENT_NODE) or "?"
-        memo = await pending_memo(wf.memo)
+        memo = await pending_memo(wf)
         if not isinstance(memo, dict):  # a run from before the memo (or one whose memo
             # this process cannot open): what its graph says about the node
             memo = _gate_from_graph(name, node)

@@ -8,13 +8,12 @@ a query. Roles and agent names go into the query only after a strict name check.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from tower.contract import search
 from tower.contract.pending import PendingView
@@ -49,7 +48,7 @@ async def waiting_runs(client: Client, roles: Iterable[str], limit: int = 200) -
     found = []
     async for wf in client.list_workflows(query, limit=limit):
         agent = wf.typed_search_attributes.get(search.AGENT_NAME) or "?"
-        view = _view(await pending_memo(wf.memo), agent)
+        view = _view(await pending_memo(wf), agent)
         if view is not None:
             found.append(Waiting(run=wf.id, view=view, started=wf.start_time))
     return sorted(found, key=lambda w: w.view.requested_at, reverse=True)
@@ -62,16 +61,17 @@ async def waiting_run(client: Client, run: str) -> tuple[WorkflowExecutionStatus
     view = None
     if described.status == WorkflowExecutionStatus.RUNNING:
         agent = described.typed_search_attributes.get(search.AGENT_NAME) or "?"
-        view = _view(await pending_memo(described.memo), agent)
+        view = _view(await pending_memo(described), agent)
     return described.status, view
 
 
-async def pending_memo(memo: Callable[[], Awaitable[Mapping[str, Any]]]) -> object:
-    """The run's pending-request memo, or None when this process cannot open its memo.
+async def pending_memo(run: WorkflowExecution) -> object:
+    """The run's pending-request memo (listed or described), or None when this process
+    cannot open its memo.
     Whoever starts a run writes its memo, payload metadata included ("encrypted under k9"):
     one such run must hide itself, not fail the listing for every approver."""
     try:
-        return (await memo()).get(search.PENDING_MEMO)
+        return (await run.memo()).get(search.PENDING_MEMO)
     except Exception:  # whatever the codec or converter raises on bytes a starter chose
         return None
 

@@ -20,6 +20,7 @@ This overrides three private steps of the SDK's ``DataConverter`` (temporalio 1.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -85,7 +86,12 @@ class TowerDataConverter(DataConverter):
         converter = super().with_context(context)
         if converter.outside == outside:
             return converter
-        return dataclasses.replace(converter, outside=outside)
+        # A shallow copy, as the SDK's own with_context makes: dataclasses.replace would
+        # rebuild the payload and failure converters, dropping their context (and cost a
+        # rebuild at every activation).
+        flagged = copy.copy(converter)
+        object.__setattr__(flagged, "outside", outside)
+        return flagged
 
     async def _decode_reference_payload_sequence(
         self, payloads: Sequence[Payload]
