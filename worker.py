@@ -23,7 +23,9 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from activities.mcp import (
+from activities.tools import ToolBox
+from tower import scripts_of
+from tower.activities.mcp import (
     McpConfigError,
     McpDiscoveryError,
     McpPolicyError,
@@ -31,15 +33,13 @@ from activities.mcp import (
     check_agents,
     load_sources,
 )
-from activities.messages import MessageStore
-from activities.model import ModelActivities, ModelSettings
-from activities.notify import Notifier
-from activities.prices import PriceError
-from activities.tools import ToolBox
-from activities.trust import TrustLoader
-from starter.connection import TASK_QUEUE, ServerUnreachable, UnknownTenant, connect, use_tenant
-from starter.telemetry import TracingConfigError
-from tower import scripts_of
+from tower.activities.messages import MessageStore
+from tower.activities.model import ModelActivities, ModelSettings
+from tower.activities.notify import Notifier
+from tower.activities.prices import PriceError
+from tower.activities.trust import TrustLoader
+from tower.cli.connection import TASK_QUEUE, ServerUnreachable, UnknownTenant, connect, use_tenant
+from tower.cli.telemetry import TracingConfigError
 from tower.temporal.worker import WORKFLOW_FAILURE_TYPES
 from tower.temporal.worker import build_worker as tower_worker
 from tower.temporal.worker import sandbox_runner as tower_sandbox

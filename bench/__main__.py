@@ -19,11 +19,11 @@ from typing import Any
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.model import ModelSettings
 from bench import chat, parked, suites
 from bench.agents import BENCH_WORKFLOWS, WORKFLOW_TASKS, StepsAgent
 from bench.report import table
-from starter.devserver import temporal_binary
+from tower.activities.model import ModelSettings
+from tower.cli.devserver import temporal_binary
 from tower.contract import search
 from worker import build_worker
 

@@ -15,11 +15,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from activities.model import ModelSettings
-from activities.payloads import tower_data_converter
 from bench.agents import NaiveChat, NaiveMessage
 from bench.measure import history_bytes, run_chain, turn_costs
-from starter.histories import replay as replay_checked
+from tower.activities.model import ModelSettings
+from tower.activities.payloads import tower_data_converter
+from tower.cli.histories import replay as replay_checked
 from tower.contract.search import start_attributes
 from tower.core.window import WindowPolicy
 from tower.temporal.worker import pydantic_converter

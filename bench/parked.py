@@ -25,9 +25,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from activities.model import ModelSettings
 from bench.agents import BENCH_WORKFLOWS, REVIEW_TIMEOUT, WORKFLOW_TASKS, ParkedAgent, ParkRequest
-from starter.trust_files import dev_trust
+from tower.activities.model import ModelSettings
+from tower.cli.trust_files import dev_trust
 from tower.contract.search import start_attributes
 from tower.core.signing import decision_claims
 from worker import build_worker

@@ -17,9 +17,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.model import ModelSettings
-from starter.devserver import dynamic_config_args, temporal_binary
-from starter.trust_files import dev_trust, enrol
+from tower.activities.model import ModelSettings
+from tower.cli.devserver import dynamic_config_args, temporal_binary
+from tower.cli.trust_files import dev_trust, enrol
 from tower.contract import search
 from worker import build_worker
 

@@ -15,7 +15,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle
 
-from starter.keys import load_key, new_key
+from tower.cli.keys import load_key, new_key
 from tower.contract.decisions import Verdict
 from tower.contract.trust import EventClaims
 from tower.core.signing import EVENT_TYPE, decision_claims, sign

@@ -12,13 +12,13 @@ import httpx
 from gatekit import new_id, refund_request, wait_pending
 from temporalio.client import Client, WorkflowHandle
 
-from activities.trust import trust_dir
-from starter.inbox.app import InboxConfig
-from starter.inbox.identity import Account, Accounts, hash_password
-from starter.inbox.server import serving
-from starter.inbox.visibility import waiting_run
-from starter.keys import load_key
-from starter.trust_files import enrol
+from tower.activities.trust import trust_dir
+from tower.cli.keys import load_key
+from tower.cli.trust_files import enrol
+from tower.inbox.app import InboxConfig
+from tower.inbox.identity import Account, Accounts, hash_password
+from tower.inbox.server import serving
+from tower.inbox.visibility import waiting_run
 from workflows.refund import RefundAgent
 
 PASSWORD = "correct horse"

@@ -15,7 +15,7 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from starter.devserver import dev_server_command, prepare
+from tower.cli.devserver import dev_server_command, prepare
 
 REPO = Path(__file__).resolve().parent.parent
 # What a worker's log may show for an exception someone handled on purpose: a classified

@@ -22,9 +22,9 @@ from pathlib import Path
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.model import ModelSettings
-from starter.cmd_operator import send_abort, send_retry
-from starter.devserver import temporal_binary
+from tower.activities.model import ModelSettings
+from tower.cli.cmd_operator import send_abort, send_retry
+from tower.cli.devserver import temporal_binary
 from tower.contract import search
 from worker import build_worker
 from workflows.order import OrderAgent, OrderRequest

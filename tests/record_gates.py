@@ -22,12 +22,12 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.model import ModelSettings
 from activities.tools.migrations import EXAMPLE_SHOP
-from starter.approvals import make_decision
-from starter.devserver import temporal_binary
-from starter.histories import report_unreplayable
-from starter.trust_files import dev_trust
+from tower.activities.model import ModelSettings
+from tower.cli.approvals import make_decision
+from tower.cli.devserver import temporal_binary
+from tower.cli.histories import report_unreplayable
+from tower.cli.trust_files import dev_trust
 from tower.contract import search
 from tower.contract.decisions import Verdict
 from worker import build_worker

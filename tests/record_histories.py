@@ -2,7 +2,7 @@
 
 Starts a throw-away dev server (nothing downloaded, in memory), a worker on the
 offline scripted model and a fresh tools database, runs every demo input of
-``starter.demo.RUNS`` (every agent that has one) and the gated scenarios below,
+``tower.cli.demo.requests()`` (every agent that has one) and the gated scenarios below,
 and writes each run's history as ``ID.json`` (the workflow id, which replay reads
 back from the name) with an index in ``README.md``. A demo run that stops at a
 gate is recorded as it stands, parked: a history of a run still in flight.
@@ -28,13 +28,13 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.model import ModelSettings
-from starter.agents import scripted_reply
-from starter.approvals import make_decision
-from starter.devserver import temporal_binary
-from starter.histories import report_unreplayable
-from starter.live import follow
-from starter.trust_files import dev_trust
+from tower.activities.model import ModelSettings
+from tower.cli.agents import scripted_reply
+from tower.cli.approvals import make_decision
+from tower.cli.devserver import temporal_binary
+from tower.cli.histories import report_unreplayable
+from tower.cli.live import follow
+from tower.cli.trust_files import dev_trust
 from tower.contract import search
 from tower.contract.decisions import Verdict
 from tower.testing.model_server import LoopbackModelServer
@@ -239,9 +239,9 @@ async def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
-    from starter.demo import RUNS  # every agent's demo inputs, kept in one place
+    from tower.cli.demo import requests  # every agent's demo inputs, kept in one place
 
-    await record(args.out, RUNS)
+    await record(args.out, requests())
     return 1 if await report_unreplayable(args.out) else 0
 
 

@@ -10,8 +10,8 @@ from conftest import WorkerFactory
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.model import ModelSettings
 from tower import Transition, final_state
+from tower.activities.model import ModelSettings
 from workflows.account import AccountAgent, AccountRequest, AccountState
 from workflows.support import SupportAgent, SupportRequest
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from starter.keys import new_key
 from tower import DONE, AgentState, Graph, InvalidGraph, Status, UpdateError
+from tower.cli.keys import new_key
 from tower.contract.decisions import Decision, GateStatus, Verdict
 from tower.contract.trust import Member, Policy, Roster, TrustSnapshot
 from tower.core import legacy_trust

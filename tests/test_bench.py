@@ -13,14 +13,14 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.model import ModelSettings
 from bench import chat
 from bench.agents import BENCH_WORKFLOWS, NaiveChat, NaiveMessage
 from bench.measure import history_bytes, run_chain, turn_costs
 from bench.parked import decision_latency, park
 from bench.report import table
 from bench.suites import combine
-from starter.trust_files import dev_trust
+from tower.activities.model import ModelSettings
+from tower.cli.trust_files import dev_trust
 from tower.core.window import WindowPolicy
 from worker import build_worker
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage

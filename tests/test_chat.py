@@ -15,9 +15,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
-from activities.messages import MessageStore
-from activities.model import ModelSettings
 from bench.measure import turn_costs
+from tower.activities.messages import MessageStore
+from tower.activities.model import ModelSettings
 from tower.core.carry import LogSummary
 from tower.core.window import WindowPolicy
 from worker import build_worker, sandbox_runner

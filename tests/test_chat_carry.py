@@ -13,10 +13,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.model import ModelSettings
-from activities.payloads import tower_data_converter
 from bench.measure import run_chain
-from starter.histories import replay
+from tower.activities.model import ModelSettings
+from tower.activities.payloads import tower_data_converter
+from tower.cli.histories import replay
 from tower.core.window import WindowPolicy
 from worker import build_worker
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage

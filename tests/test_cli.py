@@ -14,9 +14,9 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from towercli import TOWER, tower_cli
 
-from activities.model import ModelSettings
-from starter.devprocess import free_port
-from starter.devserver import temporal_binary
+from tower.activities.model import ModelSettings
+from tower.cli.devprocess import free_port
+from tower.cli.devserver import temporal_binary
 from worker import build_worker
 
 

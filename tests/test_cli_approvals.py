@@ -12,10 +12,10 @@ from conftest import WorkerFactory
 from gatekit import forged_key, make_shop, refunds, schema, wait_pending
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.testing import WorkflowEnvironment
-from towercli import tower_cli
+from towercli import example_project, tower_cli
 
-from activities.model import ModelSettings
-from starter.trust_files import dev_trust
+from tower.activities.model import ModelSettings
+from tower.cli.trust_files import dev_trust
 from tower.contract import search
 from worker import build_worker
 
@@ -28,7 +28,7 @@ async def tower(env: WorkflowEnvironment, cwd: Path, *args: str,
     environ.update({"TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
                     "TOWER_CONFIG_DIR": os.environ["TOWER_CONFIG_DIR"],
                     "TOWER_TRUST_DIR": os.environ["TOWER_TRUST_DIR"], **extra})
-    return await tower_cli(list(args), env=environ, cwd=cwd, timeout=90)
+    return await tower_cli(list(args), env=environ, cwd=example_project(cwd), timeout=90)
 
 
 async def test_refund_paused_listed_refused_then_approved_from_the_cli(

@@ -16,10 +16,10 @@ from temporalio.testing import WorkflowEnvironment
 from test_cli import TOWER, address_of, cli_env, tower
 from towercli import tower_cli, until_connected
 
-from activities.model import ModelSettings
-from starter.cli import COMMANDS, cli
-from starter.devprocess import free_port
-from starter.live import Progress, format_elapsed
+from tower.activities.model import ModelSettings
+from tower.cli.cli import COMMANDS, cli
+from tower.cli.devprocess import free_port
+from tower.cli.live import Progress, format_elapsed
 from worker import build_worker
 
 

@@ -20,7 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of, tower
 from test_cli_live import tower_env
 
-from starter.live import watch
+from tower.cli.live import watch
 from workflows.account import AccountAgent, AccountRequest
 
 TOWER = str(Path(sys.executable).parent / "tower")

@@ -36,10 +36,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from test_faults_process import TEXT, assert_effects_once, started_attempts
 from test_web_ui import ARTIFACTS
 
-from activities.codec import new_key
-from starter.agents import scripted_reply
-from starter.demo import RUNS
-from starter.devserver import temporal_binary
+from tower.activities.codec import new_key
+from tower.cli.agents import scripted_reply
+from tower.cli.demo import requests
+from tower.cli.devserver import temporal_binary
 from tower.contract import search
 from tower.testing.model_server import Fault, LoopbackModelServer
 
@@ -71,11 +71,11 @@ async def agent_status(handle: WorkflowHandle[Any, Any], seconds: float = 240) -
 
 @pytest.fixture(scope="session")
 async def demo_runs(cluster: Cluster, cluster_workers: list[WorkerProcess]) -> dict[str, str]:
-    """Every demo input (starter/demo.py), half started through each server process:
+    """Every demo input (tower/cli/demo.py), half started through each server process:
     run id -> the AgentStatus it ended with."""
     clients = [await cluster.client(0), await cluster.client(1)]
     handles: list[WorkflowHandle[Any, Any]] = []
-    for i, (agent, request, _) in enumerate(RUNS):
+    for i, (agent, request, _) in enumerate(requests()):
         handles.append(await clients[i % 2].start_workflow(
             agent, request, id=f"demo-{agent}-{uuid.uuid4().hex[:6]}", task_queue=QUEUE))
     statuses = await asyncio.gather(*(agent_status(h) for h in handles))
@@ -125,11 +125,11 @@ async def test_every_demo_agent_runs_to_its_end_on_workers_in_two_processes(
     cluster: Cluster, demo_runs: dict[str, str],
 ) -> None:
     expected = {}
-    for run_id, (_agent, request, _) in zip(demo_runs, RUNS, strict=True):
+    for run_id, (_agent, request, _) in zip(demo_runs, requests(), strict=True):
         fails = any(s in request.model_dump_json() for s in FAILS_ON_PURPOSE)
         expected[run_id] = "FAILED" if fails else "DONE"
     assert demo_runs == expected
-    assert {agent for agent, _, _ in RUNS} <= {r.split("-")[1] for r in demo_runs}
+    assert {agent for agent, _, _ in requests()} <= {r.split("-")[1] for r in demo_runs}
     # Both worker processes did work (their identities are pid@host).
     client = await cluster.client()
     identities = set()

@@ -19,12 +19,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from towercli import tower_cli
 
-from activities.codec import ENCODING, CodecError, EncryptionCodec, KeyRing, new_key
-from activities.model import ModelSettings
-from activities.payloads import tower_data_converter
-from starter.codec_server import build_server, serve_in_thread
-from starter.devserver import dev_server_command
-from starter.histories import replay
+from tower.activities.codec import ENCODING, CodecError, EncryptionCodec, KeyRing, new_key
+from tower.activities.model import ModelSettings
+from tower.activities.payloads import tower_data_converter
+from tower.cli.codec_server import build_server, serve_in_thread
+from tower.cli.devserver import dev_server_command
+from tower.cli.histories import replay
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
 
@@ -165,7 +165,7 @@ def test_codec_server_decodes_nothing_for_strangers(codec_url: str) -> None:
 
 
 def test_dev_server_gets_the_ui_codec_endpoint() -> None:
-    from starter.cmd_dev import command
+    from tower.cli.cmd_dev import command
     args = command.make_context("dev", ["--ui-codec-endpoint", "http://127.0.0.1:8081",
                                         "--tenant", "acme"]).params
     assert args["ui_codec_endpoint"] == "http://127.0.0.1:8081" and args["tenants"] == ("acme",)

@@ -14,9 +14,9 @@ from conftest import WorkerFactory
 from temporalio.client import Client
 from towercli import tower_cli
 
-from activities.model import ModelSettings
-from activities.prices import PriceTable
 from tower import final_state
+from tower.activities.model import ModelSettings
+from tower.activities.prices import PriceTable
 from tower.contract import search
 from workflows.account import AccountAgent, AccountRequest, AccountState
 

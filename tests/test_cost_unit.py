@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from activities.prices import PriceError, PriceTable
 from tower import (
     DONE,
     FAILED,
@@ -20,6 +19,7 @@ from tower import (
     advance,
     start,
 )
+from tower.activities.prices import PriceError, PriceTable
 from tower.core.cost import CallUsage, cost_report
 from tower.core.mermaid import to_mermaid
 
@@ -145,6 +145,6 @@ def test_node_usage_reducer_adds_per_node() -> None:
 
 
 def test_setup_registers_the_cost_attributes() -> None:
-    from starter.server_setup import kind_name, wanted_attributes
+    from tower.cli.server_setup import kind_name, wanted_attributes
     wanted = {name: kind_name(kind) for name, kind in wanted_attributes().items()}
     assert wanted["AgentCostUsd"] == "Double" and wanted["AgentTokens"] == "Int"

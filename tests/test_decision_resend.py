@@ -22,8 +22,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from starter.approvals import submit_decision
 from tower import Outcome
+from tower.cli.approvals import submit_decision
 from tower.contract.decisions import GateStatus
 
 # The probe runs unsandboxed, in this process: the test holds its handler with these.

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from test_cli import TOWER, cli_env
 
-from starter.demo import RUNS
-from starter.devprocess import free_port
+from tower.cli.demo import RUNS
+from tower.cli.devprocess import free_port
 
 
 async def test_tower_demo_from_nothing(tmp_path: Path) -> None:

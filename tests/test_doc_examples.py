@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 from test_cli import cli_env
-from towercli import tower_cli
+from towercli import example_project, tower_cli
 
-from activities.model import ModelSettings
-from starter.cmd_dev import prepare_dev_setup
-from starter.connection import TASK_QUEUE
+from tower.activities.model import ModelSettings
+from tower.cli.cmd_dev import prepare_dev_setup
+from tower.cli.connection import TASK_QUEUE
 from worker import build_worker
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,7 +100,8 @@ async def test_every_example_on_the_page_works_on_a_fresh_setup(
     found, _ = examples(page)
     if not found:
         pytest.skip(f"{page.name} has no runnable tower example")
-    monkeypatch.chdir(tmp_path)  # nothing from an earlier run: no .tower/, no databases
+    # The checkout's example project, with nothing from an earlier run: no .tower/, no databases.
+    monkeypatch.chdir(example_project(tmp_path))
     # No approver keys yet, and the deployment's trust dir is the default .tower/trust.
     monkeypatch.setenv("TOWER_CONFIG_DIR", str(tmp_path / "approver-config"))
     monkeypatch.delenv("TOWER_TRUST_DIR")

@@ -17,9 +17,9 @@ from gatekit import decide, new_id, refund_request, refunds, snapshot, wait_pend
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
-from activities.model import ModelSettings
 from activities.tools import TOOLS, billing
-from starter.cmd_operator import send_retry
+from tower.activities.model import ModelSettings
+from tower.cli.cmd_operator import send_retry
 from tower.contract.decisions import Verdict
 from tower.contract.wire import ModelRequest, ToolCallRequest
 from worker import build_worker

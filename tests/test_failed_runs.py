@@ -20,9 +20,9 @@ from temporalio.client import (
 )
 from temporalio.exceptions import ApplicationError
 
-from starter.cmd_operator import send_retry
-from starter.common import CliError
 from tower import AGENT_FAILED, final_state
+from tower.cli.cmd_operator import send_retry
+from tower.cli.common import CliError
 from tower.contract.wire import ModelRequest
 from workflows.refund import RefundAgent, RefundState
 

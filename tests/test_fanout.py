@@ -15,8 +15,8 @@ from temporalio.client import (
     WorkflowHandle,
 )
 
-from activities.model import ModelSettings
 from tower import Transition, final_state
+from tower.activities.model import ModelSettings
 from tower.temporal.fanout import FanOutPolicy, OnChildFailure
 from worker import build_worker
 from workflows.fanout import FanOutAgent, FanOutRequest, FanOutState

@@ -18,9 +18,9 @@ import pytest
 from gatekit import new_id, refund_request, wait_pending
 from temporalio.client import Client
 
-from activities.model import ModelSettings
-from activities.notify import message
-from starter.trust_files import dev_trust
+from tower.activities.model import ModelSettings
+from tower.activities.notify import message
+from tower.cli.trust_files import dev_trust
 from tower.contract.notify import GateNotice, NotifyPolicy
 from worker import build_worker
 from workflows.refund import RefundAgent

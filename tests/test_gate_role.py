@@ -10,7 +10,7 @@ from pathlib import Path
 from gatekit import decide, new_id, refund_request, wait_pending
 from temporalio.client import Client
 
-from activities.model import ModelSettings
+from tower.activities.model import ModelSettings
 from tower.contract import search
 from worker import build_worker
 from workflows.refund import RefundAgent

@@ -9,8 +9,8 @@ from typing import Any
 from gatekit import decide, make_shop, new_id, schema, wait_pending
 from temporalio.client import Client
 
-from activities.model import ModelSettings
 from activities.tools.migrations import destructive_findings, split_statements
+from tower.activities.model import ModelSettings
 from tower.contract.decisions import Verdict
 from worker import build_worker
 from workflows.migration import MigrationAgent, MigrationRequest

@@ -26,8 +26,8 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from temporalio.exceptions import FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.model import ModelSettings
 from tower import Transition
+from tower.activities.model import ModelSettings
 from tower.contract import search
 from tower.contract.decisions import Verdict
 from tower.core.legacy_trust import ApprovalSettings

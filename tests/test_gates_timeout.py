@@ -11,10 +11,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.model import ModelSettings
-from starter.devserver import temporal_binary
-from starter.trust_files import dev_trust
 from tower import Transition
+from tower.activities.model import ModelSettings
+from tower.cli.devserver import temporal_binary
+from tower.cli.trust_files import dev_trust
 from tower.contract import search
 from worker import build_worker
 from workflows.refund import RefundAgent

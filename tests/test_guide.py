@@ -24,7 +24,6 @@ FILE_BLOCK = re.compile(r"^```\w+ (\S+)\n(.*?)^```$", re.M | re.S)
 COMMANDS = [
     "python -m pytest -q tests",
     "python worker.py &",
-    "export TOWER_AGENTS=workflows",
     "tower run triage --input '{\"ticket\": \"Where is ORD-7?\"}' --id triage-1 "
     "--task-queue triage",
     "mkdir -p tests/histories && tower history export triage-1 -o tests/histories/",
@@ -83,8 +82,6 @@ async def test_a_scratch_project_follows_the_guide(env: WorkflowEnvironment,
         ready = await asyncio.wait_for(worker.stdout.readline(), 60)
         assert ready.decode().strip() == "worker ready"
 
-        assert next(commands) == "export TOWER_AGENTS=workflows"
-        shell["TOWER_AGENTS"] = "workflows"
         ran = run([TOWER, "run", "triage", "--input", '{"ticket": "Where is ORD-7?"}',
                    "--id", "triage-1", "--task-queue", queue], project, shell)
         assert next(commands).startswith("tower run triage")
@@ -113,12 +110,13 @@ async def test_a_scratch_project_follows_the_guide(env: WorkflowEnvironment,
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "3 passed" in tested.stdout
 
-    # --agents does what TOWER_AGENTS does, for one command; without either, Tower's own.
-    del shell["TOWER_AGENTS"]
-    drawn = run([TOWER, "--agents", "workflows", "graph", "triage"], project, shell)
+    # The project's own agents, and only them: Tower's example is nowhere to be found.
+    drawn = run([TOWER, "graph", "triage"], project / "tests", shell)
     assert drawn.returncode == 0 and "read --> reply" in drawn.stdout, drawn.stderr
-    unknown = run([TOWER, "graph", "triage"], project, shell)
-    assert unknown.returncode == 2 and "unknown agent 'triage'" in unknown.stderr
+    unknown = run([TOWER, "graph", "refund"], project, shell)
+    assert unknown.returncode == 2 and "unknown agent 'refund'" in unknown.stderr
+    outside = run([TOWER, "graph", "triage"], project.parent, shell)
+    assert outside.returncode == 2 and "no Tower project here" in outside.stderr
 
 
 async def test_the_replay_helper_fails_a_history_the_code_no_longer_matches(

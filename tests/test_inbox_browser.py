@@ -23,8 +23,8 @@ from headless import Browser, chromium_path
 from inboxkit import PASSWORD, inbox, park_refund
 from temporalio.client import Client
 
-from activities.model import ModelSettings
-from starter.inbox.visibility import waiting_run
+from tower.activities.model import ModelSettings
+from tower.inbox.visibility import waiting_run
 from worker import build_worker
 from workflows.migration import MigrationAgent, MigrationRequest
 

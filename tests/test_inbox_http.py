@@ -22,9 +22,9 @@ from inboxkit import (
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.model import ModelSettings
-from starter.inbox.identity import ProxyAuth
-from starter.inbox.visibility import waiting_run
+from tower.activities.model import ModelSettings
+from tower.inbox.identity import ProxyAuth
+from tower.inbox.visibility import waiting_run
 from worker import build_worker
 
 

@@ -19,8 +19,8 @@ import pytest
 from inboxkit import PASSWORD, csrf_of, inbox, park_refund
 from temporalio.client import Client
 
-from activities.model import ModelSettings
-from activities.trust import trust_dir
+from tower.activities.model import ModelSettings
+from tower.activities.trust import trust_dir
 from worker import build_worker
 
 

@@ -15,13 +15,13 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.converter import encode_search_attributes
 
-from activities.codec import ENCODING, KEY_ID, new_key
-from activities.model import ModelSettings
-from activities.payloads import tower_data_converter
-from starter.cmd_approve import pending_requests
-from starter.inbox.visibility import role_query, waiting_run, waiting_runs
+from tower.activities.codec import ENCODING, KEY_ID, new_key
+from tower.activities.model import ModelSettings
+from tower.activities.payloads import tower_data_converter
+from tower.cli.cmd_approve import pending_requests
 from tower.contract import search
 from tower.contract.pending import PendingView
+from tower.inbox.visibility import role_query, waiting_run, waiting_runs
 from worker import build_worker
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
 from workflows.refund import RefundAgent

@@ -26,9 +26,9 @@ from mcp_notes.agent import CleanupRequest, NotesCleanupAgent, NotesPurgeAgent
 from mcp_notes.fixtures import HttpNotesServer, stdio_tenant
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
-from activities.mcp import McpPolicyError, McpSources, load_sources
-from activities.mcp.catalogue import discover
-from starter.trust_files import enrol
+from tower.activities.mcp import McpPolicyError, McpSources, load_sources
+from tower.activities.mcp.catalogue import discover
+from tower.cli.trust_files import enrol
 from tower.contract.decisions import Verdict
 from worker import build_worker
 
@@ -149,8 +149,8 @@ async def test_an_agent_uses_all_three_tools_and_the_delete_waits_at_a_gate(
 # tenant's configuration makes it import the MCP SDK (~25 MB of a worker's idle RSS).
 STARTUP = """
 import asyncio, sys
-from activities.mcp import load_sources
-from starter.connection import connect
+from tower.activities.mcp import load_sources
+from tower.cli.connection import connect
 from worker import build_worker
 
 async def start(config):

@@ -11,10 +11,10 @@ import pytest
 from mcp_notes.fixtures import SERVER, http_server, http_tenant, stdio_tenant
 from temporalio.exceptions import ApplicationError
 
-from activities.mcp import McpDiscoveryError
-from activities.mcp.calls import McpToolBox
-from activities.mcp.catalogue import discover
-from activities.mcp.config import McpConfigError, load
+from tower.activities.mcp import McpDiscoveryError
+from tower.activities.mcp.calls import McpToolBox
+from tower.activities.mcp.catalogue import discover
+from tower.activities.mcp.config import McpConfigError, load
 from tower.contract.wire import ToolCall
 
 TOKEN = "s3cret-token"
@@ -136,12 +136,12 @@ async def test_tower_tools_lists_built_in_and_mcp_tools_with_their_gates(tmp_pat
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps({"tenants": {"default": {"servers": {"notes": {
         "command": [sys.executable, str(SERVER), "--db", str(tmp_path / "notes.sqlite")]}}}}}))
-    # The agents: Tower's own and the notes agents, found from the tests' folder (a user's
-    # project is found from its own directory the same way).
-    env = {**os.environ, "TOWER_MCP_CONFIG": str(config), "TEMPORAL_NAMESPACE": "default",
-           "TOWER_AGENTS": "workflows,mcp_notes.agent"}
+    # The agents: the example project's (found from the tests' folder, as a user's project
+    # is found from its own) and the notes agents beside these tests.
+    env = {**os.environ, "TOWER_MCP_CONFIG": str(config), "TEMPORAL_NAMESPACE": "default"}
     tests = Path(__file__).parent
-    code, out, err = await tower_cli(["tools", "--json"], env=env, cwd=tests)
+    agents = ["--agents", "workflows,mcp_notes.agent"]
+    code, out, err = await tower_cli([*agents, "tools", "--json"], env=env, cwd=tests)
     assert code == 0, err
     rows = {r["tool"]: r for r in json.loads(out)["tools"]}
     assert rows["issue_refund"]["source"] == "built-in"
@@ -155,5 +155,5 @@ async def test_tower_tools_lists_built_in_and_mcp_tools_with_their_gates(tmp_pat
     assert delete["retried_after_timeout"] is False
     # A broken config is one clear line, not a traceback.
     config.write_text("{not json")
-    code, out, err = await tower_cli(["tools"], env=env, cwd=tests)
+    code, out, err = await tower_cli([*agents, "tools"], env=env, cwd=tests)
     assert code != 0 and "Traceback" not in err and "mcp.json" in err, err

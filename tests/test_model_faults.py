@@ -11,10 +11,10 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.fallback import Endpoint, parse_models
-from activities.model import ModelActivities, ModelSettings
-from starter.agents import scripted_reply
 from tower import Message
+from tower.activities.fallback import Endpoint, parse_models
+from tower.activities.model import ModelActivities, ModelSettings
+from tower.cli.agents import scripted_reply
 from tower.contract.wire import ModelReply, ModelRequest
 from tower.testing.model_server import Fault, LoopbackModelServer
 

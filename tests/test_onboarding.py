@@ -9,9 +9,9 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.model import ModelSettings
 from activities.tools import TOOLS, ToolBox
 from tower import Transition, final_state
+from tower.activities.model import ModelSettings
 from tower.contract.wire import ToolCall
 from worker import build_worker
 from workflows.onboarding import (

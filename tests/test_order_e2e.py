@@ -18,11 +18,11 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of, tower
 
-from activities.model import ModelSettings
-from starter.cmd_operator import send_abort, send_retry
-from starter.common import CliError
-from starter.runs import run_state
 from tower import AGENT_FAILED, Kind, Transition, final_state
+from tower.activities.model import ModelSettings
+from tower.cli.cmd_operator import send_abort, send_retry
+from tower.cli.common import CliError
+from tower.cli.runs import run_state
 from tower.contract import search
 from workflows.order import OrderAgent, OrderRequest, OrderState
 

@@ -40,9 +40,9 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from activities.model import ModelSettings
-from starter.keys import load_key
-from starter.trust_files import enrol, read_roster, write_roster
+from tower.activities.model import ModelSettings
+from tower.cli.keys import load_key
+from tower.cli.trust_files import enrol, read_roster, write_roster
 from tower.core.signing import decision_claims
 from tower.temporal.refusals import CARRY_AFTER_SIGNALS, MAX_SIGNALS_PER_RUN
 from worker import WORKFLOW_FAILURE_TYPES, build_worker, sandbox_runner
@@ -161,7 +161,7 @@ async def test_a_role_the_roster_does_not_grant_and_another_tenants_key(
 async def test_a_revoked_key(
     client: Client, task_queue: str, db_path: Path, tmp_path: Path
 ) -> None:
-    from starter.trust_files import dev_trust
+    from tower.cli.trust_files import dev_trust
 
     trust, config = tmp_path / "trust", tmp_path / "keys"
     dev_trust(trust, client.namespace, config=config)
@@ -260,8 +260,8 @@ async def test_a_raw_start_that_sets_policy_or_is_malformed_fails_at_once(
 async def test_export_never_writes_outside_the_folder_it_was_given(
     client: Client, task_queue: str, db_path: Path, tmp_path: Path, monkeypatch: Any
 ) -> None:
-    from starter.cli import main
-    from starter.histories import load
+    from tower.cli.cli import main
+    from tower.cli.histories import load
     from workflows.account import AccountAgent, AccountRequest
 
     folder, tag = tmp_path / "exports", new_id("x")

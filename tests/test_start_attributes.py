@@ -13,10 +13,10 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 
-from activities.model import ModelSettings
 from bench.agents import BENCH_WORKFLOWS, Baseline, Steps, StepsAgent
-from starter.histories import replay
-from starter.runs import list_rows
+from tower.activities.model import ModelSettings
+from tower.cli.histories import replay
+from tower.cli.runs import list_rows
 from tower.contract import search
 from worker import build_worker
 

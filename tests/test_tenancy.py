@@ -12,11 +12,11 @@ from gatekit import refunds
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
-from towercli import tower_cli
+from towercli import example_project, tower_cli
 
-from activities.model import ModelSettings
-from activities.payloads import tower_data_converter
-from starter.connection import UnknownTenant, connect, use_tenant
+from tower.activities.model import ModelSettings
+from tower.activities.payloads import tower_data_converter
+from tower.cli.connection import UnknownTenant, connect, use_tenant
 from worker import build_worker
 
 A, B = TENANTS
@@ -28,7 +28,7 @@ async def tower(env: WorkflowEnvironment, cwd: Path, *args: str) -> tuple[int, s
     environ.update({"TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
                     "TOWER_CONFIG_DIR": os.environ["TOWER_CONFIG_DIR"],
                     "TOWER_TRUST_DIR": os.environ["TOWER_TRUST_DIR"]})
-    return await tower_cli(list(args), env=environ, cwd=cwd, timeout=90)
+    return await tower_cli(list(args), env=environ, cwd=example_project(cwd), timeout=90)
 
 
 def tenant_client(env: WorkflowEnvironment, tenant: str) -> Client:

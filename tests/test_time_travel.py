@@ -17,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from test_cli import address_of, tower
 
-from activities.model import ModelSettings
+from tower.activities.model import ModelSettings
 from tower.contract.decisions import Verdict
 from worker import WORKFLOW_FAILURE_TYPES, build_worker, sandbox_runner
 from workflows.account import AccountAgent, AccountRequest

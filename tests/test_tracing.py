@@ -26,8 +26,8 @@ from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
 
-from activities.model import ModelSettings
-from starter.telemetry import (
+from tower.activities.model import ModelSettings
+from tower.cli.telemetry import (
     SkipNoise,
     TracingConfigError,
     client_plugins,

@@ -11,10 +11,10 @@ from typing import Any
 from gatekit import decision, new_id, refund_request, refunds, wait_pending
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from activities.model import ModelSettings
-from starter.cmd_approve import send_decision
-from starter.keys import load_key
-from starter.trust_files import dev_trust, enrol, read_roster, write_roster
+from tower.activities.model import ModelSettings
+from tower.cli.cmd_approve import send_decision
+from tower.cli.keys import load_key
+from tower.cli.trust_files import dev_trust, enrol, read_roster, write_roster
 from tower.contract.decisions import Verdict
 from worker import build_worker
 from workflows.refund import RefundAgent
@@ -117,9 +117,9 @@ async def test_a_run_outlives_failed_attempts_to_load_its_roster(
     """The roster's loading fails three times (a worker lost mid-read, a flaky mount): the
     run keeps trying within its deadline and goes on, instead of failing before its first
     step (the randomized checker's soak met this with workers SIGKILLed every few seconds)."""
-    import activities.trust
+    import tower.activities.trust
 
-    real, failures = activities.trust.read_trust, list[str]()
+    real, failures = tower.activities.trust.read_trust, list[str]()
 
     def flaky(root: Path, tenant: str) -> Any:
         if len(failures) < 3:
@@ -127,7 +127,7 @@ async def test_a_run_outlives_failed_attempts_to_load_its_roster(
             raise OSError("the trust directory is not readable right now")
         return real(root, tenant)
 
-    monkeypatch.setattr(activities.trust, "read_trust", flaky)
+    monkeypatch.setattr(tower.activities.trust, "read_trust", flaky)
     async with build_worker(client, task_queue=task_queue, db_path=db_path,
                             models=ModelSettings()):
         handle = await client.start_workflow(

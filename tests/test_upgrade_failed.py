@@ -19,8 +19,8 @@ from procs import REPO, WorkerProcess
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
-from starter.cmd_operator import send_retry
 from tower import Kind, Transition
+from tower.cli.cmd_operator import send_retry
 from tower.contract import search
 from workflows.order import OrderRequest
 

@@ -17,12 +17,12 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from test_cli import TOWER, address_of, cli_env
 
-from activities.messages import MessageStore
-from activities.model import ModelActivities, ModelSettings
 from activities.tools import ToolBox
-from starter.histories import load, replay
-from starter.testing import assert_replays
 from tower import scripts_of
+from tower.activities.messages import MessageStore
+from tower.activities.model import ModelActivities, ModelSettings
+from tower.cli.histories import load, replay
+from tower.cli.testing import assert_replays
 from worker import WORKFLOW_FAILURE_TYPES, sandbox_runner
 from workflows.account import AccountRequest
 from workflows.registry import AGENTS

@@ -25,9 +25,9 @@ from temporalio.client import WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.model import ModelSettings
-from starter.devserver import temporal_binary
-from starter.keys import load_key
+from tower.activities.model import ModelSettings
+from tower.cli.devserver import temporal_binary
+from tower.cli.keys import load_key
 from tower.contract import search
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from activities.messages import MessageStore, ref_of
 from tower import Message, Transition
+from tower.activities.messages import MessageStore, ref_of
 from tower.core.carry import summarize
 from tower.core.window import WindowPolicy, estimate_tokens, needs_reduction, prune, split
 

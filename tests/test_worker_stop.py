@@ -14,7 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from starter.agents import scripted_reply
+from tower.cli.agents import scripted_reply
 from tower.testing.model_server import Fault, LoopbackModelServer
 from workflows.order import OrderAgent, OrderRequest
 

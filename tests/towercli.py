@@ -97,6 +97,17 @@ def _server() -> _ForkServer:
     return _SERVER
 
 
+def example_project(folder: Path) -> Path:
+    """Make ``folder`` a Tower project whose code is this repository's example application
+    (as a checkout is): the docs' commands run there with a fresh .tower/ of their own."""
+    root = Path(__file__).resolve().parents[1]
+    for name in ("workflows", "activities", "worker.py"):
+        link = folder / name
+        if not link.exists():
+            link.symlink_to(root / name)
+    return folder
+
+
 async def stop_server() -> None:
     if _SERVER is not None:
         await _SERVER.stop()
@@ -132,10 +143,12 @@ async def until_connected(pid: int, port: int, seconds: float = 60) -> None:
 
 def _preload() -> None:
     """Import everything a command may import, so that no call has to."""
-    import starter
-    for module in pkgutil.iter_modules(starter.__path__):
-        import_module(f"starter.{module.name}")
-    import_module("worker")
+    import tower.cli
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this repository's project
+    for module in pkgutil.iter_modules(tower.cli.__path__):
+        import_module(f"tower.cli.{module.name}")
+    import_module("worker")  # this repository's example project (the server runs in it)
     [script] = entry_points(group="console_scripts", name="tower")
     script.load()
 
@@ -146,9 +159,7 @@ def _child(request: dict[str, Any]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        known = sys.modules.get("starter.agents")
-        if known is not None:  # the agents come from this call's TOWER_AGENTS, not the server's
-            known.agents.cache_clear()
+        _forget_other_projects(Path(request["cwd"]))
         for fd, path, flags in ((0, request["in"], os.O_RDONLY),
                                 (1, request["out"], os.O_WRONLY | os.O_TRUNC),
                                 (2, request["err"], os.O_WRONLY | os.O_TRUNC)):
@@ -170,6 +181,22 @@ def _child(request: dict[str, Any]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _forget_other_projects(cwd: Path) -> None:
+    """A call made in another project must not see this repository's preloaded example
+    (its `workflows`, `activities`, `worker`), just as a fresh `tower` process would not."""
+    from tower.cli import project
+    from tower.cli.agents import agents
+
+    agents.cache_clear()  # the agents come from this call's project, not the server's
+    if project.find(cwd) == Path(__file__).resolve().parents[1]:
+        return
+    for name in list(sys.modules):
+        if name.split(".")[0] in ("workflows", "activities", "worker"):
+            del sys.modules[name]
+    here = str(Path(__file__).resolve().parents[1])
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", here)]
 
 
 def _serve() -> None:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import json
 
+from tower.activities.scripted import Script, find_id, first_user_text, tool_results
 from tower.contract.wire import ModelRequest, ToolCallRequest
-
-from .common import Script, find_id, first_user_text, tool_results
 
 
 def reason(request: ModelRequest) -> str | ToolCallRequest:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import json
 
+from tower.activities.scripted import Script
 from tower.contract.wire import ModelRequest, ToolCallRequest
-
-from .common import Script
 
 SUMMARY_CHARS = 600
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 import re
 
+from tower.activities.scripted import Script, first_user_text
 from tower.contract.wire import ModelRequest
-
-from .common import Script, first_user_text
 
 
 def profile(request: ModelRequest) -> str:

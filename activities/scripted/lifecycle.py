@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 import re
 
+from tower.activities.scripted import Script, first_user_text
 from tower.contract.wire import ModelRequest, ToolCallRequest
-
-from .common import Script, first_user_text
 
 IDS = re.compile(r"\b(ACC|INV)-\d{4}\b")
 TOOL_FOR = {"ACC": ("lookup_account", "account_id"), "INV": ("lookup_invoice", "invoice_id")}

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
+from tower.activities.scripted import Script, tool_results
 from tower.contract.wire import ModelRequest
-
-from .common import Script, tool_results
 
 
 def analyze(request: ModelRequest) -> str:

@@ -9,9 +9,8 @@ from __future__ import annotations
 import json
 import re
 
+from tower.activities.scripted import Script, first_user_text, tool_results
 from tower.contract.wire import ModelRequest, ToolCallRequest
-
-from .common import Script, first_user_text, tool_results
 
 EMAILS = re.compile(r"[^@\s,;()<>]+@[^@\s,;()<>]+[A-Za-z]")
 NAME = re.compile(r"(?:I'm|I am|[Nn]ame is|[Nn]ame:)\s+([A-Z][\w'-]+(?: [A-Z][\w'-]+)*)")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import re
 
+from tower.activities.scripted import Script, find_id, first_user_text, last_message, tool_results
 from tower.contract.wire import ModelRequest, ToolCallRequest
-
-from .common import Script, find_id, first_user_text, last_message, tool_results
 
 
 def requested_cents(text: str) -> int | None:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import re
 
+from tower.activities.scripted import Script, first_user_text
 from tower.contract.wire import ModelRequest, ToolCallRequest
-
-from .common import Script, first_user_text
 
 ADVANCE = "advance_to_next_step"
 CLOSING = (

@@ -12,7 +12,7 @@ from temporalio.api.enums.v1 import ResetReapplyExcludeType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowHandle
 
-from starter.cmd_operator import send_retry
+from tower.cli.cmd_operator import send_retry
 from tower.testing.replay_report import task_completed_after
 
 from .bounds import RPC_SECONDS

@@ -13,7 +13,7 @@ from pathlib import Path
 from procs import WorkerProcess
 
 from activities.tools import ToolBox
-from starter.trust_files import dev_trust
+from tower.cli.trust_files import dev_trust
 
 from .bounds import HarnessStuck, bounded
 from .trial import LIMITS, trial

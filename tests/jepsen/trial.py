@@ -18,7 +18,7 @@ from typing import Any
 from gatekit import refund_request
 from temporalio.client import Client, WorkflowHandle
 
-from starter.common import CliError
+from tower.cli.common import CliError
 from workflows.refund import RefundAgent
 
 from . import operators

@@ -10,9 +10,9 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).parents[1])]
 
-from activities.mcp import load_sources  # noqa: E402
 from mcp_notes.agent import NotesCleanupAgent, NotesPurgeAgent  # noqa: E402
-from starter.connection import connect  # noqa: E402
+from tower.activities.mcp import load_sources  # noqa: E402
+from tower.cli.connection import connect  # noqa: E402
 from worker import build_worker  # noqa: E402
 
 

@@ -105,6 +105,6 @@ def test_each_agent_carries_only_the_handlers_its_strategy_honours() -> None:
 
 def test_the_cli_replays_with_the_worker_s_sandbox() -> None:
     import worker
-    from starter.histories import PASSTHROUGH
+    from tower.cli.histories import PASSTHROUGH
 
     assert worker.PASSTHROUGH == PASSTHROUGH

@@ -20,20 +20,21 @@ from typing import Any
 
 import pytest
 
-from starter.cli import COMMANDS, cli, main
-from starter.live import watch
-from starter.ui import remember_dev_ui, ui_base
 from tower import Transition
+from tower.cli.cli import COMMANDS, cli, main
+from tower.cli.live import watch
+from tower.cli.ui import remember_dev_ui, ui_base
 
 TOWER = str(Path(sys.executable).parent / "tower")
 HISTORY = Path(__file__).parents[1] / "histories" / "account-1.json"
-HEAVY = ("temporalio", "pydantic", "openai", "rich", "workflows", "activities", "tower")
+HEAVY = ("temporalio", "pydantic", "openai", "rich", "workflows", "activities", "tower.core",
+         "tower.contract", "tower.temporal", "tower.activities", "tower.cli.cmd")
 
 
 def test_help_loads_no_command_and_nothing_heavy() -> None:
-    probe = ("import sys\nfrom starter.cli import main\ncode = main(['--help'])\n"
+    probe = ("import sys\nfrom tower.cli.cli import main\ncode = main(['--help'])\n"
              f"print([m for m in sys.modules if m.split('.')[0] in {HEAVY!r}"
-             " or m.startswith('starter.cmd')])\n")
+             f" or m.startswith({HEAVY!r})])\n")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True)
     assert done.stdout.splitlines()[-1] == "[]", done.stdout

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from starter.cmd_graph import describe_graph, render
+from tower.cli.cmd_graph import describe_graph, render
 from tower.core.dot import to_dot
 from workflows.account import GRAPH as ACCOUNT
 from workflows.refund import RefundAgent

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from starter.gallery import BEGIN, PAGE, TRY_IT, gallery, render
+from gallery import BEGIN, PAGE, TRY_IT, gallery, render
+
 from workflows.registry import AGENTS
 
 
 def test_the_gallery_page_is_current() -> None:
     text = PAGE.read_text(encoding="utf-8")
-    assert BEGIN in text, "no gallery in docs/gallery.md: run `python -m starter.gallery`"
-    assert render(text) == text, "docs/gallery.md is stale: run `python -m starter.gallery`"
+    assert BEGIN in text, "no gallery in docs/gallery.md: run `python tests/gallery.py`"
+    assert render(text) == text, "docs/gallery.md is stale: run `python tests/gallery.py`"
 
 
 def test_every_agent_has_a_purpose_and_a_picture() -> None:

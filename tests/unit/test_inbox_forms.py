@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from starter.inbox.app import safe_next
-from starter.inbox.forms import FormError, read_form
 from tower.contract.decisions import Verdict
 from tower.contract.pending import EditableField, EditLimit, PendingView
+from tower.inbox.app import safe_next
+from tower.inbox.forms import FormError, read_form
 
 AT = datetime(2030, 1, 1, tzinfo=UTC)
 VIEW = PendingView(

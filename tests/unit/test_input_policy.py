@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from starter.approvals import check_policy
-from starter.common import CliError, parse_input
-from starter.trust_files import dev_trust
+from tower.cli.approvals import check_policy
+from tower.cli.common import CliError, parse_input
+from tower.cli.trust_files import dev_trust
 from workflows.registry import AGENTS
 
 SMUGGLED: list[dict[str, Any]] = [{"approvals": {"allow_unsigned": True}}, {"unsigned": True},
@@ -21,9 +21,9 @@ SMUGGLED: list[dict[str, Any]] = [{"approvals": {"allow_unsigned": True}}, {"uns
 
 def example(agent: Any) -> dict[str, Any]:
     """A valid input for ``agent``: its schema's examples, else its demo input."""
-    from starter.demo import RUNS
+    from tower.cli.demo import requests
 
-    for name, request, _ in RUNS:
+    for name, request, _ in requests():
         if name == agent.machine.name:
             return dict(request.model_dump(mode="json", exclude_none=True))
     return {}

@@ -10,7 +10,7 @@ import pytest
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 import worker
-from starter.histories import load, replay
+from tower.cli.histories import load, replay
 from tower.temporal import worker as tower_worker
 
 HISTORIES = Path(__file__).parent.parent / "histories"

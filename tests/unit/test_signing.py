@@ -14,10 +14,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from pydantic import ValidationError
 
-from activities.trust import TrustError, read_trust
-from starter.common import CliError
-from starter.keys import create_key, load_key, new_key, sign_decision
-from starter.trust_files import enrol, ensure_policy
+from tower.activities.trust import TrustError, read_trust
+from tower.cli.common import CliError
+from tower.cli.keys import create_key, load_key, new_key, sign_decision
+from tower.cli.trust_files import enrol, ensure_policy
 from tower.contract.trust import Member, PublicKey, Roster
 from tower.core.signing import (
     SignatureRefused,

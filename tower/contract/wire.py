@@ -17,7 +17,7 @@ AGENT_HEADER, NODE_HEADER = "X-Tower-Agent", "X-Tower-Node"
 
 
 class MessageRef(BaseModel):
-    """A message kept in the message store (activities/messages.py), as the workflow sees it:
+    """A message kept in the message store (tower/activities/messages.py), as the workflow sees it:
     the content's hash and the small facts code decides on, never the content itself."""
 
     model_config = ConfigDict(frozen=True)

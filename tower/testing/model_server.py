@@ -28,7 +28,7 @@ from tower.contract.wire import AGENT_HEADER, NODE_HEADER, ModelReply, ModelRequ
 
 TOOL_RESULT_PREFIX = "[result of tool "
 # What answers a request that gets no fault: the project's scripted model, typically
-# (``activities.scripted.scripted_reply`` in Tower's own tests and `tower model-server`).
+# (``tower.activities.scripted.scripted_reply`` in Tower's own tests and `tower model-server`).
 Replies = Callable[[ModelRequest], ModelReply]
 RANDOM_KINDS = ("rate_limit", "server_error", "slow", "malformed", "schema", "unknown_tool")
 

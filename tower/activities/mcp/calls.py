@@ -1,0 +1,136 @@
+"""Each MCP tool call is one activity: arguments checked against the tool's input schema
+before the call, the result checked and bounded before it enters the history.
+
+Errors are classified for Temporal's retries:
+- the server could not be reached (nothing was sent): retried, inside the attempt and by
+  Temporal;
+- transport or protocol failure after the request went out: retried only where a repeat
+  cannot act twice (read-only or idempotent tools, or a server that honours the key);
+  otherwise ``McpOutcomeUnknown``, final — the node fails rather than guess;
+- the tool's own error (``isError``): not an exception at all — the result says so and
+  the node hands it to the model as a tool message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any, cast
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from mcp import MCPError
+from mcp.types import RequestParamsMeta
+from tower.contract.wire import ToolCall
+
+from .catalogue import KEY_META, McpTool, _describe
+from .config import TenantMcp
+from .sessions import Session
+
+# Under Temporal's 2 MiB payload limit; results above the payload store's threshold
+# (128 KiB) leave the history for the store, as every large payload does.
+MAX_RESULT_BYTES = 1024 * 1024
+CONNECT_TRIES = 4
+
+
+class McpToolBox:
+    """Hosts every MCP tool of one tenant as its own activity, named ``server.tool``."""
+
+    def __init__(self, tenant: TenantMcp, tools: dict[str, McpTool],
+                 max_result_bytes: int = MAX_RESULT_BYTES) -> None:
+        self.tenant = tenant
+        self.tools = tools
+        self.max_result_bytes = max_result_bytes
+        self._sessions: dict[str, Session] = {}
+
+    def _session(self, server: str) -> Session:
+        if server not in self._sessions:
+            self._sessions[server] = Session(self.tenant.servers[server])
+        return self._sessions[server]
+
+    async def close(self) -> None:
+        """End every open session (stdio servers exit with it)."""
+        for session in self._sessions.values():
+            await session.close()
+
+    def activities(self) -> list[Callable[..., Any]]:
+        return [self._activity(tool) for tool in self.tools.values()]
+
+    def _activity(self, tool: McpTool) -> Callable[[ToolCall], Any]:
+        async def run(call: ToolCall) -> dict[str, Any]:
+            return await self.call(tool, call)
+
+        run.__name__ = run.__qualname__ = tool.name.replace(".", "__")
+        # Activity names are part of the history's contract: the catalogue name, stable.
+        return activity.defn(name=tool.name)(run)
+
+    async def call(self, tool: McpTool, call: ToolCall) -> dict[str, Any]:
+        problem = tool.check(call.arguments)
+        if problem is not None:
+            raise ApplicationError(f"bad arguments for {tool.name}: {problem}",
+                                   type="BadToolArguments", non_retryable=True)
+        key = {KEY_META: call.idempotency_key}
+        meta = None if tool.idempotent else cast(RequestParamsMeta, key)
+        if not tool.retry_after_timeout and activity.in_activity() and activity.info().attempt > 1:
+            # An earlier attempt timed out or broke after sending: it may have acted.
+            raise ApplicationError(
+                f"{tool.name}: not retried — the tool is not idempotent and an earlier "
+                f"attempt may have acted (idempotency key {call.idempotency_key!r})",
+                type="McpOutcomeUnknown", non_retryable=True)
+        session = self._session(tool.server)
+        sent = False
+        for attempt in range(CONNECT_TRIES):
+            try:
+                client = await session.client()
+                sent = True
+                result = await client.call_tool(tool.remote, call.arguments, meta=meta)
+                break
+            except MCPError as exc:
+                raise self._failure(tool, call, f"protocol error {exc.code}: {exc}", sent) from None
+            except Exception as exc:
+                session.broken()
+                if sent:
+                    raise self._failure(tool, call, _describe(exc), sent) from None
+                if attempt == CONNECT_TRIES - 1:
+                    # Nothing was sent; a later attempt of a non-idempotent tool could not
+                    # tell, so only the others are left to Temporal's retries.
+                    raise ApplicationError(
+                        f"MCP server {tool.server!r} unreachable: {_describe(exc)}",
+                        type="McpUnreachable",
+                        non_retryable=not tool.retry_after_timeout) from None
+                await asyncio.sleep(0.5 * 2 ** attempt)
+        return self._result(tool, result)
+
+    def _failure(self, tool: McpTool, call: ToolCall, what: str, sent: bool) -> ApplicationError:
+        if tool.retry_after_timeout or not sent:
+            return ApplicationError(f"{tool.name}: {what}", type="McpTransportError")
+        return ApplicationError(
+            f"{tool.name}: {what}; not retried: the tool is not idempotent and the call may "
+            f"have acted (its idempotency key {call.idempotency_key!r} was sent in _meta)",
+            type="McpOutcomeUnknown", non_retryable=True)
+
+    def _result(self, tool: McpTool, result: Any) -> dict[str, Any]:
+        text = "\n".join(getattr(block, "text", "") for block in result.content
+                         if getattr(block, "type", "") == "text")
+        if result.is_error:
+            return {"is_error": True, "content": text[:4000] or f"{tool.name} failed"}
+        out: dict[str, Any]
+        if result.structured_content is not None:
+            out = dict(result.structured_content)
+            if tool.output_schema is not None:
+                import jsonschema
+
+                errors = sorted(jsonschema.Draft202012Validator(tool.output_schema)
+                                .iter_errors(out), key=str)
+                if errors:
+                    return {"is_error": True, "content": f"{tool.name} returned a result "
+                            f"that breaks its output schema: {errors[0].message}"}
+        else:
+            out = {"content": text}
+        size = len(json.dumps(out).encode())
+        if size > self.max_result_bytes:
+            return {"is_error": True, "content": f"{tool.name} returned {size} bytes, over the "
+                    f"limit of {self.max_result_bytes}: ask for less"}
+        return out

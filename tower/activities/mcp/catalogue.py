@@ -1,0 +1,154 @@
+"""MCP tools as catalogue entries: listed from the servers when the worker starts.
+
+Each tool is named ``server.tool`` and carries what Tower decides from its annotations
+(MCP's defaults when a hint is absent: not read-only, destructive, not idempotent):
+
+- read-only tools are called freely and retried like any read;
+- destructive tools need an approval gate on the node that calls them, unless the
+  tenant's policy says ``"gate": false`` for that tool;
+- a tool that is neither read-only nor idempotent gets the call's idempotency key in
+  ``_meta`` and is not retried after a timeout (the first attempt may have acted),
+  unless the policy says the server honours the key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+from pydantic import BaseModel
+
+from mcp import Client, StdioServerParameters
+from tower.contract.wire import ToolSchema
+
+from .config import McpDiscoveryError, ServerConfig, TenantMcp
+
+# Where a non-idempotent call's key travels (MCP reserves ``_meta`` for such fields).
+KEY_META = "tower/idempotency-key"
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class AnyArguments(BaseModel, extra="allow"):
+    """MCP tools check arguments against their JSON Schema (``McpTool.check``)."""
+
+
+@dataclass(frozen=True)
+class McpTool:
+    """One MCP tool as Tower's catalogue knows it."""
+
+    name: str  # server.tool
+    server: str
+    remote: str  # the tool's own name on its server
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None
+    read_only: bool
+    destructive: bool
+    idempotent: bool
+    gated: bool  # a node calling it needs an approval gate
+    retry_after_timeout: bool
+    timeout_seconds: float
+    args: type[BaseModel] = AnyArguments  # validated by ``check`` instead
+    # Tower's reconciled effects are its own store's (fenced, read back by key); an MCP
+    # server's effects are kept at most once by the key in ``_meta`` and by never
+    # retrying a call that may have acted (McpToolBox), not by ``reconcile_effect``.
+    side_effect: bool = False
+    attempts: int = 5
+
+    def schema(self) -> ToolSchema:
+        return ToolSchema(name=self.name, description=self.description,
+                          parameters=self.input_schema)
+
+    def check(self, arguments: dict[str, Any]) -> str | None:
+        """Why ``arguments`` do not fit the tool's input schema, or None."""
+        error = jsonschema.exceptions.best_match(
+            jsonschema.Draft202012Validator(self.input_schema).iter_errors(arguments))
+        if error is None:
+            return None
+        where = "/".join(str(p) for p in error.absolute_path) or "arguments"
+        return f"{where}: {error.message}"
+
+    @property
+    def source(self) -> str:
+        return f"mcp:{self.server}"
+
+
+def classify(server: str, tool: Any, tenant: TenantMcp, timeout: float) -> McpTool:
+    """An MCP ``Tool`` listing as a catalogue entry, with the tenant's overrides applied."""
+    name = f"{server}.{tool.name}"
+    hints = tool.annotations
+    read_only = bool(hints and hints.read_only_hint)
+    destructive = not read_only and (hints is None or hints.destructive_hint is not False)
+    idempotent = read_only or bool(hints and hints.idempotent_hint)
+    policy = tenant.tools.get(name)
+    gated = destructive if policy is None or policy.gate is None else policy.gate
+    honours = bool(policy and policy.honours_idempotency_key)
+    return McpTool(
+        name=name, server=server, remote=tool.name,
+        description=(tool.description or tool.title or tool.name)[:1024],
+        input_schema=dict(tool.input_schema or {"type": "object"}),
+        output_schema=dict(tool.output_schema) if tool.output_schema else None,
+        read_only=read_only, destructive=destructive, idempotent=idempotent,
+        gated=gated, retry_after_timeout=idempotent or honours, timeout_seconds=timeout)
+
+
+@asynccontextmanager
+async def connect(config: ServerConfig) -> AsyncIterator[Client]:
+    """A client session to one configured server (stdio child process or HTTP)."""
+    server: Any
+    if config.url:
+        import httpx2  # the MCP SDK's HTTP client
+
+        from mcp.client.streamable_http import streamable_http_client
+
+        http = httpx2.AsyncClient(headers=config.header_values(),
+                                  timeout=httpx2.Timeout(config.timeout_seconds))
+        server = streamable_http_client(config.url, http_client=http)
+    else:
+        program, *args = config.command
+        server = StdioServerParameters(command=program, args=args, env=config.env or None,
+                                       cwd=config.cwd)
+    async with Client(server, read_timeout_seconds=config.timeout_seconds, cache=None) as client:
+        yield client
+
+
+async def discover(tenant: TenantMcp) -> dict[str, McpTool]:
+    """List every configured server's tools (at worker start, outside workflow code)."""
+    tools: dict[str, McpTool] = {}
+    for server, config in tenant.servers.items():
+        try:
+            async with connect(config) as client:
+                cursor: str | None = None
+                while True:
+                    page = await client.list_tools(cursor=cursor)
+                    for tool in page.tools:
+                        if not TOOL_NAME.match(tool.name):
+                            raise McpDiscoveryError(
+                                f"MCP server {server!r} lists a tool named {tool.name!r}: "
+                                "not a valid tool name")
+                        entry = classify(server, tool, tenant, config.timeout_seconds)
+                        tools[entry.name] = entry
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+        except McpDiscoveryError:
+            raise
+        except Exception as exc:  # any transport or protocol failure: name the server
+            raise McpDiscoveryError(
+                f"MCP server {server!r} could not be listed: {_describe(exc)}") from exc
+    for name in tenant.tools:
+        if name not in tools:
+            raise McpDiscoveryError(f"the MCP policy names {name!r}, which its server does not "
+                                    "list")
+    return tools
+
+
+def _describe(exc: BaseException) -> str:
+    # anyio wraps failures of the transport's task group: say what actually failed.
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"

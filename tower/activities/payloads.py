@@ -1,0 +1,111 @@
+"""Large payloads go to external storage; the history keeps a small reference.
+
+Uses the SDK's own ``ExternalStorage`` (temporalio >= 1.35, experimental) with a
+driver for a local directory: content-addressed files, written atomically and
+checked on read. Production swaps the driver for the SDK's S3 or GCS drivers (or
+a shared volume); the references in the history stay valid as long as the driver
+name and the files do.
+
+Every client that starts runs and every worker must use the same converter:
+``tower_data_converter()`` reads ``TOWER_PAYLOAD_DIR`` and ``TOWER_PAYLOAD_THRESHOLD``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from temporalio.api.common.v1 import Payload
+from temporalio.converter import (
+    DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
+    ExternalStorage,
+    StorageDriver,
+    StorageDriverClaim,
+    StorageDriverRetrieveContext,
+    StorageDriverStoreContext,
+)
+
+from tower.temporal.unopenable import TowerDataConverter, TowerPayloadConverter
+
+from .codec import NoKeys, codec_from_env
+
+DEFAULT_DIR = Path(".tower") / "payloads"
+# Far below Temporal's 2 MiB payload limit, far above any routine activity input.
+DEFAULT_THRESHOLD = 128 * 1024
+
+
+class PayloadMissing(RuntimeError):
+    """A reference in the history names a payload the store does not have (or a bad copy)."""
+
+
+class LocalDirDriver(StorageDriver):
+    """Stores each payload as ``<root>/<sha256[:2]>/<sha256>``."""
+
+    def __init__(self, root: str | Path, name: str = "tower-local") -> None:
+        self.root = Path(root)
+        self._name = name
+
+    def name(self) -> str:
+        return self._name
+
+    async def store(
+        self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
+    ) -> list[StorageDriverClaim]:
+        return [StorageDriverClaim({"sha256": await asyncio.to_thread(self._write, p)})
+                for p in payloads]
+
+    async def retrieve(
+        self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
+    ) -> list[Payload]:
+        return [await asyncio.to_thread(self._read, c.claim_data) for c in claims]
+
+    def _path(self, digest: str) -> Path:
+        return self.root / digest[:2] / digest
+
+    def _write(self, payload: Payload) -> str:
+        data = payload.SerializeToString(deterministic=True)
+        digest = hashlib.sha256(data).hexdigest()
+        path = self._path(digest)
+        if not path.exists():  # same content, same file: a retried store is free
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            tmp.replace(path)  # atomic: a reader never sees half a payload
+        return digest
+
+    def _read(self, claim: Mapping[str, str]) -> Payload:
+        digest = claim.get("sha256", "")
+        try:
+            data = self._path(digest).read_bytes()
+        except OSError as exc:
+            raise PayloadMissing(f"payload {digest} not found under {self.root}") from exc
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise PayloadMissing(f"payload {digest} under {self.root} is corrupt")
+        return Payload.FromString(data)
+
+
+def tower_data_converter(
+    store_dir: str | Path | None = None, threshold: int | None = None,
+    env: Mapping[str, str] | None = None,
+) -> DataConverter:
+    """pydantic payloads, with those over ``threshold`` bytes stored in ``store_dir``."""
+    env = os.environ if env is None else env
+    root = Path(store_dir or env.get("TOWER_PAYLOAD_DIR") or DEFAULT_DIR)
+    limit = threshold if threshold is not None else int(
+        env.get("TOWER_PAYLOAD_THRESHOLD") or DEFAULT_THRESHOLD)
+    storage = ExternalStorage(drivers=[LocalDirDriver(root)], payload_size_threshold=limit)
+    # Tower's pydantic converter (tower.temporal.converter); an input from outside that a
+    # worker cannot open is refused, not a stalled run (tower/temporal/unopenable.py).
+    converter = TowerDataConverter(payload_converter_class=TowerPayloadConverter,
+                                   external_storage=storage)
+    codec = codec_from_env(env)
+    if codec is None:  # writes in clear; an encrypted payload gets one clear error
+        return dataclasses.replace(converter, payload_codec=NoKeys())
+    # Encrypted at rest (tower/activities/codec.py): payloads and failure messages alike.
+    return dataclasses.replace(converter, payload_codec=codec,
+                               failure_converter_class=DefaultFailureConverterWithEncodedAttributes)

@@ -1,0 +1,63 @@
+"""The built-in scripted model: deterministic answers so everything runs offline.
+
+It is used when no OPENAI_API_KEY is configured, and it always answers as model
+``scripted`` so no output can be mistaken for a real model's. Each agent's node has
+a small script: a pure function of the request, in the module named after the agent,
+which the agent's own file attaches to itself (``@agent(GRAPH, scripts=SCRIPTS)``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tower import Message, Usage
+from tower.contract.wire import ModelReply, ModelRequest, ToolCallRequest
+
+# A node's script: the request in, the model's content (or one tool call) out.
+Script = Callable[[ModelRequest], "str | ToolCallRequest"]
+
+
+def first_user_text(request: ModelRequest) -> str:
+    return next((m.content for m in request.messages if m.role == "user"), "")
+
+
+def tool_results(request: ModelRequest, name: str | None = None) -> list[dict[str, Any]]:
+    return [json.loads(m.content) for m in request.messages
+            if m.role == "tool" and (name is None or m.name == name)]
+
+
+def last_message(request: ModelRequest) -> Message | None:
+    return request.messages[-1] if request.messages else None
+
+
+def find_id(text: str, prefix: str) -> str | None:
+    match = re.search(rf"\b{prefix}-\d{{4}}\b", text)
+    return match.group(0) if match else None
+
+
+SCRIPTED_MODEL = "scripted"
+# (agent, node) -> script. The worker builds it from the agents' files
+# (``tower.scripts_of``): each agent names its own scripts with ``@agent(GRAPH, scripts=...)``.
+Scripts = Mapping[tuple[str, str], Script]
+
+
+def scripted_reply(request: ModelRequest, scripts: Scripts) -> ModelReply:
+    script = scripts.get((request.agent, request.node))
+    if script is None:
+        answer: str | ToolCallRequest = (
+            f"(the scripted model has no script for {request.agent}/{request.node})")
+    else:
+        answer = script(request)
+    prompt_chars = len(request.system) + sum(len(m.content) for m in request.messages)
+    if isinstance(answer, ToolCallRequest):
+        text, reply = json.dumps(answer.arguments), ModelReply(model=SCRIPTED_MODEL,
+                                                               tool_calls=[answer])
+    else:
+        text, reply = answer, ModelReply(model=SCRIPTED_MODEL, content=answer)
+    # A rough 4-characters-a-token estimate, so budgets and reports have figures offline.
+    reply.usage = Usage(calls=1, prompt_tokens=prompt_chars // 4 + 1,
+                        completion_tokens=len(text) // 4 + 1)
+    return reply

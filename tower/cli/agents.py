@@ -1,0 +1,55 @@
+"""The agents the CLI knows: the project's own (tower.cli.project), from its
+``workflows/registry.py`` (an ``AGENTS`` mapping) when it has one, else every ``@agent``
+class in its ``workflows`` package. ``--agents MODULE[,MODULE]`` names other modules,
+resolved in the project too."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from typing import Any
+
+_modules: list[str] = []
+
+
+def use_agents(modules: str | None) -> None:
+    """``--agents MODULE[,MODULE]``: the modules or packages holding the @agent classes."""
+    _modules[:] = [m.strip() for m in (modules or "").split(",") if m.strip()]
+    agents.cache_clear()
+
+
+@functools.cache
+def agents() -> dict[str, Any]:
+    """``{name: agent class}`` of the project (or of ``--agents``)."""
+    from tower import load_agents
+    from tower.cli import project
+
+    folder = project.root()
+    try:
+        if _modules:
+            return load_agents(*_modules)
+        if importlib.util.find_spec("workflows.registry") is not None:
+            return dict(importlib.import_module("workflows.registry").AGENTS)
+        return load_agents("workflows")
+    except (ImportError, ValueError, AttributeError) as exc:
+        where = ",".join(_modules) or f"{folder}/workflows"
+        raise ValueError(f"cannot load the agents of {where}: {exc}") from None
+
+
+def help_names() -> str:
+    """For a command's help: the agents it can name (outside a project, says so)."""
+    from tower.cli.errors import CliError
+
+    try:
+        return "one of: " + ", ".join(sorted(agents()))
+    except (ValueError, CliError) as exc:
+        return f"an agent's name ({exc})"
+
+
+def scripted_reply(request: Any) -> Any:
+    """The scripted model's answer from the known agents' own scripts (a ModelReply):
+    what `tower model-server` and the loopback model server answer with."""
+    from tower import scripts_of
+    from tower.activities.scripted import scripted_reply as reply
+
+    return reply(request, scripts_of(agents().values()))

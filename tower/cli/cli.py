@@ -1,0 +1,193 @@
+"""The `tower` command line: a click group that imports a command's module only when that
+command runs, so `tower --help` loads neither Temporal nor the agents.
+
+A command is a click command in its own module, registered below by name, module and
+one help line (the line `tower --help` shows without importing the module). To add one,
+write ``starter/cmd_NAME.py`` with a ``command`` (see tower/cli/cmd_cost.py for the
+pattern) and add a line to ``COMMANDS``. A command returns its exit code, or a
+coroutine for it; errors a user can fix raise ``CliError`` (``error: ...``, exit 2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from tower.cli import output
+from tower.cli.errors import user_error
+
+# name: (module:attribute, the one line `tower --help` shows)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "dev": ("tower.cli.cmd_dev:command", "start the embedded Temporal dev server"),
+    "setup": ("tower.cli.cmd_setup:command",
+              "create namespaces and register search attributes (idempotent)"),
+    "demo": ("tower.cli.demo:command", "run the demo: server, worker and every demo agent"),
+    "run": ("tower.cli.cmd_run:command", "start an agent run and follow it"),
+    "chat": ("tower.cli.cmd_chat:command",
+             "send messages to a chat thread (a new one without THREAD)"),
+    "state": ("tower.cli.cmd_runs:state", "print a run's current state as JSON"),
+    "list": ("tower.cli.cmd_runs:list_runs", "list agent runs"),
+    "watch": ("tower.cli.cmd_watch:command", "follow a run's transitions live"),
+    "graph": ("tower.cli.cmd_graph:command",
+              "draw an agent's state machine (mermaid, dot, svg, png)"),
+    "inspect": ("tower.cli.cmd_inspect:inspect",
+                "a run's transition table and its state at any step"),
+    "fork": ("tower.cli.cmd_inspect:fork", "restart a run from step N (Temporal reset)"),
+    "history": ("tower.cli.cmd_replay:history", "export a run's event history"),
+    "replay": ("tower.cli.cmd_replay:replay", "replay histories against the current code"),
+    "pending": ("tower.cli.cmd_approve:pending", "list runs awaiting an approval decision"),
+    "approve": ("tower.cli.cmd_approve:approve", "approve a run's pending gate (signed decision)"),
+    "reject": ("tower.cli.cmd_approve:reject", "reject a run's pending gate (signed decision)"),
+    "keys": ("tower.cli.cmd_keys:keys", "approvers' signing keys and the tenant's roster"),
+    "inbox": ("tower.cli.cmd_inbox:command",
+              "the approvers' web inbox: list and decide runs waiting at gates"),
+    "retry": ("tower.cli.cmd_operator:retry", "reset a FAILED run to a named node, and follow it"),
+    "abort": ("tower.cli.cmd_operator:abort", "close an old run parked in the dead-letter wait"),
+    "cost": ("tower.cli.cmd_cost:command", "a run's token usage and estimated cost"),
+    "tools": ("tower.cli.cmd_tools:command",
+              "the tools a tenant's agents can use: built in and from MCP servers"),
+    "codec-server": ("tower.cli.cmd_codec:command",
+                     "serve /encode and /decode so the Web UI shows encrypted payloads"),
+    "model-server": ("tower.cli.cmd_model_server:command",
+                     "serve the scripted model over OpenAI-compatible HTTP"),
+}
+
+EPILOG = ("Connection settings: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_PROFILE "
+          "(temporalio.envconfig). Models: OPENAI_API_KEY, OPENAI_BASE_URL, TOWER_MODELS. "
+          "Web UI links: TOWER_UI_URL.")
+
+
+class LazyGroup(click.Group):
+    """Commands listed from ``COMMANDS``; a command's module is imported when it is used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, _, attr = COMMANDS[cmd_name][0].partition(":")
+        found: click.Command = getattr(importlib.import_module(module), attr)
+        return found
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, line) for name, (_, line) in COMMANDS.items()])
+
+
+def _use_agents(ctx: click.Context, param: click.Parameter, modules: str | None) -> None:
+    # Eager: a command's module (which may list the agents in its help) loads after this.
+    from tower.cli.agents import use_agents
+
+    use_agents(modules)
+
+
+def _use_project(ctx: click.Context, param: click.Parameter, folder: str | None) -> None:
+    from tower.cli import project
+
+    project.use(folder)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             epilog=EPILOG)
+@output.tenant_option
+@click.option("--project", metavar="DIR", expose_value=False, is_eager=True,
+              callback=_use_project,
+              help="the Tower project to serve (default: the nearest folder at or above "
+                   "this one with a workflows/ package)")
+@click.option("--agents", metavar="MODULE[,MODULE]", expose_value=False, is_eager=True,
+              callback=_use_agents,
+              help="the project's modules or packages holding its @agent classes (default: "
+                   "workflows/registry.py's AGENTS, else every agent in workflows/)")
+def cli() -> None:
+    """Run AI agents as explicit state machines on Temporal."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command in a fresh event loop; its exit code."""
+    return _finish(_invoke(argv))
+
+
+def _invoke(argv: Sequence[str] | None) -> Any:
+    output.reset()
+    if "tower.cli.connection" in sys.modules:  # a previous in-process call chose a tenant
+        sys.modules["tower.cli.connection"].use_tenant(None)
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return cli.main(args=args, prog_name="tower", standalone_mode=False)
+    except BaseException as exc:  # noqa: BLE001  (turned into an exit code below)
+        return _Failed(exc)
+
+
+def _finish(result: Any) -> int:
+    if asyncio.iscoroutine(result):
+        # Not asyncio.run: closing the loop while the SDK's Rust runtime still holds
+        # callbacks on it can abort the process. entry() exits right after instead.
+        result = asyncio.new_event_loop().run_until_complete(_guarded(result))
+    if isinstance(result, _Failed):
+        return _exit_code(result.exc)
+    return int(result or 0)
+
+
+class _Failed:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+async def _guarded(coro: Any) -> Any:
+    try:
+        return await coro
+    except BaseException as exc:  # noqa: BLE001
+        return _Failed(exc)
+
+
+def _exit_code(exc: BaseException) -> int:
+    """Print what a user needs to know about ``exc``; the exit code it means."""
+    if isinstance(exc, click.exceptions.Exit):  # --help and friends
+        return exc.exit_code
+    if isinstance(exc, click.exceptions.Abort | KeyboardInterrupt):
+        return 130
+    if isinstance(exc, BrokenPipeError):
+        return 1  # `tower list | head -3`: the reader has gone; click exits 1 there too
+    if isinstance(exc, SystemExit):
+        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    if isinstance(exc, click.ClickException):
+        message = exc.format_message()
+        if isinstance(exc, click.UsageError) and exc.ctx is not None:
+            message += f"\n(see `{exc.ctx.command_path} --help`)"
+        return output.fail(message, exc.exit_code)
+    line = user_error(exc)
+    if line is None:
+        raise exc
+    return output.fail(line, 2)
+
+
+def entry() -> None:
+    """Console entry point. Exits with os._exit after flushing: the SDK's Rust runtime
+    can abort the process if the interpreter tears it down while a client is alive."""
+    try:
+        code = main()
+    except BaseException:  # an unexpected error still exits without interpreter teardown
+        traceback.print_exc()
+        code = 1
+    if "opentelemetry" in sys.modules:
+        from tower.cli.telemetry import flush_traces
+
+        flush_traces()  # os._exit skips atexit, where the exporters would otherwise flush
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = 1
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,259 @@
+"""`tower pending`, `tower approve RUN`, `tower reject RUN`: human decisions at gates.
+
+A decision goes to the run as the ``decide`` update, so the command prints the outcome
+the run itself reported (or the reason it refused the decision, which then changed
+nothing). ``--signal`` sends it as a fire-and-forget signal instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import click
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+
+from tower import Outcome
+from tower.cli.approvals import make_decision, parse_edits, submit_decision
+from tower.cli.cmd_run import print_outcome as print_run_outcome
+from tower.cli.common import CliError, not_found_is
+from tower.cli.connection import connect
+from tower.cli.live import follow as follow_run
+from tower.cli.output import json_option, print_json, say, table, tenant_option
+from tower.cli.runs import query
+from tower.contract import search
+from tower.contract.decisions import Verdict
+from tower.inbox.visibility import pending_memo
+
+
+class DecisionRefused(CliError):
+    """The run refused the decision; nothing changed."""
+
+
+@click.command("pending", help=(
+    "List runs whose status is AWAITING_APPROVAL with the gate, role, expiry and proposal, "
+    "all read from Temporal's visibility (search attributes and memo): no worker needed."))
+@click.option("--agent", help="only runs of this agent")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@json_option("a JSON array of pending requests")
+@tenant_option
+def pending(agent: str | None, limit: int, as_json: bool) -> Any:
+    return _pending(agent, limit, as_json)
+
+
+def _decision_command(verdict: Verdict) -> click.Command:
+    verb = "approve" if verdict == Verdict.APPROVE else "reject"
+
+    def decide_cmd(run: str, gate: str | None, by: str, role: str | None, note: str,
+                   edits: tuple[str, ...] = (), decision_id: str | None = None,
+                   signal: bool = False, unsigned: bool = False, no_follow: bool = False,
+                   as_json: bool = False) -> Any:
+        return decide(run, verdict, gate=gate, by=by, role=role, note=note, edits=list(edits),
+                      decision_id=decision_id, use_signal=signal, unsigned=unsigned,
+                      follow=not no_follow, as_json=as_json)
+
+    params = [
+        click.argument("run", metavar="RUN"),
+        click.option("--gate", help="gate id (default: the run's pending gate)"),
+        click.option("--by", required=True, metavar="NAME",
+                     help="who decides: signs with <config>/keys/NAME.jwk"),
+        click.option("--role", help="the role you decide as (default: the gate's)"),
+        click.option("--note", default="", help="why (shown to the run and in its log)"),
+    ]
+    if verdict == Verdict.APPROVE:
+        params.append(click.option(
+            "--set", "edits", multiple=True, metavar="FIELD=VALUE",
+            help="change an editable field, e.g. --set amount_cents=50000"))
+    params += [
+        click.option("--decision-id", help="idempotency id (resending it changes nothing)"),
+        click.option("--signal", is_flag=True, help="send as a signal, don't wait"),
+        click.option("--unsigned", is_flag=True,
+                     help="send unsigned (only a development deployment accepts it)"),
+        click.option("--no-follow", is_flag=True,
+                     help="print the outcome only, not the run's next transitions"),
+        json_option("the decision and the outcome the run reported, as JSON"),
+        tenant_option,
+    ]
+    for param in reversed(params):
+        decide_cmd = param(decide_cmd)
+    return click.command(verb, help=(
+        f"{verb.capitalize()} the pending approval of RUN and print the outcome the run "
+        "reported. The decision is signed with your own key (`tower keys new NAME`), which "
+        "the tenant's roster must list."))(decide_cmd)
+
+
+approve = _decision_command(Verdict.APPROVE)
+reject = _decision_command(Verdict.REJECT)
+
+
+async def _pending(agent: str | None, limit: int, as_json: bool) -> int:
+    client = await connect()
+    rows = await pending_requests(client, agent=agent, limit=limit)
+    if as_json:
+        print_json(rows)
+        return 0
+    table(["RUN", "AGENT", "GATE", "ROLE", "EXPIRES", "EDITABLE", "PROPOSAL"],
+          [[r["run"], r["agent"], f"{r['gate']} ({r['when']} {r['node']})", r["role"],
+            r["expires_at"] or "?", ", ".join(r["editable"]) or "-", _proposal(r["proposal"])]
+           for r in rows], empty="(no runs awaiting approval)")
+    return 0
+
+
+def _proposal(proposal: dict[str, Any] | None) -> str:
+    if proposal is None:
+        return "? (started before runs published their pending gate)"
+    return ", ".join(f"{k}={v}" for k, v in proposal.items()).replace("\n", " ") or "-"
+
+
+async def pending_requests(client: Client, *, agent: str | None = None,
+                           limit: int = 50) -> list[dict[str, Any]]:
+    """Runs waiting at a gate, from search attributes and the memo each run keeps."""
+    # Open runs only: a terminated run keeps its last AgentStatus.
+    query = f"{search.AGENT_STATUS.name} = 'AWAITING_APPROVAL' AND ExecutionStatus = 'Running'"
+    if agent:
+        if not agent.isidentifier():
+            raise CliError(f"invalid agent name {agent!r}")
+        query += f" AND {search.AGENT_NAME.name} = '{agent}'"
+    rows = []
+    async for wf in client.list_workflows(query, limit=limit):
+        sa = wf.typed_search_attributes
+        name, node = sa.get(search.AGENT_NAME) or "?", sa.get(search.AGENT_NODE) or "?"
+        memo = await pending_memo(wf)
+        if not isinstance(memo, dict):  # a run from before the memo (or one whose memo
+            # this process cannot open): what its graph says about the node
+            memo = _gate_from_graph(name, node)
+        rows.append({"run": wf.id, "agent": name, "step": sa.get(search.AGENT_STEP), **memo})
+    return rows
+
+
+def _gate_from_graph(agent: str, node: str) -> dict[str, Any]:
+    from tower.cli.agents import agents
+
+    try:
+        cls = agents().get(agent)
+    except ValueError:  # run outside the project: the memo's own words only
+        cls = None
+    gate = cls.machine.gates.get(node) if cls else None
+    return {"gate": gate.name if gate else "?", "node": node,
+            "when": gate.when if gate else "?", "role": gate.role if gate else "?",
+            "editable": list(gate.editable) if gate else [], "expires_at": None,
+            "requested_at": None, "proposal": None}
+
+
+async def decide(run: str, verdict: Verdict, *, gate: str | None, by: str, role: str | None,
+                 note: str, edits: list[str], decision_id: str | None, use_signal: bool,
+                 follow: bool, as_json: bool, unsigned: bool = False) -> int:
+    client = await connect()
+    try:
+        out = await send_decision(
+            client, run, verdict, approver=by, role=role, gate=gate, note=note,
+            edits=parse_edits(edits), decision_id=decision_id, use_signal=use_signal,
+            unsigned=unsigned, say=say)
+    except DecisionRefused as exc:
+        if as_json:
+            print_json({"run": run, "accepted": False, "refused": str(exc)})
+        else:
+            print(f"refused: {exc}")
+            print("the run's state is unchanged")
+        return 1
+    if out is None:
+        if as_json:
+            print_json({"run": run, "accepted": None, "sent_as": "signal"})
+        return 0
+    if as_json:
+        print_json({"run": run, "accepted": True, **out.model_dump(mode="json")})
+        return 0
+    print_outcome(out)
+    if follow:
+        handle = client.get_workflow_handle(run)
+        status = await follow_run(handle, skip=out.requested_step)
+        print_run_outcome(status, await handle.query("state", result_type=dict))
+    return 0
+
+
+def print_outcome(out: Outcome) -> None:
+    dup = " (duplicate: already applied, nothing changed)" if out.duplicate else ""
+    print(f"outcome: gate {out.gate} {out.result.value}{dup}"
+          + (f" — {out.reason}" if out.reason else ""))
+    print(f"run: {out.status} at {out.node}, step {out.step}")
+
+
+async def send_decision(
+    client: Client, run: str, verdict: Verdict, *, approver: str, role: str | None,
+    gate: str | None = None, note: str = "", edits: dict[str, Any] | None = None,
+    decision_id: str | None = None, use_signal: bool = False, unsigned: bool = False,
+    say: Any = None,
+) -> Outcome | None:
+    """Build, sign and send one decision; the Outcome, or None for a signal."""
+    handle = client.get_workflow_handle(run)
+    approvals = await _approvals(client, run)
+    pending = approvals.get("pending")
+    if pending is None:
+        raise CliError(f"run {run!r} has no pending approval ({_last_request(approvals)})")
+    if approvals.get("trust") != "roster":
+        raise CliError(f"run {run!r} was started before signed decisions (it verifies a "
+                       "per-run HMAC key): let it finish or time out, or terminate it")
+    role = role or pending["role"]
+    decision_id = decision_id or f"d-{uuid.uuid4().hex[:12]}"
+    payload, how = make_decision(
+        tenant=client.namespace, run=run, gate=gate or pending["gate"],
+        request=pending["step"], verdict=verdict, approver=approver, role=role, note=note,
+        edits=edits, decision_id=decision_id, unsigned=unsigned)
+    if say:
+        say(f"decision {decision_id}: {verdict.value} gate {gate or pending['gate']} of {run} "
+            f"by {approver} ({role}), {how}")
+    if use_signal:
+        await handle.signal("decision", payload)
+        if say:
+            say("sent as a signal; refused signals are listed in the run's audit trail "
+                "(query `approvals`)")
+        return None
+    try:
+        return await _update(handle, payload)
+    except DecisionRefused as exc:
+        if not str(exc).startswith("unknown key id"):
+            raise
+    # Perhaps the key was added to the roster after the run last read it: ask it to
+    # re-read now, wait for that, and send once more.
+    await handle.signal("refresh_trust")
+    async with asyncio.timeout(30):
+        while (await query(client, handle, "approvals")).get(
+                "refreshed_at") == approvals.get("refreshed_at"):
+            await asyncio.sleep(0.2)
+    return await _update(handle, payload)
+
+
+async def _update(handle: Any, payload: dict[str, Any]) -> Outcome:
+    try:
+        out = await submit_decision(handle, payload)
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        raise DecisionRefused(getattr(cause, "message", None) or str(cause)) from None
+    return out
+
+
+async def _approvals(client: Client, run: str) -> dict[str, Any]:
+    handle = client.get_workflow_handle(run)
+    with not_found_is(f"run {run!r} not found in namespace {client.namespace!r}"):
+        info = await handle.describe()
+    if info.status != WorkflowExecutionStatus.RUNNING:
+        status = info.status.name if info.status else "unknown"
+        last = ""
+        if info.status == WorkflowExecutionStatus.COMPLETED:
+            state = await client.get_workflow_handle(run, result_type=dict).result()
+            last = "; " + _last_request({"records": state.get("approvals", [])})
+        raise CliError(f"run {run!r} is closed ({status}): nothing to decide{last}")
+    result: dict[str, Any] = await query(client, handle, "approvals")
+    return result
+
+
+def _last_request(approvals: dict[str, Any]) -> str:
+    records = approvals.get("records") or []
+    if not records:
+        return "it never asked for one"
+    r = records[-1]
+    decided = r.get("decision") or {}
+    who = f" by {decided.get('approver')}" if decided else ""
+    when = f" (expired at {r['expires_at']})" if r["status"] == "expired" else ""
+    return f"its last request, gate {r['gate']}, was {r['status']}{who}{when}"

@@ -1,0 +1,149 @@
+"""`tower chat [THREAD]`: talk to a chat thread from the terminal.
+
+Each message is the thread's ``send`` update, so the reply comes back on the same call
+and a refused message (empty, too long) never enters the history. Without THREAD a new
+thread starts; with no ``-m`` the messages come from standard input, one per line
+(``/close`` closes the thread). Leaving leaves the thread open: it lives for days.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import click
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import FailureError
+
+from tower.cli.common import CliError, not_found_is, start_run
+from tower.cli.connection import TASK_QUEUE, connect
+from tower.cli.output import json_mode, json_option, print_json, tenant_option
+from tower.cli.runs import has_workers
+
+CLOSE = "/close"
+
+
+@click.command("chat", help=(
+    "Send messages to chat thread THREAD (a workflow id of the chat agent) and print each "
+    "reply. Without THREAD a new thread starts. Messages come from -m (repeatable) or, "
+    f"without -m, from standard input one per line, where {CLOSE} closes the thread. Leaving "
+    "does not close the thread: it waits for the next message for days (`tower chat THREAD` "
+    "to go on)."))
+@click.argument("thread", metavar="THREAD", required=False)
+@click.option("-m", "--message", "given", multiple=True, metavar="TEXT",
+              help="a message to send (repeatable, sent in order)")
+@click.option("--close", is_flag=True, help="close the thread after the messages")
+@click.option("--timeout", type=float, default=120, show_default=True, metavar="SECONDS",
+              help="how long to wait for each reply")
+@click.option("--task-queue", default=TASK_QUEUE, help="for a new thread")
+@json_option("one JSON object per line: started, each reply, refused, closed")
+@tenant_option
+def command(thread: str | None, given: tuple[str, ...], close: bool, timeout: float,
+            task_queue: str, as_json: bool) -> Any:
+    return chat(thread, list(given), close, timeout, task_queue)
+
+
+async def chat(thread: str | None, given: list[str], close: bool, timeout: float,
+               task_queue: str) -> int:
+    if timeout <= 0:
+        raise CliError(f"--timeout must be positive, not {timeout}")
+    agent = chat_agent()
+    kinds = sys.modules[agent.__module__]  # the agent's file defines its messages
+    client = await connect()
+    if thread:
+        handle = await open_thread(client, thread)
+    else:
+        handle = await start_run(client, agent, kinds.ChatInput(),
+                                 id=f"chat-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+        emit({"event": "started", "thread": handle.id},
+             f"started {handle.id} (go on later with `tower chat {handle.id}`)")
+        if not await has_workers(client, task_queue):
+            print(f"warning: no worker is polling task queue {task_queue!r}; replies "
+                  "wait until one starts (`python worker.py`)", file=sys.stderr, flush=True)
+    interactive = not given and not close
+    for text in messages(given, interactive):
+        if text == CLOSE:
+            close = True
+            break
+        try:
+            reply = await asyncio.wait_for(handle.execute_update(
+                agent.send, kinds.UserMessage(text=text)), timeout)
+        except WorkflowUpdateFailedError as exc:  # the validator's reason; nothing recorded
+            cause = exc.cause  # typed BaseException; a failure from the server has .message
+            reason = cause.message if isinstance(cause, FailureError) else str(exc)
+            emit({"event": "refused", "reason": reason}, f"refused: {reason}",
+                 err=True)
+            if not interactive:
+                return 2
+            continue
+        except TimeoutError:
+            raise CliError(f"no reply from {handle.id} in {timeout:g} s; is a worker "
+                           "running (`python worker.py`)?") from None
+        emit({"event": "reply", **reply.model_dump()}, reply_line(reply))
+    if close:
+        why = await asyncio.wait_for(handle.execute_update(agent.close), timeout)
+        emit({"event": "closed", "thread": handle.id, "reason": why},
+             f"closed {handle.id}: {why}")
+    elif not json_mode():
+        print(f"{handle.id} stays open; `tower chat {handle.id}` to go on", file=sys.stderr)
+    return 0
+
+
+def chat_agent() -> Any:
+    """The project's ``chat`` agent (Tower's example has one; a project may not)."""
+    from tower.cli.agents import agents
+
+    found = agents().get("chat")
+    if found is None:
+        raise CliError("this project has no `chat` agent (its workflows/ define "
+                       f"{', '.join(sorted(agents())) or 'none'})")
+    return found
+
+
+async def open_thread(client: Client, thread: str) -> WorkflowHandle[Any, Any]:
+    """The latest run of THREAD (a thread continues-as-new), if it is an open chat."""
+    handle = client.get_workflow_handle(thread)
+    with not_found_is(f"thread {thread!r} not found"):
+        info = await handle.describe()
+    if info.workflow_type != "chat":
+        raise CliError(f"{thread!r} is a run of {info.workflow_type!r}, not a chat thread")
+    if info.status != WorkflowExecutionStatus.RUNNING:
+        status = info.status.name if info.status else "unknown"
+        raise CliError(f"thread {thread!r} is closed ({status}); start a new one with "
+                       "`tower chat`")
+    return handle
+
+
+def messages(given: Iterable[str], interactive: bool) -> Iterator[str]:
+    """-m's messages, or standard input's lines (blank ones skipped) until end of input."""
+    if not interactive:
+        yield from given
+        return
+    prompt = sys.stdin.isatty()
+    while True:
+        if prompt:
+            print("you> ", end="", flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            return
+        if line.strip():
+            yield line.rstrip("\n")
+
+
+def reply_line(reply: Any) -> str:
+    return f"[turn {reply.turn}, step {reply.step}] {reply.reply}"
+
+
+def emit(event: dict[str, Any], text: str, err: bool = False) -> None:
+    if json_mode():
+        print_json(event, line=True)
+    else:
+        print(text, file=sys.stderr if err else sys.stdout, flush=True)

@@ -1,0 +1,112 @@
+"""`tower graph AGENT`: the agent's real state machine, drawn locally.
+
+Mermaid and DOT are text made from the compiled machine; SVG and PNG are drawn by
+Graphviz's `dot` (Debian's graphviz package) on this machine, with no network.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tower import Machine, to_dot, to_mermaid
+from tower.cli.agents import agents
+from tower.cli.common import CliError, agent_class
+from tower.cli.output import json_option, print_json
+
+FORMATS = ("mermaid", "dot", "svg", "png")
+
+
+@click.command("graph", help=(
+    "Draw AGENT's graph, built from the compiled machine, with its approval gates and budgets "
+    "marked. mermaid and dot are printed; svg and png are drawn by Graphviz (`apt-get install "
+    "graphviz`) into --out (svg may also go to stdout). --all --out-dir DIR draws every agent."))
+@click.argument("agent", metavar="AGENT", required=False)
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="mermaid",
+              show_default=True)
+@click.option("--out", help="write to this file instead of stdout")
+@click.option("--all", "every", is_flag=True, help="every agent, into --out-dir")
+@click.option("--out-dir", help="folder for --all (files named AGENT.FORMAT)")
+@json_option("the graph as JSON (nodes, transitions, gates, budget, mermaid, dot)")
+def command(agent: str | None, fmt: str, out: str | None, every: bool, out_dir: str | None,
+            as_json: bool) -> int:
+    if every:
+        if not out_dir:
+            raise CliError("--all needs --out-dir DIR")
+        folder = Path(out_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        written = []
+        known = agents()
+        for name in sorted(known):
+            path = folder / f"{name}.{'mmd' if fmt == 'mermaid' else fmt}"
+            path.write_bytes(render(known[name].machine, fmt))
+            written.append(str(path))
+        if as_json:
+            print_json({"written": written})
+        else:
+            print("\n".join(written))
+        return 0
+    if not agent:
+        raise CliError("name an AGENT (or use --all --out-dir DIR)")
+    machine = agent_class(agent).machine
+    if as_json:
+        print_json(describe_graph(machine))
+        return 0
+    data = render(machine, fmt)
+    if out:
+        Path(out).write_bytes(data)
+        print(f"wrote {out}", file=sys.stderr)
+    elif fmt == "png" and sys.stdout.isatty():
+        raise CliError("a PNG is not for the terminal: add --out FILE.png")
+    elif hasattr(sys.stdout, "buffer"):
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    else:  # a text-only stream (the CLI called in-process)
+        sys.stdout.write(data.decode(errors="replace"))
+    return 0
+
+
+def render(machine: Machine, fmt: str) -> bytes:
+    if fmt == "mermaid":
+        return to_mermaid(machine).encode()
+    dot_text = to_dot(machine)
+    if fmt == "dot":
+        return dot_text.encode()
+    dot = shutil.which("dot")
+    if dot is None:
+        raise CliError(f"--format {fmt} needs Graphviz's `dot` (apt-get install graphviz); "
+                       "--format mermaid or dot need nothing")
+    done = subprocess.run([dot, f"-T{fmt}"], input=dot_text.encode(), capture_output=True,
+                          timeout=60, check=False)
+    if done.returncode != 0:
+        raise CliError(f"dot failed: {done.stderr.decode(errors='replace').strip()}")
+    return done.stdout
+
+
+def describe_graph(machine: Machine) -> dict[str, Any]:
+    budget = machine.budget
+    return {
+        "agent": machine.name,
+        "entry": machine.entry,
+        "nodes": [{"name": n.name, "tools": list(n.tools), "description": n.description.strip()}
+                  for n in machine.nodes.values()],
+        "transitions": [
+            {"source": s, "target": t, "label": out.labels.get(t, ""),
+             "route": out.route.__name__ if out.route else None,
+             "guard": out.guards[t].__name__ if t in out.guards else None}
+            for s, out in machine.transitions.items() for t in out.targets],
+        "gates": [{"node": node, "gate": g.name, "when": g.when, "role": g.role,
+                   "on_reject": g.on_reject, "on_timeout": g.on_timeout, "on_stale": g.on_stale,
+                   "editable": list(g.editable)} for node, g in machine.gates.items()],
+        "budget": None if budget is None else {
+            "escalate_to": budget.escalate_to, "max_steps": budget.max_steps,
+            "max_visits": dict(budget.max_visits), "max_tokens": budget.max_tokens,
+            "max_cost_usd": budget.max_cost_usd, "limits": budget.limits()},
+        "mermaid": to_mermaid(machine),
+        "dot": to_dot(machine),
+    }

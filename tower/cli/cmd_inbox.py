@@ -1,0 +1,125 @@
+"""`tower inbox`: the approvers' web app for one tenant (docs/inbox.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from tower.cli.devserver import DATA_DIR
+from tower.cli.errors import CliError
+from tower.cli.output import json_option, print_json, tenant_option
+
+if TYPE_CHECKING:
+    from tower.inbox.app import InboxConfig
+
+DEV_ACCOUNTS = DATA_DIR / "inbox-accounts.json"
+
+
+@dataclass(frozen=True)
+class SignIn:
+    """How approvers sign in, as the command line says."""
+
+    accounts: Path | None = None
+    proxy_header: str | None = None
+    trusted_proxies: tuple[str, ...] = ()
+    roles: Path | None = None
+
+
+@click.command("inbox", help=(
+    "Serve a web app where approvers sign in, see the runs waiting for a decision their "
+    "roles may take, and approve or reject them (signed, role-checked decisions). Sign-in: "
+    f"built-in accounts (--accounts, default development accounts in {DEV_ACCOUNTS}) or a "
+    "trusted reverse proxy's user header (--proxy-header with --trusted-proxy and --roles). "
+    "TOWER_INBOX_SESSION_SECRET keeps sessions valid across restarts."))
+@click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
+@click.option("--port", type=click.IntRange(0, 65535), default=8400, show_default=True,
+              help="port (0: any free)")
+@click.option("--accounts", type=click.Path(path_type=Path),
+              help="built-in accounts (JSON; docs/inbox.md)")
+@click.option("--proxy-header", metavar="NAME",
+              help="trust this header's user name (e.g. X-Forwarded-User) ...")
+@click.option("--trusted-proxy", "trusted_proxies", multiple=True, metavar="IP",
+              help="... on connections from this proxy address only (repeatable)")
+@click.option("--roles", type=click.Path(path_type=Path),
+              help="with --proxy-header: JSON {user: [roles]}")
+@click.option("--issuer", default="inbox", show_default=True, metavar="NAME",
+              help="the inbox's signing key (`tower keys new NAME`), listed in the tenant's "
+                   "roster with the roles it may vouch for (--vouches-for)")
+@click.option("--web-ui", metavar="URL", default=lambda: os.environ.get("TOWER_UI_URL"),
+              help="the Temporal Web UI's address, for links to runs (default TOWER_UI_URL)")
+@click.option("--tls-cert", help="serve HTTPS with this certificate (cookies: Secure)")
+@click.option("--tls-key", help="the certificate's private key")
+@json_option("print the inbox's address (and new development logins) as one JSON line")
+@tenant_option
+def command(host: str, port: int, accounts: Path | None, proxy_header: str | None,
+            trusted_proxies: tuple[str, ...], roles: Path | None, issuer: str,
+            web_ui: str | None, tls_cert: str | None, tls_key: str | None,
+            as_json: bool) -> Any:
+    sign_in = SignIn(accounts, proxy_header, trusted_proxies, roles)
+    return serve(sign_in, host=host, port=port, issuer=issuer, web_ui=web_ui,
+                 tls_cert=tls_cert, tls_key=tls_key, as_json=as_json)
+
+
+def build_config(sign_in: SignIn, tenant: str, *, issuer: str, web_ui: str | None = None,
+                 tls: bool = False) -> tuple[InboxConfig, dict[str, str]]:
+    """The inbox's configuration, and development passwords created now (to print once)."""
+    from tower.cli.keys import load_key
+    from tower.inbox.app import InboxConfig
+    from tower.inbox.identity import Accounts, ProxyAuth, dev_accounts
+
+    secret = os.environ.get("TOWER_INBOX_SESSION_SECRET") or secrets.token_urlsafe(32)
+    common: dict[str, Any] = {"tenant": tenant, "session_secret": secret,
+                              "secure_cookies": tls, "web_ui": web_ui,
+                              "issuer": load_key(issuer)}
+    if sign_in.proxy_header:
+        if not sign_in.trusted_proxies or sign_in.roles is None:
+            raise CliError("--proxy-header needs --trusted-proxy IP (the proxy's address) and "
+                           "--roles FILE (who holds which role)")
+        if sign_in.accounts:
+            raise CliError("use either --accounts or --proxy-header, not both")
+        proxy = ProxyAuth(sign_in.proxy_header, frozenset(sign_in.trusted_proxies),
+                          ProxyAuth.load_roles(sign_in.roles))
+        return InboxConfig(proxy=proxy, **common), {}
+    if sign_in.accounts:
+        return InboxConfig(accounts=Accounts.load(sign_in.accounts), **common), {}
+    dev, created = dev_accounts(DEV_ACCOUNTS)
+    return InboxConfig(accounts=dev, **common), created
+
+
+async def serve(sign_in: SignIn, *, host: str, port: int, issuer: str, web_ui: str | None,
+                tls_cert: str | None, tls_key: str | None, as_json: bool = False) -> int:
+    from tower.cli.connection import connect
+    from tower.inbox.server import serving
+
+    if bool(tls_cert) != bool(tls_key):
+        raise CliError("--tls-cert and --tls-key go together")
+    client = await connect()
+    config, created = build_config(sign_in, client.namespace, issuer=issuer, web_ui=web_ui,
+                                   tls=bool(tls_cert))
+    async with serving(config, client, host=host, port=port, ssl_certfile=tls_cert,
+                       ssl_keyfile=tls_key) as url:
+        if as_json:
+            print_json({"url": url, "tenant": client.namespace, "issuer": issuer,
+                        "kid": config.issuer["kid"], "new_accounts": created}, line=True)
+        else:
+            _describe(url, client.namespace, issuer, config, created, sign_in)
+        await asyncio.Event().wait()  # until Ctrl-C
+    return 0
+
+
+def _describe(url: str, tenant: str, issuer: str, config: InboxConfig,
+              created: dict[str, str], sign_in: SignIn) -> None:
+    print(f"Tower inbox for tenant {tenant}: {url}", flush=True)
+    print(f"  decisions signed with issuer key {issuer} ({config.issuer['kid']}): "
+          "the tenant's roster must list it with the roles it may vouch for")
+    for name, password in created.items():
+        print(f"  development account {name} / {password}")
+    if config.accounts is not None and not sign_in.accounts:
+        print(f"  (development accounts in {DEV_ACCOUNTS}; production: --accounts FILE "
+              "or --proxy-header)", flush=True)

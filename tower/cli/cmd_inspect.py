@@ -1,0 +1,193 @@
+"""`tower inspect RUN [--step N]` and `tower fork RUN --step N`: time travel on a run.
+
+Both read the run's history from the server (running or closed) and replay it
+locally against the current code, which gives the transition log and the state
+after every step without a worker; fork then asks Temporal to reset the run to
+the workflow task that recorded step N.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload, WorkflowExecution
+from temporalio.api.enums.v1 import ResetReapplyExcludeType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+from temporalio.client import Client, WorkflowHistory
+
+from tower.cli.cmd_replay import fetch
+from tower.cli.common import CliError
+from tower.cli.connection import connect, connect_config
+from tower.cli.histories import HistoryError, Replayed, load, replay
+from tower.cli.output import json_option, print_json, run_argument, table, tenant_option
+from tower.testing.replay_report import task_completed_after
+
+
+@click.command("inspect", help=(
+    "Print the transition table of RUN (step, from, to, reason, time, history event) and, "
+    "with --step N, the full state as it was after step N. RUN is a workflow id (running or "
+    "closed) or a history JSON file; the history is replayed locally, no worker needed."))
+@run_argument("workflow id, or a history .json file")
+@click.option("--step", type=int, help="print the full state after this step")
+@json_option("the run, its transitions (and the state after --step) as JSON")
+@tenant_option
+def inspect(run: str, run_id: str | None, step: int | None, as_json: bool) -> Any:
+    return _inspect(run, run_id, step, as_json)
+
+
+@click.command("fork", help=(
+    "Reset RUN to the workflow task that recorded step N: a new run of the same workflow id "
+    "continues from there, without the signals and updates that came after, so a different "
+    "decision can be made. The original run's history is kept. Activities after the reset "
+    "point run again."))
+@run_argument()
+@click.option("--step", type=int, required=True, help="the step to restart after")
+@click.option("--reason", default="tower fork", show_default=True,
+              help="recorded in the history")
+@json_option("the new run as JSON")
+@tenant_option
+def fork(run: str, run_id: str | None, step: int, reason: str, as_json: bool) -> Any:
+    return _fork(run, run_id, step, reason, as_json)
+
+
+async def replayed(run: str, run_id: str | None, client: Client | None = None
+                   ) -> tuple[WorkflowHistory, Replayed]:
+    """The history of RUN (a file or a workflow id) and its replay; CliError if it fails."""
+    namespace = client.namespace if client else connect_config().get("namespace") or "default"
+    try:
+        if run.endswith(".json") and Path(run).is_file():
+            histories = load([run])
+        else:
+            histories = [(run, await fetch(client or await connect(), run, run_id))]
+    except HistoryError as exc:
+        raise CliError(str(exc)) from None
+    (source, history), = histories
+    await readable(source, history)
+    result, = await replay(histories, namespace=namespace)
+    if result.failure:
+        raise CliError(f"{source} does not replay against the current code, so its steps "
+                       f"cannot be read: {result.failure}")
+    if not result.log:
+        raise CliError(f"{source} is a {result.workflow_type!r} run with no transitions yet")
+    return history, result
+
+
+async def readable(source: str, history: WorkflowHistory) -> None:
+    """A CliError naming the keys when this process cannot decrypt the history's payloads
+    (replaying it anyway would fail as if the code had changed)."""
+    from tower.activities.codec import ENCODING, CodecError
+    from tower.activities.payloads import tower_data_converter
+
+    codec = tower_data_converter().payload_codec
+    sealed = next((p for e in history.events for p in payloads_in(e)
+                   if p.metadata.get("encoding") == ENCODING), None)
+    if codec is None or sealed is None:
+        return
+    try:
+        await codec.decode([sealed])
+    except CodecError as exc:
+        raise CliError(f"cannot read {source}: {exc}") from None
+
+
+def payloads_in(message: Message) -> Iterator[Payload]:
+    """Every Payload inside a protobuf message (an event and all it holds)."""
+    for fd, value in message.ListFields():
+        if fd.message_type is None:
+            continue
+        if fd.message_type.GetOptions().map_entry:
+            items = list(value.values())
+        elif isinstance(value, Message):
+            items = [value]
+        else:  # a repeated field
+            items = list(value)
+        for item in items:
+            if isinstance(item, Payload):
+                yield item
+            elif isinstance(item, Message):
+                yield from payloads_in(item)
+
+
+async def _inspect(run: str, run_id: str | None, step: int | None, as_json: bool) -> int:
+    history, result = await replayed(run, run_id)
+    last = result.states[-1]
+    state = None
+    if step is not None:
+        try:
+            state = result.state_after(step).model_dump(mode="json")
+        except HistoryError as exc:
+            raise CliError(str(exc)) from None
+    if as_json:
+        print_json({"run": result.workflow_id, "agent": result.workflow_type,
+                    "history_events": len(history.events), "node": last.node,
+                    "status": last.status.value, "step": last.step,
+                    "transitions": [t.model_dump(mode="json") for t in result.log],
+                    "warnings": result.problems, "state_after_step": state})
+        return 0
+    print(f"run {result.workflow_id} · agent {result.workflow_type} · {len(history.events)} "
+          f"history events · now at {last.node} ({last.status.value}, step {last.step})")
+    table(["STEP", "FROM", "TO", "TIME", "EVENT", "REASON"],
+          [[t.step, t.source, t.target, t.at.isoformat(timespec="milliseconds"), t.event_id,
+            t.reason] for t in result.log])
+    for problem in result.problems:
+        print(f"warning: {problem}")
+    if state is not None:
+        print(f"\nstate after step {step}:")
+        print(json.dumps(state, indent=2, sort_keys=True))
+    return 0
+
+
+async def _fork(run: str, run_id: str | None, step: int, reason: str, as_json: bool) -> int:
+    if run.endswith(".json") and Path(run).is_file():
+        raise CliError("fork needs a run on the server (a workflow id), not a history file")
+    history, result = await replayed(run, run_id)
+    steps = {t.step: t for t in result.log}
+    if step not in steps:
+        raise CliError(f"{run} has no step {step} (steps {result.log[0].step}.."
+                       f"{result.log[-1].step})")
+    chosen = steps[step]
+    completed = task_completed_after(history, chosen.event_id)
+    if completed is None:
+        raise CliError(f"step {step} of {run} is in a workflow task that has not "
+                       "completed yet; wait for it, or fork from an earlier step")
+    client = await connect()
+    original = history.events[0].workflow_execution_started_event_attributes
+    run_id = run_id or (await client.get_workflow_handle(run).describe()).run_id
+    response = await client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=run, run_id=run_id),
+            reason=f"{reason}: fork at step {step}",
+            workflow_task_finish_event_id=completed.event_id,
+            request_id=str(uuid.uuid4()),
+            # A fork exists to decide differently: don't replay the old decisions into it.
+            reset_reapply_exclude_types=[
+                ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_SIGNAL,
+                ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_UPDATE],
+        ))
+    same_task = [t.step for t in result.log if t.event_id == chosen.event_id]
+    if as_json:
+        print_json({"run": run, "step": step, "new_run_id": response.run_id,
+                    "original_run_id": run_id, "reset_event_id": completed.event_id,
+                    "replayed_steps": [result.log[0].step, max(same_task)],
+                    "steps_rerun": same_task if len(same_task) > 1 else []})
+        return 0
+    print(f"forked {run} at step {step}: new run {response.run_id}")
+    print(f"  reset to workflow task completed event {completed.event_id}: the new run "
+          f"replays steps {result.log[0].step}..{max(same_task)} from the history"
+          + (f" (steps {', '.join(map(str, same_task))} were made in that workflow task, "
+             "which runs again)" if len(same_task) > 1 else ""))
+    print("  signals and updates sent after that point are NOT re-applied: send the new "
+          "decision to the new run")
+    print("  activities after the reset point run again (model calls, tools); a "
+          "side effect the run already made for the same action (node, decision, call, "
+          "arguments) returns that effect instead of acting twice")
+    print(f"  original run {run_id} keeps its history (workflow type "
+          f"{original.workflow_type.name}); if it was still running, the reset terminated it")
+    print(f"  follow the new run: tower inspect {run}")
+    return 0

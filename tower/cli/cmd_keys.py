@@ -1,0 +1,74 @@
+"""`tower keys new NAME`, `tower keys enrol NAME`: approvers' signing keys.
+
+``new`` makes a key pair for an approver (the private key stays in their config dir) and
+prints the public JWK for the roster. ``enrol`` is the deployment's side: it adds a
+public key to a tenant's roster in the trust directory.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from tower.cli.output import json_option, print_json
+
+
+@click.group("keys", help="Approvers' signing keys and the tenant's roster (docs/approvals.md).")
+def keys() -> None:
+    pass
+
+
+@keys.command("new", help=(
+    "Make an Ed25519 key pair for NAME. The private key is written to <config>/keys/NAME.jwk "
+    "(mode 0600; config: TOWER_CONFIG_DIR or ~/.config/tower); the public JWK is printed for "
+    "the tenant's roster."))
+@click.argument("name", metavar="NAME")
+@click.option("--kid", help="key id (default: NAME-<date>-<random>)")
+@json_option("the public JWK and where the private key is, as JSON")
+def new(name: str, kid: str | None, as_json: bool) -> int:
+    from tower.cli.keys import config_dir, create_key
+
+    public = create_key(name, kid=kid)
+    jwk = public.model_dump(mode="json", exclude_none=True)
+    if as_json:
+        print_json({"public": jwk, "private_key": str(config_dir() / "keys" / f"{name}.jwk")})
+        return 0
+    print(json.dumps(jwk))
+    print(f"private key: {config_dir() / 'keys' / (name + '.jwk')} (mode 0600; never share "
+          "it). Add the public key above to the tenant's roster.json "
+          f"(`tower keys enrol {name} --role ROLE` on the deployment).")
+    return 0
+
+
+@keys.command("enrol", help=(
+    "Add the public half of NAME's key (made if missing) to <trust dir>/<tenant>/roster.json "
+    "with the given roles, and create the tenant's default policy if it has none. Trust dir: "
+    "TOWER_TRUST_DIR or .tower/trust."))
+@click.argument("name", metavar="NAME")
+@click.option("--for-tenant", default="default", show_default=True, metavar="TENANT")
+@click.option("--role", "roles", multiple=True, help="a role NAME holds (repeatable)")
+@click.option("--vouches-for", multiple=True, metavar="ROLE",
+              help="(an issuer, e.g. a web inbox) a role it may vouch for")
+@click.option("--events", multiple=True, metavar="AGENT",
+              help="an agent whose events NAME may send")
+@click.option("--trust-dir", type=click.Path(path_type=Path))
+@json_option("the roster member, as JSON")
+def enrol(name: str, for_tenant: str, roles: tuple[str, ...], vouches_for: tuple[str, ...],
+          events: tuple[str, ...], trust_dir: Path | None, as_json: bool) -> int:
+    from tower.activities.trust import trust_dir as default_trust_dir
+    from tower.cli.trust_files import enrol as add
+    from tower.cli.trust_files import ensure_policy
+
+    root = trust_dir or default_trust_dir()
+    roster = add(root, for_tenant, name, roles=list(roles), vouches_for=list(vouches_for),
+                 events=list(events))
+    ensure_policy(root, for_tenant)
+    who = next(m for m in roster.members if m.name == name)
+    if as_json:
+        print_json({"tenant": for_tenant, **who.model_dump(mode="json", exclude_none=True)})
+        return 0
+    print(f"{name} in tenant {for_tenant!r}'s roster: roles {', '.join(who.roles) or '-'}; "
+          f"keys {', '.join(k.kid for k in who.keys)}")
+    return 0

@@ -1,0 +1,88 @@
+"""`tower retry RUN --from NODE` and `tower abort RUN`: an operator's decision on a FAILED run.
+
+A FAILED run is a failed workflow execution; `tower retry` resets it to just before it
+last entered NODE (``tower.cli.recovery``). A run recorded with the dead-letter wait and
+still parked there gets the ``retry``/``abort`` update, whose validator refuses a bad
+decision before it reaches the history. Either way a refused decision changes nothing.
+"""
+
+from __future__ import annotations
+
+import getpass
+import io
+from typing import Any
+
+import click
+from temporalio.client import Client
+
+from tower.cli.connection import connect
+from tower.cli.live import follow as follow_run
+from tower.cli.live import watch
+from tower.cli.output import json_option, print_json, tenant_option
+from tower.cli.recovery import abort_run, retry_run
+
+
+@click.command("retry", help=(
+    "Take FAILED run RUN back to NODE and follow it: Temporal resets the run to just before "
+    "it last entered NODE, and the new run goes on from there with the current code. "
+    "Effects already made for the same action are found by their key, not made again."))
+@click.argument("run", metavar="RUN")
+@click.option("--from", "node", required=True, metavar="NODE",
+              help="the node to run again (`tower inspect RUN` shows the path)")
+@click.option("--by", default=None, help="who decides (default: your user name); recorded "
+                                         "in the reset's reason")
+@click.option("--no-follow", is_flag=True, help="do not follow the run")
+@json_option("the reset (new run id) and the run's status after following, as JSON")
+@tenant_option
+def retry(run: str, node: str, by: str | None, no_follow: bool, as_json: bool) -> Any:
+    return _retry(run, node, by or getpass.getuser(), not no_follow, as_json)
+
+
+@click.command("abort", help=(
+    "Close RUN, an old run parked FAILED in the dead-letter wait. A run that fails now is "
+    "closed already (a failed workflow execution): there is nothing to abort."))
+@click.argument("run", metavar="RUN")
+@click.option("--by", default=None, help="who decides (default: your user name)")
+@click.option("--reason", default="", help="recorded in the run's errors")
+@json_option("the run's answer as JSON")
+@tenant_option
+def abort(run: str, by: str | None, reason: str, as_json: bool) -> Any:
+    return _abort(run, by or getpass.getuser(), reason, as_json)
+
+
+async def send_retry(client: Client, run: str, node: str, by: str) -> str:
+    """What `tower retry` does, without following: the reset (or old run's update)."""
+    return (await retry_run(client, run, node, by)).answer
+
+
+async def send_abort(client: Client, run: str, by: str, reason: str = "") -> str:
+    return await abort_run(client, run, by, reason)
+
+
+async def _retry(run: str, node: str, by: str, follow: bool, as_json: bool) -> int:
+    client = await connect()
+    done = await retry_run(client, run, node, by)
+    handle = client.get_workflow_handle(run)  # the newest run: the one the reset started
+    status = None
+    if as_json:
+        if follow:
+            status = (await watch(handle, as_json=False, out=io.StringIO(),
+                                  progress_line=False)).status
+        print_json({"run": run, "retry_from": node, "by": by, "answer": done.answer,
+                    "new_run_id": done.new_run_id, "status": status})
+        return 0
+    print(done.answer)
+    if follow:
+        status = await follow_run(handle, skip=done.skip)
+        print(f"status: {status}")
+    return 0
+
+
+async def _abort(run: str, by: str, reason: str, as_json: bool) -> int:
+    client = await connect()
+    answer = await abort_run(client, run, by, reason)
+    if as_json:
+        print_json({"run": run, "aborted_by": by, "reason": reason, "answer": answer})
+    else:
+        print(answer)
+    return 0

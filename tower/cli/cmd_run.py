@@ -1,0 +1,122 @@
+"""`tower run AGENT --input JSON`: start a run and follow it transition by transition."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from typing import Any
+
+import click
+
+from tower.cli.connection import TASK_QUEUE
+from tower.cli.output import json_option, print_json, say, tenant_option
+
+
+def _agents_help() -> str:
+    from tower.cli.agents import help_names
+
+    return f"AGENT is {help_names()}"
+
+
+@click.command("run", help=(
+    "Start a run of AGENT with --input (JSON validated against the agent's input model) and "
+    "print each transition until the run ends, pauses at a gate or waits for input from "
+    "outside. A worker (`python worker.py`) must be running."), epilog=_agents_help())
+@click.argument("agent", metavar="AGENT")
+@click.option("--input", "raw_input", required=True,
+              help='e.g. \'{"question": "Check ACC-1001"}\'')
+@click.option("--id", "run_id", help="workflow id (default: AGENT-<random>)")
+@click.option("--task-queue", default=TASK_QUEUE, show_default=True)
+@click.option("--follow/--no-follow", default=True,
+              help="show transitions live with a progress line (the default), or start and "
+                   "print the run id only")
+@click.option("--ui-url", metavar="URL", help="the Web UI's address for the printed link "
+                                              "(default: TOWER_UI_URL, else the dev server's)")
+@json_option("JSON for scripts: one object per line (started, each transition, end)")
+@tenant_option
+def command(agent: str, raw_input: str, run_id: str | None, task_queue: str, follow: bool,
+            ui_url: str | None, as_json: bool) -> Any:
+    return run(agent, raw_input, run_id, task_queue, follow, ui_url, as_json)
+
+
+async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: str,
+              follow: bool, ui_url: str | None, as_json: bool) -> int:
+    from tower.cli.approvals import check_policy
+    from tower.cli.common import agent_class, parse_input, start_run
+    from tower.cli.connection import connect, connect_config
+    from tower.cli.live import watch
+    from tower.cli.runs import has_workers
+    from tower.cli.ui import run_link
+
+    agent = agent_class(agent_name)
+    request = parse_input(agent, raw_input)
+    client = await connect()
+    run_id = run_id or f"{agent_name}-{uuid.uuid4().hex[:8]}"
+    # Refused here, before the run starts, when the input would loosen the tenant's policy
+    # (the run refuses it too, for a client that skips this check).
+    check_policy(agent, request, client.namespace)
+    handle = await start_run(
+        client, agent, request, id=run_id, task_queue=task_queue,
+        # The Web UI's "Summary" of the run: what was asked, in one line.
+        static_summary=f"{agent.machine.name}: {raw_input}"[:200],
+    )
+    config = connect_config()
+    link = run_link(config["target_host"], client.namespace, run_id,
+                    base=ui_url.rstrip("/") if ui_url else None)
+    if as_json:
+        print_json({"event": "started", "run": run_id, "agent": agent.machine.name,
+                    "task_queue": task_queue, "web_ui": link}, line=True)
+    else:
+        print(f"started {run_id}", flush=True)
+    if not follow:
+        return 0
+    if getattr(agent, "waits_for_messages", False):  # a chat: days long, nothing to follow
+        print(f"{run_id} is a chat thread waiting for messages: talk to it with "
+              f"`tower chat {run_id}`", file=sys.stderr, flush=True)
+        return 0
+    if not await has_workers(client, task_queue):
+        print(f"warning: no worker is polling task queue {task_queue!r}; the run waits "
+              "until one starts (`python worker.py`)", file=sys.stderr, flush=True)
+    progress = await watch(handle, as_json=as_json, stop_when_idle=True)
+    status = progress.status
+    state = await handle.query("state", result_type=dict)
+    approvals = (await handle.query("approvals", result_type=dict)
+                 if status == "AWAITING_APPROVAL" else {})
+    if as_json:
+        print_json({"event": "end", "run": run_id, "status": status, "step": progress.step,
+                    "node": progress.node, "state": state, "pending": approvals.get("pending"),
+                    "waiting_for_input": progress.idle, "web_ui": link}, line=True)
+        return 0 if status != "FAILED" else 1
+    print_outcome(status, state)
+    if approvals:
+        print_pending(approvals)
+    if progress.idle:
+        say(f"{run_id} waits for input from outside (a signal or an update, e.g. an "
+            f"event-driven agent's `event` signal); follow it again with `tower watch {run_id}`")
+    if link:
+        print(f"Web UI: {link}")
+    return 0 if status != "FAILED" else 1
+
+
+def print_pending(approvals: dict[str, Any]) -> None:
+    p = approvals.get("pending")
+    if not p:
+        return
+    proposal = ", ".join(f"{k}={v}" for k, v in p["proposal"].items()).replace("\n", " ")
+    print(f"waiting at gate {p['gate']} ({p['when']} {p['node']}) for role {p['role']} until "
+          f"{p['expires_at']}")
+    print(f"proposal: {proposal or '-'}")
+    if p["editable"]:
+        print(f"editable: {', '.join(p['editable'])}")
+    print(f"decide with: tower approve {approvals['run']} --by NAME   (signs with NAME's key; "
+          f"the roster must give NAME role {p['role']}; or tower reject ...)")
+
+
+def print_outcome(status: str, state: dict[str, Any]) -> None:
+    print(f"status: {status}")
+    final = [m for m in state.get("messages", []) if isinstance(m, dict)
+             and m.get("role") == "assistant"]
+    if final:
+        print(f"reply: {final[-1]['content']}")
+    for error in state.get("errors", []) or []:
+        print(f"error: {error}")

@@ -1,0 +1,43 @@
+"""`tower watch RUN`: follow an existing run live, from its first transition."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from tower.cli.output import json_option, tenant_option
+
+
+@click.command("watch", help=(
+    "Print RUN's transitions so far, then each new one as it happens, with a progress line "
+    "(step, current node, status, elapsed) until the run ends. A run waiting at an approval "
+    "gate is watched on until it is decided, unless --until-pause. --json prints JSON Lines, "
+    "one object per transition, then a final {\"event\": \"end\", ...}."))
+@click.argument("run", metavar="RUN")
+@click.option("--until-pause", is_flag=True, help="stop when the run waits at an approval gate")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="give up after this many seconds")
+@json_option("JSON Lines for scripts")
+@tenant_option
+def command(run: str, until_pause: bool, timeout: float | None, as_json: bool) -> Any:
+    return _watch(run, until_pause, timeout, as_json)
+
+
+async def _watch(run: str, until_pause: bool, timeout: float | None, as_json: bool) -> int:
+    from tower.cli.connection import connect
+    from tower.cli.live import watch
+
+    client = await connect()
+    progress = await watch(client.get_workflow_handle(run), as_json=as_json,
+                           stop_at_pause=until_pause, timeout=timeout)
+    if as_json:
+        print(end_event(progress.run, progress.status, progress.step, progress.node),
+              flush=True)
+    return 1 if progress.status == "FAILED" else 0
+
+
+def end_event(run: str, status: str, step: int, node: str, **extra: object) -> str:
+    return json.dumps({"event": "end", "run": run, "status": status, "step": step,
+                       "node": node, **extra}, sort_keys=True, default=str)

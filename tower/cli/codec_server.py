@@ -1,0 +1,125 @@
+"""A remote codec endpoint for the Temporal Web UI and CLI: POST /encode and /decode.
+
+The protocol is Temporal's: a JSON body ``{"payloads": [...]}`` in protobuf JSON form,
+answered in the same form. Whoever can call /decode reads every run's payloads, so:
+
+- every request must carry the server's token, as ``Authorization: Bearer TOKEN`` (the
+  `temporal` CLI's ``--codec-auth``, or a UI whose auth forwards it) or as the first
+  part of the path, ``/TOKEN/decode``: the endpoint URL given to the dev server's UI
+  (``--ui-codec-endpoint``), which cannot add headers. Compared in constant time.
+- a browser request is served only from the Web UI's own origin (CORS and a check of
+  the ``Origin`` header); any other origin gets 403, token or not.
+
+The keys never leave this process, and nothing about a payload is logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import secrets
+import threading
+from collections.abc import Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+from google.protobuf import json_format
+from temporalio.api.common.v1 import Payloads
+
+from tower.activities.codec import CodecError, EncryptionCodec
+
+DEFAULT_ORIGINS = ("http://localhost:8233",)
+MAX_BODY = 8 * 1024 * 1024
+MIN_TOKEN_CHARS = 16
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def origin_of(url: str) -> str:
+    """``scheme://host[:port]`` of a URL: what a browser sends as ``Origin``."""
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.netloc:
+        raise ValueError(f"{url!r} is not an absolute URL (like http://localhost:8233)")
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def build_server(codec: EncryptionCodec, *, token: str, host: str = "127.0.0.1",
+                 port: int = 8081,
+                 origins: Iterable[str] = DEFAULT_ORIGINS) -> ThreadingHTTPServer:
+    if len(token) < MIN_TOKEN_CHARS or not token.replace("-", "").replace("_", "").isalnum():
+        raise ValueError(f"the codec server's token must be at least {MIN_TOKEN_CHARS} "
+                         "letters, digits, '-' or '_'")
+    allowed = frozenset(o.rstrip("/") for o in origins)
+    expected = token.encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_OPTIONS(self) -> None:  # noqa: N802  (the browser's CORS preflight)
+            self._reply(200 if self._origin_ok() else 403, b"")
+
+        def do_POST(self) -> None:  # noqa: N802
+            if not self._origin_ok():
+                return self._error(403, "origin not allowed")
+            path = self._authenticated_path()
+            if path is None:
+                return self._error(401, "missing or wrong codec token")
+            apply = {"/encode": codec.encrypt, "/decode": codec.decrypt}.get(path)
+            if apply is None:
+                return self._error(404, "no such endpoint: use /encode or /decode")
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                return self._error(413, f"body over {MAX_BODY} bytes")
+            try:
+                payloads = json_format.Parse(self.rfile.read(length), Payloads())
+                out = Payloads(payloads=[apply(p) for p in payloads.payloads])
+            except json_format.ParseError as exc:
+                return self._error(400, f"body is not a Payloads JSON object: {exc}")
+            except CodecError as exc:
+                return self._error(400, str(exc))
+            self._reply(200, json_format.MessageToJson(out).encode())
+
+        def _authenticated_path(self) -> str | None:
+            """The endpoint asked for, once the token is shown; None without it."""
+            path = self.path.split("?", 1)[0].rstrip("/")
+            scheme, _, given = self.headers.get("Authorization", "").partition(" ")
+            if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
+                                                                  expected):
+                return path
+            first, _, rest = path.lstrip("/").partition("/")
+            if hmac.compare_digest(first.encode(), expected):
+                return "/" + rest
+            return None
+
+        def _origin_ok(self) -> bool:
+            origin = self.headers.get("Origin")
+            return origin is None or origin.rstrip("/") in allowed  # None: not a browser
+
+        def _error(self, status: int, message: str) -> None:
+            self._reply(status, json.dumps({"error": message}).encode())
+
+        def _reply(self, status: int, body: bytes) -> None:
+            self.send_response(status)
+            origin = self.headers.get("Origin", "")
+            if origin and self._origin_ok():
+                self.send_header("Access-Control-Allow-Origin", origin)
+                self.send_header("Access-Control-Allow-Methods", "POST, OPTIONS")
+                self.send_header("Access-Control-Allow-Headers",
+                                 "Content-Type, X-Namespace, Authorization")
+                self.send_header("Access-Control-Allow-Credentials", "true")
+                self.send_header("Vary", "Origin")
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass  # the path may hold the token and payloads must not reach logs
+
+    return ThreadingHTTPServer((host, port), Handler)
+
+
+def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,72 @@
+"""What several commands share: agent lookup, input validation, printing a run."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ValidationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from tower import MachineRun, Transition
+from tower.cli.agents import agents
+from tower.cli.errors import CliError
+
+if TYPE_CHECKING:
+    from temporalio.client import Client, WorkflowHandle
+
+
+@contextlib.contextmanager
+def not_found_is(message: str) -> Iterator[None]:
+    """The server's NOT_FOUND for a run becomes ``error: MESSAGE``; other errors pass."""
+    try:
+        yield
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise CliError(message) from None
+        raise
+
+
+def agent_class(name: str) -> type[MachineRun]:
+    known = agents()
+    try:
+        return known[name]
+    except KeyError:
+        raise CliError(
+            f"unknown agent {name!r}; known agents: {', '.join(sorted(known))}") from None
+
+
+async def start_run(client: Client, agent: str | type[MachineRun], request: Any, *, id: str,
+                    task_queue: str, **options: Any) -> WorkflowHandle[Any, Any]:
+    """Start a run of ``agent`` with the search attributes of its first move already set
+    (``search.start_attributes``): it upserts nothing then, one history event fewer, and
+    it is listed by agent and status from its first moment."""
+    from tower.contract import search
+
+    cls = agent_class(agent) if isinstance(agent, str) else agent
+    return await client.start_workflow(cls.machine.name, request, id=id, task_queue=task_queue,
+                                       search_attributes=search.start_attributes(cls.machine),
+                                       **options)
+
+
+def parse_input(agent: type[MachineRun], raw: str) -> BaseModel:
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"--input is not valid JSON: {exc}") from None
+    try:
+        return agent.Input.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"field {'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}" for e in exc.errors())
+        example = agent.Input.model_json_schema().get("properties", {})
+        raise CliError(
+            f"input for {agent.machine.name!r} is invalid: {problems}\n"
+            f"expected fields: {', '.join(example) or '(none)'}") from None
+
+
+def describe(t: Transition) -> str:
+    calls = f"  [{', '.join(t.calls)}]" if t.calls else ""
+    return f"  step {t.step:>3}  {t.source:>16} → {t.target:<16} {t.reason}{calls}"

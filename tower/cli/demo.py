@@ -1,0 +1,138 @@
+"""`tower demo`: server (if needed) + worker + every demo run, printed as it happens."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import uuid
+from typing import Any
+
+import click
+from pydantic import BaseModel
+from temporalio.client import Client
+
+from tower.activities.model import ModelSettings
+from tower.cli import project
+from tower.cli.agents import agents
+from tower.cli.cmd_run import print_outcome
+from tower.cli.common import CliError, start_run
+from tower.cli.connection import connect_config
+from tower.cli.demo_gates import gated_runs
+from tower.cli.demo_inbox import park_for_inbox, serve_inbox
+from tower.cli.devprocess import server_if_needed
+from tower.cli.live import follow
+from tower.cli.output import json_option, tenant_option
+from tower.cli.ui import run_link, ui_base
+
+DEMO_QUEUE = "tower-demo"
+# The tools' database outlives a demo: a fresh address keeps onboarding repeatable.
+_TAG = uuid.uuid4().hex[:6]
+
+# (agent, input, what it shows): the inputs are the example agents' own Input models.
+RUNS: list[tuple[str, dict[str, Any], str]] = [
+    ("account", dict(question="Check my account status, id ACC-1001"),
+     "a bounded ReAct loop: reason ⇄ lookup_account"),
+    ("account", dict(question="Check account ACC-9999 please"),
+     "the same agent on an account that does not exist: the loop budget stops it"),
+    ("support", dict(message="I was charged twice on invoice INV-2001"),
+     "classify, then route in code to the billing desk"),
+    ("support", dict(message="Login fails with error 500 since this morning"),
+     "classify, then route in code to technical support"),
+    ("onboarding", dict(message=(
+        "I'm Grace Hopper from Compiler Works, email grace@navy.invalid or "
+        f"grace.{_TAG}@cobol.dev")),
+     "per-state tools; a rejected e-mail sends the run back to collect_info, then provisions"),
+    ("research", dict(topic="durable execution for LLM agents"),
+     "hybrid exits: the model signals 'done', code holds it until 2 sources / 100 words"),
+    ("lifecycle", dict(goal="Check account ACC-1001 and invoice INV-2001"),
+     "event-driven guard table: plans and tool results arrive as events"),
+    ("order", dict(text="Please send 2 x WIDGET-1 and 1 x GADGET-2 to 1 Main St, "
+                                "Springfield, US"),
+     "model parses, then stock, tax, payment, shipment in code; model confirms"),
+    ("order", dict(text="3 x WIDGET-1 to 5 Rue Neuve, Paris, FR", card="tok_declined"),
+     "the same agent with a declined card: stock released, run ends FAILED with the reason"),
+]
+
+
+def requests() -> list[tuple[str, BaseModel, str]]:
+    """``RUNS`` with each input validated by its agent's own Input model."""
+    return [(agent, agents()[agent].Input.model_validate(given), what)
+            for agent, given, what in RUNS]
+
+
+@click.command("demo", help=(
+    "Start the embedded dev server if none answers, start a worker, run the demo agents and "
+    "print their transitions, results and Web UI links."))
+@click.option("--keep-server", is_flag=True,
+              help="leave a dev server this command started running (to browse the UI)")
+@json_option("one JSON line per demo run (agent, run, status, Web UI link), the story on stderr")
+@tenant_option
+def command(keep_server: bool, as_json: bool) -> Any:
+    return run(keep_server, as_json)
+
+
+def demo_project() -> None:
+    """The project whose agents the demo runs: this one, else Tower's own example."""
+    if project.find() is not None:
+        return
+    folder = project.example()
+    if folder is None:
+        raise CliError("the demo runs Tower's example application, which this installation "
+                       "does not have (a source checkout does); `tower new NAME` makes a "
+                       "project of your own")
+    print(f"no Tower project here: the demo runs Tower's example application ({folder})")
+    project.use(folder)
+
+
+async def run(keep_server: bool, as_json: bool = False) -> int:
+    demo_project()
+    build_worker = project.module("worker").build_worker
+    settings = ModelSettings.from_env()
+    data = sys.stdout
+    # Under --json the story goes to stderr and stdout carries one JSON line per run.
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        print(f"model: {settings.describe()}")
+        async with server_if_needed(keep=keep_server) as server:
+            config = connect_config()
+            namespace = server.client.namespace
+            base = server.ui_url if server.started_here else None
+            links: list[str] = []
+
+            def done(agent: str, run_id: str) -> None:
+                link = run_link(config["target_host"], namespace, run_id, base=base)
+                if link:
+                    links.append(link)
+                if as_json:
+                    print(json.dumps({"agent": agent, "run": run_id, "web_ui": link}),
+                          file=data, flush=True)
+
+            async with build_worker(server.client, task_queue=DEMO_QUEUE, models=settings):
+                for agent, request, what in RUNS:
+                    done(agent, await _one(server.client, agent, request, what))
+                # Runs that pause at an approval gate and get a human decision.
+                for agent, run_id in await gated_runs(server.client, DEMO_QUEUE):
+                    done(agent, run_id)
+                # With --keep-server, a refund and a migration stay for the inbox.
+                waiting = (await park_for_inbox(server.client, DEMO_QUEUE) if keep_server
+                           else [])
+            if links:
+                print("\nWeb UI (each run, with its history and current details):")
+                for link in links:
+                    print(f"  {link}")
+            if waiting:
+                serve_inbox(waiting, DEMO_QUEUE, base or ui_base(config["target_host"]))
+            if server.started_here and not keep_server:
+                print("\nThe dev server this demo started is stopped now; its runs are kept "
+                      "in .tower/temporal.sqlite. `tower dev` serves them again on the Web UI.")
+    return 0
+
+
+async def _one(client: Client, agent: str, given: dict[str, Any], what: str) -> str:
+    request = agents()[agent].Input.model_validate(given)
+    run_id = f"demo-{agent}-{uuid.uuid4().hex[:6]}"
+    print(f"\n== {agent}: {what}\n   input: {request.model_dump_json()}\n   run: {run_id}")
+    handle = await start_run(client, agent, request, id=run_id, task_queue=DEMO_QUEUE)
+    status = await follow(handle)
+    print_outcome(status, await handle.query("state", result_type=dict))
+    return run_id

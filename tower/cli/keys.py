@@ -1,0 +1,105 @@
+"""An approver's own signing keys, kept in their config dir, never in a run or the deployment.
+
+``<config>/keys/<NAME>.jwk`` holds the private JWK (mode 0600, folder 0700); ``config``
+is ``TOWER_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/tower``, else ``~/.config/tower``. The
+public half goes into the tenant's roster (``<trust dir>/<tenant>/roster.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from joserfc.jwk import OKPKey
+
+from tower.cli.errors import CliError
+from tower.contract.trust import Claims, Member, PublicKey, Roster
+from tower.core.signing import decision_claims, public_of, sign
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$")
+
+
+def config_dir(env: dict[str, str] | None = None) -> Path:
+    env = dict(os.environ) if env is None else env
+    if env.get("TOWER_CONFIG_DIR"):
+        return Path(env["TOWER_CONFIG_DIR"])
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "tower"
+
+
+def key_path(name: str, config: Path | None = None) -> Path:
+    if not NAME.match(name):
+        raise CliError(f"invalid key name {name!r} (letters, digits, . _ @ -)")
+    return (config or config_dir()) / "keys" / f"{name}.jwk"
+
+
+def new_key(kid: str | None = None) -> dict[str, Any]:
+    """A fresh Ed25519 private JWK carrying its key id."""
+    private = dict(OKPKey.generate_key("Ed25519").as_dict(private=True))
+    private["kid"] = kid or f"k-{uuid.uuid4().hex[:12]}"
+    return private
+
+
+def create_key(name: str, config: Path | None = None, *, kid: str | None = None) -> PublicKey:
+    """Write a new private key for ``name`` (refusing to overwrite one); its public JWK."""
+    path = key_path(name, config)
+    if path.exists():
+        raise CliError(f"{path} exists: a key is never overwritten (rotate with a new NAME "
+                       "or remove the old file yourself)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(0o700)
+    private = new_key(kid or f"{name}-{time.strftime('%Y%m%d')}-{uuid.uuid4().hex[:6]}")
+    # Created with 0600 from the start: no moment where another user could read it.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(private, f)
+    return public_of(private)
+
+
+def load_key(name: str, config: Path | None = None) -> dict[str, Any]:
+    path = key_path(name, config)
+    if not path.is_file():
+        raise CliError(f"no signing key for {name!r} at {path}: make one with "
+                       f"`tower keys new {name}` and have its public key added to the roster")
+    if stat.S_IMODE(path.stat().st_mode) & 0o077:
+        raise CliError(f"{path} is readable by others (mode "
+                       f"{stat.S_IMODE(path.stat().st_mode):o}): chmod 600 it")
+    key: dict[str, Any] = json.loads(path.read_text())
+    if "d" not in key or "kid" not in key:
+        raise CliError(f"{path} is not a private Ed25519 JWK with a kid")
+    return key
+
+
+def sign_decision(name: str, *, config: Path | None = None, lifetime: int = 600,
+                  **claims: Any) -> tuple[str, Claims]:
+    """A decision signed with ``name``'s own key (``claims``: see ``decision_claims``)."""
+    made = decision_claims(sub=name, lifetime=lifetime, now=time.time(),
+                           jti=claims.pop("jti", None) or f"d-{uuid.uuid4().hex[:12]}",
+                           **claims)
+    return sign(made, load_key(name, config)), made
+
+
+def member(name: str, public: PublicKey, *, roles: Sequence[str] = (),
+           vouches_for: Sequence[str] = (), events: Sequence[str] = ()) -> Member:
+    return Member(name=name, roles=list(roles), vouches_for=list(vouches_for),
+                  events=list(events), keys=[public])
+
+
+def with_member(roster: Roster, new: Member) -> Roster:
+    """``roster`` with ``new`` added; a member of that name gets the new key added (a
+    rotation: both keys work until the old one is removed)."""
+    members = list(roster.members)
+    for i, m in enumerate(members):
+        if m.name == new.name:
+            members[i] = m.model_copy(update={"keys": [*m.keys, *new.keys]})
+            break
+    else:
+        members.append(new)
+    return roster.model_copy(update={"members": members})

@@ -1,0 +1,71 @@
+"""The project the CLI serves, found from where it runs (as Flask, uvicorn and Celery find
+an app): ``--project DIR``, else the nearest folder at or above the current one that has a
+``workflows/`` package. Its folder goes first on ``sys.path``, so ``workflows``,
+``activities`` and ``worker`` are the project's own; Tower installs none of them."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from tower.cli.errors import CliError
+
+_chosen: Path | None = None
+
+
+def use(path: str | Path | None) -> None:
+    """``--project DIR``: serve this project instead of the one found from the cwd."""
+    global _chosen
+    if path is None:
+        _chosen = None
+        return
+    folder = Path(path).expanduser().resolve()
+    if not is_project(folder):
+        raise CliError(f"--project {path}: no workflows/ package there (a Tower project "
+                       "keeps its agents in workflows/; `tower new NAME` makes one)")
+    _chosen = folder
+
+
+def is_project(folder: Path) -> bool:
+    return (folder / "workflows" / "__init__.py").is_file()
+
+
+def find(start: Path | None = None) -> Path | None:
+    """The chosen project, else the nearest folder at or above ``start`` (the cwd)."""
+    if _chosen is not None:
+        return _chosen
+    here = (start or Path.cwd()).resolve()
+    return next((d for d in (here, *here.parents) if is_project(d)), None)
+
+
+def example() -> Path | None:
+    """Tower's own example application, when Tower runs from its source checkout."""
+    checkout = Path(__file__).resolve().parents[2]
+    return checkout if is_project(checkout) and (checkout / "worker.py").is_file() else None
+
+
+def root() -> Path:
+    """The project's folder, first on ``sys.path``; a clear error outside any project."""
+    folder = find()
+    if folder is None:
+        raise CliError(f"no Tower project here ({Path.cwd()}): no workflows/ package in this "
+                       "folder or above. Run it in your project, pass --project DIR, or "
+                       "start one with `tower new NAME`")
+    return activate(folder)
+
+
+def activate(folder: Path) -> Path:
+    entry = str(folder)
+    if sys.path[:1] != [entry]:
+        if entry in sys.path:
+            sys.path.remove(entry)
+        sys.path.insert(0, entry)
+    return folder
+
+
+def module(name: str) -> ModuleType:
+    """One of the project's own modules (``worker``, ``workflows.refund``)."""
+    root()
+    return importlib.import_module(name)

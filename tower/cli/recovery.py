@@ -1,0 +1,155 @@
+"""`tower retry RUN --from NODE`: an operator takes a FAILED run back to NODE by Temporal's
+reset, the same call `tower fork` makes.
+
+A FAILED run is a failed (closed) workflow execution. Its history is replayed here to
+read the transition log with its history event ids; the run is reset to the workflow
+task that last took it into NODE (reset to that task's WorkflowTaskCompleted event: the
+task runs again, so the new run enters NODE afresh with the code's current logic). The
+reset keeps the workflow id and the chain's first run id, so every side effect keeps
+its key (tower/core/keys.py): repeating the same approved action finds the effect
+already made. Signals and updates sent after that point are not re-applied (a new
+decision is the operator's, as with `tower fork`).
+
+Two retries racing past the check (both see the run FAILED) both reset it: Temporal
+terminates the first new run when the second starts. Effects still land at most once:
+both new runs act under the same keys.
+
+Runs recorded with the dead-letter wait and parked there (a deployment being
+upgraded) are still RUNNING at FAILED: they get the ``retry``/``abort`` update as before.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import ResetReapplyExcludeType
+from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowUpdateFailedError,
+)
+
+from tower import Transition
+from tower.cli.common import CliError, not_found_is
+from tower.contract import search
+from tower.contract.wire import AbortRequest, RetryRequest
+
+
+@dataclass(frozen=True)
+class Retried:
+    """What `tower retry` did: a reset (``new_run_id``) or an old run's update (``answer``)."""
+
+    run: str
+    node: str
+    by: str
+    answer: str
+    new_run_id: str | None = None  # None: an old run parked in the dead-letter wait
+    skip: int = 0  # transitions the new run replays before it re-enters NODE
+
+
+def entry_into(log: Sequence[Transition], node: str, nodes: Sequence[str], run: str
+               ) -> tuple[Transition, int]:
+    """The transition that last took the run into ``node`` and how many transitions came
+    before its workflow task (the new run replays those); CliError when there is none."""
+    if node not in nodes:
+        raise CliError(f"{node!r} is not a node of this agent (nodes: {', '.join(nodes)})")
+    entries = [t for t in log if t.target == node]
+    if not entries:
+        path = " → ".join([log[0].source, *(t.target for t in log)]) if log else "nothing"
+        raise CliError(f"run {run!r} never entered {node!r} in its last run (its path: "
+                       f"{path}); retry from a node it reached")
+    last = entries[-1]
+    return last, sum(1 for t in log if t.event_id < last.event_id)
+
+
+def old_parked(info: WorkflowExecutionDescription) -> bool:
+    """A run recorded with the dead-letter wait, parked at FAILED for an operator."""
+    return (info.status == WorkflowExecutionStatus.RUNNING
+            and info.typed_search_attributes.get(search.AGENT_STATUS) == "FAILED")
+
+
+def check_retryable(run: str, info: WorkflowExecutionDescription) -> None:
+    """CliError unless RUN ended FAILED (a failed execution, or an old run that completed
+    FAILED after its dead-letter wait)."""
+    status = info.status.name if info.status else "UNKNOWN"
+    agent = info.typed_search_attributes.get(search.AGENT_STATUS) or "?"
+    if info.status == WorkflowExecutionStatus.RUNNING:
+        raise CliError(f"run {run!r} is still running ({agent}): retry is for a run that "
+                       "ended FAILED")
+    if info.status == WorkflowExecutionStatus.FAILED:
+        return
+    if info.status == WorkflowExecutionStatus.COMPLETED and agent == "FAILED":
+        return  # an old run whose dead-letter wait ran out
+    hint = (" (to go back and decide differently: `tower fork RUN --step N`)"
+            if agent == "DONE" else "")
+    raise CliError(f"run {run!r} ended {agent if agent != '?' else status} ({status} to "
+                   f"Temporal), not FAILED: nothing to retry{hint}")
+
+
+async def retry_run(client: Client, run: str, node: str, by: str) -> Retried:
+    """Retry FAILED run RUN from NODE: a reset, or an old parked run's update."""
+    handle = client.get_workflow_handle(run)
+    with not_found_is(f"run {run!r} not found"):
+        info = await handle.describe()
+    if old_parked(info):
+        answer = await update(client, run, "retry", RetryRequest(node=node, by=by))
+        return Retried(run, node, by, answer)
+    check_retryable(run, info)
+    from tower.cli.cmd_inspect import replayed
+    from tower.cli.common import agent_class
+
+    history, result = await replayed(run, info.run_id, client)
+    nodes = list(agent_class(result.workflow_type).machine.nodes)
+    entry, skip = entry_into(result.log, node, nodes, run)
+    from tower.testing.replay_report import task_completed_after
+
+    completed = task_completed_after(history, entry.event_id)
+    if completed is None:  # cannot happen for a closed run; said plainly if it does
+        raise CliError(f"the workflow task that entered {node!r} never completed")
+    response = await client.workflow_service.reset_workflow_execution(
+        ResetWorkflowExecutionRequest(
+            namespace=client.namespace,
+            workflow_execution=WorkflowExecution(workflow_id=run, run_id=info.run_id),
+            reason=f"tower retry --from {node} by {by} (step {entry.step})",
+            workflow_task_finish_event_id=completed.event_id,
+            request_id=str(uuid.uuid4()),
+            reset_reapply_exclude_types=[
+                ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_SIGNAL,
+                ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_UPDATE],
+        ))
+    return Retried(run, node, by, f"{run} reset to step {entry.step - 1} (before it entered "
+                   f"{node}): new run {response.run_id}", response.run_id, skip)
+
+
+async def abort_run(client: Client, run: str, by: str, reason: str = "") -> str:
+    """Close an old run parked in the dead-letter wait; a run that failed since is closed
+    already (CliError saying so)."""
+    handle = client.get_workflow_handle(run)
+    with not_found_is(f"run {run!r} not found"):
+        info = await handle.describe()
+    if old_parked(info):
+        return await update(client, run, "abort", AbortRequest(by=by, reason=reason))
+    status = info.status.name if info.status else "UNKNOWN"
+    if info.status == WorkflowExecutionStatus.RUNNING:
+        raise CliError(f"run {run!r} is running, not parked at FAILED: abort only closes an "
+                       "old run waiting in the dead-letter wait (to stop a running run: "
+                       f"`temporal workflow cancel --workflow-id {run}`)")
+    raise CliError(f"run {run!r} is closed already ({status} to Temporal): a FAILED run is a "
+                   "failed workflow execution, nothing waits for an abort; "
+                   "`tower retry RUN --from NODE` resets it if it should go on")
+
+
+async def update(client: Client, run: str, name: str, request: object) -> str:
+    handle = client.get_workflow_handle(run)
+    try:
+        with not_found_is(f"run {run!r} not found or already closed"):
+            result: str = await handle.execute_update(name, request, result_type=str)
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        raise CliError(f"{name} refused for {run!r}: {getattr(cause, 'message', cause)}") from None
+    return result

@@ -1,0 +1,118 @@
+"""Reading runs for the CLI: a run's state, and runs found through visibility.
+
+A running run's state comes from the ``state`` query, which a worker answers; when
+none can, the error says so instead of waiting on the server's query timeout.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from tower.cli.common import CliError, not_found_is
+from tower.contract import search
+
+# A worker answers a query in milliseconds; past this, none is there (the server still
+# lists a worker that stopped a minute ago as a poller).
+QUERY_TIMEOUT = timedelta(seconds=10)
+
+
+async def has_workers(client: Client, task_queue: str) -> bool:
+    """Whether a worker polled ``task_queue`` for workflow tasks lately."""
+    response = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+        namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
+    return bool(response.pollers)
+
+
+async def query(client: Client, handle: WorkflowHandle[Any, Any], name: str,
+                result_type: type = dict) -> Any:
+    """Query a running run; a CliError naming the missing worker when none answers."""
+    info = await handle.describe()
+    if not await has_workers(client, info.task_queue):
+        raise CliError(no_worker(handle.id, info.task_queue))
+    try:
+        return await handle.query(name, result_type=result_type, rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as exc:
+        if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.FAILED_PRECONDITION,
+                          RPCStatusCode.CANCELLED) or "timeout" in exc.message.lower():
+            raise CliError(f"{no_worker(handle.id, info.task_queue)} (no answer in "
+                           f"{QUERY_TIMEOUT.seconds} s)") from None
+        raise
+
+
+def no_worker(run: str, task_queue: str) -> str:
+    return (f"run {run!r} is running and only a worker can answer for it, but no worker "
+            f"answers on its task queue {task_queue!r}: start one (`python worker.py`), or "
+            f"read its recorded steps with `tower inspect {run}`")
+
+
+async def run_state(client: Client, run: str) -> dict[str, Any]:
+    handle = client.get_workflow_handle(run, result_type=dict)
+    with not_found_is(f"run {run!r} not found"):
+        info = await handle.describe()
+    if info.status == WorkflowExecutionStatus.COMPLETED:
+        result: dict[str, Any] = await handle.result()
+        return result
+    if info.status == WorkflowExecutionStatus.FAILED:  # a FAILED run (AgentFailed)
+        return await failed_state(client, handle, info.task_queue)
+    if info.status != WorkflowExecutionStatus.RUNNING:
+        raise CliError(f"run {run!r} is {info.status.name if info.status else 'unknown'}")
+    state: dict[str, Any] = await query(client, handle, "state")
+    return state
+
+
+async def failed_state(client: Client, handle: WorkflowHandle[Any, Any],
+                       task_queue: str) -> dict[str, Any]:
+    """A failed run's final state, read from its history replayed here (no worker needed;
+    a replay that succeeds is the run's own state). When this code cannot replay it (the
+    agent changed since), a worker of the run's own build answers the ``state`` query."""
+    from tower.cli.connection import connect_config
+    from tower.cli.histories import replay
+
+    history = await handle.fetch_history()
+    [replayed] = await replay([(handle.id, history)],
+                              namespace=connect_config().get("namespace") or client.namespace)
+    if not replayed.failure and replayed.states:
+        return replayed.states[-1].model_dump(mode="json")
+    why = replayed.failure or "no transitions"
+    if not await has_workers(client, task_queue):
+        raise CliError(f"run {handle.id!r} failed, and its history does not replay against "
+                       f"this code ({why}); start a worker of the code that ran it and ask "
+                       "again")
+    state: dict[str, Any] = await handle.query("state", result_type=dict,
+                                               rpc_timeout=QUERY_TIMEOUT)
+    return state
+
+
+def list_query(agent: str | None, status: str | None) -> str:
+    clauses = [f"{search.AGENT_NAME.name} IS NOT NULL"]
+    for value in (agent, status):
+        if value and not value.replace("_", "").replace("-", "").isalnum():
+            raise CliError(f"invalid filter value {value!r}")
+    if agent:
+        clauses.append(f"{search.AGENT_NAME.name} = '{agent}'")
+    if status:  # DONE and FAILED: the closed execution says it (search.status_clause)
+        clauses.append(search.status_clause(status))
+    return " AND ".join(clauses)
+
+
+async def list_rows(client: Client, *, agent: str | None = None, status: str | None = None,
+                    limit: int = 20) -> list[dict[str, Any]]:
+    """Runs newest first, from the search attributes each run keeps current."""
+    rows = []
+    async for wf in client.list_workflows(list_query(agent, status), limit=limit):
+        sa = wf.typed_search_attributes
+        status = search.run_status(wf.status, sa)
+        rows.append({"run": wf.id, "agent": sa.get(search.AGENT_NAME), "status": status,
+                     # A DONE run need not have published its last node (search.py).
+                     "node": "DONE" if status == "DONE" else sa.get(search.AGENT_NODE),
+                     "step": sa.get(search.AGENT_STEP) or 0,
+                     "started": wf.start_time.isoformat() if wf.start_time else None})
+    return rows

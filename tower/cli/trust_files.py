@@ -1,0 +1,77 @@
+"""Write a tenant's roster and policy (a deployment's files) — for `tower keys add`, the demo
+and tests. The worker only reads them (tower/activities/trust.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tower.activities.trust import tenant_dir
+from tower.cli.keys import create_key, key_path, load_key, member, with_member
+from tower.contract.trust import Policy, Roster
+from tower.core.signing import public_of
+
+
+def read_roster(root: Path, tenant: str) -> Roster:
+    path = tenant_dir(root, tenant) / "roster.json"
+    if not path.is_file():
+        return Roster(tenant=tenant)
+    return Roster.model_validate_json(path.read_bytes())
+
+
+def write_roster(root: Path, roster: Roster) -> Path:
+    return _write(tenant_dir(root, roster.tenant) / "roster.json",
+                  roster.model_dump(mode="json", exclude_none=True))
+
+
+def write_policy(root: Path, policy: Policy) -> Path:
+    return _write(tenant_dir(root, policy.tenant) / "policy.json",
+                  policy.model_dump(mode="json", exclude_defaults=False))
+
+
+def _write(path: Path, data: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    tmp.replace(path)  # a worker reading mid-write sees the old file or the new, never half
+    return path
+
+
+def enrol(root: Path, tenant: str, name: str, *, config: Path | None = None,
+          roles: list[str] | None = None, vouches_for: list[str] | None = None,
+          events: list[str] | None = None) -> Roster:
+    """Put ``name``'s public key (made if missing) into the tenant's roster."""
+    if not key_path(name, config).exists():
+        create_key(name, config)
+    public = public_of(load_key(name, config))
+    roster = read_roster(root, tenant)
+    if any(k.kid == public.kid for m in roster.members for k in m.keys):
+        return roster
+    roster = with_member(roster, member(name, public, roles=roles or [],
+                                        vouches_for=vouches_for or [], events=events or []))
+    write_roster(root, roster)
+    return roster
+
+
+def ensure_policy(root: Path, tenant: str) -> Path:
+    """The tenant's policy file, created with the defaults (signed decisions only) if absent."""
+    path = tenant_dir(root, tenant) / "policy.json"
+    return path if path.is_file() else write_policy(root, Policy(tenant=tenant))
+
+
+DEV_APPROVERS = {"alice": ["manager"], "bob": ["manager"], "dana": ["dba"], "carol": ["clerk"]}
+
+
+def dev_trust(root: Path, tenant: str, *, config: Path | None = None,
+              approvers: dict[str, list[str]] | None = None, **policy: object) -> Roster:
+    """A development tenant: each approver's key (made if missing, in ``config``) in the
+    roster with its roles, and a policy (defaults, or ``policy``'s fields) — for the demo,
+    the history recorders and tests. A real deployment writes its own files."""
+    roster = read_roster(root, tenant)
+    for name, roles in (DEV_APPROVERS if approvers is None else approvers).items():
+        roster = enrol(root, tenant, name, config=config, roles=roles)
+    if not (tenant_dir(root, tenant) / "roster.json").is_file():
+        write_roster(root, roster)
+    if policy or not (tenant_dir(root, tenant) / "policy.json").is_file():
+        write_policy(root, Policy.model_validate({"tenant": tenant, **policy}))
+    return roster

@@ -1,0 +1,176 @@
+"""The inbox's web app: sign in, list what you may decide, decide. Starlette + Jinja2.
+
+Security in one place: identity comes from the session (built-in accounts) or from a
+trusted proxy's header, never from a form; a session is good only for the tenant that
+signed it in, with the roles its account holds now; every POST carries the session's
+CSRF token;
+the session cookie is HttpOnly, SameSite=Lax and Secure when served over TLS; pages
+carry a strict Content-Security-Policy (scripts and styles from this app only).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from temporalio.client import Client
+
+from tower.inbox import pages
+from tower.inbox.identity import Accounts, Approver, ProxyAuth
+
+HERE = Path(__file__).parent
+SESSION_HOURS = 8
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+
+
+@dataclass(frozen=True)
+class InboxConfig:
+    """How one inbox serves one tenant (a Temporal namespace)."""
+
+    tenant: str
+    session_secret: str
+    issuer: Mapping[str, Any]  # the inbox's private JWK; its roster entry says what it vouches
+    accounts: Accounts | None = None  # built-in accounts, or
+    proxy: ProxyAuth | None = None  # a trusted reverse proxy's user header
+    secure_cookies: bool = False  # True when served over TLS
+    web_ui: str | None = None  # the Temporal Web UI's base URL, for links to runs
+
+    def __post_init__(self) -> None:
+        if (self.accounts is None) == (self.proxy is None):
+            raise ValueError("configure exactly one way to sign in: accounts or a proxy header")
+
+
+def create_app(config: InboxConfig, client: Client) -> Starlette:
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    templates.env.filters.update(ago=ago, until=until, num=num)
+    inbox = pages.Inbox(config, client, templates)
+
+    def signed_in(handler: Callable[[Request, Approver], Awaitable[Response]]) -> Any:
+        async def endpoint(request: Request) -> Response:
+            approver = who(request, config)
+            if approver is None:
+                if config.proxy is not None:
+                    return Response("not signed in: the proxy sent no known user", 401)
+                return RedirectResponse("/login?next=" + request.url.path, 303)
+            if request.method == "POST" and not csrf_ok(request, await request.form()):
+                return inbox.refused(request, approver, 403, "Refused: the form's CSRF token "
+                                     "is missing or wrong. Nothing was sent; reload the page.")
+            return await handler(request, approver)
+        return endpoint
+
+    async def login(request: Request) -> Response:
+        if config.accounts is None:
+            return RedirectResponse("/", 303)
+        if request.method == "GET":
+            return inbox.render(request, "login.html", None)
+        form = await request.form()
+        if not csrf_ok(request, form):
+            return inbox.render(request, "login.html", None, status=403,
+                                error="The form's CSRF token is missing or wrong: try again.")
+        approver = config.accounts.sign_in(str(form.get("name", "")),
+                                           str(form.get("password", "")))
+        if approver is None:
+            return inbox.render(request, "login.html", None, status=401,
+                                error="Unknown name or wrong password.")
+        request.session.clear()  # a new session on sign-in: no fixation
+        request.session.update({"tenant": config.tenant, "user": approver.name,
+                                "csrf": secrets.token_urlsafe(32)})
+        return RedirectResponse(safe_next(request.query_params.get("next")), 303)
+
+    async def logout(request: Request) -> Response:
+        if csrf_ok(request, await request.form()):
+            request.session.clear()
+        return RedirectResponse("/login", 303)
+
+    async def security_headers(request: Request, call_next: Any) -> Response:
+        response: Response = await call_next(request)
+        response.headers.setdefault("Content-Security-Policy", CSP)
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "same-origin"
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    routes = [
+        Route("/", signed_in(inbox.waiting)),
+        Route("/login", login, methods=["GET", "POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/runs/{run:path}/decide", signed_in(inbox.decide), methods=["POST"]),
+        Route("/runs/{run:path}", signed_in(inbox.run_page)),
+        Route("/api/changes", signed_in(inbox.changes)),
+        Route("/healthz", lambda r: JSONResponse({"ok": True, "tenant": config.tenant})),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    return Starlette(routes=routes, middleware=[
+        Middleware(BaseHTTPMiddleware, dispatch=security_headers),
+        Middleware(SessionMiddleware, secret_key=config.session_secret,
+                   session_cookie="tower_inbox", max_age=SESSION_HOURS * 3600,
+                   same_site="lax", https_only=config.secure_cookies)])
+
+
+def ago(at: datetime, now: datetime) -> str:
+    return f"{span(now - at)} ago"
+
+
+def until(at: datetime, now: datetime) -> str:
+    left = at - now
+    return f"in {span(left)}" if left.total_seconds() > 0 else "expired"
+
+
+def span(delta: timedelta) -> str:
+    seconds = max(0, int(delta.total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
+def num(value: float | None) -> str:
+    if value is None:
+        return "any"
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def who(request: Request, config: InboxConfig) -> Approver | None:
+    if config.proxy is not None:
+        peer = request.client.host if request.client else None
+        return config.proxy.approver(peer, request.headers)
+    # Inboxes of other tenants may share the session secret: a cookie is good only here.
+    if request.session.get("tenant") != config.tenant or config.accounts is None:
+        return None
+    account = config.accounts.accounts.get(str(request.session.get("user")))
+    # Roles as the accounts file says now, not as they were at sign-in.
+    return Approver(str(request.session["user"]), account.roles) if account else None
+
+
+def csrf_token(request: Request) -> str:
+    token = request.session.get("csrf")
+    if not token:
+        token = request.session["csrf"] = secrets.token_urlsafe(32)
+    return str(token)
+
+
+def csrf_ok(request: Request, form: Any) -> bool:
+    sent, kept = form.get("csrf"), request.session.get("csrf")
+    return isinstance(sent, str) and bool(kept) and secrets.compare_digest(sent, str(kept))
+
+
+def safe_next(target: str | None) -> str:
+    # Only a path of this app: an open redirect would hand the session's user elsewhere.
+    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/"

@@ -1,0 +1,174 @@
+"""The inbox's pages: the list, the decision page, a decision, the live-update probe."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.templating import Jinja2Templates
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from tower import Outcome
+from tower.cli.approvals import submit_decision
+from tower.contract.pending import PendingView
+from tower.inbox.forms import FormError, read_form
+from tower.inbox.identity import Approver
+from tower.inbox.picture import picture
+from tower.inbox.runs import run_story
+from tower.inbox.signing import signed_decision
+from tower.inbox.visibility import waiting_run, waiting_runs
+
+if TYPE_CHECKING:
+    from tower.inbox.app import InboxConfig
+
+DECIDE_SECONDS = 30.0
+CACHE_SECONDS = 1.0  # live updates: many open pages, one visibility call a second
+
+
+class Inbox:
+    def __init__(self, config: InboxConfig, client: Client, templates: Jinja2Templates) -> None:
+        self.config, self.client, self.templates = config, client, templates
+        self._cache: dict[Any, tuple[float, Any]] = {}
+
+    def render(self, request: Request, name: str, approver: Approver | None,
+               status: int = 200, **context: Any) -> Response:
+        from tower.inbox.app import csrf_token
+        return self.templates.TemplateResponse(request, name, {
+            "approver": approver, "csrf": csrf_token(request), "tenant": self.config.tenant,
+            "proxy": self.config.proxy is not None, "now": datetime.now(UTC), **context},
+            status_code=status)
+
+    def refused(self, request: Request, approver: Approver, status: int, message: str,
+                **context: Any) -> Response:
+        return self.render(request, "message.html", approver, status=status, kind="refused",
+                           message=message, **context)
+
+    async def waiting(self, request: Request, approver: Approver) -> Response:
+        runs = await self._cached(("list", approver.roles),
+                                  lambda: waiting_runs(self.client, approver.roles))
+        return self.render(request, "list.html", approver, runs=runs,
+                           fingerprint=list_fingerprint(runs))
+
+    async def run_page(self, request: Request, approver: Approver) -> Response:
+        run = request.path_params["run"]
+        status, view = await self._run(run)
+        if status is None:
+            return self.refused(request, approver, 404, f"No run {run!r} in tenant "
+                                f"{self.config.tenant!r}.")
+        story = await run_story(self.client, run, status)
+        kind, art = picture(view.agent, view.node) if view else ("", "")
+        return self.render(
+            request, "run.html", approver, run=run, run_status=status.name, view=view,
+            story=story, picture_kind=kind, picture=art,
+            may_decide=view is not None and view.role in approver.roles,
+            web_ui=self._ui_link(run), fingerprint=run_fingerprint(status, view))
+
+    async def decide(self, request: Request, approver: Approver) -> Response:
+        run = request.path_params["run"]
+        status, view = await self._run(run, fresh=True)
+        back = {"run": run}
+        if view is None:
+            story = await run_story(self.client, run, status)
+            what = story.last_request or f"the run is {status.name if status else 'unknown'}"
+            return self.refused(request, approver, 409, "Refused: this run is no longer "
+                                f"waiting for a decision ({what}). Nothing was sent.", **back)
+        if view.role not in approver.roles:
+            return self.refused(
+                request, approver, 403, f"Refused: gate {view.gate} needs role {view.role}; "
+                f"{approver.name} holds {', '.join(approver.roles) or 'no role'}. "
+                "Nothing was sent.", **back)
+        try:
+            form = read_form({k: str(v) for k, v in (await request.form()).items()}, view)
+            payload = signed_decision(issuer=self.config.issuer, tenant=self.config.tenant,
+                                      run=run, view=view, approver=approver.name, form=form)
+        except FormError as exc:
+            return self.refused(request, approver, 400, f"Refused: {exc}. Nothing was sent.",
+                                **back)
+        handle = self.client.get_workflow_handle(run)
+        try:
+            outcome = await asyncio.wait_for(submit_decision(handle, payload), DECIDE_SECONDS)
+        except WorkflowUpdateFailedError as exc:
+            reason = getattr(exc.cause, "message", None) or str(exc.cause)
+            return self.refused(request, approver, 409, refusal_text(reason), **back)
+        except TimeoutError:
+            return self.refused(request, approver, 504, "No worker confirmed the decision in "
+                                f"{DECIDE_SECONDS:.0f} s; reload the page to see whether the "
+                                "run took it.", **back)
+        self._cache.clear()
+        return self.render(request, "message.html", approver, kind="outcome", run=run,
+                           message=outcome_text(outcome), outcome=outcome)
+
+    async def changes(self, request: Request, approver: Approver) -> Response:
+        """What the live pages poll: a fingerprint that changes when their content does."""
+        run = request.query_params.get("run")
+        if run is None:
+            runs = await self._cached(("list", approver.roles),
+                                      lambda: waiting_runs(self.client, approver.roles))
+            return JSONResponse({"fingerprint": list_fingerprint(runs)})
+        status, view = await self._run(run)
+        message = ""
+        if view is None and status is not None:
+            story = await run_story(self.client, run, status)
+            message = "This run is no longer waiting for a decision" + (
+                f": {story.last_request}" if story.last_request else f" ({status.name})")
+            if "approved by" in message or "rejected by" in message:
+                message += ". It was already decided."
+        return JSONResponse({"fingerprint": run_fingerprint(status, view), "message": message})
+
+    async def _run(self, run: str, fresh: bool = False) -> tuple[
+            WorkflowExecutionStatus | None, PendingView | None]:
+        async def read() -> tuple[WorkflowExecutionStatus | None, PendingView | None]:
+            try:
+                return await waiting_run(self.client, run)
+            except RPCError as exc:
+                if exc.status == RPCStatusCode.NOT_FOUND:
+                    return None, None
+                raise
+        return await read() if fresh else await self._cached(("run", run), read)
+
+    async def _cached(self, key: Any, load: Any) -> Any:
+        hit = self._cache.get(key)
+        if hit is not None and time.monotonic() - hit[0] < CACHE_SECONDS:
+            return hit[1]
+        value = await load()
+        self._cache[key] = (time.monotonic(), value)
+        if len(self._cache) > 1000:
+            self._cache.clear()
+        return value
+
+    def _ui_link(self, run: str) -> str | None:
+        if not self.config.web_ui:
+            return None
+        return f"{self.config.web_ui.rstrip('/')}/namespaces/{self.config.tenant}/workflows/{run}"
+
+
+def list_fingerprint(runs: list[Any]) -> str:
+    return "|".join(f"{w.run}@{w.view.step}" for w in runs)
+
+
+def run_fingerprint(status: WorkflowExecutionStatus | None, view: PendingView | None) -> str:
+    return f"{status.name if status else 'NONE'}:{view.gate if view else ''}:" \
+           f"{view.step if view else ''}"
+
+
+def refusal_text(reason: str) -> str:
+    if "already decided" in reason:
+        return f"Already decided by another approver: {reason}. Your decision was not applied."
+    if "expired" in reason:
+        return f"Refused: the request expired ({reason}). Nothing changed."
+    return f"Refused by the run: {reason}. Nothing changed."
+
+
+def outcome_text(outcome: Outcome) -> str:
+    text = f"Gate {outcome.gate}: {outcome.result.value}"
+    if outcome.result.value == "stale":
+        text += (f". The re-check found the world changed ({outcome.reason}); the run went "
+                 f"back to {outcome.node} to plan again")
+    elif outcome.reason:
+        text += f" — {outcome.reason}"
+    return text + f". The run is now {outcome.status} at {outcome.node}."
