@@ -26,10 +26,11 @@ from tower.core.engine import (
     operator_retry,
 )
 from tower.core.errors import IllegalTransition, NodeFailed
-from tower.core.gates import approving_decision, needs_gate, pending_record
+from tower.core.gates import approving_decision
 from tower.core.graph import DONE, FAILED
+from tower.core.interpreter import Hold, after_node, next_step
 from tower.core.legacy_trust import ApprovalSettings
-from tower.core.state import AgentState, S, UpdateError, apply_update, set_engine_fields
+from tower.core.state import S, apply_update, set_engine_fields
 from tower.temporal import tracing
 from tower.temporal.context import TemporalContext
 from tower.temporal.gating import Gatekeeper
@@ -189,15 +190,11 @@ class AgentWorkflow(MachineRun, Gatekeeper):
 
     async def _run_node(self) -> None:
         state = self.current
-        gate = self.machine.gates.get(state.node)
-        pending = pending_record(state)
-        if gate is not None and pending is not None and pending.gate == gate.name:
-            await self.hold(gate, resume=True)  # continued-as-new while it waited
+        step = next_step(self.machine, state)
+        if isinstance(step, Hold):
+            await self.hold(step.gate, resume=step.resume)
             return
-        if gate is not None and gate.when == "before" and needs_gate(state, gate):
-            await self.hold(gate)
-            return
-        node = self.machine.nodes[state.node]
+        node = self.machine.nodes[step.node]
         ctx = TemporalContext(self.machine.name, node, state.step, list(self.models), self,
                               decision=approving_decision(state, node.name))
         try:
@@ -211,18 +208,12 @@ class AgentWorkflow(MachineRun, Gatekeeper):
             return
         update.update(_spent(node.name, ctx))
         self._calls += ctx.model_calls
-        if gate is not None and gate.when == "after" and _gated_after(state, gate, update):
-            await self.hold(gate, update, ctx.calls)
+        then = after_node(self.machine, state, node.name, update, ctx.calls)
+        if isinstance(then, Hold):
+            await self.hold(then.gate, then.update, then.calls)
             return
         self._record(*advance(self.machine, state, node.name, update, at=workflow.now(),
                               event_id=event_id(), calls=ctx.calls))
-
-
-def _gated_after(state: AgentState, gate: Any, update: dict[str, Any]) -> bool:
-    try:
-        return needs_gate(apply_update(state, update), gate)
-    except UpdateError:
-        return False  # advance() will fail the run with the reason
 
 
 def _spent(node: str, ctx: TemporalContext) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from tower.contract.decisions import Decision, GateStatus, Verdict
+from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
 from tower.core.context import NodeContext
 from tower.core.engine import Transition, advance, fail, node_error, start
 from tower.core.errors import NodeFailed, TowerError
@@ -29,12 +29,21 @@ from tower.core.gates import (
     approving_decision,
     check_edits,
     close_gate,
-    needs_gate,
     open_gate,
     pending_record,
 )
-from tower.core.graph import TERMINALS, Machine
-from tower.core.state import AgentState, Message, UpdateError, apply_update
+from tower.core.graph import START, TERMINALS, Machine
+from tower.core.interpreter import (
+    Close,
+    Hold,
+    Recheck,
+    after_node,
+    decided,
+    moves_on_after_approval,
+    next_step,
+    rechecked,
+)
+from tower.core.state import AgentState, apply_update
 from tower.testing.context import ModelAnswers, ScriptedContext, Stuck, ToolAnswer
 
 S = TypeVar("S", bound=AgentState)
@@ -91,18 +100,24 @@ async def run_agent(
     tools: Mapping[str, ToolAnswer] | None = None, decisions: Iterable[Said] = (),
     events: Iterable[Mapping[str, Any]] = (), host: Any = None,
     children: Callable[[Any, Any], Any] | None = None, run_id: str = "test-run",
-    max_steps: int = 500,
+    max_steps: int = 500, expire: bool = True,
 ) -> Run[S]:
     """Run ``agent`` (an ``@agent`` class, or a Machine) from START until it ends, parks at
     a gate with no scripted decision left, or (event-driven) runs out of events.
 
     ``model`` defaults to the agent's own scripts (``@agent(..., scripts=...)``). A gate
-    takes the next of ``decisions``; with none left it expires (its timeout route).
+    takes the next of ``decisions``; with none left it expires (its timeout route), or with
+    ``expire=False`` the run stops there, waiting, as a worker's run would. A
+    ``state`` that stands on a node (``Run.state`` of an earlier call, as a run carried
+    over by continue-as-new) goes on from there; one waiting at a gate takes up its request.
     """
     runner = _Runner(agent, run_id, _answers(agent, model), dict(tools or {}),
                      list(decisions), [dict(e) for e in events], host, children)
-    state, first = start(runner.machine, state, at=T0, event_id=1)
-    runner.log.append(first)
+    runner.expire = expire
+    if state.node == START:
+        state, first = start(runner.machine, state, at=T0, event_id=1)
+        runner.log.append(first)
+    # else: the state of a run that stopped on a node (a carried-over run) goes on from there.
     event_driven = hasattr(agent, "EventModel")
     while state.node not in TERMINALS and len(runner.log) < max_steps:
         before = len(runner.log)
@@ -123,6 +138,7 @@ class _Runner:
         self.log: list[Transition] = []
         self.contexts: list[ScriptedContext] = []
         self.accepted: set[str] = set()
+        self.expire = True  # a gate with no scripted decision left: expire, or wait
         self.entered: set[int] = set()
         # An event-driven agent says what an event changes (on_event): ask an instance of
         # it, made outside any workflow (its constructor touches no Temporal API).
@@ -144,10 +160,10 @@ class _Runner:
         return moved[0]
 
     async def node_step(self, state: S) -> S:
-        gate = self.machine.gates.get(state.node)
-        if gate is not None and gate.when == "before" and needs_gate(state, gate):
-            return await self.hold(state, gate)
-        node = self.machine.nodes[state.node]
+        step = next_step(self.machine, state)
+        if isinstance(step, Hold):
+            return await self.hold(state, step)
+        node = self.machine.nodes[step.node]
         ctx = self.context(node.name, state.step, approving_decision(state, node.name))
         at, eid = self.now(), len(self.log) + 1
         try:
@@ -159,21 +175,43 @@ class _Runner:
             return self.record(node_error(self.machine, spent, node.name, str(exc), at=at,
                                           event_id=eid, calls=ctx.calls))
         update.update(_spent(node.name, ctx))
-        if gate is not None and gate.when == "after" and _gated_after(state, gate, update):
-            return await self.hold(state, gate, update, ctx.calls)
+        then = after_node(self.machine, state, node.name, update, ctx.calls)
+        if isinstance(then, Hold):
+            return await self.hold(state, then)
         return self.record(advance(self.machine, state, node.name, update, at=at,
                                    event_id=eid, calls=ctx.calls))
 
-    async def hold(self, state: S, gate: Gate, update: Mapping[str, Any] | None = None,
-                   calls: list[str] | None = None) -> S:
-        state = self.record(open_gate(self.machine, state, gate, at=self.now(),
-                                      event_id=len(self.log) + 1, update=update, calls=calls))
+    async def hold(self, state: S, step: Hold) -> S:
+        """Open the gate (or take up the request a carried-over run left open), then end
+        it with the next scripted decision — or, with none left, by its expiry."""
+        gate = step.gate
+        if not step.resume:
+            state = self.record(open_gate(self.machine, state, gate, at=self.now(),
+                                          event_id=len(self.log) + 1, update=step.update,
+                                          calls=step.calls))
         pending = pending_record(state)
-        if pending is None:
+        if pending is None:  # the update could not be applied: the run failed instead
             return state
-        if not self.decisions:
-            return self.close(state, gate, GateStatus.EXPIRED, gate.on_timeout,
-                              why="no decision scripted")
+        if not self.decisions and not self.expire:
+            return state  # waiting for a decision the test did not script
+        decision = self.scripted_decision(state, gate, pending) if self.decisions else None
+        ending = decided(gate, pending, decision)
+        if isinstance(ending, Recheck):
+            assert gate.recheck is not None  # decided() asks for a re-check only then
+            ctx = self.context(gate.node, state.step)
+            try:
+                stale = await gate.recheck(ctx, apply_update(state, ending.decision.edits))
+            except NodeFailed as exc:
+                ending = rechecked(gate, ending.decision, failed=str(exc))
+            else:
+                ending = rechecked(gate, ending.decision, stale=stale)
+        state = self.close(state, gate, ending)
+        if ending.status == GateStatus.APPROVED and moves_on_after_approval(gate, state):
+            state = self.record(advance(self.machine, state, gate.node, {}, at=self.now(),
+                                        event_id=len(self.log) + 1))
+        return state
+
+    def scripted_decision(self, state: S, gate: Gate, pending: GateRecord) -> Decision:
         said = self.decisions.pop(0)
         decision = Decision(
             decision_id=f"d{len(self.log)}", tenant="test", run=self.run_id, gate=gate.name,
@@ -183,33 +221,13 @@ class _Runner:
         if decision.role != pending.role or problem:
             raise TowerError(f"gate {gate.name} refuses the scripted decision: "
                              f"{problem or f'role {decision.role!r} may not decide it'}")
-        if said.verdict == Verdict.REJECT:
-            return self.close(state, gate, GateStatus.REJECTED, gate.on_reject, decision)
-        return await self.approved(state, gate, decision)
+        return decision
 
-    async def approved(self, state: S, gate: Gate, decision: Decision) -> S:
-        if gate.recheck is not None:
-            ctx = self.context(gate.node, state.step)
-            stale = await gate.recheck(ctx, apply_update(state, decision.edits))
-            if stale:
-                assert gate.on_stale is not None
-                note = Message(role="system", content=f"The approved action was not carried "
-                               f"out because the world changed: {stale}. Plan again.")
-                return self.close(state, gate, GateStatus.STALE, gate.on_stale, decision,
-                                  why=stale, update={"messages": [note]})
-        state = self.close(state, gate, GateStatus.APPROVED, gate.node, decision,
-                           update=decision.edits)
-        if gate.when == "after" and state.node == gate.node:
-            state = self.record(advance(self.machine, state, gate.node, {}, at=self.now(),
-                                        event_id=len(self.log) + 1))
-        return state
-
-    def close(self, state: S, gate: Gate, status: GateStatus, target: str,
-              decision: Decision | None = None, *, why: str = "",
-              update: Mapping[str, Any] | None = None) -> S:
-        return self.record(close_gate(self.machine, state, gate, status, target=target,
-                                      at=self.now(), event_id=len(self.log) + 1,
-                                      decision=decision, why=why, update=update))
+    def close(self, state: S, gate: Gate, ending: Close) -> S:
+        return self.record(close_gate(self.machine, state, gate, ending.status,
+                                      target=ending.target, at=self.now(),
+                                      event_id=len(self.log) + 1, decision=ending.decision,
+                                      why=ending.why, update=ending.update))
 
     async def event_step(self, state: S) -> S:
         """An event-driven machine: run the state's entry action once, then apply the next
@@ -259,12 +277,3 @@ def _spent(node: str, ctx: NodeContext) -> dict[str, Any]:
     if not ctx.usage.calls:
         return {}
     return {"usage": ctx.usage, "node_usage": {node: ctx.usage}}
-
-
-def _gated_after(state: AgentState, gate: Gate, update: dict[str, Any]) -> bool:
-    try:
-        return needs_gate(apply_update(state, update), gate)
-    except UpdateError:
-        return False  # advance() fails the run with the reason
-
-
