@@ -167,7 +167,8 @@ class _Runner:
     async def hold(self, state: S, gate: Gate, update: Mapping[str, Any] | None = None,
                    calls: list[str] | None = None) -> S:
         state = self.record(open_gate(self.machine, state, gate, at=self.now(),
-                                      event_id=len(self.log) + 1, update=update, calls=calls))
+                                      event_id=len(self.log) + 1, run_id=self.run_id,
+                                      update=update, calls=calls))
         pending = pending_record(state)
         if pending is None:
             return state
