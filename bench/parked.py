@@ -28,6 +28,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from bench.agents import BENCH_WORKFLOWS, REVIEW_TIMEOUT, WORKFLOW_TASKS, ParkedAgent, ParkRequest
 from tower.activities.model import ModelSettings
 from tower.cli.trust_files import dev_trust
+from tower.contract.decisions import GateRecord, proposal_digest
 from tower.contract.search import start_attributes
 from tower.core.signing import decision_claims
 from worker import build_worker
@@ -66,8 +67,10 @@ async def decision_latency(client: Client, ids: list[str]) -> list[float]:
         handle = client.get_workflow_handle(run)
         pending = (await handle.query("approvals", result_type=dict))["pending"]
         # The bench's deployment allows unsigned decisions (a development setting).
-        claims = decision_claims(tenant=client.namespace, run=run, gate="review",
-                                 request=pending["step"], verdict="approve", sub="bench",
+        shown = GateRecord.model_validate(pending)
+        claims = decision_claims(tenant=client.namespace, run=run, run_id=shown.run_id,
+                                 gate="review", request=shown.step,
+                                 proposal=proposal_digest(shown), verdict="approve", sub="bench",
                                  role="manager", jti=f"bench-{uuid.uuid4().hex[:8]}",
                                  now=time.time())
         start = time.perf_counter()

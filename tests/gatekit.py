@@ -16,12 +16,13 @@ from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle
 
 from tower.cli.keys import load_key, new_key
-from tower.contract.decisions import Verdict
+from tower.contract.decisions import GateRecord, Verdict, proposal_digest
 from tower.contract.trust import EventClaims
 from tower.core.signing import EVENT_TYPE, decision_claims, sign
 from workflows.refund import RefundRequest
 
 BIG_REFUND = "Please refund $1,200 on invoice INV-2004"
+NO_PROPOSAL = "sha256:" + "0" * 64  # a decision sent before any request was shown
 
 
 def refund_request(client: Client, run: str, **kw: Any) -> RefundRequest:
@@ -38,13 +39,18 @@ def decision(
     gate: str | None = None, edits: dict[str, Any] | None = None, decision_id: str | None = None,
     key: dict[str, Any] | None = None, tenant: str | None = None, request: int | None = None,
     note: str = "", unsigned: bool = False, lifetime: int = 600, now: float | None = None,
+    run_id: str | None = None, proposal: str | None = None,
 ) -> dict[str, Any]:
     """A decision as the wire carries it: signed with ``approver``'s own key (or ``key``),
-    for ``tenant`` (default: the client's) and the pending request."""
+    for ``tenant`` (default: the client's) and the pending request (its run id, step and
+    proposal digest, unless given)."""
+    shown = GateRecord.model_validate(pending) if pending else None
     claims = decision_claims(
         tenant=tenant or client.namespace, run=run,
+        run_id=run_id or (shown.run_id if shown else "not-started"),
         gate=gate or (pending["gate"] if pending else "refund_review"),
         request=request if request is not None else (pending["step"] if pending else 1),
+        proposal=proposal or (proposal_digest(shown) if shown else NO_PROPOSAL),
         verdict=verdict.value, sub=approver, role=role, edits=edits or {}, note=note,
         jti=decision_id or new_id("d"), lifetime=lifetime,
         now=time.time() if now is None else now)

@@ -62,10 +62,11 @@ async def park_refund(client: Client, task_queue: str, **kw: Any) -> WorkflowHan
 
 
 def decision_form(html: str, **fields: str) -> dict[str, str]:
-    """The hidden fields of a decision page's form (CSRF token, gate, request), and
-    ``fields``: what a browser posts."""
+    """The hidden fields of a decision page's form (CSRF token, gate, request, the digest
+    of the proposal shown), and ``fields``: what a browser posts."""
     hidden = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', html))
-    assert {"csrf", "gate", "request"} <= set(hidden), html[:2000]
+    assert {"csrf", "gate", "request", "proposal"} <= set(hidden), html[:2000]
+    assert hidden["proposal"].startswith("sha256:"), html[:2000]
     return {**hidden, **fields}
 
 

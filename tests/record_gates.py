@@ -29,7 +29,7 @@ from tower.cli.devserver import temporal_binary
 from tower.cli.histories import report_unreplayable
 from tower.cli.trust_files import dev_trust
 from tower.contract import search
-from tower.contract.decisions import Verdict
+from tower.contract.decisions import GateRecord, Verdict
 from worker import build_worker
 from workflows.migration import MigrationRequest
 from workflows.refund import RefundRequest
@@ -54,7 +54,7 @@ async def _decide(client: Client, run: str, verdict: Verdict, role: str, *, conf
                   via: str = "update", **kw: Any) -> None:
     p = await _pending(client, run)
     decision, _ = make_decision(
-        tenant=client.namespace, run=run, gate=p["gate"], request=p["step"], verdict=verdict,
+        tenant=client.namespace, run=run, pending=GateRecord.model_validate(p), verdict=verdict,
         approver=APPROVER[role], role=role, config=config, **kw)
     handle = client.get_workflow_handle(run)
     if via == "signal":

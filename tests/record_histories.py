@@ -36,7 +36,7 @@ from tower.cli.histories import report_unreplayable
 from tower.cli.live import follow
 from tower.cli.trust_files import dev_trust
 from tower.contract import search
-from tower.contract.decisions import Verdict
+from tower.contract.decisions import GateRecord, Verdict
 from tower.testing.model_server import LoopbackModelServer
 from worker import build_worker
 from workflows.order import OrderRequest
@@ -90,8 +90,8 @@ async def record_gated(client: Client, gated: Gated, out: Path, config: Path) ->
     if status == "AWAITING_APPROVAL" and gated.verdict is not None:
         pending = (await handle.query("approvals", result_type=dict))["pending"]
         decision, _ = make_decision(
-            tenant=client.namespace, run=gated.id, gate=pending["gate"],
-            request=pending["step"], verdict=gated.verdict, approver=APPROVER[gated.role],
+            tenant=client.namespace, run=gated.id, pending=GateRecord.model_validate(pending),
+            verdict=gated.verdict, approver=APPROVER[gated.role],
             role=gated.role, edits=gated.edits, decision_id=f"d-{gated.id}", config=config)
         await handle.execute_update("decide", decision, result_type=dict)
         status = await asyncio.wait_for(_finished(handle), timeout=120)
@@ -231,6 +231,7 @@ async def record(out: Path, runs: Sequence[tuple[str, BaseModel, str]]) -> list[
 
 def _make_shop(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)  # the tools' database may have made the example one
     with sqlite3.connect(path) as db:
         db.executescript(SHOP)
 

@@ -10,7 +10,7 @@ import pytest
 
 from tower import DONE, AgentState, Graph, InvalidGraph, Status, UpdateError
 from tower.cli.keys import new_key
-from tower.contract.decisions import Decision, GateStatus, Verdict
+from tower.contract.decisions import Decision, GateStatus, Verdict, proposal_digest
 from tower.contract.trust import Member, Policy, Roster, TrustSnapshot
 from tower.core import legacy_trust
 from tower.core.engine import advance, start
@@ -19,7 +19,7 @@ from tower.core.signing import decision_claims, public_of, sign
 from tower.core.state import apply_update
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
-TENANT, RUN = "acme", "pay-1"
+TENANT, RUN, RUN_ID = "acme", "pay-1", "run-id-1"
 ALICE, CAROL = new_key("alice-1"), new_key("carol-1")
 ROSTER = Roster(tenant=TENANT, members=[
     Member(name="alice", roles=["manager"], keys=[public_of(ALICE)]),
@@ -62,16 +62,21 @@ def at_gate(amount: int = 500) -> PayState:
     state, _ = start(MACHINE, PayState(amount=amount, planned=amount), at=T0, event_id=1)
     state, _ = advance(MACHINE, state, "plan", {}, at=T0, event_id=2)
     assert state.node == "pay"
-    held, log = open_gate(MACHINE, state, MACHINE.gates["pay"], at=T0, event_id=3)
+    held, log = open_gate(MACHINE, state, MACHINE.gates["pay"], at=T0, event_id=3,
+                          run_id=RUN_ID)
     assert log.source == log.target == "pay"
     return held
+
+
+SHOWN = proposal_digest(at_gate().approvals[-1])  # what the approver saw
 
 
 def decision(**kw: Any) -> Decision:
     """A decision record as ``read_decision`` makes it from a verified token."""
     fields: dict[str, Any] = dict(decision_id="d-1", tenant=TENANT, run=RUN, gate="review",
                                   decision=Verdict.APPROVE, approver="alice", role="manager",
-                                  expires_at=T0 + timedelta(hours=2), kid="alice-1", request=3)
+                                  expires_at=T0 + timedelta(hours=2), kid="alice-1", request=3,
+                                  run_id=RUN_ID, proposal=SHOWN)
     fields.update(kw)
     return Decision(**fields)
 
@@ -85,8 +90,9 @@ def check(d: Decision, state: Any = ..., **kw: Any) -> Any:
 
 
 def token(key: dict[str, Any] = ALICE, **kw: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = dict(tenant=TENANT, run=RUN, gate="review", request=3,
-                                  verdict="approve", sub="alice", role="manager", jti="d-1",
+    fields: dict[str, Any] = dict(tenant=TENANT, run=RUN, run_id=RUN_ID, gate="review",
+                                  request=3, proposal=SHOWN, verdict="approve", sub="alice",
+                                  role="manager", jti="d-1",
                                   now=(T0 + timedelta(hours=1)).timestamp())
     fields.update(kw)
     return {"token": sign(decision_claims(**fields), key)}
@@ -170,8 +176,9 @@ def test_tokens_that_prove_nothing(message: dict[str, Any], reason: str) -> None
 
 
 def test_unsigned_only_where_the_deployment_allows_it() -> None:
-    claims = decision_claims(tenant=TENANT, run=RUN, gate="review", request=3,
-                             verdict="approve", sub="dev", role="manager", jti="d-u",
+    claims = decision_claims(tenant=TENANT, run=RUN, run_id=RUN_ID, gate="review", request=3,
+                             proposal=SHOWN, verdict="approve", sub="dev", role="manager",
+                             jti="d-u",
                              now=(T0 + timedelta(hours=1)).timestamp())
     d, why = read({"unsigned": claims.model_dump()}, unsigned_allowed=True)
     assert d is not None and not d.signed and why == ""
@@ -256,7 +263,8 @@ def test_after_gate_holds_the_nodes_update_until_approved() -> None:
     gate = machine.gates["pay"]
     state, _ = start(machine, PayState(amount=500), at=T0, event_id=1)
     state, _ = advance(machine, state, "plan", {}, at=T0, event_id=2)
-    held, log = open_gate(machine, state, gate, at=T0, event_id=3, update={"note": "drafted"})
+    held, log = open_gate(machine, state, gate, at=T0, event_id=3, run_id=RUN_ID,
+                          update={"note": "drafted"})
     assert held.note == "drafted" and log.update == {"note": "drafted"}
     assert held.status == Status.AWAITING_APPROVAL and held.node == "pay"
     ok, _ = close_gate(machine, held, gate, GateStatus.APPROVED, target="pay", at=T0,

@@ -29,7 +29,8 @@ def test_details_show_state_last_move_budget_and_usage() -> None:
 
 def test_a_pending_approval_is_shown_while_the_run_waits() -> None:
     record = GateRecord(gate="refund_review", node="issue_refund", when="before", visit=1,
-                        step=2, role="manager", proposal={"amount": 1200, "note": "`x`"},
+                        step=2, role="manager", run_id="run-id-1",
+                        proposal={"amount": 1200, "note": "`x`"},
                         requested_at=AT, expires_at=AT.replace(hour=11))
     decided = record.model_copy(update={"gate": "older", "status": GateStatus.APPROVED})
     state = AccountState(step=2, node="issue_refund", status=Status.AWAITING_APPROVAL,

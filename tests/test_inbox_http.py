@@ -8,7 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import httpx
-from gatekit import refunds, snapshot
+from gatekit import refund_request, refunds, snapshot, wait_pending
 from inboxkit import (
     PASSWORD,
     config,
@@ -26,6 +26,7 @@ from tower.activities.model import ModelSettings
 from tower.inbox.identity import ProxyAuth
 from tower.inbox.visibility import waiting_run
 from worker import build_worker
+from workflows.refund import RefundAgent
 
 
 def worker(client: Client, task_queue: str, db_path: Path) -> Worker:
@@ -259,3 +260,41 @@ async def test_a_session_cookie_from_another_tenants_inbox_is_refused(
             assert posted.status_code == 303  # to the sign-in page: nobody is signed in here
         assert await snapshot(handle) == before
         await handle.terminate("test over")
+
+
+async def test_a_page_shown_for_a_look_alike_run_signs_nothing_for_the_real_one(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    """alice opens a $5 request; its run is ended and a $2,400 refund parks under the same
+    workflow id at the same gate and step. The $5 page's form, posted: refused before
+    anything is signed, nothing paid. A fresh page decides the $2,400 it shows."""
+    async with worker(client, task_queue, db_path), inbox(client) as url:
+        small = await park_refund(client, task_queue, limit_cents=100,
+                                  message="Please refund $5 on invoice INV-2004")
+        alice = await signed_in(url, "alice")
+        try:
+            page = await alice.get(f"/runs/{small.id}")
+            assert "$5.00" in page.text
+            await small.terminate("the look-alike is ended")
+            big = await client.start_workflow(
+                RefundAgent.run, refund_request(client, small.id, message="Please refund "
+                                                "$2,400 on invoice INV-2004"),
+                id=small.id, task_queue=task_queue)
+            await wait_pending(big)
+            async with asyncio.timeout(30):
+                while "$2,400.00" not in (await alice.get(f"/runs/{big.id}")).text:
+                    await asyncio.sleep(0.1)
+            before = await snapshot(big)
+            reply = await alice.post(f"/runs/{big.id}/decide", data=decision_form(
+                page.text, verdict="approve"))
+            assert reply.status_code == 400 and "the request changed since this page was " \
+                "shown" in reply.text
+            assert await snapshot(big) == before and refunds(db_path) == []
+            fresh = await alice.get(f"/runs/{big.id}")
+            reply = await alice.post(f"/runs/{big.id}/decide", data=decision_form(
+                fresh.text, verdict="approve"))
+            assert reply.status_code == 200 and "Gate refund_review: approved" in reply.text
+            await big.result()
+        finally:
+            await alice.aclose()
+    assert refunds(db_path) == [("INV-2004", 240000)]

@@ -43,7 +43,9 @@ from temporalio.worker import Worker
 from tower.activities.model import ModelSettings
 from tower.cli.keys import load_key
 from tower.cli.trust_files import enrol, read_roster, write_roster
+from tower.contract.decisions import GateRecord, proposal_digest
 from tower.core.signing import decision_claims
+from tower.temporal.gating import current_run_id
 from tower.temporal.refusals import CARRY_AFTER_SIGNALS, MAX_SIGNALS_PER_RUN
 from worker import WORKFLOW_FAILURE_TYPES, build_worker, sandbox_runner
 from workflows.refund import RefundAgent
@@ -121,7 +123,9 @@ async def test_what_the_history_holds_cannot_sign(
             assert load_key(name)["d"] not in history  # ...no approver's private key is
         assert '"d":' not in history.replace(" ", "")
         claims = decision_claims(tenant=client.namespace, run=run.handle.id,
-                                 gate="refund_review", request=run.pending["step"],
+                                 run_id=run.pending["run_id"], gate="refund_review",
+                                 request=run.pending["step"],
+                                 proposal=proposal_digest(GateRecord.model_validate(run.pending)),
                                  verdict="approve", sub="alice", role="manager",
                                  jti="d-hmac", now=time.time())
         header = b64(json.dumps({"alg": "HS256", "kid": load_key("alice")["kid"],
@@ -234,7 +238,7 @@ async def test_a_replayed_or_redirected_decision(
     ({"message": 42}, "message"),
     ({"message": "refund", "unsigned": True}, "Extra inputs are not permitted"),
     # A forged "continued" run: a state already past the gate, handed in by a client.
-    ({"message": "refund", "carry": {"log": {}, "state": {
+    ({"message": "refund", "carry": {"run_id": "forged", "log": {}, "state": {
         "limit_cents": 0, "review_timeout_seconds": 60, "node": "issue_refund", "step": 3,
         "invoice_id": "INV-3005", "amount_cents": 900_000, "refund_reason": "forged"}}},
      "accepted only from the run's own continue-as-new"),
@@ -400,6 +404,7 @@ async def test_a_decision_in_the_instant_the_run_carries_over_is_judged(
     forged = decision(client, run.handle.id, run.pending, key=forged_key("alice"))
     await flood(run.handle, forged, CARRY_AFTER_SIGNALS)  # the run will carry over
     async with Worker(client, task_queue=task_queue, workflows=[RefundAgent],
+                      activities=[current_run_id],  # only what replaying its gate needs
                       workflow_runner=sandbox_runner(), max_cached_workflows=0,
                       workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES):
         latest = await carried_over(client, run.handle)

@@ -232,7 +232,7 @@ class ChatAgent(AgentWorkflow):
     async def run(self, request: ChatInput) -> ChatState:
         if request.carry is not None:
             state = ChatState.model_validate(request.carry.state)
-            carried = request.carry.log
+            carried = request.carry
         else:
             state, carried = ChatState(config=request.config), None
         self.continue_as_new_after = state.config.continue_as_new_after

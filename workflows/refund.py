@@ -258,7 +258,7 @@ class RefundAgent(AgentWorkflow):
         limits = await self.admit(request)  # the tenant's limit, lowered by the request
         if request.carry is not None:
             state = RefundState.model_validate(request.carry.state)
-            return await self.drive(state, carried=request.carry.log)
+            return await self.drive(state, carried=request.carry)
         limit = limits.limit_cents if limits else request.limit_cents  # else an old run
         state = RefundState(messages=[Message(role="user", content=request.message)],
                             limit_cents=limit if limit is not None else 50_000,

@@ -32,8 +32,9 @@ NOW = 1_800_000_000
 
 
 def claims(**kw: Any) -> Any:
-    base: dict[str, Any] = dict(tenant="default", run="refund-1", gate="refund_review",
-                                request=3, verdict="approve", sub="alice", role="manager",
+    base: dict[str, Any] = dict(tenant="default", run="refund-1", run_id="run-id-1",
+                                gate="refund_review", request=3, proposal="sha256:" + "a" * 64,
+                                verdict="approve", sub="alice", role="manager",
                                 jti="d-1", now=NOW)
     return decision_claims(**(base | kw))
 
@@ -107,7 +108,8 @@ def test_a_token_signed_by_hand_with_cryptography_verifies() -> None:
     roster = Roster(tenant="default", members=[Member(name="alice", roles=["manager"], keys=[
         PublicKey(kty="OKP", crv="Ed25519", x=b64(x), kid="hand-1")])])
     header = {"alg": "EdDSA", "kid": "hand-1", "typ": "tower-decision+jwt"}
-    payload = {"tenant": "default", "run": "refund-1", "gate": "refund_review", "request": 3,
+    payload = {"tenant": "default", "run": "refund-1", "run_id": "run-id-1",
+               "gate": "refund_review", "request": 3, "proposal": "sha256:" + "a" * 64,
                "verdict": "reject", "sub": "alice", "role": "manager", "note": "by hand",
                "edits": {}, "jti": "hand-made", "iat": NOW, "exp": NOW + 300}
     signing_input = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(payload).encode())}"
@@ -140,7 +142,9 @@ def test_trust_files_per_tenant(tmp_path: Path) -> None:
     assert [m.name for m in snap.roster.members] == ["alice"]
     assert snap.policy.unsigned_allowed is False  # signed decisions unless the deployment says
     token, made = sign_decision("alice", config=config, tenant="default", run="r",
-                                gate="g", request=1, verdict="approve", role="manager")
+                                run_id="run-id-1", gate="g", request=1,
+                                proposal="sha256:" + "a" * 64, verdict="approve",
+                                role="manager")
     assert verify_decision(token, snap.roster, now=made.iat)[0] == made
 
 

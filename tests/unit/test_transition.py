@@ -59,7 +59,7 @@ GRAPH = (Graph("kinds", S).node("a", noop).node("b", noop).node("esc", noop)
 def test_each_move_of_a_node_driven_run_says_what_made_it() -> None:
     s, t1 = start(GRAPH, S(), at=T0, event_id=1)
     s, t2 = advance(GRAPH, s, "a", {}, at=T0, event_id=2)  # route a -> b
-    s, t3 = open_gate(GRAPH, s, GRAPH.gates["b"], at=T0, event_id=3)
+    s, t3 = open_gate(GRAPH, s, GRAPH.gates["b"], at=T0, event_id=3, run_id="run-id-1")
     assert s.visits["b"] == 1, "holding at the gate's node is not a visit"
     s, t4 = close_gate(GRAPH, s, GRAPH.gates["b"], GateStatus.APPROVED, target="b", at=T0,
                        event_id=4)

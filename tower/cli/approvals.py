@@ -22,7 +22,7 @@ from tower import Outcome
 from tower.activities.trust import TrustError, read_trust, trust_dir
 from tower.cli.errors import CliError
 from tower.cli.keys import sign_decision
-from tower.contract.decisions import Verdict
+from tower.contract.decisions import GateRecord, Verdict, proposal_digest
 from tower.core.policy import PolicyInvalid, PolicyLoosened, effective
 from tower.core.signing import decision_claims
 
@@ -42,14 +42,18 @@ def parse_edits(pairs: list[str] | None) -> dict[str, Any]:
 
 
 def make_decision(
-    *, tenant: str, run: str, gate: str, request: int, verdict: Verdict, approver: str,
+    *, tenant: str, run: str, pending: GateRecord, verdict: Verdict, approver: str,
     role: str, note: str = "", edits: dict[str, Any] | None = None,
     decision_id: str | None = None, unsigned: bool = False, config: Path | None = None,
 ) -> tuple[dict[str, Any], str]:
-    """The wire message for a decision, and a line saying how it was signed."""
-    fields: dict[str, Any] = dict(tenant=tenant, run=run, gate=gate, request=request,
-                                  verdict=verdict.value, role=role, edits=edits or {},
-                                  note=note, jti=decision_id or f"d-{uuid.uuid4().hex[:12]}")
+    """The wire message for a decision on ``pending`` (the request the run showed), and a
+    line saying how it was signed. It names the request's run id, step and proposal
+    digest: the run accepts it only while that very proposal is pending there."""
+    fields: dict[str, Any] = dict(tenant=tenant, run=run, run_id=pending.run_id,
+                                  gate=pending.gate, request=pending.step,
+                                  proposal=proposal_digest(pending), verdict=verdict.value,
+                                  role=role, edits=edits or {}, note=note,
+                                  jti=decision_id or f"d-{uuid.uuid4().hex[:12]}")
     if unsigned:
         claims = decision_claims(sub=approver, now=time.time(), **fields)
         return ({"unsigned": claims.model_dump(mode="json")},

@@ -23,8 +23,8 @@ from tower.cli.live import follow as follow_run
 from tower.cli.output import json_option, print_json, say, table, tenant_option
 from tower.cli.runs import query
 from tower.contract import search
-from tower.contract.decisions import Verdict
 from tower.inbox.visibility import pending_memo
+from tower.contract.decisions import GateRecord, Verdict, proposal_digest
 
 
 class DecisionRefused(CliError):
@@ -194,15 +194,21 @@ async def send_decision(
     if approvals.get("trust") != "roster":
         raise CliError(f"run {run!r} was started before signed decisions (it verifies a "
                        "per-run HMAC key): let it finish or time out, or terminate it")
-    role = role or pending["role"]
+    request = GateRecord.model_validate(pending)
+    if gate is not None and gate != request.gate:
+        raise CliError(f"run {run!r} waits at gate {request.gate!r}, not {gate!r}")
+    role = role or request.role
     decision_id = decision_id or f"d-{uuid.uuid4().hex[:12]}"
+    # Signed for exactly what is shown here: this run id, this step, this proposal.
     payload, how = make_decision(
-        tenant=client.namespace, run=run, gate=gate or pending["gate"],
-        request=pending["step"], verdict=verdict, approver=approver, role=role, note=note,
-        edits=edits, decision_id=decision_id, unsigned=unsigned)
+        tenant=client.namespace, run=run, pending=request, verdict=verdict, approver=approver,
+        role=role, note=note, edits=edits, decision_id=decision_id, unsigned=unsigned)
     if say:
-        say(f"decision {decision_id}: {verdict.value} gate {gate or pending['gate']} of {run} "
-            f"by {approver} ({role}), {how}")
+        say(f"decision {decision_id}: {verdict.value} gate {request.gate} of {run} by "
+            f"{approver} ({role}), {how}")
+        shown = ", ".join(f"{k}={v}" for k, v in request.proposal.items()) or "-"
+        say(f"  for the request at step {request.step} of run id {request.run_id}: {shown} "
+            f"({proposal_digest(request)[:19]}…)")
     if use_signal:
         await handle.signal("decision", payload)
         if say:

@@ -3,11 +3,17 @@ so the state can carry them and the CLI can build them."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from tower.contract.pending import EditLimit
+
+DIGEST = r"^sha256:[0-9a-f]{64}$"
 
 
 class Verdict(StrEnum):
@@ -19,9 +25,10 @@ class Decision(BaseModel):
     """An approve/reject decision as the run records it, once its signature checked out.
 
     Signed decisions arrive as a JWS (``SignedDecision``, docs/approvals.md) and are
-    recorded with the signing key's id in ``kid`` and the request they answer in
-    ``request``. Runs started before signed decisions received this model itself, with
-    an HMAC ``signature`` (tower/core/legacy_trust.py).
+    recorded with the signing key's id in ``kid`` and the request they answer: its step
+    (``request``), the Temporal run id it was opened in (``run_id``) and the digest of its
+    proposal (``proposal``). Runs started before signed decisions received this model
+    itself, with an HMAC ``signature`` (tower/core/legacy_trust.py) and none of the three.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -39,6 +46,8 @@ class Decision(BaseModel):
     signature: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # legacy HMAC
     kid: str | None = Field(default=None, max_length=100)  # the key that signed it
     request: int | None = None  # the step that opened the request it answers
+    run_id: str | None = Field(default=None, max_length=100)  # the run it was opened in
+    proposal: str | None = Field(default=None, pattern=DIGEST)  # proposal_digest of it
 
     @property
     def signed(self) -> bool:
@@ -75,10 +84,27 @@ class GateRecord(BaseModel):
     visit: int
     step: int
     role: str
+    # The Temporal run id the request was opened in, as that run recorded it: a request
+    # carried over by continue-as-new keeps it (docs/approvals.md).
+    run_id: str
     proposal: dict[str, Any] = Field(default_factory=dict)
     editable: list[str] = Field(default_factory=list)
+    limits: dict[str, EditLimit] = Field(default_factory=dict)  # how each may be edited
     requested_at: datetime
     expires_at: datetime
     status: GateStatus = GateStatus.PENDING
     decision: Decision | None = None
     reason: str = ""  # why it expired or went stale
+
+
+def proposal_digest(record: GateRecord) -> str:
+    """What an approver decides, as one value: sha256 of the canonical JSON of the gate, its
+    node, the proposal (action, arguments, amounts, limit), the editable fields and their
+    limits. The run, the CLI and the inbox all call this on the same pending record; a
+    decision names it and is accepted only while that proposal is pending."""
+    shown = {"v": 1, "gate": record.gate, "node": record.node, "when": record.when,
+             "proposal": record.proposal, "editable": sorted(record.editable),
+             "limits": {k: v.model_dump(mode="json") for k, v in record.limits.items()}}
+    canonical = json.dumps(shown, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                           default=str)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()

@@ -7,6 +7,7 @@ anything: it is what the history already shows, cut to a bounded size.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -69,3 +70,12 @@ class PendingView(BaseModel):
     fields: list[EditableField] = Field(default_factory=list)  # each editable, typed, bounded
     earlier: list[EarlierDecision] = Field(default_factory=list)
 
+
+
+def short_values(values: Mapping[str, Any]) -> dict[str, str]:
+    """``values`` as text, each cut to ``MAX_TEXT`` characters (the history has them whole)."""
+    return {k: short(str(v)) for k, v in values.items()}
+
+
+def short(text: str) -> str:
+    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"

@@ -125,9 +125,13 @@ class Claims(Signed):
     """A decision's JWS payload (see docs/approvals.md). ``jti`` is the decision id."""
 
     tenant: str = Field(min_length=1, max_length=200)
-    run: str = Field(min_length=1, max_length=400)
+    run: str = Field(min_length=1, max_length=400, description="the workflow id")
+    run_id: str = Field(min_length=1, max_length=100,
+                        description="the Temporal run id the request was opened in")
     gate: str = Field(min_length=1, max_length=100)
     request: int = Field(ge=0, description="the step that opened the request")
+    proposal: str = Field(pattern=r"^sha256:[0-9a-f]{64}$",
+                          description="proposal_digest of the request shown")
     verdict: Literal["approve", "reject"]
     sub: str = Field(pattern=NAME, description="who decided")
     role: str = Field(min_length=1, max_length=50)

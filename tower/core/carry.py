@@ -33,8 +33,16 @@ class LogSummary(BaseModel):
 
 
 class Carry(BaseModel):
-    """The input of the next run: the state (as JSON) and the log so far, summarised."""
+    """The input of the next run: the state (as JSON) and the log so far, summarised.
 
+    ``run_id`` is the run that continued-as-new with it. The next run takes a carry only
+    when that is the run it continued from (``workflow.info().continued_run_id``): a cron
+    or retry run also has a ``continued_run_id`` but repeats its first input, which a
+    requester wrote before that run id existed (tower/temporal/machine_run.py ``own_carry``).
+    """
+
+    # None only in the carries of runs recorded before (they replay without the check).
+    run_id: str | None = Field(default=None, min_length=1, max_length=100)
     state: dict[str, Any]
     log: LogSummary
     # The roster and policy the run verified with (public keys only), so the next run can

@@ -28,7 +28,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import to_jsonable_python
 
-from tower.contract.decisions import Decision, GateRecord, GateStatus, SignedDecision, Verdict
+from tower.contract.decisions import (
+    Decision,
+    GateRecord,
+    GateStatus,
+    SignedDecision,
+    Verdict,
+    proposal_digest,
+)
 from tower.contract.pending import EditLimit
 from tower.contract.trust import Claims, TrustSnapshot
 from tower.core.engine import fail
@@ -177,7 +184,8 @@ def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime) -> tuple[Dec
         decision_id=claims.jti, tenant=claims.tenant, run=claims.run, gate=claims.gate,
         decision=Verdict(claims.verdict), approver=claims.sub, role=claims.role,
         expires_at=datetime.fromtimestamp(claims.exp, UTC), note=claims.note,
-        edits=claims.edits, kid=kid, request=claims.request), ""
+        edits=claims.edits, kid=kid, request=claims.request, run_id=claims.run_id,
+        proposal=claims.proposal), ""
 
 
 def check_decision(
@@ -212,9 +220,10 @@ def check_decision(
     if in_flight is not None:
         return refuse(f"gate {d.gate!r} was already decided: {in_flight.decision.value} by "
                       f"{in_flight.approver}")
-    if d.request is not None and d.request != pending.step:
-        return refuse(f"decision answers the request opened at step {d.request}; the pending "
-                      f"request was opened at step {pending.step}")
+    if d.request is not None:  # a signed (or allowed unsigned) decision: what it was shown
+        problem = _other_request(d, pending)
+        if problem:
+            return refuse(problem)
     if d.request is None and d.expires_at != pending.expires_at:  # a legacy decision
         return refuse(f"decision names a request expiring {canonical_time(d.expires_at)}; the "
                       f"pending request expires {canonical_time(pending.expires_at)}")
@@ -227,10 +236,26 @@ def check_decision(
     return refuse(problem) if problem else Check(True)
 
 
+def _other_request(d: Decision, pending: GateRecord) -> str | None:
+    """Why ``d`` was made for another request than the pending one: another step, another
+    run (a reset, a new run under the same workflow id) or another proposal."""
+    if d.request != pending.step:
+        return (f"decision answers the request opened at step {d.request}; the pending "
+                f"request was opened at step {pending.step}")
+    if d.run_id != pending.run_id:
+        return (f"decision was made for run id {d.run_id}; the pending request is in run id "
+                f"{pending.run_id} (a reset or a new run voids earlier decisions)")
+    if d.proposal != proposal_digest(pending):
+        return (f"decision was made for another proposal ({d.proposal}); the pending "
+                f"proposal is {proposal_digest(pending)}: look at it and decide again")
+    return None
+
+
 def _substance(d: Decision) -> tuple[Any, ...]:
     """What makes two deliveries the same decision (not when or how it was signed)."""
     edits = json.dumps(d.edits, sort_keys=True, separators=(",", ":"), default=str)
-    return (d.tenant, d.run, d.gate, d.decision, d.approver, d.role, edits, d.note, d.request)
+    return (d.tenant, d.run, d.gate, d.decision, d.approver, d.role, edits, d.note, d.request,
+            d.run_id, d.proposal)
 
 
 def _brief(exc: ValidationError) -> str:
@@ -298,12 +323,13 @@ def approving_decision(state: AgentState, node: str) -> str:
 
 
 def open_gate(
-    machine: Machine, state: S, gate: Gate, *, at: datetime, event_id: int,
+    machine: Machine, state: S, gate: Gate, *, at: datetime, event_id: int, run_id: str,
     update: Mapping[str, Any] | None = None, calls: list[str] | None = None,
     role: str | None = None, min_review: timedelta = timedelta(0),
 ) -> tuple[S, Transition]:
-    """Record a pending approval and hold the run at the gate's node. ``role`` and
-    ``min_review`` are the tenant's policy for this gate (its role, its shortest window)."""
+    """Record a pending approval and hold the run at the gate's node. ``run_id`` is the
+    Temporal run it opens in (decisions must name it); ``role`` and ``min_review`` are the
+    tenant's policy for this gate (its role, its shortest window)."""
     calls = calls or []
     try:
         merged = apply_update(state, update or {})
@@ -314,9 +340,11 @@ def open_gate(
     role = role or gate.role
     record = GateRecord(
         gate=gate.name, node=gate.node, when=gate.when, visit=merged.visits.get(gate.node, 0),
-        step=merged.step + 1, role=role,
+        step=merged.step + 1, role=role, run_id=run_id,
         proposal=to_jsonable_python(dict(gate.proposal(merged)) if gate.proposal else {}),
         editable=list(gate.editable), requested_at=at, expires_at=expires,
+        limits={k: v for k, v in (gate.limits(merged) if gate.limits else {}).items()
+                if k in gate.editable},
     )
     reason = (f"gate {gate.name}: awaiting approval by role {role} until "
               f"{canonical_time(expires)}")

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from tower.contract.decisions import GateStatus
 from tower.contract.pending import (
     MAX_EARLIER,
-    MAX_TEXT,
     EarlierDecision,
     EditableField,
     EditLimit,
     PendingView,
+    short,
+    short_values,
 )
 from tower.core.gates import pending_record
 from tower.core.graph import Machine
@@ -26,11 +26,9 @@ def pending_view(machine: Machine, state: AgentState) -> PendingView | None:
     record = pending_record(state)
     if record is None:
         return None
-    gate = machine.gate_named(record.gate)
-    limits = dict(gate.limits(state)) if gate is not None and gate.limits else {}
     fields = [EditableField(name=name, type=field_type(machine, name),
                             value=getattr(state, name, None),
-                            limit=limits.get(name, EditLimit()))
+                            limit=record.limits.get(name, EditLimit()))
               for name in record.editable]
     earlier = [EarlierDecision(
         gate=r.gate, status=r.status.value, requested_at=r.requested_at,
@@ -49,12 +47,3 @@ def field_type(machine: Machine, name: str) -> Any:
     """The input type of a state field: int, float, str or bool (str when unsure)."""
     info = machine.state_type.model_fields.get(name)
     return _TYPES.get(info.annotation, "str") if info is not None else "str"  # type: ignore[arg-type]
-
-
-def short_values(values: Mapping[str, Any]) -> dict[str, str]:
-    """``values`` as text, each cut to ``MAX_TEXT`` characters (the history has them whole)."""
-    return {k: short(str(v)) for k, v in values.items()}
-
-
-def short(text: str) -> str:
-    return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"

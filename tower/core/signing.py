@@ -134,11 +134,15 @@ def authority(member: Member, sub: str, role: str) -> str | None:
     return f"key of {member.name} may not sign as {sub!r}"
 
 
-def decision_claims(*, tenant: str, run: str, gate: str, request: int, verdict: str, sub: str,
-                    role: str, edits: dict[str, Any] | None = None, note: str = "",
+def decision_claims(*, tenant: str, run: str, run_id: str, gate: str, request: int,
+                    proposal: str, verdict: str, sub: str, role: str,
+                    edits: dict[str, Any] | None = None, note: str = "",
                     jti: str, lifetime: int = 600, now: float) -> Claims:
-    """Claims for a new decision, issued at ``now`` (seconds) and valid for ``lifetime``."""
+    """Claims for a new decision, issued at ``now`` (seconds) and valid for ``lifetime``.
+    ``run_id``, ``request`` and ``proposal`` name the pending request the approver was
+    shown: its ``run_id``, its ``step`` and ``proposal_digest`` of it."""
     at = int(now)
-    return Claims(tenant=tenant, run=run, gate=gate, request=request, verdict=verdict,  # type: ignore[arg-type]
-                  sub=sub, role=role, edits=edits or {}, note=note,
-                  jti=jti, iat=at, exp=at + lifetime)
+    return Claims(tenant=tenant, run=run, run_id=run_id, gate=gate, request=request,
+                  proposal=proposal, verdict=verdict, sub=sub, role=role,  # type: ignore[arg-type]
+                  edits=edits or {},
+                  note=note, jti=jti, iat=at, exp=at + lifetime)

@@ -13,8 +13,15 @@ from starlette.templating import Jinja2Templates
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower import Outcome
 from tower.cli.approvals import submit_decision
+from tower.inbox.forms import FormError, read_form
+from tower.inbox.identity import Approver
+from tower.inbox.picture import picture
+from tower.inbox.runs import run_story
+from tower.inbox.signing import shown_request, signed_decision
+from tower.inbox.visibility import waiting_run, waiting_runs
+from tower import Outcome
+from tower.contract.decisions import proposal_digest
 from tower.contract.pending import PendingView
 from tower.inbox.forms import FormError, read_form
 from tower.inbox.identity import Approver
@@ -62,9 +69,11 @@ class Inbox:
                                 f"{self.config.tenant!r}.")
         story = await run_story(self.client, run, status)
         kind, art = picture(view.agent, view.node) if view else ("", "")
+        shown = await shown_request(self.client, run, view) if view else None
         return self.render(
             request, "run.html", approver, run=run, run_status=status.name, view=view,
             story=story, picture_kind=kind, picture=art,
+            proposal_digest=proposal_digest(shown) if shown else "",
             may_decide=view is not None and view.role in approver.roles,
             web_ui=self._ui_link(run), fingerprint=run_fingerprint(status, view))
 
@@ -83,9 +92,16 @@ class Inbox:
                 f"{approver.name} holds {', '.join(approver.roles) or 'no role'}. "
                 "Nothing was sent.", **back)
         try:
-            form = read_form({k: str(v) for k, v in (await request.form()).items()}, view)
+            posted = {k: str(v) for k, v in (await request.form()).items()}
+            form = read_form(posted, view)
+            # Signed only for the very request the page showed: same run id, same proposal.
+            shown = await shown_request(self.client, run, view)
+            if shown is None or posted.get("proposal") != proposal_digest(shown):
+                raise FormError("the request changed since this page was shown (or no "
+                                "worker answered): reload the page and decide again")
             payload = signed_decision(issuer=self.config.issuer, tenant=self.config.tenant,
-                                      run=run, view=view, approver=approver.name, form=form)
+                                      run=run, request=shown, approver=approver.name,
+                                      form=form)
         except FormError as exc:
             return self.refused(request, approver, 400, f"Refused: {exc}. Nothing was sent.",
                                 **back)

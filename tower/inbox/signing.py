@@ -9,27 +9,51 @@ checked the approver holds; the run verifies the token as it verifies one from
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
+from temporalio.client import Client
+from temporalio.service import RPCError
 
-from tower.contract.pending import PendingView
+from tower.inbox.forms import DecisionForm, FormError
+from tower.contract.decisions import GateRecord, proposal_digest
+from tower.contract.pending import PendingView, short_values
 from tower.core.signing import decision_claims, sign
 from tower.inbox.forms import DecisionForm, FormError
 
 LIFETIME_SECONDS = 300  # a decision is sent at once; it need not live long
+QUERY_SECONDS = 5.0
 
 
-def signed_decision(*, issuer: Mapping[str, Any], tenant: str, run: str, view: PendingView,
+async def shown_request(client: Client, run: str, view: PendingView) -> GateRecord | None:
+    """The run's pending request (its ``approvals`` query) when it is the one ``view``
+    shows: same gate, step, node, role, editable fields and proposal values. None when no
+    worker answers or it differs: then nothing is signed."""
+    try:
+        approvals = await asyncio.wait_for(client.get_workflow_handle(run).query(
+            "approvals", result_type=dict), QUERY_SECONDS)
+        record = GateRecord.model_validate(approvals["pending"])
+    except (TimeoutError, RPCError, ValidationError, KeyError, TypeError):
+        return None
+    same = ((record.gate, record.step, record.node, record.role, record.editable)
+            == (view.gate, view.step, view.node, view.role, view.editable)
+            and short_values(record.proposal) == view.proposal)
+    return record if same else None
+
+
+def signed_decision(*, issuer: Mapping[str, Any], tenant: str, run: str, request: GateRecord,
                     approver: str, form: DecisionForm) -> dict[str, Any]:
-    """The wire message of the decision ``approver`` made in ``form``."""
+    """The wire message of the decision ``approver`` made in ``form`` on ``request``: it
+    names the request's run id, step and proposal digest (what the page showed)."""
     try:
         claims = decision_claims(
-            tenant=tenant, run=run, gate=view.gate, request=view.step,
-            verdict=form.verdict.value, sub=approver, role=view.role, edits=form.edits,
+            tenant=tenant, run=run, run_id=request.run_id, gate=request.gate,
+            request=request.step, proposal=proposal_digest(request),
+            verdict=form.verdict.value, sub=approver, role=request.role, edits=form.edits,
             note=form.note, jti=f"inbox-{uuid.uuid4().hex[:16]}", lifetime=LIFETIME_SECONDS,
             now=time.time())
     except ValidationError as exc:

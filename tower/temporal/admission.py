@@ -50,12 +50,21 @@ class Admission:
         (the policy's, tightened by ``request``), or None for an agent without limits.
 
         Refuses (the run fails at once, with the reason) an input that carries signing
-        settings or loosens a limit, and a tenant without a roster and policy.
+        settings or loosens a limit, a gated agent on a cron schedule, and a tenant
+        without a roster and policy.
         """
         legacy = getattr(request, "approvals", None)
         if not workflow.patched(TRUST_PATCH):  # an old run, replaying: its old settings
             self._use_approval_settings(legacy)
             return None
+        if self.machine.gates and workflow.info().cron_schedule:
+            # Every cron run repeats the requester's first input and counts as continued:
+            # a gated agent starts only as a run of its own (`tower run`), never on a cron.
+            raise ApplicationError(
+                f"agent {self.machine.name!r} has approval gates and refuses a cron schedule "
+                f"({workflow.info().cron_schedule!r}): start each run on its own (a "
+                "Temporal Schedule may start them); docs/approvals.md",
+                type="InputRefused", non_retryable=True)
         if legacy is not None:
             raise ApplicationError(
                 "the run's input carries `approvals` (a key or unsigned mode): who may approve "

@@ -25,12 +25,13 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
-from temporalio import workflow
+from temporalio import activity, workflow
 from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
 from tower.contract.notify import GateNotice
+from tower.contract.pending import short_values
 from tower.core import legacy_trust
 from tower.core.details import render_details
 from tower.core.engine import Transition, advance
@@ -49,7 +50,6 @@ from tower.core.gates import (
     record_of,
 )
 from tower.core.graph import FAILED, TERMINALS
-from tower.core.pending import short_values
 from tower.core.state import AgentState, Message, apply_update
 from tower.temporal.admission import Admission
 from tower.temporal.context import TemporalContext
@@ -64,6 +64,7 @@ VERIFY_PER_TASK = 50  # signature checks per workflow task (refusals.TaskBudget)
 UNVERIFIED = (f"refused unverified: more than {VERIFY_PER_TASK} decisions arrived in one "
               "workflow task (a flood?); send it again, as the decide update")
 REFRESH_GAP = timedelta(seconds=5)  # asked-for roster refreshes: at most one per this
+RUN_ID_ACTIVITY = "tower_run_id"
 
 
 class Gatekeeper(Admission):
@@ -101,9 +102,10 @@ class Gatekeeper(Admission):
         Returns with the request still open when the run should continue-as-new first."""
         if not resume:
             rule = self._trust.policy.gates.get(gate.name) if self._trust else None
+            run_id = await self._opening_run_id()
             self._record(*open_gate(
                 self.machine, self.current, gate, at=workflow.now(), event_id=_event_id(),
-                update=update, calls=calls, role=rule.role if rule else None,
+                run_id=run_id, update=update, calls=calls, role=rule.role if rule else None,
                 min_review=timedelta(seconds=rule.min_review_seconds if rule else 0)))
         pending = pending_record(self.current)
         if pending is None:  # the update could not be applied: the run failed instead
@@ -132,6 +134,20 @@ class Gatekeeper(Admission):
                 await self._approve(gate, decision)
         finally:
             self._in_flight = None
+
+    async def _opening_run_id(self) -> str:
+        """The Temporal run id a request opens in, as a recorded step (a local activity):
+        ``workflow.info().run_id`` would not do, because a reset run replays the requests
+        opened before its reset point under its own, new run id, and would then refuse the
+        decisions its history shows accepted. Recorded, a request opened before the reset
+        point keeps the run id it was opened in, and one opened after names the new run.
+        Old runs (HMAC) do not bind decisions to the run id: their histories have no step."""
+        if self._trust is None:
+            return workflow.info().run_id
+        run_id: str = await workflow.execute_local_activity(
+            RUN_ID_ACTIVITY, result_type=str, start_to_close_timeout=timedelta(seconds=10),
+            summary="the run id this request opens in")
+        return run_id
 
     def _notify(self, pending: GateRecord) -> None:
         """Tell the tenant's approvers (its webhook). Not awaited: the wait for a decision
@@ -362,6 +378,15 @@ class Gatekeeper(Admission):
         workflow.set_current_details(render_details(
             self.machine, self.current, self._log[-1] if self._log else None,
             workflow.info().workflow_id))
+
+
+@activity.defn(name=RUN_ID_ACTIVITY)
+async def current_run_id() -> str:
+    """The run id of the workflow run that calls it (``Gatekeeper._opening_run_id``);
+    every worker hosting gated agents registers it (tower/temporal/worker.py)."""
+    run_id = activity.info().workflow_run_id
+    assert run_id is not None, "called outside a workflow run"
+    return run_id
 
 
 def _log_unsent(gate: str, done: Any) -> None:

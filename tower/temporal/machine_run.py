@@ -48,6 +48,9 @@ _EXECUTION_STATUS_SAYS = {search.AGENT_NODE.name, search.AGENT_STATUS.name,
                           search.AGENT_STEP.name}
 
 
+# Carried runs recorded before a carry named the run that made it replay without the check.
+CARRY_BOUND_PATCH = "tower-carry-bound"
+
 class Strategy(Protocol):
     """What moves a machine: one step at a time, then what happens at a terminal."""
 
@@ -90,9 +93,10 @@ class MachineRun:
         self._end_in_execution_status = False
 
     async def run_machine(self, strategy: Strategy, state: AgentState, *,
-                          carried: LogSummary | None = None) -> AgentState:
-        """The loop. With ``carried`` (a run continued-as-new), ``state`` already stands
-        on its node: the run goes on from there, with no new START transition."""
+                          carried: Carry | None = None) -> AgentState:
+        """The loop. With ``carried`` (a run continued-as-new), ``state`` (made from it)
+        already stands on its node: the run goes on from there, with no new START
+        transition. A carry that is not the run's own fails the run at once."""
         self._pending_memo = memo_at_start()
         if carried is None:
             # Decided from the start event, so a replay decides the same; a continued run
@@ -100,14 +104,10 @@ class MachineRun:
             self._end_in_execution_status = search.started_with_attributes(
                 workflow.info().typed_search_attributes)
             self._record(*start(self.machine, state, at=workflow.now(), event_id=event_id()))
-        elif workflow.info().continued_run_id is None:
-            # A carried state is the run's own, handed over by continue-as-new; from a
-            # client's start it would be a forged state (approvals, steps, anything).
-            raise ApplicationError("a carried state is accepted only from the run's own "
-                                   "continue-as-new, not in a new run's input",
-                                   type="InputRefused", non_retryable=True)
+        elif (refused := carry_refused(carried)) is not None:
+            raise ApplicationError(refused, type="InputRefused", non_retryable=True)
         else:
-            self._state, self._carried = state, carried
+            self._state, self._carried = state, carried.log
             self.publish()
         while True:
             while self.current.node not in TERMINALS:
@@ -139,7 +139,7 @@ class MachineRun:
                 or (limit is not None and info.get_current_history_length() >= limit))
 
     def carry(self) -> Carry:
-        return Carry(state=self.current.model_dump(mode="json"),
+        return Carry(run_id=workflow.info().run_id, state=self.current.model_dump(mode="json"),
                      log=summarize(self._carried, self._log))
 
     def carry_over(self) -> None:
@@ -226,4 +226,22 @@ def memo_at_start() -> dict[str, Any] | None:
     shown = workflow.memo_value(search.PENDING_MEMO, None)
     if shown is not None and workflow.patched(MEMO_AT_START_PATCH):
         return cast(dict[str, Any], shown)
+    return None
+
+
+def carry_refused(carry: Carry) -> str | None:
+    """Why ``carry`` is not this run's own (None when it is): only a run's own
+    continue-as-new hands over state. A raw start has no ``continued_run_id``; a cron or
+    retry run has one but repeats its first input, whose ``run_id`` could not name a run
+    that did not exist yet; a reset keeps its run's start, so it judges the same."""
+    continued = workflow.info().continued_run_id
+    if continued is None:
+        return ("a carried state is accepted only from the run's own continue-as-new, not "
+                "in a new run's input")
+    if carry.run_id is None and not workflow.patched(CARRY_BOUND_PATCH):
+        return None  # a run recorded before carries named their run: it replays as it ran
+    if carry.run_id != continued:
+        return (f"a carried state is accepted only from the run's own continue-as-new: this "
+                f"run continued from run {continued}, the carry names run {carry.run_id} "
+                f"(a cron or retry run repeats its first input)")
     return None

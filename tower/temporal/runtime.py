@@ -17,7 +17,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.contract.wire import AbortRequest, RetryRequest
-from tower.core.carry import Carry, LogSummary
+from tower.core.carry import Carry
 from tower.core.engine import (
     advance,
     check_operator_retry,
@@ -34,7 +34,7 @@ from tower.core.state import S, apply_update, set_engine_fields
 from tower.temporal import tracing
 from tower.temporal.context import TemporalContext
 from tower.temporal.gating import Gatekeeper
-from tower.temporal.machine_run import DEAD_LETTER_PATCH, MachineRun, event_id
+from tower.temporal.machine_run import DEAD_LETTER_PATCH, MachineRun, carry_refused, event_id
 from tower.temporal.outcome import FAILED_IS_FAILURE_PATCH
 from tower.temporal.refusals import CARRY_AFTER_SIGNALS
 
@@ -91,14 +91,15 @@ class AgentWorkflow(MachineRun, Gatekeeper):
         self._closing = False
 
     async def drive(
-        self, state: S, *, carried: LogSummary | None = None,
+        self, state: S, *, carried: Carry | None = None,
         approvals: ApprovalSettings | None = None,
     ) -> S:
         """Run the machine from its entry node until DONE (its final state) or FAILED
         (raises ``ApplicationError(type="AgentFailed")``: the workflow execution fails).
 
-        With ``carried`` (a run continued-as-new), ``state`` already stands on its node:
-        the run goes on from there, with no new START transition. ``approvals`` is the
+        With ``carried`` (a run continued-as-new), ``state`` (made from ``carried.state``)
+        already stands on its node: the run goes on from there, with no new START
+        transition; a carry that is not the run's own fails it at once. ``approvals`` is the
         HMAC setting of runs started before signed decisions (agents call ``admit``).
         """
         if approvals is not None:
@@ -137,9 +138,9 @@ class AgentWorkflow(MachineRun, Gatekeeper):
         """Call from the agent's ``@workflow.init``: a run continued-as-new takes its carried
         state and roster snapshot before its first workflow task, so a decision that reaches
         it in that task is judged, not refused as "not started yet". Only from the run's own
-        continue-as-new (a client's start cannot set ``continued_run_id``); the run still
-        re-reads the roster at once."""
-        if (carry is None or carry.trust is None or workflow.info().continued_run_id is None
+        continue-as-new (``carry_refused``: not a raw, cron or retry start's input, which
+        ``drive`` then refuses); the run still re-reads the roster at once."""
+        if (carry is None or carry.trust is None or carry_refused(carry) is not None
                 or not workflow.patched(CARRIED_INIT_PATCH)):
             return
         self._state = self.machine.state_type.model_validate(carry.state)

@@ -24,6 +24,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from tower.core.errors import InvalidGraph, TowerError
 from tower.core.tools import ToolSpec, register_external
 from tower.temporal.converter import pydantic_converter
+from tower.temporal.gating import current_run_id
 from tower.temporal.sandbox import RunSandbox
 from tower.temporal.unopenable import guarded
 
@@ -118,7 +119,8 @@ def build_worker(
         # Tools are often plain blocking code (SQLite): run them on threads.
         "activity_executor", ThreadPoolExecutor(max_concurrent_activities))
     return Worker(
-        client, task_queue=task_queue, workflows=list(agents), activities=list(activities),
+        client, task_queue=task_queue, workflows=list(agents),
+        activities=[*activities, current_run_id],  # gates record the run id they open in
         max_concurrent_activities=max_concurrent_activities,
         workflow_runner=sandbox_runner(*passthrough),
         workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES, **worker_options,

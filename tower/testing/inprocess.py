@@ -187,8 +187,8 @@ class _Runner:
         gate = step.gate
         if not step.resume:
             state = self.record(open_gate(self.machine, state, gate, at=self.now(),
-                                          event_id=len(self.log) + 1, update=step.update,
-                                          calls=step.calls))
+                                          event_id=len(self.log) + 1, run_id=self.run_id,
+                                          update=step.update, calls=step.calls))
         pending = pending_record(state)
         if pending is None:  # the update could not be applied: the run failed instead
             return state
