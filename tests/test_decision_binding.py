@@ -22,8 +22,8 @@ from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.common import RetryPolicy
 
-from activities.model import ModelSettings
-from starter.keys import new_key
+from tower.activities.model import ModelSettings
+from tower.cli.keys import new_key
 from tower.contract.decisions import GateRecord, proposal_digest
 from tower.contract.trust import Member, Policy, Roster
 from tower.core.signing import public_of

@@ -23,8 +23,8 @@ from tower.cli.live import follow as follow_run
 from tower.cli.output import json_option, print_json, say, table, tenant_option
 from tower.cli.runs import query
 from tower.contract import search
-from tower.inbox.visibility import pending_memo
 from tower.contract.decisions import GateRecord, Verdict, proposal_digest
+from tower.inbox.visibility import pending_memo
 
 
 class DecisionRefused(CliError):

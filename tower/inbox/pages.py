@@ -13,21 +13,15 @@ from starlette.templating import Jinja2Templates
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower.cli.approvals import submit_decision
-from tower.inbox.forms import FormError, read_form
-from tower.inbox.identity import Approver
-from tower.inbox.picture import picture
-from tower.inbox.runs import run_story
-from tower.inbox.signing import shown_request, signed_decision
-from tower.inbox.visibility import waiting_run, waiting_runs
 from tower import Outcome
+from tower.cli.approvals import submit_decision
 from tower.contract.decisions import proposal_digest
 from tower.contract.pending import PendingView
 from tower.inbox.forms import FormError, read_form
 from tower.inbox.identity import Approver
 from tower.inbox.picture import picture
 from tower.inbox.runs import run_story
-from tower.inbox.signing import signed_decision
+from tower.inbox.signing import shown_request, signed_decision
 from tower.inbox.visibility import waiting_run, waiting_runs
 
 if TYPE_CHECKING:

@@ -19,7 +19,6 @@ from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from tower.inbox.forms import DecisionForm, FormError
 from tower.contract.decisions import GateRecord, proposal_digest
 from tower.contract.pending import PendingView, short_values
 from tower.core.signing import decision_claims, sign
