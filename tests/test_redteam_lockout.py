@@ -108,3 +108,52 @@ async def test_a_thousand_junk_updates_then_a_genuine_decision_is_accepted_at_on
     assert [(a.status, a.decision and a.decision.approver) for a in final.approvals] == [
         ("approved", "alice")]
     assert refunds(db_path) == [("INV-2004", 120000)]
+
+
+async def test_a_thousand_junk_decision_signals_then_a_genuine_one_is_accepted(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    """The signal path: 1,000 junk ``decision`` signals at once, to a refund whose worker
+    runs. Each is refused into the audit trail (the run carries over on the way: refusals.py);
+    nothing is paid and the state is unchanged; then alice's decision, sent as a signal,
+    is accepted and the refund paid once. (Signals move the history, so their per-task
+    budget is fresh in the next task; a genuine signal that shares one task with more than
+    50 forged ones is refused "unverified" into the audit trail: prefer the update.)"""
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        run = new_id("refund")
+        handle = await client.start_workflow(RefundAgent.run, refund_request(client, run),
+                                             id=run, task_queue=task_queue)
+        info = await wait_pending(handle)
+        state = await snapshot(handle)
+        sent = await asyncio.gather(*(handle.signal("decision", bad) for bad in
+                                      junk(client, run, info["pending"], JUNK)),
+                                    return_exceptions=True)
+        # The server may refuse one that arrives as a run carries over: it reached no run.
+        assert all(isinstance(e, RPCError) and "closing" in e.message
+                   for e in filter(None, sent)), [e for e in sent if e][:3]
+        latest = client.get_workflow_handle(run)
+        refused = 0
+        async with asyncio.timeout(120):  # until every junk signal that got in was judged
+            while refused < JUNK - sum(1 for e in sent if e):
+                refused = await refused_in_chain(client, run)
+                await asyncio.sleep(0.5)
+        assert refunds(db_path) == []
+        after = await snapshot(latest)
+        assert {k: after[k] for k in ("status", "node", "step", "approvals")} == {
+            k: state[k] for k in ("status", "node", "step", "approvals")}
+        await latest.signal("decision", decision(client, run, info["pending"]))
+        final = await latest.result()
+    assert final["status"] == "DONE"
+    assert [(a["status"], a["decision"]["approver"]) for a in final["approvals"]] == [
+        ("approved", "alice")]
+    assert refunds(db_path) == [("INV-2004", 120000)]
+
+
+async def refused_in_chain(client: Client, run: str) -> int:
+    """Refusals counted by every run under the workflow id ``run`` so far."""
+    total = 0
+    async for listed in client.list_workflows(f"WorkflowId = '{run}'"):
+        handle = client.get_workflow_handle(run, run_id=listed.run_id)
+        total += (await handle.query("approvals", result_type=dict))["refused_total"]
+    return total
