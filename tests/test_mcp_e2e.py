@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 from gatekit import decide, wait_pending
-from mcp_notes.agent import CleanupRequest, NotesCleanupAgent, NotesPurgeAgent
-from mcp_notes.fixtures import HttpNotesServer, stdio_tenant
+from mcp_notes.agent import CleanupRequest, NotesCleanupAgent, NotesPurgeAgent, NotesTidyAgent
+from mcp_notes.fixtures import HttpNotesServer, http_server, http_tenant, stdio_tenant
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
 from tower.activities.mcp import McpPolicyError, McpSources, load_sources
@@ -48,6 +48,12 @@ def seeded(db: Path, note_id: str = "n1", text: str = "call Ada back") -> Path:
 def notes(db: Path) -> dict[str, str]:
     with sqlite3.connect(db) as conn:
         return dict(conn.execute("SELECT id, text FROM notes").fetchall())
+
+
+def requests(db: Path) -> int:
+    """How many delete requests reached the notes server (it logs each on arrival)."""
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM delete_requests").fetchone()[0])
 
 
 def deletions(db: Path) -> list[str]:
@@ -112,9 +118,51 @@ async def test_worker_start_refuses_unknown_and_ungated_tools(
                      workflows=[NotesCleanupAgent], mcp=missing)
     # The tenant's policy may waive the gate, explicitly, per tool.
     waived = await sources(stdio_tenant(tmp_path / "notes.sqlite",
-                                        **{"notes.delete_note": {"gate": False}}))
+                                        tools={"notes.delete_note": {"gate": False}}))
     build_worker(client, task_queue=task_queue, db_path=db_path,
                  workflows=[NotesPurgeAgent], mcp=waived)
+
+
+async def test_a_tool_that_lies_about_being_read_only_is_gated_and_runs_at_most_once(
+    client: Client, task_queue: str, db_path: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``notes.forget_note`` deletes but claims ``readOnlyHint`` (issue 24). By default the
+    deployment does not take its server's word: the worker refuses to start an agent that
+    calls it ungated. With the gate waived (and still not trusted), a call that times out
+    after the request went out is not retried as a read: one deletion, the run FAILED with
+    the reason."""
+    db = seeded(tmp_path / "notes.sqlite")
+    mcp = await sources(stdio_tenant(db, trust_hints=False, tools={
+        "notes.lookup_note": {"read_only": True}, "notes.save_note": {"gate": False}}))
+    with pytest.raises(McpPolicyError, match=r"notes_tidy.*'tidy'.*notes.forget_note.*approval "
+                                             r"gate before it \(its server's hints are not"):
+        build_worker(client, task_queue=task_queue, db_path=db_path,
+                     workflows=[NotesTidyAgent], mcp=mcp)
+    # The deployment's word: lookup_note only reads, save_note needs no gate.
+    build_worker(client, task_queue=f"{task_queue}-reads", db_path=db_path,
+                 workflows=[NotesCleanupAgent], mcp=mcp)
+    with http_server(db, TOKEN, slow_delete=3) as server:  # its own process: it finishes
+        monkeypatch.setenv("NOTES_MCP_AUTH", f"Bearer {TOKEN}")
+        waived = await sources(http_tenant(server.url, trust_hints=False, timeout=1,
+                                           tools={"notes.forget_note": {"gate": False}}))
+        async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                                workflows=[NotesTidyAgent], mcp=waived):
+            handle = await client.start_workflow(
+                NotesTidyAgent.run, CleanupRequest(note_id="n1"),
+                id=f"tidy-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+            state = await final_state(handle)
+            history = await handle.fetch_history()
+        async with asyncio.timeout(30):  # the one call, still sleeping server-side, commits
+            while not deletions(db):
+                await asyncio.sleep(0.1)
+    assert state["status"] == "FAILED"
+    assert any("not idempotent" in e for e in state["errors"]), state["errors"]
+    # The first attempt timed out mid-call; the second refused to call again.
+    failure = next(e.activity_task_failed_event_attributes.failure for e in history.events
+                   if e.HasField("activity_task_failed_event_attributes"))
+    assert failure.application_failure_info.type == "McpOutcomeUnknown", failure
+    assert deletions(db) == ["n1"] and requests(db) == 1  # the server was called once
 
 
 async def test_an_agent_uses_all_three_tools_and_the_delete_waits_at_a_gate(
@@ -181,7 +229,8 @@ async def test_a_worker_without_mcp_servers_does_not_import_the_sdk(
     assert child.returncode == 0, err.decode()
     # No servers listed: no SDK. Then the same start-up with the notes server loads it.
     assert out.decode().splitlines() == [
-        "[] False", "['notes.delete_note', 'notes.lookup_note', 'notes.save_note'] True"]
+        "[] False", "['notes.delete_note', 'notes.forget_note', 'notes.lookup_note', "
+        "'notes.save_note'] True"]
 
 
 class WorkerProc:
@@ -220,7 +269,7 @@ def write_config(path: Path, url: str, honours: bool) -> Path:
     policy = {"gate": False, "honours_idempotency_key": honours}
     path.write_text(json.dumps({"tenants": {"default": {
         "servers": {"notes": {"url": url, "headers": {"Authorization": "NOTES_MCP_AUTH"},
-                              "timeout_seconds": 6}},
+                              "timeout_seconds": 6, "trust_hints": True}},
         "tools": {"notes.delete_note": policy}}}}))
     return path
 

@@ -13,7 +13,7 @@ from temporalio.exceptions import ApplicationError
 
 from tower.activities.mcp import McpDiscoveryError
 from tower.activities.mcp.calls import McpToolBox
-from tower.activities.mcp.catalogue import discover
+from tower.activities.mcp.catalogue import McpTool, discover
 from tower.activities.mcp.config import McpConfigError, load
 from tower.contract.wire import ToolCall
 
@@ -27,7 +27,8 @@ def deletions(db: Path) -> list[tuple[str, str | None]]:
 
 async def test_stdio_tools_are_listed_and_classified_by_their_annotations(tmp_path: Path):
     tools = await discover(stdio_tenant(tmp_path / "notes.sqlite"))
-    assert sorted(tools) == ["notes.delete_note", "notes.lookup_note", "notes.save_note"]
+    assert sorted(tools) == ["notes.delete_note", "notes.forget_note", "notes.lookup_note",
+                             "notes.save_note"]
     lookup, save, delete = (tools[f"notes.{n}"] for n in ("lookup_note", "save_note",
                                                           "delete_note"))
     assert (lookup.read_only, lookup.gated, lookup.retry_after_timeout) == (True, False, True)
@@ -38,13 +39,41 @@ async def test_stdio_tools_are_listed_and_classified_by_their_annotations(tmp_pa
 
 
 async def test_the_tenant_policy_overrides_the_annotations_explicitly(tmp_path: Path):
-    tenant = stdio_tenant(tmp_path / "n.sqlite", **{
+    tenant = stdio_tenant(tmp_path / "n.sqlite", tools={
         "notes.delete_note": {"gate": False, "honours_idempotency_key": True}})
     delete = (await discover(tenant))["notes.delete_note"]
     assert (delete.gated, delete.retry_after_timeout) == (False, True)
-    wrong = stdio_tenant(tmp_path / "n.sqlite", **{"notes.no_such_tool": {"gate": False}})
+    wrong = stdio_tenant(tmp_path / "n.sqlite", tools={"notes.no_such_tool": {"gate": False}})
     with pytest.raises(McpDiscoveryError, match="notes.no_such_tool"):
         await discover(wrong)
+
+
+async def test_a_servers_hints_are_trusted_only_when_the_deployment_says_so(tmp_path: Path):
+    """``forget_note`` deletes but claims ``readOnlyHint``. By default every tool of a server
+    is a gated write, not retried once it may have acted, its key sent in ``_meta``: the
+    server's hints cannot loosen that. Trusted (``trust_hints``), the hints decide. The
+    deployment may mark a tool read-only itself; a server's hint that it writes still wins."""
+    db = tmp_path / "notes.sqlite"
+    facts = ("read_only", "destructive", "idempotent", "gated", "retry_after_timeout")
+
+    def of(tool: McpTool) -> tuple[bool, ...]:
+        return tuple(getattr(tool, f) for f in facts)
+
+    write = (False, True, False, True, False)  # gated, never retried once it may have acted
+    untrusted = await discover(stdio_tenant(db, trust_hints=False))
+    assert {name: of(t) for name, t in untrusted.items()} == dict.fromkeys(untrusted, write)
+    assert not any(t.trusted_hints for t in untrusted.values())
+    trusted = await discover(stdio_tenant(db))
+    assert of(trusted["notes.forget_note"]) == (True, False, True, False, True)  # as it says
+    assert of(trusted["notes.save_note"]) == (False, False, True, False, True)
+    said = await discover(stdio_tenant(db, trust_hints=False, tools={
+        "notes.lookup_note": {"read_only": True}, "notes.delete_note": {"read_only": True}}))
+    assert of(said["notes.lookup_note"]) == (True, False, True, False, True)
+    assert of(said["notes.delete_note"]) == write  # its server says it destroys: stricter
+    assert of(said["notes.forget_note"]) == write
+    # Trusted hints, and the deployment knows better: forget_note is not read-only.
+    known = await discover(stdio_tenant(db, tools={"notes.forget_note": {"read_only": False}}))
+    assert of(known["notes.forget_note"]) == write
 
 
 async def test_calls_over_http_with_the_secret_header(tmp_path: Path, monkeypatch):
@@ -135,7 +164,8 @@ async def test_tower_tools_lists_built_in_and_mcp_tools_with_their_gates(tmp_pat
 
     config = tmp_path / "mcp.json"
     config.write_text(json.dumps({"tenants": {"default": {"servers": {"notes": {
-        "command": [sys.executable, str(SERVER), "--db", str(tmp_path / "notes.sqlite")]}}}}}))
+        "command": [sys.executable, str(SERVER), "--db", str(tmp_path / "notes.sqlite")],
+        "trust_hints": True}}, "tools": {"notes.forget_note": {"read_only": False}}}}}))
     # The agents: the example project's (found from the tests' folder, as a user's project
     # is found from its own) and the notes agents beside these tests.
     env = {**os.environ, "TOWER_MCP_CONFIG": str(config), "TEMPORAL_NAMESPACE": "default"}
@@ -152,7 +182,10 @@ async def test_tower_tools_lists_built_in_and_mcp_tools_with_their_gates(tmp_pat
     assert (delete["source"], delete["kind"], delete["gated"]) == (
         "mcp:notes", "destructive", "required")
     assert "notes_cleanup:delete (gated)" in delete["used_by"]
-    assert delete["retried_after_timeout"] is False
+    assert delete["retried_after_timeout"] is False and delete["hints"] == "trusted"
+    forget = rows["notes.forget_note"]  # claims read-only; the deployment says it is not
+    assert (forget["kind"], forget["gated"], forget["retried_after_timeout"]) == (
+        "destructive", "required", False)
     # A broken config is one clear line, not a traceback.
     config.write_text("{not json")
     code, out, err = await tower_cli([*agents, "tools"], env=env, cwd=tests)

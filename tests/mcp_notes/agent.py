@@ -6,6 +6,8 @@ only ``notes.lookup_note`` (read-only); ``archive`` copies the note with
 (destructive), so a gate holds the run before it until an editor approves. Rejected:
 the note is kept. ``notes_purge`` is the same machine without the gate: a worker starts
 with it only where the tenant's policy says ``notes.delete_note`` needs none.
+``notes_tidy`` calls ``notes.forget_note`` (which deletes, but claims to be read-only)
+with no gate and no model: START → tidy → DONE.
 """
 
 from __future__ import annotations
@@ -118,6 +120,24 @@ class NotesCleanupAgent(AgentWorkflow):
 
 @agent(machine("notes_purge", gated=False).compile(), scripts={"find": find_script})
 class NotesPurgeAgent(AgentWorkflow):
+    Input = CleanupRequest
+
+    @workflow.run
+    async def run(self, request: CleanupRequest) -> CleanupState:
+        return await self.drive(first_state(request))
+
+
+async def tidy(ctx: NodeContext, state: CleanupState) -> dict[str, object]:
+    result = await ctx.tool("notes.forget_note", {"note_id": state.note_id})
+    return {"outcome": f"forgotten (deletion #{result['deletion']})"}
+
+
+TIDY = (Graph("notes_tidy", CleanupState).node("tidy", tidy, tools=["notes.forget_note"])
+        .entry("tidy").edge("tidy", DONE).compile())
+
+
+@agent(TIDY)
+class NotesTidyAgent(AgentWorkflow):
     Input = CleanupRequest
 
     @workflow.run

@@ -23,17 +23,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def stdio_tenant(db: Path, **policy: Any) -> TenantMcp:
+def stdio_tenant(db: Path, *, trust_hints: bool = True, slow_delete: float = 0.0,
+                 timeout: float = 30.0, tools: dict[str, Any] | None = None) -> TenantMcp:
+    """The notes server over stdio. Its hints are trusted unless ``trust_hints=False``: the
+    deployment vouches for its own test server (all but ``forget_note``'s are true)."""
     return TenantMcp.model_validate({
-        "servers": {"notes": {"command": [sys.executable, str(SERVER), "--db", str(db)]}},
-        "tools": policy})
+        "servers": {"notes": {"command": [sys.executable, str(SERVER), "--db", str(db),
+                                          "--slow-delete", str(slow_delete)],
+                              "trust_hints": trust_hints, "timeout_seconds": timeout}},
+        "tools": tools or {}})
 
 
-def http_tenant(url: str, secret_var: str = "NOTES_MCP_AUTH",
-                **policy: Any) -> TenantMcp:
+def http_tenant(url: str, secret_var: str = "NOTES_MCP_AUTH", *, trust_hints: bool = True,
+                timeout: float = 30.0, tools: dict[str, Any] | None = None) -> TenantMcp:
     return TenantMcp.model_validate({
-        "servers": {"notes": {"url": url, "headers": {"Authorization": secret_var}}},
-        "tools": policy})
+        "servers": {"notes": {"url": url, "headers": {"Authorization": secret_var},
+                              "trust_hints": trust_hints, "timeout_seconds": timeout}},
+        "tools": tools or {}})
 
 
 class HttpNotesServer:

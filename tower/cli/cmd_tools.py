@@ -45,7 +45,8 @@ async def _tools(as_json: bool) -> int:
         rows.append({"tool": name, "source": mcp_tool.source, "kind": kind,
                      "gated": "required" if mcp_tool.gated else "no",
                      "used_by": users.get(name, []),
-                     "retried_after_timeout": mcp_tool.retry_after_timeout})
+                     "retried_after_timeout": mcp_tool.retry_after_timeout,
+                     "hints": "trusted" if mcp_tool.trusted_hints else "not trusted"})
     if as_json:
         print_json({"tenant": tenant, "tools": rows})
         return 0

@@ -63,6 +63,11 @@ AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` que
 VERIFY_PER_TASK = 50  # signature checks per workflow task (refusals.TaskBudget)
 UNVERIFIED = (f"refused unverified: more than {VERIFY_PER_TASK} decisions arrived in one "
               "workflow task (a flood?); send it again, as the decide update")
+# The server lets at most 10 updates into a run at once (history.maxInFlightUpdates), so
+# this budget refuses nothing unless a deployment raises that cap well past it.
+VALIDATE_PER_TASK = 50  # update validators' signature checks per workflow task
+UNVALIDATED = (f"refused unverified: more than {VALIDATE_PER_TASK} decisions arrived in one "
+               "workflow task (a flood?); send it again")
 REFRESH_GAP = timedelta(seconds=5)  # asked-for roster refreshes: at most one per this
 RUN_ID_ACTIVITY = "tower_run_id"
 
@@ -84,7 +89,11 @@ class Gatekeeper(Admission):
         self._init_trust()
         self._refresh_asked = False
         self._unknown_key: Any = None  # a signalled decision waiting for a roster refresh
-        self._verify_budget = TaskBudget(VERIFY_PER_TASK)  # signature checks per task
+        # Signature checks per task: of signals (and what a roster refresh judges again),
+        # and of update validators (refusals.TaskBudget says why they are apart; the update
+        # handler has none: only updates a validator accepted reach it).
+        self._verify_budget = TaskBudget(VERIFY_PER_TASK)
+        self._validate_budget = TaskBudget(VALIDATE_PER_TASK, by_time=True)
         self._in_flight: Decision | None = None
         # Refused decisions (and unknown signals): all counted, the newest kept.
         self._audit = AuditTrail(AUDIT_KEEP)
@@ -205,7 +214,7 @@ class Gatekeeper(Admission):
             self._refreshed_at = workflow.now()
         raw, self._unknown_key = self._unknown_key, None
         if raw is not None and self._in_flight is None:
-            self._take_signal(raw, may_hold=False)
+            self._take_signal(raw, may_hold=False, budget=self._verify_budget)
 
     @workflow.signal(dynamic=True)
     def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
@@ -261,13 +270,15 @@ class Gatekeeper(Admission):
 
     # --- decisions -------------------------------------------------------------------------
 
-    def _judge(self, raw: Any, *, counted: bool = False) -> tuple[Decision | None, Check]:
-        """``counted``: this decision's place in the task's verify budget was taken."""
+    def _judge(self, raw: Any, *, budget: TaskBudget | None = None,
+               ) -> tuple[Decision | None, Check]:
+        """``budget``: the signature checks this one counts against, if not counted yet."""
         if self._state is None:  # not started: no roster read yet, nothing pending
             return None, Check(False, "the run is not awaiting a decision: it has not "
                                       "started yet")
-        if self._trust is not None and not counted and not self._verify_budget.take():
-            return None, Check(False, UNVERIFIED)
+        if self._trust is not None and budget is not None and not budget.take():
+            return None, Check(False, UNVALIDATED if budget is self._validate_budget
+                               else UNVERIFIED)
         if self._trust is not None:
             decision, proof = read_decision(raw, trust=self._trust, now=workflow.now())
             if decision is None:
@@ -301,10 +312,11 @@ class Gatekeeper(Admission):
         if raw is None:
             self._audit.add_raw(workflow.now(), "signal", problem, args)
             return
-        self._take_signal(raw, may_hold=True, counted=True)
+        self._take_signal(raw, may_hold=True)
 
-    def _take_signal(self, raw: Any, *, may_hold: bool, counted: bool = False) -> None:
-        decision, check = self._judge(raw, counted=counted)
+    def _take_signal(self, raw: Any, *, may_hold: bool, budget: TaskBudget | None = None,
+                     ) -> None:
+        decision, check = self._judge(raw, budget=budget)
         if may_hold and check.reason.startswith("unknown key id") and self._unknown_key is None:
             # Perhaps a key added since the run's last refresh: judge it again after one.
             self._unknown_key, self._refresh_asked = raw, True
@@ -321,7 +333,8 @@ class Gatekeeper(Admission):
     async def decide(self, raw: dict[str, Any]) -> Outcome:
         """A decision as an update: answers with the outcome the run reported."""
         # Checked again here: on replay the validator does not run, and a decision
-        # accepted in the same workflow task may have decided the gate meanwhile.
+        # accepted in the same workflow task may have decided the gate meanwhile. No
+        # budget: the validator accepted it, and the handler must judge alike on replay.
         decision, check = self._judge(raw)
         if decision is None or not check.ok:
             self._audit.add(workflow.now(), "update", check.reason, raw)
@@ -334,7 +347,7 @@ class Gatekeeper(Admission):
 
     @decide.validator
     def _validate_decide(self, raw: dict[str, Any]) -> None:
-        _, check = self._judge(raw)
+        _, check = self._judge(raw, budget=self._validate_budget)
         if not check.ok:
             raise ApplicationError(check.reason, type=REFUSED, non_retryable=True)
 

@@ -39,18 +39,29 @@ CARRY_AFTER_SIGNALS = MAX_SIGNALS_PER_RUN // 2
 class TaskBudget:
     """At most ``limit`` of something per workflow task: a flood delivered in one task must
     not keep it busy past the SDK's deadlock timeout (a failed task, a stalled run).
-    Counted per history length, so a replay counts the same."""
 
-    def __init__(self, limit: int) -> None:
+    A task is told apart by the history's length, so a replay counts the same: right for
+    what the history holds (signals, accepted updates). ``by_time`` also tells tasks apart
+    by their time, for update validators: a refused update never reaches the history, so
+    after a flood of them the length stays put and a budget keyed on it alone stayed spent,
+    refusing every later update, a genuine one too, until something else moved the history.
+    A validator's count is safe to key on time: validators run only when an update arrives,
+    never on replay, and nothing but validators may read their budget (issue 24)."""
+
+    def __init__(self, limit: int, *, by_time: bool = False) -> None:
         self.limit = limit
+        self.by_time = by_time
         self.task_time = datetime.min  # workflow.now() when this task's count began
-        self._mark, self._used = -1, 0
+        self._mark: tuple[int, datetime] | None = None
+        self._used = 0
 
     def take(self) -> bool:
         """Count one; whether it is within this task's budget."""
-        mark = workflow.info().get_current_history_length()
+        now = workflow.now()
+        mark = (workflow.info().get_current_history_length(),
+                now if self.by_time else datetime.min)
         if mark != self._mark:
-            self._mark, self._used, self.task_time = mark, 0, workflow.now()
+            self._mark, self._used, self.task_time = mark, 0, now
         self._used += 1
         return self._used <= self.limit
 

@@ -1,7 +1,12 @@
 """MCP tools as catalogue entries: listed from the servers when the worker starts.
 
-Each tool is named ``server.tool`` and carries what Tower decides from its annotations
-(MCP's defaults when a hint is absent: not read-only, destructive, not idempotent):
+Each tool is named ``server.tool`` and carries what Tower decides about it. Trust belongs
+to the deployment (its MCP file), not to the server: a server that marks a deleting tool
+``readOnlyHint`` must not get it run ungated and retried as a read. So a tool is taken as
+destructive (gated) and not idempotent unless the deployment says otherwise: per tool
+(``read_only``, ``gate``) or by trusting the server's annotations (``trust_hints``; MCP's
+defaults when a hint is absent: not read-only, destructive, not idempotent). An untrusted
+server's hints can only make a tool stricter (a tool it says writes is never read-only).
 
 - read-only tools are called freely and retried like any read;
 - destructive tools need an approval gate on the node that calls them, unless the
@@ -50,6 +55,7 @@ class McpTool:
     destructive: bool
     idempotent: bool
     gated: bool  # a node calling it needs an approval gate
+    trusted_hints: bool  # the deployment trusts the server's annotations
     retry_after_timeout: bool
     timeout_seconds: float
     args: type[BaseModel] = AnyArguments  # validated by ``check`` instead
@@ -78,13 +84,21 @@ class McpTool:
 
 
 def classify(server: str, tool: Any, tenant: TenantMcp, timeout: float) -> McpTool:
-    """An MCP ``Tool`` listing as a catalogue entry, with the tenant's overrides applied."""
+    """An MCP ``Tool`` listing as a catalogue entry: the deployment's word first (its
+    per-tool policy, whether it trusts the server's hints), the server's hints only where
+    trusted or stricter."""
     name = f"{server}.{tool.name}"
     hints = tool.annotations
-    read_only = bool(hints and hints.read_only_hint)
-    destructive = not read_only and (hints is None or hints.destructive_hint is not False)
-    idempotent = read_only or bool(hints and hints.idempotent_hint)
+    trust = tenant.servers[server].trust_hints
     policy = tenant.tools.get(name)
+    read_only = trust and bool(hints and hints.read_only_hint)
+    if policy is not None and policy.read_only is not None:
+        read_only = policy.read_only
+    if hints is not None and (hints.read_only_hint is False or hints.destructive_hint):
+        read_only = False  # the server says it writes: stricter, so taken from anyone
+    destructive = not read_only and not (trust and hints is not None
+                                         and hints.destructive_hint is False)
+    idempotent = read_only or (trust and bool(hints and hints.idempotent_hint))
     gated = destructive if policy is None or policy.gate is None else policy.gate
     honours = bool(policy and policy.honours_idempotency_key)
     return McpTool(
@@ -93,7 +107,8 @@ def classify(server: str, tool: Any, tenant: TenantMcp, timeout: float) -> McpTo
         input_schema=dict(tool.input_schema or {"type": "object"}),
         output_schema=dict(tool.output_schema) if tool.output_schema else None,
         read_only=read_only, destructive=destructive, idempotent=idempotent,
-        gated=gated, retry_after_timeout=idempotent or honours, timeout_seconds=timeout)
+        gated=gated, trusted_hints=trust, retry_after_timeout=idempotent or honours,
+        timeout_seconds=timeout)
 
 
 @asynccontextmanager

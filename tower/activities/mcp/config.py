@@ -5,13 +5,18 @@ read by the worker and the CLI, never by workflow code and never from a run's in
 
     {"tenants": {"default": {
         "servers": {
-            "notes": {"command": ["python", "-m", "notes_server"]},
+            "notes": {"command": ["python", "-m", "notes_server"], "trust_hints": true},
             "kb": {"url": "https://kb.internal/mcp",
                    "headers": {"Authorization": "KB_AUTH"}}},
-        "tools": {"notes.delete_note": {"gate": false, "honours_idempotency_key": true}}}}}
+        "tools": {"notes.delete_note": {"gate": false, "honours_idempotency_key": true},
+                  "kb.search": {"read_only": true}}}}}
 
 ``headers`` maps a header to the *name* of an environment variable holding its value
 (the deployment's secret store fills it), so the file itself holds no secret.
+
+Trust in a server's tools is the deployment's: a tool is gated and side-effecting unless
+this file says otherwise, per tool (``read_only``, ``gate``) or by trusting the server's
+own annotations (``trust_hints``); see catalogue.classify.
 """
 
 from __future__ import annotations
@@ -46,6 +51,10 @@ class ServerConfig(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict,
                                     description="header -> env var holding its value")
     timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    trust_hints: bool = Field(
+        default=False, description="take the server's own tool annotations (readOnlyHint, "
+        "destructiveHint, idempotentHint) as true; otherwise they can only make a tool "
+        "stricter")
 
     @model_validator(mode="after")
     def one_transport(self) -> ServerConfig:
@@ -69,6 +78,10 @@ class ToolPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     gate: bool | None = Field(default=None, description="require an approval gate (or not)")
+    read_only: bool | None = Field(
+        default=None, description="the deployment's word that the tool only reads (called "
+        "freely, retried like any read), or that it does not; a server's hint that it writes "
+        "still wins")
     honours_idempotency_key: bool = Field(
         default=False, description="the server deduplicates by the _meta key: a non-idempotent "
         "call may be retried after a timeout")

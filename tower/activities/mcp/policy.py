@@ -1,6 +1,7 @@
 """Checks at worker start: every ``server.tool`` an agent names exists, and every
-destructive one is called only behind an approval gate (unless the tenant's policy
-says otherwise). A failed check stops the worker with the reason — no run ever starts
+destructive one (every tool of a server whose hints the deployment does not trust, unless
+it says the tool only reads) is called only behind an approval gate (unless the tenant's
+policy says otherwise). A failed check stops the worker with the reason — no run ever starts
 against a tool set it cannot honour."""
 
 from __future__ import annotations
@@ -31,11 +32,15 @@ def check_agents(machines: Iterable[Any], tools: dict[str, McpTool]) -> None:
                     continue
                 gate = machine.gates.get(node.name)
                 if tool.gated and (gate is None or gate.when != "before"):
-                    why = ("destructiveHint" if tool.destructive
-                           else "the tenant's policy")
+                    why = ("the tenant's policy" if not tool.destructive
+                           else "destructiveHint" if tool.trusted_hints
+                           else "its server's hints are not trusted: a write until the "
+                                "deployment says otherwise")
                     problems.append(
                         f"agent {machine.name!r} node {node.name!r} calls {name!r}, which needs "
                         f"an approval gate before it ({why}); add .gate({node.name!r}, Gate(...)) "
-                        f"or set \"{name}\": {{\"gate\": false}} in the tenant's MCP policy")
+                        f"or set \"{name}\": {{\"gate\": false}} in the tenant's MCP policy"
+                        + ("" if tool.trusted_hints else
+                           " (or {\"read_only\": true} if it only reads)"))
     if problems:
         raise McpPolicyError("; ".join(problems))
