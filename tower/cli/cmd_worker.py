@@ -10,6 +10,7 @@ import click
 
 from tower.cli import project
 from tower.cli.common import CliError
+from tower.cli.output import json_option, print_json
 
 
 @click.command("worker", context_settings={"ignore_unknown_options": True,
@@ -19,7 +20,9 @@ from tower.cli.common import CliError
     "as `python worker.py ARGS` would pass them (Tower's example: --task-queue, --tenant). "
     "SIGTERM or Ctrl-C drains it: running activities finish, then it exits 0."))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[ARGS]...")
-def command(args: tuple[str, ...]) -> Any:
+@json_option("print the project, its worker and ARGS as one JSON line, then run it (its log "
+             "goes to stderr)")
+def command(args: tuple[str, ...], as_json: bool) -> Any:
     folder = project.root()
     if not (folder / "worker.py").is_file():
         raise CliError(f"the project at {folder} has no worker.py to run")
@@ -28,6 +31,9 @@ def command(args: tuple[str, ...]) -> Any:
         raise CliError(f"{folder / 'worker.py'} has no main() to run")
     # As `python worker.py ARGS` runs it: a main that parses sys.argv reads these.
     sys.argv = [str(folder / "worker.py"), *args]
+    if as_json:
+        print_json({"project": str(folder), "worker": sys.argv[0], "args": list(args)},
+                   line=True)
     result = main()
     return _worker_run(result) if inspect.isawaitable(result) else result
 
