@@ -22,8 +22,9 @@ from tower.activities.payloads import tower_data_converter
 from tower.cli.histories import replay as replay_checked
 from tower.contract.search import start_attributes
 from tower.core.window import WindowPolicy
-from tower.temporal.worker import pydantic_converter
-from worker import build_worker, sandbox_runner
+from tower.temporal import TowerPlugin
+from tower.temporal.sandbox import sandbox_runner
+from worker import build_worker
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
 
 # A 400-character user message, different every turn (the turn number leads it).
@@ -105,17 +106,15 @@ async def side_by_side(client: Client, tq: str, *, turns: int, rounds: int) -> d
 
 async def _replay_times(histories: dict[str, WorkflowHistory], rounds: int,
                         ) -> dict[str, list[float]]:
-    classes = {"tower": ChatAgent, "naive": NaiveChat}
     # The hand-written agent replays in the SDK's own sandbox and with its pydantic
     # converter, as a project without Tower has them, with the same restrictions and
-    # pass-through modules (its module imports Tower's); Tower's in Tower's, as
-    # tower.testing's replayer has them (tower.temporal.sandbox: cheaper per payload;
-    # tower.temporal.converter: cheaper per activation; the same payloads).
-    runners = {"tower": sandbox_runner(),
-               "naive": SandboxedWorkflowRunner(restrictions=sandbox_runner().restrictions)}
-    converters = {"tower": pydantic_converter, "naive": pydantic_data_converter}
-    replayers = {k: Replayer(workflows=[classes[k]], data_converter=converters[k],
-                             workflow_runner=runners[k]) for k in histories}
+    # pass-through modules (its module imports Tower's); Tower's with TowerPlugin, as a
+    # worker, `tower replay` and tower.testing have it (the payload store and codec from
+    # the environment; tower.temporal.sandbox: cheaper per payload; the same payloads).
+    naive = SandboxedWorkflowRunner(restrictions=sandbox_runner("activities").restrictions)
+    replayers = {"tower": Replayer(workflows=[ChatAgent], plugins=[TowerPlugin()]),
+                 "naive": Replayer(workflows=[NaiveChat], data_converter=pydantic_data_converter,
+                                   workflow_runner=naive)}
     for kind in histories:  # warm up: imports and the one-off sandbox check
         await replayers[kind].replay_workflow(histories[kind])
     # CPU time of this process (the SDK core's threads included): on a shared machine the
@@ -135,8 +134,8 @@ async def empty_store(address: str, tq: str, folder: Path, *, turns: int,
     whose payloads over ``threshold`` go to an external store; then the store is deleted
     and every run replayed from its history."""
     store = folder / "payloads"
-    client = await Client.connect(address, data_converter=tower_data_converter(
-        store, threshold, env={}))
+    client = await Client.connect(address, plugins=[TowerPlugin(
+        data_converter=tower_data_converter(store, threshold, env={}))])
     config = ChatConfig(window=WindowPolicy(max_messages=1000, max_tokens=1_000_000),
                         continue_as_new_after=60)
     async with build_worker(client, task_queue=tq, db_path=folder / "tools.sqlite",

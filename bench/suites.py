@@ -15,8 +15,7 @@ from temporalio.worker import Replayer
 from bench.agents import Baseline, Steps, StepsAgent, StepsEveryAgent
 from bench.measure import history_bytes
 from tower.contract.search import start_attributes
-from tower.temporal.worker import pydantic_converter
-from worker import sandbox_runner
+from tower.temporal import TowerPlugin
 
 KINDS: dict[str, Any] = {
     "baseline": Baseline.run, "tower": StepsAgent.run, "tower_every_step": StepsEveryAgent.run}
@@ -83,8 +82,7 @@ async def _each(histories: list[WorkflowHistory]) -> AsyncIterator[WorkflowHisto
 
 async def replay(handles: list[Any], workflow: type, transitions_each: int) -> dict[str, Any]:
     histories = await asyncio.gather(*(h.fetch_history() for h in handles))
-    replayer = Replayer(workflows=[workflow], data_converter=pydantic_converter,
-                        workflow_runner=sandbox_runner())
+    replayer = Replayer(workflows=[workflow], plugins=[TowerPlugin()])  # as a worker has it
     start = time.perf_counter()
     results = await replayer.replay_workflows(_each(histories), raise_on_replay_failure=False)
     elapsed = time.perf_counter() - start

@@ -11,12 +11,12 @@ import sys
 
 from temporalio.client import Client
 
-from tower.activities.payloads import tower_data_converter
+from tower.temporal import TowerPlugin
 
 
 async def main(run_id: str) -> None:
     client = await Client.connect(os.environ.get("TEMPORAL_ADDRESS", "localhost:7233"),
-                                  data_converter=tower_data_converter())
+                                  plugins=[TowerPlugin()])
     handle = client.get_workflow_handle(run_id)
     state = await handle.query("state", result_type=dict)
     print(f"{run_id}: {state['status']} at {state['node']} (step {state['step']})")

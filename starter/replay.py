@@ -10,16 +10,14 @@ import asyncio
 import sys
 from pathlib import Path
 
-from tower.activities.payloads import tower_data_converter
 from tower.testing import assert_replays
-from worker import sandbox_runner
 from workflows.registry import AGENTS
 
 
 async def main(folder: Path) -> None:
-    # The worker's own sandbox and converter: what it ran is what is replayed.
-    replayed = await assert_replays(folder, workflows=list(AGENTS.values()),
-                                    runner=sandbox_runner(), data_converter=tower_data_converter())
+    # TowerPlugin gives the replayer the worker's own sandbox and converter: what it ran is
+    # what is replayed.
+    replayed = await assert_replays(folder, workflows=list(AGENTS.values()))
     print(f"{len(replayed)} histories replayed, every one deterministic")
 
 

@@ -15,14 +15,14 @@ import sys
 
 from temporalio.client import Client
 
-from tower.activities.payloads import tower_data_converter
 from tower.contract import search
+from tower.temporal import TowerPlugin
 from workflows.refund import RefundAgent, RefundRequest
 
 
 async def main(run_id: str, message: str) -> None:
     client = await Client.connect(os.environ.get("TEMPORAL_ADDRESS", "localhost:7233"),
-                                  data_converter=tower_data_converter())
+                                  plugins=[TowerPlugin()])
     handle = await client.start_workflow(
         RefundAgent.run, RefundRequest(message=message), id=run_id, task_queue="tower",
         search_attributes=search.start_attributes(RefundAgent.machine))

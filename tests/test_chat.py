@@ -11,7 +11,6 @@ from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
@@ -20,7 +19,8 @@ from tower.activities.messages import MessageStore
 from tower.activities.model import ModelSettings
 from tower.core.carry import LogSummary
 from tower.core.window import WindowPolicy
-from worker import build_worker, sandbox_runner
+from tower.temporal import TowerPlugin
+from worker import build_worker
 from workflows.chat import (
     MAX_MESSAGE_CHARS,
     ChatAgent,
@@ -164,6 +164,5 @@ async def test_thread_continues_as_new_with_its_state_and_log(
     steps = [r.step for r in replies]
     assert steps == sorted(set(steps))
     # Replay from the history alone: the first run's history replays on this code.
-    replayer = Replayer(workflows=[ChatAgent], data_converter=pydantic_data_converter,
-                        workflow_runner=sandbox_runner())
+    replayer = Replayer(workflows=[ChatAgent], plugins=[TowerPlugin()])
     await replayer.replay_workflow(first_history)

@@ -45,9 +45,9 @@ from tower.cli.keys import load_key
 from tower.cli.trust_files import enrol, read_roster, write_roster
 from tower.contract.decisions import GateRecord, proposal_digest
 from tower.core.signing import decision_claims
-from tower.temporal.gating import current_run_id
+from tower.temporal import TowerPlugin
 from tower.temporal.refusals import CARRY_AFTER_SIGNALS, MAX_SIGNALS_PER_RUN
-from worker import WORKFLOW_FAILURE_TYPES, build_worker, sandbox_runner
+from worker import build_worker
 from workflows.refund import RefundAgent
 
 pytestmark = pytest.mark.integration
@@ -404,9 +404,7 @@ async def test_a_decision_in_the_instant_the_run_carries_over_is_judged(
     forged = decision(client, run.handle.id, run.pending, key=forged_key("alice"))
     await flood(run.handle, forged, CARRY_AFTER_SIGNALS)  # the run will carry over
     async with Worker(client, task_queue=task_queue, workflows=[RefundAgent],
-                      activities=[current_run_id],  # only what replaying its gate needs
-                      workflow_runner=sandbox_runner(), max_cached_workflows=0,
-                      workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES):
+                      max_cached_workflows=0, plugins=[TowerPlugin()]):
         latest = await carried_over(client, run.handle)
         async with asyncio.timeout(60):  # its first task ran: it waits to read its roster
             while not any(e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED

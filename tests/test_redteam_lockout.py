@@ -29,7 +29,7 @@ from gatekit import (
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.model import ModelSettings
+from tower.activities.model import ModelSettings
 from worker import build_worker
 from workflows.refund import RefundAgent
 

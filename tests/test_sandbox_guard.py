@@ -13,8 +13,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from tower.activities.model import ModelSettings
+from tower.temporal import TowerPlugin
 from tower.temporal.sandbox import RunSandbox
-from worker import build_worker, sandbox_runner
+from worker import build_worker
 
 
 async def test_a_workflow_reading_the_wall_clock_is_stopped(
@@ -42,4 +43,4 @@ async def test_a_workflow_reading_the_wall_clock_is_stopped(
 def test_runs_get_tower_s_sandbox_instance() -> None:
     # The worker's runner builds each run's sandbox as RunSandbox (the class the guard
     # above runs in), with the SDK's default restrictions for everything not passed through.
-    assert getattr(sandbox_runner(), "instance_class", None) is RunSandbox
+    assert getattr(TowerPlugin().runner_for(None), "instance_class", None) is RunSandbox

@@ -19,7 +19,8 @@ from test_cli import address_of, tower
 
 from tower.activities.model import ModelSettings
 from tower.contract.decisions import Verdict
-from worker import WORKFLOW_FAILURE_TYPES, build_worker, sandbox_runner
+from tower.temporal import TowerPlugin
+from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
 from workflows.onboarding import OnboardingAgent, OnboardingRequest, OnboardingState
 from workflows.refund import RefundAgent, RefundState
@@ -58,8 +59,7 @@ async def test_inspect_running_and_closed_then_fork_without_later_signals(
     # A worker with the workflows and no activities: the run's first model call stays
     # scheduled, so the run is in flight after step 1.
     async with Worker(client, task_queue=task_queue, workflows=list(AGENTS.values()),
-                      workflow_runner=sandbox_runner(),
-                      workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES):
+                      plugins=[TowerPlugin()]):
         original = await client.start_workflow(
             AccountAgent.run, AccountRequest(question="Check my account ACC-1001"), id=run,
             task_queue=task_queue)

@@ -23,19 +23,17 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import SignalWorkflowExecutionRequest
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
 
 from tower.activities.model import ModelSettings
 from tower.cli.telemetry import (
     SkipNoise,
     TracingConfigError,
-    client_plugins,
     configure_tracing,
     exporter_names,
     make_exporter,
 )
-from worker import WORKFLOW_FAILURE_TYPES, sandbox_runner
+from tower.temporal import TowerPlugin
 from workflows.account import AccountAgent, AccountRequest
 from workflows.refund import RefundAgent
 from workflows.registry import AGENTS
@@ -60,10 +58,9 @@ def _exporters(provider: ReplaySafeTracerProvider) -> list[object]:
 
 @pytest.fixture
 async def traced(client: Client, exporter: InMemorySpanExporter) -> Client:
-    plugins = client_plugins()
-    assert plugins, "tracing is configured, so the client gets the OpenTelemetry plugin"
-    return Client(client.service_client, namespace=client.namespace,
-                  data_converter=pydantic_data_converter, plugins=plugins)
+    plugin = TowerPlugin()
+    assert plugin.traced, "tracing is configured, so the plugin traces"
+    return Client(client.service_client, namespace=client.namespace, plugins=[plugin])
 
 
 def spans_of(exporter: InMemorySpanExporter, run_id: str) -> list[ReadableSpan]:
@@ -125,9 +122,7 @@ async def test_worker_restart_and_replayer_emit_no_duplicate_spans(
 ) -> None:
     run_id = f"restart-{uuid.uuid4().hex[:8]}"
     # Worker A runs the workflow but no activity: the run stops at its first model call.
-    only_workflows = Worker(traced, task_queue=task_queue, workflows=list(AGENTS.values()),
-                            workflow_runner=sandbox_runner(),
-                            workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES)
+    only_workflows = Worker(traced, task_queue=task_queue, workflows=list(AGENTS.values()))
     async with only_workflows:
         handle = await traced.start_workflow(
             AccountAgent.run, AccountRequest(question="Check my account ACC-1001"),
@@ -143,9 +138,7 @@ async def test_worker_restart_and_replayer_emit_no_duplicate_spans(
     assert len({s.context.span_id for s in spans}) == len(spans)
     assert [s.name for s in spans].count("RunWorkflow:account") == 1
     before = len(exporter.get_finished_spans())
-    replayer = Replayer(workflows=list(AGENTS.values()), workflow_runner=sandbox_runner(),
-                        data_converter=pydantic_data_converter, plugins=client_plugins(),
-                        workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES)
+    replayer = Replayer(workflows=list(AGENTS.values()), plugins=[TowerPlugin()])
     await replayer.replay_workflow(await handle.fetch_history())
     trace.get_tracer_provider().force_flush()  # type: ignore[attr-defined]
     assert len(exporter.get_finished_spans()) == before, "a replay exports nothing"

@@ -23,7 +23,7 @@ from tower.activities.messages import MessageStore
 from tower.activities.model import ModelActivities, ModelSettings
 from tower.cli.histories import load, replay
 from tower.cli.testing import assert_replays
-from worker import WORKFLOW_FAILURE_TYPES, sandbox_runner
+from tower.temporal import TowerPlugin
 from workflows.account import AccountRequest
 from workflows.registry import AGENTS
 
@@ -39,8 +39,7 @@ def variant_worker(client: Client, task_queue: str, db_path: Path, workflows: li
                             scripts=scripts_of(AGENTS.values()))
     return Worker(client, task_queue=task_queue, workflows=workflows,
                   activities=[model.call_model, *ToolBox(db_path).activities()],
-                  activity_executor=ThreadPoolExecutor(8), workflow_runner=sandbox_runner(),
-                  workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES)
+                  activity_executor=ThreadPoolExecutor(8), plugins=[TowerPlugin()])
 
 
 async def test_old_histories_replay_with_the_patch_and_fail_without_it() -> None:

@@ -1,15 +1,19 @@
 """`docker stop` sends SIGTERM: a real `python worker.py` with runs in flight drains (its
 running model calls finish, nothing is retried), exits 0, and another worker completes
-the runs."""
+the runs. Every time: 20 working workers (`python worker.py` and `tower worker`), each with
+a run in flight, stopped with SIGTERM: 20 exits 0 (before, 2 drains in 9 ended in `Fatal
+Python error: PyGILState_Release ... finalizing`, exit 134: tower/temporal/process.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
-from procs import WorkerProcess
+from procs import REPO, WorkerProcess
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
@@ -20,6 +24,10 @@ from workflows.order import OrderAgent, OrderRequest
 
 RUNS = 3
 TEXT = "2 x WIDGET-1 to 7 Quay St, Dublin, US"
+STOPS = 20
+AT_ONCE = 5  # workers started and stopped together (2 cores)
+ENTRIES = (("worker.py",), ("-m", "tower.cli.cli", "worker"))  # python worker.py, tower worker
+STARTED = 2  # PendingActivityState: the activity is running on a worker
 
 
 async def _model_call_attempts(handle: WorkflowHandle) -> list[int]:
@@ -71,3 +79,76 @@ async def test_sigterm_drains_the_worker_and_another_finishes_its_runs(
         assert set(await _model_call_attempts(handle)) == {1}
         assert len(await _completed_by(handle)) == 2  # both workers worked on it
     assert first.unhandled() == [] and second.unhandled() == []
+
+
+async def _said_ready(worker: WorkerProcess) -> None:
+    assert worker.proc is not None
+    for _ in range(1200):
+        if "worker ready" in worker.log_path.read_text(errors="replace"):
+            return
+        assert worker.proc.poll() is None, worker.log_path.read_text(errors="replace")[-2000:]
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the worker never said it was ready; see {worker.log_path}")
+
+
+async def _activity_running(handle: WorkflowHandle) -> None:
+    for _ in range(1200):
+        pending = (await handle.describe()).raw_description.pending_activities
+        if any(a.state == STARTED for a in pending):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{handle.id}: no activity started")
+
+
+async def test_every_sigterm_to_a_working_worker_exits_0(
+    env: WorkflowEnvironment, tmp_path: Path,
+) -> None:
+    address = env.client.service_client.config.target_host
+    codes: list[int] = []
+    stopped: list[WorkerProcess] = []
+    with LoopbackModelServer(replies=scripted_reply) as model:
+        model.set_delay(1.0)  # every model call is running for a second
+        for batch in range(STOPS // AT_ONCE):
+            workers = [WorkerProcess(address, f"stop-{uuid.uuid4().hex[:8]}",
+                                     tmp_path / f"tools-{batch}-{i}.sqlite", model.base_url,
+                                     tmp_path / f"worker-{batch}-{i}.log",
+                                     argv=ENTRIES[i % 2]).start() for i in range(AT_ONCE)]
+            handles: list[WorkflowHandle] = []
+            try:
+                await asyncio.gather(*(_said_ready(w) for w in workers))
+                # One run on each worker's own queue. At SIGTERM, half the workers are
+                # running its model call; the other half have just been given the run (a
+                # stop right after start-up is when the old worker aborted at exit).
+                handles = [await env.client.start_workflow(
+                    OrderAgent.run, OrderRequest(text=TEXT), id=f"stop-{uuid.uuid4().hex[:8]}",
+                    task_queue=w.env["TOWER_TASK_QUEUE"]) for w in workers]
+                await asyncio.gather(*(_activity_running(h) for h in handles[::2]))
+                for w in workers:
+                    assert w.proc is not None
+                    w.proc.send_signal(signal.SIGTERM)
+                codes += [await asyncio.to_thread(w.proc.wait, 60)  # type: ignore[union-attr]
+                          for w in workers]
+                stopped += workers
+            finally:
+                for w in workers:
+                    w.stop()
+                for h in handles:
+                    await h.terminate("the drain test is over")
+    assert codes == [0] * STOPS, [(w.argv, c) for w, c in zip(stopped, codes, strict=True)]
+    for w in stopped:
+        log = w.log_path.read_text(errors="replace")
+        assert "stopping: draining" in log and "worker stopped" in log, log[-2000:]
+        assert w.unhandled() == []
+
+
+def test_tower_worker_runs_the_project_s_worker_main() -> None:
+    def tower(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "tower.cli.cli", *args], cwd=REPO,
+                              capture_output=True, text=True, timeout=120)
+
+    shown = tower("worker", "--help")
+    assert shown.returncode == 0 and "worker.py" in shown.stdout, shown.stderr
+    # ARGS reach worker.py's own parser and main(), as `python worker.py ARGS` would.
+    bad = tower("worker", "--tenant", "no such/tenant")
+    assert bad.returncode == 1
+    assert bad.stderr.strip().splitlines()[-1].startswith("error: invalid tenant name")

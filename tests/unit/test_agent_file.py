@@ -101,10 +101,3 @@ def test_each_agent_carries_only_the_handlers_its_strategy_honours() -> None:
     assert "event" not in handlers(refund)
     # One loop, two strategies: only the node-driven one may continue-as-new between steps.
     assert (NodeDriven.carries_over, EventDriven.carries_over) == (True, False)
-
-
-def test_the_cli_replays_with_the_worker_s_sandbox() -> None:
-    import worker
-    from tower.cli.histories import PASSTHROUGH
-
-    assert worker.PASSTHROUGH == PASSTHROUGH

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-import worker
 from tower.cli.histories import load, replay
-from tower.temporal import worker as tower_worker
+from tower.temporal import TowerPlugin
+from tower.temporal import sandbox as tower_sandbox
 
 HISTORIES = Path(__file__).parent.parent / "histories"
 
@@ -27,7 +27,7 @@ async def test_each_agent_is_checked_once_and_only_the_agents_replayed(
         real(self, defn)  # type: ignore[arg-type]
 
     monkeypatch.setattr(SandboxedWorkflowRunner, "prepare_workflow", counting)
-    monkeypatch.setattr(tower_worker, "_VALIDATED", set())
+    monkeypatch.setattr(tower_sandbox, "_VALIDATED", set())
     histories = load([HISTORIES / "account-1.json", HISTORIES / "support-1.json"])
     for _ in range(3):  # three batches, as three `assert_replays` calls would be
         results = await replay(histories)
@@ -36,7 +36,7 @@ async def test_each_agent_is_checked_once_and_only_the_agents_replayed(
 
 
 def test_runs_keep_the_sandbox_restrictions() -> None:
-    runner = worker.sandbox_runner()
+    runner = TowerPlugin().runner_for(None)  # what a worker and a replayer get
     assert isinstance(runner, SandboxedWorkflowRunner)
     restrictions = runner.restrictions
     # Only the engine and the activities' schemas pass through; agent code is sandboxed.

@@ -3,7 +3,7 @@ command runs, so `tower --help` loads neither Temporal nor the agents.
 
 A command is a click command in its own module, registered below by name, module and
 one help line (the line `tower --help` shows without importing the module). To add one,
-write ``starter/cmd_NAME.py`` with a ``command`` (see tower/cli/cmd_cost.py for the
+write ``tower/cli/cmd_NAME.py`` with a ``command`` (see tower/cli/cmd_cost.py for the
 pattern) and add a line to ``COMMANDS``. A command returns its exit code, or a
 coroutine for it; errors a user can fix raise ``CliError`` (``error: ...``, exit 2).
 """
@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "setup": ("tower.cli.cmd_setup:command",
               "create namespaces and register search attributes (idempotent)"),
     "demo": ("tower.cli.demo:command", "run the demo: server, worker and every demo agent"),
+    "worker": ("tower.cli.cmd_worker:command",
+               "run the project's worker (its worker.py), draining on SIGTERM or Ctrl-C"),
     "run": ("tower.cli.cmd_run:command", "start an agent run and follow it"),
     "chat": ("tower.cli.cmd_chat:command",
              "send messages to a chat thread (a new one without THREAD)"),

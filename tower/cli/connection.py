@@ -18,8 +18,8 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfigProfile
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower.activities.payloads import tower_data_converter
-from tower.cli.telemetry import client_plugins, configure_tracing
+from tower.cli.telemetry import configure_tracing
+from tower.temporal.plugin import TowerPlugin
 
 DEFAULT_ADDRESS = "localhost:7233"
 TASK_QUEUE = "tower"
@@ -62,15 +62,16 @@ def connect_config(address: str | None = None, namespace: str | None = None) -> 
 
 async def connect(address: str | None = None, namespace: str | None = None, *,
                   check_namespace: bool = True) -> Client:
-    """A client for the configured server; ``check_namespace=False`` for `tower setup`,
-    which creates the namespace."""
+    """A client for the configured server, with ``TowerPlugin``: a ``Worker`` made from it
+    is a Tower worker. ``check_namespace=False`` for `tower setup`, which creates the
+    namespace."""
     config = connect_config(address, namespace)
     configure_tracing()  # a no-op unless the OTEL_* variables ask for traces
     try:
         # pydantic payloads; large ones go to external storage (tower/activities/payloads.py);
-        # encrypted when TOWER_CODEC_KEYS is set (tower/activities/codec.py).
-        client = await Client.connect(**config, data_converter=tower_data_converter(),
-                                      plugins=client_plugins())
+        # encrypted when TOWER_CODEC_KEYS is set (tower/activities/codec.py); traced when
+        # configure_tracing installed a provider.
+        client = await Client.connect(**config, plugins=[TowerPlugin()])
     except RuntimeError as exc:
         raise ServerUnreachable(
             f"no Temporal server answers at {config['target_host']} ({exc}).\n"

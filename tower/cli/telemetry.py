@@ -10,7 +10,9 @@ endpoint is set, or with TOWER_TRACING=1 (console). The exporter:
   opentelemetry-exporter-otlp-proto-grpc package);
 - OTEL_SDK_DISABLED=true turns it all off; OTEL_SERVICE_NAME names the service.
 
-The provider is Temporal's replay-safe one: span ids inside a workflow come from
+Once the provider is installed, ``TowerPlugin`` (tower/temporal/plugin.py) made after it
+traces: spans for starting runs, running workflows and activities, the trace context in
+headers. The provider is Temporal's replay-safe one: span ids inside a workflow come from
 the workflow's seeded randomness and nothing is exported while a worker replays
 history, so a run traced across a worker restart has each span exactly once.
 """
@@ -26,14 +28,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
-from temporalio.contrib.opentelemetry import (
-    OpenTelemetryPlugin,
-    ReplaySafeTracerProvider,
-    create_tracer_provider,
-)
-from temporalio.plugin import SimplePlugin
-
-from tower.cli.trace_headers import TraceHeaderGuard
+from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider, create_tracer_provider
 
 TRUE = ("1", "true", "yes", "on")
 # `tower run` polls its run with queries several times a second: tracing each poll
@@ -106,16 +101,6 @@ def configure_tracing(
         provider.add_span_processor(SkipNoise(BatchSpanProcessor(exporter)))
     trace.set_tracer_provider(provider)
     return provider
-
-
-def client_plugins() -> list[SimplePlugin]:
-    """The plugins for Client.connect when tracing is on: spans for starting runs,
-    running workflows and activities, with the trace context carried in headers; in front
-    of the tracer, a guard against headers it cannot read (tower/cli/trace_headers.py)."""
-    if not isinstance(trace.get_tracer_provider(), ReplaySafeTracerProvider):
-        return []
-    return [SimplePlugin("tower.TraceHeaderGuard", interceptors=[TraceHeaderGuard()]),
-            OpenTelemetryPlugin(add_temporal_spans=True)]
 
 
 def flush_traces() -> None:

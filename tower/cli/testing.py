@@ -1,5 +1,5 @@
-"""``tower.testing``'s replay helpers with this project's defaults (its agents, sandbox and
-converter). A project of your own uses ``tower.testing`` directly:
+"""``tower.testing``'s replay helpers with this project's agents (the sandbox and converter
+are ``TowerPlugin``'s, as the worker's). A project of your own uses ``tower.testing`` directly:
 
     import pytest
     from tower.testing import assert_replays, history_files
@@ -15,10 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from tower.activities.payloads import tower_data_converter
 from tower.cli.agents import agents
-from tower.cli.histories import PASSTHROUGH
-from tower.temporal.worker import sandbox_runner
 from tower.testing.replay import Replayed, history_files
 from tower.testing.replay import assert_replays as assert_replays_with
 
@@ -29,5 +26,4 @@ async def assert_replays(
     *paths: str | Path, workflows: Sequence[type] | None = None, namespace: str = "default",
 ) -> list[Replayed]:
     return await assert_replays_with(
-        *paths, workflows=list(workflows or agents().values()), namespace=namespace,
-        runner=sandbox_runner(*PASSTHROUGH), data_converter=tower_data_converter())
+        *paths, workflows=list(workflows or agents().values()), namespace=namespace)

@@ -145,16 +145,20 @@ class Gatekeeper(Admission):
             self._in_flight = None
 
     async def _opening_run_id(self) -> str:
-        """The Temporal run id a request opens in, as a recorded step (a local activity):
+        """The Temporal run id a request opens in, as a recorded step (an activity):
         ``workflow.info().run_id`` would not do, because a reset run replays the requests
         opened before its reset point under its own, new run id, and would then refuse the
         decisions its history shows accepted. Recorded, a request opened before the reset
         point keeps the run id it was opened in, and one opened after names the new run.
+        Not a local activity: its marker can land in one workflow task and the gate's
+        commands in the next, which the patch markers that follow did not replay through.
         Old runs (HMAC) do not bind decisions to the run id: their histories have no step."""
         if self._trust is None:
             return workflow.info().run_id
-        run_id: str = await workflow.execute_local_activity(
+        run_id: str = await workflow.execute_activity(
             RUN_ID_ACTIVITY, result_type=str, start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
+                                     maximum_interval=timedelta(seconds=10)),
             summary="the run id this request opens in")
         return run_id
 

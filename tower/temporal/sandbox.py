@@ -14,10 +14,13 @@ at every call. Workflow code still runs only inside the sandbox, restricted as b
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
-from temporalio.worker.workflow_sandbox import _runner
+from temporalio import workflow
+from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions, _runner
 
 _COMPILED: dict[str, CodeType] = {}
 
@@ -52,3 +55,42 @@ class RunSandbox(_runner._Instance):
         if inner is None:
             return super().get_external_store_context(command_info)
         return inner.get_external_store_context(command_info)
+
+
+_VALIDATED: set[type] = set()  # workflow classes already checked in a sandbox, this process
+
+
+@dataclass(frozen=True)
+class _ValidateOnce(SandboxedWorkflowRunner):
+    """The SDK's sandbox, checking each workflow class once per process.
+
+    Every Worker and Replayer checks its workflows by building a throwaway sandbox for
+    each (the agent module imported afresh, its pydantic models rebuilt): about a second
+    for Tower's agents, paid again for every replayed batch and every test's worker. The
+    check's answer cannot change while the process runs the same code. Runs themselves
+    still each get a fresh sandbox with every restriction.
+    """
+
+    # Each run's sandbox: the SDK's, cheaper per payload (RunSandbox above).
+    instance_class = RunSandbox
+
+    def prepare_workflow(self, defn: workflow._Definition) -> None:
+        if defn.cls not in _VALIDATED:
+            super().prepare_workflow(defn)
+            _VALIDATED.add(defn.cls)
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return self.instance_class(det, self.runner_class, self.restrictions)
+
+
+def sandbox_runner(*passthrough: str) -> SandboxedWorkflowRunner:
+    """The sandbox every worker and replayer uses (a replayer must match the worker).
+
+    The engine is deterministic and stateless: it is loaded once instead of once per run
+    inside the sandbox, like the modules named in ``passthrough`` (e.g. tool schemas).
+    joserfc (and the cryptography it uses) verifies signed decisions: pure functions,
+    loaded once outside the sandbox too.
+    """
+    return _ValidateOnce(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(
+            "tower", "joserfc", "cryptography", *passthrough))

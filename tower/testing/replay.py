@@ -1,8 +1,8 @@
 """Replay recorded histories against the current code and read back every step.
 
-The SDK's Replayer runs the agents with a worker's sandbox, converter and failure types
-(pass the project's own: ``runner=``, ``data_converter=``), so a history that replays
-here replays on that worker.
+The SDK's Replayer runs the agents with ``TowerPlugin``, which gives it a Tower worker's
+sandbox, converter and failure types (a project with its own passes ``plugin=``), so a
+history that replays here replays on that worker.
 A workflow interceptor keeps a reference to each replayed agent instance and
 asks it to keep the state after every step; that is how the transition log and
 the state at any step are read from a history with no server and no query.
@@ -42,7 +42,7 @@ from tower.core.audit import check_log
 from tower.core.state import AgentState
 from tower.core.transition import Transition
 from tower.temporal.machine_run import MachineRun
-from tower.temporal.worker import WORKFLOW_FAILURE_TYPES, pydantic_converter, sandbox_runner
+from tower.temporal.plugin import TowerPlugin
 from tower.testing.replay_report import describe_failure, diverged
 
 
@@ -190,29 +190,31 @@ DEFAULT_NAMESPACE = "default"
 def replayer(
     workflows: Sequence[type], interceptors: Sequence[Interceptor] = (), *,
     namespace: str = DEFAULT_NAMESPACE, runner: WorkflowRunner | None = None,
-    data_converter: DataConverter | None = None,
+    data_converter: DataConverter | None = None, plugin: TowerPlugin | None = None,
 ) -> Replayer:
-    """A Replayer for ``workflows`` with a worker's sandbox, converter and failure types.
+    """A Replayer for ``workflows`` with a worker's sandbox, converter and failure types:
+    ``plugin``'s, by default ``TowerPlugin()``'s (the converter from the environment, as
+    a worker's: codec, payload store), as a worker connected with it has them.
 
     ``namespace`` must be the one the runs were recorded in: workflow code may read it
     (gated runs check it against their tenant), and the history does not say it.
-    ``runner`` and ``data_converter`` default to ``build_worker``'s sandbox and Tower's
-    pydantic converter (``tower.temporal.worker.pydantic_converter``); a project with
-    its own (a codec) passes them.
+    ``data_converter`` replaces the plugin's converter; ``runner``'s pass-through modules
+    are added to Tower's sandbox.
     """
+    options: dict[str, Any] = {"workflow_runner": runner} if runner is not None else {}
+    if plugin is None:
+        plugin = TowerPlugin(data_converter=data_converter)
+    elif data_converter is not None:
+        raise ValueError("give the converter to the plugin, not beside it")
     return Replayer(
-        workflows=list(workflows), workflow_runner=runner or sandbox_runner(),
-        runtime=_quiet_runtime(), namespace=namespace,
-        data_converter=data_converter or pydantic_converter,
-        interceptors=list(interceptors),
-        workflow_failure_exception_types=WORKFLOW_FAILURE_TYPES,
-    )
+        workflows=list(workflows), runtime=_quiet_runtime(), namespace=namespace,
+        interceptors=list(interceptors), plugins=[plugin], **options)
 
 
 async def replay(
     histories: Sequence[tuple[str, WorkflowHistory]], *, workflows: Sequence[type],
     namespace: str = DEFAULT_NAMESPACE, runner: WorkflowRunner | None = None,
-    data_converter: DataConverter | None = None,
+    data_converter: DataConverter | None = None, plugin: TowerPlugin | None = None,
 ) -> list[Replayed]:
     """Replay each history against ``workflows`` (the project's agents)."""
     recorder = _Recorder()
@@ -221,7 +223,7 @@ async def replay(
     kinds = {workflow_type(h) for _, h in histories}
     used = [c for c in classes if workflow_name(c) in kinds] or classes
     rep = replayer(used, [recorder], namespace=namespace, runner=runner,
-                   data_converter=data_converter)
+                   data_converter=data_converter, plugin=plugin)
     machines = {workflow_name(w): w.machine for w in classes if hasattr(w, "machine")}
     results: list[Replayed] = []
     async def feed() -> AsyncIterator[WorkflowHistory]:
@@ -285,6 +287,7 @@ def history_files(*folders: str | Path) -> list[Path]:
 async def assert_replays(
     *paths: str | Path, workflows: Sequence[type], namespace: str = DEFAULT_NAMESPACE,
     runner: WorkflowRunner | None = None, data_converter: DataConverter | None = None,
+    plugin: TowerPlugin | None = None,
 ) -> list[Replayed]:
     """Replay ``paths`` (files or folders) against ``workflows``; AssertionError naming
     every history that fails: non-deterministic against the current code (named by
@@ -292,7 +295,7 @@ async def assert_replays(
     strictly increasing, an undeclared move, DONE left, FAILED left without an
     operator, a path other than the one the original run recorded)."""
     results = await replay(load(paths), workflows=workflows, namespace=namespace,
-                           runner=runner, data_converter=data_converter)
+                           runner=runner, data_converter=data_converter, plugin=plugin)
     failures = []
     for r in results:
         where = f"{r.source} (workflow {r.workflow_type}, id {r.workflow_id})"

@@ -11,9 +11,12 @@ smaller. Import ``catalogue`` and ``calls`` directly for the rest.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from tower.core.tools import register_external
 
 from .config import McpConfigError, McpDiscoveryError, TenantMcp, load
 from .policy import McpPolicyError, check_agents
@@ -37,6 +40,15 @@ class McpSources:
         from .calls import McpToolBox  # the SDK: only for a tenant that uses MCP
 
         return McpToolBox(self.tenant, self.tools)
+
+    def activities_for(self, agents: Iterable[type]) -> list[Callable[..., Any]]:
+        """What a worker hosting ``agents`` runs for these tools, once they pass the checks:
+        every ``server.tool`` an agent names is listed, destructive ones are gated
+        (McpPolicyError otherwise). Their schemas are registered for the runs' contexts."""
+        check_agents((a.machine for a in agents if hasattr(a, "machine")), self.tools)
+        register_external(self.tools)
+        # The MCP SDK is imported only here, for a tenant that lists tools.
+        return self.toolbox().activities() if self.tools else []
 
 
 async def load_sources(tenant: str, path: str | Path | None = None) -> McpSources:

@@ -4,7 +4,7 @@ Whoever signals, queries, updates or starts a run also writes its headers. The t
 interceptor (OpenTelemetryPlugin) reads the trace context from the ``_tracer-data`` header
 with the default payload converter, inside workflow code: one that is not JSON, or not a
 string map, raises there, and as the signal stays in the history, every workflow task of the
-run fails from then on. This interceptor sits in front of the tracer (``client_plugins``
+run fails from then on. This interceptor sits in front of the tracer (``TowerPlugin``
 installs both, in that order) and removes such a header, so that one message loses its trace
 link and nothing else changes.
 """

@@ -1,0 +1,199 @@
+"""``TowerPlugin``: every setting a Tower client, worker and replayer needs, in one place.
+
+    client = await Client.connect("localhost:7233", plugins=[TowerPlugin()])
+    worker = Worker(client, task_queue="tower", workflows=[MyAgent], activities=[...])
+    replayer = Replayer(workflows=[MyAgent], plugins=[TowerPlugin()])
+
+A client with the plugin writes and reads Tower's payloads (pydantic; large ones in the
+payload store; encrypted when TOWER_CODEC_KEYS is set: ``tower.activities.payloads``). A
+worker made from that client — a plain ``Worker`` — and a replayer given the plugin also
+get, by construction, the same settings: the converter guarded so that an input from
+outside it cannot open is refused, not a stalled run (``tower.temporal.unopenable``);
+Tower's sandbox with the engine and the project's ``activities`` package passed through;
+Tower's errors and invalid inputs failing the run instead of retrying its task; tracing
+when a replay-safe tracer provider is installed; and sync activities run on threads.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.client import Client, ClientConfig
+from temporalio.client import Interceptor as ClientInterceptor
+from temporalio.converter import DataConverter
+from temporalio.plugin import SimplePlugin
+from temporalio.worker import Interceptor as WorkerInterceptor
+from temporalio.worker import ReplayerConfig, WorkerConfig, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+
+from tower.core.errors import InvalidGraph, TowerError
+from tower.core.tools import ToolSpec, register_external
+from tower.temporal.gating import current_run_id
+from tower.temporal.sandbox import sandbox_runner
+from tower.temporal.unopenable import TowerDataConverter, guarded
+
+__all__ = ["PROJECT_PASSTHROUGH", "WORKFLOW_FAILURE_TYPES", "TowerPlugin",
+           "check_external_tools", "has_tower_plugin", "sandbox_runner"]
+
+# A Tower project's ``activities`` package (tool schemas, scripted replies) is data the
+# agents import: loaded once, outside each run's sandbox, like the engine.
+PROJECT_PASSTHROUGH = ("activities",)
+# Sync activities (tools are often blocking code: SQLite) run on this many threads, and
+# as many activities run at once, unless the worker says otherwise.
+DEFAULT_ACTIVITIES = 50
+
+# A domain error fails the run instead of retrying the workflow task forever; so does an
+# input that does not fit the agent's input model (pydantic's ValidationError, raised
+# while decoding the start): a malformed start ends FAILED at once, with the reason.
+WORKFLOW_FAILURE_TYPES: list[type[BaseException]] = [TowerError, ValidationError]
+
+T = TypeVar("T")
+
+
+class TowerPlugin(SimplePlugin):
+    """Tower's converter, sandbox, failure types and interceptors for clients, workers and
+    replayers; optionally agents and activities for every worker (and agents for every
+    replayer) it configures.
+
+    ``data_converter``: None is Tower's converter from the environment (TOWER_PAYLOAD_DIR,
+    TOWER_PAYLOAD_THRESHOLD, TOWER_CODEC_KEYS) — or the client's own, when that is already
+    a Tower converter (``tower_data_converter(...)`` with other settings). ``passthrough``:
+    more modules to load once outside the sandbox. ``external_tools``: the ``server.tool``
+    specs (MCP) this worker serves, registered for the runs' contexts. ``tracing``: None
+    traces when a replay-safe tracer provider is installed (``tower.cli.telemetry``).
+    """
+
+    def __init__(
+        self, *, data_converter: DataConverter | None = None,
+        agents: Sequence[type] = (), activities: Sequence[Callable[..., Any]] = (),
+        passthrough: Sequence[str] = (), external_tools: Mapping[str, ToolSpec] | None = None,
+        interceptors: Sequence[ClientInterceptor | WorkerInterceptor] = (),
+        tracing: bool | None = None,
+    ) -> None:
+        self._converter = data_converter
+        self._from_env: DataConverter | None = None
+        self.traced = _tracer_installed() if tracing is None else tracing
+        self.passthrough = (*PROJECT_PASSTHROUGH, *passthrough,
+                            *(("opentelemetry",) if self.traced else ()))
+        self.external_tools = dict(external_tools or {})
+        super().__init__(
+            "tower.TowerPlugin", data_converter=self.converter_for,
+            interceptors=[*_tracing(self.traced), *interceptors] or None,
+            # Gates record the run id a request opens in (gating.current_run_id).
+            activities=_adding([current_run_id, *activities]), workflows=_adding(agents),
+            workflow_runner=self.runner_for,
+            workflow_failure_exception_types=_adding(WORKFLOW_FAILURE_TYPES))
+
+    def converter_for(self, existing: DataConverter | None) -> DataConverter:
+        """What a client uses (a worker and a replayer: this, guarded)."""
+        if self._converter is not None:
+            return self._converter
+        if isinstance(existing, TowerDataConverter):
+            return existing
+        if self._from_env is None:
+            # tower.activities builds on tower.temporal (the guarded converter): imported
+            # on use, so that the layers import one way.
+            from tower.activities.payloads import tower_data_converter
+
+            self._from_env = tower_data_converter()
+        return self._from_env
+
+    def runner_for(self, existing: WorkflowRunner | None) -> WorkflowRunner:
+        """Tower's sandbox, keeping what another plugin passed through (a runner that is no
+        sandbox at all was chosen on purpose, and is kept)."""
+        if existing is not None and not isinstance(existing, SandboxedWorkflowRunner):
+            return existing
+        kept = existing.restrictions.passthrough_modules if existing is not None else ()
+        return sandbox_runner(*self.passthrough, *sorted(kept))
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        config = super().configure_worker(config)
+        # The SDK's worker converts with its client's converter: give it a guarded copy.
+        client = config["client"]
+        converter = guarded(self.converter_for(client.data_converter))
+        if converter is not client.data_converter:
+            config["client"] = _with_converter(client, converter)
+        activities = list(config.get("activities") or ())
+        # Every ``server.tool`` an agent names is served here: listed, or an activity.
+        served = set(self.external_tools) | {d.name for d in map(activity._Definition.from_callable,
+                                                                  activities) if d and d.name}
+        check_external_tools(config.get("workflows") or (), served)
+        register_external(self.external_tools)
+        if activities and config.get("activity_executor") is None:
+            if config.get("max_concurrent_activities") is None and config.get("tuner") is None:
+                config["max_concurrent_activities"] = DEFAULT_ACTIVITIES
+            threads = config.get("max_concurrent_activities") or DEFAULT_ACTIVITIES
+            config["activity_executor"] = ThreadPoolExecutor(threads)
+        return config
+
+    def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
+        config = super().configure_replayer(config)
+        config["data_converter"] = guarded(self.converter_for(config.get("data_converter")))
+        return config
+
+
+def check_external_tools(agents: Iterable[Any], available: Collection[str]) -> None:
+    """Every ``server.tool`` an agent names must be served by this worker (``available``);
+    InvalidGraph naming the agent, node and tool otherwise. Names without a dot were
+    checked against the catalogue when the agent's graph compiled."""
+    for cls in agents:
+        machine = getattr(cls, "machine", None)
+        if machine is None:  # a plain Temporal workflow hosted beside the agents
+            continue
+        for node in machine.nodes.values():
+            for tool in node.tools:
+                if "." in tool and tool not in available:
+                    raise InvalidGraph(machine.name, f"node {node.name!r} names tool {tool!r}, "
+                                                     "which no server on this worker provides")
+
+
+def has_tower_plugin(client: Client) -> bool:
+    return any(isinstance(p, TowerPlugin) for p in client.config()["plugins"])
+
+
+def _with_converter(client: Client, converter: DataConverter) -> Client:
+    # The client as its plugins configured it (interceptors included), with another
+    # converter; its plugins are not applied again (they would put the first one back).
+    config: ClientConfig = client.config(active_config=True)
+    config["data_converter"] = converter
+    config["plugins"] = []
+    return Client(**config)
+
+
+def _adding(items: Sequence[T]) -> Callable[[Sequence[T] | None], Sequence[T]] | None:
+    """Append ``items`` that are not there yet (a plugin on both a client and its worker,
+    or an agent passed to the Worker too, is not registered twice)."""
+    if not items:
+        return None
+
+    def add(existing: Sequence[T] | None) -> Sequence[T]:
+        have = list(existing or ())
+        return [*have, *(i for i in items if i not in have)]
+
+    return add
+
+
+def _tracer_installed() -> bool:
+    if "temporalio.contrib.opentelemetry" not in sys.modules:
+        return False  # nobody made a replay-safe provider in this process
+    from opentelemetry import trace
+    from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
+
+    return isinstance(trace.get_tracer_provider(), ReplaySafeTracerProvider)
+
+
+def _tracing(on: bool) -> list[ClientInterceptor | WorkerInterceptor]:
+    """Spans for starting runs, running workflows and activities, the trace context carried
+    in headers; in front of the tracer, a guard against headers it cannot read."""
+    if not on:
+        return []
+    from temporalio.contrib.opentelemetry import OpenTelemetryInterceptor
+
+    from tower.temporal.trace_headers import TraceHeaderGuard
+
+    return [TraceHeaderGuard(), OpenTelemetryInterceptor(add_temporal_spans=True)]
