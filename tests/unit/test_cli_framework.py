@@ -103,10 +103,11 @@ class RaceHandle:
     async def describe(self) -> _Info:
         return _Info(start_time=datetime(2026, 12, 2, tzinfo=UTC))
 
-    async def query(self, name: str, result_type: Any = None) -> Any:
+    async def query(self, query: Any, result_type: Any = None) -> Any:
+        name = query if isinstance(query, str) else query.__name__  # a method reference
         moves = min(self.calls, 4)
         self.calls += 1
-        if name == "status":
+        if name in ("status", "query_status"):
             return "DONE" if moves == 4 else "RUNNING"
         return [Transition(step=i + 1, source="a", target="DONE" if i == 3 else "a",
                            reason="r", at=datetime(2026, 12, 2, tzinfo=UTC), event_id=1)

@@ -35,7 +35,7 @@ PROJECT = {"activities", "starter", "workflows", "worker", "bench", "tests"}
 # the data converter a project's codec and payload store plug into.
 PUBLIC = ("tower", "tower.contract", "tower.testing", "tower.temporal.worker",
           "tower.core.signing", "tower.core.policy", "tower.temporal.unopenable",
-          "tower.activities", "tower.cli.connection", "tower.cli.telemetry")
+          "tower.activities", "tower.client", "tower.cli.connection", "tower.cli.telemetry")
 
 
 # Parsed in a child process: CPython 3.11 keeps the AST converter's recursion depth per
