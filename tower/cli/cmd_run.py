@@ -103,17 +103,22 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
 
 
 async def final_state(client: Any, handle: Any, progress: Any) -> dict[str, Any]:
-    """The run's state where following stopped; for a run that closed before a worker
-    could say (it failed before its first step), what its history holds, or nothing."""
+    """The run's state where following stopped: a worker answers, or, for a closed run,
+    its result or its history; nothing for a run that closed before its first step."""
     from temporalio.client import WorkflowQueryFailedError
     from temporalio.service import RPCError
 
     from tower.cli.runs import run_state
     from tower.temporal.machine_run import MachineRun
 
-    if not progress.closed:
+    if progress.closed and not progress.transitions:
+        return {}
+    try:
         state: dict[str, Any] = await handle.query(MachineRun.query_state)
         return state
+    except (RPCError, WorkflowQueryFailedError):
+        if not progress.closed:
+            raise
     try:
         return await run_state(client, handle.id)
     except (CliError, RPCError, WorkflowQueryFailedError):  # no worker could read it either

@@ -16,7 +16,9 @@ the server first (``describe``, no worker needed) and only then the run.
 
 Each poll reads the run's status *before* its transition log: a log read after the status
 holds every move up to that status, so the last transitions of a run that ends while it
-is followed (``→ DONE``) are always yielded before the end.
+is followed (``→ DONE``) are always yielded before the end. A run is asked nothing until
+it has completed a workflow task: a query sent earlier rides in its first task, and one
+whose input cannot be opened then fails that task instead of failing the run.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     WorkflowExecutionDescription,
     WorkflowHandle,
@@ -88,8 +91,10 @@ async def follow(
     seen, position = skip, Position("STARTING", 0, "START")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout if timeout is not None else None
+    began = False
     while True:
-        polled = await _poll(handle, workflows)
+        began = began or await has_begun(handle)
+        polled = await _poll(handle, workflows, began)
         if polled is not None:
             status, log, info = polled
             for t in log[seen:]:
@@ -126,11 +131,15 @@ async def _end(handle: WorkflowHandle[Any, Any], info: WorkflowExecutionDescript
     return None
 
 
-async def _poll(handle: WorkflowHandle[Any, Any], workflows: Sequence[type]
+async def _poll(handle: WorkflowHandle[Any, Any], workflows: Sequence[type], began: bool
                 ) -> tuple[str, list[Transition], WorkflowExecutionDescription] | None:
     """The run's execution, then its status and its transition log (in that order: see the
     module doc); None when no worker answered for a running run this time (ask again)."""
     info = await describe(handle)
+    if not began:  # no workflow task completed: nothing to ask, nothing moved
+        if not closed(info):
+            return None
+        return info.status.name if info.status else "UNKNOWN", [], info
     try:
         status = await handle.query(MachineRun.query_status)
         log = await handle.query(MachineRun.query_transitions)
@@ -162,6 +171,17 @@ async def _replayed(handle: WorkflowHandle[Any, Any], info: WorkflowExecutionDes
     if result.failure or not result.states:
         return said, result.log
     return result.states[-1].status.value, result.log
+
+
+async def has_begun(handle: WorkflowHandle[Any, Any], scan: int = 50) -> bool:
+    """Whether the run completed a workflow task (its first one is among its first few
+    events, unless it has not run yet)."""
+    async for event in handle.fetch_history_events(page_size=scan):
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            return True
+        if event.event_id >= scan:
+            break
+    return False
 
 
 async def waits_for_outside(handle: WorkflowHandle[Any, Any]) -> bool:
