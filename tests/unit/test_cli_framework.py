@@ -13,12 +13,14 @@ import struct
 import subprocess
 import sys
 import termios
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 
 from tower import Transition
 from tower.cli.cli import COMMANDS, cli, main
@@ -103,10 +105,17 @@ class RaceHandle:
     async def describe(self) -> _Info:
         return _Info(start_time=datetime(2026, 12, 2, tzinfo=UTC))
 
-    async def query(self, name: str, result_type: Any = None) -> Any:
+    async def fetch_history_events(self, page_size: int = 0) -> AsyncIterator[Any]:
+        from temporalio.api.history.v1 import HistoryEvent
+
+        # It has run a workflow task: the follower may ask it.
+        yield HistoryEvent(event_id=4, event_type=EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+
+    async def query(self, query: Any, result_type: Any = None) -> Any:
+        name = query if isinstance(query, str) else query.__name__  # a method reference
         moves = min(self.calls, 4)
         self.calls += 1
-        if name == "status":
+        if name in ("status", "query_status"):
             return "DONE" if moves == 4 else "RUNNING"
         return [Transition(step=i + 1, source="a", target="DONE" if i == 3 else "a",
                            reason="r", at=datetime(2026, 12, 2, tzinfo=UTC), event_id=1)

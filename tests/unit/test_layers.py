@@ -36,7 +36,7 @@ PROJECT = {"activities", "starter", "workflows", "worker", "bench", "tests"}
 PUBLIC = ("tower", "tower.contract", "tower.testing", "tower.temporal", "tower.temporal.worker",
           "tower.temporal.plugin", "tower.temporal.process",
           "tower.core.signing", "tower.core.policy", "tower.temporal.unopenable",
-          "tower.activities", "tower.cli.connection", "tower.cli.telemetry")
+          "tower.activities", "tower.client", "tower.cli.connection", "tower.cli.telemetry")
 EXACT = ("tower", "tower.temporal")  # the package's own names, not every module below it
 
 

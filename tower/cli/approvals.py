@@ -25,6 +25,7 @@ from tower.cli.keys import sign_decision
 from tower.contract.decisions import GateRecord, Verdict, proposal_digest
 from tower.core.policy import PolicyInvalid, PolicyLoosened, effective
 from tower.core.signing import decision_claims
+from tower.temporal.gating import Gatekeeper
 
 
 def parse_edits(pairs: list[str] | None) -> dict[str, Any]:
@@ -76,9 +77,7 @@ async def submit_decision(handle: WorkflowHandle[Any, Any], message: dict[str, A
     resent = 0
     while True:
         try:
-            outcome: Outcome = await handle.execute_update("decide", message,
-                                                           result_type=Outcome)
-            return outcome
+            return await handle.execute_update(Gatekeeper.decide, message)
         except RPCError as exc:
             if resent == RESENDS or not aborted_with_its_task(exc):
                 raise

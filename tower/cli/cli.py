@@ -119,8 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _invoke(argv: Sequence[str] | None) -> Any:
     output.reset()
-    if "tower.cli.connection" in sys.modules:  # a previous in-process call chose a tenant
-        sys.modules["tower.cli.connection"].use_tenant(None)
+    if "tower.client.connection" in sys.modules:  # a previous in-process call chose a tenant
+        sys.modules["tower.client.connection"].use_tenant(None)
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         return cli.main(args=args, prog_name="tower", standalone_mode=False)
@@ -180,7 +180,7 @@ def entry() -> None:
         traceback.print_exc()
         code = 1
     if "opentelemetry" in sys.modules:
-        from tower.cli.telemetry import flush_traces
+        from tower.temporal.telemetry import flush_traces
 
         flush_traces()  # os._exit skips atexit, where the exporters would otherwise flush
     try:

@@ -7,28 +7,24 @@ nothing). ``--signal`` sends it as a fire-and-forget signal instead.
 
 from __future__ import annotations
 
-import asyncio
-import uuid
 from typing import Any
 
 import click
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import Client
 
 from tower import Outcome
-from tower.cli.approvals import make_decision, parse_edits, submit_decision
+from tower.cli.approvals import parse_edits
 from tower.cli.cmd_run import print_outcome as print_run_outcome
-from tower.cli.common import CliError, not_found_is
-from tower.cli.connection import connect
 from tower.cli.live import follow as follow_run
 from tower.cli.output import json_option, print_json, say, table, tenant_option
-from tower.cli.runs import query
-from tower.contract import search
-from tower.contract.decisions import GateRecord, Verdict, proposal_digest
-from tower.inbox.visibility import pending_memo
+from tower.cli.runs import run_state
+from tower.client import DecisionRefused, connect
+from tower.client import decide as send_decision
+from tower.client import pending as pending_runs
+from tower.contract.decisions import Verdict
 
-
-class DecisionRefused(CliError):
-    """The run refused the decision; nothing changed."""
+__all__ = ["DecisionRefused", "approve", "decide", "pending", "pending_requests", "reject",
+           "send_decision"]
 
 
 @click.command("pending", help=(
@@ -109,21 +105,13 @@ def _proposal(proposal: dict[str, Any] | None) -> str:
 async def pending_requests(client: Client, *, agent: str | None = None,
                            limit: int = 50) -> list[dict[str, Any]]:
     """Runs waiting at a gate, from search attributes and the memo each run keeps."""
-    # Open runs only: a terminated run keeps its last AgentStatus.
-    query = f"{search.AGENT_STATUS.name} = 'AWAITING_APPROVAL' AND ExecutionStatus = 'Running'"
-    if agent:
-        if not agent.isidentifier():
-            raise CliError(f"invalid agent name {agent!r}")
-        query += f" AND {search.AGENT_NAME.name} = '{agent}'"
     rows = []
-    async for wf in client.list_workflows(query, limit=limit):
-        sa = wf.typed_search_attributes
-        name, node = sa.get(search.AGENT_NAME) or "?", sa.get(search.AGENT_NODE) or "?"
-        memo = await pending_memo(wf)
+    for w in await pending_runs(client, agent=agent, limit=limit):
+        memo = w.memo
         if not isinstance(memo, dict):  # a run from before the memo (or one whose memo
             # this process cannot open): what its graph says about the node
-            memo = _gate_from_graph(name, node)
-        rows.append({"run": wf.id, "agent": name, "step": sa.get(search.AGENT_STEP), **memo})
+            memo = _gate_from_graph(w.agent, w.node)
+        rows.append({"run": w.run, "agent": w.agent, "step": w.step, **memo})
     return rows
 
 
@@ -168,7 +156,7 @@ async def decide(run: str, verdict: Verdict, *, gate: str | None, by: str, role:
     if follow:
         handle = client.get_workflow_handle(run)
         status = await follow_run(handle, skip=out.requested_step)
-        print_run_outcome(status, await handle.query("state", result_type=dict))
+        print_run_outcome(status, await run_state(client, run))
     return 0
 
 
@@ -177,89 +165,3 @@ def print_outcome(out: Outcome) -> None:
     print(f"outcome: gate {out.gate} {out.result.value}{dup}"
           + (f" — {out.reason}" if out.reason else ""))
     print(f"run: {out.status} at {out.node}, step {out.step}")
-
-
-async def send_decision(
-    client: Client, run: str, verdict: Verdict, *, approver: str, role: str | None,
-    gate: str | None = None, note: str = "", edits: dict[str, Any] | None = None,
-    decision_id: str | None = None, use_signal: bool = False, unsigned: bool = False,
-    say: Any = None,
-) -> Outcome | None:
-    """Build, sign and send one decision; the Outcome, or None for a signal."""
-    handle = client.get_workflow_handle(run)
-    approvals = await _approvals(client, run)
-    pending = approvals.get("pending")
-    if pending is None:
-        raise CliError(f"run {run!r} has no pending approval ({_last_request(approvals)})")
-    if approvals.get("trust") != "roster":
-        raise CliError(f"run {run!r} was started before signed decisions (it verifies a "
-                       "per-run HMAC key): let it finish or time out, or terminate it")
-    request = GateRecord.model_validate(pending)
-    if gate is not None and gate != request.gate:
-        raise CliError(f"run {run!r} waits at gate {request.gate!r}, not {gate!r}")
-    role = role or request.role
-    decision_id = decision_id or f"d-{uuid.uuid4().hex[:12]}"
-    # Signed for exactly what is shown here: this run id, this step, this proposal.
-    payload, how = make_decision(
-        tenant=client.namespace, run=run, pending=request, verdict=verdict, approver=approver,
-        role=role, note=note, edits=edits, decision_id=decision_id, unsigned=unsigned)
-    if say:
-        say(f"decision {decision_id}: {verdict.value} gate {request.gate} of {run} by "
-            f"{approver} ({role}), {how}")
-        shown = ", ".join(f"{k}={v}" for k, v in request.proposal.items()) or "-"
-        say(f"  for the request at step {request.step} of run id {request.run_id}: {shown} "
-            f"({proposal_digest(request)[:19]}…)")
-    if use_signal:
-        await handle.signal("decision", payload)
-        if say:
-            say("sent as a signal; refused signals are listed in the run's audit trail "
-                "(query `approvals`)")
-        return None
-    try:
-        return await _update(handle, payload)
-    except DecisionRefused as exc:
-        if not str(exc).startswith("unknown key id"):
-            raise
-    # Perhaps the key was added to the roster after the run last read it: ask it to
-    # re-read now, wait for that, and send once more.
-    await handle.signal("refresh_trust")
-    async with asyncio.timeout(30):
-        while (await query(client, handle, "approvals")).get(
-                "refreshed_at") == approvals.get("refreshed_at"):
-            await asyncio.sleep(0.2)
-    return await _update(handle, payload)
-
-
-async def _update(handle: Any, payload: dict[str, Any]) -> Outcome:
-    try:
-        out = await submit_decision(handle, payload)
-    except WorkflowUpdateFailedError as exc:
-        cause = exc.cause
-        raise DecisionRefused(getattr(cause, "message", None) or str(cause)) from None
-    return out
-
-
-async def _approvals(client: Client, run: str) -> dict[str, Any]:
-    handle = client.get_workflow_handle(run)
-    with not_found_is(f"run {run!r} not found in namespace {client.namespace!r}"):
-        info = await handle.describe()
-    if info.status != WorkflowExecutionStatus.RUNNING:
-        status = info.status.name if info.status else "unknown"
-        last = ""
-        if info.status == WorkflowExecutionStatus.COMPLETED:
-            state = await client.get_workflow_handle(run, result_type=dict).result()
-            last = "; " + _last_request({"records": state.get("approvals", [])})
-        raise CliError(f"run {run!r} is closed ({status}): nothing to decide{last}")
-    result: dict[str, Any] = await query(client, handle, "approvals")
-    return result
-
-
-def _last_request(approvals: dict[str, Any]) -> str:
-    records = approvals.get("records") or []
-    if not records:
-        return "it never asked for one"
-    r = records[-1]
-    decided = r.get("decision") or {}
-    who = f" by {decided.get('approver')}" if decided else ""
-    when = f" (expired at {r['expires_at']})" if r["status"] == "expired" else ""
-    return f"its last request, gate {r['gate']}, was {r['status']}{who}{when}"

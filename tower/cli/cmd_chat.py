@@ -8,7 +8,6 @@ thread starts; with no ``-m`` the messages come from standard input, one per lin
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import uuid
 from collections.abc import Iterable, Iterator
@@ -24,9 +23,9 @@ from temporalio.client import (
 from temporalio.exceptions import FailureError
 
 from tower.cli.common import CliError, not_found_is, start_run
-from tower.cli.connection import TASK_QUEUE, connect
 from tower.cli.output import json_mode, json_option, print_json, tenant_option
-from tower.cli.runs import has_workers
+from tower.client import TASK_QUEUE, connect, failure_of, has_workers, update_while_open
+from tower.client.errors import RunClosed
 
 CLOSE = "/close"
 
@@ -74,8 +73,10 @@ async def chat(thread: str | None, given: list[str], close: bool, timeout: float
             close = True
             break
         try:
-            reply = await asyncio.wait_for(handle.execute_update(
-                agent.send, kinds.UserMessage(text=text)), timeout)
+            reply = await update_while_open(handle, agent.send, kinds.UserMessage(text=text),
+                                            timeout=timeout)
+        except RunClosed as exc:  # it ended while the message waited: how and why
+            raise CliError(f"thread {exc}") from None
         except WorkflowUpdateFailedError as exc:  # the validator's reason; nothing recorded
             cause = exc.cause  # typed BaseException; a failure from the server has .message
             reason = cause.message if isinstance(cause, FailureError) else str(exc)
@@ -89,7 +90,10 @@ async def chat(thread: str | None, given: list[str], close: bool, timeout: float
                            "running (`python worker.py`)?") from None
         emit({"event": "reply", **reply.model_dump()}, reply_line(reply))
     if close:
-        why = await asyncio.wait_for(handle.execute_update(agent.close), timeout)
+        try:
+            why = await update_while_open(handle, agent.close, timeout=timeout)
+        except RunClosed as exc:
+            raise CliError(f"thread {exc}") from None
         emit({"event": "closed", "thread": handle.id, "reason": why},
              f"closed {handle.id}: {why}")
     elif not json_mode():
@@ -117,7 +121,9 @@ async def open_thread(client: Client, thread: str) -> WorkflowHandle[Any, Any]:
         raise CliError(f"{thread!r} is a run of {info.workflow_type!r}, not a chat thread")
     if info.status != WorkflowExecutionStatus.RUNNING:
         status = info.status.name if info.status else "unknown"
-        raise CliError(f"thread {thread!r} is closed ({status}); start a new one with "
+        reason = await failure_of(handle)
+        raise CliError(f"thread {thread!r} is closed ({status}"
+                       + (f": {reason}" if reason else "") + "); start a new one with "
                        "`tower chat`")
     return handle
 

@@ -21,12 +21,13 @@ def command(run: str, as_json: bool) -> Any:
 
 async def _cost(run: str, as_json: bool) -> int:
     from tower.cli.common import not_found_is
-    from tower.cli.connection import connect
     from tower.cli.runs import query
+    from tower.client import connect
 
     client = await connect()
     with not_found_is(f"run {run!r} not found"):
-        report: dict[str, Any] = await query(client, client.get_workflow_handle(run), "cost")
+        report: dict[str, Any] = await query(client, client.get_workflow_handle(run), "cost",
+                                             dict)
     if as_json:
         print_json(report)
         return 0

@@ -49,8 +49,8 @@ def prepare_dev_setup(tenants: list[str] | None = None) -> list[str]:
 @json_option("print the server's addresses as one JSON line, then run it")
 def command(port: int, ui_port: int, db: str, headless: bool, tenants: tuple[str, ...],
             ui_codec_endpoint: str | None, as_json: bool) -> object:
-    from tower.cli.connection import check_tenant
     from tower.cli.devserver import dev_server_command
+    from tower.client import check_tenant
 
     for tenant in tenants:
         check_tenant(tenant)

@@ -94,7 +94,7 @@ def build_config(sign_in: SignIn, tenant: str, *, issuer: str, web_ui: str | Non
 
 async def serve(sign_in: SignIn, *, host: str, port: int, issuer: str, web_ui: str | None,
                 tls_cert: str | None, tls_key: str | None, as_json: bool = False) -> int:
-    from tower.cli.connection import connect
+    from tower.client import connect
     from tower.inbox.server import serving
 
     if bool(tls_cert) != bool(tls_key):

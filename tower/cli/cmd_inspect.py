@@ -23,9 +23,9 @@ from temporalio.client import Client, WorkflowHistory
 
 from tower.cli.cmd_replay import fetch
 from tower.cli.common import CliError
-from tower.cli.connection import connect, connect_config
 from tower.cli.histories import HistoryError, Replayed, load, replay
 from tower.cli.output import json_option, print_json, run_argument, table, tenant_option
+from tower.client import connect, connect_config, history_end
 from tower.testing.replay_report import task_completed_after
 
 
@@ -56,9 +56,10 @@ def fork(run: str, run_id: str | None, step: int, reason: str, as_json: bool) ->
     return _fork(run, run_id, step, reason, as_json)
 
 
-async def replayed(run: str, run_id: str | None, client: Client | None = None
-                   ) -> tuple[WorkflowHistory, Replayed]:
-    """The history of RUN (a file or a workflow id) and its replay; CliError if it fails."""
+async def replayed(run: str, run_id: str | None, client: Client | None = None, *,
+                   ended: bool = False) -> tuple[WorkflowHistory, Replayed]:
+    """The history of RUN (a file or a workflow id) and its replay; CliError if it fails.
+    ``ended``: a run that closed before its first step is no error (it has no log)."""
     namespace = client.namespace if client else connect_config().get("namespace") or "default"
     try:
         if run.endswith(".json") and Path(run).is_file():
@@ -71,9 +72,11 @@ async def replayed(run: str, run_id: str | None, client: Client | None = None
     await readable(source, history)
     result, = await replay(histories, namespace=namespace)
     if result.failure:
+        end = await history_end(history)
+        how = f" (it ended {end[0]}: {end[1]})" if end else ""
         raise CliError(f"{source} does not replay against the current code, so its steps "
-                       f"cannot be read: {result.failure}")
-    if not result.log:
+                       f"cannot be read: {result.failure}{how}")
+    if not result.log and not (ended and await history_end(history)):
         raise CliError(f"{source} is a {result.workflow_type!r} run with no transitions yet")
     return history, result
 
@@ -114,7 +117,21 @@ def payloads_in(message: Message) -> Iterator[Payload]:
 
 
 async def _inspect(run: str, run_id: str | None, step: int | None, as_json: bool) -> int:
-    history, result = await replayed(run, run_id)
+    history, result = await replayed(run, run_id, ended=True)
+    end = await history_end(history)  # how it ended, when it did not complete
+    if not result.log:  # it closed before its first step: the reason is all there is
+        assert end is not None
+        if as_json:
+            print_json({"run": result.workflow_id, "agent": result.workflow_type,
+                        "history_events": len(history.events), "node": None,
+                        "status": end[0], "step": 0, "transitions": [],
+                        "warnings": result.problems, "state_after_step": None,
+                        "reason": end[1]})
+            return 0
+        print(f"run {result.workflow_id} · agent {result.workflow_type} · "
+              f"{len(history.events)} history events · ended {end[0]} before its first step")
+        print(f"reason: {end[1]}")
+        return 0
     last = result.states[-1]
     state = None
     if step is not None:
@@ -127,7 +144,8 @@ async def _inspect(run: str, run_id: str | None, step: int | None, as_json: bool
                     "history_events": len(history.events), "node": last.node,
                     "status": last.status.value, "step": last.step,
                     "transitions": [t.model_dump(mode="json") for t in result.log],
-                    "warnings": result.problems, "state_after_step": state})
+                    "warnings": result.problems, "state_after_step": state,
+                    "reason": end[1] if end else None})
         return 0
     print(f"run {result.workflow_id} · agent {result.workflow_type} · {len(history.events)} "
           f"history events · now at {last.node} ({last.status.value}, step {last.step})")
@@ -136,6 +154,8 @@ async def _inspect(run: str, run_id: str | None, step: int | None, as_json: bool
             t.reason] for t in result.log])
     for problem in result.problems:
         print(f"warning: {problem}")
+    if end is not None:
+        print(f"ended {end[0]}: {end[1]}")
     if state is not None:
         print(f"\nstate after step {step}:")
         print(json.dumps(state, indent=2, sort_keys=True))

@@ -1,7 +1,7 @@
 """`tower retry RUN --from NODE` and `tower abort RUN`: an operator's decision on a FAILED run.
 
 A FAILED run is a failed workflow execution; `tower retry` resets it to just before it
-last entered NODE (``tower.cli.recovery``). A run recorded with the dead-letter wait and
+last entered NODE (``tower.client.retry``). A run recorded with the dead-letter wait and
 still parked there gets the ``retry``/``abort`` update, whose validator refuses a bad
 decision before it reaches the history. Either way a refused decision changes nothing.
 """
@@ -15,11 +15,12 @@ from typing import Any
 import click
 from temporalio.client import Client
 
-from tower.cli.connection import connect
 from tower.cli.live import follow as follow_run
 from tower.cli.live import watch
 from tower.cli.output import json_option, print_json, tenant_option
-from tower.cli.recovery import abort_run, retry_run
+from tower.client import Retried, connect
+from tower.client import abort as abort_run
+from tower.client import retry as retry_from
 
 
 @click.command("retry", help=(
@@ -56,7 +57,14 @@ async def send_retry(client: Client, run: str, node: str, by: str) -> str:
 
 
 async def send_abort(client: Client, run: str, by: str, reason: str = "") -> str:
-    return await abort_run(client, run, by, reason)
+    return await abort_run(client, run, by=by, reason=reason)
+
+
+async def retry_run(client: Client, run: str, node: str, by: str) -> Retried:
+    """``tower.client.retry`` with the project's agents."""
+    from tower.cli.agents import agents
+
+    return await retry_from(client, run, node, by=by, workflows=list(agents().values()))
 
 
 async def _retry(run: str, node: str, by: str, follow: bool, as_json: bool) -> int:
@@ -80,7 +88,7 @@ async def _retry(run: str, node: str, by: str, follow: bool, as_json: bool) -> i
 
 async def _abort(run: str, by: str, reason: str, as_json: bool) -> int:
     client = await connect()
-    answer = await abort_run(client, run, by, reason)
+    answer = await abort_run(client, run, by=by, reason=reason)
     if as_json:
         print_json({"run": run, "aborted_by": by, "reason": reason, "answer": answer})
     else:

@@ -14,10 +14,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tower.cli import project
 from tower.cli.common import CliError
-from tower.cli.connection import connect, connect_config
 from tower.cli.histories import HistoryError, Replayed, history_file_name, load
 from tower.cli.histories import replay as run_replay
 from tower.cli.output import json_option, print_json, run_argument, tenant_option
+from tower.client import connect, connect_config
 
 
 @click.group("history", help="Work with a run's Temporal event history.")

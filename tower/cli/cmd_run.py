@@ -8,8 +8,9 @@ from typing import Any
 
 import click
 
-from tower.cli.connection import TASK_QUEUE
+from tower.cli.errors import CliError
 from tower.cli.output import json_option, print_json, say, tenant_option
+from tower.client import TASK_QUEUE
 
 
 def _agents_help() -> str:
@@ -42,11 +43,11 @@ def command(agent: str, raw_input: str, run_id: str | None, task_queue: str, fol
 async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: str,
               follow: bool, ui_url: str | None, as_json: bool) -> int:
     from tower.cli.approvals import check_policy
-    from tower.cli.common import agent_class, parse_input, start_run
-    from tower.cli.connection import connect, connect_config
+    from tower.cli.common import agent_class, parse_input
     from tower.cli.live import watch
-    from tower.cli.runs import has_workers
     from tower.cli.ui import run_link
+    from tower.client import connect, connect_config, has_workers, start_run
+    from tower.temporal.gating import Gatekeeper
 
     agent = agent_class(agent_name)
     request = parse_input(agent, raw_input)
@@ -79,15 +80,18 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
               "until one starts (`python worker.py`)", file=sys.stderr, flush=True)
     progress = await watch(handle, as_json=as_json, stop_when_idle=True)
     status = progress.status
-    state = await handle.query("state", result_type=dict)
-    approvals = (await handle.query("approvals", result_type=dict)
+    state = await final_state(client, handle, progress)
+    approvals = (await handle.query(Gatekeeper.query_approvals)
                  if status == "AWAITING_APPROVAL" else {})
     if as_json:
         print_json({"event": "end", "run": run_id, "status": status, "step": progress.step,
                     "node": progress.node, "state": state, "pending": approvals.get("pending"),
-                    "waiting_for_input": progress.idle, "web_ui": link}, line=True)
-        return 0 if status != "FAILED" else 1
+                    "waiting_for_input": progress.idle, "reason": progress.reason,
+                    "web_ui": link}, line=True)
+        return 1 if progress.failed else 0
     print_outcome(status, state)
+    if progress.reason:
+        print(f"reason: {progress.reason}")
     if approvals:
         print_pending(approvals)
     if progress.idle:
@@ -95,7 +99,30 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
             f"event-driven agent's `event` signal); follow it again with `tower watch {run_id}`")
     if link:
         print(f"Web UI: {link}")
-    return 0 if status != "FAILED" else 1
+    return 1 if progress.failed else 0
+
+
+async def final_state(client: Any, handle: Any, progress: Any) -> dict[str, Any]:
+    """The run's state where following stopped: a worker answers, or, for a closed run,
+    its result or its history; nothing for a run that closed before its first step."""
+    from temporalio.client import WorkflowQueryFailedError
+    from temporalio.service import RPCError
+
+    from tower.cli.runs import run_state
+    from tower.temporal.machine_run import MachineRun
+
+    if progress.closed and not progress.transitions:
+        return {}
+    try:
+        state: dict[str, Any] = await handle.query(MachineRun.query_state)
+        return state
+    except (RPCError, WorkflowQueryFailedError):
+        if not progress.closed:
+            raise
+    try:
+        return await run_state(client, handle.id)
+    except (CliError, RPCError, WorkflowQueryFailedError):  # no worker could read it either
+        return {}
 
 
 def print_pending(approvals: dict[str, Any]) -> None:

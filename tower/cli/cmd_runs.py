@@ -21,8 +21,8 @@ def state(run: str, as_json: bool) -> Any:
 
 
 async def _state(run: str) -> int:
-    from tower.cli.connection import connect
     from tower.cli.runs import run_state
+    from tower.client import connect
 
     print_json(await run_state(await connect(), run))
     return 0
@@ -41,8 +41,8 @@ def list_runs(agent: str | None, status: str | None, limit: int, as_json: bool) 
 
 
 async def _list(agent: str | None, status: str | None, limit: int, as_json: bool) -> int:
-    from tower.cli.connection import connect
     from tower.cli.runs import list_rows
+    from tower.client import connect
 
     rows = await list_rows(await connect(), agent=agent, status=status, limit=limit)
     if as_json:

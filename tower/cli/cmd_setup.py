@@ -36,7 +36,7 @@ def command(tenants: tuple[str, ...], retention: int, wait: float, as_json: bool
 async def _setup(tenants: list[str], retention: int, wait: float, as_json: bool) -> int:
     from datetime import timedelta
 
-    from tower.cli.connection import check_tenant, connect_config
+    from tower.client import check_tenant, connect_config
 
     for tenant in tenants:
         check_tenant(tenant)
@@ -67,7 +67,7 @@ def _print(address: str, report: SetupReport) -> None:
 async def _connect(wait: float) -> Client:
     import asyncio
 
-    from tower.cli.connection import ServerUnreachable, connect
+    from tower.client import ServerUnreachable, connect
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait

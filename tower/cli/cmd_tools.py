@@ -25,8 +25,8 @@ def command(as_json: bool) -> Any:
 async def _tools(as_json: bool) -> int:
     from tower.activities.mcp import McpConfigError, McpDiscoveryError, load_sources
     from tower.cli.agents import agents
-    from tower.cli.connection import connect_config
     from tower.cli.errors import CliError
+    from tower.client import connect_config
 
     tenant = connect_config().get("namespace") or "default"
     try:

@@ -26,16 +26,19 @@ def command(run: str, until_pause: bool, timeout: float | None, as_json: bool) -
 
 
 async def _watch(run: str, until_pause: bool, timeout: float | None, as_json: bool) -> int:
-    from tower.cli.connection import connect
     from tower.cli.live import watch
+    from tower.client import connect
 
     client = await connect()
     progress = await watch(client.get_workflow_handle(run), as_json=as_json,
                            stop_at_pause=until_pause, timeout=timeout)
+    why = {"reason": progress.reason} if progress.reason else {}
     if as_json:
-        print(end_event(progress.run, progress.status, progress.step, progress.node),
+        print(end_event(progress.run, progress.status, progress.step, progress.node, **why),
               flush=True)
-    return 1 if progress.status == "FAILED" else 0
+    elif progress.reason:
+        print(f"{progress.run} ended {progress.status}: {progress.reason}", flush=True)
+    return 1 if progress.failed else 0
 
 
 def end_event(run: str, status: str, step: int, node: str, **extra: object) -> str:

@@ -40,15 +40,12 @@ def agent_class(name: str) -> type[MachineRun]:
 
 async def start_run(client: Client, agent: str | type[MachineRun], request: Any, *, id: str,
                     task_queue: str, **options: Any) -> WorkflowHandle[Any, Any]:
-    """Start a run of ``agent`` with the search attributes of its first move already set
-    (``search.start_attributes``): it upserts nothing then, one history event fewer, and
-    it is listed by agent and status from its first moment."""
-    from tower.contract import search
+    """``tower.client.start_run`` of ``agent``, a class or the name of one of the
+    project's agents."""
+    from tower.client import start_run as start
 
     cls = agent_class(agent) if isinstance(agent, str) else agent
-    return await client.start_workflow(cls.machine.name, request, id=id, task_queue=task_queue,
-                                       search_attributes=search.start_attributes(cls.machine),
-                                       **options)
+    return await start(client, cls, request, id=id, task_queue=task_queue, **options)
 
 
 def parse_input(agent: type[MachineRun], raw: str) -> BaseModel:

@@ -1,97 +1,16 @@
-"""Connect to Temporal the way every Temporal tool does: ``temporalio.envconfig``.
+"""Moved to ``tower.client`` (the connection is the client's); kept so that code importing
+it from here (a project's worker.py) goes on working."""
 
-TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_PROFILE and the config file all
-work; a server that does not answer gets a message saying how to start one.
+from tower.client.connection import (
+    DEFAULT_ADDRESS,
+    TASK_QUEUE,
+    ServerUnreachable,
+    UnknownTenant,
+    check_tenant,
+    connect,
+    connect_config,
+    use_tenant,
+)
 
-A tenant is a Temporal namespace: ``tower --tenant NAME`` (or TEMPORAL_NAMESPACE)
-makes every command act within that namespace only, and a client of one tenant
-cannot see, signal or approve another tenant's runs (the server enforces it).
-"""
-
-from __future__ import annotations
-
-import re
-from typing import Any
-
-from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
-from temporalio.client import Client
-from temporalio.envconfig import ClientConfigProfile
-from temporalio.service import RPCError, RPCStatusCode
-
-from tower.cli.telemetry import configure_tracing
-from tower.temporal.plugin import TowerPlugin
-
-DEFAULT_ADDRESS = "localhost:7233"
-TASK_QUEUE = "tower"
-
-
-TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
-_tenant: str | None = None  # set once by `tower --tenant` / `worker.py --tenant`
-
-
-class ServerUnreachable(RuntimeError):
-    pass
-
-
-class UnknownTenant(RuntimeError):
-    """The tenant's namespace does not exist on the server."""
-
-
-def check_tenant(name: str) -> str:
-    if not TENANT_NAME.fullmatch(name):
-        raise ValueError(f"invalid tenant name {name!r}: use letters, digits, '.', '_' or '-' "
-                         "(at most 63, starting with a letter or digit)")
-    return name
-
-
-def use_tenant(name: str | None) -> None:
-    """Act within tenant ``name`` (a namespace) from now on; None keeps the default."""
-    global _tenant
-    _tenant = check_tenant(name) if name else None
-
-
-def connect_config(address: str | None = None, namespace: str | None = None) -> dict[str, Any]:
-    config: dict[str, Any] = dict(ClientConfigProfile.load().to_client_connect_config())
-    config.setdefault("target_host", DEFAULT_ADDRESS)
-    if address:
-        config["target_host"] = address
-    if namespace or _tenant:
-        config["namespace"] = namespace or _tenant
-    return config
-
-
-async def connect(address: str | None = None, namespace: str | None = None, *,
-                  check_namespace: bool = True) -> Client:
-    """A client for the configured server, with ``TowerPlugin``: a ``Worker`` made from it
-    is a Tower worker. ``check_namespace=False`` for `tower setup`, which creates the
-    namespace."""
-    config = connect_config(address, namespace)
-    configure_tracing()  # a no-op unless the OTEL_* variables ask for traces
-    try:
-        # pydantic payloads; large ones go to external storage (tower/activities/payloads.py);
-        # encrypted when TOWER_CODEC_KEYS is set (tower/activities/codec.py); traced when
-        # configure_tracing installed a provider.
-        client = await Client.connect(**config, plugins=[TowerPlugin()])
-    except RuntimeError as exc:
-        raise ServerUnreachable(
-            f"no Temporal server answers at {config['target_host']} ({exc}).\n"
-            "Start one with `tower dev` (or set TEMPORAL_ADDRESS to a running server)."
-        ) from exc
-    if check_namespace:
-        await _require_namespace(client)
-    return client
-
-
-async def _require_namespace(client: Client) -> None:
-    # Otherwise a mistyped tenant shows up later as "workflow not found" or a hung start.
-    try:
-        await client.workflow_service.describe_namespace(
-            DescribeNamespaceRequest(namespace=client.namespace))
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise UnknownTenant(
-                f"tenant (namespace) {client.namespace!r} does not exist on this server; "
-                f"`tower setup --tenant {client.namespace}` creates it (on a dev server: "
-                f"`tower dev --tenant {client.namespace}`)"
-            ) from None
-        raise
+__all__ = ["DEFAULT_ADDRESS", "TASK_QUEUE", "ServerUnreachable", "UnknownTenant",
+           "check_tenant", "connect", "connect_config", "use_tenant"]

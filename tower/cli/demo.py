@@ -17,13 +17,13 @@ from tower.cli import project
 from tower.cli.agents import agents
 from tower.cli.cmd_run import print_outcome
 from tower.cli.common import CliError, start_run
-from tower.cli.connection import connect_config
 from tower.cli.demo_gates import gated_runs
 from tower.cli.demo_inbox import park_for_inbox, serve_inbox
 from tower.cli.devprocess import server_if_needed
 from tower.cli.live import follow
 from tower.cli.output import json_option, tenant_option
 from tower.cli.ui import run_link, ui_base
+from tower.client import connect_config
 
 DEMO_QUEUE = "tower-demo"
 # The tools' database outlives a demo: a fresh address keeps onboarding repeatable.

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from tower.cli.connection import ServerUnreachable, connect, connect_config
 from tower.cli.devserver import DATA_DIR, dev_server_command, prepare
+from tower.client import ServerUnreachable, connect, connect_config
 
 
 @dataclass(frozen=True)

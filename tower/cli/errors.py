@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import sys
 
+from tower.client.errors import ClientError
 
-class CliError(Exception):
-    """A user-facing error: printed as `error: ...` with exit code 2."""
+# A user-facing error: printed as `error: ...` with exit code 2. The client's errors are
+# the same class: what a client call refuses is said to the user as it is.
+CliError = ClientError
 
 
 # Exceptions raised by the layers below whose message is already written for a user.
 _PLAIN = {
-    ("tower.cli.connection", "ServerUnreachable"),
-    ("tower.cli.connection", "UnknownTenant"),
-    ("tower.cli.telemetry", "TracingConfigError"),
+    ("tower.temporal.telemetry", "TracingConfigError"),
     ("tower.activities.codec", "CodecError"),
 }
 

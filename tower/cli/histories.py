@@ -1,6 +1,6 @@
-"""Replay with this project's settings: its agents (TOWER_AGENTS), and its worker's sandbox
-and converter (codec, payload store), which ``TowerPlugin`` gives the replayer as it gives
-the worker. The machinery is the library's (tower.testing.replay)."""
+"""Replay with this project's settings: its agents, and its worker's sandbox and converter
+(codec, payload store), which ``TowerPlugin`` gives the replayer as it gives the worker,
+through the client (``tower.client.replay``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from temporalio.client import WorkflowHistory
 
 from tower.cli.agents import agents
+from tower.client import replay as client_replay
 from tower.testing.replay import (
     DEFAULT_NAMESPACE,
     HistoryError,
@@ -21,7 +22,6 @@ from tower.testing.replay import (
     workflow_name,
     workflow_type,
 )
-from tower.testing.replay import replay as replay_with
 
 __all__ = ["HistoryError", "Replayed", "history_file_name", "load", "recorded_moves", "replay",
            "report_unreplayable", "workflow_id_of", "workflow_name", "workflow_type"]
@@ -33,11 +33,8 @@ async def replay(
 ) -> list[Replayed]:
     """Replay each history; ``workflows`` replaces the project's agents (for tests of
     variants of an agent)."""
-    # TowerPlugin's defaults, the worker's exact sandbox and converter: encrypted
-    # (TOWER_CODEC_KEYS) and stored payloads read back, an input that could not be opened
-    # refused as it was live.
-    return await replay_with(
-        histories, workflows=list(workflows or agents().values()), namespace=namespace)
+    return await client_replay(histories, workflows=list(workflows or agents().values()),
+                               namespace=namespace)
 
 
 async def report_unreplayable(folder: Path) -> int:

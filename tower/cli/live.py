@@ -4,14 +4,13 @@ elapsed) redrawn in place on a terminal (rich's Live display); JSON Lines with `
 Used by `tower run` (follows by default), `tower watch RUN`, and every command that
 follows a run after acting on it (approve, retry, the demo).
 
-Each poll reads the run's status *before* its transition log: a log read after the
-status holds every move up to that status, so the last transitions of a run that ends
-while it is followed (``→ DONE``) are always printed before the follower stops.
+What is followed, and when following ends, is the client's (``tower.client.follow``):
+every terminal outcome ends it, a run that failed before its first step included, with
+the reason (``Progress.reason``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from collections.abc import Callable
@@ -19,15 +18,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.client import WorkflowHandle
 
-from tower import Transition
-from tower.cli.common import CliError, describe, not_found_is
+from tower.cli.common import describe
+from tower.client._follow import PAUSED, Position
+from tower.core.engine import Transition
 
-# DONE/FAILED from the run itself; the others from the server when no worker can answer.
-ENDED = {"DONE", "FAILED", "COMPLETED", "TERMINATED", "CANCELED", "TIMED_OUT", "CONTINUED_AS_NEW"}
-PAUSED = "AWAITING_APPROVAL"
+__all__ = ["PAUSED", "Progress", "follow", "format_elapsed", "transition_json", "watch"]
 
 
 @dataclass
@@ -44,6 +41,12 @@ class Progress:
     # The run is RUNNING but waits for something from outside (a signal or an update):
     # no workflow task, no activity, no child is pending.
     idle: bool = False
+    closed: bool = False  # the run's execution ended
+    reason: str | None = None  # why a closed run did not complete
+
+    @property
+    def failed(self) -> bool:
+        return self.closed and self.status != "DONE"
 
     def line(self, now: datetime) -> str:
         elapsed = (now - self.started).total_seconds() if self.started else 0.0
@@ -111,92 +114,46 @@ async def watch(
     ``stop_at_pause``; or waits for outside input, if ``stop_when_idle``); return the last
     progress. ``skip`` transitions already shown are not printed again; ``timeout``
     bounds the wait (seconds)."""
+    from tower.cli.agents import agents
+    from tower.client import RunEnd, follow
+    from tower.client import describe as describe_run
+
     screen = _Screen(out or sys.stdout, as_json, show)
     try:
-        return await _follow(handle, screen, stop_at_pause, stop_when_idle, poll_seconds,
-                             timeout, skip, progress_line)
+        info = await describe_run(handle)
+        progress = Progress(run=handle.id, started=info.start_time, seen=skip)
+
+        def polled(at: Position) -> None:
+            progress.status, progress.step, progress.node = at.status, at.step, at.node
+            if progress_line:
+                screen.progress(progress.line(datetime.now(UTC)), last=False)
+
+        async for seen in follow(handle, skip=skip, stop_at_pause=stop_at_pause,
+                                 stop_when_idle=stop_when_idle, poll_seconds=poll_seconds,
+                                 timeout=timeout, on_poll=polled,
+                                 workflows=_project_agents(agents)):
+            if isinstance(seen, RunEnd):
+                progress.status, progress.step, progress.node = seen.status, seen.step, seen.node
+                progress.idle, progress.closed, progress.reason = (seen.idle, seen.closed,
+                                                                   seen.reason)
+                if progress_line:
+                    screen.progress(progress.line(datetime.now(UTC)), last=True)
+                return progress
+            screen.transition(handle.id, seen)
+            progress.transitions.append(seen)
+            progress.seen += 1
+        raise AssertionError("follow ends with a RunEnd")  # pragma: no cover
     finally:
         screen.close()
 
 
-async def _follow(handle: WorkflowHandle[Any, Any], screen: _Screen, stop_at_pause: bool,
-                  stop_when_idle: bool, poll_seconds: float, timeout: float | None, skip: int,
-                  progress_line: bool) -> Progress:
-    info = await _describe(handle)
-    progress = Progress(run=handle.id, started=info.start_time, seen=skip)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout if timeout is not None else None
-    while True:
-        polled = await poll(handle)
-        if polled is None:  # no answer this time: the run is still going
-            _check_deadline(handle, deadline, loop.time(), progress.status, timeout)
-            await asyncio.sleep(poll_seconds)
-            continue
-        status, log = polled
-        for t in log[progress.seen:]:
-            screen.transition(handle.id, t)
-            progress.transitions.append(t)
-        moved = len(log) > progress.seen
-        progress.seen = max(progress.seen, len(log))
-        if log:
-            progress.step, progress.node = log[-1].step, log[-1].target
-        progress.status = status
-        progress.idle = (stop_when_idle and status == "RUNNING" and not moved
-                         and await waits_for_outside(handle))
-        ended = status in ENDED or (stop_at_pause and status == PAUSED) or progress.idle
-        if progress_line:
-            screen.progress(progress.line(datetime.now(UTC)), last=ended)
-        if ended:
-            return progress
-        _check_deadline(handle, deadline, loop.time(), status, timeout)
-        await asyncio.sleep(poll_seconds)
-
-
-def _check_deadline(handle: WorkflowHandle[Any, Any], deadline: float | None, now: float,
-                    status: str, timeout: float | None) -> None:
-    if deadline is not None and timeout is not None and now > deadline:
-        raise CliError(f"run {handle.id!r} still {status} after {timeout:g}s")
-
-
-async def _describe(handle: WorkflowHandle[Any, Any]) -> Any:
-    with not_found_is(f"run {handle.id!r} not found"):
-        return await handle.describe()
-
-
-async def poll(handle: WorkflowHandle[Any, Any]) -> tuple[str, list[Transition]] | None:
-    """The run's status, then its transition log (in that order: see the module doc);
-    None when no worker answered this time (ask again)."""
+def _project_agents(agents: Callable[[], dict[str, type]]) -> list[type]:
+    """The project's agents, to read a closed run's log with no worker; none outside a
+    project (the log then comes from a worker, or is not shown)."""
     try:
-        status = await handle.query("status", result_type=str)
-        log = await handle.query("transitions", result_type=list[Transition])
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise CliError(f"run {handle.id!r} not found") from None
-        info = await handle.describe()
-        if info.status in (None, WorkflowExecutionStatus.RUNNING):
-            return None
-        return await _closed(handle, info.status.name)
-    return status, log
-
-
-async def _closed(handle: WorkflowHandle[Any, Any], status: str) -> tuple[str, list[Transition]]:
-    """A closed run no worker answers for: its log from its history, replayed here."""
-    from tower.cli.connection import connect_config
-    from tower.cli.histories import replay
-
-    history = await handle.fetch_history()
-    namespace = connect_config().get("namespace") or "default"
-    [result] = await replay([(handle.id, history)], namespace=namespace)
-    if result.failure or not result.states:
-        return status, []
-    return result.states[-1].status.value, result.log
-
-
-async def waits_for_outside(handle: WorkflowHandle[Any, Any]) -> bool:
-    """True when nothing inside the run is pending: it waits for a signal or an update."""
-    raw = (await handle.describe()).raw_description
-    return (not raw.HasField("pending_workflow_task") and not raw.pending_activities
-            and not raw.pending_children and not raw.pending_nexus_operations)
+        return list(agents().values())
+    except ValueError:
+        return []
 
 
 async def follow(handle: WorkflowHandle[Any, Any], *, skip: int = 0,

@@ -39,7 +39,7 @@ def json_option(help: str = "print the outcome as JSON (data only)") -> Callable
 
 def _use_tenant(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     if value:
-        from tower.cli.connection import use_tenant
+        from tower.client import use_tenant
 
         use_tenant(value)
 

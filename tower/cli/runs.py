@@ -6,51 +6,17 @@ none can, the error says so instead of waiting on the server's query timeout.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
-from temporalio.api.enums.v1 import TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
-from temporalio.service import RPCError, RPCStatusCode
 
 from tower.cli.common import CliError, not_found_is
+from tower.client._runs import QUERY_TIMEOUT, has_workers, no_worker, query
 from tower.contract import search
+from tower.temporal.machine_run import MachineRun
 
-# A worker answers a query in milliseconds; past this, none is there (the server still
-# lists a worker that stopped a minute ago as a poller).
-QUERY_TIMEOUT = timedelta(seconds=10)
-
-
-async def has_workers(client: Client, task_queue: str) -> bool:
-    """Whether a worker polled ``task_queue`` for workflow tasks lately."""
-    response = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-        namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
-        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
-    return bool(response.pollers)
-
-
-async def query(client: Client, handle: WorkflowHandle[Any, Any], name: str,
-                result_type: type = dict) -> Any:
-    """Query a running run; a CliError naming the missing worker when none answers."""
-    info = await handle.describe()
-    if not await has_workers(client, info.task_queue):
-        raise CliError(no_worker(handle.id, info.task_queue))
-    try:
-        return await handle.query(name, result_type=result_type, rpc_timeout=QUERY_TIMEOUT)
-    except RPCError as exc:
-        if exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.FAILED_PRECONDITION,
-                          RPCStatusCode.CANCELLED) or "timeout" in exc.message.lower():
-            raise CliError(f"{no_worker(handle.id, info.task_queue)} (no answer in "
-                           f"{QUERY_TIMEOUT.seconds} s)") from None
-        raise
-
-
-def no_worker(run: str, task_queue: str) -> str:
-    return (f"run {run!r} is running and only a worker can answer for it, but no worker "
-            f"answers on its task queue {task_queue!r}: start one (`python worker.py`), or "
-            f"read its recorded steps with `tower inspect {run}`")
+__all__ = ["QUERY_TIMEOUT", "failed_state", "has_workers", "list_query", "list_rows",
+           "no_worker", "query", "run_state"]
 
 
 async def run_state(client: Client, run: str) -> dict[str, Any]:
@@ -64,7 +30,7 @@ async def run_state(client: Client, run: str) -> dict[str, Any]:
         return await failed_state(client, handle, info.task_queue)
     if info.status != WorkflowExecutionStatus.RUNNING:
         raise CliError(f"run {run!r} is {info.status.name if info.status else 'unknown'}")
-    state: dict[str, Any] = await query(client, handle, "state")
+    state: dict[str, Any] = await query(client, handle, MachineRun.query_state)
     return state
 
 
@@ -73,8 +39,8 @@ async def failed_state(client: Client, handle: WorkflowHandle[Any, Any],
     """A failed run's final state, read from its history replayed here (no worker needed;
     a replay that succeeds is the run's own state). When this code cannot replay it (the
     agent changed since), a worker of the run's own build answers the ``state`` query."""
-    from tower.cli.connection import connect_config
     from tower.cli.histories import replay
+    from tower.client import connect_config
 
     history = await handle.fetch_history()
     [replayed] = await replay([(handle.id, history)],
@@ -86,7 +52,7 @@ async def failed_state(client: Client, handle: WorkflowHandle[Any, Any],
         raise CliError(f"run {handle.id!r} failed, and its history does not replay against "
                        f"this code ({why}); start a worker of the code that ran it and ask "
                        "again")
-    state: dict[str, Any] = await handle.query("state", result_type=dict,
+    state: dict[str, Any] = await handle.query(MachineRun.query_state,
                                                rpc_timeout=QUERY_TIMEOUT)
     return state
 

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.templating import Jinja2Templates
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from tower import Outcome
-from tower.cli.approvals import submit_decision
+from tower.client import DecisionRefused, send_decision
 from tower.contract.decisions import proposal_digest
 from tower.contract.pending import PendingView
 from tower.inbox.forms import FormError, read_form
@@ -99,12 +99,11 @@ class Inbox:
         except FormError as exc:
             return self.refused(request, approver, 400, f"Refused: {exc}. Nothing was sent.",
                                 **back)
-        handle = self.client.get_workflow_handle(run)
         try:
-            outcome = await asyncio.wait_for(submit_decision(handle, payload), DECIDE_SECONDS)
-        except WorkflowUpdateFailedError as exc:
-            reason = getattr(exc.cause, "message", None) or str(exc.cause)
-            return self.refused(request, approver, 409, refusal_text(reason), **back)
+            outcome = await asyncio.wait_for(send_decision(self.client, run, payload),
+                                             DECIDE_SECONDS)
+        except DecisionRefused as exc:
+            return self.refused(request, approver, 409, refusal_text(str(exc)), **back)
         except TimeoutError:
             return self.refused(request, approver, 504, "No worker confirmed the decision in "
                                 f"{DECIDE_SECONDS:.0f} s; reload the page to see whether the "

@@ -1,7 +1,7 @@
 """A span for each state a run passes through: agent, step, from/to, model, tokens.
 
 Uses only the OpenTelemetry API. With no tracer provider installed every call is
-a no-op; with Temporal's replay-safe provider (tower/cli/telemetry.py) span ids are
+a no-op; with Temporal's replay-safe provider (tower/temporal/telemetry.py) span ids are
 deterministic and a replaying worker exports nothing, so no span is duplicated.
 """
 

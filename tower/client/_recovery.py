@@ -1,5 +1,5 @@
-"""`tower retry RUN --from NODE`: an operator takes a FAILED run back to NODE by Temporal's
-reset, the same call `tower fork` makes.
+"""Retry from a node: an operator takes a FAILED run back to NODE by Temporal's reset
+(`tower retry RUN --from NODE`; the same call `tower fork` makes).
 
 A FAILED run is a failed (closed) workflow execution. Its history is replayed here to
 read the transition log with its history event ids; the run is reset to the workflow
@@ -23,6 +23,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import ResetReapplyExcludeType
@@ -33,11 +34,16 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowUpdateFailedError,
 )
+from temporalio.service import RPCError, RPCStatusCode
 
-from tower import Transition
-from tower.cli.common import CliError, not_found_is
+from tower.client._replay import replay
+from tower.client._runs import describe
+from tower.client.errors import ClientError, RunNotFound
 from tower.contract import search
 from tower.contract.wire import AbortRequest, RetryRequest
+from tower.core.transition import Transition
+from tower.temporal.runtime import AgentWorkflow
+from tower.testing.replay_report import task_completed_after
 
 
 @dataclass(frozen=True)
@@ -55,13 +61,13 @@ class Retried:
 def entry_into(log: Sequence[Transition], node: str, nodes: Sequence[str], run: str
                ) -> tuple[Transition, int]:
     """The transition that last took the run into ``node`` and how many transitions came
-    before its workflow task (the new run replays those); CliError when there is none."""
+    before its workflow task (the new run replays those); ClientError when there is none."""
     if node not in nodes:
-        raise CliError(f"{node!r} is not a node of this agent (nodes: {', '.join(nodes)})")
+        raise ClientError(f"{node!r} is not a node of this agent (nodes: {', '.join(nodes)})")
     entries = [t for t in log if t.target == node]
     if not entries:
         path = " → ".join([log[0].source, *(t.target for t in log)]) if log else "nothing"
-        raise CliError(f"run {run!r} never entered {node!r} in its last run (its path: "
+        raise ClientError(f"run {run!r} never entered {node!r} in its last run (its path: "
                        f"{path}); retry from a node it reached")
     last = entries[-1]
     return last, sum(1 for t in log if t.event_id < last.event_id)
@@ -74,12 +80,12 @@ def old_parked(info: WorkflowExecutionDescription) -> bool:
 
 
 def check_retryable(run: str, info: WorkflowExecutionDescription) -> None:
-    """CliError unless RUN ended FAILED (a failed execution, or an old run that completed
+    """ClientError unless RUN ended FAILED (a failed execution, or an old run that completed
     FAILED after its dead-letter wait)."""
     status = info.status.name if info.status else "UNKNOWN"
     agent = info.typed_search_attributes.get(search.AGENT_STATUS) or "?"
     if info.status == WorkflowExecutionStatus.RUNNING:
-        raise CliError(f"run {run!r} is still running ({agent}): retry is for a run that "
+        raise ClientError(f"run {run!r} is still running ({agent}): retry is for a run that "
                        "ended FAILED")
     if info.status == WorkflowExecutionStatus.FAILED:
         return
@@ -87,30 +93,34 @@ def check_retryable(run: str, info: WorkflowExecutionDescription) -> None:
         return  # an old run whose dead-letter wait ran out
     hint = (" (to go back and decide differently: `tower fork RUN --step N`)"
             if agent == "DONE" else "")
-    raise CliError(f"run {run!r} ended {agent if agent != '?' else status} ({status} to "
+    raise ClientError(f"run {run!r} ended {agent if agent != '?' else status} ({status} to "
                    f"Temporal), not FAILED: nothing to retry{hint}")
 
 
-async def retry_run(client: Client, run: str, node: str, by: str) -> Retried:
-    """Retry FAILED run RUN from NODE: a reset, or an old parked run's update."""
-    handle = client.get_workflow_handle(run)
-    with not_found_is(f"run {run!r} not found"):
-        info = await handle.describe()
+async def retry(client: Client, run: str, node: str, *, by: str,
+                workflows: Sequence[type]) -> Retried:
+    """Retry FAILED run RUN from NODE: a reset, or an old parked run's update.
+    ``workflows`` are the project's agent classes: the run's history is replayed with
+    them to find where it last entered NODE."""
+    info = await describe(client.get_workflow_handle(run))
     if old_parked(info):
-        answer = await update(client, run, "retry", RetryRequest(node=node, by=by))
+        answer = await update(client, run, AgentWorkflow.retry, RetryRequest(node=node, by=by))
         return Retried(run, node, by, answer)
     check_retryable(run, info)
-    from tower.cli.cmd_inspect import replayed
-    from tower.cli.common import agent_class
-
-    history, result = await replayed(run, info.run_id, client)
-    nodes = list(agent_class(result.workflow_type).machine.nodes)
-    entry, skip = entry_into(result.log, node, nodes, run)
-    from tower.testing.replay_report import task_completed_after
-
+    history = await client.get_workflow_handle(run, run_id=info.run_id).fetch_history()
+    [result] = await replay([(run, history)], workflows=workflows, namespace=client.namespace)
+    if result.failure:
+        raise ClientError(f"{run} does not replay against the current code, so its steps "
+                          f"cannot be read: {result.failure}")
+    machine = next((m for m in (getattr(w, "machine", None) for w in workflows)
+                     if m is not None and m.name == result.workflow_type), None)
+    if machine is None:
+        raise ClientError(f"{run} is a run of {result.workflow_type!r}, which is not one of "
+                          "the given agents")
+    entry, skip = entry_into(result.log, node, list(machine.nodes), run)
     completed = task_completed_after(history, entry.event_id)
     if completed is None:  # cannot happen for a closed run; said plainly if it does
-        raise CliError(f"the workflow task that entered {node!r} never completed")
+        raise ClientError(f"the workflow task that entered {node!r} never completed")
     response = await client.workflow_service.reset_workflow_execution(
         ResetWorkflowExecutionRequest(
             namespace=client.namespace,
@@ -126,30 +136,34 @@ async def retry_run(client: Client, run: str, node: str, by: str) -> Retried:
                    f"{node}): new run {response.run_id}", response.run_id, skip)
 
 
-async def abort_run(client: Client, run: str, by: str, reason: str = "") -> str:
+async def abort(client: Client, run: str, *, by: str, reason: str = "") -> str:
     """Close an old run parked in the dead-letter wait; a run that failed since is closed
-    already (CliError saying so)."""
-    handle = client.get_workflow_handle(run)
-    with not_found_is(f"run {run!r} not found"):
-        info = await handle.describe()
+    already (ClientError saying so)."""
+    info = await describe(client.get_workflow_handle(run))
     if old_parked(info):
-        return await update(client, run, "abort", AbortRequest(by=by, reason=reason))
+        return await update(client, run, AgentWorkflow.abort, AbortRequest(by=by, reason=reason))
     status = info.status.name if info.status else "UNKNOWN"
     if info.status == WorkflowExecutionStatus.RUNNING:
-        raise CliError(f"run {run!r} is running, not parked at FAILED: abort only closes an "
+        raise ClientError(f"run {run!r} is running, not parked at FAILED: abort only closes an "
                        "old run waiting in the dead-letter wait (to stop a running run: "
                        f"`temporal workflow cancel --workflow-id {run}`)")
-    raise CliError(f"run {run!r} is closed already ({status} to Temporal): a FAILED run is a "
+    raise ClientError(f"run {run!r} is closed already ({status} to Temporal): a FAILED run is a "
                    "failed workflow execution, nothing waits for an abort; "
                    "`tower retry RUN --from NODE` resets it if it should go on")
 
 
-async def update(client: Client, run: str, name: str, request: object) -> str:
-    handle = client.get_workflow_handle(run)
+async def update(client: Client, run: str, operator: Any, request: object
+                 ) -> str:
+    """An old parked run's operator update (``AgentWorkflow.retry`` or ``.abort``)."""
+    name = operator.__name__
     try:
-        with not_found_is(f"run {run!r} not found or already closed"):
-            result: str = await handle.execute_update(name, request, result_type=str)
+        result: str = await client.get_workflow_handle(run).execute_update(operator, request)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise RunNotFound(f"run {run!r} not found or already closed") from None
+        raise
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
-        raise CliError(f"{name} refused for {run!r}: {getattr(cause, 'message', cause)}") from None
+        raise ClientError(f"{name} refused for {run!r}: {getattr(cause, 'message', cause)}"
+                          ) from None
     return result

@@ -1,0 +1,191 @@
+"""Follow a run: its transitions as they happen, then how it ended, and why.
+
+``follow(handle)`` is an async iterator of ``Transition``s whose last item is a ``RunEnd``::
+
+    async for seen in follow(handle):
+        if isinstance(seen, RunEnd):
+            print(seen.status, seen.reason or "")
+        else:
+            print(seen.source, "→", seen.target)
+
+It ends on every terminal outcome: the run reached DONE or FAILED, or its execution
+closed some other way — failed before its first step (an input the worker could not
+open, the tenant's trust missing), was terminated, timed out, canceled. Those never
+reach a terminal node, so the run's own ``status`` query cannot say it: each poll asks
+the server first (``describe``, no worker needed) and only then the run.
+
+Each poll reads the run's status *before* its transition log: a log read after the status
+holds every move up to that status, so the last transitions of a run that ends while it
+is followed (``→ DONE``) are always yielded before the end. A run is asked nothing until
+it has completed a workflow task: a query sent earlier rides in its first task, and one
+whose input cannot be opened then fails that task instead of failing the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import (
+    WorkflowExecutionDescription,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from tower.client._runs import closed, describe, failure_of
+from tower.client.errors import ClientError, RunNotFound
+from tower.contract import search
+from tower.core.engine import Transition
+from tower.temporal.machine_run import MachineRun
+
+AGENT_ENDS = frozenset({"DONE", "FAILED"})
+PAUSED = "AWAITING_APPROVAL"
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where the run stands at one poll: what a progress line shows."""
+
+    status: str
+    step: int
+    node: str
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """Where following stopped. ``closed``: the run's execution has ended; ``status`` is
+    then the agent's last word (DONE, FAILED) or, when the run never reached a terminal
+    node, the execution's (FAILED, TERMINATED, TIMED_OUT, CANCELED); ``reason`` says why it
+    did not complete. Not closed: paused at a gate (AWAITING_APPROVAL), or ``idle``
+    (waiting for a signal or an update from outside)."""
+
+    run: str
+    status: str
+    step: int
+    node: str
+    closed: bool
+    reason: str | None = None
+    idle: bool = False
+
+    @property
+    def failed(self) -> bool:
+        """The run ended without completing its work."""
+        return self.closed and self.status != "DONE"
+
+
+async def follow(
+    handle: WorkflowHandle[Any, Any], *, skip: int = 0, stop_at_pause: bool = True,
+    stop_when_idle: bool = False, poll_seconds: float = 0.25, timeout: float | None = None,
+    on_poll: Callable[[Position], None] | None = None, workflows: Sequence[type] = (),
+) -> AsyncIterator[Transition | RunEnd]:
+    """Yield the run's transitions (after the first ``skip``) as they happen, then its
+    ``RunEnd``. Stops at a gate when ``stop_at_pause``, and when nothing inside the run
+    is pending if ``stop_when_idle``; ``timeout`` (seconds) bounds the wait (ClientError);
+    ``on_poll`` sees the run's position at every poll. ``workflows`` (the project's agent
+    classes) read a closed run's log from its history when no worker answers for it."""
+    info = await describe(handle)
+    seen, position = skip, Position("STARTING", 0, "START")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout if timeout is not None else None
+    began = False
+    while True:
+        began = began or await has_begun(handle)
+        polled = await _poll(handle, workflows, began)
+        if polled is not None:
+            status, log, info = polled
+            for t in log[seen:]:
+                yield t
+            moved = len(log) > seen
+            seen = max(seen, len(log))
+            if log:
+                position = Position(status, log[-1].step, log[-1].target)
+            else:
+                position = Position(status, position.step, position.node)
+            if on_poll is not None:
+                on_poll(position)
+            end = await _end(handle, info, position, moved, stop_at_pause, stop_when_idle)
+            if end is not None:
+                yield end
+                return
+        if deadline is not None and timeout is not None and loop.time() > deadline:
+            raise ClientError(f"run {handle.id!r} still {position.status} after {timeout:g}s")
+        await asyncio.sleep(poll_seconds)
+
+
+async def _end(handle: WorkflowHandle[Any, Any], info: WorkflowExecutionDescription,
+               at: Position, moved: bool, stop_at_pause: bool, stop_when_idle: bool
+               ) -> RunEnd | None:
+    # At DONE or FAILED the task that got there closes the execution: its end is certain.
+    if closed(info) or at.status in AGENT_ENDS:
+        reason = None if at.status == "DONE" else await failure_of(handle)
+        return RunEnd(handle.id, at.status, at.step, at.node, closed=True, reason=reason)
+    if stop_at_pause and at.status == PAUSED:
+        return RunEnd(handle.id, at.status, at.step, at.node, closed=False)
+    if (stop_when_idle and at.status == "RUNNING" and not moved
+            and await waits_for_outside(handle)):
+        return RunEnd(handle.id, at.status, at.step, at.node, closed=False, idle=True)
+    return None
+
+
+async def _poll(handle: WorkflowHandle[Any, Any], workflows: Sequence[type], began: bool
+                ) -> tuple[str, list[Transition], WorkflowExecutionDescription] | None:
+    """The run's execution, then its status and its transition log (in that order: see the
+    module doc); None when no worker answered for a running run this time (ask again)."""
+    info = await describe(handle)
+    if not began:  # no workflow task completed: nothing to ask, nothing moved
+        if not closed(info):
+            return None
+        return info.status.name if info.status else "UNKNOWN", [], info
+    try:
+        status = await handle.query(MachineRun.query_status)
+        log = await handle.query(MachineRun.query_transitions)
+    except (RPCError, WorkflowQueryFailedError) as exc:
+        if isinstance(exc, RPCError) and exc.status == RPCStatusCode.NOT_FOUND:
+            raise RunNotFound(f"run {handle.id!r} not found") from None
+        if not closed(info):
+            return None
+        status, log = await _replayed(handle, info, workflows)
+    if closed(info) and status not in AGENT_ENDS:
+        # It closed without reaching a terminal node: the execution says how.
+        status = info.status.name if info.status else "UNKNOWN"
+    return status, log, info
+
+
+async def _replayed(handle: WorkflowHandle[Any, Any], info: WorkflowExecutionDescription,
+                    workflows: Sequence[type]) -> tuple[str, list[Transition]]:
+    """A closed run no worker answers for: its log from its history replayed here with
+    ``workflows``; without them (or when it does not replay), what its search attributes
+    and the execution's status say."""
+    said = search.run_status(info.status, info.typed_search_attributes) or "UNKNOWN"
+    if not workflows:
+        return said, []
+    from tower.client._replay import replay
+
+    history = await handle.fetch_history()
+    [result] = await replay([(handle.id, history)], workflows=workflows,
+                            namespace=info.namespace)
+    if result.failure or not result.states:
+        return said, result.log
+    return result.states[-1].status.value, result.log
+
+
+async def has_begun(handle: WorkflowHandle[Any, Any], scan: int = 50) -> bool:
+    """Whether the run completed a workflow task (its first one is among its first few
+    events, unless it has not run yet)."""
+    async for event in handle.fetch_history_events(page_size=scan):
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            return True
+        if event.event_id >= scan:
+            break
+    return False
+
+
+async def waits_for_outside(handle: WorkflowHandle[Any, Any]) -> bool:
+    """True when nothing inside the run is pending: it waits for a signal or an update."""
+    raw = (await handle.describe()).raw_description
+    return (not raw.HasField("pending_workflow_task") and not raw.pending_activities
+            and not raw.pending_children and not raw.pending_nexus_operations)

@@ -1,0 +1,259 @@
+"""Runs from a client: start one with its search attributes, ask it (a worker answers), and
+read how a closed run ended and why.
+
+Queries and updates are named by method reference (``MachineRun.query_status``,
+``Gatekeeper.decide``), so their names and result types come from the workflow code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.failure.v1 import Failure
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import (
+    DescribeTaskQueueRequest,
+    ResetStickyTaskQueueRequest,
+)
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowHistory,
+)
+from temporalio.converter import DataConverter
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    FailureError,
+    TerminatedError,
+)
+from temporalio.exceptions import TimeoutError as TemporalTimeout
+from temporalio.service import RPCError, RPCStatusCode
+
+from tower.client.connection import TASK_QUEUE
+from tower.client.errors import ClientError, RunClosed, RunNotFound
+from tower.contract import search
+from tower.temporal.machine_run import MachineRun
+
+# A worker answers a query in milliseconds; past this, none is there (the server still
+# lists a worker that stopped a minute ago as a poller).
+QUERY_TIMEOUT = timedelta(seconds=10)
+# While waiting for a takeover, each try is this short: a worker that answers, answers fast.
+TAKEOVER_TRY = timedelta(seconds=4)
+
+
+async def start_run(client: Client, agent: type[MachineRun], request: Any, *, id: str,
+                    task_queue: str = TASK_QUEUE, **options: Any) -> WorkflowHandle[Any, Any]:
+    """Start a run of ``agent`` with the search attributes of its first move already set
+    (``search.start_attributes``): it upserts nothing then, one history event fewer, and
+    it is listed by agent and status from its first moment. ``options`` go to
+    ``Client.start_workflow`` (``static_summary``, timeouts, ...)."""
+    return await client.start_workflow(agent.machine.name, request, id=id,
+                                       task_queue=task_queue,
+                                       search_attributes=search.start_attributes(agent.machine),
+                                       **options)
+
+
+async def describe(handle: WorkflowHandle[Any, Any]) -> WorkflowExecutionDescription:
+    """The run's description from the server (no worker needed); RunNotFound if none."""
+    try:
+        return await handle.describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise RunNotFound(f"run {handle.id!r} not found") from None
+        raise
+
+
+async def has_workers(client: Client, task_queue: str) -> bool:
+    """Whether a worker polled ``task_queue`` for workflow tasks lately."""
+    response = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
+        namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
+    return bool(response.pollers)
+
+
+def no_worker(run: str, task_queue: str) -> str:
+    return (f"run {run!r} is running and only a worker can answer for it, but no worker "
+            f"answers on its task queue {task_queue!r}: start one (`python worker.py`), or "
+            f"read its recorded steps with `tower inspect {run}`")
+
+
+async def query(client: Client, handle: WorkflowHandle[Any, Any], query: Any,
+                result_type: type | None = None, *, takeover: float = 0,
+                say: Callable[[str], None] | None = None) -> Any:
+    """Ask a running run ``query`` (a method reference, e.g. ``MachineRun.query_state``, or
+    a name with ``result_type``); ClientError naming the missing worker when none answers.
+
+    ``takeover`` (seconds): a worker killed a moment ago still holds the run — the server
+    sends the run's queries and updates to that worker's own (sticky) queue until it
+    gives up on it, ~10 s later. If a worker polls the task queue meanwhile, the run is
+    handed back to the task queue (ResetStickyTaskQueue: the next worker replays its
+    history) and asked again until one answers or the time is up; ``say`` hears why."""
+    info = await describe(handle)
+    if not await has_workers(client, info.task_queue):
+        raise ClientError(no_worker(handle.id, info.task_queue))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + takeover
+    wait = TAKEOVER_TRY if takeover else QUERY_TIMEOUT
+    while True:
+        try:
+            return await handle.query(query, result_type=result_type, rpc_timeout=wait)
+        except RPCError as exc:
+            if not unanswered(exc):
+                raise
+        left = deadline - loop.time()
+        if left <= 0 or not await has_workers(client, info.task_queue):
+            waited = f"{takeover:g}" if takeover else f"{QUERY_TIMEOUT.seconds}"
+            raise ClientError(f"{no_worker(handle.id, info.task_queue)} (no answer in "
+                              f"{waited} s)") from None
+        if say is not None:
+            say(f"the worker that ran {handle.id} does not answer (stopped?); handing the "
+                f"run to another worker on task queue {info.task_queue!r} "
+                f"({left:.0f} s left)")
+        await hand_over(client, handle.id)
+        wait = timedelta(seconds=min(QUERY_TIMEOUT.total_seconds(), max(left, 1.0)))
+
+
+def unanswered(exc: RPCError) -> bool:
+    """The query reached no worker in time (as opposed to a refusal)."""
+    return (exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.FAILED_PRECONDITION,
+                           RPCStatusCode.CANCELLED) or "timeout" in exc.message.lower()
+            or "timed out" in exc.message.lower())
+
+
+async def hand_over(client: Client, run: str) -> None:
+    """Release the run from the worker that last ran it: its next task (a query, an
+    update, a signal's) goes to the task queue, where any worker takes it."""
+    await client.workflow_service.reset_sticky_task_queue(ResetStickyTaskQueueRequest(
+        namespace=client.namespace, execution=WorkflowExecution(workflow_id=run)))
+
+
+async def update_while_open(handle: WorkflowHandle[Any, Any], update: Any, *args: Any,
+                            timeout: float, poll_seconds: float = 0.5) -> Any:
+    """Send ``update`` (a method reference, e.g. ``ChatAgent.send``) with ``args`` and wait
+    for its result — but not past the run's end: RunClosed (how and why) as soon as the
+    run closes, TimeoutError after ``timeout`` seconds."""
+    sent = asyncio.ensure_future(handle.execute_update(update, args=list(args)))
+    watch = asyncio.ensure_future(_until_closed(handle, poll_seconds))
+    try:
+        done, _ = await asyncio.wait({sent, watch}, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if sent in done:
+            try:
+                return sent.result()
+            except RPCError:  # the server's answer for a run that closed meanwhile
+                info = await describe(handle)
+                if not closed(info):
+                    raise
+                raise RunClosed(handle.id, _status(info), await failure_of(handle)) from None
+        if watch in done:
+            info = watch.result()
+            raise RunClosed(handle.id, _status(info), await failure_of(handle))
+        raise TimeoutError(f"no answer from {handle.id} in {timeout:g} s")
+    finally:
+        for task in (sent, watch):
+            task.cancel()
+
+
+async def _until_closed(handle: WorkflowHandle[Any, Any], poll_seconds: float
+                        ) -> WorkflowExecutionDescription:
+    while True:
+        info = await describe(handle)
+        if closed(info):
+            return info
+        await asyncio.sleep(poll_seconds)
+
+
+def _status(info: WorkflowExecutionDescription) -> str:
+    return info.status.name if info.status else "UNKNOWN"
+
+
+def closed(info: WorkflowExecutionDescription) -> bool:
+    return info.status not in (None, WorkflowExecutionStatus.RUNNING)
+
+
+async def failure_of(handle: WorkflowHandle[Any, Any], wait: float = 2.0) -> str | None:
+    """Why the run did not complete (its failure, termination, timeout), read from its
+    close event (no worker needed); None for a completed run, or one still open after
+    ``wait`` seconds."""
+    try:
+        await handle.result(follow_runs=False, rpc_timeout=timedelta(seconds=wait))
+    except WorkflowFailureError as exc:
+        return reason_of(exc.cause)
+    except RPCError as exc:
+        if unanswered(exc):
+            return None
+        raise
+    except Exception as exc:  # noqa: BLE001  (continued as new, a codec error: said as is)
+        return str(exc) or type(exc).__name__
+    return None
+
+
+async def history_end(history: WorkflowHistory, converter: DataConverter | None = None
+                      ) -> tuple[str, str] | None:
+    """How a recorded run ended when it did not complete: (status, reason) from its close
+    event — also for a history file, with no server. None when it completed, continued
+    as new, or is still open. ``converter`` opens the failure (default: Tower's, with the
+    codec of TOWER_CODEC_KEYS)."""
+    last = history.events[-1] if history.events else None
+    if last is None:
+        return None
+    if last.HasField("workflow_execution_failed_event_attributes"):
+        failure = Failure()
+        failure.CopyFrom(last.workflow_execution_failed_event_attributes.failure)
+        if converter is None:
+            from tower.activities.payloads import tower_data_converter
+
+            converter = tower_data_converter()
+        try:
+            return "FAILED", reason_of(await converter.decode_failure(failure))
+        except Exception:  # noqa: BLE001  (a failure this process cannot open: its text)
+            return "FAILED", failure.message
+    if last.HasField("workflow_execution_terminated_event_attributes"):
+        why = last.workflow_execution_terminated_event_attributes.reason
+        return "TERMINATED", f"terminated: {why}" if why else "terminated"
+    if last.HasField("workflow_execution_timed_out_event_attributes"):
+        return "TIMED_OUT", "timed out: the run's execution timeout passed"
+    if last.HasField("workflow_execution_canceled_event_attributes"):
+        return "CANCELED", "canceled"
+    return None
+
+
+def reason_of(error: BaseException) -> str:
+    """One line from a failure chain: its innermost cause's type and message, and the
+    activity or child it came from."""
+    where = ""
+    while True:
+        if isinstance(error, ActivityError):
+            where = f" (activity {error.activity_type})"
+        elif isinstance(error, ChildWorkflowError):
+            where = f" (child run {error.workflow_id})"
+        cause = error.__cause__
+        if cause is None or not isinstance(error, ActivityError | ChildWorkflowError):
+            break
+        error = cause
+    return _said(error) + where
+
+
+def _said(error: BaseException) -> str:
+    if isinstance(error, ApplicationError):
+        return f"{error.type}: {error.message}" if error.type else error.message
+    if isinstance(error, TerminatedError):
+        return f"terminated: {error.message}" if error.message else "terminated"
+    if isinstance(error, TemporalTimeout):
+        return f"timed out: {error.message}"
+    if isinstance(error, CancelledError):
+        return f"canceled: {error.message}" if error.message else "canceled"
+    if isinstance(error, FailureError):
+        return error.message
+    return str(error) or type(error).__name__

@@ -1,0 +1,27 @@
+"""What a client call refuses, in one line a user can act on.
+
+Kept free of heavy imports: the CLI's error printer recognises these by name.
+"""
+
+from __future__ import annotations
+
+
+class ClientError(Exception):
+    """What was asked cannot be done; the message says why (and what to do)."""
+
+
+class RunNotFound(ClientError):
+    """No run of that id in this namespace."""
+
+
+class DecisionRefused(ClientError):
+    """The run refused the decision; nothing changed."""
+
+
+class RunClosed(ClientError):
+    """The run closed while a call waited on it: ``status`` is how (the execution's status:
+    FAILED, TERMINATED, ...), ``reason`` why."""
+
+    def __init__(self, run: str, status: str, reason: str | None) -> None:
+        super().__init__(f"run {run!r} ended {status}" + (f": {reason}" if reason else ""))
+        self.run, self.status, self.reason = run, status, reason

@@ -1,0 +1,142 @@
+"""Tracing setup from the standard OTEL_* variables, for the worker and the CLI.
+
+Off unless asked for. On when OTEL_TRACES_EXPORTER names an exporter, when an OTLP
+endpoint is set, or with TOWER_TRACING=1 (console). The exporter:
+
+- OTEL_TRACES_EXPORTER=console|otlp|none (a comma list is allowed); unset, it is
+  ``otlp`` when OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set,
+  else ``console``;
+- OTLP speaks http/protobuf (OTEL_EXPORTER_OTLP_PROTOCOL; ``grpc`` needs the
+  opentelemetry-exporter-otlp-proto-grpc package);
+- OTEL_SDK_DISABLED=true turns it all off; OTEL_SERVICE_NAME names the service.
+
+Once the provider is installed, ``TowerPlugin`` (tower/temporal/plugin.py) made after it
+traces: spans for starting runs, running workflows and activities, the trace context in
+headers. The provider is Temporal's replay-safe one: span ids inside a workflow come from
+the workflow's seeded randomness and nothing is exported while a worker replays
+history, so a run traced across a worker restart has each span exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider, create_tracer_provider
+
+
+TRUE = ("1", "true", "yes", "on")
+# `tower run` polls its run with queries several times a second: tracing each poll
+# would bury the run's own spans.
+NOISE = ("QueryWorkflow:", "HandleQuery:")
+
+
+class TracingConfigError(ValueError):
+    """The OTEL_* settings ask for something this install cannot do."""
+
+
+def exporter_names(env: Mapping[str, str]) -> list[str]:
+    """Which exporters the environment asks for; empty means tracing is off."""
+    if env.get("OTEL_SDK_DISABLED", "").lower() in TRUE:
+        return []
+    named = [n.strip().lower() for n in env.get("OTEL_TRACES_EXPORTER", "").split(",")
+             if n.strip()]
+    if named:
+        return [n for n in named if n != "none"]
+    if _otlp_endpoint(env):
+        return ["otlp"]
+    return ["console"] if env.get("TOWER_TRACING", "").lower() in TRUE + ("console",) else []
+
+
+def make_exporter(name: str, env: Mapping[str, str]) -> SpanExporter:
+    if name == "console":
+        # stderr: a command's stdout carries its output (`--json` data) and nothing else.
+        return ConsoleSpanExporter(out=sys.stderr)
+    if name != "otlp":
+        raise TracingConfigError(
+            f"OTEL_TRACES_EXPORTER={name!r} is not supported (use console, otlp or none)")
+    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get(
+        "OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+    if protocol == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+                OTLPSpanExporter as GrpcExporter,
+            )
+        except ImportError:
+            raise TracingConfigError(
+                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs the opentelemetry-exporter-otlp-proto-grpc "
+                "package; or use http/protobuf (the collector's port 4318)") from None
+        return GrpcExporter(endpoint=_otlp_endpoint(env))
+    if protocol != "http/protobuf":
+        raise TracingConfigError(f"OTLP protocol {protocol!r} is not supported "
+                                 "(use http/protobuf or grpc)")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(endpoint=_traces_url(env))
+
+
+def configure_tracing(
+    env: Mapping[str, str] | None = None, exporters: list[SpanExporter] | None = None,
+) -> ReplaySafeTracerProvider | None:
+    """Install the process-wide tracer provider once; None when tracing is off.
+
+    ``exporters`` replaces what the environment asks for (tests pass an in-memory one).
+    """
+    current = trace.get_tracer_provider()
+    if isinstance(current, ReplaySafeTracerProvider):
+        return current  # OpenTelemetry allows one global provider per process
+    env = os.environ if env is None else env
+    if exporters is None:
+        exporters = [make_exporter(n, env) for n in exporter_names(env)]
+    if not exporters:
+        return None
+    attributes = {} if env.get("OTEL_SERVICE_NAME") else {"service.name": "tower"}
+    provider = create_tracer_provider(resource=Resource.create(attributes))
+    for exporter in exporters:
+        provider.add_span_processor(SkipNoise(BatchSpanProcessor(exporter)))
+    trace.set_tracer_provider(provider)
+    return provider
+
+
+def flush_traces() -> None:
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, ReplaySafeTracerProvider):
+        provider.force_flush()
+
+
+class SkipNoise(SpanProcessor):
+    """Passes every span to ``inner`` except the query polling ones."""
+
+    def __init__(self, inner: SpanProcessor) -> None:
+        self.inner = inner
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.inner.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if not span.name.startswith(NOISE):
+            self.inner.on_end(span)
+
+    def shutdown(self) -> None:
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def _otlp_endpoint(env: Mapping[str, str]) -> str | None:
+    return env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+
+
+def _traces_url(env: Mapping[str, str]) -> str | None:
+    # The per-signal variable is used as is; the general one gets the signal's path.
+    if env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    return f"{base.rstrip('/')}/v1/traces" if base else None
