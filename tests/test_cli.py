@@ -247,7 +247,8 @@ async def test_ctrl_c_while_following_a_run_exits_130_without_a_traceback(
         assert code == 0, err
     args = start if command == "run" else ["watch", run_id]
     proc = await asyncio.create_subprocess_exec(
-        TOWER, *args, env=cli_env(address), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        TOWER, *args, env=cli_env(address), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as at a terminal
     assert proc.stdout is not None
     async with asyncio.timeout(60):
         if command == "run":

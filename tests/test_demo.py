@@ -22,6 +22,12 @@ from tower.cli.demo import RUNS
 from tower.cli.devprocess import free_port, port_free
 
 
+def interruptible() -> None:
+    """In the child, before exec: Ctrl-C acts as at a terminal even when this test runs
+    with SIGINT ignored (started in the background by a script): ignoring is inherited."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def user_env(home: Path, address: str) -> dict[str, str]:
     """A user's shell: none of the suite's TOWER_* settings, no model or Temporal settings
     but the address, a home with nothing in it."""
@@ -109,7 +115,7 @@ async def test_ctrl_c_stops_the_demo_and_its_server(tmp_path: Path) -> None:
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
         TOWER, "demo", env=user_env(home, f"127.0.0.1:{port}"), cwd=here,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=interruptible)
     assert proc.stdout is not None and proc.stderr is not None
     seen = ""
     server = None

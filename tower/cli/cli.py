@@ -156,6 +156,8 @@ def _run(coro: Any) -> tuple[Any, int]:
     handled = []
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(signum) == signal.SIG_IGN:
+                continue  # started with it ignored (`nohup`, a script's `&`): it stays so
             try:
                 loop.add_signal_handler(signum, stop, signum)
                 handled.append(signum)
