@@ -136,3 +136,44 @@ async def test_ctrl_c_stops_the_demo_and_its_server(tmp_path: Path) -> None:
     # What it started is gone: the server's process (reaped by the demo) and its port.
     assert not Path(f"/proc/{server}").exists()
     assert port_free(port)
+
+
+async def test_the_demo_names_a_server_it_did_not_start_and_stays_quiet_when_it_goes(
+    tmp_path: Path,
+) -> None:
+    home, here = folders(tmp_path)
+    port = free_port()
+    env = user_env(home, f"127.0.0.1:{port}")
+    dev = await asyncio.create_subprocess_exec(
+        TOWER, "dev", "--port", str(port), "--headless", "--db", str(tmp_path / "dev.sqlite"),
+        env=env, cwd=here, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = None
+    try:
+        assert dev.stdout is not None
+        async with asyncio.timeout(120):
+            while b"Workers and commands connect" not in await dev.stdout.readline():
+                pass
+        proc = await asyncio.create_subprocess_exec(
+            TOWER, "demo", env=env, cwd=here, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None
+        seen = ""
+        async with asyncio.timeout(240):
+            while "\n== support" not in seen:
+                line = (await proc.stdout.readline()).decode()
+                assert line, seen
+                seen += line
+            assert f"using the Temporal server already running at 127.0.0.1:{port}" in seen
+            dev.terminate()  # the server goes away mid-demo
+            await dev.wait()
+            rest, err = await proc.communicate()
+    finally:
+        for child in (dev, proc):
+            if child is not None and child.returncode is None:
+                child.kill()
+    text, complaint = seen + rest.decode(), err.decode()
+    # One line says what happened; the core's retry warnings are in the demo's log only.
+    assert proc.returncode == 2, text[-2000:] + complaint
+    assert complaint.startswith("error: the Temporal server stopped answering")
+    assert complaint.count("\n") == 1, complaint
+    assert "sdk_core" not in text and "Traceback" not in text
+    assert "sdk_core" in (here / data_folder(seen) / "demo.log").read_text()

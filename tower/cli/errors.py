@@ -35,8 +35,10 @@ def user_error(exc: BaseException) -> str | None:
     if codec is not None:
         return codec
     if "temporalio.service" in sys.modules:
-        from temporalio.service import RPCError
+        from temporalio.service import RPCError, RPCStatusCode
 
+        if isinstance(exc, RPCError) and exc.status == RPCStatusCode.UNAVAILABLE:
+            return f"the Temporal server stopped answering ({exc})"
         if isinstance(exc, RPCError):
             return f"the Temporal server refused the request: {exc}"
     return None
