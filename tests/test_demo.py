@@ -19,7 +19,8 @@ import pytest
 from towercli import TOWER, example_project
 
 from tower.cli.demo import RUNS
-from tower.cli.devprocess import free_port, port_free
+from tower.cli.devprocess import free_port, port_free, wait_for_server
+from tower.cli.devserver import temporal_binary
 
 
 def interruptible() -> None:
@@ -177,3 +178,26 @@ async def test_the_demo_names_a_server_it_did_not_start_and_stays_quiet_when_it_
     assert complaint.count("\n") == 1, complaint
     assert "sdk_core" not in text and "Traceback" not in text
     assert "sdk_core" in (here / data_folder(seen) / "demo.log").read_text()
+
+
+async def test_the_demo_says_when_a_server_it_did_not_start_is_not_set_up(
+    tmp_path: Path,
+) -> None:
+    home, here = folders(tmp_path)
+    port = free_port()
+    bare = subprocess.Popen(  # a plain Temporal dev server: none of Tower's search attributes
+        [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port),
+         "--headless", "--db-filename", str(tmp_path / "bare.sqlite"), "--log-level", "error"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        await wait_for_server(bare, f"127.0.0.1:{port}")
+        code, text, err = await demo(here, user_env(home, f"127.0.0.1:{port}"))
+    finally:
+        bare.terminate()
+        bare.wait(timeout=30)
+    assert code == 2, text[-2000:] + err
+    assert f"using the Temporal server already running at 127.0.0.1:{port}" in text
+    assert err.startswith(f"error: the Temporal server at 127.0.0.1:{port} is not set up for "
+                          "Tower: namespace default lacks the search attributes Agent")
+    assert "`tower setup` registers them" in err and err.count("\n") == 1
+    assert "\n== " not in text  # nothing started

@@ -11,6 +11,7 @@ from typing import Any
 import click
 from pydantic import BaseModel
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from tower.activities.model import ModelSettings
 from tower.cli import project
@@ -26,6 +27,7 @@ from tower.cli.devprocess import server_if_needed
 from tower.cli.devserver import DATA_DIR
 from tower.cli.live import follow
 from tower.cli.output import json_option, tenant_option
+from tower.cli.server_setup import missing_attributes
 from tower.cli.ui import run_link, ui_base
 
 # (agent, input, what it shows): the inputs are the example agents' own Input models.
@@ -97,6 +99,8 @@ async def run(keep_server: bool, as_json: bool = False) -> int:
         print(f"demo data: {mine.folder} (tools' database, messages, SDK log; new for each "
               f"demo, `rm -rf {DEMOS}` removes them)")
         async with server_if_needed(keep=keep_server) as server:
+            if not server.started_here:
+                await _check_set_up(server.client)
             # What `tower dev` prepares: the tenant's roster and policy, or no run may start.
             for line in prepare_dev_setup([] if server.client.namespace == "default"
                                           else [server.client.namespace]):
@@ -138,6 +142,19 @@ async def run(keep_server: bool, as_json: bool = False) -> int:
                 print("\nThe dev server this demo started is stopped now; its runs are kept "
                       "in .tower/temporal.sqlite. `tower dev` serves them again on the Web UI.")
     return 0
+
+
+async def _check_set_up(client: Client) -> None:
+    """A server the demo did not start may lack Tower's search attributes: no run could
+    start there. (Where listing them is not allowed, the first start says what is wrong.)"""
+    try:
+        missing = await missing_attributes(client)
+    except RPCError:
+        return
+    if missing:
+        raise CliError(f"the Temporal server at {connect_config()['target_host']} is not set "
+                       f"up for Tower: namespace {client.namespace} lacks the search attributes "
+                       f"{', '.join(missing)}; `tower setup` registers them")
 
 
 async def _one(client: Client, agent: str, given: dict[str, Any], what: str,
