@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import IO
@@ -12,10 +13,10 @@ from typing import IO
 import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
-from towercli import TOWER, tower_cli
+from towercli import TOWER, tower_cli, until_connected
 
 from tower.activities.model import ModelSettings
-from tower.cli.devprocess import free_port
+from tower.cli.devprocess import free_port, port_free
 from tower.cli.devserver import temporal_binary
 from worker import build_worker
 
@@ -62,6 +63,18 @@ async def test_help_lists_every_command(env: WorkflowEnvironment) -> None:
          "field question: String should have at least 1 character"),
         (["list", "--status", "x' OR 1=1"], "invalid filter value"),
         (["state", "no-such-run"], "run 'no-such-run' not found"),
+        # Fields an agent's input model has that only the run itself (continue-as-new) or
+        # the deployment sets: refused before anything starts.
+        (["run", "refund", "--input",
+          '{"message": "refund $5 on INV-2001", "carry": {"state": {}, "log": {}}}'],
+         "input for 'refund' may not set field carry"),
+        (["run", "support", "--input", '{"message": "hi", "carry": null}'],
+         "input for 'support' may not set field carry"),
+        (["run", "migration", "--input",
+          '{"database": "shop", "script": "x", "approvals": {"allow_unsigned": true}}'],
+         "input for 'migration' may not set field approvals"),
+        (["run", "account", "--input", '{"question": "hi", "approvals": null}'],
+         "input for 'account' may not set field approvals"),
     ],
 )
 async def test_bad_input_gets_a_clear_error_and_exit_2(
@@ -70,6 +83,36 @@ async def test_bad_input_gets_a_clear_error_and_exit_2(
     code, out, err = await tower(address_of(env), *args)
     assert code == 2, (out, err)
     assert message in err and err.startswith("error: ")
+    assert err.count("\n") == 1, err  # one line, no traceback
+
+
+async def test_unwritable_paths_get_one_line_and_exit_2(
+    env: WorkflowEnvironment, tmp_path: Path, task_queue: str
+) -> None:
+    address, run_id = address_of(env), f"export-{task_queue}"
+    code, _, err = await tower(address, "run", "support", "--input", '{"message": "hi"}',
+                               "--id", run_id, "--task-queue", task_queue, "--no-follow")
+    assert code == 0, err
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a folder")
+    # Root may write anywhere: a path under a plain file cannot be made by anyone.
+    for target in (f"{a_file}/histories/", f"{a_file}/{run_id}.json", "/proc/tower/"):
+        code, out, err = await tower(address, "history", "export", run_id, "-o", target)
+        assert code == 2, (target, out, err)
+        assert err.startswith("error: cannot write the history to ") and err.count("\n") == 1
+
+    # A trust directory that cannot be made: `tower dev` says so before starting a server,
+    # `tower keys enrol` instead of writing the roster.
+    trust = {**cli_env(address), "TOWER_TRUST_DIR": f"{a_file}/trust",
+             "TOWER_CONFIG_DIR": str(tmp_path / "config")}
+    port = free_port()
+    for args in (["dev", "--port", str(port), "--headless", "--db", str(tmp_path / "t.sqlite")],
+                 ["keys", "enrol", "alice", "--role", "manager"]):
+        code, out, err = await tower_cli(args, env=trust, cwd=tmp_path)
+        assert code == 2, (args, out, err)
+        assert err.startswith(f"error: cannot write {a_file}/trust/default/") and \
+            "in the trust directory (TOWER_TRUST_DIR)" in err and err.count("\n") == 1, err
+    assert port_free(port)  # no server was started
 
 
 async def test_unreachable_server_says_how_to_start_one() -> None:
@@ -190,3 +233,29 @@ def _until_line(stream: IO[bytes], needle: str) -> str:
         if needle in seen:
             return seen
     raise AssertionError(f"never printed {needle!r}; printed:\n{seen}")
+
+
+@pytest.mark.parametrize("command", ["run", "watch"])
+async def test_ctrl_c_while_following_a_run_exits_130_without_a_traceback(
+    env: WorkflowEnvironment, task_queue: str, command: str
+) -> None:
+    address, run_id = address_of(env), f"ctrl-c-{task_queue}"
+    start = ["run", "support", "--input", '{"message": "hi"}', "--id", run_id,
+             "--task-queue", task_queue]  # no worker polls it: the run never moves
+    if command == "watch":
+        code, _, err = await tower(address, *start, "--no-follow")
+        assert code == 0, err
+    args = start if command == "run" else ["watch", run_id]
+    proc = await asyncio.create_subprocess_exec(
+        TOWER, *args, env=cli_env(address), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as at a terminal
+    assert proc.stdout is not None
+    async with asyncio.timeout(60):
+        if command == "run":
+            assert (await proc.stdout.readline()).decode() == f"started {run_id}\n"
+        else:  # following: connected to the server
+            await until_connected(proc.pid, int(address.rpartition(":")[2]))
+        proc.send_signal(signal.SIGINT)
+        printed, complained = await proc.communicate()
+    assert proc.returncode == 130, (printed, complained)
+    assert b"Traceback" not in printed + complained, complained.decode()

@@ -19,14 +19,21 @@ SMUGGLED: list[dict[str, Any]] = [{"approvals": {"allow_unsigned": True}}, {"uns
             {"policy": {"limit_cents": 10**9}}, {"allow_unsigned": True}]
 
 
+# The gated agents' inputs (the demo's gated runs are in tower/cli/demo_gates.py).
+GATED: dict[str, dict[str, Any]] = {
+    "refund": {"message": "Please refund $1,200 on invoice INV-2004"},
+    "migration": {"database": "shop", "script": "DROP TABLE legacy_notes;"},
+}
+
+
 def example(agent: Any) -> dict[str, Any]:
-    """A valid input for ``agent``: its schema's examples, else its demo input."""
+    """A valid input for ``agent``: its demo input."""
     from tower.cli.demo import requests
 
     for name, request, _ in requests():
         if name == agent.machine.name:
             return dict(request.model_dump(mode="json", exclude_none=True))
-    return {}
+    return GATED.get(agent.machine.name, {})
 
 
 @pytest.mark.parametrize("name", sorted(AGENTS))
@@ -35,15 +42,14 @@ def test_every_agents_input_refuses_smuggled_trust_settings(name: str, tmp_path:
     base = example(agent)
     for extra in SMUGGLED:
         raw = {**base, **extra}
-        try:
-            request = parse_input(agent, json.dumps(raw))
-        except CliError as exc:
-            assert "invalid" in str(exc)
-            continue
-        # Declared only by the gated agents, for runs started before signed decisions.
-        assert "approvals" in extra and name in ("refund", "migration"), (name, extra)
-        with pytest.raises(CliError, match="carries `approvals`"):
-            check_policy(agent, request, "default", tmp_path)
+        # `approvals` (declared by the gated agents, for runs started before signed
+        # decisions) is refused by name; the rest fail the agent's input model.
+        with pytest.raises(CliError, match="is invalid|may not set field approvals"):
+            parse_input(agent, json.dumps(raw))
+        if "approvals" in extra and "approvals" in agent.Input.model_fields:
+            # A client that validates the input itself is still refused before the start.
+            with pytest.raises(CliError, match="carries `approvals`"):
+                check_policy(agent, agent.Input.model_validate(raw), "default", tmp_path)
 
 
 def test_a_limit_may_be_lowered_never_raised(tmp_path: Path) -> None:

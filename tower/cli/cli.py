@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from typing import Any
@@ -130,12 +132,47 @@ def _invoke(argv: Sequence[str] | None) -> Any:
 
 def _finish(result: Any) -> int:
     if asyncio.iscoroutine(result):
-        # Not asyncio.run: closing the loop while the SDK's Rust runtime still holds
-        # callbacks on it can abort the process. entry() exits right after instead.
-        result = asyncio.new_event_loop().run_until_complete(_guarded(result))
+        result, stopped_by = _run(result)
+        if stopped_by and isinstance(result, _Failed):
+            # Interrupted: what it started is stopped; a teardown error is no news to the user.
+            return 128 + stopped_by
     if isinstance(result, _Failed):
         return _exit_code(result.exc)
     return int(result or 0)
+
+
+def _run(coro: Any) -> tuple[Any, int]:
+    """Run a command's coroutine; Ctrl-C (SIGINT) or SIGTERM cancels it, so its ``finally``
+    blocks and context managers stop what it started (a worker, a dev server, the inbox)
+    before it exits 128 + the signal, without a traceback. The result, and the signal."""
+    # Not asyncio.run: closing the loop while the SDK's Rust runtime still holds
+    # callbacks on it can abort the process. entry() exits right after instead.
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(_guarded(coro))
+    stopped_by: list[int] = []
+
+    def stop(signum: int) -> None:
+        stopped_by.append(signum)
+        task.cancel()
+
+    handled = []
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(signum) == signal.SIG_IGN:
+                continue  # started with it ignored (`nohup`, a script's `&`): it stays so
+            try:
+                loop.add_signal_handler(signum, stop, signum)
+                handled.append(signum)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass  # not on this platform or in this thread: the default handling stays
+    try:
+        result = loop.run_until_complete(task)
+    except asyncio.CancelledError as exc:
+        result = _Failed(exc)
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+    return result, (stopped_by[0] if stopped_by else 0)
 
 
 class _Failed:
@@ -176,6 +213,8 @@ def entry() -> None:
     can abort the process if the interpreter tears it down while a client is alive."""
     try:
         code = main()
+    except KeyboardInterrupt:  # Ctrl-C before or after the command's own loop
+        code = 130
     except BaseException:  # an unexpected error still exits without interpreter teardown
         traceback.print_exc()
         code = 1

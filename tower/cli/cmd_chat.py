@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 import click
@@ -68,7 +68,7 @@ async def chat(thread: str | None, given: list[str], close: bool, timeout: float
             print(f"warning: no worker is polling task queue {task_queue!r}; replies "
                   "wait until one starts (`python worker.py`)", file=sys.stderr, flush=True)
     interactive = not given and not close
-    for text in messages(given, interactive):
+    async for text in messages(given, interactive):
         if text == CLOSE:
             close = True
             break
@@ -128,16 +128,18 @@ async def open_thread(client: Client, thread: str) -> WorkflowHandle[Any, Any]:
     return handle
 
 
-def messages(given: Iterable[str], interactive: bool) -> Iterator[str]:
+async def messages(given: Iterable[str], interactive: bool) -> AsyncIterator[str]:
     """-m's messages, or standard input's lines (blank ones skipped) until end of input."""
     if not interactive:
-        yield from given
+        for text in given:
+            yield text
         return
     prompt = sys.stdin.isatty()
     while True:
         if prompt:
             print("you> ", end="", flush=True)
-        line = sys.stdin.readline()
+        # In a thread: the loop stays free, so Ctrl-C at the prompt ends the command.
+        line = await asyncio.to_thread(sys.stdin.readline)
         if not line:
             return
         if line.strip():

@@ -75,8 +75,9 @@ async def _serve(cmd: list[str], port: int, ui_port: int, db: str, headless: boo
     # With --json, stdout carries only the one JSON line: the server's banner (which it prints
     # once started, before or after that line) goes to stderr.
     proc = subprocess.Popen(cmd, stdout=sys.stderr if as_json else None)
-    # `kill` (or a test's terminate) stops the server too, not only this process.
-    signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+    # `kill` (or a test's terminate) and Ctrl-C stop the server too, not only this process.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: proc.terminate())
     try:
         report = await prepare(await wait_for_server(proc, address), tenants)
         # `tower run` and the demo link to this UI, whatever port it is on.

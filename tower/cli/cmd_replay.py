@@ -78,11 +78,15 @@ async def _export(run: str, run_id: str | None, target: str | None, as_json: boo
     # Encoded: a run id is chosen by whoever started the run ("../x", "/tmp/x").
     name = history_file_name(run, run_id)
     out = Path(target or name)
-    if target and target.endswith(("/", os.sep)):  # `-o histories/`: a folder, made if new
-        out.mkdir(parents=True, exist_ok=True)
-    if out.is_dir():
-        out = out / name
-    out.write_text(history.to_json())
+    try:
+        if target and target.endswith(("/", os.sep)):  # `-o histories/`: a folder, made if new
+            out.mkdir(parents=True, exist_ok=True)
+        if out.is_dir():
+            out = out / name
+        out.write_text(history.to_json())
+    except OSError as exc:
+        raise CliError(f"cannot write the history to {exc.filename or out}: "
+                       f"{exc.strerror or exc}") from None
     if as_json:
         print_json({"run": run, "run_id": run_id, "events": len(history.events),
                     "path": str(out)})

@@ -48,20 +48,39 @@ async def start_run(client: Client, agent: str | type[MachineRun], request: Any,
     return await start(client, cls, request, id=id, task_queue=task_queue, **options)
 
 
+# Input fields an agent's Input model has but a requester never sets: the run's own
+# continue-as-new fills ``carry``; ``approvals`` is an old runs' field that new runs refuse.
+NOT_FROM_REQUESTERS = {
+    "carry": "only the run's own continue-as-new sets it",
+    "approvals": "keys and unsigned mode belong to the deployment's roster and policy "
+                 "(docs/approvals.md)",
+}
+
+
+def input_fields(agent: type[MachineRun]) -> list[str]:
+    """The fields a requester may give in ``--input``."""
+    return [f for f in agent.Input.model_fields if f not in NOT_FROM_REQUESTERS]
+
+
 def parse_input(agent: type[MachineRun], raw: str) -> BaseModel:
+    """``--input`` validated by the agent's Input model; every problem in one line."""
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise CliError(f"--input is not valid JSON: {exc}") from None
+    expected = f"expected fields: {', '.join(input_fields(agent)) or '(none)'}"
+    if isinstance(data, dict):
+        for name, why in NOT_FROM_REQUESTERS.items():
+            if name in data:
+                raise CliError(f"input for {agent.machine.name!r} may not set field {name}: "
+                               f"{why} ({expected})")
     try:
         return agent.Input.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(
             f"field {'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}" for e in exc.errors())
-        example = agent.Input.model_json_schema().get("properties", {})
         raise CliError(
-            f"input for {agent.machine.name!r} is invalid: {problems}\n"
-            f"expected fields: {', '.join(example) or '(none)'}") from None
+            f"input for {agent.machine.name!r} is invalid: {problems} ({expected})") from None
 
 
 def describe(t: Transition) -> str:

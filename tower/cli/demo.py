@@ -11,23 +11,24 @@ from typing import Any
 import click
 from pydantic import BaseModel
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from tower.activities.model import ModelSettings
 from tower.cli import project
 from tower.cli.agents import agents
+from tower.cli.cmd_dev import prepare_dev_setup
 from tower.cli.cmd_run import print_outcome
 from tower.cli.common import CliError, start_run
+from tower.cli.demo_data import DEMOS, DemoData, sdk_logs_to
 from tower.cli.demo_gates import gated_runs
 from tower.cli.demo_inbox import park_for_inbox, serve_inbox
 from tower.cli.devprocess import server_if_needed
+from tower.cli.devserver import DATA_DIR
 from tower.cli.live import follow
 from tower.cli.output import json_option, tenant_option
+from tower.cli.server_setup import missing_attributes
 from tower.cli.ui import run_link, ui_base
 from tower.client import connect_config
-
-DEMO_QUEUE = "tower-demo"
-# The tools' database outlives a demo: a fresh address keeps onboarding repeatable.
-_TAG = uuid.uuid4().hex[:6]
 
 # (agent, input, what it shows): the inputs are the example agents' own Input models.
 RUNS: list[tuple[str, dict[str, Any], str]] = [
@@ -41,7 +42,7 @@ RUNS: list[tuple[str, dict[str, Any], str]] = [
      "classify, then route in code to technical support"),
     ("onboarding", dict(message=(
         "I'm Grace Hopper from Compiler Works, email grace@navy.invalid or "
-        f"grace.{_TAG}@cobol.dev")),
+        "grace@cobol.dev")),
      "per-state tools; a rejected e-mail sends the run back to collect_info, then provisions"),
     ("research", dict(topic="durable execution for LLM agents"),
      "hybrid exits: the model signals 'done', code holds it until 2 sources / 100 words"),
@@ -93,7 +94,17 @@ async def run(keep_server: bool, as_json: bool = False) -> int:
     # Under --json the story goes to stderr and stdout carries one JSON line per run.
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         print(f"model: {settings.describe()}")
+        mine = DemoData.new().make()
+        sdk_logs_to(mine.log)  # before the first client: the runtime's logging is fixed then
+        print(f"demo data: {mine.folder} (tools' database, messages, SDK log; new for each "
+              f"demo, `rm -rf {DEMOS}` removes them)")
         async with server_if_needed(keep=keep_server) as server:
+            if not server.started_here:
+                await _check_set_up(server.client)
+            # What `tower dev` prepares: the tenant's roster and policy, or no run may start.
+            for line in prepare_dev_setup([] if server.client.namespace == "default"
+                                          else [server.client.namespace]):
+                print(line)
             config = connect_config()
             namespace = server.client.namespace
             base = server.ui_url if server.started_here else None
@@ -107,32 +118,51 @@ async def run(keep_server: bool, as_json: bool = False) -> int:
                     print(json.dumps({"agent": agent, "run": run_id, "web_ui": link}),
                           file=data, flush=True)
 
-            async with build_worker(server.client, task_queue=DEMO_QUEUE, models=settings):
+            queue = mine.task_queue
+            async with build_worker(server.client, task_queue=queue, db_path=mine.tools_db,
+                                    models=settings):
                 for agent, request, what in RUNS:
-                    done(agent, await _one(server.client, agent, request, what))
+                    done(agent, await _one(server.client, agent, request, what, queue))
                 # Runs that pause at an approval gate and get a human decision.
-                for agent, run_id in await gated_runs(server.client, DEMO_QUEUE):
+                for agent, run_id in await gated_runs(server.client, queue, mine.tools_db):
                     done(agent, run_id)
                 # With --keep-server, a refund and a migration stay for the inbox.
-                waiting = (await park_for_inbox(server.client, DEMO_QUEUE) if keep_server
-                           else [])
+                waiting = (await park_for_inbox(server.client, queue) if keep_server else [])
             if links:
                 print("\nWeb UI (each run, with its history and current details):")
                 for link in links:
                     print(f"  {link}")
             if waiting:
-                serve_inbox(waiting, DEMO_QUEUE, base or ui_base(config["target_host"]))
-            if server.started_here and not keep_server:
+                await serve_inbox(waiting, mine, base or ui_base(config["target_host"]))
+            if server.started_here and keep_server:
+                print(f"\nThe dev server this demo started keeps running (pid {server.pid}): "
+                      f"`kill {server.pid}` stops it; its runs are kept in "
+                      f"{DATA_DIR / 'temporal.sqlite'}.")
+            elif server.started_here:
                 print("\nThe dev server this demo started is stopped now; its runs are kept "
                       "in .tower/temporal.sqlite. `tower dev` serves them again on the Web UI.")
     return 0
 
 
-async def _one(client: Client, agent: str, given: dict[str, Any], what: str) -> str:
+async def _check_set_up(client: Client) -> None:
+    """A server the demo did not start may lack Tower's search attributes: no run could
+    start there. (Where listing them is not allowed, the first start says what is wrong.)"""
+    try:
+        missing = await missing_attributes(client)
+    except RPCError:
+        return
+    if missing:
+        raise CliError(f"the Temporal server at {connect_config()['target_host']} is not set "
+                       f"up for Tower: namespace {client.namespace} lacks the search attributes "
+                       f"{', '.join(missing)}; `tower setup` registers them")
+
+
+async def _one(client: Client, agent: str, given: dict[str, Any], what: str,
+               task_queue: str) -> str:
     request = agents()[agent].Input.model_validate(given)
     run_id = f"demo-{agent}-{uuid.uuid4().hex[:6]}"
     print(f"\n== {agent}: {what}\n   input: {request.model_dump_json()}\n   run: {run_id}")
-    handle = await start_run(client, agent, request, id=run_id, task_queue=DEMO_QUEUE)
+    handle = await start_run(client, agent, request, id=run_id, task_queue=task_queue)
     status = await follow(handle)
     print_outcome(status, await handle.query("state", result_type=dict))
     return run_id

@@ -3,7 +3,6 @@ migration paused and rejected. Decisions go through the same code as `tower appr
 
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,8 @@ from tower.cli.trust_files import dev_trust
 from tower.contract.decisions import Verdict
 
 
-def demo_shop() -> Path:
-    """The demo's application database, beside the tools' database (created once)."""
-    tools = Path(os.environ.get("TOWER_DB") or project.module("worker").DEFAULT_DB)
+def demo_shop(tools: Path) -> Path:
+    """The demo's application database, beside its tools' database (created once)."""
     project.module("activities.tools.migrations").create_example_databases(tools)
     return tools.parent / "databases" / "shop.sqlite"
 
@@ -40,9 +38,9 @@ def prepare_trust(tenant: str) -> None:
           f"roster ({trust_dir() / tenant / 'roster.json'}) lists {kids}")
 
 
-async def gated_runs(client: Client, task_queue: str) -> list[tuple[str, str]]:
+async def gated_runs(client: Client, task_queue: str, tools: Path) -> list[tuple[str, str]]:
     prepare_trust(client.namespace)
-    demo_shop()
+    demo_shop(tools)
     refund = await _gated(
         client, task_queue, "refund", dict(
             message="Please refund $1,200 on invoice INV-2004"),

@@ -15,11 +15,12 @@ import uuid
 from temporalio.client import Client
 
 from tower.activities.trust import trust_dir
+from tower.cli import project
 from tower.cli.agents import agents
 from tower.cli.cmd_inbox import DEV_ACCOUNTS
-from tower.cli.common import start_run
-from tower.cli.devprocess import free_port, port_free
-from tower.cli.devserver import DATA_DIR
+from tower.cli.common import CliError, start_run
+from tower.cli.demo_data import DemoData
+from tower.cli.devprocess import free_port, port_free, stop
 from tower.cli.trust_files import enrol
 from tower.inbox.identity import dev_accounts
 from tower.inbox.visibility import waiting_run
@@ -48,31 +49,42 @@ async def park_for_inbox(client: Client, task_queue: str) -> list[str]:
     return ids
 
 
-def start_in_background(task_queue: str, web_ui: str | None) -> tuple[str, list[int]]:
-    """A worker and `tower inbox`, detached; the inbox's address and both process ids."""
-    DATA_DIR.mkdir(exist_ok=True)
+async def start_in_background(mine: DemoData, web_ui: str | None) -> tuple[str, list[int]]:
+    """A worker (on this demo's task queue and data) and `tower inbox`, detached; the
+    inbox's address and both process ids. Stopped again if the inbox does not come up or
+    the demo is interrupted first."""
     _, created = dev_accounts(DEV_ACCOUNTS)
     port = 8400 if port_free(8400) else free_port()
-    log = (DATA_DIR / "inbox.log").open("ab")
-    worker = subprocess.Popen([sys.executable, "-m", "worker", "--task-queue", task_queue],
-                              stdout=log, stderr=log, start_new_session=True)
+    folder = project.root()  # the example's worker also serves a demo run in an empty folder
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOWER_DB": str(mine.tools_db.resolve()),
+           "PYTHONPATH": os.pathsep.join([str(folder), *filter(None, [
+               os.environ.get("PYTHONPATH")])])}
     ui = ["--web-ui", web_ui] if web_ui else []
-    inbox = subprocess.Popen([sys.executable, "-m", "tower.cli.cli", "inbox", "--port", str(port),
-                              "--issuer", ISSUER, *ui], stdout=log, stderr=log,
-                             start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    with mine.inbox_log.open("ab") as log:
+        worker = subprocess.Popen([sys.executable, "-m", "worker", "--task-queue",
+                                   mine.task_queue], stdout=log, stderr=log, env=env,
+                                  start_new_session=True)
+        inbox = subprocess.Popen([sys.executable, "-m", "tower.cli.cli", "--project", str(folder),
+                                  "inbox", "--port", str(port), "--issuer", ISSUER, *ui],
+                                 stdout=log, stderr=log, start_new_session=True, env=env)
     url = f"http://127.0.0.1:{port}"
-    _wait_healthy(url, inbox)
+    try:
+        await _wait_healthy(url, inbox, mine)
+    except BaseException:
+        for proc in (inbox, worker):
+            stop(proc)
+        raise
     return url, [worker.pid, inbox.pid]
 
 
-def serve_inbox(waiting: list[str], task_queue: str, web_ui: str | None) -> None:
+async def serve_inbox(waiting: list[str], mine: DemoData, web_ui: str | None) -> None:
     """Start the inbox and a worker in the background; print where and as whom to sign in."""
-    url, pids = start_in_background(task_queue, web_ui)
+    url, pids = await start_in_background(mine, web_ui)
     print(f"\nApprovers' inbox: {url}  ({len(waiting)} runs wait there: {', '.join(waiting)})")
     for name, password, role in logins():
         print(f"  sign in as {name} / {password}  ({role})")
     print(f"  (the inbox and a worker keep running in the background: `kill "
-          f"{' '.join(map(str, pids))}` stops them; their log is {DATA_DIR / 'inbox.log'})")
+          f"{' '.join(map(str, pids))}` stops them; their log is {mine.inbox_log})")
 
 
 def logins() -> list[tuple[str, str, str]]:
@@ -81,15 +93,21 @@ def logins() -> list[tuple[str, str, str]]:
     return [(name, passwords[name], role) for name, role in DEMO_LOGINS]
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], seconds: float = 60) -> None:
+async def _wait_healthy(url: str, proc: subprocess.Popen[bytes], mine: DemoData,
+                        seconds: float = 60) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"tower inbox exited with code {proc.returncode}; see "
-                               f"{DATA_DIR / 'inbox.log'}")
+            raise CliError(f"tower inbox exited with code {proc.returncode}; see "
+                           f"{mine.inbox_log}")
         try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=2):
-                return
+            await asyncio.to_thread(_get, f"{url}/healthz")
+            return
         except OSError:
-            time.sleep(0.3)
-    raise RuntimeError(f"tower inbox did not answer at {url}; see {DATA_DIR / 'inbox.log'}")
+            await asyncio.sleep(0.3)
+    raise CliError(f"tower inbox did not answer at {url}; see {mine.inbox_log}")
+
+
+def _get(url: str) -> None:
+    with urllib.request.urlopen(url, timeout=2):
+        pass

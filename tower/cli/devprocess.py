@@ -21,6 +21,7 @@ class Server:
     client: Client
     started_here: bool
     ui_port: int | None = None  # the UI of a server started here
+    pid: int | None = None  # the process of a server started here
 
     @property
     def ui_url(self) -> str | None:
@@ -40,36 +41,53 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def server_if_needed(*, keep: bool = False) -> AsyncIterator[Server]:
-    """Connect, or start `temporal server start-dev` in the background if nothing answers."""
+    """Connect, or start `temporal server start-dev` in the background if nothing answers;
+    says which. A server started here is stopped afterwards, and whenever the block is left
+    by an error or a cancellation (Ctrl-C): ``keep`` keeps it only after a clean finish."""
+    address = connect_config()["target_host"]
     try:
-        yield Server(await connect(), started_here=False)
-        return
+        client = await connect()
     except ServerUnreachable:
         pass
-    address = connect_config()["target_host"]
+    else:
+        print(f"using the Temporal server already running at {address} (not started by this "
+              "command: its runs stay there)", flush=True)
+        yield Server(client, started_here=False)
+        return
     host, _, port = address.rpartition(":")
     if host not in ("localhost", "127.0.0.1"):
         raise ServerUnreachable(f"no Temporal server answers at {address}, and it is not local")
     DATA_DIR.mkdir(exist_ok=True)
-    log = (DATA_DIR / "devserver.log").open("ab")
-    print(f"no server at {address}: starting the embedded dev server "
-          f"(state in {DATA_DIR / 'temporal.sqlite'}, log in {log.name})", flush=True)
     # Another program on the UI's usual port must not stop the demo: take a free one.
     ui_port = 8233 if port_free(8233) else free_port()
-    proc = subprocess.Popen(dev_server_command(port=int(port), ui_port=ui_port), stdout=log,
-                            stderr=log, start_new_session=True)
+    command = dev_server_command(port=int(port), ui_port=ui_port)
+    with (DATA_DIR / "devserver.log").open("ab") as log:
+        # Its own session: a terminal's Ctrl-C reaches this process, which stops it in order.
+        proc = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
+    print(f"no server at {address}: started the embedded dev server (pid {proc.pid}, state "
+          f"in {DATA_DIR / 'temporal.sqlite'}, log in {DATA_DIR / 'devserver.log'})", flush=True)
+    finished = False
     try:
         client = await wait_for_server(proc)
         await prepare(client)
-        yield Server(client, started_here=True, ui_port=ui_port)
+        yield Server(client, started_here=True, ui_port=ui_port, pid=proc.pid)
+        finished = True
     finally:
-        if not keep:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        log.close()
+        if not (keep and finished):
+            stop(proc)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a server this process started, and wait until it is gone."""
+    try:
+        proc.terminate()
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if proc.poll() is None:  # stuck, or a second Ctrl-C cut the wait short
+            proc.kill()
+            proc.wait()
 
 
 async def wait_for_server(proc: subprocess.Popen[bytes], address: str | None = None,

@@ -25,6 +25,9 @@ def user_error(exc: BaseException) -> str | None:
     """The line to print for ``exc``, or None when it is a bug (shown as a traceback)."""
     if isinstance(exc, CliError | ValueError):
         return str(exc)
+    if isinstance(exc, OSError) and exc.filename is not None:
+        # A path the user chose or can fix (an unwritable folder, a missing parent).
+        return f"{exc.filename}: {exc.strerror or exc}"
     for cls in type(exc).__mro__:
         if (cls.__module__, cls.__name__) in _PLAIN:
             return str(exc)
@@ -32,8 +35,10 @@ def user_error(exc: BaseException) -> str | None:
     if codec is not None:
         return codec
     if "temporalio.service" in sys.modules:
-        from temporalio.service import RPCError
+        from temporalio.service import RPCError, RPCStatusCode
 
+        if isinstance(exc, RPCError) and exc.status == RPCStatusCode.UNAVAILABLE:
+            return f"the Temporal server stopped answering ({exc})"
         if isinstance(exc, RPCError):
             return f"the Temporal server refused the request: {exc}"
     return None

@@ -80,6 +80,11 @@ async def register_search_attributes(client: Client, namespace: str | None = Non
     return sorted(missing)
 
 
+async def missing_attributes(client: Client) -> list[str]:
+    """Tower's search attributes the client's namespace lacks (`tower setup` adds them)."""
+    return sorted(set(wanted_attributes()) - set(await _listed(client, client.namespace)))
+
+
 async def _listed(client: Client, namespace: str) -> dict[str, int]:
     listed = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=namespace))

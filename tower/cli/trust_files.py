@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from tower.activities.trust import tenant_dir
+from tower.cli.errors import CliError
 from tower.cli.keys import create_key, key_path, load_key, member, with_member
 from tower.contract.trust import Policy, Roster
 from tower.core.signing import public_of
@@ -30,10 +31,14 @@ def write_policy(root: Path, policy: Policy) -> Path:
 
 
 def _write(path: Path, data: object) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)  # a worker reading mid-write sees the old file or the new, never half
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        tmp.replace(path)  # a worker reading mid-write sees the old file or the new, never half
+    except OSError as exc:
+        raise CliError(f"cannot write {path} in the trust directory (TOWER_TRUST_DIR): "
+                       f"{exc.filename}: {exc.strerror or exc}") from None
     return path
 
 
