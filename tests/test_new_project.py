@@ -4,6 +4,7 @@ refuses with one line and exit 2, writing nothing. The project's own tests, its 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -48,9 +49,12 @@ async def test_new_writes_a_project_named_after_its_agent(tmp_path: Path) -> Non
 
 async def test_new_takes_an_empty_folder(tmp_path: Path) -> None:
     (tmp_path / "payouts").mkdir()
-    code, _, err = await tower_cli(["new", "payouts"], env=clean_env(), cwd=tmp_path)
+    code, out, err = await tower_cli(["new", "payouts", "--json"], env=clean_env(),
+                                     cwd=tmp_path)
     assert code == 0, err
-    assert "workflows/payouts.py" in written(tmp_path / "payouts")
+    made = json.loads(out)
+    assert made["project"] == str(tmp_path / "payouts") and made["agent"] == "payouts"
+    assert set(made["files"]) == written(tmp_path / "payouts")
 
 
 @pytest.mark.parametrize(("name", "problem"), [

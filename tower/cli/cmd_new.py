@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from tower.cli.errors import CliError
+from tower.cli.output import json_option, print_json
 
 TEMPLATES = Path(__file__).with_name("new_project")
 # Template path -> the file it becomes; ``agent`` is the project's name.
@@ -52,7 +53,8 @@ def render(name: str) -> dict[str, str]:
     "activities/ (its idempotent payment tool), worker.py, tests/ (in-process, live and "
     "replay) and a pyproject.toml depending on tower. Then: cd NAME && pytest."))
 @click.argument("name", metavar="NAME")
-def command(name: str) -> int:
+@json_option("the project's folder, its agent and the files written, as JSON")
+def command(name: str, as_json: bool) -> int:
     check_name(name)
     folder = Path(name)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
@@ -66,6 +68,9 @@ def command(name: str) -> int:
             path.write_text(text)
     except OSError as exc:
         raise CliError(f"cannot write the project in {folder.resolve()}: {exc.strerror}") from None
+    if as_json:
+        print_json({"project": str(folder.resolve()), "agent": name, "files": list(files)})
+        return 0
     print(f"created {folder.resolve()}: agent {name!r} in workflows/{name}.py")
     for relative in files:
         print(f"  {relative}")
