@@ -8,8 +8,11 @@ FAILED) is reset like a failed execution."""
 from __future__ import annotations
 
 import asyncio
+import io
+import shutil
 import sqlite3
 import subprocess
+import tarfile
 import uuid
 from pathlib import Path
 
@@ -29,6 +32,8 @@ OLD = "e9636d6"  # "engine as a library": the last code with the dead-letter wai
 
 @pytest.fixture(scope="module")
 def old_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("git") is None:
+        pytest.skip(f"git is not installed: it reads commit {OLD}, the code before the change")
     found = subprocess.run(["git", "-C", str(REPO), "cat-file", "-e", f"{OLD}^{{commit}}"],
                            capture_output=True)
     if found.returncode != 0:
@@ -36,7 +41,8 @@ def old_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tree = tmp_path_factory.mktemp("tower-before")
     archive = subprocess.run(["git", "-C", str(REPO), "archive", OLD], capture_output=True,
                              check=True)
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(tree, filter="data")
     return tree
 
 

@@ -35,6 +35,8 @@ from workflows.order import OrderRequest
 from workflows.refund import RefundAgent
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+# Needs headless Chromium; run with `pytest -m browser` (.ci/run does).
+pytestmark = pytest.mark.browser
 
 TOOL_CALL = {
     "id": "cmpl-1", "object": "chat.completion", "created": 0, "model": "loopback-model",

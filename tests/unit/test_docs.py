@@ -74,10 +74,18 @@ def test_every_docs_page_is_linked_from_the_readme_or_another_page() -> None:
 
 
 def test_the_quick_start_is_what_ci_runs() -> None:
-    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()[-1]
-    assert ci.endswith("&& .venv/bin/pytest"), ci
-    assert f"\n    {ci}\n" in README.read_text(encoding="utf-8"), (
-        f"README's quick start no longer shows the command .ci/run runs: {ci}")
+    """.ci/run runs the README's test command, then reads both quick-start commands (the
+    demo, the tests) from the README to run them verbatim in a fresh clone."""
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    readme = README.read_text(encoding="utf-8")
+    demo = re.findall(r"^    (.*\.venv/bin/tower demo)$", readme, re.M)
+    tests = re.findall(r"^    (.*\.venv/bin/pytest)$", readme, re.M)
+    assert len(demo) == 1 and len(tests) == 1, (demo, tests)
+    assert f"\n{tests[0]}\n" in ci, f".ci/run no longer runs the README's test command: {tests}"
+    for pattern in (r"\.venv/bin/tower demo$", r"\.venv/bin/pytest$"):
+        assert pattern in ci, f".ci/run no longer reads the README's command {pattern!r}"
+    for tier in ("-m cluster", "-m browser"):
+        assert f".venv/bin/pytest {tier}\n" in ci, tier
 
 
 def test_the_link_checker_sees_a_broken_link(tmp_path: Path) -> None:

@@ -27,6 +27,8 @@ from tower.cli.errors import user_error
 
 # name: (module:attribute, the one line `tower --help` shows)
 COMMANDS: dict[str, tuple[str, str]] = {
+    "new": ("tower.cli.cmd_new:command",
+            "create a project: one gated agent, its tools, a worker and tests"),
     "dev": ("tower.cli.cmd_dev:command", "start the embedded Temporal dev server"),
     "setup": ("tower.cli.cmd_setup:command",
               "create namespaces and register search attributes (idempotent)"),

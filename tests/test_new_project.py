@@ -1,0 +1,87 @@
+"""`tower new NAME`: the project it writes (every placeholder filled, ruff-clean), and what it
+refuses with one line and exit 2, writing nothing. The project's own tests, its live run and
+`tower graph` in it are run by tests/test_guide.py, which follows the page that starts here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from towercli import tower_cli
+
+BIN = Path(sys.executable).parent
+FILES = {
+    "pyproject.toml", "README.md", ".gitignore", "worker.py", "workflows/__init__.py",
+    "workflows/shop_ops.py", "activities/__init__.py", "activities/payments.py",
+    "tests/test_shop_ops.py", "tests/test_payments.py", "tests/test_live.py",
+    "tests/test_replay.py",
+}
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("TOWER_", "TEMPORAL_"))}
+
+
+def written(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+
+
+async def test_new_writes_a_project_named_after_its_agent(tmp_path: Path) -> None:
+    code, out, err = await tower_cli(["new", "shop_ops"], env=clean_env(), cwd=tmp_path)
+    assert code == 0, err
+    project = tmp_path / "shop_ops"
+    assert written(project) == FILES
+    assert "cd shop_ops && pytest" in out
+    agent = (project / "workflows" / "shop_ops.py").read_text()
+    assert 'Graph("shop_ops", ShopOpsState' in agent and "class ShopOpsAgent(" in agent
+    assert "await self.admit(request)" in agent  # a gated agent loads its trust first
+    for name in FILES:
+        assert "{{" not in (project / name).read_text(), name
+    # The code it writes passes the linter under its own settings (its pyproject.toml).
+    lint = subprocess.run([str(BIN / "ruff"), "check", "--select", "E,F,I,B,UP,SIM", "."],
+                          cwd=project, capture_output=True, text=True, timeout=120)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+async def test_new_takes_an_empty_folder(tmp_path: Path) -> None:
+    (tmp_path / "payouts").mkdir()
+    code, out, err = await tower_cli(["new", "payouts", "--json"], env=clean_env(),
+                                     cwd=tmp_path)
+    assert code == 0, err
+    made = json.loads(out)
+    assert made["project"] == str(tmp_path / "payouts") and made["agent"] == "payouts"
+    assert set(made["files"]) == written(tmp_path / "payouts")
+
+
+@pytest.mark.parametrize(("name", "problem"), [
+    ("9lives", "bad project name '9lives': use a Python identifier"),
+    ("my-shop", "bad project name 'my-shop': use a Python identifier"),
+    ("class", "bad project name 'class': use a Python identifier"),
+    ("tower", "bad project name 'tower': it would clash"),
+    ("workflows", "bad project name 'workflows': it would clash"),
+    ("test_shop", "bad project name 'test_shop': it would clash"),
+])
+async def test_new_refuses_a_bad_name_in_one_line(tmp_path: Path, name: str,
+                                                  problem: str) -> None:
+    code, out, err = await tower_cli(["new", name], env=clean_env(), cwd=tmp_path)
+    assert code == 2 and out == ""
+    assert err.startswith(f"error: {problem}") and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+async def test_new_refuses_a_folder_that_is_not_empty(tmp_path: Path) -> None:
+    mine = tmp_path / "payouts"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    (tmp_path / "plain").write_text("a file")
+    for name in ("payouts", "plain"):
+        code, out, err = await tower_cli(["new", name], env=clean_env(), cwd=tmp_path)
+        assert code == 2 and out == ""
+        assert err == (f"error: {tmp_path / name} already exists and is not empty: nothing "
+                       "was written (pick another NAME, or remove it)\n")
+    assert written(mine) == {"notes.txt"} and (mine / "notes.txt").read_text() == "mine"
+    assert (tmp_path / "plain").read_text() == "a file"
