@@ -54,14 +54,27 @@ async def waiting_runs(client: Client, roles: Iterable[str], limit: int = 200) -
     return sorted(found, key=lambda w: w.view.requested_at, reverse=True)
 
 
+class UnreadableRequest(ValueError):
+    """A run's memo holds a pending request that cannot be read (forged, or from a version
+    this one cannot read); the message says why."""
+
+
 async def waiting_run(client: Client, run: str) -> tuple[WorkflowExecutionStatus | None,
                                                          PendingView | None]:
-    """One run's status and pending request (None when nothing waits), from describe()."""
+    """One run's status and pending request (None when nothing waits), from describe().
+    Raises UnreadableRequest when the run has a pending-request memo it cannot read."""
     described = await client.get_workflow_handle(run).describe()
     view = None
     if described.status == WorkflowExecutionStatus.RUNNING:
         agent = described.typed_search_attributes.get(search.AGENT_NAME) or "?"
-        view = _view(await pending_memo(described), agent)
+        try:
+            raw = (await described.memo()).get(search.PENDING_MEMO)
+        except Exception:  # whatever the codec or converter raises on bytes a starter chose
+            raise UnreadableRequest("its memo cannot be decoded") from None
+        view = _view(raw, agent)
+        if raw is not None and view is None:
+            problem = _problem(raw)
+            raise UnreadableRequest(f"its pending request is malformed ({problem})")
     return described.status, view
 
 
@@ -74,6 +87,15 @@ async def pending_memo(run: WorkflowExecution) -> object:
         return (await run.memo()).get(search.PENDING_MEMO)
     except Exception:  # whatever the codec or converter raises on bytes a starter chose
         return None
+
+
+def _problem(raw: object) -> str:
+    try:
+        PendingView.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc']) or 'memo'}: {first['msg']}"
+    return "unreadable"
 
 
 def _view(raw: object, agent: str) -> PendingView | None:
