@@ -8,8 +8,8 @@ import pytest
 
 from tower.contract.decisions import Verdict
 from tower.contract.pending import EditableField, EditLimit, PendingView
-from tower.inbox.app import safe_next
 from tower.inbox import money
+from tower.inbox.app import safe_next
 from tower.inbox.forms import FormError, read_form
 
 AT = datetime(2030, 1, 1, tzinfo=UTC)

@@ -55,7 +55,8 @@ def test_a_session_counts_only_while_the_store_keeps_it(tmp_path: Path) -> None:
     sid = store.open_session("acme", "alice", 3600)
     assert store.session_user("acme", sid) == "alice"
     assert store.session_user("other", sid) is None  # another tenant's inbox
-    assert store.session_user("acme", sid + "x") is None and store.session_user("acme", None) is None
+    assert store.session_user("acme", sid + "x") is None
+    assert store.session_user("acme", None) is None
     assert sid not in (tmp_path / "inbox.sqlite").read_bytes().decode(errors="replace")
     # Across a restart (same file) it still counts; revoked, it is gone for every process.
     again = InboxStore(tmp_path / "inbox.sqlite")
