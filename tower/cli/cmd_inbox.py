@@ -96,11 +96,17 @@ def build_config(sign_in: SignIn, tenant: str, *, issuer: str, web_ui: str | Non
 
 async def serve(sign_in: SignIn, *, host: str, port: int, issuer: str, web_ui: str | None,
                 tls_cert: str | None, tls_key: str | None, as_json: bool = False) -> int:
+    from tower.cli.agents import agents
     from tower.cli.connection import connect
     from tower.inbox.server import serving
 
     if bool(tls_cert) != bool(tls_key):
         raise CliError("--tls-cert and --tls-key go together")
+    # The inbox offers only requests the project's agents could have made: it needs them.
+    try:
+        agents()
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     client = await connect()
     config, created = build_config(sign_in, client.namespace, issuer=issuer, web_ui=web_ui,
                                    tls=bool(tls_cert))

@@ -15,6 +15,7 @@ import uuid
 from temporalio.client import Client
 
 from tower.activities.trust import trust_dir
+from tower.cli import project
 from tower.cli.agents import agents
 from tower.cli.cmd_inbox import DEV_ACCOUNTS
 from tower.cli.common import start_run
@@ -54,12 +55,17 @@ def start_in_background(task_queue: str, web_ui: str | None) -> tuple[str, list[
     _, created = dev_accounts(DEV_ACCOUNTS)
     port = 8400 if port_free(8400) else free_port()
     log = (DATA_DIR / "inbox.log").open("ab")
+    # The demo's project (this one, or Tower's example outside any): both processes serve
+    # its agents, whatever folder the demo runs in.
+    folder = project.root()
+    path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
     worker = subprocess.Popen([sys.executable, "-m", "worker", "--task-queue", task_queue],
-                              stdout=log, stderr=log, start_new_session=True)
+                              stdout=log, stderr=log, start_new_session=True, env=env)
     ui = ["--web-ui", web_ui] if web_ui else []
-    inbox = subprocess.Popen([sys.executable, "-m", "tower.cli.cli", "inbox", "--port", str(port),
-                              "--issuer", ISSUER, *ui], stdout=log, stderr=log,
-                             start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    inbox = subprocess.Popen([sys.executable, "-m", "tower.cli.cli", "--project", str(folder),
+                              "inbox", "--port", str(port), "--issuer", ISSUER, *ui],
+                             stdout=log, stderr=log, start_new_session=True, env=env)
     url = f"http://127.0.0.1:{port}"
     _wait_healthy(url, inbox)
     return url, [worker.pid, inbox.pid]
