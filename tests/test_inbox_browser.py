@@ -1,19 +1,21 @@
 """The inbox in headless Chromium, on the real dev server with a real worker.
 
 A manager sees only the refunds a manager may decide (a new one appears on the open
-list by itself), lowers one and approves it, and
-the run pays the lowered amount; a second manager's page says "already decided" when
+list by itself); the decision page says "Awaiting your decision", shows the amount in
+currency beside the limit and the agent drawn as SVG (no Graphviz needed) with the node
+the run waits at highlighted; she lowers the amount (typed in currency) and approves, a
+page of its own restates what she decided (and survives a reload), and the run pays the
+lowered amount; a second manager's page says "already decided" when
 another approver decides first, and posting anyway is refused; an approver without the
 role gets no button and a forged post (with or without the CSRF token) is refused; a
-DBA rejects a destructive migration. Screenshots of the list and the decision page go
-to test-artifacts/ (copied to docs/ for docs/inbox.md).
+DBA rejects a destructive migration. Screenshots of the list, the decision page and the
+restated decision go to test-artifacts/ (copied to docs/ for docs/inbox.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,6 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 pytestmark = pytest.mark.browser
 # The decision page draws the agent with Graphviz's `dot` (the waiting node marked), and
 # shows the Mermaid text where `dot` is missing (tower/inbox/picture.py): expect either.
-PICTURE = "waiting here" if shutil.which("dot") else "stateDiagram-v2"
 DROP = "ALTER TABLE customers DROP COLUMN fax;\nDROP TABLE legacy_notes;"
 
 
@@ -108,15 +109,38 @@ async def test_approvers_decide_in_the_browser(
         listing = await sync(b.wait_for_text, third.id, first.id, seconds=30)
         assert migration.id not in listing
         await sync(b.screenshot, ARTIFACTS / "inbox-list.png")
+        assert "amount: $1,200.00" in listing and "limit: $500.00" in listing
         await sync(b.open, f"{url}/runs/{first.id}")
-        page = await sync(b.wait_for_text, "Gate refund_review", "lower only", "Approve",
-                          PICTURE, "invoice_balance")
-        assert "between 1 and 120000" in page and "open in the Temporal Web UI" in page
+        page = await sync(b.wait_for_text, "Awaiting your decision", "Gate refund_review",
+                          "Amount $1,200.00 limit $500.00", "lower only", "Approve",
+                          "invoice_balance")
+        request = await sync(b.evaluate, "document.querySelector('section.request').innerText")
+        assert "status RUNNING" not in page and "amount_cents" not in request
+        assert "between $0.01 and $1,200.00" in page and "open in the Temporal Web UI" in page
+        # The agent, drawn here (no Graphviz): its nodes, the waiting one highlighted.
+        drawn = await sync(b.evaluate, "[...document.querySelectorAll("
+                           "'section.picture svg g.node')].map(g => g.dataset.node)")
+        assert {"reason", "issue_refund", "confirm", "decline"} <= set(drawn)
+        assert await sync(b.evaluate, "document.querySelector('section.picture svg "
+                          "g.node.waiting').dataset.node") == "issue_refund"
+        assert await sync(b.evaluate, "document.querySelector('section.picture svg')"
+                          ".getBoundingClientRect().height") > 200  # drawn, not text
+        assert await sync(b.evaluate, "document.querySelector(\"input[name='money.amount_cents']\")"
+                          ".value") == "1200.00"
         await sync(b.screenshot, ARTIFACTS / "inbox-decision.png")
-        await sync(b.fill, "input[name='edit.amount_cents']", "90000")
+        await sync(b.fill, "input[name='money.amount_cents']", "900")
         await sync(b.fill, "textarea[name=note]", "partial refund agreed")
         await sync(b.click_text, "Approve")
-        await sync(b.wait_for_text, "Gate refund_review: approved")
+        restated = await sync(b.wait_for_text, "Approved", "Gate refund_review: approved",
+                              "Amount $900.00 (proposed $1,200.00) limit $500.00",
+                              "You, alice (manager), approved gate refund_review",
+                              "Note: partial refund agreed")
+        assert " UTC" in restated and first.id in restated
+        assert (await sync(b.evaluate, "location.pathname")).startswith("/decided/")
+        await sync(b.screenshot, ARTIFACTS / "inbox-decided.png")
+        # Post/redirect/get: a reload shows the same page and decides nothing again.
+        await sync(b.evaluate, "location.reload()")
+        await sync(b.wait_for_text, "Amount $900.00 (proposed $1,200.00)")
         state = await first.result()
         assert state.status == "DONE" and state.amount_cents == 90000
         await sync(b.open, f"{url}/runs/{first.id}")
@@ -156,7 +180,8 @@ async def test_approvers_decide_in_the_browser(
         await sync(b.wait_for_text, "Gate dba_review", "DROP TABLE legacy_notes")
         await sync(b.fill, "textarea[name=note]", "keep the fax numbers")
         await sync(b.click_text, "Reject")
-        await sync(b.wait_for_text, "Gate dba_review: rejected")
+        await sync(b.wait_for_text, "Rejected", "You, dave (dba), rejected gate dba_review",
+                   "Gate dba_review: rejected")
         result = await migration.result()
         assert not result.applied
         assert json.dumps(result.report).find("rejected by dave: keep the fax numbers") > 0

@@ -70,17 +70,33 @@ async def test_sign_in_session_cookie_and_csrf(client: Client, task_queue: str,
                     data["csrf"] = token
                 reply = await alice.post(f"/runs/{handle.id}/decide", data=data)
                 assert reply.status_code == 403 and "CSRF token" in reply.text
-            # Out of range: above the planned amount.
-            reply = await alice.post(f"/runs/{handle.id}/decide", data={
-                **form, "edit.amount_cents": "130000"})
-            assert reply.status_code == 400
-            assert "amount_cents must be between 1 and 120000 (lower only)" in reply.text
+            # Out of range (above the planned amount), not an amount, in cents: refused,
+            # each with the reason, nothing sent.
+            for typed, problem in (
+                ({"money.amount_cents": "1,300"},
+                 "amount must be between $0.01 and $1,200.00 (lower only); got $1,300.00"),
+                ({"money.amount_cents": "12.345"}, "more than two decimals"),
+                ({"money.amount_cents": "twelve"}, "is not an amount in dollars"),
+                ({"edit.amount_cents": "90000"}, "amounts are entered in currency")):
+                reply = await alice.post(f"/runs/{handle.id}/decide", data={**form, **typed})
+                assert reply.status_code == 400 and problem in reply.text, reply.text
+                assert "Nothing was sent" in reply.text
             assert await snapshot(handle) == before
-            # Approved once; the same post replayed (a resubmit, a captured request) is
-            # refused and pays nothing more.
-            lowered = {**form, "edit.amount_cents": "90000"}
+            # Approved once, in currency; the answer is a page of its own (post/redirect/get)
+            # restating what was decided. The same post replayed (a resubmit, a captured
+            # request) is refused and pays nothing more.
+            lowered = {**form, "money.amount_cents": "900", "note": "partial"}
             reply = await alice.post(f"/runs/{handle.id}/decide", data=lowered)
-            assert reply.status_code == 200 and "Gate refund_review: approved" in reply.text
+            assert reply.status_code == 303 and reply.headers["location"].startswith("/decided/")
+            receipt = await alice.get(reply.headers["location"])
+            assert receipt.status_code == 200 and "Gate refund_review: approved" in receipt.text
+            for said in ("Approved", "<b>alice</b> (manager)", "Amount <b>$900.00</b> (proposed "
+                         "$1,200.00)", "limit $500.00", "Note: partial", " UTC</b>"):
+                assert said in receipt.text, said
+            # Only alice may read what alice decided.
+            bob = await signed_in(url, "bob")
+            assert (await bob.get(reply.headers["location"])).status_code == 404
+            await bob.aclose()
             assert (await handle.result()).amount_cents == 90000
             after = await snapshot(handle)
             replayed = await alice.post(f"/runs/{handle.id}/decide", data=lowered)
@@ -162,8 +178,9 @@ async def test_a_stale_recheck_and_an_expired_request_are_shown(
             with sqlite3.connect(db_path) as db:
                 db.execute("INSERT INTO refunds VALUES ('rf_other','INV-2004',150000,'x','k')")
             reply = await alice.post(f"/runs/{stale.id}/decide", data=decision_form(
-                page.text, verdict="approve"))
+                page.text, verdict="approve"), follow_redirects=True)
             assert reply.status_code == 200, reply.text
+            assert "Not applied (stale)" in reply.text
             assert "Gate refund_review: stale. The re-check found the world changed" in reply.text
             assert "$900.00 refundable now" in reply.text and "went back to reason" in reply.text
             assert refunds(db_path) == [("INV-2004", 150000)]  # nothing paid on the stale plan
@@ -175,7 +192,7 @@ async def test_a_stale_recheck_and_an_expired_request_are_shown(
                 await asyncio.sleep(0.2)
                 again = await alice.get(f"/runs/{stale.id}")
             assert "refund_review: stale by alice (manager)" in again.text
-            assert 'value="90000"' in again.text
+            assert 'value="900.00"' in again.text
             # The first page's form posted again: it decided the earlier request, so it
             # cannot decide the new one the approver has not seen.
             before = await snapshot(stale)

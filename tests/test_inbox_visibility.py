@@ -7,6 +7,7 @@ import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from gatekit import decide, new_id, refund_request, wait_pending
 from temporalio.api.common.v1 import Memo, Payload, SearchAttributes, WorkflowType
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -21,7 +22,7 @@ from tower.activities.payloads import tower_data_converter
 from tower.cli.cmd_approve import pending_requests
 from tower.contract import search
 from tower.contract.pending import PendingView
-from tower.inbox.visibility import role_query, waiting_run, waiting_runs
+from tower.inbox.visibility import UnreadableRequest, role_query, waiting_run, waiting_runs
 from worker import build_worker
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
 from workflows.refund import RefundAgent
@@ -134,7 +135,9 @@ async def test_a_memo_the_inbox_cannot_open_hides_that_run_not_the_inbox(
     try:
         found = await _listed(inbox, ["dba"], honest, present=True)
         assert run not in [w.run for w in found]
-        assert await waiting_run(inbox, run) == (WorkflowExecutionStatus.RUNNING, None)
+        # Its own page says why it offers nothing (the inbox answers 404 with the reason).
+        with pytest.raises(UnreadableRequest, match="its memo cannot be decoded"):
+            await waiting_run(inbox, run)
         # `tower pending` lists both: the forgery by what its attributes claim, no crash.
         rows = {r["run"]: r for r in await pending_requests(inbox)}
         assert rows[honest]["gate"] == "refund_review" and run in rows

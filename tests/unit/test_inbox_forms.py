@@ -1,4 +1,4 @@
-"""The inbox's form reading and redirect rules, without a server."""
+"""The inbox's form reading, amounts in currency and redirect rules, without a server."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 
 from tower.contract.decisions import Verdict
 from tower.contract.pending import EditableField, EditLimit, PendingView
+from tower.inbox import money
 from tower.inbox.app import safe_next
 from tower.inbox.forms import FormError, read_form
 
@@ -23,16 +24,50 @@ def form(**fields: str) -> dict[str, str]:
     return {"verdict": "approve", "gate": "refund_review", "request": "3", **fields}
 
 
-def test_a_lowered_amount_is_an_edit_and_an_unchanged_one_is_not() -> None:
-    assert read_form(form(**{"edit.amount_cents": "90000"}), VIEW).edits == {"amount_cents": 90000}
-    assert read_form(form(**{"edit.amount_cents": "120000"}), VIEW).edits == {}
-    rejected = read_form(form(verdict="reject", note=" no ", **{"edit.amount_cents": "5"}), VIEW)
+def test_a_lowered_amount_in_currency_is_an_edit_in_cents_and_an_unchanged_one_is_not() -> None:
+    assert read_form(form(**{"money.amount_cents": "900"}), VIEW).edits == {"amount_cents": 90000}
+    assert read_form(form(**{"money.amount_cents": "$1,199.99"}), VIEW).edits == {
+        "amount_cents": 119999}
+    assert read_form(form(**{"money.amount_cents": "1200.00"}), VIEW).edits == {}
+    assert read_form(form(**{"money.amount_cents": " "}), VIEW).edits == {}
+    rejected = read_form(form(verdict="reject", note=" no ", **{"money.amount_cents": "5"}), VIEW)
     assert (rejected.verdict, rejected.note, rejected.edits) == (Verdict.REJECT, "no", {})
 
 
+@pytest.mark.parametrize(("typed", "cents"), [
+    ("1200", 120000), ("1,200", 120000), ("1200.5", 120050), ("$1,200.50", 120050),
+    (".05", 5), ("0.01", 1), ("12,345,678.90", 1234567890), ("19.99", 1999),
+])
+def test_amounts_typed_in_currency_convert_to_cents_exactly(typed: str, cents: int) -> None:
+    assert money.cents_of(typed) == cents
+
+
+@pytest.mark.parametrize("typed", ["", ".", "1.234", "-5", "+5", "1e3", "1,20", "12,00,000",
+                                   "1 200", "nan", "inf", "0x10", "5 USD", "١٢"])
+def test_what_is_not_plainly_an_amount_is_refused(typed: str) -> None:
+    with pytest.raises(money.AmountError):
+        money.cents_of(typed)
+
+
+def test_amounts_are_shown_in_currency_with_the_limit() -> None:
+    assert (money.text(120000), money.text(5), money.text(None)) == ("$1,200.00", "$0.05", "any")
+    proposal = {"action": "issue_refund", "amount_cents": "120000", "amount": "$1,200.00",
+                "limit": "$500.00", "fee_cents": "250"}
+    assert money.shown_proposal(proposal) == {
+        "action": "issue_refund", "amount": "$1,200.00", "limit": "$500.00", "fee": "$2.50"}
+    assert money.headline(proposal) == ("$1,200.00", "$500.00")
+    assert money.headline({"amount_cents": "7", "limit_cents": "500"}) == ("$0.07", "$5.00")
+    assert money.headline({"script": "DROP TABLE x"}) is None
+
+
 @pytest.mark.parametrize(("fields", "problem"), [
-    ({"edit.amount_cents": "0"}, "must be between 1 and 120000 (lower only); got 0"),
-    ({"edit.amount_cents": "1e3"}, "'1e3' is not a valid int"),
+    ({"money.amount_cents": "0"}, "amount must be between $0.01 and $1,200.00 (lower only); "
+                                  "got $0.00"),
+    ({"money.amount_cents": "1,300"}, "between $0.01 and $1,200.00 (lower only); got $1,300.00"),
+    ({"money.amount_cents": "1e3"}, "amount: '1e3' is not an amount in dollars"),
+    ({"money.amount_cents": "9.999"}, "more than two decimals"),
+    # Cents where currency is expected: "90000" must never be read as $90,000 or 900.
+    ({"edit.amount_cents": "90000"}, "amounts are entered in currency (e.g. 900.00), not cents"),
     ({"edit.limit_cents": "5"}, "limit_cents are not editable"),
     ({"verdict": "maybe"}, "choose approve or reject"),
     ({"gate": "dba_review"}, "the run now waits at 'refund_review'"),

@@ -8,6 +8,7 @@ thread starts; with no ``-m`` the messages come from standard input, one per lin
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterable

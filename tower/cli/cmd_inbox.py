@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from tower.inbox.app import InboxConfig
 
 DEV_ACCOUNTS = DATA_DIR / "inbox-accounts.json"
+# Sessions (revoked at sign-out) and what approvers decided, beside the accounts.
+STORE = DATA_DIR / "inbox.sqlite"
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def build_config(sign_in: SignIn, tenant: str, *, issuer: str, web_ui: str | Non
     secret = os.environ.get("TOWER_INBOX_SESSION_SECRET") or secrets.token_urlsafe(32)
     common: dict[str, Any] = {"tenant": tenant, "session_secret": secret,
                               "secure_cookies": tls, "web_ui": web_ui,
-                              "issuer": load_key(issuer)}
+                              "issuer": load_key(issuer), "store": STORE}
     if sign_in.proxy_header:
         if not sign_in.trusted_proxies or sign_in.roles is None:
             raise CliError("--proxy-header needs --trusted-proxy IP (the proxy's address) and "
@@ -94,11 +96,17 @@ def build_config(sign_in: SignIn, tenant: str, *, issuer: str, web_ui: str | Non
 
 async def serve(sign_in: SignIn, *, host: str, port: int, issuer: str, web_ui: str | None,
                 tls_cert: str | None, tls_key: str | None, as_json: bool = False) -> int:
+    from tower.cli.agents import agents
     from tower.client import connect
     from tower.inbox.server import serving
 
     if bool(tls_cert) != bool(tls_key):
         raise CliError("--tls-cert and --tls-key go together")
+    # The inbox offers only requests the project's agents could have made: it needs them.
+    try:
+        agents()
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     client = await connect()
     config, created = build_config(sign_in, client.namespace, issuer=issuer, web_ui=web_ui,
                                    tls=bool(tls_cert))

@@ -2,8 +2,9 @@
 
 Security in one place: identity comes from the session (built-in accounts) or from a
 trusted proxy's header, never from a form; a session is good only for the tenant that
-signed it in, with the roles its account holds now; every POST carries the session's
-CSRF token;
+signed it in, with the roles its account holds now, and only while the server keeps its
+id (sign-out revokes it: a copied cookie stops working); failed sign-ins are limited per
+name and per client address (429); every POST carries the session's CSRF token;
 the session cookie is HttpOnly, SameSite=Lax and Secure when served over TLS; pages
 carry a strict Content-Security-Policy (scripts and styles from this app only).
 """
@@ -28,7 +29,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from temporalio.client import Client
 
-from tower.inbox import pages
+from tower.inbox import money, pages
+from tower.inbox.forms import is_money
+from tower.inbox.guard import InboxStore, SignInLimits
 from tower.inbox.identity import Accounts, Approver, ProxyAuth
 
 HERE = Path(__file__).parent
@@ -48,6 +51,7 @@ class InboxConfig:
     proxy: ProxyAuth | None = None  # a trusted reverse proxy's user header
     secure_cookies: bool = False  # True when served over TLS
     web_ui: str | None = None  # the Temporal Web UI's base URL, for links to runs
+    store: Path | None = None  # sessions and receipts (SQLite); None: in memory
 
     def __post_init__(self) -> None:
         if (self.accounts is None) == (self.proxy is None):
@@ -56,12 +60,15 @@ class InboxConfig:
 
 def create_app(config: InboxConfig, client: Client) -> Starlette:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
-    templates.env.filters.update(ago=ago, until=until, num=num)
-    inbox = pages.Inbox(config, client, templates)
+    templates.env.filters.update(ago=ago, until=until, num=num, money=money.text,
+                                 plain_money=money.plain, proposal=money.shown_proposal)
+    templates.env.tests["money"] = is_money
+    store, limits = InboxStore(config.store), SignInLimits()
+    inbox = pages.Inbox(config, client, templates, store)
 
     def signed_in(handler: Callable[[Request, Approver], Awaitable[Response]]) -> Any:
         async def endpoint(request: Request) -> Response:
-            approver = who(request, config)
+            approver = who(request, config, store)
             if approver is None:
                 if config.proxy is not None:
                     return Response("not signed in: the proxy sent no known user", 401)
@@ -81,18 +88,32 @@ def create_app(config: InboxConfig, client: Client) -> Starlette:
         if not csrf_ok(request, form):
             return inbox.render(request, "login.html", None, status=403,
                                 error="The form's CSRF token is missing or wrong: try again.")
-        approver = config.accounts.sign_in(str(form.get("name", "")),
-                                           str(form.get("password", "")))
+        name, address = str(form.get("name", "")), request.client.host if request.client else ""
+        wait = limits.wait(name, address)
+        if wait > 0:  # the password is not even checked: guessing on gains nothing
+            minutes = max(1, round(wait / 60))
+            response = inbox.render(
+                request, "login.html", None, status=429,
+                error=f"Too many failed sign-ins for this name or from this address: try "
+                      f"again in {minutes} min.")
+            response.headers["Retry-After"] = str(int(wait) + 1)
+            return response
+        approver = config.accounts.sign_in(name, str(form.get("password", "")))
         if approver is None:
+            limits.failed(name, address)
             return inbox.render(request, "login.html", None, status=401,
                                 error="Unknown name or wrong password.")
+        limits.succeeded(name)
+        store.close_session(request.session.get("sid"))
         request.session.clear()  # a new session on sign-in: no fixation
-        request.session.update({"tenant": config.tenant, "user": approver.name,
-                                "csrf": secrets.token_urlsafe(32)})
+        request.session.update({
+            "tenant": config.tenant, "user": approver.name, "csrf": secrets.token_urlsafe(32),
+            "sid": store.open_session(config.tenant, approver.name, SESSION_HOURS * 3600)})
         return RedirectResponse(safe_next(request.query_params.get("next")), 303)
 
     async def logout(request: Request) -> Response:
         if csrf_ok(request, await request.form()):
+            store.close_session(request.session.get("sid"))  # the cookie is dead everywhere
             request.session.clear()
         return RedirectResponse("/login", 303)
 
@@ -110,6 +131,7 @@ def create_app(config: InboxConfig, client: Client) -> Starlette:
         Route("/login", login, methods=["GET", "POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/runs/{run:path}/decide", signed_in(inbox.decide), methods=["POST"]),
+        Route("/decided/{receipt}", signed_in(inbox.decided)),
         Route("/runs/{run:path}", signed_in(inbox.run_page)),
         Route("/api/changes", signed_in(inbox.changes)),
         Route("/healthz", lambda r: JSONResponse({"ok": True, "tenant": config.tenant})),
@@ -145,16 +167,20 @@ def num(value: float | None) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def who(request: Request, config: InboxConfig) -> Approver | None:
+def who(request: Request, config: InboxConfig, store: InboxStore) -> Approver | None:
     if config.proxy is not None:
         peer = request.client.host if request.client else None
         return config.proxy.approver(peer, request.headers)
     # Inboxes of other tenants may share the session secret: a cookie is good only here.
     if request.session.get("tenant") != config.tenant or config.accounts is None:
         return None
-    account = config.accounts.accounts.get(str(request.session.get("user")))
+    # Only while this server keeps the session: a cookie copied before sign-out is dead.
+    user = store.session_user(config.tenant, request.session.get("sid"))
+    if user is None or user != request.session.get("user"):
+        return None
+    account = config.accounts.accounts.get(user)
     # Roles as the accounts file says now, not as they were at sign-in.
-    return Approver(str(request.session["user"]), account.roles) if account else None
+    return Approver(user, account.roles) if account else None
 
 
 def csrf_token(request: Request) -> str:

@@ -2,6 +2,9 @@
 
 The checks here give the approver a clear message early; the run checks everything
 again (role, signature, expiry, edit rules), so a form forged past them changes nothing.
+An amount (an int field named ``*_cents``) is typed in currency, as ``money.<field>``,
+and sent to the run in cents; the same field posted as cents (``edit.<field>``) is refused:
+a form must never leave it to guess whether "500" meant $500 or $5.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 from tower.contract.decisions import Verdict
 from tower.contract.pending import EditableField, PendingView
+from tower.inbox import money
 
 MAX_NOTE = 1000
 
@@ -45,27 +49,47 @@ def read_form(form: Mapping[str, str], view: PendingView) -> DecisionForm:
         # was shown for an earlier request.
         raise FormError(f"this form is for an earlier request than the one the run waits on "
                         f"now (step {view.step}): reload the page to see it")
+    fields = {input_name(f) for f in view.fields}
+    posted = [k for k in form if k.startswith(("edit.", "money.")) and k not in fields]
+    in_cents = sorted(k[5:] for k in posted if k.startswith("edit.") and money_field(k[5:], view))
+    if in_cents:
+        raise FormError(f"{', '.join(in_cents)}: amounts are entered in currency "
+                        "(e.g. 900.00), not cents")
+    unknown = sorted(k.split(".", 1)[1] for k in posted)
+    if unknown:
+        raise FormError(f"field(s) {', '.join(unknown)} are not editable at gate {view.gate!r}")
     edits: dict[str, Any] = {}
     if verdict == Verdict.APPROVE:
         for f in view.fields:
-            raw = form.get(f"edit.{f.name}")
+            raw = form.get(input_name(f))
             if raw is None or raw.strip() == "":
                 continue
             value = parse_value(f, raw.strip())
             if value != f.value:
                 edits[f.name] = value
-    unknown = sorted(k[5:] for k in form if k.startswith("edit.")
-                     and k[5:] not in {f.name for f in view.fields})
-    if unknown:
-        raise FormError(f"field(s) {', '.join(unknown)} are not editable at gate {view.gate!r}")
     return DecisionForm(verdict, note, edits)
+
+
+def is_money(f: EditableField) -> bool:
+    return f.type == "int" and money.is_money(f.name)
+
+
+def input_name(f: EditableField) -> str:
+    """The form input of an editable field: ``money.amount_cents`` for an amount."""
+    return f"money.{f.name}" if is_money(f) else f"edit.{f.name}"
+
+
+def money_field(name: str, view: PendingView) -> bool:
+    return any(f.name == name and is_money(f) for f in view.fields)
 
 
 def parse_value(f: EditableField, raw: str) -> Any:
     """``raw`` as the field's type, within its limits."""
     try:
         value: Any
-        if f.type == "int":
+        if is_money(f):
+            value = money.cents_of(raw)
+        elif f.type == "int":
             value = int(raw)
         elif f.type == "float":
             value = float(raw)
@@ -75,14 +99,17 @@ def parse_value(f: EditableField, raw: str) -> Any:
             value = raw.lower() in ("1", "true", "on", "yes")
         else:
             value = raw
+    except money.AmountError as exc:
+        raise FormError(f"{money.label(f.name)}: {exc}") from None
     except ValueError:
         raise FormError(f"{f.name}: {raw!r} is not a valid {f.type}") from None
     if isinstance(value, int | float) and not isinstance(value, bool):
         low, high = f.limit.min, f.limit.max
         if (low is not None and value < low) or (high is not None and value > high):
             rule = f" ({f.limit.rule})" if f.limit.rule else ""
-            raise FormError(f"{f.name} must be between {_num(low)} and {_num(high)}{rule}; "
-                            f"got {_num(value)}")
+            show = money.text if is_money(f) else _num
+            raise FormError(f"{money.label(f.name) if is_money(f) else f.name} must be between "
+                            f"{show(low)} and {show(high)}{rule}; got {show(value)}")
     return value
 
 

@@ -1,4 +1,6 @@
-"""The inbox's pages: the list, the decision page, a decision, the live-update probe."""
+"""The inbox's pages: the list, the decision page, a decision and what was decided, the
+live-update probe. A run whose request this deployment could not have made (an unknown
+agent, node or gate, a memo that cannot be read) is a 404 that says why."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
@@ -17,12 +19,14 @@ from tower import Outcome
 from tower.client import DecisionRefused, send_decision
 from tower.contract.decisions import proposal_digest
 from tower.contract.pending import PendingView
-from tower.inbox.forms import FormError, read_form
+from tower.inbox import money
+from tower.inbox.forms import DecisionForm, FormError, is_money, read_form
+from tower.inbox.guard import InboxStore
 from tower.inbox.identity import Approver
-from tower.inbox.picture import picture
+from tower.inbox.picture import NotOurRequest, check_request, picture
 from tower.inbox.runs import run_story
 from tower.inbox.signing import shown_request, signed_decision
-from tower.inbox.visibility import waiting_run, waiting_runs
+from tower.inbox.visibility import UnreadableRequest, waiting_run, waiting_runs
 
 if TYPE_CHECKING:
     from tower.inbox.app import InboxConfig
@@ -32,8 +36,9 @@ CACHE_SECONDS = 1.0  # live updates: many open pages, one visibility call a seco
 
 
 class Inbox:
-    def __init__(self, config: InboxConfig, client: Client, templates: Jinja2Templates) -> None:
-        self.config, self.client, self.templates = config, client, templates
+    def __init__(self, config: InboxConfig, client: Client, templates: Jinja2Templates,
+                 store: InboxStore) -> None:
+        self.config, self.client, self.templates, self.store = config, client, templates, store
         self._cache: dict[Any, tuple[float, Any]] = {}
 
     def render(self, request: Request, name: str, approver: Approver | None,
@@ -50,30 +55,40 @@ class Inbox:
                            message=message, **context)
 
     async def waiting(self, request: Request, approver: Approver) -> Response:
-        runs = await self._cached(("list", approver.roles),
-                                  lambda: waiting_runs(self.client, approver.roles))
+        runs = await self._waiting(approver)
         return self.render(request, "list.html", approver, runs=runs,
                            fingerprint=list_fingerprint(runs))
 
+    def not_ours(self, request: Request, approver: Approver, run: str,
+                 exc: Exception) -> Response:
+        return self.refused(request, approver, 404, f"Run {run!r} is not a request this inbox "
+                            f"can show: {exc}. Nothing here can be decided.")
+
     async def run_page(self, request: Request, approver: Approver) -> Response:
         run = request.path_params["run"]
-        status, view = await self._run(run)
+        try:
+            status, view = await self._run(run)
+        except NotOurRequest as exc:
+            return self.not_ours(request, approver, run, exc)
         if status is None:
             return self.refused(request, approver, 404, f"No run {run!r} in tenant "
                                 f"{self.config.tenant!r}.")
         story = await run_story(self.client, run, status)
-        kind, art = picture(view.agent, view.node) if view else ("", "")
         shown = await shown_request(self.client, run, view) if view else None
         return self.render(
             request, "run.html", approver, run=run, run_status=status.name, view=view,
-            story=story, picture_kind=kind, picture=art,
+            story=story, picture=picture(view.agent, view.node) if view else "",
+            amount=money.headline(view.proposal) if view else None,
             proposal_digest=proposal_digest(shown) if shown else "",
             may_decide=view is not None and view.role in approver.roles,
             web_ui=self._ui_link(run), fingerprint=run_fingerprint(status, view))
 
     async def decide(self, request: Request, approver: Approver) -> Response:
         run = request.path_params["run"]
-        status, view = await self._run(run, fresh=True)
+        try:
+            status, view = await self._run(run, fresh=True)
+        except NotOurRequest as exc:
+            return self.not_ours(request, approver, run, exc)
         back = {"run": run}
         if view is None:
             story = await run_story(self.client, run, status)
@@ -109,17 +124,30 @@ class Inbox:
                                 f"{DECIDE_SECONDS:.0f} s; reload the page to see whether the "
                                 "run took it.", **back)
         self._cache.clear()
-        return self.render(request, "message.html", approver, kind="outcome", run=run,
-                           message=outcome_text(outcome), outcome=outcome)
+        # Post/redirect/get: what was decided is a page of its own, safe to reload.
+        receipt = self.store.keep_receipt(self.config.tenant, approver.name, receipt_of(
+            run, view, form, approver, outcome))
+        return RedirectResponse(f"/decided/{receipt}", 303)
+
+    async def decided(self, request: Request, approver: Approver) -> Response:
+        """What ``approver`` decided, restated: verdict, amounts, by whom, when."""
+        receipt = self.store.receipt(self.config.tenant, approver.name,
+                                     request.path_params["receipt"])
+        if receipt is None:
+            return self.refused(request, approver, 404, "No such decision of yours.")
+        return self.render(request, "decided.html", approver, receipt=receipt,
+                           run=receipt["run"])
 
     async def changes(self, request: Request, approver: Approver) -> Response:
         """What the live pages poll: a fingerprint that changes when their content does."""
         run = request.query_params.get("run")
         if run is None:
-            runs = await self._cached(("list", approver.roles),
-                                      lambda: waiting_runs(self.client, approver.roles))
+            runs = await self._waiting(approver)
             return JSONResponse({"fingerprint": list_fingerprint(runs)})
-        status, view = await self._run(run)
+        try:
+            status, view = await self._run(run)
+        except NotOurRequest as exc:
+            return JSONResponse({"fingerprint": "NOT-OURS", "message": str(exc)}, 404)
         message = ""
         if view is None and status is not None:
             story = await run_story(self.client, run, status)
@@ -129,15 +157,27 @@ class Inbox:
                 message += ". It was already decided."
         return JSONResponse({"fingerprint": run_fingerprint(status, view), "message": message})
 
+    async def _waiting(self, approver: Approver) -> list[Any]:
+        runs = await self._cached(("list", approver.roles),
+                                  lambda: waiting_runs(self.client, approver.roles))
+        return [w for w in runs if ours(w.view)]
+
     async def _run(self, run: str, fresh: bool = False) -> tuple[
             WorkflowExecutionStatus | None, PendingView | None]:
+        """The run's status and request; NotOurRequest when no agent of this deployment
+        could have made the request it shows."""
         async def read() -> tuple[WorkflowExecutionStatus | None, PendingView | None]:
             try:
-                return await waiting_run(self.client, run)
+                status, view = await waiting_run(self.client, run)
             except RPCError as exc:
                 if exc.status == RPCStatusCode.NOT_FOUND:
                     return None, None
                 raise
+            except UnreadableRequest as exc:
+                raise NotOurRequest(str(exc)) from None
+            if view is not None:
+                check_request(view)
+            return status, view
         return await read() if fresh else await self._cached(("run", run), read)
 
     async def _cached(self, key: Any, load: Any) -> Any:
@@ -154,6 +194,15 @@ class Inbox:
         if not self.config.web_ui:
             return None
         return f"{self.config.web_ui.rstrip('/')}/namespaces/{self.config.tenant}/workflows/{run}"
+
+
+def ours(view: PendingView) -> bool:
+    """Could an agent of this deployment have made this request? (Else it is not listed.)"""
+    try:
+        check_request(view)
+    except NotOurRequest:
+        return False
+    return True
 
 
 def list_fingerprint(runs: list[Any]) -> str:
@@ -181,3 +230,23 @@ def outcome_text(outcome: Outcome) -> str:
     elif outcome.reason:
         text += f" — {outcome.reason}"
     return text + f". The run is now {outcome.status} at {outcome.node}."
+
+
+def receipt_of(run: str, view: PendingView, form: DecisionForm, approver: Approver,
+               outcome: Outcome) -> dict[str, Any]:
+    """What the decision page restates: what was sent, what the run did with it, when."""
+    amounts = []
+    for f in view.fields:
+        if is_money(f) and form.verdict.value == "approve":
+            new = form.edits.get(f.name, f.value)
+            amounts.append({"label": money.label(f.name), "amount": money.text(new),
+                            "proposed": money.text(f.value) if new != f.value else ""})
+    edits = {k: v for k, v in form.edits.items()
+             if not any(f.name == k and is_money(f) for f in view.fields)}
+    headline = money.headline(view.proposal)
+    return {"run": run, "agent": view.agent, "gate": view.gate, "node": view.node,
+            "verdict": form.verdict.value, "result": outcome.result.value,
+            "approver": approver.name, "role": view.role, "note": form.note,
+            "amounts": amounts, "edits": edits, "limit": headline[1] if headline else "",
+            "at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+            "outcome": outcome_text(outcome)}

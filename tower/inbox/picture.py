@@ -1,37 +1,38 @@
-"""The agent's picture with the node a run waits at highlighted: the same DOT that
-`tower graph` draws, one attribute line added, drawn to SVG by Graphviz on this machine."""
+"""The agent's picture with the node a run waits at highlighted, drawn in pure Python
+(tower.inbox.drawing): the same on every machine, with or without Graphviz.
+
+A run's memo is written by whoever started it: the agent, node and gate it names are
+checked against this deployment's agents before anything is drawn or offered."""
 
 from __future__ import annotations
 
 import functools
-import shutil
-import subprocess
 
-from tower import Machine, to_dot, to_mermaid
 from tower.cli.agents import agents
+from tower.contract.pending import PendingView
+from tower.inbox.drawing import machine_svg
 
 
-def highlighted_dot(machine: Machine, node: str) -> str:
-    text = to_dot(machine).rstrip()
-    assert text.endswith("}")
-    # A later attribute statement for a node overrides its earlier ones.
-    mark = (f'  "{node}" [fillcolor="#ffd54f", color="#c62828", penwidth=4, '
-            'fontcolor="#000000", xlabel="waiting here"];')
-    return f"{text[:-1]}{mark}\n}}\n"
+class NotOurRequest(LookupError):
+    """A pending request that no agent of this deployment could have made; says why."""
+
+
+def check_request(view: PendingView) -> None:
+    """Refuse a request naming an agent, node or gate this deployment does not have."""
+    agent = agents().get(view.agent)
+    if agent is None:
+        raise NotOurRequest(f"it names agent {view.agent!r}, which this deployment does not "
+                            "have")
+    machine = agent.machine
+    if view.node not in machine.nodes:
+        raise NotOurRequest(f"agent {view.agent!r} has no node {view.node!r}")
+    gate = machine.gates.get(view.node)
+    if gate is None or gate.name != view.gate:
+        raise NotOurRequest(f"agent {view.agent!r} has no gate {view.gate!r} at node "
+                            f"{view.node!r}")
 
 
 @functools.lru_cache(maxsize=64)
-def picture(agent: str, node: str) -> tuple[str, str]:
-    """("svg", markup) drawn by Graphviz, or ("mermaid", text) when `dot` is missing."""
-    machine = agents()[agent].machine
-    if node not in machine.nodes:
-        raise KeyError(node)
-    dot = shutil.which("dot")
-    if dot is None:
-        return "mermaid", to_mermaid(machine)
-    done = subprocess.run([dot, "-Tsvg"], input=highlighted_dot(machine, node).encode(),
-                          capture_output=True, timeout=30, check=False)
-    if done.returncode != 0:
-        return "mermaid", to_mermaid(machine)
-    svg = done.stdout.decode()
-    return "svg", svg[svg.index("<svg"):]  # inline: drop the XML prolog and doctype
+def picture(agent: str, node: str) -> str:
+    """The SVG of ``agent`` waiting at ``node`` (both checked by ``check_request``)."""
+    return machine_svg(agents()[agent].machine, node)

@@ -22,6 +22,9 @@ class RunStory:
     last_request: str = ""  # what became of the last approval request
     outcome: str = ""  # how a finished run ended (its last reply)
     answered: bool = True  # False: no worker answered within QUERY_SECONDS
+    # The run itself says its deployment accepts UNSIGNED decisions. Never read from the
+    # TowerUnsignedDecisions search attribute: whoever starts a run can set that one.
+    unsigned: bool = False
 
 
 async def run_story(client: Client, run: str, status: WorkflowExecutionStatus | None) -> RunStory:
@@ -47,7 +50,7 @@ def story_of(state: dict[str, Any]) -> RunStory:
     replies = [m["content"] for m in messages if m["role"] == "assistant"]
     return RunStory(messages=messages, last_request=last_request(state.get("approvals", [])),
                     outcome=f"{state.get('status', '')}: {replies[-1] if replies else ''}"
-                    .rstrip(": "))
+                    .rstrip(": "), unsigned=state.get("unsigned_decisions") is True)
 
 
 def last_request(records: list[dict[str, Any]]) -> str:

@@ -30,7 +30,6 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider, create_tracer_provider
 
-
 TRUE = ("1", "true", "yes", "on")
 # `tower run` polls its run with queries several times a second: tracing each poll
 # would bury the run's own spans.

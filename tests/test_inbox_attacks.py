@@ -1,0 +1,201 @@
+"""Attacks on the inbox itself, on the real dev server with a real worker: guessing
+passwords, a session cookie kept past sign-out, forged requests, a forged "unsigned" flag.
+Each shows the attack failing with the run unchanged, and a genuine decision still working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from html import unescape
+from pathlib import Path
+from typing import Any
+
+import httpx
+from gatekit import new_id, refund_request, refunds, snapshot, wait_pending
+from inboxkit import PASSWORD, csrf_of, decision_form, inbox, issuer, park_refund, signed_in
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.worker import Worker
+
+from tower.activities.model import ModelSettings
+from tower.contract import search
+from tower.contract.pending import PendingView
+from tower.inbox.visibility import waiting_run
+from worker import build_worker
+from workflows.refund import RefundAgent
+
+
+def worker(client: Client, task_queue: str, db_path: Path) -> Worker:
+    return build_worker(client, task_queue=task_queue, db_path=db_path, models=ModelSettings())
+
+
+async def approve(web: httpx.AsyncClient, run: str, amount: str) -> str:
+    """Approve ``run`` at ``amount`` (typed in currency) as a browser would; the page that
+    restates the decision."""
+    page = await web.get(f"/runs/{run}")
+    assert page.status_code == 200 and "Awaiting your decision" in page.text, page.text[:2000]
+    reply = await web.post(f"/runs/{run}/decide", data=decision_form(
+        page.text, verdict="approve", **{"money.amount_cents": amount}))
+    assert reply.status_code == 303, reply.text
+    receipt = await web.get(reply.headers["location"])
+    assert receipt.status_code == 200 and "Gate refund_review: approved" in receipt.text
+    return receipt.text
+
+
+async def attempt(web: httpx.AsyncClient, name: str, password: str) -> httpx.Response:
+    page = await web.get("/login")
+    return await web.post("/login", data={"name": name, "password": password,
+                                          "csrf": csrf_of(page.text)})
+
+
+async def test_guessing_passwords_is_refused_for_that_name_and_address_not_for_others(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    async with worker(client, task_queue, db_path), inbox(client) as url:
+        handle = await park_refund(client, task_queue)
+        async with httpx.AsyncClient(base_url=url) as mallory:
+            for _ in range(5):
+                assert (await attempt(mallory, "alice", "guess")).status_code == 401
+            # The sixth try is refused before the password is looked at, even the right one.
+            locked = await attempt(mallory, "alice", PASSWORD)
+            assert locked.status_code == 429 and int(locked.headers["retry-after"]) > 800
+            assert "Too many failed sign-ins for this name or from this address" in locked.text
+            assert (await mallory.get("/")).status_code == 303  # nobody is signed in
+        async with httpx.AsyncClient(base_url=url) as alice:
+            assert (await attempt(alice, "alice", PASSWORD)).status_code == 429
+        # Another approver, from the same address: unaffected; a genuine decision works.
+        bob = await signed_in(url, "bob")
+        try:
+            assert "Amount <b>$900.00</b>" in await approve(bob, handle.id, "900.00")
+        finally:
+            await bob.aclose()
+        assert (await handle.result()).amount_cents == 90000
+        # One address spraying names (20 failures) is refused for every name; another
+        # address is not.
+        spray = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+        async with httpx.AsyncClient(base_url=url, transport=spray) as sprayer:
+            for i in range(20):
+                assert (await attempt(sprayer, f"user{i}", "guess")).status_code == 401
+            assert (await attempt(sprayer, "carol", PASSWORD)).status_code == 429
+        carol = await signed_in(url, "carol")
+        await carol.aclose()
+    assert refunds(db_path) == [("INV-2004", 90000)]
+
+
+async def test_a_session_cookie_copied_before_sign_out_is_dead_after_it(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    async with worker(client, task_queue, db_path), inbox(client) as url:
+        handle = await park_refund(client, task_queue)
+        alice = await signed_in(url, "alice")
+        page = await alice.get(f"/runs/{handle.id}")
+        form = decision_form(page.text, verdict="approve")
+        stolen = alice.cookies["tower_inbox"]
+        reply = await alice.post("/logout", data={"csrf": csrf_of(page.text)})
+        assert reply.status_code == 303 and reply.headers["location"] == "/login"
+        await alice.aclose()
+        before = await snapshot(handle)
+        # The copied cookie is still validly signed and unexpired: the server forgot it.
+        async with httpx.AsyncClient(base_url=url, cookies={"tower_inbox": stolen}) as thief:
+            listing = await thief.get("/")
+            assert listing.status_code == 303 and listing.headers["location"] == "/login?next=/"
+            assert (await thief.get(f"/runs/{handle.id}")).status_code == 303
+            posted = await thief.post(f"/runs/{handle.id}/decide", data=form)
+            assert posted.status_code == 303 and posted.headers["location"].startswith("/login")
+        assert await snapshot(handle) == before
+        # alice signs in again: a new session, and her decision goes through.
+        alice = await signed_in(url, "alice")
+        try:
+            await approve(alice, handle.id, "1,000")
+        finally:
+            await alice.aclose()
+        assert (await handle.result()).amount_cents == 100000
+
+
+def forged(agent: str = "refund", node: str = "issue_refund",
+           gate: str = "refund_review") -> dict[str, Any]:
+    return PendingView(gate=gate, node=node, when="before", step=3, role="manager", agent=agent,
+                       requested_at=datetime(2026, 12, 1, tzinfo=UTC),
+                       expires_at=datetime(2099, 1, 1, tzinfo=UTC),
+                       proposal={"amount_cents": "500"}).model_dump(mode="json")
+
+
+FORGERIES = [
+    (forged(agent="ghost"), "it names agent 'ghost', which this deployment does not have"),
+    (forged(node="pay_everyone"), "agent 'refund' has no node 'pay_everyone'"),
+    (forged(node="reason"), "agent 'refund' has no gate 'refund_review' at node 'reason'"),
+    (forged(gate="cfo_review"), "agent 'refund' has no gate 'cfo_review' at node 'issue_refund'"),
+    ({"gate": "refund_review", "node": 5}, "its pending request is malformed (node: "),
+    ("not a request at all", "its pending request is malformed (memo: "),
+]
+
+
+async def test_a_forged_request_is_a_404_with_the_reason_never_a_500(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    # Runs started on a queue no worker serves, each looking parked for a manager.
+    fakes = [await client.start_workflow(
+        "refund", id=new_id("forged"), task_queue=f"{task_queue}-nobody",
+        memo={search.PENDING_MEMO: memo}, search_attributes=TypedSearchAttributes([
+            SearchAttributePair(search.AGENT_NAME, "refund"),
+            SearchAttributePair(search.AGENT_STATUS, "AWAITING_APPROVAL"),
+            SearchAttributePair(search.AGENT_GATE_ROLE, "manager")]))
+        for memo, _ in FORGERIES]
+    try:
+        async with worker(client, task_queue, db_path), inbox(client) as url:
+            handle = await park_refund(client, task_queue)
+            alice = await signed_in(url, "alice")
+            try:
+                listing = await alice.get("/")
+                assert listing.status_code == 200 and handle.id in listing.text
+                for fake, (_, reason) in zip(fakes, FORGERIES, strict=True):
+                    assert fake.id not in listing.text
+                    page = await alice.get(f"/runs/{fake.id}")
+                    assert page.status_code == 404, page.text[-1500:]
+                    assert reason in unescape(page.text), page.text[-1500:]
+                    assert "is not a request this inbox can show" in page.text
+                    posted = await alice.post(f"/runs/{fake.id}/decide", data={
+                        "verdict": "approve", "gate": "refund_review", "request": "3",
+                        "csrf": csrf_of(page.text)})
+                    assert posted.status_code == 404 and reason in unescape(posted.text)
+                    changes = await alice.get("/api/changes", params={"run": fake.id})
+                    assert changes.status_code == 404 and reason in changes.text
+                await approve(alice, handle.id, "1200")  # a genuine decision still works
+            finally:
+                await alice.aclose()
+            assert (await handle.result()).amount_cents == 120000
+    finally:
+        for fake in fakes:
+            await fake.terminate("test over")
+
+
+async def test_an_unsigned_flag_set_by_the_starter_is_not_shown_as_true(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    """Any starter may set the TowerUnsignedDecisions search attribute; the page says a run
+    accepts unsigned decisions only when the run itself reports it (its state)."""
+    issuer(client)
+    run = new_id("refund-flagged")
+    async with worker(client, task_queue, db_path), inbox(client) as url:
+        handle: WorkflowHandle[Any, Any] = await client.start_workflow(
+            RefundAgent.run, refund_request(client, run), id=run, task_queue=task_queue,
+            search_attributes=TypedSearchAttributes([
+                SearchAttributePair(search.UNSIGNED_DECISIONS, True)]))
+        await wait_pending(handle)
+        async with asyncio.timeout(30):
+            while (await waiting_run(client, run))[1] is None:
+                await asyncio.sleep(0.1)
+        described = await handle.describe()
+        assert described.typed_search_attributes.get(search.UNSIGNED_DECISIONS) is True
+        assert (await snapshot(handle))["unsigned_decisions"] is False
+        alice = await signed_in(url, "alice")
+        try:
+            page = await alice.get(f"/runs/{run}")
+            assert page.status_code == 200 and "Awaiting your decision" in page.text
+            assert "UNSIGNED" not in page.text and 'id="unsigned"' not in page.text
+            assert "UNSIGNED" not in (await alice.get("/")).text
+            await approve(alice, run, "750.50")
+        finally:
+            await alice.aclose()
+        assert (await handle.result()).amount_cents == 75050
