@@ -22,7 +22,6 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.tools import ToolBox
-from tower import scripts_of
 from tower.activities.mcp import (
     McpConfigError,
     McpDiscoveryError,
@@ -35,11 +34,9 @@ from tower.activities.model import ModelActivities, ModelSettings
 from tower.activities.notify import Notifier
 from tower.activities.prices import PriceError
 from tower.activities.trust import TrustLoader
-from tower.cli.connection import TASK_QUEUE, ServerUnreachable, UnknownTenant, connect, use_tenant
-from tower.cli.telemetry import TracingConfigError
-from tower.temporal import TowerPlugin
-from tower.temporal.plugin import has_tower_plugin
-from tower.temporal.process import run_main
+from tower.client import TASK_QUEUE, ServerUnreachable, UnknownTenant, connect, use_tenant
+from tower.temporal import TowerPlugin, has_tower_plugin, run_main, scripts_of
+from tower.temporal.telemetry import TracingConfigError
 from workflows.registry import AGENTS
 
 DEFAULT_DB = Path(".tower") / "tools.sqlite"

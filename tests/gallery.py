@@ -15,7 +15,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from tower import MachineRun, to_mermaid
+from tower.core.mermaid import to_mermaid
+from tower.temporal.machine_run import MachineRun
 from workflows.registry import AGENTS
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "gallery.md"

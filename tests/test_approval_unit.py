@@ -8,15 +8,16 @@ from typing import Any
 
 import pytest
 
-from tower import DONE, AgentState, Graph, InvalidGraph, Status, UpdateError
+from tower import DONE, AgentState, Graph
 from tower.cli.keys import new_key
 from tower.contract.decisions import Decision, GateStatus, Verdict, proposal_digest
 from tower.contract.trust import Member, Policy, Roster, TrustSnapshot
 from tower.core import legacy_trust
 from tower.core.engine import advance, start
+from tower.core.errors import InvalidGraph
 from tower.core.gates import Gate, check_decision, close_gate, needs_gate, open_gate, read_decision
 from tower.core.signing import decision_claims, public_of, sign
-from tower.core.state import apply_update
+from tower.core.state import Status, UpdateError, apply_update
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 TENANT, RUN, RUN_ID = "acme", "pay-1", "run-id-1"

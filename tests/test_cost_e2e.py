@@ -14,10 +14,10 @@ from conftest import WorkerFactory
 from temporalio.client import Client
 from towercli import tower_cli
 
-from tower import final_state
 from tower.activities.model import ModelSettings
 from tower.activities.prices import PriceTable
 from tower.contract import search
+from tower.temporal.outcome import final_state
 from workflows.account import AccountAgent, AccountRequest, AccountState
 
 

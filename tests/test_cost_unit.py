@@ -8,20 +8,14 @@ from typing import Any
 
 import pytest
 
-from tower import (
-    DONE,
-    FAILED,
-    AgentState,
-    Graph,
-    InvalidGraph,
-    Machine,
-    Usage,
-    advance,
-    start,
-)
+from tower import DONE, FAILED, AgentState, Graph
 from tower.activities.prices import PriceError, PriceTable
 from tower.core.cost import CallUsage, cost_report
+from tower.core.engine import advance, start
+from tower.core.errors import InvalidGraph
+from tower.core.graph import Machine
 from tower.core.mermaid import to_mermaid
+from tower.core.state import Usage
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -137,7 +131,7 @@ def test_cost_report_per_call_node_and_run() -> None:
 
 
 def test_node_usage_reducer_adds_per_node() -> None:
-    from tower import apply_update
+    from tower.core.state import apply_update
     u = Usage(calls=1, prompt_tokens=3)
     state = apply_update(AgentState(), {"node_usage": {"x": u}})
     state = apply_update(state, {"node_usage": {"x": u, "y": u}})

@@ -22,9 +22,9 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from tower import Outcome
 from tower.cli.approvals import submit_decision
 from tower.contract.decisions import GateStatus
+from tower.core.gates import Outcome
 
 # The probe runs unsandboxed, in this process: the test holds its handler with these.
 ENTERED = threading.Event()  # the handler runs: its workflow task is in flight

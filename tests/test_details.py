@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from tower import AgentState, Status, Transition, Usage
+from tower import AgentState
 from tower.contract.decisions import GateRecord, GateStatus
 from tower.core.details import budget_used, render_details
+from tower.core.engine import Transition
 from tower.core.graph import Graph
+from tower.core.state import Status, Usage
 from workflows.account import GRAPH as ACCOUNT
 from workflows.account import AccountState
 

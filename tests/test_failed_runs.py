@@ -20,10 +20,10 @@ from temporalio.client import (
 )
 from temporalio.exceptions import ApplicationError
 
-from tower import AGENT_FAILED, final_state
 from tower.cli.cmd_operator import send_retry
 from tower.cli.common import CliError
 from tower.contract.wire import ModelRequest
+from tower.temporal.outcome import AGENT_FAILED, final_state
 from workflows.refund import RefundAgent, RefundState
 
 

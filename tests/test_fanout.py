@@ -15,9 +15,10 @@ from temporalio.client import (
     WorkflowHandle,
 )
 
-from tower import Transition, final_state
 from tower.activities.model import ModelSettings
+from tower.core.engine import Transition
 from tower.temporal.fanout import FanOutPolicy, OnChildFailure
+from tower.temporal.outcome import final_state
 from worker import build_worker
 from workflows.fanout import FanOutAgent, FanOutRequest, FanOutState
 

@@ -23,8 +23,8 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from activities.tools.db import connect
-from tower import final_state
 from tower.cli.agents import scripted_reply
+from tower.temporal.outcome import final_state
 from tower.testing.model_server import Fault, LoopbackModelServer
 from workflows.order import OrderAgent, OrderRequest, OrderState
 from workflows.refund import RefundAgent

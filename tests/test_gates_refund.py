@@ -26,10 +26,10 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from temporalio.exceptions import FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower import Transition
 from tower.activities.model import ModelSettings
 from tower.contract import search
 from tower.contract.decisions import Verdict
+from tower.core.engine import Transition
 from tower.core.legacy_trust import ApprovalSettings
 from worker import build_worker
 from workflows.refund import RefundAgent

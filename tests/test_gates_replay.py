@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tower import Kind
 from tower.cli.testing import assert_replays
+from tower.core.engine import Kind
 
 GATES = Path(__file__).parent / "histories" / "gates"
 LEGACY = Path(__file__).parent / "histories" / "legacy-hmac"

@@ -11,11 +11,11 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from tower import Transition
 from tower.activities.model import ModelSettings
 from tower.cli.devserver import temporal_binary
 from tower.cli.trust_files import dev_trust
 from tower.contract import search
+from tower.core.engine import Transition
 from worker import build_worker
 from workflows.refund import RefundAgent
 

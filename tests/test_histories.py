@@ -13,12 +13,12 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of, tower
 
-from tower import Transition
 from tower.activities.model import ModelSettings
 from tower.cli.demo import RUNS
 from tower.cli.devserver import temporal_binary
 from tower.cli.histories import load, replay
 from tower.cli.testing import assert_replays, history_files
+from tower.core.engine import Transition
 from tower.testing.replay_report import diverged
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest

@@ -24,9 +24,10 @@ from temporalio.client import (
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from tower import AGENT_FAILED, Transition, final_state
+from tower.core.engine import Transition
 from tower.core.events import Rejection
 from tower.temporal.event_runtime import EVENTS_PER_TASK, REJECTED_KEEP, UNTAKEN
+from tower.temporal.outcome import AGENT_FAILED, final_state
 from workflows.lifecycle import (
     MAX_RECOVERIES,
     LifecycleAgent,

@@ -10,9 +10,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from activities.tools import TOOLS, ToolBox
-from tower import Transition, final_state
 from tower.activities.model import ModelSettings
 from tower.contract.wire import ToolCall
+from tower.core.engine import Transition
+from tower.temporal.outcome import final_state
 from worker import build_worker
 from workflows.onboarding import (
     GRAPH,

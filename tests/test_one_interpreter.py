@@ -12,9 +12,10 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from activities.tools import TOOLS, ToolBox
-from tower import Message, Transition
+from tower import Message
 from tower.activities.model import ModelSettings
 from tower.contract.wire import ToolCall
+from tower.core.engine import Transition
 from tower.core.errors import EffectRefused
 from tower.testing import approve, reject, run_agent
 from worker import build_worker

@@ -18,12 +18,13 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of, tower
 
-from tower import AGENT_FAILED, Kind, Transition, final_state
 from tower.activities.model import ModelSettings
 from tower.cli.cmd_operator import send_abort, send_retry
 from tower.cli.common import CliError
 from tower.cli.runs import run_state
 from tower.contract import search
+from tower.core.engine import Kind, Transition
+from tower.temporal.outcome import AGENT_FAILED, final_state
 from workflows.order import OrderAgent, OrderRequest, OrderState
 
 SCRIPTED = ModelSettings()

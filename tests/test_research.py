@@ -12,7 +12,8 @@ import pytest
 from conftest import WorkerFactory
 from temporalio.client import Client
 
-from tower import Transition, final_state
+from tower.core.engine import Transition
+from tower.temporal.outcome import final_state
 from workflows.research import (
     MIN_WORDS,
     Control,

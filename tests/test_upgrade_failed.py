@@ -22,9 +22,9 @@ from procs import REPO, WorkerProcess
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
-from tower import Kind, Transition
 from tower.cli.cmd_operator import send_retry
 from tower.contract import search
+from tower.core.engine import Kind, Transition
 from workflows.order import OrderRequest
 
 OLD = "e9636d6"  # "engine as a library": the last code with the dead-letter wait

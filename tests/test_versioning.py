@@ -18,12 +18,12 @@ from temporalio.worker import Worker
 from test_cli import TOWER, address_of, cli_env
 
 from activities.tools import ToolBox
-from tower import scripts_of
 from tower.activities.messages import MessageStore
 from tower.activities.model import ModelActivities, ModelSettings
 from tower.cli.histories import load, replay
 from tower.cli.testing import assert_replays
 from tower.temporal import TowerPlugin
+from tower.temporal.agent import scripts_of
 from workflows.account import AccountRequest
 from workflows.registry import AGENTS
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from tower import Message, Transition
+from tower import Message
 from tower.activities.messages import MessageStore, ref_of
 from tower.core.carry import summarize
+from tower.core.engine import Transition
 from tower.core.window import WindowPolicy, estimate_tokens, needs_reduction, prune, split
 
 POLICY = WindowPolicy(max_messages=4, keep_recent=2, max_tokens=1000, prune_chars=100)

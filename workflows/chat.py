@@ -35,14 +35,12 @@ from tower import (
     Carry,
     Graph,
     Message,
-    MessageRef,
     NodeContext,
-    Reduction,
     WindowPolicy,
-    WindowRef,
     agent,
     window,
 )
+from tower.contract.wire import MessageRef, Reduction, WindowRef
 
 with workflow.unsafe.imports_passed_through():
     # Data only: the tools' names and schemas, and the scripted model's answers.

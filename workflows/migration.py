@@ -22,7 +22,6 @@ from tower import (
     DONE,
     AgentState,
     AgentWorkflow,
-    ApprovalSettings,
     Gate,
     Graph,
     Message,
@@ -32,6 +31,7 @@ from tower import (
 )
 from tower.contract.decisions import GateStatus
 from tower.contract.wire import Authority
+from tower.core.legacy_trust import ApprovalSettings
 
 with workflow.unsafe.imports_passed_through():
     # Data only: the tools' names and schemas, and the scripted model's answers.

@@ -26,7 +26,6 @@ from tower import (
     DONE,
     AgentState,
     AgentWorkflow,
-    ApprovalSettings,
     Carry,
     EffectRefused,
     Gate,
@@ -35,11 +34,12 @@ from tower import (
     NodeContext,
     NodeFailed,
     agent,
-    stricter,
 )
 from tower.contract.decisions import GateStatus
 from tower.contract.pending import EditLimit
 from tower.contract.wire import Authority
+from tower.core.legacy_trust import ApprovalSettings
+from tower.core.policy import stricter
 
 with workflow.unsafe.imports_passed_through():
     # Data only: the tools' names and schemas, and the scripted model's answers.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tower import MachineRun, agents_by_name
+from tower.temporal import MachineRun, agents_by_name
 from workflows.account import AccountAgent
 from workflows.chat import ChatAgent
 from workflows.company import CompanyAgent

@@ -7,16 +7,9 @@ import pytest
 from temporalio import workflow
 
 from activities.tools import TOOLS
-from tower import (
-    AgentState,
-    AgentWorkflow,
-    Graph,
-    InvalidGraph,
-    agent,
-    agents_by_name,
-    load_agents,
-    scripts_of,
-)
+from tower import AgentState, AgentWorkflow, Graph, agent
+from tower.core.errors import InvalidGraph
+from tower.temporal.agent import agents_by_name, load_agents, scripts_of
 from tower.temporal.worker import check_external_tools
 from workflows.refund import GRAPH as REFUND
 from workflows.refund import RefundAgent

@@ -12,9 +12,11 @@ from gatekit import make_shop, schema
 from temporalio.exceptions import ApplicationError
 
 from activities.tools import TOOLS, ToolBox
-from tower import DONE, FAILED, Kind, Message, Status, ToolCallRequest, check_log
+from tower import DONE, FAILED, Message, ToolCallRequest, check_log
 from tower.contract.wire import Authority, ToolCall
+from tower.core.engine import Kind
 from tower.core.errors import EffectRefused
+from tower.core.state import Status
 from tower.testing import Stuck, approve, reject, run_agent, run_node
 from workflows.account import AccountAgent, AccountState
 from workflows.chat import ChatAgent, ChatState, Turn

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from tower import DONE, FAILED, Transition, advance, operator_retry, start
+from tower import DONE, FAILED
 from tower.core.audit import check_log
+from tower.core.engine import Transition, advance, operator_retry, start
 from workflows.account import GRAPH, AccountState
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from temporalio.api.enums.v1 import EventType
 
-from tower import Transition
 from tower.cli.cli import COMMANDS, cli, main
 from tower.cli.live import watch
 from tower.cli.ui import remember_dev_ui, ui_base
+from tower.core.engine import Transition
 
 TOWER = str(Path(sys.executable).parent / "tower")
 HISTORY = Path(__file__).parents[1] / "histories" / "account-1.json"

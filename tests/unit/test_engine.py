@@ -7,20 +7,11 @@ from typing import Annotated, Any
 
 import pytest
 
-from tower import (
-    ADD,
-    DONE,
-    FAILED,
-    AgentState,
-    Graph,
-    IllegalTransition,
-    Kind,
-    Machine,
-    Status,
-    advance,
-    operator_retry,
-    start,
-)
+from tower import ADD, DONE, FAILED, AgentState, Graph
+from tower.core.engine import Kind, advance, operator_retry, start
+from tower.core.errors import IllegalTransition
+from tower.core.graph import Machine
+from tower.core.state import Status
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

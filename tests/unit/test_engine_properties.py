@@ -15,24 +15,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tower import (
-    ADD,
-    APPEND,
-    DONE,
-    FAILED,
-    START,
-    TERMINALS,
-    AgentState,
-    Graph,
-    IllegalTransition,
-    Machine,
-    UpdateError,
-    advance,
-    apply_update,
-    custom,
-    operator_retry,
-    start,
-)
+from tower import ADD, APPEND, DONE, FAILED, AgentState, Graph, custom
+from tower.core.engine import advance, operator_retry, start
+from tower.core.errors import IllegalTransition
+from tower.core.graph import START, TERMINALS, Machine
+from tower.core.state import UpdateError, apply_update
 from tower.core.transition import Kind, Transition
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -11,8 +11,9 @@ from hypothesis import event as note_event
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tower import DONE, FAILED, START, TERMINALS, IllegalTransition, start
-from tower.core.engine import Transition
+from tower import DONE, FAILED
+from tower.core.engine import Transition, start
+from tower.core.errors import IllegalTransition
 from tower.core.events import (
     DuplicateEvent,
     Event,
@@ -20,6 +21,7 @@ from tower.core.events import (
     StaleEvent,
     apply_event,
 )
+from tower.core.graph import START, TERMINALS
 from workflows.lifecycle import (
     GRAPH,
     MAX_RECOVERIES,

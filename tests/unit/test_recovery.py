@@ -6,19 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tower import (
-    DONE,
-    FAILED,
-    AgentState,
-    Graph,
-    IllegalTransition,
-    InvalidGraph,
-    advance,
-    node_error,
-    operator_abort,
-    operator_retry,
-    start,
-)
+from tower import DONE, FAILED, AgentState, Graph
+from tower.core.engine import advance, node_error, operator_abort, operator_retry, start
+from tower.core.errors import IllegalTransition, InvalidGraph
 from tower.core.mermaid import to_mermaid
 from tower.core.state import Status, UpdateError, apply_update
 from tower.core.transition import Kind

@@ -7,16 +7,8 @@ from typing import Annotated
 import pytest
 from pydantic import Field
 
-from tower import (
-    ADD,
-    APPEND,
-    AgentState,
-    Message,
-    UpdateError,
-    Usage,
-    apply_update,
-    custom,
-)
+from tower import ADD, APPEND, AgentState, Message, custom
+from tower.core.state import UpdateError, Usage, apply_update
 
 
 def keep_max(old: int, new: int) -> int:

@@ -7,23 +7,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tower import (
-    DONE,
-    FAILED,
-    AgentState,
-    Graph,
-    IllegalTransition,
+from tower import DONE, FAILED, AgentState, Graph
+from tower.contract.decisions import GateStatus
+from tower.core.audit import check_log
+from tower.core.carry import Carry
+from tower.core.engine import (
     Kind,
     Transition,
     advance,
+    node_error,
     operator_abort,
     operator_retry,
     start,
 )
-from tower.contract.decisions import GateStatus
-from tower.core.audit import check_log
-from tower.core.carry import Carry
-from tower.core.engine import node_error
+from tower.core.errors import IllegalTransition
 from tower.core.events import Event, apply_event, guard_rows
 from tower.core.gates import Gate, close_gate, open_gate
 from tower.core.transition import legacy_kind, move

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from temporalio.exceptions import ApplicationError
 
-from tower import Message, window
+from tower import Message
 from tower.contract.wire import MessageRef, WindowRef
+from tower.core import window
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (

@@ -22,8 +22,9 @@ from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from tower import Message, Usage
+from tower import Message
 from tower.contract.wire import ModelReply, ModelRequest, ToolCallRequest
+from tower.core.state import Usage
 
 from .fallback import (
     AGENT_HEADER,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tower import Usage
+from tower.core.state import Usage
 
 
 class PriceError(ValueError):

@@ -13,8 +13,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tower import Message, Usage
+from tower import Message
 from tower.contract.wire import ModelReply, ModelRequest, ToolCallRequest
+from tower.core.state import Usage
 
 # A node's script: the request in, the model's content (or one tool call) out.
 Script = Callable[[ModelRequest], "str | ToolCallRequest"]

@@ -18,11 +18,11 @@ from pydantic import BaseModel
 from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower import Outcome
 from tower.activities.trust import TrustError, read_trust, trust_dir
 from tower.cli.errors import CliError
 from tower.cli.keys import sign_decision
 from tower.contract.decisions import GateRecord, Verdict, proposal_digest
+from tower.core.gates import Outcome
 from tower.core.policy import PolicyInvalid, PolicyLoosened, effective
 from tower.core.signing import decision_claims
 from tower.temporal.gating import Gatekeeper

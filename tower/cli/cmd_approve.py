@@ -12,7 +12,6 @@ from typing import Any
 import click
 from temporalio.client import Client
 
-from tower import Outcome
 from tower.cli.approvals import parse_edits
 from tower.cli.cmd_run import print_outcome as print_run_outcome
 from tower.cli.live import follow as follow_run
@@ -22,6 +21,7 @@ from tower.client import DecisionRefused, connect
 from tower.client import decide as send_decision
 from tower.client import pending as pending_runs
 from tower.contract.decisions import Verdict
+from tower.core.gates import Outcome
 
 __all__ = ["DecisionRefused", "approve", "decide", "pending", "pending_requests", "reject",
            "send_decision"]

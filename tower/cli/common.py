@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower import MachineRun, Transition
 from tower.cli.agents import agents
 from tower.cli.errors import CliError
+from tower.core.engine import Transition
+from tower.temporal.machine_run import MachineRun
 
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle

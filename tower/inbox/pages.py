@@ -15,10 +15,10 @@ from starlette.templating import Jinja2Templates
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower import Outcome
 from tower.client import DecisionRefused, send_decision
 from tower.contract.decisions import proposal_digest
 from tower.contract.pending import PendingView
+from tower.core.gates import Outcome
 from tower.inbox import money
 from tower.inbox.forms import DecisionForm, FormError, is_money, read_form
 from tower.inbox.guard import InboxStore

@@ -1,20 +1,29 @@
 """The Temporal layer: the runtime loop, the node context, gates, fan-out, tracing, and
-``TowerPlugin`` (tower.temporal.plugin): Tower's settings for clients, workers and replayers."""
+``TowerPlugin`` (tower.temporal.plugin): Tower's settings for clients, workers and replayers.
+What a project's worker and registry use is exported here; the rest are this layer's own."""
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tower.temporal.plugin import TowerPlugin
+    from tower.temporal.agent import agents_by_name, load_agents, scripts_of
+    from tower.temporal.machine_run import MachineRun
+    from tower.temporal.plugin import TowerPlugin, has_tower_plugin
+    from tower.temporal.process import run_main
 
-__all__ = ["TowerPlugin"]
+# Loaded on use: importing one module of this layer does not load the plugin's.
+_LAZY = {"TowerPlugin": "tower.temporal.plugin", "MachineRun": "tower.temporal.machine_run",
+         "agents_by_name": "tower.temporal.agent", "load_agents": "tower.temporal.agent",
+         "scripts_of": "tower.temporal.agent", "has_tower_plugin": "tower.temporal.plugin",
+         "run_main": "tower.temporal.process"}
+__all__ = ["MachineRun", "TowerPlugin", "agents_by_name", "has_tower_plugin", "load_agents",
+           "run_main", "scripts_of"]
 
 
 def __getattr__(name: str) -> Any:
-    # Loaded on use: importing one module of this layer does not load the plugin's.
-    if name == "TowerPlugin":
-        from tower.temporal.plugin import TowerPlugin
-
-        return TowerPlugin
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
