@@ -27,8 +27,8 @@ from gatekit import decision, recorded, refunds, wait_pending
 from joserfc import jwt
 from joserfc.jwk import ECKey
 from pgserver import Postgres
-from procs import REPO, WorkerProcess, free_port
-from temporal_cluster import ServerProcess, create_schemas
+from procs import REPO, WorkerProcess
+from temporal_cluster import ServerProcess, create_schemas, free_port
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -72,9 +72,10 @@ class AuthCluster:
         return str(path)
 
     async def client(self, role: str | None) -> Client:
-        """A client sending ``role``'s token (None: no token at all)."""
+        """A client sending ``role``'s token (None: no token at all). Lazy: a refused token
+        is refused at its first call, even the connection's own system-info call."""
         meta = {"authorization": f"Bearer {self.tokens[role]}"} if role else {}
-        return await Client.connect(self.server.address, rpc_metadata=meta,
+        return await Client.connect(self.server.address, rpc_metadata=meta, lazy=True,
                                     data_converter=tower_data_converter(env=self.env))
 
     async def tower(self, role: str, *args: str, timeout: float = 240) -> tuple[int, str]:
@@ -184,20 +185,19 @@ async def test_a_requester_may_start_only_the_deployments_agents_on_its_queues(
     requester = await auth_cluster.client("requester")
     service = await auth_cluster.client("service")
     request = {"message": "Please refund $5 on invoice INV-2004"}
-    attempts = {
-        "an agent not in the deployment's list": dict(workflow="support", task_queue=QUEUE),
-        "no agent at all": dict(workflow="NotAnAgent", task_queue=QUEUE),
-        "another queue": dict(workflow="refund", task_queue="attacker-queue"),
-        "a cron schedule": dict(workflow="refund", task_queue=QUEUE, cron_schedule="* * * * *"),
-        "eager execution": dict(workflow="refund", task_queue=QUEUE,
-                                request_eager_start=True),
-        "a signal with the start": dict(workflow="refund", task_queue=QUEUE,
-                                        start_signal="decision", start_signal_args=[{}]),
-    }
-    for what, options in attempts.items():
+    attempts: list[tuple[str, str, dict[str, Any]]] = [
+        ("an agent not in the deployment's list", "support", {}),
+        ("no agent at all", "NotAnAgent", {}),
+        ("another queue", "refund", {"task_queue": "attacker-queue"}),
+        ("a cron schedule", "refund", {"cron_schedule": "* * * * *"}),
+        ("eager execution", "refund", {"request_eager_start": True}),
+        ("a signal with the start", "refund",
+         {"start_signal": "decision", "start_signal_args": [{}]}),
+    ]
+    for what, kind, options in attempts:
         run_id = f"forbidden-{uuid.uuid4().hex[:6]}"
-        kind = options.pop("workflow")
-        await refused(requester.start_workflow(kind, request, id=run_id, **options), what)
+        await refused(requester.start_workflow(
+            kind, request, id=run_id, **{"task_queue": QUEUE, **options}), what)
         await absent(service, run_id)  # nothing was started
     # No token, or a token signed by a key the deployment does not trust: nothing at all,
     # not even a read.
