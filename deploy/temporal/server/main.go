@@ -109,8 +109,14 @@ func run(args []string) error {
 	// With authorization on, the server's own system worker reaches the frontend through
 	// the internal frontend (USE_INTERNAL_FRONTEND), which trusts its cluster's members:
 	// start it with the default services.
-	if _, internal := cfg.Services[string(primitives.InternalFrontendService)]; internal &&
-		!slices.Contains(chosen, string(primitives.InternalFrontendService)) && defaulted {
+	_, internal := cfg.Services[string(primitives.InternalFrontendService)]
+	if cfg.Global.Authorization.Authorizer == "tower" && !internal {
+		// Else the system worker (schedules, batches) calls the public frontend with no
+		// token, and Tower's authorizer refuses it.
+		return fmt.Errorf("the tower authorizer needs the internal frontend: set " +
+			"USE_INTERNAL_FRONTEND=true (and INTERNAL_FRONTEND_GRPC_PORT, ..._MEMBERSHIP_PORT)")
+	}
+	if internal && defaulted && !slices.Contains(chosen, string(primitives.InternalFrontendService)) {
 		chosen = append(chosen, string(primitives.InternalFrontendService))
 	}
 	audience, err := authorization.GetAudienceMapperFromConfig(&cfg.Global.Authorization)
