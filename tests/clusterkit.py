@@ -51,7 +51,9 @@ class Cluster:
                     timeout: float = 120) -> tuple[int, str]:
         """A `tower` command against server process ``server``: exit code, stdout+stderr."""
         proc = await asyncio.create_subprocess_exec(
-            TOWER, *args, env={**self.tower_env(server), **(env or {})}, cwd=self.logs,
+            # The example project's commands, run from the cluster's own folder.
+            TOWER, "--project", str(Path(__file__).resolve().parents[1]), *args,
+            env={**self.tower_env(server), **(env or {})}, cwd=self.logs,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         out, _ = await asyncio.wait_for(proc.communicate(), timeout)
         return proc.returncode or 0, out.decode()

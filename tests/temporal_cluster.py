@@ -71,7 +71,8 @@ def create_schemas(bindir: Path, pg: Postgres, log: Path) -> None:
 class ServerProcess:
     """One `temporal-server start` (frontend, history, matching and worker services)."""
 
-    def __init__(self, name: str, bindir: Path, pg: Postgres, log_dir: Path) -> None:
+    def __init__(self, name: str, bindir: Path, pg: Postgres, log_dir: Path,
+                 extra: dict[str, str] | None = None) -> None:
         self.name = name
         self.binary = bindir / "temporal-server"
         self.log = log_dir / f"temporal-{name}.log"
@@ -80,7 +81,8 @@ class ServerProcess:
         self.env = {**os.environ, **server_env_file(), **pg.env(), **ports,
                     "FRONTEND_HTTP_PORT": str(free_port()),
                     "BIND_ON_IP": "127.0.0.1", "TEMPORAL_BROADCAST_ADDRESS": "127.0.0.1",
-                    "DYNAMIC_CONFIG_FILE_PATH": str(DEPLOY / "temporal" / "dynamicconfig.yaml")}
+                    "DYNAMIC_CONFIG_FILE_PATH": str(DEPLOY / "temporal" / "dynamicconfig.yaml"),
+                    **(extra or {})}
         self.address = f"127.0.0.1:{ports['FRONTEND_GRPC_PORT']}"
         self.proc: subprocess.Popen[bytes] | None = None
 

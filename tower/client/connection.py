@@ -10,7 +10,9 @@ cannot see, signal or approve another tenant's runs (the server enforces it).
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
@@ -58,6 +60,14 @@ def connect_config(address: str | None = None, namespace: str | None = None) -> 
         config["target_host"] = address
     if namespace or _tenant:
         config["namespace"] = namespace or _tenant
+    if token_file := os.environ.get("TOWER_TEMPORAL_TOKEN_FILE"):
+        # The server's authorizer checks this JWT (docs/production.md, "Server authorization").
+        try:
+            token = Path(token_file).read_text().strip()
+        except OSError as exc:
+            raise ValueError(f"TOWER_TEMPORAL_TOKEN_FILE={token_file}: {exc.strerror}") from None
+        config["rpc_metadata"] = {**config.get("rpc_metadata", {}),
+                                  "authorization": f"Bearer {token}"}
     return config
 
 

@@ -3,6 +3,7 @@ module tower.dev/temporal-server
 go 1.26.8
 
 require (
+	github.com/golang-jwt/jwt/v4 v4.5.2
 	go.temporal.io/api v1.63.5
 	go.temporal.io/server v1.32.1
 	google.golang.org/grpc v1.83.2
@@ -90,7 +91,6 @@ require (
 	github.com/go-sql-driver/mysql v1.9.3 // indirect
 	github.com/gocql/gocql v1.7.0 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
-	github.com/golang-jwt/jwt/v4 v4.5.2 // indirect
 	github.com/golang/mock v1.6.0 // indirect
 	github.com/golang/snappy v1.0.0 // indirect
 	github.com/google/gnostic-models v0.7.1 // indirect

@@ -1,5 +1,8 @@
 // Tower's build of the Temporal server: the unmodified server of go.temporal.io/server, with
-// one frontend interceptor (guard.go) that bounds the bytes a signal may add to a run.
+// one frontend interceptor (guard.go) that bounds the bytes a signal may add to a run, and,
+// when the config's authorization section names "tower", Tower's claim mapper (tokens.go)
+// and authorizer (authz.go): requesters may only start the deployment's agents on its
+// queues, and only Tower's services may signal or update a run (docs/production.md).
 //
 // It starts the way `temporal-server` does, so it replaces that binary as is:
 //
@@ -7,7 +10,9 @@
 //
 // Without a config flag the configuration is the server's embedded template, filled from the
 // environment (DB, POSTGRES_SEEDS, DYNAMIC_CONFIG_FILE_PATH, ...), as in the server's image.
-// TOWER_SIGNAL_MAX_BYTES sets the guard's limit (default 9216).
+// TOWER_SIGNAL_MAX_BYTES sets the guard's limit (default 9216). Authorization stays off unless
+// TEMPORAL_AUTH_AUTHORIZER=tower and TEMPORAL_AUTH_CLAIM_MAPPER=tower (the embedded template's
+// authorizer and claimMapper), with TOWER_AUTH_KEYS, TOWER_AUTH_AGENTS, TOWER_AUTH_QUEUES.
 package main
 
 import (
@@ -15,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	_ "time/tzdata" // time zones for schedules, on hosts without them
@@ -25,6 +31,7 @@ import (
 	_ "go.temporal.io/server/common/persistence/sql/sqlplugin/mysql"
 	_ "go.temporal.io/server/common/persistence/sql/sqlplugin/postgresql"
 	_ "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
+	"go.temporal.io/server/common/primitives"
 	"go.temporal.io/server/temporal"
 )
 
@@ -66,11 +73,12 @@ func run(args []string) error {
 	if err := start.Parse(global.Args()[1:]); err != nil {
 		return err
 	}
+	defaulted := false
 	if len(chosen) == 0 {
 		if v := os.Getenv("TEMPORAL_SERVICES"); v != "" {
 			_ = chosen.Set(v)
 		} else {
-			chosen = temporal.DefaultServices
+			chosen, defaulted = slices.Clone(temporal.DefaultServices), true
 		}
 	}
 	limit, err := signalMaxBytes()
@@ -94,13 +102,22 @@ func run(args []string) error {
 		return fmt.Errorf("unable to load configuration: %w", err)
 	}
 	logger := log.NewZapLogger(log.BuildZapLogger(cfg.Log))
-	authorizer, err := authorization.GetAuthorizerFromConfig(&cfg.Global.Authorization)
+	authorizer, claimMapper, err := authorizationFromConfig(&cfg.Global.Authorization, logger)
 	if err != nil {
-		return fmt.Errorf("unable to instantiate the authorizer: %w", err)
+		return err
 	}
-	claimMapper, err := authorization.GetClaimMapperFromConfig(&cfg.Global.Authorization, logger)
-	if err != nil {
-		return fmt.Errorf("unable to instantiate the claim mapper: %w", err)
+	// With authorization on, the server's own system worker reaches the frontend through
+	// the internal frontend (USE_INTERNAL_FRONTEND), which trusts its cluster's members:
+	// start it with the default services.
+	_, internal := cfg.Services[string(primitives.InternalFrontendService)]
+	if cfg.Global.Authorization.Authorizer == "tower" && !internal {
+		// Else the system worker (schedules, batches) calls the public frontend with no
+		// token, and Tower's authorizer refuses it.
+		return fmt.Errorf("the tower authorizer needs the internal frontend: set " +
+			"USE_INTERNAL_FRONTEND=true (and INTERNAL_FRONTEND_GRPC_PORT, ..._MEMBERSHIP_PORT)")
+	}
+	if internal && defaulted && !slices.Contains(chosen, string(primitives.InternalFrontendService)) {
+		chosen = append(chosen, string(primitives.InternalFrontendService))
 	}
 	audience, err := authorization.GetAudienceMapperFromConfig(&cfg.Global.Authorization)
 	if err != nil {
@@ -121,6 +138,42 @@ func run(args []string) error {
 		return fmt.Errorf("unable to create the server: %w", err)
 	}
 	return server.Start()
+}
+
+// authorizationFromConfig is the config's authorization section: the server's own
+// authorizer and claim mapper ("" or "default"), or Tower's ("tower": authz.go, tokens.go),
+// which read TOWER_AUTH_KEYS, TOWER_AUTH_AGENTS and TOWER_AUTH_QUEUES.
+func authorizationFromConfig(cfg *config.Authorization, logger log.Logger,
+) (authorization.Authorizer, authorization.ClaimMapper, error) {
+	var authorizer authorization.Authorizer
+	var mapper authorization.ClaimMapper
+	var err error
+	if cfg.Authorizer == "tower" {
+		authorizer, err = newTowerAuthorizer(os.Getenv("TOWER_AUTH_AGENTS"), os.Getenv("TOWER_AUTH_QUEUES"))
+	} else {
+		authorizer, err = authorization.GetAuthorizerFromConfig(cfg)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("unable to instantiate the authorizer: %w", err)
+	}
+	if cfg.ClaimMapper == "tower" {
+		mapper, err = newTokenMapper(os.Getenv("TOWER_AUTH_KEYS"), cfg.PermissionsClaimName)
+	} else {
+		mapper, err = authorization.GetClaimMapperFromConfig(cfg, logger)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("unable to instantiate the claim mapper: %w", err)
+	}
+	if (cfg.Authorizer == "tower") != (cfg.ClaimMapper == "tower") {
+		// Tower's authorizer reads Tower's roles, which only Tower's claim mapper sets.
+		return nil, nil, fmt.Errorf("authorizer %q with claim mapper %q: Tower's authorizer and "+
+			"claim mapper go together (TEMPORAL_AUTH_AUTHORIZER=tower and "+
+			"TEMPORAL_AUTH_CLAIM_MAPPER=tower)", cfg.Authorizer, cfg.ClaimMapper)
+	}
+	if cfg.Authorizer == "tower" {
+		logger.Info("Tower authorizer: requesters may start only the deployment's agents on its queues")
+	}
+	return authorizer, mapper, nil
 }
 
 func signalMaxBytes() (int, error) {
