@@ -34,8 +34,6 @@ from workflows.migration import MigrationAgent, MigrationRequest
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 # Needs headless Chromium; run with `pytest -m browser` (.ci/run does).
 pytestmark = pytest.mark.browser
-# The decision page draws the agent with Graphviz's `dot` (the waiting node marked), and
-# shows the Mermaid text where `dot` is missing (tower/inbox/picture.py): expect either.
 DROP = "ALTER TABLE customers DROP COLUMN fax;\nDROP TABLE legacy_notes;"
 
 
