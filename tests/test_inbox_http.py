@@ -309,7 +309,7 @@ async def test_a_page_shown_for_a_look_alike_run_signs_nothing_for_the_real_one(
             assert await snapshot(big) == before and refunds(db_path) == []
             fresh = await alice.get(f"/runs/{big.id}")
             reply = await alice.post(f"/runs/{big.id}/decide", data=decision_form(
-                fresh.text, verdict="approve"))
+                fresh.text, verdict="approve"), follow_redirects=True)
             assert reply.status_code == 200 and "Gate refund_review: approved" in reply.text
             await big.result()
         finally:
