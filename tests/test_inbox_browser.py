@@ -27,7 +27,7 @@ from inboxkit import PASSWORD, inbox, park_refund
 from temporalio.client import Client
 
 from tower.activities.model import ModelSettings
-from tower.inbox.visibility import waiting_run
+from tower.cli.inbox.visibility import waiting_run
 from worker import build_worker
 from workflows.migration import MigrationAgent, MigrationRequest
 
@@ -35,7 +35,7 @@ ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 # Needs headless Chromium; run with `pytest -m browser` (.ci/run does).
 pytestmark = pytest.mark.browser
 # The decision page draws the agent with Graphviz's `dot` (the waiting node marked), and
-# shows the Mermaid text where `dot` is missing (tower/inbox/picture.py): expect either.
+# shows the Mermaid text where `dot` is missing (tower/cli/inbox/picture.py): expect either.
 DROP = "ALTER TABLE customers DROP COLUMN fax;\nDROP TABLE legacy_notes;"
 
 
