@@ -18,11 +18,11 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from bench.agents import NaiveChat, NaiveMessage
 from bench.measure import history_bytes, run_chain, turn_costs
 from tower.activities.model import ModelSettings
-from tower.activities.payloads import tower_data_converter
 from tower.cli.histories import replay as replay_checked
 from tower.contract.search import start_attributes
 from tower.core.window import WindowPolicy
 from tower.temporal import TowerPlugin
+from tower.temporal.payloads import tower_data_converter
 from tower.temporal.sandbox import sandbox_runner
 from worker import build_worker
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage

@@ -25,9 +25,9 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from tower.activities.codec import new_key
-from tower.activities.payloads import tower_data_converter
 from tower.cli.agents import scripted_reply
+from tower.temporal.codec import new_key
+from tower.temporal.payloads import tower_data_converter
 from tower.testing.model_server import LoopbackModelServer
 
 TOWER = str(Path(sys.executable).parent / "tower")

@@ -15,7 +15,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle
 
-from tower.cli.keys import load_key, new_key
+from tower.client.keys import load_key, new_key
 from tower.contract.decisions import GateRecord, Verdict, proposal_digest
 from tower.contract.trust import EventClaims
 from tower.core.signing import EVENT_TYPE, decision_claims, sign

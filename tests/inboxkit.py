@@ -13,12 +13,12 @@ from gatekit import new_id, refund_request, wait_pending
 from temporalio.client import Client, WorkflowHandle
 
 from tower.activities.trust import trust_dir
-from tower.cli.keys import load_key
+from tower.cli.inbox.app import InboxConfig
+from tower.cli.inbox.identity import Account, Accounts, hash_password
+from tower.cli.inbox.server import serving
+from tower.cli.inbox.visibility import waiting_run
 from tower.cli.trust_files import enrol
-from tower.inbox.app import InboxConfig
-from tower.inbox.identity import Account, Accounts, hash_password
-from tower.inbox.server import serving
-from tower.inbox.visibility import waiting_run
+from tower.client.keys import load_key
 from workflows.refund import RefundAgent
 
 PASSWORD = "correct horse"

@@ -24,10 +24,10 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.tools.migrations import EXAMPLE_SHOP
 from tower.activities.model import ModelSettings
-from tower.cli.approvals import make_decision
 from tower.cli.devserver import temporal_binary
 from tower.cli.histories import report_unreplayable
 from tower.cli.trust_files import dev_trust
+from tower.client._decisions import make_decision
 from tower.contract import search
 from tower.contract.decisions import GateRecord, Verdict
 from worker import build_worker

@@ -30,11 +30,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from tower.activities.model import ModelSettings
 from tower.cli.agents import scripted_reply
-from tower.cli.approvals import make_decision
 from tower.cli.devserver import temporal_binary
 from tower.cli.histories import report_unreplayable
 from tower.cli.live import follow
 from tower.cli.trust_files import dev_trust
+from tower.client._decisions import make_decision
 from tower.contract import search
 from tower.contract.decisions import GateRecord, Verdict
 from tower.testing.model_server import LoopbackModelServer

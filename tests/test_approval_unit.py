@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tower import DONE, AgentState, Graph
-from tower.cli.keys import new_key
+from tower.client.keys import new_key
 from tower.contract.decisions import Decision, GateStatus, Verdict, proposal_digest
 from tower.contract.trust import Member, Policy, Roster, TrustSnapshot
 from tower.core import legacy_trust

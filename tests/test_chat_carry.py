@@ -15,9 +15,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from bench.measure import run_chain
 from tower.activities.model import ModelSettings
-from tower.activities.payloads import tower_data_converter
 from tower.cli.histories import replay
 from tower.core.window import WindowPolicy
+from tower.temporal.payloads import tower_data_converter
 from worker import build_worker
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
 

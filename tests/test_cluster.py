@@ -36,11 +36,11 @@ from temporalio.service import RPCError, RPCStatusCode
 from test_faults_process import TEXT, assert_effects_once, started_attempts
 from test_web_ui import ARTIFACTS
 
-from tower.activities.codec import new_key
 from tower.cli.agents import scripted_reply
 from tower.cli.demo import requests
 from tower.cli.devserver import temporal_binary
 from tower.contract import search
+from tower.temporal.codec import new_key
 from tower.testing.model_server import Fault, LoopbackModelServer
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]

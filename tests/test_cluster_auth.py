@@ -40,9 +40,9 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower.activities.codec import new_key
-from tower.activities.payloads import tower_data_converter
 from tower.cli.agents import scripted_reply
+from tower.temporal.codec import new_key
+from tower.temporal.payloads import tower_data_converter
 from tower.testing.model_server import LoopbackModelServer
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]

@@ -19,12 +19,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from towercli import tower_cli
 
-from tower.activities.codec import ENCODING, CodecError, EncryptionCodec, KeyRing, new_key
 from tower.activities.model import ModelSettings
-from tower.activities.payloads import tower_data_converter
 from tower.cli.codec_server import build_server, serve_in_thread
 from tower.cli.devserver import dev_server_command
 from tower.cli.histories import replay
+from tower.temporal.codec import ENCODING, CodecError, EncryptionCodec, KeyRing, new_key
+from tower.temporal.payloads import tower_data_converter
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
 

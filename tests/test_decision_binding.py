@@ -23,7 +23,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from temporalio.common import RetryPolicy
 
 from tower.activities.model import ModelSettings
-from tower.cli.keys import new_key
+from tower.client.keys import new_key
 from tower.contract.decisions import GateRecord, proposal_digest
 from tower.contract.trust import Member, Policy, Roster
 from tower.core.signing import public_of

@@ -22,7 +22,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from tower.cli.approvals import submit_decision
+from tower.client._decisions import submit_decision
 from tower.contract.decisions import GateStatus
 from tower.core.gates import Outcome
 

@@ -15,11 +15,11 @@ import pytest
 import yaml
 from temporalio.api.common.v1 import Payloads
 
-from tower.activities.codec import new_key
-from tower.activities.payloads import tower_data_converter
 from tower.cli.devserver import DYNAMIC_CONFIG, dev_server_command
 from tower.cli.telemetry import exporter_names, make_exporter
 from tower.core.signing import MAX_TOKEN_CHARS
+from tower.temporal.codec import new_key
+from tower.temporal.payloads import tower_data_converter
 from tower.temporal.refusals import CARRY_AFTER_SIGNALS, MAX_SIGNALS_PER_RUN
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,9 +19,9 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.worker import Worker
 
 from tower.activities.model import ModelSettings
+from tower.cli.inbox.visibility import waiting_run
 from tower.contract import search
 from tower.contract.pending import PendingView
-from tower.inbox.visibility import waiting_run
 from worker import build_worker
 from workflows.refund import RefundAgent
 

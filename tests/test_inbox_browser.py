@@ -27,7 +27,7 @@ from inboxkit import PASSWORD, inbox, park_refund
 from temporalio.client import Client
 
 from tower.activities.model import ModelSettings
-from tower.inbox.visibility import waiting_run
+from tower.cli.inbox.visibility import waiting_run
 from worker import build_worker
 from workflows.migration import MigrationAgent, MigrationRequest
 

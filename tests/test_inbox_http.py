@@ -23,8 +23,8 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from tower.activities.model import ModelSettings
-from tower.inbox.identity import ProxyAuth
-from tower.inbox.visibility import waiting_run
+from tower.cli.inbox.identity import ProxyAuth
+from tower.cli.inbox.visibility import waiting_run
 from worker import build_worker
 from workflows.refund import RefundAgent
 

@@ -16,13 +16,13 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.converter import encode_search_attributes
 
-from tower.activities.codec import ENCODING, KEY_ID, new_key
 from tower.activities.model import ModelSettings
-from tower.activities.payloads import tower_data_converter
 from tower.cli.cmd_approve import pending_requests
+from tower.cli.inbox.visibility import UnreadableRequest, role_query, waiting_run, waiting_runs
 from tower.contract import search
 from tower.contract.pending import PendingView
-from tower.inbox.visibility import UnreadableRequest, role_query, waiting_run, waiting_runs
+from tower.temporal.codec import ENCODING, KEY_ID, new_key
+from tower.temporal.payloads import tower_data_converter
 from worker import build_worker
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
 from workflows.refund import RefundAgent

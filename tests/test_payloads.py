@@ -12,7 +12,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.converter import StorageDriverRetrieveContext, StorageDriverStoreContext
 
-from tower.activities.payloads import LocalDirDriver, PayloadMissing, tower_data_converter
+from tower.temporal.payloads import LocalDirDriver, PayloadMissing, tower_data_converter
 from workflows.account import AccountAgent, AccountRequest
 
 

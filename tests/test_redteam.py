@@ -41,8 +41,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from tower.activities.model import ModelSettings
-from tower.cli.keys import load_key
 from tower.cli.trust_files import enrol, read_roster, write_roster
+from tower.client.keys import load_key
 from tower.contract.decisions import GateRecord, proposal_digest
 from tower.core.signing import decision_claims
 from tower.temporal import TowerPlugin

@@ -40,9 +40,9 @@ from temporalio.api.workflowservice.v1 import (
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
 
-from tower.activities.codec import ENCODING, KEY_ID, CodecError, new_key
 from tower.activities.model import ModelSettings
-from tower.activities.payloads import tower_data_converter
+from tower.temporal.codec import ENCODING, KEY_ID, CodecError, new_key
+from tower.temporal.payloads import tower_data_converter
 from tower.temporal.unopenable import UnopenablePayload, guarded
 from worker import build_worker
 from workflows.refund import RefundAgent

@@ -13,8 +13,8 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from tower.activities.model import ModelSettings
 from tower.cli.cmd_approve import send_decision
-from tower.cli.keys import load_key
 from tower.cli.trust_files import dev_trust, enrol, read_roster, write_roster
+from tower.client.keys import load_key
 from tower.contract.decisions import Verdict
 from worker import build_worker
 from workflows.refund import RefundAgent

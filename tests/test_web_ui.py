@@ -27,7 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tower.activities.model import ModelSettings
 from tower.cli.devserver import temporal_binary
-from tower.cli.keys import load_key
+from tower.client.keys import load_key
 from tower.contract import search
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest

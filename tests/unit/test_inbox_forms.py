@@ -6,11 +6,11 @@ from datetime import UTC, datetime
 
 import pytest
 
+from tower.cli.inbox import money
+from tower.cli.inbox.app import safe_next
+from tower.cli.inbox.forms import FormError, read_form
 from tower.contract.decisions import Verdict
 from tower.contract.pending import EditableField, EditLimit, PendingView
-from tower.inbox import money
-from tower.inbox.app import safe_next
-from tower.inbox.forms import FormError, read_form
 
 AT = datetime(2030, 1, 1, tzinfo=UTC)
 VIEW = PendingView(

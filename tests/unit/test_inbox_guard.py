@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tower.inbox.guard import InboxStore, SignInLimits
+from tower.cli.inbox.guard import InboxStore, SignInLimits
 
 
 class Clock:

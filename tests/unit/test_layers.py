@@ -12,7 +12,8 @@ import tower
 
 PURE = sorted(
     f"tower.core.{p.stem}" for p in Path(tower.__file__).parent.joinpath("core").glob("*.py")
-) + ["tower", "tower.contract", "tower.contract.wire", "tower.contract.decisions"]
+) + ["tower", "tower.contract", "tower.contract.wire", "tower.contract.decisions",
+     "tower.contract.messages"]
 
 
 def test_the_pure_layers_import_no_temporal() -> None:
@@ -36,6 +37,7 @@ PROJECT = {"activities", "starter", "workflows", "worker", "bench", "tests"}
 PUBLIC = ("tower", "tower.contract", "tower.testing", "tower.temporal", "tower.temporal.worker",
           "tower.core.signing", "tower.core.policy", "tower.temporal.unopenable",
           "tower.activities", "tower.client", "tower.temporal.telemetry",
+          "tower.temporal.payloads", "tower.temporal.codec",
           # The HMAC settings of runs started before signed decisions, until 1.0 drops them.
           "tower.core.legacy_trust")
 EXACT = ("tower", "tower.temporal")  # the package's own names, not every module below it
@@ -103,3 +105,111 @@ def test_the_direction_check_sees_a_violation(tmp_path: Path) -> None:
     bad.write_text("from tower.core.engine import advance\n"
                    "def f():\n    import activities.tools\n")
     assert imports(bad) == ["tower.core.engine", "activities.tools"]
+
+
+# What runs when a module loads or a function is called: imports at any depth, relative ones
+# resolved, except those under `if TYPE_CHECKING:` (read by the type checker only).
+_RUNTIME_SCAN = """
+import ast, json, sys
+root, paths = sys.argv[1], sys.argv[2:]
+
+def typing_only(node):
+    test = getattr(node, "test", None) if isinstance(node, ast.If) else None
+    return "TYPE_CHECKING" in (getattr(test, "id", None), getattr(test, "attr", None))
+
+def walk(node):
+    for child in ast.iter_child_nodes(node):
+        if typing_only(child):
+            for other in child.orelse:
+                yield other
+                yield from walk(other)
+            continue
+        yield child
+        yield from walk(child)
+
+found = {}
+for path in paths:
+    parts = path[len(root) + 1:-3].split("/")
+    package = parts[:-1]  # what a relative import is relative to
+    names = found.setdefault(path, [])
+    for node in walk(ast.parse(open(path).read(), path)):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            names += [module] if node.module else [f"{module}.{a.name}" for a in node.names]
+print(json.dumps(found))
+"""
+
+
+def package_graph(root: Path) -> dict[tuple[str, str], str]:
+    """Edges between the packages under ``root/tower`` (``tower.core``, ``tower.cli``; a
+    module directly in ``tower/`` is ``tower``), each with one import that makes it."""
+    paths = sorted((root / "tower").rglob("*.py"))
+    out = subprocess.run([sys.executable, "-c", _RUNTIME_SCAN, str(root), *map(str, paths)],
+                         capture_output=True, text=True, check=True).stdout
+
+    def package(module: str) -> str:
+        parts = module.split(".")
+        return ".".join(parts[:2]) if len(parts) > 2 or (root / "tower" / parts[-1]).is_dir() \
+            else "tower"
+
+    edges: dict[tuple[str, str], str] = {}
+    for path, names in json.loads(out).items():
+        here = package(".".join(Path(path).relative_to(root).with_suffix("").parts))
+        for name in names:
+            if name.split(".")[0] == "tower" and (there := package(name)) != here:
+                edges.setdefault((here, there), f"{Path(path).relative_to(root)} imports {name}")
+    return edges
+
+
+def a_cycle(edges: dict[tuple[str, str], str]) -> list[str]:
+    """The edges of one cycle in the graph (each with the import that makes it), or []."""
+    after: dict[str, list[str]] = {}
+    for a, b in sorted(edges):
+        after.setdefault(a, []).append(b)
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str]:
+        if node in path:
+            loop = [*path[path.index(node):], node]
+            return [f"{a} -> {b} ({edges[a, b]})" for a, b in zip(loop, loop[1:], strict=False)]
+        if node in done:
+            return []
+        for nxt in after.get(node, []):
+            if found := visit(nxt, [*path, node]):
+                return found
+        done.add(node)
+        return []
+
+    for start in sorted(after):
+        if found := visit(start, []):
+            return found
+    return []
+
+
+def test_no_import_cycle_between_packages() -> None:
+    # The contract at the bottom, then the core, the activities, the Temporal layer, the
+    # test helpers, the client and the CLI: each imports only those below it.
+    edges = package_graph(ROOT)
+    assert ("tower.cli", "tower.client") in edges  # the scan sees the packages' imports
+    assert a_cycle(edges) == []
+
+
+def test_the_cycle_check_sees_a_cycle(tmp_path: Path) -> None:
+    # It must be able to fail: a lazy import inside a function closes a cycle; one under
+    # TYPE_CHECKING (the type checker's only) does not.
+    for package in ("a", "b", "c"):
+        (tmp_path / "tower" / package).mkdir(parents=True)
+    (tmp_path / "tower" / "a" / "x.py").write_text("from tower.b.y import f\n")
+    (tmp_path / "tower" / "b" / "y.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from tower.c import z\n"
+        "def f():\n    from ..a import x\n")
+    (tmp_path / "tower" / "c" / "z.py").write_text("import tower.b.y\n")
+    edges = package_graph(tmp_path)
+    assert set(edges) == {("tower.a", "tower.b"), ("tower.b", "tower.a"),
+                          ("tower.c", "tower.b")}
+    assert a_cycle(edges) == ["tower.a -> tower.b (tower/a/x.py imports tower.b.y)",
+                              "tower.b -> tower.a (tower/b/y.py imports tower.a)"]

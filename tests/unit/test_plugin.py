@@ -16,10 +16,10 @@ from temporalio.worker import Replayer, WorkerConfig
 
 from activities.tools import TOOLS
 from tower import AgentState, Graph
-from tower.activities.codec import EncryptionCodec, NoKeys, new_key
 from tower.cli.histories import load, replay
 from tower.core.errors import InvalidGraph
 from tower.temporal import TowerPlugin
+from tower.temporal.codec import EncryptionCodec, NoKeys, new_key
 from tower.temporal.plugin import WORKFLOW_FAILURE_TYPES
 from tower.temporal.sandbox import RunSandbox
 from tower.temporal.unopenable import TowerDataConverter

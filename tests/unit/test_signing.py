@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from tower.activities.trust import TrustError, read_trust
 from tower.cli.common import CliError
-from tower.cli.keys import create_key, load_key, new_key, sign_decision
 from tower.cli.trust_files import enrol, ensure_policy
+from tower.client.keys import create_key, load_key, new_key, sign_decision
 from tower.contract.trust import Member, PublicKey, Roster
 from tower.core.signing import (
     SignatureRefused,

@@ -30,9 +30,9 @@ from tower.cli.output import json_option, print_json
 @json_option("print the key, or the server's addresses, as JSON")
 def command(port: int, host: str, ui_url: str | None, origins: tuple[str, ...], new_key: bool,
             as_json: bool) -> int:
-    from tower.activities.codec import CodecError, KeyRing, codec_from_env
-    from tower.activities.codec import new_key as make_key
     from tower.cli.codec_server import build_server, new_token, origin_of
+    from tower.temporal.codec import CodecError, KeyRing, codec_from_env
+    from tower.temporal.codec import new_key as make_key
 
     if new_key:
         key = make_key()

@@ -16,7 +16,7 @@ from tower.cli.errors import CliError
 from tower.cli.output import json_option, print_json, tenant_option
 
 if TYPE_CHECKING:
-    from tower.inbox.app import InboxConfig
+    from tower.cli.inbox.app import InboxConfig
 
 DEV_ACCOUNTS = DATA_DIR / "inbox-accounts.json"
 # Sessions (revoked at sign-out) and what approvers decided, beside the accounts.
@@ -71,9 +71,9 @@ def command(host: str, port: int, accounts: Path | None, proxy_header: str | Non
 def build_config(sign_in: SignIn, tenant: str, *, issuer: str, web_ui: str | None = None,
                  tls: bool = False) -> tuple[InboxConfig, dict[str, str]]:
     """The inbox's configuration, and development passwords created now (to print once)."""
-    from tower.cli.keys import load_key
-    from tower.inbox.app import InboxConfig
-    from tower.inbox.identity import Accounts, ProxyAuth, dev_accounts
+    from tower.cli.inbox.app import InboxConfig
+    from tower.cli.inbox.identity import Accounts, ProxyAuth, dev_accounts
+    from tower.client.keys import load_key
 
     secret = os.environ.get("TOWER_INBOX_SESSION_SECRET") or secrets.token_urlsafe(32)
     common: dict[str, Any] = {"tenant": tenant, "session_secret": secret,
@@ -97,8 +97,8 @@ def build_config(sign_in: SignIn, tenant: str, *, issuer: str, web_ui: str | Non
 async def serve(sign_in: SignIn, *, host: str, port: int, issuer: str, web_ui: str | None,
                 tls_cert: str | None, tls_key: str | None, as_json: bool = False) -> int:
     from tower.cli.agents import agents
+    from tower.cli.inbox.server import serving
     from tower.client import connect
-    from tower.inbox.server import serving
 
     if bool(tls_cert) != bool(tls_key):
         raise CliError("--tls-cert and --tls-key go together")

@@ -84,8 +84,8 @@ async def replayed(run: str, run_id: str | None, client: Client | None = None, *
 async def readable(source: str, history: WorkflowHistory) -> None:
     """A CliError naming the keys when this process cannot decrypt the history's payloads
     (replaying it anyway would fail as if the code had changed)."""
-    from tower.activities.codec import ENCODING, CodecError
-    from tower.activities.payloads import tower_data_converter
+    from tower.temporal.codec import ENCODING, CodecError
+    from tower.temporal.payloads import tower_data_converter
 
     codec = tower_data_converter().payload_codec
     sealed = next((p for e in history.events for p in payloads_in(e)

@@ -28,7 +28,7 @@ def keys() -> None:
 @click.option("--kid", help="key id (default: NAME-<date>-<random>)")
 @json_option("the public JWK and where the private key is, as JSON")
 def new(name: str, kid: str | None, as_json: bool) -> int:
-    from tower.cli.keys import config_dir, create_key
+    from tower.client.keys import config_dir, create_key
 
     public = create_key(name, kid=kid)
     jwk = public.model_dump(mode="json", exclude_none=True)

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 
-from tower.activities.codec import CodecError, EncryptionCodec
+from tower.temporal.codec import CodecError, EncryptionCodec
 
 DEFAULT_ORIGINS = ("http://localhost:8233",)
 MAX_BODY = 8 * 1024 * 1024

@@ -16,9 +16,9 @@ from tower.cli.cmd_approve import print_outcome, send_decision
 from tower.cli.cmd_run import print_outcome as print_run_outcome
 from tower.cli.cmd_run import print_pending
 from tower.cli.common import start_run
-from tower.cli.keys import config_dir
 from tower.cli.live import follow
 from tower.cli.trust_files import dev_trust
+from tower.client.keys import config_dir
 from tower.contract.decisions import Verdict
 
 

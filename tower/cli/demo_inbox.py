@@ -21,9 +21,9 @@ from tower.cli.cmd_inbox import DEV_ACCOUNTS
 from tower.cli.common import CliError, start_run
 from tower.cli.demo_data import DemoData
 from tower.cli.devprocess import free_port, port_free, stop
+from tower.cli.inbox.identity import dev_accounts
+from tower.cli.inbox.visibility import waiting_run
 from tower.cli.trust_files import enrol
-from tower.inbox.identity import dev_accounts
-from tower.inbox.visibility import waiting_run
 
 DEMO_LOGINS = (("alice", "manager"), ("dave", "dba"))
 ISSUER = "inbox"  # the inbox's own key, in the roster as an issuer for these roles

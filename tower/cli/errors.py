@@ -17,7 +17,7 @@ CliError = ClientError
 # Exceptions raised by the layers below whose message is already written for a user.
 _PLAIN = {
     ("tower.temporal.telemetry", "TracingConfigError"),
-    ("tower.activities.codec", "CodecError"),
+    ("tower.temporal.codec", "CodecError"),
 }
 
 

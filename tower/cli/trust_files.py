@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tower.activities.trust import tenant_dir
 from tower.cli.errors import CliError
-from tower.cli.keys import create_key, key_path, load_key, member, with_member
+from tower.client.keys import create_key, key_path, load_key, member, with_member
 from tower.contract.trust import Policy, Roster
 from tower.core.signing import public_of
 

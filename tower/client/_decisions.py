@@ -2,24 +2,37 @@
 its ``decide`` update (``Gatekeeper.decide``), which answers with the outcome the run
 reported — or refuses it, and then nothing changed.
 
-The signing and the sending are ``tower.cli.approvals``' (make_decision, submit_decision):
-this is a thin layer over them that finds the run's pending request first.
+A decision is a JWS made with ``<config>/keys/<NAME>.jwk`` (``tower keys new NAME``,
+``tower.client.keys``); the run verifies it against its tenant's roster. ``unsigned=True``
+sends the claims in the clear: only a run whose deployment policy allows unsigned decisions
+accepts that.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.service import RPCError, RPCStatusCode
 
 from tower.client._runs import describe, query
 from tower.client.errors import ClientError, DecisionRefused, RunNotFound
+from tower.client.keys import sign_decision
 from tower.contract.decisions import GateRecord, Verdict, proposal_digest
 from tower.core.gates import Outcome
+from tower.core.signing import decision_claims
 from tower.temporal.gating import Gatekeeper
 
 # How long a decision waits for another worker to take over a run whose worker stopped
@@ -35,11 +48,9 @@ async def decide(
     takeover: float = TAKEOVER_SECONDS,
 ) -> Outcome | None:
     """Sign ``approver``'s decision on RUN's pending request with their own key (in
-    ``config``, default ``tower.cli.keys.config_dir()``) and send it; the Outcome the run
+    ``config``, default ``tower.client.keys.config_dir()``) and send it; the Outcome the run
     reported, or None when sent as a signal. DecisionRefused when the run refuses it
     (nothing changed). ``say`` hears what is done (and any wait for a worker)."""
-    from tower.cli.approvals import make_decision
-
     handle = client.get_workflow_handle(run)
     approvals = await _approvals(client, run, say=say, takeover=takeover)
     pending = approvals.get("pending")
@@ -88,8 +99,6 @@ async def decide(
 async def send_decision(client: Client, run: str, message: dict[str, Any]) -> Outcome:
     """Send a decision already made (``{"token": JWS}``) and wait for the run's outcome;
     DecisionRefused with the run's reason when it refuses it."""
-    from tower.cli.approvals import submit_decision
-
     try:
         return await submit_decision(client.get_workflow_handle(run), message)
     except WorkflowUpdateFailedError as exc:
@@ -128,3 +137,54 @@ def last_request(approvals: dict[str, Any]) -> str:
     who = f" by {decided.get('approver')}" if decided else ""
     when = f" (expired at {r['expires_at']})" if r["status"] == "expired" else ""
     return f"its last request, gate {r['gate']}, was {r['status']}{who}{when}"
+
+
+def make_decision(
+    *, tenant: str, run: str, pending: GateRecord, verdict: Verdict, approver: str,
+    role: str, note: str = "", edits: dict[str, Any] | None = None,
+    decision_id: str | None = None, unsigned: bool = False, config: Path | None = None,
+) -> tuple[dict[str, Any], str]:
+    """The wire message for a decision on ``pending`` (the request the run showed), and a
+    line saying how it was signed. It names the request's run id, step and proposal
+    digest: the run accepts it only while that very proposal is pending there."""
+    fields: dict[str, Any] = dict(tenant=tenant, run=run, run_id=pending.run_id,
+                                  gate=pending.gate, request=pending.step,
+                                  proposal=proposal_digest(pending), verdict=verdict.value,
+                                  role=role, edits=edits or {}, note=note,
+                                  jti=decision_id or f"d-{uuid.uuid4().hex[:12]}")
+    if unsigned:
+        claims = decision_claims(sub=approver, now=time.time(), **fields)
+        return ({"unsigned": claims.model_dump(mode="json")},
+                "UNSIGNED (accepted only where the deployment allows unsigned decisions)")
+    token, claims = sign_decision(approver, config=config, **fields)
+    kid = json.loads(_b64(token.split(".")[0]))["kid"]
+    return {"token": token}, f"signed with {approver}'s key {kid}"
+
+
+# The server aborts an update when it fails, itself, the workflow task that carried it (an
+# event arrived while that task closed the run: UnhandledCommand). The decision was not
+# taken and the run goes on waiting, so it is sent again; had it been taken, the same
+# signed decision would be a duplicate that changes nothing.
+RESENDS = 3
+
+
+async def submit_decision(handle: WorkflowHandle[Any, Any], message: dict[str, Any]) -> Outcome:
+    """The run's outcome for ``message`` (the ``decide`` update), sent again while the
+    server aborts it with its task. A refusal raises WorkflowUpdateFailedError."""
+    resent = 0
+    while True:
+        try:
+            return await handle.execute_update(Gatekeeper.decide, message)
+        except RPCError as exc:
+            if resent == RESENDS or not aborted_with_its_task(exc):
+                raise
+            resent += 1
+
+
+def aborted_with_its_task(exc: RPCError) -> bool:
+    return (exc.status == RPCStatusCode.FAILED_PRECONDITION
+            and "unexpected workflow task failure" in exc.message)
+
+
+def _b64(part: str) -> bytes:
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))

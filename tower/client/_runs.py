@@ -212,7 +212,7 @@ async def history_end(history: WorkflowHistory, converter: DataConverter | None 
         failure = Failure()
         failure.CopyFrom(last.workflow_execution_failed_event_attributes.failure)
         if converter is None:
-            from tower.activities.payloads import tower_data_converter
+            from tower.temporal.payloads import tower_data_converter
 
             converter = tower_data_converter()
         try:

@@ -78,8 +78,8 @@ async def connect(address: str | None = None, namespace: str | None = None, *,
     config = connect_config(address, namespace)
     configure_tracing()  # a no-op unless the OTEL_* variables ask for traces
     try:
-        # pydantic payloads; large ones go to external storage (tower/activities/payloads.py);
-        # encrypted when TOWER_CODEC_KEYS is set (tower/activities/codec.py).
+        # pydantic payloads; large ones go to external storage (tower/temporal/payloads.py);
+        # encrypted when TOWER_CODEC_KEYS is set (tower/temporal/codec.py).
         client = await Client.connect(**config, plugins=[TowerPlugin()])
     except RuntimeError as exc:
         raise ServerUnreachable(

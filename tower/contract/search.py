@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
-from tower.core.state import Status
+from tower.contract.messages import Status
 
 if TYPE_CHECKING:
     from tower.core.graph import Machine

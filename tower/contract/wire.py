@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tower.core.state import Message, Usage
+from tower.contract.messages import Message, Usage
 
 # HTTP headers the model activity sends with each call: which agent and node asked, so an
 # OpenAI-compatible test server (tower.testing.model_server) can answer per node.

@@ -8,20 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
 from tower.contract.decisions import GateRecord
-
-
-class Status(StrEnum):
-    RUNNING = "RUNNING"
-    AWAITING_APPROVAL = "AWAITING_APPROVAL"
-    DONE = "DONE"
-    FAILED = "FAILED"
+from tower.contract.messages import Message, Status, Usage
 
 
 @dataclass(frozen=True)
@@ -44,35 +37,6 @@ REPLACE = Reducer("replace", lambda old, new: new)
 
 def custom(fn: Callable[[Any, Any], Any], name: str | None = None) -> Reducer:
     return Reducer(name or str(getattr(fn, "__name__", "custom")), fn)
-
-
-class Message(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    role: Literal["system", "user", "assistant", "tool"]
-    content: str
-    name: str | None = None  # the tool's name for role="tool"
-
-
-class Usage(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            calls=self.calls + other.calls,
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            cost_usd=round(self.cost_usd + other.cost_usd, 8),
-        )
 
 
 def _add_by_key(old: dict[str, Usage], new: dict[str, Usage]) -> dict[str, Usage]:

@@ -37,6 +37,6 @@ class BuiltOnUse(PydanticPayloadConverter):
         return self
 
 
-# What Tower's clients, workers and replayers use (tower.activities.payloads adds the store).
+# What Tower's clients, workers and replayers use (tower.temporal.payloads adds the store).
 pydantic_converter: DataConverter = dataclasses.replace(
     pydantic_data_converter, payload_converter_class=BuiltOnUse)

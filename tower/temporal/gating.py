@@ -29,7 +29,7 @@ from temporalio import activity, workflow
 from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
+from tower.contract.decisions import Decision, GateRecord, GateStatus
 from tower.contract.notify import GateNotice
 from tower.contract.pending import short_values
 from tower.core import legacy_trust
@@ -40,7 +40,6 @@ from tower.core.gates import (
     Check,
     Gate,
     Outcome,
-    canonical_time,
     check_decision,
     close_gate,
     open_gate,
@@ -49,8 +48,9 @@ from tower.core.gates import (
     read_decision,
     record_of,
 )
-from tower.core.graph import FAILED, TERMINALS
-from tower.core.state import AgentState, Message, apply_update
+from tower.core.graph import TERMINALS
+from tower.core.interpreter import Close, Recheck, decided, moves_on_after_approval, rechecked
+from tower.core.state import AgentState, apply_update
 from tower.temporal.admission import Admission
 from tower.temporal.context import TemporalContext
 from tower.temporal.refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget, decoded
@@ -132,15 +132,18 @@ class Gatekeeper(Admission):
             await self._wait_refreshing(gate, pending)
             if self._in_flight is None and workflow.now() < pending.expires_at:
                 return  # the history is long (a flood of signals): carry over, still waiting
-        decision = self._in_flight
         try:
-            if decision is None:
-                self._close(gate, GateStatus.EXPIRED, gate.on_timeout,
-                            why=f"no decision by {canonical_time(pending.expires_at)}")
-            elif decision.decision == Verdict.REJECT:
-                self._close(gate, GateStatus.REJECTED, gate.on_reject, decision)
-            else:
-                await self._approve(gate, decision)
+            # How the request ends is the interpreter's (tower/core/interpreter.py), as in
+            # the in-process runner: here only the re-check's activities are carried out.
+            ending = decided(gate, pending, self._in_flight)
+            checked: list[str] | None = None  # the calls a re-check made
+            if isinstance(ending, Recheck):
+                ending, checked = await self._recheck(gate, ending.decision)
+            self._close(gate, ending, checked)
+            if ending.status == GateStatus.APPROVED and moves_on_after_approval(
+                    gate, self.current):
+                self._record(*advance(self.machine, self.current, gate.node, {},
+                                      at=workflow.now(), event_id=_event_id()))
         finally:
             self._in_flight = None
 
@@ -240,37 +243,23 @@ class Gatekeeper(Admission):
             self._audit.add_raw(workflow.now(), "signal",
                                 f"unknown signal {name[:80]!r}: nothing changed", args)
 
-    async def _approve(self, gate: Gate, decision: Decision) -> None:
+    async def _recheck(self, gate: Gate, decision: Decision) -> tuple[Close, list[str]]:
+        """Run the gate's re-check on the state as approved (edits included): how the
+        approval ends, and the calls the re-check made."""
+        assert gate.recheck is not None  # decided() asks for a re-check only then
         ctx = TemporalContext(self.machine.name, self.machine.nodes[gate.node],
                               self.current.step, list(self.models), self)
-        if gate.recheck is not None:
-            try:
-                # The re-check sees the state as approved, edits included.
-                stale = await gate.recheck(ctx, apply_update(self.current, decision.edits))
-            except (NodeFailed, ActivityError) as exc:
-                why = f"re-check failed: {exc}"
-                self._close(gate, GateStatus.APPROVED, FAILED, decision, why=why,
-                            update={"errors": [why]}, calls=ctx.calls)
-                return
-            if stale:
-                assert gate.on_stale is not None
-                note = Message(role="system", content=f"The approved action was not carried "
-                               f"out because the world changed: {stale}. Plan again.")
-                self._close(gate, GateStatus.STALE, gate.on_stale, decision, why=stale,
-                            update={"messages": [note]}, calls=ctx.calls)
-                return
-        self._close(gate, GateStatus.APPROVED, gate.node, decision, update=decision.edits,
-                    calls=ctx.calls)
-        if gate.when == "after" and self.current.node == gate.node:
-            self._record(*advance(self.machine, self.current, gate.node, {},
-                                  at=workflow.now(), event_id=_event_id()))
+        try:
+            stale = await gate.recheck(ctx, apply_update(self.current, decision.edits))
+        except (NodeFailed, ActivityError) as exc:
+            return rechecked(gate, decision, failed=str(exc)), ctx.calls
+        return rechecked(gate, decision, stale=stale), ctx.calls
 
-    def _close(self, gate: Gate, status: GateStatus, target: str,
-               decision: Decision | None = None, *, why: str = "",
-               update: Mapping[str, Any] | None = None, calls: list[str] | None = None) -> None:
-        self._record(*close_gate(self.machine, self.current, gate, status, target=target,
-                                 at=workflow.now(), event_id=_event_id(), decision=decision,
-                                 why=why, update=update, calls=calls))
+    def _close(self, gate: Gate, ending: Close, calls: list[str] | None = None) -> None:
+        self._record(*close_gate(self.machine, self.current, gate, ending.status,
+                                 target=ending.target, at=workflow.now(), event_id=_event_id(),
+                                 decision=ending.decision, why=ending.why,
+                                 update=ending.update, calls=calls))
 
     # --- decisions -------------------------------------------------------------------------
 

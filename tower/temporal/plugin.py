@@ -5,7 +5,7 @@
     replayer = Replayer(workflows=[MyAgent], plugins=[TowerPlugin()])
 
 A client with the plugin writes and reads Tower's payloads (pydantic; large ones in the
-payload store; encrypted when TOWER_CODEC_KEYS is set: ``tower.activities.payloads``). A
+payload store; encrypted when TOWER_CODEC_KEYS is set: ``tower.temporal.payloads``). A
 worker made from that client — a plain ``Worker`` — and a replayer given the plugin also
 get, by construction, the same settings: the converter guarded so that an input from
 outside it cannot open is refused, not a stalled run (``tower.temporal.unopenable``);
@@ -98,7 +98,7 @@ class TowerPlugin(SimplePlugin):
         if self._from_env is None:
             # tower.activities builds on tower.temporal (the guarded converter): imported
             # on use, so that the layers import one way.
-            from tower.activities.payloads import tower_data_converter
+            from tower.temporal.payloads import tower_data_converter
 
             self._from_env = tower_data_converter()
         return self._from_env

@@ -29,10 +29,10 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from temporalio.client import Client
 
-from tower.inbox import money, pages
-from tower.inbox.forms import is_money
-from tower.inbox.guard import InboxStore, SignInLimits
-from tower.inbox.identity import Accounts, Approver, ProxyAuth
+from tower.cli.inbox import money, pages
+from tower.cli.inbox.forms import is_money
+from tower.cli.inbox.guard import InboxStore, SignInLimits
+from tower.cli.inbox.identity import Accounts, Approver, ProxyAuth
 
 HERE = Path(__file__).parent
 SESSION_HOURS = 8

@@ -30,9 +30,8 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
+from tower.temporal.codec import NoKeys, codec_from_env
 from tower.temporal.unopenable import TowerDataConverter, TowerPayloadConverter
-
-from .codec import NoKeys, codec_from_env
 
 DEFAULT_DIR = Path(".tower") / "payloads"
 # Far below Temporal's 2 MiB payload limit, far above any routine activity input.
@@ -106,6 +105,6 @@ def tower_data_converter(
     codec = codec_from_env(env)
     if codec is None:  # writes in clear; an encrypted payload gets one clear error
         return dataclasses.replace(converter, payload_codec=NoKeys())
-    # Encrypted at rest (tower/activities/codec.py): payloads and failure messages alike.
+    # Encrypted at rest (tower/temporal/codec.py): payloads and failure messages alike.
     return dataclasses.replace(converter, payload_codec=codec,
                                failure_converter_class=DefaultFailureConverterWithEncodedAttributes)

@@ -19,10 +19,10 @@ from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from tower.cli.inbox.forms import DecisionForm, FormError
 from tower.contract.decisions import GateRecord, proposal_digest
 from tower.contract.pending import PendingView, short_values
 from tower.core.signing import decision_claims, sign
-from tower.inbox.forms import DecisionForm, FormError
 
 LIFETIME_SECONDS = 300  # a decision is sent at once; it need not live long
 QUERY_SECONDS = 5.0

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import uvicorn
 from temporalio.client import Client
 
-from tower.inbox.app import InboxConfig, create_app
+from tower.cli.inbox.app import InboxConfig, create_app
 
 
 def _bound_socket(host: str, port: int) -> socket.socket:

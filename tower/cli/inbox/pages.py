@@ -15,21 +15,21 @@ from starlette.templating import Jinja2Templates
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from tower.cli.inbox import money
+from tower.cli.inbox.forms import DecisionForm, FormError, is_money, read_form
+from tower.cli.inbox.guard import InboxStore
+from tower.cli.inbox.identity import Approver
+from tower.cli.inbox.picture import NotOurRequest, check_request, picture
+from tower.cli.inbox.runs import run_story
+from tower.cli.inbox.signing import shown_request, signed_decision
+from tower.cli.inbox.visibility import UnreadableRequest, waiting_run, waiting_runs
 from tower.client import DecisionRefused, send_decision
 from tower.contract.decisions import proposal_digest
 from tower.contract.pending import PendingView
 from tower.core.gates import Outcome
-from tower.inbox import money
-from tower.inbox.forms import DecisionForm, FormError, is_money, read_form
-from tower.inbox.guard import InboxStore
-from tower.inbox.identity import Approver
-from tower.inbox.picture import NotOurRequest, check_request, picture
-from tower.inbox.runs import run_story
-from tower.inbox.signing import shown_request, signed_decision
-from tower.inbox.visibility import UnreadableRequest, waiting_run, waiting_runs
 
 if TYPE_CHECKING:
-    from tower.inbox.app import InboxConfig
+    from tower.cli.inbox.app import InboxConfig
 
 DECIDE_SECONDS = 30.0
 CACHE_SECONDS = 1.0  # live updates: many open pages, one visibility call a second
@@ -43,7 +43,7 @@ class Inbox:
 
     def render(self, request: Request, name: str, approver: Approver | None,
                status: int = 200, **context: Any) -> Response:
-        from tower.inbox.app import csrf_token
+        from tower.cli.inbox.app import csrf_token
         return self.templates.TemplateResponse(request, name, {
             "approver": approver, "csrf": csrf_token(request), "tenant": self.config.tenant,
             "proxy": self.config.proxy is not None, "now": datetime.now(UTC), **context},

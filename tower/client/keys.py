@@ -19,7 +19,7 @@ from typing import Any
 
 from joserfc.jwk import OKPKey
 
-from tower.cli.errors import CliError
+from tower.client.errors import ClientError
 from tower.contract.trust import Claims, Member, PublicKey, Roster
 from tower.core.signing import decision_claims, public_of, sign
 
@@ -36,7 +36,7 @@ def config_dir(env: dict[str, str] | None = None) -> Path:
 
 def key_path(name: str, config: Path | None = None) -> Path:
     if not NAME.match(name):
-        raise CliError(f"invalid key name {name!r} (letters, digits, . _ @ -)")
+        raise ClientError(f"invalid key name {name!r} (letters, digits, . _ @ -)")
     return (config or config_dir()) / "keys" / f"{name}.jwk"
 
 
@@ -51,7 +51,7 @@ def create_key(name: str, config: Path | None = None, *, kid: str | None = None)
     """Write a new private key for ``name`` (refusing to overwrite one); its public JWK."""
     path = key_path(name, config)
     if path.exists():
-        raise CliError(f"{path} exists: a key is never overwritten (rotate with a new NAME "
+        raise ClientError(f"{path} exists: a key is never overwritten (rotate with a new NAME "
                        "or remove the old file yourself)")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.parent.chmod(0o700)
@@ -66,14 +66,14 @@ def create_key(name: str, config: Path | None = None, *, kid: str | None = None)
 def load_key(name: str, config: Path | None = None) -> dict[str, Any]:
     path = key_path(name, config)
     if not path.is_file():
-        raise CliError(f"no signing key for {name!r} at {path}: make one with "
+        raise ClientError(f"no signing key for {name!r} at {path}: make one with "
                        f"`tower keys new {name}` and have its public key added to the roster")
     if stat.S_IMODE(path.stat().st_mode) & 0o077:
-        raise CliError(f"{path} is readable by others (mode "
+        raise ClientError(f"{path} is readable by others (mode "
                        f"{stat.S_IMODE(path.stat().st_mode):o}): chmod 600 it")
     key: dict[str, Any] = json.loads(path.read_text())
     if "d" not in key or "kid" not in key:
-        raise CliError(f"{path} is not a private Ed25519 JWK with a kid")
+        raise ClientError(f"{path} is not a private Ed25519 JWK with a kid")
     return key
 
 

@@ -1,5 +1,5 @@
 """The agent's picture with the node a run waits at highlighted, drawn in pure Python
-(tower.inbox.drawing): the same on every machine, with or without Graphviz.
+(tower.cli.inbox.drawing): the same on every machine, with or without Graphviz.
 
 A run's memo is written by whoever started it: the agent, node and gate it names are
 checked against this deployment's agents before anything is drawn or offered."""
@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 
 from tower.cli.agents import agents
+from tower.cli.inbox.drawing import machine_svg
 from tower.contract.pending import PendingView
-from tower.inbox.drawing import machine_svg
 
 
 class NotOurRequest(LookupError):

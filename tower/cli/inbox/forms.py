@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tower.cli.inbox import money
 from tower.contract.decisions import Verdict
 from tower.contract.pending import EditableField, PendingView
-from tower.inbox import money
 
 MAX_NOTE = 1000
 
