@@ -29,6 +29,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from temporalio.client import Client
 
+from tower.client._pending import Deployment
 from tower.inbox import money, pages
 from tower.inbox.forms import is_money
 from tower.inbox.guard import InboxStore, SignInLimits
@@ -52,6 +53,8 @@ class InboxConfig:
     secure_cookies: bool = False  # True when served over TLS
     web_ui: str | None = None  # the Temporal Web UI's base URL, for links to runs
     store: Path | None = None  # sessions and receipts (SQLite); None: in memory
+    # Lists only requests its worker attested (tower.client's Deployment); None lists any.
+    deployment: Deployment | None = None
 
     def __post_init__(self) -> None:
         if (self.accounts is None) == (self.proxy is None):
