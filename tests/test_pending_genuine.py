@@ -7,18 +7,21 @@ works afterwards with nothing paid for any fake."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gatekit import decide, forged_key, new_id, refund_request, refunds, wait_pending
+from gatekit import decide, new_id, refund_request, refunds, wait_pending
 from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
+from tower.activities.attest import WORKER_KEY_FILE
 from tower.activities.trust import read_trust
 from tower.cli.cmd_approve import pending_requests
+from tower.cli.keys import new_key
 from tower.client._pending import Deployment, NotGenuine, pending_of
 from tower.contract import search
 from tower.contract.pending import PendingView
@@ -53,9 +56,12 @@ PARKED = TypedSearchAttributes([
     SearchAttributePair(search.AGENT_NODE, "issue_refund")])
 
 
-async def forge(client: Client, n: int, queue: str, evil: str, real: str | None) -> list[str]:
+async def forge(client: Client, n: int, queue: str, evil: str, real: str | None,
+                trust: Path) -> list[str]:
     """``n`` forged parked runs, every kind an attacker who may start workflows can make."""
-    tenant, key, ids = client.namespace, forged_key("worker"), []
+    worker_kid = json.loads((trust / client.namespace / WORKER_KEY_FILE).read_text())["kid"]
+    key = {**new_key(), "kid": worker_kid}  # the attacker's own key under the worker's kid
+    tenant, ids = client.namespace, []
     sem = asyncio.Semaphore(50)
 
     async def one(i: int) -> None:
@@ -96,7 +102,7 @@ async def test_a_flood_of_forged_requests_hides_no_real_one(
         memo = (await (await handles[0].describe()).memo())[search.PENDING_MEMO]
         assert memo["attestation"] and memo["proposal_digest"].startswith("sha256:")
         fakes = await forge(client, FORGED, task_queue, f"{task_queue}-evil",
-                            memo["attestation"])
+                            memo["attestation"], trust)
         async with asyncio.timeout(60):  # visibility is eventually consistent
             query = (f"{search.AGENT_STATUS.name} = 'AWAITING_APPROVAL' AND TaskQueue IN "
                      f"('{task_queue}', '{task_queue}-evil')")
