@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +31,8 @@ from tower.core.signing import ATTEST_TYPE, sign
 from tower.inbox.visibility import UnreadableRequest, waiting_run, waiting_runs
 from workflows.refund import RefundAgent
 
-FORGED = 1000
+# TOWER_PENDING_FORGED=10000 measures the issue's figure (printed with -s; not asserted).
+FORGED = int(os.environ.get("TOWER_PENDING_FORGED", "1000"))
 DIGEST = "sha256:" + "ab" * 32
 
 
@@ -103,7 +105,7 @@ async def test_a_flood_of_forged_requests_hides_no_real_one(
         assert memo["attestation"] and memo["proposal_digest"].startswith("sha256:")
         fakes = await forge(client, FORGED, task_queue, f"{task_queue}-evil",
                             memo["attestation"], trust)
-        async with asyncio.timeout(60):  # visibility is eventually consistent
+        async with asyncio.timeout(60 + FORGED / 50):  # visibility is eventually consistent
             query = (f"{search.AGENT_STATUS.name} = 'AWAITING_APPROVAL' AND TaskQueue IN "
                      f"('{task_queue}', '{task_queue}-evil')")
             while (await client.count_workflows(query)).count < FORGED + 3:
@@ -111,8 +113,11 @@ async def test_a_flood_of_forged_requests_hides_no_real_one(
         # Unverified, the first 50 are mostly fakes: the attack the issue describes.
         unverified = {w.run for w in await waiting_runs(client, ["manager"], limit=50)}
         assert len(unverified - set(real)) > 0
+        started = time.monotonic()
         listed = {w.run for w in await waiting_runs(client, ["manager"], limit=200,
                                                     deployment=deployment)}
+        print(f"verified listing among {FORGED} forged runs: "
+              f"{time.monotonic() - started:.3f} s")
         assert listed == set(real)
         rows = await pending_requests(client, limit=50)  # `tower pending`
         assert {r["run"] for r in rows} == set(real)
