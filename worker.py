@@ -22,6 +22,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.tools import ToolBox
+from tower.activities.attest import Attester
 from tower.activities.mcp import (
     McpConfigError,
     McpDiscoveryError,
@@ -54,7 +55,7 @@ def activities(
     mcp: McpSources | None = None,  # the tenant's MCP tools, listed by load_sources()
 ) -> list[Callable[..., Any]]:
     """What this project's worker runs for ``agents``: the tools, the model, the trust
-    loader and gate notifier (TOWER_TRUST_DIR), and the tenant's MCP tools."""
+    loader, gate notifier and request attester (TOWER_TRUST_DIR), and the tenant's MCP tools."""
     tools = ToolBox(db_path or os.environ.get("TOWER_DB") or DEFAULT_DB)
     # Conversation content lives beside the tools' database, never in the history.
     store = MessageStore(messages_path or os.environ.get("TOWER_MESSAGES")
@@ -64,7 +65,7 @@ def activities(
                             scripts=scripts_of(a for a in agents if hasattr(a, "machine")))
     found: list[Callable[..., Any]] = [
         model.call_model, *tools.activities(), TrustLoader(trust_dir).load_trust,
-        Notifier(trust_dir).notify_gate]
+        Notifier(trust_dir).notify_gate, Attester(trust_dir).attest]
     if mcp is not None:  # checked before any run: named tools exist, destructive ones gated
         found += mcp.activities_for(agents)
     return found

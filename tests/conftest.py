@@ -80,8 +80,11 @@ async def client(env: WorkflowEnvironment) -> Client:
 
 
 @pytest.fixture
-def task_queue() -> str:
-    return f"tq-{uuid.uuid4().hex[:8]}"
+def task_queue(monkeypatch: pytest.MonkeyPatch) -> str:
+    queue = f"tq-{uuid.uuid4().hex[:8]}"
+    # `tower pending` and the inbox list only the deployment's queues: the test's too.
+    monkeypatch.setenv("TOWER_TASK_QUEUES", f"{queue},tower")
+    return queue
 
 
 @pytest.fixture

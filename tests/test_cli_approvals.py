@@ -27,7 +27,8 @@ async def tower(env: WorkflowEnvironment, cwd: Path, *args: str,
     # The approvers' keys and the deployment's trust dir: the session's (tests/conftest.py).
     environ.update({"TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
                     "TOWER_CONFIG_DIR": os.environ["TOWER_CONFIG_DIR"],
-                    "TOWER_TRUST_DIR": os.environ["TOWER_TRUST_DIR"], **extra})
+                    "TOWER_TRUST_DIR": os.environ["TOWER_TRUST_DIR"],
+                    "TOWER_TASK_QUEUES": os.environ.get("TOWER_TASK_QUEUES", ""), **extra})
     return await tower_cli(list(args), env=environ, cwd=example_project(cwd), timeout=90)
 
 

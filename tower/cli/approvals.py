@@ -5,6 +5,7 @@ the client's (``tower.client._decisions``)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,8 @@ from pydantic import BaseModel
 
 from tower.activities.trust import TrustError, read_trust, trust_dir
 from tower.cli.errors import CliError
+from tower.client import TASK_QUEUE
+from tower.client._pending import Deployment
 from tower.core.policy import PolicyInvalid, PolicyLoosened, effective
 
 
@@ -47,3 +50,19 @@ def check_policy(agent: Any, request: BaseModel, tenant: str,
         effective(policy_model, snapshot.policy.agents.get(agent.machine.name, {}), request)
     except (PolicyLoosened, PolicyInvalid) as exc:
         raise CliError(f"this input may not start a run: {exc}") from None
+
+
+def deployment(tenant: str, root: Path | None = None) -> Deployment:
+    """What `tower pending` and the inbox trust: the tenant's roster (its attesting worker
+    keys), the project's agents and the deployment's task queues (TOWER_TASK_QUEUES,
+    comma-separated; default the one queue ``tower``)."""
+    from tower.cli.agents import agents
+
+    try:
+        roster = read_trust(root or trust_dir(), tenant).roster
+        names = frozenset(agents())
+    except (TrustError, ValueError) as exc:
+        raise CliError(f"cannot tell genuine requests from forged ones: {exc}") from None
+    queues = os.environ.get("TOWER_TASK_QUEUES") or TASK_QUEUE
+    return Deployment(roster=roster, agents=names,
+                      queues=frozenset(q.strip() for q in queues.split(",") if q.strip()))

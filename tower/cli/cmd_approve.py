@@ -12,7 +12,7 @@ from typing import Any
 import click
 from temporalio.client import Client
 
-from tower.cli.approvals import parse_edits
+from tower.cli.approvals import deployment, parse_edits
 from tower.cli.cmd_run import print_outcome as print_run_outcome
 from tower.cli.live import follow as follow_run
 from tower.cli.output import json_option, print_json, say, table, tenant_option
@@ -29,7 +29,8 @@ __all__ = ["DecisionRefused", "approve", "decide", "pending", "pending_requests"
 
 @click.command("pending", help=(
     "List runs whose status is AWAITING_APPROVAL with the gate, role, expiry and proposal, "
-    "all read from Temporal's visibility (search attributes and memo): no worker needed."))
+    "all read from Temporal's visibility (search attributes and memo): no worker needed. "
+    "Only requests the deployment's worker attested are listed (docs/approvals.md)."))
 @click.option("--agent", help="only runs of this agent")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @json_option("a JSON array of pending requests")
@@ -106,7 +107,8 @@ async def pending_requests(client: Client, *, agent: str | None = None,
                            limit: int = 50) -> list[dict[str, Any]]:
     """Runs waiting at a gate, from search attributes and the memo each run keeps."""
     rows = []
-    for w in await pending_runs(client, agent=agent, limit=limit):
+    for w in await pending_runs(client, agent=agent, limit=limit,
+                                deployment=deployment(client.namespace)):
         memo = w.memo
         if not isinstance(memo, dict):  # a run from before the memo (or one whose memo
             # this process cannot open): what its graph says about the node

@@ -71,6 +71,7 @@ def command(host: str, port: int, accounts: Path | None, proxy_header: str | Non
 def build_config(sign_in: SignIn, tenant: str, *, issuer: str, web_ui: str | None = None,
                  tls: bool = False) -> tuple[InboxConfig, dict[str, str]]:
     """The inbox's configuration, and development passwords created now (to print once)."""
+    from tower.cli.approvals import deployment
     from tower.cli.inbox.app import InboxConfig
     from tower.cli.inbox.identity import Accounts, ProxyAuth, dev_accounts
     from tower.client.keys import load_key
@@ -78,7 +79,8 @@ def build_config(sign_in: SignIn, tenant: str, *, issuer: str, web_ui: str | Non
     secret = os.environ.get("TOWER_INBOX_SESSION_SECRET") or secrets.token_urlsafe(32)
     common: dict[str, Any] = {"tenant": tenant, "session_secret": secret,
                               "secure_cookies": tls, "web_ui": web_ui,
-                              "issuer": load_key(issuer), "store": STORE}
+                              "issuer": load_key(issuer), "store": STORE,
+                              "deployment": deployment(tenant)}
     if sign_in.proxy_header:
         if not sign_in.trusted_proxies or sign_in.roles is None:
             raise CliError("--proxy-header needs --trusted-proxy IP (the proxy's address) and "

@@ -56,7 +56,9 @@ async def start_in_background(mine: DemoData, web_ui: str | None) -> tuple[str, 
     _, created = dev_accounts(DEV_ACCOUNTS)
     port = 8400 if port_free(8400) else free_port()
     folder = project.root()  # the example's worker also serves a demo run in an empty folder
+    # The inbox lists only requests attested on the deployment's queues: this demo's.
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOWER_DB": str(mine.tools_db.resolve()),
+           "TOWER_TASK_QUEUES": mine.task_queue,
            "PYTHONPATH": os.pathsep.join([str(folder), *filter(None, [
                os.environ.get("PYTHONPATH")])])}
     ui = ["--web-ui", web_ui] if web_ui else []

@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tower.activities.attest import WORKER_KEY_FILE
 from tower.activities.trust import tenant_dir
 from tower.cli.errors import CliError
-from tower.client.keys import create_key, key_path, load_key, member, with_member
+from tower.client.keys import create_key, key_path, load_key, member, new_key, with_member
 from tower.contract.trust import Policy, Roster
 from tower.core.signing import public_of
 
@@ -75,8 +76,26 @@ def dev_trust(root: Path, tenant: str, *, config: Path | None = None,
     roster = read_roster(root, tenant)
     for name, roles in (DEV_APPROVERS if approvers is None else approvers).items():
         roster = enrol(root, tenant, name, config=config, roles=roles)
+    roster = enrol_worker(root, tenant)
     if not (tenant_dir(root, tenant) / "roster.json").is_file():
         write_roster(root, roster)
     if policy or not (tenant_dir(root, tenant) / "policy.json").is_file():
         write_policy(root, Policy.model_validate({"tenant": tenant, **policy}))
+    return roster
+
+
+def enrol_worker(root: Path, tenant: str, name: str = "worker") -> Roster:
+    """The deployment's worker key (``<tenant>/worker.jwk``, made if missing) in the
+    tenant's roster as a member that ``attests`` pending requests and decides nothing."""
+    path = tenant_dir(root, tenant) / WORKER_KEY_FILE
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(new_key()))
+        path.chmod(0o600)
+    public = public_of(json.loads(path.read_text()))
+    roster = read_roster(root, tenant)
+    if any(k.kid == public.kid for m in roster.members for k in m.keys):
+        return roster
+    roster = with_member(roster, member(name, public).model_copy(update={"attests": True}))
+    write_roster(root, roster)
     return roster

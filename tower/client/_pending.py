@@ -3,11 +3,17 @@
 A waiting run publishes the role its gate needs (search attribute ``AgentGateRole``) and
 what approvers see (memo ``tower_pending_gate``), so listing needs no worker to answer a
 query. Roles and agent names go into the query only after a strict name check.
+
+Anyone who may start a workflow can start one whose memo and attributes look parked. Given
+the ``Deployment`` (its roster, agent types and task queues), a listing asks visibility
+only for the deployment's agents on its queues, pages through every match, and keeps a
+run only when the worker's attestation in its memo verifies and names that very run.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,8 +25,11 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from tower.client.errors import ClientError
 from tower.contract import search
 from tower.contract.pending import PendingView
+from tower.contract.trust import Roster
+from tower.core.signing import SignatureRefused, verify_attestation
 
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,50}")
+QUEUE = re.compile(r"[A-Za-z0-9_.:/@-]{1,200}")
 WAITING = f"{search.AGENT_STATUS.name} = 'AWAITING_APPROVAL' AND ExecutionStatus = 'Running'"
 
 
@@ -42,6 +51,49 @@ class Waiting:
         return view_of(self.memo, self.agent)
 
 
+@dataclass(frozen=True)
+class Deployment:
+    """What a listing trusts: the tenant's roster (members that ``attests`` vouch for
+    requests), and the deployment's agent types and task queues."""
+
+    roster: Roster
+    agents: frozenset[str]
+    queues: frozenset[str]
+
+    def query(self) -> str:
+        """The visibility filter: only the deployment's agent types on its queues."""
+        agents = sorted(a for a in self.agents if NAME.fullmatch(a))
+        queues = sorted(q for q in self.queues if QUEUE.fullmatch(q))
+        if not agents or not queues:
+            return "WorkflowType = '-'"  # nothing of this deployment: nothing listed
+        return (f"TaskQueue IN ({', '.join(repr(q) for q in queues)}) AND "
+                f"WorkflowType IN ({', '.join(repr(a) for a in agents)})")
+
+    def refusal(self, run: WorkflowExecution, view: PendingView | None,
+                now: float | None = None) -> str | None:
+        """Why ``run``'s pending request is not a genuine one of this deployment (None: it
+        is): the worker's attestation must verify and name this run, agent, queue, gate,
+        step and proposal digest."""
+        if run.workflow_type not in self.agents or run.task_queue not in self.queues:
+            return (f"agent {run.workflow_type!r} on task queue {run.task_queue!r} is not "
+                    "one of this deployment's")
+        if view is None or not view.attestation:
+            return "no worker of this deployment vouched for its request (no attestation)"
+        try:
+            claims = verify_attestation(view.attestation, self.roster,
+                                        now=time.time() if now is None else now)
+        except SignatureRefused as exc:
+            return f"its attestation does not verify: {exc}"
+        wanted = {"run": run.id, "agent": run.workflow_type, "task_queue": run.task_queue,
+                  "gate": view.gate, "step": view.step, "proposal": view.proposal_digest}
+        wrong = [k for k, v in wanted.items() if getattr(claims, k) != v]
+        if view.agent != run.workflow_type:
+            wrong.append("memo agent")
+        if wrong:
+            return f"its attestation is for another request ({', '.join(wrong)} differ)"
+        return None
+
+
 def role_query(roles: Iterable[str]) -> str | None:
     """The visibility query for runs awaiting one of ``roles`` (None: no role, no runs)."""
     names = sorted({r for r in roles if NAME.fullmatch(r)})
@@ -53,9 +105,12 @@ def role_query(roles: Iterable[str]) -> str | None:
 
 
 async def pending(client: Client, *, roles: Iterable[str] | None = None,
-                  agent: str | None = None, limit: int = 50) -> list[Waiting]:
+                  agent: str | None = None, limit: int = 50,
+                  deployment: Deployment | None = None) -> list[Waiting]:
     """Runs waiting at a gate, newest first: all of them, or those one of ``roles`` may
-    decide, or one ``agent``'s."""
+    decide, or one ``agent``'s. With ``deployment``: only genuine requests (attested by its
+    worker, for its agents and queues), paging through every match to find ``limit``;
+    without, the first ``limit`` runs whatever their memo says (unverified)."""
     query: str | None = WAITING
     if roles is not None:
         query = role_query(roles)
@@ -65,24 +120,42 @@ async def pending(client: Client, *, roles: Iterable[str] | None = None,
         if not agent.isidentifier():
             raise ClientError(f"invalid agent name {agent!r}")
         query = f"{query} AND {search.AGENT_NAME.name} = '{agent}'"
-    found = []
-    async for wf in client.list_workflows(query, limit=limit):
+    if deployment is not None:
+        query = f"{query} AND {deployment.query()}"
+    found: list[Waiting] = []
+    now = time.time()
+    async for wf in client.list_workflows(query, limit=None if deployment else limit,
+                                          page_size=1000):
         sa = wf.typed_search_attributes
-        found.append(Waiting(run=wf.id, agent=sa.get(search.AGENT_NAME) or "?",
-                             node=sa.get(search.AGENT_NODE) or "?",
-                             step=sa.get(search.AGENT_STEP), started=wf.start_time,
-                             memo=await pending_memo(wf)))
+        waiting = Waiting(run=wf.id, agent=sa.get(search.AGENT_NAME) or "?",
+                          node=sa.get(search.AGENT_NODE) or "?",
+                          step=sa.get(search.AGENT_STEP), started=wf.start_time,
+                          memo=await pending_memo(wf))
+        if deployment is not None and deployment.refusal(wf, waiting.view, now) is not None:
+            continue
+        found.append(waiting)
+        if len(found) >= limit:
+            break
     return found
 
 
-async def pending_of(client: Client, run: str) -> tuple[WorkflowExecutionStatus | None,
-                                                       PendingView | None]:
-    """One run's status and pending request (None when nothing waits), from describe()."""
+class NotGenuine(ClientError):
+    """A run's pending request is not one a worker of this deployment vouched for."""
+
+
+async def pending_of(client: Client, run: str, deployment: Deployment | None = None
+                     ) -> tuple[WorkflowExecutionStatus | None, PendingView | None]:
+    """One run's status and pending request (None when nothing waits), from describe().
+    With ``deployment``, a request that is not genuine raises ``NotGenuine`` saying why."""
     described = await client.get_workflow_handle(run).describe()
     view = None
     if described.status == WorkflowExecutionStatus.RUNNING:
         agent = described.typed_search_attributes.get(search.AGENT_NAME) or "?"
         view = view_of(await pending_memo(described), agent)
+        if view is not None and deployment is not None:
+            why = deployment.refusal(described, view)
+            if why is not None:
+                raise NotGenuine(why)
     return described.status, view
 
 

@@ -39,6 +39,8 @@ class Member(BaseModel):
         vouches_for: roles this member (an issuer, e.g. a web inbox that authenticated
             its user) may vouch for; its decisions carry ``sub`` = the approver.
         events: agents whose events this member may send (signed events).
+        attests: a deployment's worker: its key signs the pending requests of the runs it
+            serves (``AttestClaims``), so listings show only genuine ones. It decides nothing.
         keys: its public keys; revoke a key by removing it.
     """
 
@@ -48,6 +50,7 @@ class Member(BaseModel):
     roles: list[str] = Field(default_factory=list)
     vouches_for: list[str] = Field(default_factory=list)
     events: list[str] = Field(default_factory=list)
+    attests: bool = False
     keys: list[PublicKey] = Field(min_length=1)
 
 
@@ -147,3 +150,29 @@ class EventClaims(Signed):
     agent: str = Field(min_length=1, max_length=100)
     sub: str = Field(pattern=NAME)
     event: dict[str, Any]
+
+
+class AttestRequest(BaseModel):
+    """What a run asks its worker to vouch for when a gate opens (``tower_attest``); the
+    worker adds what it knows itself: the workflow id, type and task queue."""
+
+    tenant: str = Field(min_length=1, max_length=200)
+    run_id: str = Field(min_length=1, max_length=100)
+    gate: str = Field(min_length=1, max_length=100)
+    step: int = Field(ge=0)
+    proposal: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    expires_at: int  # seconds: the request's expiry; the attestation lasts as long
+
+
+class AttestClaims(Signed):
+    """A worker's attestation (JWS ``tower-attest+jwt``): this pending request is a real
+    one, of a run this deployment's worker serves (docs/approvals.md)."""
+
+    tenant: str = Field(min_length=1, max_length=200)
+    run: str = Field(min_length=1, max_length=400, description="the workflow id")
+    run_id: str = Field(min_length=1, max_length=100)
+    gate: str = Field(min_length=1, max_length=100)
+    step: int = Field(ge=0)
+    agent: str = Field(min_length=1, max_length=100, description="the workflow type")
+    task_queue: str = Field(min_length=1, max_length=200)
+    proposal: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")

@@ -19,10 +19,19 @@ from joserfc.errors import JoseError
 from joserfc.jwk import OKPKey
 from pydantic import BaseModel, ValidationError
 
-from tower.contract.trust import Claims, EventClaims, Member, PublicKey, Roster, Signed
+from tower.contract.trust import (
+    AttestClaims,
+    Claims,
+    EventClaims,
+    Member,
+    PublicKey,
+    Roster,
+    Signed,
+)
 
 DECISION_TYPE = "tower-decision+jwt"
 EVENT_TYPE = "tower-event+jwt"
+ATTEST_TYPE = "tower-attest+jwt"
 ALGORITHMS = ("EdDSA", "Ed25519")  # RFC 8037's name and RFC 9864's fully specified one
 SKEW_SECONDS = 60  # a signer's clock may run this far ahead of the run's
 MAX_TOKEN_CHARS = 8000
@@ -113,6 +122,18 @@ def verify_decision(token: str, roster: Roster, *, now: float) -> tuple[Claims, 
 
 def verify_event(token: str, roster: Roster, *, now: float) -> tuple[EventClaims, Member, str]:
     return verify(token, roster, EventClaims, typ=EVENT_TYPE, now=now)
+
+
+def verify_attestation(token: str, roster: Roster, *, now: float) -> AttestClaims:
+    """The claims of a worker's attestation, signed by a roster member that ``attests``."""
+    claims, member, kid = verify(token, roster, AttestClaims, typ=ATTEST_TYPE, now=now)
+    if not member.attests:
+        raise SignatureRefused(f"key {kid!r} of {member.name} may not attest requests "
+                               "(the roster does not say attests: true)")
+    if claims.tenant != roster.tenant:
+        raise SignatureRefused(f"attestation for tenant {claims.tenant!r}, not "
+                               f"{roster.tenant!r}")
+    return claims
 
 
 def authority(member: Member, sub: str, role: str) -> str | None:

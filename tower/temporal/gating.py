@@ -29,9 +29,10 @@ from temporalio import activity, workflow
 from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tower.contract.decisions import Decision, GateRecord, GateStatus
+from tower.contract.decisions import Decision, GateRecord, GateStatus, proposal_digest
 from tower.contract.notify import GateNotice
 from tower.contract.pending import short_values
+from tower.contract.trust import AttestRequest
 from tower.core import legacy_trust
 from tower.core.details import render_details
 from tower.core.engine import Transition, advance
@@ -70,6 +71,9 @@ UNVALIDATED = (f"refused unverified: more than {VALIDATE_PER_TASK} decisions arr
                "workflow task (a flood?); send it again")
 REFRESH_GAP = timedelta(seconds=5)  # asked-for roster refreshes: at most one per this
 RUN_ID_ACTIVITY = "tower_run_id"
+# Runs recorded before the worker attested pending requests replay without the activity.
+ATTEST_PATCH = "tower-attest-request"
+ATTEST_ACTIVITY = "tower_attest"  # tower/activities/attest.py
 
 
 class Gatekeeper(Admission):
@@ -84,6 +88,8 @@ class Gatekeeper(Admission):
     _log: list[Transition]
     # The runtime's one way to take a step (state, log, search attributes, details).
     _record: Callable[[AgentState, Transition], None]
+    _attested: tuple[int, str, str] | None
+    publish: Callable[..., None]
 
     def _init_gates(self) -> None:
         self._init_trust()
@@ -120,6 +126,8 @@ class Gatekeeper(Admission):
         if pending is None:  # the update could not be applied: the run failed instead
             return
         self._show_pending(pending)
+        if self._trust is not None and workflow.patched(ATTEST_PATCH):
+            await self._attest(pending)
         if workflow.patched(NOTIFY_PATCH) and not resume:
             self._notify(pending)
         if self._trust is None:  # an old run: one timer, as it was recorded
@@ -164,6 +172,29 @@ class Gatekeeper(Admission):
                                      maximum_interval=timedelta(seconds=10)),
             summary="the run id this request opens in")
         return run_id
+
+    async def _attest(self, pending: GateRecord) -> None:
+        """Ask the deployment's worker to vouch for this request and publish its answer in
+        the memo: listings show only attested requests. A worker with no key answers "";
+        one that cannot answer leaves the request unlisted (decidable by run id) — the
+        gate waits for its decision all the same."""
+        digest = proposal_digest(pending)
+        request = AttestRequest(tenant=self._tenant(), run_id=pending.run_id, gate=pending.gate,
+                                step=pending.step, proposal=digest,
+                                expires_at=int(pending.expires_at.timestamp()))
+        try:
+            token: str = await workflow.execute_activity(
+                ATTEST_ACTIVITY, request, result_type=str,
+                start_to_close_timeout=timedelta(seconds=10),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5),
+                                         maximum_attempts=3),
+                summary=f"attest request · gate {pending.gate}")
+        except ActivityError as exc:
+            workflow.logger.warning("gate %s: request not attested: %s", pending.gate, exc)
+            return
+        if token:
+            self._attested = (pending.step, digest, token)
+            self.publish()
 
     def _notify(self, pending: GateRecord) -> None:
         """Tell the tenant's approvers (its webhook). Not awaited: the wait for a decision

@@ -88,6 +88,9 @@ class MachineRun:
         self.trace: list[AgentState] | None = None
         self._calls: list[CallUsage] = []
         self._pending_memo: dict[str, Any] | None = None
+        # (step, proposal digest, token): the worker's attestation of the pending request
+        # (gating.Gatekeeper._attest), published with it in the memo.
+        self._attested: tuple[int, str, str] | None = None
         # Started with its attributes (search.start_attributes): the end leaves what
         # ExecutionStatus says (DONE, FAILED) to it, unless another attribute changes.
         self._end_in_execution_status = False
@@ -173,6 +176,9 @@ class MachineRun:
         # decided), so `tower pending` and the inbox need no worker; a run with no gate
         # is untouched.
         view = pending_view(self.machine, state)
+        if view is not None and self._attested is not None and self._attested[0] == view.step:
+            view = view.model_copy(update={"proposal_digest": self._attested[1],
+                                           "attestation": self._attested[2]})
         memo = view.model_dump(mode="json") if view else None
         if memo != self._pending_memo and workflow.patched(PENDING_MEMO_PATCH):
             workflow.upsert_memo({search.PENDING_MEMO: memo})

@@ -33,6 +33,7 @@ from tower.cli.inbox import money, pages
 from tower.cli.inbox.forms import is_money
 from tower.cli.inbox.guard import InboxStore, SignInLimits
 from tower.cli.inbox.identity import Accounts, Approver, ProxyAuth
+from tower.client._pending import Deployment
 
 HERE = Path(__file__).parent
 SESSION_HOURS = 8
@@ -52,6 +53,8 @@ class InboxConfig:
     secure_cookies: bool = False  # True when served over TLS
     web_ui: str | None = None  # the Temporal Web UI's base URL, for links to runs
     store: Path | None = None  # sessions and receipts (SQLite); None: in memory
+    # Lists only requests its worker attested (tower.client's Deployment); None lists any.
+    deployment: Deployment | None = None
 
     def __post_init__(self) -> None:
         if (self.accounts is None) == (self.proxy is None):

@@ -159,7 +159,8 @@ class Inbox:
 
     async def _waiting(self, approver: Approver) -> list[Any]:
         runs = await self._cached(("list", approver.roles),
-                                  lambda: waiting_runs(self.client, approver.roles))
+                                  lambda: waiting_runs(self.client, approver.roles,
+                                                     deployment=self.config.deployment))
         return [w for w in runs if ours(w.view)]
 
     async def _run(self, run: str, fresh: bool = False) -> tuple[
@@ -168,7 +169,7 @@ class Inbox:
         could have made the request it shows."""
         async def read() -> tuple[WorkflowExecutionStatus | None, PendingView | None]:
             try:
-                status, view = await waiting_run(self.client, run)
+                status, view = await waiting_run(self.client, run, self.config.deployment)
             except RPCError as exc:
                 if exc.status == RPCStatusCode.NOT_FOUND:
                     return None, None

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from tower.client import Waiting, pending
-from tower.client._pending import pending_memo, role_query, view_of
+from tower.client._pending import Deployment, pending_memo, role_query, view_of
 from tower.contract import search
 from tower.contract.pending import PendingView
 
@@ -24,17 +24,21 @@ class UnreadableRequest(ValueError):
     this one cannot read); the message says why."""
 
 
-async def waiting_runs(client: Client, roles: Iterable[str], limit: int = 200) -> list[Waiting]:
+async def waiting_runs(client: Client, roles: Iterable[str], limit: int = 200,
+                       deployment: Deployment | None = None) -> list[Waiting]:
     """Runs awaiting a decision that one of ``roles`` may take, newest request first; a run
-    whose request this inbox cannot read is left out."""
-    found = [w for w in await pending(client, roles=roles, limit=limit) if w.view is not None]
+    whose request this inbox cannot read (or, with ``deployment``, that its worker did not
+    attest) is left out."""
+    found = [w for w in await pending(client, roles=roles, limit=limit, deployment=deployment)
+             if w.view is not None]
     return sorted(found, key=lambda w: w.view.requested_at if w.view else 0, reverse=True)
 
 
-async def waiting_run(client: Client, run: str) -> tuple[WorkflowExecutionStatus | None,
-                                                         PendingView | None]:
+async def waiting_run(client: Client, run: str, deployment: Deployment | None = None
+                      ) -> tuple[WorkflowExecutionStatus | None, PendingView | None]:
     """One run's status and pending request (None when nothing waits), from describe().
-    Raises UnreadableRequest when the run has a pending-request memo it cannot read."""
+    Raises UnreadableRequest when the run has a pending-request memo it cannot read, or
+    (with ``deployment``) one no worker of the deployment attested."""
     described = await client.get_workflow_handle(run).describe()
     view = None
     if described.status == WorkflowExecutionStatus.RUNNING:
@@ -46,6 +50,9 @@ async def waiting_run(client: Client, run: str) -> tuple[WorkflowExecutionStatus
         view = view_of(raw, agent)
         if raw is not None and view is None:
             raise UnreadableRequest(f"its pending request is malformed ({_problem(raw)})")
+        why = deployment.refusal(described, view) if deployment and view else None
+        if why is not None:
+            raise UnreadableRequest(f"it is not a genuine request of this deployment: {why}")
     return described.status, view
 
 
