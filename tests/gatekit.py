@@ -15,6 +15,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle
 
+from tower.client._decisions import submit_decision
 from tower.client.keys import load_key, new_key
 from tower.contract.decisions import GateRecord, Verdict, proposal_digest
 from tower.contract.trust import EventClaims
@@ -83,18 +84,21 @@ def forged_key(approver: str = "alice") -> dict[str, Any]:
 
 async def decide(client: Client, handle: WorkflowHandle[Any, Any],
                  pending: dict[str, Any] | None, **kw: Any) -> dict[str, Any]:
-    """Answer the run's gate with a signed decision (see ``decision``): the update's reply."""
-    reply: dict[str, Any] = await handle.execute_update(
-        "decide", decision(client, handle.id, pending, **kw), result_type=dict)
-    return reply
+    """Answer the run's gate with a signed decision (see ``decision``): the update's reply,
+    sent again as ``tower approve`` does when the server aborted it with its workflow task."""
+    outcome = await submit_decision(handle, decision(client, handle.id, pending, **kw))
+    return outcome.model_dump(mode="json")
 
 
 async def wait_pending(handle: WorkflowHandle[Any, Any], timeout: float = 30) -> dict[str, Any]:
-    """The run's approvals once a request is pending."""
+    """The run's approvals once a request is pending and the gate's own activities (its
+    attestation, the approvers' notice) have finished: from then on only what comes from
+    outside adds to the history."""
     async with asyncio.timeout(timeout):
         while True:
             info: dict[str, Any] = await handle.query("approvals", result_type=dict)
-            if info["pending"]:
+            if info["pending"] and not (await handle.describe()).raw_description \
+                    .pending_activities:
                 return info
             await asyncio.sleep(0.1)
 

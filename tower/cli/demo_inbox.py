@@ -44,9 +44,15 @@ async def park_for_inbox(client: Client, task_queue: str) -> list[str]:
         ids.append(run_id)
     async with asyncio.timeout(60):
         for run_id in ids:
-            while (await waiting_run(client, run_id))[1] is None:
+            # Listed once the worker's attestation of the request is published too.
+            while not await _attested(client, run_id):
                 await asyncio.sleep(0.2)
     return ids
+
+
+async def _attested(client: Client, run_id: str) -> bool:
+    view = (await waiting_run(client, run_id))[1]
+    return view is not None and bool(view.attestation)
 
 
 async def start_in_background(mine: DemoData, web_ui: str | None) -> tuple[str, list[int]]:

@@ -89,9 +89,13 @@ def enrol_worker(root: Path, tenant: str, name: str = "worker") -> Roster:
     tenant's roster as a member that ``attests`` pending requests and decides nothing."""
     path = tenant_dir(root, tenant) / WORKER_KEY_FILE
     if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(new_key()))
-        path.chmod(0o600)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(new_key()))
+            path.chmod(0o600)
+        except OSError as exc:
+            raise CliError(f"cannot write {path} in the trust directory (TOWER_TRUST_DIR): "
+                           f"{exc.filename}: {exc.strerror or exc}") from None
     public = public_of(json.loads(path.read_text()))
     roster = read_roster(root, tenant)
     if any(k.kid == public.kid for m in roster.members for k in m.keys):
