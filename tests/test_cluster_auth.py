@@ -218,7 +218,8 @@ async def test_a_requesters_signal_update_reset_and_terminate_are_refused_by_the
     auth_cluster: AuthCluster, service_worker: WorkerProcess,
 ) -> None:
     handle = await parked_refund(auth_cluster)
-    before, pending = await recorded(handle), (await wait_pending(handle))["pending"]
+    pending = (await wait_pending(handle))["pending"]  # the gate's own activities done
+    before = await recorded(handle)
     run_id = (await handle.describe()).run_id
     requester = await auth_cluster.client("requester")
     theirs = requester.get_workflow_handle(handle.id)
