@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 import sqlite3
 import time
@@ -163,3 +164,29 @@ def task_failures(history: Any) -> list[str]:
     return [f"{WorkflowTaskFailedCause.Name(a.cause)}: {a.failure.message}"
             for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
             for a in [e.workflow_task_failed_event_attributes] if a.cause not in SERVER_SIDE]
+
+
+def in_process_tools(db: Path) -> dict[str, Any]:
+    """The example's real tools on their own database, answering in-process (no activity),
+    a refusal reported as the worker's context reports it (EffectRefused)."""
+    from temporalio.exceptions import ApplicationError
+
+    from activities.tools import TOOLS, ToolBox
+    from tower.contract.wire import ToolCall
+    from tower.core.errors import EffectRefused
+
+    box, keys = ToolBox(db), itertools.count()
+
+    def answer(name: str) -> Any:
+        def call(args: dict[str, Any], authority: Any) -> dict[str, Any]:
+            try:
+                return box.call(TOOLS[name], ToolCall(
+                    tool=name, arguments=args, idempotency_key=f"test/{next(keys)}",
+                    authority=authority))
+            except ApplicationError as exc:
+                if exc.type != "ToolRefused":
+                    raise
+                raise EffectRefused(name, exc.details[0]["code"], exc.message) from None
+        return call
+
+    return {name: answer(name) for name, tool in TOOLS.items() if not tool.control}

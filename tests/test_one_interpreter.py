@@ -3,42 +3,17 @@
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
-from typing import Any
 
-from gatekit import decide, new_id, refund_request, refunds, wait_pending
+from gatekit import decide, in_process_tools, new_id, refund_request, refunds, wait_pending
 from temporalio.client import Client
-from temporalio.exceptions import ApplicationError
 
-from activities.tools import TOOLS, ToolBox
 from tower import Message
 from tower.activities.model import ModelSettings
-from tower.contract.wire import ToolCall
 from tower.core.engine import Transition
-from tower.core.errors import EffectRefused
 from tower.testing import approve, reject, run_agent
 from worker import build_worker
 from workflows.refund import RefundAgent, RefundState
-
-
-def in_process_tools(db: Path) -> dict[str, Any]:
-    """The real tools on their own database, answering in-process (no activity)."""
-    box, keys = ToolBox(db), itertools.count()
-
-    def answer(name: str) -> Any:
-        def call(args: dict[str, Any], authority: Any) -> dict[str, Any]:
-            try:
-                return box.call(TOOLS[name], ToolCall(
-                    tool=name, arguments=args, idempotency_key=f"test/{next(keys)}",
-                    authority=authority))
-            except ApplicationError as exc:
-                if exc.type != "ToolRefused":
-                    raise
-                raise EffectRefused(name, exc.details[0]["code"], exc.message) from None
-        return call
-
-    return {name: answer(name) for name, tool in TOOLS.items() if not tool.control}
 
 
 def moves(log: list[Transition]) -> list[tuple[int, str, str, str]]:

@@ -3,19 +3,14 @@ SQLite database, the engine's own transition log and guards — no server, milli
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gatekit import make_shop, schema
-from temporalio.exceptions import ApplicationError
+from gatekit import in_process_tools, make_shop, schema
 
-from activities.tools import TOOLS, ToolBox
 from tower import DONE, FAILED, Message, ToolCallRequest, check_log
-from tower.contract.wire import Authority, ToolCall
 from tower.core.engine import Kind
-from tower.core.errors import EffectRefused
 from tower.core.state import Status
 from tower.testing import Stuck, approve, reject, run_agent, run_node
 from workflows.account import AccountAgent, AccountState
@@ -34,21 +29,7 @@ from workflows.support import SupportAgent, SupportState
 @pytest.fixture
 def tools(tmp_path: Path) -> dict[str, Any]:
     """The real tools on a fresh database, answering in-process (no activity)."""
-    box, keys = ToolBox(tmp_path / "tools.sqlite"), itertools.count()
-
-    def answer(name: str) -> Any:
-        def call(args: dict[str, Any], authority: Authority) -> dict[str, Any]:
-            try:
-                return box.call(TOOLS[name], ToolCall(
-                    tool=name, arguments=args, idempotency_key=f"test/{next(keys)}",
-                    authority=authority))
-            except ApplicationError as exc:  # as the worker's context reports a refusal
-                if exc.type != "ToolRefused":
-                    raise
-                raise EffectRefused(name, exc.details[0]["code"], exc.message) from None
-        return call
-
-    return {name: answer(name) for name, tool in TOOLS.items() if not tool.control}
+    return in_process_tools(tmp_path / "tools.sqlite")
 
 
 def asks(text: str) -> list[Message]:
