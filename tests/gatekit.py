@@ -96,12 +96,17 @@ async def wait_pending(handle: WorkflowHandle[Any, Any], timeout: float = 30) ->
     attestation, the approvers' notice) have finished: from then on only what comes from
     outside adds to the history."""
     async with asyncio.timeout(timeout):
+        seen = -1
         while True:
             info: dict[str, Any] = await handle.query("approvals", result_type=dict)
-            if info["pending"] and not (await handle.describe()).raw_description \
-                    .pending_activities:
+            described = (await handle.describe()).raw_description
+            length = described.workflow_execution_info.history_length
+            # Settled: waiting, nothing of its own in flight, and the history still since the
+            # last look (the attestation's memo follows the request's by a task).
+            if info["pending"] and not described.pending_activities and length == seen:
                 return info
-            await asyncio.sleep(0.1)
+            seen = length
+            await asyncio.sleep(0.3)
 
 
 # A workflow task's own events record no decision; the server may add them at any time
