@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -114,12 +113,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
     except (ServerUnreachable, UnknownTenant, TracingConfigError, ValueError, PriceError,
             McpConfigError, McpDiscoveryError, McpPolicyError) as exc:
         raise SystemExit(f"error: {exc}") from None
-    async with worker:
-        # What start-up loaded stays for good: frozen, the collector's full passes skip it.
-        # A workflow task holding thousands of signals triggers several, within the SDK's
-        # 2 s deadlock budget (docs/approvals.md, "What a refusal costs").
-        gc.collect()
-        gc.freeze()
+    async with worker:  # (TowerPlugin freezes the heap it loaded: tower/temporal/heap.py)
         logging.info("worker ready on task queue %r; model: %s; MCP tools: %s",
                      args.task_queue, settings.describe(), ", ".join(mcp.tools) or "none")
         await stop.wait()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import gc
 import hashlib
 import hmac
 import json
@@ -362,27 +361,20 @@ async def test_a_flood_of_forged_signals_leaves_the_refund_able_to_complete(
     The run records and refuses each one it took, fails no task (the SDK's deadlock detector
     gives a task 2 s) and carries over, so the chain takes signals again. Then alice decides:
     the refund is paid once, every run of the chain under the warning limits."""
-    # As `python worker.py` does once started: the heap it loaded is frozen, so the
-    # collector's full passes during the flood's task do not rescan it.
-    gc.collect()
-    gc.freeze()
-    try:
-        async with worker(client, task_queue, db_path, max_cached_workflows=0):
-            run = await park(client, task_queue)  # (no cache: nothing sticks to this worker)
-        forged = decision(client, run.handle.id, run.pending, key=forged_key("alice"))
-        over_cap = await flood(run.handle, forged, FLOOD)
-        async with worker(client, task_queue, db_path):
-            latest = await carried_over(client, run.handle)
-            await latest.signal("decision", forged)  # the next run takes signals: refused
-            info = await wait_pending(latest, timeout=60)  # (it has read its roster)
-            assert refunds(db_path) == [] and info["pending"]["gate"] == "refund_review"
-            ok = decision(client, run.handle.id, info["pending"])
-            out = await latest.execute_update("decide", ok, result_type=dict)
-            state = await latest.result()
-            runs = await chain(client, run.handle, forged)  # (queries need the worker)
-        assert out["result"] == "approved" and state["status"] == "DONE"
-    finally:
-        gc.unfreeze()
+    async with worker(client, task_queue, db_path, max_cached_workflows=0):
+        run = await park(client, task_queue)  # (no cache: nothing sticks to this worker)
+    forged = decision(client, run.handle.id, run.pending, key=forged_key("alice"))
+    over_cap = await flood(run.handle, forged, FLOOD)
+    async with worker(client, task_queue, db_path):
+        latest = await carried_over(client, run.handle)
+        await latest.signal("decision", forged)  # the next run takes signals: refused
+        info = await wait_pending(latest, timeout=60)  # (it has read its roster)
+        assert refunds(db_path) == [] and info["pending"]["gate"] == "refund_review"
+        ok = decision(client, run.handle.id, info["pending"])
+        out = await latest.execute_update("decide", ok, result_type=dict)
+        state = await latest.result()
+        runs = await chain(client, run.handle, forged)  # (queries need the worker)
+    assert out["result"] == "approved" and state["status"] == "DONE"
     assert refunds(db_path) == [("INV-2004", 120000)]  # once
     assert over_cap == FLOOD - MAX_SIGNALS_PER_RUN  # refused at the API...
     assert [signals for _, _, signals, _, _ in runs] == [MAX_SIGNALS_PER_RUN, 1], runs

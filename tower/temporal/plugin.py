@@ -34,6 +34,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from tower.core.errors import InvalidGraph, TowerError
 from tower.core.tools import ToolSpec, register_external
 from tower.temporal.gating import current_run_id
+from tower.temporal.heap import frozen_heap
 from tower.temporal.sandbox import sandbox_runner
 from tower.temporal.unopenable import TowerDataConverter, guarded
 
@@ -87,7 +88,8 @@ class TowerPlugin(SimplePlugin):
             # Gates record the run id a request opens in (gating.current_run_id).
             activities=_adding([current_run_id, *activities]), workflows=_adding(agents),
             workflow_runner=self.runner_for,
-            workflow_failure_exception_types=_adding(WORKFLOW_FAILURE_TYPES))
+            workflow_failure_exception_types=_adding(WORKFLOW_FAILURE_TYPES),
+            run_context=frozen_heap)  # a flood of signals in one task stays within 2 s
 
     def converter_for(self, existing: DataConverter | None) -> DataConverter:
         """What a client uses (a worker and a replayer: this, guarded)."""
