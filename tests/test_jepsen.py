@@ -29,8 +29,8 @@ SEED = int(os.environ.get("JEPSEN_SEED", "13"))
 async def test_fifty_random_trials_keep_every_invariant(client: Client, tmp_path: Path) -> None:
     address = client.service_client.config.target_host
     async with workers(address, tmp_path) as (task_queue, db_path, procs):
-        outcomes = await run_trials(World(client, db_path, task_queue, procs), TRIALS, SEED,
-                                    PARALLEL, report=False)
+        world = World(client, db_path, task_queue, procs, evidence=tmp_path / "evidence")
+        outcomes = await run_trials(world, TRIALS, SEED, PARALLEL, report=False)
         unhandled = [line for proc in procs for line in proc.unhandled()]
     with sqlite3.connect(db_path) as db:
         paid = db.execute("SELECT COUNT(*) FROM refunds").fetchone()[0]

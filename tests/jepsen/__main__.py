@@ -37,7 +37,13 @@ async def main() -> int:
     parser.add_argument("--verbose", action="store_true", help="print each trial's faults")
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="work in DIR and keep it (server and worker logs, the database)")
+    parser.add_argument("--evidence", type=Path, metavar="DIR",
+                        help="where a failed trial's histories go (default: DIR/evidence "
+                             "with --keep, else jepsen-evidence-PID in the temp folder)")
     args = parser.parse_args()
+    if args.evidence is None:  # outlives the work directory, which is removed at the end
+        args.evidence = (args.keep / "evidence" if args.keep else
+                         Path(tempfile.gettempdir()) / f"jepsen-evidence-{os.getpid()}")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="jepsen-") as tmp:
         workdir = args.keep or Path(tmp)
@@ -47,7 +53,7 @@ async def main() -> int:
         try:
             client = await bounded("starting the dev server", SERVER_SECONDS, server.start())
             async with workers(server.address, workdir) as (task_queue, db_path, procs):
-                world = World(client, db_path, task_queue, procs)
+                world = World(client, db_path, task_queue, procs, evidence=args.evidence)
                 outcomes = await run_trials(world, args.trials, args.seed, args.parallel)
                 unhandled = [line for proc in procs for line in proc.unhandled()]
         finally:

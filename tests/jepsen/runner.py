@@ -16,6 +16,7 @@ from activities.tools import ToolBox
 from tower.cli.trust_files import dev_trust
 
 from .bounds import HarnessStuck, bounded
+from .histories import keep
 from .trial import LIMITS, trial
 from .world import Notes, Outcome, World
 
@@ -76,6 +77,10 @@ async def run_trials(world: World, trials: int, seed: int, parallel: int,
                 outcome = Outcome(number, "?", 0, notes.faults, [],
                                   [*notes.harness, f"{stuck} (it was {notes.doing})"])
             outcome.seconds = time.monotonic() - began
+            if world.evidence is not None and (outcome.problems or outcome.harness):
+                outcome.evidence = world.evidence / f"trial-{number}"
+                outcome.harness += await keep(world.client, outcome.evidence, notes.runs,
+                                              outcome.problems + outcome.harness)
             outcomes.append(outcome)
             if report and (len(outcomes) % 10 == 0 or len(outcomes) == trials):
                 print(f"{time.strftime('%H:%M:%S')} trials {len(outcomes)}/{trials}: "
@@ -100,4 +105,6 @@ def summary(outcomes: list[Outcome]) -> str:
     lines += [f"  trial {o.trial} ({o.invoice}; {', '.join(o.faults)}): {p}"
               for o in bad for p in o.problems]
     lines += [f"  trial {o.trial} ({o.invoice}) harness: {h}" for o in stuck for h in o.harness]
+    lines += [f"  trial {o.trial}: its runs' histories are in {o.evidence}"
+              for o in outcomes if o.evidence is not None]
     return "\n".join(lines)

@@ -26,6 +26,7 @@ from .approver import approver
 from .bounds import DB_SECONDS, RPC_SECONDS, HarnessStuck, on_db, persist, stop_all
 from .check import SETTLED, RunView, check, status_of, view
 from .faults import fault
+from .histories import replay_problems
 from .world import Notes, Outcome, World
 
 SETTLE_SECONDS = 240.0  # a run not DONE or FAILED by then is stuck (CI machines are busy)
@@ -33,6 +34,7 @@ POLL_SECONDS = 0.5
 # Asking again while workers restart (a workflow task times out in 10 s) and while two busy
 # workers replay closed runs to answer queries (a CI machine at load 12 took over a minute).
 QUERY_SECONDS = 180.0
+REPLAY_SECONDS = 300.0  # fetching and replaying every history of a trial's runs
 RPC_TIMEOUT = timedelta(seconds=RPC_SECONDS)
 LIMITS = (50_000, 200_000)  # a run's own refund limit: the tenant's cap, or lower
 Handle = WorkflowHandle[Any, Any]
@@ -49,6 +51,7 @@ async def trial(world: World, number: int, rng: random.Random, notes: Notes) -> 
             dollars = rng.randint(100, total // 100)
             handles.append(await notes.step("starting a refund run", RPC_SECONDS,
                                             start(world, invoice, dollars, rng)))
+            notes.runs.append(handles[-1].id)
         chaos = [asyncio.create_task(approver(world, h, random.Random(rng.random()), notes),
                                      name=f"approver of {h.id}") for h in handles]
         chaos += [asyncio.create_task(fault(world, random.Random(rng.random()), notes),
@@ -64,6 +67,14 @@ async def trial(world: World, number: int, rng: random.Random, notes: Notes) -> 
     views += [RunView(h.id, None) for h in handles if h.id not in seen]
     problems = await notes.step("reading the refunds", DB_SECONDS,
                                 asyncio.to_thread(check, world.db_path, invoice, total, views))
+    try:  # every history the runs wrote replays against the code (cached or not)
+        unreplayable, lost = await notes.step(
+            "replaying the runs' histories", REPLAY_SECONDS,
+            replay_problems(world.client, [h.id for h in handles]))
+        problems += unreplayable
+        notes.harness += lost
+    except HarnessStuck as stuck:
+        notes.harness.append(str(stuck))
     return Outcome(number, invoice, count, notes.faults, problems, notes.harness)
 
 

@@ -21,6 +21,7 @@ class World:
     db_path: Path
     task_queue: str
     workers: list[WorkerProcess]
+    evidence: Path | None = None  # where a failed trial's histories go (evidence.py)
 
 
 @dataclass
@@ -30,6 +31,7 @@ class Notes:
     faults: list[str] = field(default_factory=list)
     harness: list[str] = field(default_factory=list)
     doing: str = "starting"
+    runs: list[str] = field(default_factory=list)  # the workflow ids the trial started
 
     async def step(self, what: str, seconds: float, step: Awaitable[T]) -> T:
         """One bounded step of the trial's main line (``doing`` names it meanwhile)."""
@@ -46,3 +48,4 @@ class Outcome:
     problems: list[str]  # violations of the money path's rules
     harness: list[str] = field(default_factory=list)  # what the harness could not finish
     seconds: float = 0.0
+    evidence: Path | None = None  # the failed trial's saved histories (evidence.py)
