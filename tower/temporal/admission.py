@@ -21,6 +21,7 @@ from tower.contract.trust import TrustRequest, TrustSnapshot
 from tower.core.graph import Machine
 from tower.core.legacy_trust import ApprovalSettings
 from tower.core.policy import effective
+from tower.temporal.task_time import in_a_task
 
 # Runs started from here on verify signed decisions against the deployment's roster;
 # runs recorded before (no marker in their history) keep the per-run HMAC key.
@@ -82,6 +83,7 @@ class Admission:
         return limits
 
     async def _load_trust(self) -> TrustSnapshot:
+        since = workflow.now()
         try:
             snapshot: TrustSnapshot = await workflow.execute_activity(
                 "load_trust", TrustRequest(tenant=workflow.info().namespace,
@@ -90,10 +92,12 @@ class Admission:
                 schedule_to_close_timeout=TRUST_DEADLINE, retry_policy=TRUST_RETRY,
                 summary="trust: the tenant's roster and policy")
         except ActivityError as exc:
+            await in_a_task(since)  # a parked run refreshes its roster: decisions may come
             cause = exc.cause if exc.cause is not None else exc
             raise ApplicationError(f"cannot load the tenant's roster and policy: "
                                    f"{getattr(cause, 'message', cause)}", type="TrustMissing",
                                    non_retryable=True) from None
+        await in_a_task(since)
         return snapshot
 
     def _use_approval_settings(self, settings: ApprovalSettings | None) -> None:

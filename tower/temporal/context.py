@@ -27,6 +27,7 @@ from tower.core.graph import Node
 from tower.core.keys import effect_key
 from tower.core.state import Message, Usage
 from tower.core.tools import ToolDef, spec_for
+from tower.temporal.task_time import in_a_task
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -162,6 +163,7 @@ class TemporalContext:
                          nth=self.calls.count(f"tool:{name}"), arguments=arguments)
         grant = (authority or Authority()).model_copy(update={"decision_id": self.decision})
         retry = dataclasses.replace(TOOL_RETRY, maximum_attempts=tool.attempts)
+        since = workflow.now()
         try:
             result: dict[str, Any] = await workflow.execute_activity(
                 name, ToolCall(tool=name, arguments=arguments, idempotency_key=key,
@@ -170,7 +172,9 @@ class TemporalContext:
                 heartbeat_timeout=TOOL_HEARTBEAT if tool.side_effect else None,
                 retry_policy=retry, summary=f"{self.node.name} · tool {name}",
             )
+            await in_a_task(since)  # see task_time.py: decisions may come in that task
         except ActivityError as exc:
+            await in_a_task(since)
             cause = exc.cause
             kind = cause.type if isinstance(cause, ApplicationError) else None
             if kind == "ToolRefused":
@@ -187,11 +191,15 @@ class TemporalContext:
         return result
 
     async def _reconcile(self, name: str, key: str) -> dict[str, Any] | None:
-        made: dict[str, Any] | None = await workflow.execute_activity(
-            "reconcile_effect", key, result_type=dict,
-            start_to_close_timeout=timedelta(seconds=30), heartbeat_timeout=TOOL_HEARTBEAT,
-            schedule_to_close_timeout=timedelta(minutes=10), retry_policy=RECONCILE_RETRY,
-            summary=f"{self.node.name} · reconcile {name}")
+        since = workflow.now()
+        try:
+            made: dict[str, Any] | None = await workflow.execute_activity(
+                "reconcile_effect", key, result_type=dict,
+                start_to_close_timeout=timedelta(seconds=30), heartbeat_timeout=TOOL_HEARTBEAT,
+                schedule_to_close_timeout=timedelta(minutes=10), retry_policy=RECONCILE_RETRY,
+                summary=f"{self.node.name} · reconcile {name}")
+        finally:  # nothing runs between the activity and here: no command to order
+            await in_a_task(since)
         return made
 
     async def _call_model(
@@ -209,14 +217,18 @@ class TemporalContext:
                 "call_model", request, result_type=ModelReply,
                 start_to_close_timeout=timedelta(seconds=120), retry_policy=MODEL_RETRY)
         else:
-            reply = await workflow.execute_activity(
-                "call_model", request, result_type=ModelReply,
-                start_to_close_timeout=timedelta(seconds=120), retry_policy=MODEL_RETRY,
-                # The activity heartbeats while it waits for the model: a worker killed
-                # mid-call is noticed in seconds, not at the start-to-close timeout.
-                heartbeat_timeout=MODEL_HEARTBEAT,
-                summary=f"{self.node.name} · model",
-            )
+            since = workflow.now()
+            try:
+                reply = await workflow.execute_activity(
+                    "call_model", request, result_type=ModelReply,
+                    start_to_close_timeout=timedelta(seconds=120), retry_policy=MODEL_RETRY,
+                    # The activity heartbeats while it waits for the model: a worker killed
+                    # mid-call is noticed in seconds, not at the start-to-close timeout.
+                    heartbeat_timeout=MODEL_HEARTBEAT,
+                    summary=f"{self.node.name} · model",
+                )
+            finally:  # (a local activity resolves within its task: it needs no wait)
+                await in_a_task(since)
         self.calls.append(f"model:{reply.model}")
         self.usage = self.usage + reply.usage
         self.model_calls.append(CallUsage(step=self.step, node=self.node.name, model=reply.model,

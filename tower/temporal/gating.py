@@ -55,6 +55,7 @@ from tower.core.state import AgentState, apply_update
 from tower.temporal.admission import Admission
 from tower.temporal.context import TemporalContext
 from tower.temporal.refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget, decoded
+from tower.temporal.task_time import in_a_task
 
 REFUSED = "DecisionRefused"
 # Runs recorded before gates notified approvers (webhook) replay without the activity.
@@ -166,11 +167,13 @@ class Gatekeeper(Admission):
         Old runs (HMAC) do not bind decisions to the run id: their histories have no step."""
         if self._trust is None:
             return workflow.info().run_id
+        since = workflow.now()
         run_id: str = await workflow.execute_activity(
             RUN_ID_ACTIVITY, result_type=str, start_to_close_timeout=timedelta(seconds=10),
             retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
                                      maximum_interval=timedelta(seconds=10)),
             summary="the run id this request opens in")
+        await in_a_task(since)  # the gate opens in a workflow task, never in a query's replay
         return run_id
 
     async def _attest(self, pending: GateRecord) -> None:
@@ -182,6 +185,7 @@ class Gatekeeper(Admission):
         request = AttestRequest(tenant=self._tenant(), run_id=pending.run_id, gate=pending.gate,
                                 step=pending.step, proposal=digest,
                                 expires_at=int(pending.expires_at.timestamp()))
+        since = workflow.now()
         try:
             token: str = await workflow.execute_activity(
                 ATTEST_ACTIVITY, request, result_type=str,
@@ -190,8 +194,12 @@ class Gatekeeper(Admission):
                                          maximum_attempts=3),
                 summary=f"attest request · gate {pending.gate}")
         except ActivityError as exc:
+            await in_a_task(since)
             workflow.logger.warning("gate %s: request not attested: %s", pending.gate, exc)
             return
+        # A decision may come in the same workflow task as the answer: the memo is upserted
+        # there, after it, never in an activation a worker ran for a query (task_time.py).
+        await in_a_task(since)
         if token:
             self._attested = (pending.step, digest, token)
             self.publish()
@@ -225,11 +233,14 @@ class Gatekeeper(Admission):
             if workflow.now() >= due:
                 await self._refresh()
                 continue
-            with contextlib.suppress(TimeoutError):
+            since = workflow.now()
+            try:
                 await workflow.wait_condition(
                     self._decided_or_asked(self._refresh_asked),
                     timeout=min(pending.expires_at, due) - workflow.now(),
                     timeout_summary=f"gate {gate.name}: roster refresh or expiry")
+            except TimeoutError:  # the timeout is a route, not an error: taken in a task
+                await in_a_task(since)
 
     def _decided_or_asked(self, was_asked: bool) -> Callable[[], bool]:
         return lambda: (self._in_flight is not None or self._refresh_asked != was_asked

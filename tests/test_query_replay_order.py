@@ -1,0 +1,136 @@
+"""A decision and the gate's attestation in one workflow task, after a query replayed the
+run on another worker: the history still replays (tower/temporal/task_time.py).
+
+The nondeterminism the randomized checker found (trial 37: TMPRL1100 "Update machine does
+not handle this event: HistoryEvent(id: 61, WorkflowPropertiesModified)"), made to happen
+every time: the worker that had the run cached is gone while the attestation runs; a query
+waits on its sticky queue, then goes to the other worker, whose replay already holds the
+attestation's result (the task that will carry it waits on the same dead sticky queue);
+the decision is sent meanwhile and rides that task, which the other worker takes with the
+run still cached. Before the fix the worker had run the gate's code on the result while
+answering the query, and sent its memo before the decision's acceptance: the recorded order
+no replay makes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import sqlite3
+import uuid
+from pathlib import Path
+from typing import Any
+
+from gatekit import decision, refund_request, refunds
+from procs import WorkerProcess
+from temporalio import activity
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import Worker
+
+from activities.tools import ToolBox
+from tower.activities.attest import Attester
+from tower.activities.model import ModelSettings
+from tower.contract.trust import AttestRequest
+from tower.temporal import TowerPlugin
+from tower.testing.replay import replay
+from worker import activities, build_worker
+from workflows.refund import RefundAgent
+from workflows.registry import AGENTS
+
+# A SIGKILLed worker's sticky queue holds the query (and the task after the attestation)
+# 10 s (the worker's default) before the server hands them to the other worker.
+RELEASE_AFTER = 3.5  # the attestation answers this long after the query was sent
+E = EventType
+
+
+async def test_a_decision_after_a_query_replay_keeps_the_history_replayable(
+        client: Client, task_queue: str, db_path: Path, trust: Path, tmp_path: Path) -> None:
+    answer = asyncio.Event()  # the attestation waits for it
+    attester = Attester(trust)
+
+    @activity.defn(name="tower_attest")
+    async def attest_when_told(request: AttestRequest) -> str:
+        await answer.wait()
+        return attester.attest(request)
+
+    # Activities here (the attestation held); workflows in a worker process, then here.
+    own = [a for a in activities(list(AGENTS.values()), db_path=db_path, models=ModelSettings())
+           if getattr(a, "__temporal_activity_definition").name != "tower_attest"]
+    ToolBox(db_path)
+    with sqlite3.connect(db_path) as db:
+        db.execute("INSERT INTO invoices VALUES ('INV-7001', 'ACC-1001', 400000, 'paid', "
+                   "'2026-11-20')")
+    first = WorkerProcess(client.service_client.config.target_host, task_queue, db_path, "",
+                          tmp_path / "worker.log", argv=("tests/workflow_worker.py",))
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TOWER_MODELS"):
+        first.env.pop(name, None)
+    first.start()
+    try:
+        async with Worker(client, task_queue=task_queue, activities=[*own, attest_when_told],
+                          activity_executor=concurrent.futures.ThreadPoolExecutor(4),
+                          plugins=[TowerPlugin()]):
+            run = f"replay-order-{uuid.uuid4().hex[:8]}"
+            handle = await client.start_workflow(
+                RefundAgent.run, refund_request(client, run, limit_cents=50_000,
+                                                message="Please refund $900 on invoice INV-7001"),
+                id=run, task_queue=task_queue)
+            await attestation_running(handle)
+            first.kill9()  # the worker that has the run cached is gone; its sticky queue stays
+            async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                                    models=ModelSettings(), no_remote_activities=True):
+                query = asyncio.create_task(handle.query("approvals", result_type=dict))
+                await asyncio.sleep(RELEASE_AFTER)
+                answer.set()
+                info = await query  # answered by this worker, from its replay
+                outcome = await handle.execute_update(
+                    "decide", decision(client, run, info["pending"]), result_type=dict)
+                assert outcome["result"] == "approved", outcome
+                await handle.result()
+                history = await handle.fetch_history()
+    finally:
+        first.stop()
+
+    # It happened as described: the attestation's result and the decision were taken in
+    # one workflow task, by the worker that answered the query.
+    task = taking(history, "tower_attest")
+    assert E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED in task, task
+    assert E.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED in task, task
+    # ... and the history replays: the acceptance comes first, as a replay makes it.
+    [result] = await replay([(run, history)], workflows=list(AGENTS.values()))
+    assert result.failure is None, result.failure
+    assert task.index(E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED) < task.index(
+        E.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED)
+    # The decision took effect once: the run paid what was approved.
+    assert refunds(db_path) == [("INV-7001", 90_000)]
+
+
+async def attestation_running(handle: Any) -> None:
+    async with asyncio.timeout(120):
+        while True:
+            pending = (await handle.describe()).raw_description.pending_activities
+            if any(p.activity_type.name == "tower_attest" for p in pending):
+                return
+            await asyncio.sleep(0.2)
+
+
+def taking(history: WorkflowHistory, activity_name: str) -> list[int]:
+    """The command events of the workflow task that took ``activity_name``'s result."""
+    scheduled = {e.event_id for e in history.events
+                 if e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                 and e.activity_task_scheduled_event_attributes.activity_type.name
+                 == activity_name}
+    done = next(e.event_id for e in history.events
+                if e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                and e.activity_task_completed_event_attributes.scheduled_event_id in scheduled)
+    completed = next(e.event_id for e in history.events
+                     if e.event_id > done and e.event_type == E.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
+    events: list[int] = []
+    for e in history.events:
+        if e.event_id <= completed:
+            continue
+        if e.event_type in (E.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED,
+                            E.EVENT_TYPE_ACTIVITY_TASK_STARTED):
+            break
+        events.append(e.event_type)
+    return events

@@ -1,0 +1,36 @@
+"""Act on an activity's result or a timer only inside a workflow task.
+
+A worker answering a query for a run it has not cached replays the run's history (a
+"legacy" query). When the history it is handed already holds an event past the last
+completed workflow task — an activity's result, with the task that will carry it still
+waiting for a worker — the worker applies that event and runs the workflow code on it,
+although no workflow task is open there. The commands the code makes are sent nowhere; the
+worker keeps the run cached, and sends them with the next workflow task it completes for the
+run, *before* whatever that task adds. If that task also takes a decision (the ``decide``
+update), the history records [the code's commands, the update's acceptance]; a replay hands
+the result and the update to the code in one activation, updates first, and makes
+[acceptance, commands]: TMPRL1100 "Update machine does not handle this event", and the run
+can no longer be replayed (a query fails, a worker that lost it cannot resume it).
+docs/reliability.md ("Nondeterminism found by the checker") tells how it was found.
+
+Such an activation is recognizable from inside: no workflow task started in it, so workflow
+time has not moved since the code began to wait (an activity's result or a timer always
+comes in a later task, whose start time is later). ``in_a_task`` then waits, making no
+command, until a workflow task starts; the code goes on there, after any update that task
+brings, as a replay runs it. In every other activation it returns at once without yielding,
+so a run's commands and their order are what they were: recorded histories replay as before.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from temporalio import workflow
+
+
+async def in_a_task(since: datetime) -> None:
+    """Return once workflow time has moved past ``since`` (the time the code began to wait
+    for the event it has just been handed): at once, unless no workflow task has started
+    since — an activation a worker ran for a query."""
+    if workflow.now() == since:
+        await workflow.wait_condition(lambda: workflow.now() != since)
