@@ -30,7 +30,6 @@ from tower.activities.model import ModelSettings
 from tower.contract import search
 from tower.contract.decisions import Verdict
 from tower.core.engine import Transition
-from tower.core.legacy_trust import ApprovalSettings
 from worker import build_worker
 from workflows.refund import RefundAgent
 
@@ -280,15 +279,17 @@ async def test_rejected_by_signal_tells_the_customer(
 async def test_a_start_carrying_signing_settings_fails_fast(
     client: Client, task_queue: str, db_path: Path
 ) -> None:
+    # No agent takes signing settings in its input (the deployment's roster and policy
+    # decide): a raw start that carries them fails at once, before any step.
     run = new_id("refund")
-    request = refund_request(client, run).model_copy(update={"approvals": ApprovalSettings(
-        allow_unsigned=True)})
+    request = {**refund_request(client, run).model_dump(mode="json"),
+               "approvals": {"allow_unsigned": True}}
     async with worker(client, task_queue, db_path):
-        handle = await client.start_workflow(RefundAgent.run, request, id=run,
-                                             task_queue=task_queue)
+        handle = await client.start_workflow("refund", request, id=run, task_queue=task_queue)
         with pytest.raises(WorkflowFailureError) as info:
             await handle.result()
-    assert "carries `approvals`" in str(info.value.cause)
+    cause = str(info.value.cause)
+    assert "approvals" in cause and "Extra inputs are not permitted" in cause, cause
     assert refunds(db_path) == []
 
 

@@ -78,8 +78,7 @@ class NodeContext(Protocol):
 
     async def ask_window(
         self, messages: list[Message], window: WindowRef | None, *,
-        legacy: list[MessageRef] | None = None, summarise: Reduction | None = None,
-        max_corrections: int = 2,
+        summarise: Reduction | None = None, max_corrections: int = 2,
     ) -> Answer[BaseModel]:
         """Ask with a stored conversation window; ``Answer.window`` is the window after it
         (``summarise``: reduce the window instead)."""
