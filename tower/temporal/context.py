@@ -81,6 +81,9 @@ class TemporalContext:
     def patched(self, change: str) -> bool:
         return workflow.patched(change)
 
+    def deprecate_patch(self, change: str) -> None:
+        workflow.deprecate_patch(change)
+
     async def wait(self, until: Callable[[], bool]) -> None:
         await workflow.wait_condition(until)
 

@@ -123,6 +123,9 @@ class ScriptedContext:
     def patched(self, change: str) -> bool:
         return True  # a test runs the newest code path
 
+    def deprecate_patch(self, change: str) -> None:
+        return None
+
     async def tool(self, name: str, arguments: dict[str, Any],
                    authority: Authority | None = None) -> dict[str, Any]:
         if name not in self.node.tools:
