@@ -149,7 +149,7 @@ class Gatekeeper(Admission):
         decisions its history shows accepted. Recorded, a request opened before the reset
         point keeps the run id it was opened in, and one opened after names the new run.
         Not a local activity: its marker can land in one workflow task and the gate's
-        commands in the next, which the patch markers that follow did not replay through."""
+        commands in the next."""
         run_id: str = await workflow.execute_activity(
             RUN_ID_ACTIVITY, result_type=str, start_to_close_timeout=timedelta(seconds=10),
             retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),

@@ -150,7 +150,7 @@ class MachineRun:
         if state.errors:  # why it failed, searchable
             wanted.append((search.AGENT_ERROR, state.errors[-1][:256]))
         pending = pending_record(state)
-        # Gated agents only: a run with no gate gets no marker and no attribute.
+        # Gated agents only: a run with no gate gets no such attribute.
         if self.machine.gates:
             wanted.append((search.AGENT_GATE_ROLE, pending.role if pending else ""))
         have = workflow.info().typed_search_attributes
