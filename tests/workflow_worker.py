@@ -5,16 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from temporalio.worker import Worker  # noqa: E402
+
 import worker  # noqa: E402
 
+
+class WorkflowsOnly(Worker):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, no_remote_activities=True, **kwargs)
+
+
 if __name__ == "__main__":
-    worker.Worker = functools.partial(  # type: ignore[attr-defined]
-        worker.Worker, no_remote_activities=True)
+    worker.Worker = WorkflowsOnly  # type: ignore[misc]  # worker.main() builds it by this name
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(worker.main())

@@ -19,7 +19,6 @@ the snapshot does not know yet is kept and checked again after that refresh.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
