@@ -12,7 +12,8 @@ with the reason, nothing is paid, nothing is listed, and a genuine decision stil
 A worker that polls the deployment's queue *and* calls its workflow ``refund`` is the
 deployment's worker as far as a dev server can tell; with server authorization on
 (deploy/temporal/server) only Tower's services may poll a task queue at all, so a
-requester cannot run that worker (tests/test_cluster_auth.py).
+requester cannot run that worker (deploy/temporal/server/authz_test.go:
+PollWorkflowTaskQueue is for the service and admin roles only).
 """
 
 from __future__ import annotations
