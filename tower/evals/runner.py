@@ -88,9 +88,13 @@ def private_copy(db: Path | None, folder: Path) -> Path:
         assert db is not None
         target = mine if path == db else folder / "databases" / path.name
         target.parent.mkdir(parents=True, exist_ok=True)
-        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as src, \
-                sqlite3.connect(target) as dst:
+        src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        dst = sqlite3.connect(target)
+        try:
             src.backup(dst)
+        finally:
+            src.close()
+            dst.close()
     return mine
 
 
@@ -99,11 +103,15 @@ class Eval:
     recording in it."""
 
     def __init__(self, client: Client, folder: Path, models: RecordedModels,
-                 timeout: float) -> None:
+                 timeout: float, db: Path) -> None:
         self.client, self.folder, self.models, self.timeout = client, folder, models, timeout
         self.config = folder / "approvers"
+        self.db = db
+        # Every run starts from the same data, whatever the runs before it changed.
+        self.pristine = private_copy(db, folder / "pristine")
 
     async def run(self, recording: Recording) -> Rerun:
+        private_copy(self.pristine, self.db.parent)
         started = time.monotonic()
         notes: list[str] = []
         handle = await self.client.start_workflow(
@@ -147,6 +155,7 @@ class Eval:
                 if message is None:
                     notes.append(f"decision needed at gate {pending.gate} "
                                  f"(step {pending.step}): none recorded, left waiting")
+                    await _settled(handle)
                     return
                 waiting.remove(message)
                 await self._decide(handle, pending, message)
@@ -204,6 +213,16 @@ class Eval:
         return chain
 
 
+async def _settled(handle: WorkflowHandle[Any, Any]) -> None:
+    """Wait until a parked run's own work is done (the gate's attestation and notice):
+    no activity in flight, no workflow task pending."""
+    while True:
+        raw = (await handle.describe()).raw_description
+        if not raw.pending_activities and not raw.HasField("pending_workflow_task"):
+            return
+        await asyncio.sleep(0.05)
+
+
 def approvers(recordings: Sequence[Recording]) -> dict[str, list[str]]:
     """Who decided in the recordings, with the roles they decided as: the eval's roster."""
     found: dict[str, list[str]] = {k: list(v) for k, v in DEV_APPROVERS.items()}
@@ -239,7 +258,7 @@ async def isolated(
             worker = build_worker(env.client, task_queue=QUEUE, db_path=db, trust_dir=trust,
                                   interceptors=[models], **worker_options)
             async with worker:
-                yield Eval(env.client, folder, models, timeout), guard
+                yield Eval(env.client, folder, models, timeout, db), guard
         finally:
             await env.shutdown()
     guard.changed = [f for f, digest in guard.data.items()

@@ -44,7 +44,7 @@ class RunSummary(BaseModel):
     model_calls: int = 0
     models: list[str] = Field(default_factory=list)
     gates: list[str] = Field(default_factory=list)  # gates opened, in order
-    decisions: int = 0  # decisions the run received
+    decisions: int = 0  # decisions the run took (refused ones are not counted)
     tokens: int = 0
     cost_usd: float = 0.0
     latency_s: float = 0.0
@@ -63,9 +63,11 @@ def summarize(chain: Sequence[WorkflowHistory]) -> RunSummary:
     s = RunSummary(workflow_id=chain[0].workflow_id, agent=first.workflow_type.name,
                    status="RUNNING", node="")
     published: dict[str, Any] = {}
+    seen = _Seen()
     for history in chain:
         for event in history.events:
-            _read(event, s, published)
+            _read(event, s, published, seen)
+    s.decisions = len(seen.decided)
     start = chain[0].events[0].event_time.ToDatetime()
     end = chain[-1].events[-1].event_time.ToDatetime()
     s.latency_s = round((end - start).total_seconds(), 3)
@@ -81,7 +83,34 @@ def _follow(s: RunSummary, node: str) -> None:
         s.trail.append(node)
 
 
-def _read(event: Any, s: RunSummary, published: dict[str, Any]) -> None:
+class _Seen:
+    """What a history said earlier that later events are read with."""
+
+    def __init__(self) -> None:
+        self.tools: dict[int, str] = {}  # scheduled event id -> tool name
+        self.produced: dict[str, str] = {}  # a value a tool returned -> "<tool.field>"
+        self.decided: set[str] = set()
+
+
+def _produced(tool: str, result: Any, out: dict[str, str], path: str = "") -> None:
+    """Remember the ids and keys a tool made up (``rs_…``, fingerprints) by where they came
+    from, so a later call passing one on reads the same in every run."""
+    if isinstance(result, dict):
+        for key, item in result.items():
+            _produced(tool, item, out, f"{path}.{key}" if path else key)
+    elif isinstance(result, str) and len(result) >= 6 and path.endswith(("id", "fingerprint")):
+        out.setdefault(result, f"<{tool}.{path}>")
+
+
+def _derived(arguments: Any, produced: dict[str, str]) -> Any:
+    if isinstance(arguments, dict):
+        return {k: _derived(v, produced) for k, v in arguments.items()}
+    if isinstance(arguments, list):
+        return [_derived(v, produced) for v in arguments]
+    return produced.get(arguments, arguments) if isinstance(arguments, str) else arguments
+
+
+def _read(event: Any, s: RunSummary, published: dict[str, Any], seen: _Seen) -> None:
     kind = event.event_type
     if kind == E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
         attrs = decode_typed_search_attributes(
@@ -100,10 +129,15 @@ def _read(event: Any, s: RunSummary, published: dict[str, Any]) -> None:
             s.gates.append(summary[len(GATE_MARK):])
         args = values(a.input.payloads)
         if args and isinstance(args[0], dict) and "tool" in args[0] and "arguments" in args[0]:
-            s.tool_calls.append(ToolCall(name=args[0]["tool"], arguments=args[0]["arguments"]))
+            seen.tools[event.event_id] = str(args[0]["tool"])
+            s.tool_calls.append(ToolCall(name=args[0]["tool"],
+                                         arguments=_derived(args[0]["arguments"], seen.produced)))
     elif kind == E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-        result = values(event.activity_task_completed_event_attributes.result.payloads)
+        done = event.activity_task_completed_event_attributes
+        result = values(done.result.payloads)
         reply = result[0] if result else None
+        if done.scheduled_event_id in seen.tools:
+            _produced(seen.tools[done.scheduled_event_id], reply, seen.produced)
         if isinstance(reply, dict) and "model" in reply and "usage" in reply:
             usage = reply.get("usage") or {}
             s.model_calls += 1
@@ -111,17 +145,20 @@ def _read(event: Any, s: RunSummary, published: dict[str, Any]) -> None:
                 s.models.append(reply["model"])
             s.tokens += int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
             s.cost_usd = round(s.cost_usd + float(usage.get("cost_usd", 0.0)), 8)
-    elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-        name = event.workflow_execution_update_accepted_event_attributes.accepted_request.input.name
-        s.decisions += name == "decide"
-    elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-        s.decisions += event.workflow_execution_signaled_event_attributes.signal_name == "decision"
+    elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
+        outcome = event.workflow_execution_update_completed_event_attributes.outcome
+        told = values(outcome.success.payloads) if outcome.HasField("success") else []
+        if told and isinstance(told[0], dict) and told[0].get("result") in (
+                "approved", "rejected") and not told[0].get("duplicate"):
+            seen.decided.add(str(told[0].get("decision_id")))
     elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
         result = event.workflow_execution_completed_event_attributes.result.payloads
         state = value(result[0]) if result else None
         if isinstance(state, dict):
             s.status, s.node = str(state.get("status", "DONE")), str(state.get("node", ""))
             s.answer = _answer(state)
+            seen.decided |= {str(g["decision"]["decision_id"]) for g in state.get("approvals") or []
+                             if isinstance(g, dict) and g.get("decision")}
             if s.status == "FAILED":
                 s.error = (state.get("errors") or [""])[-1]
         else:
