@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import sqlite3
+import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -213,6 +215,19 @@ class Eval:
         return chain
 
 
+@contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """File descriptor 1 is 2 while a child process starts (it inherits it)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 async def _settled(handle: WorkflowHandle[Any, Any]) -> None:
     """Wait until a parked run's own work is done (the gate's attestation and notice):
     no activity in flight, no workflow task pending."""
@@ -249,10 +264,12 @@ async def isolated(
         trust = folder / "trust"
         dev_trust(trust, NAMESPACE, config=folder / "approvers",
                   approvers=approvers(recordings))
-        env = await WorkflowEnvironment.start_local(
-            namespace=NAMESPACE, dev_server_existing_path=temporal_binary(),
-            data_converter=pydantic_data_converter, search_attributes=search.ALL,
-            dev_server_log_level="error", dev_server_extra_args=dynamic_config_args())
+        with _stdout_to_stderr():  # the server's banner must not mix with a --json report
+            env = await WorkflowEnvironment.start_local(
+                namespace=NAMESPACE, dev_server_existing_path=temporal_binary(),
+                data_converter=pydantic_data_converter, search_attributes=search.ALL,
+                # Its shutdown logs errors about queues it is closing: nothing to act on.
+                dev_server_log_level="never", dev_server_extra_args=dynamic_config_args())
         models = RecordedModels({r.workflow_id: r for r in recordings}, mode)
         try:
             worker = build_worker(env.client, task_queue=QUEUE, db_path=db, trust_dir=trust,
