@@ -110,6 +110,13 @@ def _derived(arguments: Any, produced: dict[str, str]) -> Any:
     return produced.get(arguments, arguments) if isinstance(arguments, str) else arguments
 
 
+def _failed_in(s: RunSummary, node: str) -> None:
+    """The node a run failed in (AgentFailed's details), before the FAILED it published."""
+    end = len(s.trail) - 1 if s.trail and s.trail[-1] == "FAILED" else len(s.trail)
+    if end == 0 or s.trail[end - 1] != node:
+        s.trail.insert(end, node)
+
+
 def _read(event: Any, s: RunSummary, published: dict[str, Any], seen: _Seen) -> None:
     kind = event.event_type
     if kind == E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
@@ -164,8 +171,11 @@ def _read(event: Any, s: RunSummary, published: dict[str, Any], seen: _Seen) -> 
         else:
             s.status = "DONE"
     elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
-        s.status, s.node = "FAILED", "FAILED"
-        s.error = event.workflow_execution_failed_event_attributes.failure.message
+        failure = event.workflow_execution_failed_event_attributes.failure
+        details = values(failure.application_failure_info.details.payloads)
+        if details and isinstance(details[0], dict) and details[0].get("node"):
+            _failed_in(s, str(details[0]["node"]))
+        s.status, s.node, s.error = "FAILED", "FAILED", failure.message
     elif kind in (E.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
                   E.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
                   E.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED):
