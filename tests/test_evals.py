@@ -1,4 +1,4 @@
-"""`tower eval` and ``tower.evals``: recorded runs re-run against candidate code.
+"""`tower eval` and ``tower.testing.evals``: recorded runs re-run against candidate code.
 
 Each eval starts its own dev server (never the session's); the candidates are the
 example's agents with one change each (tests/eval_candidates.py), never an edit of
@@ -14,22 +14,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from eval_candidates import RefundWideGate, SupportBillingDown, SupportLoginAccount
 from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.tools.db import connect
-from eval_candidates import RefundWideGate, SupportBillingDown, SupportLoginAccount
 from tower.activities.model import ModelSettings
 from tower.activities.scripted import scripted_reply
 from tower.contract.wire import ModelReply, ModelRequest
-from tower.evals import EvalReport, Mode, Verdict
 from tower.temporal import TowerPlugin, scripts_of
-from tower.testing.evals import assert_verdicts, run_eval
+from tower.testing.evals import EvalReport, Mode, Verdict, assert_verdicts, run_eval
 from tower.testing.model_server import LoopbackModelServer
-from tower.testing.replay import load
 from worker import activities, build_worker
-from workflows.registry import AGENTS
 from workflows.refund import RefundRequest
+from workflows.registry import AGENTS
 
 HISTORIES = Path(__file__).parent / "histories"
 

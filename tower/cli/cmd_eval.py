@@ -16,9 +16,10 @@ from tower.cli.agents import agents
 from tower.cli.common import CliError
 from tower.cli.histories import HistoryError, load
 from tower.cli.output import json_option, print_json
-from tower.evals import BUILT_IN, EvalReport, Mode, RunResult, Scorer, Verdict, evaluate
-from tower.evals.compare import RANK
-from tower.evals.recording import RecordingError
+from tower.testing.evals import BUILT_IN, EvalReport, Mode, RunResult, Scorer, Verdict, evaluate
+from tower.testing.evals.compare import RANK
+from tower.testing.evals.recording import RecordingError
+from tower.testing.evals.world import EvalSetupError
 
 
 @click.command("eval", help=(
@@ -64,7 +65,7 @@ async def _eval(paths: list[str], query: str | None, namespace: str | None, mode
                 data: Path | None, timeout: float, judge: bool, scorer_specs: list[str],
                 as_json: bool) -> int:
     from tower.activities.model import ModelSettings
-    from tower.evals import report as reports
+    from tower.testing.evals import report as reports
 
     if not paths and not query:
         raise CliError("name history files or folders, or --query to read runs from a server")
@@ -81,7 +82,7 @@ async def _eval(paths: list[str], query: str | None, namespace: str | None, mode
     scorers: list[Scorer] = list(BUILT_IN) + [_import(spec) for spec in scorer_specs]
     settings = ModelSettings.from_env()
     if judge:
-        from tower.evals.judge import gateway_judge
+        from tower.testing.evals.judge import gateway_judge
 
         scorers.append(gateway_judge(settings))
     data = data or _default_data(folder)
@@ -95,10 +96,14 @@ async def _eval(paths: list[str], query: str | None, namespace: str | None, mode
             histories, build_worker, mode=mode, data=data, baseline=baseline,
             baseline_name=str(baseline_dir or "recorded"), scorers=scorers, timeout=timeout,
             progress=_progress, models=settings)
-    except RecordingError as exc:
+    except (RecordingError, EvalSetupError) as exc:
         raise CliError(str(exc)) from None
     if report_dir is not None:
-        written = reports.write(report, report_dir, machines)
+        from tower.cli.inbox.drawing import machine_svg
+
+        drawings = {agent: machine_svg(machines[agent], None, moves)
+                    for agent, moves in report.moved().items() if agent in machines}
+        written = reports.write(report, report_dir, drawings)
         print(f"report: {', '.join(str(p) for p in written)}", file=sys.stderr)
     if as_json:
         print_json(reports.to_json(report))

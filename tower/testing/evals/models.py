@@ -30,7 +30,7 @@ from temporalio.worker import (
 )
 
 from tower.contract.wire import ModelReply, ModelRequest
-from tower.evals.recording import ModelCall, Recording
+from tower.testing.evals.recording import ModelCall, Recording
 
 
 class Mode(StrEnum):

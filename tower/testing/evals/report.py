@@ -8,9 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tower.core.graph import Machine
-from tower.evals import EvalReport, RunResult
-from tower.evals.summary import RunSummary
+from tower.testing.evals import EvalReport, RunResult
+from tower.testing.evals.summary import RunSummary
 
 REPORT_JSON = "report.json"
 
@@ -39,20 +38,19 @@ def load_baseline(folder: Path) -> dict[str, RunSummary]:
         raise BaselineError(f"{path}: not an eval report ({exc})") from None
 
 
-def write(report: EvalReport, folder: Path, machines: Mapping[str, Machine]) -> list[Path]:
-    """report.json, report.md and ``graph-AGENT.svg`` for each agent whose traffic moved."""
-    from tower.cli.inbox.drawing import machine_svg
-
+def write(report: EvalReport, folder: Path, drawings: Mapping[str, str] | None = None
+          ) -> list[Path]:
+    """report.json, report.md and ``graph-AGENT.svg`` for each of ``drawings`` (agent ->
+    SVG markup of its graph with the moved edges highlighted: ``tower eval`` draws them)."""
     folder.mkdir(parents=True, exist_ok=True)
     written = [folder / REPORT_JSON, folder / "report.md"]
     written[0].write_text(json.dumps(to_json(report), indent=2) + "\n")
     pictures: dict[str, str] = {}
-    for agent, moves in report.moved().items():
-        if agent in machines:
-            path = folder / f"graph-{agent}.svg"
-            path.write_text(machine_svg(machines[agent], None, moves) + "\n")
-            pictures[agent] = path.name
-            written.append(path)
+    for agent, svg in (drawings or {}).items():
+        path = folder / f"graph-{agent}.svg"
+        path.write_text(svg + "\n")
+        pictures[agent] = path.name
+        written.append(path)
     written[1].write_text(markdown(report, pictures))
     return written
 

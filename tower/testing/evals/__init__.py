@@ -1,11 +1,12 @@
 """Evals from recorded runs: what a prompt, model or graph change does to real traffic.
 
+In a test: ``report = await run_eval(*paths, build_worker=...)``, then
+``assert_verdicts(report, Verdict.SAME)`` (or one verdict per run).
 ``evaluate`` re-runs recorded runs against the candidate code in an isolated world
-(``tower.evals.runner``), answers their model calls from the recordings or live
-(``tower.evals.models``), and compares each new run with its baseline — the recording
-itself, or the same run in an earlier eval's report — by scorers
-(``tower.evals.compare``). ``tower eval`` is the command; ``tower.testing.evals`` the
-pytest helper; docs/evals.md the guide.
+(``runner``, ``world``), answers their model calls from the recordings or live
+(``models``), and compares each new run with its baseline — the recording itself, or
+the same run in an earlier eval's report — by scorers (``compare``). ``tower eval`` is
+the command; docs/evals.md the guide.
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ from typing import Any
 from pydantic import BaseModel, Field
 from temporalio.client import WorkflowHistory
 
-from tower.evals.compare import BUILT_IN, RANK, Score, Scorer, Verdict, score
-from tower.evals.models import Mode
-from tower.evals.recording import chains
-from tower.evals.runner import Rerun, WorkerFactory, isolated
-from tower.evals.summary import RunSummary, summarize
+from tower.testing.evals.compare import BUILT_IN, RANK, Score, Scorer, Verdict, score
+from tower.testing.evals.models import Mode
+from tower.testing.evals.recording import chains
+from tower.testing.evals.runner import Rerun, WorkerFactory, isolated
+from tower.testing.evals.summary import RunSummary, summarize
+from tower.testing.replay import load
 
 __all__ = ["BUILT_IN", "EvalReport", "Mode", "RunResult", "Score", "Scorer", "Verdict",
-           "evaluate"]
+           "assert_verdicts", "evaluate", "run_eval"]
 
 
 class RunResult(BaseModel):
@@ -118,3 +120,25 @@ async def _result(rerun: Rerun, base: RunSummary, scorers: Sequence[Scorer]) -> 
                      agent=rerun.recording.workflow_type, verdict=verdict, scores=scores,
                      baseline=base, candidate=rerun.summary, answered=rerun.answered,
                      notes=rerun.notes, seconds=round(rerun.seconds, 3))
+
+
+async def run_eval(
+    *paths: str | Path, build_worker: WorkerFactory, mode: Mode = Mode.RECORDED,
+    data: Path | None = None, baseline: Mapping[str, RunSummary] | None = None,
+    scorers: Sequence[Scorer] = BUILT_IN, timeout: float = 120.0, **worker_options: Any,
+) -> EvalReport:
+    """``evaluate`` the recorded runs in ``paths`` (history files or folders)."""
+    return await evaluate(load(paths), build_worker, mode=mode, data=data, baseline=baseline,
+                          scorers=scorers, timeout=timeout, **worker_options)
+
+
+def assert_verdicts(report: EvalReport, expected: Verdict | Mapping[str, Verdict]) -> None:
+    """Every run's verdict is ``expected`` (one for all, or by workflow id); the
+    AssertionError names each run that is not, with why."""
+    wrong = []
+    for r in report.runs:
+        want = expected if isinstance(expected, Verdict) else expected.get(r.workflow_id)
+        if want is not None and r.verdict is not want:
+            why = "; ".join(f"{s.scorer}: {s.detail}" for s in r.scores)
+            wrong.append(f"{r.workflow_id}: {r.verdict.value}, expected {want.value} ({why})")
+    assert not wrong, "eval verdicts:\n" + "\n".join(wrong)

@@ -13,6 +13,7 @@ Nothing is sent to the real server, and the real data is hashed before and after
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import sqlite3
@@ -31,16 +32,15 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from tower.cli.devserver import dynamic_config_args, temporal_binary
-from tower.cli.trust_files import DEV_APPROVERS, dev_trust
-from tower.client._decisions import make_decision, submit_decision
 from tower.contract import search
-from tower.contract.decisions import GateRecord, Verdict
-from tower.evals.models import Mode, RecordedModels
-from tower.evals.recording import Outside, Recording
-from tower.evals.summary import RunSummary, summarize
+from tower.contract.decisions import GateRecord
+from tower.testing.evals.models import Mode, RecordedModels
+from tower.testing.evals.recording import Outside, Recording
+from tower.testing.evals.summary import RunSummary, summarize
+from tower.testing.evals.world import EvalTrust, temporal_binary
 
 NAMESPACE = "tower-eval"
+RESENDS = 3
 QUEUE = "tower-eval"
 
 # build_worker(client, task_queue=, db_path=, trust_dir=, interceptors=) -> the project's
@@ -105,9 +105,9 @@ class Eval:
     recording in it."""
 
     def __init__(self, client: Client, folder: Path, models: RecordedModels,
-                 timeout: float, db: Path) -> None:
+                 timeout: float, db: Path, trust: EvalTrust) -> None:
         self.client, self.folder, self.models, self.timeout = client, folder, models, timeout
-        self.config = folder / "approvers"
+        self.trust = trust
         self.db = db
         # Every run starts from the same data, whatever the runs before it changed.
         self.pristine = private_copy(db, folder / "pristine")
@@ -134,13 +134,11 @@ class Eval:
         if any(n.startswith("timed out") for n in notes):
             summary.error = summary.error or notes[-1]
         if summary.status not in ("DONE", "FAILED", "TERMINATED", "CANCELED", "TIMED_OUT"):
-            try:  # a parked or stuck run: nothing more will come to it
+            with contextlib.suppress(RPCError):  # parked or stuck: nothing more will come
                 await latest.terminate("the eval is over")
-            except RPCError:
-                pass
-        for name in [m for m in waiting if m.decision is not None]:
-            notes.append(f"decision not needed: {name.decision and name.decision.get('verdict')} "
-                         f"at gate {name.decision and name.decision.get('gate')}")
+        for unused in [m.decision for m in waiting if m.decision is not None]:
+            notes.append(f"decision not needed: {unused.get('verdict')} at gate "
+                         f"{unused.get('gate')}")
         answered = dict(self.models.answered.pop(recording.workflow_id, {}))
         return Rerun(recording, summary, answered, notes, time.monotonic() - started)
 
@@ -190,17 +188,18 @@ class Eval:
 
     async def _decide(self, handle: WorkflowHandle[Any, Any], pending: GateRecord,
                       message: Outside) -> None:
-        claims = message.decision or {}
-        payload, _ = make_decision(
-            tenant=self.client.namespace, run=handle.id, pending=pending,
-            verdict=Verdict(claims["verdict"]), approver=str(claims["sub"]),
-            role=str(claims["role"]), note=str(claims.get("note", "")),
-            edits=dict(claims.get("edits") or {}), decision_id=str(claims.get("jti")),
-            config=self.config)
+        payload = self.trust.decision(handle.id, pending, message.decision or {})
         if message.kind == "signal":
             await handle.signal("decision", payload)
-        else:
-            await submit_decision(handle, payload)
+            return
+        for attempt in range(RESENDS + 1):
+            try:
+                await handle.execute_update("decide", payload)
+                return
+            except RPCError as exc:
+                # The server aborts an update whose workflow task failed with it: not taken.
+                if attempt == RESENDS or "unexpected workflow task failure" not in exc.message:
+                    raise
 
     async def _histories(self, run_id: str, workflow_id: str) -> list[WorkflowHistory]:
         chain: list[WorkflowHistory] = []
@@ -240,7 +239,7 @@ async def _settled(handle: WorkflowHandle[Any, Any]) -> None:
 
 def approvers(recordings: Sequence[Recording]) -> dict[str, list[str]]:
     """Who decided in the recordings, with the roles they decided as: the eval's roster."""
-    found: dict[str, list[str]] = {k: list(v) for k, v in DEV_APPROVERS.items()}
+    found: dict[str, list[str]] = {}
     for rec in recordings:
         for message in rec.outside:
             claims = message.decision
@@ -261,21 +260,19 @@ async def isolated(
     with tempfile.TemporaryDirectory(prefix="tower-eval-") as tmp:
         folder = Path(tmp)
         db = private_copy(data, folder / "data")
-        trust = folder / "trust"
-        dev_trust(trust, NAMESPACE, config=folder / "approvers",
-                  approvers=approvers(recordings))
+        trust = EvalTrust(folder / "trust", NAMESPACE, approvers(recordings))
         with _stdout_to_stderr():  # the server's banner must not mix with a --json report
             env = await WorkflowEnvironment.start_local(
                 namespace=NAMESPACE, dev_server_existing_path=temporal_binary(),
                 data_converter=pydantic_data_converter, search_attributes=search.ALL,
                 # Its shutdown logs errors about queues it is closing: nothing to act on.
-                dev_server_log_level="never", dev_server_extra_args=dynamic_config_args())
+                dev_server_log_level="never")
         models = RecordedModels({r.workflow_id: r for r in recordings}, mode)
         try:
-            worker = build_worker(env.client, task_queue=QUEUE, db_path=db, trust_dir=trust,
-                                  interceptors=[models], **worker_options)
+            worker = build_worker(env.client, task_queue=QUEUE, db_path=db,
+                                  trust_dir=trust.root, interceptors=[models], **worker_options)
             async with worker:
-                yield Eval(env.client, folder, models, timeout, db), guard
+                yield Eval(env.client, folder, models, timeout, db, trust), guard
         finally:
             await env.shutdown()
     guard.changed = [f for f, digest in guard.data.items()

@@ -3,7 +3,7 @@
 A ``Recording`` is one run (or one continue-as-new chain of a workflow id): its input,
 every model call it made (the request the node sent and the reply it got), and every
 message from outside — decisions, signals, updates — with the step the run stood at when
-it arrived. ``tower.evals.runner`` starts the run again from this; ``summarize`` reads
+it arrived. ``tower.testing.evals.runner`` starts the run again from this; ``summarize`` reads
 the same figures from any history, the recording's or the candidate's, so the two are
 always compared the same way.
 """
@@ -156,14 +156,14 @@ def _read(history: WorkflowHistory, rec: Recording) -> None:
                 event.upsert_workflow_search_attributes_event_attributes.search_attributes)
             step = attrs.get(search.AGENT_STEP) or step
         elif kind == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            a = event.activity_task_scheduled_event_attributes
-            if a.activity_type.name == "call_model":
-                scheduled[event.event_id] = values(a.input.payloads)[0]
+            asked = event.activity_task_scheduled_event_attributes
+            if asked.activity_type.name == "call_model":
+                scheduled[event.event_id] = values(asked.input.payloads)[0]
         elif kind == E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-            a = event.activity_task_completed_event_attributes
-            request = scheduled.pop(a.scheduled_event_id, None)
+            done = event.activity_task_completed_event_attributes
+            request = scheduled.pop(done.scheduled_event_id, None)
             if request is not None:
-                reply = values(a.result.payloads)[0]
+                reply = values(done.result.payloads)[0]
                 rec.model_calls.append(ModelCall(str(request.get("node", "")), request, reply))
         elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
             s = event.workflow_execution_signaled_event_attributes
@@ -173,10 +173,10 @@ def _read(history: WorkflowHistory, rec: Recording) -> None:
             rec.outside.append(Outside("update", u.name, values(u.args.payloads), step))
         elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
             outcome = event.workflow_execution_update_completed_event_attributes.outcome
-            done = values(outcome.success.payloads) if outcome.HasField("success") else []
-            if done and isinstance(done[0], dict) and done[0].get("result") in (
-                    "approved", "rejected") and not done[0].get("duplicate"):
-                rec.accepted.add(str(done[0].get("decision_id")))
+            told = values(outcome.success.payloads) if outcome.HasField("success") else []
+            if told and isinstance(told[0], dict) and told[0].get("result") in (
+                    "approved", "rejected") and not told[0].get("duplicate"):
+                rec.accepted.add(str(told[0].get("decision_id")))
         elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
             result = values(event.workflow_execution_completed_event_attributes.result.payloads)
             state = result[0] if result and isinstance(result[0], dict) else {}

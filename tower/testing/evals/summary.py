@@ -17,7 +17,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.converter import decode_typed_search_attributes
 
 from tower.contract import search
-from tower.evals.recording import value, values
+from tower.testing.evals.recording import value, values
 
 E = EventType
 GATE_MARK = "notify approvers · gate "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tower.activities.model import ModelActivities, ModelSettings
 from tower.contract.messages import Message
 from tower.contract.wire import ModelRequest
-from tower.evals.compare import Scorer, judge
+from tower.testing.evals.compare import Scorer, judge
 
 
 def gateway_judge(settings: ModelSettings) -> Scorer:

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tower.evals.summary import RunSummary
+from tower.testing.evals.summary import RunSummary
 
 
 class Verdict(StrEnum):
