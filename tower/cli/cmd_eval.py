@@ -88,6 +88,11 @@ async def _eval(paths: list[str], query: str | None, namespace: str | None, mode
     data = data or _default_data(folder)
     build_worker = project.module("worker").build_worker
     machines = {name: cls.machine for name, cls in agents().items() if hasattr(cls, "machine")}
+    unknown = sorted({f"{source} ({kind})" for source, kind in _types(histories)
+                      if kind not in agents()})
+    if unknown:  # its run would wait forever for a worker that has no such workflow
+        raise CliError(f"not a run of this project's agents ({', '.join(sorted(agents()))}): "
+                       + ", ".join(unknown))
     print(f"eval: {len(histories)} histories, models {mode.value} ({settings.describe()}), "
           f"baseline {baseline_dir or 'the recordings'}, data {data or 'fresh'}",
           file=sys.stderr, flush=True)
@@ -132,6 +137,15 @@ async def _query(query: str, namespace: str | None) -> list[tuple[str, WorkflowH
         history = await client.get_workflow_handle(run.id, run_id=run.run_id).fetch_history()
         found.append((f"{client.namespace}/{run.id}@{run.run_id}", history))
     return found
+
+
+def _types(histories: list[tuple[str, WorkflowHistory]]) -> list[tuple[str, str]]:
+    from tower.testing.replay import workflow_type
+
+    try:
+        return [(source, workflow_type(history)) for source, history in histories]
+    except HistoryError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _default_data(folder: Path) -> Path | None:
