@@ -9,7 +9,7 @@ from tower.cli.agents import agents
 from tower.cli.inbox.drawing import machine_svg
 from tower.testing.evals import EvalReport, Mode, RunResult, Verdict
 from tower.testing.evals.compare import BUILT_IN, score, transition_diff
-from tower.testing.evals.recording import chains
+from tower.testing.evals.recording import Recording, chains
 from tower.testing.evals.report import load_baseline, markdown, write
 from tower.testing.evals.summary import RunSummary, ToolCall, summarize
 from tower.testing.replay import load
@@ -17,7 +17,7 @@ from tower.testing.replay import load
 HISTORIES = Path(__file__).parents[1] / "histories"
 
 
-def recording(*names: str) -> list:  # type: ignore[type-arg]
+def recording(*names: str) -> list[Recording]:
     return chains(load([HISTORIES / n for n in names]))
 
 
