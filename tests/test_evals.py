@@ -15,15 +15,19 @@ from typing import Any
 
 import pytest
 from eval_candidates import RefundWideGate, SupportBillingDown, SupportLoginAccount
-from temporalio.client import Client
+from gatekit import decide, recorded, refund_request, refunds, snapshot, wait_pending
+from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.worker import Worker
 
 from activities.tools.db import connect
 from tower.activities.model import ModelSettings
 from tower.activities.scripted import scripted_reply
+from tower.client._decisions import submit_decision
+from tower.contract.decisions import GateRecord
 from tower.contract.wire import ModelReply, ModelRequest
 from tower.temporal import TowerPlugin, scripts_of
 from tower.testing.evals import EvalReport, Mode, Verdict, assert_verdicts, run_eval
+from tower.testing.evals.world import EvalTrust
 from tower.testing.model_server import LoopbackModelServer
 from worker import activities, build_worker
 from workflows.refund import RefundRequest
@@ -155,3 +159,26 @@ async def test_a_failing_node_is_a_regression() -> None:
     assert "DONE at DONE -> FAILED" in status.detail and "unreachable" in status.detail
     with pytest.raises(AssertionError, match="support-1: regressed, expected same"):
         assert_verdicts(report, Verdict.SAME)
+
+
+async def test_a_decision_the_eval_signs_is_refused_by_a_real_run(
+    client: Client, scripted_worker: Any, task_queue: str, db_path: Path, tmp_path: Path,
+) -> None:
+    """The eval re-signs recorded decisions with keys only its own roster trusts: one of
+    them sent to a real run waiting at a gate changes nothing there."""
+    run = f"refund-eval-attack-{task_queue}"
+    async with scripted_worker():
+        handle = await client.start_workflow("refund", refund_request(client, run), id=run,
+                                             task_queue=task_queue)
+        info = await wait_pending(handle)
+        history, state = await recorded(handle), await snapshot(handle)
+        world = EvalTrust(tmp_path / "eval-trust", client.namespace, {"alice": ["manager"]})
+        forged = world.decision(run, GateRecord.model_validate(info["pending"]),
+                                {"sub": "alice", "role": "manager", "verdict": "approve",
+                                 "jti": "d-from-an-eval"})
+        with pytest.raises(WorkflowUpdateFailedError):
+            await submit_decision(handle, forged)
+        assert await recorded(handle) == history and await snapshot(handle) == state
+        assert refunds(db_path) == []  # nothing paid
+        outcome = await decide(client, handle, info["pending"])  # alice's real key still works
+        assert outcome["result"] == "approved"

@@ -13,6 +13,7 @@ import json
 import shutil
 import sys
 import time
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,8 @@ class EvalTrust:
 
     def __init__(self, root: Path, tenant: str, approvers: Mapping[str, list[str]]) -> None:
         self.root, self.tenant = root, tenant
-        self.keys = {name: _key(f"eval-{name}") for name in approvers}
-        worker = _key("eval-worker")
+        self.keys = {name: _key(f"eval-{name}-{uuid.uuid4().hex[:8]}") for name in approvers}
+        worker = _key(f"eval-worker-{uuid.uuid4().hex[:8]}")
         folder = tenant_dir(root, tenant)
         folder.mkdir(parents=True, exist_ok=True)
         (folder / WORKER_KEY_FILE).write_text(json.dumps(worker))
