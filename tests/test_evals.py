@@ -114,6 +114,18 @@ async def test_a_prompt_change_moves_exactly_the_runs_it_affects(tmp_path: Path)
                                           ("account_help", "DONE"): 1}}
 
 
+async def test_live_models_answer_every_call() -> None:
+    files = [HISTORIES / "support-1.json", HISTORIES / "support-2.json"]
+    with LoopbackModelServer(replies=prompt_following) as server:
+        live = ModelSettings(api_key="loopback", base_url=server.base_url, models=["m"],
+                             timeout_seconds=10)
+        report = await run_eval(*files, build_worker=candidate(SupportLoginAccount),
+                                mode=Mode.LIVE, models=live)
+    assert verdicts(report) == {"support-1": "same", "support-2": "changed"}
+    assert [r.answered for r in report.runs] == [{"live": 3}, {"live": 2}]
+    assert report.runs[1].candidate.models == ["m"]  # the gateway's model, not a recording
+
+
 async def record_refunds(client: Client, folder: Path, task_queue: str, db: Path) -> None:
     """Two more recorded refunds, under the limit ($300, $100): the runs a wider gate
     would catch, or not."""

@@ -1,17 +1,23 @@
 """The eval's pure parts on the recorded histories: what a recording holds, how a run is
-summarised and scored, the report, the picture. No server."""
+summarised and scored (the model judge on a loopback model server), the report, the
+picture. No Temporal server."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from tower.activities.model import ModelSettings
 from tower.cli.agents import agents
 from tower.cli.inbox.drawing import machine_svg
+from tower.contract.wire import ModelReply, ModelRequest
 from tower.testing.evals import EvalReport, Mode, RunResult, Verdict
 from tower.testing.evals.compare import BUILT_IN, score, transition_diff
+from tower.testing.evals.judge import gateway_judge
 from tower.testing.evals.recording import Recording, chains
 from tower.testing.evals.report import load_baseline, markdown, write
 from tower.testing.evals.summary import RunSummary, ToolCall, summarize
+from tower.testing.model_server import LoopbackModelServer
 from tower.testing.replay import load
 
 HISTORIES = Path(__file__).parents[1] / "histories"
@@ -111,3 +117,23 @@ def test_the_report_and_the_picture_of_moved_edges(tmp_path: Path) -> None:
     assert "![support](graph-support.svg)" in markdown(report, {"support": "graph-support.svg"})
     assert load_baseline(tmp_path)["support-2"].trail == cand.trail
     assert transition_diff(base, base).startswith("classify > technical > DONE  =>")
+
+
+async def test_the_model_judge_asks_through_the_gateway() -> None:
+    def judge_model(request: ModelRequest) -> ModelReply:
+        asked = json.loads(request.messages[-1].content)
+        worse = "refund" in asked["baseline"] and "refund" not in asked["candidate"]
+        verdict = {"verdict": "regressed" if worse else "same", "why": "no refund promised"}
+        return ModelReply(model="judge", content=json.dumps(verdict))
+
+    with LoopbackModelServer(replies=judge_model) as server:
+        judge = gateway_judge(ModelSettings(api_key="loopback", base_url=server.base_url,
+                                            models=["judge"], timeout_seconds=10))
+        base = summary(answer="Your refund is on its way.")
+        verdict, found = await score(base, summary(answer="Please call us."), [judge])
+        assert verdict is Verdict.REGRESSED and found[0].detail == "no refund promised"
+        assert await score(base, summary(answer="Your refund is on the way."), [judge]) == (
+            Verdict.SAME, [])
+        assert await score(base, base, [judge]) == (Verdict.SAME, [])  # equal: not asked
+    offline = gateway_judge(ModelSettings())  # the scripted model cannot judge: a change
+    assert (await score(base, summary(answer="x"), [offline]))[0] is Verdict.CHANGED
