@@ -48,6 +48,13 @@ class RecordedModels(Interceptor):
         self._seen: dict[tuple[str, str, str], int] = {}  # an activity's retries: one call
         self._next: Counter[tuple[str, str]] = Counter()
 
+    def begin(self, recording: Recording) -> None:
+        """``recording`` is the one its workflow id's calls are answered from now: two
+        recordings may share an id (a run recorded before and after a format change)."""
+        self.recordings[recording.workflow_id] = recording
+        for key in [k for k in self._next if k[0] == recording.workflow_id]:
+            del self._next[key]
+
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
         return _Inbound(next, self)
 

@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowHistory,
+    WorkflowUpdateFailedError,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -114,6 +120,7 @@ class Eval:
 
     async def run(self, recording: Recording) -> Rerun:
         private_copy(self.pristine, self.db.parent)
+        self.models.begin(recording)
         started = time.monotonic()
         notes: list[str] = []
         handle = await self.client.start_workflow(
@@ -158,16 +165,24 @@ class Eval:
                     await _settled(handle)
                     return
                 waiting.remove(message)
-                await self._decide(handle, pending, message)
+                try:
+                    await self._decide(handle, pending, message)
+                except (WorkflowUpdateFailedError, RPCError) as exc:
+                    notes.append(f"the candidate refused the recorded decision at gate "
+                                 f"{pending.gate}: {_cause(exc)}")
                 continue
             step = await self._step(handle)
             message = next((m for m in waiting if m.decision is None), None)
             if message is not None and step >= message.step:
                 waiting.remove(message)
-                if message.kind == "signal":
-                    await handle.signal(message.name, args=message.args)
-                else:
-                    await handle.execute_update(message.name, args=message.args)
+                try:
+                    if message.kind == "signal":
+                        await handle.signal(message.name, args=message.args)
+                    else:
+                        await handle.execute_update(message.name, args=message.args)
+                except (WorkflowUpdateFailedError, RPCError) as exc:
+                    notes.append(f"the candidate refused {message.kind} {message.name}: "
+                                 f"{_cause(exc)}")
                 continue
             await asyncio.sleep(0.05)
 
@@ -212,6 +227,11 @@ class Eval:
                       .new_execution_run_id if last.HasField(
                           "workflow_execution_continued_as_new_event_attributes") else "")
         return chain
+
+
+def _cause(exc: Exception) -> str:
+    cause = getattr(exc, "cause", None)
+    return str(getattr(cause, "message", None) or exc)[:300]
 
 
 @contextmanager
@@ -267,7 +287,7 @@ async def isolated(
                 data_converter=pydantic_data_converter, search_attributes=search.ALL,
                 # Its shutdown logs errors about queues it is closing: nothing to act on.
                 dev_server_log_level="never")
-        models = RecordedModels({r.workflow_id: r for r in recordings}, mode)
+        models = RecordedModels({}, mode)
         try:
             worker = build_worker(env.client, task_queue=QUEUE, db_path=db,
                                   trust_dir=trust.root, interceptors=[models], **worker_options)
