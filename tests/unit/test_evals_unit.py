@@ -28,8 +28,7 @@ def recording(*names: str) -> list[Recording]:
 
 
 def test_a_chain_of_runs_is_one_recording_with_every_message_in_order() -> None:
-    chat = recording("chat-1@01a23c4f-6de1-792b-8513-ca46cf91c98d.json",
-                     "chat-1@029c784d-d690-48cf-b0ac-8c346eb64e74.json")
+    chat = recording(*sorted(p.name for p in HISTORIES.glob("chat-1@*.json")))
     assert len(chat) == 1 and len(chat[0].histories) == 2
     assert [m.name for m in chat[0].outside] == ["send"] * 8 + ["close"]
     assert chat[0].input[0]["carry"] is None  # the first run's own input, not a carry
