@@ -19,7 +19,7 @@ from typing import Any
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from bench import chat, parked, streaming, suites
+from bench import chat, parked, streaming, suites, workflow_streams
 from bench.agents import BENCH_WORKFLOWS, WORKFLOW_TASKS, StepsAgent
 from bench.report import table
 from tower.activities.model import ModelSettings
@@ -69,6 +69,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 turns=args.carry_turns))
             await _suite(figures, "streaming", streaming.side_by_side(
                 client, tq, tmp / "streaming", turns=args.stream_turns))
+            await _suite(figures, "workflow_streams", workflow_streams.side_by_side(
+                client, tq, turns=args.stream_turns))
             await _suite(figures, "throughput", _throughput(client, tq, args.concurrent))
             handles = figures["throughput"].pop("handles", [])
             # 10 steps = 11 transitions (START -> work, work -> work x9, work -> DONE)

@@ -88,7 +88,7 @@ def table(f: dict[str, Any]) -> str:
         add(f"  decision on an evicted run → next step, p95 of {m['decisions']} (s)",
             m["decision_p95_s"], None, ".2f", "< 1 s", m["decision_p95_s"] < 1.0)
     if "streaming" in f:
-        _streaming_rows(f["streaming"], add, rows)
+        _streaming_rows(f["streaming"], add, rows, f.get("workflow_streams"))
     notes = [f"chat: {c['turns_per_s']:.1f} turns/s, {c['runs']} runs (continue-as-new); "
              f"hand-written {p['turns']}-turn history: {p['events']['naive']} events, "
              f"{p['bytes']['naive']} bytes (Tower: {p['events']['tower']}, "
@@ -98,8 +98,10 @@ def table(f: dict[str, Any]) -> str:
     return _render(rows, notes)
 
 
-def _streaming_rows(s: dict[str, Any], add: Any, rows: list[Row]) -> None:
-    """bench.streaming's figures (a suite of its own: shown when it ran)."""
+def _streaming_rows(s: dict[str, Any], add: Any, rows: list[Row],
+                    ws: dict[str, Any] | None = None) -> None:
+    """bench.streaming's figures (a suite of its own: shown when it ran), and the
+    alternative's, bench.workflow_streams, when it ran too."""
     if "error" in s:
         rows.append((f"streaming: FAILED ({s['error']})", "", "", "", "", "**no**"))
         return
@@ -115,6 +117,14 @@ def _streaming_rows(s: dict[str, Any], add: Any, rows: list[Row]) -> None:
         "≤ 1.00×", e["on"] <= e["off"])
     add("  stream events per chat turn (side channel, not in the history)",
         s["stream_events_per_turn"], None, ".0f", "", None)
+    if ws and "error" not in ws:
+        wb, we = ws["bytes_per_turn"], ws["events_per_turn"]
+        add(f"  Workflow Streams ({ws['batch_ms']:.0f} ms batches): history bytes per turn, "
+            "on vs off", wb["on"], wb["off"], ".0f", "", None)
+        add("  Workflow Streams: history events per turn, on vs off", we["on"], we["off"],
+            ".0f", "", None)
+        add("  Workflow Streams: first token at the client (median ms)",
+            ws["first_token_ms"], None, ".0f", "", None)
 
 
 def _render(rows: list[Row], notes: list[str]) -> str:

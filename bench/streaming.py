@@ -122,7 +122,8 @@ async def side_by_side(client: Client, tq: str, folder: Path, *, turns: int) -> 
 
 
 async def _alone(turns: int) -> dict[str, Any]:
-    """This suite alone, on a dev server of its own (`python -m bench.streaming`)."""
+    """This suite and bench.workflow_streams, on a dev server of their own
+    (`python -m bench.streaming`)."""
     import tempfile
 
     from temporalio.contrib.pydantic import pydantic_data_converter
@@ -135,8 +136,13 @@ async def _alone(turns: int) -> dict[str, Any]:
         dev_server_existing_path=temporal_binary(), data_converter=pydantic_data_converter,
         search_attributes=search.ALL, dev_server_log_level="error")
     try:
-        return await side_by_side(env.client, f"bench-{uuid.uuid4().hex[:6]}",
-                                  Path(tempfile.mkdtemp(prefix="tower-bench-")), turns=turns)
+        from bench import workflow_streams
+
+        tq = f"bench-{uuid.uuid4().hex[:6]}"
+        return {"streaming": await side_by_side(
+                    env.client, tq, Path(tempfile.mkdtemp(prefix="tower-bench-")), turns=turns),
+                "workflow_streams": await workflow_streams.side_by_side(env.client, tq,
+                                                                        turns=turns)}
     finally:
         await env.shutdown()
 

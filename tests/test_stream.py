@@ -132,16 +132,21 @@ async def test_the_history_is_the_same_with_streaming_on_or_off(
 async def test_the_streaming_benchmark_measures_on_a_short_thread(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
+    from bench import workflow_streams
     from bench.report import _streaming_rows
     from bench.streaming import side_by_side
 
     figures = await side_by_side(client, task_queue, tmp_path, turns=2)
+    alternative = await workflow_streams.side_by_side(client, task_queue, turns=2)
     assert figures["turns"] == 2 and figures["reply_chars"] == 400
     assert figures["first_token_ms"] > 0 and figures["whole_reply_ms"] > 0
     # Not a timing claim: the history's bytes and events are the same, on or off.
     assert figures["events_per_turn"]["on"] == figures["events_per_turn"]["off"]
     assert figures["bytes_per_turn"]["on"] <= 1.10 * figures["bytes_per_turn"]["off"]
     assert figures["stream_events_per_turn"] > 100  # a delta per word, and the steps
+    # The alternative keeps every batch in the history: it grows with the reply.
+    assert alternative["bytes_per_turn"]["on"] > 2 * alternative["bytes_per_turn"]["off"]
+    assert alternative["events_per_turn"]["on"] > alternative["events_per_turn"]["off"]
     rows: list = []
-    _streaming_rows(figures, lambda *row: rows.append(row), rows)
-    assert len(rows) == 5
+    _streaming_rows(figures, lambda *row: rows.append(row), rows, alternative)
+    assert len(rows) == 8
