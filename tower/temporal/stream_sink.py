@@ -35,7 +35,7 @@ from tower.contract.stream import (
 log = logging.getLogger(__name__)
 
 _SINKS: dict[tuple[str, str], Any] = {}  # (namespace, task queue) -> its StreamStore
-_QUEUE: queue.SimpleQueue[tuple[Any, str, StreamEvent] | None] = queue.SimpleQueue()
+_QUEUE: queue.SimpleQueue[tuple[Any, str, StreamEvent]] = queue.SimpleQueue()
 _LOCK = threading.Lock()
 _drainer: threading.Thread | None = None
 
@@ -69,17 +69,6 @@ def emit(kind: str, step: int, data: dict[str, Any], nth: str = "") -> None:
         _QUEUE.put((store, stream_name(info.namespace, info.workflow_id), event))
 
 
-def flush(timeout: float = 10.0) -> bool:
-    """Wait until every event emitted so far is written (tests, a stopping worker)."""
-    done = threading.Event()
-    _flushed.append(done)
-    _QUEUE.put(None)
-    return done.wait(timeout)
-
-
-_flushed: list[threading.Event] = []
-
-
 def _drain() -> None:
     while True:
         item = _QUEUE.get()
@@ -90,19 +79,13 @@ def _drain() -> None:
             except queue.Empty:
                 break
         by_target: dict[tuple[int, str], tuple[Any, list[StreamEvent]]] = {}
-        for entry in batch:
-            if entry is None:
-                continue
-            store, stream, event = entry
+        for store, stream, event in batch:
             by_target.setdefault((id(store), stream), (store, []))[1].append(event)
         for (_, stream), (store, events) in by_target.items():
             try:
                 store.append(stream, events)
             except Exception as exc:  # noqa: BLE001  (watchers lose events; the run does not)
                 log.warning("stream %s: %d events not published: %s", stream, len(events), exc)
-        if any(entry is None for entry in batch):
-            while _flushed:
-                _flushed.pop().set()
 
 
 def emit_move(before: Any, after: Any, transition: Any) -> None:
