@@ -55,7 +55,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inbox": ("tower.cli.cmd_inbox:command",
               "the approvers' web inbox: list and decide runs waiting at gates"),
     "retry": ("tower.cli.cmd_operator:retry", "reset a FAILED run to a named node, and follow it"),
-    "abort": ("tower.cli.cmd_operator:abort", "close an old run parked in the dead-letter wait"),
     "cost": ("tower.cli.cmd_cost:command", "a run's token usage and estimated cost"),
     "tools": ("tower.cli.cmd_tools:command",
               "the tools a tenant's agents can use: built in and from MCP servers"),
