@@ -146,6 +146,10 @@ class ModelActivities:
             reply.stored = await asyncio.to_thread(self.store.put, kept)
         return reply
 
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """The gateway outside a workflow (fallbacks, usage, price): an eval's model judge."""
+        return await self._answer(request)
+
     async def _answer(self, request: ModelRequest, live: AttemptStream | None = None
                       ) -> ModelReply:
         reply = await self._fallback(request, live)
