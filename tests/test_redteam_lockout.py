@@ -119,8 +119,7 @@ async def test_a_thousand_junk_decision_signals_then_a_genuine_one_is_accepted(
     runs. Each is refused into the audit trail (the run carries over on the way: refusals.py);
     nothing is paid and the state is unchanged; then alice's decision, sent as a signal,
     is accepted and the refund paid once. (Signals move the history, so their per-task
-    budget is fresh in the next task; a genuine signal that shares one task with more than
-    50 forged ones is refused "unverified" into the audit trail: prefer the update.)"""
+    budget is fresh in the next task; one task's flood is the next test.)"""
     async with build_worker(client, task_queue=task_queue, db_path=db_path,
                             models=ModelSettings()):
         run = new_id("refund")
@@ -171,3 +170,35 @@ async def refused_in_chain(client: Client, run: str) -> int:
         handle = client.get_workflow_handle(run, run_id=listed.run_id)
         total += (await handle.query("approvals", result_type=dict))["refused_total"]
     return total
+
+
+async def test_a_genuine_signal_in_the_same_task_as_a_thousand_forged_ones_is_accepted(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    """The worst case for signals: the worker is down while 999 junk decisions and then
+    alice's arrive, so all 1,000 (the server's cap per run) reach the run in one workflow
+    task. A task checks at most 50 signatures; the rest are held and judged, in order, in
+    the tasks that follow, never refused "unverified". Every junk one is refused, nothing
+    is paid for them, no task fails, and alice's is accepted: the refund is paid once."""
+    run = new_id("refund")
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        handle = await client.start_workflow(RefundAgent.run, refund_request(client, run),
+                                             id=run, task_queue=task_queue)
+        info = await wait_pending(handle)
+    payloads = junk(client, run, info["pending"], JUNK - 1)
+    for start in range(0, len(payloads), 500):
+        await asyncio.gather(*(handle.signal("decision", p) for p in payloads[start:start + 500]))
+    await handle.signal("decision", decision(client, run, info["pending"]))
+    assert refunds(db_path) == []
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        final = await client.get_workflow_handle(run).result()
+        assert [f async for f in chain_failures(client, run)] == []  # no deadlock, no retry
+        assert await refused_in_chain(client, run) == JUNK - 1
+        audit = await handle.query("approvals", result_type=dict)
+        assert not any("unverified" in r["reason"] for r in audit["refused"]), audit["refused"]
+    assert final["status"] == "DONE"
+    assert [(a["status"], a["decision"]["approver"]) for a in final["approvals"]] == [
+        ("approved", "alice")]
+    assert refunds(db_path) == [("INV-2004", 120000)]

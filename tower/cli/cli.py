@@ -48,6 +48,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fork": ("tower.cli.cmd_inspect:fork", "restart a run from step N (Temporal reset)"),
     "history": ("tower.cli.cmd_replay:history", "export a run's event history"),
     "replay": ("tower.cli.cmd_replay:replay", "replay histories against the current code"),
+    "eval": ("tower.cli.cmd_eval:command",
+             "re-run recorded runs against the current code: same, changed or regressed"),
     "pending": ("tower.cli.cmd_approve:pending", "list runs awaiting an approval decision"),
     "approve": ("tower.cli.cmd_approve:approve", "approve a run's pending gate (signed decision)"),
     "reject": ("tower.cli.cmd_approve:reject", "reject a run's pending gate (signed decision)"),

@@ -19,6 +19,7 @@ the snapshot does not know yet is kept and checked again after that refresh.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -60,6 +61,11 @@ AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` que
 VERIFY_PER_TASK = 50  # signature checks per workflow task (refusals.TaskBudget)
 UNVERIFIED = (f"refused unverified: more than {VERIFY_PER_TASK} decisions arrived in one "
               "workflow task (a flood?); send it again, as the decide update")
+# Signalled decisions past a task's budget are held and judged, in order, in the tasks that
+# follow (a short timer makes each); runs recorded before refused them at once, UNVERIFIED.
+HOLD_PATCH = "tower-hold-unverified"
+HELD_PAUSE = timedelta(milliseconds=10)
+HELD_UNJUDGED = "the request closed before this decision was judged (a flood?): nothing changed"
 # The server lets at most 10 updates into a run at once (history.maxInFlightUpdates), so
 # this budget refuses nothing unless a deployment raises that cap well past it.
 VALIDATE_PER_TASK = 50  # update validators' signature checks per workflow task
@@ -95,6 +101,8 @@ class Gatekeeper(Admission):
         self._verify_budget = TaskBudget(VERIFY_PER_TASK)
         self._validate_budget = TaskBudget(VALIDATE_PER_TASK, by_time=True)
         self._in_flight: Decision | None = None
+        # Signalled decisions past a task's verify budget, judged in the next tasks (_take_held).
+        self._held: deque[Sequence[RawValue]] = deque()
         # Refused decisions (and unknown signals): all counted, the newest kept.
         self._audit = AuditTrail(AUDIT_KEEP)
         self._signals_taken = 0  # by this run (the server caps it: refusals.py)
@@ -141,6 +149,9 @@ class Gatekeeper(Admission):
                                       at=workflow.now(), event_id=_event_id()))
         finally:
             self._in_flight = None
+            while self._held:  # a decision came first, or the request expired
+                self._audit.add_raw(workflow.now(), "signal", HELD_UNJUDGED,
+                                    self._held.popleft())
 
     async def _opening_run_id(self) -> str:
         """The Temporal run id a request opens in, as a recorded step (an activity):
@@ -208,6 +219,11 @@ class Gatekeeper(Admission):
         ``roster_refresh_seconds`` and when asked (at most once per ``REFRESH_GAP``)."""
         assert self._trust is not None
         while self._in_flight is None and workflow.now() < pending.expires_at:
+            if self._held:  # judged as far as this task's budget goes, the rest in the next
+                self._take_held()
+                if self._in_flight is None and self._held:
+                    await workflow.sleep(HELD_PAUSE)
+                continue
             if self.carry_while_parked and self._carry_due():
                 return
             every = timedelta(seconds=self._trust.policy.roster_refresh_seconds)
@@ -227,7 +243,7 @@ class Gatekeeper(Admission):
 
     def _decided_or_asked(self, was_asked: bool) -> Callable[[], bool]:
         return lambda: (self._in_flight is not None or self._refresh_asked != was_asked
-                        or (self.carry_while_parked and self._carry_due()))
+                        or bool(self._held) or (self.carry_while_parked and self._carry_due()))
 
     def _carry_due(self) -> bool:
         """Temporal suggests continue-as-new, or a flood of signals nears the server's cap."""
@@ -311,11 +327,24 @@ class Gatekeeper(Admission):
         return workflow.info().namespace
 
     def _signalled_decision(self, args: Sequence[RawValue]) -> None:
-        """A decision as a signal. Refused ones change nothing and go to the audit trail;
-        past this task's verify budget they are refused before anything is decoded."""
-        if self._state is not None and not self._verify_budget.take():
-            self._audit.add_raw(self._verify_budget.task_time, "signal", UNVERIFIED, args)
+        """A decision as a signal. Refused ones change nothing and go to the audit trail.
+        Past this task's verify budget (or behind ones held already) it is held, undecoded,
+        and judged in a later task (``_take_held``): a flood delays a genuine decision by a
+        few tasks, never refuses it."""
+        if self._state is not None and (self._held or not self._verify_budget.take()):
+            if pending_record(self._state) is not None and workflow.patched(HOLD_PATCH):
+                self._held.append(args)
+            else:  # no request to decide, or recorded before decisions were held
+                self._audit.add_raw(self._verify_budget.task_time, "signal", UNVERIFIED, args)
             return
+        self._take_decoded(args)
+
+    def _take_held(self) -> None:
+        """Judge held decisions, oldest first, while this task's verify budget lasts."""
+        while self._held and self._in_flight is None and self._verify_budget.take():
+            self._take_decoded(self._held.popleft())
+
+    def _take_decoded(self, args: Sequence[RawValue]) -> None:
         raw, problem = decoded(args)
         if raw is None:
             self._audit.add_raw(workflow.now(), "signal", problem, args)

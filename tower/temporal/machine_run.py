@@ -13,11 +13,14 @@ carries only the handlers its strategy can honour.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, ClassVar, Protocol, cast
 
 from pydantic import BaseModel
-from temporalio import workflow
+from temporalio import activity, workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from tower.contract import search
 from tower.core.carry import Carry, LogSummary, summarize
@@ -28,12 +31,18 @@ from tower.core.gates import pending_record
 from tower.core.graph import FAILED, TERMINALS, Machine
 from tower.core.pending import pending_view
 from tower.core.state import AgentState
+from tower.temporal import stream_sink
 from tower.temporal.outcome import agent_failed
 
 # What a closed execution tells without an upsert: Completed is DONE, Failed is FAILED
 # (search.status_clause); the node and step at the end are in the run's result or failure.
 _EXECUTION_STATUS_SAYS = {search.AGENT_NODE.name, search.AGENT_STATUS.name,
                           search.AGENT_STEP.name}
+
+
+# Carried runs recorded before a run asked where it continued from replay without asking.
+CARRY_ORIGIN_PATCH = "tower-carry-origin"
+ORIGIN_ACTIVITY = "tower_continued_from"
 
 
 class Strategy(Protocol):
@@ -97,7 +106,7 @@ class MachineRun:
             self._end_in_execution_status = search.started_with_attributes(
                 workflow.info().typed_search_attributes)
             self._record(*start(self.machine, state, at=workflow.now(), event_id=event_id()))
-        elif (refused := carry_refused(carried)) is not None:
+        elif (refused := carry_refused(carried) or await origin_refused()) is not None:
             raise ApplicationError(refused, type="InputRefused", non_retryable=True)
         else:
             self._state, self._carried = state, carried.log
@@ -185,6 +194,8 @@ class MachineRun:
             self.publish(ending=state.node in TERMINALS)
         workflow.set_current_details(
             render_details(self.machine, state, transition, workflow.info().workflow_id))
+        # To the run's live stream, outside the history (only while not replaying).
+        stream_sink.emit_move(before, state, transition)
 
     @workflow.query(name="state")
     def query_state(self) -> dict[str, Any]:
@@ -237,3 +248,46 @@ def carry_refused(carry: Carry) -> str | None:
                 f"run continued from run {continued}, the carry names run {carry.run_id} "
                 f"(a cron or retry run repeats its first input)")
     return None
+
+
+async def origin_refused() -> str | None:
+    """Why the run this one continued from is not a run of this agent on this task queue
+    (None when it is). Anyone who runs a worker of their own can continue-as-new *into*
+    this agent, with a carry naming their own run: ``carry_refused`` alone would take it.
+    The server's description of that run, asked by a worker of this queue (an activity,
+    recorded: the answer, not the question, so a replayer with a queue of its own replays
+    it), says which workflow and queue it was. Not a local activity: its marker can land in
+    one workflow task and the run's next commands in another, which a replay with an update
+    in between did not get through (as for gating's ``_opening_run_id``)."""
+    info = workflow.info()
+    if info.continued_run_id is None or not workflow.patched(CARRY_ORIGIN_PATCH):
+        return None
+    refused: str = await workflow.execute_activity(
+        ORIGIN_ACTIVITY, info.continued_run_id, result_type=str,
+        start_to_close_timeout=timedelta(seconds=30),
+        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
+                                 maximum_interval=timedelta(seconds=10)),
+        summary="where this run continued from")
+    return refused or None
+
+
+@activity.defn(name=ORIGIN_ACTIVITY)
+async def continued_from(run_id: str) -> str:
+    """"" when ``run_id`` (a run of the calling run's workflow id) was the caller's workflow
+    type on the caller's task queue (this activity's: ``origin_refused`` schedules it on the
+    run's own), else why a carry from it is refused. Every Tower worker registers it
+    (TowerPlugin)."""
+    info = activity.info()
+    handle = activity.client().get_workflow_handle(info.workflow_id or "", run_id=run_id)
+    try:
+        described = await handle.describe()
+        was = (described.workflow_type, described.task_queue)
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise  # retried: the server answers again
+        was = ("", f"(no such run: {exc.message})")
+    if was == (info.workflow_type, info.task_queue):
+        return ""
+    return (f"a carried state is accepted only from the run's own continue-as-new: run "
+            f"{run_id} was workflow {was[0]!r} on task queue {was[1]!r}, this run is "
+            f"{info.workflow_type!r} on {info.task_queue!r}")

@@ -35,6 +35,7 @@ from tower.core.errors import InvalidGraph, TowerError
 from tower.core.tools import ToolSpec, register_external
 from tower.temporal.gating import current_run_id
 from tower.temporal.heap import frozen_heap
+from tower.temporal.machine_run import continued_from
 from tower.temporal.sandbox import sandbox_runner
 from tower.temporal.unopenable import TowerDataConverter, guarded
 
@@ -85,8 +86,10 @@ class TowerPlugin(SimplePlugin):
         super().__init__(
             "tower.TowerPlugin", data_converter=self.converter_for,
             interceptors=[*_tracing(self.traced), *interceptors] or None,
-            # Gates record the run id a request opens in (gating.current_run_id).
-            activities=_adding([current_run_id, *activities]), workflows=_adding(agents),
+            # Gates record the run id a request opens in (gating.current_run_id); a carried
+            # run asks where it continued from (machine_run.continued_from).
+            activities=_adding([current_run_id, continued_from, *activities]),
+            workflows=_adding(agents),
             workflow_runner=self.runner_for,
             workflow_failure_exception_types=_adding(WORKFLOW_FAILURE_TYPES),
             run_context=frozen_heap)  # a flood of signals in one task stays within 2 s
