@@ -33,6 +33,7 @@ from tower.core.pending import pending_view
 from tower.core.state import AgentState
 from tower.temporal import stream_sink
 from tower.temporal.outcome import agent_failed
+from tower.temporal.task_time import in_a_task
 
 # What a closed execution tells without an upsert: Completed is DONE, Failed is FAILED
 # (search.status_clause); the node and step at the end are in the run's result or failure.
@@ -262,12 +263,14 @@ async def origin_refused() -> str | None:
     info = workflow.info()
     if info.continued_run_id is None or not workflow.patched(CARRY_ORIGIN_PATCH):
         return None
+    since = workflow.now()
     refused: str = await workflow.execute_activity(
         ORIGIN_ACTIVITY, info.continued_run_id, result_type=str,
         start_to_close_timeout=timedelta(seconds=30),
         retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
                                  maximum_interval=timedelta(seconds=10)),
         summary="where this run continued from")
+    await in_a_task(since)  # a carried run takes decisions from its first task (task_time.py)
     return refused or None
 
 
