@@ -88,6 +88,7 @@ async def forge(client: Client, n: int, queue: str, evil: str, real: str | None,
     return ids
 
 
+@pytest.mark.soak  # 1,000 forged runs (the figure): the soak tier
 async def test_a_flood_of_forged_requests_hides_no_real_one(
     client: Client, task_queue: str, db_path: Path, trust: Path, scripted_worker: Any,
     monkeypatch: pytest.MonkeyPatch

@@ -1,48 +1,107 @@
-"""mypy over the whole project takes half a minute of CPU from cold (a fresh clone has no
+"""mypy over the whole project takes about a minute of CPU from cold (a fresh clone has no
 cache). When test_lint's mypy test is among the tests to run, mypy starts in the background
 as soon as collection ends, so that time overlaps the end-to-end tests' waiting on the
-server instead of adding to the suite's length; the test then reads its result."""
+server instead of adding to the suite's length; the test then reads its result.
+
+Under pytest-xdist every test process collects every test: each would start its own mypy
+(three cold runs at once, racing on one cache). One run is shared instead: the first process
+to claim the run's folder starts mypy and writes its output and exit code there; the process
+that runs the test reads them."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
-from typing import IO
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MYPY_TEST = "test_lint.py::test_mypy_finds_nothing"
-_RUN = pytest.StashKey[tuple[subprocess.Popen[bytes], IO[bytes]]]()
+MYPY_SECONDS = 240.0
+_RUN = pytest.StashKey[tuple[subprocess.Popen[bytes], threading.Thread]]()
+_FOLDER = pytest.StashKey[Path]()
 
 
-def _start_mypy() -> tuple[subprocess.Popen[bytes], IO[bytes]]:
-    """The venv's mypy from the project root (pyproject.toml's [tool.mypy] applies)."""
-    out = tempfile.TemporaryFile()  # noqa: SIM115 -- read and closed by mypy_result
-    proc = subprocess.Popen([str(Path(sys.executable).parent / "mypy")], cwd=ROOT,
-                            stdout=out, stderr=subprocess.STDOUT)
-    return proc, out
+def _folder(config: pytest.Config) -> Path:
+    """Where this test run's mypy writes: one folder per run, shared by its processes."""
+    workerinput = getattr(config, "workerinput", None)
+    run = workerinput["testrunuid"] if workerinput else f"{os.getpid()}-{time.time_ns()}"
+    return Path(tempfile.gettempdir()) / f"tower-mypy-{run}"
+
+
+def _start_mypy(folder: Path) -> tuple[subprocess.Popen[bytes], threading.Thread]:
+    """The venv's mypy from the project root (pyproject.toml's [tool.mypy] applies); its
+    output goes to ``folder``/out, and its exit code to ``folder``/code once it ends."""
+    with (folder / "out").open("wb") as out:
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "mypy")], cwd=ROOT,
+                                stdout=out, stderr=subprocess.STDOUT)
+
+    def record() -> None:
+        code = proc.wait()
+        (folder / "code.part").write_text(str(code))
+        (folder / "code.part").rename(folder / "code")  # whole, or not there yet
+
+    recorder = threading.Thread(target=record, name="mypy", daemon=True)
+    recorder.start()
+    return proc, recorder
+
+
+def _claim(config: pytest.Config) -> Path:
+    """This run's folder; mypy is started here if no process of the run started it yet."""
+    folder = config.stash.get(_FOLDER, None) or _folder(config)
+    config.stash[_FOLDER] = folder
+    try:
+        folder.mkdir()
+    except FileExistsError:
+        return folder  # another process of this run claimed it first
+    config.stash[_RUN] = _start_mypy(folder)
+    return folder
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.option.collectonly:
+        return
     if any(item.nodeid.endswith(MYPY_TEST) for item in session.items):
-        session.config.stash[_RUN] = _start_mypy()
+        _claim(session.config)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     run = session.config.stash.get(_RUN, None)
-    if run is not None and run[0].poll() is None:  # the session ended before the test ran
-        run[0].kill()
-        run[0].wait()
+    if run is None:
+        return
+    proc, recorder = run
+    if proc.poll() is None and not session.shouldstop:
+        # Another process may be waiting for it: let it end (bounded), then tidy up. (A
+        # process that reads later than this finds no folder and runs mypy again, warm.)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=MYPY_SECONDS)
+    if proc.poll() is None:  # the session was interrupted, or mypy hung
+        proc.kill()
+    recorder.join(timeout=10)
+    _remove(session.config.stash[_FOLDER])
+
+
+def _remove(folder: Path) -> None:
+    for name in ("out", "code", "code.part"):
+        (folder / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        folder.rmdir()
 
 
 @pytest.fixture
 def mypy_result(request: pytest.FixtureRequest) -> tuple[int, str]:
     """(exit code, output) of the mypy run started after collection (or started now)."""
-    proc, out = request.config.stash.get(_RUN, None) or _start_mypy()
-    code = proc.wait(timeout=240)
-    with out:
-        out.seek(0)
-        return code, out.read().decode(errors="replace")
+    deadline = time.monotonic() + MYPY_SECONDS
+    while True:
+        folder = _claim(request.config)
+        with contextlib.suppress(FileNotFoundError):  # (removed meanwhile: claimed again)
+            code = int((folder / "code").read_text())
+            return code, (folder / "out").read_text(errors="replace")
+        assert time.monotonic() < deadline, f"mypy did not finish in {MYPY_SECONDS:.0f} s"
+        time.sleep(0.2)
