@@ -5,13 +5,13 @@ server instead of adding to the suite's length; the test then reads its result.
 
 Under pytest-xdist every test process collects every test: each would start its own mypy
 (three cold runs at once, racing on one cache). One run is shared instead: the first process
-to claim the run's folder starts mypy and writes its output and exit code there; the process
-that runs the test reads them."""
+to claim a folder in the run's base temporary directory starts mypy and writes its output and
+exit code there; the process that runs the test reads them."""
 
 from __future__ import annotations
 
 import contextlib
-import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,11 +28,11 @@ _RUN = pytest.StashKey[tuple[subprocess.Popen[bytes], threading.Thread]]()
 _FOLDER = pytest.StashKey[Path]()
 
 
-def _folder(config: pytest.Config) -> Path:
-    """Where this test run's mypy writes: one folder per run, shared by its processes."""
-    workerinput = getattr(config, "workerinput", None)
-    run = workerinput["testrunuid"] if workerinput else f"{os.getpid()}-{time.time_ns()}"
-    return Path(tempfile.gettempdir()) / f"tower-mypy-{run}"
+def _shared(config: pytest.Config) -> Path | None:
+    """The folder the processes of this xdist run share (in the run's own base temporary
+    directory, which pytest's retention policy removes), or None when not under xdist."""
+    basetemp = config.option.basetemp if hasattr(config, "workerinput") else None
+    return Path(basetemp).parent / "mypy" if basetemp else None
 
 
 def _start_mypy(folder: Path) -> tuple[subprocess.Popen[bytes], threading.Thread]:
@@ -54,13 +54,13 @@ def _start_mypy(folder: Path) -> tuple[subprocess.Popen[bytes], threading.Thread
 
 def _claim(config: pytest.Config) -> Path:
     """This run's folder; mypy is started here if no process of the run started it yet."""
-    folder = config.stash.get(_FOLDER, None) or _folder(config)
-    config.stash[_FOLDER] = folder
-    try:
+    folder = config.stash.get(_FOLDER, None)
+    if folder is None:
+        folder = _shared(config) or Path(tempfile.mkdtemp(prefix="tower-")) / "mypy"
+        config.stash[_FOLDER] = folder
+    with contextlib.suppress(FileExistsError):  # (claimed by this or another process)
         folder.mkdir()
-    except FileExistsError:
-        return folder  # another process of this run claimed it first
-    config.stash[_RUN] = _start_mypy(folder)
+        config.stash[_RUN] = _start_mypy(folder)
     return folder
 
 
@@ -77,31 +77,23 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     proc, recorder = run
     if proc.poll() is None and not session.shouldstop:
-        # Another process may be waiting for it: let it end (bounded), then tidy up. (A
-        # process that reads later than this finds no folder and runs mypy again, warm.)
+        # Another process of the run may be waiting for it: let it end (bounded).
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=MYPY_SECONDS)
     if proc.poll() is None:  # the session was interrupted, or mypy hung
         proc.kill()
     recorder.join(timeout=10)
-    _remove(session.config.stash[_FOLDER])
-
-
-def _remove(folder: Path) -> None:
-    for name in ("out", "code", "code.part"):
-        (folder / name).unlink(missing_ok=True)
-    with contextlib.suppress(OSError):
-        folder.rmdir()
+    folder = session.config.stash[_FOLDER]
+    if _shared(session.config) is None:  # this process's own folder: nobody else reads it
+        shutil.rmtree(folder.parent, ignore_errors=True)
 
 
 @pytest.fixture
 def mypy_result(request: pytest.FixtureRequest) -> tuple[int, str]:
     """(exit code, output) of the mypy run started after collection (or started now)."""
+    folder = _claim(request.config)
     deadline = time.monotonic() + MYPY_SECONDS
-    while True:
-        folder = _claim(request.config)
-        with contextlib.suppress(FileNotFoundError):  # (removed meanwhile: claimed again)
-            code = int((folder / "code").read_text())
-            return code, (folder / "out").read_text(errors="replace")
+    while not (folder / "code").exists():
         assert time.monotonic() < deadline, f"mypy did not finish in {MYPY_SECONDS:.0f} s"
         time.sleep(0.2)
+    return int((folder / "code").read_text()), (folder / "out").read_text(errors="replace")
