@@ -19,7 +19,7 @@ from typing import Any
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from bench import chat, parked, suites
+from bench import chat, evals, parked, suites
 from bench.agents import BENCH_WORKFLOWS, WORKFLOW_TASKS, StepsAgent
 from bench.report import table
 from tower.activities.model import ModelSettings
@@ -78,6 +78,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                                                       decisions=args.decisions))
     finally:
         await env.shutdown()
+    # An eval starts a dev server of its own: measured after the shared one is gone.
+    await _suite(figures, "eval", evals.cost())
     return figures
 
 

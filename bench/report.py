@@ -87,6 +87,15 @@ def table(f: dict[str, Any]) -> str:
     if "decision_p95_s" in m:
         add(f"  decision on an evicted run → next step, p95 of {m['decisions']} (s)",
             m["decision_p95_s"], None, ".2f", "< 1 s", m["decision_p95_s"] < 1.0)
+    e = f.get("eval", {"error": "not run"})
+    if "error" in e:
+        rows.append((f"eval of recorded runs: FAILED ({e['error']})", "", "", "", "", "**no**"))
+    else:
+        add(f"eval per recorded run, recorded models ({e['runs']} runs, s) vs replay",
+            e["per_run_s"], e["replay_per_run_s"], ".3f", "",
+            e["counts"]["same"] == e["runs"])
+        add("  eval set-up: its own dev server, trust, data copy, worker (s)", e["setup_s"],
+            None, ".2f", "", None)
     notes = [f"chat: {c['turns_per_s']:.1f} turns/s, {c['runs']} runs (continue-as-new); "
              f"hand-written {p['turns']}-turn history: {p['events']['naive']} events, "
              f"{p['bytes']['naive']} bytes (Tower: {p['events']['tower']}, "

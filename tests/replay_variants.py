@@ -1,11 +1,14 @@
 """Variants of agents for the versioning and divergence tests (and the README's example).
 
-``AccountV2`` is the worked example of changing a graph while runs are in flight:
-v2 adds a ``verify`` node that re-reads the account before answering. Runs that
-started on v1 have no ``account-verify`` marker in their history, so
-``workflow.patched`` is False for them and they finish on the v1 graph; new runs
-record the marker and take v2. ``AccountV2Unpatched`` is the same change made
-without the patch: it breaks every in-flight run that reaches the answer.
+``AccountV2`` is the worked example of changing a graph while runs are in flight
+(docs/versioning.md): v2 adds a ``verify`` node that re-reads the account before
+answering. Runs that started on v1 have no ``account-verify`` marker in their history,
+so ``workflow.patched`` is False for them and they finish on the v1 graph; new runs
+record the marker and take v2. ``AccountV2Unpatched`` is the same change made without
+the patch: it breaks every in-flight run that reaches the answer. The patch's next two
+steps: ``AccountV2Deprecated`` (``workflow.deprecate_patch``, once no v1 run is open: the
+v1 path is gone, v2 runs replay) and ``AccountV2Final`` (the call removed, once no run
+recorded by ``AccountV2`` is open).
 
 ``SetOrderAgent`` is deliberately non-deterministic: it calls two tools in the
 order a Python ``set`` iterates them, which depends on the process's hash seed.
@@ -81,6 +84,34 @@ class AccountV2(AgentWorkflow):
         # history started on v1 and must finish on v1.
         if not workflow.patched(PATCH):
             self.machine = GRAPH_V1  # type: ignore[misc]
+        state = AccountState(messages=[Message(role="user", content=request.question)])
+        return await self.drive(state)
+
+
+@workflow.defn(name="account")
+class AccountV2Deprecated(AgentWorkflow):
+    """Step two: no v1 run is open, so the v1 branch goes; the marker stays, deprecated."""
+
+    machine = GRAPH_V2
+    Input = AccountRequest
+
+    @workflow.run
+    async def run(self, request: AccountRequest) -> AccountState:
+        workflow.deprecate_patch(PATCH)
+        state = AccountState(messages=[Message(role="user", content=request.question)])
+        return await self.drive(state)
+
+
+@workflow.defn(name="account")
+class AccountV2Final(AgentWorkflow):
+    """Step three: no run recorded with ``patched`` is open, so the call goes too. (The
+    same code as ``AccountV2Unpatched``: what made that one unsafe was the runs open.)"""
+
+    machine = GRAPH_V2
+    Input = AccountRequest
+
+    @workflow.run
+    async def run(self, request: AccountRequest) -> AccountState:
         state = AccountState(messages=[Message(role="user", content=request.question)])
         return await self.drive(state)
 

@@ -12,7 +12,6 @@ from tower import DONE, AgentState, Graph
 from tower.client.keys import new_key
 from tower.contract.decisions import Decision, GateStatus, Verdict, proposal_digest
 from tower.contract.trust import Member, Policy, Roster, TrustSnapshot
-from tower.core import legacy_trust
 from tower.core.engine import advance, start
 from tower.core.errors import InvalidGraph
 from tower.core.gates import Gate, check_decision, close_gate, needs_gate, open_gate, read_decision
@@ -184,18 +183,6 @@ def test_unsigned_only_where_the_deployment_allows_it() -> None:
     d, why = read({"unsigned": claims.model_dump()}, unsigned_allowed=True)
     assert d is not None and not d.signed and why == ""
     assert check(d).ok
-
-
-def test_old_runs_keep_their_hmac_check() -> None:
-    key = legacy_trust.run_key(b"s3cret", TENANT, RUN)
-    old = decision(kid=None, request=None, expires_at=T0 + timedelta(hours=48))
-    settings = legacy_trust.ApprovalSettings(key=key)
-    assert legacy_trust.authenticate(legacy_trust.sign(key, old), settings) is None
-    stolen = legacy_trust.sign(legacy_trust.run_key(b"s3cret", TENANT, "pay-2"), old)
-    assert legacy_trust.authenticate(stolen, settings) == "invalid signature"
-    assert check(legacy_trust.sign(key, old)).ok  # bound to the request by its expiry
-    moved = old.model_copy(update={"expires_at": T0 + timedelta(hours=1)})
-    assert "pending request expires" in check(moved).reason
 
 
 def test_expired_request_is_refused() -> None:

@@ -76,6 +76,8 @@ def test_table_marks_missed_targets() -> None:
         "replay": {"transitions_per_s": 500.0, "histories": 200, "failures": 0},
         "memory": {"runs": 10000, "parked": 10000, "peak_mb": 250.0, "idle_mb": 80.0,
                    "decisions": 40, "decision_p95_s": 0.4},
+        "eval": {"runs": 16, "counts": {"same": 16, "changed": 0, "regressed": 0},
+                 "per_run_s": 1.0, "replay_per_run_s": 0.25, "setup_s": 4.0},
     }
     lines = table(figures).splitlines()
 
@@ -90,6 +92,7 @@ def test_table_marks_missed_targets() -> None:
     assert "passes" in row("replay of a continued") and "| yes" in row("replay of a continued")
     assert "0.80×" in row("chat turn latency") and "| yes" in row("chat turn latency")
     assert "| yes" in row("  decision on an evicted run")
+    assert "4.00×" in row("eval per recorded run") and "| yes" in row("eval per recorded")
     figures["carry"]["failed"] = ["run 2: PayloadMissing"]
     assert "**no**" in next(line for line in table(figures).splitlines()
                             if "continued" in line)

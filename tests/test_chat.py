@@ -77,8 +77,7 @@ async def test_chat_keeps_content_out_of_the_history_and_bounds_the_context(
     assert all(f"message number {i}" in r.reply for i, r in enumerate(replies))
     # The window the model sees stays bounded: never more than max_messages + one turn.
     assert max(r.context_messages for r in replies) <= SMALL.max_messages + 2
-    assert state.reductions >= 2 and state.window is not None
-    assert state.summary is None and state.context == []  # one ref, not a list of them
+    assert state.reductions >= 2 and state.window is not None  # one ref in the store
     # Each user message is in the history once: in its update, not in the model call.
     recorded = b"".join(_payloads(e) for e in history.events)
     assert [recorded.count(f"tail-{i:03d}".encode()) for i in range(12)] == [1] * 12

@@ -16,11 +16,11 @@ import yaml
 from temporalio.api.common.v1 import Payloads
 
 from tower.cli.devserver import DYNAMIC_CONFIG, dev_server_command
-from tower.cli.telemetry import exporter_names, make_exporter
 from tower.core.signing import MAX_TOKEN_CHARS
 from tower.temporal.codec import new_key
 from tower.temporal.payloads import tower_data_converter
 from tower.temporal.refusals import CARRY_AFTER_SIGNALS, MAX_SIGNALS_PER_RUN
+from tower.temporal.telemetry import exporter_names, make_exporter
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((Path(__file__).parent / "data" / "compose-spec.json").read_text())

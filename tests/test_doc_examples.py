@@ -22,7 +22,7 @@ from towercli import example_project, tower_cli
 
 from tower.activities.model import ModelSettings
 from tower.cli.cmd_dev import prepare_dev_setup
-from tower.cli.connection import TASK_QUEUE
+from tower.client.connection import TASK_QUEUE
 from worker import build_worker
 
 ROOT = Path(__file__).resolve().parents[1]

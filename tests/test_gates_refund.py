@@ -21,18 +21,19 @@ from gatekit import (
     tamper,
     wait_pending,
 )
+from temporalio import workflow
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
+from tower import Message
 from tower.activities.model import ModelSettings
 from tower.contract import search
 from tower.contract.decisions import Verdict
 from tower.core.engine import Transition
-from tower.core.legacy_trust import ApprovalSettings
 from worker import build_worker
-from workflows.refund import RefundAgent
+from workflows.refund import RefundAgent, RefundRequest, RefundState
 
 SCRIPTED = ModelSettings()
 
@@ -280,15 +281,53 @@ async def test_rejected_by_signal_tells_the_customer(
 async def test_a_start_carrying_signing_settings_fails_fast(
     client: Client, task_queue: str, db_path: Path
 ) -> None:
+    # No agent takes signing settings in its input (the deployment's roster and policy
+    # decide): a raw start that carries them fails at once, before any step.
     run = new_id("refund")
-    request = refund_request(client, run).model_copy(update={"approvals": ApprovalSettings(
-        allow_unsigned=True)})
+    request = {**refund_request(client, run).model_dump(mode="json"),
+               "approvals": {"allow_unsigned": True}}
     async with worker(client, task_queue, db_path):
-        handle = await client.start_workflow(RefundAgent.run, request, id=run,
-                                             task_queue=task_queue)
+        handle = await client.start_workflow("refund", request, id=run, task_queue=task_queue)
         with pytest.raises(WorkflowFailureError) as info:
             await handle.result()
-    assert "carries `approvals`" in str(info.value.cause)
+    cause = str(info.value.cause)
+    assert "approvals" in cause and "Extra inputs are not permitted" in cause, cause
+    assert refunds(db_path) == []
+
+
+@workflow.defn(name="refund-unadmitted")
+class RefundWithoutAdmit(RefundAgent):
+    """The refund agent written without ``admit``: no roster, so no decision could count."""
+
+    @workflow.run
+    async def run(self, request: RefundRequest) -> RefundState:
+        state = RefundState(messages=[Message(role="user", content=request.message)],
+                            limit_cents=50_000,
+                            review_timeout_seconds=request.review_timeout_seconds)
+        return await self.drive(state)
+
+
+async def test_a_gated_run_without_a_roster_fails_at_once(
+    client: Client, task_queue: str, db_path: Path, tmp_path: Path
+) -> None:
+    """A tenant with no trust directory, or an agent that never loads its roster: the run
+    fails before its first step with TrustMissing and the reason (no decision could be
+    judged); no workflow task fails and retries, nothing is paid."""
+    async with build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED,
+                            trust_dir=tmp_path / "no-trust", workflows=[RefundWithoutAdmit]):
+        for run_of, why in ((RefundAgent.run, "cannot load the tenant's roster and policy"),
+                            (RefundWithoutAdmit.run, "call `await self.admit(request)`")):
+            run = new_id("refund")
+            handle = await client.start_workflow(run_of, refund_request(client, run), id=run,
+                                                 task_queue=task_queue)
+            with pytest.raises(WorkflowFailureError) as info:
+                await handle.result()
+            cause = info.value.cause
+            assert isinstance(cause, FailureError) and why in cause.message, cause
+            assert getattr(cause, "type", None) == "TrustMissing"
+            history = await handle.fetch_history()
+            assert not [e for e in history.events
+                        if e.HasField("workflow_task_failed_event_attributes")]
     assert refunds(db_path) == []
 
 

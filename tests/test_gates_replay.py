@@ -7,8 +7,8 @@ from pathlib import Path
 from tower.cli.testing import assert_replays
 from tower.core.engine import Kind
 
-GATES = Path(__file__).parent / "histories" / "gates"
-LEGACY = Path(__file__).parent / "histories" / "legacy-hmac"
+HISTORIES = Path(__file__).parent / "histories"
+GATES = HISTORIES / "gates"
 
 
 def moves(log: list) -> list[str]:
@@ -21,12 +21,14 @@ async def test_gated_histories_replay_with_their_decisions() -> None:
     assert "(manager, signed)" in results["refund-gated-1"].log[3].reason
 
 
-async def test_runs_started_under_the_hmac_format_still_replay() -> None:
-    """Recorded before signed decisions: the same runs, decided with per-run HMAC keys."""
-    results = {r.workflow_id: r for r in await assert_replays(LEGACY)}
-    check_gated(results)
+async def test_the_demo_gated_runs_replay_signed_and_parked() -> None:
+    runs = [HISTORIES / f"{name}.json" for name in ("refund-approved", "refund-rejected",
+                                                     "refund-parked", "migration-approved")]
+    results = {r.workflow_id: r for r in await assert_replays(*runs)}
     assert results["refund-parked"].states[-1].status == "AWAITING_APPROVAL"
     assert "approved by alice (manager, signed)" in results["refund-approved"].log[3].reason
+    assert "rejected by alice (manager, signed)" in results["refund-rejected"].log[3].reason
+    assert results["migration-approved"].states[-1].status == "DONE"
 
 
 def check_gated(results: dict) -> None:

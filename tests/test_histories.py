@@ -116,17 +116,3 @@ def test_a_different_path_is_reported_even_without_a_command_change() -> None:
         "code is at b"]
     assert "replay stopped early" in diverged([(1, "a"), (4, "d")], log)[0]
     assert diverged([(7, "z"), (9, "d")], [t(9, "d")]) == []  # carried over from a run before
-
-
-async def test_runs_recorded_with_the_dead_letter_wait_replay_down_the_old_path() -> None:
-    # Recorded before FAILED failed the workflow execution (tests/record_dead_letter.py):
-    # the run waited at FAILED for the retry/abort update. The current code must replay
-    # them exactly (patch tower-failed-is-failure), updates and all.
-    results = {r.workflow_id: r for r in await replay(load([HISTORIES / "dead-letter"]))}
-    retried, aborted = results["order-retried"], results["order-aborted"]
-    assert retried.ok and aborted.ok, (retried.failure, aborted.failure)
-    assert [(t.source, t.target, t.reason) for t in retried.log if t.source == "FAILED"] == [
-        ("FAILED", "check_stock", "retry by ops")]
-    assert retried.states[-1].status == "DONE"
-    assert aborted.log[-1].reason == "abort by ops" and aborted.states[-1].status == "FAILED"
-    assert aborted.states[-1].errors[-1] == "aborted by ops: customer cancelled"

@@ -198,7 +198,7 @@ async def test_an_agent_uses_all_three_tools_and_the_delete_waits_at_a_gate(
 STARTUP = """
 import asyncio, sys
 from tower.activities.mcp import load_sources
-from tower.cli.connection import connect
+from tower.client.connection import connect
 from worker import build_worker
 
 async def start(config):

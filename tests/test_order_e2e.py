@@ -19,11 +19,11 @@ from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of, tower
 
 from tower.activities.model import ModelSettings
-from tower.cli.cmd_operator import send_abort, send_retry
+from tower.cli.cmd_operator import send_retry
 from tower.cli.common import CliError
 from tower.cli.runs import run_state
 from tower.contract import search
-from tower.core.engine import Kind, Transition
+from tower.core.engine import Transition
 from tower.temporal.outcome import AGENT_FAILED, final_state
 from workflows.order import OrderAgent, OrderRequest, OrderState
 
@@ -147,7 +147,7 @@ async def test_out_of_stock_fails_then_an_operator_restocks_and_retries_by_reset
     assert new.run_id != first and final.status == "DONE" and final.total == Decimal("25.20")
     assert [t.target for t in log] == ["parse", "check_stock", "compute_tax", "charge", "ship",
                                        "confirm", "DONE"]
-    assert all(t.kind != Kind.OPERATOR for t in log)  # a reset, not a move out of FAILED
+    assert all(t.source != "FAILED" for t in log)  # a reset, not a move out of FAILED
     assert rows(db_path, "SELECT stock FROM products WHERE sku='GIZMO-3'") == [(6,)]
     history = await client.get_workflow_handle(handle.id, run_id=new.run_id).fetch_history()
     reset = [e.workflow_task_failed_event_attributes for e in history.events
@@ -155,23 +155,17 @@ async def test_out_of_stock_fails_then_an_operator_restocks_and_retries_by_reset
     assert "tower retry --from check_stock by ops" in reset[0].failure.message
 
 
-async def test_retry_and_abort_refuse_runs_that_did_not_fail(
+async def test_retry_refuses_runs_that_did_not_fail(
     client: Client, task_queue: str, scripted_worker: WorkerFactory
 ) -> None:
     async with scripted_worker():
-        handle = await start(client, task_queue, OrderRequest(text="1 x GIZMO-3 to 2 Elm Rd, US"))
-        await failed(handle)
-        with pytest.raises(CliError, match="closed already .FAILED to Temporal.: a FAILED run "
-                                           "is a failed workflow execution"):
-            await send_abort(client, handle.id, "ops", "customer cancelled")
-        # The retry update of the dead-letter wait refuses a run that does not wait.
         running = await start(client, task_queue, OrderRequest(text=TEXT))
         await running.result()
         with pytest.raises(CliError, match="ended DONE .COMPLETED to Temporal., not FAILED: "
                                            "nothing to retry .*tower fork"):
             await send_retry(client, running.id, "parse", "ops")
         with pytest.raises(CliError, match="not found"):
-            await send_abort(client, "no-such-run", "ops")
+            await send_retry(client, "no-such-run", "parse", "ops")
 
 
 async def test_tower_retry_command_follows_the_new_run(
@@ -186,7 +180,7 @@ async def test_tower_retry_command_follows_the_new_run(
         assert code == 0 and '"status": "FAILED"' in out, err
         code, _, err = await tower(address, "retry", handle.id, "--from", "nope")
         assert code == 2 and "'nope' is not a node of this agent (nodes: parse, check_stock" in err
-        code, _, err = await tower(address, "abort", "no-such-run")
+        code, _, err = await tower(address, "retry", "no-such-run", "--from", "parse")
         assert code == 2 and "run 'no-such-run' not found" in err
         code, out, _ = await tower(address, "list", "--status", "FAILED", "--json")
         assert handle.id in out

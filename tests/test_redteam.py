@@ -41,7 +41,7 @@ from temporalio.worker import Worker
 
 from tower.activities.model import ModelSettings
 from tower.cli.trust_files import enrol, read_roster, write_roster
-from tower.client.keys import load_key
+from tower.client.keys import load_key, new_key
 from tower.contract.decisions import GateRecord, proposal_digest
 from tower.core.signing import decision_claims
 from tower.temporal import TowerPlugin
@@ -233,7 +233,7 @@ async def test_a_replayed_or_redirected_decision(
     ({"message": "Please refund $9,000 on invoice INV-3005", "limit_cents": 100_000_000},
      "would loosen the tenant's policy"),
     ({"message": "Please refund $9,000 on invoice INV-3005",
-      "approvals": {"allow_unsigned": True}}, "carries `approvals`"),
+      "approvals": {"allow_unsigned": True}}, "Extra inputs are not permitted"),
     ({"message": 42}, "message"),
     ({"message": "refund", "unsigned": True}, "Extra inputs are not permitted"),
     # A forged "continued" run: a state already past the gate, handed in by a client.
@@ -290,8 +290,8 @@ async def test_export_never_writes_outside_the_folder_it_was_given(
 
 
 def signing_material(text: str) -> list[str]:
-    """Anything in ``text`` that could sign: a private JWK's ``d``, or an HMAC key (the
-    64-hex per-run key of runs started before signed decisions)."""
+    """Anything in ``text`` that could sign: a private JWK's ``d``, or a 64-hex ``key`` (an
+    HMAC key, as runs before signed decisions carried in their input)."""
     found = re.findall(r'"d"\s*:\s*"[A-Za-z0-9_-]{43}"', text)
     found += re.findall(r'"key"\s*:\s*"[0-9a-f]{64}"', text)
     return found
@@ -299,13 +299,14 @@ def signing_material(text: str) -> list[str]:
 
 def test_recorded_histories_hold_nothing_that_signs() -> None:
     histories = Path(__file__).parent / "histories"
-    new = [p for p in histories.rglob("*.json") if "legacy-hmac" not in p.parts]
-    assert len(new) > 10
-    for path in new:
+    recorded = list(histories.rglob("*.json"))
+    assert len(recorded) > 10
+    for path in recorded:
         assert signing_material(readable(path.read_text())) == [], path.name
-    # The scan finds what it looks for: the old format put a per-run key in the input.
-    old = readable((histories / "legacy-hmac" / "refund-approved.json").read_text())
-    assert signing_material(old)
+    # The scan finds what it looks for: a private key and an HMAC key written into one.
+    leaked = readable(recorded[0].read_text()) + json.dumps(
+        {"jwk": new_key("leak-1"), "approvals": {"key": "ab" * 32}})
+    assert len(signing_material(leaked)) == 2
 
 
 async def test_signals_the_run_cannot_read_are_refused_and_counted(

@@ -90,7 +90,7 @@ async def test_setup_makes_a_bare_server_ready_and_a_second_run_changes_nothing(
         assert before[ns] == wanted_attributes()
     # A run now works: its workflow task upserts every one of Tower's attributes.
     queue = f"setup-{uuid.uuid4().hex[:6]}"
-    from tower.cli.connection import connect
+    from tower.client.connection import connect
     tower_client = await connect(bare_server)
     async with build_worker(tower_client, task_queue=queue, db_path=tmp_path / "t.sqlite",
                             models=ModelSettings()):

@@ -15,7 +15,7 @@ from temporalio.testing import WorkflowEnvironment
 from towercli import example_project, tower_cli
 
 from tower.activities.model import ModelSettings
-from tower.cli.connection import UnknownTenant, connect, use_tenant
+from tower.client.connection import UnknownTenant, connect, use_tenant
 from tower.temporal.payloads import tower_data_converter
 from worker import build_worker
 

@@ -26,14 +26,14 @@ from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
 from temporalio.worker import Replayer, Worker
 
 from tower.activities.model import ModelSettings
-from tower.cli.telemetry import (
+from tower.temporal import TowerPlugin
+from tower.temporal.telemetry import (
     SkipNoise,
     TracingConfigError,
     configure_tracing,
     exporter_names,
     make_exporter,
 )
-from tower.temporal import TowerPlugin
 from workflows.account import AccountAgent, AccountRequest
 from workflows.refund import RefundAgent
 from workflows.registry import AGENTS

@@ -1,4 +1,5 @@
-"""Changing an agent safely (workflow.patched) and catching a non-deterministic one."""
+"""Changing an agent safely (docs/versioning.md: ``workflow.patched``, then
+``workflow.deprecate_patch``, then the call removed) and catching a non-deterministic one."""
 
 from __future__ import annotations
 
@@ -9,8 +10,16 @@ import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
-from replay_variants import PATCH, AccountV2, AccountV2Unpatched, SetOrderAgent
+from replay_variants import (
+    PATCH,
+    AccountV2,
+    AccountV2Deprecated,
+    AccountV2Final,
+    AccountV2Unpatched,
+    SetOrderAgent,
+)
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -70,6 +79,41 @@ async def test_new_runs_take_the_new_graph_and_cannot_be_rolled_back(
     # Rolling back to v1 (the registered account agent) breaks the runs v2 started.
     (rolled_back,) = await replay([("v2 run", history)])
     assert rolled_back.failure is not None
+
+
+async def test_a_patch_is_deprecated_then_removed_as_the_runs_that_need_it_close(
+    client: Client, task_queue: str, db_path: Path,
+) -> None:
+    """Each step of a change replays exactly the runs that may be open when it deploys:
+    ``deprecate_patch`` the runs recorded under ``patched`` (not v1 runs: it waits until
+    none is open); the call removed, the runs recorded under ``deprecate_patch`` (not those
+    recorded under ``patched``, whose marker is not deprecated: it waits for them too)."""
+    recorded = {}
+    for code in (AccountV2, AccountV2Deprecated):
+        async with variant_worker(client, task_queue, db_path, [code]):
+            handle = await client.start_workflow(
+                code.run, AccountRequest(question="Check my account ACC-1001"),
+                id=f"account-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+            state = await handle.result()
+        assert "verified: ACC-1001 is active" in state.messages[-1].content  # v2 either way
+        recorded[code] = await handle.fetch_history()
+    patched, deprecated = recorded[AccountV2], recorded[AccountV2Deprecated]
+
+    async def replays(history: Any, code: type) -> str | None:
+        (result,) = await replay([("run", history)], workflows=[code])
+        return result.failure
+
+    # Step two: the runs step one started replay, and its own; a v1 run would not.
+    assert await replays(patched, AccountV2Deprecated) is None
+    assert await replays(deprecated, AccountV2Deprecated) is None
+    (v1,) = await replay(load([REACHES_ANSWER]), workflows=[AccountV2Deprecated])
+    assert v1.failure and "at event" in v1.failure
+    # Step three: the runs step two started replay; one step one started would not.
+    assert await replays(deprecated, AccountV2Final) is None
+    broken = await replays(patched, AccountV2Final)
+    assert broken and "Non-deprecated patch marker" in broken and PATCH in broken, broken
+    # Rolling step two back to step one is safe: its runs took the v2 path too.
+    assert await replays(deprecated, AccountV2) is None
 
 
 async def assert_replays_history(history, workflows):

@@ -40,7 +40,7 @@ from tower import (
     agent,
     window,
 )
-from tower.contract.wire import MessageRef, Reduction, WindowRef
+from tower.contract.wire import Reduction, WindowRef
 
 with workflow.unsafe.imports_passed_through():
     # Data only: the tools' names and schemas, and the scripted model's answers.
@@ -49,8 +49,6 @@ with workflow.unsafe.imports_passed_through():
 
 MAX_MESSAGE_CHARS = 8000
 MAX_TOOL_ROUNDS = 3
-# Threads whose first turn ran after this patch keep their window in the message store.
-WINDOW_PATCH = "chat-window-ref"
 
 
 class ChatConfig(BaseModel):
@@ -86,9 +84,6 @@ class Turn(BaseModel):
 class ChatState(AgentState):
     config: ChatConfig = Field(default_factory=ChatConfig)
     window: WindowRef | None = None  # the summary and the recent messages, in the store
-    # Before windows: the refs themselves (empty once a thread has a window).
-    summary: MessageRef | None = None
-    context: list[MessageRef] = Field(default_factory=list)
     pending: Turn | None = None
     reply: str = ""
     answered: int = 0  # id of the last turn answered
@@ -112,10 +107,6 @@ def _thread(ctx: NodeContext) -> ChatAgent:
     return thread
 
 
-def _window(state: ChatState) -> list[MessageRef]:
-    return ([state.summary] if state.summary else []) + state.context
-
-
 async def listen(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
     """Wait for the next user message (or close); continue-as-new while idle if due."""
     thread = _thread(ctx)
@@ -130,37 +121,15 @@ async def listen(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
 
 
 async def respond(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
-    """Answer the pending message from the summary, the window and (maybe) the docs."""
+    """Answer the pending message from the window (the summary and recent turns, one ref
+    in the message store) and (maybe) the docs."""
     assert state.pending is not None
-    if state.window is not None or ctx.patched(WINDOW_PATCH):
-        return await _respond_windowed(ctx, state)
-    window, new = _window(state), [Message(role="user", content=state.pending.text)]
-    added: list[MessageRef] = []
-    text = ""
-    for _ in range(MAX_TOOL_ROUNDS):
-        answer = await ctx.ask(new, history=window + added, keep=True)
-        added += answer.stored
-        if not answer.tool_calls:
-            text = answer.text or ""
-            break
-        new = [Message(role="tool", name=call.name, content=json.dumps(
-            await ctx.tool(call.name, call.arguments), sort_keys=True))
-            for call in answer.tool_calls]
-    else:
-        text = "Sorry, I could not finish looking that up."
-    _thread(ctx).replies[state.pending.id] = text
-    return {"context": state.context + added, "pending": None, "reply": text,
-            "answered": state.pending.id, "turns": 1}
-
-
-async def _respond_windowed(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
-    assert state.pending is not None
-    window, legacy = state.window, _window(state)
+    window = state.window
     new = [Message(role="user", content=state.pending.text)]
     text = "Sorry, I could not finish looking that up."
     for _ in range(MAX_TOOL_ROUNDS):
-        answer = await ctx.ask_window(new, window, legacy=legacy)
-        window, legacy = answer.window, []
+        answer = await ctx.ask_window(new, window)
+        window = answer.window
         if not answer.tool_calls:
             text = answer.text or ""
             break
@@ -168,24 +137,16 @@ async def _respond_windowed(ctx: NodeContext, state: ChatState) -> dict[str, Any
             await ctx.tool(call.name, call.arguments), sort_keys=True))
             for call in answer.tool_calls]
     _thread(ctx).replies[state.pending.id] = text
-    return {"window": window, "summary": None, "context": [], "pending": None, "reply": text,
-            "answered": state.pending.id, "turns": 1}
+    return {"window": window, "pending": None, "reply": text, "answered": state.pending.id,
+            "turns": 1}
 
 
 async def reduce(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
     """Summarise the older part of the window; prune large tool payloads in the rest."""
     policy = state.config.window
-    if state.window is not None:
-        answer = await ctx.ask_window([SUMMARISE], state.window, summarise=Reduction(
-            keep_recent=policy.keep_recent, prune_chars=policy.prune_chars))
-        return {"window": answer.window, "reductions": 1}
-    older, recent = window.split(policy, state.context)
-    update: dict[str, Any] = {"context": window.prune(policy, recent), "reductions": 1}
-    if older:
-        history = ([state.summary] if state.summary else []) + older
-        answer = await ctx.ask([SUMMARISE], history=history, keep=True)
-        update["summary"] = answer.stored[-1]
-    return update
+    answer = await ctx.ask_window([SUMMARISE], state.window, summarise=Reduction(
+        keep_recent=policy.keep_recent, prune_chars=policy.prune_chars))
+    return {"window": answer.window, "reductions": 1}
 
 
 def after_listen(state: ChatState) -> str:
@@ -193,9 +154,9 @@ def after_listen(state: ChatState) -> str:
 
 
 def after_respond(state: ChatState) -> str:
-    policy, stored = state.config.window, state.window
-    over = (window.over_budget(policy, stored.messages, stored.tokens) if stored is not None
-            else window.needs_reduction(policy, _window(state)))
+    stored = state.window
+    over = stored is not None and window.over_budget(state.config.window, stored.messages,
+                                                     stored.tokens)
     return "reduce" if over else "listen"
 
 
@@ -271,7 +232,7 @@ class ChatAgent(AgentWorkflow):
             raise ApplicationError(f"the thread ended ({self.current.status.value}) before "
                                    f"turn {turn.id} was answered", type="ThreadEnded")
         state: ChatState = self.current  # type: ignore[assignment]
-        shown = state.window.messages if state.window else len(_window(state))
+        shown = state.window.messages if state.window else 0
         return ChatReply(turn=turn.id, reply=self.replies.pop(turn.id), step=state.step,
                          context_messages=shown)
 

@@ -31,7 +31,6 @@ from tower import (
 )
 from tower.contract.decisions import GateStatus
 from tower.contract.wire import Authority
-from tower.core.legacy_trust import ApprovalSettings
 
 with workflow.unsafe.imports_passed_through():
     # Data only: the tools' names and schemas, and the scripted model's answers.
@@ -52,8 +51,6 @@ class MigrationRequest(BaseModel):
     script: str = Field(min_length=1, max_length=20_000,
                         examples=["ALTER TABLE customers DROP COLUMN fax;"])
     review_timeout_seconds: int = Field(default=DAY, ge=1, le=30 * DAY)
-    # Runs started before signed decisions carried their HMAC key here; new runs refuse it.
-    approvals: ApprovalSettings | None = None
 
 
 class Assessment(BaseModel):

@@ -38,7 +38,6 @@ from tower import (
 from tower.contract.decisions import GateStatus
 from tower.contract.pending import EditLimit
 from tower.contract.wire import Authority
-from tower.core.legacy_trust import ApprovalSettings
 from tower.core.policy import stricter
 
 with workflow.unsafe.imports_passed_through():
@@ -65,8 +64,6 @@ class RefundRequest(BaseModel):
     limit_cents: int | None = Field(default=None, ge=0,
                                     description="lower the tenant's limit for this run")
     review_timeout_seconds: int = Field(default=2 * DAY, ge=1, le=30 * DAY)
-    # Runs started before signed decisions carried their HMAC key here; new runs refuse it.
-    approvals: ApprovalSettings | None = None
     # Set by the run itself when it continues-as-new while waiting (refused from a client).
     carry: Carry | None = None
 
@@ -259,9 +256,8 @@ class RefundAgent(AgentWorkflow):
         if request.carry is not None:
             state = RefundState.model_validate(request.carry.state)
             return await self.drive(state, carried=request.carry)
-        limit = limits.limit_cents if limits else request.limit_cents  # else an old run
         state = RefundState(messages=[Message(role="user", content=request.message)],
-                            limit_cents=limit if limit is not None else 50_000,
+                            limit_cents=limits.limit_cents,
                             review_timeout_seconds=request.review_timeout_seconds)
         return await self.drive(state)
 

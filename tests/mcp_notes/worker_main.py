@@ -12,7 +12,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).par
 
 from mcp_notes.agent import NotesCleanupAgent, NotesPurgeAgent  # noqa: E402
 from tower.activities.mcp import load_sources  # noqa: E402
-from tower.cli.connection import connect  # noqa: E402
+from tower.client.connection import connect  # noqa: E402
 from worker import build_worker  # noqa: E402
 
 

@@ -86,11 +86,13 @@ def test_each_agent_carries_only_the_handlers_its_strategy_honours() -> None:
 
     lifecycle, refund = AGENTS["lifecycle"], AGENTS["refund"]
     assert issubclass(lifecycle, EventWorkflow) and not issubclass(lifecycle, AgentWorkflow)
-    # Events (a signal, taken raw like every signal, or the validated update): no retry,
-    # abort or approval it could not honour.
+    # Events (a signal, taken raw like every signal, or the validated update): no
+    # approval it could not honour.
     assert handlers(lifecycle) == {"*", "send_event"}
-    # Signals reach a gated agent raw, through one handler (a decision, refresh_trust).
-    assert {"retry", "abort", "decide", "*"} <= handlers(refund)
+    # Signals reach a gated agent raw, through one handler (a decision, refresh_trust); a
+    # failed run is retried by a reset, so no agent has an operator's update.
+    assert {"decide", "*"} <= handlers(refund)
+    assert not {"retry", "abort"} & handlers(refund)
     assert "event" not in handlers(refund)
     # One loop, two strategies: only the node-driven one may continue-as-new between steps.
     assert (NodeDriven.carries_over, EventDriven.carries_over) == (True, False)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import pytest
 
 from tower import ADD, DONE, FAILED, AgentState, Graph
-from tower.core.engine import Kind, advance, operator_retry, start
+from tower.core.engine import advance, start
 from tower.core.errors import IllegalTransition
 from tower.core.graph import Machine
 from tower.core.state import Status
@@ -89,22 +89,17 @@ def test_bad_update_fails_with_the_state_unchanged_but_for_the_error() -> None:
     assert "bad update from plan" in t.reason
 
 
-def test_done_is_never_left_and_failed_only_by_an_operator() -> None:
+def test_done_and_failed_are_never_left() -> None:
+    # A failed run goes on only as a new run (`tower retry` resets it), never by a move.
     m = machine()
     s = started(m, choice=DONE)
     s, _ = advance(m, s, "plan", {}, at=T0, event_id=5)
     with pytest.raises(IllegalTransition, match="DONE is terminal"):
         advance(m, s, "plan", {}, at=T0, event_id=6)
-    with pytest.raises(IllegalTransition, match="only a FAILED run can be retried"):
-        operator_retry(m, s, "plan", "ops", at=T0, event_id=6)
     failed, _ = advance(m, started(m, choice="nowhere"), "plan", {}, at=T0, event_id=5)
-    with pytest.raises(IllegalTransition, match="is terminal"):
+    assert failed.node == FAILED
+    with pytest.raises(IllegalTransition, match="FAILED is terminal"):
         advance(m, failed, "plan", {}, at=T0, event_id=6)
-    with pytest.raises(IllegalTransition, match="'nope' is not a node"):
-        operator_retry(m, failed, "nope", "ops", at=T0, event_id=6)
-    back, t = operator_retry(m, failed, "work", "ops", at=T0, event_id=7)
-    assert (back.node, back.status, t.source, t.kind, t.reason) == (
-        "work", Status.RUNNING, FAILED, Kind.OPERATOR, "retry by ops")
 
 
 def test_visit_budget_escalates_then_fails_instead_of_looping() -> None:

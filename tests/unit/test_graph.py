@@ -70,7 +70,7 @@ def test_declared_transitions() -> None:
     assert ACCOUNT.declared("lookup_account", FAILED), "any node may fail"
     assert not ACCOUNT.declared("lookup_account", DONE)
     assert not ACCOUNT.declared(DONE, "reason"), "DONE is never left"
-    assert not ACCOUNT.declared(FAILED, "reason"), "FAILED is left only by an operator"
+    assert not ACCOUNT.declared(FAILED, "reason"), "FAILED is never left"
 
 
 def test_mermaid_shows_the_real_machine() -> None:

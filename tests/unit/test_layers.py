@@ -37,9 +37,7 @@ PROJECT = {"activities", "starter", "workflows", "worker", "bench", "tests"}
 PUBLIC = ("tower", "tower.contract", "tower.testing", "tower.temporal", "tower.temporal.worker",
           "tower.core.signing", "tower.core.policy", "tower.temporal.unopenable",
           "tower.activities", "tower.client", "tower.temporal.telemetry",
-          "tower.temporal.payloads", "tower.temporal.codec",
-          # The HMAC settings of runs started before signed decisions, until 1.0 drops them.
-          "tower.core.legacy_trust")
+          "tower.temporal.payloads", "tower.temporal.codec")
 EXACT = ("tower", "tower.temporal")  # the package's own names, not every module below it
 
 

@@ -7,11 +7,10 @@ from datetime import UTC, datetime
 import pytest
 
 from tower import DONE, FAILED, AgentState, Graph
-from tower.core.engine import advance, node_error, operator_abort, operator_retry, start
-from tower.core.errors import IllegalTransition, InvalidGraph
+from tower.core.engine import advance, node_error, start
+from tower.core.errors import InvalidGraph
 from tower.core.mermaid import to_mermaid
 from tower.core.state import Status, UpdateError, apply_update
-from tower.core.transition import Kind
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -89,29 +88,6 @@ def test_on_error_is_validated_when_the_graph_is_built() -> None:
 def test_nodes_cannot_set_last_error() -> None:
     with pytest.raises(UpdateError, match="protected field 'last_error'"):
         apply_update(AgentState(), {"last_error": None})
-
-
-def test_operator_retry_leaves_failed_for_a_named_node_only() -> None:
-    m = machine(nodes=("a",))
-    state, _ = node_error(m, started(m), "b", "boom", at=AT, event_id=2)
-    with pytest.raises(IllegalTransition, match="'zzz' is not a node of m"):
-        operator_retry(m, state, "zzz", "ops", at=AT, event_id=3)
-    retried, t = operator_retry(m, state, "b", "ops", at=AT, event_id=3)
-    assert (t.source, t.target, retried.status) == (FAILED, "b", Status.RUNNING)
-    assert (t.kind, t.reason) == (Kind.OPERATOR, "retry by ops") and retried.last_error is None
-    assert retried.errors == ["boom"] and retried.step == state.step + 1
-    with pytest.raises(IllegalTransition, match="only a FAILED run"):
-        operator_retry(m, retried, "a", "ops", at=AT, event_id=4)
-
-
-def test_operator_abort_keeps_the_run_failed_and_records_why() -> None:
-    m = machine()
-    state, _ = node_error(m, started(m), "fix", "boom", at=AT, event_id=2)
-    aborted, t = operator_abort(m, state, "ops", "customer cancelled", at=AT, event_id=3)
-    assert (t.source, t.target, aborted.status) == (FAILED, FAILED, Status.FAILED)
-    assert aborted.errors[-1] == "aborted by ops: customer cancelled"
-    with pytest.raises(IllegalTransition):
-        operator_abort(m, started(m), "ops", "", at=AT, event_id=3)
 
 
 def test_the_picture_shows_error_edges() -> None:

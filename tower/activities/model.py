@@ -124,6 +124,10 @@ class ModelActivities:
             reply.stored = await asyncio.to_thread(self.store.put, kept)
         return reply
 
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        """The gateway outside a workflow (fallbacks, usage, price): an eval's model judge."""
+        return await self._answer(request)
+
     async def _answer(self, request: ModelRequest) -> ModelReply:
         reply = await self._fallback(request)
         # Priced here, in the activity, so each call's cost is in the history and replays as is.

@@ -36,9 +36,6 @@ def check_policy(agent: Any, request: BaseModel, tenant: str,
                  root: Path | None = None) -> None:
     """Refuse, before the run starts, an input that would loosen the tenant's policy. Where
     this client cannot read the deployment's trust directory the run itself refuses it."""
-    if getattr(request, "approvals", None) is not None:
-        raise CliError("the input carries `approvals` (a key or unsigned mode): those belong "
-                       "to the deployment's roster and policy (docs/approvals.md)")
     policy_model = getattr(agent, "Policy", None)
     if policy_model is None:
         return

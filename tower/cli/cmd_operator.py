@@ -1,9 +1,8 @@
-"""`tower retry RUN --from NODE` and `tower abort RUN`: an operator's decision on a FAILED run.
+"""`tower retry RUN --from NODE`: an operator's decision on a FAILED run.
 
 A FAILED run is a failed workflow execution; `tower retry` resets it to just before it
-last entered NODE (``tower.client.retry``). A run recorded with the dead-letter wait and
-still parked there gets the ``retry``/``abort`` update, whose validator refuses a bad
-decision before it reaches the history. Either way a refused decision changes nothing.
+last entered NODE (``tower.client.retry``). A retry refused (the run did not fail, it never
+entered NODE) changes nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ from tower.cli.live import follow as follow_run
 from tower.cli.live import watch
 from tower.cli.output import json_option, print_json, tenant_option
 from tower.client import Retried, connect
-from tower.client import abort as abort_run
 from tower.client import retry as retry_from
 
 
@@ -39,25 +37,9 @@ def retry(run: str, node: str, by: str | None, no_follow: bool, as_json: bool) -
     return _retry(run, node, by or getpass.getuser(), not no_follow, as_json)
 
 
-@click.command("abort", help=(
-    "Close RUN, an old run parked FAILED in the dead-letter wait. A run that fails now is "
-    "closed already (a failed workflow execution): there is nothing to abort."))
-@click.argument("run", metavar="RUN")
-@click.option("--by", default=None, help="who decides (default: your user name)")
-@click.option("--reason", default="", help="recorded in the run's errors")
-@json_option("the run's answer as JSON")
-@tenant_option
-def abort(run: str, by: str | None, reason: str, as_json: bool) -> Any:
-    return _abort(run, by or getpass.getuser(), reason, as_json)
-
-
 async def send_retry(client: Client, run: str, node: str, by: str) -> str:
-    """What `tower retry` does, without following: the reset (or old run's update)."""
+    """What `tower retry` does, without following: the reset."""
     return (await retry_run(client, run, node, by)).answer
-
-
-async def send_abort(client: Client, run: str, by: str, reason: str = "") -> str:
-    return await abort_run(client, run, by=by, reason=reason)
 
 
 async def retry_run(client: Client, run: str, node: str, by: str) -> Retried:
@@ -83,14 +65,4 @@ async def _retry(run: str, node: str, by: str, follow: bool, as_json: bool) -> i
     if follow:
         status = await follow_run(handle, skip=done.skip)
         print(f"status: {status}")
-    return 0
-
-
-async def _abort(run: str, by: str, reason: str, as_json: bool) -> int:
-    client = await connect()
-    answer = await abort_run(client, run, by=by, reason=reason)
-    if as_json:
-        print_json({"run": run, "aborted_by": by, "reason": reason, "answer": answer})
-    else:
-        print(answer)
     return 0

@@ -42,7 +42,7 @@ def export(run: str, run_id: str | None, target: str | None, as_json: bool) -> A
 @click.command("replay", help=(
     "Replay history files (or every *.json in folders) against the current agents with the "
     "worker's sandbox and converter, then check each run's transition log: steps strictly "
-    "increase, only declared moves, DONE is never left, FAILED is left only by an operator, "
+    "increase, only declared moves, DONE and FAILED are never left, "
     "and the path is the one the original run recorded. Exits 1 if any history fails."))
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
 @click.option("-v", "--verbose", is_flag=True, help="print every transition")

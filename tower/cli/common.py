@@ -49,8 +49,9 @@ async def start_run(client: Client, agent: str | type[MachineRun], request: Any,
     return await start(client, cls, request, id=id, task_queue=task_queue, **options)
 
 
-# Input fields an agent's Input model has but a requester never sets: the run's own
-# continue-as-new fills ``carry``; ``approvals`` is an old runs' field that new runs refuse.
+# Input fields a requester never sets: the run's own
+# continue-as-new fills ``carry``; ``approvals`` (signing settings) no agent takes, and its
+# refusal says where they belong.
 NOT_FROM_REQUESTERS = {
     "carry": "only the run's own continue-as-new sets it",
     "approvals": "keys and unsigned mode belong to the deployment's roster and policy "

@@ -4,11 +4,13 @@ Each demo gets a folder of its own, ``.tower/demo/<tag>/``: the tools' database 
 accounts, stock, payments), the messages, the example shop database and the SDK's log; and
 a task queue of its own, so no earlier demo's background worker (``--keep-server``) serves
 its runs. The Temporal server's state (``.tower/temporal.sqlite``) is shared with `tower dev`:
-the demo's run ids are new each time. ``rm -rf .tower/demo`` removes every demo's data."""
+the demo's run ids are new each time. Only the newest ``KEEP`` demos' folders are kept (a
+folder is small, but a demo a day for a year is not); ``rm -rf .tower/demo`` removes all."""
 
 from __future__ import annotations
 
 import logging
+import shutil
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,6 +19,7 @@ from pathlib import Path
 from tower.cli.devserver import DATA_DIR
 
 DEMOS = DATA_DIR / "demo"
+KEEP = 5  # the newest demos' folders kept: an older demo's --keep-server worker may still run
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,18 @@ class DemoData:
 
     def make(self) -> DemoData:
         self.folder.mkdir(parents=True, exist_ok=True)
+        prune(keep=KEEP, current=self.folder)
         return self
+
+
+def prune(*, keep: int, current: Path) -> list[Path]:
+    """Remove all but the newest ``keep`` demo folders, ``current`` among them (tags sort
+    by the time they were made); the ones removed."""
+    others = sorted(p for p in DEMOS.glob("*") if p.is_dir() and p != current)
+    old = others[:max(len(others) - (keep - 1), 0)]
+    for folder in old:
+        shutil.rmtree(folder, ignore_errors=True)
+    return old
 
 
 def sdk_logs_to(path: Path) -> None:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from tower.client._decisions import decide, last_request, send_decision
     from tower.client._follow import Position, RunEnd, follow
     from tower.client._pending import Waiting, pending, pending_of
-    from tower.client._recovery import Retried, abort, retry
+    from tower.client._recovery import Retried, retry
     from tower.client._replay import load, replay
     from tower.client._runs import (
         describe,
@@ -81,7 +81,6 @@ _LAZY = {
     "last_request": "tower.client._decisions",
     "send_decision": "tower.client._decisions",
     "Retried": "tower.client._recovery",
-    "abort": "tower.client._recovery",
     "retry": "tower.client._recovery",
     "load": "tower.client._replay",
     "replay": "tower.client._replay",
@@ -90,7 +89,7 @@ _LAZY = {
 __all__ = [
     "ClientError", "DEFAULT_ADDRESS", "DecisionRefused", "Position", "Retried", "RunClosed",
     "RunEnd", "RunNotFound", "ServerUnreachable", "TASK_QUEUE", "UnknownTenant", "Waiting",
-    "abort", "check_tenant", "connect", "connect_config", "decide", "describe", "failure_of",
+    "check_tenant", "connect", "connect_config", "decide", "describe", "failure_of",
     "follow", "has_workers", "history_end", "last_request", "load", "pending", "pending_of",
     "query", "reason_of", "replay", "retry", "send_decision", "start_run", "update_while_open",
     "use_tenant",

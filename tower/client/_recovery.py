@@ -13,9 +13,6 @@ decision is the operator's, as with `tower fork`).
 Two retries racing past the check (both see the run FAILED) both reset it: Temporal
 terminates the first new run when the second starts. Effects still land at most once:
 both new runs act under the same keys.
-
-Runs recorded with the dead-letter wait and parked there (a deployment being
-upgraded) are still RUNNING at FAILED: they get the ``retry``/``abort`` update as before.
 """
 
 from __future__ import annotations
@@ -23,38 +20,29 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import ResetReapplyExcludeType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
-from temporalio.client import (
-    Client,
-    WorkflowExecutionDescription,
-    WorkflowExecutionStatus,
-    WorkflowUpdateFailedError,
-)
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
 
 from tower.client._replay import replay
 from tower.client._runs import describe
-from tower.client.errors import ClientError, RunNotFound
+from tower.client.errors import ClientError
 from tower.contract import search
-from tower.contract.wire import AbortRequest, RetryRequest
 from tower.core.transition import Transition
-from tower.temporal.runtime import AgentWorkflow
 from tower.testing.replay_report import task_completed_after
 
 
 @dataclass(frozen=True)
 class Retried:
-    """What `tower retry` did: a reset (``new_run_id``) or an old run's update (``answer``)."""
+    """What `tower retry` did: the reset (``new_run_id``), said in a sentence (``answer``)."""
 
     run: str
     node: str
     by: str
     answer: str
-    new_run_id: str | None = None  # None: an old run parked in the dead-letter wait
+    new_run_id: str
     skip: int = 0  # transitions the new run replays before it re-enters NODE
 
 
@@ -73,15 +61,8 @@ def entry_into(log: Sequence[Transition], node: str, nodes: Sequence[str], run: 
     return last, sum(1 for t in log if t.event_id < last.event_id)
 
 
-def old_parked(info: WorkflowExecutionDescription) -> bool:
-    """A run recorded with the dead-letter wait, parked at FAILED for an operator."""
-    return (info.status == WorkflowExecutionStatus.RUNNING
-            and info.typed_search_attributes.get(search.AGENT_STATUS) == "FAILED")
-
-
 def check_retryable(run: str, info: WorkflowExecutionDescription) -> None:
-    """ClientError unless RUN ended FAILED (a failed execution, or an old run that completed
-    FAILED after its dead-letter wait)."""
+    """ClientError unless RUN ended FAILED (a failed workflow execution)."""
     status = info.status.name if info.status else "UNKNOWN"
     agent = info.typed_search_attributes.get(search.AGENT_STATUS) or "?"
     if info.status == WorkflowExecutionStatus.RUNNING:
@@ -89,8 +70,6 @@ def check_retryable(run: str, info: WorkflowExecutionDescription) -> None:
                        "ended FAILED")
     if info.status == WorkflowExecutionStatus.FAILED:
         return
-    if info.status == WorkflowExecutionStatus.COMPLETED and agent == "FAILED":
-        return  # an old run whose dead-letter wait ran out
     hint = (" (to go back and decide differently: `tower fork RUN --step N`)"
             if agent == "DONE" else "")
     raise ClientError(f"run {run!r} ended {agent if agent != '?' else status} ({status} to "
@@ -99,13 +78,9 @@ def check_retryable(run: str, info: WorkflowExecutionDescription) -> None:
 
 async def retry(client: Client, run: str, node: str, *, by: str,
                 workflows: Sequence[type]) -> Retried:
-    """Retry FAILED run RUN from NODE: a reset, or an old parked run's update.
-    ``workflows`` are the project's agent classes: the run's history is replayed with
-    them to find where it last entered NODE."""
+    """Retry FAILED run RUN from NODE by a reset. ``workflows`` are the project's agent
+    classes: the run's history is replayed with them to find where it last entered NODE."""
     info = await describe(client.get_workflow_handle(run))
-    if old_parked(info):
-        answer = await update(client, run, AgentWorkflow.retry, RetryRequest(node=node, by=by))
-        return Retried(run, node, by, answer)
     check_retryable(run, info)
     history = await client.get_workflow_handle(run, run_id=info.run_id).fetch_history()
     [result] = await replay([(run, history)], workflows=workflows, namespace=client.namespace)
@@ -134,36 +109,3 @@ async def retry(client: Client, run: str, node: str, *, by: str,
         ))
     return Retried(run, node, by, f"{run} reset to step {entry.step - 1} (before it entered "
                    f"{node}): new run {response.run_id}", response.run_id, skip)
-
-
-async def abort(client: Client, run: str, *, by: str, reason: str = "") -> str:
-    """Close an old run parked in the dead-letter wait; a run that failed since is closed
-    already (ClientError saying so)."""
-    info = await describe(client.get_workflow_handle(run))
-    if old_parked(info):
-        return await update(client, run, AgentWorkflow.abort, AbortRequest(by=by, reason=reason))
-    status = info.status.name if info.status else "UNKNOWN"
-    if info.status == WorkflowExecutionStatus.RUNNING:
-        raise ClientError(f"run {run!r} is running, not parked at FAILED: abort only closes an "
-                       "old run waiting in the dead-letter wait (to stop a running run: "
-                       f"`temporal workflow cancel --workflow-id {run}`)")
-    raise ClientError(f"run {run!r} is closed already ({status} to Temporal): a FAILED run is a "
-                   "failed workflow execution, nothing waits for an abort; "
-                   "`tower retry RUN --from NODE` resets it if it should go on")
-
-
-async def update(client: Client, run: str, operator: Any, request: object
-                 ) -> str:
-    """An old parked run's operator update (``AgentWorkflow.retry`` or ``.abort``)."""
-    name = operator.__name__
-    try:
-        result: str = await client.get_workflow_handle(run).execute_update(operator, request)
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise RunNotFound(f"run {run!r} not found or already closed") from None
-        raise
-    except WorkflowUpdateFailedError as exc:
-        cause = exc.cause
-        raise ClientError(f"{name} refused for {run!r}: {getattr(cause, 'message', cause)}"
-                          ) from None
-    return result

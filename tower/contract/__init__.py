@@ -1,6 +1,6 @@
 """Types that cross from workflows to activities and clients.
 
-``wire`` (model and tool calls, operator requests) and ``decisions`` (approval decisions and
+``wire`` (model and tool calls, messages) and ``decisions`` (approval decisions and
 gate records) are pure pydantic; ``search`` (search attribute keys) imports temporalio, so
 import it by name: ``from tower.contract import search``.
 """

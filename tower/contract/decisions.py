@@ -27,8 +27,7 @@ class Decision(BaseModel):
     Signed decisions arrive as a JWS (``SignedDecision``, docs/approvals.md) and are
     recorded with the signing key's id in ``kid`` and the request they answer: its step
     (``request``), the Temporal run id it was opened in (``run_id``) and the digest of its
-    proposal (``proposal``). Runs started before signed decisions received this model
-    itself, with an HMAC ``signature`` (tower/core/legacy_trust.py) and none of the three.
+    proposal (``proposal``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -43,15 +42,14 @@ class Decision(BaseModel):
     expires_at: datetime
     note: str = Field(default="", max_length=1000)
     edits: dict[str, Any] = Field(default_factory=dict)
-    signature: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # legacy HMAC
-    kid: str | None = Field(default=None, max_length=100)  # the key that signed it
-    request: int | None = None  # the step that opened the request it answers
-    run_id: str | None = Field(default=None, max_length=100)  # the run it was opened in
-    proposal: str | None = Field(default=None, pattern=DIGEST)  # proposal_digest of it
+    kid: str | None = Field(default=None, max_length=100)  # signing key (None: unsigned)
+    request: int  # the step that opened the request it answers
+    run_id: str = Field(max_length=100)  # the run it was opened in
+    proposal: str = Field(pattern=DIGEST)  # proposal_digest of it
 
     @property
     def signed(self) -> bool:
-        return self.kid is not None or self.signature is not None
+        return self.kid is not None
 
 
 class SignedDecision(BaseModel):

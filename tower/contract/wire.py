@@ -119,17 +119,3 @@ class ToolCall(BaseModel):
     # action reuses it, so a side-effecting tool acts at most once per key.
     idempotency_key: str
     authority: Authority = Field(default_factory=Authority)
-
-
-class RetryRequest(BaseModel):
-    """An operator's decision to take a FAILED run back to ``node`` (``tower retry``)."""
-
-    node: str = Field(min_length=1, max_length=100)
-    by: str = Field(default="operator", min_length=1, max_length=100)
-
-
-class AbortRequest(BaseModel):
-    """An operator's decision to close a FAILED run for good (``tower abort``)."""
-
-    by: str = Field(default="operator", min_length=1, max_length=100)
-    reason: str = Field(default="", max_length=500)

@@ -78,8 +78,7 @@ class NodeContext(Protocol):
 
     async def ask_window(
         self, messages: list[Message], window: WindowRef | None, *,
-        legacy: list[MessageRef] | None = None, summarise: Reduction | None = None,
-        max_corrections: int = 2,
+        summarise: Reduction | None = None, max_corrections: int = 2,
     ) -> Answer[BaseModel]:
         """Ask with a stored conversation window; ``Answer.window`` is the window after it
         (``summarise``: reduce the window instead)."""
@@ -93,7 +92,13 @@ class NodeContext(Protocol):
         ...
 
     def patched(self, change: str) -> bool:
-        """Whether this run takes the code path behind ``change`` (``workflow.patched``)."""
+        """Whether this run takes the code path behind ``change`` (``workflow.patched``):
+        the first step of changing what a started run does (docs/versioning.md)."""
+        ...
+
+    def deprecate_patch(self, change: str) -> None:
+        """``workflow.deprecate_patch``: every open run took the new path of ``change``; the
+        second step, before the call goes (docs/versioning.md)."""
         ...
 
     async def child(self, run: Any, arg: Any, *, id: str,

@@ -16,7 +16,6 @@ from typing import Any
 from tower.core.errors import IllegalTransition
 from tower.core.graph import FAILED, START, TERMINALS, Machine
 from tower.core.state import (
-    AgentState,
     NodeError,
     S,
     UpdateError,
@@ -32,8 +31,8 @@ from tower.core.transition import (
     within_budget,
 )
 
-__all__ = ["Kind", "Transition", "advance", "check_operator_retry", "fail", "node_error",
-           "operator_abort", "operator_retry", "over_budget", "start", "status_for"]
+__all__ = ["Kind", "Transition", "advance", "fail", "node_error", "over_budget", "start",
+           "status_for"]
 
 
 def start(machine: Machine, state: S, *, at: datetime, event_id: int) -> tuple[S, Transition]:
@@ -97,35 +96,3 @@ def node_error(
     errored = apply_update(errored, {"errors": [f"{node}: {why}"]})
     return move(machine, errored, node, target, Kind.NODE, f"error in {node}: {why}", at=at,
                 event_id=event_id, calls=calls)
-
-
-def operator_retry(
-    machine: Machine, state: S, node: str, by: str, *, at: datetime, event_id: int
-) -> tuple[S, Transition]:
-    """The only way out of FAILED: an operator names the node to retry from."""
-    check_operator_retry(machine, state, node)
-    retried = set_engine_fields(state, last_error=None)
-    return move(machine, retried, FAILED, node, Kind.OPERATOR, f"retry by {by}", at=at,
-                event_id=event_id)
-
-
-def check_operator_retry(machine: Machine, state: AgentState, node: str) -> None:
-    """Raise IllegalTransition (changing nothing) unless ``node`` can be retried from."""
-    if state.node != FAILED:
-        raise IllegalTransition(state.node, node, "only a FAILED run can be retried")
-    if node not in machine.nodes:
-        known = ", ".join(machine.nodes)
-        raise IllegalTransition(state.node, node,
-                                f"{node!r} is not a node of {machine.name} (nodes: {known})")
-
-
-def operator_abort(
-    machine: Machine, state: S, by: str, why: str, *, at: datetime, event_id: int
-) -> tuple[S, Transition]:
-    """An operator gives up on a FAILED run: it stays FAILED and closes, reason recorded."""
-    if state.node != FAILED:
-        raise IllegalTransition(state.node, FAILED, "only a FAILED run can be aborted")
-    note = f"aborted by {by}" + (f": {why}" if why else "")
-    aborted = apply_update(state, {"errors": [note]})
-    return move(machine, aborted, FAILED, FAILED, Kind.OPERATOR, f"abort by {by}", at=at,
-                event_id=event_id)

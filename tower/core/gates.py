@@ -7,8 +7,7 @@ signal handler, so the rules are functions, unit-tested without a server.
 Signatures. A decision is a JWS signed with the approver's own Ed25519 key (or an issuer's
 that vouches for the approver); the run verifies it against the tenant's roster, which
 holds public keys only and enters the run through the ``load_trust`` activity. Nothing a
-run records can sign: see docs/approvals.md. (Runs started before this verify the old
-HMAC format: tower/core/legacy_trust.py.)
+run records can sign: see docs/approvals.md.
 
 Moves. Opening a gate is a step that keeps the run at its node with status
 AWAITING_APPROVAL and a pending ``GateRecord``; closing it is a step that marks the record
@@ -41,7 +40,6 @@ from tower.contract.trust import Claims, TrustSnapshot
 from tower.core.engine import fail
 from tower.core.errors import IllegalTransition
 from tower.core.graph import Machine
-from tower.core.legacy_trust import canonical_time
 from tower.core.signing import SignatureRefused, authority, verify_decision
 from tower.core.state import AgentState, S, Status, UpdateError, apply_update
 from tower.core.transition import Kind, Transition, move, within_budget
@@ -190,12 +188,12 @@ def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime) -> tuple[Dec
 
 def check_decision(
     d: Decision, *, state: AgentState | None, gates: Mapping[str, Gate], tenant: str,
-    run: str, now: datetime, proof: str = "", in_flight: Decision | None = None,
+    run: str, now: datetime, in_flight: Decision | None = None,
 ) -> Check:
     """Whether ``d`` may decide the run's pending gate. Pure; the state is not touched.
 
-    ``proof`` is why its signature proves nothing ("" when it checked out). Order
-    matters: who sent it (tenant, run, signature) before what it asks for. A decision
+    ``d`` is what ``read_decision`` made of a verified token. Order matters: who sent it
+    (tenant, run) before what it asks for. A decision
     repeating one already taken (same id, same content) is a duplicate: accepted, but
     it changes nothing.
     """
@@ -205,8 +203,6 @@ def check_decision(
         return refuse(f"decision is for run {d.run!r}, not {run!r}")
     if state is None:  # nothing to decide yet
         return refuse(_not_pending(d.gate, state, gates))
-    if proof:
-        return refuse(proof)
     for earlier in ([in_flight] if in_flight else []) + [
             r.decision for r in state.approvals if r.decision]:
         if earlier.decision_id == d.decision_id:
@@ -220,13 +216,9 @@ def check_decision(
     if in_flight is not None:
         return refuse(f"gate {d.gate!r} was already decided: {in_flight.decision.value} by "
                       f"{in_flight.approver}")
-    if d.request is not None:  # a signed (or allowed unsigned) decision: what it was shown
-        problem = _other_request(d, pending)
-        if problem:
-            return refuse(problem)
-    if d.request is None and d.expires_at != pending.expires_at:  # a legacy decision
-        return refuse(f"decision names a request expiring {canonical_time(d.expires_at)}; the "
-                      f"pending request expires {canonical_time(pending.expires_at)}")
+    problem = _other_request(d, pending)  # what the approver was shown
+    if problem:
+        return refuse(problem)
     if now >= pending.expires_at:
         return refuse(f"request for gate {d.gate!r} expired at "
                       f"{canonical_time(pending.expires_at)}")
@@ -234,6 +226,10 @@ def check_decision(
         return refuse(f"role {d.role!r} may not decide gate {d.gate!r} (needs {pending.role!r})")
     problem = check_edits(gates[d.gate], state, d)
     return refuse(problem) if problem else Check(True)
+
+
+def canonical_time(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _other_request(d: Decision, pending: GateRecord) -> str | None:

@@ -1,7 +1,7 @@
 """The one move function every step of a run goes through, and the log entry it writes.
 
 Every change of a run's step — a node's edge or route, a gate opening or closing, a
-budget escalation, an operator's retry or abort, an accepted event — is made by
+budget escalation, an accepted event — is made by
 ``move``: it checks the move is declared, counts the step and the visit, sets the
 status, and returns the new state with its ``Transition``. The transition's ``kind``
 says what made the move; nothing reads meaning from the reason text, which is for
@@ -10,13 +10,12 @@ people. Pure: no Temporal, no clock (time and the history event id come from the
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_jsonable_python
 
 from tower.contract.decisions import GateRecord
@@ -32,7 +31,6 @@ class Kind(StrEnum):
     ROUTE = "route"  # a route function picked the target
     GATE = "gate"  # a gate opened (the run holds at its node) or closed
     BUDGET = "budget"  # a budget ran out: the move to the escalation node
-    OPERATOR = "operator"  # an operator's retry or abort of a FAILED run
     EVENT = "event"  # an event accepted by an event-driven machine
 
 
@@ -49,34 +47,6 @@ class Transition(BaseModel):
     calls: list[str] = []  # what answered inside the node: "model:scripted", "tool:x"
     kind: Kind = Kind.NODE
 
-    @model_validator(mode="before")
-    @classmethod
-    def _kind_of_old_records(cls, data: Any) -> Any:
-        # Transitions recorded before the kind existed (carried over in histories, read
-        # back from older workers' queries) say what made them only in their reason text.
-        if isinstance(data, dict) and "kind" not in data and "reason" in data:
-            return {**data, "kind": legacy_kind(str(data["reason"]))}
-        return data
-
-
-_OLD_BUDGET = re.compile(r"^(step|loop|token|cost) budget exceeded")
-
-
-def legacy_kind(reason: str) -> Kind:
-    """The kind of a transition recorded without one, from the reason text its version
-    of the engine wrote. Only for reading old records: new moves carry their kind."""
-    if reason.startswith("operator:"):
-        return Kind.OPERATOR
-    if reason.startswith("gate "):
-        return Kind.GATE
-    if reason.startswith("event "):
-        return Kind.EVENT
-    if _OLD_BUDGET.match(reason):
-        return Kind.BUDGET
-    if reason.startswith("route "):
-        return Kind.ROUTE
-    return Kind.NODE
-
 
 def status_for(node: str) -> Status:
     return {DONE: Status.DONE, FAILED: Status.FAILED}.get(node, Status.RUNNING)
@@ -90,14 +60,13 @@ def move(
 ) -> tuple[S, Transition]:
     """Take ``source -> target`` on ``state`` (already merged with the move's update).
 
-    Raises IllegalTransition unless the graph declares the move (an operator leaving
-    FAILED is the one exception). Entering a node counts a visit, except a gate holding
-    the run at its own node, so gates never eat into a node's visit budget. ``status``
+    Raises IllegalTransition unless the graph declares the move. Entering a node counts a
+    visit, except a gate holding the run at its own node, so gates never eat into a node's
+    visit budget. ``status``
     defaults to the target's (RUNNING, DONE or FAILED); ``approvals`` replaces the
     gate records (only gates pass it).
     """
-    operator = kind == Kind.OPERATOR and source == FAILED
-    if not (operator or machine.declared(source, target)):
+    if not machine.declared(source, target):
         # The runtime only ever asks for declared moves; this is the last line of defence.
         raise IllegalTransition(source, target, "not declared in the graph")
     step = state.step + 1

@@ -19,12 +19,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from tower.contract import search
 from tower.contract.trust import TrustRequest, TrustSnapshot
 from tower.core.graph import Machine
-from tower.core.legacy_trust import ApprovalSettings
 from tower.core.policy import effective
 
-# Runs started from here on verify signed decisions against the deployment's roster;
-# runs recorded before (no marker in their history) keep the per-run HMAC key.
-TRUST_PATCH = "tower-trust-v2"
 # Retried until TRUST_DEADLINE, not a fixed number of times: workers killed one after
 # another (a deploy, a crash loop) must not fail a run before its first step. A missing
 # or invalid roster or policy (TrustMissing) is not retried: waiting cannot fix it.
@@ -41,22 +37,17 @@ class Admission:
     Policy: ClassVar[type[BaseModel] | None] = None
 
     def _init_trust(self) -> None:
-        self._approval = ApprovalSettings()
-        self._trust: TrustSnapshot | None = None  # None: an old run (HMAC) or no gates
+        self._trust: TrustSnapshot | None = None  # None: not admitted (an agent with no gates)
         self._refreshed_at: Any = None
 
     async def admit(self, request: BaseModel) -> Any:
         """Bring the tenant's roster and policy into the run; return the agent's limits
         (the policy's, tightened by ``request``), or None for an agent without limits.
 
-        Refuses (the run fails at once, with the reason) an input that carries signing
-        settings or loosens a limit, a gated agent on a cron schedule, and a tenant
-        without a roster and policy.
+        Refuses (the run fails at once, with the reason) an input that loosens a limit, a
+        gated agent on a cron schedule, and a tenant without a roster and policy
+        (``TrustMissing``).
         """
-        legacy = getattr(request, "approvals", None)
-        if not workflow.patched(TRUST_PATCH):  # an old run, replaying: its old settings
-            self._use_approval_settings(legacy)
-            return None
         if self.machine.gates and workflow.info().cron_schedule:
             # Every cron run repeats the requester's first input and counts as continued:
             # a gated agent starts only as a run of its own (`tower run`), never on a cron.
@@ -64,12 +55,6 @@ class Admission:
                 f"agent {self.machine.name!r} has approval gates and refuses a cron schedule "
                 f"({workflow.info().cron_schedule!r}): start each run on its own (a "
                 "Temporal Schedule may start them); docs/approvals.md",
-                type="InputRefused", non_retryable=True)
-        if legacy is not None:
-            raise ApplicationError(
-                "the run's input carries `approvals` (a key or unsigned mode): who may approve "
-                "and whether unsigned decisions count belong to the deployment's roster and "
-                "policy (docs/approvals.md); start the run without it",
                 type="InputRefused", non_retryable=True)
         self._trust = await self._load_trust()
         self._refreshed_at = workflow.now()
@@ -95,19 +80,3 @@ class Admission:
                                    f"{getattr(cause, 'message', cause)}", type="TrustMissing",
                                    non_retryable=True) from None
         return snapshot
-
-    def _use_approval_settings(self, settings: ApprovalSettings | None) -> None:
-        self._approval = settings or ApprovalSettings()
-        namespace = workflow.info().namespace
-        tenant = self._approval.tenant
-        if tenant and tenant != namespace and not workflow.unsafe.is_replaying():
-            raise ApplicationError(
-                f"the run's approval settings are for tenant {tenant!r} but the run is in "
-                f"namespace {namespace!r}", type="WrongTenant", non_retryable=True)
-        if self.machine.gates and self._approval.key is None and not self._approval.allow_unsigned:
-            # Without a key no decision could ever be accepted: refuse to start.
-            raise ApplicationError(
-                f"agent {self.machine.name!r} has approval gates but the run was started "
-                "without an approval key: start it with `tower run` (which derives one from "
-                "TOWER_APPROVAL_SECRET) or set approvals.allow_unsigned for a dev deployment",
-                type="MissingApprovalKey", non_retryable=True)

@@ -48,8 +48,6 @@ TOOL_HEARTBEAT = timedelta(seconds=3)
 # gave up on a tool say truthfully whether the effect was made.
 RECONCILE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
                               maximum_interval=timedelta(seconds=10))
-# Runs recorded before side effects were reconciled fail straight away on a failed tool.
-RECONCILE_PATCH = "tower-reconcile-effects"
 # Errors that say the effect was certainly not made: nothing to reconcile.
 NOT_MADE = {"BadToolArguments", "EffectConflict", "ToolRefused"}
 
@@ -82,6 +80,9 @@ class TemporalContext:
 
     def patched(self, change: str) -> bool:
         return workflow.patched(change)
+
+    def deprecate_patch(self, change: str) -> None:
+        workflow.deprecate_patch(change)
 
     async def wait(self, until: Callable[[], bool]) -> None:
         await workflow.wait_condition(until)
@@ -125,18 +126,16 @@ class TemporalContext:
 
     async def ask_window(
         self, messages: list[Message], window: WindowRef | None, *,
-        legacy: list[MessageRef] | None = None, summarise: Reduction | None = None,
-        max_corrections: int = 2,
+        summarise: Reduction | None = None, max_corrections: int = 2,
     ) -> Answer[BaseModel]:
         """Ask with a stored conversation window; ``Answer.window`` is the window after it.
 
         The window travels as one ref, and the call runs as a local activity: its input
         (the new messages, the prompt, the tools) is not recorded, only its result, so
-        a user's message that arrived in an update enters the history once. ``legacy``:
-        refs of a thread started before windows, turned into its first window.
+        a user's message that arrived in an update enters the history once.
         ``summarise``: reduce the window instead (the answer becomes its summary).
         """
-        extra = {"history": list(legacy or []), "keep": True, "window": window,
+        extra = {"history": [], "keep": True, "window": window,
                  "windowed": True, "summarise": summarise}
         return await ask_validated(
             self.node, lambda convo, schema: self._call_model(convo, schema, extra, True),
@@ -177,7 +176,7 @@ class TemporalContext:
                 assert isinstance(cause, ApplicationError)
                 code = str(cause.details[0].get("code", "")) if cause.details else ""
                 raise EffectRefused(name, code, cause.message) from exc
-            if not tool.side_effect or kind in NOT_MADE or not workflow.patched(RECONCILE_PATCH):
+            if not tool.side_effect or kind in NOT_MADE:
                 raise
             made = await self._reconcile(name, key)
             if made is None:

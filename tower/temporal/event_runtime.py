@@ -71,11 +71,10 @@ class EventDriven:
         await workflow.wait_condition(lambda: bool(run._inbox))
         run._apply(*run._inbox.pop(0))
 
-    async def settle(self, run: EventWorkflow) -> bool:
+    async def settle(self, run: EventWorkflow) -> None:
         for raw, source, _ in run._inbox:  # arrived too late: refused, and said so
             run._reject(raw, source, f"the run is {run.current.node}")
         run._inbox.clear()
-        return False
 
 
 class EventWorkflow(MachineRun, Admission):
@@ -158,10 +157,12 @@ class EventWorkflow(MachineRun, Admission):
 
     def _open(self, raw: Any, source: str) -> tuple[Any, str]:
         """The event inside a signed message from outside, or why there is none. Events
-        from the run's own input and entry actions, old runs and trusted-internal agents
+        from the run's own input and entry actions, and trusted-internal agents' events,
         pass as they are."""
-        if source != "signal" or self._trust is None or self.trusted_events:
+        if source != "signal" or self.trusted_events:
             return raw, ""
+        if self._trust is None:  # the agent never called ``admit``: no roster, no sender
+            return None, "events from outside are refused: this run has no roster (admit)"
         token = raw.get("token") if isinstance(raw, dict) and len(raw) == 1 else None
         if not isinstance(token, str):
             return None, "unsigned event refused: events from outside must be signed"

@@ -24,7 +24,6 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from pydantic import ValidationError
 from temporalio import activity, workflow
 from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -33,7 +32,6 @@ from tower.contract.decisions import Decision, GateRecord, GateStatus, proposal_
 from tower.contract.notify import GateNotice
 from tower.contract.pending import short_values
 from tower.contract.trust import AttestRequest
-from tower.core import legacy_trust
 from tower.core.details import render_details
 from tower.core.engine import Transition, advance
 from tower.core.errors import NodeFailed
@@ -57,8 +55,6 @@ from tower.temporal.context import TemporalContext
 from tower.temporal.refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget, decoded
 
 REFUSED = "DecisionRefused"
-# Runs recorded before gates notified approvers (webhook) replay without the activity.
-NOTIFY_PATCH = "tower-gate-notify"
 NOTIFY_ATTEMPTS = 5
 AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` query)
 VERIFY_PER_TASK = 50  # signature checks per workflow task (refusals.TaskBudget)
@@ -71,8 +67,6 @@ UNVALIDATED = (f"refused unverified: more than {VALIDATE_PER_TASK} decisions arr
                "workflow task (a flood?); send it again")
 REFRESH_GAP = timedelta(seconds=5)  # asked-for roster refreshes: at most one per this
 RUN_ID_ACTIVITY = "tower_run_id"
-# Runs recorded before the worker attested pending requests replay without the activity.
-ATTEST_PATCH = "tower-attest-request"
 ATTEST_ACTIVITY = "tower_attest"  # tower/activities/attest.py
 
 
@@ -115,8 +109,9 @@ class Gatekeeper(Admission):
         """Open ``gate`` (or, with ``resume``, go on waiting on the request a run continued
         from left open), wait for a decision or the timeout, and take the route it gives.
         Returns with the request still open when the run should continue-as-new first."""
+        assert self._trust is not None  # run_machine refuses a gated run without one
         if not resume:
-            rule = self._trust.policy.gates.get(gate.name) if self._trust else None
+            rule = self._trust.policy.gates.get(gate.name)
             run_id = await self._opening_run_id()
             self._record(*open_gate(
                 self.machine, self.current, gate, at=workflow.now(), event_id=_event_id(),
@@ -126,20 +121,12 @@ class Gatekeeper(Admission):
         if pending is None:  # the update could not be applied: the run failed instead
             return
         self._show_pending(pending)
-        if self._trust is not None and workflow.patched(ATTEST_PATCH):
-            await self._attest(pending)
-        if workflow.patched(NOTIFY_PATCH) and not resume:
+        await self._attest(pending)
+        if not resume:
             self._notify(pending)
-        if self._trust is None:  # an old run: one timer, as it was recorded
-            with contextlib.suppress(TimeoutError):  # the timeout is a route, not an error
-                await workflow.wait_condition(
-                    lambda: self._in_flight is not None,
-                    timeout=pending.expires_at - workflow.now(),
-                    timeout_summary=f"gate {gate.name} expires")
-        else:
-            await self._wait_refreshing(gate, pending)
-            if self._in_flight is None and workflow.now() < pending.expires_at:
-                return  # the history is long (a flood of signals): carry over, still waiting
+        await self._wait_refreshing(gate, pending)
+        if self._in_flight is None and workflow.now() < pending.expires_at:
+            return  # the history is long (a flood of signals): carry over, still waiting
         try:
             # How the request ends is the interpreter's (tower/core/interpreter.py), as in
             # the in-process runner: here only the re-check's activities are carried out.
@@ -162,10 +149,7 @@ class Gatekeeper(Admission):
         decisions its history shows accepted. Recorded, a request opened before the reset
         point keeps the run id it was opened in, and one opened after names the new run.
         Not a local activity: its marker can land in one workflow task and the gate's
-        commands in the next, which the patch markers that follow did not replay through.
-        Old runs (HMAC) do not bind decisions to the run id: their histories have no step."""
-        if self._trust is None:
-            return workflow.info().run_id
+        commands in the next."""
         run_id: str = await workflow.execute_activity(
             RUN_ID_ACTIVITY, result_type=str, start_to_close_timeout=timedelta(seconds=10),
             retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
@@ -268,8 +252,7 @@ class Gatekeeper(Admission):
         if name == "decision":
             self._signalled_decision(args)
         elif name == "refresh_trust":
-            if self._trust is not None:
-                self._refresh_asked = True
+            self._refresh_asked = True
         else:
             self._audit.add_raw(workflow.now(), "signal",
                                 f"unknown signal {name[:80]!r}: nothing changed", args)
@@ -300,36 +283,27 @@ class Gatekeeper(Admission):
         if self._state is None:  # not started: no roster read yet, nothing pending
             return None, Check(False, "the run is not awaiting a decision: it has not "
                                       "started yet")
-        if self._trust is not None and budget is not None and not budget.take():
+        assert self._trust is not None  # run_machine refuses a gated run without one
+        if budget is not None and not budget.take():
             return None, Check(False, UNVALIDATED if budget is self._validate_budget
                                else UNVERIFIED)
-        if self._trust is not None:
-            decision, proof = read_decision(raw, trust=self._trust, now=workflow.now())
-            if decision is None:
-                return None, Check(False, proof)
-        else:
-            try:
-                decision = Decision.model_validate(raw)
-            except ValidationError as exc:
-                problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
-                                     for e in exc.errors()[:5])
-                return None, Check(False, f"malformed decision: {problems}")
-            proof = legacy_trust.authenticate(decision, self._approval) or ""
+        decision, proof = read_decision(raw, trust=self._trust, now=workflow.now())
+        if decision is None:
+            return None, Check(False, proof)
         return decision, check_decision(
             decision, state=self._state, gates={g.name: g for g in self.machine.gates.values()},
             tenant=self._tenant(), run=workflow.info().workflow_id, now=workflow.now(),
-            proof=proof, in_flight=self._in_flight)
+            in_flight=self._in_flight)
 
     def _tenant(self) -> str:
         if self._trust is not None:
             return self._trust.roster.tenant
-        return self._approval.tenant or workflow.info().namespace
+        return workflow.info().namespace
 
     def _signalled_decision(self, args: Sequence[RawValue]) -> None:
         """A decision as a signal. Refused ones change nothing and go to the audit trail;
         past this task's verify budget they are refused before anything is decoded."""
-        if self._trust is not None and self._state is not None and (
-                not self._verify_budget.take()):
+        if self._state is not None and not self._verify_budget.take():
             self._audit.add_raw(self._verify_budget.task_time, "signal", UNVERIFIED, args)
             return
         raw, problem = decoded(args)
@@ -398,9 +372,8 @@ class Gatekeeper(Admission):
             "tenant": self._tenant(),
             "run": workflow.info().workflow_id,
             "agent": self.machine.name,
-            "unsigned_allowed": (self._trust.policy.unsigned_allowed if self._trust
-                                 else self._approval.allow_unsigned),
-            "trust": "roster" if self._trust else "legacy-hmac",
+            "unsigned_allowed": self._trust.policy.unsigned_allowed if self._trust else False,
+            "trust": "roster" if self._trust else None,
             "roster_digest": self._trust.digest if self._trust else None,
             "refreshed_at": (self._refreshed_at.isoformat() if self._refreshed_at else None),
             "pending": pending.model_dump(mode="json") if pending else None,

@@ -28,28 +28,13 @@ from tower.core.gates import pending_record
 from tower.core.graph import FAILED, TERMINALS, Machine
 from tower.core.pending import pending_view
 from tower.core.state import AgentState
-from tower.temporal.outcome import FAILED_IS_FAILURE_PATCH, agent_failed
+from tower.temporal.outcome import agent_failed
 
-# Runs recorded before FAILED runs waited for an operator closed at once: they replay
-# down the old path (no marker in their history). Runs recorded since, until FAILED
-# failed the workflow execution (``FAILED_IS_FAILURE_PATCH``), waited; new runs take this
-# marker only for the AgentError search attribute.
-DEAD_LETTER_PATCH = "tower-dead-letter"
-# Runs recorded before a pending gate was published in the memo replay without it.
-PENDING_MEMO_PATCH = "tower-pending-memo"
-# Runs recorded before a run compared its memo at start with its state (so a forged
-# pending request in a client's start memo stayed) replay without it.
-MEMO_AT_START_PATCH = "tower-memo-at-start"
-# Runs recorded before the pending gate's role was a search attribute replay without it.
-GATE_ROLE_PATCH = "tower-gate-role"
 # What a closed execution tells without an upsert: Completed is DONE, Failed is FAILED
 # (search.status_clause); the node and step at the end are in the run's result or failure.
 _EXECUTION_STATUS_SAYS = {search.AGENT_NODE.name, search.AGENT_STATUS.name,
                           search.AGENT_STEP.name}
 
-
-# Carried runs recorded before a carry named the run that made it replay without the check.
-CARRY_BOUND_PATCH = "tower-carry-bound"
 
 class Strategy(Protocol):
     """What moves a machine: one step at a time, then what happens at a terminal."""
@@ -59,9 +44,8 @@ class Strategy(Protocol):
     async def step(self, run: Any) -> None:
         """Make (at most) one move; the run is not in a terminal."""
 
-    async def settle(self, run: Any) -> bool:
-        """The run reached a terminal: False to end. (True, to go on, only for runs
-        recorded with the dead-letter wait, which an operator took out of FAILED.)"""
+    async def settle(self, run: Any) -> None:
+        """The run reached a terminal: whatever must happen before it ends."""
 
 
 class MachineRun:
@@ -99,7 +83,13 @@ class MachineRun:
                           carried: Carry | None = None) -> AgentState:
         """The loop. With ``carried`` (a run continued-as-new), ``state`` (made from it)
         already stands on its node: the run goes on from there, with no new START
-        transition. A carry that is not the run's own fails the run at once."""
+        transition. A carry that is not the run's own fails the run at once, and so does a
+        gated agent that did not ``admit`` its input (no roster: no decision could count)."""
+        if self.machine.gates and getattr(self, "_trust", None) is None:
+            raise ApplicationError(
+                f"agent {self.machine.name!r} has approval gates but no roster and policy: "
+                "call `await self.admit(request)` before `drive`", type="TrustMissing",
+                non_retryable=True)
         self._pending_memo = memo_at_start()
         if carried is None:
             # Decided from the start event, so a replay decides the same; a continued run
@@ -112,15 +102,13 @@ class MachineRun:
         else:
             self._state, self._carried = state, carried.log
             self.publish()
-        while True:
-            while self.current.node not in TERMINALS:
-                if (strategy.carries_over and self.carry_over_due()
-                        and workflow.all_handlers_finished()):
-                    self.carry_over()
-                await strategy.step(self)
-            if not await strategy.settle(self):
-                break
-        if self.current.node == FAILED and workflow.patched(FAILED_IS_FAILURE_PATCH):
+        while self.current.node not in TERMINALS:
+            if (strategy.carries_over and self.carry_over_due()
+                    and workflow.all_handlers_finished()):
+                self.carry_over()
+            await strategy.step(self)
+        await strategy.settle(self)
+        if self.current.node == FAILED:
             raise agent_failed(self.machine.name, self.current,
                                self._log[-1] if self._log else None)
         return self.current
@@ -159,11 +147,11 @@ class MachineRun:
         only the ones that changed. Call it before the run parks on a long wait."""
         state = self.current
         wanted = search.state_attributes(self.machine.name, state)
-        if state.errors and workflow.patched(DEAD_LETTER_PATCH):  # why it failed, searchable
+        if state.errors:  # why it failed, searchable
             wanted.append((search.AGENT_ERROR, state.errors[-1][:256]))
         pending = pending_record(state)
-        # Gated agents only: a run with no gate gets no marker and no attribute.
-        if self.machine.gates and workflow.patched(GATE_ROLE_PATCH):
+        # Gated agents only: a run with no gate gets no such attribute.
+        if self.machine.gates:
             wanted.append((search.AGENT_GATE_ROLE, pending.role if pending else ""))
         have = workflow.info().typed_search_attributes
         changed = [key.value_set(value) for key, value in wanted if have.get(key) != value]
@@ -180,7 +168,7 @@ class MachineRun:
             view = view.model_copy(update={"proposal_digest": self._attested[1],
                                            "attestation": self._attested[2]})
         memo = view.model_dump(mode="json") if view else None
-        if memo != self._pending_memo and workflow.patched(PENDING_MEMO_PATCH):
+        if memo != self._pending_memo:
             workflow.upsert_memo({search.PENDING_MEMO: memo})
             self._pending_memo = memo
 
@@ -230,7 +218,7 @@ def memo_at_start() -> dict[str, Any] | None:
     own, or one forged by whoever started it (the start memo is the client's to set). The
     first ``publish`` then compares the run's own view with it and clears a forgery."""
     shown = workflow.memo_value(search.PENDING_MEMO, None)
-    if shown is not None and workflow.patched(MEMO_AT_START_PATCH):
+    if shown is not None:
         return cast(dict[str, Any], shown)
     return None
 
@@ -244,8 +232,6 @@ def carry_refused(carry: Carry) -> str | None:
     if continued is None:
         return ("a carried state is accepted only from the run's own continue-as-new, not "
                 "in a new run's input")
-    if carry.run_id is None and not workflow.patched(CARRY_BOUND_PATCH):
-        return None  # a run recorded before carries named their run: it replays as it ran
     if carry.run_id != continued:
         return (f"a carried state is accepted only from the run's own continue-as-new: this "
                 f"run continued from run {continued}, the carry names run {carry.run_id} "

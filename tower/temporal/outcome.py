@@ -20,9 +20,6 @@ from tower.core.state import AgentState
 from tower.core.transition import Transition
 
 AGENT_FAILED = "AgentFailed"
-# Runs recorded before a FAILED run failed its workflow execution (they waited for an
-# operator as a dead letter, then completed) replay down the old path: no marker.
-FAILED_IS_FAILURE_PATCH = "tower-failed-is-failure"
 
 S = TypeVar("S", bound=AgentState)
 

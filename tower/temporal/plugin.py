@@ -66,7 +66,7 @@ class TowerPlugin(SimplePlugin):
     a Tower converter (``tower_data_converter(...)`` with other settings). ``passthrough``:
     more modules to load once outside the sandbox. ``external_tools``: the ``server.tool``
     specs (MCP) this worker serves, registered for the runs' contexts. ``tracing``: None
-    traces when a replay-safe tracer provider is installed (``tower.cli.telemetry``).
+    traces when a replay-safe tracer provider is installed (``tower.temporal.telemetry``).
     """
 
     def __init__(

@@ -108,14 +108,13 @@ class ScriptedContext:
 
     async def ask_window(
         self, messages: list[Message], window: WindowRef | None, *,
-        legacy: list[MessageRef] | None = None, summarise: Reduction | None = None,
-        max_corrections: int = 2,
+        summarise: Reduction | None = None, max_corrections: int = 2,
     ) -> Answer[BaseModel]:
         """As on a worker, but the window is counted here, not stored: ``Answer.window``
         has as many messages as were asked and answered (a summary resets it to one)."""
         answer = await ask_validated(self.node, self._call_model, messages, schema=None,
                                      max_corrections=max_corrections)
-        before = 0 if summarise else (window.messages if window else len(legacy or []))
+        before = 0 if summarise else (window.messages if window else 0)
         count = before + (1 if summarise else len(messages) + 1)
         answer.window = WindowRef(ref=f"test-window-{self.step}-{count}", messages=count,
                                   tokens=count * 10)
@@ -123,6 +122,9 @@ class ScriptedContext:
 
     def patched(self, change: str) -> bool:
         return True  # a test runs the newest code path
+
+    def deprecate_patch(self, change: str) -> None:
+        return None
 
     async def tool(self, name: str, arguments: dict[str, Any],
                    authority: Authority | None = None) -> dict[str, Any]:

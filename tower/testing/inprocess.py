@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
+from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict, proposal_digest
 from tower.core.context import NodeContext
 from tower.core.engine import Transition, advance, fail, node_error, start
 from tower.core.errors import NodeFailed, TowerError
@@ -216,7 +216,8 @@ class _Runner:
         decision = Decision(
             decision_id=f"d{len(self.log)}", tenant="test", run=self.run_id, gate=gate.name,
             decision=said.verdict, approver=said.by, role=said.role or pending.role,
-            expires_at=pending.expires_at, note=said.note, edits=dict(said.edits))
+            expires_at=pending.expires_at, note=said.note, edits=dict(said.edits),
+            request=pending.step, run_id=pending.run_id, proposal=proposal_digest(pending))
         problem = check_edits(gate, state, decision)
         if decision.role != pending.role or problem:
             raise TowerError(f"gate {gate.name} refuses the scripted decision: "

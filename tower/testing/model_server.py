@@ -151,8 +151,12 @@ class LoopbackModelServer:
                                       fault.kind if fault else "ok",
                                       str(messages[-1].get("content") or "")[:500]))
         def scripted() -> bytes:
-            reply = self.replies(ModelRequest(agent=agent, node=node, system="",
-                                              messages=_messages(body.get("messages", []))))
+            raw = body.get("messages", [])
+            # The node's prompt, as a model reads it: a reply may depend on it (evals).
+            system = "\n".join(str(m.get("content") or "") for m in raw
+                                if m.get("role") == "system")
+            reply = self.replies(ModelRequest(agent=agent, node=node, system=system,
+                                              messages=_messages(raw)))
             return _completion(model, reply.content, reply.tool_calls)
 
         if fault is None:

@@ -292,8 +292,8 @@ async def assert_replays(
     """Replay ``paths`` (files or folders) against ``workflows``; AssertionError naming
     every history that fails: non-deterministic against the current code (named by
     workflow, event and cause), or a transition log that breaks a rule (steps not
-    strictly increasing, an undeclared move, DONE left, FAILED left without an
-    operator, a path other than the one the original run recorded)."""
+    strictly increasing, an undeclared move, DONE or FAILED left, a path other than the
+    one the original run recorded)."""
     results = await replay(load(paths), workflows=workflows, namespace=namespace,
                            runner=runner, data_converter=data_converter, plugin=plugin)
     failures = []

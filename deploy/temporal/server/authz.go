@@ -26,7 +26,7 @@ import (
 //     no conflict policy that terminates a running run, no completion callbacks, no
 //     version pin. Nothing else: no signal, update, reset, terminate, cancel or batch.
 //   - operator: ResetWorkflowExecution and TerminateWorkflowExecution (`tower fork`,
-//     `tower retry`), and the operator's own updates (retry, abort) on a dead-letter wait.
+//     `tower retry`).
 //   - service (Tower's worker and inbox, and an approver's `tower approve`, which also
 //     holds the signing key): every WorkflowService call of the namespace short of
 //     administering it: poll and complete tasks, start, signal, update, query.
@@ -38,9 +38,6 @@ type towerAuthorizer struct {
 	agents map[string]bool // workflow types a requester may start
 	queues map[string]bool // task queues a requester may start them on
 }
-
-// operatorUpdates are the updates an operator may send: the dead-letter wait's decisions.
-var operatorUpdates = map[string]bool{"retry": true, "abort": true}
 
 func newTowerAuthorizer(agents, queues string) (*towerAuthorizer, error) {
 	a := &towerAuthorizer{agents: set(agents), queues: set(queues)}
@@ -86,7 +83,7 @@ func (a *towerAuthorizer) Authorize(_ context.Context, claims *authorization.Cla
 	case role&roleService != 0 && meta.Access == api.AccessWrite &&
 		strings.HasPrefix(target.APIName, api.WorkflowServicePrefix):
 		return allow(claims)
-	case role&roleOperator != 0 && operatorMay(method, target.Request):
+	case role&roleOperator != 0 && operatorMay(method):
 		return allow(claims)
 	case role&roleRequester != 0 && method == "StartWorkflowExecution":
 		start, _ := target.Request.(*workflowservice.StartWorkflowExecutionRequest)
@@ -100,15 +97,8 @@ func (a *towerAuthorizer) Authorize(_ context.Context, claims *authorization.Cla
 		method, role, target.Namespace))
 }
 
-func operatorMay(method string, request any) bool {
-	switch method {
-	case "ResetWorkflowExecution", "TerminateWorkflowExecution":
-		return true
-	case "UpdateWorkflowExecution":
-		update, _ := request.(*workflowservice.UpdateWorkflowExecutionRequest)
-		return operatorUpdates[update.GetRequest().GetInput().GetName()]
-	}
-	return false
+func operatorMay(method string) bool {
+	return method == "ResetWorkflowExecution" || method == "TerminateWorkflowExecution"
 }
 
 // startRefused says why a requester may not make this start, or "" if it may.

@@ -79,7 +79,7 @@ func TestTowerPolicy(t *testing.T) {
 		{"SignalWorkflowExecution", &workflowservice.SignalWorkflowExecutionRequest{Namespace: "default"},
 			[]string{"service", "admin"}},
 		{"UpdateWorkflowExecution", update("decide"), []string{"service", "admin"}},
-		{"UpdateWorkflowExecution", update("retry"), []string{"operator", "service", "admin"}},
+		{"UpdateWorkflowExecution", update("retry"), []string{"service", "admin"}},
 		{"ResetWorkflowExecution", &workflowservice.ResetWorkflowExecutionRequest{Namespace: "default"},
 			[]string{"operator", "service", "admin"}},
 		{"TerminateWorkflowExecution", &workflowservice.TerminateWorkflowExecutionRequest{Namespace: "default"},

@@ -9,6 +9,7 @@ same machine and node give the same SVG. Colours are presentation attributes, no
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from html import escape
 
@@ -19,7 +20,9 @@ FONT = "DejaVu Sans, Verdana, Arial, sans-serif"
 CHAR, SMALL = 7.2, 6.0  # average glyph widths at 12 px and 10 px
 GAP_X, GAP_Y, MARGIN = 40, 84, 24
 LEFT = 130  # room left of the nodes for the "waiting here" mark
-COLOURS = {"move": "#555555", "gate": "#c77800", "error": "#b03030"}
+COLOURS = {"move": "#555555", "gate": "#c77800", "error": "#b03030",
+           # An eval's picture: moves that gained runs, and moves that lost them.
+           "more": "#1b7f3b", "less": "#c62828"}
 
 
 @dataclass(frozen=True)
@@ -41,11 +44,14 @@ class Box:
     h: float = 0.0
 
 
-def machine_svg(machine: Machine, waiting: str) -> str:
-    """The SVG markup of ``machine`` with ``waiting`` highlighted (KeyError: no such node)."""
-    if waiting not in machine.nodes:
+def machine_svg(machine: Machine, waiting: str | None,
+                moved: Mapping[tuple[str, str], int] | None = None) -> str:
+    """The SVG markup of ``machine`` with ``waiting`` highlighted (KeyError: no such node);
+    ``moved``: moves whose traffic changed (runs gained, or lost when negative), drawn
+    thick, green or red, with the count (``tower eval``)."""
+    if waiting is not None and waiting not in machine.nodes:
         raise KeyError(waiting)
-    edges = _edges(machine)
+    edges = [_moved(e, (moved or {}).get((e.source, e.target), 0)) for e in _edges(machine)]
     boxes = _boxes(machine, edges)
     layers = _layers(list(boxes), edges)
     rank = {name: i for i, layer in enumerate(layers) for name in layer}
@@ -63,9 +69,18 @@ def machine_svg(machine: Machine, waiting: str) -> str:
             drawing.back(a, b, edge, lane)
         else:
             drawing.forward(_ends(a, b, edges, boxes), [boxes[d] for d in routes[edge]], edge)
-    title = escape(f"agent {machine.name}, waiting at {waiting}")
+    title = escape(f"agent {machine.name}, waiting at {waiting}" if waiting else
+                   f"agent {machine.name}")
     return drawing.svg([_box(b, b.name == waiting) for b in boxes.values()
                         if b.kind != "dummy"], title)
+
+
+def _moved(edge: Edge, runs: int) -> Edge:
+    if not runs:
+        return edge
+    label = f"{runs:+d} run{'s' if abs(runs) > 1 else ''}" + (f" · {edge.label}" if edge.label
+                                                              else "")
+    return Edge(edge.source, edge.target, label, "more" if runs > 0 else "less")
 
 
 def _edges(machine: Machine) -> list[Edge]:
@@ -283,8 +298,9 @@ def _markers() -> str:
 
 
 def _stroke(edge: Edge) -> str:
-    dash = ' stroke-dasharray="6 4"' if edge.kind != "move" else ""
-    return (f'fill="none" stroke="{COLOURS[edge.kind]}" stroke-width="1.4"{dash} '
+    dash = ' stroke-dasharray="6 4"' if edge.kind in ("gate", "error") else ""
+    width = 3.2 if edge.kind in ("more", "less") else 1.4
+    return (f'fill="none" stroke="{COLOURS[edge.kind]}" stroke-width="{width}"{dash} '
             f'marker-end="url(#arrow-{edge.kind})"')
 
 

@@ -1,0 +1,138 @@
+"""The eval's pure parts on the recorded histories: what a recording holds, how a run is
+summarised and scored (the model judge on a loopback model server), the report, the
+picture. No Temporal server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tower.activities.model import ModelSettings
+from tower.cli.agents import agents
+from tower.cli.inbox.drawing import machine_svg
+from tower.contract.wire import ModelReply, ModelRequest
+from tower.testing.evals import EvalReport, Mode, RunResult, Verdict
+from tower.testing.evals.compare import BUILT_IN, score, transition_diff
+from tower.testing.evals.judge import gateway_judge
+from tower.testing.evals.recording import Recording, chains
+from tower.testing.evals.report import load_baseline, markdown, write
+from tower.testing.evals.summary import RunSummary, ToolCall, summarize
+from tower.testing.model_server import LoopbackModelServer
+from tower.testing.replay import load
+
+HISTORIES = Path(__file__).parents[1] / "histories"
+
+
+def recording(*names: str) -> list[Recording]:
+    return chains(load([HISTORIES / n for n in names]))
+
+
+def test_a_chain_of_runs_is_one_recording_with_every_message_in_order() -> None:
+    chat = recording(*sorted(p.name for p in HISTORIES.glob("chat-1@*.json")))
+    assert len(chat) == 1 and len(chat[0].histories) == 2
+    assert [m.name for m in chat[0].outside] == ["send"] * 8 + ["close"]
+    assert chat[0].input[0]["carry"] is None  # the first run's own input, not a carry
+
+
+def test_only_decisions_the_recorded_run_took_are_sent_again() -> None:
+    # A clerk's decision by signal was refused (wrong role); the manager's update was taken.
+    [gated] = recording("gates/refund-gated-1.json")
+    decisions = [(m.kind, m.decision and m.decision["sub"], gated.replayable(m))
+                 for m in gated.outside]
+    assert decisions == [("signal", "carol", False), ("update", "alice", True)]
+    assert summarize(gated.histories).decisions == 1
+
+
+def test_a_summary_reads_path_tools_gates_and_answer_from_the_history() -> None:
+    [approved] = recording("refund-approved.json")
+    s = summarize(approved.histories)
+    assert (s.status, s.node, s.trail) == ("DONE", "DONE",
+                                           ["reason", "issue_refund", "confirm", "DONE"])
+    assert [t.name for t in s.tool_calls] == ["invoice_balance", "invoice_balance",
+                                              "issue_refund"]
+    assert (s.gates, s.decisions, s.model_calls) == (["refund_review"], 1, 3)
+    assert s.answer.startswith("Your refund of $1,000.00 has been issued")
+    assert [c.node for c in approved.model_calls] == ["reason", "reason", "confirm"]
+    [parked] = recording("refund-parked.json")
+    assert summarize(parked.histories).status == "AWAITING_APPROVAL"
+
+
+def test_ids_a_tool_made_up_compare_by_where_they_came_from() -> None:
+    [order] = recording("order-1.json")
+    shipment = summarize(order.histories).tool_calls[-1]
+    assert shipment.arguments["reservation_id"] == "<reserve_stock.reservation_id>"
+
+
+def summary(**changes: object) -> RunSummary:
+    base = RunSummary(workflow_id="support-2", agent="support", status="DONE", node="DONE",
+                      trail=["classify", "technical", "DONE"], answer="Clear cookies.",
+                      tool_calls=[ToolCall(name="search_docs", arguments={"query": "login"})])
+    return base.model_copy(update=changes)
+
+
+async def test_verdicts_same_changed_regressed() -> None:
+    base = summary()
+    assert await score(base, summary(latency_s=9.0), BUILT_IN) == (Verdict.SAME, [])
+    verdict, found = await score(base, summary(trail=["classify", "account_help", "DONE"],
+                                               tool_calls=[]), BUILT_IN)
+    assert verdict is Verdict.CHANGED and [s.scorer for s in found] == ["path", "tools"]
+    assert found[0].detail.startswith(
+        "-classify->technical -technical->DONE +classify->account_help +account_help->DONE")
+    verdict, found = await score(base, summary(status="FAILED", node="FAILED",
+                                               error="boom"), BUILT_IN)
+    assert verdict is Verdict.REGRESSED and "DONE at DONE -> FAILED at FAILED (boom)" in \
+        found[0].detail
+    # A reworded answer is not a change; another answer is.
+    assert await score(base, summary(answer="Clear cookies!"), BUILT_IN) == (Verdict.SAME, [])
+    assert (await score(base, summary(answer="Open a ticket."), BUILT_IN))[0] is \
+        Verdict.CHANGED
+
+
+async def test_a_plain_function_and_an_async_one_are_scorers() -> None:
+    def cost_up(base: RunSummary, cand: RunSummary) -> object:
+        from tower.testing.evals import Score
+        return Score(scorer="cost", verdict=Verdict.REGRESSED, detail="dearer") \
+            if cand.cost_usd > base.cost_usd * 2 else None
+
+    verdict, found = await score(summary(cost_usd=0.01), summary(cost_usd=0.05),
+                                 [cost_up])  # type: ignore[list-item]
+    assert verdict is Verdict.REGRESSED and found[0].detail == "dearer"
+
+
+def test_the_report_and_the_picture_of_moved_edges(tmp_path: Path) -> None:
+    base, cand = summary(), summary(trail=["classify", "account_help", "DONE"])
+    run = RunResult(source="s", workflow_id="support-2", agent="support",
+                    verdict=Verdict.CHANGED, baseline=base, candidate=cand)
+    report = EvalReport(mode=Mode.CHANGED, baseline="recorded", runs=[run])
+    moved = report.moved()["support"]
+    assert moved == {("classify", "technical"): -1, ("technical", "DONE"): -1,
+                     ("classify", "account_help"): 1, ("account_help", "DONE"): 1}
+    svg = machine_svg(agents()["support"].machine, None, moved)
+    assert svg.count('stroke-width="3.2"') == 4 and "+1 run" in svg and "-1 run" in svg
+    assert machine_svg(agents()["support"].machine, "classify") == machine_svg(
+        agents()["support"].machine, "classify", {})  # the inbox's picture is unchanged
+    written = write(report, tmp_path, {"support": svg})
+    assert [p.name for p in written] == ["report.json", "report.md", "graph-support.svg"]
+    assert "![support](graph-support.svg)" in markdown(report, {"support": "graph-support.svg"})
+    assert load_baseline(tmp_path)["support-2"].trail == cand.trail
+    assert transition_diff(base, base).startswith("classify > technical > DONE  =>")
+
+
+async def test_the_model_judge_asks_through_the_gateway() -> None:
+    def judge_model(request: ModelRequest) -> ModelReply:
+        asked = json.loads(request.messages[-1].content)
+        worse = "refund" in asked["baseline"] and "refund" not in asked["candidate"]
+        verdict = {"verdict": "regressed" if worse else "same", "why": "no refund promised"}
+        return ModelReply(model="judge", content=json.dumps(verdict))
+
+    with LoopbackModelServer(replies=judge_model) as server:
+        judge = gateway_judge(ModelSettings(api_key="loopback", base_url=server.base_url,
+                                            models=["judge"], timeout_seconds=10))
+        base = summary(answer="Your refund is on its way.")
+        verdict, found = await score(base, summary(answer="Please call us."), [judge])
+        assert verdict is Verdict.REGRESSED and found[0].detail == "no refund promised"
+        assert await score(base, summary(answer="Your refund is on the way."), [judge]) == (
+            Verdict.SAME, [])
+        assert await score(base, base, [judge]) == (Verdict.SAME, [])  # equal: not asked
+    offline = gateway_judge(ModelSettings())  # the scripted model cannot judge: a change
+    assert (await score(base, summary(answer="x"), [offline]))[0] is Verdict.CHANGED

@@ -1,0 +1,196 @@
+"""`tower eval HISTORIES...`: what the project's current code does to recorded runs."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from temporalio.client import WorkflowHistory
+
+from tower.cli import project
+from tower.cli.agents import agents
+from tower.cli.common import CliError
+from tower.cli.histories import HistoryError, load
+from tower.cli.output import json_option, print_json
+from tower.testing.evals import BUILT_IN, EvalReport, Mode, RunResult, Scorer, Verdict, evaluate
+from tower.testing.evals.compare import RANK
+from tower.testing.evals.recording import RecordingError
+from tower.testing.evals.world import EvalSetupError
+
+
+@click.command("eval", help=(
+    "Re-run recorded runs (history files or folders, or --query on a namespace) against the "
+    "project's current code on a dev server of the eval's own, with the same input and the "
+    "same decisions, messages and events, tools on a private copy of the data, and compare "
+    "each with its baseline: final status and node, path of states, tool calls, gates and "
+    "decisions, tokens, cost, latency. Each run is same, changed or regressed."))
+@click.argument("paths", nargs=-1, metavar="[HISTORIES]...")
+@click.option("--query", help="evaluate the runs this visibility query finds (read only)")
+@click.option("--namespace", help="the namespace --query reads (default: the tenant's)")
+@click.option("--models", "mode", type=click.Choice([m.value for m in Mode]),
+              default=Mode.RECORDED.value, show_default=True,
+              help="recorded: every model call answered from the recording; changed: live "
+                   "only where a node's prompt or model changed; live: the candidate's model "
+                   "(OPENAI_API_KEY, TOWER_MODELS; none: the scripted model)")
+@click.option("--baseline", type=click.Path(file_okay=False, path_type=Path),
+              help="compare with an earlier eval's --report folder (default: the recordings)")
+@click.option("--fail-on", type=click.Choice(["regressed", "changed"]),
+              help="exit 1 when any run is this (changed: or regressed)")
+@click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="write report.md, report.json and a graph picture per moved agent here")
+@click.option("--data", type=click.Path(dir_okay=False, path_type=Path),
+              help="the tools' database to copy (default: TOWER_DB, else .tower/tools.sqlite; "
+                   "none: the tools' own fresh data)")
+@click.option("--timeout", type=float, default=120.0, show_default=True,
+              help="seconds a run may take before it counts as stuck")
+@click.option("--judge", is_flag=True, help="also ask the model judge (the project's model "
+                                            "gateway) whether each changed answer got worse")
+@click.option("--scorer", "scorers", multiple=True, metavar="MODULE:FUNCTION",
+              help="a scorer of your own: f(baseline, candidate) -> Score | None")
+@json_option("the report as JSON (progress goes to stderr)")
+def command(paths: tuple[str, ...], query: str | None, namespace: str | None, mode: str,
+            baseline: Path | None, fail_on: str | None, report_dir: Path | None,
+            data: Path | None, timeout: float, judge: bool, scorers: tuple[str, ...],
+            as_json: bool) -> Any:
+    return _eval(list(paths), query, namespace, Mode(mode), baseline, fail_on, report_dir,
+                 data, timeout, judge, list(scorers), as_json)
+
+
+async def _eval(paths: list[str], query: str | None, namespace: str | None, mode: Mode,
+                baseline_dir: Path | None, fail_on: str | None, report_dir: Path | None,
+                data: Path | None, timeout: float, judge: bool, scorer_specs: list[str],
+                as_json: bool) -> int:
+    from tower.activities.model import ModelSettings
+    from tower.testing.evals import report as reports
+
+    if not paths and not query:
+        raise CliError("name history files or folders, or --query to read runs from a server")
+    folder = project.root()
+    histories = _load(paths) + (await _query(query, namespace) if query else [])
+    if not histories:
+        raise CliError(f"--query {query!r} found no runs")
+    baseline = None
+    if baseline_dir is not None:
+        try:
+            baseline = reports.load_baseline(baseline_dir)
+        except reports.BaselineError as exc:
+            raise CliError(str(exc)) from None
+    scorers: list[Scorer] = list(BUILT_IN) + [_import(spec) for spec in scorer_specs]
+    settings = ModelSettings.from_env()
+    if judge:
+        from tower.testing.evals.judge import gateway_judge
+
+        scorers.append(gateway_judge(settings))
+    data = data or _default_data(folder)
+    build_worker = project.module("worker").build_worker
+    machines = {name: cls.machine for name, cls in agents().items() if hasattr(cls, "machine")}
+    unknown = sorted({f"{source} ({kind})" for source, kind in _types(histories)
+                      if kind not in agents()})
+    if unknown:  # its run would wait forever for a worker that has no such workflow
+        raise CliError(f"not a run of this project's agents ({', '.join(sorted(agents()))}): "
+                       + ", ".join(unknown))
+    print(f"eval: {len(histories)} histories, models {mode.value} ({settings.describe()}), "
+          f"baseline {baseline_dir or 'the recordings'}, data {data or 'fresh'}",
+          file=sys.stderr, flush=True)
+    try:
+        report = await evaluate(
+            histories, build_worker, mode=mode, data=data, baseline=baseline,
+            baseline_name=str(baseline_dir or "recorded"), scorers=scorers, timeout=timeout,
+            progress=_progress, models=settings)
+    except (RecordingError, EvalSetupError) as exc:
+        raise CliError(str(exc)) from None
+    if report_dir is not None:
+        from tower.cli.inbox.drawing import machine_svg
+
+        drawings = {agent: machine_svg(machines[agent], None, moves)
+                    for agent, moves in report.moved().items() if agent in machines}
+        written = reports.write(report, report_dir, drawings)
+        print(f"report: {', '.join(str(p) for p in written)}", file=sys.stderr)
+    if as_json:
+        print_json(reports.to_json(report))
+    else:
+        print(_totals(report))
+    return _exit(report, fail_on)
+
+
+def _load(paths: list[str]) -> list[tuple[str, WorkflowHistory]]:
+    try:
+        return load(paths) if paths else []
+    except HistoryError as exc:
+        raise CliError(str(exc)) from None
+
+
+async def _query(query: str, namespace: str | None) -> list[tuple[str, WorkflowHistory]]:
+    """The runs ``query`` finds, each run's history read (list and fetch only: the eval
+    never starts, signals or changes anything on this server)."""
+    from tower.client import connect, use_tenant
+
+    if namespace:
+        use_tenant(namespace)
+    client = await connect()
+    found = []
+    async for run in client.list_workflows(query):
+        history = await client.get_workflow_handle(run.id, run_id=run.run_id).fetch_history()
+        found.append((f"{client.namespace}/{run.id}@{run.run_id}", history))
+    return found
+
+
+def _types(histories: list[tuple[str, WorkflowHistory]]) -> list[tuple[str, str]]:
+    from tower.testing.replay import workflow_type
+
+    try:
+        return [(source, workflow_type(history)) for source, history in histories]
+    except HistoryError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _default_data(folder: Path) -> Path | None:
+    given = os.environ.get("TOWER_DB")
+    path = Path(given) if given else folder / ".tower" / "tools.sqlite"
+    return path if path.is_file() else None
+
+
+def _import(spec: str) -> Scorer:
+    module, _, name = spec.partition(":")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise CliError(f"--scorer {spec}: {exc}") from None
+    if not callable(found):
+        raise CliError(f"--scorer {spec}: not a function")
+    scorer: Scorer = found
+    return scorer
+
+
+def _progress(i: int, n: int, r: RunResult) -> None:
+    why = "; ".join(f"{s.scorer}: {s.detail}" for s in r.scores)
+    print(f"[{i}/{n}] {r.workflow_id} ({r.agent}): {r.verdict.value}"
+          f"{f' - {why}' if why else ''}", file=sys.stderr, flush=True)
+
+
+def _totals(report: EvalReport) -> str:
+    c, t = report.counts, report.totals()
+    lines = [f"{len(report.runs)} runs: {c['same']} same, {c['changed']} changed, "
+             f"{c['regressed']} regressed"]
+    for key in ("tokens", "cost_usd", "latency_s"):
+        lines.append(f"  {key}: {t['baseline'][key]} -> {t['candidate'][key]}")
+    for agent, moves in report.moved().items():
+        lines.append(f"  {agent} moves: " + ", ".join(
+            f"{a}->{b} {n:+d}" for (a, b), n in sorted(moves.items())))
+    if report.data_checked:
+        lines.append(f"  real data {'unchanged' if report.data_untouched else 'CHANGED'}: "
+                     + ", ".join(report.data_checked))
+    return "\n".join(lines)
+
+
+def _exit(report: EvalReport, fail_on: str | None) -> int:
+    if not report.data_untouched:
+        print("error: the real data changed during the eval", file=sys.stderr)
+        return 1
+    if fail_on is None:
+        return 0
+    return 1 if RANK[report.worst] >= RANK[Verdict(fail_on)] else 0

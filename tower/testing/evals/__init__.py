@@ -1,0 +1,144 @@
+"""Evals from recorded runs: what a prompt, model or graph change does to real traffic.
+
+In a test: ``report = await run_eval(*paths, build_worker=...)``, then
+``assert_verdicts(report, Verdict.SAME)`` (or one verdict per run).
+``evaluate`` re-runs recorded runs against the candidate code in an isolated world
+(``runner``, ``world``), answers their model calls from the recordings or live
+(``models``), and compares each new run with its baseline — the recording itself, or
+the same run in an earlier eval's report — by scorers (``compare``). ``tower eval`` is
+the command; docs/evals.md the guide.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+from temporalio.client import WorkflowHistory
+
+from tower.testing.evals.compare import BUILT_IN, RANK, Score, Scorer, Verdict, score
+from tower.testing.evals.models import Mode
+from tower.testing.evals.recording import chains
+from tower.testing.evals.runner import Rerun, WorkerFactory, isolated
+from tower.testing.evals.summary import RunSummary, summarize
+from tower.testing.replay import load
+
+__all__ = ["BUILT_IN", "EvalReport", "Mode", "RunResult", "Score", "Scorer", "Verdict",
+           "assert_verdicts", "evaluate", "run_eval"]
+
+
+class RunResult(BaseModel):
+    source: str
+    workflow_id: str
+    agent: str
+    verdict: Verdict
+    scores: list[Score] = Field(default_factory=list)
+    baseline: RunSummary
+    candidate: RunSummary
+    answered: dict[str, int] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+    seconds: float = 0.0
+
+
+class EvalReport(BaseModel):
+    mode: Mode
+    baseline: str  # "recorded" or the report folder compared with
+    runs: list[RunResult] = Field(default_factory=list)
+    data_checked: list[str] = Field(default_factory=list)  # real files hashed before, after
+    data_untouched: bool = True
+
+    @property
+    def counts(self) -> dict[str, int]:
+        found = Counter(r.verdict.value for r in self.runs)
+        return {v.value: found.get(v.value, 0) for v in Verdict}
+
+    @property
+    def worst(self) -> Verdict:
+        return max((r.verdict for r in self.runs), key=RANK.__getitem__, default=Verdict.SAME)
+
+    def totals(self) -> dict[str, dict[str, float]]:
+        """Tokens, cost and latency summed over the runs, baseline and candidate."""
+        out: dict[str, dict[str, float]] = {}
+        for side in ("baseline", "candidate"):
+            runs = [getattr(r, side) for r in self.runs]
+            out[side] = {"tokens": sum(s.tokens for s in runs),
+                         "cost_usd": round(sum(s.cost_usd for s in runs), 6),
+                         "latency_s": round(sum(s.latency_s for s in runs), 3),
+                         "model_calls": sum(s.model_calls for s in runs),
+                         "tool_calls": sum(len(s.tool_calls) for s in runs)}
+        return out
+
+    def moved(self) -> dict[str, dict[tuple[str, str], int]]:
+        """Per agent, each move whose traffic changed: candidate runs minus baseline runs."""
+        out: dict[str, Counter[tuple[str, str]]] = {}
+        for r in self.runs:
+            delta = out.setdefault(r.agent, Counter())
+            delta.update(set(r.candidate.moves))
+            delta.subtract(set(r.baseline.moves))
+        return {agent: {m: n for m, n in d.items() if n} for agent, d in out.items()
+                if any(d.values())}
+
+
+Progress = Callable[[int, int, RunResult], None]
+
+
+async def evaluate(
+    histories: Sequence[tuple[str, WorkflowHistory]], build_worker: WorkerFactory, *,
+    mode: Mode = Mode.RECORDED, data: Path | None = None,
+    baseline: Mapping[str, RunSummary] | None = None, baseline_name: str = "recorded",
+    scorers: Sequence[Scorer] = BUILT_IN, timeout: float = 120.0,
+    progress: Progress | None = None, **worker_options: Any,
+) -> EvalReport:
+    """Re-run each recorded run (``tower.testing.replay.load`` reads files and folders)
+    on ``build_worker``'s worker — the candidate's ``worker.build_worker`` — and compare.
+
+    ``data``: the tools' database the eval copies (never opens for writing); ``baseline``:
+    summaries by workflow id from an earlier report (default: each recording's own);
+    ``worker_options`` go to ``build_worker`` (e.g. ``models=ModelSettings(...)``, the
+    candidate's live model)."""
+    recordings = chains(histories)
+    report = EvalReport(mode=mode, baseline=baseline_name)
+    async with isolated(recordings, build_worker, mode=mode, data=data, timeout=timeout,
+                        **worker_options) as (world, guard):
+        for i, recording in enumerate(recordings, 1):
+            rerun = await world.run(recording)
+            base = (baseline or {}).get(recording.workflow_id) or summarize(
+                recording.histories)
+            report.runs.append(await _result(rerun, base, scorers))
+            if progress is not None:
+                progress(i, len(recordings), report.runs[-1])
+    report.data_checked, report.data_untouched = list(guard.data), guard.untouched
+    return report
+
+
+async def _result(rerun: Rerun, base: RunSummary, scorers: Sequence[Scorer]) -> RunResult:
+    verdict, scores = await score(base, rerun.summary, scorers)
+    return RunResult(source=rerun.recording.source, workflow_id=rerun.recording.workflow_id,
+                     agent=rerun.recording.workflow_type, verdict=verdict, scores=scores,
+                     baseline=base, candidate=rerun.summary, answered=rerun.answered,
+                     notes=rerun.notes, seconds=round(rerun.seconds, 3))
+
+
+async def run_eval(
+    *paths: str | Path, build_worker: WorkerFactory, mode: Mode = Mode.RECORDED,
+    data: Path | None = None, baseline: Mapping[str, RunSummary] | None = None,
+    scorers: Sequence[Scorer] = BUILT_IN, timeout: float = 120.0, **worker_options: Any,
+) -> EvalReport:
+    """``evaluate`` the recorded runs in ``paths`` (history files or folders)."""
+    return await evaluate(load(paths), build_worker, mode=mode, data=data, baseline=baseline,
+                          scorers=scorers, timeout=timeout, **worker_options)
+
+
+def assert_verdicts(report: EvalReport, expected: Verdict | Mapping[str, Verdict]) -> None:
+    """Every run's verdict is ``expected`` (one for all, or by workflow id); the
+    AssertionError names each run that is not, with why."""
+    wrong = []
+    for r in report.runs:
+        want = expected if isinstance(expected, Verdict) else expected.get(r.workflow_id)
+        if want is not None and r.verdict is not want:
+            why = "; ".join(f"{s.scorer}: {s.detail}" for s in r.scores)
+            wrong.append(f"{r.workflow_id}: {r.verdict.value}, expected {want.value} ({why})")
+    assert not wrong, "eval verdicts:\n" + "\n".join(wrong)

@@ -1,0 +1,147 @@
+"""Compare a candidate run with its baseline and give it a verdict.
+
+A scorer is a plain function ``(baseline, candidate) -> Score | None`` (None: nothing
+to say), sync or async. The run's verdict is the worst of its scores: ``regressed``
+beats ``changed`` beats ``same``. The built-in scorers compare what a reviewer reads
+first: the final status, the path of states, the tool calls, the gates and decisions,
+and the answer (similar, not equal: a reworded reply is not a change of behaviour).
+``judge`` asks a model, through the project's gateway, whether the answer got worse.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel
+
+from tower.testing.evals.summary import RunSummary
+
+
+class Verdict(StrEnum):
+    SAME = "same"
+    CHANGED = "changed"
+    REGRESSED = "regressed"
+
+
+RANK = {Verdict.SAME: 0, Verdict.CHANGED: 1, Verdict.REGRESSED: 2}
+
+
+class Score(BaseModel):
+    scorer: str
+    verdict: Verdict
+    detail: str = ""
+
+
+Scorer = Callable[[RunSummary, RunSummary], "Score | None | Awaitable[Score | None]"]
+OK_ENDS = ("DONE", "AWAITING_APPROVAL")
+
+
+def status_equal(base: RunSummary, cand: RunSummary) -> Score | None:
+    """A run that ended well and now fails (or times out) regressed; any other change of
+    final status or node changed."""
+    if (base.status, base.node) == (cand.status, cand.node) and not cand.error.startswith(
+            "timed out"):
+        return None
+    worse = base.status in OK_ENDS and cand.status not in OK_ENDS
+    why = f"{base.status} at {base.node} -> {cand.status} at {cand.node}"
+    if cand.error:
+        why += f" ({cand.error[:200]})"
+    return Score(scorer="status", verdict=Verdict.REGRESSED if worse else Verdict.CHANGED,
+                 detail=why)
+
+
+def path_equal(base: RunSummary, cand: RunSummary) -> Score | None:
+    if base.trail == cand.trail:
+        return None
+    return Score(scorer="path", verdict=Verdict.CHANGED, detail=transition_diff(base, cand))
+
+
+def tools_equal(base: RunSummary, cand: RunSummary) -> Score | None:
+    if base.tool_calls == cand.tool_calls:
+        return None
+    lines = difflib.unified_diff([str(t) for t in base.tool_calls],
+                                 [str(t) for t in cand.tool_calls], lineterm="", n=0)
+    return Score(scorer="tools", verdict=Verdict.CHANGED,
+                 detail="; ".join(x for x in lines if x[:1] in "+-" and x[:3] not in
+                                  ("---", "+++")))
+
+
+def gates_equal(base: RunSummary, cand: RunSummary) -> Score | None:
+    if (base.gates, base.decisions) == (cand.gates, cand.decisions):
+        return None
+    return Score(scorer="gates", verdict=Verdict.CHANGED,
+                 detail=f"gates {base.gates or '-'} ({base.decisions} decided) -> "
+                        f"{cand.gates or '-'} ({cand.decisions} decided)")
+
+
+def answer_similar(threshold: float = 0.8) -> Scorer:
+    """The final answers are at least ``threshold`` alike (difflib's ratio)."""
+
+    def answer(base: RunSummary, cand: RunSummary) -> Score | None:
+        ratio = difflib.SequenceMatcher(None, base.answer, cand.answer).ratio()
+        if ratio >= threshold:
+            return None
+        return Score(scorer="answer", verdict=Verdict.CHANGED,
+                     detail=f"{ratio:.0%} alike: {cand.answer[:160]!r}")
+
+    return answer
+
+
+BUILT_IN: list[Scorer] = [status_equal, path_equal, tools_equal, gates_equal,
+                          answer_similar()]
+
+JUDGE_PROMPT = (
+    "You compare two answers an AI agent gave to the same request: the baseline and the "
+    "candidate. Reply with JSON {\"verdict\": \"same\" | \"changed\" | \"regressed\", "
+    "\"why\": \"...\"}: same if they mean the same, regressed if the candidate is worse for "
+    "the customer, else changed.")
+
+
+def judge(ask: Callable[[str, str], Awaitable[str]]) -> Scorer:
+    """A model judge: ``ask(system, user)`` returns the model's text (``gateway_judge``
+    builds one on the project's model gateway). An answer it cannot read is a change,
+    with the reason, never a silent pass."""
+
+    async def judged(base: RunSummary, cand: RunSummary) -> Score | None:
+        if base.answer == cand.answer:
+            return None
+        text = await ask(JUDGE_PROMPT, json.dumps({"request": base.workflow_id,
+                                                   "baseline": base.answer,
+                                                   "candidate": cand.answer}))
+        try:
+            said = json.loads(text)
+            verdict, why = Verdict(said["verdict"]), str(said.get("why", ""))
+        except (ValueError, KeyError, TypeError):
+            return Score(scorer="judge", verdict=Verdict.CHANGED,
+                         detail=f"unreadable verdict: {text[:120]!r}")
+        return None if verdict is Verdict.SAME else Score(scorer="judge", verdict=verdict,
+                                                           detail=why)
+
+    return judged
+
+
+async def score(base: RunSummary, cand: RunSummary,
+                scorers: Sequence[Scorer]) -> tuple[Verdict, list[Score]]:
+    found: list[Score] = []
+    for scorer in scorers:
+        result: Any = scorer(base, cand)
+        if inspect.isawaitable(result):
+            result = await result
+        if result is not None:
+            found.append(result)
+    verdict = max((s.verdict for s in found), key=RANK.__getitem__, default=Verdict.SAME)
+    return verdict, found
+
+
+def transition_diff(base: RunSummary, cand: RunSummary) -> str:
+    """The moves only one of the two runs took: ``-a->b`` baseline, ``+a->b`` candidate."""
+    old, new = base.moves, cand.moves
+    gone = [f"-{a}->{b}" for a, b in old if (a, b) not in new]
+    came = [f"+{a}->{b}" for a, b in new if (a, b) not in old]
+    path = f"{' > '.join(base.trail)}  =>  {' > '.join(cand.trail)}"
+    return f"{' '.join(gone + came)} ({path})" if gone or came else path

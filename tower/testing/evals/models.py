@@ -1,0 +1,108 @@
+"""The model calls of an eval: answered from the recording, or by the candidate's model.
+
+``RecordedModels`` is a worker interceptor, so it works with any project's own worker:
+every ``call_model`` activity (and local activity) of a run the eval re-runs is answered
+from the recorded history of that run — the n-th call of a node gets the n-th recorded
+reply of that node, usage and cost included — or passed on to the project's model
+gateway (its fallbacks, usage and prices) when the mode says live:
+
+- ``recorded``: every call from the recording (a pure graph or code change);
+- ``changed``: from the recording where the node's prompt and model list are the ones
+  recorded, live where the candidate changed them;
+- ``live``: the candidate's model everywhere.
+
+A call the recording cannot answer (a node called more often than recorded, a child
+run that was not recorded, a call whose conversation lives in the message store) goes
+live too, and is counted, so a report says how much of a run was not from the recording.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from enum import StrEnum
+from typing import Any
+
+from temporalio import activity
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+)
+
+from tower.contract.wire import ModelReply, ModelRequest
+from tower.testing.evals.recording import ModelCall, Recording
+
+
+class Mode(StrEnum):
+    RECORDED = "recorded"
+    CHANGED = "changed"
+    LIVE = "live"
+
+
+class RecordedModels(Interceptor):
+    def __init__(self, recordings: dict[str, Recording], mode: Mode) -> None:
+        self.recordings = recordings
+        self.mode = mode
+        # workflow id -> how its calls were answered: recorded | live | prompt changed | ...
+        self.answered: dict[str, Counter[str]] = {}
+        self._seen: dict[tuple[str, str, str], int] = {}  # an activity's retries: one call
+        self._next: Counter[tuple[str, str]] = Counter()
+
+    def begin(self, recording: Recording) -> None:
+        """``recording`` is the one its workflow id's calls are answered from now: two
+        recordings may share an id (a run recorded before and after a format change)."""
+        self.recordings[recording.workflow_id] = recording
+        for key in [k for k in self._next if k[0] == recording.workflow_id]:
+            del self._next[key]
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _Inbound(next, self)
+
+    def answer(self, request: ModelRequest) -> ModelReply | None:
+        """The recorded reply for this call, or None: let the live model answer it."""
+        info = activity.info()
+        calls = self.answered.setdefault(info.workflow_id or "", Counter())
+        recording = self.recordings.get(info.workflow_id or "")
+        if self.mode is Mode.LIVE:
+            calls["live"] += 1
+            return None
+        if recording is None:
+            calls["live: not recorded"] += 1
+            return None
+        key = (info.workflow_id or "", info.workflow_run_id or "", info.activity_id)
+        if key not in self._seen:
+            self._seen[key] = self._next[(key[0], request.node)]
+            self._next[(key[0], request.node)] += 1
+        n = self._seen[key]
+        recorded = [c for c in recording.model_calls if c.node == request.node]
+        if request.history or request.keep or request.window or request.windowed:
+            calls["live: message store"] += 1
+            return None
+        if n >= len(recorded):
+            calls["live: beyond the recording"] += 1
+            return None
+        if self.mode is Mode.CHANGED and _changed(request, recorded[n]):
+            calls["live: prompt or model changed"] += 1
+            return None
+        calls["recorded"] += 1
+        return ModelReply.model_validate(recorded[n].reply)
+
+
+def _changed(request: ModelRequest, recorded: ModelCall) -> bool:
+    return (request.system != recorded.request.get("system", "")
+            or list(request.models) != list(recorded.request.get("models") or []))
+
+
+class _Inbound(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, models: RecordedModels) -> None:
+        super().__init__(next)
+        self.models = models
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        if activity.info().activity_type == "call_model" and input.args:
+            request = input.args[0]
+            if isinstance(request, ModelRequest):
+                reply = self.models.answer(request)
+                if reply is not None:
+                    return reply
+        return await super().execute_activity(input)

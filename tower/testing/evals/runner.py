@@ -1,0 +1,301 @@
+"""Re-run recorded runs against the candidate code, isolated from everything real.
+
+The eval starts its own dev server (in memory, namespace ``tower-eval``), writes its own
+trust directory (an eval roster whose keys only the eval holds) and gives the project's
+worker a private copy of the tools' data. Each recorded run starts again with its
+recorded input and workflow id; the decisions, signals and updates it received are sent
+again when the new run reaches the same point: a decision when the run waits at the same
+gate (re-signed by the eval's key for the recorded approver, for the request the new run
+shows), any other message once the run has reached the step it had when it arrived.
+Nothing is sent to the real server, and the real data is hashed before and after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowHistory,
+    WorkflowUpdateFailedError,
+)
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from tower.contract import search
+from tower.contract.decisions import GateRecord
+from tower.testing.evals.models import Mode, RecordedModels
+from tower.testing.evals.recording import Outside, Recording
+from tower.testing.evals.summary import RunSummary, summarize
+from tower.testing.evals.world import EvalTrust, temporal_binary
+
+NAMESPACE = "tower-eval"
+RESENDS = 3
+QUEUE = "tower-eval"
+
+# build_worker(client, task_queue=, db_path=, trust_dir=, interceptors=) -> the project's
+# worker (worker.py's build_worker takes these, and its model settings as models=).
+WorkerFactory = Callable[..., Worker]
+
+
+@dataclass
+class Rerun:
+    """A recorded run re-run against the candidate."""
+
+    recording: Recording
+    summary: RunSummary
+    answered: dict[str, int] = field(default_factory=dict)  # how model calls were answered
+    notes: list[str] = field(default_factory=list)  # decisions not needed, timeouts ...
+    seconds: float = 0.0
+
+
+@dataclass
+class Isolation:
+    """What the eval guarded, checked after it: the real data files unchanged."""
+
+    data: dict[str, str] = field(default_factory=dict)  # file -> sha256 before
+    changed: list[str] = field(default_factory=list)
+
+    @property
+    def untouched(self) -> bool:
+        return not self.changed
+
+
+def data_files(db: Path | None) -> list[Path]:
+    """The tools' database and the named databases beside it (``databases/*.sqlite``)."""
+    if db is None or not db.is_file():
+        return []
+    return [db, *sorted((db.parent / "databases").glob("*.sqlite"))]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def private_copy(db: Path | None, folder: Path) -> Path:
+    """A consistent copy (SQLite's backup, not a file copy mid-write) of the tools'
+    database and its named databases in ``folder``; the path of the copied tools' db."""
+    mine = folder / "tools.sqlite"
+    for path in data_files(db):
+        assert db is not None
+        target = mine if path == db else folder / "databases" / path.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        dst = sqlite3.connect(target)
+        try:
+            src.backup(dst)
+        finally:
+            src.close()
+            dst.close()
+    return mine
+
+
+class Eval:
+    """The isolated world of one eval: server, trust, data, worker. ``run`` re-runs one
+    recording in it."""
+
+    def __init__(self, client: Client, folder: Path, models: RecordedModels,
+                 timeout: float, db: Path, trust: EvalTrust) -> None:
+        self.client, self.folder, self.models, self.timeout = client, folder, models, timeout
+        self.trust = trust
+        self.db = db
+        # Every run starts from the same data, whatever the runs before it changed.
+        self.pristine = private_copy(db, folder / "pristine")
+
+    async def run(self, recording: Recording) -> Rerun:
+        private_copy(self.pristine, self.db.parent)
+        self.models.begin(recording)
+        started = time.monotonic()
+        notes: list[str] = []
+        handle = await self.client.start_workflow(
+            recording.workflow_type, args=recording.input, id=recording.workflow_id,
+            task_queue=QUEUE)
+        first_run = handle.result_run_id or ""
+        latest = self.client.get_workflow_handle(recording.workflow_id)
+        waiting = [m for m in recording.outside if recording.replayable(m)]
+        refused = len(recording.outside) - len(waiting)
+        if refused:
+            notes.append(f"{refused} decision(s) the recorded run refused: not sent again")
+        try:
+            await asyncio.wait_for(self._drive(latest, waiting, notes), self.timeout)
+        except TimeoutError:
+            notes.append(f"timed out after {self.timeout:.0f} s")
+        chain = await self._histories(first_run, recording.workflow_id)
+        summary = summarize(chain)
+        if any(n.startswith("timed out") for n in notes):
+            summary.error = summary.error or notes[-1]
+        if summary.status not in ("DONE", "FAILED", "TERMINATED", "CANCELED", "TIMED_OUT"):
+            with contextlib.suppress(RPCError):  # parked or stuck: nothing more will come
+                await latest.terminate("the eval is over")
+        for unused in [m.decision for m in waiting if m.decision is not None]:
+            notes.append(f"decision not needed: {unused.get('verdict')} at gate "
+                         f"{unused.get('gate')}")
+        answered = dict(self.models.answered.pop(recording.workflow_id, {}))
+        return Rerun(recording, summary, answered, notes, time.monotonic() - started)
+
+    async def _drive(self, handle: WorkflowHandle[Any, Any], waiting: list[Outside],
+                     notes: list[str]) -> None:
+        while True:
+            described = await handle.describe()
+            if described.status != WorkflowExecutionStatus.RUNNING:
+                return
+            pending = await self._pending(handle)
+            if pending is not None:
+                message = next((m for m in waiting if m.decision is not None and
+                                m.decision.get("gate") == pending.gate), None)
+                if message is None:
+                    notes.append(f"decision needed at gate {pending.gate} "
+                                 f"(step {pending.step}): none recorded, left waiting")
+                    await _settled(handle)
+                    return
+                waiting.remove(message)
+                try:
+                    await self._decide(handle, pending, message)
+                except (WorkflowUpdateFailedError, RPCError) as exc:
+                    notes.append(f"the candidate refused the recorded decision at gate "
+                                 f"{pending.gate}: {_cause(exc)}")
+                continue
+            step = await self._step(handle)
+            message = next((m for m in waiting if m.decision is None), None)
+            if message is not None and step >= message.step:
+                waiting.remove(message)
+                try:
+                    if message.kind == "signal":
+                        await handle.signal(message.name, args=message.args)
+                    else:
+                        await handle.execute_update(message.name, args=message.args)
+                except (WorkflowUpdateFailedError, RPCError) as exc:
+                    notes.append(f"the candidate refused {message.kind} {message.name}: "
+                                 f"{_cause(exc)}")
+                continue
+            await asyncio.sleep(0.05)
+
+    async def _pending(self, handle: WorkflowHandle[Any, Any]) -> GateRecord | None:
+        try:
+            approvals: dict[str, Any] = await handle.query("approvals", result_type=dict)
+        except Exception:  # noqa: BLE001 - an agent without gates has no such query
+            return None
+        pending = approvals.get("pending")
+        return GateRecord.model_validate(pending) if pending else None
+
+    async def _step(self, handle: WorkflowHandle[Any, Any]) -> int:
+        try:
+            state: dict[str, Any] = await handle.query("state", result_type=dict)
+        except Exception:  # noqa: BLE001 - closed between two looks: the loop sees it next
+            return 0
+        return int(state.get("step", 0))
+
+    async def _decide(self, handle: WorkflowHandle[Any, Any], pending: GateRecord,
+                      message: Outside) -> None:
+        payload = self.trust.decision(handle.id, pending, message.decision or {})
+        if message.kind == "signal":
+            await handle.signal("decision", payload)
+            return
+        for attempt in range(RESENDS + 1):
+            try:
+                await handle.execute_update("decide", payload)
+                return
+            except RPCError as exc:
+                # The server aborts an update whose workflow task failed with it: not taken.
+                if attempt == RESENDS or "unexpected workflow task failure" not in exc.message:
+                    raise
+
+    async def _histories(self, run_id: str, workflow_id: str) -> list[WorkflowHistory]:
+        chain: list[WorkflowHistory] = []
+        while run_id:
+            history = await self.client.get_workflow_handle(
+                workflow_id, run_id=run_id).fetch_history()
+            chain.append(history)
+            last = history.events[-1]
+            run_id = (last.workflow_execution_continued_as_new_event_attributes
+                      .new_execution_run_id if last.HasField(
+                          "workflow_execution_continued_as_new_event_attributes") else "")
+        return chain
+
+
+def _cause(exc: Exception) -> str:
+    cause = getattr(exc, "cause", None)
+    return str(getattr(cause, "message", None) or exc)[:300]
+
+
+@contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """File descriptor 1 is 2 while a child process starts (it inherits it)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+async def _settled(handle: WorkflowHandle[Any, Any]) -> None:
+    """Wait until a parked run's own work is done (the gate's attestation and notice):
+    no activity in flight, no workflow task pending."""
+    while True:
+        raw = (await handle.describe()).raw_description
+        if not raw.pending_activities and not raw.HasField("pending_workflow_task"):
+            return
+        await asyncio.sleep(0.05)
+
+
+def approvers(recordings: Sequence[Recording]) -> dict[str, list[str]]:
+    """Who decided in the recordings, with the roles they decided as: the eval's roster."""
+    found: dict[str, list[str]] = {}
+    for rec in recordings:
+        for message in rec.outside:
+            claims = message.decision
+            if claims and claims.get("sub") and claims.get("role"):
+                roles = found.setdefault(str(claims["sub"]), [])
+                if claims["role"] not in roles:
+                    roles.append(str(claims["role"]))
+    return found
+
+
+@asynccontextmanager
+async def isolated(
+    recordings: Sequence[Recording], build_worker: WorkerFactory, *, mode: Mode,
+    data: Path | None, timeout: float = 120.0, **worker_options: Any,
+) -> AsyncIterator[tuple[Eval, Isolation]]:
+    """The eval's own server, trust, private data and worker, for ``recordings``."""
+    guard = Isolation({str(p): _digest(p) for p in data_files(data)})
+    with tempfile.TemporaryDirectory(prefix="tower-eval-") as tmp:
+        folder = Path(tmp)
+        db = private_copy(data, folder / "data")
+        trust = EvalTrust(folder / "trust", NAMESPACE, approvers(recordings))
+        with _stdout_to_stderr():  # the server's banner must not mix with a --json report
+            env = await WorkflowEnvironment.start_local(
+                namespace=NAMESPACE, dev_server_existing_path=temporal_binary(),
+                data_converter=pydantic_data_converter, search_attributes=search.ALL,
+                # Its shutdown logs errors about queues it is closing: nothing to act on.
+                dev_server_log_level="never")
+        models = RecordedModels({}, mode)
+        try:
+            worker = build_worker(env.client, task_queue=QUEUE, db_path=db,
+                                  trust_dir=trust.root, interceptors=[models], **worker_options)
+            async with worker:
+                yield Eval(env.client, folder, models, timeout, db, trust), guard
+        finally:
+            await env.shutdown()
+    guard.changed = [f for f, digest in guard.data.items()
+                     if not Path(f).is_file() or _digest(Path(f)) != digest]
+
+
