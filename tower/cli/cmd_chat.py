@@ -108,15 +108,15 @@ async def chat(thread: str | None, given: list[str], close: bool, timeout: float
         emit({"event": "reply", **reply.model_dump()}, reply_line(reply))
     if close:
         # With --json the thread's last events print too, up to its run_end.
-        pump = None if not json_mode() else await StreamPump(
+        last = None if not json_mode() else await StreamPump(
             client, handle.id, LiveText(sys.stdout, handle.id, True), store).start(after=offset)
         try:
             why = await update_while_open(handle, agent.close, timeout=timeout)
         except RunClosed as exc:
             raise CliError(f"thread {exc}") from None
         finally:
-            if pump is not None:
-                await pump.finish(timeout)
+            if last is not None:
+                await last.finish(timeout)
         emit({"event": "closed", "thread": handle.id, "reason": why},
              f"closed {handle.id}: {why}")
     elif not json_mode():
