@@ -14,9 +14,8 @@ import os
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -42,6 +41,9 @@ from .scripted import SCRIPTED_MODEL, Scripts, scripted_reply
 from .streamed import arguments_of, refused, stream_scripted, streamed
 from .streams import StreamStore
 from .windowed import windowed_call
+
+if TYPE_CHECKING:  # imported by the first real model call (fallback.py says why)
+    import openai
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,8 @@ class ModelActivities:
     def _client_for(self, base_url: str | None) -> openai.AsyncOpenAI:
         url = base_url or self.settings.base_url
         if url not in self._clients:
+            import openai
+
             # max_retries=0: Temporal owns retries, so every attempt is in the history.
             self._clients[url] = openai.AsyncOpenAI(
                 api_key=self.settings.api_key, base_url=url, max_retries=0,

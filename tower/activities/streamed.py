@@ -12,15 +12,17 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 from temporalio.exceptions import ApplicationError
 
 from tower.contract.wire import ModelReply, ToolCallRequest
 from tower.core.state import Usage
 
 from .model_stream import AttemptStream
+
+if TYPE_CHECKING:
+    import openai
 
 # A scripted "token": a word and the space after it.
 _PIECES = re.compile(r"\S+\s*|\s+")
