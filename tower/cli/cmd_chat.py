@@ -29,6 +29,7 @@ from tower.cli.output import json_mode, json_option, print_json, tenant_option
 from tower.cli.streaming import LiveText, StreamPump
 from tower.client import TASK_QUEUE, connect, failure_of, has_workers, update_while_open
 from tower.client.errors import RunClosed
+from tower.contract.stream import stream_name
 
 CLOSE = "/close"
 
@@ -74,13 +75,17 @@ async def chat(thread: str | None, given: list[str], close: bool, timeout: float
                   "wait until one starts (`python worker.py`)", file=sys.stderr, flush=True)
     interactive = not given and not close
     store = open_streams(create=False)
+    # Every event of the thread once and in order (--json), carried from turn to turn:
+    # from its start for a new thread, from its end now for one taken up again.
+    offset = 0 if not thread else await asyncio.to_thread(
+        store.last, stream_name(client.namespace, handle.id))
     async for text in messages(given, interactive):
         if text == CLOSE:
             close = True
             break
         # The reply shows as it forms (one JSON line per stream event with --json).
-        pump = await StreamPump(client, handle.id, LiveText(
-            sys.stdout, handle.id, json_mode(), render=lambda t: f"… {t}"), store).start()
+        view = LiveText(sys.stdout, handle.id, json_mode(), render=lambda t: f"… {t}")
+        pump = await StreamPump(client, handle.id, view, store).start(after=offset)
         try:
             reply = await update_while_open(handle, agent.send, kinds.UserMessage(text=text),
                                             timeout=timeout)
@@ -99,12 +104,19 @@ async def chat(thread: str | None, given: list[str], close: bool, timeout: float
                            "running (`python worker.py`)?") from None
         finally:
             await pump.stop()
+            offset = view.offset
         emit({"event": "reply", **reply.model_dump()}, reply_line(reply))
     if close:
+        # With --json the thread's last events print too, up to its run_end.
+        last = None if not json_mode() else await StreamPump(
+            client, handle.id, LiveText(sys.stdout, handle.id, True), store).start(after=offset)
         try:
             why = await update_while_open(handle, agent.close, timeout=timeout)
         except RunClosed as exc:
             raise CliError(f"thread {exc}") from None
+        finally:
+            if last is not None:
+                await last.finish(timeout)
         emit({"event": "closed", "thread": handle.id, "reason": why},
              f"closed {handle.id}: {why}")
     elif not json_mode():

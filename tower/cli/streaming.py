@@ -91,9 +91,12 @@ class StreamPump:
         self.store = store or open_streams(create=False)
         self.task: asyncio.Task[None] | None = None
 
-    async def start(self) -> StreamPump:
-        name = stream_name(self.client.namespace, self.run)
-        self.view.offset = await asyncio.to_thread(self.store.last, name)
+    async def start(self, after: int | None = None) -> StreamPump:
+        """Read what comes after offset ``after`` (None: the stream's current end)."""
+        if after is None:
+            name = stream_name(self.client.namespace, self.run)
+            after = await asyncio.to_thread(self.store.last, name)
+        self.view.offset = after
         self.task = asyncio.create_task(self._pump())
         return self
 
@@ -103,6 +106,14 @@ class StreamPump:
         async for event in stream(self.client, self.run, after=self.view.offset,
                                   store=self.store):
             self.view.take(event)
+
+    async def finish(self, timeout: float) -> None:
+        """Read until the stream ends with the run (at most ``timeout`` seconds), then
+        stop."""
+        if self.task is not None:
+            with contextlib.suppress(Exception):  # a timeout, or a store gone: stop now
+                await asyncio.wait_for(asyncio.shield(self.task), timeout)
+        await self.stop()
 
     async def stop(self) -> None:
         """Stop reading, after taking what was written until now (once)."""

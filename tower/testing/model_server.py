@@ -98,6 +98,7 @@ class LoopbackModelServer:
         # time.time() at which each streamed reply's first word went out: when the model
         # "emitted" its first token (the streaming benchmark measures from there).
         self.first_token_at: list[float] = []
+        self.holding: threading.Event | None = None  # see hold()
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
         self._httpd.daemon_threads = True
@@ -144,6 +145,13 @@ class LoopbackModelServer:
         """Streamed replies go out a word at a time at this pace (0: at once)."""
         with self._lock:
             self.plan.tokens_per_second = tokens_per_second
+
+    def hold(self) -> threading.Event:
+        """Streamed text replies stop after their first word until the event returned is
+        set: a test sees a reply while it forms, whatever the machine's load."""
+        with self._lock:
+            self.holding = threading.Event()
+            return self.holding
 
     def outcomes(self) -> list[str]:
         with self._lock:
@@ -255,6 +263,13 @@ def sse_chunks(payload: bytes) -> list[bytes]:
     return [*out, b"[DONE]"]
 
 
+def _text_of(event: bytes) -> str:
+    """The text a streamed chunk carries ("" for a role, tool call, finish or usage)."""
+    with contextlib.suppress(ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return str(json.loads(event)["choices"][0]["delta"].get("content") or "")
+    return ""
+
+
 def _words(text: str) -> list[str]:
     return re.findall(r"\S+\s*|\s+", text)
 
@@ -299,6 +314,8 @@ def _handler_for(server: LoopbackModelServer) -> type[BaseHTTPRequestHandler]:
                     self.wfile.flush()
                     if i == 1:  # the first chunk with text (the first is the role)
                         server.first_token_at.append(time.time())
+                        if server.holding is not None and _text_of(event):
+                            server.holding.wait(timeout=600)
                 self.wfile.write(b"0\r\n\r\n")
 
         def _send(self, status: int, headers: dict[str, str], payload: bytes) -> None:
