@@ -30,9 +30,11 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SERVERS = {"dev", "demo", "codec-server", "model-server", "inbox"}
 PLACEHOLDER = re.compile(r"\b(RUN|AGENT|NAME|THREAD|PATH|NODE|FILE|ID)\b|…|\.\.\.")
 GENERATED = re.compile(r"\b[a-z]+-[0-9a-f]{6,8}\b|\b[0-9a-f]{8}-[0-9a-f]{4}-")
-# Pages whose commands run in a project of the reader's own, not on Tower's fresh setup:
-# their own test follows them there.
-OWN_PROJECT = {"write-your-own-agent.md": "tests/test_guide.py"}
+# Pages whose commands need more than Tower's fresh setup (a project of the reader's own;
+# an eval's own server and a shell's globs and line continuations): their own test follows
+# them there.
+OWN_PROJECT = {"write-your-own-agent.md": "tests/test_guide.py",
+               "evals.md": "tests/test_cli_eval.py"}
 
 
 @dataclass
