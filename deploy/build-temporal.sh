@@ -15,6 +15,11 @@ guard=$(cat deploy/temporal/server/go.mod deploy/temporal/server/go.sum \
         deploy/temporal/server/*.go | sha256sum | cut -c1-12)
 out=".tower/temporal/${TEMPORAL_VERSION}-ui${TEMPORAL_UI_VERSION}-${guard}"
 bin="$out/bin"
+# Builds started at once (pytest's workers, each starting a cluster) wait for the first one
+# and then find its binaries, instead of racing it to install them.
+mkdir -p "$(dirname "$out")"
+exec 9>"$out.lock"
+flock 9
 if [[ -x $bin/temporal-server && -x $bin/temporal-sql-tool && -x $bin/temporal-ui-server
       && -f $out/ui-config/docker.yaml ]]; then
     echo "$PWD/$bin"

@@ -101,7 +101,8 @@ async def test_run_page_shows_the_agents_current_state(
     env, ui_port = ui_env
     client, queue = env.client, f"ui-{uuid.uuid4().hex[:8]}"
     run_id = f"account-ui-{uuid.uuid4().hex[:6]}"
-    models = ModelSettings(api_key="loopback-key", base_url=slow_model, models=["loopback-model"])
+    models = ModelSettings(api_key="loopback-key", base_url=slow_model, models=["loopback-model"],
+                           stream=False)  # this hand-written endpoint answers only whole replies
     async with build_worker(client, task_queue=queue, db_path=tmp_path / "tools.sqlite",
                             models=models), \
             build_worker(client, task_queue=f"{queue}-refund", db_path=tmp_path / "rf.sqlite",
