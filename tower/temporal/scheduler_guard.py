@@ -9,7 +9,8 @@ workflow type, id and run id, set by the server) must be a workflow this worker 
 server's description of that run must say it runs on this worker's task queue. Otherwise the
 activity fails, not retryable, naming why, and nothing of it runs. The verdict is kept per
 run id (one description per run, not per activity). Activities are not replayed, so a replay
-does not change. A worker hosting no workflows (activities only), or a dynamic one, checks the queue alone.
+does not change. A worker hosting no workflows (activities only), or a dynamic one, checks
+the queue alone.
 
 What it cannot tell apart: a worker polling this very queue with a workflow named like one
 of its agents is, to a server without authorization, this deployment's worker (it would get
