@@ -33,9 +33,16 @@ from tower.activities.messages import MessageStore
 from tower.activities.model import ModelActivities, ModelSettings
 from tower.activities.notify import Notifier
 from tower.activities.prices import PriceError
+from tower.activities.streams import StreamStore, open_streams
 from tower.activities.trust import TrustLoader
 from tower.client import TASK_QUEUE, ServerUnreachable, UnknownTenant, connect, use_tenant
-from tower.temporal import TowerPlugin, has_tower_plugin, run_main, scripts_of
+from tower.temporal import (
+    TowerPlugin,
+    has_tower_plugin,
+    publish_steps,
+    run_main,
+    scripts_of,
+)
 from tower.temporal.telemetry import TracingConfigError
 from workflows.registry import AGENTS
 
@@ -52,6 +59,7 @@ def activities(
     models: ModelSettings | None = None, messages_path: str | Path | None = None,
     trust_dir: str | Path | None = None,
     mcp: McpSources | None = None,  # the tenant's MCP tools, listed by load_sources()
+    streams: StreamStore | None = None,  # the runs' live streams (docs/streaming.md)
 ) -> list[Callable[..., Any]]:
     """What this project's worker runs for ``agents``: the tools, the model, the trust
     loader, gate notifier and request attester (TOWER_TRUST_DIR), and the tenant's MCP tools."""
@@ -61,7 +69,8 @@ def activities(
                          or tools.db_path.with_name("messages.sqlite"))
     # The scripted model answers from the scripts each agent's file attaches to it.
     model = ModelActivities(models or ModelSettings.from_env(), store,
-                            scripts=scripts_of(a for a in agents if hasattr(a, "machine")))
+                            scripts=scripts_of(a for a in agents if hasattr(a, "machine")),
+                            streams=streams)
     found: list[Callable[..., Any]] = [
         model.call_model, *tools.activities(), TrustLoader(trust_dir).load_trust,
         Notifier(trust_dir).notify_gate, Attester(trust_dir).attest]
@@ -79,11 +88,23 @@ def build_worker(
     """This project's worker on ``client`` (``workflows`` ride along with its agents). A
     client connected without ``TowerPlugin`` (a test's) gets it for this worker."""
     agents = [*AGENTS.values(), *workflows]
+    streams = streams_for(client, task_queue, db_path)
     return Worker(
         client, task_queue=task_queue, workflows=agents,
         activities=activities(agents, db_path=db_path, models=models, mcp=mcp,
-                              messages_path=messages_path, trust_dir=trust_dir),
+                              messages_path=messages_path, trust_dir=trust_dir,
+                              streams=streams),
         plugins=[] if has_tower_plugin(client) else [TowerPlugin()], **worker_options)
+
+
+def streams_for(client: Client, task_queue: str, db_path: str | Path | None = None,
+                ) -> StreamStore:
+    """The runs' live streams (TOWER_STREAMS, else beside the tools' database): the model
+    activity publishes its text there, and the runs of ``task_queue`` their steps."""
+    beside = Path(db_path).with_name("streams.sqlite") if db_path else None
+    store = open_streams(os.environ.get("TOWER_STREAMS") or beside)
+    publish_steps(client.namespace, task_queue, store)
+    return store
 
 
 async def main(argv: Sequence[str] | None = None) -> None:
@@ -106,9 +127,11 @@ async def main(argv: Sequence[str] | None = None) -> None:
         client = await connect()  # with TowerPlugin: a plain Worker is a Tower worker
         mcp = await load_sources(client.namespace)
         grace = float(os.environ.get("TOWER_SHUTDOWN_GRACE", DEFAULT_GRACE_SECONDS))
+        streams = streams_for(client, args.task_queue)
         worker = Worker(
             client, task_queue=args.task_queue, workflows=list(AGENTS.values()),
-            activities=activities(list(AGENTS.values()), models=settings, mcp=mcp),
+            activities=activities(list(AGENTS.values()), models=settings, mcp=mcp,
+                                  streams=streams),
             graceful_shutdown_timeout=timedelta(seconds=grace))
     except (ServerUnreachable, UnknownTenant, TracingConfigError, ValueError, PriceError,
             McpConfigError, McpDiscoveryError, McpPolicyError) as exc:

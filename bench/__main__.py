@@ -19,7 +19,7 @@ from typing import Any
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from bench import chat, evals, parked, suites
+from bench import chat, evals, parked, streaming, suites, workflow_streams
 from bench.agents import BENCH_WORKFLOWS, WORKFLOW_TASKS, StepsAgent
 from bench.report import table
 from tower.activities.model import ModelSettings
@@ -67,6 +67,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             await _suite(figures, "carry", chat.empty_store(
                 env.client.service_client.config.target_host, f"{tq}-carry", tmp / "carry",
                 turns=args.carry_turns))
+            await _suite(figures, "streaming", streaming.side_by_side(
+                client, tq, tmp / "streaming", turns=args.stream_turns))
+            await _suite(figures, "workflow_streams", workflow_streams.side_by_side(
+                client, tq, turns=args.stream_turns))
             await _suite(figures, "throughput", _throughput(client, tq, args.concurrent))
             handles = figures["throughput"].pop("handles", [])
             # 10 steps = 11 transitions (START -> work, work -> work x9, work -> DONE)
@@ -93,6 +97,8 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5, help="replays of each history")
     parser.add_argument("--carry-turns", type=int, default=40,
                         help="turns of the thread replayed with its payload store deleted")
+    parser.add_argument("--stream-turns", type=int, default=40,
+                        help="chat turns of the streaming comparison")
     parser.add_argument("--concurrent", type=int, default=200)
     parser.add_argument("--parked", type=int, default=10_000)
     # The worker's RSS follows its cache, not its parked runs: 200 cached runs kept a
@@ -105,4 +111,5 @@ if __name__ == "__main__":
     if ns.quick:
         ns.runs, ns.turns, ns.pair_turns, ns.rounds, ns.carry_turns = 3, 40, 30, 2, 20
         ns.concurrent, ns.parked, ns.cache, ns.decisions = 20, 60, 20, 5
+        ns.stream_turns = 5
     print(table(asyncio.run(main(ns))))

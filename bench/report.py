@@ -96,6 +96,8 @@ def table(f: dict[str, Any]) -> str:
             e["counts"]["same"] == e["runs"])
         add("  eval set-up: its own dev server, trust, data copy, worker (s)", e["setup_s"],
             None, ".2f", "", None)
+    if "streaming" in f:
+        _streaming_rows(f["streaming"], add, rows, f.get("workflow_streams"))
     notes = [f"chat: {c['turns_per_s']:.1f} turns/s, {c['runs']} runs (continue-as-new); "
              f"hand-written {p['turns']}-turn history: {p['events']['naive']} events, "
              f"{p['bytes']['naive']} bytes (Tower: {p['events']['tower']}, "
@@ -103,6 +105,35 @@ def table(f: dict[str, Any]) -> str:
              "compared-with column: hand-written workflow or chat / server warning / "
              "idle worker RSS"]
     return _render(rows, notes)
+
+
+def _streaming_rows(s: dict[str, Any], add: Any, rows: list[Row],
+                    ws: dict[str, Any] | None = None) -> None:
+    """bench.streaming's figures (a suite of its own: shown when it ran), and the
+    alternative's, bench.workflow_streams, when it ran too."""
+    if "error" in s:
+        rows.append((f"streaming: FAILED ({s['error']})", "", "", "", "", "**no**"))
+        return
+    pace = f"{s['reply_chars']}-char replies at {s['tokens_per_second']:g} tokens/s"
+    add(f"time to first token at the client, streamed vs whole reply unstreamed ({pace}, "
+        "median ms)", s["first_token_ms"], s["whole_reply_ms"], ".0f", "", None)
+    add("first token at the client after the model emitted it, p95 ms",
+        s["lag_p95_ms"], None, ".0f", "≤ 150 ms", s["lag_p95_ms"] <= 150)
+    b, e = s["bytes_per_turn"], s["events_per_turn"]
+    add("history bytes per chat turn, streaming on vs off", b["on"], b["off"], ".0f",
+        "≤ 1.10×", b["on"] <= 1.10 * b["off"])
+    add("history events per chat turn, streaming on vs off", e["on"], e["off"], ".1f",
+        "≤ 1.00×", e["on"] <= e["off"])
+    add("  stream events per chat turn (side channel, not in the history)",
+        s["stream_events_per_turn"], None, ".0f", "", None)
+    if ws and "error" not in ws:
+        wb, we = ws["bytes_per_turn"], ws["events_per_turn"]
+        add(f"  Workflow Streams ({ws['batch_ms']:.0f} ms batches): history bytes per turn, "
+            "on vs off", wb["on"], wb["off"], ".0f", "", None)
+        add("  Workflow Streams: history events per turn, on vs off", we["on"], we["off"],
+            ".0f", "", None)
+        add("  Workflow Streams: first token at the client (median ms)",
+            ws["first_token_ms"], None, ".0f", "", None)
 
 
 def _render(rows: list[Row], notes: list[str]) -> str:

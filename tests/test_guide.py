@@ -89,6 +89,7 @@ async def stop(proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
 
 
+@pytest.mark.soak  # a whole project's life (its pytest, server, worker): the soak tier
 @pytest.mark.integration
 async def test_a_scratch_project_follows_the_guide(tmp_path: Path) -> None:
     scratch, home = tmp_path / "work", tmp_path / "home"

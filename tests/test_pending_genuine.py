@@ -184,7 +184,11 @@ async def a_flood_hides_no_real_request(
             for h in handles[1:]:
                 await h.terminate("test over")
     finally:
-        await end_all(client, fakes)
+        # 1,000 are ended so later tests on this server see none of them; 10,000 (the soak)
+        # are left to the test's server, which ends with the session: ending them one at a
+        # time took a large part of the 44 minutes.
+        if len(fakes) <= 1_000:
+            await end_all(client, fakes)
     return seconds
 
 
@@ -199,7 +203,7 @@ async def test_a_flood_of_forged_requests_hides_no_real_one(
 
 
 @pytest.mark.soak
-@pytest.mark.timeout(7200)  # 44 min at load 20 on 2 cores, the fakes' cleanup included
+@pytest.mark.timeout(3600)  # 44 min at load 20 on 2 cores, when it ended the fakes too
 async def test_ten_thousand_forged_requests_hide_no_real_one(
     client: Client, task_queue: str, db_path: Path, trust: Path, scripted_worker: Any,
     monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest

@@ -353,6 +353,7 @@ OVER_CAP = "exceeded workflow execution limit for signal events"  # the server's
 WARN_EVENTS, WARN_BYTES = 10_240, 10 * 1024 * 1024  # Temporal's history warning limits
 
 
+@pytest.mark.soak  # 10,000 signals (the figure): the soak tier
 async def test_a_flood_of_forged_signals_leaves_the_refund_able_to_complete(
     client: Client, task_queue: str, db_path: Path
 ) -> None:

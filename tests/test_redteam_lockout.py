@@ -85,6 +85,7 @@ async def refused_all(handle: Any, payloads: list[dict[str, Any]]) -> set[str]:
     return reasons
 
 
+@pytest.mark.soak  # JUNK (the figure): the soak tier
 async def test_a_thousand_junk_updates_then_a_genuine_decision_is_accepted_at_once(
     client: Client, task_queue: str, db_path: Path
 ) -> None:
@@ -112,6 +113,7 @@ async def test_a_thousand_junk_updates_then_a_genuine_decision_is_accepted_at_on
     assert refunds(db_path) == [("INV-2004", 120000)]
 
 
+@pytest.mark.soak  # JUNK (the figure): the soak tier
 async def test_a_thousand_junk_decision_signals_then_a_genuine_one_is_accepted(
     client: Client, task_queue: str, db_path: Path
 ) -> None:

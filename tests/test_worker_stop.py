@@ -7,16 +7,17 @@ Python error: PyGILState_Release ... finalizing`, exit 134: tower/temporal/proce
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
+import pytest
 from procs import REPO, WorkerProcess
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
+from towercli import tower_cli
 
 from tower.cli.agents import scripted_reply
 from tower.testing.model_server import Fault, LoopbackModelServer
@@ -100,6 +101,7 @@ async def _activity_running(handle: WorkflowHandle) -> None:
     raise AssertionError(f"{handle.id}: no activity started")
 
 
+@pytest.mark.soak  # 20 drains (the figure): the soak tier
 async def test_every_sigterm_to_a_working_worker_exits_0(
     env: WorkflowEnvironment, tmp_path: Path,
 ) -> None:
@@ -141,14 +143,13 @@ async def test_every_sigterm_to_a_working_worker_exits_0(
         assert w.unhandled() == []
 
 
-def test_tower_worker_runs_the_project_s_worker_main() -> None:
-    def tower(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "tower.cli.cli", *args], cwd=REPO,
-                              capture_output=True, text=True, timeout=120)
-
-    shown = tower("worker", "--help")
-    assert shown.returncode == 0 and "worker.py" in shown.stdout, shown.stderr
+async def test_tower_worker_runs_the_project_s_worker_main() -> None:
+    # `tower worker` in a process of its own, forked from the CLI's fork server (towercli):
+    # the command's own start-up is not what this shows, and costs seconds of imports.
+    shown = await tower_cli(["worker", "--help"], env=dict(os.environ), cwd=REPO, timeout=120)
+    assert shown[0] == 0 and "worker.py" in shown[1], shown[2]
     # ARGS reach worker.py's own parser and main(), as `python worker.py ARGS` would.
-    bad = tower("worker", "--tenant", "no such/tenant")
-    assert bad.returncode == 1
-    assert bad.stderr.strip().splitlines()[-1].startswith("error: invalid tenant name")
+    code, _, err = await tower_cli(["worker", "--tenant", "no such/tenant"],
+                                   env=dict(os.environ), cwd=REPO, timeout=120)
+    assert code == 1
+    assert err.strip().splitlines()[-1].startswith("error: invalid tenant name")

@@ -84,7 +84,7 @@ def test_the_quick_start_is_what_ci_runs() -> None:
     assert f"\n{tests[0]}\n" in ci, f".ci/run no longer runs the README's test command: {tests}"
     for pattern in (r"\.venv/bin/tower demo$", r"\.venv/bin/pytest$"):
         assert pattern in ci, f".ci/run no longer reads the README's command {pattern!r}"
-    for tier in ("-m cluster", "-m browser"):
+    for tier in ("-m cluster", "-m browser", "-m soak"):
         assert f".venv/bin/pytest {tier}\n" in ci, tier
 
 

@@ -6,14 +6,15 @@ No I/O here, so every rule is unit-tested without a network.
 
 from __future__ import annotations
 
-import json
+import sys
 from dataclasses import dataclass
 from enum import StrEnum
-
-import openai
-import pydantic
+from typing import TYPE_CHECKING
 
 from tower.contract.wire import AGENT_HEADER, NODE_HEADER  # noqa: F401  (re-exported)
+
+if TYPE_CHECKING:  # imported by the first real model call: a worker on the scripted model,
+    import openai  # or one that has made none yet, starts without it (40% of a start-up)
 
 # Sent with every request so a gateway's logs (and the loopback server) can tell
 # which agent and node asked.
@@ -45,16 +46,15 @@ def parse_models(entries: list[str]) -> list[Endpoint]:
 
 
 def classify(exc: BaseException) -> Verdict:
-    if isinstance(exc, openai.RateLimitError):
+    openai = sys.modules.get("openai")  # not imported yet: the error cannot be one of its own
+    if openai is not None and isinstance(exc, openai.RateLimitError):
         return Verdict.SKIP if _code(exc) == "insufficient_quota" else Verdict.RETRY
-    if isinstance(exc, openai.APIStatusError):
+    if openai is not None and isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         if status >= 500 or status in (408, 409):
             return Verdict.RETRY
         return Verdict.SKIP if status == 404 else Verdict.REJECT
-    if isinstance(exc, openai.APIError | json.JSONDecodeError | pydantic.ValidationError):
-        # Timeouts, dropped connections and garbled bodies are the endpoint's trouble.
-        return Verdict.RETRY
+    # Timeouts, dropped connections, garbled bodies (JSON, validation): the endpoint's trouble.
     return Verdict.RETRY
 
 

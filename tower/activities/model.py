@@ -10,14 +10,12 @@ own retries are off: every attempt is an attempt in the event history.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 from opentelemetry import trace
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -37,9 +35,15 @@ from .fallback import (
     retry_after,
 )
 from .messages import MessageStore
+from .model_stream import AttemptStream
 from .prices import PriceTable
 from .scripted import SCRIPTED_MODEL, Scripts, scripted_reply
+from .streamed import arguments_of, refused, stream_scripted, streamed
+from .streams import StreamStore
 from .windowed import windowed_call
+
+if TYPE_CHECKING:  # imported by the first real model call (fallback.py says why)
+    import openai
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,11 @@ class ModelSettings:
     models: list[str] = field(default_factory=lambda: ["gpt-4o-mini"])
     timeout_seconds: float = 60.0
     prices: PriceTable = field(default_factory=PriceTable)
+    # Stream replies (the openai SDK's streaming; the scripted model's text in pieces) to
+    # the run's stream, when the worker has a stream store (docs/streaming.md).
+    stream: bool = True
+    # The scripted model's pace when streaming (0: as fast as it can).
+    scripted_tokens_per_second: float = 0.0
 
     def __post_init__(self) -> None:
         parse_models(self.models)  # a bad entry is a clear error at start-up, not mid-run
@@ -66,6 +75,8 @@ class ModelSettings:
             models=models or ["gpt-4o-mini"],
             timeout_seconds=float(env.get("TOWER_MODEL_TIMEOUT", "60")),
             prices=PriceTable.from_env(env),
+            stream=env.get("TOWER_STREAM", "1") not in ("0", "off", "false"),
+            scripted_tokens_per_second=float(env.get("TOWER_SCRIPTED_TOKENS_PER_SECOND", "0")),
         )
 
     @property
@@ -80,15 +91,18 @@ class ModelSettings:
 
 class ModelActivities:
     def __init__(self, settings: ModelSettings, store: MessageStore | None = None,
-                 scripts: Scripts | None = None) -> None:
+                 scripts: Scripts | None = None, streams: StreamStore | None = None) -> None:
         self.settings = settings
         self.store = store
+        self.streams = streams if settings.stream else None  # the runs' live streams
         self.scripts = scripts or {}  # the scripted model's answers: tower.scripts_of(agents)
         self._clients: dict[str | None, openai.AsyncOpenAI] = {}
 
     def _client_for(self, base_url: str | None) -> openai.AsyncOpenAI:
         url = base_url or self.settings.base_url
         if url not in self._clients:
+            import openai
+
             # max_retries=0: Temporal owns retries, so every attempt is in the history.
             self._clients[url] = openai.AsyncOpenAI(
                 api_key=self.settings.api_key, base_url=url, max_retries=0,
@@ -100,22 +114,34 @@ class ModelActivities:
         # Heartbeats say "still waiting on the model": a worker killed mid-call is
         # noticed at the heartbeat timeout and the call retried on another worker.
         beat = asyncio.create_task(_heartbeat())
+        live = AttemptStream.for_activity(self.streams, request)
         try:
-            return await self._with_store(request)
+            reply = await self._with_store(request, live)
+        except BaseException as exc:
+            if live is not None:  # subscribers drop this attempt's partial text
+                await live.discard(brief(exc))
+            raise
         finally:
             beat.cancel()
+        if live is not None:
+            await live.finish(reply)
+        return reply
 
-    async def _with_store(self, request: ModelRequest) -> ModelReply:
+    async def _with_store(self, request: ModelRequest, live: AttemptStream | None
+                          ) -> ModelReply:
+        def answer(r: ModelRequest) -> Awaitable[ModelReply]:
+            return self._answer(r, live)
+
         if not (request.history or request.keep or request.window or request.windowed):
-            return await self._answer(request)
+            return await answer(request)
         if self.store is None:
             raise ApplicationError("this worker has no message store", type="NoMessageStore",
                                    non_retryable=True)
         if request.window or request.windowed:
-            return await windowed_call(self.store, request, self._answer)
+            return await windowed_call(self.store, request, answer)
         # SQLite blocks: keep it off the event loop the other activities share.
         loaded = await asyncio.to_thread(self.store.get, request.history)
-        reply = await self._answer(request.model_copy(
+        reply = await answer(request.model_copy(
             update={"messages": [*loaded, *request.messages], "history": []}))
         if request.keep:
             kept = list(request.messages)
@@ -128,8 +154,9 @@ class ModelActivities:
         """The gateway outside a workflow (fallbacks, usage, price): an eval's model judge."""
         return await self._answer(request)
 
-    async def _answer(self, request: ModelRequest) -> ModelReply:
-        reply = await self._fallback(request)
+    async def _answer(self, request: ModelRequest, live: AttemptStream | None = None
+                      ) -> ModelReply:
+        reply = await self._fallback(request, live)
         # Priced here, in the activity, so each call's cost is in the history and replays as is.
         reply.usage = self.settings.prices.priced(reply.model, reply.usage)
         # The activity's span (when tracing) carries the call in GenAI terms.
@@ -141,15 +168,24 @@ class ModelActivities:
             "tower.cost_usd": reply.usage.cost_usd})
         return reply
 
-    async def _fallback(self, request: ModelRequest) -> ModelReply:
+    async def _fallback(self, request: ModelRequest, live: AttemptStream | None) -> ModelReply:
         if self.settings.scripted:
-            return scripted_reply(request, self.scripts)
+            reply = scripted_reply(request, self.scripts)
+            if live is not None:
+                await live.begin()
+                await stream_scripted(reply, live, self.settings.scripted_tokens_per_second)
+            return reply
         failures: list[str] = []
         waits: list[float] = []
         retryable = False
         last: Exception | None = None
         for endpoint in parse_models(request.models or self.settings.models):
             try:
+                if live is not None:  # each model tried is an attempt of its own
+                    await live.begin()
+                    kwargs, wire_names = _request_args(endpoint, request)
+                    return await streamed(self._client_for(endpoint.base_url), kwargs,
+                                          wire_names, live)
                 return await self._complete(endpoint, request)
             except ApplicationError:
                 raise  # a refusal: already classified
@@ -176,33 +212,38 @@ class ModelActivities:
                                type="ModelUnavailable", next_retry_delay=delay) from last
 
     async def _complete(self, endpoint: Endpoint, request: ModelRequest) -> ModelReply:
-        model = endpoint.model
-        kwargs: dict[str, Any] = {
-            "model": model, "messages": _openai_messages(request),
-            "extra_headers": {AGENT_HEADER: request.agent, NODE_HEADER: request.node}}
-        # OpenAI's function names allow no dot: MCP tools (server.tool) travel as
-        # server__tool and come back by this table, never by string surgery.
-        wire_names = {_wire_name(t.name): t.name for t in request.tools}
-        if request.tools:
-            kwargs["tools"] = [{"type": "function", "function": {
-                **t.model_dump(), "name": _wire_name(t.name)}} for t in request.tools]
-        if request.response_schema is not None:
-            kwargs["response_format"] = {"type": "json_schema", "json_schema": {
-                "name": request.response_name or "answer", "schema": request.response_schema}}
+        kwargs, wire_names = _request_args(endpoint, request)
         response = await self._client_for(endpoint.base_url).chat.completions.create(**kwargs)
         message = response.choices[0].message
         if getattr(message, "refusal", None):
-            raise ApplicationError(f"{model} refused: {message.refusal}", type="ModelRefused",
-                                   non_retryable=True)
+            raise refused(endpoint.model, message.refusal)
         calls = [ToolCallRequest(name=wire_names.get(c.function.name, c.function.name),
-                                 arguments=_arguments(c.function.arguments))
+                                 arguments=arguments_of(c.function.arguments))
                  for c in (message.tool_calls or []) if c.type == "function"]
         usage = Usage(calls=1)
         if response.usage is not None:
             usage = Usage(calls=1, prompt_tokens=response.usage.prompt_tokens,
                           completion_tokens=response.usage.completion_tokens)
-        return ModelReply(model=response.model or model, content=message.content,
+        return ModelReply(model=response.model or endpoint.model, content=message.content,
                           tool_calls=calls, usage=usage)
+
+
+def _request_args(endpoint: Endpoint, request: ModelRequest
+                  ) -> tuple[dict[str, Any], dict[str, str]]:
+    """The SDK's arguments for ``request`` at ``endpoint``, and wire name -> tool name."""
+    kwargs: dict[str, Any] = {
+        "model": endpoint.model, "messages": _openai_messages(request),
+        "extra_headers": {AGENT_HEADER: request.agent, NODE_HEADER: request.node}}
+    # OpenAI's function names allow no dot: MCP tools (server.tool) travel as
+    # server__tool and come back by this table, never by string surgery.
+    wire_names = {_wire_name(t.name): t.name for t in request.tools}
+    if request.tools:
+        kwargs["tools"] = [{"type": "function", "function": {
+            **t.model_dump(), "name": _wire_name(t.name)}} for t in request.tools]
+    if request.response_schema is not None:
+        kwargs["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": request.response_name or "answer", "schema": request.response_schema}}
+    return kwargs, wire_names
 
 
 def _wire_name(tool: str) -> str:
@@ -222,14 +263,6 @@ def _openai_message(m: Message) -> dict[str, str]:
     if m.role == "tool":
         return {"role": "user", "content": f"[result of tool {m.name}]\n{m.content}"}
     return {"role": m.role, "content": m.content}
-
-
-def _arguments(raw: str | None) -> dict[str, Any]:
-    try:
-        parsed = json.loads(raw or "{}")
-    except json.JSONDecodeError:
-        return {"_unparseable_arguments": raw}
-    return parsed if isinstance(parsed, dict) else {"_not_an_object": parsed}
 
 
 async def _heartbeat() -> None:

@@ -23,8 +23,10 @@ from temporalio.client import (
 )
 from temporalio.exceptions import FailureError
 
+from tower.activities.streams import open_streams
 from tower.cli.common import CliError, not_found_is, start_run
 from tower.cli.output import json_mode, json_option, print_json, tenant_option
+from tower.cli.streaming import LiveText, StreamPump
 from tower.client import TASK_QUEUE, connect, failure_of, has_workers, update_while_open
 from tower.client.errors import RunClosed
 
@@ -44,7 +46,9 @@ CLOSE = "/close"
 @click.option("--timeout", type=float, default=120, show_default=True, metavar="SECONDS",
               help="how long to wait for each reply")
 @click.option("--task-queue", default=TASK_QUEUE, help="for a new thread")
-@json_option("one JSON object per line: started, each reply, refused, closed")
+@json_option("one JSON object per line: started, the reply's stream (model_started, each "
+             "delta, model_finished, discard, transitions, tool calls), each reply, refused, "
+             "closed")
 @tenant_option
 def command(thread: str | None, given: tuple[str, ...], close: bool, timeout: float,
             task_queue: str, as_json: bool) -> Any:
@@ -69,10 +73,14 @@ async def chat(thread: str | None, given: list[str], close: bool, timeout: float
             print(f"warning: no worker is polling task queue {task_queue!r}; replies "
                   "wait until one starts (`python worker.py`)", file=sys.stderr, flush=True)
     interactive = not given and not close
+    store = open_streams(create=False)
     async for text in messages(given, interactive):
         if text == CLOSE:
             close = True
             break
+        # The reply shows as it forms (one JSON line per stream event with --json).
+        pump = await StreamPump(client, handle.id, LiveText(
+            sys.stdout, handle.id, json_mode(), render=lambda t: f"… {t}"), store).start()
         try:
             reply = await update_while_open(handle, agent.send, kinds.UserMessage(text=text),
                                             timeout=timeout)
@@ -89,6 +97,8 @@ async def chat(thread: str | None, given: list[str], close: bool, timeout: float
         except TimeoutError:
             raise CliError(f"no reply from {handle.id} in {timeout:g} s; is a worker "
                            "running (`python worker.py`)?") from None
+        finally:
+            await pump.stop()
         emit({"event": "reply", **reply.model_dump()}, reply_line(reply))
     if close:
         try:

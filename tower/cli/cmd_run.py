@@ -33,7 +33,8 @@ def _agents_help() -> str:
                    "print the run id only")
 @click.option("--ui-url", metavar="URL", help="the Web UI's address for the printed link "
                                               "(default: TOWER_UI_URL, else the dev server's)")
-@json_option("JSON for scripts: one object per line (started, each transition, end)")
+@json_option("JSON for scripts: one object per line (started, each transition, the model's "
+             "stream: model_started, each delta, model_finished, discard; end)")
 @tenant_option
 def command(agent: str, raw_input: str, run_id: str | None, task_queue: str, follow: bool,
             ui_url: str | None, as_json: bool) -> Any:
@@ -78,7 +79,7 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
     if not await has_workers(client, task_queue):
         print(f"warning: no worker is polling task queue {task_queue!r}; the run waits "
               "until one starts (`python worker.py`)", file=sys.stderr, flush=True)
-    progress = await watch(handle, as_json=as_json, stop_when_idle=True)
+    progress = await watch(handle, as_json=as_json, stop_when_idle=True, client=client)
     status = progress.status
     state = await final_state(client, handle, progress)
     approvals = (await handle.query(Gatekeeper.query_approvals)

@@ -80,18 +80,33 @@ class _Screen:
             self.live = Live(Text(""), console=Console(file=out, highlight=False),
                              auto_refresh=False, transient=True)
             self.live.start()
+        self._line = ""
+        self._reply = ""  # the model's text as it forms, under the progress line
+
+    def reply(self, text: str) -> None:
+        self._reply = text
+        if self.live is not None:
+            self._draw()
+
+    def _draw(self) -> None:
+        # The last few lines of the reply so far: the region stays small.
+        tail = "\n".join(self._reply.splitlines()[-6:])
+        self.live.update(self._text(self._line + (f"\n{tail}" if tail else "")), refresh=True)
 
     def transition(self, run: str, t: Transition) -> None:
         if self.as_json:
             self.out.write(json.dumps(transition_json(run, t)) + "\n")
         elif self.live is not None:
+            self._reply = ""  # a move: the text shown so far was that node's
             self.live.console.print(self._text(self.show(t)))
         else:
             self.out.write(self.show(t) + "\n")
 
     def progress(self, line: str, *, last: bool) -> None:
+        self._line = line
         if self.live is not None:
-            self.live.update(self._text(line), refresh=True)
+            if not last:
+                self._draw()
             if last:
                 self.live.stop()
                 self.out.write(line + "\n")
@@ -108,17 +123,25 @@ async def watch(
     handle: WorkflowHandle[Any, Any], *, as_json: bool = False, out: TextIO | None = None,
     stop_at_pause: bool = True, stop_when_idle: bool = False, poll_seconds: float = 0.25,
     timeout: float | None = None, skip: int = 0, progress_line: bool = True,
-    show: Callable[[Transition], str] | None = None,
+    show: Callable[[Transition], str] | None = None, client: Any = None,
 ) -> Progress:
     """Show the run's transitions as they happen until it ends (or pauses at a gate, if
     ``stop_at_pause``; or waits for outside input, if ``stop_when_idle``); return the last
     progress. ``skip`` transitions already shown are not printed again; ``timeout``
-    bounds the wait (seconds)."""
+    bounds the wait (seconds). With ``client``, the model's text from the run's live stream
+    shows as it forms (under the progress line; its events as JSON lines with --json)."""
     from tower.cli.agents import agents
     from tower.client import RunEnd, follow
     from tower.client import describe as describe_run
 
     screen = _Screen(out or sys.stdout, as_json, show)
+    pump = None
+    if client is not None:
+        from tower.cli.streaming import MODEL_KINDS, LiveText, StreamPump
+
+        pump = await StreamPump(client, handle.id, LiveText(
+            screen.out, handle.id, as_json, kinds=MODEL_KINDS,
+            on_text=screen.reply if screen.live is not None else None)).start()
     try:
         info = await describe_run(handle)
         progress = Progress(run=handle.id, started=info.start_time, seen=skip)
@@ -133,6 +156,8 @@ async def watch(
                                  timeout=timeout, on_poll=polled,
                                  workflows=_project_agents(agents)):
             if isinstance(seen, RunEnd):
+                if pump is not None:
+                    await pump.stop()
                 progress.status, progress.step, progress.node = seen.status, seen.step, seen.node
                 progress.idle, progress.closed, progress.reason = (seen.idle, seen.closed,
                                                                    seen.reason)
@@ -144,6 +169,8 @@ async def watch(
             progress.seen += 1
         raise AssertionError("follow ends with a RunEnd")  # pragma: no cover
     finally:
+        if pump is not None:
+            await pump.stop()
         screen.close()
 
 

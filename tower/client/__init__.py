@@ -1,5 +1,6 @@
-"""Use Tower from your own code: start an agent run, follow it to its end, list what waits
-for a decision, sign and send one, retry a failed run from a node, replay histories.
+"""Use Tower from your own code: start an agent run, follow it to its end, watch its live stream
+(``stream``: the model's text as it forms, each step), list what waits for a decision, sign
+and send one, retry a failed run from a node, replay histories.
 
 Every call takes a ``temporalio.client.Client`` (``connect()`` makes one the way the CLI
 does: TEMPORAL_ADDRESS and the envconfig profile, Tower's converter and codec), so the
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
         start_run,
         update_while_open,
     )
+    from tower.client._stream import stream
     from tower.client.connection import (
         DEFAULT_ADDRESS,
         TASK_QUEUE,
@@ -84,6 +86,7 @@ _LAZY = {
     "retry": "tower.client._recovery",
     "load": "tower.client._replay",
     "replay": "tower.client._replay",
+    "stream": "tower.client._stream",
 }
 
 __all__ = [
@@ -91,8 +94,8 @@ __all__ = [
     "RunEnd", "RunNotFound", "ServerUnreachable", "TASK_QUEUE", "UnknownTenant", "Waiting",
     "check_tenant", "connect", "connect_config", "decide", "describe", "failure_of",
     "follow", "has_workers", "history_end", "last_request", "load", "pending", "pending_of",
-    "query", "reason_of", "replay", "retry", "send_decision", "start_run", "update_while_open",
-    "use_tenant",
+    "query", "reason_of", "replay", "retry", "send_decision", "start_run", "stream",
+    "update_while_open", "use_tenant",
 ]
 
 

@@ -18,6 +18,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from tower.contract.stream import TOOL_FINISHED, TOOL_STARTED
 from tower.contract.wire import Authority, MessageRef, ModelReply, Reduction, ToolCall, WindowRef
 from tower.core.asking import ask_validated, check_reply, model_request
 from tower.core.context import Answer
@@ -26,7 +27,8 @@ from tower.core.errors import EffectRefused, NodeFailed
 from tower.core.graph import Node
 from tower.core.keys import effect_key
 from tower.core.state import Message, Usage
-from tower.core.tools import ToolDef, spec_for
+from tower.core.tools import ToolDef, ToolSpec, spec_for
+from tower.temporal import stream_sink
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -160,11 +162,24 @@ class TemporalContext:
                          node=self.node.name, decision=self.decision, tool=name,
                          nth=self.calls.count(f"tool:{name}"), arguments=arguments)
         grant = (authority or Authority()).model_copy(update={"decision_id": self.decision})
+        nth = self.calls.count(f"tool:{name}")
+        stream_sink.emit_tool(TOOL_STARTED, self.step, name, nth, node=self.node.name)
+        try:
+            result = await self._run_tool(name, tool, ToolCall(
+                tool=name, arguments=arguments, idempotency_key=key, authority=grant))
+        except (ActivityError, EffectRefused):
+            stream_sink.emit_tool(TOOL_FINISHED, self.step, name, nth, node=self.node.name,
+                                  ok=False)
+            raise
+        stream_sink.emit_tool(TOOL_FINISHED, self.step, name, nth, node=self.node.name, ok=True)
+        self.calls.append(f"tool:{name}")
+        return result
+
+    async def _run_tool(self, name: str, tool: ToolSpec, call: ToolCall) -> dict[str, Any]:
         retry = dataclasses.replace(TOOL_RETRY, maximum_attempts=tool.attempts)
         try:
             result: dict[str, Any] = await workflow.execute_activity(
-                name, ToolCall(tool=name, arguments=arguments, idempotency_key=key,
-                               authority=grant),
+                name, call,
                 result_type=dict, start_to_close_timeout=timedelta(seconds=tool.timeout_seconds),
                 heartbeat_timeout=TOOL_HEARTBEAT if tool.side_effect else None,
                 retry_policy=retry, summary=f"{self.node.name} · tool {name}",
@@ -178,11 +193,10 @@ class TemporalContext:
                 raise EffectRefused(name, code, cause.message) from exc
             if not tool.side_effect or kind in NOT_MADE:
                 raise
-            made = await self._reconcile(name, key)
+            made = await self._reconcile(name, call.idempotency_key)
             if made is None:
                 raise
             result = made
-        self.calls.append(f"tool:{name}")
         return result
 
     async def _reconcile(self, name: str, key: str) -> dict[str, Any] | None:

@@ -31,6 +31,7 @@ from tower.core.gates import pending_record
 from tower.core.graph import FAILED, TERMINALS, Machine
 from tower.core.pending import pending_view
 from tower.core.state import AgentState
+from tower.temporal import stream_sink
 from tower.temporal.outcome import agent_failed
 
 # What a closed execution tells without an upsert: Completed is DONE, Failed is FAILED
@@ -193,6 +194,8 @@ class MachineRun:
             self.publish(ending=state.node in TERMINALS)
         workflow.set_current_details(
             render_details(self.machine, state, transition, workflow.info().workflow_id))
+        # To the run's live stream, outside the history (only while not replaying).
+        stream_sink.emit_move(before, state, transition)
 
     @workflow.query(name="state")
     def query_state(self) -> dict[str, Any]:

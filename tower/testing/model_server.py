@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import re
 import threading
 import time
 from collections import deque
@@ -70,6 +71,7 @@ class FaultPlan:
     rng: random.Random = field(default_factory=lambda: random.Random(0))
     slow_seconds: float = 5.0
     delay: float = 0.0  # added to every good reply
+    tokens_per_second: float = 0.0  # a streamed reply's pace (0: all at once)
 
     def pick(self, model: str) -> Fault | None:
         if model in self.down:
@@ -93,6 +95,9 @@ class LoopbackModelServer:
         self.replies = replies
         self.plan = FaultPlan(rate=fault_rate, rng=random.Random(seed), slow_seconds=slow_seconds)
         self.served: list[Served] = []
+        # time.time() at which each streamed reply's first word went out: when the model
+        # "emitted" its first token (the streaming benchmark measures from there).
+        self.first_token_at: list[float] = []
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
         self._httpd.daemon_threads = True
@@ -134,6 +139,11 @@ class LoopbackModelServer:
     def set_delay(self, seconds: float) -> None:
         with self._lock:
             self.plan.delay = seconds
+
+    def set_rate(self, tokens_per_second: float) -> None:
+        """Streamed replies go out a word at a time at this pace (0: at once)."""
+        with self._lock:
+            self.plan.tokens_per_second = tokens_per_second
 
     def outcomes(self) -> list[str]:
         with self._lock:
@@ -218,6 +228,37 @@ def _completion(model: str, content: str | None, calls: list[ToolCallRequest],
     }).encode()
 
 
+def sse_chunks(payload: bytes) -> list[bytes]:
+    """A complete chat completion as the chunks a streamed one arrives in: its text a word
+    at a time, a refusal and each tool call whole, the finish, the usage, then [DONE]. A
+    body that is not JSON (a "malformed" fault) goes out as is, for the client to reject."""
+    try:
+        done = json.loads(payload)
+        message, finish = done["choices"][0]["message"], done["choices"][0]["finish_reason"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return [payload, b"[DONE]"]
+    head = {"id": done["id"], "object": "chat.completion.chunk", "created": 0,
+            "model": done["model"]}
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        return json.dumps({**head, "choices": [{"index": 0, "delta": delta,
+                                                "finish_reason": finish_reason}]}).encode()
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    out += [chunk({"content": piece}) for piece in _words(message.get("content") or "")]
+    if message.get("refusal"):
+        out.append(chunk({"refusal": message["refusal"]}))
+    for i, call in enumerate(message.get("tool_calls") or []):
+        out.append(chunk({"tool_calls": [{"index": i, **call}]}))
+    out.append(chunk({}, finish))
+    out.append(json.dumps({**head, "choices": [], "usage": done["usage"]}).encode())
+    return [*out, b"[DONE]"]
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\S+\s*|\s+", text)
+
+
 def _error(message: str, code: str) -> bytes:
     return json.dumps({"error": {"message": message, "type": code, "code": code}}).encode()
 
@@ -239,7 +280,26 @@ def _handler_for(server: LoopbackModelServer) -> type[BaseHTTPRequestHandler]:
                 body, self.headers.get(AGENT_HEADER, ""), self.headers.get(NODE_HEADER, ""))
             if delay:
                 time.sleep(delay)
+            if body.get("stream") and status == 200:
+                return self._stream(payload, server.plan.tokens_per_second)
             self._send(status, headers, payload)
+
+        def _stream(self, payload: bytes, rate: float) -> None:
+            """The completion as server-sent events, as the OpenAI API streams it."""
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for i, event in enumerate(sse_chunks(payload)):
+                    if rate and i:
+                        time.sleep(1 / rate)
+                    data = b"data: " + event + b"\n\n"
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+                    if i == 1:  # the first chunk with text (the first is the role)
+                        server.first_token_at.append(time.time())
+                self.wfile.write(b"0\r\n\r\n")
 
         def _send(self, status: int, headers: dict[str, str], payload: bytes) -> None:
             # The client may have given up (a "slow" fault): nothing to tell it then.

@@ -30,6 +30,7 @@ from starlette.templating import Jinja2Templates
 from temporalio.client import Client
 
 from tower.cli.inbox import money, pages
+from tower.cli.inbox.events import LiveEvents
 from tower.cli.inbox.forms import is_money
 from tower.cli.inbox.guard import InboxStore, SignInLimits
 from tower.cli.inbox.identity import Accounts, Approver, ProxyAuth
@@ -68,6 +69,7 @@ def create_app(config: InboxConfig, client: Client) -> Starlette:
     templates.env.tests["money"] = is_money
     store, limits = InboxStore(config.store), SignInLimits()
     inbox = pages.Inbox(config, client, templates, store)
+    live = LiveEvents(inbox)  # server-sent events: a run's stream, the list's changes
 
     def signed_in(handler: Callable[[Request, Approver], Awaitable[Response]]) -> Any:
         async def endpoint(request: Request) -> Response:
@@ -137,6 +139,8 @@ def create_app(config: InboxConfig, client: Client) -> Starlette:
         Route("/decided/{receipt}", signed_in(inbox.decided)),
         Route("/runs/{run:path}", signed_in(inbox.run_page)),
         Route("/api/changes", signed_in(inbox.changes)),
+        Route("/api/list/stream", signed_in(live.list_stream)),
+        Route("/api/runs/{run:path}/stream", signed_in(live.run_stream)),
         Route("/healthz", lambda r: JSONResponse({"ok": True, "tenant": config.tenant})),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]

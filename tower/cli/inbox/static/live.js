@@ -1,8 +1,20 @@
-// Live updates without polling storms: one small request every few seconds (the server
-// answers them from a one-second cache of Temporal's visibility), for at most 30 minutes.
+// Live updates. The list: server-sent events (/api/list/stream) carry its rows whenever
+// they change, put in place without a reload. The decision page (and the list, in a
+// browser without EventSource): one small request every few seconds (the server answers
+// them from a one-second cache of Temporal's visibility), for at most 30 minutes.
 (function () {
   const el = document.getElementById("live");
   if (!el) return;
+  if (el.dataset.live === "list" && window.EventSource) {
+    const source = new EventSource("/api/list/stream");
+    source.addEventListener("list", function (e) {
+      const data = JSON.parse(e.data);
+      if (data.fingerprint === el.dataset.fingerprint) return;
+      document.getElementById("runs").innerHTML = data.html;  // rendered, escaped rows
+      el.dataset.fingerprint = data.fingerprint;
+    });
+    return;  // EventSource reconnects by itself
+  }
   const url = el.dataset.live === "run"
     ? "/api/changes?run=" + encodeURIComponent(el.dataset.run) : "/api/changes";
   const started = Date.now();

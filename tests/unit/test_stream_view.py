@@ -1,0 +1,66 @@
+"""How the terminal shows a run's stream (tower.cli.streaming): the reply forming in a
+Live region on a terminal, a discarded attempt's text gone, JSON lines with --json, and
+nothing but the final line in a pipe."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from tower.cli.streaming import MODEL_KINDS, LiveText
+from tower.contract.stream import DELTA, DISCARD, MODEL_STARTED, TRANSITION, Reply, StreamEvent
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+EVENTS = [StreamEvent(MODEL_STARTED, {"attempt": "a"}, offset=1),
+          StreamEvent(DELTA, {"attempt": "a", "text": "Half "}, offset=2),
+          StreamEvent(DISCARD, {"attempt": "a", "reason": "worker lost"}, offset=3),
+          StreamEvent(MODEL_STARTED, {"attempt": "b"}, offset=4),
+          StreamEvent(DELTA, {"attempt": "b", "text": "The whole "}, offset=5),
+          StreamEvent(DELTA, {"attempt": "b", "text": "reply."}, offset=6),
+          StreamEvent(DELTA, {"attempt": "a", "text": " late"}, offset=7),  # a dead attempt
+          StreamEvent(TRANSITION, {"source": "respond", "target": "listen"}, offset=8)]
+
+
+def test_a_terminal_sees_the_reply_form_and_a_discarded_attempt_go() -> None:
+    out = Terminal()
+    view = LiveText(out, "chat-1", as_json=False, render=lambda t: f"… {t}")
+    assert view.live is not None
+    for event in EVENTS:
+        view.take(event)
+    view.close()
+    drawn = out.getvalue()
+    assert "… Half" in drawn and "… The whole reply." in drawn and "late" not in drawn
+    assert view.reply.text == "The whole reply." and view.reply.discarded == ["a"]
+    assert view.offset == 8
+
+
+def test_json_mode_prints_every_event_a_line_and_a_pipe_prints_nothing() -> None:
+    out = io.StringIO()
+    view = LiveText(out, "chat-1", as_json=True)
+    for event in EVENTS:
+        view.take(event)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [line["offset"] for line in lines] == list(range(1, 9))
+    assert lines[1] == {"event": DELTA, "run": "chat-1", "offset": 2, "kind": DELTA,
+                        "attempt": "a", "text": "Half "}
+    only_model = io.StringIO()
+    view = LiveText(only_model, "r", as_json=True, kinds=MODEL_KINDS)
+    for event in EVENTS:
+        view.take(event)
+    assert TRANSITION not in only_model.getvalue() and view.offset == 8
+    piped = io.StringIO()
+    view = LiveText(piped, "r", as_json=False)
+    for event in EVENTS:
+        view.take(event)
+    assert piped.getvalue() == "" and view.reply.text == "The whole reply."
+
+
+def test_the_fold_ignores_deltas_of_an_attempt_it_is_not_showing() -> None:
+    reply = Reply()
+    assert not reply.take(StreamEvent(DELTA, {"attempt": "x", "text": "stray"}))
+    assert reply.text == ""

@@ -1,0 +1,98 @@
+"""The model activity's side of a run's stream: each attempt's text as it arrives.
+
+A model call (one activity, or one local activity, keyed by its run and activity id) may
+be attempted several times: a retry after an error, a fallback to the next model, a
+worker killed mid-reply whose call runs again elsewhere. Each attempt has its own id.
+When an attempt begins, every earlier attempt of the same call that was not discarded
+yet is discarded first (the killed worker could not say so itself), so a subscriber
+drops its partial text; only the attempt that finishes gives the run its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from temporalio import activity
+
+from tower.contract.stream import DELTA, DISCARD, MODEL_FINISHED, MODEL_STARTED, StreamEvent
+from tower.contract.stream import stream_name as name_of
+from tower.contract.wire import ModelReply, ModelRequest
+
+from .streams import StreamStore, new_key
+
+
+class AttemptStream:
+    """Publishes one model call's attempts to its run's stream. Store calls run on a
+    thread (SQLite and psycopg block); a failure to publish never fails the call."""
+
+    def __init__(self, store: StreamStore, stream: str, call: str, node: str,
+                 deltas: bool = True) -> None:
+        self.store, self.stream, self.call, self.node = store, stream, call, node
+        self.deltas = deltas  # False: structured output, published whole when it is done
+        self.attempt = ""
+        self._deltas = 0
+
+    @classmethod
+    def for_activity(cls, store: StreamStore | None, request: ModelRequest
+                     ) -> AttemptStream | None:
+        # A context reduction's summary is not a reply: nothing to show.
+        if store is None or request.summarise is not None:
+            return None
+        info = activity.info()
+        # Structured output is JSON until it is whole: it is published whole, at the end.
+        return cls(store, name_of(info.workflow_namespace or "", info.workflow_id or ""),
+                   f"{info.workflow_run_id}/{info.activity_id}/", request.node,
+                   deltas=request.response_schema is None)
+
+    async def begin(self) -> None:
+        """A new attempt: earlier ones of this call are discarded first."""
+        def begin() -> None:
+            earlier = self.store.with_prefix(self.stream, self.call, [MODEL_STARTED, DISCARD])
+            dropped = {e.data["attempt"] for e in earlier if e.kind == DISCARD}
+            stale = [e.data["attempt"] for e in earlier
+                     if e.kind == MODEL_STARTED and e.data["attempt"] not in dropped]
+            self.attempt, self._deltas = new_key()[:12], 0
+            self.store.append(self.stream, [
+                *(self._discard(a, "superseded by a new attempt") for a in stale),
+                StreamEvent(MODEL_STARTED, {"attempt": self.attempt, "node": self.node},
+                            key=f"{self.call}{self.attempt}/started")])
+        await self._quietly(begin)
+
+    async def delta(self, text: str) -> None:
+        if not text or not self.attempt or not self.deltas:
+            return
+        self._deltas += 1
+        event = StreamEvent(DELTA, {"attempt": self.attempt, "text": text},
+                            key=f"{self.call}{self.attempt}/d{self._deltas}")
+        await self._quietly(lambda: self.store.append(self.stream, [event]))
+
+    async def finish(self, reply: ModelReply) -> None:
+        data: dict[str, Any] = {"attempt": self.attempt, "model": reply.model}
+        if reply.tool_calls:  # tool calls arrive whole
+            data["tool_calls"] = [c.model_dump(mode="json") for c in reply.tool_calls]
+        if not self.deltas and reply.content is not None:
+            data["content"] = reply.content
+        event = StreamEvent(MODEL_FINISHED, data, key=f"{self.call}{self.attempt}/finished")
+        await self._quietly(lambda: self.store.append(self.stream, [event]))
+
+    async def discard(self, reason: str) -> None:
+        if self.attempt:
+            event = self._discard(self.attempt, reason)
+            self.attempt = ""
+            await self._quietly(lambda: self.store.append(self.stream, [event]))
+
+    def _discard(self, attempt: str, reason: str) -> StreamEvent:
+        return StreamEvent(DISCARD, {"attempt": attempt, "reason": reason[:200]},
+                           key=f"{self.call}{attempt}/discard")
+
+    async def _quietly(self, work: Any) -> None:
+        # The stream is for watching: a store that is down costs the watchers, not the run.
+        try:
+            await asyncio.shield(asyncio.to_thread(work))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            with contextlib.suppress(Exception):
+                activity.logger.warning("stream %s: not published: %s", self.stream, exc)

@@ -1,0 +1,86 @@
+"""Model replies read as they form: the openai SDK's streaming, and the scripted model's
+text handed out in pieces, each piece published to the run's stream (``AttemptStream``).
+
+Only the text of a reply is published as it arrives: tool calls' arguments and
+structured output are assembled here and reach subscribers whole, with the attempt's
+``model_finished`` event. What the activity returns is the same ``ModelReply`` as
+without streaming: the run's history does not change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from temporalio.exceptions import ApplicationError
+
+from tower.contract.wire import ModelReply, ToolCallRequest
+from tower.core.state import Usage
+
+from .model_stream import AttemptStream
+
+if TYPE_CHECKING:
+    import openai
+
+# A scripted "token": a word and the space after it.
+_PIECES = re.compile(r"\S+\s*|\s+")
+
+
+async def streamed(client: openai.AsyncOpenAI, kwargs: dict[str, Any],
+                   wire_names: dict[str, str], live: AttemptStream) -> ModelReply:
+    """One streamed completion: its text published delta by delta, the reply assembled."""
+    model = str(kwargs["model"])
+    chunks = await client.chat.completions.create(
+        **kwargs, stream=True, stream_options={"include_usage": True})
+    text: list[str] = []
+    refusal: list[str] = []
+    calls: dict[int, dict[str, str]] = {}
+    usage, answered = Usage(calls=1), model
+    async for chunk in chunks:
+        answered = chunk.model or answered
+        if chunk.usage is not None:
+            usage = Usage(calls=1, prompt_tokens=chunk.usage.prompt_tokens,
+                          completion_tokens=chunk.usage.completion_tokens)
+        for choice in chunk.choices:
+            delta = choice.delta
+            if delta.content:
+                text.append(delta.content)
+                await live.delta(delta.content)
+            if getattr(delta, "refusal", None):
+                refusal.append(str(delta.refusal))
+            for call in delta.tool_calls or []:
+                entry = calls.setdefault(call.index, {"name": "", "arguments": ""})
+                if call.function is not None:
+                    entry["name"] += call.function.name or ""
+                    entry["arguments"] += call.function.arguments or ""
+    if refusal:
+        raise refused(model, "".join(refusal))
+    tool_calls = [ToolCallRequest(name=wire_names.get(c["name"], c["name"]),
+                                  arguments=arguments_of(c["arguments"]))
+                  for _, c in sorted(calls.items())]
+    return ModelReply(model=answered, content="".join(text) if text else None,
+                      tool_calls=tool_calls, usage=usage)
+
+
+async def stream_scripted(reply: ModelReply, live: AttemptStream, tokens_per_second: float,
+                          ) -> None:
+    """Publish the scripted reply's text a word at a time, at ``tokens_per_second``."""
+    for piece in _PIECES.findall(reply.content or ""):
+        if tokens_per_second > 0:
+            await asyncio.sleep(1 / tokens_per_second)
+        await live.delta(piece)
+
+
+def refused(model: str, refusal: str | None) -> ApplicationError:
+    return ApplicationError(f"{model} refused: {refusal}", type="ModelRefused",
+                            non_retryable=True)
+
+
+def arguments_of(raw: str | None) -> dict[str, Any]:
+    try:
+        parsed = json.loads(raw or "{}")
+    except json.JSONDecodeError:
+        return {"_unparseable_arguments": raw}
+    return parsed if isinstance(parsed, dict) else {"_not_an_object": parsed}

@@ -1,0 +1,120 @@
+"""A run's live stream on the terminal: the reply as it forms, redrawn in place (rich's Live
+display) on a terminal; with ``--json``, each stream event as one JSON line.
+
+`tower chat` shows each turn's reply forming, `tower run` the model's text under its
+progress line. The stream is read with ``tower.client.stream`` from the store the workers
+write (TOWER_STREAMS, else beside TOWER_DB: docs/streaming.md); a worker that keeps no
+stream, or a store this host cannot see, only means the reply shows when it is whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable, Collection
+from typing import Any, TextIO
+
+from temporalio.client import Client
+
+from tower.activities.streams import StreamStore, open_streams
+from tower.contract.stream import (
+    DELTA,
+    DISCARD,
+    MODEL_FINISHED,
+    MODEL_STARTED,
+    Reply,
+    StreamEvent,
+    stream_name,
+)
+
+# What `tower run` adds to its transition lines (which it prints already).
+MODEL_KINDS = frozenset({MODEL_STARTED, DELTA, MODEL_FINISHED, DISCARD})
+
+
+def event_json(run: str, event: StreamEvent) -> dict[str, Any]:
+    return {"event": event.kind, "run": run, **event.as_json()}
+
+
+class LiveText:
+    """Shows a reply as it forms: JSON lines, or a transient Live region on a terminal
+    (``render`` draws it, with the text so far); elsewhere nothing until it is whole."""
+
+    def __init__(self, out: TextIO, run: str, as_json: bool,
+                 render: Callable[[str], str] | None = None,
+                 kinds: Collection[str] | None = None,
+                 on_text: Callable[[str], None] | None = None) -> None:
+        self.out, self.run, self.as_json, self.kinds = out, run, as_json, kinds
+        self.render = render or (lambda text: text)
+        self.on_text = on_text  # another display shows the text (`tower run`'s progress)
+        self.reply = Reply()
+        self.offset = 0
+        self.live: Any = None
+        if not as_json and on_text is None and out.isatty():
+            from rich.console import Console
+            from rich.live import Live
+
+            self.live = Live("", console=Console(file=out, highlight=False),
+                             auto_refresh=False, transient=True)
+            self.live.start()
+
+    def take(self, event: StreamEvent) -> None:
+        self.offset = max(self.offset, event.offset)
+        if self.kinds is not None and event.kind not in self.kinds:
+            return
+        if self.as_json:
+            self.out.write(json.dumps(event_json(self.run, event)) + "\n")
+            self.out.flush()
+        elif self.reply.take(event):
+            if self.on_text is not None:
+                self.on_text(self.reply.text)
+            self.redraw()
+
+    def redraw(self) -> None:
+        if self.live is not None:
+            from rich.text import Text
+
+            self.live.update(Text(self.render(self.reply.text)), refresh=True)
+
+    def close(self) -> None:
+        if self.live is not None and self.live.is_started:
+            self.live.stop()
+
+
+class StreamPump:
+    """Reads run ``run``'s stream from its current end into ``view`` while the caller
+    waits for something else (an update's reply, a run's end)."""
+
+    def __init__(self, client: Client, run: str, view: LiveText,
+                 store: StreamStore | None = None) -> None:
+        self.client, self.run, self.view = client, run, view
+        self.store = store or open_streams(create=False)
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> StreamPump:
+        name = stream_name(self.client.namespace, self.run)
+        self.view.offset = await asyncio.to_thread(self.store.last, name)
+        self.task = asyncio.create_task(self._pump())
+        return self
+
+    async def _pump(self) -> None:
+        from tower.client import stream
+
+        async for event in stream(self.client, self.run, after=self.view.offset,
+                                  store=self.store):
+            self.view.take(event)
+
+    async def stop(self) -> None:
+        """Stop reading, after taking what was written until now (once)."""
+        if self.task is None:
+            return
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+            self.task = None
+        name = stream_name(self.client.namespace, self.run)
+        with contextlib.suppress(Exception):
+            for event in await asyncio.to_thread(self.store.read, name, self.view.offset):
+                self.view.take(event)
+        self.view.close()

@@ -1,0 +1,66 @@
+"""A run's live stream from a client: the model's text as it forms, and each step.
+
+``stream(client, run)`` is an async iterator of ``StreamEvent``s in offset order; it ends
+after the run's ``run_end`` event, or once the run's execution has closed and nothing is
+left to read (a run terminated or failed before its first step has no ``run_end``)::
+
+    from tower.client import stream
+    from tower.contract.stream import Reply
+
+    shown, last = Reply(), 0
+    async for event in stream(client, "chat-1234", after=last):
+        last = event.offset            # resume from here after a disconnect
+        if shown.take(event):          # deltas, and a discarded attempt's text dropped
+            print(shown.text)
+
+The events come from the stream store (``TOWER_STREAMS``: the workers' SQLite file on
+one host, PostgreSQL across hosts), not from the run's history: see docs/streaming.md.
+A chat thread never ends by itself: stop reading when the turn's reply has come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from temporalio.client import Client
+
+from tower.activities.streams import StreamStore, open_streams
+from tower.client._runs import closed, describe
+from tower.contract.stream import RUN_END, StreamEvent, stream_name
+
+# How often an idle stream asks the server whether the run has closed.
+CHECK_SECONDS = 1.0
+
+
+async def stream(client: Client, run: str, *, after: int = 0, store: StreamStore | None = None,
+                 poll_seconds: float = 0.05) -> AsyncIterator[StreamEvent]:
+    """Yield the events of run ``run`` with an offset above ``after``, as they come."""
+    own = store is None
+    streams = open_streams(create=False) if store is None else store
+    name = stream_name(client.namespace, run)
+    handle = client.get_workflow_handle(run)
+    loop = asyncio.get_running_loop()
+    await describe(handle)  # RunNotFound for a run that does not exist
+    checked = loop.time()
+    try:
+        while True:
+            events = await asyncio.to_thread(streams.read, name, after)
+            for event in events:
+                after = event.offset
+                yield event
+                if event.kind == RUN_END:
+                    return
+            if events:
+                continue
+            if loop.time() - checked >= CHECK_SECONDS:
+                checked = loop.time()
+                if closed(await describe(handle)):
+                    # What was written before it closed, then the end.
+                    for event in await asyncio.to_thread(streams.read, name, after):
+                        yield event
+                    return
+            await asyncio.sleep(poll_seconds)
+    finally:
+        if own:
+            streams.close()

@@ -1,0 +1,70 @@
+"""A run's live stream: what a subscriber reads while the run works (docs/streaming.md).
+
+Each event has an offset (1, 2, 3, ... per run), a kind and a small JSON body. The stream
+is a side channel: nothing here enters the run's history, and nothing the run decides
+depends on it. Pure: the workflow, the activities and clients all import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# The model's output, per attempt: a subscriber shows deltas of an attempt until it is
+# discarded (a failed or superseded attempt) or finished.
+MODEL_STARTED = "model_started"  # attempt, node, step
+DELTA = "delta"  # attempt, text
+MODEL_FINISHED = "model_finished"  # attempt; tool calls and structured output arrive whole
+DISCARD = "discard"  # attempt, reason: forget that attempt's deltas
+# Steps, published by the worker outside the workflow's sandbox (tower.temporal.stream_sink).
+TRANSITION = "transition"
+GATE_OPENED = "gate_opened"
+GATE_DECIDED = "gate_decided"
+TOOL_STARTED = "tool_started"
+TOOL_FINISHED = "tool_finished"
+RUN_END = "run_end"  # the run reached DONE or FAILED: the stream ends here
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One event as stored and read back. ``key`` makes publishing idempotent: a second
+    event with the same key in the same stream is dropped (a retried task, a redelivery)."""
+
+    kind: str
+    data: dict[str, Any] = field(default_factory=dict)
+    key: str = ""
+    offset: int = 0  # set by the store
+
+    def as_json(self) -> dict[str, Any]:
+        return {"offset": self.offset, "kind": self.kind, **self.data}
+
+
+def stream_name(namespace: str, workflow_id: str) -> str:
+    """One stream per run (a chat thread's runs, continued-as-new, share it)."""
+    return f"{namespace}/{workflow_id}"
+
+
+@dataclass
+class Reply:
+    """What a subscriber shows of the model's output: the live attempt's text; a discard
+    empties it. Pure, so every surface (the CLI, a web page's script) agrees."""
+
+    attempt: str = ""
+    text: str = ""
+    discarded: list[str] = field(default_factory=list)
+
+    def take(self, event: StreamEvent) -> bool:
+        """Fold one event in; True when the shown text changed."""
+        attempt = str(event.data.get("attempt", ""))
+        if event.kind == MODEL_STARTED:
+            self.attempt, self.text = attempt, ""
+            return True
+        if event.kind == DELTA and attempt == self.attempt:
+            self.text += str(event.data.get("text", ""))
+            return True
+        if event.kind == DISCARD:
+            self.discarded.append(attempt)
+            if attempt == self.attempt:
+                self.attempt, self.text = "", ""
+                return True
+        return False

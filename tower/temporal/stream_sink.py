@@ -1,0 +1,119 @@
+"""Step events from workflow code to the run's stream, without I/O in the workflow.
+
+A run hands an event (a transition, a gate opened or decided, a tool call, its end) to
+``emit``, which only puts it on an in-memory queue, and only while the run makes new
+progress (``not workflow.unsafe.is_replaying()``): a replay, a replayer, a test's
+history check emit nothing. A thread of the worker's process takes the queue and writes
+to the stream store, outside the sandbox. Each event's key is the run's id, its step and
+its kind (and the tool's nth call): a workflow task that fails and runs again emits the
+same keys, which the store drops, so an event is published once.
+
+Nothing here adds a command or reads anything back: the run's history is the same with
+streaming on or off (tests/test_stream.py compares them). This module is loaded once
+outside the sandbox (all of ``tower`` is passed through), so the registry is the
+worker process's own.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any
+
+from temporalio import workflow
+
+from tower.contract.stream import (
+    GATE_DECIDED,
+    GATE_OPENED,
+    RUN_END,
+    TRANSITION,
+    StreamEvent,
+    stream_name,
+)
+
+log = logging.getLogger(__name__)
+
+_SINKS: dict[tuple[str, str], Any] = {}  # (namespace, task queue) -> its StreamStore
+_QUEUE: queue.SimpleQueue[tuple[Any, str, StreamEvent]] = queue.SimpleQueue()
+_LOCK = threading.Lock()
+_drainer: threading.Thread | None = None
+
+
+def publish_steps(namespace: str, task_queue: str, store: Any) -> None:
+    """Runs of this worker's task queue publish their step events to ``store``."""
+    global _drainer
+    with _LOCK:
+        _SINKS[(namespace, task_queue)] = store
+        if _drainer is None or not _drainer.is_alive():
+            _drainer = threading.Thread(target=_drain, name="tower-stream-sink", daemon=True)
+            _drainer.start()
+
+
+def stop_publishing(namespace: str, task_queue: str) -> None:
+    with _LOCK:
+        _SINKS.pop((namespace, task_queue), None)
+
+
+def emit(kind: str, step: int, data: dict[str, Any], nth: str = "") -> None:
+    """From workflow code: publish a step event of this run, once (see the module doc)."""
+    if workflow.unsafe.is_replaying():
+        return
+    info = workflow.info()
+    store = _SINKS.get((info.namespace, info.task_queue))
+    if store is None:  # this worker keeps no streams
+        return
+    key = f"{info.run_id}/{step}/{kind}{nth}"
+    event = StreamEvent(kind, {"step": step, **data}, key=key)
+    with workflow.unsafe.sandbox_unrestricted():
+        _QUEUE.put((store, stream_name(info.namespace, info.workflow_id), event))
+
+
+def _drain() -> None:
+    while True:
+        item = _QUEUE.get()
+        batch = [item]
+        while True:  # what queued meanwhile goes in the same write
+            try:
+                batch.append(_QUEUE.get_nowait())
+            except queue.Empty:
+                break
+        by_target: dict[tuple[int, str], tuple[Any, list[StreamEvent]]] = {}
+        for store, stream, event in batch:
+            by_target.setdefault((id(store), stream), (store, []))[1].append(event)
+        for (_, stream), (store, events) in by_target.items():
+            try:
+                store.append(stream, events)
+            except Exception as exc:  # noqa: BLE001  (watchers lose events; the run does not)
+                log.warning("stream %s: %d events not published: %s", stream, len(events), exc)
+
+
+def emit_move(before: Any, after: Any, transition: Any) -> None:
+    """From ``MachineRun._record``: the transition, a gate it opened or decided, the end."""
+    if workflow.unsafe.is_replaying() or not _SINKS:
+        return
+    from tower.core.gates import pending_record
+    from tower.core.graph import TERMINALS
+    from tower.core.transition import Kind
+
+    step = transition.step
+    emit(TRANSITION, step, {"source": transition.source, "target": transition.target,
+                            "reason": transition.reason, "kind": transition.kind.value,
+                            "calls": list(transition.calls)})
+    if transition.kind == Kind.GATE:
+        now, was = pending_record(after), pending_record(before)
+        if now is not None:
+            emit(GATE_OPENED, step, {"gate": now.gate, "node": now.node, "role": now.role,
+                                     "expires_at": now.expires_at.isoformat()})
+        elif was is not None:
+            closed = next((r for r in reversed(after.approvals) if r.gate == was.gate), was)
+            emit(GATE_DECIDED, step, {"gate": was.gate, "node": was.node,
+                                      "status": closed.status.value})
+    if after.node in TERMINALS:
+        emit(RUN_END, step, {"status": after.status.value, "node": after.node})
+
+
+def emit_tool(kind: str, step: int, tool: str, nth: int, **data: Any) -> None:
+    """From ``TemporalContext.tool``: a tool call started or finished."""
+    if _SINKS:
+        emit(kind, step, {"tool": tool, **data}, nth=f"/{tool}/{nth}")
