@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
-from temporalio import activity
+from temporalio import activity, workflow
 from temporalio.client import Client, ClientConfig
 from temporalio.client import Interceptor as ClientInterceptor
 from temporalio.converter import DataConverter
@@ -37,6 +37,7 @@ from tower.temporal.gating import current_run_id
 from tower.temporal.heap import frozen_heap
 from tower.temporal.machine_run import continued_from
 from tower.temporal.sandbox import sandbox_runner
+from tower.temporal.scheduler_guard import ScheduledByOwnAgents
 from tower.temporal.unopenable import TowerDataConverter, guarded
 
 __all__ = ["PROJECT_PASSTHROUGH", "WORKFLOW_FAILURE_TYPES", "TowerPlugin",
@@ -129,6 +130,14 @@ class TowerPlugin(SimplePlugin):
                                                                   activities) if d and d.name}
         check_external_tools(config.get("workflows") or (), served)
         register_external(self.external_tools)
+        # Every activity (a tool that pays included) runs only for this worker's own runs:
+        # not for a workflow of someone else's scheduling it on this queue (scheduler_guard).
+        # (A dynamic workflow could be any type: then the queue alone is checked.)
+        defined = [d for d in map(workflow._Definition.from_class, config.get("workflows") or ())
+                   if d]
+        hosted = [] if any(d.name is None for d in defined) else [str(d.name) for d in defined]
+        config["interceptors"] = [ScheduledByOwnAgents(config["client"], hosted),
+                                  *(config.get("interceptors") or ())]
         if activities and config.get("activity_executor") is None:
             if config.get("max_concurrent_activities") is None and config.get("tuner") is None:
                 config["max_concurrent_activities"] = DEFAULT_ACTIVITIES
