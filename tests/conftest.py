@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import towercli
+from headless import Browser, chromium_path
 from hypothesis import settings
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -105,3 +106,18 @@ def scripted_worker(client: Client, task_queue: str, db_path: Path) -> WorkerFac
         options.setdefault("models", ModelSettings())
         return build_worker(on or client, task_queue=task_queue, db_path=db_path, **options)
     return make
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Browser]:
+    """Headless Chromium with a profile of its own (tests/headless.py); without Chromium
+    the test skips, saying why."""
+    executable = chromium_path()
+    if executable is None:
+        pytest.skip("chromium is not installed (`apt-get install chromium`; .ci/run does)")
+    b = Browser(tmp_path / "profile", executable)
+    try:
+        yield b
+    finally:
+        b.close()
+

@@ -7,6 +7,7 @@ instead: navigate, poll the page's text, take a screenshot.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import itertools
@@ -134,3 +135,8 @@ def _devtools_port(port_file: Path, proc: subprocess.Popen[bytes], seconds: floa
         time.sleep(0.1)
     os.killpg(proc.pid, signal.SIGKILL)
     raise RuntimeError("chromium did not open its DevTools port")
+
+
+async def sync(fn: Any, *args: Any, **kw: Any) -> Any:
+    # The inbox and the worker answer on the test's event loop: drive the browser from a thread.
+    return await asyncio.to_thread(fn, *args, **kw)

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from gatekit import decide, make_shop, new_id, refunds, snapshot, wait_pending
-from headless import Browser, chromium_path
+from headless import Browser, sync
 from inboxkit import PASSWORD, inbox, park_refund
 from temporalio.client import Client
 
@@ -37,21 +36,6 @@ pytestmark = pytest.mark.browser
 DROP = "ALTER TABLE customers DROP COLUMN fax;\nDROP TABLE legacy_notes;"
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Browser]:
-    executable = chromium_path()
-    if executable is None:
-        pytest.skip("chromium is not installed (`apt-get install chromium`; .ci/run does)")
-    b = Browser(tmp_path / "profile", executable)
-    try:
-        yield b
-    finally:
-        b.close()
-
-
-async def sync(fn: Any, *args: Any, **kw: Any) -> Any:
-    # The inbox and the worker answer on this event loop: drive the browser from a thread.
-    return await asyncio.to_thread(fn, *args, **kw)
 
 
 async def sign_in(b: Browser, url: str, name: str) -> str:

@@ -13,16 +13,15 @@ from typing import Any
 
 import pytest
 from gatekit import make_shop
-from headless import Browser
+from headless import Browser, sync
 from inboxkit import inbox, park_refund
 from temporalio.client import Client
-from test_inbox_browser import browser, park_migration, sign_in, sync
+from test_inbox_browser import park_migration, sign_in
 
 from tower.activities.model import ModelSettings
 from worker import build_worker
 
 pytestmark = pytest.mark.browser
-__all__ = ["browser"]  # the fixture, imported for this file's test
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 WHEN = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import httpx
 import pytest
 from conftest import WorkerFactory
 from gatekit import make_shop
-from headless import Browser, chromium_path
+from headless import Browser, sync
 from inboxkit import PASSWORD, inbox, park_refund, signed_in
 from temporalio.client import Client
 
@@ -87,20 +86,6 @@ async def test_a_runs_stream_over_sse_resumes_from_last_event_id(
     assert refused.status_code == 303 and "event:" not in refused.text  # sign in first
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Browser]:
-    executable = chromium_path()
-    if executable is None:
-        pytest.skip("chromium is not installed (`apt-get install chromium`; .ci/run does)")
-    b = Browser(tmp_path / "profile", executable)
-    try:
-        yield b
-    finally:
-        b.close()
-
-
-async def sync(fn: Any, *args: Any, **kw: Any) -> Any:
-    return await asyncio.to_thread(fn, *args, **kw)
 
 
 @pytest.mark.browser
