@@ -14,7 +14,7 @@ carries only the handlers its strategy can honour.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, ClassVar, Protocol, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 from pydantic import BaseModel
 from temporalio import activity, workflow
@@ -34,6 +34,9 @@ from tower.core.state import AgentState
 from tower.temporal import stream_sink
 from tower.temporal.outcome import agent_failed
 from tower.temporal.task_time import in_a_task
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
 
 # What a closed execution tells without an upsert: Completed is DONE, Failed is FAILED
 # (search.status_clause); the node and step at the end are in the run's result or failure.
@@ -274,6 +277,19 @@ async def origin_refused() -> str | None:
     return refused or None
 
 
+async def run_origin(client: Client, workflow_id: str, run_id: str) -> tuple[str, str]:
+    """The workflow type and task queue the server says run ``run_id`` has; for a run it
+    does not know, ("", why). Any other failure to answer raises (the activity is retried).
+    Shared by the carry's origin check and the workers' scheduler guard."""
+    try:
+        described = await client.get_workflow_handle(workflow_id, run_id=run_id).describe()
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        return "", f"(no such run: {exc.message})"
+    return described.workflow_type, described.task_queue
+
+
 @activity.defn(name=ORIGIN_ACTIVITY)
 async def continued_from(run_id: str) -> str:
     """"" when ``run_id`` (a run of the calling run's workflow id) was the caller's workflow
@@ -281,14 +297,7 @@ async def continued_from(run_id: str) -> str:
     run's own), else why a carry from it is refused. Every Tower worker registers it
     (TowerPlugin)."""
     info = activity.info()
-    handle = activity.client().get_workflow_handle(info.workflow_id or "", run_id=run_id)
-    try:
-        described = await handle.describe()
-        was = (described.workflow_type, described.task_queue)
-    except RPCError as exc:
-        if exc.status != RPCStatusCode.NOT_FOUND:
-            raise  # retried: the server answers again
-        was = ("", f"(no such run: {exc.message})")
+    was = await run_origin(activity.client(), info.workflow_id or "", run_id)
     if was == (info.workflow_type, info.task_queue):
         return ""
     return (f"a carried state is accepted only from the run's own continue-as-new: run "

@@ -25,12 +25,13 @@ from typing import Any
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ExecuteActivityInput,
     Interceptor,
 )
+
+from tower.temporal.machine_run import run_origin
 
 REFUSED_TYPE = "ActivityRefused"
 _REMEMBERED = 4096  # runs whose verdict is kept (oldest dropped first)
@@ -63,15 +64,7 @@ class ScheduledByOwnAgents(Interceptor):
 
     async def _queue_refusal(self, info: activity.Info) -> str:
         # The worker's client: activity.client() exists only in async activities.
-        handle = self.client.get_workflow_handle(info.workflow_id or "",
-                                                 run_id=info.workflow_run_id)
-        try:
-            described = await handle.describe()
-            was = (described.workflow_type, described.task_queue)
-        except RPCError as exc:
-            if exc.status != RPCStatusCode.NOT_FOUND:
-                raise  # the activity is retried: the server answers again
-            was = ("", f"(no such run: {exc.message})")
+        was = await run_origin(self.client, info.workflow_id or "", info.workflow_run_id or "")
         if was == (info.workflow_type, info.task_queue):
             return ""
         return (f"activity {info.activity_type!r} was scheduled by run {info.workflow_run_id} "
