@@ -94,6 +94,17 @@ def value(payload: Payload) -> Any:
     return json.loads(payload.data)
 
 
+def decision_taken(event: Any) -> str | None:
+    """The decision id an update-completed event says the run took (approved or rejected,
+    not a duplicate), else None."""
+    outcome = event.workflow_execution_update_completed_event_attributes.outcome
+    told = values(outcome.success.payloads) if outcome.HasField("success") else []
+    if told and isinstance(told[0], dict) and told[0].get("result") in (
+            "approved", "rejected") and not told[0].get("duplicate"):
+        return str(told[0].get("decision_id"))
+    return None
+
+
 def values(payloads: Iterable[Payload]) -> list[Any]:
     return [value(p) for p in payloads]
 
@@ -172,11 +183,8 @@ def _read(history: WorkflowHistory, rec: Recording) -> None:
             u = event.workflow_execution_update_accepted_event_attributes.accepted_request.input
             rec.outside.append(Outside("update", u.name, values(u.args.payloads), step))
         elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
-            outcome = event.workflow_execution_update_completed_event_attributes.outcome
-            told = values(outcome.success.payloads) if outcome.HasField("success") else []
-            if told and isinstance(told[0], dict) and told[0].get("result") in (
-                    "approved", "rejected") and not told[0].get("duplicate"):
-                rec.accepted.add(str(told[0].get("decision_id")))
+            if (taken := decision_taken(event)) is not None:
+                rec.accepted.add(taken)
         elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
             result = values(event.workflow_execution_completed_event_attributes.result.payloads)
             state = result[0] if result and isinstance(result[0], dict) else {}

@@ -17,7 +17,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.converter import decode_typed_search_attributes
 
 from tower.contract import search
-from tower.testing.evals.recording import value, values
+from tower.testing.evals.recording import decision_taken, value, values
 
 E = EventType
 GATE_MARK = "notify approvers · gate "
@@ -153,11 +153,8 @@ def _read(event: Any, s: RunSummary, published: dict[str, Any], seen: _Seen) -> 
             s.tokens += int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
             s.cost_usd = round(s.cost_usd + float(usage.get("cost_usd", 0.0)), 8)
     elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
-        outcome = event.workflow_execution_update_completed_event_attributes.outcome
-        told = values(outcome.success.payloads) if outcome.HasField("success") else []
-        if told and isinstance(told[0], dict) and told[0].get("result") in (
-                "approved", "rejected") and not told[0].get("duplicate"):
-            seen.decided.add(str(told[0].get("decision_id")))
+        if (taken := decision_taken(event)) is not None:
+            seen.decided.add(taken)
     elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
         result = event.workflow_execution_completed_event_attributes.result.payloads
         state = value(result[0]) if result else None
