@@ -10,6 +10,8 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from temporalio.client import Client
@@ -118,3 +120,48 @@ class DevServer:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+
+@asynccontextmanager
+async def worker_pool(address: str, task_queue: str, folder: Path, count: int
+                      ) -> AsyncIterator[dict[str, subprocess.Popen[bytes]]]:
+    """``count`` `python worker.py` processes on one queue sharing one tools database
+    (folder/tools.sqlite), keyed by Temporal identity; each logs to folder/worker-N.log."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TEMPORAL_"))}
+    environ = {**base, "TEMPORAL_ADDRESS": address, "TOWER_DB": str(folder / "tools.sqlite"),
+               "TOWER_MESSAGES": str(folder / "messages.sqlite")}
+    procs = []
+    for i in range(count):
+        with (folder / f"worker-{i}.log").open("wb") as log:
+            procs.append(subprocess.Popen(
+                [sys.executable, "worker.py", "--task-queue", task_queue], cwd=REPO,
+                env=environ, stdout=log, stderr=subprocess.STDOUT))
+    try:
+        await _ready(procs, folder)
+        # Each worker's Temporal identity is the SDK's default, pid@host.
+        yield {f"{p.pid}@{socket.gethostname()}": p for p in procs}
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+async def _ready(procs: list[subprocess.Popen[bytes]], folder: Path) -> None:
+    """Wait until every worker says it is ready; a worker that exits or stays silent fails
+    the test with its log. (Not the server's list of pollers: on the dev server a poll can
+    wait on a partition that list does not show for up to a minute.)"""
+    async with asyncio.timeout(120):
+        while True:
+            texts = [(folder / f"worker-{i}.log").read_text(errors="replace")
+                     for i in range(len(procs))]
+            for p, text in zip(procs, texts, strict=True):
+                assert p.poll() is None, f"a worker exited ({p.returncode}): ...{text[-1500:]}"
+            if all("worker ready" in text for text in texts):
+                return
+            await asyncio.sleep(0.2)

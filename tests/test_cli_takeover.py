@@ -11,21 +11,20 @@ there and fail with "no worker answers on its task queue" while a worker was pol
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from gatekit import new_id, refund_request, refunds, wait_pending
+from procs import worker_pool
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of, tower
-from test_multi_worker import _identities, _pollers
+from test_multi_worker import _identities
 
 from tower.client import query
 from tower.temporal.gating import Gatekeeper
@@ -56,27 +55,8 @@ async def sticky_worker(handle: WorkflowHandle[Any, Any]) -> str:
 async def two_workers(env: WorkflowEnvironment, task_queue: str, tmp_path: Path
                       ) -> AsyncIterator[dict[str, subprocess.Popen[bytes]]]:
     """Two `python worker.py` processes on one queue and one tools database, by identity."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TEMPORAL_"))}
-    environ = {**base, "TEMPORAL_ADDRESS": address_of(env),
-               "TOWER_DB": str(tmp_path / "tools.sqlite"),
-               "TOWER_MESSAGES": str(tmp_path / "messages.sqlite")}
-    procs = [subprocess.Popen([sys.executable, "worker.py", "--task-queue", task_queue],
-                              cwd=ROOT, env=environ, stdout=subprocess.DEVNULL,
-                              stderr=(tmp_path / f"worker-{i}.log").open("wb"))
-             for i in range(2)]
-    try:
-        by_pid = {int(i.split("@")[0]): i for i in await _pollers(env.client, task_queue, 2)}
-        yield {by_pid[p.pid]: p for p in procs}
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+    async with worker_pool(address_of(env), task_queue, tmp_path, 2) as pool:
+        yield pool
 
 
 async def parked_refund(client: Client, task_queue: str) -> tuple[WorkflowHandle[Any, Any], str]:

@@ -5,10 +5,8 @@ they share the load, and when one is killed (SIGKILL, no goodbye) the others tak
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,10 +14,9 @@ from typing import Any
 
 import pytest
 from gatekit import decision, new_id, refund_request, refunds, wait_pending
-from temporalio.api.enums.v1 import EventType, TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client, WorkflowHandle
+from procs import worker_pool
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from workflows.account import AccountAgent, AccountRequest
@@ -33,31 +30,9 @@ WORKERS = 3
 async def workers(
     env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> AsyncIterator[dict[str, subprocess.Popen[bytes]]]:
-    """WORKERS worker processes sharing one tools database; keyed by Temporal identity."""
-    address = env.client.service_client.config.target_host
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TEMPORAL_"))}
-    environ = {**base, "TEMPORAL_ADDRESS": address, "TOWER_DB": str(tmp_path / "tools.sqlite"),
-               "TOWER_MESSAGES": str(tmp_path / "messages.sqlite")}
-    procs = []
-    for i in range(WORKERS):
-        log = (tmp_path / f"worker-{i}.log").open("wb")
-        procs.append(subprocess.Popen(
-            [sys.executable, "worker.py", "--task-queue", task_queue], cwd=ROOT, env=environ,
-            stdout=log, stderr=subprocess.STDOUT))
-    try:
-        identities = await _pollers(env.client, task_queue, WORKERS)
-        by_pid = {int(i.split("@")[0]): i for i in identities}
-        yield {by_pid[p.pid]: p for p in procs}
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+    async with worker_pool(env.client.service_client.config.target_host, task_queue, tmp_path,
+                           WORKERS) as pool:
+        yield pool
 
 
 async def test_workers_share_the_load_and_take_over_a_killed_workers_runs(
@@ -118,18 +93,3 @@ async def _identities(handle: WorkflowHandle[Any, Any]) -> list[str]:
             out.append(e.activity_task_started_event_attributes.identity)
     return out
 
-
-async def _pollers(client: Client, task_queue: str, count: int, seconds: float = 90) -> set[str]:
-    """Wait until ``count`` distinct workers poll the queue for both kinds of task."""
-    async with asyncio.timeout(seconds):
-        while True:
-            kinds = []
-            for kind in (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-                         TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY):
-                r = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
-                    namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
-                    task_queue_type=kind))
-                kinds.append({p.identity for p in r.pollers})
-            if len(kinds[0] & kinds[1]) >= count:
-                return kinds[0] & kinds[1]
-            await asyncio.sleep(0.5)
