@@ -136,7 +136,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
     except (ServerUnreachable, UnknownTenant, TracingConfigError, ValueError, PriceError,
             McpConfigError, McpDiscoveryError, McpPolicyError) as exc:
         raise SystemExit(f"error: {exc}") from None
-    async with worker:  # (TowerPlugin freezes the heap it loaded: tower/temporal/heap.py)
+    async with worker:  # (TowerPlugin freezes the heap it loaded: tower/temporal/_heap.py)
         logging.info("worker ready on task queue %r; model: %s; MCP tools: %s",
                      args.task_queue, settings.describe(), ", ".join(mcp.tools) or "none")
         await stop.wait()
@@ -145,4 +145,4 @@ async def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    run_main(main())  # exits once the worker has drained (tower/temporal/process.py)
+    run_main(main())  # exits once the worker has drained (tower/temporal/_process.py)

@@ -12,11 +12,11 @@ from temporalio import workflow
 from tower import ADD, DONE, AgentState, Graph, Message, NodeContext
 from tower.contract.wire import ModelReply, ModelRequest, ToolCall
 from tower.core.gates import Gate
-from tower.temporal.context import TOOL_RETRY
+from tower.temporal._context import TOOL_RETRY
 
 with workflow.unsafe.imports_passed_through():
     from activities.tools import TOOLS
-from tower.temporal.runtime import AgentWorkflow
+from tower.temporal._runtime import AgentWorkflow
 from workflows.chat import RESPOND_PROMPT
 
 LOOKUP = {"account_id": "ACC-1001"}

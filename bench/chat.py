@@ -22,8 +22,8 @@ from tower.cli.histories import replay as replay_checked
 from tower.contract.search import start_attributes
 from tower.core.window import WindowPolicy
 from tower.temporal import TowerPlugin
+from tower.temporal._sandbox import sandbox_runner
 from tower.temporal.payloads import tower_data_converter
-from tower.temporal.sandbox import sandbox_runner
 from worker import build_worker
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
 
@@ -110,7 +110,7 @@ async def _replay_times(histories: dict[str, WorkflowHistory], rounds: int,
     # converter, as a project without Tower has them, with the same restrictions and
     # pass-through modules (its module imports Tower's); Tower's with TowerPlugin, as a
     # worker, `tower replay` and tower.testing have it (the payload store and codec from
-    # the environment; tower.temporal.sandbox: cheaper per payload; the same payloads).
+    # the environment; tower.temporal._sandbox: cheaper per payload; the same payloads).
     naive = SandboxedWorkflowRunner(restrictions=sandbox_runner("activities").restrictions)
     replayers = {"tower": Replayer(workflows=[ChatAgent], plugins=[TowerPlugin()]),
                  "naive": Replayer(workflows=[NaiveChat], data_converter=pydantic_data_converter,

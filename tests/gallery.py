@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from tower.core.mermaid import to_mermaid
-from tower.temporal.machine_run import MachineRun
+from tower.temporal._machine_run import MachineRun
 from workflows.registry import AGENTS
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "gallery.md"

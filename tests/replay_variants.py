@@ -23,7 +23,7 @@ from temporalio import workflow
 
 from activities.tools import TOOLS
 from tower import DONE, FAILED, AgentState, Graph, Message, NodeContext
-from tower.temporal.runtime import AgentWorkflow
+from tower.temporal._runtime import AgentWorkflow
 from workflows.account import GRAPH as GRAPH_V1
 from workflows.account import (
     MAX_REASON_ROUNDS,

@@ -12,7 +12,7 @@ from temporalio.client import Client
 
 from tower.activities.model import ModelSettings
 from tower.core.engine import Transition
-from tower.temporal.outcome import final_state
+from tower.temporal._outcome import final_state
 from workflows.account import AccountAgent, AccountRequest, AccountState
 from workflows.support import SupportAgent, SupportRequest
 

@@ -27,7 +27,7 @@ from test_cli import address_of, tower
 from test_multi_worker import _identities
 
 from tower.client import query
-from tower.temporal.gating import Gatekeeper
+from tower.temporal._gating import Gatekeeper
 from workflows.refund import RefundAgent, RefundState
 
 ROOT = Path(__file__).resolve().parent.parent

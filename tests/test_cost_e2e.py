@@ -17,7 +17,7 @@ from towercli import tower_cli
 from tower.activities.model import ModelSettings
 from tower.activities.prices import PriceTable
 from tower.contract import search
-from tower.temporal.outcome import final_state
+from tower.temporal._outcome import final_state
 from workflows.account import AccountAgent, AccountRequest, AccountState
 
 

@@ -22,7 +22,7 @@ from temporalio.exceptions import ApplicationError
 from tower.cli.cmd_operator import send_retry
 from tower.cli.common import CliError
 from tower.contract.wire import ModelRequest
-from tower.temporal.outcome import AGENT_FAILED, final_state
+from tower.temporal._outcome import AGENT_FAILED, final_state
 from workflows.refund import RefundAgent, RefundState
 
 

@@ -17,8 +17,8 @@ from temporalio.client import (
 
 from tower.activities.model import ModelSettings
 from tower.core.engine import Transition
-from tower.temporal.fanout import FanOutPolicy, OnChildFailure
-from tower.temporal.outcome import final_state
+from tower.temporal._fanout import FanOutPolicy, OnChildFailure
+from tower.temporal._outcome import final_state
 from worker import build_worker
 from workflows.fanout import FanOutAgent, FanOutRequest, FanOutState
 

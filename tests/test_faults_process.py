@@ -24,7 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.tools.db import connect
 from tower.cli.agents import scripted_reply
-from tower.temporal.outcome import final_state
+from tower.temporal._outcome import final_state
 from tower.testing.model_server import Fault, LoopbackModelServer
 from workflows.order import OrderAgent, OrderRequest, OrderState
 from workflows.refund import RefundAgent

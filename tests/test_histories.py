@@ -19,7 +19,7 @@ from tower.cli.devserver import temporal_binary
 from tower.cli.histories import load, replay
 from tower.cli.testing import assert_replays, history_files
 from tower.core.engine import Transition
-from tower.testing.replay_report import diverged
+from tower.testing._replay_report import diverged
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
 from workflows.registry import AGENTS

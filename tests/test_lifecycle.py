@@ -26,8 +26,8 @@ from temporalio.exceptions import ApplicationError
 
 from tower.core.engine import Transition
 from tower.core.events import Rejection
-from tower.temporal.event_runtime import EVENTS_PER_TASK, REJECTED_KEEP, UNTAKEN
-from tower.temporal.outcome import AGENT_FAILED, final_state
+from tower.temporal._event_runtime import EVENTS_PER_TASK, REJECTED_KEEP, UNTAKEN
+from tower.temporal._outcome import AGENT_FAILED, final_state
 from workflows.lifecycle import (
     MAX_RECOVERIES,
     LifecycleAgent,

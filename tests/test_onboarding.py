@@ -13,7 +13,7 @@ from activities.tools import TOOLS, ToolBox
 from tower.activities.model import ModelSettings
 from tower.contract.wire import ToolCall
 from tower.core.engine import Transition
-from tower.temporal.outcome import final_state
+from tower.temporal._outcome import final_state
 from worker import build_worker
 from workflows.onboarding import (
     GRAPH,

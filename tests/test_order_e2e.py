@@ -24,7 +24,7 @@ from tower.cli.common import CliError
 from tower.cli.runs import run_state
 from tower.contract import search
 from tower.core.engine import Transition
-from tower.temporal.outcome import AGENT_FAILED, final_state
+from tower.temporal._outcome import AGENT_FAILED, final_state
 from workflows.order import OrderAgent, OrderRequest, OrderState
 
 SCRIPTED = ModelSettings()

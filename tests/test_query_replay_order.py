@@ -1,5 +1,5 @@
 """A decision and the gate's attestation in one workflow task, after a query replayed the
-run on another worker: the history still replays (tower/temporal/task_time.py).
+run on another worker: the history still replays (tower/temporal/_task_time.py).
 
 The nondeterminism the randomized checker found (trial 37: TMPRL1100 "Update machine does
 not handle this event: HistoryEvent(id: 61, WorkflowPropertiesModified)"), made to happen

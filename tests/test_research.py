@@ -13,7 +13,7 @@ from conftest import WorkerFactory
 from temporalio.client import Client
 
 from tower.core.engine import Transition
-from tower.temporal.outcome import final_state
+from tower.temporal._outcome import final_state
 from workflows.research import (
     MIN_WORDS,
     Control,

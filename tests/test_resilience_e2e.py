@@ -14,7 +14,7 @@ from temporalio.client import Client
 from tower.activities.model import ModelSettings
 from tower.cli.agents import scripted_reply
 from tower.core.engine import Transition
-from tower.temporal.outcome import final_state
+from tower.temporal._outcome import final_state
 from tower.testing.model_server import Fault, LoopbackModelServer
 from worker import build_worker
 from workflows.order import OrderAgent, OrderRequest, OrderState

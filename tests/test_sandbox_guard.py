@@ -1,4 +1,4 @@
-"""Tower's sandbox (tower.temporal.sandbox: cheaper per activation, the engine passed
+"""Tower's sandbox (tower.temporal._sandbox: cheaper per activation, the engine passed
 through) still catches agent code that breaks determinism: the run's workflow task fails
 with the SDK's restriction error, and the run does not complete."""
 
@@ -14,7 +14,7 @@ from temporalio.client import Client
 
 from tower.activities.model import ModelSettings
 from tower.temporal import TowerPlugin
-from tower.temporal.sandbox import RunSandbox
+from tower.temporal._sandbox import RunSandbox
 from worker import build_worker
 
 

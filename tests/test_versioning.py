@@ -32,7 +32,7 @@ from tower.activities.model import ModelActivities, ModelSettings
 from tower.cli.histories import load, replay
 from tower.cli.testing import assert_replays
 from tower.temporal import TowerPlugin
-from tower.temporal.agent import scripts_of
+from tower.temporal._agent import scripts_of
 from workflows.account import AccountRequest
 from workflows.registry import AGENTS
 

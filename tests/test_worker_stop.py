@@ -2,7 +2,7 @@
 running model calls finish, nothing is retried), exits 0, and another worker completes
 the runs. Every time: 20 working workers (`python worker.py` and `tower worker`), each with
 a run in flight, stopped with SIGTERM: 20 exits 0 (before, 2 drains in 9 ended in `Fatal
-Python error: PyGILState_Release ... finalizing`, exit 134: tower/temporal/process.py)."""
+Python error: PyGILState_Release ... finalizing`, exit 134: tower/temporal/_process.py)."""
 
 from __future__ import annotations
 

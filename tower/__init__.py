@@ -27,17 +27,17 @@ if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
     from tower.core.state import ADD, APPEND, REPLACE, AgentState, Message, custom
     from tower.core.tools import ToolDef
     from tower.core.window import WindowPolicy
-    from tower.temporal.agent import agent
-    from tower.temporal.event_runtime import EventWorkflow
-    from tower.temporal.fanout import FanOutPolicy, fan_out
-    from tower.temporal.runtime import AgentWorkflow
+    from tower.temporal._agent import agent
+    from tower.temporal._event_runtime import EventWorkflow
+    from tower.temporal._fanout import FanOutPolicy, fan_out
+    from tower.temporal._runtime import AgentWorkflow
 
 # name -> the module that defines it, imported on first use.
 _LAZY = {
     "ADD": "tower.core.state",
-    "agent": "tower.temporal.agent",
+    "agent": "tower.temporal._agent",
     "AgentState": "tower.core.state",
-    "AgentWorkflow": "tower.temporal.runtime",
+    "AgentWorkflow": "tower.temporal._runtime",
     "Answer": "tower.core.context",
     "APPEND": "tower.core.state",
     "Carry": "tower.core.carry",
@@ -45,11 +45,11 @@ _LAZY = {
     "custom": "tower.core.state",
     "DONE": "tower.core.graph",
     "EffectRefused": "tower.core.errors",
-    "EventWorkflow": "tower.temporal.event_runtime",
+    "EventWorkflow": "tower.temporal._event_runtime",
     "FAILED": "tower.core.graph",
-    "fan_out": "tower.temporal.fanout",
+    "fan_out": "tower.temporal._fanout",
     "guard_rows": "tower.core.events",
-    "FanOutPolicy": "tower.temporal.fanout",
+    "FanOutPolicy": "tower.temporal._fanout",
     "Gate": "tower.core.gates",
     "Graph": "tower.core.graph",
     "Message": "tower.core.state",

@@ -9,7 +9,7 @@ from temporalio import workflow
 from activities.tools import TOOLS
 from tower import AgentState, AgentWorkflow, Graph, agent
 from tower.core.errors import InvalidGraph
-from tower.temporal.agent import agents_by_name, load_agents, scripts_of
+from tower.temporal._agent import agents_by_name, load_agents, scripts_of
 from tower.temporal.worker import check_external_tools
 from workflows.refund import GRAPH as REFUND
 from workflows.refund import RefundAgent
@@ -76,8 +76,8 @@ def test_two_agents_with_one_name_are_refused() -> None:
 
 def test_each_agent_carries_only_the_handlers_its_strategy_honours() -> None:
     from tower import EventWorkflow
-    from tower.temporal.event_runtime import EventDriven
-    from tower.temporal.runtime import NodeDriven
+    from tower.temporal._event_runtime import EventDriven
+    from tower.temporal._runtime import NodeDriven
 
     def handlers(cls: type) -> set[str]:
         defn = workflow._Definition.from_class(cls)

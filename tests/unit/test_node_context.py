@@ -6,7 +6,7 @@ from pydantic import BaseModel
 
 from tower import Answer
 from tower.contract.wire import ModelReply, ToolCallRequest
-from tower.temporal.context import TemporalContext
+from tower.temporal._context import TemporalContext
 from workflows.account import GRAPH as ACCOUNT
 from workflows.account import FinalAnswer
 from workflows.support import GRAPH as SUPPORT

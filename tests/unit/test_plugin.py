@@ -19,10 +19,10 @@ from tower import AgentState, Graph
 from tower.cli.histories import load, replay
 from tower.core.errors import InvalidGraph
 from tower.temporal import TowerPlugin
+from tower.temporal._sandbox import RunSandbox
+from tower.temporal._unopenable import TowerDataConverter
 from tower.temporal.codec import EncryptionCodec, NoKeys, new_key
 from tower.temporal.plugin import WORKFLOW_FAILURE_TYPES
-from tower.temporal.sandbox import RunSandbox
-from tower.temporal.unopenable import TowerDataConverter
 from workflows.registry import AGENTS
 
 AGENT_CLASSES = list(AGENTS.values())

@@ -11,7 +11,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from tower.cli.histories import load, replay
 from tower.temporal import TowerPlugin
-from tower.temporal import sandbox as tower_sandbox
+from tower.temporal import _sandbox as tower_sandbox
 
 HISTORIES = Path(__file__).parent.parent / "histories"
 

@@ -22,7 +22,7 @@ def use_agents(modules: str | None) -> None:
 def agents() -> dict[str, Any]:
     """``{name: agent class}`` of the project (or of ``--agents``)."""
     from tower.cli import project
-    from tower.temporal.agent import load_agents
+    from tower.temporal._agent import load_agents
 
     folder = project.root()
     try:
@@ -50,6 +50,6 @@ def scripted_reply(request: Any) -> Any:
     """The scripted model's answer from the known agents' own scripts (a ModelReply):
     what `tower model-server` and the loopback model server answer with."""
     from tower.activities.scripted import scripted_reply as reply
-    from tower.temporal.agent import scripts_of
+    from tower.temporal._agent import scripts_of
 
     return reply(request, scripts_of(agents().values()))

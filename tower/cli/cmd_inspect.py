@@ -26,7 +26,7 @@ from tower.cli.common import CliError
 from tower.cli.histories import HistoryError, Replayed, load, replay
 from tower.cli.output import json_option, print_json, run_argument, table, tenant_option
 from tower.client import connect, connect_config, history_end
-from tower.testing.replay_report import task_completed_after
+from tower.testing._replay_report import task_completed_after
 
 
 @click.command("inspect", help=(

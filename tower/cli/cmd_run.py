@@ -48,7 +48,7 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
     from tower.cli.live import watch
     from tower.cli.ui import run_link
     from tower.client import connect, connect_config, has_workers, start_run
-    from tower.temporal.gating import Gatekeeper
+    from tower.temporal._gating import Gatekeeper
 
     agent = agent_class(agent_name)
     request = parse_input(agent, raw_input)
@@ -110,7 +110,7 @@ async def final_state(client: Any, handle: Any, progress: Any) -> dict[str, Any]
     from temporalio.service import RPCError
 
     from tower.cli.runs import run_state
-    from tower.temporal.machine_run import MachineRun
+    from tower.temporal._machine_run import MachineRun
 
     if progress.closed and not progress.transitions:
         return {}

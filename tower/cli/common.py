@@ -13,7 +13,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from tower.cli.agents import agents
 from tower.cli.errors import CliError
 from tower.core.engine import Transition
-from tower.temporal.machine_run import MachineRun
+from tower.temporal._machine_run import MachineRun
 
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle

@@ -13,7 +13,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from tower.cli.common import CliError, not_found_is
 from tower.client._runs import QUERY_TIMEOUT, has_workers, no_worker, query
 from tower.contract import search
-from tower.temporal.machine_run import MachineRun
+from tower.temporal._machine_run import MachineRun
 
 __all__ = ["QUERY_TIMEOUT", "failed_state", "has_workers", "list_query", "list_rows",
            "no_worker", "query", "run_state"]

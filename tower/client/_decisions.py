@@ -33,7 +33,7 @@ from tower.client.keys import sign_decision
 from tower.contract.decisions import GateRecord, Verdict, proposal_digest
 from tower.core.gates import Outcome
 from tower.core.signing import decision_claims
-from tower.temporal.gating import Gatekeeper
+from tower.temporal._gating import Gatekeeper
 
 # How long a decision waits for another worker to take over a run whose worker stopped
 # (killed: the server keeps sending the run to it for ~10 s).

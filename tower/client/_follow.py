@@ -40,7 +40,7 @@ from tower.client._runs import closed, describe, failure_of
 from tower.client.errors import ClientError, RunNotFound
 from tower.contract import search
 from tower.core.engine import Transition
-from tower.temporal.machine_run import MachineRun
+from tower.temporal._machine_run import MachineRun
 
 AGENT_ENDS = frozenset({"DONE", "FAILED"})
 PAUSED = "AWAITING_APPROVAL"

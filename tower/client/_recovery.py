@@ -31,7 +31,7 @@ from tower.client._runs import describe
 from tower.client.errors import ClientError
 from tower.contract import search
 from tower.core.transition import Transition
-from tower.testing.replay_report import task_completed_after
+from tower.testing._replay_report import task_completed_after
 
 
 @dataclass(frozen=True)

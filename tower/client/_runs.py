@@ -43,7 +43,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from tower.client.connection import TASK_QUEUE
 from tower.client.errors import ClientError, RunClosed, RunNotFound
 from tower.contract import search
-from tower.temporal.machine_run import MachineRun
+from tower.temporal._machine_run import MachineRun
 
 # A worker answers a query in milliseconds; past this, none is there (the server still
 # lists a worker that stopped a minute ago as a poller).

@@ -16,7 +16,7 @@ MODEL_STARTED = "model_started"  # attempt, node, step
 DELTA = "delta"  # attempt, text
 MODEL_FINISHED = "model_finished"  # attempt; tool calls and structured output arrive whole
 DISCARD = "discard"  # attempt, reason: forget that attempt's deltas
-# Steps, published by the worker outside the workflow's sandbox (tower.temporal.stream_sink).
+# Steps, published by the worker outside the workflow's sandbox (tower.temporal._stream_sink).
 TRANSITION = "transition"
 GATE_OPENED = "gate_opened"
 GATE_DECIDED = "gate_decided"

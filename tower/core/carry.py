@@ -38,7 +38,7 @@ class Carry(BaseModel):
     ``run_id`` is the run that continued-as-new with it. The next run takes a carry only
     when that is the run it continued from (``workflow.info().continued_run_id``): a cron
     or retry run also has a ``continued_run_id`` but repeats its first input, which a
-    requester wrote before that run id existed (tower/temporal/machine_run.py ``own_carry``).
+    requester wrote before that run id existed (tower/temporal/_machine_run.py ``own_carry``).
     """
 
     # None only in the carries of runs recorded before (they replay without the check).

@@ -1,7 +1,7 @@
 """What a node may touch, as a Protocol: the model, its own tools, the clock.
 
 A node gets a ``NodeContext`` and nothing else from the outside world. On a worker it
-is ``tower.temporal.context.TemporalContext`` (every call an activity); in a unit test
+is ``tower.temporal._context.TemporalContext`` (every call an activity); in a unit test
 it is ``tower.testing``'s scripted one, which answers in-process. Pure: no Temporal.
 """
 

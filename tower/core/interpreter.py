@@ -1,7 +1,7 @@
 """What a node-driven run does next, decided without doing it.
 
-The workflow (tower/temporal/runtime.py, gating.py) and the in-process runner
-(tower/testing/inprocess.py) ask these functions and carry the answer out — run a node,
+The workflow (tower/temporal/_runtime.py, gating.py) and the in-process runner
+(tower/testing/_inprocess.py) ask these functions and carry the answer out — run a node,
 open a gate or wait on one a carried-over run left open, take a node's update, end a
 request — so the two cannot drift. Pure: no I/O, no clock, no Temporal.
 """

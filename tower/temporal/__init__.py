@@ -8,18 +8,18 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tower.temporal.agent import agents_by_name, load_agents, scripts_of
-    from tower.temporal.machine_run import MachineRun
+    from tower.temporal._agent import agents_by_name, load_agents, scripts_of
+    from tower.temporal._machine_run import MachineRun
+    from tower.temporal._process import run_main
+    from tower.temporal._stream_sink import publish_steps, stop_publishing
     from tower.temporal.plugin import TowerPlugin, has_tower_plugin
-    from tower.temporal.process import run_main
-    from tower.temporal.stream_sink import publish_steps, stop_publishing
 
 # Loaded on use: importing one module of this layer does not load the plugin's.
-_LAZY = {"TowerPlugin": "tower.temporal.plugin", "MachineRun": "tower.temporal.machine_run",
-         "agents_by_name": "tower.temporal.agent", "load_agents": "tower.temporal.agent",
-         "scripts_of": "tower.temporal.agent", "has_tower_plugin": "tower.temporal.plugin",
-         "run_main": "tower.temporal.process", "publish_steps": "tower.temporal.stream_sink",
-         "stop_publishing": "tower.temporal.stream_sink"}
+_LAZY = {"TowerPlugin": "tower.temporal.plugin", "MachineRun": "tower.temporal._machine_run",
+         "agents_by_name": "tower.temporal._agent", "load_agents": "tower.temporal._agent",
+         "scripts_of": "tower.temporal._agent", "has_tower_plugin": "tower.temporal.plugin",
+         "run_main": "tower.temporal._process", "publish_steps": "tower.temporal._stream_sink",
+         "stop_publishing": "tower.temporal._stream_sink"}
 __all__ = ["MachineRun", "TowerPlugin", "agents_by_name", "has_tower_plugin", "load_agents",
            "publish_steps", "run_main", "scripts_of", "stop_publishing"]
 

@@ -30,8 +30,8 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
+from tower.temporal._unopenable import TowerDataConverter, TowerPayloadConverter
 from tower.temporal.codec import NoKeys, codec_from_env
-from tower.temporal.unopenable import TowerDataConverter, TowerPayloadConverter
 
 DEFAULT_DIR = Path(".tower") / "payloads"
 # Far below Temporal's 2 MiB payload limit, far above any routine activity input.
@@ -99,7 +99,7 @@ def tower_data_converter(
         env.get("TOWER_PAYLOAD_THRESHOLD") or DEFAULT_THRESHOLD)
     storage = ExternalStorage(drivers=[LocalDirDriver(root)], payload_size_threshold=limit)
     # Tower's pydantic converter (tower.temporal.converter); an input from outside that a
-    # worker cannot open is refused, not a stalled run (tower/temporal/unopenable.py).
+    # worker cannot open is refused, not a stalled run (tower/temporal/_unopenable.py).
     converter = TowerDataConverter(payload_converter_class=TowerPayloadConverter,
                                    external_storage=storage)
     codec = codec_from_env(env)

@@ -8,7 +8,7 @@ A client with the plugin writes and reads Tower's payloads (pydantic; large ones
 payload store; encrypted when TOWER_CODEC_KEYS is set: ``tower.temporal.payloads``). A
 worker made from that client — a plain ``Worker`` — and a replayer given the plugin also
 get, by construction, the same settings: the converter guarded so that an input from
-outside it cannot open is refused, not a stalled run (``tower.temporal.unopenable``);
+outside it cannot open is refused, not a stalled run (``tower.temporal._unopenable``);
 Tower's sandbox with the engine and the project's ``activities`` package passed through;
 Tower's errors and invalid inputs failing the run instead of retrying its task; tracing
 when a replay-safe tracer provider is installed; and sync activities run on threads.
@@ -33,12 +33,12 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from tower.core.errors import InvalidGraph, TowerError
 from tower.core.tools import ToolSpec, register_external
-from tower.temporal.gating import current_run_id
-from tower.temporal.heap import frozen_heap
-from tower.temporal.machine_run import continued_from
-from tower.temporal.sandbox import sandbox_runner
-from tower.temporal.scheduler_guard import ScheduledByOwnAgents
-from tower.temporal.unopenable import TowerDataConverter, guarded
+from tower.temporal._gating import current_run_id
+from tower.temporal._heap import frozen_heap
+from tower.temporal._machine_run import continued_from
+from tower.temporal._sandbox import sandbox_runner
+from tower.temporal._scheduler_guard import ScheduledByOwnAgents
+from tower.temporal._unopenable import TowerDataConverter, guarded
 
 __all__ = ["PROJECT_PASSTHROUGH", "WORKFLOW_FAILURE_TYPES", "TowerPlugin",
            "check_external_tools", "has_tower_plugin", "sandbox_runner"]
@@ -208,6 +208,6 @@ def _tracing(on: bool) -> list[ClientInterceptor | WorkerInterceptor]:
         return []
     from temporalio.contrib.opentelemetry import OpenTelemetryInterceptor
 
-    from tower.temporal.trace_headers import TraceHeaderGuard
+    from tower.temporal._trace_headers import TraceHeaderGuard
 
     return [TraceHeaderGuard(), OpenTelemetryInterceptor(add_temporal_spans=True)]

@@ -15,8 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from tower.testing.context import ScriptedContext, Stuck
-from tower.testing.inprocess import Run, Said, approve, reject, run_agent, run_node
+from tower.testing._context import ScriptedContext, Stuck
+from tower.testing._inprocess import Run, Said, approve, reject, run_agent, run_node
 
 if TYPE_CHECKING:
     from tower.testing.replay import Replayed, assert_replays, history_files, load, replay

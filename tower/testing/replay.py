@@ -41,9 +41,9 @@ from tower.contract import search
 from tower.core.audit import check_log
 from tower.core.state import AgentState
 from tower.core.transition import Transition
-from tower.temporal.machine_run import MachineRun
+from tower.temporal._machine_run import MachineRun
 from tower.temporal.plugin import TowerPlugin
-from tower.testing.replay_report import describe_failure, diverged
+from tower.testing._replay_report import describe_failure, diverged
 
 
 class HistoryError(Exception):

@@ -19,7 +19,7 @@ from temporalio import workflow
 from temporalio.common import RawValue
 
 from tower.core.gates import Refusal
-from tower.temporal.unopenable import UnopenablePayload
+from tower.temporal._unopenable import UnopenablePayload
 
 Via = Literal["signal", "update"]
 Kept = dict[str, str] | Sequence[RawValue] | None  # what a kept refusal shows, or its inputs

@@ -20,11 +20,11 @@ from tower.core.errors import NodeFailed
 from tower.core.gates import approving_decision
 from tower.core.interpreter import Hold, after_node, next_step
 from tower.core.state import S, apply_update, set_engine_fields
-from tower.temporal import tracing
-from tower.temporal.context import TemporalContext
-from tower.temporal.gating import Gatekeeper
-from tower.temporal.machine_run import MachineRun, carry_refused, event_id
-from tower.temporal.refusals import CARRY_AFTER_SIGNALS
+from tower.temporal import _tracing as tracing
+from tower.temporal._context import TemporalContext
+from tower.temporal._gating import Gatekeeper
+from tower.temporal._machine_run import MachineRun, carry_refused, event_id
+from tower.temporal._refusals import CARRY_AFTER_SIGNALS
 
 
 class NodeDriven:

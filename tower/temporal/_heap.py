@@ -1,7 +1,7 @@
 """What a Tower worker (or replayer) has loaded stays out of the collector's way.
 
 Anyone who can signal a run can make one workflow task hold a thousand signals (the
-servers' per-run cap, tower/temporal/refusals.py). Applying them allocates enough to set off
+servers' per-run cap, tower/temporal/_refusals.py). Applying them allocates enough to set off
 several full collections, and a full pass rescans the whole heap: in a process that has
 loaded a lot (a test run hundreds of tests long, a worker hosting many agents) that pushed
 the task past the SDK's 2 s deadlock detector, and every retry of the task did the same —

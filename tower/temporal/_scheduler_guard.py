@@ -31,7 +31,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from tower.temporal.machine_run import run_origin
+from tower.temporal._machine_run import run_origin
 
 REFUSED_TYPE = "ActivityRefused"
 _REMEMBERED = 4096  # runs whose verdict is kept (oldest dropped first)

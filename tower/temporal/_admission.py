@@ -20,7 +20,7 @@ from tower.contract import search
 from tower.contract.trust import TrustRequest, TrustSnapshot
 from tower.core.graph import Machine
 from tower.core.policy import effective
-from tower.temporal.task_time import in_a_task
+from tower.temporal._task_time import in_a_task
 
 # Retried until TRUST_DEADLINE, not a fixed number of times: workers killed one after
 # another (a deploy, a crash loop) must not fail a run before its first step. A missing

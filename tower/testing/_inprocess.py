@@ -44,7 +44,7 @@ from tower.core.interpreter import (
     rechecked,
 )
 from tower.core.state import AgentState, apply_update
-from tower.testing.context import ModelAnswers, ScriptedContext, Stuck, ToolAnswer
+from tower.testing._context import ModelAnswers, ScriptedContext, Stuck, ToolAnswer
 
 S = TypeVar("S", bound=AgentState)
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -31,9 +31,9 @@ from tower.core.gates import pending_record
 from tower.core.graph import FAILED, TERMINALS, Machine
 from tower.core.pending import pending_view
 from tower.core.state import AgentState
-from tower.temporal import stream_sink
-from tower.temporal.outcome import agent_failed
-from tower.temporal.task_time import in_a_task
+from tower.temporal import _stream_sink as stream_sink
+from tower.temporal._outcome import agent_failed
+from tower.temporal._task_time import in_a_task
 
 if TYPE_CHECKING:
     from temporalio.client import Client

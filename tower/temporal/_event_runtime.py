@@ -11,7 +11,7 @@ validation, duplicate check and guards. A refused event is kept in the audit tra
 (query ``rejected``: the newest 100; ``rejected_total`` counts them all) with the reason;
 nothing is ever silently dropped.
 
-Signals are taken raw, as a gated run takes them (tower/temporal/refusals.py): anyone may send
+Signals are taken raw, as a gated run takes them (tower/temporal/_refusals.py): anyone may send
 any signal with any inputs, thousands at a time. A malformed ``event`` signal or one of another
 name is refused into the audit trail, not dropped by the SDK or failing the workflow task; at
 most ``EVENTS_PER_TASK`` signalled events enter the inbox per workflow task (each is verified
@@ -44,12 +44,12 @@ from tower.core.events import Event, Rejection, apply_event
 from tower.core.graph import TERMINALS
 from tower.core.signing import SignatureRefused, verify_event
 from tower.core.state import AgentState, S, Usage
-from tower.temporal.admission import Admission
-from tower.temporal.context import TemporalContext
-from tower.temporal.machine_run import MachineRun, event_id
-from tower.temporal.refusals import TaskBudget
-from tower.temporal.runtime import _reason
-from tower.temporal.unopenable import UnopenablePayload
+from tower.temporal._admission import Admission
+from tower.temporal._context import TemporalContext
+from tower.temporal._machine_run import MachineRun, event_id
+from tower.temporal._refusals import TaskBudget
+from tower.temporal._runtime import _reason
+from tower.temporal._unopenable import UnopenablePayload
 
 EVENTS_PER_TASK = 50  # signalled events taken into the inbox per workflow task
 REJECTED_KEEP = 100  # refused events kept in memory (and in the ``rejected`` query)

@@ -6,7 +6,7 @@ as the ``decide`` update (answers with the outcome) or the ``decision`` signal (
 and forget). Both go through ``approval.read_decision`` and ``check_decision``: the
 update's validator refuses bad decisions before they enter the history; a refused
 signal changes nothing and is kept in the audit trail (query ``approvals``). Signals are
-taken raw and a flood of them is refused cheaply: see tower/temporal/refusals.py.
+taken raw and a flood of them is refused cheaply: see tower/temporal/_refusals.py.
 
 Trust. At start a run loads its tenant's roster (public keys, roles) and policy with
 the ``load_trust`` activity. A validator cannot call an activity, so decisions are
@@ -50,10 +50,10 @@ from tower.core.gates import (
 from tower.core.graph import TERMINALS
 from tower.core.interpreter import Close, Recheck, decided, moves_on_after_approval, rechecked
 from tower.core.state import AgentState, apply_update
-from tower.temporal.admission import Admission
-from tower.temporal.context import TemporalContext
-from tower.temporal.refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget, decoded
-from tower.temporal.task_time import in_a_task
+from tower.temporal._admission import Admission
+from tower.temporal._context import TemporalContext
+from tower.temporal._refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget, decoded
+from tower.temporal._task_time import in_a_task
 
 REFUSED = "DecisionRefused"
 NOTIFY_ATTEMPTS = 5

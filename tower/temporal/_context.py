@@ -28,8 +28,8 @@ from tower.core.graph import Node
 from tower.core.keys import effect_key
 from tower.core.state import Message, Usage
 from tower.core.tools import ToolDef, ToolSpec, spec_for
-from tower.temporal import stream_sink
-from tower.temporal.task_time import in_a_task
+from tower.temporal import _stream_sink as stream_sink
+from tower.temporal._task_time import in_a_task
 
 T = TypeVar("T", bound=BaseModel)
 
