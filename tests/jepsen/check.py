@@ -27,6 +27,7 @@ class RunView:
     workflow_id: str
     state: dict[str, Any] | None  # None: the harness could not read it (a harness error)
     reported: list[str] = field(default_factory=list)  # refund ids in completed activities
+    why_stuck: str = ""  # a run not settled: what the server says it waits for (stuck.py)
 
 
 async def view(client: Client, workflow_id: str) -> RunView:
@@ -82,7 +83,8 @@ def check(db_path: Path, invoice: str, total_cents: int, runs: list[RunView]) ->
         if state is None:
             continue
         if state.get("status") not in SETTLED:
-            problems.append(f"{wid}: stuck at {state.get('node')} ({state.get('status')})")
+            why = f": {run.why_stuck}" if run.why_stuck else ""
+            problems.append(f"{wid}: stuck at {state.get('node')} ({state.get('status')}){why}")
             continue
         refund_id = state.get("refund_id", "")
         if refund_id and refund_id not in by_id:

@@ -27,6 +27,7 @@ from .bounds import DB_SECONDS, RPC_SECONDS, HarnessStuck, on_db, persist, stop_
 from .check import SETTLED, RunView, check, status_of, view
 from .faults import fault
 from .histories import replay_problems
+from .stuck import why_stuck
 from .world import Notes, Outcome, World
 
 SETTLE_SECONDS = 240.0  # a run not DONE or FAILED by then is stuck (CI machines are busy)
@@ -91,7 +92,9 @@ async def play(world: World, handles: list[Handle], rng: random.Random,
 
 async def read(client: Client, handle: Handle, notes: Notes) -> RunView:
     if await status_of(handle) not in SETTLED:  # stuck: the checker reports what it says
-        return RunView(handle.id, await state_of(handle))
+        notes.doing = f"describing {handle.id}, which did not settle"
+        return RunView(handle.id, await state_of(handle),
+                       why_stuck=await why_stuck(client, handle.id))
     notes.doing = f"reading {handle.id}'s state and history"
     return await persist(notes.doing, QUERY_SECONDS, lambda: view(client, handle.id))
 
