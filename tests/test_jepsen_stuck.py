@@ -6,6 +6,7 @@ the output and the trial's server is gone (tests/jepsen/stuck.py)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import uuid
 from datetime import timedelta
@@ -96,21 +97,34 @@ async def test_a_stuck_runs_report_names_its_failing_activity(client: Client,
     assert problem == f"{wid}: stuck at confirm (RUNNING): {why}"
 
 
-async def test_a_stuck_runs_report_names_its_failing_workflow_task(client: Client) -> None:
+async def test_a_stuck_runs_report_names_its_failing_workflow_task(client: Client,
+                                                                   tmp_path: Path) -> None:
     raw = await plain(client)
     queue, wid = f"stuck-{uuid.uuid4().hex[:8]}", f"stuck-task-{uuid.uuid4().hex[:8]}"
-    async with Worker(raw, task_queue=queue, workflows=[StuckOnItsTask]):
-        handle = await raw.start_workflow("stuck_on_its_task", id=wid, task_queue=queue)
-        try:
-            await attempts(raw, wid, "task")
-            why = await why_stuck(raw, wid)
-        finally:
-            await handle.terminate("test over")
+    log = tmp_path / "worker-0.log"  # the worker's log, written as worker.py writes it
+    handler = logging.FileHandler(log)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.getLogger("temporalio").addHandler(handler)
+    try:
+        async with Worker(raw, task_queue=queue, workflows=[StuckOnItsTask]):
+            handle = await raw.start_workflow("stuck_on_its_task", id=wid, task_queue=queue)
+            try:
+                await attempts(raw, wid, "task")
+                why = await why_stuck(raw, wid, [log, tmp_path / "worker-1.log"])
+            finally:
+                await handle.terminate("test over")
+    finally:
+        logging.getLogger("temporalio").removeHandler(handler)
+        handler.close()
     found = re.search(r"pending workflow task \w+, attempt (\d+)", why)
     assert found and int(found.group(1)) >= 2, why
     assert re.search(r"workflow task failing since the last completed one .*, the last: "
                      r"event \d+, workflow_worker_unhandled_failure: RuntimeError: "
                      r"this history does not suit the code", why), why
+    # The worker's log says it too: the failed activation and its exception.
+    assert re.search(rf"worker logs: worker-0.log: .* Failed activation on workflow "
+                     rf"stuck_on_its_task with ID {wid} .* … RuntimeError: this history does "
+                     r"not suit the code", why), why
 
 
 async def test_a_run_that_cannot_be_described_says_so(client: Client) -> None:

@@ -1,12 +1,16 @@
 """Why a run did not settle, in one line for the checker's report: what the server says the
 run waits for (its pending workflow task and activities, with their attempts and last
-failures), the last workflow task failure in its history, its open timers, and the events
-it ended on. CI shows only the output, and a stuck run's evidence is gone once the trial's
-server is: the report must carry what the next person needs (docs/reliability.md)."""
+failures), the last workflow task failure in its history, its open timers, the events it
+ended on, and the workers' last log records that name it. CI shows only the output, and a
+stuck run's evidence is gone once the trial's server is: the report must carry what the
+next person needs (docs/reliability.md)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from temporalio.api.enums.v1 import (
@@ -24,18 +28,22 @@ from temporalio.client import Client, WorkflowHistory
 RPC_TIMEOUT = timedelta(seconds=30)
 FAILURE_CHARS = 300
 LAST_EVENTS = 4
+LOG_RECORDS = 3  # the workers' last log records that name the run
+LOG_CHARS = 240
+RECORD = re.compile(r"\n(?=\d{4}-\d{2}-\d{2} )")  # a worker's log record starts with its time
 
 
-async def why_stuck(client: Client, workflow_id: str) -> str:
-    """What the server and the history say of the run's latest Temporal run (never raises:
-    a run that cannot be described says so)."""
+async def why_stuck(client: Client, workflow_id: str, logs: Sequence[Path] = ()) -> str:
+    """What the server and the history say of the run's latest Temporal run, and what the
+    worker ``logs`` last say of it (never raises: a run that cannot be described says so)."""
+    said = worker_logs(logs, workflow_id)
     try:
         handle = client.get_workflow_handle(workflow_id)
         described = await handle.describe(rpc_timeout=RPC_TIMEOUT)
         history = await client.get_workflow_handle(
             workflow_id, run_id=described.run_id).fetch_history(rpc_timeout=RPC_TIMEOUT)
     except Exception as exc:  # the report is best effort: the violation stands without it
-        return f"could not describe it: {type(exc).__name__}: {exc}"
+        return "; ".join([f"could not describe it: {type(exc).__name__}: {exc}", *said])
     raw = described.raw_description
     info = raw.workflow_execution_info
     now = datetime.now(UTC)
@@ -45,7 +53,24 @@ async def why_stuck(client: Client, workflow_id: str) -> str:
         parts.append(workflow_task(raw.pending_workflow_task, now))
     parts += [activity(a, now) for a in raw.pending_activities]
     parts += from_history(history, now)
-    return "; ".join(parts)
+    return "; ".join([*parts, *said])
+
+
+def worker_logs(logs: Sequence[Path], workflow_id: str) -> list[str]:
+    """The last records naming ``workflow_id`` in the workers' logs, each as its first line
+    and, for a traceback, its last (the exception): a failed activation, an activity's
+    failure, a nondeterminism error."""
+    found: list[tuple[str, str]] = []
+    for log in logs:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        found += [(log.name, r) for r in RECORD.split(text) if workflow_id in r]
+    found.sort(key=lambda f: f[1][:23])  # by the record's time
+    out = []
+    for name, record in found[-LOG_RECORDS:]:
+        lines = record.strip().splitlines()
+        text = lines[0] if len(lines) == 1 else f"{lines[0]} … {lines[-1]}"
+        out.append(f"{name}: {text[:LOG_CHARS]}")
+    return [f"worker logs: {' | '.join(out)}"] if out else []
 
 
 def workflow_task(task: PendingWorkflowTaskInfo, now: datetime) -> str:

@@ -13,6 +13,7 @@ import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from gatekit import refund_request
@@ -87,14 +88,15 @@ async def play(world: World, handles: list[Handle], rng: random.Random,
         for handle in handles:
             await operate(client, handle, rng, notes)
         await settle(handles, notes)
-    return [await read(client, handle, notes) for handle in handles]
+    logs = [w.log_path for w in world.workers]
+    return [await read(client, handle, notes, logs) for handle in handles]
 
 
-async def read(client: Client, handle: Handle, notes: Notes) -> RunView:
+async def read(client: Client, handle: Handle, notes: Notes, logs: list[Path]) -> RunView:
     if await status_of(handle) not in SETTLED:  # stuck: the checker reports what it says
         notes.doing = f"describing {handle.id}, which did not settle"
         return RunView(handle.id, await state_of(handle),
-                       why_stuck=await why_stuck(client, handle.id))
+                       why_stuck=await why_stuck(client, handle.id, logs))
     notes.doing = f"reading {handle.id}'s state and history"
     return await persist(notes.doing, QUERY_SECONDS, lambda: view(client, handle.id))
 
