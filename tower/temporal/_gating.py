@@ -6,7 +6,8 @@ as the ``decide`` update (answers with the outcome) or the ``decision`` signal (
 and forget). Both go through ``approval.read_decision`` and ``check_decision``: the
 update's validator refuses bad decisions before they enter the history; a refused
 signal changes nothing and is kept in the audit trail (query ``approvals``). Signals are
-taken raw and a flood of them is refused cheaply: see tower/temporal/_refusals.py.
+taken raw (tower/temporal/_intake.py) and a flood of them is refused cheaply: see
+tower/temporal/_refusals.py.
 
 Trust. At start a run loads its tenant's roster (public keys, roles) and policy with
 the ``load_trust`` activity. A validator cannot call an activity, so decisions are
@@ -19,13 +20,12 @@ the snapshot does not know yet is kept and checked again after that refresh.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, ClassVar
 
 from temporalio import activity, workflow
-from temporalio.common import RawValue, RetryPolicy
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.contract.decisions import Decision, GateRecord, GateStatus, proposal_digest
@@ -52,20 +52,13 @@ from tower.core.interpreter import Close, Recheck, decided, moves_on_after_appro
 from tower.core.state import AgentState, apply_update
 from tower.temporal._admission import Admission
 from tower.temporal._context import TemporalContext
-from tower.temporal._refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget, decoded
+from tower.temporal._intake import HELD_PAUSE, UNVERIFIED, Intake
+from tower.temporal._refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget
 from tower.temporal._task_time import in_a_task
 
 REFUSED = "DecisionRefused"
 NOTIFY_ATTEMPTS = 5
 AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` query)
-VERIFY_PER_TASK = 50  # signature checks per workflow task (refusals.TaskBudget)
-UNVERIFIED = (f"refused unverified: more than {VERIFY_PER_TASK} decisions arrived in one "
-              "workflow task (a flood?); send it again, as the decide update")
-# Signalled decisions past a task's budget are held and judged, in order, in the tasks that
-# follow (a short timer makes each); runs recorded before refused them at once, UNVERIFIED.
-HOLD_PATCH = "tower-hold-unverified"
-HELD_PAUSE = timedelta(milliseconds=10)
-HELD_UNJUDGED = "the request closed before this decision was judged (a flood?): nothing changed"
 # The server lets at most 10 updates into a run at once (history.maxInFlightUpdates), so
 # this budget refuses nothing unless a deployment raises that cap well past it.
 VALIDATE_PER_TASK = 50  # update validators' signature checks per workflow task
@@ -76,7 +69,7 @@ RUN_ID_ACTIVITY = "tower_run_id"
 ATTEST_ACTIVITY = "tower_attest"  # tower/activities/attest.py
 
 
-class Gatekeeper(Admission):
+class Gatekeeper(Intake, Admission):
     """The approval half of ``AgentWorkflow``: handlers, queries and ``hold``."""
 
     models: ClassVar[list[str]]
@@ -93,19 +86,15 @@ class Gatekeeper(Admission):
 
     def _init_gates(self) -> None:
         self._init_trust()
+        self._init_intake()
         self._refresh_asked = False
-        self._unknown_key: Any = None  # a signalled decision waiting for a roster refresh
-        # Signature checks per task: of signals (and what a roster refresh judges again),
-        # and of update validators (refusals.TaskBudget says why they are apart; the update
-        # handler has none: only updates a validator accepted reach it).
-        self._verify_budget = TaskBudget(VERIFY_PER_TASK)
+        # Signature checks of update validators, apart from the signals' (Intake): refusals.
+        # TaskBudget says why; the update handler has none: only updates a validator
+        # accepted reach it.
         self._validate_budget = TaskBudget(VALIDATE_PER_TASK, by_time=True)
         self._in_flight: Decision | None = None
-        # Signalled decisions past a task's verify budget, judged in the next tasks (_take_held).
-        self._held: deque[Sequence[RawValue]] = deque()
         # Refused decisions (and unknown signals): all counted, the newest kept.
         self._audit = AuditTrail(AUDIT_KEEP)
-        self._signals_taken = 0  # by this run (the server caps it: refusals.py)
 
     @property
     def current(self) -> AgentState:
@@ -149,9 +138,7 @@ class Gatekeeper(Admission):
                                       at=workflow.now(), event_id=_event_id()))
         finally:
             self._in_flight = None
-            while self._held:  # a decision came first, or the request expired
-                self._audit.add_raw(workflow.now(), "signal", HELD_UNJUDGED,
-                                    self._held.popleft())
+            self._refuse_held()  # a decision came first, or the request expired
 
     async def _opening_run_id(self) -> str:
         """The Temporal run id a request opens in, as a recorded step (an activity):
@@ -260,28 +247,7 @@ class Gatekeeper(Admission):
             return
         finally:  # when the snapshot in use was read (queries show it)
             self._refreshed_at = workflow.now()
-        raw, self._unknown_key = self._unknown_key, None
-        if raw is not None and self._in_flight is None:
-            self._take_signal(raw, may_hold=False, budget=self._verify_budget)
-
-    @workflow.signal(dynamic=True)
-    def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
-        """Every signal, taken raw. Anyone may send any signal with any inputs; a typed
-        handler would drop an input it cannot decode (only a log line says so) and fail the
-        workflow task on a wrong number of inputs, again on every retry: the run would
-        stall. Here each is judged or refused into the audit trail, decoded only if needed.
-
-        ``decision``: a decision. ``refresh_trust``: re-read the roster soon (it carries no
-        authority: anyone may ask, inputs are ignored). Any other name is refused.
-        """
-        self._signals_taken += 1
-        if name == "decision":
-            self._signalled_decision(args)
-        elif name == "refresh_trust":
-            self._refresh_asked = True
-        else:
-            self._audit.add_raw(workflow.now(), "signal",
-                                f"unknown signal {name[:80]!r}: nothing changed", args)
+        self._judge_kept()
 
     async def _recheck(self, gate: Gate, decision: Decision) -> tuple[Close, list[str]]:
         """Run the gate's re-check on the state as approved (edits included): how the
@@ -325,44 +291,6 @@ class Gatekeeper(Admission):
         if self._trust is not None:
             return self._trust.roster.tenant
         return workflow.info().namespace
-
-    def _signalled_decision(self, args: Sequence[RawValue]) -> None:
-        """A decision as a signal. Refused ones change nothing and go to the audit trail.
-        Past this task's verify budget (or behind ones held already) it is held, undecoded,
-        and judged in a later task (``_take_held``): a flood delays a genuine decision by a
-        few tasks, never refuses it."""
-        if self._state is not None and (self._held or not self._verify_budget.take()):
-            if pending_record(self._state) is not None and workflow.patched(HOLD_PATCH):
-                self._held.append(args)
-            else:  # no request to decide, or recorded before decisions were held
-                self._audit.add_raw(self._verify_budget.task_time, "signal", UNVERIFIED, args)
-            return
-        self._take_decoded(args)
-
-    def _take_held(self) -> None:
-        """Judge held decisions, oldest first, while this task's verify budget lasts."""
-        while self._held and self._in_flight is None and self._verify_budget.take():
-            self._take_decoded(self._held.popleft())
-
-    def _take_decoded(self, args: Sequence[RawValue]) -> None:
-        raw, problem = decoded(args)
-        if raw is None:
-            self._audit.add_raw(workflow.now(), "signal", problem, args)
-            return
-        self._take_signal(raw, may_hold=True)
-
-    def _take_signal(self, raw: Any, *, may_hold: bool, budget: TaskBudget | None = None,
-                     ) -> None:
-        decision, check = self._judge(raw, budget=budget)
-        if may_hold and check.reason.startswith("unknown key id") and self._unknown_key is None:
-            # Perhaps a key added since the run's last refresh: judge it again after one.
-            self._unknown_key, self._refresh_asked = raw, True
-            return
-        if not check.ok or check.duplicate:
-            reason = check.reason or "duplicate of an accepted decision: nothing changed"
-            self._audit.add(workflow.now(), "signal", reason, raw)
-            return
-        self._in_flight = decision
 
     # Bare decorator: the update is still named after the method, and temporalio's
     # async overload types execute_update's result (with name=, mypy sees a coroutine).

@@ -1,0 +1,118 @@
+"""Signal intake: every signal a gated run takes, and the decisions it keeps for later.
+
+Anyone may send any signal with any inputs, as fast as the server takes them (see
+tower/temporal/_refusals.py). A decision signal is judged at once while this workflow task's
+signature budget lasts; past it, it is *held*, undecoded and in order, and judged in the
+tasks that follow. One signed by a key the run's roster snapshot does not know yet is kept
+until the run re-reads its roster (``Gatekeeper._refresh``), then judged again.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RawValue
+
+from tower.contract.decisions import Decision
+from tower.core.gates import Check, pending_record
+from tower.core.state import AgentState
+from tower.temporal._refusals import AuditTrail, TaskBudget, decoded
+
+VERIFY_PER_TASK = 50  # signature checks per workflow task (refusals.TaskBudget)
+UNVERIFIED = (f"refused unverified: more than {VERIFY_PER_TASK} decisions arrived in one "
+              "workflow task (a flood?); send it again, as the decide update")
+# Signalled decisions past a task's budget are held and judged, in order, in the tasks that
+# follow (a short timer makes each); runs recorded before refused them at once, UNVERIFIED.
+HOLD_PATCH = "tower-hold-unverified"
+HELD_PAUSE = timedelta(milliseconds=10)
+HELD_UNJUDGED = "the request closed before this decision was judged (a flood?): nothing changed"
+
+
+class Intake:
+    """The signal half of ``Gatekeeper``: ``on_signal`` and the decisions it holds."""
+
+    _state: AgentState | None
+    _in_flight: Decision | None
+    _refresh_asked: bool
+    _audit: AuditTrail
+    _judge: Callable[..., tuple[Decision | None, Check]]  # Gatekeeper._judge
+
+    def _init_intake(self) -> None:
+        self._unknown_key: Any = None  # a signalled decision waiting for a roster refresh
+        # Signature checks per task of signals (and of what a roster refresh judges again).
+        self._verify_budget = TaskBudget(VERIFY_PER_TASK)
+        # Signalled decisions past a task's verify budget, judged in the next tasks (_take_held).
+        self._held: deque[Sequence[RawValue]] = deque()
+        self._signals_taken = 0  # by this run (the server caps it: refusals.py)
+
+    @workflow.signal(dynamic=True)
+    def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """Every signal, taken raw. Anyone may send any signal with any inputs; a typed
+        handler would drop an input it cannot decode (only a log line says so) and fail the
+        workflow task on a wrong number of inputs, again on every retry: the run would
+        stall. Here each is judged or refused into the audit trail, decoded only if needed.
+
+        ``decision``: a decision. ``refresh_trust``: re-read the roster soon (it carries no
+        authority: anyone may ask, inputs are ignored). Any other name is refused.
+        """
+        self._signals_taken += 1
+        if name == "decision":
+            self._signalled_decision(args)
+        elif name == "refresh_trust":
+            self._refresh_asked = True
+        else:
+            self._audit.add_raw(workflow.now(), "signal",
+                                f"unknown signal {name[:80]!r}: nothing changed", args)
+
+    def _signalled_decision(self, args: Sequence[RawValue]) -> None:
+        """A decision as a signal. Refused ones change nothing and go to the audit trail.
+        Past this task's verify budget (or behind ones held already) it is held, undecoded,
+        and judged in a later task (``_take_held``): a flood delays a genuine decision by a
+        few tasks, never refuses it."""
+        if self._state is not None and (self._held or not self._verify_budget.take()):
+            if pending_record(self._state) is not None and workflow.patched(HOLD_PATCH):
+                self._held.append(args)
+            else:  # no request to decide, or recorded before decisions were held
+                self._audit.add_raw(self._verify_budget.task_time, "signal", UNVERIFIED, args)
+            return
+        self._take_decoded(args)
+
+    def _take_held(self) -> None:
+        """Judge held decisions, oldest first, while this task's verify budget lasts."""
+        while self._held and self._in_flight is None and self._verify_budget.take():
+            self._take_decoded(self._held.popleft())
+
+    def _take_decoded(self, args: Sequence[RawValue]) -> None:
+        raw, problem = decoded(args)
+        if raw is None:
+            self._audit.add_raw(workflow.now(), "signal", problem, args)
+            return
+        self._take_signal(raw, may_hold=True)
+
+    def _take_signal(self, raw: Any, *, may_hold: bool, budget: TaskBudget | None = None,
+                     ) -> None:
+        decision, check = self._judge(raw, budget=budget)
+        if may_hold and check.reason.startswith("unknown key id") and self._unknown_key is None:
+            # Perhaps a key added since the run's last refresh: judge it again after one.
+            self._unknown_key, self._refresh_asked = raw, True
+            return
+        if not check.ok or check.duplicate:
+            reason = check.reason or "duplicate of an accepted decision: nothing changed"
+            self._audit.add(workflow.now(), "signal", reason, raw)
+            return
+        self._in_flight = decision
+
+    def _judge_kept(self) -> None:
+        """After a roster refresh: judge again the decision kept for it."""
+        raw, self._unknown_key = self._unknown_key, None
+        if raw is not None and self._in_flight is None:
+            self._take_signal(raw, may_hold=False, budget=self._verify_budget)
+
+    def _refuse_held(self) -> None:
+        """The request closed (a decision came first, or it expired): refuse what is held."""
+        while self._held:
+            self._audit.add_raw(workflow.now(), "signal", HELD_UNJUDGED, self._held.popleft())
