@@ -14,8 +14,9 @@ the ``load_trust`` activity. A validator cannot call an activity, so decisions a
 checked against the snapshot the run holds, and the run refreshes it while it waits at
 a gate: every ``roster_refresh_seconds`` (so a revoked key stops working within that
 time), and sooner when asked (the ``refresh_trust`` signal, which carries no authority:
-at most one refresh per ``REFRESH_GAP``). A signal-delivered decision signed by a key
-the snapshot does not know yet is kept and checked again after that refresh.
+at most one refresh per ``REFRESH_GAP``). Signal-delivered decisions signed by a key
+the snapshot does not know yet are kept (a bounded number) and judged again after that
+refresh (tower/temporal/_intake.py).
 """
 
 from __future__ import annotations
@@ -211,7 +212,7 @@ class Gatekeeper(Intake, Admission):
                 if self._in_flight is None and self._held:
                     await workflow.sleep(HELD_PAUSE)
                 continue
-            if self.carry_while_parked and self._carry_due():
+            if self._carry_now():
                 return
             every = timedelta(seconds=self._trust.policy.roster_refresh_seconds)
             due = self._refreshed_at + (min(every, REFRESH_GAP) if self._refresh_asked
@@ -230,7 +231,12 @@ class Gatekeeper(Intake, Admission):
 
     def _decided_or_asked(self, was_asked: bool) -> Callable[[], bool]:
         return lambda: (self._in_flight is not None or self._refresh_asked != was_asked
-                        or bool(self._held) or (self.carry_while_parked and self._carry_due()))
+                        or bool(self._held) or self._carry_now())
+
+    def _carry_now(self) -> bool:
+        """Carry over now: due, and no decision waits for the roster's re-read (it is asked
+        for, at most REFRESH_GAP away: a flood after a decision cannot carry it away)."""
+        return self.carry_while_parked and self._carry_due() and not self._unknown
 
     def _carry_due(self) -> bool:
         """Temporal suggests continue-as-new, or a flood of signals nears the server's cap."""
@@ -238,8 +244,9 @@ class Gatekeeper(Intake, Admission):
                 or workflow.info().is_continue_as_new_suggested())
 
     async def _refresh(self) -> None:
-        """Re-read the roster and policy; a held-back signalled decision is judged again."""
+        """Re-read the roster and policy; signalled decisions kept for it are judged again."""
         self._refresh_asked = False
+        self._reads_begun += 1  # decisions kept before this read are judged after it
         try:
             self._trust = await self._load_trust()
         except ApplicationError as exc:  # keep the snapshot; say why in the audit trail
@@ -279,9 +286,9 @@ class Gatekeeper(Intake, Admission):
         if budget is not None and not budget.take():
             return None, Check(False, UNVALIDATED if budget is self._validate_budget
                                else UNVERIFIED)
-        decision, proof = read_decision(raw, trust=self._trust, now=workflow.now())
+        decision, read = read_decision(raw, trust=self._trust, now=workflow.now())
         if decision is None:
-            return None, Check(False, proof)
+            return None, read
         return decision, check_decision(
             decision, state=self._state, gates={g.name: g for g in self.machine.gates.values()},
             tenant=self._tenant(), run=workflow.info().workflow_id, now=workflow.now(),
@@ -347,6 +354,10 @@ class Gatekeeper(Intake, Admission):
             "records": [r.model_dump(mode="json") for r in (state.approvals if state else [])],
             "refused": [r.model_dump(mode="json") for r in self._audit.refusals()],
             "refused_total": self._audit.total,
+            # Signalled decisions not judged yet: past a task's budget, or waiting for the
+            # roster's re-read (signed by a key the snapshot does not name).
+            "held": len(self._held),
+            "waiting_for_roster": len(self._unknown),
         }
 
     def _show_pending(self, pending: GateRecord) -> None:
