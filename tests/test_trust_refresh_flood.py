@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gatekit import decision, forged_key, refunds, tamper, task_failures
+from gatekit import decision, refunds, tamper, task_failures
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Replayer
@@ -28,6 +28,7 @@ from test_trust_refresh import deployment, parked
 
 import tower.activities.trust
 from tower.activities.model import ModelSettings
+from tower.activities.trust import TrustError
 from tower.cli.trust_files import enrol
 from tower.client.keys import load_key, new_key
 from tower.temporal import TowerPlugin
@@ -42,12 +43,13 @@ BATCH = 25  # signals sent at once while nothing is held: within a task's budget
 
 class Roster:
     """The worker's roster reads, held up on demand: ``hold()``, then ``reading`` is set
-    once a read is waiting, and ``release()`` lets it (and every later one) read the files."""
+    once a read is waiting, and ``release()`` lets it (and every later one) read the files,
+    or with ``fail`` set, lets the next one fail as an unreadable roster does."""
 
     def __init__(self) -> None:
         self.open, self.reading = threading.Event(), threading.Event()
         self.open.set()
-        self.reads = 0
+        self.fail = False
 
     def hold(self) -> None:
         self.reading.clear()
@@ -65,7 +67,9 @@ def roster(monkeypatch: pytest.MonkeyPatch) -> Iterator[Roster]:
         if not gate.open.is_set():
             gate.reading.set()
             gate.open.wait(timeout=120)  # an activity thread of the test's worker
-        gate.reads += 1
+        if gate.fail:
+            gate.fail = False
+            raise TrustError(f"roster.json for tenant {tenant!r} is not readable (the test)")
         return real(root, tenant)  # what the directory holds once released
 
     monkeypatch.setattr(tower.activities.trust, "read_trust", read)
@@ -79,13 +83,14 @@ def unknown(client: Client, run: str, pending: dict[str, Any], n: int) -> list[d
 
 
 def over_budget(client: Client, run: str, pending: dict[str, Any], n: int,
-                ) -> list[dict[str, Any]]:
+                alice: dict[str, Any]) -> list[dict[str, Any]]:
     """``n`` junk decisions of every kind: unknown key ids, a key claiming alice's id, a
-    raised amount under her signature, garbage."""
+    raised amount under her signature (``alice``: her key), garbage."""
     kinds = [
         lambda: decision(client, run, pending, key=new_key()),
-        lambda: decision(client, run, pending, key=forged_key("alice")),
-        lambda: tamper(decision(client, run, pending), edits={"amount_cents": 99_999_900}),
+        lambda: decision(client, run, pending, key={**new_key(), "kid": alice["kid"]}),
+        lambda: tamper(decision(client, run, pending, key=alice),
+                       edits={"amount_cents": 99_999_900}),
         lambda: {"token": "a.b.c"},
     ]
     return [kinds[i % len(kinds)]() for i in range(n)]
@@ -125,13 +130,14 @@ async def signal_judged(handle: Any, payloads: list[dict[str, Any]]) -> None:
         await until(handle, lambda i, n=seen: i["waiting_for_roster"] + i["refused_total"] == n)
 
 
-async def flood_past_the_budget(client: Client, handle: Any, pending: dict[str, Any]) -> int:
+async def flood_past_the_budget(client: Client, handle: Any, pending: dict[str, Any],
+                                alice: dict[str, Any]) -> int:
     """Junk sent all at once until some arrived past a task's budget and is held (each burst
     lands in as few tasks as the worker makes of it); how many were sent. At most two
     bursts: the run stays under the 500 signals after which it carries over."""
     sent = 0
     for _ in range(2):
-        burst = over_budget(client, handle.id, pending, 200)
+        burst = over_budget(client, handle.id, pending, 200, alice)
         await asyncio.gather(*(handle.signal("decision", p) for p in burst))
         sent += len(burst)
         if (await approvals(handle))["held"] > 0:
@@ -175,8 +181,9 @@ async def test_a_new_keys_decision_in_a_flood_is_accepted_after_the_roster_read(
 ) -> None:
     """60 junk decisions under unknown keys, then erin's (her key enrolled meanwhile), then
     bursts of junk of every kind past a task's budget, all while the run's roster read is
-    held up. Released: erin's is judged after the 60 (more than one task's budget: the rest
-    in the next task) and accepted; every junk one refused."""
+    held up. Released: they all came while that read was under way, so the next read (asked
+    for, 5 s after) has the 61 judged, in order, 50 a task: erin's in the second task after
+    it, accepted; every junk one refused."""
     trust, config = deployment(tmp_path, client)
     async with build_worker(client, task_queue=task_queue, db_path=db_path,
                             models=ModelSettings(), trust_dir=trust):
@@ -189,7 +196,8 @@ async def test_a_new_keys_decision_in_a_flood_is_accepted_after_the_roster_read(
                         key=load_key("erin", config))
         await handle.signal("decision", erin)
         await until(handle, lambda i: i["waiting_for_roster"] == 61)
-        flooded = await flood_past_the_budget(client, handle, pending)
+        flooded = await flood_past_the_budget(client, handle, pending,
+                                              load_key("alice", config))
         during = await approvals(handle)
         assert during["waiting_for_roster"] >= 61 and during["held"] > 0
         assert refunds(db_path) == [] and during["records"] == info["records"]
@@ -224,3 +232,36 @@ async def test_junk_past_the_bound_after_the_genuine_decision_cannot_push_it_out
             UNKNOWN_FULL) for r in during["refused"])
         assert refunds(db_path) == [] and during["records"] == info["records"]
         await finish(client, handle, roster, db_path, 10 + after)
+
+
+async def test_a_failed_roster_read_refuses_what_waited_for_it_and_the_run_goes_on(
+    client: Client, task_queue: str, db_path: Path, tmp_path: Path, roster: Roster,
+) -> None:
+    """The read that decisions under unknown keys wait for fails (after the activity's
+    retries: here at once, an unreadable roster): they are refused, saying so, instead of
+    waiting for the next timed read (an hour) and keeping the run from carrying over. The
+    run still waits at its gate, nothing paid; alice's decision is then accepted."""
+    trust, config = deployment(tmp_path, client)
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings(), trust_dir=trust):
+        handle, info = await parked(client, task_queue)
+        pending = info["pending"]
+        await read_held_up(handle, roster, info)
+        await signal_judged(handle, unknown(client, handle.id, pending, 5))
+        assert (await approvals(handle))["waiting_for_roster"] == 5
+        roster.fail = True
+        roster.release()
+        after = await until(handle, lambda i: i["waiting_for_roster"] == 0)
+        assert after["records"] == info["records"] and refunds(db_path) == []
+        # The failed read itself is in the audit trail, then the five it refused.
+        failed, *refused = after["refused"]
+        assert failed["reason"].startswith("roster refresh failed") and len(refused) == 5
+        assert all("the roster could not be read again" in r["reason"] and "not readable"
+                   in r["reason"] for r in refused), refused
+        await handle.signal("decision", decision(client, handle.id, pending,
+                                                 key=load_key("alice", config)))
+        final = await handle.result()
+        assert task_failures(await handle.fetch_history()) == []
+    assert [(a.status, a.decision and a.decision.approver) for a in final.approvals] == [
+        ("approved", "alice")]
+    assert refunds(db_path) == [("INV-2004", 120000)]

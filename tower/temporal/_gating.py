@@ -251,6 +251,7 @@ class Gatekeeper(Intake, Admission):
             self._trust = await self._load_trust()
         except ApplicationError as exc:  # keep the snapshot; say why in the audit trail
             self._audit.add(workflow.now(), "signal", f"roster refresh failed: {exc.message}")
+            self._refuse_waiting(f"the roster could not be read again ({exc.message})")
             return
         finally:  # when the snapshot in use was read (queries show it)
             self._refreshed_at = workflow.now()

@@ -45,8 +45,7 @@ UNKNOWN_KEEP = 100
 UNKNOWN_FULL = (f"; not kept for the run's next roster read: {UNKNOWN_KEEP} decisions under "
                 "unknown keys wait for it already (a flood?); send it again once the run has "
                 "re-read its roster, or as the decide update")
-UNKNOWN_UNJUDGED = ("signed by a key the run's roster did not name; the request closed before "
-                    "the roster was read again: nothing changed")
+UNKNOWN_UNJUDGED = "signed by a key the run's roster did not name"
 
 
 @dataclass(frozen=True)
@@ -173,10 +172,15 @@ class Intake:
         """The request closed (a decision came first, or it expired): refuse what is held."""
         while self._held:
             held = self._held.popleft()
-            if isinstance(held, AfterRead):
-                self._audit.add(workflow.now(), "signal", UNKNOWN_UNJUDGED, held.message)
+            if isinstance(held, AfterRead):  # its key unknown when it came
+                self._audit.add(workflow.now(), "signal", HELD_UNJUDGED, held.message)
             else:
                 self._audit.add_raw(workflow.now(), "signal", HELD_UNJUDGED, held)
+        self._refuse_waiting("the request closed before the roster was read again")
+
+    def _refuse_waiting(self, why: str) -> None:
+        """Refuse the decisions waiting for a roster read: the request closed, or the read
+        failed (after its retries: waiting longer would hold the run from carrying over)."""
         while self._unknown:
-            self._audit.add(workflow.now(), "signal", UNKNOWN_UNJUDGED,
-                            self._unknown.popleft()[1])
+            self._audit.add(workflow.now(), "signal", f"{UNKNOWN_UNJUDGED}; {why}: nothing "
+                            "changed", self._unknown.popleft()[1])
