@@ -3,8 +3,8 @@ with a user's environment (no TOWER_* variable: not the suite's trust directory 
 empty home), in an empty folder or in a project, and nothing answering at the address: it
 starts the embedded dev server, prepares the development trust as `tower dev` does, runs a
 worker on the offline scripted model, every demo agent and the two gated runs, prints what
-happened and stops the server it started. Twice in a row, from the same data; and Ctrl-C
-stops it all."""
+happened and stops the server it started. Twice in a row, from the same data (the soak
+tier: two whole demos); and Ctrl-C stops it all."""
 
 from __future__ import annotations
 
@@ -80,8 +80,9 @@ def data_folder(text: str) -> str:
     return found.group(1)
 
 
-@pytest.mark.timeout(600)  # two whole demos
-async def test_tower_demo_twice_in_an_empty_folder(tmp_path: Path) -> None:
+async def demo_in_an_empty_folder(tmp_path: Path) -> tuple[Path, dict[str, str], str]:
+    """One demo in an empty folder, nothing answering at its address: the folder, the
+    environment and the data folder the demo used."""
     home, here = folders(tmp_path)
     address = f"127.0.0.1:{free_port()}"  # nothing answers there: the demo starts a server
     env = user_env(home, address)
@@ -94,11 +95,21 @@ async def test_tower_demo_twice_in_an_empty_folder(tmp_path: Path) -> None:
     assert (here / ".tower" / "temporal.sqlite").exists()
     first = data_folder(text)
     assert (here / first / "tools.sqlite").exists() and (here / first / "demo.log").exists()
+    return here, env, first
 
+
+async def test_tower_demo_in_an_empty_folder(tmp_path: Path) -> None:
+    await demo_in_an_empty_folder(tmp_path)
+
+
+@pytest.mark.soak  # two whole demos: a minute of CPU
+@pytest.mark.timeout(600)
+async def test_tower_demo_twice_in_an_empty_folder(tmp_path: Path) -> None:
+    here, env, first = await demo_in_an_empty_folder(tmp_path)
     # Again, the same story from fresh data: the refund is paid again, onboarding
     # provisions the same customer again.
     code, again, err = await demo(here, env)
-    assert_whole_demo(code, again, err, address)
+    assert_whole_demo(code, again, err, env["TEMPORAL_ADDRESS"])
     assert data_folder(again) != first
     assert "created tenant" not in again  # the trust stays as the first demo left it
 

@@ -44,7 +44,8 @@ async def _check_inbox(text: str) -> None:
         assert other not in listing
 
 
-@pytest.mark.timeout(600)  # two whole demos
+@pytest.mark.soak  # two whole demos: a minute and a half of CPU
+@pytest.mark.timeout(600)
 async def test_demo_keep_server_twice_prints_the_inbox_and_logins(tmp_path: Path) -> None:
     home, here = folders(tmp_path)
     address = f"127.0.0.1:{free_port()}"

@@ -1,7 +1,7 @@
 """Fault injection with real processes: a worker killed with SIGKILL mid-model-call and
-mid-tool-call and replaced, the dev server restarted on its SQLite file, and 50 runs
-under 30 % injected model faults. Every run ends DONE or FAILED with a reason, and
-every side effect happened exactly once (rows counted in the tools' SQLite)."""
+mid-tool-call and replaced, the dev server restarted on its SQLite file, and 20 runs (50 in
+the soak tier) under 30 % injected model faults. Every run ends DONE or FAILED with a reason,
+and every side effect happened exactly once (rows counted in the tools' SQLite)."""
 
 from __future__ import annotations
 
@@ -212,11 +212,13 @@ async def test_dev_server_restarted_on_its_sqlite_file_mid_run(
     assert worker.unhandled() == []
 
 
-async def test_fifty_runs_under_thirty_percent_model_faults(
-    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path,
+# 20 runs by default; the issue's figure, 50, in the soak tier.
+@pytest.mark.parametrize("runs", [20, pytest.param(50, marks=pytest.mark.soak)])
+async def test_runs_under_thirty_percent_model_faults(
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path, runs: int,
 ) -> None:
     requests = []
-    for i in range(50):
+    for i in range(runs):
         if i % 10 == 3:
             requests.append(OrderRequest(text=TEXT, card="tok_declined"))
         elif i % 10 == 7:
@@ -241,17 +243,20 @@ async def test_fifty_runs_under_thirty_percent_model_faults(
     print(f"\nfault drill: {len(results)} runs, {served} model requests, {faults} faults "
           f"injected ({faults / served:.0%}: {dict(outcomes)}), {statuses['DONE']} DONE, "
           f"{len(failed)} FAILED with a reason: {Counter(r.errors[-1] for r in failed)}")
-    assert set(statuses) <= {"DONE", "FAILED"} and len(results) == 50
+    assert set(statuses) <= {"DONE", "FAILED"} and len(results) == runs
     assert 0.2 <= faults / served <= 0.4
     assert all(r.errors for r in failed)
-    # The business outcomes are exact despite the faults: 5 declined, 5 out of stock.
-    assert Counter(r.outcome for r in failed) == {"payment_declined": 5, "out_of_stock": 5}
+    # The business outcomes are exact despite the faults: a tenth declined, a tenth out of
+    # stock, the rest shipped.
+    tenth = runs // 10
+    assert Counter(r.outcome for r in failed) == {"payment_declined": tenth,
+                                                   "out_of_stock": tenth}
     shipped = statuses["DONE"]
-    assert shipped == 40
+    assert shipped == runs - 2 * tenth
     # Exactly once: one row per run for each effect, no key twice.
     assert count(db_path, "SELECT COUNT(*) FROM shipments") == shipped
     assert count(db_path, "SELECT COUNT(*) FROM charges WHERE status='paid'") == shipped
-    assert count(db_path, "SELECT COUNT(*) FROM charges WHERE status='declined'") == 5
-    assert count(db_path, "SELECT COUNT(*) FROM reservations") == shipped + 5
-    assert count(db_path, "SELECT stock FROM products WHERE sku='WIDGET-1'") == 5000 - 2 * 40
+    assert count(db_path, "SELECT COUNT(*) FROM charges WHERE status='declined'") == tenth
+    assert count(db_path, "SELECT COUNT(*) FROM reservations") == shipped + tenth
+    assert count(db_path, "SELECT stock FROM products WHERE sku='WIDGET-1'") == 5000 - 2 * shipped
     assert worker.unhandled() == []
