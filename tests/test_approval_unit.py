@@ -99,7 +99,9 @@ def token(key: dict[str, Any] = ALICE, **kw: Any) -> dict[str, Any]:
 
 
 def read(message: dict[str, Any], **policy: Any) -> tuple[Decision | None, str]:
-    return read_decision(message, trust=trust(**policy), now=T0 + timedelta(hours=1))
+    d, check = read_decision(message, trust=trust(**policy), now=T0 + timedelta(hours=1))
+    assert check.ok == (d is not None) and check.unknown_key == ("unknown key id" in check.reason)
+    return d, check.reason
 
 
 def test_open_gate_records_pending_and_awaits_without_a_visit() -> None:
@@ -173,6 +175,17 @@ def test_a_verified_token_becomes_the_decision_record() -> None:
 def test_tokens_that_prove_nothing(message: dict[str, Any], reason: str) -> None:
     d, why = read(message)
     assert d is None and reason in why
+
+
+def test_only_a_key_id_the_roster_does_not_name_is_an_unknown_key() -> None:
+    """What a run keeps for its next roster read (tower/temporal/_intake.py): told by the
+    check's field, not its wording; a forged key under a known id is no unknown key."""
+    _, unknown = read_decision(token(key=new_key("erin-2")), trust=trust(),
+                               now=T0 + timedelta(hours=1))
+    _, forged = read_decision(token(key={**new_key(), "kid": "alice-1"}), trust=trust(),
+                              now=T0 + timedelta(hours=1))
+    assert unknown.unknown_key and not unknown.ok and "unknown key id 'erin-2'" in unknown.reason
+    assert not forged.unknown_key and not forged.ok
 
 
 def test_unsigned_only_where_the_deployment_allows_it() -> None:

@@ -10,23 +10,27 @@ cannot open (UnopenablePayload). Neither reaches a terminal node, so the run's o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
+import pytest
 from conftest import WorkerFactory
 from temporalio.api.common.v1 import Payloads, WorkflowType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import StartWorkflowExecutionRequest
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from test_cli import TOWER, address_of, cli_env, tower
 from test_redteam_payloads import UNOPENABLE, tower_client
 from towercli import until_connected
 
 from tower.client import RunEnd, follow
+from workflows.account import AccountAgent
 
 FORGED = UNOPENABLE["a store the worker does not have"]
 
@@ -135,4 +139,31 @@ async def test_the_client_follows_a_run_to_its_failure(
     [end] = seen
     assert isinstance(end, RunEnd) and end.closed and end.failed
     assert end.status == "FAILED" and end.reason is not None
+    assert end.reason.startswith("UnopenablePayload: ")
+
+
+async def test_a_closed_run_is_replayed_here_not_asked_of_a_worker(
+    client: Client, task_queue: str, tmp_path: Path, scripted_worker: WorkerFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Following a closed run with the project's agents replays its history in the follower:
+    asking a worker instead waited out the query's timeout (~30 s) once the worker had
+    stopped, because the server still lists a stopped worker as polling for a while."""
+    run = await start_unopenable(client, "account", task_queue)
+    handle = client.get_workflow_handle(run)
+    async with scripted_worker(await guarded_worker_client(client, tmp_path)):
+        with contextlib.suppress(WorkflowFailureError):
+            await handle.result()
+    asked: list[object] = []
+
+    async def no_query(self: WorkflowHandle[Any, Any], query: object, *args: Any,
+                       **kwargs: Any) -> None:
+        asked.append(query)
+        raise AssertionError("a closed run's follower asked a worker")
+
+    monkeypatch.setattr(WorkflowHandle, "query", no_query)
+    seen = [s async for s in follow(handle, poll_seconds=0.1, workflows=[AccountAgent])]
+    assert asked == []
+    [end] = seen
+    assert isinstance(end, RunEnd) and end.status == "FAILED" and end.reason is not None
     assert end.reason.startswith("UnopenablePayload: ")

@@ -1,9 +1,12 @@
-"""`tower new NAME`: the project it writes (every placeholder filled, ruff-clean), and what it
-refuses with one line and exit 2, writing nothing. The project's own tests, its live run and
-`tower graph` in it are run by tests/test_guide.py, which follows the page that starts here."""
+"""`tower new NAME`: the project it writes (every placeholder filled, ruff-clean, its
+in-process tests passing as generated), and what it refuses with one line and exit 2,
+writing nothing. The project's whole pytest (its live run and replay too) and `tower graph`
+in it are run by tests/test_guide.py (the soak tier), which follows the page that starts
+here."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -45,6 +48,22 @@ async def test_new_writes_a_project_named_after_its_agent(tmp_path: Path) -> Non
     lint = subprocess.run([str(BIN / "ruff"), "check", "--select", "E,F,I,B,UP,SIM", "."],
                           cwd=project, capture_output=True, text=True, timeout=120)
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+async def test_the_new_projects_in_process_tests_pass_as_generated(tmp_path: Path) -> None:
+    """Its agent's tests (the in-process runner, gates included) and its tool's, run by plain
+    pytest in the project with a user's environment: no TOWER_* settings, an empty home."""
+    home = tmp_path / "home"
+    home.mkdir()
+    code, _, err = await tower_cli(["new", "shop_ops"], env=clean_env(), cwd=tmp_path)
+    assert code == 0, err
+    shell = {k: v for k, v in clean_env().items() if not k.startswith(("OPENAI_", "PYTHON"))}
+    ran = await asyncio.to_thread(
+        subprocess.run, [str(BIN / "pytest"), "-q", "-p", "no:cacheprovider",
+                         "tests/test_shop_ops.py", "tests/test_payments.py"],
+        cwd=tmp_path / "shop_ops", env={**shell, "HOME": str(home)}, capture_output=True,
+        text=True, timeout=300)
+    assert ran.returncode == 0 and "9 passed" in ran.stdout, ran.stdout[-3000:] + ran.stderr
 
 
 async def test_new_takes_an_empty_folder(tmp_path: Path) -> None:

@@ -140,6 +140,12 @@ async def _poll(handle: WorkflowHandle[Any, Any], workflows: Sequence[type], beg
         if not closed(info):
             return None
         return info.status.name if info.status else "UNKNOWN", [], info
+    if closed(info) and workflows:
+        # Replayed here, not asked of a worker: a worker would replay the same history, and
+        # asking waits out the query's timeout when none is left (~30 s after one stopped:
+        # the server still lists it as polling).
+        status, log = await _replayed(handle, info, workflows)
+        return _closed_status(info, status), log, info
     try:
         status = await handle.query(MachineRun.query_status)
         log = await handle.query(MachineRun.query_transitions)
@@ -149,10 +155,14 @@ async def _poll(handle: WorkflowHandle[Any, Any], workflows: Sequence[type], beg
         if not closed(info):
             return None
         status, log = await _replayed(handle, info, workflows)
+    return _closed_status(info, status), log, info
+
+
+def _closed_status(info: WorkflowExecutionDescription, status: str) -> str:
     if closed(info) and status not in AGENT_ENDS:
         # It closed without reaching a terminal node: the execution says how.
-        status = info.status.name if info.status else "UNKNOWN"
-    return status, log, info
+        return info.status.name if info.status else "UNKNOWN"
+    return status
 
 
 async def _replayed(handle: WorkflowHandle[Any, Any], info: WorkflowExecutionDescription,

@@ -40,7 +40,7 @@ from tower.contract.trust import Claims, TrustSnapshot
 from tower.core.engine import fail
 from tower.core.errors import IllegalTransition
 from tower.core.graph import Machine
-from tower.core.signing import SignatureRefused, authority, verify_decision
+from tower.core.signing import SignatureRefused, UnknownKey, authority, verify_decision
 from tower.core.state import AgentState, S, Status, UpdateError, apply_update
 from tower.core.transition import Kind, Transition, move, within_budget
 
@@ -140,50 +140,55 @@ class Check:
     ok: bool
     reason: str = ""
     duplicate: bool = False
+    # Refused only because the roster names no key of the token's key id: perhaps one
+    # added since the roster was read (a signalled decision waits for a re-read).
+    unknown_key: bool = False
 
 
 def refuse(reason: str) -> Check:
     return Check(False, reason)
 
 
-def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime) -> tuple[Decision | None, str]:
-    """The decision a wire message proves, or why it proves nothing. Pure: the roster and
-    policy come from the run's trust snapshot, the time from the run's clock."""
+def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime,
+                  ) -> tuple[Decision | None, Check]:
+    """The decision a wire message proves (and an ok ``Check``), or why it proves nothing.
+    Pure: the roster and policy come from the run's trust snapshot, the time from the
+    run's clock."""
     try:
         message = SignedDecision.model_validate(raw)
     except ValidationError as exc:
-        return None, f"malformed decision: {_brief(exc)}"
+        return None, refuse(f"malformed decision: {_brief(exc)}")
     policy = trust.policy
     if message.token is not None:
         try:
             claims, member, kid = verify_decision(message.token, trust.roster,
                                                   now=now.timestamp())
         except SignatureRefused as exc:
-            return None, str(exc)
+            return None, Check(False, str(exc), unknown_key=isinstance(exc, UnknownKey))
         problem = authority(member, claims.sub, claims.role)
         if problem:
-            return None, problem
+            return None, refuse(problem)
     elif message.unsigned is not None:
         if not policy.unsigned_allowed:
-            return None, ("unsigned decision refused: this deployment requires signed "
-                          "decisions (docs/approvals.md)")
+            return None, refuse("unsigned decision refused: this deployment requires signed "
+                                "decisions (docs/approvals.md)")
         try:
             claims, kid = Claims.model_validate(message.unsigned), None
         except ValidationError as exc:
-            return None, f"malformed decision: {_brief(exc)}"
+            return None, refuse(f"malformed decision: {_brief(exc)}")
         if claims.exp <= now.timestamp():
-            return None, f"decision expired at {claims.exp}"
+            return None, refuse(f"decision expired at {claims.exp}")
     else:
-        return None, "malformed decision: no token"
+        return None, refuse("malformed decision: no token")
     if claims.exp - claims.iat > policy.max_decision_seconds:
-        return None, (f"decision lives {claims.exp - claims.iat}s; the tenant's policy allows "
-                      f"at most {policy.max_decision_seconds}s")
+        return None, refuse(f"decision lives {claims.exp - claims.iat}s; the tenant's policy "
+                            f"allows at most {policy.max_decision_seconds}s")
     return Decision(
         decision_id=claims.jti, tenant=claims.tenant, run=claims.run, gate=claims.gate,
         decision=Verdict(claims.verdict), approver=claims.sub, role=claims.role,
         expires_at=datetime.fromtimestamp(claims.exp, UTC), note=claims.note,
         edits=claims.edits, kid=kid, request=claims.request, run_id=claims.run_id,
-        proposal=claims.proposal), ""
+        proposal=claims.proposal), Check(True)
 
 
 def check_decision(

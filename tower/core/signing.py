@@ -43,6 +43,11 @@ class SignatureRefused(ValueError):
     """A token that proves nothing: malformed, unknown key, bad signature, expired."""
 
 
+class UnknownKey(SignatureRefused):
+    """A token under a key id the roster does not name: revoked, another tenant's, forged,
+    or added since the roster was read (a run re-reads it: tower/temporal/_intake.py)."""
+
+
 class _Registry(jws.JWSRegistry):
     """Only EdDSA/Ed25519. joserfc warns that the name "EdDSA" does not pin a curve
     (RFC 9864); our keys are always OKP Ed25519 (``PublicKey`` says so), so it does."""
@@ -87,7 +92,7 @@ def verify(token: str, roster: Roster, claims_type: type[C], *, typ: str,
         raise SignatureRefused(f"token type {header.get('typ')!r} is not {typ!r}")
     found = roster.find(kid)
     if found is None:
-        raise SignatureRefused(f"unknown key id {kid!r}: not in tenant {roster.tenant!r}'s "
+        raise UnknownKey(f"unknown key id {kid!r}: not in tenant {roster.tenant!r}'s "
                                "roster (revoked, another tenant's, or not yet added)")
     member, public = found
     try:

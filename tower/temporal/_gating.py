@@ -6,26 +6,27 @@ as the ``decide`` update (answers with the outcome) or the ``decision`` signal (
 and forget). Both go through ``approval.read_decision`` and ``check_decision``: the
 update's validator refuses bad decisions before they enter the history; a refused
 signal changes nothing and is kept in the audit trail (query ``approvals``). Signals are
-taken raw and a flood of them is refused cheaply: see tower/temporal/_refusals.py.
+taken raw (tower/temporal/_intake.py) and a flood of them is refused cheaply: see
+tower/temporal/_refusals.py.
 
 Trust. At start a run loads its tenant's roster (public keys, roles) and policy with
 the ``load_trust`` activity. A validator cannot call an activity, so decisions are
 checked against the snapshot the run holds, and the run refreshes it while it waits at
 a gate: every ``roster_refresh_seconds`` (so a revoked key stops working within that
 time), and sooner when asked (the ``refresh_trust`` signal, which carries no authority:
-at most one refresh per ``REFRESH_GAP``). A signal-delivered decision signed by a key
-the snapshot does not know yet is kept and checked again after that refresh.
+at most one refresh per ``REFRESH_GAP``). Signal-delivered decisions signed by a key
+the snapshot does not know yet are kept (a bounded number) and judged again after that
+refresh (tower/temporal/_intake.py).
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, ClassVar
 
 from temporalio import activity, workflow
-from temporalio.common import RawValue, RetryPolicy
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.contract.decisions import Decision, GateRecord, GateStatus, proposal_digest
@@ -52,20 +53,13 @@ from tower.core.interpreter import Close, Recheck, decided, moves_on_after_appro
 from tower.core.state import AgentState, apply_update
 from tower.temporal._admission import Admission
 from tower.temporal._context import TemporalContext
-from tower.temporal._refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget, decoded
+from tower.temporal._intake import HELD_PAUSE, UNVERIFIED, Intake
+from tower.temporal._refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget
 from tower.temporal._task_time import in_a_task
 
 REFUSED = "DecisionRefused"
 NOTIFY_ATTEMPTS = 5
 AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` query)
-VERIFY_PER_TASK = 50  # signature checks per workflow task (refusals.TaskBudget)
-UNVERIFIED = (f"refused unverified: more than {VERIFY_PER_TASK} decisions arrived in one "
-              "workflow task (a flood?); send it again, as the decide update")
-# Signalled decisions past a task's budget are held and judged, in order, in the tasks that
-# follow (a short timer makes each); runs recorded before refused them at once, UNVERIFIED.
-HOLD_PATCH = "tower-hold-unverified"
-HELD_PAUSE = timedelta(milliseconds=10)
-HELD_UNJUDGED = "the request closed before this decision was judged (a flood?): nothing changed"
 # The server lets at most 10 updates into a run at once (history.maxInFlightUpdates), so
 # this budget refuses nothing unless a deployment raises that cap well past it.
 VALIDATE_PER_TASK = 50  # update validators' signature checks per workflow task
@@ -76,7 +70,7 @@ RUN_ID_ACTIVITY = "tower_run_id"
 ATTEST_ACTIVITY = "tower_attest"  # tower/activities/attest.py
 
 
-class Gatekeeper(Admission):
+class Gatekeeper(Intake, Admission):
     """The approval half of ``AgentWorkflow``: handlers, queries and ``hold``."""
 
     models: ClassVar[list[str]]
@@ -93,19 +87,15 @@ class Gatekeeper(Admission):
 
     def _init_gates(self) -> None:
         self._init_trust()
+        self._init_intake()
         self._refresh_asked = False
-        self._unknown_key: Any = None  # a signalled decision waiting for a roster refresh
-        # Signature checks per task: of signals (and what a roster refresh judges again),
-        # and of update validators (refusals.TaskBudget says why they are apart; the update
-        # handler has none: only updates a validator accepted reach it).
-        self._verify_budget = TaskBudget(VERIFY_PER_TASK)
+        # Signature checks of update validators, apart from the signals' (Intake): refusals.
+        # TaskBudget says why; the update handler has none: only updates a validator
+        # accepted reach it.
         self._validate_budget = TaskBudget(VALIDATE_PER_TASK, by_time=True)
         self._in_flight: Decision | None = None
-        # Signalled decisions past a task's verify budget, judged in the next tasks (_take_held).
-        self._held: deque[Sequence[RawValue]] = deque()
         # Refused decisions (and unknown signals): all counted, the newest kept.
         self._audit = AuditTrail(AUDIT_KEEP)
-        self._signals_taken = 0  # by this run (the server caps it: refusals.py)
 
     @property
     def current(self) -> AgentState:
@@ -149,9 +139,7 @@ class Gatekeeper(Admission):
                                       at=workflow.now(), event_id=_event_id()))
         finally:
             self._in_flight = None
-            while self._held:  # a decision came first, or the request expired
-                self._audit.add_raw(workflow.now(), "signal", HELD_UNJUDGED,
-                                    self._held.popleft())
+            self._refuse_held()  # a decision came first, or the request expired
 
     async def _opening_run_id(self) -> str:
         """The Temporal run id a request opens in, as a recorded step (an activity):
@@ -224,7 +212,7 @@ class Gatekeeper(Admission):
                 if self._in_flight is None and self._held:
                     await workflow.sleep(HELD_PAUSE)
                 continue
-            if self.carry_while_parked and self._carry_due():
+            if self._carry_now():
                 return
             every = timedelta(seconds=self._trust.policy.roster_refresh_seconds)
             due = self._refreshed_at + (min(every, REFRESH_GAP) if self._refresh_asked
@@ -243,7 +231,12 @@ class Gatekeeper(Admission):
 
     def _decided_or_asked(self, was_asked: bool) -> Callable[[], bool]:
         return lambda: (self._in_flight is not None or self._refresh_asked != was_asked
-                        or bool(self._held) or (self.carry_while_parked and self._carry_due()))
+                        or bool(self._held) or self._carry_now())
+
+    def _carry_now(self) -> bool:
+        """Carry over now: due, and no decision waits for the roster's re-read (it is asked
+        for, at most REFRESH_GAP away: a flood after a decision cannot carry it away)."""
+        return self.carry_while_parked and self._carry_due() and not self._unknown
 
     def _carry_due(self) -> bool:
         """Temporal suggests continue-as-new, or a flood of signals nears the server's cap."""
@@ -251,37 +244,18 @@ class Gatekeeper(Admission):
                 or workflow.info().is_continue_as_new_suggested())
 
     async def _refresh(self) -> None:
-        """Re-read the roster and policy; a held-back signalled decision is judged again."""
+        """Re-read the roster and policy; signalled decisions kept for it are judged again."""
         self._refresh_asked = False
+        self._reads_begun += 1  # decisions kept before this read are judged after it
         try:
             self._trust = await self._load_trust()
         except ApplicationError as exc:  # keep the snapshot; say why in the audit trail
             self._audit.add(workflow.now(), "signal", f"roster refresh failed: {exc.message}")
+            self._refuse_waiting(f"the roster could not be read again ({exc.message})")
             return
         finally:  # when the snapshot in use was read (queries show it)
             self._refreshed_at = workflow.now()
-        raw, self._unknown_key = self._unknown_key, None
-        if raw is not None and self._in_flight is None:
-            self._take_signal(raw, may_hold=False, budget=self._verify_budget)
-
-    @workflow.signal(dynamic=True)
-    def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
-        """Every signal, taken raw. Anyone may send any signal with any inputs; a typed
-        handler would drop an input it cannot decode (only a log line says so) and fail the
-        workflow task on a wrong number of inputs, again on every retry: the run would
-        stall. Here each is judged or refused into the audit trail, decoded only if needed.
-
-        ``decision``: a decision. ``refresh_trust``: re-read the roster soon (it carries no
-        authority: anyone may ask, inputs are ignored). Any other name is refused.
-        """
-        self._signals_taken += 1
-        if name == "decision":
-            self._signalled_decision(args)
-        elif name == "refresh_trust":
-            self._refresh_asked = True
-        else:
-            self._audit.add_raw(workflow.now(), "signal",
-                                f"unknown signal {name[:80]!r}: nothing changed", args)
+        self._judge_kept()
 
     async def _recheck(self, gate: Gate, decision: Decision) -> tuple[Close, list[str]]:
         """Run the gate's re-check on the state as approved (edits included): how the
@@ -313,9 +287,9 @@ class Gatekeeper(Admission):
         if budget is not None and not budget.take():
             return None, Check(False, UNVALIDATED if budget is self._validate_budget
                                else UNVERIFIED)
-        decision, proof = read_decision(raw, trust=self._trust, now=workflow.now())
+        decision, read = read_decision(raw, trust=self._trust, now=workflow.now())
         if decision is None:
-            return None, Check(False, proof)
+            return None, read
         return decision, check_decision(
             decision, state=self._state, gates={g.name: g for g in self.machine.gates.values()},
             tenant=self._tenant(), run=workflow.info().workflow_id, now=workflow.now(),
@@ -325,44 +299,6 @@ class Gatekeeper(Admission):
         if self._trust is not None:
             return self._trust.roster.tenant
         return workflow.info().namespace
-
-    def _signalled_decision(self, args: Sequence[RawValue]) -> None:
-        """A decision as a signal. Refused ones change nothing and go to the audit trail.
-        Past this task's verify budget (or behind ones held already) it is held, undecoded,
-        and judged in a later task (``_take_held``): a flood delays a genuine decision by a
-        few tasks, never refuses it."""
-        if self._state is not None and (self._held or not self._verify_budget.take()):
-            if pending_record(self._state) is not None and workflow.patched(HOLD_PATCH):
-                self._held.append(args)
-            else:  # no request to decide, or recorded before decisions were held
-                self._audit.add_raw(self._verify_budget.task_time, "signal", UNVERIFIED, args)
-            return
-        self._take_decoded(args)
-
-    def _take_held(self) -> None:
-        """Judge held decisions, oldest first, while this task's verify budget lasts."""
-        while self._held and self._in_flight is None and self._verify_budget.take():
-            self._take_decoded(self._held.popleft())
-
-    def _take_decoded(self, args: Sequence[RawValue]) -> None:
-        raw, problem = decoded(args)
-        if raw is None:
-            self._audit.add_raw(workflow.now(), "signal", problem, args)
-            return
-        self._take_signal(raw, may_hold=True)
-
-    def _take_signal(self, raw: Any, *, may_hold: bool, budget: TaskBudget | None = None,
-                     ) -> None:
-        decision, check = self._judge(raw, budget=budget)
-        if may_hold and check.reason.startswith("unknown key id") and self._unknown_key is None:
-            # Perhaps a key added since the run's last refresh: judge it again after one.
-            self._unknown_key, self._refresh_asked = raw, True
-            return
-        if not check.ok or check.duplicate:
-            reason = check.reason or "duplicate of an accepted decision: nothing changed"
-            self._audit.add(workflow.now(), "signal", reason, raw)
-            return
-        self._in_flight = decision
 
     # Bare decorator: the update is still named after the method, and temporalio's
     # async overload types execute_update's result (with name=, mypy sees a coroutine).
@@ -419,6 +355,10 @@ class Gatekeeper(Admission):
             "records": [r.model_dump(mode="json") for r in (state.approvals if state else [])],
             "refused": [r.model_dump(mode="json") for r in self._audit.refusals()],
             "refused_total": self._audit.total,
+            # Signalled decisions not judged yet: past a task's budget, or waiting for the
+            # roster's re-read (signed by a key the snapshot does not name).
+            "held": len(self._held),
+            "waiting_for_roster": len(self._unknown),
         }
 
     def _show_pending(self, pending: GateRecord) -> None:
