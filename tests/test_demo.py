@@ -12,6 +12,7 @@ import asyncio
 import os
 import re
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -87,9 +88,10 @@ async def demo_in_an_empty_folder(tmp_path: Path) -> tuple[Path, dict[str, str],
     address = f"127.0.0.1:{free_port()}"  # nothing answers there: the demo starts a server
     env = user_env(home, address)
     code, text, err = await demo(here, env)
-    assert "no Tower project here: the demo runs Tower's example application" in text
+    assert "no Tower project here: the demo runs Tower's example application" in text, err
     # The development trust `tower dev` makes (no run may start without it).
-    assert "created tenant 'default''s roster and policy in .tower/trust/default" in text
+    assert ("created tenant 'default''s roster and policy in .tower/trust/default"
+            in text), (code, text[-2000:], err[-3000:])
     assert_whole_demo(code, text, err, address)
     # Its state stays where the README says, for `tower dev` to serve again.
     assert (here / ".tower" / "temporal.sqlite").exists()
@@ -212,3 +214,34 @@ async def test_the_demo_says_when_a_server_it_did_not_start_is_not_set_up(
                           "Tower: namespace default lacks the search attributes Agent")
     assert "`tower setup` registers them" in err and err.count("\n") == 1
     assert "\n== " not in text  # nothing started
+
+
+async def test_a_ui_port_taken_between_the_check_and_the_start_does_not_stop_the_demo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two demos started at once both saw :8233 free; the second's server could not take it,
+    exited, and that demo ended after "started the embedded dev server". Here another
+    program holds the UI's port although the check said it was free."""
+    from tower.cli import devprocess
+
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken = free_port()
+        holder.bind(("127.0.0.1", taken))
+        holder.listen()
+        checked: list[int] = []
+
+        def free_once(port: int) -> bool:  # the check, before the other program took it
+            if not checked:
+                checked.append(port)
+                return True
+            return port_free(port)
+
+        monkeypatch.setattr(devprocess, "port_free", free_once)
+        monkeypatch.setattr(devprocess, "UI_PORT", taken)
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setenv("TEMPORAL_ADDRESS", f"127.0.0.1:{free_port()}")
+        async with devprocess.server_if_needed() as server:
+            assert server.started_here and server.ui_port not in (None, taken)
+            assert checked == [taken]
+            await server.client.count_workflows()  # it answers

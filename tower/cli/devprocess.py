@@ -16,6 +16,9 @@ from tower.cli.devserver import DATA_DIR, dev_server_command, prepare
 from tower.client import ServerUnreachable, connect, connect_config
 
 
+UI_PORT = 8233  # the Web UI's usual port
+
+
 @dataclass(frozen=True)
 class Server:
     client: Client
@@ -59,22 +62,35 @@ async def server_if_needed(*, keep: bool = False) -> AsyncIterator[Server]:
         raise ServerUnreachable(f"no Temporal server answers at {address}, and it is not local")
     DATA_DIR.mkdir(exist_ok=True)
     # Another program on the UI's usual port must not stop the demo: take a free one.
-    ui_port = 8233 if port_free(8233) else free_port()
-    command = dev_server_command(port=int(port), ui_port=ui_port)
-    with (DATA_DIR / "devserver.log").open("ab") as log:
-        # Its own session: a terminal's Ctrl-C reaches this process, which stops it in order.
-        proc = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
+    ui_port = UI_PORT if port_free(UI_PORT) else free_port()
+    proc = _start(int(port), ui_port)
     print(f"no server at {address}: started the embedded dev server (pid {proc.pid}, state "
           f"in {DATA_DIR / 'temporal.sqlite'}, log in {DATA_DIR / 'devserver.log'})", flush=True)
     finished = False
     try:
-        client = await wait_for_server(proc)
+        try:
+            client = await wait_for_server(proc)
+        except ServerUnreachable:
+            if proc.poll() is None or port_free(ui_port):
+                raise
+            # The UI's port was taken between the check and the start (two demos started at
+            # once): once more, on a free one.
+            ui_port = free_port()
+            proc = _start(int(port), ui_port)
+            client = await wait_for_server(proc)
         await prepare(client)
         yield Server(client, started_here=True, ui_port=ui_port, pid=proc.pid)
         finished = True
     finally:
         if not (keep and finished):
             stop(proc)
+
+
+def _start(port: int, ui_port: int) -> subprocess.Popen[bytes]:
+    with (DATA_DIR / "devserver.log").open("ab") as log:
+        # Its own session: a terminal's Ctrl-C reaches this process, which stops it in order.
+        return subprocess.Popen(dev_server_command(port=port, ui_port=ui_port), stdout=log,
+                                stderr=log, start_new_session=True)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
