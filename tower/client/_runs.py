@@ -13,11 +13,12 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.api.common.v1 import WorkflowExecution
-from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.enums.v1 import TaskQueueType, WorkerStatus
 from temporalio.api.failure.v1 import Failure
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import (
     DescribeTaskQueueRequest,
+    ListWorkersRequest,
     ResetStickyTaskQueueRequest,
 )
 from temporalio.client import (
@@ -75,11 +76,39 @@ async def describe(handle: WorkflowHandle[Any, Any]) -> WorkflowExecutionDescrip
 
 
 async def has_workers(client: Client, task_queue: str) -> bool:
-    """Whether a worker polled ``task_queue`` for workflow tasks lately."""
+    """Whether a worker polls ``task_queue`` for workflow tasks: one polled lately, and not
+    every one that did has since said it stopped."""
     response = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
         namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
-    return bool(response.pollers)
+    pollers = {poller.identity for poller in response.pollers}
+    return bool(pollers) and not pollers <= await stopped_workers(client, task_queue)
+
+
+async def stopped_workers(client: Client, task_queue: str) -> set[str]:
+    """Identities whose workers on ``task_queue`` all said, in their last heartbeat, that
+    they are shutting down. The server lists a worker that stopped as a poller for a
+    minute or more; the SDK's heartbeats (on by default) say at once that it stopped. Empty
+    when the server keeps no heartbeats: then only the poller list can answer."""
+    stopping = (WorkerStatus.WORKER_STATUS_SHUTTING_DOWN, WorkerStatus.WORKER_STATUS_SHUTDOWN)
+    live: set[str] = set()
+    gone: set[str] = set()
+    query = f"TaskQueue = '{task_queue}'" if "'" not in task_queue else ""
+    token = b""
+    try:
+        while True:
+            page = await client.workflow_service.list_workers(ListWorkersRequest(
+                namespace=client.namespace, query=query, page_size=1000,
+                next_page_token=token))
+            for worker in page.workers_info:
+                beat = worker.worker_heartbeat
+                if beat.task_queue == task_queue:
+                    (gone if beat.status in stopping else live).add(beat.worker_identity)
+            token = page.next_page_token
+            if not token:
+                return gone - live
+    except RPCError:  # a server without worker heartbeats (or forbidding their list)
+        return set()
 
 
 def no_worker(run: str, task_queue: str) -> str:
