@@ -24,6 +24,14 @@ from tower.cli.trust_files import dev_trust, enrol
 from tower.contract import search
 from worker import build_worker
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules marked ``long`` first. pytest-xdist hands out whole modules (``--dist
+    loadfile``) in collection order; a module of a minute collected last would run alone
+    at the end while the other workers sit idle."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)  # a stable sort
+
+
 # Property tests: CI sees the same examples on every run (a fixed seed, no example
 # database); HYPOTHESIS_PROFILE=explore searches afresh with more examples.
 settings.register_profile("ci", derandomize=True, database=None, deadline=None)

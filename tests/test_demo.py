@@ -23,6 +23,8 @@ from tower.cli.demo import RUNS
 from tower.cli.devprocess import free_port, port_free, wait_for_server
 from tower.cli.devserver import temporal_binary
 
+pytestmark = pytest.mark.long
+
 
 def interruptible() -> None:
     """In the child, before exec: Ctrl-C acts as at a terminal even when this test runs

@@ -25,6 +25,8 @@ from tower.cli.cmd_dev import prepare_dev_setup
 from tower.client.connection import TASK_QUEUE
 from worker import build_worker
 
+pytestmark = pytest.mark.long
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SERVERS = {"dev", "demo", "codec-server", "model-server", "inbox"}

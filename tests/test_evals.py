@@ -33,6 +33,8 @@ from worker import activities, build_worker
 from workflows.refund import RefundRequest
 from workflows.registry import AGENTS
 
+pytestmark = pytest.mark.long
+
 HISTORIES = Path(__file__).parent / "histories"
 
 

@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import httpx
+import pytest
 from gatekit import refund_request, refunds, snapshot, wait_pending
 from inboxkit import (
     PASSWORD,
@@ -27,6 +28,8 @@ from tower.cli.inbox.identity import ProxyAuth
 from tower.cli.inbox.visibility import waiting_run
 from worker import build_worker
 from workflows.refund import RefundAgent
+
+pytestmark = pytest.mark.long
 
 
 def worker(client: Client, task_queue: str, db_path: Path) -> Worker:

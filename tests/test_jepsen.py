@@ -19,6 +19,8 @@ from jepsen.runner import run_trials, summary, workers
 from jepsen.world import World
 from temporalio.client import Client
 
+pytestmark = pytest.mark.long
+
 PARALLEL = int(os.environ.get("JEPSEN_PARALLEL", "25"))
 
 

@@ -32,6 +32,8 @@ from tower.cli.trust_files import enrol
 from tower.contract.decisions import Verdict
 from worker import build_worker
 
+pytestmark = pytest.mark.long
+
 TOKEN = "notes-token"
 HERE = Path(__file__).parent
 

@@ -49,7 +49,7 @@ from tower.temporal._refusals import CARRY_AFTER_SIGNALS, MAX_SIGNALS_PER_RUN
 from worker import build_worker
 from workflows.refund import RefundAgent
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 def readable(history_json: str) -> str:

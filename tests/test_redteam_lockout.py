@@ -35,7 +35,7 @@ from tower.activities.model import ModelSettings
 from worker import build_worker
 from workflows.refund import RefundAgent
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 JUNK = 1_000  # the figure
 IN_FLIGHT = 10  # the server's cap on a run's concurrent updates (history.maxInFlightUpdates)

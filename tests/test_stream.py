@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import WorkerFactory
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
@@ -31,6 +32,8 @@ from tower.contract.stream import (
 from tower.temporal import stop_publishing
 from workflows.account import AccountAgent, AccountRequest
 from workflows.chat import ChatAgent, ChatInput, UserMessage
+
+pytestmark = pytest.mark.long
 
 # A realistic pace (~50 tokens/s) so the client reads while the model is still talking.
 PACED = ModelSettings(scripted_tokens_per_second=50)

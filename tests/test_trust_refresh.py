@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from gatekit import decision, new_id, refund_request, refunds, wait_pending
 from temporalio.client import Client, WorkflowUpdateFailedError
 
@@ -18,6 +19,8 @@ from tower.client.keys import load_key
 from tower.contract.decisions import Verdict
 from worker import build_worker
 from workflows.refund import RefundAgent
+
+pytestmark = pytest.mark.long
 
 
 def deployment(tmp_path: Path, client: Client, **policy: Any) -> tuple[Path, Path]:

@@ -36,7 +36,7 @@ from tower.temporal._intake import UNKNOWN_FULL, UNKNOWN_KEEP, UNKNOWN_PATCH
 from worker import build_worker
 from workflows.registry import AGENTS
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 BATCH = 25  # signals sent at once while nothing is held: within a task's budget (50)
 
