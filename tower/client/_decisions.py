@@ -33,7 +33,7 @@ from tower.client.keys import sign_decision
 from tower.contract.decisions import GateRecord, Verdict, proposal_digest
 from tower.core.gates import Outcome
 from tower.core.signing import decision_claims
-from tower.temporal._gating import Gatekeeper
+from tower.temporal._gating import UNKNOWN_KEY, Gatekeeper
 
 # How long a decision waits for another worker to take over a run whose worker stopped
 # (killed: the server keeps sending the run to it for ~10 s).
@@ -81,7 +81,7 @@ async def decide(
     try:
         return await send_decision(client, run, payload)
     except DecisionRefused as exc:
-        if not str(exc).startswith("unknown key id"):
+        if not exc.unknown_key:
             raise
     # Perhaps the key was added to the roster after the run last read it: ask it to
     # re-read now, wait for that, and send once more.
@@ -100,7 +100,8 @@ async def send_decision(client: Client, run: str, message: dict[str, Any]) -> Ou
         return await submit_decision(client.get_workflow_handle(run), message)
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
-        raise DecisionRefused(getattr(cause, "message", None) or str(cause)) from None
+        raise DecisionRefused(getattr(cause, "message", None) or str(cause),
+                              unknown_key=getattr(cause, "type", None) == UNKNOWN_KEY) from None
 
 
 async def _approvals(client: Client, run: str, *, say: Callable[[str], None] | None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio.api.common.v1 import WorkflowExecution
@@ -77,22 +77,28 @@ async def describe(handle: WorkflowHandle[Any, Any]) -> WorkflowExecutionDescrip
 
 async def has_workers(client: Client, task_queue: str) -> bool:
     """Whether a worker polls ``task_queue`` for workflow tasks: one polled lately, and not
-    every one that did has since said it stopped."""
+    only workers that have since said they stopped."""
     response = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
         namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
-    pollers = {poller.identity for poller in response.pollers}
-    return bool(pollers) and not pollers <= await stopped_workers(client, task_queue)
+    if not response.pollers:
+        return False
+    stopped = await stopped_workers(client, task_queue)
+    # A poll begun after its identity's worker stopped is another worker's (a process
+    # that started a new one): live, even before that worker's first heartbeat.
+    return any(poller.identity not in stopped
+               or poller.last_access_time.ToDatetime() > stopped[poller.identity]
+               for poller in response.pollers)
 
 
-async def stopped_workers(client: Client, task_queue: str) -> set[str]:
-    """Identities whose workers on ``task_queue`` all said, in their last heartbeat, that
-    they are shutting down. The server lists a worker that stopped as a poller for a
-    minute or more; the SDK's heartbeats (on by default) say at once that it stopped. Empty
-    when the server keeps no heartbeats: then only the poller list can answer."""
+async def stopped_workers(client: Client, task_queue: str) -> dict[str, datetime]:
+    """Worker identities on ``task_queue`` whose every heartbeat says it is shutting down,
+    each with its last heartbeat's time. The server lists a worker that stopped as a poller
+    for a minute or more; the SDK's heartbeats (on by default) say at once that it stopped.
+    Empty when the server keeps no heartbeats: then only the poller list can answer."""
     stopping = (WorkerStatus.WORKER_STATUS_SHUTTING_DOWN, WorkerStatus.WORKER_STATUS_SHUTDOWN)
     live: set[str] = set()
-    gone: set[str] = set()
+    stopped: dict[str, datetime] = {}
     query = f"TaskQueue = '{task_queue}'" if "'" not in task_queue else ""
     token = b""
     try:
@@ -102,13 +108,18 @@ async def stopped_workers(client: Client, task_queue: str) -> set[str]:
                 next_page_token=token))
             for worker in page.workers_info:
                 beat = worker.worker_heartbeat
-                if beat.task_queue == task_queue:
-                    (gone if beat.status in stopping else live).add(beat.worker_identity)
+                if beat.task_queue != task_queue:
+                    continue
+                if beat.status in stopping:
+                    at = beat.heartbeat_time.ToDatetime()
+                    stopped[beat.worker_identity] = max(at, stopped.get(beat.worker_identity, at))
+                else:
+                    live.add(beat.worker_identity)
             token = page.next_page_token
             if not token:
-                return gone - live
+                return {who: at for who, at in stopped.items() if who not in live}
     except RPCError:  # a server without worker heartbeats (or forbidding their list)
-        return set()
+        return {}
 
 
 def no_worker(run: str, task_queue: str) -> str:

@@ -15,7 +15,12 @@ class RunNotFound(ClientError):
 
 
 class DecisionRefused(ClientError):
-    """The run refused the decision; nothing changed."""
+    """The run refused the decision; nothing changed. ``unknown_key``: signed with a key
+    the run's roster did not have when it judged it."""
+
+    def __init__(self, reason: str, *, unknown_key: bool = False) -> None:
+        super().__init__(reason)
+        self.unknown_key = unknown_key
 
 
 class RunClosed(ClientError):

@@ -58,6 +58,7 @@ from tower.temporal._refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget
 from tower.temporal._task_time import in_a_task
 
 REFUSED = "DecisionRefused"
+UNKNOWN_KEY = "DecisionKeyUnknown"
 NOTIFY_ATTEMPTS = 5
 AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` query)
 # The server lets at most 10 updates into a run at once (history.maxInFlightUpdates), so
@@ -322,7 +323,10 @@ class Gatekeeper(Intake, Admission):
     def _validate_decide(self, raw: dict[str, Any]) -> None:
         _, check = self._judge(raw, budget=self._validate_budget)
         if not check.ok:
-            raise ApplicationError(check.reason, type=REFUSED, non_retryable=True)
+            # Its own type for a key the run's roster does not have yet: the sender may ask
+            # the run to re-read its roster and send again (validator only: not in history).
+            kind = UNKNOWN_KEY if check.unknown_key else REFUSED
+            raise ApplicationError(check.reason, type=kind, non_retryable=True)
 
     def _settled(self, decision_id: str) -> bool:
         record = record_of(self.current, decision_id)
