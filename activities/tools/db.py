@@ -10,6 +10,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from tower.activities.wal import wal
+
 from . import effects, migrations, orders
 
 SCHEMA = """
@@ -88,25 +90,38 @@ def connect(path: str | Path) -> sqlite3.Connection:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(str(path), timeout=30)
     db.row_factory = sqlite3.Row
-    db.execute("PRAGMA journal_mode=WAL")
-    db.executescript(SCHEMA)
-    if db.execute("SELECT COUNT(*) FROM accounts").fetchone()[0] == 0:
+    wal(db)
+    db.executescript(SCHEMA + orders.SCHEMA + effects.FENCES)  # CREATE ... IF NOT EXISTS
+    # Each seed is a check then an insert: under the write lock, one process at a time.
+    # Two workers started at once on a new database both saw it empty and both seeded it
+    # (UNIQUE constraint failed: accounts.id, and the second worker exited).
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        created = _seed(db)
+        db.commit()
+    except BaseException:
+        db.rollback()
+        raise
+    if created:
+        migrations.create_example_databases(path)
+    return db
+
+
+def _seed(db: sqlite3.Connection) -> bool:
+    """Seed what is empty (in the caller's transaction); whether the database was new."""
+    created = db.execute("SELECT COUNT(*) FROM accounts").fetchone()[0] == 0
+    if created:
         db.executemany("INSERT INTO accounts VALUES (?,?,?,?,?,?)", SEED_ACCOUNTS)
         db.executemany("INSERT INTO invoices VALUES (?,?,?,?,?)", SEED_INVOICES)
         db.executemany("INSERT INTO docs VALUES (?,?,?)", SEED_DOCS)
-        db.commit()
-        migrations.create_example_databases(path)
     # Seeded separately so a database created by an older version gets them too.
     if db.execute("SELECT COUNT(*) FROM sources").fetchone()[0] == 0:
         db.executemany("INSERT OR IGNORE INTO blocked_companies VALUES (?,?)",
                        SEED_BLOCKED_COMPANIES)
         db.executemany("INSERT OR IGNORE INTO sources VALUES (?,?,?,?)", SEED_SOURCES)
-        db.commit()
-    orders.ensure_schema(db)
-    db.executescript(effects.FENCES)
+    orders.seed(db)
     # A database made before effects recorded their arguments: add the column (NULL for old
     # rows, which are then trusted as they are).
     if "arguments" not in {row[1] for row in db.execute("PRAGMA table_info(effects)")}:
         db.execute("ALTER TABLE effects ADD COLUMN arguments TEXT")
-        db.commit()
-    return db
+    return bool(created)

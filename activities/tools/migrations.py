@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 import sqlite3
 from pathlib import Path
@@ -93,8 +94,17 @@ def create_example_databases(tools_path: str | Path) -> None:
     if path.exists():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.closing(sqlite3.connect(path)) as db:
+    # Built aside, then linked into place: two processes starting at once make one shop.
+    aside = path.with_name(f".{path.name}.{os.getpid()}")
+    aside.unlink(missing_ok=True)  # left by a process that died here
+    with contextlib.closing(sqlite3.connect(aside)) as db:
         db.executescript(EXAMPLE_SHOP)
+    try:
+        os.link(aside, path)  # fails if the other process linked its shop first
+    except FileExistsError:
+        pass
+    finally:
+        aside.unlink()
 
 
 def target(tools_db: sqlite3.Connection, name: str) -> sqlite3.Connection | None:

@@ -46,12 +46,11 @@ SEED_CARDS = [
 ]
 
 
-def ensure_schema(db: sqlite3.Connection) -> None:
-    db.executescript(SCHEMA)
+def seed(db: sqlite3.Connection) -> None:
+    """The shop's products and cards, once (in the caller's transaction, on SCHEMA)."""
     if db.execute("SELECT COUNT(*) FROM products").fetchone()[0] == 0:
         db.executemany("INSERT INTO products VALUES (?,?,?,?)", SEED_PRODUCTS)
         db.executemany("INSERT INTO cards VALUES (?,?,?)", SEED_CARDS)
-        db.commit()
 
 
 class Item(BaseModel):

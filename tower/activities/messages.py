@@ -16,6 +16,7 @@ from pathlib import Path
 from temporalio.exceptions import ApplicationError
 
 from tower import Message
+from tower.activities.wal import wal
 from tower.contract.wire import MessageRef, WindowRef
 from tower.core import window
 
@@ -50,7 +51,7 @@ class MessageStore:
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(str(self.path), timeout=30)
-        db.execute("PRAGMA journal_mode=WAL")
+        wal(db)
         return db
 
     def put(self, messages: Sequence[Message]) -> list[MessageRef]:

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from tower.activities.wal import wal
 from tower.contract.stream import StreamEvent
 
 # When TOWER_STREAMS is unset: beside the tools' and messages' databases.
@@ -89,7 +90,7 @@ class SqliteStreams:
             db = sqlite3.connect(self.path, timeout=30, check_same_thread=False,
                                  isolation_level=None)
             db.execute("PRAGMA busy_timeout=30000")
-            db.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
+            wal(db)
             db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoints
             db.execute(_SCHEMA)
             self._db = db
