@@ -92,6 +92,8 @@ def connect(path: str | Path) -> sqlite3.Connection:
     db.row_factory = sqlite3.Row
     wal(db)
     db.executescript(SCHEMA + orders.SCHEMA + effects.FENCES)  # CREATE ... IF NOT EXISTS
+    if _seeded(db):  # reads only: a worker starting while a tool writes does not wait
+        return db
     # Each seed is a check then an insert: under the write lock, one process at a time.
     # Two workers started at once on a new database both saw it empty and both seeded it
     # (UNIQUE constraint failed: accounts.id, and the second worker exited).
@@ -105,6 +107,16 @@ def connect(path: str | Path) -> sqlite3.Connection:
     if created:
         migrations.create_example_databases(path)
     return db
+
+
+def _seeded(db: sqlite3.Connection) -> bool:
+    """Whether every seed below is there already."""
+    return all(db.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]
+               for table in ("accounts", "sources", "products")) and _has_arguments(db)
+
+
+def _has_arguments(db: sqlite3.Connection) -> bool:
+    return "arguments" in {row[1] for row in db.execute("PRAGMA table_info(effects)")}
 
 
 def _seed(db: sqlite3.Connection) -> bool:
@@ -122,6 +134,6 @@ def _seed(db: sqlite3.Connection) -> bool:
     orders.seed(db)
     # A database made before effects recorded their arguments: add the column (NULL for old
     # rows, which are then trusted as they are).
-    if "arguments" not in {row[1] for row in db.execute("PRAGMA table_info(effects)")}:
+    if not _has_arguments(db):
         db.execute("ALTER TABLE effects ADD COLUMN arguments TEXT")
     return bool(created)
