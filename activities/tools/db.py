@@ -111,8 +111,12 @@ def connect(path: str | Path) -> sqlite3.Connection:
 
 def _seeded(db: sqlite3.Connection) -> bool:
     """Whether every seed below is there already."""
-    return all(db.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]
-               for table in ("accounts", "sources", "products")) and _has_arguments(db)
+    return not any(_empty(db, table) for table in ("accounts", "sources", "products")) \
+        and _has_arguments(db)
+
+
+def _empty(db: sqlite3.Connection, table: str) -> bool:
+    return not db.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]
 
 
 def _has_arguments(db: sqlite3.Connection) -> bool:
@@ -121,13 +125,13 @@ def _has_arguments(db: sqlite3.Connection) -> bool:
 
 def _seed(db: sqlite3.Connection) -> bool:
     """Seed what is empty (in the caller's transaction); whether the database was new."""
-    created = db.execute("SELECT COUNT(*) FROM accounts").fetchone()[0] == 0
+    created = _empty(db, "accounts")
     if created:
         db.executemany("INSERT INTO accounts VALUES (?,?,?,?,?,?)", SEED_ACCOUNTS)
         db.executemany("INSERT INTO invoices VALUES (?,?,?,?,?)", SEED_INVOICES)
         db.executemany("INSERT INTO docs VALUES (?,?,?)", SEED_DOCS)
     # Seeded separately so a database created by an older version gets them too.
-    if db.execute("SELECT COUNT(*) FROM sources").fetchone()[0] == 0:
+    if _empty(db, "sources"):
         db.executemany("INSERT OR IGNORE INTO blocked_companies VALUES (?,?)",
                        SEED_BLOCKED_COMPANIES)
         db.executemany("INSERT OR IGNORE INTO sources VALUES (?,?,?,?)", SEED_SOURCES)
@@ -136,4 +140,4 @@ def _seed(db: sqlite3.Connection) -> bool:
     # rows, which are then trusted as they are).
     if not _has_arguments(db):
         db.execute("ALTER TABLE effects ADD COLUMN arguments TEXT")
-    return bool(created)
+    return created

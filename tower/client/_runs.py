@@ -83,7 +83,7 @@ async def has_workers(client: Client, task_queue: str) -> bool:
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
     if not response.pollers:
         return False
-    stopped = await stopped_workers(client, task_queue)
+    stopped = await _stopped_workers(client, task_queue)
     # A poll begun after its identity's worker stopped is another worker's (a process
     # that started a new one): live, even before that worker's first heartbeat.
     return any(poller.identity not in stopped
@@ -91,7 +91,7 @@ async def has_workers(client: Client, task_queue: str) -> bool:
                for poller in response.pollers)
 
 
-async def stopped_workers(client: Client, task_queue: str) -> dict[str, datetime]:
+async def _stopped_workers(client: Client, task_queue: str) -> dict[str, datetime]:
     """Worker identities on ``task_queue`` whose every heartbeat says it is shutting down,
     each with its last heartbeat's time. The server lists a worker that stopped as a poller
     for a minute or more; the SDK's heartbeats (on by default) say at once that it stopped.
