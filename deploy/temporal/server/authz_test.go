@@ -90,6 +90,12 @@ func TestTowerPolicy(t *testing.T) {
 			[]string{"service", "admin"}},
 		{"PollWorkflowTaskQueue", &workflowservice.PollWorkflowTaskQueueRequest{Namespace: "default"},
 			[]string{"service", "admin"}},
+		// A worker's heartbeat says whether it stopped (`tower approve` and `tower state` read
+		// it): only Tower's services may write one.
+		{"RecordWorkerHeartbeat", &workflowservice.RecordWorkerHeartbeatRequest{Namespace: "default"},
+			[]string{"service", "admin"}},
+		{"ShutdownWorker", &workflowservice.ShutdownWorkerRequest{Namespace: "default"},
+			[]string{"service", "admin"}},
 		{"UpdateNamespace", &workflowservice.UpdateNamespaceRequest{Namespace: "default"}, []string{"admin"}},
 	}
 	for _, c := range cases {
