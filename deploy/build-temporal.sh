@@ -35,7 +35,9 @@ grep -q "go.temporal.io/server v$TEMPORAL_VERSION\$" deploy/temporal/server/go.m
     echo "error: deploy/temporal/server/go.mod does not require server v$TEMPORAL_VERSION" >&2
     exit 3
 }
-(cd deploy/temporal/server && go build -buildvcs=false -o "$work/server/server" .) >&2
+# Its own tests first (the authorizer's policy table, the token mapper, the signal guard).
+(cd deploy/temporal/server && go test -buildvcs=false ./... \
+    && go build -buildvcs=false -o "$work/server/server" .) >&2
 # Both modules name their command `server`: build each into its own directory.
 GOBIN="$work/server" go install "go.temporal.io/server/cmd/tools/sql@v$TEMPORAL_VERSION" >&2
 GOBIN="$work/ui" go install \
