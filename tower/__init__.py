@@ -15,7 +15,24 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
-    from tower.contract.wire import ToolCallRequest
+    from tower.activities.scripted import (
+        Script,
+        find_id,
+        first_user_text,
+        last_message,
+        tool_results,
+    )
+    from tower.contract.decisions import GateStatus
+    from tower.contract.pending import EditLimit
+    from tower.contract.wire import (
+        Authority,
+        ModelRequest,
+        Reduction,
+        ToolCall,
+        ToolCallRequest,
+        ToolSchema,
+        WindowRef,
+    )
     from tower.core import window
     from tower.core.audit import check_log
     from tower.core.carry import Carry
@@ -24,6 +41,7 @@ if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
     from tower.core.events import guard_rows
     from tower.core.gates import Gate
     from tower.core.graph import DONE, FAILED, TERMINALS, Graph
+    from tower.core.policy import stricter
     from tower.core.state import ADD, APPEND, REPLACE, AgentState, Message, custom
     from tower.core.tools import ToolDef
     from tower.core.window import WindowPolicy
@@ -61,6 +79,21 @@ _LAZY = {
     "ToolDef": "tower.core.tools",
     "window": "tower.core",  # the module itself
     "WindowPolicy": "tower.core.window",
+    # What a project's tools and scripted answers use (tower.contract, tower.activities).
+    "Authority": "tower.contract.wire",
+    "EditLimit": "tower.contract.pending",
+    "GateStatus": "tower.contract.decisions",
+    "ModelRequest": "tower.contract.wire",
+    "Reduction": "tower.contract.wire",
+    "Script": "tower.activities.scripted",
+    "ToolCall": "tower.contract.wire",
+    "ToolSchema": "tower.contract.wire",
+    "WindowRef": "tower.contract.wire",
+    "find_id": "tower.activities.scripted",
+    "first_user_text": "tower.activities.scripted",
+    "last_message": "tower.activities.scripted",
+    "stricter": "tower.core.policy",
+    "tool_results": "tower.activities.scripted",
 }
 
 
@@ -82,26 +115,40 @@ __all__ = [
     "AgentState",
     "AgentWorkflow",
     "Answer",
+    "Authority",
     "Carry",
     "DONE",
+    "EditLimit",
     "EffectRefused",
     "EventWorkflow",
     "FAILED",
     "FanOutPolicy",
     "Gate",
+    "GateStatus",
     "Graph",
     "Message",
-    "TERMINALS",
+    "ModelRequest",
     "NodeContext",
     "NodeFailed",
     "REPLACE",
+    "Reduction",
+    "Script",
+    "TERMINALS",
+    "ToolCall",
     "ToolCallRequest",
     "ToolDef",
+    "ToolSchema",
     "WindowPolicy",
+    "WindowRef",
     "agent",
     "check_log",
     "custom",
     "fan_out",
+    "find_id",
+    "first_user_text",
     "guard_rows",
+    "last_message",
+    "stricter",
+    "tool_results",
     "window",
 ]

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from tower.contract.wire import ToolCall, ToolSchema
+from tower import ToolCall, ToolSchema
 
 from . import accounts, billing, helpdesk, migrations, onboarding, orders, research
 from .db import connect, open_db

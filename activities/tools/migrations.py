@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tower.contract.wire import Authority
+from tower import Authority
 
 from .spec import NoEffect, Tool, ToolRefused
 

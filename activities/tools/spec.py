@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tower.contract.wire import Authority, ToolSchema
+from tower import Authority, ToolSchema
 
 ToolFn = Callable[[sqlite3.Connection, Any, str], dict[str, Any]]
 # (db, validated args, what the run's recorded state authorizes) -> None, or raises

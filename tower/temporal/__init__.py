@@ -42,7 +42,11 @@ _LAZY = {"TowerPlugin": "tower.temporal.plugin", "MachineRun": "tower.temporal._
          **{name: "tower.activities.mcp" for name in (
              "McpConfigError", "McpDiscoveryError", "McpPolicyError", "McpSources",
              "load_sources")}}
-__all__ = sorted(_LAZY)
+__all__ = ["MachineRun", "McpConfigError", "McpDiscoveryError", "McpPolicyError", "McpSources",
+           "ModelSettings", "PriceError", "TowerPlugin", "TracingConfigError",
+           "WorkerMisconfigured", "WorkerSettings", "agents_by_name", "has_tower_plugin",
+           "load_agents", "load_sources", "publish_steps", "run_main", "scripts_of",
+           "stop_publishing", "tower_data_converter"]
 
 
 def __getattr__(name: str) -> Any:

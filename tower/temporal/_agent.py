@@ -18,6 +18,7 @@ from temporalio import workflow
 
 from tower.core.errors import InvalidGraph
 from tower.core.graph import Machine
+from tower.temporal._start import runtime_start
 
 W = TypeVar("W", bound=type)
 Script = Callable[[Any], Any]  # ModelRequest -> content or a ToolCallRequest
@@ -39,6 +40,7 @@ def agent(machine: Machine, *, scripts: Mapping[str, Script] | None = None
         cls.machine = machine  # type: ignore[attr-defined]
         cls.scripts = dict(scripts or {})  # type: ignore[attr-defined]
         setattr(cls, MARK, cls)  # a subclass is not an agent until it is decorated too
+        runtime_start(cls)  # admission, carried state, continue-as-new: the runtime's
         return workflow.defn(name=machine.name)(cls)
 
     return wrap
