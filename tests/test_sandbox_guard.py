@@ -11,10 +11,10 @@ from pathlib import Path
 from sandbox_probe import ReadsTheClock
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from tower.activities.model import ModelSettings
 from tower.temporal import TowerPlugin
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from worker import build_worker
 
 

@@ -12,6 +12,7 @@ so ``import tower.cli`` (``tower --help``) stays free of pydantic and the SDK.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
@@ -97,11 +98,35 @@ _LAZY = {
 }
 
 
+class NeedsTowerPlugin(BaseException):
+    """A Worker or Replayer without TowerPlugin loaded a Tower agent. A BaseException, so
+    that the SDK's "Failed validating workflow" does not bury the one line saying so."""
+
+
+def _in_a_sandbox_of_its_own() -> bool:
+    # TowerPlugin passes all of ``tower`` through: loaded once, outside any run's sandbox.
+    # Loaded afresh inside one, this module was imported by a worker or replayer without it.
+    workflow = sys.modules.get("temporalio.workflow")
+    return workflow is not None and bool(workflow.unsafe.in_sandbox())
+
+
+_WITHOUT_PLUGIN = _in_a_sandbox_of_its_own()
+
+
+def _import(module: str) -> Any:
+    if _WITHOUT_PLUGIN:
+        raise NeedsTowerPlugin(
+            "Tower agents need TowerPlugin (its converter, sandbox and failure types): "
+            "Replayer(workflows=[...], plugins=[TowerPlugin()]), or a Worker on a client "
+            "connected with plugins=[TowerPlugin()] (from tower.temporal import TowerPlugin)")
+    return importlib.import_module(module)
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tower' has no attribute {name!r}")
-    found = importlib.import_module(module)
+    found = _import(module)
     # `window` is a module: `from tower.core import window`.
     value = getattr(found, name) if hasattr(found, name) else importlib.import_module(
         f"{module}.{name}")

@@ -18,8 +18,8 @@ from temporalio.worker import Replayer, WorkerConfig
 from activities.tools import TOOLS
 from tower import AgentState, Graph
 from tower.cli.histories import load, replay
-from tower.core.errors import InvalidGraph
 from tower.cli.trust_files import enrol_worker
+from tower.core.errors import InvalidGraph
 from tower.temporal import TowerPlugin, WorkerMisconfigured, WorkerSettings
 from tower.temporal._names import activity_name
 from tower.temporal._unopenable import TowerDataConverter

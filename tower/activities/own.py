@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from tower.activities.attest import Attester
 from tower.activities.messages import MessageStore
 from tower.activities.model import ModelActivities, ModelSettings
 from tower.activities.notify import Notifier
+from tower.activities.scripted import Scripts
 from tower.activities.streams import StreamStore, open_streams
 from tower.activities.trust import TrustLoader
 
@@ -41,27 +42,23 @@ class WorkerSettings:
     streams: StreamStore | str | Path | None = None
 
 
-def tower_activities(settings: WorkerSettings, agents: Sequence[type], *, namespace: str,
-                     task_queue: str) -> list[Callable[..., Any]]:
-    """Tower's activities for a worker of ``agents`` on ``namespace``/``task_queue``: the
-    model gateway, the trust loader, the gate notifier, the attester; the runs' steps go
-    to the stream store (``publish_steps``) and their conversations to the message store."""
-    from tower.temporal._agent import scripts_of
-    from tower.temporal._stream_sink import publish_steps
-
+def tower_activities(settings: WorkerSettings, scripts: Scripts,
+                     ) -> tuple[list[Callable[..., Any]], StreamStore]:
+    """Tower's activities for a worker, with the stream store its runs publish their steps
+    to (``publish_steps``): the model gateway (answering from ``scripts`` when offline),
+    the trust loader, the gate notifier, the attester; conversations go to the message
+    store."""
     streams = settings.streams
     if streams is None or isinstance(streams, str | Path):
         streams = open_streams(streams)
-    publish_steps(namespace, task_queue, streams)
     beside = Path(os.environ["TOWER_DB"]).parent if os.environ.get("TOWER_DB") else DEFAULT_DIR
     messages = MessageStore(settings.messages or os.environ.get("TOWER_MESSAGES")
                             or beside / "messages.sqlite")
     model = ModelActivities(settings.models or ModelSettings.from_env(), messages,
-                            scripts=scripts_of(a for a in agents if hasattr(a, "machine")),
-                            streams=streams)
+                            scripts=scripts, streams=streams)
     trust = settings.trust_dir
     return [model.call_model, TrustLoader(trust).load_trust, Notifier(trust).notify_gate,
-            Attester(trust).attest]
+            Attester(trust).attest], streams
 
 
 def attestation_missing(settings: WorkerSettings, namespace: str) -> str | None:

@@ -30,6 +30,13 @@ TRUST_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interva
 TRUST_DEADLINE = timedelta(minutes=5)
 
 
+class _NothingAsked(BaseModel):
+    """The input of a carried run, as far as its limits go: its state already holds them."""
+
+
+_NOTHING_ASKED = _NothingAsked()
+
+
 class Admission:
     """The run's roster and policy snapshot (``_trust``) and how it gets it."""
 
@@ -77,7 +84,7 @@ class Admission:
         if self.Policy is not None:
             self.limits = effective(self.Policy,
                                     self._trust.policy.agents.get(self.machine.name, {}),
-                                    BaseModel() if carried else request)
+                                    _NOTHING_ASKED if carried else request)
         if self._trust.policy.unsigned_allowed:
             workflow.upsert_search_attributes([search.UNSIGNED_DECISIONS.value_set(True)])
         self._admitted = True

@@ -45,7 +45,9 @@ def runtime_start(cls: type) -> None:
         given.__name__, __base__=given, __module__=given.__module__,
         **({"carry": (Carry | None, None)} if carries else {}))  # type: ignore[call-overload]
     returns = typing.get_type_hints(own_run).get("return", Any)
-    plain_init = cls.__init__
+    plain_init = (cls.__dict__.get("__init__") or getattr(cls, "plain_init", None)
+                  or cls.__mro__[1].__init__)  # type: ignore[misc]
+    cls.plain_init = plain_init  # type: ignore[attr-defined]  # an instance outside a run
 
     def __init__(self: Any, request: Any) -> None:
         plain_init(self)

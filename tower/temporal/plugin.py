@@ -34,12 +34,14 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from tower.core.errors import InvalidGraph, TowerError
 from tower.core.tools import ToolSpec, register_external
+from tower.temporal._agent import scripts_of
 from tower.temporal._gating import current_run_id
 from tower.temporal._heap import frozen_heap
 from tower.temporal._machine_run import continued_from
 from tower.temporal._names import activity_name, workflow_name
 from tower.temporal._sandbox import sandbox_runner
 from tower.temporal._scheduler_guard import ScheduledByOwnAgents
+from tower.temporal._stream_sink import publish_steps
 from tower.temporal._unopenable import TowerDataConverter, guarded
 
 if TYPE_CHECKING:
@@ -181,11 +183,11 @@ class TowerPlugin(SimplePlugin):
         settings = self.settings or WorkerSettings()
         namespace = config["client"].namespace
         have = {activity_name(a) for a in activities}
-        own = tower_activities(settings, agents, namespace=namespace,
-                               task_queue=config["task_queue"])
+        own, streams = tower_activities(settings, scripts_of(agents))
+        publish_steps(namespace, config["task_queue"], streams)
         for fn in own:
             _OWN.add(fn.__self__)  # type: ignore[attr-defined]
-        gated = [cls.machine.name for cls in agents if cls.machine.gates]  # type: ignore[attr-defined]
+        gated = [cls.machine.name for cls in agents if cls.machine.gates]
         if gated and (why := attestation_missing(settings, namespace)):
             log.warning("WARNING: this worker hosts gated agents (%s), but %s",
                         ", ".join(gated), why)

@@ -127,6 +127,16 @@ async def run_agent(
     return Run(state, runner.log, runner.contexts)
 
 
+def _outside_a_run(agent: Any) -> Any:
+    """An instance of ``agent`` without a run's input (its ``@workflow.init`` takes one)."""
+    plain = getattr(agent, "plain_init", None)
+    if plain is None:
+        return agent()
+    instance = agent.__new__(agent)
+    plain(instance)
+    return instance
+
+
 class _Runner:
     def __init__(self, agent: Any, run_id: str, model: Mapping[str, ModelAnswers],
                  tools: Mapping[str, ToolAnswer], decisions: list[Said],
@@ -142,7 +152,7 @@ class _Runner:
         self.entered: set[int] = set()
         # An event-driven agent says what an event changes (on_event): ask an instance of
         # it, made outside any workflow (its constructor touches no Temporal API).
-        self.instance: Any = agent() if hasattr(agent, "EventModel") else None
+        self.instance: Any = _outside_a_run(agent) if hasattr(agent, "EventModel") else None
 
     def context(self, node: str, step: int, decision: str = "") -> ScriptedContext:
         ctx = ScriptedContext(self.machine.name, self.machine.nodes[node], step,
