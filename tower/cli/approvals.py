@@ -12,8 +12,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from tower.activities.trust import TrustError, read_trust, trust_dir
+from tower.cli import project
 from tower.cli.errors import CliError
-from tower.client import TASK_QUEUE
 from tower.client._pending import Deployment
 from tower.core.policy import PolicyInvalid, PolicyLoosened, effective
 
@@ -60,6 +60,6 @@ def deployment(tenant: str, root: Path | None = None) -> Deployment:
         names = frozenset(agents())
     except (TrustError, ValueError) as exc:
         raise CliError(f"cannot tell genuine requests from forged ones: {exc}") from None
-    queues = os.environ.get("TOWER_TASK_QUEUES") or TASK_QUEUE
+    queues = os.environ.get("TOWER_TASK_QUEUES") or project.task_queue()
     return Deployment(roster=roster, agents=names,
                       queues=frozenset(q.strip() for q in queues.split(",") if q.strip()))

@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
+from tower.cli import project
 from tower.cli.errors import CliError
 from tower.cli.output import json_option, print_json, say, tenant_option
-from tower.client import TASK_QUEUE
 
 
 def _agents_help() -> str:
@@ -27,7 +27,7 @@ def _agents_help() -> str:
 @click.option("--input", "raw_input", required=True,
               help='e.g. \'{"question": "Check ACC-1001"}\'')
 @click.option("--id", "run_id", help="workflow id (default: AGENT-<random>)")
-@click.option("--task-queue", default=TASK_QUEUE, show_default=True)
+@click.option("--task-queue", default=project.task_queue, show_default="the project's")
 @click.option("--follow/--no-follow", default=True,
               help="show transitions live with a progress line (the default), or start and "
                    "print the run id only")
