@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from tower.activities.model import ModelSettings
     from tower.activities.own import WorkerSettings
     from tower.activities.prices import PriceError
+    from tower.activities.wal import wal
     from tower.temporal._agent import agents_by_name, load_agents, scripts_of
     from tower.temporal._machine_run import MachineRun
     from tower.temporal._process import run_main
@@ -39,6 +40,7 @@ _LAZY = {"TowerPlugin": "tower.temporal.plugin", "MachineRun": "tower.temporal._
          "TracingConfigError": "tower.temporal.telemetry",
          "ModelSettings": "tower.activities.model", "PriceError": "tower.activities.prices",
          "WorkerSettings": "tower.activities.own",
+         "wal": "tower.activities.wal",  # SQLite in WAL mode, for a tools' database
          **{name: "tower.activities.mcp" for name in (
              "McpConfigError", "McpDiscoveryError", "McpPolicyError", "McpSources",
              "load_sources")}}
@@ -46,7 +48,7 @@ __all__ = ["MachineRun", "McpConfigError", "McpDiscoveryError", "McpPolicyError"
            "ModelSettings", "PriceError", "TowerPlugin", "TracingConfigError",
            "WorkerMisconfigured", "WorkerSettings", "agents_by_name", "has_tower_plugin",
            "load_agents", "load_sources", "publish_steps", "run_main", "scripts_of",
-           "stop_publishing", "tower_data_converter"]
+           "stop_publishing", "tower_data_converter", "wal"]
 
 
 def __getattr__(name: str) -> Any:

@@ -19,10 +19,22 @@ from tower.testing._context import ScriptedContext, Stuck
 from tower.testing._inprocess import Run, Said, approve, reject, run_agent, run_node
 
 if TYPE_CHECKING:
+    from tower.testing.evals import (
+        EvalReport,
+        Score,
+        Scorer,
+        Verdict,
+        assert_verdicts,
+        evaluate,
+        run_eval,
+    )
     from tower.testing.replay import Replayed, assert_replays, history_files, load, replay
 
-_LAZY = {name: "tower.testing.replay"
-         for name in ("Replayed", "assert_replays", "history_files", "load", "replay")}
+_LAZY = {**{name: "tower.testing.replay"
+            for name in ("Replayed", "assert_replays", "history_files", "load", "replay")},
+         **{name: "tower.testing.evals"
+            for name in ("EvalReport", "Score", "Scorer", "Verdict", "assert_verdicts",
+                         "evaluate", "run_eval")}}
 
 
 def __getattr__(name: str) -> Any:
@@ -32,5 +44,6 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["Replayed", "Run", "Said", "ScriptedContext", "Stuck", "approve", "assert_replays",
-           "history_files", "load", "reject", "replay", "run_agent", "run_node"]
+__all__ = ["EvalReport", "Replayed", "Run", "Said", "Score", "Scorer", "ScriptedContext",
+           "Stuck", "Verdict", "approve", "assert_replays", "assert_verdicts", "evaluate",
+           "history_files", "load", "reject", "replay", "run_agent", "run_eval", "run_node"]
