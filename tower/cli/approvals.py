@@ -63,3 +63,13 @@ def deployment(tenant: str, root: Path | None = None) -> Deployment:
     queues = os.environ.get("TOWER_TASK_QUEUES") or project.task_queue()
     return Deployment(roster=roster, agents=names,
                       queues=frozenset(q.strip() for q in queues.split(",") if q.strip()))
+
+
+def unattested(deployment: Deployment, tenant: str) -> str | None:
+    """Why no request can be listed at all (None: the roster enrols an attestation key):
+    only requests a worker key of the roster vouched for are shown."""
+    if any(m.attests for m in deployment.roster.members):
+        return None
+    return (f"tenant {tenant!r}'s roster enrols no attestation key, so no worker can vouch "
+            "for a request and none is listed: `tower keys worker` makes and enrols one "
+            "(docs/production.md)")
