@@ -16,7 +16,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from tower.testing._context import ScriptedContext, Stuck
-from tower.testing._inprocess import Run, Said, approve, reject, run_agent, run_node
+from tower.testing._inprocess import (
+    RefusedDecision,
+    Run,
+    Said,
+    approve,
+    reject,
+    run_agent,
+    run_node,
+)
 
 if TYPE_CHECKING:
     from tower.testing.evals import (
@@ -44,6 +52,6 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["EvalReport", "Replayed", "Run", "Said", "Score", "Scorer", "ScriptedContext",
+__all__ = ["EvalReport", "RefusedDecision", "Replayed", "Run", "Said", "Score", "Scorer", "ScriptedContext",
            "Stuck", "Verdict", "approve", "assert_replays", "assert_verdicts", "evaluate",
            "history_files", "load", "reject", "replay", "run_agent", "run_eval", "run_node"]

@@ -50,6 +50,11 @@ S = TypeVar("S", bound=AgentState)
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+class RefusedDecision(TowerError):
+    """A gate refused a scripted decision (an edit its rules forbid, a role that may not
+    decide): what a real run would refuse, so the test says which decision and why."""
+
+
 @dataclass(frozen=True)
 class Said:
     """A scripted decision for the next gate: ``approve(...)`` or ``reject(...)``."""
@@ -230,7 +235,7 @@ class _Runner:
             request=pending.step, run_id=pending.run_id, proposal=proposal_digest(pending))
         problem = check_edits(gate, state, decision)
         if decision.role != pending.role or problem:
-            raise TowerError(f"gate {gate.name} refuses the scripted decision: "
+            raise RefusedDecision(f"gate {gate.name} refuses the scripted decision: "
                              f"{problem or f'role {decision.role!r} may not decide it'}")
         return decision
 
