@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import uuid
 from typing import Any
@@ -146,5 +147,12 @@ def print_outcome(status: str, state: dict[str, Any]) -> None:
              and m.get("role") == "assistant"]
     if final:
         print(f"reply: {final[-1]['content']}")
+    # A run that ended DONE recovered from its errors: they are history, not its outcome.
+    label = "recovered from" if status == "DONE" else "error"
     for error in state.get("errors", []) or []:
-        print(f"error: {error}")
+        print(f"{label}: {_undoubled(str(error))}")
+
+
+def _undoubled(error: str) -> str:
+    """``node: node: why`` (the node named by the engine and again by its reason) once."""
+    return re.sub(r"^([\w.-]+): \1: ", r"\1: ", error)
