@@ -52,6 +52,7 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-__all__ = ["EvalReport", "RefusedDecision", "Replayed", "Run", "Said", "Score", "Scorer", "ScriptedContext",
-           "Stuck", "Verdict", "approve", "assert_replays", "assert_verdicts", "evaluate",
-           "history_files", "load", "reject", "replay", "run_agent", "run_eval", "run_node"]
+__all__ = ["EvalReport", "RefusedDecision", "Replayed", "Run", "Said", "Score", "Scorer",
+          "ScriptedContext", "Stuck", "Verdict", "approve", "assert_replays", "assert_verdicts",
+          "evaluate", "history_files", "load", "reject", "replay", "run_agent", "run_eval",
+          "run_node"]
