@@ -27,6 +27,7 @@ from tower.testing._inprocess import (
 )
 
 if TYPE_CHECKING:
+    from tower.testing import live
     from tower.testing.evals import (
         EvalReport,
         Score,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
 _LAZY = {**{name: "tower.testing.replay"
             for name in ("Replayed", "assert_replays", "history_files", "load", "replay")},
+         "live": "tower.testing.live",  # the module: a live run in a project's tests
          **{name: "tower.testing.evals"
             for name in ("EvalReport", "Score", "Scorer", "Verdict", "assert_verdicts",
                          "evaluate", "run_eval")}}
@@ -49,10 +51,11 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tower.testing' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    loaded = importlib.import_module(module)
+    return loaded if module.endswith(f".{name}") else getattr(loaded, name)
 
 
 __all__ = ["EvalReport", "RefusedDecision", "Replayed", "Run", "Said", "Score", "Scorer",
-          "ScriptedContext", "Stuck", "Verdict", "approve", "assert_replays", "assert_verdicts",
-          "evaluate", "history_files", "load", "reject", "replay", "run_agent", "run_eval",
-          "run_node"]
+           "ScriptedContext", "Stuck", "Verdict", "approve", "assert_replays",
+           "assert_verdicts", "evaluate", "history_files", "live", "load", "reject", "replay",
+           "run_agent", "run_eval", "run_node"]
