@@ -167,7 +167,12 @@ class ScriptedContext:
         if answers is None:
             raise NodeFailed(f"no model answers for node {self.node.name!r} in this test")
         if callable(answers):
-            return answers(request)
+            try:
+                return answers(request)
+            except Exception as exc:  # a bug in the script: say whose, at once
+                name = getattr(answers, "__qualname__", repr(answers))
+                exc.add_note(f"raised by the script for node {self.node.name!r} ({name})")
+                raise
         if not isinstance(answers, list) or not answers:
             raise NodeFailed(f"node {self.node.name!r} asked the model more often than "
                              "this test scripted")

@@ -105,7 +105,8 @@ async def run_agent(
     """Run ``agent`` (an ``@agent`` class, or a Machine) from START until it ends, parks at
     a gate with no scripted decision left, or (event-driven) runs out of events.
 
-    ``model`` defaults to the agent's own scripts (``@agent(..., scripts=...)``). A gate
+    ``model`` replaces the answers of the nodes it names; the others answer with the
+    agent's own scripts (``@agent(..., scripts=...)``). A gate
     takes the next of ``decisions``; with none left it expires (its timeout route), or with
     ``expire=False`` the run stops there, waiting, as a worker's run would. A
     ``state`` that stands on a node (``Run.state`` of an earlier call, as a run carried
@@ -268,10 +269,11 @@ def _machine(agent: Any) -> Machine:
 
 
 def _answers(agent: Any, model: Mapping[str, ModelAnswers] | None) -> dict[str, ModelAnswers]:
-    if model is None:
-        model = dict(getattr(agent, "scripts", {}))  # the same scripts the scripted model uses
+    # The agent's own scripts (the ones the scripted model uses), each node's replaced by
+    # the test's answers for that node only.
+    merged = {**dict(getattr(agent, "scripts", {})), **dict(model or {})}
     # Lists are copied: a run uses its answers up without touching the caller's.
-    return {node: list(a) if isinstance(a, list | tuple) else a for node, a in model.items()}
+    return {node: list(a) if isinstance(a, list | tuple) else a for node, a in merged.items()}
 
 
 def _spent(node: str, ctx: NodeContext) -> dict[str, Any]:
