@@ -169,10 +169,13 @@ def amount_limits(state: RefundState) -> Mapping[str, EditLimit]:
     return {"amount_cents": EditLimit(min=1, max=state.planned_cents, rule="lower only")}
 
 
-def only_lower(state: RefundState, edits: Mapping[str, Any]) -> str | None:
-    if not 0 < state.amount_cents <= state.planned_cents:
-        return (f"amount_cents may only be lowered: between 1 and {state.planned_cents} "
-                f"(asked {state.amount_cents})")
+def only_lower(planned: RefundState, edits: Mapping[str, Any]) -> str | None:
+    """The approver may lower the amount, never raise it (``planned``: before the edits;
+    the engine enforces ``amount_limits`` first)."""
+    asked = edits.get("amount_cents", planned.amount_cents)
+    if not 0 < asked <= planned.planned_cents:
+        return (f"amount_cents may only be lowered: between 1 and {planned.planned_cents} "
+                f"(asked {asked})")
     return None
 
 
