@@ -214,7 +214,8 @@ def _refundable(convo: list[Message], invoice_id: str) -> int:
 
 GRAPH = (
     Graph("refund", RefundState, tools=TOOLS)
-    .node("reason", reason, prompt=REASON_PROMPT, tools=["invoice_balance", "issue_refund"])
+    .node("reason", reason, prompt=REASON_PROMPT, tools=["invoice_balance"],
+          proposes=["issue_refund"])
     .node("issue_refund", issue_refund, tools=["issue_refund", "invoice_balance"])
     .node("confirm", confirm, prompt=CONFIRM_PROMPT)
     .node("decline", decline)
@@ -232,6 +233,7 @@ GRAPH = (
                                            "decline": "refused by the payment tool"})
     .edge("confirm", DONE)
     .edge("decline", DONE)
+    .require("issue_refund", after="refund_review")
     .budget(escalate_to="decline", max_visits={"reason": 3})
     .compile()
 )

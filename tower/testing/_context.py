@@ -129,7 +129,8 @@ class ScriptedContext:
     async def tool(self, name: str, arguments: dict[str, Any],
                    authority: Authority | None = None) -> dict[str, Any]:
         if name not in self.node.tools:
-            raise NodeFailed(f"tool {name!r} is not available in state {self.node.name!r}")
+            only = " (only proposed here)" if name in self.node.proposes else ""
+            raise NodeFailed(f"tool {name!r} is not available in state {self.node.name!r}{only}")
         spec = spec_for(self.node, name)
         problem = None if spec is None else argument_problem(spec, arguments)
         if problem is not None:  # the tool activity refuses bad arguments the same way

@@ -72,11 +72,13 @@ def reject(by: str, note: str = "", *, role: str | None = None) -> Said:
 
 @dataclass
 class Run(Generic[S]):
-    """What happened: the final state and the transition log, as a worker would record."""
+    """What happened: the final state and the transition log, as a worker would record
+    (``check_log(agent.machine, run.log, run.states)`` audits it)."""
 
     state: S
     log: list[Transition]
     contexts: list[ScriptedContext]  # one per node visit: calls and model requests
+    states: list[S] = field(default_factory=list)  # the state after each move of ``log``
 
     @property
     def path(self) -> list[str]:
@@ -116,8 +118,7 @@ async def run_agent(
                      list(decisions), [dict(e) for e in events], host, children)
     runner.expire = expire
     if state.node == START:
-        state, first = start(runner.machine, state, at=T0, event_id=1)
-        runner.log.append(first)
+        state = runner.record(start(runner.machine, state, at=T0, event_id=1))
     # else: the state of a run that stopped on a node (a carried-over run) goes on from there.
     event_driven = hasattr(agent, "EventModel")
     while state.node not in TERMINALS and len(runner.log) < max_steps:
@@ -125,7 +126,7 @@ async def run_agent(
         state = await (runner.event_step(state) if event_driven else runner.node_step(state))
         if len(runner.log) == before:  # waiting for what the test did not script
             break
-    return Run(state, runner.log, runner.contexts)
+    return Run(state, runner.log, runner.contexts, runner.states)
 
 
 class _Runner:
@@ -137,6 +138,7 @@ class _Runner:
         self.run_id, self.model, self.tools = run_id, model, tools
         self.decisions, self.events, self.host, self.children = decisions, events, host, children
         self.log: list[Transition] = []
+        self.states: list[Any] = []
         self.contexts: list[ScriptedContext] = []
         self.accepted: set[str] = set()
         self.expire = True  # a gate with no scripted decision left: expire, or wait
@@ -158,6 +160,7 @@ class _Runner:
 
     def record(self, moved: tuple[S, Transition]) -> S:
         self.log.append(moved[1])
+        self.states.append(moved[0])
         return moved[0]
 
     async def node_step(self, state: S) -> S:
