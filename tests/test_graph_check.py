@@ -66,9 +66,10 @@ def test_a_shipped_agent_prints_its_proof() -> None:
 
 
 def test_a_graph_that_breaks_a_proof_does_not_load(tmp_path: Path) -> None:
-    for i, (graph, why) in enumerate(((CYCLE, "graph 'bad' is invalid: unbounded cycle a → b → c → a"),
-                       (UNGATED, "graph 'bad' is invalid: node 'pay' calls side-effecting pay "
-                                 "on a path with no approval gate: START → plan → pay."))):
+    cases = ((CYCLE, "graph 'bad' is invalid: unbounded cycle a → b → c → a"),
+             (UNGATED, "graph 'bad' is invalid: node 'pay' calls side-effecting pay on a path "
+                       "with no approval gate: START → plan → pay."))
+    for i, (graph, why) in enumerate(cases):
         project = tmp_path / f"project{i}"
         (project / "workflows").mkdir(parents=True)
         (project / "workflows" / "__init__.py").write_text("")

@@ -16,8 +16,9 @@ from workflows.refund import RefundAgent, RefundState
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PLAN = {"invoice_id": "INV-2004", "amount_cents": 120_000, "planned_cents": 120_000,
         "refund_reason": "r", "refundable_seen": 240_000}
-TOOLS: dict[str, Any] = {"invoice_balance": {"invoice": {"id": "INV-2004"}, "refundable_cents": 240_000},
-         "issue_refund": lambda args: {"refund_id": "rf_1", **args}}
+TOOLS: dict[str, Any] = {
+    "invoice_balance": {"invoice": {"id": "INV-2004"}, "refundable_cents": 240_000},
+    "issue_refund": lambda args: {"refund_id": "rf_1", **args}}
 
 
 def refund_state(message: str = "Please refund $1,200 on invoice INV-2004") -> RefundState:
