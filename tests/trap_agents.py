@@ -27,7 +27,8 @@ def at_most_the_amount(planned: RefundState, edits: Mapping[str, Any]) -> str | 
 def _trap_graph() -> Any:
     g = Graph("refund_trap", RefundState, tools=TOOLS)
     for node in GRAPH.nodes.values():
-        g.node(node.name, node.fn, prompt=node.prompt, tools=node.tools)
+        g.node(node.name, node.fn, prompt=node.prompt, tools=node.tools,
+               proposes=node.proposes, ungated=node.ungated, unbounded=node.unbounded)
     g.entry(GRAPH.entry)
     for source, out in GRAPH.transitions.items():
         if out.route is not None:
