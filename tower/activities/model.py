@@ -54,6 +54,8 @@ def _scripted(request: ModelRequest, scripts: Scripts) -> ModelReply:
     not an outage: its call fails at once (no retries), naming the node and the script."""
     try:
         return scripted_reply(request, scripts)
+    except ApplicationError:
+        raise  # the script stands in for a model failure on purpose: classified already
     except Exception as exc:
         script = scripts.get((request.agent, request.node))
         name = getattr(script, "__qualname__", repr(script))
