@@ -25,7 +25,7 @@ def to_mermaid(machine: Machine) -> str:
         # Entering a node past its visit limit escalates instead: draw that move.
         # (A gate's exits count: a timeout or rejection can enter a node past its limit.)
         enters = [(source, out.targets) for source, out in machine.transitions.items()]
-        enters += [(node, set(gate_exits(gate))) for node, gate in machine.gates.items()]
+        enters += [(node, tuple(gate_exits(gate))) for node, gate in machine.gates.items()]
         for limited, limit in budget.max_visits.items():
             drawn: set[str] = set()
             for source, targets in enters:
