@@ -32,6 +32,7 @@ from tower.temporal import (
     TowerPlugin,
     TracingConfigError,
     WorkerSettings,
+    has_tower_plugin,
     load_sources,
     run_main,
 )
@@ -70,8 +71,10 @@ def build_worker(
         models=models, trust_dir=trust_dir,
         messages=messages_path or (beside / "messages.sqlite" if beside else None),
         streams=beside / "streams.sqlite" if beside else None)
-    # A client connected with TowerPlugin keeps it: this one's settings replace its own
-    # activities' (tower.temporal.plugin).
+    if has_tower_plugin(client):  # (connect()'s): this worker's plugin, with these settings
+        config = client.config()
+        config["plugins"] = []
+        client = Client(**config)
     return Worker(client, task_queue=task_queue, workflows=agents,
                   activities=activities(agents, db_path=db_path, mcp=mcp),
                   plugins=[TowerPlugin(settings=settings)], **worker_options)
