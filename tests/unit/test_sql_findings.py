@@ -38,9 +38,12 @@ def test_each_statement_is_named_by_kind_and_object() -> None:
         "DROP TABLE IF EXISTS main.customers", "DROP VIEW v", "ALTER TABLE t DROP COLUMN fax",
         "ALTER TABLE t ADD COLUMN phone TEXT", "ALTER TABLE t RENAME TO u", "DELETE FROM t",
         "UPDATE t SET a = 1", "INSERT OR REPLACE INTO t VALUES (1)", "INSERT INTO t VALUES (1)",
+        "INSERT OR IGNORE INTO u VALUES (1)",
+        "INSERT INTO v VALUES (1) ON CONFLICT DO UPDATE SET a = 2",
         "CREATE TABLE \"odd; name\" (a)", "SELECT 1"])}
     assert named == {
         "DROP TABLE main.customers": True, "DROP VIEW v": True,
         "ALTER TABLE t DROP COLUMN fax": True, "ALTER TABLE t": False, "DELETE FROM t": True,
         "UPDATE t (every row: no WHERE)": True, "INSERT INTO t, overwriting rows": True,
-        "INSERT INTO t": False, 'CREATE TABLE "odd; name"': False, "SELECT": False}
+        "INSERT INTO t": False, "INSERT INTO u": False, "INSERT INTO v, overwriting rows": True,
+        'CREATE TABLE "odd; name"': False, "SELECT": False}

@@ -116,8 +116,9 @@ def _named(index: int, e: exp.Expr, dialect: str) -> Action | None:
         return Action(index, f"UPDATE {name(e.this)}{every}", True)
     if isinstance(e, exp.Insert):
         conflict = e.args.get("conflict")
-        if e.args.get("alternative") or (conflict is not None and "UPDATE" in
-                                         conflict.sql(dialect=dialect).upper()):
+        replaces = str(e.args.get("alternative") or "").upper() == "REPLACE"  # not IGNORE
+        if replaces or e.args.get("overwrite") or (
+                conflict is not None and "UPDATE" in conflict.sql(dialect=dialect).upper()):
             return Action(index, f"INSERT INTO {name(e.this)}, overwriting rows", True)
         return Action(index, f"INSERT INTO {name(e.this)}", False)
     if isinstance(e, exp.Create):

@@ -97,9 +97,10 @@ class Gatekeeper(Intake, Admission):
     publish: Callable[..., None]
 
     def _init_gates(self) -> None:
-        # Decided once, before any handler: a validator may not ask (read-only).
-        self._digest = (proposal_digest if workflow.patched(JCS_PATCH)
-                        else legacy_proposal_digest)
+        # Decided once, before any handler (a validator may not ask: read-only), and only
+        # by gated agents: a run with no gate spends no marker on it.
+        self._digest = (legacy_proposal_digest if self.machine.gates
+                        and not workflow.patched(JCS_PATCH) else proposal_digest)
         self._init_trust()
         self._init_intake()
         self._refresh_asked = False
