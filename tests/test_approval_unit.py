@@ -44,8 +44,10 @@ async def nop(ctx: Any, state: Any) -> dict[str, Any]:
     return {}
 
 
-def lower_only(state: PayState, edits: Any) -> str | None:
-    return None if state.amount <= state.planned else "amount may only be lowered"
+def lower_only(planned: PayState, edits: Any) -> str | None:
+    # The gate's rule sees the planned state and the edits (tower/core/edits.py).
+    asked = edits.get("amount", planned.amount)
+    return None if asked <= planned.amount else "amount may only be lowered"
 
 
 GATE = Gate(name="review", role="manager", timeout=timedelta(hours=48), on_reject="notify",
