@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 from tower.activities.attest import WORKER_KEY_FILE
+from tower.activities.private_files import write_private
 from tower.activities.trust import tenant_dir
 from tower.cli.errors import CliError
 from tower.client.keys import create_key, key_path, load_key, member, new_key, with_member
-from tower.client.private_files import write_private
 from tower.contract.trust import Policy, Roster
 from tower.core.signing import public_of
 

@@ -19,8 +19,8 @@ from typing import Any
 
 from joserfc.jwk import OKPKey
 
+from tower.activities.private_files import write_private
 from tower.client.errors import ClientError
-from tower.client.private_files import write_private
 from tower.contract.trust import Claims, Member, PublicKey, Roster
 from tower.core.signing import decision_claims, public_of, sign
 

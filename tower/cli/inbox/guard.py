@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tower.client.private_files import create_private
+from tower.activities.private_files import create_private
 
 RECEIPT_DAYS = 7
 

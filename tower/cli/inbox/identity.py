@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tower.activities.private_files import write_private
 from tower.cli.errors import CliError
-from tower.client.private_files import write_private
 
 _N, _R, _P = 2**14, 8, 1  # scrypt cost: ~16 MiB, tens of milliseconds
 

@@ -21,8 +21,8 @@ from typing import Any
 from joserfc.jwk import OKPKey
 
 from tower.activities.attest import WORKER_KEY_FILE
+from tower.activities.private_files import write_private
 from tower.activities.trust import tenant_dir
-from tower.client.private_files import write_private
 from tower.contract.decisions import GateRecord, proposal_digest
 from tower.contract.trust import Member, Policy, Roster
 from tower.core.signing import decision_claims, public_of, sign
