@@ -87,7 +87,7 @@ async def test_eval_query_catches_a_regression_and_touches_nothing_real(
     assert report["counts"] == {"same": 1, "changed": 0, "regressed": 1}
     assert report["moved"] == {"support": {"billing->DONE": -1, "billing->FAILED": 1}}
     svg = (tmp_path / "report" / "graph-support.svg").read_text()
-    assert 'stroke="#c62828" stroke-width="3.2"' in svg and "-1 run" in svg
+    assert 'stroke="#c62828" stroke-width="3.2"' in svg and "-1 visit" in svg
     assert "regressed" in (tmp_path / "report" / "report.md").read_text()
     # Nothing real moved: the namespace's runs and the tools' data are as they were.
     assert await namespace_snapshot(client) == before

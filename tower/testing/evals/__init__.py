@@ -73,12 +73,13 @@ class EvalReport(BaseModel):
         return out
 
     def moved(self) -> dict[str, dict[tuple[str, str], int]]:
-        """Per agent, each move whose traffic changed: candidate runs minus baseline runs."""
+        """Per agent, each move whose traffic changed: the times the candidate runs took it
+        minus the times the baseline runs did (a loop's moves count each time round)."""
         out: dict[str, Counter[tuple[str, str]]] = {}
         for r in self.runs:
             delta = out.setdefault(r.agent, Counter())
-            delta.update(set(r.candidate.moves))
-            delta.subtract(set(r.baseline.moves))
+            delta.update(r.candidate.moves)
+            delta.subtract(r.baseline.moves)
         return {agent: {m: n for m, n in d.items() if n} for agent, d in out.items()
                 if any(d.values())}
 

@@ -42,6 +42,7 @@ from temporalio.worker import Worker
 
 from tower.contract import search
 from tower.contract.decisions import GateRecord
+from tower.testing.evals.compare import plural
 from tower.testing.evals.models import Mode, RecordedModels
 from tower.testing.evals.recording import Outside, Recording
 from tower.testing.evals.summary import RunSummary, summarize
@@ -133,7 +134,8 @@ class Eval:
         waiting = [m for m in recording.outside if recording.replayable(m)]
         refused = len(recording.outside) - len(waiting)
         if refused:
-            notes.append(f"{refused} decision(s) the recorded run refused: not sent again")
+            notes.append(f"{plural(refused, 'decision')} the recorded run refused: not sent "
+                         "again")
         try:
             await asyncio.wait_for(self._drive(latest, waiting, notes), self.timeout)
         except TimeoutError:
