@@ -41,9 +41,6 @@ class StreamModes:
     def learn(self, base_url: str | None, model: str, mode: Mode) -> None:
         self._known[(base_url, model)] = mode
 
-    def known(self, base_url: str | None, model: str) -> Mode | None:
-        return self._known.get((base_url, model))
-
 
 def refuses_streaming(exc: BaseException) -> bool:
     """A 400 (or 422) to a streaming request: maybe the streaming, so ask plainer."""
