@@ -22,15 +22,15 @@ from tower import (
     DONE,
     AgentState,
     AgentWorkflow,
+    Authority,
     Gate,
+    GateStatus,
     Graph,
     Message,
     NodeContext,
     NodeFailed,
     agent,
 )
-from tower.contract.decisions import GateStatus
-from tower.contract.wire import Authority
 
 with workflow.unsafe.imports_passed_through():
     # Data only: the tools' names and schemas, and the scripted model's answers.
@@ -179,7 +179,6 @@ class MigrationAgent(AgentWorkflow):
 
     @workflow.run
     async def run(self, request: MigrationRequest) -> MigrationState:
-        await self.admit(request)
         state = MigrationState(
             messages=[Message(role="user", content=f"Migration for {request.database}:\n"
                               f"{request.script}")],

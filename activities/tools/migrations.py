@@ -18,8 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tower.activities import sql
-from tower.contract.wire import Authority
+from tower import Authority, sql
 
 from .spec import EffectRefused, NoEffect, Tool
 

@@ -7,12 +7,13 @@ nothing). ``--signal`` sends it as a fire-and-forget signal instead.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
 from temporalio.client import Client
 
-from tower.cli.approvals import deployment, parse_edits
+from tower.cli.approvals import deployment, parse_edits, unattested
 from tower.cli.cmd_run import print_outcome as print_run_outcome
 from tower.cli.live import follow as follow_run
 from tower.cli.output import json_option, print_json, say, table, tenant_option
@@ -87,6 +88,9 @@ reject = _decision_command(Verdict.REJECT)
 async def _pending(agent: str | None, limit: int, as_json: bool) -> int:
     client = await connect()
     rows = await pending_requests(client, agent=agent, limit=limit)
+    why = unattested(deployment(client.namespace), client.namespace)
+    if why is not None:  # listing nothing would look like nothing waits
+        print(f"warning: {why}", file=sys.stderr)
     if as_json:
         print_json(rows)
         return 0

@@ -67,6 +67,12 @@ def command(host: str, port: int, accounts: Path | None, proxy_header: str | Non
             trusted_proxies: tuple[str, ...], roles: Path | None, watchers: tuple[str, ...],
             issuer: str, web_ui: str | None, tls_cert: str | None, tls_key: str | None,
             as_json: bool) -> Any:
+    from tower.extras import MissingExtra, require
+
+    try:
+        require("inbox", "tower inbox")
+    except MissingExtra as exc:
+        raise CliError(str(exc)) from None
     sign_in = SignIn(accounts, proxy_header, trusted_proxies, roles, watchers)
     return serve(sign_in, host=host, port=port, issuer=issuer, web_ui=web_ui,
                  tls_cert=tls_cert, tls_key=tls_key, as_json=as_json)

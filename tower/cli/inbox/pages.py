@@ -15,6 +15,7 @@ from starlette.templating import Jinja2Templates
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from tower.cli.approvals import unattested
 from tower.cli.inbox import money
 from tower.cli.inbox.forms import DecisionForm, FormError, is_money, read_form
 from tower.cli.inbox.guard import InboxStore
@@ -59,7 +60,10 @@ class Inbox:
 
     async def waiting(self, request: Request, approver: Approver) -> Response:
         runs = await self._waiting(approver)
-        return self.render(request, "list.html", approver, runs=runs,
+        deployment = self.config.deployment
+        # An empty list must not look like nothing waits when nothing can be listed at all.
+        notice = unattested(deployment, self.client.namespace) if deployment else None
+        return self.render(request, "list.html", approver, runs=runs, notice=notice,
                            fingerprint=list_fingerprint(runs))
 
     def not_ours(self, request: Request, approver: Approver, run: str,
