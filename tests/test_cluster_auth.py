@@ -244,7 +244,7 @@ async def test_a_requesters_signal_update_reset_and_terminate_are_refused_by_the
     assert refunds(Path(auth_cluster.env["TOWER_DB"])) == []
     # Tower's services still work: the approver's `tower approve` (service token), then
     # the worker pays, once.
-    code, out = await auth_cluster.tower("service", "approve", handle.id, "--by", "alice",
+    code, out = await auth_cluster.tower("service", "approve", "--yes", handle.id, "--by", "alice",
                                          "--role", "manager")
     assert code == 0 and "status: DONE" in out, out
     assert refunds(Path(auth_cluster.env["TOWER_DB"])) == [("INV-2004", 120000)]

@@ -95,14 +95,32 @@ class GateRecord(BaseModel):
     reason: str = ""  # why it expired or went stale
 
 
-def proposal_digest(record: GateRecord) -> str:
-    """What an approver decides, as one value: sha256 of the canonical JSON of the gate, its
-    node, the proposal (action, arguments, amounts, limit), the editable fields and their
-    limits. The run, the CLI and the inbox all call this on the same pending record; a
-    decision names it and is accepted only while that proposal is pending."""
+def canonical_proposal(record: GateRecord) -> dict[str, Any]:
+    """What an approver decides, as one JSON object: the gate, its node, the proposal
+    (action, arguments, amounts, limit), the editable fields and their limits. It is what
+    ``proposal_digest`` hashes and what every surface renders (``tower.contract.render``),
+    whole; a run publishes it in its memo."""
     shown = {"v": 1, "gate": record.gate, "node": record.node, "when": record.when,
              "proposal": record.proposal, "editable": sorted(record.editable),
              "limits": {k: v.model_dump(mode="json") for k, v in record.limits.items()}}
-    canonical = json.dumps(shown, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                           default=str)
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    # As JSON reads it back (a value JSON has no type for is its text), so the object a
+    # memo carries hashes as the record does.
+    loaded: dict[str, Any] = json.loads(_canonical_json(shown))
+    return loaded
+
+
+def digest_of(canonical: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of ``canonical`` (a ``canonical_proposal``)."""
+    return "sha256:" + hashlib.sha256(_canonical_json(canonical).encode()).hexdigest()
+
+
+def proposal_digest(record: GateRecord) -> str:
+    """The digest of what an approver decides (``canonical_proposal``). The run, the CLI
+    and the inbox all call this on the same pending record; a decision names it and is
+    accepted only while that proposal is pending."""
+    return digest_of(canonical_proposal(record))
+
+
+def _canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=str)

@@ -29,9 +29,14 @@ from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tower.contract.decisions import Decision, GateRecord, GateStatus, proposal_digest
+from tower.contract.decisions import (
+    Decision,
+    GateRecord,
+    GateStatus,
+    canonical_proposal,
+    proposal_digest,
+)
 from tower.contract.notify import GateNotice
-from tower.contract.pending import short_values
 from tower.contract.trust import AttestRequest
 from tower.core.details import render_details
 from tower.core.engine import Transition, advance
@@ -194,7 +199,8 @@ class Gatekeeper(Intake, Admission):
         notice = GateNotice(tenant=self._tenant(), run=workflow.info().workflow_id,
                             agent=self.machine.name, gate=pending.gate, role=pending.role,
                             node=pending.node, expires_at=pending.expires_at,
-                            proposal=short_values(pending.proposal))
+                            proposal=dict(pending.proposal),
+                            shown=canonical_proposal(pending))
         sent = workflow.start_activity(
             "notify_gate", notice, start_to_close_timeout=timedelta(seconds=20),
             retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
