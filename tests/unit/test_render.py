@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import unicodedata
 from datetime import UTC, datetime
+from types import SimpleNamespace
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tower.client._pending import mismatch
 from tower.contract.decisions import GateRecord, canonical_proposal, digest_of, proposal_digest
 from tower.contract.pending import EditLimit, PendingView
 from tower.contract.render import escape, render_proposal, unescape
+from tower.contract.trust import AttestClaims
 
 AT = datetime(2026, 12, 4, tzinfo=UTC)
 BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
@@ -108,3 +111,30 @@ def test_a_memo_shows_only_what_is_hashed() -> None:
         "proposal": {"amount_cents": "500"}})
     assert view.proposal == {"amount_cents": "240000", "note": "x"}
     assert "proposal" not in view.memo() and view.memo()["shown"] == shown
+
+
+def test_a_listing_refuses_a_memo_whose_shown_proposal_is_not_the_attested_one() -> None:
+    """Issue 30, item 4: with everything else in order (this execution, agent, queue, gate,
+    step), a memo whose shown proposal was rewritten ($5) is not the request attested."""
+    record = GateRecord(gate="refund_review", node="issue_refund", when="before", visit=1,
+                        step=4, role="manager", run_id="opened-in",
+                        proposal={"amount_cents": 240000}, editable=["amount_cents"],
+                        requested_at=AT, expires_at=AT)
+    run = SimpleNamespace(id="refund-1", run_id="exec-2", workflow_type="refund",
+                          task_queue="tower")
+    claims = AttestClaims(tenant="t", run="refund-1", run_id="opened-in", gate="refund_review",
+                          step=4, agent="refund", task_queue="tower", jti="j", iat=0, exp=1,
+                          proposal=proposal_digest(record), execution="exec-2")
+    shown = canonical_proposal(record)
+    view = PendingView(gate="refund_review", node="issue_refund", when="before", step=4,
+                       role="manager", requested_at=AT, expires_at=AT, agent="refund",
+                       editable=["amount_cents"], proposal_digest=proposal_digest(record),
+                       shown=shown)
+    assert mismatch(run, view, claims) is None  # type: ignore[arg-type]
+    five = view.model_copy(update={"shown": {**shown, "proposal": {"amount_cents": 500}}})
+    assert mismatch(run, five, claims) == (  # type: ignore[arg-type]
+        "the proposal its memo shows is not the one attested (digests differ)")
+    again = SimpleNamespace(**{**vars(run), "run_id": "exec-3"})  # a new execution
+    assert "execution differ" in str(mismatch(again, view, claims))  # type: ignore[arg-type]
+    old = view.model_copy(update={"shown": {}})  # a memo from before `shown`
+    assert "does not show the whole proposal" in str(mismatch(run, old, claims))  # type: ignore[arg-type]
