@@ -76,6 +76,9 @@ async def test_refund_paused_listed_refused_then_approved_from_the_cli(
                                      "--note", "partial refund", "--decision-id", "d-cli-1")
         assert code == 0, err
         assert "signed with alice's key alice-" in out
+        # --yes signs without asking, never unseen: the whole request is printed first.
+        assert out.index("You are about to approve this request") < out.index("signed with")
+        assert "    amount_cents: 120000  ($1,200.00)" in out.splitlines()
         assert "outcome: gate refund_review approved" in out
         assert re.search(r"issue_refund → confirm", out) and "status: DONE" in out
         assert "Your refund of $1,000.00 has been issued" in out

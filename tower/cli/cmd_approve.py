@@ -123,7 +123,7 @@ async def pending_requests(client: Client, *, agent: str | None = None,
             # cannot open): what its graph says about the node
             memo = _gate_from_graph(w.agent, w.node)
         else:
-            memo = view.model_dump(mode="json", exclude={"attestation"})
+            memo = view.model_dump(mode="json")
             memo["hidden"] = bool(view.shown) and render_proposal(view.shown).hidden
         rows.append({"run": w.run, "agent": w.agent, "step": w.step, **memo})
     return rows
