@@ -9,10 +9,12 @@ from __future__ import annotations
 import unicodedata
 from datetime import UTC, datetime
 from types import SimpleNamespace
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tower.cli.output import table
 from tower.client._pending import mismatch
 from tower.contract.decisions import GateRecord, canonical_proposal, digest_of, proposal_digest
 from tower.contract.pending import EditLimit, PendingView
@@ -138,3 +140,10 @@ def test_a_listing_refuses_a_memo_whose_shown_proposal_is_not_the_attested_one()
     assert "execution differ" in str(mismatch(again, view, claims))  # type: ignore[arg-type]
     old = view.model_copy(update={"shown": {}})  # a memo from before `shown`
     assert "does not show the whole proposal" in str(mismatch(run, old, claims))  # type: ignore[arg-type]
+
+
+def test_a_table_cell_is_never_markup_nor_a_raw_escape(capsys: Any) -> None:
+    """`[/x]` in a run's text made rich raise MarkupError (exit 1 for every approver)."""
+    table(["RUN", "ERROR"], [["r-1", "[/x] [bold]no[/bold] \x1b[2K\rok"]])
+    out = capsys.readouterr().out
+    assert "[/x] [bold]no[/bold] \\x1b[2K\\rok" in out and "\x1b" not in out
