@@ -135,17 +135,6 @@ class Rendered:
     def text(self, indent: str = "") -> str:
         return "\n".join(self.lines(indent))
 
-    def one_line(self) -> str:
-        """Every field on one line (``name=value; ...``), newlines as ``\\n``: whole, for
-        a list row. The hidden flag is the caller's to show."""
-        parts = [f"{f.name}={_flat(f)}" + (f" ({f.note})" if f.note else "")
-                 for f in self.fields]
-        return "; ".join(parts) or "-"
-
-
-def _flat(f: Field) -> str:
-    return f.text.replace("\n", "\\n") if f.block else f.text
-
 
 def render_proposal(canonical: dict[str, Any]) -> Rendered:
     """Render the canonical proposal (``tower.contract.decisions.canonical_proposal``):
