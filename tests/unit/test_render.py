@@ -147,3 +147,19 @@ def test_a_table_cell_is_never_markup_nor_a_raw_escape(capsys: Any) -> None:
     table(["RUN", "ERROR"], [["r-1", "[/x] [bold]no[/bold] \x1b[2K\rok"]])
     out = capsys.readouterr().out
     assert "[/x] [bold]no[/bold] \\x1b[2K\\rok" in out and "\x1b" not in out
+
+
+def test_a_memo_no_digest_can_be_made_of_is_refused_not_a_crash() -> None:
+    """A forged memo whose shown proposal RFC 8785 cannot take (an integer past 2**53, a
+    lone surrogate) is not listed; the listing goes on for every other run."""
+    run = SimpleNamespace(id="r", run_id="e", workflow_type="refund", task_queue="tower")
+    claims = AttestClaims(tenant="t", run="r", run_id="o", gate="g", step=1, agent="refund",
+                          task_queue="tower", jti="j", iat=0, exp=1, execution="e",
+                          proposal="sha256:" + "0" * 64)
+    for bad in (2**60, "\ud800"):
+        view = PendingView(gate="g", node="n", when="before", step=1, role="r",
+                           requested_at=AT, expires_at=AT, agent="refund",
+                           proposal_digest=claims.proposal,
+                           shown={"v": 1, "gate": "g", "node": "n", "when": "before",
+                                  "editable": [], "limits": {}, "proposal": {"x": bad}})
+        assert "cannot be canonicalized" in str(mismatch(run, view, claims))  # type: ignore[arg-type]

@@ -34,10 +34,17 @@ def config_dir(env: dict[str, str] | None = None) -> Path:
     return Path(base) / "tower"
 
 
+def check_name(name: str) -> str:
+    """``name`` if it may name an approver and their key file; else a one-line ClientError
+    (never a path: ``../x`` is refused)."""
+    if not isinstance(name, str) or not NAME.match(name):
+        raise ClientError(f"invalid name {str(name)[:100]!r}: 1 to 100 letters, digits, "
+                          ". _ @ -, starting with a letter or digit")
+    return name
+
+
 def key_path(name: str, config: Path | None = None) -> Path:
-    if not NAME.match(name):
-        raise ClientError(f"invalid key name {name!r} (letters, digits, . _ @ -)")
-    return (config or config_dir()) / "keys" / f"{name}.jwk"
+    return (config or config_dir()) / "keys" / f"{check_name(name)}.jwk"
 
 
 def new_key(kid: str | None = None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
+import rfc8785
 from pydantic import BaseModel, ConfigDict, Field
 
 from tower.contract.pending import EditLimit
@@ -95,32 +96,58 @@ class GateRecord(BaseModel):
     reason: str = ""  # why it expired or went stale
 
 
+class ProposalNotCanonical(ValueError):
+    """A proposal with a value RFC 8785 cannot canonicalize (an integer beyond ±(2**53-1),
+    NaN, an infinity): no client in another language could compute its digest."""
+
+
 def canonical_proposal(record: GateRecord) -> dict[str, Any]:
     """What an approver decides, as one JSON object: the gate, its node, the proposal
-    (action, arguments, amounts, limit), the editable fields and their limits. It is what
-    ``proposal_digest`` hashes and what every surface renders (``tower.contract.render``),
-    whole; a run publishes it in its memo."""
-    shown = {"v": 1, "gate": record.gate, "node": record.node, "when": record.when,
-             "proposal": record.proposal, "editable": sorted(record.editable),
-             "limits": {k: v.model_dump(mode="json") for k, v in record.limits.items()}}
-    # As JSON reads it back (a value JSON has no type for is its text), so the object a
-    # memo carries hashes as the record does.
-    loaded: dict[str, Any] = json.loads(_canonical_json(shown))
-    return loaded
+    (action, arguments, amounts, limit), the editable fields and their limits. Every
+    surface shows this object, whole (``tower.contract.render``), every signer digests it
+    (``proposal_digest``) and a waiting run publishes it in its memo."""
+    return {"v": 1, "gate": record.gate, "node": record.node, "when": record.when,
+            "proposal": record.proposal, "editable": sorted(record.editable),
+            "limits": {k: v.model_dump(mode="json") for k, v in record.limits.items()}}
+
+
+def canonical_bytes(record: GateRecord) -> bytes:
+    """``canonical_proposal`` in the RFC 8785 (JCS) form: keys sorted by UTF-16 code units,
+    no whitespace, numbers as ECMAScript prints them (``1.0`` is ``1``), UTF-8."""
+    return _jcs(canonical_proposal(record))
+
+
+def _jcs(canonical: dict[str, Any]) -> bytes:
+    try:
+        return rfc8785.dumps(canonical)
+    except rfc8785.CanonicalizationError as exc:
+        raise ProposalNotCanonical(f"the proposal cannot be canonicalized (RFC 8785): "
+                                   f"{exc}") from None
 
 
 def digest_of(canonical: dict[str, Any]) -> str:
-    """sha256 of the canonical JSON of ``canonical`` (a ``canonical_proposal``)."""
-    return "sha256:" + hashlib.sha256(_canonical_json(canonical).encode()).hexdigest()
+    """``proposal_digest`` of a canonical proposal as a memo or a notice carries it (the
+    object ``canonical_proposal`` made, read back from JSON). Raises
+    ``ProposalNotCanonical``."""
+    return "sha256:" + hashlib.sha256(_jcs(canonical)).hexdigest()
+
+
+def legacy_digest_of(canonical: dict[str, Any]) -> str:
+    """``legacy_proposal_digest`` of a canonical proposal (runs recorded before RFC 8785)."""
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 def proposal_digest(record: GateRecord) -> str:
-    """The digest of what an approver decides (``canonical_proposal``). The run, the CLI
-    and the inbox all call this on the same pending record; a decision names it and is
-    accepted only while that proposal is pending."""
+    """``sha256:`` and the hex SHA-256 of ``canonical_bytes``: what a decision names. The
+    run, the CLI, the inbox and any client (in any language: docs/approvals.md gives the
+    steps and a test vector) compute it on the same pending record; a decision is accepted
+    only while that proposal is pending. Raises ``ProposalNotCanonical``."""
     return digest_of(canonical_proposal(record))
 
 
-def _canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      default=str)
+def legacy_proposal_digest(record: GateRecord) -> str:
+    """The digest as runs recorded before RFC 8785 computed it (Python's sorted JSON, which
+    prints ``1.0``): only those runs use it, so their histories replay as recorded."""
+    return legacy_digest_of(canonical_proposal(record))

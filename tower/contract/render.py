@@ -149,12 +149,14 @@ def render_proposal(canonical: dict[str, Any]) -> Rendered:
         return text
 
     fields = []
-    for key, value in dict(canonical.get("proposal") or {}).items():
+    # In key order, as the digest is: an order of its own would be a freedom the signed
+    # object does not have (a memo could reorder it to mislead).
+    for key, value in sorted(dict(canonical.get("proposal") or {}).items()):
         block = isinstance(value, str) and "\n" in value
         fields.append(Field(name=shown(str(key)), text=shown(value, multiline=block),
                             block=block, note=_note(str(key), value)))
     limits = tuple(f"{shown(str(name))}: {shown(limit)}"
-                   for name, limit in dict(canonical.get("limits") or {}).items())
+                   for name, limit in sorted(dict(canonical.get("limits") or {}).items()))
     return Rendered(gate=shown(str(canonical.get("gate", "?"))),
                     node=shown(str(canonical.get("node", "?"))),
                     when=shown(str(canonical.get("when", "?"))), fields=tuple(fields),

@@ -24,8 +24,9 @@ from tower.cli.inbox.runs import run_story
 from tower.cli.inbox.signing import shown_request, signed_decision
 from tower.cli.inbox.visibility import UnreadableRequest, waiting_run, waiting_runs
 from tower.client import DecisionRefused, send_decision
-from tower.contract.decisions import proposal_digest
+from tower.contract.decisions import GateStatus, proposal_digest
 from tower.contract.pending import PendingView
+from tower.contract.refusals import RefusalCode
 from tower.core.gates import Outcome
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ class Inbox:
             outcome = await asyncio.wait_for(send_decision(self.client, run, payload),
                                              DECIDE_SECONDS)
         except DecisionRefused as exc:
-            return self.refused(request, approver, 409, refusal_text(str(exc)), **back)
+            return self.refused(request, approver, 409, refusal_text(exc), **back)
         except TimeoutError:
             return self.refused(request, approver, 504, "No worker confirmed the decision in "
                                 f"{DECIDE_SECONDS:.0f} s; reload the page to see whether the "
@@ -153,7 +154,7 @@ class Inbox:
             story = await run_story(self.client, run, status)
             message = "This run is no longer waiting for a decision" + (
                 f": {story.last_request}" if story.last_request else f" ({status.name})")
-            if "approved by" in message or "rejected by" in message:
+            if story.last_status in (GateStatus.APPROVED, GateStatus.REJECTED):
                 message += ". It was already decided."
         return JSONResponse({"fingerprint": run_fingerprint(status, view), "message": message})
 
@@ -215,10 +216,12 @@ def run_fingerprint(status: WorkflowExecutionStatus | None, view: PendingView | 
            f"{view.step if view else ''}"
 
 
-def refusal_text(reason: str) -> str:
-    if "already decided" in reason:
+def refusal_text(refused: DecisionRefused) -> str:
+    """What the page says of a refusal: chosen by its code, never by its words."""
+    reason = refused.reason
+    if refused.code == RefusalCode.ALREADY_DECIDED:
         return f"Already decided by another approver: {reason}. Your decision was not applied."
-    if "expired" in reason:
+    if refused.code == RefusalCode.EXPIRED:
         return f"Refused: the request expired ({reason}). Nothing changed."
     return f"Refused by the run: {reason}. Nothing changed."
 
