@@ -21,6 +21,7 @@ from tower.cli.inbox.guard import InboxStore
 from tower.cli.inbox.identity import Approver
 from tower.cli.inbox.picture import NotOurRequest, check_request, picture
 from tower.cli.inbox.runs import run_story
+from tower.cli.inbox.scope import Scope, not_found, visible_run
 from tower.cli.inbox.signing import shown_request, signed_decision
 from tower.cli.inbox.visibility import UnreadableRequest, waiting_run, waiting_runs
 from tower.client import DecisionRefused, send_decision
@@ -40,6 +41,7 @@ class Inbox:
     def __init__(self, config: InboxConfig, client: Client, templates: Jinja2Templates,
                  store: InboxStore) -> None:
         self.config, self.client, self.templates, self.store = config, client, templates, store
+        self.scope = Scope(config.watchers)  # who may see which run: every route asks it
         self._cache: dict[Any, tuple[float, Any]] = {}
 
     def render(self, request: Request, name: str, approver: Approver | None,
@@ -68,12 +70,12 @@ class Inbox:
     async def run_page(self, request: Request, approver: Approver) -> Response:
         run = request.path_params["run"]
         try:
-            status, view = await self._run(run)
+            seen = await visible_run(self, approver, run)
         except NotOurRequest as exc:
             return self.not_ours(request, approver, run, exc)
-        if status is None:
-            return self.refused(request, approver, 404, f"No run {run!r} in tenant "
-                                f"{self.config.tenant!r}.")
+        if seen is None:
+            return self.refused(request, approver, 404, not_found(run, self.config.tenant))
+        status, view = seen
         story = await run_story(self.client, run, status)
         shown = await shown_request(self.client, run, view) if view else None
         return self.render(
@@ -87,9 +89,12 @@ class Inbox:
     async def decide(self, request: Request, approver: Approver) -> Response:
         run = request.path_params["run"]
         try:
-            status, view = await self._run(run, fresh=True)
+            seen = await visible_run(self, approver, run, fresh=True)
         except NotOurRequest as exc:
             return self.not_ours(request, approver, run, exc)
+        if seen is None:
+            return self.refused(request, approver, 404, not_found(run, self.config.tenant))
+        status, view = seen
         back = {"run": run}
         if view is None:
             story = await run_story(self.client, run, status)
@@ -146,9 +151,13 @@ class Inbox:
             runs = await self._waiting(approver)
             return JSONResponse({"fingerprint": list_fingerprint(runs)})
         try:
-            status, view = await self._run(run)
+            seen = await visible_run(self, approver, run)
         except NotOurRequest as exc:
             return JSONResponse({"fingerprint": "NOT-OURS", "message": str(exc)}, 404)
+        if seen is None:
+            return JSONResponse({"fingerprint": "NONE", "message": not_found(
+                run, self.config.tenant)}, 404)
+        status, view = seen
         message = ""
         if view is None and status is not None:
             story = await run_story(self.client, run, status)
@@ -159,8 +168,9 @@ class Inbox:
         return JSONResponse({"fingerprint": run_fingerprint(status, view), "message": message})
 
     async def _waiting(self, approver: Approver) -> list[Any]:
-        runs = await self._cached(("list", approver.roles),
-                                  lambda: waiting_runs(self.client, approver.roles,
+        roles = tuple(sorted(self.scope.list_roles(approver)))
+        runs = await self._cached(("list", roles),
+                                  lambda: waiting_runs(self.client, roles,
                                                      deployment=self.config.deployment))
         return [w for w in runs if ours(w.view)]
 

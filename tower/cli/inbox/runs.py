@@ -26,6 +26,8 @@ class RunStory:
     # The run itself says its deployment accepts UNSIGNED decisions. Never read from the
     # TowerUnsignedDecisions search attribute: whoever starts a run can set that one.
     unsigned: bool = False
+    # The roles of the gates the run recorded (open or closed): who may see it (scope.py).
+    gate_roles: frozenset[str] = frozenset()
 
 
 async def run_story(client: Client, run: str, status: WorkflowExecutionStatus | None) -> RunStory:
@@ -54,7 +56,9 @@ def story_of(state: dict[str, Any]) -> RunStory:
     return RunStory(messages=messages, last_request=last_request(records),
                     last_status=str(last.get("status") or ""),
                     outcome=f"{state.get('status', '')}: {replies[-1] if replies else ''}"
-                    .rstrip(": "), unsigned=state.get("unsigned_decisions") is True)
+                    .rstrip(": "), unsigned=state.get("unsigned_decisions") is True,
+                    gate_roles=frozenset(str(r.get("role")) for r in state.get("approvals", [])
+                                         if isinstance(r, dict) and r.get("role")))
 
 
 def last_request(records: list[dict[str, Any]]) -> str:
