@@ -57,6 +57,9 @@ class Terminal:
 
     def close(self) -> None:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+        # The server is gone; its socket file is not always.
+        root = Path(os.environ.get("TMUX_TMPDIR") or "/tmp") / f"tmux-{os.getuid()}"
+        (root / self.socket).unlink(missing_ok=True)
 
 
 @asynccontextmanager
