@@ -29,11 +29,12 @@ from tower.activities.mcp import (
     McpSources,
     load_sources,
 )
-from tower.activities.messages import MessageStore
+from tower.activities.messages import open_messages
 from tower.activities.model import ModelActivities, ModelSettings
 from tower.activities.notify import Notifier
 from tower.activities.prices import PriceError
-from tower.activities.streams import StreamStore, open_streams
+from tower.activities.stores import StoreSettings, announce
+from tower.activities.streams import StreamStore
 from tower.activities.trust import TrustLoader
 from tower.client import TASK_QUEUE, ServerUnreachable, UnknownTenant, connect, use_tenant
 from tower.temporal import (
@@ -64,9 +65,10 @@ def activities(
     """What this project's worker runs for ``agents``: the tools, the model, the trust
     loader, gate notifier and request attester (TOWER_TRUST_DIR), and the tenant's MCP tools."""
     tools = ToolBox(db_path or os.environ.get("TOWER_DB") or DEFAULT_DB)
-    # Conversation content lives beside the tools' database, never in the history.
-    store = MessageStore(messages_path or os.environ.get("TOWER_MESSAGES")
-                         or tools.db_path.with_name("messages.sqlite"))
+    # Conversation content lives in the message store (TOWER_STORE_URL, else beside the
+    # tools' database), never in the history.
+    store = open_messages(messages_path
+                          or StoreSettings.from_env(data_dir=tools.db_path.parent).messages)
     # The scripted model answers from the scripts each agent's file attaches to it.
     model = ModelActivities(models or ModelSettings.from_env(), store,
                             scripts=scripts_of(a for a in agents if hasattr(a, "machine")),
@@ -101,8 +103,8 @@ def streams_for(client: Client, task_queue: str, db_path: str | Path | None = No
                 ) -> StreamStore:
     """The runs' live streams (TOWER_STREAMS, else beside the tools' database): the model
     activity publishes its text there, and the runs of ``task_queue`` their steps."""
-    beside = Path(db_path).with_name("streams.sqlite") if db_path else None
-    store = open_streams(os.environ.get("TOWER_STREAMS") or beside)
+    store = StoreSettings.from_env(data_dir=Path(db_path).parent if db_path else None
+                                   ).open_streams()
     publish_steps(client.namespace, task_queue, store)
     return store
 
@@ -139,6 +141,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
     async with worker:  # (TowerPlugin freezes the heap it loaded: tower/temporal/_heap.py)
         logging.info("worker ready on task queue %r; model: %s; MCP tools: %s",
                      args.task_queue, settings.describe(), ", ".join(mcp.tools) or "none")
+        await announce(StoreSettings.from_env(), client)
         await stop.wait()
         logging.info("stopping: draining running activities (up to %.0f s)", grace)
     logging.info("worker stopped")

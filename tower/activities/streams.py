@@ -23,8 +23,6 @@ from typing import Protocol
 from tower.activities.wal import wal
 from tower.contract.stream import StreamEvent
 
-# When TOWER_STREAMS is unset: beside the tools' and messages' databases.
-DEFAULT_STREAMS = Path(".tower") / "streams.sqlite"
 READ_LIMIT = 1000
 
 
@@ -47,13 +45,12 @@ class StreamStore(Protocol):
 
 def open_streams(spec: str | os.PathLike[str] | None = None,
                  env: Mapping[str, str] | None = None, *, create: bool = True) -> StreamStore:
-    """The store ``spec`` names, else TOWER_STREAMS, else ``streams.sqlite`` beside the
-    tools' database (TOWER_DB; by default ``.tower/``): a worker and a CLI run in the same
-    project agree on it."""
-    env = os.environ if env is None else env
-    beside = Path(env["TOWER_DB"]).with_name("streams.sqlite") if env.get("TOWER_DB") else None
-    spec = spec or env.get("TOWER_STREAMS") or beside or DEFAULT_STREAMS
-    text = os.fspath(spec)
+    """The store ``spec`` names, else the settings' (``StoreSettings.from_env``:
+    TOWER_STREAMS, else TOWER_STORE_URL, else ``streams.sqlite`` beside the tools' database
+    TOWER_DB, by default in ``.tower/``): a worker and a CLI run in the same project agree."""
+    from tower.activities.stores import StoreSettings
+
+    text = os.fspath(spec or StoreSettings.from_env(env).streams)
     if text.startswith(("postgresql://", "postgres://")):
         from tower.activities.streams_pg import PostgresStreams
 

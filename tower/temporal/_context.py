@@ -18,8 +18,18 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from tower.activities.stores import MISSING as STORE_MISSING
+from tower.activities.stores import UNAVAILABLE as STORE_UNAVAILABLE
 from tower.contract.stream import TOOL_FINISHED, TOOL_STARTED
-from tower.contract.wire import Authority, MessageRef, ModelReply, Reduction, ToolCall, WindowRef
+from tower.contract.wire import (
+    Authority,
+    MessageRef,
+    ModelReply,
+    ModelRequest,
+    Reduction,
+    ToolCall,
+    WindowRef,
+)
 from tower.core.asking import ask_validated, check_reply, model_request
 from tower.core.context import Answer
 from tower.core.cost import CallUsage
@@ -39,6 +49,10 @@ MODEL_RETRY = RetryPolicy(
     maximum_interval=timedelta(seconds=30), maximum_attempts=6,
     non_retryable_error_types=["ModelRequestRejected"],
 )
+# A local call's store errors go straight to the queue's workers (see _call_model).
+LOCAL_RETRY = dataclasses.replace(MODEL_RETRY, non_retryable_error_types=[
+    *(MODEL_RETRY.non_retryable_error_types or []), STORE_MISSING, STORE_UNAVAILABLE])
+STORE_WAIT = timedelta(seconds=30)  # between rounds of a remote call's store retries
 MODEL_HEARTBEAT = timedelta(seconds=10)
 TOOL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
@@ -226,13 +240,31 @@ class TemporalContext:
             # at the workflow task timeout and the task (with the call) runs elsewhere. No
             # summary: the node is in the run's current details, and a summary is one more
             # payload to record and to convert on every replay.
-            reply = await workflow.execute_local_activity(
-                "call_model", request, result_type=ModelReply,
-                start_to_close_timeout=timedelta(seconds=120), retry_policy=MODEL_RETRY)
+            try:
+                reply = await workflow.execute_local_activity(
+                    "call_model", request, result_type=ModelReply,
+                    start_to_close_timeout=timedelta(seconds=120), retry_policy=LOCAL_RETRY)
+            except (ActivityError, ApplicationError) as exc:
+                # This worker's store lacks the run's entry (another host stored it) or is
+                # down: the call goes to the task queue instead, as an activity any worker
+                # may take, retried until one can serve it (the run never fails on it).
+                # (A local activity's failure arrives as its own error, not wrapped.)
+                if not _store_error(exc):
+                    raise
+                reply = await self._call_model_activity(request)
         else:
+            reply = await self._call_model_activity(request)
+        self.calls.append(f"model:{reply.model}")
+        self.usage = self.usage + reply.usage
+        self.model_calls.append(CallUsage(step=self.step, node=self.node.name, model=reply.model,
+                                          usage=reply.usage))
+        return reply
+
+    async def _call_model_activity(self, request: ModelRequest) -> ModelReply:
+        while True:
             since = workflow.now()
             try:
-                reply = await workflow.execute_activity(
+                reply: ModelReply = await workflow.execute_activity(
                     "call_model", request, result_type=ModelReply,
                     start_to_close_timeout=timedelta(seconds=120), retry_policy=MODEL_RETRY,
                     # The activity heartbeats while it waits for the model: a worker killed
@@ -240,18 +272,32 @@ class TemporalContext:
                     heartbeat_timeout=MODEL_HEARTBEAT,
                     summary=f"{self.node.name} · model",
                 )
+                return reply
+            except ActivityError as exc:
+                # Its attempts found no store entry, or no store: the run waits and asks
+                # again (any worker may serve it), rather than failing for a setting.
+                if not _store_error(exc):
+                    raise
+                await workflow.sleep(STORE_WAIT)
             finally:  # (a local activity resolves within its task: it needs no wait)
                 await in_a_task(since)
-        self.calls.append(f"model:{reply.model}")
-        self.usage = self.usage + reply.usage
-        self.model_calls.append(CallUsage(step=self.step, node=self.node.name, model=reply.model,
-                                          usage=reply.usage))
-        return reply
 
     def _check(
         self, reply: ModelReply, schema: type[T] | None
     ) -> tuple[Answer[T] | None, str]:
         return check_reply(self.node, reply, schema)
+
+
+def _cause(exc: BaseException) -> BaseException:
+    while isinstance(exc, ActivityError) and exc.cause is not None:
+        exc = exc.cause
+    return exc
+
+
+def _store_error(exc: BaseException) -> bool:
+    cause = _cause(exc)
+    return isinstance(cause, ApplicationError) and cause.type in (STORE_MISSING,
+                                                                 STORE_UNAVAILABLE)
 
 
 def unlisted(name: str) -> ToolDef:

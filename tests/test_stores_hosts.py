@@ -1,0 +1,72 @@
+"""Two worker hosts sharing nothing but the Temporal server (own data directory and HOME
+each: tests/storekit.py). A chat turn that lands on the host without the thread's window
+fails that workflow task, naming the store and the setting, and never the run: the host
+that has it (back) answers it. With the stores shared in PostgreSQL, turns alternate
+between the hosts with no failure at all, large payloads included."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from storekit import Host, pg_url  # noqa: F401  (a fixture)
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from workflows.chat import ChatAgent, ChatInput, UserMessage
+
+
+@pytest.fixture
+async def hosts(env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+                ) -> AsyncIterator[dict[str, Host]]:
+    address = env.client.service_client.config.target_host
+    made = {name: Host(name, tmp_path, address, task_queue) for name in ("a", "b")}
+    try:
+        yield made
+    finally:
+        for host in made.values():
+            host.stop()
+
+
+async def _thread(client: Client, task_queue: str) -> WorkflowHandle[ChatAgent, Any]:
+    return await client.start_workflow(ChatAgent.run, ChatInput(),
+                                       id=f"chat-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+
+
+async def _attempt_failure(handle: WorkflowHandle[ChatAgent, Any]) -> str:
+    """The last failed attempt's message of the run's pending activity ('' if none)."""
+    pending = (await handle.describe()).raw_description.pending_activities
+    return pending[0].last_failure.message if pending else ""
+
+
+async def test_a_turn_on_a_host_without_the_window_waits_for_one_that_has_it(
+    client: Client, task_queue: str, hosts: dict[str, Host],
+) -> None:
+    a, b = hosts["a"], hosts["b"]
+    await b.start()
+    thread = await _thread(client, task_queue)
+    first = await thread.execute_update(ChatAgent.send, UserMessage(text="Hello from B"))
+    assert first.turn == 1 and first.reply
+    b.stop()
+    await a.start()
+    turn = asyncio.create_task(thread.execute_update(ChatAgent.send,
+                                                     UserMessage(text="And now on A?")))
+    async with asyncio.timeout(60):
+        while not (failed := await _attempt_failure(thread)):
+            await asyncio.sleep(0.5)
+    # The attempt failed saying which store lacks what, and what to set; the run did not.
+    assert f"message store {a.dir / 'messages.sqlite'} has no window" in failed, failed
+    assert "TOWER_STORE_URL" in failed
+    assert (await thread.describe()).status == WorkflowExecutionStatus.RUNNING
+    assert not turn.done()
+    # The host that has the window comes back: the turn is answered, once, by the run.
+    await b.start()
+    second = await asyncio.wait_for(turn, 120)
+    assert second.turn == 2 and second.reply
+    assert (await thread.describe()).status == WorkflowExecutionStatus.RUNNING
+    await thread.execute_update(ChatAgent.close)
+    assert (await thread.result()).status == "DONE"
