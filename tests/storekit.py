@@ -43,8 +43,9 @@ class Host:
                                      "TOWER_STREAMS", "TOWER_PAYLOAD"))}
         self.env = {**base, "TEMPORAL_ADDRESS": address, "HOME": str(self.dir / "home"),
                     "TOWER_DB": str(self.dir / "tools.sqlite"),
-                    "TOWER_PAYLOAD_DIR": str(self.dir / "payloads"),
                     "PYTHONUNBUFFERED": "1", **extra}
+        if "TOWER_STORE_URL" not in extra:
+            self.env["TOWER_PAYLOAD_DIR"] = str(self.dir / "payloads")
         self.argv = [sys.executable, "worker.py", "--task-queue", task_queue]
         self.log = self.dir / "worker.log"
         self.proc: subprocess.Popen[bytes] | None = None

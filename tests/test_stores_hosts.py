@@ -7,16 +7,19 @@ between the hosts with no failure at all, large payloads included."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from storekit import Host, pg_url  # noqa: F401  (a fixture)
+from storekit import Host
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from tower.temporal.payloads import tower_data_converter
 from workflows.chat import ChatAgent, ChatInput, UserMessage
 
 
@@ -70,3 +73,45 @@ async def test_a_turn_on_a_host_without_the_window_waits_for_one_that_has_it(
     assert (await thread.describe()).status == WorkflowExecutionStatus.RUNNING
     await thread.execute_update(ChatAgent.close)
     assert (await thread.result()).status == "DONE"
+
+
+async def test_with_shared_stores_turns_alternate_between_hosts(
+    env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path, pg_url: str,
+) -> None:
+    address = client.service_client.config.target_host
+    shared = {"TOWER_STORE_URL": pg_url, "TOWER_PAYLOAD_THRESHOLD": "2000"}
+    a, b = (Host(name, tmp_path, address, task_queue, **shared) for name in ("a", "b"))
+    # A client of the deployment: its large inputs go to the same payload store.
+    config = client.config()
+    config["data_converter"] = tower_data_converter(env=shared)
+    deployment = Client(**config)
+    try:
+        await a.start()
+        assert "message store: PostgreSQL postgresql://temporal:***@" in a.text()
+        assert pg_url.split(":")[2].split("@")[0] not in a.text()  # the password is not
+        thread = await _thread(deployment, task_queue)
+        replies = []
+        for turn in range(1, 5):
+            on, off = (a, b) if turn % 2 else (b, a)
+            off.stop(signal.SIGKILL if turn == 2 else signal.SIGTERM)
+            await on.start()
+            text = f"Turn {turn} on host {on.name}. " + ("Long context. " * 200 if turn == 3
+                                                         else "")
+            reply = await asyncio.wait_for(thread.execute_update(
+                ChatAgent.send, UserMessage(text=text)), 120)
+            assert reply.turn == turn and reply.reply
+            replies.append(reply)
+        history = await thread.fetch_history()
+        # Every call succeeded where it ran, locally: no host ever missed what another
+        # stored (a miss sends the call to the queue as an activity, recorded).
+        assert not [e for e in history.events if e.event_type in (
+            EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+            EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)]
+        # Turn 3's message went to the shared payload store, not into the history.
+        assert b"Long context. Long context." not in history.to_json().encode()
+        assert (await thread.describe()).status == WorkflowExecutionStatus.RUNNING
+        await thread.execute_update(ChatAgent.close)
+        assert (await thread.result()).turns == 4
+    finally:
+        a.stop()
+        b.stop()

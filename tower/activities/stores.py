@@ -53,7 +53,7 @@ def is_url(spec: str) -> bool:
 
 def redact(spec: str) -> str:
     """``spec`` fit for a log line or an error: a URL's password replaced by ``***``."""
-    return re.sub(r"^(postgres(?:ql)?://[^:/@]*:)[^@]*@", r"\1***@", spec)
+    return re.sub(r"^([a-z][a-z0-9+.-]*://[^:/@]*:)[^@/]*@", r"\1***@", spec)
 
 
 def entry_missing(store: str, what: str, setting: str) -> ApplicationError:
