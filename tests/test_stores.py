@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 
 from tower import Message
 from tower.activities.messages import MessageStore, open_messages
+from tower.activities.messages_pg import PostgresMessages
 from tower.activities.stores import MISSING, UNAVAILABLE, StoreSettings
 from tower.cli.errors import user_error
 from tower.contract.wire import WindowRef
@@ -80,8 +81,9 @@ def test_messages_and_windows_round_trip_and_a_missing_one_is_retryable(
 
 def test_an_unreachable_postgres_store_is_a_retryable_error(pg_url: str) -> None:
     store = open_messages(pg_url)
+    assert isinstance(store, PostgresMessages)
     store.url = pg_url.replace(pg_url.rsplit(":", 1)[1].split("/")[0], "1")  # no server there
-    store.close()  # type: ignore[attr-defined]
+    store.close()
     with pytest.raises(ApplicationError) as raised:
         store.get_window(WindowRef(ref="0" * 32, messages=1, tokens=1))
     assert raised.value.type == UNAVAILABLE and not raised.value.non_retryable
