@@ -22,6 +22,7 @@ from temporalio.worker import Worker
 
 from activities.tools import ToolBox
 from tower.activities.attest import Attester
+from tower.activities.cleanup import StoreCleanup, retention_from_env
 from tower.activities.mcp import (
     McpConfigError,
     McpDiscoveryError,
@@ -44,6 +45,8 @@ from tower.temporal import (
     run_main,
     scripts_of,
 )
+from tower.temporal.cleanup import TowerStoreCleanup, ensure_cleanup
+from tower.temporal.payloads import driver_for
 from tower.temporal.telemetry import TracingConfigError
 from workflows.registry import AGENTS
 
@@ -73,9 +76,13 @@ def activities(
     model = ModelActivities(models or ModelSettings.from_env(), store,
                             scripts=scripts_of(a for a in agents if hasattr(a, "machine")),
                             streams=streams)
+    # Retention: what closed runs left in the stores goes (tower/temporal/cleanup.py).
+    cleanup = StoreCleanup({"message store": store, "stream store": streams,
+                            "payload store": driver_for(StoreSettings.from_env().payloads)},
+                           retention_from_env())
     found: list[Callable[..., Any]] = [
         model.call_model, *tools.activities(), TrustLoader(trust_dir).load_trust,
-        Notifier(trust_dir).notify_gate, Attester(trust_dir).attest]
+        Notifier(trust_dir).notify_gate, Attester(trust_dir).attest, cleanup.cleanup]
     if mcp is not None:  # checked before any run: named tools exist, destructive ones gated
         found += mcp.activities_for(agents)
     return found
@@ -92,7 +99,7 @@ def build_worker(
     agents = [*AGENTS.values(), *workflows]
     streams = streams_for(client, task_queue, db_path)
     return Worker(
-        client, task_queue=task_queue, workflows=agents,
+        client, task_queue=task_queue, workflows=[*agents, TowerStoreCleanup],
         activities=activities(agents, db_path=db_path, models=models, mcp=mcp,
                               messages_path=messages_path, trust_dir=trust_dir,
                               streams=streams),
@@ -131,7 +138,8 @@ async def main(argv: Sequence[str] | None = None) -> None:
         grace = float(os.environ.get("TOWER_SHUTDOWN_GRACE", DEFAULT_GRACE_SECONDS))
         streams = streams_for(client, args.task_queue)
         worker = Worker(
-            client, task_queue=args.task_queue, workflows=list(AGENTS.values()),
+            client, task_queue=args.task_queue,
+            workflows=[*AGENTS.values(), TowerStoreCleanup],
             activities=activities(list(AGENTS.values()), models=settings, mcp=mcp,
                                   streams=streams),
             graceful_shutdown_timeout=timedelta(seconds=grace))
@@ -142,6 +150,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
         logging.info("worker ready on task queue %r; model: %s; MCP tools: %s",
                      args.task_queue, settings.describe(), ", ".join(mcp.tools) or "none")
         await announce(StoreSettings.from_env(), client)
+        await ensure_cleanup(client, args.task_queue)  # the stores' retention, hourly
         await stop.wait()
         logging.info("stopping: draining running activities (up to %.0f s)", grace)
     logging.info("worker stopped")

@@ -1,10 +1,12 @@
 """The store settings, and the message store and payload driver on PostgreSQL (a real
 server, tests/pgserver.py; skipped, saying why, where none is installed): the same
-promises as the local files, and a missing entry is a retryable error that names the store
-and the setting."""
+promises as the local files, a missing entry is a retryable error that names the store
+and the setting, and retention forgets one run's entries, never another's."""
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
 from pathlib import Path
 
 import pytest
@@ -16,14 +18,18 @@ from temporalio.converter import (
     StorageDriverWorkflowInfo,
 )
 from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
 from tower import Message
 from tower.activities.messages import MessageStore, open_messages
 from tower.activities.messages_pg import PostgresMessages
 from tower.activities.stores import MISSING, UNAVAILABLE, StoreSettings
+from tower.activities.streams import open_streams
 from tower.cli.errors import user_error
+from tower.contract.stream import StreamEvent
 from tower.contract.wire import WindowRef
 from tower.temporal.payloads import PayloadMissing, driver_for
+from tower.temporal.payloads_pg import PostgresDriver
 
 
 def test_one_url_names_every_store_and_each_setting_overrides_it() -> None:
@@ -116,3 +122,49 @@ async def test_payload_drivers_share_content_and_name_what_is_missing(
         line = user_error(wrapped)
     assert line is not None and line.startswith("cannot read the run's payloads: payload ")
     assert "\n" not in line
+
+
+def _as_run(workflow_id: str) -> ActivityEnvironment:
+    """An activity context of ``workflow_id``'s run: the stores record it as the owner."""
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, workflow_id=workflow_id)
+    return env
+
+
+def test_forgetting_a_run_keeps_what_another_run_owns(messages: MessageStore) -> None:
+    tag = uuid.uuid4().hex[:8]
+    shared, own = Message(role="user", content=f"hi {tag}"), Message(role="user", content=tag)
+    kept_refs = _as_run(f"keep-{tag}").run(messages.put, [shared])
+    gone_refs, window = _as_run(f"gone-{tag}").run(
+        messages.put_with_window, [shared, own], (None, []))
+    assert window is not None
+    assert {f"default/keep-{tag}", f"default/gone-{tag}"} <= set(messages.owners("default/"))
+    for _ in range(2):  # idempotent
+        messages.forget(f"default/gone-{tag}")
+    assert f"default/gone-{tag}" not in messages.owners("default/")
+    assert messages.get(kept_refs) == [shared]  # both owned it: it stays
+    for missing in (lambda: messages.get([gone_refs[1]]), lambda: messages.get_window(window)):
+        with pytest.raises(ApplicationError, match="has no"):
+            missing()
+
+
+async def test_postgres_payloads_and_streams_forget_one_runs_entries(pg_url: str) -> None:
+    driver, streams = driver_for(pg_url), open_streams(pg_url)
+    assert isinstance(driver, PostgresDriver)
+    tag = uuid.uuid4().hex[:8]
+    payload = Payload(metadata={"encoding": b"json/plain"}, data=tag.encode() * 100)
+    claims = [await driver.store(StorageDriverStoreContext(target=StorageDriverWorkflowInfo(
+        namespace="default", id=f"{run}-{tag}")), [payload]) for run in ("a", "b")]
+    assert claims[0] == claims[1]
+    assert {f"default/a-{tag}", f"default/b-{tag}"} <= set(driver.owners("default/", settled=0))
+    assert f"default/a-{tag}" not in driver.owners("default/")  # stored just now: not yet
+    driver.forget(f"default/a-{tag}")
+    assert await driver.retrieve(StorageDriverRetrieveContext(), claims[1]) == [payload]
+    driver.forget(f"default/b-{tag}")
+    with pytest.raises(PayloadMissing):
+        await driver.retrieve(StorageDriverRetrieveContext(), claims[1])
+    streams.append(f"default/s-{tag}", [StreamEvent("x", {"n": 1})])
+    assert f"default/s-{tag}" in streams.owners("default/")
+    streams.forget(f"default/s-{tag}")
+    assert streams.read(f"default/s-{tag}") == [] and streams.last(f"default/s-{tag}") == 0
+    streams.close()

@@ -37,7 +37,7 @@ PROJECT = {"activities", "starter", "workflows", "worker", "bench", "tests"}
 PUBLIC = ("tower", "tower.contract", "tower.testing", "tower.temporal", "tower.temporal.worker",
           "tower.core.signing", "tower.core.policy", "tower.temporal._unopenable",
           "tower.activities", "tower.client", "tower.temporal.telemetry",
-          "tower.temporal.payloads", "tower.temporal.codec")
+          "tower.temporal.payloads", "tower.temporal.codec", "tower.temporal.cleanup")
 EXACT = ("tower", "tower.temporal")  # the package's own names, not every module below it
 
 

@@ -20,9 +20,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from temporalio import activity
+
 from tower import Message
 from tower.activities.stores import entry_missing, is_url, store_unavailable
 from tower.activities.wal import wal
+from tower.contract.stream import stream_name
 from tower.contract.wire import MessageRef, WindowRef
 from tower.core import window
 
@@ -30,6 +33,9 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
     ref TEXT PRIMARY KEY, role TEXT NOT NULL, name TEXT, content TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS windows (ref TEXT PRIMARY KEY, refs TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS owners (owner TEXT NOT NULL, ref TEXT NOT NULL,
+    PRIMARY KEY (owner, ref));
+CREATE INDEX IF NOT EXISTS owners_ref ON owners (ref);
 """
 SETTING = "TOWER_MESSAGES"
 CHUNK = 500  # refs per query: under SQLite's variable limit
@@ -65,7 +71,7 @@ class MessageStore:
     ``_write`` and ``_query`` are all that touches it."""
 
     # Where rows go (PostgreSQL shares a database with the other stores: prefixed names).
-    MESSAGES, WINDOWS = "messages", "windows"
+    MESSAGES, WINDOWS, OWNERS = "messages", "windows", "owners"
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -123,6 +129,11 @@ class MessageStore:
             kept = _window_row(summary, context)
             statements.append((f"INSERT INTO {self.WINDOWS} VALUES (?,?) "
                                "ON CONFLICT DO NOTHING", [kept[1:]]))
+        run = owner()
+        if run is not None:  # retention removes what only closed runs own (cleanup.py)
+            owned = [r.ref for r in refs] + ([kept[1]] if kept else [])
+            statements.append((f"INSERT INTO {self.OWNERS} VALUES (?,?) ON CONFLICT DO NOTHING",
+                               [(run, ref) for ref in owned]))
         self._write(statements)
         return refs, kept[0] if kept else None
 
@@ -156,6 +167,31 @@ class MessageStore:
         body = json.loads(rows[0][0])
         summary = MessageRef.model_validate(body["summary"]) if body["summary"] else None
         return summary, [MessageRef.model_validate(r) for r in body["context"]]
+
+
+    def owners(self, prefix: str) -> list[str]:
+        """The owners (``namespace/workflow id``) under ``prefix`` that own entries."""
+        return [row[0] for row in self._query(
+            f"SELECT DISTINCT owner FROM {self.OWNERS} WHERE owner >= ? AND owner < ?",
+            (prefix, prefix + "\U0010ffff"))]
+
+    def forget(self, run: str) -> None:
+        """Remove what ``run`` owns: its ownership, then each message and window no other
+        owner holds. Idempotent."""
+        refs = f"SELECT ref FROM {self.OWNERS} WHERE owner = ?"
+        unowned = f"ref IN ({refs}) AND ref NOT IN (SELECT ref FROM {self.OWNERS} " \
+            "WHERE owner <> ?)"
+        self._write([(f"DELETE FROM {self.MESSAGES} WHERE {unowned}", [(run, run)]),
+                     (f"DELETE FROM {self.WINDOWS} WHERE {unowned}", [(run, run)]),
+                     (f"DELETE FROM {self.OWNERS} WHERE owner = ?", [(run,)])])
+
+
+def owner() -> str | None:
+    """``namespace/workflow id`` of the run whose activity is storing (None outside one)."""
+    if not activity.in_activity():
+        return None
+    info = activity.info()
+    return stream_name(info.workflow_namespace or info.namespace, info.workflow_id or "")
 
 
 def _window_row(summary: MessageRef | None, context: Sequence[MessageRef],

@@ -20,11 +20,14 @@ _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tower_messages (
     ref TEXT PRIMARY KEY, role TEXT NOT NULL, name TEXT, content TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tower_windows (ref TEXT PRIMARY KEY, refs TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tower_message_owners (owner TEXT NOT NULL, ref TEXT NOT NULL,
+    PRIMARY KEY (owner, ref));
+CREATE INDEX IF NOT EXISTS tower_message_owners_ref ON tower_message_owners (ref);
 """
 
 
 class PostgresMessages(MessageStore):
-    MESSAGES, WINDOWS = "tower_messages", "tower_windows"
+    MESSAGES, WINDOWS, OWNERS = "tower_messages", "tower_windows", "tower_message_owners"
 
     def __init__(self, url: str) -> None:
         try:

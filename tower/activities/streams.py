@@ -40,6 +40,12 @@ class StreamStore(Protocol):
     def with_prefix(self, stream: str, prefix: str, kinds: Sequence[str]) -> list[StreamEvent]:
         """Events of ``kinds`` whose key starts with ``prefix`` (a model call's attempts)."""
 
+    def owners(self, prefix: str) -> list[str]:
+        """The streams (``namespace/workflow id``) under ``prefix``."""
+
+    def forget(self, stream: str) -> None:
+        """Remove a stream's events (retention: tower/activities/cleanup.py)."""
+
     def close(self) -> None: ...
 
 
@@ -142,6 +148,17 @@ class SqliteStreams:
             f'SELECT "offset", key, kind, body FROM stream_events WHERE stream = ? AND '
             f'key >= ? AND key < ? AND kind IN ({marks}) ORDER BY "offset"',
             (stream, prefix, prefix + "\U0010ffff", *kinds))]
+
+    def owners(self, prefix: str) -> list[str]:
+        return [str(row[0]) for row in self._rows(
+            "SELECT DISTINCT stream FROM stream_events WHERE stream >= ? AND stream < ?",
+            (prefix, prefix + "\U0010ffff"))]
+
+    def forget(self, stream: str) -> None:
+        with self._lock:
+            db = self._open()
+            if db is not None:
+                db.execute("DELETE FROM stream_events WHERE stream = ?", (stream,))
 
     def close(self) -> None:
         with self._lock:

@@ -85,6 +85,17 @@ class PostgresStreams:
         return [StreamEvent(kind=kind, data=json.loads(body), key=key, offset=int(offset))
                 for offset, key, kind, body in rows]
 
+    def owners(self, prefix: str) -> list[str]:
+        with self._lock:
+            rows = self._db.execute("SELECT stream FROM tower_stream_heads WHERE "
+                                    "starts_with(stream, %s)", (prefix,)).fetchall()
+        return [row[0] for row in rows]
+
+    def forget(self, stream: str) -> None:
+        with self._lock, self._db.transaction():
+            self._db.execute("DELETE FROM tower_stream_events WHERE stream = %s", (stream,))
+            self._db.execute("DELETE FROM tower_stream_heads WHERE stream = %s", (stream,))
+
     def close(self) -> None:
         with self._lock:
             self._db.close()

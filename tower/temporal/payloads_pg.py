@@ -2,8 +2,9 @@
 so every worker host and client reads what any other wrote (``TOWER_STORE_URL``).
 
 Content-addressed like the local driver (a retried store is free, a read is checked
-against its digest); each row also names the workflow it was stored for, when the SDK
-says (retention: tower/temporal/cleanup.py). psycopg 3 is the ``postgres`` extra.
+against its digest); a row per payload and run it was stored for (``namespace/workflow
+id``, when the SDK says), so retention removes one run's copy and never another's
+(tower/activities/cleanup.py). psycopg 3 is the ``postgres`` extra.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from tower.temporal.payloads import missing
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tower_payloads (
-    sha256 TEXT PRIMARY KEY, data BYTEA NOT NULL, workflow_id TEXT,
-    stored TIMESTAMPTZ NOT NULL DEFAULT now());
+    sha256 TEXT NOT NULL, owner TEXT NOT NULL, data BYTEA NOT NULL,
+    stored TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (sha256, owner));
+CREATE INDEX IF NOT EXISTS tower_payloads_owner ON tower_payloads (owner);
 """
 
 
@@ -64,7 +66,9 @@ class PostgresDriver(StorageDriver):
 
     async def store(self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
                     ) -> list[StorageDriverClaim]:
-        owner = getattr(context.target, "id", None)
+        target = context.target  # the run it is stored for: its namespace/workflow id
+        owner = f"{target.namespace}/{target.id}" if target is not None and target.id \
+            else ""
         return [StorageDriverClaim({"sha256": await asyncio.to_thread(self._write, p, owner)})
                 for p in payloads]
 
@@ -73,22 +77,35 @@ class PostgresDriver(StorageDriver):
         return [await asyncio.to_thread(self._read, c.claim_data.get("sha256", ""))
                 for c in claims]
 
-    def _write(self, payload: Payload, owner: str | None) -> str:
+    def _write(self, payload: Payload, owner: str) -> str:
         data = payload.SerializeToString(deterministic=True)
         digest = hashlib.sha256(data).hexdigest()
         with self._lock:
             self._conn().execute(
-                "INSERT INTO tower_payloads (sha256, data, workflow_id) VALUES (%s, %s, %s) "
-                "ON CONFLICT (sha256) DO NOTHING", (digest, data, owner))
+                "INSERT INTO tower_payloads (sha256, data, owner) VALUES (%s, %s, %s) "
+                "ON CONFLICT DO NOTHING", (digest, data, owner))
         return digest
 
     def _read(self, digest: str) -> Payload:
         with self._lock:
-            row = self._conn().execute("SELECT data FROM tower_payloads WHERE sha256 = %s",
-                                       (digest,)).fetchone()
+            row = self._conn().execute("SELECT data FROM tower_payloads WHERE sha256 = %s "
+                                       "LIMIT 1", (digest,)).fetchone()
         if row is None:
             raise missing(str(self), digest)
         data = bytes(row[0])
         if hashlib.sha256(data).hexdigest() != digest:
             raise missing(str(self), digest, "is corrupt")
         return Payload.FromString(data)
+
+    def owners(self, prefix: str, settled: float = 3600) -> list[str]:
+        """Owners under ``prefix`` of payloads stored over ``settled`` seconds ago (a client
+        stores a run's input just before the run exists)."""
+        with self._lock:
+            rows = self._conn().execute(
+                "SELECT DISTINCT owner FROM tower_payloads WHERE starts_with(owner, %s) AND "
+                "stored < now() - make_interval(secs => %s)", (prefix, settled)).fetchall()
+        return [row[0] for row in rows]
+
+    def forget(self, owner: str) -> None:
+        with self._lock:
+            self._conn().execute("DELETE FROM tower_payloads WHERE owner = %s", (owner,))
