@@ -5,6 +5,7 @@ so every worker may ensure it at start-up."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from temporalio import workflow
@@ -18,10 +19,12 @@ from temporalio.client import (
     ScheduleSpec,
 )
 from temporalio.common import RetryPolicy
+from temporalio.service import RPCError
 
 from tower.activities.cleanup import CLEANUP_ACTIVITY
 
 EVERY = timedelta(hours=1)
+log = logging.getLogger("tower.stores")
 
 
 @workflow.defn(name="tower_store_cleanup")
@@ -52,5 +55,10 @@ async def ensure_cleanup(client: Client, task_queue: str, every: timedelta = EVE
             # One pass at a time; a pass missed while no worker ran is not made up twice.
             policy=SchedulePolicy()))
     except ScheduleAlreadyRunningError:
+        return False
+    except RPCError as exc:  # e.g. an identity without the right to schedule: say so, go on
+        log.warning("the stores' retention schedule %s was not made (%s): ask an operator "
+                    "to run a worker that may create it (docs/production.md)",
+                    schedule_id(task_queue), exc)
         return False
     return True
