@@ -189,9 +189,9 @@ def in_process_tools(db: Path) -> dict[str, Any]:
                     tool=name, arguments=args, idempotency_key=f"test/{next(keys)}",
                     authority=authority))
             except ApplicationError as exc:
-                if exc.type != "ToolRefused":
+                if exc.type != EffectRefused.TYPE:
                     raise
-                raise EffectRefused(name, exc.details[0]["code"], exc.message) from None
+                raise EffectRefused(exc.details[0]["code"], exc.message, tool=name) from None
         return call
 
     return {name: answer(name) for name, tool in TOOLS.items() if not tool.control}

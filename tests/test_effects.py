@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from gatekit import decide, new_id, refund_request, refunds, snapshot, wait_pending
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
@@ -119,6 +120,20 @@ async def wait_for_activity(handle: WorkflowHandle[Any, Any], name: str) -> None
             await asyncio.sleep(0.2)
 
 
+async def wait_for_reconcile(handle: WorkflowHandle[Any, Any]) -> None:
+    """Until the run reconciles: the tool's own activity, scheduled a second time (with
+    ``reconcile=True``), is pending."""
+    async with asyncio.timeout(30):
+        while True:
+            scheduled = [e for e in (await handle.fetch_history()).events
+                         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                         and e.activity_task_scheduled_event_attributes.activity_type.name
+                         == "issue_refund"]
+            if len(scheduled) >= 2:
+                return
+            await asyncio.sleep(0.2)
+
+
 async def test_a_tool_given_up_on_pays_never_and_a_retry_pays_once(
     client: Client, task_queue: str, db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -131,7 +146,7 @@ async def test_a_tool_given_up_on_pays_never_and_a_retry_pays_once(
         holder = lock_refunds(db_path)
         try:
             handle = await start(client, task_queue, "Refund $300 on invoice INV-2004")
-            await wait_for_activity(handle, "reconcile_effect")
+            await wait_for_reconcile(handle)
         finally:
             holder.execute("ROLLBACK")
             holder.close()

@@ -10,14 +10,21 @@ import uuid
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gatekit import decide, new_id, refund_request, refunds, wait_pending
+from gatekit import decide, decision, new_id, refund_request, refunds, wait_pending
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from test_cli import address_of, tower
 
 from tower.activities.model import ModelSettings
+from tower.client._decisions import submit_decision
 from tower.contract.decisions import Verdict
 from tower.temporal import TowerPlugin
 from worker import build_worker
@@ -191,3 +198,46 @@ async def test_a_fork_that_repeats_a_side_effect_finds_it_done(
         assert db.execute("SELECT COUNT(*) FROM accounts WHERE email='ada@engines.io'"
                           ).fetchone()[0] == 1
         assert db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0] == 1
+
+
+async def test_a_fork_before_a_gate_pays_the_same_proposal_once_and_a_changed_one_anew(
+    env: WorkflowEnvironment, client: Client, task_queue: str, db_path: Path,
+) -> None:
+    """The effect's key is the action (the run's request, the proposal approved), not the
+    decision: after `tower fork` back to the gate, a token refused before the fork ("already
+    decided") or a new approval of the unchanged proposal returns the first refund; an
+    approver's edited amount is a changed proposal, paid as a new action."""
+    address, run = address_of(env), new_id("refund")
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        original = await client.start_workflow(
+            RefundAgent.run, refund_request(client, run), id=run, task_queue=task_queue)
+        info = await wait_pending(original)
+        late = decision(client, run, info["pending"])  # a second approver's token
+        assert (await decide(client, original, info["pending"]))["result"] == "approved"
+        try:  # refused: the request is decided already (or the run has ended meanwhile)
+            refused = await submit_decision(original, late)
+            assert refused.result != "approved", refused
+        except (RPCError, WorkflowUpdateFailedError):
+            pass
+        first = await original.result()
+        assert refunds(db_path) == [("INV-2004", 120000)]
+        gate_step = next(r["step"] for r in info["records"] if r["status"] == "pending")
+
+        async def forked_with(**kw: Any) -> RefundState:
+            forked, _ = await fork(address, client, run, gate_step, RefundState)
+            again = await wait_pending(forked)
+            if "token" in kw:
+                outcome = (await submit_decision(forked, kw["token"])).model_dump(mode="json")
+            else:
+                outcome = await decide(client, forked, again["pending"], **kw)
+            assert outcome["result"] == "approved", outcome
+            return await forked.result()
+
+        replayed = await forked_with(token=late)  # the token refused before the fork
+        approved_again = await forked_with()  # a new approval of the same proposal
+        assert replayed.refund_id == approved_again.refund_id == first.refund_id
+        assert refunds(db_path) == [("INV-2004", 120000)]  # paid once
+        edited = await forked_with(edits={"amount_cents": 100000})  # a changed proposal
+    assert edited.status == "DONE" and edited.refund_id not in ("", first.refund_id)
+    assert refunds(db_path) == [("INV-2004", 120000), ("INV-2004", 100000)]

@@ -6,22 +6,21 @@ only for the tools' names and argument schemas; the functions run in activities.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from tower.contract.wire import ToolCall, ToolSchema
+from tower.effects import EffectCall, EffectTool, SQLite
 
 from . import accounts, billing, helpdesk, migrations, onboarding, orders, research
 from .db import connect, open_db
-from .effects import begin_immediate, claim, epoch_now, reconcile
-from .spec import NoEffect, Tool, ToolRefused
+from .spec import Tool
 
 TOOLS: dict[str, Tool] = {t.name: t for t in [
     *accounts.TOOLS, *billing.TOOLS, *helpdesk.TOOLS, *onboarding.TOOLS, *research.TOOLS,
@@ -34,17 +33,22 @@ def schema_of(name: str) -> ToolSchema:
 
 
 class ToolBox:
-    """Hosts every tool as its own activity (named after the tool) on one database."""
+    """Hosts every tool as its own activity (named after the tool) on one database; the
+    side-effecting ones are ``tower.effects`` tools: the guard and the write are the
+    tool's, the claim, the fence and the record of the result Tower's, in one transaction."""
 
     def __init__(self, db_path: str | Path) -> None:
         self.db_path = Path(db_path)
         connect(self.db_path).close()  # create and seed once, before any activity runs
+        self.db = SQLite(self.db_path)
 
     def activities(self) -> list[Callable[..., Any]]:
-        tools = [self._activity(tool) for tool in TOOLS.values() if not tool.control]
-        return [*tools, self.reconcile_activity()]
+        return [self._activity(tool) for tool in TOOLS.values() if not tool.control]
 
-    def _activity(self, tool: Tool) -> Callable[[ToolCall], dict[str, Any]]:
+    def _activity(self, tool: Tool) -> Callable[[ToolCall], Any]:
+        if tool.side_effect:
+            return as_effect(tool).on(self.db)
+
         def run(call: ToolCall) -> dict[str, Any]:
             return self.call(tool, call)
 
@@ -53,6 +57,8 @@ class ToolBox:
         return activity.defn(name=tool.name)(run)
 
     def call(self, tool: Tool, call: ToolCall, *, epoch: int | None = None) -> dict[str, Any]:
+        if tool.side_effect:
+            return as_effect(tool).call(self.db, call, epoch=epoch)
         try:
             args = tool.args.model_validate(call.arguments)
         except ValidationError as exc:
@@ -61,66 +67,19 @@ class ToolBox:
                                    type="BadToolArguments", non_retryable=True) from exc
         db = open_db(self.db_path)
         try:
-            if not tool.side_effect:
-                return tool.run(db, args, call.idempotency_key)
-            return self._effect(db, tool, args, call, epoch_now() if epoch is None else epoch)
+            return tool.run(db, args, call.idempotency_key)
         finally:
             db.close()
 
-    def _effect(self, db: sqlite3.Connection, tool: Tool, args: BaseModel, call: ToolCall,
-                epoch: int) -> dict[str, Any]:
-        """Fence, idempotency record, invariants and effect: one transaction (effects.py)."""
-        asked = json.dumps(args.model_dump(mode="json"), sort_keys=True)
-        begin_immediate(db)
-        try:
-            return self._in_transaction(db, tool, args, call, epoch, asked)
-        except NoEffect as nothing:  # rolled back: no effect, no key
-            return nothing.result
 
-    def _in_transaction(self, db: sqlite3.Connection, tool: Tool, args: BaseModel,
-                        call: ToolCall, epoch: int, asked: str) -> dict[str, Any]:
-        key = call.idempotency_key
-        with db:  # commits on return, rolls back on any exception
-            done = db.execute("SELECT result, arguments FROM effects WHERE idempotency_key=?",
-                              (key,)).fetchone()
-            if done is not None:  # made before: the same result, whoever asks
-                _same_effect(tool.name, done["arguments"], asked)
-                return dict(json.loads(done["result"]))
-            claim(db, key, epoch)
-            if tool.guard is not None:
-                try:
-                    tool.guard(db, args, call.authority)
-                except ToolRefused as exc:
-                    raise ApplicationError(exc.message, {"code": exc.code, "tool": tool.name},
-                                           type="ToolRefused", non_retryable=True) from None
-            result = tool.run(db, args, key)
-            db.execute("INSERT INTO effects (idempotency_key, tool, result, arguments) "
-                       "VALUES (?,?,?,?)", (key, tool.name, json.dumps(result), asked))
-        return result
+def as_effect(tool: Tool) -> EffectTool[Any]:
+    """The tool as a ``tower.effects`` tool: its guard (invariants), then its write."""
+    def business(db: sqlite3.Connection, args: Any, call: EffectCall) -> dict[str, Any]:
+        if tool.guard is not None:
+            tool.guard(db, args, call.authority)
+        return tool.run(db, args, call.key)
 
-    def reconcile_activity(self) -> Callable[[str], dict[str, Any] | None]:
-        @activity.defn(name="reconcile_effect")
-        def reconcile_effect(key: str) -> dict[str, Any] | None:
-            """The effect made under ``key`` (None: none, and none can be made any more by
-            an attempt given up on): what a run reads before it gives up on a side effect."""
-            db = open_db(self.db_path)
-            try:
-                return reconcile(db, key, epoch_now())
-            finally:
-                db.close()
-
-        return reconcile_effect
-
-
-def _same_effect(tool: str, done_with: str | None, asked: str) -> None:
-    """The key was used before: only the very same call may take its result. The same key
-    with other arguments is a fork (or a reused step) asking for another effect where one
-    was already made: refuse, rather than act twice or report the wrong effect."""
-    if done_with is not None and done_with != asked:
-        raise ApplicationError(
-            f"{tool} already ran for this step of this run (or of the run it was forked from) "
-            f"with {done_with}; refusing to run it again with {asked}",
-            type="EffectConflict", non_retryable=True)
+    return EffectTool(tool.name, tool.args, business)
 
 
 __all__ = ["TOOLS", "Tool", "ToolBox", "schema_of"]

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from tower.contract.wire import Authority
 
-from .spec import Tool, ToolRefused
+from .spec import EffectRefused, Tool
 
 # The limit a refund is held to when the run passed none (a desk without a gate).
 DEFAULT_LIMIT_CENTS = 50_000
@@ -62,18 +62,18 @@ def refund_guard(db: sqlite3.Connection, args: IssueRefund, authority: Authority
     """Positive, within what is refundable now, within the limit unless approved."""
     amount = args.amount_cents
     if amount <= 0:
-        raise ToolRefused("not_positive", f"a refund must be positive (asked {amount} cents)")
+        raise EffectRefused("not_positive", f"a refund must be positive (asked {amount} cents)")
     left = refundable_cents(db, args.invoice_id)
     if left is None:
-        raise ToolRefused("no_invoice", f"no invoice {args.invoice_id}")
+        raise EffectRefused("no_invoice", f"no invoice {args.invoice_id}")
     if amount > left:
-        raise ToolRefused("over_refundable", f"invoice {args.invoice_id} has {_usd(left)} "
+        raise EffectRefused("over_refundable", f"invoice {args.invoice_id} has {_usd(left)} "
                           f"refundable now; refusing to refund {_usd(amount)}")
     limit = DEFAULT_LIMIT_CENTS if authority.limit_cents is None else authority.limit_cents
     approved = authority.approved.get("amount_cents")
     if amount > limit and not (authority.decision_id and isinstance(approved, int)
                                and amount <= approved):
-        raise ToolRefused("over_limit", f"{_usd(amount)} is over the {_usd(limit)} limit and "
+        raise EffectRefused("over_limit", f"{_usd(amount)} is over the {_usd(limit)} limit and "
                           "no approval for that amount was recorded")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tower.activities.wal import wal
 
-from . import effects, migrations, orders
+from . import migrations, orders
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS accounts (
@@ -28,9 +28,6 @@ CREATE TABLE IF NOT EXISTS tickets (
     id INTEGER PRIMARY KEY AUTOINCREMENT, subject TEXT NOT NULL, body TEXT NOT NULL,
     idempotency_key TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS docs (id TEXT PRIMARY KEY, title TEXT NOT NULL, body TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS effects (
-    idempotency_key TEXT PRIMARY KEY, tool TEXT NOT NULL, result TEXT NOT NULL,
-    arguments TEXT);
 CREATE TABLE IF NOT EXISTS signups (
     account_id TEXT PRIMARY KEY, company TEXT NOT NULL, idempotency_key TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS outbox (
@@ -77,9 +74,17 @@ SEED_SOURCES = [
 ]
 
 
+# Tower's record of effects (tower.effects), made here with the rest of the schema so a
+# worker starting on a seeded database never needs the write lock.
+EFFECTS = """
+CREATE TABLE IF NOT EXISTS tower_effects (
+    idempotency_key TEXT PRIMARY KEY, epoch BIGINT NOT NULL, tool TEXT, arguments TEXT,
+    result TEXT);
+"""
+
+
 def open_db(path: str | Path) -> sqlite3.Connection:
-    """Open the database ``connect`` made, without touching its schema: a call must not
-    block on another writer before it can heartbeat (``effects.begin_immediate`` waits)."""
+    """Open the database ``connect`` made, without touching its schema."""
     db = sqlite3.connect(str(path), timeout=30)
     db.row_factory = sqlite3.Row
     return db
@@ -91,7 +96,7 @@ def connect(path: str | Path) -> sqlite3.Connection:
     db = sqlite3.connect(str(path), timeout=30)
     db.row_factory = sqlite3.Row
     wal(db)
-    db.executescript(SCHEMA + orders.SCHEMA + effects.FENCES)  # CREATE ... IF NOT EXISTS
+    db.executescript(SCHEMA + orders.SCHEMA + EFFECTS)  # CREATE ... IF NOT EXISTS
     if _seeded(db):  # reads only: a worker starting while a tool writes does not wait
         return db
     # Each seed is a check then an insert: under the write lock, one process at a time.
@@ -111,16 +116,11 @@ def connect(path: str | Path) -> sqlite3.Connection:
 
 def _seeded(db: sqlite3.Connection) -> bool:
     """Whether every seed below is there already."""
-    return not any(_empty(db, table) for table in ("accounts", "sources", "products")) \
-        and _has_arguments(db)
+    return not any(_empty(db, table) for table in ("accounts", "sources", "products"))
 
 
 def _empty(db: sqlite3.Connection, table: str) -> bool:
     return not db.execute(f"SELECT EXISTS (SELECT 1 FROM {table})").fetchone()[0]
-
-
-def _has_arguments(db: sqlite3.Connection) -> bool:
-    return "arguments" in {row[1] for row in db.execute("PRAGMA table_info(effects)")}
 
 
 def _seed(db: sqlite3.Connection) -> bool:
@@ -136,8 +136,4 @@ def _seed(db: sqlite3.Connection) -> bool:
                        SEED_BLOCKED_COMPANIES)
         db.executemany("INSERT OR IGNORE INTO sources VALUES (?,?,?,?)", SEED_SOURCES)
     orders.seed(db)
-    # A database made before effects recorded their arguments: add the column (NULL for old
-    # rows, which are then trusted as they are).
-    if not _has_arguments(db):
-        db.execute("ALTER TABLE effects ADD COLUMN arguments TEXT")
     return created

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from tower.contract.wire import Authority
 
-from .spec import NoEffect, Tool, ToolRefused
+from .spec import EffectRefused, NoEffect, Tool
 
 LEDGER = "_tower_migrations"  # applied migrations, by idempotency key; not part of the schema
 NAME = r"^[a-z][a-z0-9_]{0,39}$"
@@ -173,11 +173,11 @@ def only_the_approved_script(tools_db: sqlite3.Connection, args: Apply,
     """A destructive script applies only with an approval, and only the script approved."""
     approved = authority.approved.get("script_sha256")
     if authority.decision_id and approved != script_digest(args.script):
-        raise ToolRefused("not_the_approved_script", "the script differs from the one approved "
+        raise EffectRefused("not_the_approved_script", "the script differs from the one approved "
                           f"({approved} approved, {script_digest(args.script)} asked)")
     findings = destructive_findings(args.script)
     if findings and not authority.decision_id:
-        raise ToolRefused("unapproved_destructive", "a destructive migration needs an "
+        raise EffectRefused("unapproved_destructive", "a destructive migration needs an "
                           f"approval: {findings[0]}")
 
 

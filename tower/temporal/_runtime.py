@@ -19,6 +19,7 @@ from tower.core.engine import advance, node_error
 from tower.core.errors import NodeFailed
 from tower.core.gates import approving_decision
 from tower.core.interpreter import Hold, after_node, next_step
+from tower.core.keys import action_of
 from tower.core.state import S, apply_update, set_engine_fields
 from tower.temporal import _tracing as tracing
 from tower.temporal._context import TemporalContext
@@ -92,7 +93,8 @@ class AgentWorkflow(MachineRun, Gatekeeper):
             return
         node = self.machine.nodes[step.node]
         ctx = TemporalContext(self.machine.name, node, state.step, list(self.models), self,
-                              decision=approving_decision(state, node.name))
+                              decision=approving_decision(state, node.name),
+                              action=action_of(state, node.name))
         try:
             update = dict(await node.fn(ctx, state))
         except (NodeFailed, ActivityError) as exc:

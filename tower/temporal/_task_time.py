@@ -15,10 +15,18 @@ docs/reliability.md ("Nondeterminism found by the checker") tells how it was fou
 
 Such an activation is recognizable from inside: no workflow task started in it, so workflow
 time has not moved since the code began to wait (an activity's result or a timer always
-comes in a later task, whose start time is later). ``in_a_task`` then waits, making no
-command, until a workflow task starts; the code goes on there, after any update that task
-brings, as a replay runs it. In every other activation it returns at once without yielding,
-so a run's commands and their order are what they were: recorded histories replay as before.
+comes in a later task, whose start time is later). ``in_a_task`` then fails that activation,
+making no command: the worker drops the run from its cache (the query is answered again
+from a fresh replay), and the workflow task that carries the event replays the run whole
+and goes on there, after any update that task brings, as a replay runs it. In every other
+activation it returns at once without yielding, so a run's commands and their order are
+what they were: recorded histories replay as before.
+
+It used to *wait* there for time to move. That hung runs (the issue's "2 of 7 runs RUNNING
+with nothing pending" after a worker was SIGKILLed mid-refund): when the task carrying the
+event brought nothing else, the worker, which had applied the event already, gave the code
+no activation at all, completed the task empty, and the code waited for the next unrelated
+signal (tests/test_stuck_after_query.py).
 """
 
 from __future__ import annotations
@@ -28,9 +36,15 @@ from datetime import datetime
 from temporalio import workflow
 
 
+class AheadOfItsTask(RuntimeError):
+    """An activation a query's replay ran on an event no workflow task has taken yet; not a
+    failure type: the activation fails and the worker drops the run, nothing else."""
+
+
 async def in_a_task(since: datetime) -> None:
-    """Return once workflow time has moved past ``since`` (the time the code began to wait
-    for the event it has just been handed): at once, unless no workflow task has started
-    since — an activation a worker ran for a query."""
+    """Return at once if workflow time has moved past ``since`` (the time the code began to
+    wait for the event it has just been handed); else this is an activation a worker ran for
+    a query, ahead of the task that will carry the event: fail it (see above)."""
     if workflow.now() == since:
-        await workflow.wait_condition(lambda: workflow.now() != since)
+        raise AheadOfItsTask("a query's replay reached an event no workflow task has taken "
+                             "yet; the run is replayed again in that task")

@@ -1,0 +1,32 @@
+"""Exactly-once side effects on your own database, the way ``@DBOS.transaction()`` does it.
+
+A side-effecting tool is your business function: its invariant and its write. Tower adds,
+in the SAME transaction on your database, the claim of the action's key, the epoch fence
+(an attempt Temporal gave up on cannot commit later) and the record of the result (a
+retry, a fork or a re-approval of the same proposal returns the first result)::
+
+    from tower.effects import EffectCall, EffectRefused, SQLite, effect
+
+    @effect
+    def send_payment(db, payment: Payment, call: EffectCall) -> dict[str, Any]:
+        if payment.amount_cents > LIMIT and call.approved("amount_cents") is None:
+            raise EffectRefused("over_limit", "over the limit and not approved")
+        db.execute("INSERT INTO payments VALUES (?, ?, ?)",
+                   ("pay_" + call.id, payment.payee, payment.amount_cents))
+        return {"payment_id": "pay_" + call.id}
+
+    worker = Worker(client, ..., activities=[send_payment.on(SQLite("payments.sqlite"))])
+
+``Postgres(dsn)`` is the same on PostgreSQL (psycopg 3; ``?`` placeholders work on both).
+The key is the run's logical action (tower/core/keys.py); reconciling is the tool's own
+activity called with ``reconcile=True``, so every tool of a worker reconciles itself.
+"""
+
+from tower.core.errors import EffectRefused
+from tower.effects._ledger import epoch_now
+from tower.effects._postgres import Postgres
+from tower.effects._sqlite import SQLite
+from tower.effects._tool import Database, EffectCall, EffectTool, NoEffect, effect, reconcile
+
+__all__ = ["Database", "EffectCall", "EffectRefused", "EffectTool", "NoEffect", "Postgres",
+           "SQLite", "effect", "epoch_now", "reconcile"]

@@ -1,0 +1,96 @@
+"""The bookkeeping of effects, in the transaction of the effect itself (any backend).
+
+One row per key in ``tower_effects``: the epoch of the attempt that owns the key, then,
+once made, the tool, its arguments and its result. Every statement here is plain SQL that
+SQLite and PostgreSQL both take (``?`` placeholders; the PostgreSQL backend translates).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+TABLE = """CREATE TABLE IF NOT EXISTS tower_effects (
+    idempotency_key TEXT PRIMARY KEY, epoch BIGINT NOT NULL, tool TEXT, arguments TEXT,
+    result TEXT)"""
+# The failure types Tower's engine reads (tower.core.errors holds the names it routes on).
+FENCED_OFF = "FencedOff"
+BUSY = "ToolBusy"
+
+
+class Cursor(Protocol):
+    def fetchone(self) -> Any: ...
+
+
+class Tx(Protocol):
+    """An open write transaction (``?`` placeholders on every backend)."""
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Cursor: ...
+
+
+@dataclass(frozen=True)
+class Made:
+    """The effect already made under a key: its tool, arguments (canonical JSON) and result."""
+
+    tool: str | None
+    arguments: str | None
+    result: dict[str, Any]
+
+
+def claim(tx: Tx, key: str, epoch: int, for_update: str = "") -> Made | None:
+    """Own ``key`` for ``epoch`` inside ``tx``; what was made under it, if anything.
+
+    An attempt that finds a later epoch was given up on (a retry, the run's reconciliation
+    or a fork's re-run owns the key now): it fails, non-retryable, and changes nothing."""
+    tx.execute("INSERT INTO tower_effects (idempotency_key, epoch) VALUES (?, ?) "
+               "ON CONFLICT (idempotency_key) DO NOTHING", (key, epoch))
+    owner, tool, arguments, result = tx.execute(
+        "SELECT epoch, tool, arguments, result FROM tower_effects WHERE idempotency_key=?"
+        + for_update, (key,)).fetchone()
+    if result is not None:
+        return Made(tool, arguments, dict(json.loads(result)))
+    if int(owner) > epoch:
+        raise ApplicationError(
+            f"fenced off: a later attempt (or the run's reconciliation) owns {key}; this "
+            "attempt was given up on and changes nothing", type=FENCED_OFF, non_retryable=True)
+    tx.execute("UPDATE tower_effects SET epoch=? WHERE idempotency_key=?", (epoch, key))
+    return None
+
+
+def record(tx: Tx, key: str, tool: str, arguments: str, result: dict[str, Any]) -> None:
+    tx.execute("UPDATE tower_effects SET tool=?, arguments=?, result=? WHERE idempotency_key=?",
+               (tool, arguments, json.dumps(result, sort_keys=True), key))
+
+
+def epoch_now() -> int:
+    """This attempt's epoch: when Temporal scheduled it (µs), so a later attempt (a retry,
+    the reconciling call, a reset's re-run) always has a larger one. Outside an activity
+    (a unit test) the wall clock stands in."""
+    if activity.in_activity():
+        return int(activity.info().current_attempt_scheduled_time.timestamp() * 1_000_000)
+    return time.time_ns() // 1000
+
+
+def waited(what: str) -> None:
+    """Between two tries for the lock: heartbeat (a dead worker is noticed in seconds), stop
+    when cancelled or when this attempt's start-to-close deadline nears (a slow lock is a
+    retryable failure, never a zombie that commits after the run gave up on it)."""
+    if not activity.in_activity():
+        return
+    activity.heartbeat(what)
+    if activity.is_cancelled():
+        raise ApplicationError(f"cancelled while {what}", type=BUSY)
+    info = activity.info()
+    timeout = info.start_to_close_timeout
+    if timeout is None:
+        return
+    deadline = info.started_time + timeout - min(timedelta(seconds=1), timeout / 5)
+    if datetime.now(deadline.tzinfo) >= deadline:
+        raise ApplicationError(f"still {what} at this attempt's deadline; nothing was done",
+                               type=BUSY)

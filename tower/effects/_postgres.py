@@ -1,0 +1,99 @@
+"""Effects on a PostgreSQL database (psycopg 3)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from tower.effects._ledger import TABLE, waited
+
+T = TypeVar("T")
+# Serialization failure, deadlock, lock not available (lock_timeout): try again.
+AGAIN = {"40001", "40P01", "55P03"}
+SETUP_LOCK = 0x70E7  # an advisory lock: two workers creating the tables at once
+
+
+class PgConnection:
+    """The tool's ``db`` on PostgreSQL: ``execute`` takes ``?`` placeholders, as sqlite3
+    does, so one tool runs on both; ``raw`` is the psycopg connection."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    def execute(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> Any:
+        return self.raw.execute(qmark_to_format(sql), params)
+
+
+class Postgres:
+    """A PostgreSQL database that effects commit in.
+
+    Each effect is one SERIALIZABLE transaction, tried again (whole) when PostgreSQL
+    cannot serialize it, so the tool's invariant holds against every other transaction
+    (the DBOS default). Lock waits are short and the attempt heartbeats between them.
+
+    Args:
+        dsn: a libpq connection string or URL (``postgresql://user:pw@host:port/db``).
+        schema: the tool's own ``CREATE TABLE IF NOT EXISTS ...`` statements, run once.
+    """
+
+    for_update = " FOR UPDATE"
+
+    def __init__(self, dsn: str, *, schema: str = "") -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self._ready = False
+        self._setup = threading.Lock()
+
+    def __repr__(self) -> str:
+        return "Postgres(...)"  # the DSN may carry a password
+
+    def connect(self) -> Any:
+        import psycopg  # only a project on PostgreSQL needs it (the `postgres` extra)
+
+        return psycopg.connect(self.dsn)
+
+    def run(self, work: Callable[[PgConnection], T]) -> T:
+        """``work(db)`` in one serializable transaction: committed if it returns, else
+        rolled back; tried again from the start when PostgreSQL asks for it."""
+        import psycopg
+
+        self._ensure()
+        with self.connect() as raw:
+            raw.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
+            while True:
+                try:
+                    with raw.transaction():
+                        raw.execute("SET LOCAL lock_timeout = '200ms'")
+                        return work(PgConnection(raw))
+                except psycopg.errors.Error as exc:
+                    if exc.sqlstate not in AGAIN:
+                        raise
+                waited("waiting for PostgreSQL to serialize the effect")
+
+    def _ensure(self) -> None:
+        with self._setup:
+            if self._ready:
+                return
+            with self.connect() as raw, raw.transaction():
+                raw.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))
+                raw.execute(TABLE)
+                if self.schema:
+                    raw.execute(self.schema)
+            self._ready = True
+
+
+def qmark_to_format(sql: str) -> str:
+    """``?`` placeholders to psycopg's ``%s`` (and a literal ``%`` to ``%%``), leaving
+    quoted strings and identifiers alone."""
+    out, quote = [], ""
+    for char in sql:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "?":
+            out.append("%s")
+            continue
+        out.append("%%" if char == "%" else char)
+    return "".join(out)

@@ -1,0 +1,173 @@
+"""A side-effecting tool: the user's business function, made exactly-once by Tower.
+
+The activity an ``EffectTool`` runs (``tool.on(db)``), in ONE transaction of ``db``:
+
+1. the record: a key made before returns its first result (the same arguments only);
+2. the fence: the attempt claims the key with its epoch; one given up on fails;
+3. the user's function: its invariant (raise ``EffectRefused``) and its write;
+4. the record of the result.
+
+Called again with ``reconcile=True`` (what a run does before it gives up on the tool), it
+claims the key with a later epoch and reads what was made: once it says "nothing", no
+attempt given up on can make it any more.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar, cast
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import to_jsonable_python
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from tower.contract.wire import Authority, ToolCall
+from tower.core.errors import BAD_ARGUMENTS, EFFECT_CONFLICT, EffectRefused
+from tower.effects._ledger import Made, Tx, claim, epoch_now, record
+
+A = TypeVar("A", bound=BaseModel)
+
+
+class NoEffect(Exception):  # noqa: N818 (an outcome, not an error)
+    """The tool decided not to act (out of stock, nothing to release): its transaction
+    rolls back and the key stays free, so a later repeat really tries again. The call
+    returns ``result``."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(result)
+        self.result = result
+
+
+@dataclass(frozen=True)
+class EffectCall:
+    """What a tool knows of the call besides its arguments."""
+
+    tool: str
+    key: str  # the logical action's idempotency key (tower/core/keys.py)
+    authority: Authority  # what the run's recorded state allows (its limit, the approval)
+
+    @property
+    def id(self) -> str:
+        """12 hex digits, the same for every repeat of the action: for the ids it makes."""
+        return hashlib.sha256(self.key.encode()).hexdigest()[:12]
+
+    def approved(self, field: str) -> Any:
+        """What the approval of this action set ``field`` to (None: no approval)."""
+        return self.authority.approved.get(field) if self.authority.decision_id else None
+
+
+class Database(Protocol):
+    """Where effects commit: ``tower.effects.SQLite`` or ``tower.effects.Postgres``."""
+
+    for_update: str
+
+    def run(self, work: Callable[[Any], Any]) -> Any: ...
+
+
+Fn = Callable[[Any, A, EffectCall], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class EffectTool(Generic[A]):
+    """A side-effecting tool; ``on(db)`` is its Temporal activity (named ``name``)."""
+
+    name: str
+    args: type[A]
+    fn: Fn[A]
+
+    def on(self, db: Database) -> Callable[[ToolCall], dict[str, Any] | None]:
+        """The activity that runs this tool's effects in ``db``, exactly once per key."""
+        def run(call: ToolCall) -> dict[str, Any] | None:
+            if call.reconcile:
+                return reconcile(db, call.idempotency_key)
+            return self.call(db, call)
+
+        run.__name__ = run.__qualname__ = self.name
+        # Activity names are part of the history's contract: keep them stable.
+        return activity.defn(name=self.name)(run)
+
+    def call(self, db: Database, call: ToolCall, *, epoch: int | None = None
+             ) -> dict[str, Any]:
+        """Make the effect (or return the one made under the call's key)."""
+        try:
+            args = self.args.model_validate(call.arguments)
+        except ValidationError as exc:  # retrying cannot fix bad arguments
+            raise ApplicationError(f"bad arguments for {self.name}: {exc}",
+                                   type=BAD_ARGUMENTS, non_retryable=True) from None
+        asked = json.dumps(args.model_dump(mode="json"), sort_keys=True)
+        context = EffectCall(self.name, call.idempotency_key, call.authority)
+        mine = epoch_now() if epoch is None else epoch
+
+        def work(db_tx: Any) -> dict[str, Any]:
+            made = claim(db_tx, call.idempotency_key, mine, db.for_update)
+            if made is not None:
+                return _same(self.name, made, asked)
+            result = to_jsonable_python(self.fn(db_tx, args, context))
+            record(db_tx, call.idempotency_key, self.name, asked, result)
+            return dict(result)
+
+        try:
+            return dict(db.run(work))
+        except NoEffect as nothing:  # rolled back: no effect, the key stays free
+            return dict(to_jsonable_python(nothing.result))
+        except EffectRefused as refused:  # rolled back; the node gets EffectRefused back
+            raise ApplicationError(refused.reason, {"code": refused.code, "tool": self.name},
+                                   type=EffectRefused.TYPE, non_retryable=True) from None
+
+
+def effect(fn: Callable[[Any, A, EffectCall], dict[str, Any]] | None = None, *,
+           name: str | None = None) -> Any:
+    """Make ``fn(db, args, call) -> result`` an exactly-once side-effecting tool.
+
+    ``fn`` is the business function: it checks its invariant (``raise EffectRefused(code,
+    reason)``) and writes, through ``db``, inside the transaction Tower opens; Tower adds
+    the claim, the fence and the record of the result to that same transaction. The type
+    of ``fn``'s second parameter (a pydantic model) validates the arguments. The tool's
+    name (its activity's) is ``name`` or ``fn``'s.
+
+    Example::
+
+        @effect
+        def send_payment(db, payment: Payment, call: EffectCall) -> dict[str, Any]:
+            ...
+
+        Worker(..., activities=[send_payment.on(SQLite(".tower/payments.sqlite"))])
+    """
+    def wrap(f: Callable[[Any, A, EffectCall], dict[str, Any]]) -> EffectTool[A]:
+        names = list(inspect.signature(f).parameters)
+        args = typing.get_type_hints(f).get(names[1]) if len(names) > 1 else None
+        if not (isinstance(args, type) and issubclass(args, BaseModel)):
+            raise TypeError(f"{f.__name__}: the second parameter must be annotated with the "
+                            "tool's arguments model (a pydantic BaseModel)")
+        return EffectTool(name or f.__name__, cast(type[A], args), f)
+
+    return wrap if fn is None else wrap(fn)
+
+
+def reconcile(db: Database, key: str, epoch: int | None = None) -> dict[str, Any] | None:
+    """The effect made under ``key``, if any, after fencing off every earlier attempt:
+    once this returns None, no attempt given up on can make it any more."""
+    mine = epoch_now() if epoch is None else epoch
+
+    def work(db_tx: Tx) -> dict[str, Any] | None:
+        made = claim(db_tx, key, mine, db.for_update)
+        return None if made is None else made.result
+
+    result: dict[str, Any] | None = db.run(work)
+    return result
+
+
+def _same(tool: str, made: Made, asked: str) -> dict[str, Any]:
+    """The key was used before: only the very same call may take its result. The same key
+    with other arguments would act twice or report the wrong effect: refuse."""
+    if made.arguments is not None and (made.tool, made.arguments) != (tool, asked):
+        raise ApplicationError(
+            f"{tool} already ran for this action with {made.arguments}; refusing to run it "
+            f"again with {asked}", type=EFFECT_CONFLICT, non_retryable=True)
+    return made.result
