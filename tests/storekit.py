@@ -13,22 +13,27 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pgserver import Postgres
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
+def pg_server() -> Iterator[Postgres]:
     try:
         import psycopg  # noqa: F401
-        from pgserver import Postgres
         server = Postgres().start()
     except (ImportError, RuntimeError, OSError) as exc:
         pytest.skip(f"no PostgreSQL here: {exc}")
     try:
-        yield f"postgresql://temporal:{server.password}@127.0.0.1:{server.port}/postgres"
+        yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def pg_url(pg_server: Postgres) -> str:
+    return f"postgresql://temporal:{pg_server.password}@127.0.0.1:{pg_server.port}/postgres"
 
 
 class Host:

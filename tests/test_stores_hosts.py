@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pgserver import Postgres
 from storekit import Host
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
@@ -115,3 +116,32 @@ async def test_with_shared_stores_turns_alternate_between_hosts(
     finally:
         a.stop()
         b.stop()
+
+
+async def test_a_store_unreachable_for_30_s_fails_no_run(
+    client: Client, task_queue: str, tmp_path: Path, pg_server: Postgres, pg_url: str,
+) -> None:
+    host = Host("a", tmp_path, client.service_client.config.target_host, task_queue,
+                TOWER_STORE_URL=pg_url)
+    try:
+        await host.start()
+        thread = await _thread(client, task_queue)
+        assert (await thread.execute_update(ChatAgent.send, UserMessage(text="One"))).turn == 1
+        pg_server.pause()
+        try:
+            turn = asyncio.create_task(thread.execute_update(ChatAgent.send,
+                                                             UserMessage(text="Two")))
+            await asyncio.sleep(30)
+            assert not turn.done()
+            assert (await thread.describe()).status == WorkflowExecutionStatus.RUNNING
+            failed = await _attempt_failure(thread)
+            assert "message store postgresql://temporal:***@" in failed, failed
+            assert "is unreachable" in failed
+        finally:
+            pg_server.resume()
+        second = await asyncio.wait_for(turn, 120)  # the store is back: the turn is answered
+        assert second.turn == 2 and second.reply
+        await thread.execute_update(ChatAgent.close)
+        assert (await thread.result()).status == "DONE"
+    finally:
+        host.stop()
