@@ -28,7 +28,7 @@ from tower.activities.streams import open_streams
 from tower.cli.errors import user_error
 from tower.contract.stream import StreamEvent
 from tower.contract.wire import WindowRef
-from tower.temporal.payloads import PayloadMissing, driver_for
+from tower.temporal.payloads import PayloadMissing, driver_for, tower_data_converter
 from tower.temporal.payloads_pg import PostgresDriver
 
 
@@ -168,3 +168,18 @@ async def test_postgres_payloads_and_streams_forget_one_runs_entries(pg_url: str
     streams.forget(f"default/s-{tag}")
     assert streams.read(f"default/s-{tag}") == [] and streams.last(f"default/s-{tag}") == 0
     streams.close()
+
+
+async def test_a_payload_in_a_store_this_process_lacks_is_named(pg_url: str,
+                                                                tmp_path: Path) -> None:
+    written = tower_data_converter(env={"TOWER_STORE_URL": pg_url,
+                                        "TOWER_PAYLOAD_THRESHOLD": "100"})
+    (ref,) = await written.encode(["x" * 500])
+    assert len(ref.SerializeToString()) < 400  # a reference, the text in PostgreSQL
+    assert await written.decode([ref]) == ["x" * 500]
+    local = tower_data_converter(env={"TOWER_PAYLOAD_DIR": str(tmp_path)})
+    with pytest.raises(Exception) as raised:  # noqa: PT011  (the SDK may wrap it)
+        await local.decode([ref])
+    line = user_error(raised.value)
+    assert line is not None and "(kept in PostgreSQL) is not in payload store" in line
+    assert str(tmp_path) in line and "TOWER_STORE_URL" in line

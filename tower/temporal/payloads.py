@@ -72,6 +72,9 @@ class LocalDirDriver(StorageDriver):
     def name(self) -> str:
         return self._name
 
+    def __str__(self) -> str:
+        return str(self.root)
+
     async def store(
         self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
     ) -> list[StorageDriverClaim]:
@@ -108,6 +111,27 @@ class LocalDirDriver(StorageDriver):
         return Payload.FromString(data)
 
 
+class Elsewhere(StorageDriver):
+    """A reference to a payload store of the other kind than this process's: it cannot be
+    read here (a setting differs between hosts), said in the words of ``missing``."""
+
+    def __init__(self, name: str, ours: str) -> None:
+        self._name, self.ours = name, ours
+
+    def name(self) -> str:
+        return self._name
+
+    async def store(self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
+                    ) -> list[StorageDriverClaim]:
+        raise RuntimeError(f"{self._name} is not this process's payload store")
+
+    async def retrieve(self, context: StorageDriverRetrieveContext,
+                       claims: Sequence[StorageDriverClaim]) -> list[Payload]:
+        kind = "PostgreSQL" if self._name == "tower-postgres" else "another host's directory"
+        digest = claims[0].claim_data.get("sha256", "?") if claims else "?"
+        raise missing(self.ours, digest, f"(kept in {kind}) is not")
+
+
 def tower_data_converter(
     store_dir: str | Path | None = None, threshold: int | None = None,
     env: Mapping[str, str] | None = None,
@@ -118,7 +142,11 @@ def tower_data_converter(
     settings = StoreSettings.from_env(env)
     driver = driver_for(store_dir or settings.payloads)
     limit = threshold if threshold is not None else settings.payload_threshold
-    storage = ExternalStorage(drivers=[driver], payload_size_threshold=limit)
+    # The other kind of store by name too, so that a reference to it says where it is.
+    other = Elsewhere("tower-postgres" if isinstance(driver, LocalDirDriver) else "tower-local",
+                      str(driver))
+    storage = ExternalStorage(drivers=[driver, other], payload_size_threshold=limit,
+                              driver_selector=lambda context, payload: driver)
     # Tower's pydantic converter (tower.temporal.converter); an input from outside that a
     # worker cannot open is refused, not a stalled run (tower/temporal/_unopenable.py).
     converter = TowerDataConverter(payload_converter_class=TowerPayloadConverter,
