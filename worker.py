@@ -147,10 +147,10 @@ async def main(argv: Sequence[str] | None = None) -> None:
             McpConfigError, McpDiscoveryError, McpPolicyError) as exc:
         raise SystemExit(f"error: {exc}") from None
     async with worker:  # (TowerPlugin freezes the heap it loaded: tower/temporal/_heap.py)
+        await announce(StoreSettings.from_env(), client)  # which store each is
+        await ensure_cleanup(client, args.task_queue)  # the stores' retention, hourly
         logging.info("worker ready on task queue %r; model: %s; MCP tools: %s",
                      args.task_queue, settings.describe(), ", ".join(mcp.tools) or "none")
-        await announce(StoreSettings.from_env(), client)
-        await ensure_cleanup(client, args.task_queue)  # the stores' retention, hourly
         await stop.wait()
         logging.info("stopping: draining running activities (up to %.0f s)", grace)
     logging.info("worker stopped")

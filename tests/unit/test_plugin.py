@@ -42,7 +42,7 @@ def _settings(converter: Any, runner: Any, failures: Any) -> tuple[Any, ...]:
     storage = converter.external_storage
     return (type(converter), converter.guard_inputs, type(converter.payload_codec),
             converter.failure_converter_class, converter.payload_converter_class,
-            storage.payload_size_threshold, [d.root for d in storage.drivers],
+            storage.payload_size_threshold, [(d.name(), str(d)) for d in storage.drivers],
             type(runner), runner.instance_class, runner.restrictions.passthrough_modules,
             list(failures))
 
