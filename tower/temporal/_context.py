@@ -18,14 +18,11 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tower.activities.stores import MISSING as STORE_MISSING
-from tower.activities.stores import UNAVAILABLE as STORE_UNAVAILABLE
 from tower.contract.stream import TOOL_FINISHED, TOOL_STARTED
 from tower.contract.wire import (
     Authority,
     MessageRef,
     ModelReply,
-    ModelRequest,
     Reduction,
     ToolCall,
     WindowRef,
@@ -39,21 +36,12 @@ from tower.core.keys import effect_key, legacy_effect_key
 from tower.core.state import Message, Usage
 from tower.core.tools import ToolDef, ToolSpec, spec_for
 from tower.temporal import _stream_sink as stream_sink
+from tower.temporal._model_call import call_local, call_queued
 from tower.temporal._task_time import in_a_task
 
 T = TypeVar("T", bound=BaseModel)
 
 # Let Temporal own retries so every attempt is visible in the event history.
-MODEL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30), maximum_attempts=6,
-    non_retryable_error_types=["ModelRequestRejected"],
-)
-# A local call's store errors go straight to the queue's workers (see _call_model).
-LOCAL_RETRY = dataclasses.replace(MODEL_RETRY, non_retryable_error_types=[
-    *(MODEL_RETRY.non_retryable_error_types or []), STORE_MISSING, STORE_UNAVAILABLE])
-STORE_WAIT = timedelta(seconds=30)  # between rounds of a remote call's store retries
-MODEL_HEARTBEAT = timedelta(seconds=10)
 TOOL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30), maximum_attempts=5,
@@ -251,70 +239,18 @@ class TemporalContext:
         local: bool,
     ) -> ModelReply:
         request = model_request(self.agent, self.node, convo, schema, self.models, **extra)
-        reply: ModelReply
-        if local:
-            # Recorded as one marker holding the result; a worker lost mid-call is noticed
-            # at the workflow task timeout and the task (with the call) runs elsewhere. No
-            # summary: the node is in the run's current details, and a summary is one more
-            # payload to record and to convert on every replay.
-            try:
-                reply = await workflow.execute_local_activity(
-                    "call_model", request, result_type=ModelReply,
-                    start_to_close_timeout=timedelta(seconds=120), retry_policy=LOCAL_RETRY)
-            except (ActivityError, ApplicationError) as exc:
-                # This worker's store lacks the run's entry (another host stored it) or is
-                # down: the call goes to the task queue instead, as an activity any worker
-                # may take, retried until one can serve it (the run never fails on it).
-                # (A local activity's failure arrives as its own error, not wrapped.)
-                if not _store_error(exc):
-                    raise
-                reply = await self._call_model_activity(request)
-        else:
-            reply = await self._call_model_activity(request)
+        reply = await (call_local(request) if local else call_queued(request,
+                                                                         self.node.name))
         self.calls.append(f"model:{reply.model}")
         self.usage = self.usage + reply.usage
         self.model_calls.append(CallUsage(step=self.step, node=self.node.name, model=reply.model,
                                           usage=reply.usage))
         return reply
 
-    async def _call_model_activity(self, request: ModelRequest) -> ModelReply:
-        while True:
-            since = workflow.now()
-            try:
-                reply: ModelReply = await workflow.execute_activity(
-                    "call_model", request, result_type=ModelReply,
-                    start_to_close_timeout=timedelta(seconds=120), retry_policy=MODEL_RETRY,
-                    # The activity heartbeats while it waits for the model: a worker killed
-                    # mid-call is noticed in seconds, not at the start-to-close timeout.
-                    heartbeat_timeout=MODEL_HEARTBEAT,
-                    summary=f"{self.node.name} · model",
-                )
-                return reply
-            except ActivityError as exc:
-                # Its attempts found no store entry, or no store: the run waits and asks
-                # again (any worker may serve it), rather than failing for a setting.
-                if not _store_error(exc):
-                    raise
-                await workflow.sleep(STORE_WAIT)
-            finally:  # (a local activity resolves within its task: it needs no wait)
-                await in_a_task(since)
-
     def _check(
         self, reply: ModelReply, schema: type[T] | None
     ) -> tuple[Answer[T] | None, str]:
         return check_reply(self.node, reply, schema)
-
-
-def _cause(exc: BaseException) -> BaseException:
-    while isinstance(exc, ActivityError) and exc.cause is not None:
-        exc = exc.cause
-    return exc
-
-
-def _store_error(exc: BaseException) -> bool:
-    cause = _cause(exc)
-    return isinstance(cause, ApplicationError) and cause.type in (STORE_MISSING,
-                                                                 STORE_UNAVAILABLE)
 
 
 def refusal(tool: str, cause: ApplicationError) -> EffectRefused:
