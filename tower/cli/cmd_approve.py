@@ -134,6 +134,9 @@ def _gate_from_graph(agent: str, node: str) -> dict[str, Any]:
 async def decide(run: str, verdict: Verdict, *, gate: str | None, by: str, role: str | None,
                  note: str, edits: list[str], decision_id: str | None, use_signal: bool,
                  follow: bool, as_json: bool, unsigned: bool = False) -> int:
+    from tower.client.keys import check_name
+
+    check_name(by)  # one line, before the server is asked anything
     client = await connect()
     try:
         out = await send_decision(
@@ -141,10 +144,12 @@ async def decide(run: str, verdict: Verdict, *, gate: str | None, by: str, role:
             edits=parse_edits(edits), decision_id=decision_id, use_signal=use_signal,
             unsigned=unsigned, say=say)
     except DecisionRefused as exc:
+        code = exc.code.value if exc.code else None
         if as_json:
-            print_json({"run": run, "accepted": False, "refused": str(exc)})
+            print_json({"run": run, "accepted": False, "refused": exc.reason, "code": code})
         else:
-            print(f"refused: {exc}")
+            print(f"refused: {exc.reason}")
+            print(f"refusal code: {code or '(none: the run predates refusal codes)'}")
             print("the run's state is unchanged")
         return 1
     if out is None:
