@@ -40,8 +40,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 TENANTS = ("tenant-a", "tenant-b")
-# The cluster tier's fixtures (PostgreSQL, Temporal server processes, workers).
-pytest_plugins = ["clusterkit"]
+# The cluster tier's fixtures (PostgreSQL, Temporal server processes, workers); worker
+# hosts on their own data directories and a PostgreSQL for the stores they share.
+pytest_plugins = ["clusterkit", "storekit"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -54,9 +54,18 @@ class Postgres:
         options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
                    "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
                    "-c max_connections=300")
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", options,
-                  "-l", str(self.root / "postgres.log"), "-w", "start")
+        self.options = options
+        self.resume()
         return self
+
+    def resume(self) -> None:
+        """Start the server (again) on its data directory."""
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", self.options,
+                  "-l", str(self.root / "postgres.log"), "-w", "start")
+
+    def pause(self) -> None:
+        """Stop the server, keeping its data: unreachable until ``resume``."""
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
 
     def env(self) -> dict[str, str]:
         """How the Temporal server and its SQL tool reach this database."""

@@ -26,7 +26,10 @@ async def _noop(ctx: object, state: object) -> dict[str, object]:
 
 def _machine(**limits: Any) -> Machine:
     return (Graph("spend", AgentState)
-            .node("work", _noop).node("escalate", _noop)
+            # Each pass spends what the test says: the spend budget, not a visit count,
+            # is what ends this loop (graph proofs accept it only when declared).
+            .node("work", _noop, unbounded="the spend budget ends it")
+            .node("escalate", _noop)
             .entry("work").edge("work", "work").edge("escalate", FAILED)
             .budget(escalate_to="escalate", **limits)
             .compile())

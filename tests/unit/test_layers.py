@@ -37,7 +37,8 @@ PROJECT = {"activities", "starter", "workflows", "worker", "bench", "tests"}
 PUBLIC = ("tower", "tower.contract", "tower.testing", "tower.temporal", "tower.temporal.worker",
           "tower.core.signing", "tower.core.policy", "tower.temporal._unopenable",
           "tower.activities", "tower.client", "tower.temporal.telemetry",
-          "tower.temporal.payloads", "tower.temporal.codec", "tower.effects")
+          "tower.temporal.payloads", "tower.temporal.codec", "tower.effects",
+          "tower.temporal.cleanup")
 # The packages' own names, not every module below them.
 EXACT = ("tower", "tower.temporal", "tower.effects")
 

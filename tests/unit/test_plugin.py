@@ -23,6 +23,7 @@ from tower.core.errors import InvalidGraph
 from tower.temporal import TowerPlugin, WorkerMisconfigured, WorkerSettings
 from tower.temporal._names import activity_name
 from tower.temporal._unopenable import TowerDataConverter
+from tower.temporal.cleanup import TowerStoreCleanup
 from tower.temporal.codec import EncryptionCodec, NoKeys, new_key
 from tower.temporal.plugin import WORKFLOW_FAILURE_TYPES
 from workflows.registry import AGENTS
@@ -60,7 +61,7 @@ def _settings(converter: Any, runner: Any, failures: Any) -> tuple[Any, ...]:
     storage = converter.external_storage
     return (type(converter), converter.guard_inputs, type(converter.payload_codec),
             converter.failure_converter_class, converter.payload_converter_class,
-            storage.payload_size_threshold, [d.root for d in storage.drivers],
+            storage.payload_size_threshold, [(d.name(), str(d)) for d in storage.drivers],
             type(runner), runner.restrictions.passthrough_modules,
             list(failures))
 
@@ -96,7 +97,8 @@ async def test_the_plugin_on_client_and_worker_registers_nothing_twice() -> None
                                   plugins=[TowerPlugin(agents=AGENT_CLASSES[:1])])
     config = await _worker_config(client)
     config = TowerPlugin(agents=AGENT_CLASSES).configure_worker(config)
-    assert config["workflows"] == AGENT_CLASSES
+    # Tower's own retention workflow rides along with the agents, once.
+    assert config["workflows"] == [*AGENT_CLASSES, TowerStoreCleanup]
     assert config["workflow_failure_exception_types"] == WORKFLOW_FAILURE_TYPES
 
 
@@ -115,7 +117,7 @@ async def test_an_agent_naming_a_tool_no_activity_serves_is_refused() -> None:
         return {}
 
     config = await _worker_config(client, workflows=[NamesServerTool], activities=[find])
-    assert config["workflows"] == [NamesServerTool]
+    assert config["workflows"] == [NamesServerTool, TowerStoreCleanup]
 
 
 async def _noop(ctx: object, state: AgentState) -> dict[str, object]:

@@ -1,8 +1,14 @@
 """The message store: conversation content lives here, not in the event history.
 
 Content-addressed (a message's ref is the hash of its role, name and content), so
-storing a message twice, or again on an activity retry, is harmless. SQLite
-locally; any key-value database in production: the workflow only holds refs.
+storing a message twice, or again on an activity retry, is harmless. A SQLite file
+locally (``MessageStore``); PostgreSQL when several worker hosts share it
+(``tower.activities.messages_pg``). ``open_messages`` picks one from a path or a URL
+(``tower.activities.stores.StoreSettings``). The workflow only holds refs.
+
+An entry the store does not have, or a store it cannot reach, fails the attempt with a
+retryable error (``tower.activities.stores``): another worker may have it, and the
+workflow never fails on it.
 """
 
 from __future__ import annotations
@@ -12,11 +18,14 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from temporalio.exceptions import ApplicationError
+from temporalio import activity
 
 from tower import Message
+from tower.activities.stores import entry_missing, is_url, store_unavailable
 from tower.activities.wal import wal
+from tower.contract.stream import stream_name
 from tower.contract.wire import MessageRef, WindowRef
 from tower.core import window
 
@@ -24,7 +33,12 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
     ref TEXT PRIMARY KEY, role TEXT NOT NULL, name TEXT, content TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS windows (ref TEXT PRIMARY KEY, refs TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS owners (owner TEXT NOT NULL, ref TEXT NOT NULL,
+    PRIMARY KEY (owner, ref));
+CREATE INDEX IF NOT EXISTS owners_ref ON owners (ref);
 """
+SETTING = "TOWER_MESSAGES"
+CHUNK = 500  # refs per query: under SQLite's variable limit
 
 
 def ref_of(message: Message) -> MessageRef:
@@ -42,17 +56,59 @@ def pruned_stub(ref: MessageRef) -> Message:
         f"it is kept as message {ref.ref}]"))
 
 
+def open_messages(spec: str | Path) -> MessageStore:
+    """The message store ``spec`` names: a SQLite file, or a ``postgresql://`` URL."""
+    text = str(spec)
+    if is_url(text):
+        from tower.activities.messages_pg import PostgresMessages
+
+        return PostgresMessages(text)
+    return MessageStore(text)
+
+
 class MessageStore:
+    """Messages and windows in a SQLite file (one host's). Subclasses swap the database:
+    ``_write`` and ``_query`` are all that touches it."""
+
+    # Where rows go (PostgreSQL shares a database with the other stores: prefixed names).
+    MESSAGES, WINDOWS, OWNERS = "messages", "windows", "owners"
+
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.executescript(SCHEMA)
 
+    def __str__(self) -> str:
+        return f"message store {self.path}"
+
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(str(self.path), timeout=30)
         wal(db)
         return db
+
+    def _write(self, statements: Sequence[tuple[str, Sequence[Sequence[Any]]]]) -> None:
+        """Run each ``(sql, rows)`` for every row, all in one transaction."""
+        try:
+            db = self._connect()
+            try:
+                with db:
+                    for sql, rows in statements:
+                        db.executemany(sql, rows)
+            finally:
+                db.close()
+        except sqlite3.OperationalError as exc:
+            raise store_unavailable(str(self), exc) from exc
+
+    def _query(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
+        try:
+            db = self._connect()
+            try:
+                return db.execute(sql, args).fetchall()
+            finally:
+                db.close()
+        except sqlite3.OperationalError as exc:
+            raise store_unavailable(str(self), exc) from exc
 
     def put(self, messages: Sequence[Message]) -> list[MessageRef]:
         return self.put_with_window(messages)[0]
@@ -66,40 +122,35 @@ class MessageStore:
         refs = [ref_of(m) for m in messages]
         rows = [(r.ref, m.role, m.name, m.content) for r, m in zip(refs, messages, strict=True)]
         kept = None
+        statements: list[tuple[str, Sequence[Sequence[Any]]]] = [
+            (f"INSERT INTO {self.MESSAGES} VALUES (?,?,?,?) ON CONFLICT DO NOTHING", rows)]
         if window is not None:
             summary, context = window[0], [*window[1], *refs]
             kept = _window_row(summary, context)
-        db = self._connect()
-        try:
-            with db:
-                db.executemany("INSERT OR IGNORE INTO messages VALUES (?,?,?,?)", rows)
-                if kept is not None:
-                    db.execute("INSERT OR IGNORE INTO windows VALUES (?,?)", kept[1:])
-        finally:
-            db.close()
+            statements.append((f"INSERT INTO {self.WINDOWS} VALUES (?,?) "
+                               "ON CONFLICT DO NOTHING", [kept[1:]]))
+        run = owner()
+        if run is not None:  # retention removes what only closed runs own (cleanup.py)
+            owned = [r.ref for r in refs] + ([kept[1]] if kept else [])
+            statements.append((f"INSERT INTO {self.OWNERS} VALUES (?,?) ON CONFLICT DO NOTHING",
+                               [(run, ref) for ref in owned]))
+        self._write(statements)
         return refs, kept[0] if kept else None
 
     def get(self, refs: Sequence[MessageRef]) -> list[Message]:
         """The messages behind ``refs``, in order; a pruned ref loads as its stub."""
         wanted = sorted({r.ref for r in refs if not r.pruned})
-        db = self._connect()
-        try:
-            found: dict[str, Message] = {}
-            for start in range(0, len(wanted), 500):  # stay under SQLite's variable limit
-                chunk = wanted[start:start + 500]
-                rows = db.execute(
-                    f"SELECT ref, role, name, content FROM messages WHERE ref IN "
-                    f"({','.join('?' * len(chunk))})", chunk).fetchall()
-                found.update({row[0]: Message(role=row[1], name=row[2], content=row[3])
-                              for row in rows})
-        finally:
-            db.close()
+        found: dict[str, Message] = {}
+        for start in range(0, len(wanted), CHUNK):
+            chunk = wanted[start:start + CHUNK]
+            rows = self._query(f"SELECT ref, role, name, content FROM {self.MESSAGES} "
+                               f"WHERE ref IN ({','.join('?' * len(chunk))})", chunk)
+            found.update({row[0]: Message(role=row[1], name=row[2], content=row[3])
+                          for row in rows})
         missing = [r for r in wanted if r not in found]
         if missing:
-            # Retrying cannot bring a message back: fail the call, name what is missing.
-            raise ApplicationError(f"message store {self.path} has no message {missing[0]}"
-                                   f" ({len(missing)} missing)", type="MessageNotFound",
-                                   non_retryable=True)
+            raise entry_missing(str(self), f"message {missing[0]} ({len(missing)} missing)",
+                                SETTING)
         return [pruned_stub(r) if r.pruned else found[r.ref] for r in refs]
 
     def put_window(self, summary: MessageRef | None, context: Sequence[MessageRef]) -> WindowRef:
@@ -110,17 +161,37 @@ class MessageStore:
 
     def get_window(self, window: WindowRef) -> tuple[MessageRef | None, list[MessageRef]]:
         """(summary, messages) of a window kept by ``put_window``."""
-        db = self._connect()
-        try:
-            row = db.execute("SELECT refs FROM windows WHERE ref = ?", (window.ref,)).fetchone()
-        finally:
-            db.close()
-        if row is None:
-            raise ApplicationError(f"message store {self.path} has no window {window.ref}",
-                                   type="MessageNotFound", non_retryable=True)
-        body = json.loads(row[0])
+        rows = self._query(f"SELECT refs FROM {self.WINDOWS} WHERE ref = ?", (window.ref,))
+        if not rows:
+            raise entry_missing(str(self), f"window {window.ref}", SETTING)
+        body = json.loads(rows[0][0])
         summary = MessageRef.model_validate(body["summary"]) if body["summary"] else None
         return summary, [MessageRef.model_validate(r) for r in body["context"]]
+
+
+    def owners(self, prefix: str) -> list[str]:
+        """The owners (``namespace/workflow id``) under ``prefix`` that own entries."""
+        return [row[0] for row in self._query(
+            f"SELECT DISTINCT owner FROM {self.OWNERS} WHERE owner >= ? AND owner < ?",
+            (prefix, prefix + "\U0010ffff"))]
+
+    def forget(self, run: str) -> None:
+        """Remove what ``run`` owns: its ownership, then each message and window no other
+        owner holds. Idempotent."""
+        refs = f"SELECT ref FROM {self.OWNERS} WHERE owner = ?"
+        unowned = f"ref IN ({refs}) AND ref NOT IN (SELECT ref FROM {self.OWNERS} " \
+            "WHERE owner <> ?)"
+        self._write([(f"DELETE FROM {self.MESSAGES} WHERE {unowned}", [(run, run)]),
+                     (f"DELETE FROM {self.WINDOWS} WHERE {unowned}", [(run, run)]),
+                     (f"DELETE FROM {self.OWNERS} WHERE owner = ?", [(run,)])])
+
+
+def owner() -> str | None:
+    """``namespace/workflow id`` of the run whose activity is storing (None outside one)."""
+    if not activity.in_activity():
+        return None
+    info = activity.info()
+    return stream_name(info.workflow_namespace or info.namespace, info.workflow_id or "")
 
 
 def _window_row(summary: MessageRef | None, context: Sequence[MessageRef],

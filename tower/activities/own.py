@@ -9,32 +9,33 @@ list is ``tower_activities``: add a new one of Tower's there, and only there.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tower.activities.attest import Attester
-from tower.activities.messages import MessageStore
+from tower.activities.cleanup import StoreCleanup, retention_from_env
+from tower.activities.messages import open_messages
 from tower.activities.model import ModelActivities, ModelSettings
 from tower.activities.notify import Notifier
 from tower.activities.scripted import Scripts
+from tower.activities.stores import StoreSettings
 from tower.activities.streams import StreamStore, open_streams
 from tower.activities.trust import TrustLoader
 
 __all__ = ["WorkerSettings", "tower_activities"]
 
 log = logging.getLogger("tower.worker")
-DEFAULT_DIR = Path(".tower")
 
 
 @dataclass(frozen=True)
 class WorkerSettings:
     """Where a worker's own activities find their models, trust and stores. Every field
     None is the environment's: OPENAI_API_KEY / OPENAI_BASE_URL / TOWER_MODELS (none: the
-    offline scripted model), TOWER_TRUST_DIR, TOWER_MESSAGES and TOWER_STREAMS (else
-    beside TOWER_DB, else in ``.tower/``)."""
+    offline scripted model), TOWER_TRUST_DIR, and the stores ``StoreSettings.from_env``
+    names (TOWER_STORE_URL; TOWER_MESSAGES, TOWER_STREAMS; else beside TOWER_DB, else in
+    ``.tower/``)."""
 
     models: ModelSettings | None = None
     trust_dir: str | Path | None = None
@@ -42,23 +43,27 @@ class WorkerSettings:
     streams: StreamStore | str | Path | None = None
 
 
-def tower_activities(settings: WorkerSettings, scripts: Scripts,
+def tower_activities(settings: WorkerSettings, scripts: Scripts, payloads: Any = None,
                      ) -> tuple[list[Callable[..., Any]], StreamStore]:
     """Tower's activities for a worker, with the stream store its runs publish their steps
     to (``publish_steps``): the model gateway (answering from ``scripts`` when offline),
-    the trust loader, the gate notifier, the attester; conversations go to the message
+    the trust loader, the gate notifier, the attester, and the stores' retention cleanup
+    (of ``payloads`` too: the payload store's driver); conversations go to the message
     store."""
+    stores = StoreSettings.from_env()
     streams = settings.streams
     if streams is None or isinstance(streams, str | Path):
-        streams = open_streams(streams)
-    beside = Path(os.environ["TOWER_DB"]).parent if os.environ.get("TOWER_DB") else DEFAULT_DIR
-    messages = MessageStore(settings.messages or os.environ.get("TOWER_MESSAGES")
-                            or beside / "messages.sqlite")
+        streams = open_streams(streams or stores.streams)
+    messages = open_messages(str(settings.messages or stores.messages))
     model = ModelActivities(settings.models or ModelSettings.from_env(), messages,
                             scripts=scripts, streams=streams)
+    # Retention: what closed runs left in the stores goes (tower/temporal/cleanup.py).
+    cleanup = StoreCleanup({"message store": messages, "stream store": streams,
+                            "payload store": payloads},
+                           retention_from_env())
     trust = settings.trust_dir
     return [model.call_model, TrustLoader(trust).load_trust, Notifier(trust).notify_gate,
-            Attester(trust).attest], streams
+            Attester(trust).attest, cleanup.cleanup], streams
 
 
 def attestation_missing(settings: WorkerSettings, namespace: str) -> str | None:

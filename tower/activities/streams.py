@@ -23,8 +23,6 @@ from typing import Protocol
 from tower.activities.wal import wal
 from tower.contract.stream import StreamEvent
 
-# When TOWER_STREAMS is unset: beside the tools' and messages' databases.
-DEFAULT_STREAMS = Path(".tower") / "streams.sqlite"
 READ_LIMIT = 1000
 
 
@@ -42,18 +40,23 @@ class StreamStore(Protocol):
     def with_prefix(self, stream: str, prefix: str, kinds: Sequence[str]) -> list[StreamEvent]:
         """Events of ``kinds`` whose key starts with ``prefix`` (a model call's attempts)."""
 
+    def owners(self, prefix: str) -> list[str]:
+        """The streams (``namespace/workflow id``) under ``prefix``."""
+
+    def forget(self, stream: str) -> None:
+        """Remove a stream's events (retention: tower/activities/cleanup.py)."""
+
     def close(self) -> None: ...
 
 
 def open_streams(spec: str | os.PathLike[str] | None = None,
                  env: Mapping[str, str] | None = None, *, create: bool = True) -> StreamStore:
-    """The store ``spec`` names, else TOWER_STREAMS, else ``streams.sqlite`` beside the
-    tools' database (TOWER_DB; by default ``.tower/``): a worker and a CLI run in the same
-    project agree on it."""
-    env = os.environ if env is None else env
-    beside = Path(env["TOWER_DB"]).with_name("streams.sqlite") if env.get("TOWER_DB") else None
-    spec = spec or env.get("TOWER_STREAMS") or beside or DEFAULT_STREAMS
-    text = os.fspath(spec)
+    """The store ``spec`` names, else the settings' (``StoreSettings.from_env``:
+    TOWER_STREAMS, else TOWER_STORE_URL, else ``streams.sqlite`` beside the tools' database
+    TOWER_DB, by default in ``.tower/``): a worker and a CLI run in the same project agree."""
+    from tower.activities.stores import StoreSettings
+
+    text = os.fspath(spec or StoreSettings.from_env(env).streams)
     if text.startswith(("postgresql://", "postgres://")):
         from tower.activities.streams_pg import PostgresStreams
 
@@ -145,6 +148,17 @@ class SqliteStreams:
             f'SELECT "offset", key, kind, body FROM stream_events WHERE stream = ? AND '
             f'key >= ? AND key < ? AND kind IN ({marks}) ORDER BY "offset"',
             (stream, prefix, prefix + "\U0010ffff", *kinds))]
+
+    def owners(self, prefix: str) -> list[str]:
+        return [str(row[0]) for row in self._rows(
+            "SELECT DISTINCT stream FROM stream_events WHERE stream >= ? AND stream < ?",
+            (prefix, prefix + "\U0010ffff"))]
+
+    def forget(self, stream: str) -> None:
+        with self._lock:
+            db = self._open()
+            if db is not None:
+                db.execute("DELETE FROM stream_events WHERE stream = ?", (stream,))
 
     def close(self) -> None:
         with self._lock:

@@ -35,12 +35,21 @@ class PostgresStreams:
         except ImportError:
             raise RuntimeError("TOWER_STREAMS names PostgreSQL but psycopg is not installed: "
                                "pip install 'tower[postgres]'") from None
+        self._psycopg, self.url = psycopg, url
         self._lock = threading.Lock()
-        self._db: Any = psycopg.connect(url, autocommit=True)
+        self._conn: Any = None
         with self._lock, self._db.transaction():
             # Two workers starting at once: one creates, the other waits for it.
             self._db.execute("SELECT pg_advisory_xact_lock(7246130)")
             self._db.execute(_SCHEMA)
+
+    @property
+    def _db(self) -> Any:
+        """The connection (under the lock), made again after the server went away: a
+        store unreachable for a while fails those appends and reads, then serves again."""
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = self._psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        return self._conn
 
     def append(self, stream: str, events: Sequence[StreamEvent]) -> list[int]:
         offsets = []
@@ -85,6 +94,19 @@ class PostgresStreams:
         return [StreamEvent(kind=kind, data=json.loads(body), key=key, offset=int(offset))
                 for offset, key, kind, body in rows]
 
+    def owners(self, prefix: str) -> list[str]:
+        with self._lock:
+            rows = self._db.execute("SELECT stream FROM tower_stream_heads WHERE "
+                                    "starts_with(stream, %s)", (prefix,)).fetchall()
+        return [row[0] for row in rows]
+
+    def forget(self, stream: str) -> None:
+        with self._lock, self._db.transaction():
+            self._db.execute("DELETE FROM tower_stream_events WHERE stream = %s", (stream,))
+            self._db.execute("DELETE FROM tower_stream_heads WHERE stream = %s", (stream,))
+
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None

@@ -139,6 +139,11 @@ def _describe(url: str, tenant: str, issuer: str, config: InboxConfig,
     print(f"Tower inbox for tenant {tenant}: {url}", flush=True)
     print(f"  decisions signed with issuer key {issuer} ({config.issuer['kid']}): "
           "the tenant's roster must list it with the roles it may vouch for")
+    from tower.activities.stores import StoreSettings
+
+    # Which stores it reads live streams and large payloads from (docs/production.md).
+    for name, where in StoreSettings.from_env().described().items():
+        print(f"  {name}: {where}")
     for name, password in created.items():
         print(f"  development account {name} / {password}")
     if config.accounts is not None and not sign_in.accounts:

@@ -72,6 +72,9 @@ async def replayed(run: str, run_id: str | None, client: Client | None = None, *
     await readable(source, history)
     result, = await replay(histories, namespace=namespace)
     if result.failure:
+        missing = await missing_payload(history)
+        if missing is not None:  # not the code: the payload store this process reads
+            raise CliError(f"cannot read {source}: {missing}")
         end = await history_end(history)
         how = f" (it ended {end[0]}: {end[1]})" if end else ""
         raise CliError(f"{source} does not replay against the current code, so its steps "
@@ -96,6 +99,24 @@ async def readable(source: str, history: WorkflowHistory) -> None:
         await codec.decode([sealed])
     except CodecError as exc:
         raise CliError(f"cannot read {source}: {exc}") from None
+
+
+async def missing_payload(history: WorkflowHistory) -> str | None:
+    """Why a payload of the history cannot be read from the payload store, if one cannot
+    (a replay that fails on it would look like changed code)."""
+    from tower.temporal.payloads import PayloadMissing, tower_data_converter
+
+    converter = tower_data_converter()
+    for payload in (p for e in history.events for p in payloads_in(e)):
+        try:
+            await converter.decode([payload])
+        except Exception as exc:  # noqa: BLE001  (other problems are the replay's to say)
+            seen: BaseException | None = exc  # the SDK may wrap the driver's error
+            while seen is not None and not isinstance(seen, PayloadMissing):
+                seen = seen.__cause__ or seen.__context__
+            if seen is not None:
+                return str(seen)
+    return None
 
 
 def payloads_in(message: Message) -> Iterator[Payload]:

@@ -34,6 +34,9 @@ def user_error(exc: BaseException) -> str | None:
     codec = _codec_problem(exc)
     if codec is not None:
         return codec
+    payload = _in_chain(exc, "PayloadMissing")
+    if payload is not None:  # the payload store this process reads lacks a run's payload
+        return f"cannot read the run's payloads: {payload}"
     if "temporalio.service" in sys.modules:
         from temporalio.service import RPCError, RPCStatusCode
 
@@ -41,6 +44,16 @@ def user_error(exc: BaseException) -> str | None:
             return f"the Temporal server stopped answering ({exc})"
         if isinstance(exc, RPCError):
             return f"the Temporal server refused the request: {exc}"
+    return None
+
+
+def _in_chain(exc: BaseException, name: str) -> BaseException | None:
+    """The exception of class ``name`` in ``exc``'s chain of causes, if any."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if type(seen).__name__ == name:
+            return seen
+        seen = seen.__cause__ or seen.__context__
     return None
 
 

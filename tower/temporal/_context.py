@@ -19,7 +19,14 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.contract.stream import TOOL_FINISHED, TOOL_STARTED
-from tower.contract.wire import Authority, MessageRef, ModelReply, Reduction, ToolCall, WindowRef
+from tower.contract.wire import (
+    Authority,
+    MessageRef,
+    ModelReply,
+    Reduction,
+    ToolCall,
+    WindowRef,
+)
 from tower.core.asking import ask_validated, check_reply, model_request
 from tower.core.context import Answer
 from tower.core.cost import CallUsage
@@ -29,17 +36,12 @@ from tower.core.keys import effect_key, legacy_effect_key
 from tower.core.state import Message, Usage
 from tower.core.tools import ToolDef, ToolSpec, spec_for
 from tower.temporal import _stream_sink as stream_sink
+from tower.temporal._model_call import call_local, call_queued
 from tower.temporal._task_time import in_a_task
 
 T = TypeVar("T", bound=BaseModel)
 
 # Let Temporal own retries so every attempt is visible in the event history.
-MODEL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30), maximum_attempts=6,
-    non_retryable_error_types=["ModelRequestRejected"],
-)
-MODEL_HEARTBEAT = timedelta(seconds=10)
 TOOL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30), maximum_attempts=5,
@@ -237,28 +239,8 @@ class TemporalContext:
         local: bool,
     ) -> ModelReply:
         request = model_request(self.agent, self.node, convo, schema, self.models, **extra)
-        reply: ModelReply
-        if local:
-            # Recorded as one marker holding the result; a worker lost mid-call is noticed
-            # at the workflow task timeout and the task (with the call) runs elsewhere. No
-            # summary: the node is in the run's current details, and a summary is one more
-            # payload to record and to convert on every replay.
-            reply = await workflow.execute_local_activity(
-                "call_model", request, result_type=ModelReply,
-                start_to_close_timeout=timedelta(seconds=120), retry_policy=MODEL_RETRY)
-        else:
-            since = workflow.now()
-            try:
-                reply = await workflow.execute_activity(
-                    "call_model", request, result_type=ModelReply,
-                    start_to_close_timeout=timedelta(seconds=120), retry_policy=MODEL_RETRY,
-                    # The activity heartbeats while it waits for the model: a worker killed
-                    # mid-call is noticed in seconds, not at the start-to-close timeout.
-                    heartbeat_timeout=MODEL_HEARTBEAT,
-                    summary=f"{self.node.name} · model",
-                )
-            finally:  # (a local activity resolves within its task: it needs no wait)
-                await in_a_task(since)
+        reply = await (call_local(request) if local else call_queued(request,
+                                                                         self.node.name))
         self.calls.append(f"model:{reply.model}")
         self.usage = self.usage + reply.usage
         self.model_calls.append(CallUsage(step=self.step, node=self.node.name, model=reply.model,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import sys
 import weakref
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,9 +29,10 @@ from temporalio.client import Interceptor as ClientInterceptor
 from temporalio.converter import DataConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import Interceptor as WorkerInterceptor
-from temporalio.worker import ReplayerConfig, WorkerConfig, WorkflowRunner
+from temporalio.worker import ReplayerConfig, Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from tower.activities.stores import StoreSettings, announce
 from tower.core.errors import InvalidGraph, TowerError
 from tower.core.tools import ToolSpec, register_external
 from tower.temporal._agent import scripts_of
@@ -43,6 +44,8 @@ from tower.temporal._sandbox import sandbox_runner
 from tower.temporal._scheduler_guard import ScheduledByOwnAgents
 from tower.temporal._stream_sink import publish_steps
 from tower.temporal._unopenable import TowerDataConverter, guarded
+from tower.temporal.cleanup import TowerStoreCleanup, ensure_cleanup
+from tower.temporal.payloads import driver_for
 
 if TYPE_CHECKING:
     from tower.activities.own import WorkerSettings
@@ -150,6 +153,10 @@ class TowerPlugin(SimplePlugin):
         workflows = list(config.get("workflows") or ())
         activities = self._with_own_activities(config, workflows)
         config["activities"] = activities
+        if self._hosts_agents(workflows) and TowerStoreCleanup not in workflows:
+            # The stores' retention runs as Tower's own workflow on the agents' queue.
+            workflows.append(TowerStoreCleanup)
+            config["workflows"] = workflows
         # Every ``server.tool`` an agent names is served here: listed, or an activity.
         served = set(self.external_tools) | {n for n in map(activity_name, activities) if n}
         check_external_tools(workflows, served)
@@ -176,14 +183,15 @@ class TowerPlugin(SimplePlugin):
         activities = [a for a in config.get("activities") or ()
                       if getattr(a, "__self__", None) not in _OWN]
         agents = [cls for cls in workflows if hasattr(cls, "machine")]
-        if not (self.own_activities and agents):
+        if not self._hosts_agents(workflows):
             return activities
         from tower.activities.own import WorkerSettings, attestation_missing, tower_activities
 
         settings = self.settings or WorkerSettings()
         namespace = config["client"].namespace
         have = {activity_name(a) for a in activities}
-        own, streams = tower_activities(settings, scripts_of(agents))
+        own, streams = tower_activities(settings, scripts_of(agents),
+                                        driver_for(StoreSettings.from_env().payloads))
         publish_steps(namespace, config["task_queue"], streams)
         for fn in own:
             _OWN.add(fn.__self__)  # type: ignore[attr-defined]
@@ -192,6 +200,21 @@ class TowerPlugin(SimplePlugin):
             log.warning("WARNING: this worker hosts gated agents (%s), but %s",
                         ", ".join(gated), why)
         return [*activities, *(a for a in own if activity_name(a) not in have)]
+
+    def _hosts_agents(self, workflows: Iterable[type]) -> bool:
+        """Whether this plugin brings Tower's own activities to a worker of ``workflows``."""
+        return self.own_activities and any(hasattr(cls, "machine") for cls in workflows)
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]],
+                         ) -> None:
+        """A worker bringing Tower's own activities says which store each is (warning of
+        one host's files on a shared server) and ensures the stores' retention schedule."""
+        config = worker.config()
+        if self._hosts_agents(config.get("workflows") or ()):
+            client = config["client"]
+            await announce(StoreSettings.from_env(), client)
+            await ensure_cleanup(client, config["task_queue"])
+        await super().run_worker(worker, next)
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
         config = super().configure_replayer(config)

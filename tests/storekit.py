@@ -1,0 +1,81 @@
+"""Worker "hosts" that share nothing on disk: each `python worker.py` has its own data
+directory (tools, messages, streams, payloads) and HOME, as a second machine would; and a
+real PostgreSQL for the stores they can share (tests/pgserver.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pgserver import Postgres
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def pg_server() -> Iterator[Postgres]:
+    try:
+        import psycopg  # noqa: F401
+        server = Postgres().start()
+    except (ImportError, RuntimeError, OSError) as exc:
+        pytest.skip(f"no PostgreSQL here: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def pg_url(pg_server: Postgres) -> str:
+    return f"postgresql://temporal:{pg_server.password}@127.0.0.1:{pg_server.port}/postgres"
+
+
+class Host:
+    """One worker host: `python worker.py` on ``task_queue`` with its own directory."""
+
+    def __init__(self, name: str, root: Path, address: str, task_queue: str,
+                 **extra: str) -> None:
+        self.name, self.dir = name, root / name
+        (self.dir / "home").mkdir(parents=True, exist_ok=True)
+        base = {k: v for k, v in os.environ.items()
+                if not k.startswith(("OPENAI_", "TEMPORAL_", "TOWER_STORE", "TOWER_MESSAGES",
+                                     "TOWER_STREAMS", "TOWER_PAYLOAD"))}
+        self.env = {**base, "TEMPORAL_ADDRESS": address, "HOME": str(self.dir / "home"),
+                    "TOWER_DB": str(self.dir / "tools.sqlite"),
+                    "PYTHONUNBUFFERED": "1", **extra}
+        if "TOWER_STORE_URL" not in extra:
+            self.env["TOWER_PAYLOAD_DIR"] = str(self.dir / "payloads")
+        self.argv = [sys.executable, "worker.py", "--task-queue", task_queue]
+        self.log = self.dir / "worker.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    async def start(self) -> Host:
+        start = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(self.argv, cwd=REPO, env=self.env, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        async with asyncio.timeout(120):
+            while "worker ready" not in self.text(start):
+                assert self.proc.poll() is None, f"{self.name} exited: {self.text()[-2000:]}"
+                await asyncio.sleep(0.2)
+        return self
+
+    def text(self, start: int = 0) -> str:
+        return self.log.read_bytes()[start:].decode(errors="replace") if self.log.exists() \
+            else ""
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)

@@ -1,0 +1,163 @@
+"""The one place that names a deployment's stores: what a run keeps beside its history.
+
+A run's state is in its Temporal history; three stores hold the rest:
+
+- the **message store**: conversation content and windows (the history holds refs);
+- the **stream store**: runs' live streams (model text as it is generated, steps);
+- the **payload store**: payloads over the threshold (the history holds a reference;
+  ``tower.temporal.payloads.tower_data_converter`` reads it from these settings).
+
+``StoreSettings.from_env()`` reads them, the same way in workers, the CLI and the inbox:
+``TOWER_STORE_URL`` (one ``postgresql://`` URL for all three: what a deployment with
+several worker hosts sets), else each store's own setting (``TOWER_MESSAGES``,
+``TOWER_STREAMS``, ``TOWER_PAYLOAD_DIR``), else local files (``tower dev``, the demo).
+A local file is one host's: a turn served by another host cannot find what it holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from temporalio.exceptions import ApplicationError
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from tower.activities.messages import MessageStore
+    from tower.activities.streams import StreamStore
+
+__all__ = ["MISSING", "UNAVAILABLE", "StoreSettings", "announce", "entry_missing",
+           "redact", "store_unavailable"]
+
+# Error types an activity fails its attempt with; the workflow never fails on them
+# (tower/temporal/_context.py): another worker, or the store back, can serve the call.
+MISSING = "StoreEntryMissing"
+UNAVAILABLE = "StoreUnavailable"
+SHARED = "set TOWER_STORE_URL=postgresql://... on every worker so that they share one"
+DEFAULT_DATA = Path(".tower")
+DEFAULT_THRESHOLD = 128 * 1024  # far below Temporal's 2 MiB limit, above routine inputs
+_PG = ("postgresql://", "postgres://")
+
+log = logging.getLogger("tower.stores")
+
+
+def is_url(spec: str) -> bool:
+    return spec.startswith(_PG)
+
+
+def redact(spec: str) -> str:
+    """``spec`` fit for a log line or an error: a URL's password replaced by ``***``."""
+    return re.sub(r"^([a-z][a-z0-9+.-]*://[^:/@]*:)[^@/]*@", r"\1***@", spec)
+
+
+def entry_missing(store: str, what: str, setting: str) -> ApplicationError:
+    """The error of an attempt that found no ``what`` in ``store``: retryable (another
+    worker, or a fixed configuration, can serve the call), naming the setting to fix."""
+    return ApplicationError(f"{store} has no {what}; a store of one host's own cannot serve "
+                            f"another host's runs: {SHARED} ({setting})", type=MISSING)
+
+
+def store_unavailable(store: str, exc: BaseException) -> ApplicationError:
+    """The error of an attempt that could not reach ``store``: retried until it answers."""
+    return ApplicationError(f"{store} is unreachable: {str(exc).strip() or type(exc).__name__}",
+                            type=UNAVAILABLE)
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """Where this deployment keeps messages, streams and large payloads.
+
+    Each is a path (a local SQLite file or directory) or a ``postgresql://`` URL.
+    """
+
+    messages: str
+    streams: str
+    payloads: str
+    payload_threshold: int = DEFAULT_THRESHOLD
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, *,
+                 data_dir: str | Path | None = None) -> StoreSettings:
+        """The stores ``env`` (default: this process's environment) names; local files go
+        in ``data_dir`` (default: beside the tools' database ``TOWER_DB``, else ``.tower``).
+
+        Raises:
+            ValueError: a setting is neither a path nor a PostgreSQL URL, or the threshold
+                is not a non-negative number of bytes.
+        """
+        env = os.environ if env is None else env
+        url = env.get("TOWER_STORE_URL", "").strip()
+        if url and not is_url(url):
+            raise ValueError(f"TOWER_STORE_URL must be a postgresql:// URL, not {redact(url)!r}")
+        # Local files sit beside the tools' database (TOWER_DB), as they always have.
+        data = Path(data_dir) if data_dir else (
+            Path(env["TOWER_DB"]).parent if env.get("TOWER_DB") else DEFAULT_DATA)
+        threshold = env.get("TOWER_PAYLOAD_THRESHOLD") or str(DEFAULT_THRESHOLD)
+        if not threshold.isdigit():
+            raise ValueError(f"TOWER_PAYLOAD_THRESHOLD must be a number of bytes, "
+                             f"not {threshold!r}")
+        for name in ("TOWER_MESSAGES", "TOWER_STREAMS"):
+            spec = env.get(name, "")
+            if "://" in spec and not is_url(spec):
+                raise ValueError(f"{name} must be a path or a postgresql:// URL, "
+                                 f"not {redact(spec)!r}")
+        return cls(
+            messages=env.get("TOWER_MESSAGES") or url or str(data / "messages.sqlite"),
+            streams=env.get("TOWER_STREAMS") or url or str(data / "streams.sqlite"),
+            payloads=env.get("TOWER_PAYLOAD_DIR") or url or str(DEFAULT_DATA / "payloads"),
+            payload_threshold=int(threshold))
+
+    def open_messages(self) -> MessageStore:
+        """The message store (made if missing)."""
+        from tower.activities.messages import open_messages
+
+        return open_messages(self.messages)
+
+    def open_streams(self, *, create: bool = True) -> StreamStore:
+        """The stream store; ``create=False`` (a client) never makes a local file."""
+        from tower.activities.streams import open_streams
+
+        return open_streams(self.streams, create=create)
+
+    def described(self) -> dict[str, str]:
+        """Each store's name and where it is (passwords hidden), for start-up lines."""
+        def where(spec: str, kind: str) -> str:
+            return f"PostgreSQL {redact(spec)}" if is_url(spec) else f"local {kind} {spec}"
+
+        return {"message store": where(self.messages, "file"),
+                "stream store": where(self.streams, "file"),
+                "payload store": where(self.payloads, "directory")}
+
+    def local(self) -> list[str]:
+        """The stores that are one host's own files."""
+        specs = {"message store": self.messages, "stream store": self.streams,
+                 "payload store": self.payloads}
+        return [name for name, spec in specs.items() if not is_url(spec)]
+
+
+async def announce(settings: StoreSettings, client: Client | None = None,
+                   logger: logging.Logger = log) -> None:
+    """Say which store each is; warn, on a server that is not the embedded dev server, of
+    every store that is a local file (one host's: other hosts' turns cannot use it)."""
+    for name, where in settings.described().items():
+        logger.info("%s: %s", name, where)
+    local = settings.local()
+    if client is None or not local:
+        return
+    from temporalio.api.workflowservice.v1 import GetClusterInfoRequest
+
+    try:
+        info = await client.workflow_service.get_cluster_info(GetClusterInfoRequest())
+    except Exception:  # noqa: BLE001  (an old or restricted server: say nothing)
+        return
+    if info.persistence_store != "sqlite":  # the dev server (`tower dev`) runs on SQLite
+        logger.warning("%s %s local to this host, but the Temporal server is shared: a run "
+                       "another host served will not find what this host stored. %s "
+                       "(docs/production.md)", " and ".join(local),
+                       "is" if len(local) == 1 else "are", SHARED)

@@ -1,0 +1,77 @@
+"""A model call from workflow code: a local activity (only its result is recorded), or an
+activity on the task queue (any worker may take it; heartbeats notice a lost worker).
+
+A store entry the call needs that this worker's store lacks (another host stored it), or a
+store it cannot reach, fails the attempt (tower/activities/stores.py), never the run: a
+local call then goes to the queue, and a queued call is asked again, round after round,
+until a worker that can serve it does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from tower.activities.stores import MISSING as STORE_MISSING
+from tower.activities.stores import UNAVAILABLE as STORE_UNAVAILABLE
+from tower.contract.wire import ModelReply, ModelRequest
+from tower.temporal._task_time import in_a_task
+
+# Let Temporal own retries so every attempt is visible in the event history.
+MODEL_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30), maximum_attempts=6,
+    non_retryable_error_types=["ModelRequestRejected"],
+)
+# A local call's store errors go straight to the queue's workers (call_local).
+LOCAL_RETRY = dataclasses.replace(MODEL_RETRY, non_retryable_error_types=[
+    *(MODEL_RETRY.non_retryable_error_types or []), STORE_MISSING, STORE_UNAVAILABLE])
+STORE_WAIT = timedelta(seconds=30)  # between rounds of a queued call's store retries
+MODEL_HEARTBEAT = timedelta(seconds=10)
+
+
+async def call_local(request: ModelRequest) -> ModelReply:
+    """Recorded as one marker holding the result; a worker lost mid-call is noticed at the
+    workflow task timeout and the task (with the call) runs elsewhere. No summary: the node
+    is in the run's current details, and a summary is one more payload to record and to
+    convert on every replay."""
+    try:
+        reply: ModelReply = await workflow.execute_local_activity(
+            "call_model", request, result_type=ModelReply,
+            start_to_close_timeout=timedelta(seconds=120), retry_policy=LOCAL_RETRY)
+    except (ActivityError, ApplicationError) as exc:
+        # (A local activity's failure arrives as its own error, not wrapped.)
+        if not _store_error(exc):
+            raise
+        reply = await call_queued(request, request.node)
+    return reply
+
+
+async def call_queued(request: ModelRequest, node: str) -> ModelReply:
+    """The call as an activity on the task queue, asked again while its store fails."""
+    while True:
+        since = workflow.now()
+        try:
+            reply: ModelReply = await workflow.execute_activity(
+                "call_model", request, result_type=ModelReply,
+                start_to_close_timeout=timedelta(seconds=120), retry_policy=MODEL_RETRY,
+                # The activity heartbeats while it waits for the model: a worker killed
+                # mid-call is noticed in seconds, not at the start-to-close timeout.
+                heartbeat_timeout=MODEL_HEARTBEAT, summary=f"{node} · model")
+            return reply
+        except ActivityError as exc:
+            if not _store_error(exc):
+                raise
+            await workflow.sleep(STORE_WAIT)
+        finally:  # (a local activity resolves within its task: it needs no wait)
+            await in_a_task(since)
+
+
+def _store_error(exc: BaseException) -> bool:
+    while isinstance(exc, ActivityError) and exc.cause is not None:
+        exc = exc.cause
+    return isinstance(exc, ApplicationError) and exc.type in (STORE_MISSING, STORE_UNAVAILABLE)
