@@ -29,6 +29,7 @@ from temporalio.exceptions import ApplicationError
 
 from tower.contract.wire import Authority, ToolCall
 from tower.core.errors import BAD_ARGUMENTS, EFFECT_CONFLICT, EffectRefused
+from tower.effects._guard import MARK
 from tower.effects._ledger import Made, Tx, claim, epoch_now, record
 
 A = TypeVar("A", bound=BaseModel)
@@ -89,6 +90,7 @@ class EffectTool(Generic[A]):
             return self.call(db, call)
 
         run.__name__ = run.__qualname__ = self.name
+        setattr(run, MARK, True)  # it answers ``reconcile`` itself (_guard.py)
         # Activity names are part of the history's contract: keep them stable.
         return activity.defn(name=self.name)(run)
 

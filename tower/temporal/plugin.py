@@ -33,6 +33,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from tower.core.errors import InvalidGraph, TowerError
 from tower.core.tools import ToolSpec, register_external
+from tower.effects._guard import OnlyEffectsReconcile
 from tower.temporal._gating import current_run_id
 from tower.temporal._heap import frozen_heap
 from tower.temporal._machine_run import continued_from
@@ -136,8 +137,9 @@ class TowerPlugin(SimplePlugin):
         defined = [d for d in map(workflow._Definition.from_class, config.get("workflows") or ())
                    if d]
         hosted = [] if any(d.name is None for d in defined) else [str(d.name) for d in defined]
+        # A reconcile call reaches only a tower.effects tool (effects/_guard.py).
         config["interceptors"] = [ScheduledByOwnAgents(config["client"], hosted),
-                                  *(config.get("interceptors") or ())]
+                                  OnlyEffectsReconcile(), *(config.get("interceptors") or ())]
         if activities and config.get("activity_executor") is None:
             if config.get("max_concurrent_activities") is None and config.get("tuner") is None:
                 config["max_concurrent_activities"] = DEFAULT_ACTIVITIES
