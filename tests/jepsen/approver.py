@@ -20,7 +20,7 @@ from tower.contract.decisions import Verdict
 
 from .bounds import RPC_SECONDS
 from .check import status_of
-from .faults import database_locked
+from .store import database_locked
 from .world import Notes, World
 
 APPROVER_DELAY = (0.2, 0.8)  # between an approver's looks at its run
