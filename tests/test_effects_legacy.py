@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from effects_kit import SCHEMA, withdraw
@@ -16,7 +17,7 @@ from tower.contract.wire import ToolCall
 from tower.core.keys import effect_key, legacy_effect_key
 from tower.effects import SQLite, reconcile
 
-ARGS = {"account": "acc", "amount": 700}
+ARGS: dict[str, Any] = {"account": "acc", "amount": 700}
 # The tables older projects made: the example's (tool, arguments) and the template's (epoch).
 EXAMPLE = ("CREATE TABLE effects (idempotency_key TEXT PRIMARY KEY, tool TEXT NOT NULL, "
            "result TEXT NOT NULL, arguments TEXT)")
@@ -24,7 +25,7 @@ TEMPLATE = ("CREATE TABLE effects (idempotency_key TEXT PRIMARY KEY, epoch INTEG
             "result TEXT)")
 
 
-def new_key(arguments: dict[str, int], visit: int = 1) -> str:
+def new_key(arguments: dict[str, Any], visit: int = 1) -> str:
     return effect_key(workflow_id="pay-1", chain="run-a", node="pay", visit=visit,
                       proposal="sha256:" + "ab" * 32, tool="withdraw", nth=0,
                       arguments=arguments)
@@ -55,7 +56,7 @@ def transfers(store: SQLite) -> list[tuple[str, int]]:
         return db.execute("SELECT id, amount FROM transfers ORDER BY id").fetchall()
 
 
-def pay(store: SQLite, key: str, arguments: dict[str, int] = ARGS) -> dict[str, object]:
+def pay(store: SQLite, key: str, arguments: dict[str, Any] = ARGS) -> dict[str, Any]:
     return withdraw.call(store, ToolCall(tool="withdraw", idempotency_key=key,
                                          arguments=arguments))
 
