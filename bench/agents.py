@@ -44,7 +44,9 @@ def more(state: StepsState) -> str:
     return "work" if state.done < state.n else DONE
 
 
-STEPS = (Graph("bench_steps", StepsState, tools=TOOLS).node("work", work, tools=["lookup_account"])
+STEPS = (Graph("bench_steps", StepsState, tools=TOOLS)
+         .node("work", work, tools=["lookup_account"],
+               unbounded="the request's n ends it: a benchmark of that many steps")
          .entry("work").route("work", more, ["work", DONE]).compile())
 
 

@@ -19,7 +19,7 @@ TIGHT = (Graph("account", AccountState, tools=TOOLS)
          .route("reason", GRAPH.transitions["reason"].route,  # type: ignore[arg-type]
                 GRAPH.transitions["reason"].targets, guards=GRAPH.transitions["reason"].guards)
          .edge("lookup_account", "reason").edge("error", FAILED)
-         .budget(escalate_to="error", max_tokens=20)
+         .budget(escalate_to="error", max_tokens=20, max_visits={"reason": 5})
          .compile())
 
 

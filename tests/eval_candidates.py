@@ -26,11 +26,14 @@ def support_graph(classify_prompt: str, billing: object) -> object:
         Graph("support", SupportState, tools=TOOLS)
         .node("classify", support.classify, prompt=classify_prompt)
         .node("billing", billing, prompt=support.BILLING_PROMPT,  # type: ignore[arg-type]
-              tools=["lookup_invoice", "issue_refund"])
+              tools=["lookup_invoice", "issue_refund"],
+              ungated=support.GRAPH.nodes["billing"].ungated)
         .node("technical", support.handle, prompt=support.TECHNICAL_PROMPT,
-              tools=["search_docs", "create_ticket"])
+              tools=["search_docs", "create_ticket"],
+              ungated=support.GRAPH.nodes["technical"].ungated)
         .node("account_help", support.handle, prompt=support.ACCOUNT_PROMPT,
-              tools=["lookup_account", "update_account"])
+              tools=["lookup_account", "update_account"],
+              ungated=support.GRAPH.nodes["account_help"].ungated)
         .entry("classify")
         .route("classify", support.by_category,
                {"billing": "BILLING", "technical": "TECHNICAL", "account_help": "ACCOUNT"})
@@ -68,7 +71,7 @@ def over_a_quarter(state: RefundState) -> bool:
 WIDE_GATE = (
     Graph("refund", RefundState, tools=TOOLS)
     .node("reason", refund.reason, prompt=refund.REASON_PROMPT,
-          tools=["invoice_balance", "issue_refund"])
+          tools=["invoice_balance"], proposes=["issue_refund"])
     .node("issue_refund", refund.issue_refund, tools=["issue_refund", "invoice_balance"])
     .node("confirm", refund.confirm, prompt=refund.CONFIRM_PROMPT)
     .node("decline", refund.decline)

@@ -52,7 +52,8 @@ def assert_effects_once(db_path: Path, runs: int) -> None:
     assert count(db_path, "SELECT COUNT(*) FROM reservations") == runs
     assert count(db_path, "SELECT COUNT(*) FROM charges") == runs
     assert count(db_path, "SELECT COUNT(*) FROM shipments") == runs
-    assert count(db_path, "SELECT COUNT(*) FROM effects") == 3 * runs
+    made = "SELECT COUNT(*) FROM tower_effects WHERE result IS NOT NULL"
+    assert count(db_path, made) == 3 * runs
     assert count(db_path, "SELECT stock FROM products WHERE sku='WIDGET-1'") == 5000 - 2 * runs
 
 
@@ -180,7 +181,8 @@ async def test_worker_killed_during_an_approval_wait(
         state = await asyncio.wait_for(handle.result(), timeout=90)
     assert out["result"] == "approved" and state.status == "DONE"
     assert refunds(db_path) == [("INV-2004", 120000)]  # once
-    assert count(db_path, "SELECT COUNT(*) FROM effects WHERE tool='issue_refund'") == 1
+    assert count(db_path, "SELECT COUNT(*) FROM tower_effects "
+                          "WHERE tool='issue_refund' AND result IS NOT NULL") == 1
     assert {s.agent for s in model_server.served} == {"refund"}  # the real HTTP path
     assert second.unhandled() == []
 

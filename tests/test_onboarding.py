@@ -64,7 +64,7 @@ async def test_valid_details_provision_exactly_once(
     assert scheduled.count("create_account") == 1 and scheduled.count("send_welcome_email") == 1
     assert _count(db_path, "SELECT COUNT(*) FROM accounts WHERE email=?", "ada@engines.io") == 1
     assert _count(db_path, "SELECT COUNT(*) FROM outbox WHERE to_addr=?", "ada@engines.io") == 1
-    assert _count(db_path, "SELECT COUNT(*) FROM effects") == 2
+    assert _count(db_path, "SELECT COUNT(*) FROM tower_effects WHERE result IS NOT NULL") == 2
 
 
 async def test_invalid_email_goes_back_to_collect_info(
@@ -92,7 +92,7 @@ async def test_cycle_is_bounded_and_nothing_is_provisioned(
     assert state.visits["collect_info"] == 3
     assert any("loop budget exceeded" in e for e in state.errors)
     assert "create_account" not in scheduled and "send_welcome_email" not in scheduled
-    assert _count(db_path, "SELECT COUNT(*) FROM effects") == 0
+    assert _count(db_path, "SELECT COUNT(*) FROM tower_effects WHERE result IS NOT NULL") == 0
 
 
 def test_blocked_company_fails_the_company_check(tmp_path: Path) -> None:

@@ -162,7 +162,8 @@ def after_respond(state: ChatState) -> str:
 
 GRAPH = (
     Graph("chat", ChatState, tools=TOOLS)
-    .node("listen", listen)
+    .node("listen", listen, unbounded="each turn waits for the user's next message; an idle "
+          "thread closes after idle_days")
     .node("respond", respond, prompt=RESPOND_PROMPT, tools=["search_docs"])
     .node("reduce", reduce, prompt=REDUCE_PROMPT)
     .entry("listen")

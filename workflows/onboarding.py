@@ -194,7 +194,9 @@ GRAPH = (
     .node("collect_info", collect_info, prompt=COLLECT_PROMPT)
     .node("validate", validate, prompt=VALIDATE_PROMPT, tools=CHECKS)
     .node("provision", provision, prompt=PROVISION_PROMPT,
-          tools=["create_account", "send_welcome_email"])
+          tools=["create_account", "send_welcome_email"],
+          ungated="entered only when both validation checks passed; one account per e-mail "
+          "and each tool once per run (their guards)")
     .node("give_up", give_up)
     .entry("collect_info")
     .route("collect_info", after_collect, {"validate": "complete", "collect_info": "missing"},

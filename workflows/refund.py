@@ -169,10 +169,13 @@ def amount_limits(state: RefundState) -> Mapping[str, EditLimit]:
     return {"amount_cents": EditLimit(min=1, max=state.planned_cents, rule="lower only")}
 
 
-def only_lower(state: RefundState, edits: Mapping[str, Any]) -> str | None:
-    if not 0 < state.amount_cents <= state.planned_cents:
-        return (f"amount_cents may only be lowered: between 1 and {state.planned_cents} "
-                f"(asked {state.amount_cents})")
+def only_lower(planned: RefundState, edits: Mapping[str, Any]) -> str | None:
+    """The approver may lower the amount, never raise it (``planned``: before the edits;
+    the engine enforces ``amount_limits`` first)."""
+    asked = edits.get("amount_cents", planned.amount_cents)
+    if not 0 < asked <= planned.planned_cents:
+        return (f"amount_cents may only be lowered: between 1 and {planned.planned_cents} "
+                f"(asked {asked})")
     return None
 
 
@@ -211,7 +214,8 @@ def _refundable(convo: list[Message], invoice_id: str) -> int:
 
 GRAPH = (
     Graph("refund", RefundState, tools=TOOLS)
-    .node("reason", reason, prompt=REASON_PROMPT, tools=["invoice_balance", "issue_refund"])
+    .node("reason", reason, prompt=REASON_PROMPT, tools=["invoice_balance"],
+          proposes=["issue_refund"])
     .node("issue_refund", issue_refund, tools=["issue_refund", "invoice_balance"])
     .node("confirm", confirm, prompt=CONFIRM_PROMPT)
     .node("decline", decline)
@@ -229,6 +233,7 @@ GRAPH = (
                                            "decline": "refused by the payment tool"})
     .edge("confirm", DONE)
     .edge("decline", DONE)
+    .require("issue_refund", after="refund_review")
     .budget(escalate_to="decline", max_visits={"reason": 3})
     .compile()
 )

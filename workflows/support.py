@@ -106,10 +106,15 @@ def by_category(state: SupportState) -> str:
 GRAPH = (
     Graph("support", SupportState, tools=TOOLS)
     .node("classify", classify, prompt=CLASSIFY_PROMPT)
-    .node("billing", handle, prompt=BILLING_PROMPT, tools=["lookup_invoice", "issue_refund"])
-    .node("technical", handle, prompt=TECHNICAL_PROMPT, tools=["search_docs", "create_ticket"])
+    .node("billing", handle, prompt=BILLING_PROMPT, tools=["lookup_invoice", "issue_refund"],
+          ungated="issue_refund's own guard refuses any amount over the tenant's limit "
+          "without a recorded approval, in the refund's transaction")
+    .node("technical", handle, prompt=TECHNICAL_PROMPT, tools=["search_docs", "create_ticket"],
+          ungated="a ticket is an internal note for the support team, made once per call")
     .node("account_help", handle, prompt=ACCOUNT_PROMPT,
-          tools=["lookup_account", "update_account"])
+          tools=["lookup_account", "update_account"],
+          ungated="changes only an account's plan or e-mail, as the customer asks; the same "
+          "tool changes them back")
     .entry("classify")
     .route("classify", by_category,
            {"billing": "BILLING", "technical": "TECHNICAL", "account_help": "ACCOUNT"})

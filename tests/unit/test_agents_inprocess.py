@@ -37,7 +37,7 @@ def asks(text: str) -> list[Message]:
 
 
 def sound(run: Any, agent: Any) -> None:
-    assert check_log(agent.machine, run.log) == []
+    assert check_log(agent.machine, run.log, run.states) == []
 
 
 async def test_account_answers_from_the_account_it_read(tools: dict[str, Any]) -> None:

@@ -46,6 +46,25 @@ if TYPE_CHECKING:  # imported by the first real model call (fallback.py says why
     import openai
 
 
+SCRIPT_FAILED = "ScriptFailed"
+
+
+def _scripted(request: ModelRequest, scripts: Scripts) -> ModelReply:
+    """The scripted model's reply. A script that raises is a bug in the project's code,
+    not an outage: its call fails at once (no retries), naming the node and the script."""
+    try:
+        return scripted_reply(request, scripts)
+    except ApplicationError:
+        raise  # the script stands in for a model failure on purpose: classified already
+    except Exception as exc:
+        script = scripts.get((request.agent, request.node))
+        name = getattr(script, "__qualname__", repr(script))
+        raise ApplicationError(
+            f"the scripted model's script for {request.agent}/{request.node} ({name}) "
+            f"raised {type(exc).__name__}: {exc}", type=SCRIPT_FAILED,
+            non_retryable=True) from exc
+
+
 @dataclass(frozen=True)
 class ModelSettings:
     """Where model calls go. No API key means the offline scripted model."""
@@ -170,7 +189,7 @@ class ModelActivities:
 
     async def _fallback(self, request: ModelRequest, live: AttemptStream | None) -> ModelReply:
         if self.settings.scripted:
-            reply = scripted_reply(request, self.scripts)
+            reply = _scripted(request, self.scripts)
             if live is not None:
                 await live.begin()
                 await stream_scripted(reply, live, self.settings.scripted_tokens_per_second)

@@ -22,6 +22,7 @@ def use_agents(modules: str | None) -> None:
 def agents() -> dict[str, Any]:
     """``{name: agent class}`` of the project (or of ``--agents``)."""
     from tower.cli import project
+    from tower.core.errors import InvalidGraph
     from tower.temporal._agent import load_agents
 
     folder = project.root()
@@ -31,7 +32,7 @@ def agents() -> dict[str, Any]:
         if importlib.util.find_spec("workflows.registry") is not None:
             return dict(importlib.import_module("workflows.registry").AGENTS)
         return load_agents("workflows")
-    except (ImportError, ValueError, AttributeError) as exc:
+    except (ImportError, ValueError, AttributeError, InvalidGraph) as exc:
         where = ",".join(_modules) or f"{folder}/workflows"
         raise ValueError(f"cannot load the agents of {where}: {exc}") from None
 

@@ -27,16 +27,23 @@ FORMATS = ("mermaid", "dot", "svg", "png")
 @click.command("graph", help=(
     "Draw AGENT's graph, built from the compiled machine, with its approval gates and budgets "
     "marked. mermaid and dot are printed; svg and png are drawn by Graphviz (`apt-get install "
-    "graphviz`) into --out (svg may also go to stdout). --all --out-dir DIR draws every agent."))
+    "graphviz`) into --out (svg may also go to stdout). --all --out-dir DIR draws every agent. "
+    "--check prints what compile() proved of AGENT (every agent without one): each cycle's "
+    "bound, the gate every side-effecting node is behind; a graph that fails a proof does not "
+    "load (exit 2, naming the path)."))
 @click.argument("agent", metavar="AGENT", required=False)
+@click.option("--check", is_flag=True, help="print the graph's proof instead of drawing it")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="mermaid",
               show_default=True)
 @click.option("--out", help="write to this file instead of stdout")
 @click.option("--all", "every", is_flag=True, help="every agent, into --out-dir")
 @click.option("--out-dir", help="folder for --all (files named AGENT.FORMAT)")
 @json_option("the graph as JSON (nodes, transitions, gates, budget, mermaid, dot)")
-def command(agent: str | None, fmt: str, out: str | None, every: bool, out_dir: str | None,
-            as_json: bool) -> int:
+def command(agent: str | None, check: bool, fmt: str, out: str | None, every: bool,
+            out_dir: str | None, as_json: bool) -> int:
+    if check:
+        return show_proofs([agent_class(agent).machine] if agent
+                           else [cls.machine for _, cls in sorted(agents().items())], as_json)
     if every:
         if not out_dir:
             raise CliError("--all needs --out-dir DIR")
@@ -70,6 +77,18 @@ def command(agent: str | None, fmt: str, out: str | None, every: bool, out_dir: 
         sys.stdout.flush()
     else:  # a text-only stream (the CLI called in-process)
         sys.stdout.write(data.decode(errors="replace"))
+    return 0
+
+
+def show_proofs(machines: list[Machine], as_json: bool) -> int:
+    """Each machine's proof (compile() made it; a graph without one does not load)."""
+    proofs = {m.name: m.proof.lines() if m.proof else ["not proven"] for m in machines}
+    if as_json:
+        print_json({"proven": proofs})
+    else:
+        for name, lines in proofs.items():
+            print(f"{name}: proven")
+            print("".join(f"  {line}\n" for line in lines), end="")
     return 0
 
 
@@ -109,6 +128,7 @@ def describe_graph(machine: Machine) -> dict[str, Any]:
             "escalate_to": budget.escalate_to, "max_steps": budget.max_steps,
             "max_visits": dict(budget.max_visits), "max_tokens": budget.max_tokens,
             "max_cost_usd": budget.max_cost_usd, "limits": budget.limits()},
+        "proof": machine.proof.lines() if machine.proof else None,
         "mermaid": to_mermaid(machine),
         "dot": to_dot(machine),
     }

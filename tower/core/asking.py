@@ -62,8 +62,8 @@ def check_reply(node: Node, reply: ModelReply, schema: type[T] | None
                 ) -> tuple[Answer[T] | None, str]:
     """The validated answer, or None and what is wrong with it."""
     for call in reply.tool_calls:
-        if call.name not in node.tools:
-            allowed = ", ".join(node.tools) or "none"
+        if call.name not in node.tools and call.name not in node.proposes:
+            allowed = ", ".join((*node.tools, *node.proposes)) or "none"
             return None, f"tool {call.name!r} is not available here (available: {allowed})"
         spec = spec_for(node, call.name)
         problem = None if spec is None else argument_problem(spec, call.arguments)

@@ -35,6 +35,8 @@ def to_dot(machine: Machine) -> str:
         label = name
         if node.tools:
             label += "\ntools: " + ", ".join(node.tools)
+        if node.proposes:
+            label += "\nproposes: " + ", ".join(node.proposes)
         if budget is not None and name in budget.max_visits:
             label += f"\n≤ {budget.max_visits[name]} visits"
         gate = machine.gates.get(name)

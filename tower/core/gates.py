@@ -37,6 +37,7 @@ from tower.contract.decisions import (
 )
 from tower.contract.pending import EditLimit
 from tower.contract.trust import Claims, TrustSnapshot
+from tower.core.edits import EditCheck, check_edits
 from tower.core.engine import fail
 from tower.core.errors import IllegalTransition
 from tower.core.graph import Machine
@@ -45,7 +46,6 @@ from tower.core.state import AgentState, S, Status, UpdateError, apply_update
 from tower.core.transition import Kind, Transition, move, within_budget
 
 Recheck = Callable[[Any, Any], Awaitable[str | None]]  # (ctx, state) -> why stale, or None
-EditCheck = Callable[[Any, Mapping[str, Any]], str | None]  # (state, edits) -> problem
 
 
 @dataclass(frozen=True)
@@ -62,11 +62,15 @@ class Gate:
         applies: whether this visit needs approval at all (default: always).
         proposal: what the approver sees: the proposed action and its arguments.
         editable: state fields an approval may change (e.g. lower an amount).
-        check_edits: extra rule on the edits (e.g. the amount may only go down).
+        check_edits: an extra rule on the edits, ``(planned, edits) -> problem or None``:
+            ``planned`` is the state as the request was opened (before the edits), so
+            ``edits["amount_cents"] <= planned.amount_cents`` means what it says. It runs
+            after the engine has enforced ``limits``.
         recheck: runs on approval, may call tools; returns why the world changed.
         on_stale: where the run goes when ``recheck`` finds the state stale.
-        limits: the bounds of each editable field, from the state, for approvers' forms
-            (e.g. amount between 1 and the planned amount); ``check_edits`` enforces.
+        limits: the bounds of each editable field, from the planned state: shown on
+            approvers' forms and enforced by the engine (``min``, ``max``, and ``rule``:
+            "lower only" or "higher only" than the planned value).
     """
 
     name: str
@@ -193,14 +197,15 @@ def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime,
 
 def check_decision(
     d: Decision, *, state: AgentState | None, gates: Mapping[str, Gate], tenant: str,
-    run: str, now: datetime, in_flight: Decision | None = None,
+    run: str, now: datetime, in_flight: Decision | None = None, legacy_edits: bool = False,
 ) -> Check:
     """Whether ``d`` may decide the run's pending gate. Pure; the state is not touched.
 
     ``d`` is what ``read_decision`` made of a verified token. Order matters: who sent it
     (tenant, run) before what it asks for. A decision
     repeating one already taken (same id, same content) is a duplicate: accepted, but
-    it changes nothing.
+    it changes nothing. ``legacy_edits``: judge edits as runs opened before planned-state
+    edit checks were (``check_edits``).
     """
     if d.tenant != tenant:
         return refuse(f"decision is for tenant {d.tenant!r}; this run belongs to {tenant!r}")
@@ -229,7 +234,7 @@ def check_decision(
                       f"{canonical_time(pending.expires_at)}")
     if d.role != pending.role:
         return refuse(f"role {d.role!r} may not decide gate {d.gate!r} (needs {pending.role!r})")
-    problem = check_edits(gates[d.gate], state, d)
+    problem = check_edits(gates[d.gate], state, d, legacy=legacy_edits)
     return refuse(problem) if problem else Check(True)
 
 
@@ -262,24 +267,6 @@ def _substance(d: Decision) -> tuple[Any, ...]:
 def _brief(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
                      for e in exc.errors()[:5])
-
-
-def check_edits(gate: Gate, state: AgentState, d: Decision) -> str | None:
-    if not d.edits:
-        return None
-    if d.decision == Verdict.REJECT:
-        return "a rejection cannot edit fields"
-    bad = sorted(set(d.edits) - set(gate.editable))
-    if bad:
-        allowed = ", ".join(gate.editable) or "none"
-        return f"field(s) {', '.join(bad)} not editable at gate {gate.name!r} (editable: {allowed})"
-    try:
-        edited = apply_update(state, d.edits)
-    except UpdateError as exc:
-        return f"edit refused: {exc}"
-    if gate.check_edits is not None:
-        return gate.check_edits(edited, d.edits)
-    return None
 
 
 def _not_pending(gate: str, state: AgentState | None, gates: Mapping[str, Gate]) -> str:

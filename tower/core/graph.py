@@ -18,6 +18,7 @@ from tower.core.tools import Catalogue, ToolSpec, is_external, resolve
 
 if TYPE_CHECKING:  # gates.py builds on the graph; a graph only names its gates
     from tower.core.gates import Gate
+    from tower.core.proofs import Proof
 
 START = "START"
 DONE = "DONE"
@@ -34,11 +35,18 @@ class Node:
     name: str
     fn: NodeFn
     prompt: str = ""
-    tools: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()  # what the node may call (and the model may ask for)
     description: str = ""
-    # The catalogue's entries for ``tools`` (set by ``Graph.compile``): what the node's
-    # context shows the model and checks arguments and timeouts against.
+    # The catalogue's entries for ``tools`` and ``proposes`` (set by ``Graph.compile``):
+    # what the node's context shows the model and checks arguments and timeouts against.
     specs: Mapping[str, ToolSpec] = field(default_factory=dict)
+    # Tools the model may propose here but the node may not call: a plan that another,
+    # gated node carries out (``ctx.tool`` refuses them).
+    proposes: tuple[str, ...] = ()
+    # Declarations the graph's proof reads (tower/core/proofs.py), each with its reason:
+    # this node's side effects need no gate; cycles through it are bounded from outside.
+    ungated: str | None = None
+    unbounded: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,7 @@ class Machine:
         budget: Budget | None,
         gates: Mapping[str, Gate] | None = None,
         recovery: Mapping[str, str] | None = None,
+        requires: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.name = name
         self.state_type = state_type
@@ -105,6 +114,9 @@ class Machine:
         self.recovery = MappingProxyType(dict(recovery or {}))
         # Gates by the node they guard.
         self.gates = MappingProxyType(dict(gates or {}))
+        # node -> the gates every path to it must pass (Graph.require).
+        self.requires = MappingProxyType(dict(requires or {}))
+        self.proof: Proof | None = None  # set by Graph.compile (tower/core/proofs.py)
 
     def external_tools(self) -> set[str]:
         """Tools named ``server.tool``: the worker checks they exist when it starts."""
@@ -165,14 +177,31 @@ class Graph:
         self._budget: Budget | None = None
         self._gates: dict[str, Gate] = {}
         self._on_error: tuple[str, tuple[str, ...] | None] | None = None
+        self._requires: dict[str, tuple[str, ...]] = {}
 
     def node(
         self, name: str, fn: NodeFn, *, prompt: str = "", tools: Iterable[str] = (),
-        description: str = "",
+        description: str = "", proposes: Iterable[str] = (), ungated: str | None = None,
+        unbounded: str | None = None,
     ) -> Graph:
+        """A node. ``tools``: what it may call; ``proposes``: tools the model may ask for
+        here that the node may not call (a gated node carries the plan out). ``ungated``:
+        why its side-effecting tools need no approval gate; ``unbounded``: why cycles
+        through it need no budget (each turn waits for a person, say). compile() proves
+        the rest (docs/gates.md, "Proven on the graph")."""
         if name in self._nodes or name in TERMINALS or name == START:
             raise InvalidGraph(self.name, f"node {name!r} is defined twice or is reserved")
-        self._nodes[name] = Node(name, fn, prompt, tuple(tools), description or (fn.__doc__ or ""))
+        for what, why in (("ungated", ungated), ("unbounded", unbounded)):
+            if why is not None and not why.strip():
+                raise InvalidGraph(self.name, f"node {name!r}: {what}= needs a reason")
+        self._nodes[name] = Node(name, fn, prompt, tuple(tools), description or (fn.__doc__ or ""),
+                                 proposes=tuple(proposes), ungated=ungated, unbounded=unbounded)
+        return self
+
+    def require(self, node: str, *, after: str) -> Graph:
+        """Every path to ``node`` passes gate ``after`` (approved, or not needed by its
+        ``applies``): compile() proves it, and the audit checks it on every recorded run."""
+        self._requires[node] = (*self._requires.get(node, ()), after)
         return self
 
     def entry(self, name: str) -> Graph:
@@ -247,12 +276,18 @@ class Graph:
                   recovery)
         _validate_gates(self.name, self.state_type, self._nodes, self._gates)
         assert self._entry is not None
-        nodes = {name: replace(node, specs=resolve(self.name, name, node.tools, self._catalogue))
+        nodes = {name: replace(node, specs=resolve(self.name, name,
+                                                   (*node.tools, *node.proposes),
+                                                   self._catalogue))
                  for name, node in self._nodes.items()}
-        return Machine(
+        machine = Machine(
             self.name, self.state_type, self._entry, nodes, self._out, self._budget,
-            self._gates, recovery,
+            self._gates, recovery, self._requires,
         )
+        from tower.core.proofs import prove  # proofs read the Machine this module defines
+
+        machine.proof = prove(machine)
+        return machine
 
 
 def _validate(

@@ -107,7 +107,8 @@ def spec_for(node: Any, name: str) -> ToolSpec | None:
 
 def specs_of(node: Any) -> list[ToolSpec]:
     """What the model is shown for ``node``: each of its tools that has a spec here."""
-    return [spec for name in node.tools if (spec := spec_for(node, name)) is not None]
+    return [spec for name in (*node.tools, *getattr(node, "proposes", ()))
+            if (spec := spec_for(node, name)) is not None]
 
 
 def argument_problem(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:

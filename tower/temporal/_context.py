@@ -163,7 +163,8 @@ class TemporalContext:
         is reconciled by key first: if it was made after all, its result is returned.
         """
         if name not in self.node.tools:
-            raise NodeFailed(f"tool {name!r} is not available in state {self.node.name!r}")
+            only = " (only proposed here)" if name in self.node.proposes else ""
+            raise NodeFailed(f"tool {name!r} is not available in state {self.node.name!r}{only}")
         # A worker checks at start that it has every tool its agents name; only a
         # replayer without the MCP servers lacks an external spec, and replay reads
         # the result from the history, whatever the options.

@@ -68,6 +68,9 @@ UNVALIDATED = (f"refused unverified: more than {VALIDATE_PER_TASK} decisions arr
                "workflow task (a flood?); send it again")
 REFRESH_GAP = timedelta(seconds=5)  # asked-for roster refreshes: at most one per this
 RUN_ID_ACTIVITY = "tower_run_id"
+# Edits are judged on the planned state, within the gate's limits (tower/core/gates.py
+# ``check_edits``); a request opened before replays judging them as it did.
+PLANNED_EDITS_PATCH = "tower-planned-edits"
 ATTEST_ACTIVITY = "tower_attest"  # tower/activities/attest.py
 
 
@@ -95,6 +98,7 @@ class Gatekeeper(Intake, Admission):
         # accepted reach it.
         self._validate_budget = TaskBudget(VALIDATE_PER_TASK, by_time=True)
         self._in_flight: Decision | None = None
+        self._legacy_edits = False  # set when a request opens (PLANNED_EDITS_PATCH)
         # Refused decisions (and unknown signals): all counted, the newest kept.
         self._audit = AuditTrail(AUDIT_KEEP)
 
@@ -109,6 +113,7 @@ class Gatekeeper(Intake, Admission):
         from left open), wait for a decision or the timeout, and take the route it gives.
         Returns with the request still open when the run should continue-as-new first."""
         assert self._trust is not None  # run_machine refuses a gated run without one
+        self._legacy_edits = not workflow.patched(PLANNED_EDITS_PATCH)
         if not resume:
             rule = self._trust.policy.gates.get(gate.name)
             run_id = await self._opening_run_id()
@@ -294,7 +299,7 @@ class Gatekeeper(Intake, Admission):
         return decision, check_decision(
             decision, state=self._state, gates={g.name: g for g in self.machine.gates.values()},
             tenant=self._tenant(), run=workflow.info().workflow_id, now=workflow.now(),
-            in_flight=self._in_flight)
+            in_flight=self._in_flight, legacy_edits=self._legacy_edits)
 
     def _tenant(self) -> str:
         if self._trust is not None:

@@ -129,7 +129,8 @@ class ScriptedContext:
     async def tool(self, name: str, arguments: dict[str, Any],
                    authority: Authority | None = None) -> dict[str, Any]:
         if name not in self.node.tools:
-            raise NodeFailed(f"tool {name!r} is not available in state {self.node.name!r}")
+            only = " (only proposed here)" if name in self.node.proposes else ""
+            raise NodeFailed(f"tool {name!r} is not available in state {self.node.name!r}{only}")
         spec = spec_for(self.node, name)
         problem = None if spec is None else argument_problem(spec, arguments)
         if problem is not None:  # the tool activity refuses bad arguments the same way
@@ -167,7 +168,12 @@ class ScriptedContext:
         if answers is None:
             raise NodeFailed(f"no model answers for node {self.node.name!r} in this test")
         if callable(answers):
-            return answers(request)
+            try:
+                return answers(request)
+            except Exception as exc:  # a bug in the script: say whose, at once
+                name = getattr(answers, "__qualname__", repr(answers))
+                exc.add_note(f"raised by the script for node {self.node.name!r} ({name})")
+                raise
         if not isinstance(answers, list) or not answers:
             raise NodeFailed(f"node {self.node.name!r} asked the model more often than "
                              "this test scripted")

@@ -72,11 +72,13 @@ def reject(by: str, note: str = "", *, role: str | None = None) -> Said:
 
 @dataclass
 class Run(Generic[S]):
-    """What happened: the final state and the transition log, as a worker would record."""
+    """What happened: the final state and the transition log, as a worker would record
+    (``check_log(agent.machine, run.log, run.states)`` audits it)."""
 
     state: S
     log: list[Transition]
     contexts: list[ScriptedContext]  # one per node visit: calls and model requests
+    states: list[S] = field(default_factory=list)  # the state after each move of ``log``
 
     @property
     def path(self) -> list[str]:
@@ -105,7 +107,8 @@ async def run_agent(
     """Run ``agent`` (an ``@agent`` class, or a Machine) from START until it ends, parks at
     a gate with no scripted decision left, or (event-driven) runs out of events.
 
-    ``model`` defaults to the agent's own scripts (``@agent(..., scripts=...)``). A gate
+    ``model`` replaces the answers of the nodes it names; the others answer with the
+    agent's own scripts (``@agent(..., scripts=...)``). A gate
     takes the next of ``decisions``; with none left it expires (its timeout route), or with
     ``expire=False`` the run stops there, waiting, as a worker's run would. A
     ``state`` that stands on a node (``Run.state`` of an earlier call, as a run carried
@@ -115,8 +118,7 @@ async def run_agent(
                      list(decisions), [dict(e) for e in events], host, children)
     runner.expire = expire
     if state.node == START:
-        state, first = start(runner.machine, state, at=T0, event_id=1)
-        runner.log.append(first)
+        state = runner.record(start(runner.machine, state, at=T0, event_id=1))
     # else: the state of a run that stopped on a node (a carried-over run) goes on from there.
     event_driven = hasattr(agent, "EventModel")
     while state.node not in TERMINALS and len(runner.log) < max_steps:
@@ -124,7 +126,7 @@ async def run_agent(
         state = await (runner.event_step(state) if event_driven else runner.node_step(state))
         if len(runner.log) == before:  # waiting for what the test did not script
             break
-    return Run(state, runner.log, runner.contexts)
+    return Run(state, runner.log, runner.contexts, runner.states)
 
 
 class _Runner:
@@ -136,6 +138,7 @@ class _Runner:
         self.run_id, self.model, self.tools = run_id, model, tools
         self.decisions, self.events, self.host, self.children = decisions, events, host, children
         self.log: list[Transition] = []
+        self.states: list[Any] = []
         self.contexts: list[ScriptedContext] = []
         self.accepted: set[str] = set()
         self.expire = True  # a gate with no scripted decision left: expire, or wait
@@ -157,6 +160,7 @@ class _Runner:
 
     def record(self, moved: tuple[S, Transition]) -> S:
         self.log.append(moved[1])
+        self.states.append(moved[0])
         return moved[0]
 
     async def node_step(self, state: S) -> S:
@@ -268,10 +272,11 @@ def _machine(agent: Any) -> Machine:
 
 
 def _answers(agent: Any, model: Mapping[str, ModelAnswers] | None) -> dict[str, ModelAnswers]:
-    if model is None:
-        model = dict(getattr(agent, "scripts", {}))  # the same scripts the scripted model uses
+    # The agent's own scripts (the ones the scripted model uses), each node's replaced by
+    # the test's answers for that node only.
+    merged = {**dict(getattr(agent, "scripts", {})), **dict(model or {})}
     # Lists are copied: a run uses its answers up without touching the caller's.
-    return {node: list(a) if isinstance(a, list | tuple) else a for node, a in model.items()}
+    return {node: list(a) if isinstance(a, list | tuple) else a for node, a in merged.items()}
 
 
 def _spent(node: str, ctx: NodeContext) -> dict[str, Any]:

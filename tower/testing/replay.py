@@ -248,7 +248,7 @@ async def replay(
             if machine is None:
                 done.failure = done.failure or f"workflow type {kind!r} is not a Tower agent"
             else:
-                done.problems = check_log(machine, done.log)
+                done.problems = check_log(machine, done.log, done.states)
                 done.problems += diverged(recorded_moves(history), done.log)
             results.append(done)
     return results

@@ -1,0 +1,123 @@
+"""An approver's edits are judged on the planned state, within the gate's declared limits.
+
+The trap this closes: ``check_edits`` used to receive the state with the edits already
+applied, so a rule "the new amount is at most the state's amount" compared 900 with 900
+and accepted a manager's raise from 820 to 900.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from tower import DONE, AgentState, Gate, Graph
+from tower.contract.decisions import Decision, Verdict, proposal_digest
+from tower.contract.pending import EditLimit
+from tower.core.edits import check_edits
+from tower.core.errors import TowerError
+from tower.core.graph import Machine
+from tower.testing import approve, run_agent
+
+SEEN: list[tuple[int, dict[str, Any]]] = []  # what the rule was handed
+
+
+class PayState(AgentState):
+    amount: int = 820
+    paid: int = 0
+
+
+async def pay(ctx: Any, state: PayState) -> dict[str, Any]:
+    return {"paid": state.amount}
+
+
+async def decline(ctx: Any, state: PayState) -> dict[str, Any]:
+    return {}
+
+
+def at_most_planned(planned: PayState, edits: Mapping[str, Any]) -> str | None:
+    """The rule as a user writes it: the new amount may not exceed the state's."""
+    SEEN.append((planned.amount, dict(edits)))
+    if edits.get("amount", planned.amount) > planned.amount:
+        return "the amount may only go down"
+    return None
+
+
+def machine(**gate: Any) -> Machine:
+    return (Graph("pay", PayState)
+            .node("pay", pay).node("decline", decline).entry("pay")
+            .gate("pay", Gate(name="review", role="manager", timeout=timedelta(hours=1),
+                              on_reject="decline", on_timeout="decline",
+                              editable=("amount",), **gate))
+            .edge("pay", DONE).edge("decline", DONE).compile())
+
+
+async def paid(m: Machine, **edits: Any) -> int:
+    run = await run_agent(m, PayState(), decisions=[approve("ann", edits=edits)])
+    assert run.state.node == DONE
+    return run.state.paid
+
+
+async def test_a_raise_is_refused_by_a_rule_on_the_planned_amount() -> None:
+    m = machine(check_edits=at_most_planned)
+    SEEN.clear()
+    with pytest.raises(TowerError, match="the amount may only go down"):
+        await paid(m, amount=900)
+    assert SEEN == [(820, {"amount": 900})]  # the planned 820, not the edited 900
+    assert await paid(m, amount=700) == 700
+    assert await paid(m) == 820
+
+
+async def test_declared_limits_are_enforced_by_the_engine_before_the_rule() -> None:
+    def limits(s: PayState) -> Mapping[str, EditLimit]:
+        return {"amount": EditLimit(min=1, max=s.amount, rule="lower only")}
+
+    SEEN.clear()
+    m = machine(limits=limits, check_edits=at_most_planned)
+    for amount, why in ((900, "amount may only be lowered: at most 820 (asked 900)"),
+                        (0, "amount must be at least 1 (asked 0)")):
+        with pytest.raises(TowerError, match=re.escape(f"refuses the scripted decision: {why}")):
+            await paid(m, amount=amount)
+    assert SEEN == []  # refused by the engine: the rule never ran
+    assert await paid(machine(limits=limits), amount=500) == 500  # limits alone suffice
+    with pytest.raises(TowerError, match="may only be lowered"):
+        await paid(machine(limits=limits), amount=821)
+
+
+async def test_max_and_higher_only_and_an_unknown_rule() -> None:
+    def capped(s: PayState) -> Mapping[str, EditLimit]:
+        return {"amount": EditLimit(max=1000)}
+
+    def up(s: PayState) -> Mapping[str, EditLimit]:
+        return {"amount": EditLimit(rule="higher only")}
+
+    def odd(s: PayState) -> Mapping[str, EditLimit]:
+        return {"amount": EditLimit(rule="only lower")}  # a typo must not pass unenforced
+
+    with pytest.raises(TowerError, match="at most 1000"):
+        await paid(machine(limits=capped), amount=1001)
+    assert await paid(machine(limits=capped), amount=1000) == 1000
+    with pytest.raises(TowerError, match="may only be raised: at least 820"):
+        await paid(machine(limits=up), amount=819)
+    with pytest.raises(TowerError, match="rule 'only lower', which Tower does not enforce"):
+        await paid(machine(limits=odd), amount=10)
+
+
+async def test_a_request_opened_before_replays_as_it_was_judged() -> None:
+    # legacy=True is how a run whose request opened before planned-state checks replays:
+    # the rule saw the edited state (and accepted the raise), so its history stays valid.
+    m = machine(check_edits=at_most_planned)
+    run = await run_agent(m, PayState(), expire=False)
+    state = run.state
+    pending = state.approvals[-1]
+    raise_to = Decision(decision_id="d1", tenant="t", run="r", gate="review",
+                        decision=Verdict.APPROVE, approver="ann", role="manager",
+                        expires_at=pending.expires_at, edits={"amount": 900},
+                        request=pending.step, run_id=pending.run_id,
+                        proposal=proposal_digest(pending))
+    gate = m.gates["pay"]
+    assert check_edits(gate, state, raise_to) == "the amount may only go down"
+    assert check_edits(gate, state, raise_to, legacy=True) is None

@@ -1,0 +1,84 @@
+"""Edits an approver makes to a pending request, judged before they are accepted. Pure.
+
+An approval may change the gate's ``editable`` fields (e.g. lower an amount). The edits
+are judged on the *planned* state — the state as the request was opened, nothing edited
+yet — so a rule ``edits["amount_cents"] <= planned.amount_cents`` means what it says, and
+the gate's declared ``limits`` (recorded with the request, shown on approvers' forms) are
+enforced here, by the engine, before the gate's own ``check_edits`` runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from tower.contract.decisions import Decision, GateStatus, Verdict
+from tower.contract.pending import EditLimit
+from tower.core.state import AgentState, UpdateError, apply_update
+
+if TYPE_CHECKING:  # gates.py declares the Gate and calls these checks
+    from tower.core.gates import Gate
+
+# (the planned state, the edits) -> problem: the state as the request was opened, before
+# the edits; the engine has checked the gate's ``limits`` first.
+EditCheck = Callable[[Any, Mapping[str, Any]], str | None]
+# The rules an ``EditLimit`` may name, each as (planned, edited) -> whether it holds.
+RULES: dict[str, Callable[[Any, Any], bool]] = {
+    "lower only": lambda planned, edited: edited <= planned,
+    "higher only": lambda planned, edited: edited >= planned,
+}
+
+
+def check_edits(gate: Gate, state: AgentState, d: Decision, *,
+                legacy: bool = False) -> str | None:
+    """Why ``d``'s edits may not be applied to the pending request, or None. ``state`` is
+    the planned state (the request is pending: nothing edited yet). In order: editable
+    fields only, values of the fields' types, the request's recorded ``limits``, then the
+    gate's own ``check_edits(planned, edits)``. ``legacy``: a request opened before
+    this order (``PLANNED_EDITS_PATCH``, tower/temporal/_gating.py) handed the rule the
+    edited state and had no limits enforced; it replays as it ran."""
+    if not d.edits:
+        return None
+    if d.decision == Verdict.REJECT:
+        return "a rejection cannot edit fields"
+    bad = sorted(set(d.edits) - set(gate.editable))
+    if bad:
+        allowed = ", ".join(gate.editable) or "none"
+        return f"field(s) {', '.join(bad)} not editable at gate {gate.name!r} (editable: {allowed})"
+    try:
+        edited = apply_update(state, d.edits)
+    except UpdateError as exc:
+        return f"edit refused: {exc}"
+    if legacy:
+        return gate.check_edits(edited, d.edits) if gate.check_edits is not None else None
+    pending = next((r for r in reversed(state.approvals)
+                    if r.status == GateStatus.PENDING), None)
+    for name in sorted(d.edits):
+        limit = pending.limits.get(name) if pending is not None else None
+        if limit is not None:
+            problem = limit_problem(name, limit, getattr(state, name), getattr(edited, name))
+            if problem:
+                return problem
+    if gate.check_edits is not None:
+        return gate.check_edits(state, d.edits)
+    return None
+
+
+def limit_problem(name: str, limit: EditLimit, planned: Any, value: Any) -> str | None:
+    """Why ``value`` (the edit, as the field's type) breaks ``limit``, or None."""
+    if limit.rule and limit.rule not in RULES:
+        known = ", ".join(repr(r) for r in RULES)
+        return (f"{name}: the gate's limit names rule {limit.rule!r}, which Tower does not "
+                f"enforce (known: {known}); no edit of it is accepted")
+    if limit.rule == "lower only" and not RULES[limit.rule](planned, value):
+        return f"{name} may only be lowered: at most {planned} (asked {value})"
+    if limit.rule == "higher only" and not RULES[limit.rule](planned, value):
+        return f"{name} may only be raised: at least {planned} (asked {value})"
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if (limit.min is not None or limit.max is not None) and not numeric:
+        return f"{name} must be a number (asked {value!r})"
+    if limit.min is not None and value < limit.min:
+        return f"{name} must be at least {limit.min:g} (asked {value})"
+    if limit.max is not None and value > limit.max:
+        return f"{name} must be at most {limit.max:g} (asked {value})"
+    return None

@@ -1,0 +1,282 @@
+"""Safety proven on the graph when it compiles: every cycle is bounded, and every side
+effect sits behind an approval gate — or the graph says why not, in words.
+
+Pure: no Temporal. ``Graph.compile()`` calls ``prove``; a graph that breaks a property is
+an ``InvalidGraph`` naming the offending path, raised when the agent's module is imported.
+``tower graph --check`` prints the proof, and the transition-log audit
+(tower/core/audit.py) checks the same properties on every recorded run.
+
+1. Every cycle is bounded: it passes a node with a visit budget (``max_visits``), or the
+   graph has ``max_steps``, or it passes a node declared ``unbounded="why"`` (bounded from
+   outside: each turn waits for a person). An escalation is no cycle: a run escalates
+   once, then fails.
+2. Every node with a side-effecting tool (its spec's ``side_effect``) is behind a gate:
+   the gate is on the node itself, before it runs, or every path from the entry to it
+   passes a gated node and leaves it by a move an approval allows — not the gate's reject,
+   timeout or stale routes, an error's recovery or an escalation. Else the node declares
+   ``ungated="why"``. A gate whose ``applies`` finds no decision needed still counts: the
+   policy decides, and the audit checks each recorded run followed it.
+3. ``Graph.require(node, after=gate)``: every path to ``node`` passes ``gate``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from tower.core.errors import InvalidGraph
+from tower.core.graph import START, Machine, Node
+
+ARROW = " → "
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A strongly connected part of the graph (its nodes can reach each other)."""
+
+    nodes: tuple[str, ...]
+    bound: str  # what bounds every cycle in it
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A node with side-effecting tools and what guards it."""
+
+    node: str
+    tools: tuple[str, ...]
+    behind: tuple[str, ...] = ()  # the gates it is behind (any one approves a run of it)
+    ungated: str | None = None  # or why it needs none
+
+
+@dataclass(frozen=True)
+class Proof:
+    """What ``prove`` established for a machine."""
+
+    loops: tuple[Loop, ...]
+    effects: tuple[Effect, ...]
+    requires: tuple[tuple[str, str], ...]  # (node, gate): every path to node passes gate
+
+    def effect(self, node: str) -> Effect | None:
+        return next((e for e in self.effects if e.node == node), None)
+
+    def lines(self) -> list[str]:
+        """The proof in words, one property a line (``tower graph --check``)."""
+        out = [f"cycles through {', '.join(loop.nodes)}: bounded by {loop.bound}"
+               for loop in self.loops]
+        out += ["no cycles"] if not self.loops else []
+        for e in self.effects:
+            what = f"{e.node} calls {', '.join(e.tools)}"
+            out.append(f"{what}: ungated — {e.ungated}" if e.ungated is not None
+                       else f"{what}: behind gate {' or '.join(e.behind)}")
+        out += ["no side-effecting tools"] if not self.effects else []
+        out += [f"{node} only after gate {gate}: holds" for node, gate in self.requires]
+        return out
+
+
+def prove(m: Machine) -> Proof:
+    """The proof of ``m``'s safety properties; InvalidGraph naming the path that breaks one."""
+    return Proof(_loops(m), _effects(m), _requires(m))
+
+
+def successors(m: Machine, *, blocked: Collection[str] = (),
+               escalations: bool = True) -> dict[str, set[str]]:
+    """Where each node may go next (nodes only, terminals left out). A gated node in
+    ``blocked`` keeps only the moves it makes without an approval: its gate's routes, its
+    error recovery and the escalation."""
+    succ: dict[str, set[str]] = {}
+    for name in m.nodes:
+        out: set[str] = set()
+        declared, gate = m.transitions.get(name), m.gates.get(name)
+        if declared is not None and name not in blocked:
+            out.update(declared.targets)
+        if gate is not None:
+            out.update(gate.targets)
+        if name in m.recovery:
+            out.add(m.recovery[name])
+        if escalations and m.budget is not None:
+            out.add(m.budget.escalate_to)
+        succ[name] = {n for n in out if n in m.nodes}
+    return succ
+
+
+def path_to(succ: Mapping[str, Collection[str]], entry: str, goal: str) -> list[str] | None:
+    """The shortest path START → entry → ... → goal in ``succ``, or None."""
+    parents: dict[str, str | None] = {entry: None}
+    todo = deque([entry])
+    while todo:
+        node = todo.popleft()
+        if node == goal:
+            path: list[str] = []
+            at: str | None = node
+            while at is not None:
+                path.append(at)
+                at = parents[at]
+            return [START, *reversed(path)]
+        for nxt in sorted(succ.get(node, ())):
+            if nxt not in parents:
+                parents[nxt] = node
+                todo.append(nxt)
+    return None
+
+
+def _loops(m: Machine) -> tuple[Loop, ...]:
+    succ = successors(m, escalations=False)
+    budget = m.budget
+    visits = dict(budget.max_visits) if budget is not None else {}
+    steps = budget.max_steps if budget is not None else None
+    outside = {n: node.unbounded for n, node in m.nodes.items() if node.unbounded is not None}
+    if steps is None:
+        bounded = set(visits) | set(outside)
+        rest = {n: {t for t in succ[n] if t not in bounded} for n in succ if n not in bounded}
+        cycle = _cycle(rest)
+        if cycle is not None:
+            raise InvalidGraph(m.name, f"unbounded cycle {ARROW.join(cycle)}: give one of its "
+                               "nodes a visit budget (.budget(max_visits={...})) or the graph a "
+                               "max_steps, or declare .node(..., unbounded=\"why\")")
+    loops = []
+    order = list(m.nodes)
+    for part in _strongly_connected(succ):
+        if len(part) == 1 and part[0] not in succ[part[0]]:
+            continue
+        nodes = tuple(sorted(part, key=order.index))
+        bounds = [f"{n} ≤ {visits[n]} visits" for n in nodes if n in visits]
+        bounds += [f"{n} (unbounded: {outside[n]})" for n in nodes if n in outside]
+        bounds += [f"≤ {steps} steps"] if steps is not None else []
+        loops.append(Loop(nodes, ", ".join(bounds)))
+    in_loops = {n for loop in loops for n in loop.nodes}
+    for n in sorted(set(outside) - in_loops):
+        raise InvalidGraph(m.name, f"node {n!r} declares unbounded= but is on no cycle")
+    return tuple(loops)
+
+
+def _effects(m: Machine) -> tuple[Effect, ...]:
+    everywhere = successors(m, blocked=set(m.gates))
+    effects = []
+    for name, node in m.nodes.items():
+        tools = side_effects(node)
+        if not tools:
+            if node.ungated is not None and not m.external_tools() & set(node.tools):
+                raise InvalidGraph(m.name, f"node {name!r} declares ungated= but calls no "
+                                           "side-effecting tool")
+            continue
+        own = m.gates.get(name)
+        exposed = (None if own is not None and own.when == "before"
+                   else path_to(everywhere, m.entry, name))
+        if exposed is None:
+            if node.ungated is not None:
+                raise InvalidGraph(m.name, f"node {name!r} declares ungated= but is behind a "
+                                           "gate: remove the declaration")
+            effects.append(Effect(name, tools, _behind(m, name)))
+        elif node.ungated is None:
+            raise InvalidGraph(m.name, (
+                f"node {name!r} calls side-effecting {', '.join(tools)} on a path with no "
+                f"approval gate: {ARROW.join(exposed)}. Gate it (.gate({name!r}, Gate(...)) "
+                "or a gate on every path to it), let the model only propose the tool in an "
+                f"earlier node (proposes=[...]), or declare .node({name!r}, ..., "
+                "ungated=\"why\")"))
+        else:
+            effects.append(Effect(name, tools, (), node.ungated))
+    return tuple(effects)
+
+
+def side_effects(node: Node) -> tuple[str, ...]:
+    """The node's tools that change the world (the catalogue's ``side_effect``)."""
+    return tuple(t for t in node.tools
+                 if getattr(node.specs.get(t), "side_effect", False))
+
+
+def _behind(m: Machine, node: str) -> tuple[str, ...]:
+    """The gates ``node`` is behind: each one alone, or (no single gate is on every path)
+    every gate on some path to it."""
+    alone = [g.name for g in m.gates.values() if covers(m, g.name, node)]
+    if alone:
+        return tuple(alone)
+    succ = successors(m)
+    return tuple(g.name for g in m.gates.values()
+                 if g.node == node or path_to(succ, g.node, node) is not None)
+
+
+def covers(m: Machine, gate_name: str, node: str) -> bool:
+    """Whether every path from the entry to ``node`` passes gate ``gate_name``."""
+    gate = m.gate_named(gate_name)
+    assert gate is not None
+    if gate.node == node:
+        return gate.when == "before"
+    return path_to(successors(m, blocked={gate.node}), m.entry, node) is None
+
+
+def _requires(m: Machine) -> tuple[tuple[str, str], ...]:
+    held = []
+    for node, gates in m.requires.items():
+        if node not in m.nodes:
+            raise InvalidGraph(m.name, f"require names unknown node {node!r}")
+        for name in gates:
+            gate = m.gate_named(name)
+            if gate is None:
+                known = ", ".join(g.name for g in m.gates.values()) or "none"
+                raise InvalidGraph(m.name, f"require: {node!r} after unknown gate {name!r} "
+                                           f"(gates: {known})")
+            if not covers(m, name, node):
+                path = path_to(successors(m, blocked={gate.node}), m.entry, node) or []
+                where = ("its gate approves after it runs" if gate.node == node
+                         else f"the path {ARROW.join(path)} does not pass it")
+                raise InvalidGraph(m.name, f"node {node!r} must come after gate {name!r}, "
+                                           f"but {where}")
+            held.append((node, name))
+    return tuple(held)
+
+
+def _cycle(succ: Mapping[str, Collection[str]]) -> list[str] | None:
+    """A cycle in ``succ`` as a path that ends where it began, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(succ.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt):], nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found is not None:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(succ):
+        if start not in state:
+            found = visit(start)
+            if found is not None:
+                return found
+    return None
+
+
+def _strongly_connected(succ: Mapping[str, Collection[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of ``succ``."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    parts: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(succ.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part: list[str] = []
+            while not part or part[-1] != v:
+                part.append(stack.pop())
+            parts.append(part)
+
+    for v in sorted(succ):
+        if v not in index:
+            visit(v)
+    return parts
