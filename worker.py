@@ -21,29 +21,21 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.tools import ToolBox
-from tower.activities.attest import Attester
-from tower.activities.mcp import (
+from tower.client import TASK_QUEUE, ServerUnreachable, UnknownTenant, connect, use_tenant
+from tower.temporal import (
     McpConfigError,
     McpDiscoveryError,
     McpPolicyError,
     McpSources,
-    load_sources,
-)
-from tower.activities.messages import MessageStore
-from tower.activities.model import ModelActivities, ModelSettings
-from tower.activities.notify import Notifier
-from tower.activities.prices import PriceError
-from tower.activities.streams import StreamStore, open_streams
-from tower.activities.trust import TrustLoader
-from tower.client import TASK_QUEUE, ServerUnreachable, UnknownTenant, connect, use_tenant
-from tower.temporal import (
+    ModelSettings,
+    PriceError,
     TowerPlugin,
+    TracingConfigError,
+    WorkerSettings,
     has_tower_plugin,
-    publish_steps,
+    load_sources,
     run_main,
-    scripts_of,
 )
-from tower.temporal.telemetry import TracingConfigError
 from workflows.registry import AGENTS
 
 DEFAULT_DB = Path(".tower") / "tools.sqlite"
@@ -54,29 +46,15 @@ DEFAULT_GRACE_SECONDS = 20.0
 __all__ = ["activities", "build_worker", "main"]
 
 
-def activities(
-    agents: Sequence[type], *, db_path: str | Path | None = None,
-    models: ModelSettings | None = None, messages_path: str | Path | None = None,
-    trust_dir: str | Path | None = None,
-    mcp: McpSources | None = None,  # the tenant's MCP tools, listed by load_sources()
-    streams: StreamStore | None = None,  # the runs' live streams (docs/streaming.md)
-) -> list[Callable[..., Any]]:
-    """What this project's worker runs for ``agents``: the tools, the model, the trust
-    loader, gate notifier and request attester (TOWER_TRUST_DIR), and the tenant's MCP tools."""
-    tools = ToolBox(db_path or os.environ.get("TOWER_DB") or DEFAULT_DB)
-    # Conversation content lives beside the tools' database, never in the history.
-    store = MessageStore(messages_path or os.environ.get("TOWER_MESSAGES")
-                         or tools.db_path.with_name("messages.sqlite"))
-    # The scripted model answers from the scripts each agent's file attaches to it.
-    model = ModelActivities(models or ModelSettings.from_env(), store,
-                            scripts=scripts_of(a for a in agents if hasattr(a, "machine")),
-                            streams=streams)
-    found: list[Callable[..., Any]] = [
-        model.call_model, *tools.activities(), TrustLoader(trust_dir).load_trust,
-        Notifier(trust_dir).notify_gate, Attester(trust_dir).attest]
+def activities(agents: Sequence[type], *, db_path: str | Path | None = None,
+               mcp: McpSources | None = None) -> list[Callable[..., Any]]:
+    """This project's own activities for ``agents``: the tools on the tools' database
+    (TOWER_DB), and the tenant's MCP tools. Tower's own (the model, trust, notifier,
+    attester) come with TowerPlugin."""
+    tools = ToolBox(db_path or os.environ.get("TOWER_DB") or DEFAULT_DB).activities()
     if mcp is not None:  # checked before any run: named tools exist, destructive ones gated
-        found += mcp.activities_for(agents)
-    return found
+        tools += mcp.activities_for(agents)
+    return tools
 
 
 def build_worker(
@@ -85,26 +63,21 @@ def build_worker(
     messages_path: str | Path | None = None, trust_dir: str | Path | None = None,
     mcp: McpSources | None = None, **worker_options: Any,  # e.g. max_cached_workflows=0
 ) -> Worker:
-    """This project's worker on ``client`` (``workflows`` ride along with its agents). A
-    client connected without ``TowerPlugin`` (a test's) gets it for this worker."""
+    """This project's worker on ``client`` (``workflows`` ride along with its agents), with
+    Tower's activities on these settings (stores beside ``db_path``): the tests' worker."""
     agents = [*AGENTS.values(), *workflows]
-    streams = streams_for(client, task_queue, db_path)
-    return Worker(
-        client, task_queue=task_queue, workflows=agents,
-        activities=activities(agents, db_path=db_path, models=models, mcp=mcp,
-                              messages_path=messages_path, trust_dir=trust_dir,
-                              streams=streams),
-        plugins=[] if has_tower_plugin(client) else [TowerPlugin()], **worker_options)
-
-
-def streams_for(client: Client, task_queue: str, db_path: str | Path | None = None,
-                ) -> StreamStore:
-    """The runs' live streams (TOWER_STREAMS, else beside the tools' database): the model
-    activity publishes its text there, and the runs of ``task_queue`` their steps."""
-    beside = Path(db_path).with_name("streams.sqlite") if db_path else None
-    store = open_streams(os.environ.get("TOWER_STREAMS") or beside)
-    publish_steps(client.namespace, task_queue, store)
-    return store
+    beside = Path(db_path).parent if db_path else None
+    settings = WorkerSettings(
+        models=models, trust_dir=trust_dir,
+        messages=messages_path or (beside / "messages.sqlite" if beside else None),
+        streams=beside / "streams.sqlite" if beside else None)
+    if has_tower_plugin(client):  # (connect()'s): this worker's plugin, with these settings
+        config = client.config()
+        config["plugins"] = []
+        client = Client(**config)
+    return Worker(client, task_queue=task_queue, workflows=agents,
+                  activities=activities(agents, db_path=db_path, mcp=mcp),
+                  plugins=[TowerPlugin(settings=settings)], **worker_options)
 
 
 async def main(argv: Sequence[str] | None = None) -> None:
@@ -123,22 +96,20 @@ async def main(argv: Sequence[str] | None = None) -> None:
     try:
         if args.tenant:
             use_tenant(args.tenant)
-        settings = ModelSettings.from_env()
         client = await connect()  # with TowerPlugin: a plain Worker is a Tower worker
         mcp = await load_sources(client.namespace)
         grace = float(os.environ.get("TOWER_SHUTDOWN_GRACE", DEFAULT_GRACE_SECONDS))
-        streams = streams_for(client, args.task_queue)
-        worker = Worker(
-            client, task_queue=args.task_queue, workflows=list(AGENTS.values()),
-            activities=activities(list(AGENTS.values()), models=settings, mcp=mcp,
-                                  streams=streams),
-            graceful_shutdown_timeout=timedelta(seconds=grace))
+        agents = list(AGENTS.values())
+        worker = Worker(client, task_queue=args.task_queue, workflows=agents,
+                        activities=activities(agents, mcp=mcp),
+                        graceful_shutdown_timeout=timedelta(seconds=grace))
     except (ServerUnreachable, UnknownTenant, TracingConfigError, ValueError, PriceError,
             McpConfigError, McpDiscoveryError, McpPolicyError) as exc:
         raise SystemExit(f"error: {exc}") from None
     async with worker:  # (TowerPlugin freezes the heap it loaded: tower/temporal/_heap.py)
         logging.info("worker ready on task queue %r; model: %s; MCP tools: %s",
-                     args.task_queue, settings.describe(), ", ".join(mcp.tools) or "none")
+                     args.task_queue, ModelSettings.from_env().describe(),
+                     ", ".join(mcp.tools) or "none")
         await stop.wait()
         logging.info("stopping: draining running activities (up to %.0f s)", grace)
     logging.info("worker stopped")

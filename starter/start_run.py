@@ -15,7 +15,7 @@ import sys
 
 from temporalio.client import Client
 
-from tower.contract import search
+from tower.client import start_attributes
 from tower.temporal import TowerPlugin
 from workflows.refund import RefundAgent, RefundRequest
 
@@ -25,7 +25,7 @@ async def main(run_id: str, message: str) -> None:
                                   plugins=[TowerPlugin()])
     handle = await client.start_workflow(
         RefundAgent.run, RefundRequest(message=message), id=run_id, task_queue="tower",
-        search_attributes=search.start_attributes(RefundAgent.machine))
+        search_attributes=start_attributes(RefundAgent.machine))
     print(f"started {handle.id} (run {handle.result_run_id})")
 
 

@@ -97,10 +97,6 @@ WIDE_GATE = (
 
 @agent(WIDE_GATE, scripts=refund.scripted.SCRIPTS)
 class RefundWideGate(RefundAgent):
-    @workflow.init
-    def __init__(self, request: RefundRequest) -> None:
-        super().__init__(request)
-
     @workflow.run
     async def run(self, request: RefundRequest) -> RefundState:
         return await super().run(request)

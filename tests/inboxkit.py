@@ -1,4 +1,5 @@
-"""What the inbox tests share: known accounts, a served inbox, a parked refund."""
+"""What the inbox tests share: known accounts, a served inbox, a parked refund and
+migration."""
 
 from __future__ import annotations
 
@@ -19,10 +20,14 @@ from tower.cli.inbox.server import serving
 from tower.cli.inbox.visibility import waiting_run
 from tower.cli.trust_files import enrol
 from tower.client.keys import load_key
+from workflows.migration import MigrationAgent, MigrationRequest
 from workflows.refund import RefundAgent
 
 PASSWORD = "correct horse"
-ROLES = {"alice": ("manager",), "bob": ("manager",), "dave": ("dba",), "carol": ("support",)}
+# carol's role decides no gate; walt's is the watcher role an inbox may configure.
+ROLES = {"alice": ("manager",), "bob": ("manager",), "dave": ("dba",), "carol": ("support",),
+         "walt": ("auditor",)}
+DROP = "ALTER TABLE customers DROP COLUMN fax;\nDROP TABLE legacy_notes;"
 _HASH = hash_password(PASSWORD)
 ACCOUNTS = Accounts({name: Account(_HASH, roles) for name, roles in ROLES.items()})
 
@@ -54,6 +59,19 @@ async def park_refund(client: Client, task_queue: str, **kw: Any) -> WorkflowHan
     run = new_id("refund-inbox")
     handle = await client.start_workflow(RefundAgent.run, refund_request(client, run, **kw),
                                          id=run, task_queue=task_queue)
+    await wait_pending(handle)
+    async with asyncio.timeout(30):
+        while (await waiting_run(client, run))[1] is None:
+            await asyncio.sleep(0.1)
+    return handle
+
+
+async def park_migration(client: Client, task_queue: str) -> WorkflowHandle[Any, Any]:
+    """A destructive migration waiting at its gate for a DBA (the tools database needs
+    gatekit's ``make_shop``)."""
+    run = new_id("migration-inbox")
+    handle = await client.start_workflow(MigrationAgent.run, MigrationRequest(
+        database="shop", script=DROP), id=run, task_queue=task_queue)
     await wait_pending(handle)
     async with asyncio.timeout(30):
         while (await waiting_run(client, run))[1] is None:

@@ -81,22 +81,25 @@ GATED = [
 ]
 
 
-async def record_gated(client: Client, gated: Gated, out: Path, config: Path) -> str:
+async def record_gated(client: Client, gated: Gated, out: Path, config: Path,
+                       queue: str = QUEUE, prefix: str = "") -> str:
+    """Run ``gated`` (as ``PREFIX + its id``) on ``queue`` and write its history to ``out``."""
     from workflows.registry import AGENTS
 
     request = AGENTS[gated.agent].Input.model_validate(gated.request)
-    handle = await client.start_workflow(gated.agent, request, id=gated.id, task_queue=QUEUE)
+    run = prefix + gated.id
+    handle = await client.start_workflow(gated.agent, request, id=run, task_queue=queue)
     status = await asyncio.wait_for(follow(handle, out=io.StringIO()), timeout=120)
     if status == "AWAITING_APPROVAL" and gated.verdict is not None:
         pending = (await handle.query("approvals", result_type=dict))["pending"]
         decision, _ = make_decision(
-            tenant=client.namespace, run=gated.id, pending=GateRecord.model_validate(pending),
+            tenant=client.namespace, run=run, pending=GateRecord.model_validate(pending),
             verdict=gated.verdict, approver=APPROVER[gated.role],
-            role=gated.role, edits=gated.edits, decision_id=f"d-{gated.id}", config=config)
+            role=gated.role, edits=gated.edits, decision_id=f"d-{run}", config=config)
         await handle.execute_update("decide", decision, result_type=dict)
         status = await asyncio.wait_for(_finished(handle), timeout=120)
     history = await handle.fetch_history()
-    (out / f"{gated.id}.json").write_text(history.to_json() + "\n")
+    (out / f"{run}.json").write_text(history.to_json() + "\n")
     return status
 
 
@@ -159,8 +162,9 @@ async def _finished(handle: Any) -> str:
 
 async def record_one(
     client: Client, workflow_id: str, agent: str, request: BaseModel, out: Path,
+    queue: str = QUEUE,
 ) -> str:
-    handle = await client.start_workflow(agent, request, id=workflow_id, task_queue=QUEUE)
+    handle = await client.start_workflow(agent, request, id=workflow_id, task_queue=queue)
     status = await asyncio.wait_for(follow(handle, out=io.StringIO()), timeout=120)
     history = await handle.fetch_history()
     (out / f"{workflow_id}.json").write_text(history.to_json() + "\n")

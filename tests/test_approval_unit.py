@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from joserfc import jws
+from joserfc.jwk import OKPKey
 
 from tower import DONE, AgentState, Graph
 from tower.client.keys import new_key
 from tower.contract.decisions import Decision, GateStatus, Verdict, proposal_digest
+from tower.contract.refusals import RefusalCode as C
 from tower.contract.trust import Member, Policy, Roster, TrustSnapshot
 from tower.core.engine import advance, start
 from tower.core.errors import InvalidGraph
 from tower.core.gates import Gate, check_decision, close_gate, needs_gate, open_gate, read_decision
-from tower.core.signing import decision_claims, public_of, sign
+from tower.core.signing import DECISION_TYPE, decision_claims, public_of, sign
 from tower.core.state import Status, UpdateError, apply_update
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -40,8 +44,10 @@ async def nop(ctx: Any, state: Any) -> dict[str, Any]:
     return {}
 
 
-def lower_only(state: PayState, edits: Any) -> str | None:
-    return None if state.amount <= state.planned else "amount may only be lowered"
+def lower_only(planned: PayState, edits: Any) -> str | None:
+    # The gate's rule sees the planned state and the edits (tower/core/edits.py).
+    asked = edits.get("amount", planned.amount)
+    return None if asked <= planned.amount else "amount may only be lowered"
 
 
 GATE = Gate(name="review", role="manager", timeout=timedelta(hours=48), on_reject="notify",
@@ -98,10 +104,24 @@ def token(key: dict[str, Any] = ALICE, **kw: Any) -> dict[str, Any]:
     return {"token": sign(decision_claims(**fields), key)}
 
 
+def sign_raw(claims: dict[str, Any], private: dict[str, Any]) -> str:
+    """A decision token over claims exactly as given (any JSON types), signed by ``private``."""
+    key = OKPKey.import_key({k: v for k, v in private.items() if k != "kid"})
+    header = {"alg": "Ed25519", "kid": private["kid"], "typ": DECISION_TYPE}
+    return jws.serialize_compact(header, json.dumps(claims), key,
+                                 registry=jws.JWSRegistry(algorithms=["Ed25519"]))
+
+
 def read(message: dict[str, Any], **policy: Any) -> tuple[Decision | None, str]:
+    d, why = read_coded(message, **policy)
+    return d, why[1]
+
+
+def read_coded(message: dict[str, Any], **policy: Any
+               ) -> tuple[Decision | None, tuple[C | None, str]]:
     d, check = read_decision(message, trust=trust(**policy), now=T0 + timedelta(hours=1))
-    assert check.ok == (d is not None) and check.unknown_key == ("unknown key id" in check.reason)
-    return d, check.reason
+    assert check.ok == (d is not None) == (check.code is None)
+    return d, (check.code, check.reason)
 
 
 def test_open_gate_records_pending_and_awaits_without_a_visit() -> None:
@@ -137,20 +157,22 @@ def test_valid_signed_decision_passes() -> None:
     assert result.ok and not result.duplicate
 
 
-@pytest.mark.parametrize(("change", "reason"), [
-    (dict(tenant="other"), "tenant 'other'"),
-    (dict(run="pay-2"), "run 'pay-2'"),
-    (dict(role="clerk"), "role 'clerk' may not decide"),
-    (dict(gate="nope"), "unknown gate 'nope'"),
-    (dict(edits={"note": "x"}), "not editable"),
-    (dict(edits={"amount": 900}), "may only be lowered"),
-    (dict(edits={"amount": "lots"}), "edit refused"),
-    (dict(decision=Verdict.REJECT, edits={"amount": 1}), "rejection cannot edit"),
-    (dict(request=2), "answers the request opened at step 2"),
+@pytest.mark.parametrize(("change", "code", "reason"), [
+    (dict(tenant="other"), C.WRONG_RUN, "tenant 'other'"),
+    (dict(run="pay-2"), C.WRONG_RUN, "run 'pay-2'"),
+    (dict(run_id="run-id-2"), C.WRONG_RUN, "run id run-id-2"),
+    (dict(role="clerk"), C.NOT_AUTHORIZED, "role 'clerk' may not decide"),
+    (dict(gate="nope"), C.NOT_PENDING, "unknown gate 'nope'"),
+    (dict(edits={"note": "x"}), C.BAD_EDIT, "not editable"),
+    (dict(edits={"amount": 900}), C.BAD_EDIT, "may only be lowered"),
+    (dict(edits={"amount": "lots"}), C.BAD_EDIT, "edit refused"),
+    (dict(decision=Verdict.REJECT, edits={"amount": 1}), C.BAD_EDIT, "rejection cannot edit"),
+    (dict(request=2), C.WRONG_REQUEST, "answers the request opened at step 2"),
+    (dict(proposal="sha256:" + "0" * 64), C.WRONG_PROPOSAL, "another proposal"),
 ])
-def test_refusals(change: dict[str, Any], reason: str) -> None:
+def test_refusals(change: dict[str, Any], code: C, reason: str) -> None:
     result = check(decision(**change))
-    assert not result.ok and reason in result.reason
+    assert not result.ok and result.code == code and reason in result.reason
 
 
 def test_a_verified_token_becomes_the_decision_record() -> None:
@@ -161,20 +183,48 @@ def test_a_verified_token_becomes_the_decision_record() -> None:
     assert check(d).ok
 
 
-@pytest.mark.parametrize(("message", "reason"), [
-    (token(key={**new_key(), "kid": "alice-1"}), "invalid signature"),  # a forged key
-    (token(key=new_key("mallory-1")), "unknown key id 'mallory-1'"),
-    (token(key=CAROL, sub="carol"), "carol does not hold role 'manager'"),
-    (token(key=CAROL, sub="alice"), "key of carol may not sign as 'alice'"),
-    (token(now=T0.timestamp()), "expired"),
-    (token(lifetime=7200, now=(T0 + timedelta(minutes=30)).timestamp()), "at most 3600s"),
-    ({"token": "not-a-jws"}, "malformed token"),
-    ({"decision_id": "d-1", "signature": "0" * 64}, "malformed decision"),  # the old format
-    ({"unsigned": {"tenant": TENANT}}, "unsigned decision refused"),
+@pytest.mark.parametrize(("message", "code", "reason"), [
+    (token(key={**new_key(), "kid": "alice-1"}), C.BAD_SIGNATURE,  # a forged key
+     "invalid signature"),
+    (token(key=new_key("mallory-1")), C.UNKNOWN_KEY, "unknown key id 'mallory-1'"),
+    (token(key=CAROL, sub="carol"), C.NOT_AUTHORIZED, "carol does not hold role 'manager'"),
+    (token(key=CAROL, sub="alice"), C.NOT_AUTHORIZED, "key of carol may not sign as 'alice'"),
+    (token(now=T0.timestamp()), C.TOKEN_EXPIRED, "expired"),
+    (token(lifetime=7200, now=(T0 + timedelta(minutes=30)).timestamp()), C.POLICY,
+     "at most 3600s"),
+    ({"token": "not-a-jws"}, C.MALFORMED, "malformed token"),
+    ({"decision_id": "d-1", "signature": "0" * 64}, C.MALFORMED,  # the old format
+     "malformed decision"),
+    ({"unsigned": {"tenant": TENANT}}, C.POLICY, "unsigned decision refused"),
 ])
-def test_tokens_that_prove_nothing(message: dict[str, Any], reason: str) -> None:
-    d, why = read(message)
-    assert d is None and reason in why
+def test_tokens_that_prove_nothing(message: dict[str, Any], code: C, reason: str) -> None:
+    d, (got, why) = read_coded(message)
+    assert d is None and got == code and reason in why
+
+
+def test_claims_are_read_strictly_never_coerced() -> None:
+    """A signed token whose step is the string "3" is not a decision for step 3."""
+    claims = decision_claims(tenant=TENANT, run=RUN, run_id=RUN_ID, gate="review",
+                             request=3, proposal=SHOWN, verdict="approve", sub="alice",
+                             role="manager", jti="d-s",
+                             now=(T0 + timedelta(hours=1)).timestamp())
+    for field, value in [("request", "3"), ("request", 3.0), ("iat", str(claims.iat)),
+                         ("note", 7)]:
+        wire = {**claims.model_dump(mode="json"), field: value}
+        d, (code, why) = read_coded({"token": sign_raw(wire, ALICE)})
+        assert d is None and code == C.MALFORMED and f"bad claims: {field}" in why
+        d, (code, why) = read_coded({"unsigned": wire}, unsigned_allowed=True)
+        assert d is None and code == C.MALFORMED and field in why
+    assert read_coded({"token": sign_raw(claims.model_dump(mode="json"), ALICE)})[0]
+
+
+def test_a_proposal_no_client_could_digest_fails_the_run_at_the_gate() -> None:
+    state, _ = start(MACHINE, PayState(amount=2**60, planned=2**60), at=T0, event_id=1)
+    state, _ = advance(MACHINE, state, "plan", {}, at=T0, event_id=2)
+    failed, log = open_gate(MACHINE, state, MACHINE.gates["pay"], at=T0, event_id=3,
+                            run_id=RUN_ID)
+    assert failed.status == Status.FAILED and not failed.approvals
+    assert "cannot be canonicalized (RFC 8785)" in log.reason
 
 
 def test_only_a_key_id_the_roster_does_not_name_is_an_unknown_key() -> None:
@@ -200,14 +250,15 @@ def test_unsigned_only_where_the_deployment_allows_it() -> None:
 
 def test_expired_request_is_refused() -> None:
     result = check(decision(expires_at=T0 + timedelta(hours=49)), now=T0 + timedelta(hours=48))
-    assert not result.ok and "expired" in result.reason
+    assert not result.ok and result.code == C.EXPIRED and "expired" in result.reason
 
 
 def test_no_pending_gate_before_the_gate_is_reached() -> None:
     state, _ = start(MACHINE, PayState(amount=500), at=T0, event_id=1)
     result = check(decision(), state=state)
-    assert not result.ok and "not awaiting a decision" in result.reason
-    assert "run has not started" in check(decision(), state=None).reason
+    assert not result.ok and result.code == C.NOT_PENDING
+    assert "not awaiting a decision" in result.reason
+    assert check(decision(), state=None).code == C.NOT_PENDING
 
 
 def test_duplicates_and_a_second_decision() -> None:
@@ -216,11 +267,11 @@ def test_duplicates_and_a_second_decision() -> None:
     done, _ = close_gate(MACHINE, at_gate(), gate, GateStatus.APPROVED, target="pay", at=T0,
                          event_id=4, decision=first)
     assert check(first, state=done).duplicate
-    assert "already used for a different" in check(decision(note="x"), state=done).reason
+    assert check(decision(note="x"), state=done).code == C.ALREADY_DECIDED
     second = check(decision(decision_id="d-2", decision=Verdict.REJECT), state=done)
-    assert "already decided: approve by alice" in second.reason
+    assert second.code == C.ALREADY_DECIDED and "approve by alice" in second.reason
     racing = check(decision(decision_id="d-2", decision=Verdict.REJECT), in_flight=first)
-    assert "already decided" in racing.reason
+    assert racing.code == C.ALREADY_DECIDED
     assert check(first, in_flight=first).duplicate
 
 
@@ -228,7 +279,8 @@ def test_expired_record_names_its_expiry() -> None:
     gate = MACHINE.gates["pay"]
     gone, _ = close_gate(MACHINE, at_gate(), gate, GateStatus.EXPIRED, target="notify", at=T0,
                          event_id=4, why="no decision")
-    assert "expired at 2026-12-03T09:00:00" in check(decision(), state=gone).reason
+    refused = check(decision(), state=gone)
+    assert refused.code == C.EXPIRED and "expired at 2026-12-03T09:00:00" in refused.reason
 
 
 def test_approvals_are_protected_from_node_updates() -> None:

@@ -192,8 +192,10 @@ async def test_dev_server_registers_attributes_and_keeps_runs_across_restarts(
     tmp_path: Path,
 ) -> None:
     port, ui_port, db = free_port(), free_port(), tmp_path / "dev.sqlite"
+    metrics_port = free_port()
     address = f"127.0.0.1:{port}"
-    args = [TOWER, "dev", "--port", str(port), "--ui-port", str(ui_port), "--db", str(db)]
+    args = [TOWER, "dev", "--port", str(port), "--ui-port", str(ui_port), "--db", str(db),
+            "--metrics-port", str(metrics_port)]  # pinned: a scraper can be told it
 
     async def serve() -> tuple[subprocess.Popen[bytes], Client]:
         proc = subprocess.Popen(args, env=cli_env(address), stdout=subprocess.PIPE,
@@ -212,6 +214,10 @@ async def test_dev_server_registers_attributes_and_keeps_runs_across_restarts(
             ListSearchAttributesRequest(namespace="default"))
         assert {"AgentName", "AgentNode", "AgentStatus", "AgentStep"} <= set(
             attrs.custom_attributes)
+        import httpx
+        async with httpx.AsyncClient() as http:
+            metrics = await http.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
+        assert metrics.status_code == 200 and "# TYPE" in metrics.text
         handle = await client.start_workflow("account", {"question": "x"}, id="survivor",
                                              task_queue="nobody-polls")
     finally:

@@ -56,6 +56,11 @@ async def test_refund_paused_listed_refused_then_approved_from_the_cli(
                                    "clerk")
         assert code == 1
         assert "refused: role 'clerk' may not decide gate 'refund_review'" in out
+        assert "refusal code: not_authorized" in out
+        # A name that is a path is refused in one line before anything is sent.
+        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "../../etc/passwd")
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+        assert "invalid name '../../etc/passwd'" in err and "validation error" not in err
         # Nobody can sign without a key of their own; a key that claims alice's key id
         # is not alice's key.
         code, _, err = await tower(env, tmp_path, "approve", run, "--by", "eve")
@@ -67,6 +72,7 @@ async def test_refund_paused_listed_refused_then_approved_from_the_cli(
         code, out, _ = await tower(env, tmp_path, "approve", run, "--by", "alice",
                                    TOWER_CONFIG_DIR=str(mallory))
         assert code == 1 and "refused: invalid signature" in out
+        assert "refusal code: bad_signature" in out
 
         code, out, err = await tower(env, tmp_path, "approve", run, "--by", "alice", "--role",
                                      "manager", "--set", "amount_cents=100000",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -18,14 +19,21 @@ from towercli import tower_cli
 from workflows.support import SupportRequest
 
 EXAMPLE = Path(__file__).parent.parent
+HISTORIES = EXAMPLE / "tests" / "histories"
 
 
-def broken_project(folder: Path) -> Path:
-    """The example project with one injected bug: the billing desk's node fails."""
+def example_project(folder: Path) -> Path:
+    """A copy of the example project (its agents, tools and worker)."""
     for part in ("workflows", "activities"):
         shutil.copytree(EXAMPLE / part, folder / part,
                         ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(EXAMPLE / "worker.py", folder / "worker.py")
+    return folder
+
+
+def broken_project(folder: Path) -> Path:
+    """The example project with one injected bug: the billing desk's node fails."""
+    example_project(folder)
     support = folder / "workflows" / "support.py"
     text = support.read_text()
     assert '.node("billing", handle,' in text
@@ -79,7 +87,7 @@ async def test_eval_query_catches_a_regression_and_touches_nothing_real(
     assert report["counts"] == {"same": 1, "changed": 0, "regressed": 1}
     assert report["moved"] == {"support": {"billing->DONE": -1, "billing->FAILED": 1}}
     svg = (tmp_path / "report" / "graph-support.svg").read_text()
-    assert 'stroke="#c62828" stroke-width="3.2"' in svg and "-1 run" in svg
+    assert 'stroke="#c62828" stroke-width="3.2"' in svg and "-1 visit" in svg
     assert "regressed" in (tmp_path / "report" / "report.md").read_text()
     # Nothing real moved: the namespace's runs and the tools' data are as they were.
     assert await namespace_snapshot(client) == before
@@ -92,3 +100,65 @@ async def test_eval_query_catches_a_regression_and_touches_nothing_real(
         env=env, cwd=tmp_path, timeout=240)
     assert code == 0, (out, err)
     assert json.loads(out)["counts"] == {"same": 2, "changed": 0, "regressed": 0}
+
+
+async def record_today(client: Client, queue: str, live: Path, out: Path) -> list[str]:
+    """14 runs recorded on today's code, as a deployment makes them: every demo input and
+    the gated runs of tests/record_histories.py (a refund approved and paid, one rejected,
+    one parked, a migration approved and applied, a fan-out), on the project's own tools'
+    data, which keeps what they did (the refund paid, the column dropped)."""
+    from record_histories import GATED, record_gated, record_one
+
+    from tower.activities.model import ModelSettings
+    from tower.cli.demo import requests
+    from worker import build_worker
+
+    out.mkdir()
+    config = Path(os.environ["TOWER_CONFIG_DIR"])  # the approvers' keys (conftest's trust)
+    statuses = []
+    async with build_worker(client, task_queue=queue, db_path=live, models=ModelSettings()):
+        for i, (agent, request, _) in enumerate(requests(), 1):
+            statuses.append(await record_one(client, f"today-{agent}-{i}-{queue}", agent,
+                                             request, out, queue))
+        for gated in GATED:
+            statuses.append(await record_gated(client, gated, out, config, queue=queue,
+                                               prefix=f"today-{queue}-"))
+    return statuses
+
+
+async def test_unchanged_code_is_the_same_on_every_recorded_run_by_default(
+    client: Client, task_queue: str, tmp_path: Path,
+) -> None:
+    """This repository's recordings and 14 recorded today, evaluated with default settings
+    (no TOWER_DB, no --data): every run is the same. The project's live data holds what
+    the recorded runs did, and the eval neither reads nor changes it."""
+    project = example_project(tmp_path / "project")
+    live = project / ".tower" / "tools.sqlite"
+    statuses = await record_today(client, task_queue, live, tmp_path / "today")
+    assert len(statuses) == 14 and "AWAITING_APPROVAL" in statuses
+    files = [*sorted(HISTORIES.glob("*.json")), *sorted((tmp_path / "today").glob("*.json"))]
+    before = digest(live)
+    env = {k: v for k, v in cli_env(client.service_client.config.target_host).items()
+           if k not in ("TOWER_DB", "TOWER_STREAMS")}
+    code, out, err = await tower_cli(
+        ["--project", str(project), "eval", *map(str, files), "--fail-on", "changed"],
+        env=env, cwd=project, timeout=600)
+    assert code == 0, (out, err)
+    assert "30 runs: 30 same, 0 changed, 0 regressed" in out, (out, err)
+    assert "Traceback" not in err and "data fresh (the tools' own seed" in err, err
+    assert f"real data unchanged: {live}" in out and digest(live) == before
+
+    # --data live starts each run from a copy of that data as it is now: the onboarding
+    # account exists already and the column is gone, so those re-runs are refused.
+    today = sorted((tmp_path / "today").glob("today-*onboarding*.json")) + \
+        sorted((tmp_path / "today").glob("today-*migration-approved.json"))
+    code, out, err = await tower_cli(
+        ["--project", str(project), "eval", *map(str, today), "--data", "live",
+         "--fail-on", "changed"], env=env, cwd=project, timeout=600)
+    assert code == 1 and "2 runs: 0 same, 1 changed, 1 regressed" in out, (out, err)
+    assert f"data {live}" in err and digest(live) == before
+    code, out, err = await tower_cli(
+        ["--project", str(project), "eval", str(today[0]), "--data", "nowhere.sqlite"],
+        env=env, cwd=project)
+    assert code != 0 and "--data nowhere.sqlite: not a file (fresh, live or a tools' " \
+        "database)" in err and not out

@@ -46,8 +46,8 @@ def test_every_command_takes_json() -> None:
                 for leaf in leaves(sub, f"{path} {name}")]
 
     found = leaves(cli, "tower")
-    # `history` is a group of one action (export); `keys` of two (new, enrol).
-    assert len(found) == len(COMMANDS) + 1
+    # `history` is a group of one action (export); `keys` of three (new, enrol, worker).
+    assert len(found) == len(COMMANDS) + 2
     for name, command in found:
         assert any("--json" in p.opts for p in command.params), name
 

@@ -1,8 +1,10 @@
 """Server authorization on Tower's build of the Temporal server (docs/production.md, "Server
 authorization"): the frontend checks every call's JWT with Tower's claim mapper and
 authorizer. A requester may start the deployment's agents on its queues and nothing more;
-only Tower's services (worker, inbox, `tower approve`) signal and update runs; operators
-reset and terminate. Tokens are minted here from a test key, as a deployment's issuer would.
+approvers (`tower approve`, the inbox) and Tower's worker signal and update runs; only
+operators reset, terminate, delete and run batches; only the cluster's admin changes a
+namespace; a token for another audience is refused. Tokens are minted here from a test
+key, as a deployment's issuer would, each for the deployment's audience.
 
 A cluster of its own (its own PostgreSQL, a server process with authorization on and the
 internal frontend its system worker uses), so the open cluster of tests/test_cluster.py is
@@ -29,12 +31,17 @@ from joserfc.jwk import ECKey
 from pgserver import Postgres
 from procs import REPO, WorkerProcess
 from temporal_cluster import ServerProcess, create_schemas, free_port
+from temporalio.api.batch.v1 import BatchOperationTermination
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType, TaskQueueType
+from temporalio.api.namespace.v1 import UpdateNamespaceInfo
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import (
+    DeleteWorkflowExecutionRequest,
     DescribeTaskQueueRequest,
     ResetWorkflowExecutionRequest,
+    StartBatchOperationRequest,
+    UpdateNamespaceRequest,
 )
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
@@ -48,15 +55,21 @@ from tower.testing.model_server import LoopbackModelServer
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 QUEUE = "tower"
 REFUND = json.dumps({"message": "Please refund $1,200 on invoice INV-2004"})
+AUDIENCE = "tower-test"  # TOWER_AUTH_AUDIENCE: every token of the deployment names it
+# An approver's `tower approve` and the inbox hold the same role, each its own token.
 ROLES = {"admin": "temporal-system:admin", "service": "default:service",
-         "requester": "default:requester", "operator": "default:operator"}
+         "requester": "default:requester", "operator": "default:operator",
+         "approver": "default:approver", "inbox": "default:approver"}
 
 
-def mint(key: ECKey, sub: str, permission: str, lifetime: int = 3600) -> str:
+def mint(key: ECKey, sub: str, permission: str, lifetime: int = 3600,
+         audience: str | None = AUDIENCE) -> str:
     now = int(time.time())
-    return jwt.encode({"alg": "ES256", "kid": key.kid},
-                      {"sub": sub, "iat": now, "exp": now + lifetime,
-                       "permissions": [permission]}, key)
+    claims: dict[str, Any] = {"sub": sub, "iat": now, "exp": now + lifetime,
+                              "permissions": [permission]}
+    if audience is not None:
+        claims["aud"] = audience
+    return jwt.encode({"alg": "ES256", "kid": key.kid}, claims, key)
 
 
 @dataclass
@@ -99,12 +112,16 @@ async def auth_cluster(temporal_bin: tuple[Path, float],
     # Another key under the same key id: what a forger would sign with.
     foreign = ECKey.generate_key("P-256", parameters={"kid": "tower-test-1"})
     tokens["forged"] = mint(foreign, "test-forged", "default:service")
+    # The deployment's own key, but minted for another service, or for none.
+    tokens["elsewhere"] = mint(key, "test-elsewhere", "default:service", audience="grafana")
+    tokens["no-audience"] = mint(key, "test-no-audience", "default:service", audience=None)
     pg = Postgres().start()
     internal = {f"INTERNAL_FRONTEND_{kind}_PORT": str(free_port())
                 for kind in ("GRPC", "MEMBERSHIP", "HTTP")}
     server = ServerProcess("auth", bindir, pg, logs, extra={
         "TEMPORAL_AUTH_AUTHORIZER": "tower", "TEMPORAL_AUTH_CLAIM_MAPPER": "tower",
-        "TOWER_AUTH_KEYS": str(logs / "jwks.json"), "TOWER_AUTH_AGENTS": "refund",
+        "TOWER_AUTH_KEYS": str(logs / "jwks.json"), "TOWER_AUTH_AUDIENCE": AUDIENCE,
+        "TOWER_AUTH_AGENTS": "refund",
         "TOWER_AUTH_QUEUES": QUEUE, "USE_INTERNAL_FRONTEND": "true", **internal})
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "TEMPORAL_"))}
     (logs / "codec-keys").write_text(f"k1={new_key()}")
@@ -206,12 +223,14 @@ async def test_a_requester_may_start_only_the_deployments_agents_on_its_queues(
     await refused(anonymous.start_workflow("refund", request, id=run_id, task_queue=QUEUE))
     await refused(anonymous.count_workflows())
     await absent(service, run_id)
-    # A token signed by a key the deployment does not trust: refused at the first call, the
-    # connection's own system-info call included.
-    forged = await auth_cluster.client("forged")
-    with pytest.raises(RuntimeError, match="PermissionDenied"):
-        await forged.start_workflow("refund", request, id=run_id, task_queue=QUEUE)
-    await absent(service, run_id)
+    # A token signed by a key the deployment does not trust, or by its own key for another
+    # audience (or none): refused at the first call, the connection's system-info call
+    # included.
+    for role in ("forged", "elsewhere", "no-audience"):
+        other = await auth_cluster.client(role)
+        with pytest.raises(RuntimeError, match="PermissionDenied"):
+            await other.start_workflow("refund", request, id=run_id, task_queue=QUEUE)
+        await absent(service, run_id)
 
 
 async def test_a_requesters_signal_update_reset_and_terminate_are_refused_by_the_server(
@@ -242,9 +261,9 @@ async def test_a_requesters_signal_update_reset_and_terminate_are_refused_by_the
     assert (await wait_pending(handle))["pending"] == pending
     assert (await handle.describe()).run_id == run_id
     assert refunds(Path(auth_cluster.env["TOWER_DB"])) == []
-    # Tower's services still work: the approver's `tower approve` (service token), then
-    # the worker pays, once.
-    code, out = await auth_cluster.tower("service", "approve", handle.id, "--by", "alice",
+    # The approver's `tower approve` (approver token: signal and update) works, then the
+    # worker (service token) pays, once.
+    code, out = await auth_cluster.tower("approver", "approve", handle.id, "--by", "alice",
                                          "--role", "manager")
     assert code == 0 and "status: DONE" in out, out
     assert refunds(Path(auth_cluster.env["TOWER_DB"])) == [("INV-2004", 120000)]
@@ -286,3 +305,68 @@ def reset_request(client: Client, run: str, event_id: int) -> ResetWorkflowExecu
     return ResetWorkflowExecutionRequest(
         namespace=client.namespace, workflow_execution=WorkflowExecution(workflow_id=run),
         reason="test", workflow_task_finish_event_id=event_id, request_id=uuid.uuid4().hex)
+
+
+def delete_request(client: Client, run: str) -> DeleteWorkflowExecutionRequest:
+    return DeleteWorkflowExecutionRequest(namespace=client.namespace,
+                                          workflow_execution=WorkflowExecution(workflow_id=run))
+
+
+def batch_terminate(client: Client, run: str) -> StartBatchOperationRequest:
+    return StartBatchOperationRequest(
+        namespace=client.namespace, job_id=uuid.uuid4().hex, reason="test",
+        visibility_query=f"WorkflowId = '{run}'",
+        termination_operation=BatchOperationTermination(identity="test"))
+
+
+def namespace_change(client: Client, who: str) -> UpdateNamespaceRequest:
+    return UpdateNamespaceRequest(namespace=client.namespace,
+                                  update_info=UpdateNamespaceInfo(description=f"by {who}"))
+
+
+async def test_only_operators_delete_or_batch_terminate_and_only_admins_change_namespaces(
+    auth_cluster: AuthCluster, service_worker: WorkerProcess,
+) -> None:
+    """Approvers' and the inbox's tokens signal and update only: they cannot erase a run's
+    history (delete), terminate runs wholesale (batch), reset or terminate one, or change
+    the namespace; nor can the worker's or a requester's. An operator can delete and run
+    batches; only the cluster's admin changes a namespace."""
+    handle = await parked_refund(auth_cluster)
+    await wait_pending(handle)
+    before = await recorded(handle)
+    first = await first_task_completed(handle)
+    for role in ("approver", "inbox", "service", "requester"):
+        them = await auth_cluster.client(role)
+        calls = them.workflow_service
+        await refused(calls.delete_workflow_execution(delete_request(them, handle.id)),
+                      f"{role}: delete")
+        await refused(calls.start_batch_operation(batch_terminate(them, handle.id)),
+                      f"{role}: batch terminate")
+        await refused(calls.reset_workflow_execution(reset_request(them, handle.id, first)),
+                      f"{role}: reset")
+        await refused(them.get_workflow_handle(handle.id).terminate(role), f"{role}: terminate")
+        await refused(calls.update_namespace(namespace_change(them, role)),
+                      f"{role}: namespace change")
+    operator = await auth_cluster.client("operator")
+    await refused(operator.workflow_service.update_namespace(
+        namespace_change(operator, "operator")), "operator: namespace change")
+    # Nothing changed: the run waits with the same history.
+    assert await recorded(handle) == before
+    assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+    # The operator's batch terminates it (on the server's system worker), then deletes it.
+    await operator.workflow_service.start_batch_operation(batch_terminate(operator, handle.id))
+    async with asyncio.timeout(120):
+        while (await handle.describe()).status != WorkflowExecutionStatus.TERMINATED:
+            await asyncio.sleep(0.5)
+    await operator.workflow_service.delete_workflow_execution(
+        delete_request(operator, handle.id))
+    async with asyncio.timeout(120):
+        while True:
+            try:
+                await handle.describe()
+            except RPCError as exc:
+                assert exc.status == RPCStatusCode.NOT_FOUND, exc
+                break
+            await asyncio.sleep(0.5)
+    admin = await auth_cluster.client("admin")
+    await admin.workflow_service.update_namespace(namespace_change(admin, "admin"))

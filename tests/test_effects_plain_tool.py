@@ -20,8 +20,9 @@ from temporalio.worker import Worker
 
 from activities.tools import TOOLS
 from tower.activities.model import ModelSettings
+from tower.activities.own import WorkerSettings
 from tower.contract.wire import ToolCall
-from tower.temporal import TowerPlugin, has_tower_plugin
+from tower.temporal import TowerPlugin
 from worker import activities
 from workflows.refund import RefundAgent
 from workflows.registry import AGENTS
@@ -44,12 +45,16 @@ async def test_a_plain_side_effecting_tool_is_not_called_again_to_reconcile(
 
     monkeypatch.setitem(TOOLS, "issue_refund",
                         dataclasses.replace(TOOLS["issue_refund"], attempts=1))
-    own = [a for a in activities(list(AGENTS.values()), db_path=db_path, models=ModelSettings())
+    own = [a for a in activities(list(AGENTS.values()), db_path=db_path)
            if getattr(a, "__temporal_activity_definition").name != "issue_refund"]
+    settings = WorkerSettings(models=ModelSettings(), streams=db_path.with_name("streams.sqlite"),
+                              messages=db_path.with_name("messages.sqlite"))
+    config = client.config()
+    config["plugins"] = []  # this worker's plugin, with these settings (as build_worker does)
     run = f"plain-{uuid.uuid4().hex[:8]}"
-    async with Worker(client, task_queue=task_queue, workflows=list(AGENTS.values()),
-                      activities=[*own, plain_refund],
-                      plugins=[] if has_tower_plugin(client) else [TowerPlugin()]):
+    async with Worker(Client(**config), task_queue=task_queue,
+                      workflows=list(AGENTS.values()), activities=[*own, plain_refund],
+                      plugins=[TowerPlugin(settings=settings)]):
         handle = await client.start_workflow(
             RefundAgent.run, refund_request(client, run, message="Refund $30 on INV-2004"),
             id=run, task_queue=task_queue)

@@ -25,7 +25,7 @@ from tower.activities.scripted import scripted_reply
 from tower.client._decisions import submit_decision
 from tower.contract.decisions import GateRecord
 from tower.contract.wire import ModelReply, ModelRequest
-from tower.temporal import TowerPlugin, scripts_of
+from tower.temporal import TowerPlugin, WorkerSettings, scripts_of
 from tower.testing.evals import EvalReport, Mode, Verdict, assert_verdicts, run_eval
 from tower.testing.evals.world import EvalTrust
 from tower.testing.model_server import LoopbackModelServer
@@ -46,10 +46,11 @@ def candidate(*classes: type) -> Any:
         swapped = {**AGENTS, **{c.machine.name: c for c in classes}}  # type: ignore[attr-defined]
         agents = list(swapped.values())
         return Worker(client, task_queue=task_queue, workflows=agents, interceptors=interceptors,
-                      activities=activities(agents, db_path=db_path,
-                                            models=models or ModelSettings(),
-                                            trust_dir=trust_dir),
-                      plugins=[TowerPlugin()])
+                      activities=activities(agents, db_path=db_path),
+                      plugins=[TowerPlugin(settings=WorkerSettings(
+                          models=models or ModelSettings(), trust_dir=trust_dir,
+                          messages=db_path.with_name("messages.sqlite"),
+                          streams=db_path.with_name("streams.sqlite")))])
     return build
 
 

@@ -11,7 +11,7 @@ from temporalio.client import Client
 
 from activities.tools.migrations import destructive_findings, split_statements
 from tower.activities.model import ModelSettings
-from tower.contract.decisions import Verdict
+from tower.contract.decisions import GateRecord, Verdict, proposal_digest
 from worker import build_worker
 from workflows.migration import MigrationAgent, MigrationRequest
 
@@ -30,13 +30,21 @@ def worker(client: Client, task_queue: str, db_path: Path) -> Any:
     return build_worker(client, task_queue=task_queue, db_path=db_path, models=ModelSettings())
 
 
+# The attack of issue 30: a second DROP after forty comment lines.
+HIDDEN_TAIL = ("DROP TABLE legacy_notes;\n" + "".join(f"-- note {i}: nothing to see\n"
+                                                      for i in range(40))
+               + "DROP TABLE customers;")
+
+
 def test_sql_check_is_deterministic_and_ignores_strings_and_comments() -> None:
     script = "-- DROP TABLE x\nINSERT INTO t VALUES ('DROP TABLE y; DELETE FROM z');\n" + ADD
     assert destructive_findings(script) == []
     assert len(split_statements(script)) == 3
     found = destructive_findings(DROP + "\nDELETE FROM t WHERE a=1;\nUPDATE t SET a = 1;")
-    assert [f.split(":")[0] for f in found] == [
-        "removes a column", "drops a table", "deletes rows", "updates every row (no WHERE)"]
+    assert found == ["ALTER TABLE customers DROP COLUMN fax", "DROP TABLE legacy_notes",
+                     "DELETE FROM t", "UPDATE t (every row: no WHERE)"]
+    assert destructive_findings(HIDDEN_TAIL) == ["DROP TABLE legacy_notes",
+                                                 "DROP TABLE customers"]
 
 
 async def test_safe_migration_applies_without_a_gate(
@@ -56,7 +64,9 @@ async def test_destructive_migration_waits_then_applies_on_approval(
     async with worker(client, task_queue, db_path):
         handle = await start(client, task_queue, DROP)
         p = (await wait_pending(handle))["pending"]
-        assert p["role"] == "dba" and "drops a table" in p["proposal"]["findings"]
+        assert p["role"] == "dba"
+        assert p["proposal"]["findings"] == ["ALTER TABLE customers DROP COLUMN fax",
+                                             "DROP TABLE legacy_notes"]
         assert "legacy_notes" in str(schema(shop))  # nothing applied while waiting
         out = await decide(client, handle, p, approver="dana", role="dba")
         state = await handle.result()
@@ -111,3 +121,43 @@ async def test_invalid_migration_is_reported_not_applied(
     async with worker(client, task_queue, db_path):
         state = await (await start(client, task_queue, "DROP TABLE nope;")).result()
     assert not state.valid and "no such table" in state.report and schema(shop) == before
+
+
+async def test_a_drop_hidden_after_comment_lines_is_its_own_finding_in_the_signed_proposal(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    shop = make_shop(db_path)
+    before = schema(shop)
+    async with worker(client, task_queue, db_path):
+        handle = await start(client, task_queue, HIDDEN_TAIL)
+        p = (await wait_pending(handle))["pending"]  # the gate applies
+        assert p["proposal"]["findings"] == ["DROP TABLE legacy_notes", "DROP TABLE customers"]
+        # What the DBA signs is the digest of this proposal, findings included.
+        record = GateRecord.model_validate(p)
+        other = record.model_copy(update={"proposal": {**record.proposal, "findings": [
+            "DROP TABLE legacy_notes"]}})
+        assert proposal_digest(other) != proposal_digest(record)
+        out = await decide(client, handle, p, approver="dana", role="dba",
+                           verdict=Verdict.REJECT, note="not customers")
+        state = await handle.result()
+    assert out["result"] == "rejected" and state.approvals[-1].decision is not None
+    assert state.approvals[-1].decision.proposal == proposal_digest(record)
+    assert schema(shop) == before and not state.applied
+
+
+async def test_sql_the_parser_cannot_read_is_gated_as_unknown(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    # SQLite runs it (a trigger); the parser has no rule for it: never shown as harmless.
+    script = ("CREATE TRIGGER wipe AFTER INSERT ON legacy_notes BEGIN DELETE FROM customers; "
+              "END;")
+    shop = make_shop(db_path)
+    before = schema(shop)
+    async with worker(client, task_queue, db_path):
+        handle = await start(client, task_queue, script)
+        p = (await wait_pending(handle))["pending"]
+        assert p["proposal"]["findings"] == [
+            "UNKNOWN statement 1: reads as 2 statements, not one; treated as destructive"]
+        await decide(client, handle, p, approver="dana", role="dba", verdict=Verdict.REJECT)
+        state = await handle.result()
+    assert state.destructive and not state.applied and schema(shop) == before

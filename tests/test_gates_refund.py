@@ -27,7 +27,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from temporalio.exceptions import FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower import Message
+from tower import AgentWorkflow, Message
 from tower.activities.model import ModelSettings
 from tower.contract import search
 from tower.contract.decisions import Verdict
@@ -297,7 +297,14 @@ async def test_a_start_carrying_signing_settings_fails_fast(
 
 @workflow.defn(name="refund-unadmitted")
 class RefundWithoutAdmit(RefundAgent):
-    """The refund agent written without ``admit``: no roster, so no decision could count."""
+    """The refund agent with the runtime's admission turned off (a plain Temporal subclass
+    of it, not an ``@agent``): no roster, so no decision could count."""
+
+    admits = False
+
+    @workflow.init
+    def __init__(self, request: RefundRequest) -> None:
+        AgentWorkflow.__init__(self)
 
     @workflow.run
     async def run(self, request: RefundRequest) -> RefundState:

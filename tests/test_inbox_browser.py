@@ -14,26 +14,21 @@ restated decision go to test-artifacts/ (copied to docs/ for docs/inbox.md).
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-from gatekit import decide, make_shop, new_id, refunds, snapshot, wait_pending
+from gatekit import decide, make_shop, refunds, snapshot, wait_pending
 from headless import Browser, sync
-from inboxkit import PASSWORD, inbox, park_refund
+from inboxkit import PASSWORD, inbox, park_migration, park_refund
 from temporalio.client import Client
 
 from tower.activities.model import ModelSettings
-from tower.cli.inbox.visibility import waiting_run
 from worker import build_worker
-from workflows.migration import MigrationAgent, MigrationRequest
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 # Needs headless Chromium; run with `pytest -m browser` (.ci/run does).
 pytestmark = pytest.mark.browser
-DROP = "ALTER TABLE customers DROP COLUMN fax;\nDROP TABLE legacy_notes;"
 
 
 
@@ -51,17 +46,6 @@ async def sign_in(b: Browser, url: str, name: str) -> str:
 async def sign_out(b: Browser) -> None:
     await sync(b.click_text, "Sign out")
     await sync(b.wait_for_text, "Password")
-
-
-async def park_migration(client: Client, task_queue: str) -> Any:
-    run = new_id("migration-inbox")
-    request = MigrationRequest(database="shop", script=DROP)
-    handle = await client.start_workflow(MigrationAgent.run, request, id=run,
-                                         task_queue=task_queue)
-    await wait_pending(handle)
-    while (await waiting_run(client, run))[1] is None:
-        await asyncio.sleep(0.1)
-    return handle
 
 
 def post_from_page(run: str, with_token: bool) -> str:
@@ -141,15 +125,16 @@ async def test_approvers_decide_in_the_browser(
         await sync(b.wait_for_text, "approved by bob", "Nothing was sent")
         await sign_out(b)
 
-        # No role, no button; a forged post is refused with and without the CSRF token.
+        # No role: no run (a 404, as for a run that is not there), no button; a forged post
+        # is refused with and without the CSRF token.
         before = await snapshot(third)
         listing = await sign_in(b, url, "carol")
         assert third.id not in listing
         await sync(b.open, f"{url}/runs/{third.id}")
-        await sync(b.wait_for_text, "may not decide this gate")
+        await sync(b.wait_for_text, f"No run '{third.id}'")
         assert not await sync(b.evaluate, "!!document.querySelector('button.approve')")
         status, text = await sync(b.evaluate, post_from_page(third.id, with_token=True))
-        assert status == 403 and "needs role manager; carol holds support" in text
+        assert status == 404 and "No run" in text
         status, text = await sync(b.evaluate, post_from_page(third.id, with_token=False))
         assert status == 403 and "CSRF token is missing or wrong" in text
         assert await snapshot(third) == before

@@ -41,7 +41,12 @@ async def test_new_writes_a_project_named_after_its_agent(tmp_path: Path) -> Non
     assert "cd shop_ops && pytest" in out
     agent = (project / "workflows" / "shop_ops.py").read_text()
     assert 'Graph("shop_ops", ShopOpsState' in agent and "class ShopOpsAgent(" in agent
-    assert "await self.admit(request)" in agent  # a gated agent loads its trust first
+    # No Temporal plumbing: admission and carried state are the runtime's.
+    assert not any(word in agent for word in ("admit", "take_carried", "carry", "workflow.init"))
+    # Its own task queue, named after it: the `tower` command's default in the project, and
+    # the worker's, so two projects on one server never share one.
+    assert 'task-queue = "shop_ops"' in (project / "pyproject.toml").read_text()
+    assert '"TOWER_TASK_QUEUE", "shop_ops"' in (project / "worker.py").read_text()
     for name in FILES:
         assert "{{" not in (project / name).read_text(), name
     # A side-effecting tool is the business function: exactly-once is tower.effects'.
@@ -107,3 +112,54 @@ async def test_new_refuses_a_folder_that_is_not_empty(tmp_path: Path) -> None:
                        "was written (pick another NAME, or remove it)\n")
     assert written(mine) == {"notes.txt"} and (mine / "notes.txt").read_text() == "mine"
     assert (tmp_path / "plain").read_text() == "a file"
+
+
+REPLAYER = """
+import asyncio, sys
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import History
+from temporalio.client import WorkflowHistory
+from temporalio.converter import DataConverter
+from temporalio.worker import Replayer
+from workflows.shop_ops import ShopOpsAgent
+
+h = History()  # a run's history up to its first workflow task: the agent loads and runs
+a = h.events.add(event_id=1, event_type=EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED
+                 ).workflow_execution_started_event_attributes
+a.workflow_type.name = a.task_queue.name = "shop_ops"
+a.input.payloads.extend(DataConverter.default.payload_converter.to_payloads(
+    [{"message": "Pay $250 to ACME for invoice 42"}]))
+a.original_execution_run_id = a.first_execution_run_id = "run-1"
+a.workflow_task_timeout.seconds = 10
+h.events.add(event_id=2, event_type=EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED
+             ).workflow_task_scheduled_event_attributes.start_to_close_timeout.seconds = 10
+h.events.add(event_id=3, event_type=EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+             ).workflow_task_started_event_attributes.scheduled_event_id = 2
+for event in h.events:
+    event.event_time.seconds = 1_800_000_000
+plugins = []
+if sys.argv[1:] == ["--plugin"]:
+    from tower.temporal import TowerPlugin
+    plugins = [TowerPlugin()]
+replayer = Replayer(workflows=[ShopOpsAgent], plugins=plugins)
+asyncio.run(replayer.replay_workflow(WorkflowHistory("shop_ops-1", list(h.events))))
+print("replayed")
+"""
+
+
+async def test_a_replayer_as_temporal_s_docs_write_it(tmp_path: Path) -> None:
+    """``Replayer(workflows=[Agent])`` in a new project, as Temporal's docs teach: without
+    TowerPlugin it fails, its last line naming TowerPlugin (not a sandbox error about
+    joserfc, nor a converter's); with it, the run replays."""
+    code, _, err = await tower_cli(["new", "shop_ops"], env=clean_env(), cwd=tmp_path)
+    assert code == 0, err
+    env = {**clean_env(), "PYTHONPATH": str(tmp_path / "shop_ops")}
+    plain, with_plugin = (await asyncio.gather(*(asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", REPLAYER, *args], cwd=tmp_path / "shop_ops",
+        env=env, capture_output=True, text=True, timeout=120) for args in ([], ["--plugin"]))))
+    assert plain.returncode != 0 and "replayed" not in plain.stdout
+    last = plain.stderr.strip().splitlines()[-1]
+    assert last.startswith("tower.NeedsTowerPlugin: Tower agents need TowerPlugin"), last
+    assert "Replayer(workflows=[...], plugins=[TowerPlugin()])" in last
+    assert with_plugin.returncode == 0 and with_plugin.stdout == "replayed\n", (
+        with_plugin.stdout + with_plugin.stderr)

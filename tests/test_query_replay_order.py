@@ -32,8 +32,9 @@ from temporalio.worker import Worker
 from activities.tools import ToolBox
 from tower.activities.attest import Attester
 from tower.activities.model import ModelSettings
+from tower.activities.own import WorkerSettings, tower_activities
 from tower.contract.trust import AttestRequest
-from tower.temporal import TowerPlugin
+from tower.temporal import TowerPlugin, scripts_of
 from tower.testing.replay import replay
 from worker import activities, build_worker
 from workflows.refund import RefundAgent
@@ -62,7 +63,10 @@ async def test_a_decision_after_a_query_replay_keeps_the_history_replayable(
         return attester.attest(request)
 
     # Activities here (the attestation held); workflows in a worker process, then here.
-    own = [a for a in activities(list(AGENTS.values()), db_path=db_path, models=ModelSettings())
+    settings = WorkerSettings(models=ModelSettings(), streams=db_path.with_name("streams.sqlite"),
+                              messages=db_path.with_name("messages.sqlite"))
+    tower_own, _ = tower_activities(settings, scripts_of(AGENTS.values()))
+    own = [a for a in [*activities(list(AGENTS.values()), db_path=db_path), *tower_own]
            if getattr(a, "__temporal_activity_definition").name != "tower_attest"]
     ToolBox(db_path)
     with sqlite3.connect(db_path) as db:

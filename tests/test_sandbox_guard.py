@@ -1,4 +1,4 @@
-"""Tower's sandbox (tower.temporal._sandbox: cheaper per activation, the engine passed
+"""Tower's sandbox (tower.temporal._sandbox: the SDK's, the engine passed
 through) still catches agent code that breaks determinism: the run's workflow task fails
 with the SDK's restriction error, and the run does not complete."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 from sandbox_probe import ReadsTheClock
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from tower.activities.model import ModelSettings
 from tower.temporal import TowerPlugin
-from tower.temporal._sandbox import RunSandbox
 from worker import build_worker
 
 
@@ -40,7 +40,11 @@ async def test_a_workflow_reading_the_wall_clock_is_stopped(
                    for e in history.events)
 
 
-def test_runs_get_tower_s_sandbox_instance() -> None:
-    # The worker's runner builds each run's sandbox as RunSandbox (the class the guard
-    # above runs in), with the SDK's default restrictions for everything not passed through.
-    assert getattr(TowerPlugin().runner_for(None), "instance_class", None) is RunSandbox
+def test_runs_get_the_sdk_s_sandbox() -> None:
+    # The worker's runner is the SDK's sandbox, with its default restrictions for
+    # everything not passed through (the class the guard above runs in).
+    runner = TowerPlugin().runner_for(None)
+    assert isinstance(runner, SandboxedWorkflowRunner)
+    default = SandboxRestrictions.default
+    assert runner.restrictions.invalid_module_members == default.invalid_module_members
+    assert {"tower", "joserfc"} <= runner.restrictions.passthrough_modules

@@ -1,6 +1,6 @@
 """The inbox's server-sent events on the real dev server with a real worker: a run's
-stream over HTTP (resumable by Last-Event-ID, signed in, only for runs the inbox would
-show), and, in headless Chromium, the list updating in place and the minimal stream page
+stream over HTTP (resumable by Last-Event-ID, signed in, only for runs the user may
+see), and, in headless Chromium, the list updating in place and the minimal stream page
 showing a reply as it forms."""
 
 from __future__ import annotations
@@ -55,9 +55,13 @@ async def chat_thread(client: Client, task_queue: str) -> tuple[str, str]:
 async def test_a_runs_stream_over_sse_resumes_from_last_event_id(
     client: Client, task_queue: str, streams: Path, scripted_worker: WorkerFactory
 ) -> None:
-    async with scripted_worker(), inbox(client) as url:
+    async with scripted_worker(), inbox(client, watchers=frozenset({"auditor"})) as url:
         run, said = await chat_thread(client, task_queue)
-        web = await signed_in(url, "carol")  # any signed-in approver sees a run's page
+        # A chat has no gate: only a watcher (walt, auditor) may read it; carol may not.
+        carol = await signed_in(url, "carol")
+        hidden = await carol.get(f"/api/runs/{run}/stream")
+        await carol.aclose()
+        web = await signed_in(url, "walt")
         try:
             whole = await web.get(f"/api/runs/{run}/stream")
             assert whole.headers["content-type"].startswith("text/event-stream")
@@ -83,6 +87,7 @@ async def test_a_runs_stream_over_sse_resumes_from_last_event_id(
     assert parse_sse(resumed.text) == [e for e in events if e[0] is None or e[0] > middle]
     assert bad.status_code == 400 and "offset" in bad.text
     assert missing.status_code == 404
+    assert hidden.status_code == 404 and hidden.text == missing.text.replace("no-such-run", run)
     assert refused.status_code == 303 and "event:" not in refused.text  # sign in first
 
 
@@ -96,7 +101,8 @@ async def test_the_list_updates_in_place_and_a_stream_page_shows_tokens_as_they_
     b = browser
     make_shop(db_path)
     paced = ModelSettings(scripted_tokens_per_second=8)  # slow enough to watch it form
-    async with scripted_worker(models=paced), inbox(client) as url:
+    async with scripted_worker(models=paced), inbox(client,
+                                                    watchers=frozenset({"auditor"})) as url:
         first = await park_refund(client, task_queue)
         await sync(b.open, f"{url}/login")
         await sync(b.wait_for_text, "Password")
@@ -109,7 +115,14 @@ async def test_the_list_updates_in_place_and_a_stream_page_shows_tokens_as_they_
         await sync(b.wait_for_text, second.id, first.id, seconds=60)
         assert await sync(b.evaluate, "window.stillThisPage") == "yes"  # no reload
 
-        # The minimal page on the SSE endpoint, while a chat reply forms.
+        # The minimal page on the SSE endpoint, while a chat reply forms: a chat has no
+        # gate, so a watcher reads it (a manager gets a 404).
+        await sync(b.click_text, "Sign out")
+        await sync(b.wait_for_text, "Password")
+        await sync(b.fill, "input[name=name]", "walt")
+        await sync(b.fill, "input[name=password]", PASSWORD)
+        await sync(b.click_text, "Sign in")
+        await sync(b.wait_for_text, "walt")
         handle = await client.start_workflow(ChatAgent.run, ChatInput(),
                                              id=f"chat-{uuid.uuid4().hex[:8]}",
                                              task_queue=task_queue)

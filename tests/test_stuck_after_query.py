@@ -28,8 +28,9 @@ from temporalio.worker import Worker
 
 from activities.tools import ToolBox
 from tower.activities.model import ModelSettings
+from tower.activities.own import WorkerSettings, tower_activities
 from tower.contract.wire import ToolCall
-from tower.temporal import TowerPlugin
+from tower.temporal import TowerPlugin, scripts_of
 from worker import activities, build_worker
 from workflows.refund import RefundAgent
 from workflows.registry import AGENTS
@@ -52,7 +53,10 @@ async def test_a_run_goes_on_after_a_query_replayed_its_tools_result(
         result: dict[str, Any] = real(call)
         return result
 
-    own = [a for a in activities(list(AGENTS.values()), db_path=db_path, models=ModelSettings())
+    settings = WorkerSettings(models=ModelSettings(), streams=db_path.with_name("streams.sqlite"),
+                              messages=db_path.with_name("messages.sqlite"))
+    tower_own, _ = tower_activities(settings, scripts_of(AGENTS.values()))
+    own = [a for a in [*activities(list(AGENTS.values()), db_path=db_path), *tower_own]
            if getattr(a, "__temporal_activity_definition").name != "issue_refund"]
     with sqlite3.connect(db_path) as db:
         db.execute("INSERT INTO invoices VALUES ('INV-7002', 'ACC-1001', 400000, 'paid', "

@@ -12,10 +12,29 @@ so ``import tower.cli`` (``tower --help``) stays free of pydantic and the SDK.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
-    from tower.contract.wire import ToolCallRequest
+    from tower.activities import sql
+    from tower.activities.scripted import (
+        Script,
+        find_id,
+        first_user_text,
+        last_message,
+        tool_results,
+    )
+    from tower.contract.decisions import GateStatus
+    from tower.contract.pending import EditLimit
+    from tower.contract.wire import (
+        Authority,
+        ModelRequest,
+        Reduction,
+        ToolCall,
+        ToolCallRequest,
+        ToolSchema,
+        WindowRef,
+    )
     from tower.core import window
     from tower.core.audit import check_log
     from tower.core.carry import Carry
@@ -24,6 +43,7 @@ if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
     from tower.core.events import guard_rows
     from tower.core.gates import Gate
     from tower.core.graph import DONE, FAILED, TERMINALS, Graph
+    from tower.core.policy import stricter
     from tower.core.state import ADD, APPEND, REPLACE, AgentState, Message, custom
     from tower.core.tools import ToolDef
     from tower.core.window import WindowPolicy
@@ -61,14 +81,54 @@ _LAZY = {
     "ToolDef": "tower.core.tools",
     "window": "tower.core",  # the module itself
     "WindowPolicy": "tower.core.window",
+    "sql": "tower.activities",  # the module: what a SQL migration does, statement by statement
+    # What a project's tools and scripted answers use (tower.contract, tower.activities).
+    "Authority": "tower.contract.wire",
+    "EditLimit": "tower.contract.pending",
+    "GateStatus": "tower.contract.decisions",
+    "ModelRequest": "tower.contract.wire",
+    "Reduction": "tower.contract.wire",
+    "Script": "tower.activities.scripted",
+    "ToolCall": "tower.contract.wire",
+    "ToolSchema": "tower.contract.wire",
+    "WindowRef": "tower.contract.wire",
+    "find_id": "tower.activities.scripted",
+    "first_user_text": "tower.activities.scripted",
+    "last_message": "tower.activities.scripted",
+    "stricter": "tower.core.policy",
+    "tool_results": "tower.activities.scripted",
 }
+
+
+class NeedsTowerPlugin(BaseException):
+    """A Worker or Replayer without TowerPlugin loaded a Tower agent. A BaseException, so
+    that the SDK's "Failed validating workflow" does not bury the one line saying so."""
+
+
+def _in_a_sandbox_of_its_own() -> bool:
+    # TowerPlugin passes all of ``tower`` through: loaded once, outside any run's sandbox.
+    # Loaded afresh inside one, this module was imported by a worker or replayer without it.
+    workflow = sys.modules.get("temporalio.workflow")
+    return workflow is not None and bool(workflow.unsafe.in_sandbox())
+
+
+_WITHOUT_PLUGIN = _in_a_sandbox_of_its_own()
+
+
+def _import(module: str) -> Any:
+    if _WITHOUT_PLUGIN:
+        raise NeedsTowerPlugin(
+            "Tower agents need TowerPlugin (its converter, sandbox and failure types): "
+            "Replayer(workflows=[...], plugins=[TowerPlugin()]), or a Worker on a client "
+            "connected with plugins=[TowerPlugin()] (from tower.temporal import TowerPlugin)")
+    return importlib.import_module(module)
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tower' has no attribute {name!r}")
-    found = importlib.import_module(module)
+    found = _import(module)
     # `window` is a module: `from tower.core import window`.
     value = getattr(found, name) if hasattr(found, name) else importlib.import_module(
         f"{module}.{name}")
@@ -82,26 +142,41 @@ __all__ = [
     "AgentState",
     "AgentWorkflow",
     "Answer",
+    "Authority",
     "Carry",
     "DONE",
+    "EditLimit",
     "EffectRefused",
     "EventWorkflow",
     "FAILED",
     "FanOutPolicy",
     "Gate",
+    "GateStatus",
     "Graph",
     "Message",
-    "TERMINALS",
+    "ModelRequest",
     "NodeContext",
     "NodeFailed",
     "REPLACE",
+    "Reduction",
+    "Script",
+    "TERMINALS",
+    "ToolCall",
     "ToolCallRequest",
     "ToolDef",
+    "ToolSchema",
     "WindowPolicy",
+    "WindowRef",
     "agent",
     "check_log",
     "custom",
     "fan_out",
+    "find_id",
+    "first_user_text",
     "guard_rows",
+    "sql",
+    "last_message",
+    "stricter",
+    "tool_results",
     "window",
 ]

@@ -32,15 +32,15 @@ from tower import (
     TERMINALS,
     AgentState,
     AgentWorkflow,
-    Carry,
     Graph,
     Message,
     NodeContext,
+    Reduction,
     WindowPolicy,
+    WindowRef,
     agent,
     window,
 )
-from tower.contract.wire import Reduction, WindowRef
 
 with workflow.unsafe.imports_passed_through():
     # Data only: the tools' names and schemas, and the scripted model's answers.
@@ -62,7 +62,6 @@ class ChatInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     config: ChatConfig = Field(default_factory=ChatConfig)
-    carry: Carry | None = None  # set by the thread itself when it continues-as-new
 
 
 class UserMessage(BaseModel):
@@ -190,25 +189,21 @@ class ChatAgent(AgentWorkflow):
 
     @workflow.run
     async def run(self, request: ChatInput) -> ChatState:
-        if request.carry is not None:
-            state = ChatState.model_validate(request.carry.state)
-            carried = request.carry
-        else:
-            state, carried = ChatState(config=request.config), None
-        self.continue_as_new_after = state.config.continue_as_new_after
-        self._issued = state.answered  # handlers all finished before the last run ended
-        idle = asyncio.create_task(self._close_when_idle(timedelta(days=state.config.idle_days)))
-        final = await self.drive(state, carried=carried)
-        idle.cancel()
+        final = await self.drive(ChatState(config=request.config))
+        self._idle.cancel()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return final
+
+    def on_start(self, state: ChatState) -> None:  # type: ignore[override]
+        # The thread's first state, or the one it carried over: its settings and turn count.
+        self.continue_as_new_after = state.config.continue_as_new_after
+        self._issued = state.answered  # handlers all finished before the last run ended
+        self._idle = asyncio.create_task(
+            self._close_when_idle(timedelta(days=state.config.idle_days)))
 
     def carry_over_ready(self) -> bool:
         # Only once every handler finished: a handler cut off by continue-as-new loses its reply.
         return self.carry_over_due() and workflow.all_handlers_finished()
-
-    def carry_input(self, carry: Carry) -> ChatInput:
-        return ChatInput(carry=carry)
 
     async def _close_when_idle(self, idle: timedelta) -> None:
         # One timer per run, re-armed only when it fires: no timer events per turn.

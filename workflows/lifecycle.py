@@ -243,7 +243,6 @@ class LifecycleAgent(EventWorkflow):
 
     @workflow.run
     async def run(self, request: LifecycleRequest) -> LifecycleState:
-        await self.admit(request)  # the roster that says who may send this agent events
         state = LifecycleState(goal=request.goal)
         # START -> IDLE is step 1, so the start event is addressed to step 1.
         initial = [{"step": 1, "start": True}] if request.start else []

@@ -22,15 +22,15 @@ from tower import (
     DONE,
     AgentState,
     AgentWorkflow,
+    Authority,
     Gate,
+    GateStatus,
     Graph,
     Message,
     NodeContext,
     NodeFailed,
     agent,
 )
-from tower.contract.decisions import GateStatus
-from tower.contract.wire import Authority
 
 with workflow.unsafe.imports_passed_through():
     # Data only: the tools' names and schemas, and the scripted model's answers.
@@ -126,9 +126,17 @@ async def report(ctx: NodeContext, state: MigrationState) -> dict[str, object]:
     return {"report": text, "messages": [Message(role="assistant", content=text)]}
 
 
+# The findings are a list in the proposal, one item per statement; runs recorded before
+# showed (and their approvers signed) them joined into one line.
+FINDINGS_LISTED = "migration-findings-listed"
+
+
 def proposal(state: MigrationState) -> Mapping[str, Any]:
+    findings: list[str] | str = list(state.findings) or [state.summary]
+    if workflow.in_workflow() and not workflow.patched(FINDINGS_LISTED):
+        findings = "; ".join(state.findings) or state.summary
     return {"action": "apply_migration", "database": state.database,
-            "findings": "; ".join(state.findings) or state.summary, "script": state.script}
+            "findings": findings, "script": state.script}
 
 
 async def schema_unchanged(ctx: NodeContext, state: MigrationState) -> str | None:
@@ -171,7 +179,6 @@ class MigrationAgent(AgentWorkflow):
 
     @workflow.run
     async def run(self, request: MigrationRequest) -> MigrationState:
-        await self.admit(request)
         state = MigrationState(
             messages=[Message(role="user", content=f"Migration for {request.database}:\n"
                               f"{request.script}")],

@@ -26,19 +26,18 @@ from tower import (
     DONE,
     AgentState,
     AgentWorkflow,
-    Carry,
+    Authority,
+    EditLimit,
     EffectRefused,
     Gate,
+    GateStatus,
     Graph,
     Message,
     NodeContext,
     NodeFailed,
     agent,
+    stricter,
 )
-from tower.contract.decisions import GateStatus
-from tower.contract.pending import EditLimit
-from tower.contract.wire import Authority
-from tower.core.policy import stricter
 
 with workflow.unsafe.imports_passed_through():
     # Data only: the tools' names and schemas, and the scripted model's answers.
@@ -64,8 +63,6 @@ class RefundRequest(BaseModel):
     limit_cents: int | None = Field(default=None, ge=0,
                                     description="lower the tenant's limit for this run")
     review_timeout_seconds: int = Field(default=2 * DAY, ge=1, le=30 * DAY)
-    # Set by the run itself when it continues-as-new while waiting (refused from a client).
-    carry: Carry | None = None
 
 
 class RefundState(AgentState):
@@ -249,22 +246,10 @@ class RefundAgent(AgentWorkflow):
     # A flood of signals at the gate must not end the run: it continues-as-new instead.
     carry_while_parked = True
 
-    @workflow.init
-    def __init__(self, request: RefundRequest) -> None:
-        super().__init__()
-        self.take_carried(request.carry)  # a decision in the first task is judged
-
     @workflow.run
     async def run(self, request: RefundRequest) -> RefundState:
-        self._request = request
-        limits = await self.admit(request)  # the tenant's limit, lowered by the request
-        if request.carry is not None:
-            state = RefundState.model_validate(request.carry.state)
-            return await self.drive(state, carried=request.carry)
+        # self.limits: the tenant's policy (its roster loaded with it), lowered by the request.
         state = RefundState(messages=[Message(role="user", content=request.message)],
-                            limit_cents=limits.limit_cents,
+                            limit_cents=self.limits.limit_cents,
                             review_timeout_seconds=request.review_timeout_seconds)
         return await self.drive(state)
-
-    def carry_input(self, carry: Carry) -> RefundRequest:
-        return self._request.model_copy(update={"carry": carry, "limit_cents": None})

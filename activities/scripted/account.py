@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import json
 
-from tower.activities.scripted import Script, find_id, first_user_text, tool_results
-from tower.contract.wire import ModelRequest, ToolCallRequest
+from tower import ModelRequest, Script, ToolCallRequest, find_id, first_user_text, tool_results
 
 
 def reason(request: ModelRequest) -> str | ToolCallRequest:

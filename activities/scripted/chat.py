@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import json
 
-from tower.activities.scripted import Script
-from tower.contract.wire import ModelRequest, ToolCallRequest
+from tower import ModelRequest, Script, ToolCallRequest
 
 SUMMARY_CHARS = 600
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from tower.activities.scripted import Script, first_user_text
-from tower.contract.wire import ModelRequest
+from tower import ModelRequest, Script, first_user_text
 
 
 def profile(request: ModelRequest) -> str:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from tower.activities.scripted import Script, first_user_text
-from tower.contract.wire import ModelRequest, ToolCallRequest
+from tower import ModelRequest, Script, ToolCallRequest, first_user_text
 
 IDS = re.compile(r"\b(ACC|INV)-\d{4}\b")
 TOOL_FOR = {"ACC": ("lookup_account", "account_id"), "INV": ("lookup_invoice", "invoice_id")}

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tower.activities.scripted import Script, tool_results
-from tower.contract.wire import ModelRequest
+from tower import ModelRequest, Script, tool_results
 
 
 def analyze(request: ModelRequest) -> str:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 import re
 
-from tower.activities.scripted import Script, first_user_text, tool_results
-from tower.contract.wire import ModelRequest, ToolCallRequest
+from tower import ModelRequest, Script, ToolCallRequest, first_user_text, tool_results
 
 EMAILS = re.compile(r"[^@\s,;()<>]+@[^@\s,;()<>]+[A-Za-z]")
 NAME = re.compile(r"(?:I'm|I am|[Nn]ame is|[Nn]ame:)\s+([A-Z][\w'-]+(?: [A-Z][\w'-]+)*)")

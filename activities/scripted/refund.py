@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import re
 
-from tower.activities.scripted import Script, find_id, first_user_text, last_message, tool_results
-from tower.contract.wire import ModelRequest, ToolCallRequest
+from tower import (
+    ModelRequest,
+    Script,
+    ToolCallRequest,
+    find_id,
+    first_user_text,
+    last_message,
+    tool_results,
+)
 
 
 def requested_cents(text: str) -> int | None:

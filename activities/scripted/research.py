@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import re
 
-from tower.activities.scripted import Script, first_user_text
-from tower.contract.wire import ModelRequest, ToolCallRequest
+from tower import ModelRequest, Script, ToolCallRequest, first_user_text
 
 ADVANCE = "advance_to_next_step"
 CLOSING = (

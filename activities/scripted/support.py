@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tower.activities.scripted import Script, find_id, first_user_text, tool_results
-from tower.contract.wire import ModelRequest, ToolCallRequest
+from tower import ModelRequest, Script, ToolCallRequest, find_id, first_user_text, tool_results
 
 KEYWORDS = {
     "BILLING": ("invoice", "refund", "charge", "bill", "payment"),

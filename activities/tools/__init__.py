@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from tower.contract.wire import ToolCall, ToolSchema
+from tower import ToolCall, ToolSchema
 from tower.effects import EffectCall, EffectTool, SQLite
 
 from . import accounts, billing, helpdesk, migrations, onboarding, orders, research

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tower.contract.wire import Authority
+from tower import Authority
 
 from .spec import EffectRefused, Tool
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from tower.activities.wal import wal
+from tower.temporal import wal
 
 from . import migrations, orders
 

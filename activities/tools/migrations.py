@@ -2,8 +2,8 @@
 
 The target is a named database beside the tools' database (``databases/<name>.sqlite``).
 Every statement of a migration runs in one transaction: all of it applies, or none.
-``destructive_findings`` is the deterministic check; the model's opinion can add to it,
-never clear it.
+``destructive_findings`` is the deterministic check (Tower's SQL parser check, on the
+statements as SQLite executes them); the model's opinion can add to it, never clear it.
 """
 
 from __future__ import annotations
@@ -18,21 +18,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tower.contract.wire import Authority
+from tower import Authority, sql
 
 from .spec import EffectRefused, NoEffect, Tool
 
 LEDGER = "_tower_migrations"  # applied migrations, by idempotency key; not part of the schema
 NAME = r"^[a-z][a-z0-9_]{0,39}$"
-
-CHECKS = [
-    (r"^DROP\s+(TABLE|INDEX|VIEW|TRIGGER)\b", "drops a {0}"),
-    (r"^ALTER\s+TABLE\s+\S+\s+DROP\b", "removes a column"),
-    (r"^DELETE\s+FROM\b", "deletes rows"),
-    (r"^TRUNCATE\b", "empties a table"),
-    (r"^(?:INSERT\s+OR\s+REPLACE|REPLACE)\b", "may overwrite rows"),
-]
-
 
 def split_statements(script: str) -> list[str]:
     """Complete SQL statements, in order (``sqlite3.complete_statement`` knows quoting)."""
@@ -48,27 +39,16 @@ def split_statements(script: str) -> list[str]:
     return out
 
 
-def _strip(sql: str) -> str:
-    """The statement without comments and string literals, upper-cased, spaces collapsed."""
-    sql = re.sub(r"--[^\n]*|/\*.*?\*/", " ", sql, flags=re.S)
-    sql = re.sub(r"'(?:[^']|'')*'", "''", sql)
-    return re.sub(r"\s+", " ", sql).strip().upper()
+def _strip(text: str) -> str:
+    """The statement without comments and string literals (to skip empty chunks)."""
+    text = re.sub(r"--[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"'(?:[^']|'')*'", "''", text)
+    return re.sub(r"\s+", " ", text).strip()
 
 
 def destructive_findings(script: str) -> list[str]:
-    """What in ``script`` can lose data: DROP, column removal, DELETE, blanket UPDATE…"""
-    findings = []
-    for stmt in split_statements(script):
-        text = _strip(stmt)
-        for pattern, what in CHECKS:
-            match = re.search(pattern, text)
-            if match:
-                groups = [g.lower() for g in match.groups() if g]
-                findings.append(f"{what.format(*groups, '')}: "
-                                f"{stmt.splitlines()[0][:120]}")
-        if text.startswith("UPDATE ") and " WHERE " not in f" {text} ":
-            findings.append(f"updates every row (no WHERE): {stmt.splitlines()[0][:120]}")
-    return findings
+    """One line per statement that can lose data or cannot be read (``DROP TABLE x``)."""
+    return sql.findings(split_statements(script), dialect="sqlite")
 
 
 def fingerprint(db: sqlite3.Connection) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tower.contract.wire import Authority, ToolSchema
+from tower import Authority, ToolSchema
 from tower.effects import EffectRefused, NoEffect
 
 ToolFn = Callable[[sqlite3.Connection, Any, str], dict[str, Any]]

@@ -4,7 +4,6 @@ against the catalogue when it compiles, and registry, worker and scripted model 
 from __future__ import annotations
 
 import pytest
-from temporalio import workflow
 
 from activities.tools import TOOLS
 from tower import AgentState, AgentWorkflow, Graph, agent
@@ -51,8 +50,8 @@ def test_server_tools_are_checked_when_the_worker_starts() -> None:
 
 
 def test_the_graph_name_is_the_workflow_name_and_the_registry_key() -> None:
-    defn = workflow._Definition.from_class(RefundAgent)
-    assert defn is not None and defn.name == REFUND.name == "refund"
+    defn = getattr(RefundAgent, "__temporal_workflow_definition")  # what the SDK registers
+    assert defn.cls is RefundAgent and defn.name == REFUND.name == "refund"
     assert RefundAgent.machine is REFUND and AGENTS["refund"] is RefundAgent
     assert all(cls.machine.name == name for name, cls in AGENTS.items())
     assert load_agents("workflows") == AGENTS  # found from the files, nothing typed twice
@@ -80,8 +79,8 @@ def test_each_agent_carries_only_the_handlers_its_strategy_honours() -> None:
     from tower.temporal._runtime import NodeDriven
 
     def handlers(cls: type) -> set[str]:
-        defn = workflow._Definition.from_class(cls)
-        assert defn is not None
+        defn = getattr(cls, "__temporal_workflow_definition")
+        assert defn.cls is cls
         return {n or "*" for n in (*defn.signals, *defn.updates)}  # "*": any other signal
 
     lifecycle, refund = AGENTS["lifecycle"], AGENTS["refund"]

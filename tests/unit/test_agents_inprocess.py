@@ -202,3 +202,16 @@ async def test_lifecycle_moves_only_through_its_guard_table(tools: dict[str, Any
     sound(run, LifecycleAgent)
     idle = await run_agent(LifecycleAgent, LifecycleState(goal="g"), events=[{"solved": True}])
     assert idle.path == ["START", "IDLE"], "an event no guard admits changes nothing"
+
+
+
+async def test_a_refused_edit_raises_the_error_tower_testing_exports(
+        tools: dict[str, Any]) -> None:
+    from tower.testing import RefusedDecision
+
+    state = RefundState(messages=asks("Please refund $1,200 on invoice INV-2004"),
+                        limit_cents=50_000, review_timeout_seconds=3600)
+    # The manager may only lower the amount: raising it is refused, as a real run would.
+    with pytest.raises(RefusedDecision, match="refuses the scripted decision"):
+        await run_agent(RefundAgent, state, tools=tools,
+                        decisions=[approve("ann", edits={"amount_cents": 150_000})])

@@ -118,6 +118,12 @@ def test_visit_budget_escalates_then_fails_instead_of_looping() -> None:
     assert log[-2].reason == "loop budget exceeded (plan visited 3 times)"
     assert s.status == Status.FAILED and s.visits["plan"] == 3
     assert [t.step for t in log] == list(range(2, 9)), "steps strictly increase by one"
+    once = machine(max_visits={"plan": 1})
+    s, reasons = started(once), []
+    while s.node not in (DONE, FAILED):
+        s, t = advance(once, s, s.node, {}, at=T0, event_id=0)
+        reasons.append(t.reason)
+    assert "loop budget exceeded (plan visited 1 time)" in reasons  # not "1 times"
 
 
 def test_step_budget_escalates_and_a_second_escalation_fails() -> None:

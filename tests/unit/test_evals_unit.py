@@ -5,6 +5,7 @@ picture. No Temporal server."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from tower.activities.model import ModelSettings
@@ -12,7 +13,7 @@ from tower.cli.agents import agents
 from tower.cli.inbox.drawing import machine_svg
 from tower.contract.wire import ModelReply, ModelRequest
 from tower.testing.evals import EvalReport, Mode, RunResult, Verdict
-from tower.testing.evals.compare import BUILT_IN, score, transition_diff
+from tower.testing.evals.compare import BUILT_IN, plural, score, transition_diff
 from tower.testing.evals.judge import gateway_judge
 from tower.testing.evals.recording import Recording, chains
 from tower.testing.evals.report import load_baseline, markdown, write
@@ -77,7 +78,8 @@ async def test_verdicts_same_changed_regressed() -> None:
                                                tool_calls=[]), BUILT_IN)
     assert verdict is Verdict.CHANGED and [s.scorer for s in found] == ["path", "tools"]
     assert found[0].detail.startswith(
-        "-classify->technical -technical->DONE +classify->account_help +account_help->DONE")
+        "-classify->technical; -technical->DONE; +classify->account_help; "
+        "+account_help->DONE (classify > technical > DONE  =>  classify > account_help > DONE)")
     verdict, found = await score(base, summary(status="FAILED", node="FAILED",
                                                error="boom"), BUILT_IN)
     assert verdict is Verdict.REGRESSED and "DONE at DONE -> FAILED at FAILED (boom)" in \
@@ -108,7 +110,7 @@ def test_the_report_and_the_picture_of_moved_edges(tmp_path: Path) -> None:
     assert moved == {("classify", "technical"): -1, ("technical", "DONE"): -1,
                      ("classify", "account_help"): 1, ("account_help", "DONE"): 1}
     svg = machine_svg(agents()["support"].machine, None, moved)
-    assert svg.count('stroke-width="3.2"') == 4 and "+1 run" in svg and "-1 run" in svg
+    assert svg.count('stroke-width="3.2"') == 4 and "+1 visit" in svg and "-1 visit" in svg
     assert machine_svg(agents()["support"].machine, "classify") == machine_svg(
         agents()["support"].machine, "classify", {})  # the inbox's picture is unchanged
     written = write(report, tmp_path, {"support": svg})
@@ -116,6 +118,64 @@ def test_the_report_and_the_picture_of_moved_edges(tmp_path: Path) -> None:
     assert "![support](graph-support.svg)" in markdown(report, {"support": "graph-support.svg"})
     assert load_baseline(tmp_path)["support-2"].trail == cand.trail
     assert transition_diff(base, base).startswith("classify > technical > DONE  =>")
+
+
+LOOP = ["reason", "lookup_account"]
+
+
+def account(rounds: int, end: list[str]) -> RunSummary:
+    """An account run that went round its loop ``rounds`` times, then ``end``."""
+    return RunSummary(workflow_id="account-1", agent="account", status="DONE", node="DONE",
+                      trail=LOOP * rounds + end)
+
+
+def test_path_diffs_count_each_move() -> None:
+    five, one = account(5, ["reason", "DONE"]), account(1, ["reason", "DONE"])
+    # The same moves, taken fewer times: four fewer visits of each, nothing removed.
+    assert transition_diff(five, one).startswith(
+        "reason->lookup_account: 4 fewer visits (5 -> 1); "
+        "lookup_account->reason: 4 fewer visits (5 -> 1) (reason > lookup_account > ")
+    assert transition_diff(account(1, ["reason", "DONE"]), account(2, ["reason", "DONE"])) \
+        .startswith("reason->lookup_account: 1 more visit (1 -> 2); "
+                    "lookup_account->reason: 1 more visit (1 -> 2)")
+    # A move only one run took: its count when it is more than one.
+    escalated = account(5, ["error", "FAILED"])
+    assert transition_diff(five, escalated).startswith(
+        "lookup_account->reason: 1 fewer visit (5 -> 4); -reason->DONE; "
+        "+lookup_account->error; +error->FAILED (")
+    assert transition_diff(account(0, ["reason", "DONE"]), one).startswith(
+        "+reason->lookup_account; +lookup_account->reason (")
+    assert transition_diff(one, account(0, ["reason", "DONE"])).startswith(
+        "-reason->lookup_account; -lookup_account->reason (")
+    assert transition_diff(account(2, ["reason", "DONE"]), account(0, ["reason", "DONE"])) \
+        .startswith("-reason->lookup_account (2 visits); -lookup_account->reason (2 visits) (")
+    assert [plural(n, "visit") for n in (0, 1, 2)] == ["0 visits", "1 visit", "2 visits"]
+    assert plural(1, "visit", "fewer") == "1 fewer visit"
+
+
+def test_moves_and_the_picture_count_every_visit_and_show_every_moved_edge() -> None:
+    runs = [RunResult(source="s", workflow_id="account-1", agent="account",
+                      verdict=Verdict.CHANGED, baseline=account(5, ["reason", "DONE"]),
+                      candidate=account(4, ["error", "FAILED"]))]
+    moved = EvalReport(mode=Mode.RECORDED, baseline="recorded", runs=runs).moved()["account"]
+    assert moved == {("reason", "lookup_account"): -1, ("lookup_account", "reason"): -2,
+                     ("reason", "DONE"): -1, ("lookup_account", "error"): 1,
+                     ("error", "FAILED"): 1}
+    machine = agents()["account"].machine
+    svg = machine_svg(machine, None, {**moved, ("reason", "lookup_account"): -4})
+    # The budget's escalation is no declared move: drawn all the same, with its count.
+    assert svg.count('stroke="#1b7f3b" stroke-width="3.2"') == 2  # error's two moves
+    assert svg.count('stroke="#c62828" stroke-width="3.2"') == 3
+    assert re.findall(r">([-+]\d+ visits?)\b", svg) == ["-4 visits", "-1 visit", "-2 visits",
+                                                         "+1 visit", "+1 visit"]
+    # A move to or from a node the machine does not have (a dropped one) is drawn too.
+    gone = machine_svg(machine, None, {("reason", "old_check"): -2})
+    assert 'data-node="old_check"' in gone and "-2 visits" in gone
+    # A gate's timeout: the migration's gate sends an expired request to report.
+    migration = agents()["migration"].machine
+    timed_out = machine_svg(migration, None, {("apply", "report"): 1})
+    assert timed_out.count('stroke="#1b7f3b" stroke-width="3.2"') == 1 and "+1 visit" in \
+        timed_out
 
 
 async def test_the_model_judge_asks_through_the_gateway() -> None:

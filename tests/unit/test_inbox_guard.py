@@ -1,53 +1,11 @@
-"""The inbox's sign-in limits and server-side sessions, without a server (a fake clock)."""
+"""The inbox's server-side sessions and receipts, without a server (sign-in limits:
+test_inbox_limits.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tower.cli.inbox.guard import InboxStore, SignInLimits
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_five_failures_lock_the_name_for_the_window_and_then_it_opens() -> None:
-    clock = Clock()
-    limits = SignInLimits(clock=clock)
-    for _ in range(5):
-        assert limits.wait("alice", "10.0.0.1") == 0
-        limits.failed("alice", "10.0.0.1")
-        clock.now += 10
-    assert limits.wait("alice", "10.0.0.1") == 15 * 60 - 50  # the first failure leaves then
-    assert limits.wait("alice", "10.0.0.2") > 0  # from anywhere: it is the name that is locked
-    assert limits.wait("bob", "10.0.0.1") == 0  # others are not
-    clock.now += 15 * 60 - 50
-    assert limits.wait("alice", "10.0.0.1") == 0
-
-
-def test_a_success_clears_the_names_failures_but_not_the_addresss() -> None:
-    limits = SignInLimits(clock=Clock())
-    for i in range(4):
-        limits.failed("alice", "10.0.0.1")
-        limits.failed(f"user{i}", "10.0.0.1")
-    limits.succeeded("alice")
-    limits.failed("alice", "10.0.0.1")
-    assert limits.wait("alice", "10.0.0.1") == 0  # 1 failure since the success
-    # The address has 9: a sign-in to one's own account does not reset it.
-    for i in range(11):
-        limits.failed(f"other{i}", "10.0.0.1")
-    assert limits.wait("carol", "10.0.0.1") > 0 and limits.wait("carol", "10.0.0.9") == 0
-
-
-def test_a_spray_of_names_cannot_grow_memory_without_bound() -> None:
-    limits = SignInLimits(clock=Clock(), most_keys=100)
-    for i in range(1000):
-        limits.failed(f"name{i}", f"10.0.{i // 250}.{i % 250}")
-    assert len(limits._failures) <= 100
+from tower.cli.inbox.guard import InboxStore
 
 
 def test_a_session_counts_only_while_the_store_keeps_it(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ own error)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,10 @@ from temporalio.worker import Replayer, WorkerConfig
 from activities.tools import TOOLS
 from tower import AgentState, Graph
 from tower.cli.histories import load, replay
+from tower.cli.trust_files import enrol_worker
 from tower.core.errors import InvalidGraph
-from tower.temporal import TowerPlugin
-from tower.temporal._sandbox import RunSandbox
+from tower.temporal import TowerPlugin, WorkerMisconfigured, WorkerSettings
+from tower.temporal._names import activity_name
 from tower.temporal._unopenable import TowerDataConverter
 from tower.temporal.codec import EncryptionCodec, NoKeys, new_key
 from tower.temporal.plugin import WORKFLOW_FAILURE_TYPES
@@ -28,10 +30,26 @@ from workflows.registry import AGENTS
 AGENT_CLASSES = list(AGENTS.values())
 
 
+def _stub(name: str) -> Any:
+    @activity.defn(name=name)
+    def tool(call: Any) -> dict[str, Any]:
+        return {}
+    return tool
+
+
+TOOL_STUBS = [_stub(name) for name in TOOLS]  # every example tool, served (by a stub)
+
+
+@pytest.fixture(autouse=True)
+def _stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tower's own activities keep their stores beside TOWER_DB: the test's folder.
+    monkeypatch.setenv("TOWER_DB", str(tmp_path / "tools.sqlite"))
+
+
 async def _worker_config(client: Client, **options: Any) -> WorkerConfig:
     """What ``Worker(client, ...)`` configures: its client's plugins, in order."""
     config = WorkerConfig(client=client, task_queue="tq", workflows=AGENT_CLASSES,
-                          activities=[])
+                          activities=list(TOOL_STUBS))
     config.update(options)  # type: ignore[typeddict-item]
     for plugin in client.config()["plugins"]:
         config = plugin.configure_worker(config)  # type: ignore[attr-defined]
@@ -43,7 +61,7 @@ def _settings(converter: Any, runner: Any, failures: Any) -> tuple[Any, ...]:
     return (type(converter), converter.guard_inputs, type(converter.payload_codec),
             converter.failure_converter_class, converter.payload_converter_class,
             storage.payload_size_threshold, [d.root for d in storage.drivers],
-            type(runner), runner.instance_class, runner.restrictions.passthrough_modules,
+            type(runner), runner.restrictions.passthrough_modules,
             list(failures))
 
 
@@ -66,7 +84,7 @@ async def test_a_plain_worker_and_a_replayer_get_the_same_settings(
                             replayer["workflow_failure_exception_types"])
     assert worker_side == replay_side
     assert worker_side[:3] == (TowerDataConverter, True, EncryptionCodec if keys else NoKeys)
-    assert worker_side[8] is RunSandbox and {"tower", "activities"} <= worker_side[9]
+    assert {"tower", "joserfc", "activities"} <= worker_side[8]
     assert worker_side[-1] == WORKFLOW_FAILURE_TYPES
     # The client's own converter is the same one, unguarded.
     assert client.data_converter.guard_inputs is False  # type: ignore[attr-defined]
@@ -109,3 +127,56 @@ async def test_the_cli_replays_what_the_worker_ran() -> None:
     folder = Path(__file__).parent.parent / "histories"
     results = await replay(load([folder / "account-1.json"]))
     assert [r.ok for r in results] == [True]
+
+
+async def test_a_worker_missing_a_tool_s_activity_refuses_to_start() -> None:
+    # Built the way a project builds it: a plain Worker (its constructor runs the plugins).
+    client = await Client.connect("127.0.0.1:1", lazy=True, plugins=[TowerPlugin()])
+    served = [t for t in TOOL_STUBS if activity_name(t) not in ("issue_refund", "send_email")]
+    with pytest.raises(WorkerMisconfigured) as refused:
+        await _worker_config(client, activities=served)
+    assert str(refused.value).startswith(
+        "this worker cannot run its agents: no activity is registered for tool 'issue_refund' "
+        "(used by support.billing, refund.reason, refund.issue_refund).")
+    # Every one missing is named, not only the first.
+    missing = [t for t in TOOL_STUBS if activity_name(t) in ("lookup_invoice", "create_ticket")]
+    with pytest.raises(WorkerMisconfigured) as refused:
+        await _worker_config(client, activities=[t for t in TOOL_STUBS if t not in missing])
+    assert "'lookup_invoice'" in str(refused.value) and "'create_ticket'" in str(refused.value)
+
+
+async def test_the_plugin_registers_tower_s_own_activities_once(tmp_path: Path) -> None:
+    client = await Client.connect("127.0.0.1:1", lazy=True, plugins=[TowerPlugin()])
+    config = await _worker_config(client)
+    # A worker-level plugin (its own settings) replaces the client's, never adds twice.
+    config = TowerPlugin(settings=WorkerSettings(trust_dir=tmp_path)).configure_worker(config)
+    names = [activity_name(a) for a in config["activities"]]
+    own = ["call_model", "load_trust", "notify_gate", "tower_attest"]
+    assert sorted(n for n in names if n in own) == own
+    trust = next(a for a in config["activities"] if activity_name(a) == "load_trust")
+    assert trust.__self__.root == tmp_path  # type: ignore[attr-defined]
+    # A project's own activity of one of those names wins over Tower's.
+    @activity.defn(name="call_model")
+    async def my_model(request: Any) -> Any:
+        return None
+
+    config = await _worker_config(client, activities=[*TOOL_STUBS, my_model])
+    assert [a for a in config["activities"] if activity_name(a) == "call_model"] == [my_model]
+
+
+async def test_a_worker_that_cannot_attest_says_so(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    client = await Client.connect("127.0.0.1:1", lazy=True, plugins=[
+        TowerPlugin(settings=WorkerSettings(trust_dir=tmp_path / "empty"))])
+    with caplog.at_level(logging.WARNING, logger="tower.worker"):
+        await _worker_config(client)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "gated agents (refund, migration" in warned[0]
+    assert "no attestation key" in warned[0] and "tower keys worker" in warned[0]
+    caplog.clear()
+    enrol_worker(tmp_path / "keyed", "default")
+    client = await Client.connect("127.0.0.1:1", lazy=True, plugins=[
+        TowerPlugin(settings=WorkerSettings(trust_dir=tmp_path / "keyed"))])
+    with caplog.at_level(logging.WARNING, logger="tower.worker"):
+        await _worker_config(client)
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]

@@ -1,15 +1,23 @@
-"""The proposal digest a decision names: canonical (key order and whitespace do not
-matter), and changed by anything the approver was shown."""
+"""The proposal digest a decision names: canonical (RFC 8785: key order, whitespace and
+1.0-or-1 do not matter), and changed by anything the approver was shown."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tower.contract.decisions import GateRecord, proposal_digest
+from tower.contract.decisions import (
+    GateRecord,
+    ProposalNotCanonical,
+    canonical_bytes,
+    legacy_proposal_digest,
+    proposal_digest,
+)
 from tower.contract.pending import EditLimit
 
 AT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -54,3 +62,51 @@ def test_the_same_proposal_in_any_key_order_or_layout_has_one_digest() -> None:
 ])
 def test_anything_the_approver_is_shown_changes_the_digest(change: dict[str, Any]) -> None:
     assert proposal_digest(record(**change)) != proposal_digest(record())
+
+
+def _doc_block(doc: str, name: str) -> str:
+    """The fenced block after ``<!-- digest-vector: NAME -->`` in docs/approvals.md."""
+    after = doc.split(f"<!-- digest-vector: {name} -->", 1)[1]
+    return after.split("```", 2)[1].split("\n", 1)[1].strip()
+
+
+def test_the_documented_test_vector_is_what_tower_computes() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "approvals.md").read_text()
+    pending = GateRecord.model_validate_json(_doc_block(doc, "pending"))
+    assert canonical_bytes(pending) == _doc_block(doc, "canonical").encode()
+    assert proposal_digest(pending) == _doc_block(doc, "digest")
+    # RFC 8785 by its rules, not Python's: 1.0 is 1, and the bytes hash as documented.
+    assert hashlib.sha256(_doc_block(doc, "canonical").encode()).hexdigest() == \
+        proposal_digest(pending).removeprefix("sha256:")
+
+
+def test_a_float_and_the_integer_json_prints_for_it_have_one_digest() -> None:
+    """The `temporal` CLI (Go) prints 1.0 as 1; JavaScript parses both as one number."""
+    as_float = record(proposal={**record().proposal, "rate": 1.0})
+    as_int = record(proposal={**record().proposal, "rate": 1})
+    assert proposal_digest(as_float) == proposal_digest(as_int)
+    assert b'"rate":1}' in canonical_bytes(as_float) and b'"min":1,' in canonical_bytes(as_float)
+    # The form runs recorded before kept: Python's JSON told them apart.
+    assert legacy_proposal_digest(as_float) != legacy_proposal_digest(as_int)
+    assert proposal_digest(record(proposal={**record().proposal, "rate": 1.5})) != \
+        proposal_digest(as_float)
+
+
+@pytest.mark.parametrize("value", [2**53, -(2**53), float("nan"), float("inf")])
+def test_a_value_no_other_language_can_digest_is_refused_by_name(value: Any) -> None:
+    with pytest.raises(ProposalNotCanonical, match="cannot be canonicalized"):
+        proposal_digest(record(proposal={"amount_cents": value}))
+    assert proposal_digest(record(proposal={"amount_cents": 2**53 - 1})).startswith("sha256:")
+
+
+def test_a_client_signs_the_legacy_digest_only_for_a_run_that_judges_by_it() -> None:
+    from tower.client._decisions import signed_digest
+
+    shown = record()
+    assert signed_digest(shown, None) == proposal_digest(shown)
+    # A run recorded before RFC 8785 reports the old form's digest of this very request.
+    assert signed_digest(shown, legacy_proposal_digest(shown)) == legacy_proposal_digest(shown)
+    # Anything else a run reports is not signed: the client's own digest is.
+    other = record(proposal={"amount_cents": 1})
+    assert signed_digest(shown, legacy_proposal_digest(other)) == proposal_digest(shown)
+    assert signed_digest(shown, "sha256:" + "0" * 64) == proposal_digest(shown)

@@ -159,5 +159,5 @@ def test_private_key_files_are_private(tmp_path: Path) -> None:
     path.chmod(0o644)
     with pytest.raises(CliError, match="readable by others"):
         load_key("alice", tmp_path)
-    with pytest.raises(CliError, match="invalid key name"):
+    with pytest.raises(CliError, match="invalid name"):
         create_key("../x", tmp_path)

@@ -21,8 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from tower import Message
-from tower.contract.wire import ModelReply, ModelRequest, ToolCallRequest
-from tower.core.state import Usage
+from tower.contract.wire import ModelReply, ModelRequest
 
 from .fallback import (
     AGENT_HEADER,
@@ -38,7 +37,8 @@ from .messages import MessageStore
 from .model_stream import AttemptStream
 from .prices import PriceTable
 from .scripted import SCRIPTED_MODEL, Scripts, scripted_reply
-from .streamed import arguments_of, refused, stream_scripted, streamed
+from .stream_modes import EmptyReply, StreamModes, refuses_streaming
+from .streamed import reply_of, stream_scripted, streamed
 from .streams import StreamStore
 from .windowed import windowed_call
 
@@ -116,6 +116,7 @@ class ModelActivities:
         self.streams = streams if settings.stream else None  # the runs' live streams
         self.scripts = scripts or {}  # the scripted model's answers: tower.scripts_of(agents)
         self._clients: dict[str | None, openai.AsyncOpenAI] = {}
+        self._modes = StreamModes()  # how each endpoint answers a streaming request
 
     def _client_for(self, base_url: str | None) -> openai.AsyncOpenAI:
         url = base_url or self.settings.base_url
@@ -202,10 +203,10 @@ class ModelActivities:
             try:
                 if live is not None:  # each model tried is an attempt of its own
                     await live.begin()
-                    kwargs, wire_names = _request_args(endpoint, request)
-                    return await streamed(self._client_for(endpoint.base_url), kwargs,
-                                          wire_names, live)
-                return await self._complete(endpoint, request)
+                reply = await self._ask(endpoint, request, live)
+                if not reply.content and not reply.tool_calls:
+                    raise EmptyReply(endpoint.model, self._url(endpoint))
+                return reply
             except ApplicationError:
                 raise  # a refusal: already classified
             except Exception as exc:
@@ -230,21 +231,32 @@ class ModelActivities:
         raise ApplicationError(f"no model answered: {'; '.join(failures)}",
                                type="ModelUnavailable", next_retry_delay=delay) from last
 
-    async def _complete(self, endpoint: Endpoint, request: ModelRequest) -> ModelReply:
+    def _url(self, endpoint: Endpoint) -> str | None:
+        return endpoint.base_url or self.settings.base_url
+
+    async def _ask(self, endpoint: Endpoint, request: ModelRequest,
+                   live: AttemptStream | None) -> ModelReply:
         kwargs, wire_names = _request_args(endpoint, request)
-        response = await self._client_for(endpoint.base_url).chat.completions.create(**kwargs)
-        message = response.choices[0].message
-        if getattr(message, "refusal", None):
-            raise refused(endpoint.model, message.refusal)
-        calls = [ToolCallRequest(name=wire_names.get(c.function.name, c.function.name),
-                                 arguments=arguments_of(c.function.arguments))
-                 for c in (message.tool_calls or []) if c.type == "function"]
-        usage = Usage(calls=1)
-        if response.usage is not None:
-            usage = Usage(calls=1, prompt_tokens=response.usage.prompt_tokens,
-                          completion_tokens=response.usage.completion_tokens)
-        return ModelReply(model=response.model or endpoint.model, content=message.content,
-                          tool_calls=calls, usage=usage)
+        client = self._client_for(endpoint.base_url)
+        if live is None:
+            response = await client.chat.completions.create(**kwargs)
+            return reply_of(response, endpoint.model, wire_names)
+        # Streamed the way this endpoint answers (stream_modes.py): learned on first contact.
+        url, tries = self._url(endpoint), self._modes.tries(self._url(endpoint), endpoint.model)
+        for mode in tries[:-1]:
+            try:
+                reply, answered = await streamed(client, kwargs, wire_names, live, mode)
+            except Exception as exc:
+                if not refuses_streaming(exc):
+                    raise
+                activity.logger.info("model %s refused a %s request (%s); asking plainer",
+                                     endpoint.model, mode.value, brief(exc))
+                continue
+            self._modes.learn(url, endpoint.model, answered)
+            return reply
+        reply, answered = await streamed(client, kwargs, wire_names, live, tries[-1])
+        self._modes.learn(url, endpoint.model, answered)
+        return reply
 
 
 def _request_args(endpoint: Endpoint, request: ModelRequest

@@ -4,7 +4,8 @@ text handed out in pieces, each piece published to the run's stream (``AttemptSt
 Only the text of a reply is published as it arrives: tool calls' arguments and
 structured output are assembled here and reach subscribers whole, with the attempt's
 ``model_finished`` event. What the activity returns is the same ``ModelReply`` as
-without streaming: the run's history does not change.
+without streaming: the run's history does not change. An endpoint that does not stream
+(``stream_modes``) is asked for a whole completion, whose text is published at once.
 """
 
 from __future__ import annotations
@@ -20,20 +21,41 @@ from tower.contract.wire import ModelReply, ToolCallRequest
 from tower.core.state import Usage
 
 from .model_stream import AttemptStream
+from .stream_modes import Mode
 
 if TYPE_CHECKING:
     import openai
+    from openai.types.chat import ChatCompletion
 
 # A scripted "token": a word and the space after it.
 _PIECES = re.compile(r"\S+\s*|\s+")
 
 
 async def streamed(client: openai.AsyncOpenAI, kwargs: dict[str, Any],
-                   wire_names: dict[str, str], live: AttemptStream) -> ModelReply:
-    """One streamed completion: its text published delta by delta, the reply assembled."""
+                   wire_names: dict[str, str], live: AttemptStream, mode: Mode = Mode.STREAM,
+                   ) -> tuple[ModelReply, Mode]:
+    """One completion asked ``mode``'s way, its text published as it arrives; the reply,
+    and how the server answered (``WHOLE``: a JSON completion to a streaming request)."""
     model = str(kwargs["model"])
-    chunks = await client.chat.completions.create(
-        **kwargs, stream=True, stream_options={"include_usage": True})
+    if mode is Mode.WHOLE:
+        reply = reply_of(await client.chat.completions.create(**kwargs), model, wire_names)
+        await live.delta(reply.content or "")
+        return reply, Mode.WHOLE
+    options: dict[str, Any] = {"stream_options": {"include_usage": True}} \
+        if mode is Mode.STREAM else {}
+    chunks = await client.chat.completions.create(**kwargs, stream=True, **options)
+    if "json" in chunks.response.headers.get("content-type", ""):
+        # A whole completion where events were asked for: read it whole (an SSE reader
+        # would find no event in it, and the reply would look empty).
+        try:
+            body = await chunks.response.aread()
+        finally:
+            await chunks.close()
+        from openai.types.chat import ChatCompletion
+
+        reply = reply_of(ChatCompletion.model_validate_json(body), model, wire_names)
+        await live.delta(reply.content or "")
+        return reply, Mode.WHOLE
     text: list[str] = []
     refusal: list[str] = []
     calls: dict[int, dict[str, str]] = {}
@@ -61,7 +83,25 @@ async def streamed(client: openai.AsyncOpenAI, kwargs: dict[str, Any],
                                   arguments=arguments_of(c["arguments"]))
                   for _, c in sorted(calls.items())]
     return ModelReply(model=answered, content="".join(text) if text else None,
-                      tool_calls=tool_calls, usage=usage)
+                      tool_calls=tool_calls, usage=usage), mode
+
+
+def reply_of(response: ChatCompletion, model: str, wire_names: dict[str, str]) -> ModelReply:
+    """A whole completion as Tower's reply (no choice at all: an empty reply)."""
+    if not response.choices:
+        return ModelReply(model=response.model or model, usage=Usage(calls=1))
+    message = response.choices[0].message
+    if getattr(message, "refusal", None):
+        raise refused(model, message.refusal)
+    calls = [ToolCallRequest(name=wire_names.get(c.function.name, c.function.name),
+                             arguments=arguments_of(c.function.arguments))
+             for c in (message.tool_calls or []) if c.type == "function"]
+    usage = Usage(calls=1)
+    if response.usage is not None:
+        usage = Usage(calls=1, prompt_tokens=response.usage.prompt_tokens,
+                      completion_tokens=response.usage.completion_tokens)
+    return ModelReply(model=response.model or model, content=message.content,
+                      tool_calls=calls, usage=usage)
 
 
 async def stream_scripted(reply: ModelReply, live: AttemptStream, tokens_per_second: float,

@@ -12,8 +12,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from tower.activities.trust import TrustError, read_trust, trust_dir
+from tower.cli import project
 from tower.cli.errors import CliError
-from tower.client import TASK_QUEUE
 from tower.client._pending import Deployment
 from tower.core.policy import PolicyInvalid, PolicyLoosened, effective
 
@@ -60,6 +60,16 @@ def deployment(tenant: str, root: Path | None = None) -> Deployment:
         names = frozenset(agents())
     except (TrustError, ValueError) as exc:
         raise CliError(f"cannot tell genuine requests from forged ones: {exc}") from None
-    queues = os.environ.get("TOWER_TASK_QUEUES") or TASK_QUEUE
+    queues = os.environ.get("TOWER_TASK_QUEUES") or project.task_queue()
     return Deployment(roster=roster, agents=names,
                       queues=frozenset(q.strip() for q in queues.split(",") if q.strip()))
+
+
+def unattested(deployment: Deployment, tenant: str) -> str | None:
+    """Why no request can be listed at all (None: the roster enrols an attestation key):
+    only requests a worker key of the roster vouched for are shown."""
+    if any(m.attests for m in deployment.roster.members):
+        return None
+    return (f"tenant {tenant!r}'s roster enrols no attestation key, so no worker can vouch "
+            "for a request and none is listed: `tower keys worker` makes and enrols one "
+            "(docs/production.md)")

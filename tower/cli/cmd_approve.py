@@ -7,12 +7,13 @@ nothing). ``--signal`` sends it as a fire-and-forget signal instead.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
 from temporalio.client import Client
 
-from tower.cli.approvals import deployment, parse_edits
+from tower.cli.approvals import deployment, parse_edits, unattested
 from tower.cli.cmd_run import print_outcome as print_run_outcome
 from tower.cli.live import follow as follow_run
 from tower.cli.output import json_option, print_json, say, table, tenant_option
@@ -87,6 +88,9 @@ reject = _decision_command(Verdict.REJECT)
 async def _pending(agent: str | None, limit: int, as_json: bool) -> int:
     client = await connect()
     rows = await pending_requests(client, agent=agent, limit=limit)
+    why = unattested(deployment(client.namespace), client.namespace)
+    if why is not None:  # listing nothing would look like nothing waits
+        print(f"warning: {why}", file=sys.stderr)
     if as_json:
         print_json(rows)
         return 0
@@ -134,6 +138,9 @@ def _gate_from_graph(agent: str, node: str) -> dict[str, Any]:
 async def decide(run: str, verdict: Verdict, *, gate: str | None, by: str, role: str | None,
                  note: str, edits: list[str], decision_id: str | None, use_signal: bool,
                  follow: bool, as_json: bool, unsigned: bool = False) -> int:
+    from tower.client.keys import check_name
+
+    check_name(by)  # one line, before the server is asked anything
     client = await connect()
     try:
         out = await send_decision(
@@ -141,10 +148,12 @@ async def decide(run: str, verdict: Verdict, *, gate: str | None, by: str, role:
             edits=parse_edits(edits), decision_id=decision_id, use_signal=use_signal,
             unsigned=unsigned, say=say)
     except DecisionRefused as exc:
+        code = exc.code.value if exc.code else None
         if as_json:
-            print_json({"run": run, "accepted": False, "refused": str(exc)})
+            print_json({"run": run, "accepted": False, "refused": exc.reason, "code": code})
         else:
-            print(f"refused: {exc}")
+            print(f"refused: {exc.reason}")
+            print(f"refusal code: {code or '(none: the run predates refusal codes)'}")
             print("the run's state is unchanged")
         return 1
     if out is None:

@@ -24,10 +24,11 @@ from temporalio.client import (
 from temporalio.exceptions import FailureError
 
 from tower.activities.streams import open_streams
+from tower.cli import project
 from tower.cli.common import CliError, not_found_is, start_run
 from tower.cli.output import json_mode, json_option, print_json, tenant_option
 from tower.cli.streaming import LiveText, StreamPump
-from tower.client import TASK_QUEUE, connect, failure_of, has_workers, update_while_open
+from tower.client import connect, failure_of, has_workers, update_while_open
 from tower.client.errors import RunClosed
 from tower.contract.stream import stream_name
 
@@ -46,7 +47,7 @@ CLOSE = "/close"
 @click.option("--close", is_flag=True, help="close the thread after the messages")
 @click.option("--timeout", type=float, default=120, show_default=True, metavar="SECONDS",
               help="how long to wait for each reply")
-@click.option("--task-queue", default=TASK_QUEUE, help="for a new thread")
+@click.option("--task-queue", default=project.task_queue, help="for a new thread")
 @json_option("one JSON object per line: started, the reply's stream (model_started, each "
              "delta, model_finished, discard, transitions, tool calls), each reply, refused, "
              "closed")

@@ -38,6 +38,10 @@ def prepare_dev_setup(tenants: list[str] | None = None) -> list[str]:
               help="gRPC port")
 @click.option("--ui-port", type=click.IntRange(1, 65535), default=8233, show_default=True,
               help="Web UI port")
+@click.option("--metrics-port", type=click.IntRange(1, 65535),
+              help="the server's /metrics port (default: a free one)")
+@click.option("--http-port", type=click.IntRange(1, 65535),
+              help="the server's HTTP API port (default: a free one)")
 @click.option("--db", default=DEFAULT_DB, show_default=True,
               help="SQLite file for the server's state")
 @click.option("--headless", is_flag=True, help="no Web UI")
@@ -47,14 +51,18 @@ def prepare_dev_setup(tenants: list[str] | None = None) -> list[str]:
               help="the Web UI decodes payloads through this codec server "
                    "(`tower codec-server`), e.g. http://127.0.0.1:8081")
 @json_option("print the server's addresses as one JSON line, then run it")
-def command(port: int, ui_port: int, db: str, headless: bool, tenants: tuple[str, ...],
-            ui_codec_endpoint: str | None, as_json: bool) -> object:
+def command(port: int, ui_port: int, metrics_port: int | None, http_port: int | None, db: str,
+            headless: bool, tenants: tuple[str, ...], ui_codec_endpoint: str | None,
+            as_json: bool) -> object:
     from tower.cli.devserver import dev_server_command
     from tower.client import check_tenant
 
     for tenant in tenants:
         check_tenant(tenant)
     extra = ["--ui-codec-endpoint", ui_codec_endpoint] if ui_codec_endpoint else []
+    # Pinned, so a firewall or a scraper can be told them (else the server picks free ones).
+    extra += ["--metrics-port", str(metrics_port)] if metrics_port else []
+    extra += ["--http-port", str(http_port)] if http_port else []
     # First: without the `temporal` binary nothing is made, not even the dev secret.
     cmd = dev_server_command(port=port, ui_port=ui_port, db=db, headless=headless, extra=extra)
     for line in prepare_dev_setup(list(tenants)):

@@ -21,11 +21,14 @@ from tower.testing.evals.compare import RANK
 from tower.testing.evals.recording import RecordingError
 from tower.testing.evals.world import EvalSetupError
 
+FRESH, LIVE = "fresh", "live"
+FRESH_TOLD = "fresh (the tools' own seed, as before the recorded runs)"
+
 
 @click.command("eval", help=(
     "Re-run recorded runs (history files or folders, or --query on a namespace) against the "
     "project's current code on a dev server of the eval's own, with the same input and the "
-    "same decisions, messages and events, tools on a private copy of the data, and compare "
+    "same decisions, messages and events, tools on fresh data of their own, and compare "
     "each with its baseline: final status and node, path of states, tool calls, gates and "
     "decisions, tokens, cost, latency. Each run is same, changed or regressed."))
 @click.argument("paths", nargs=-1, metavar="[HISTORIES]...")
@@ -42,9 +45,10 @@ from tower.testing.evals.world import EvalSetupError
               help="exit 1 when any run is this (changed: or regressed)")
 @click.option("--report", "report_dir", type=click.Path(file_okay=False, path_type=Path),
               help="write report.md, report.json and a graph picture per moved agent here")
-@click.option("--data", type=click.Path(dir_okay=False, path_type=Path),
-              help="the tools' database to copy (default: TOWER_DB, else .tower/tools.sqlite; "
-                   "none: the tools' own fresh data)")
+@click.option("--data", default=FRESH, show_default=True, metavar="fresh|live|PATH",
+              help="the tools' data each run starts from: fresh (the tools' own seed, as "
+                   "before any run), live (a copy of TOWER_DB, else .tower/tools.sqlite, as "
+                   "it is now, holding what the recorded runs did) or a copy of PATH")
 @click.option("--timeout", type=float, default=120.0, show_default=True,
               help="seconds a run may take before it counts as stuck")
 @click.option("--judge", is_flag=True, help="also ask the model judge (the project's model "
@@ -54,7 +58,7 @@ from tower.testing.evals.world import EvalSetupError
 @json_option("the report as JSON (progress goes to stderr)")
 def command(paths: tuple[str, ...], query: str | None, namespace: str | None, mode: str,
             baseline: Path | None, fail_on: str | None, report_dir: Path | None,
-            data: Path | None, timeout: float, judge: bool, scorers: tuple[str, ...],
+            data: str, timeout: float, judge: bool, scorers: tuple[str, ...],
             as_json: bool) -> Any:
     return _eval(list(paths), query, namespace, Mode(mode), baseline, fail_on, report_dir,
                  data, timeout, judge, list(scorers), as_json)
@@ -62,7 +66,7 @@ def command(paths: tuple[str, ...], query: str | None, namespace: str | None, mo
 
 async def _eval(paths: list[str], query: str | None, namespace: str | None, mode: Mode,
                 baseline_dir: Path | None, fail_on: str | None, report_dir: Path | None,
-                data: Path | None, timeout: float, judge: bool, scorer_specs: list[str],
+                data_choice: str, timeout: float, judge: bool, scorer_specs: list[str],
                 as_json: bool) -> int:
     from tower.activities.model import ModelSettings
     from tower.testing.evals import report as reports
@@ -70,6 +74,7 @@ async def _eval(paths: list[str], query: str | None, namespace: str | None, mode
     if not paths and not query:
         raise CliError("name history files or folders, or --query to read runs from a server")
     folder = project.root()
+    data = _data(data_choice, folder)  # before anything is read: a bad --data changes nothing
     histories = _load(paths) + (await _query(query, namespace) if query else [])
     if not histories:
         raise CliError(f"--query {query!r} found no runs")
@@ -85,7 +90,6 @@ async def _eval(paths: list[str], query: str | None, namespace: str | None, mode
         from tower.testing.evals.judge import gateway_judge
 
         scorers.append(gateway_judge(settings))
-    data = data or _default_data(folder)
     build_worker = project.module("worker").build_worker
     machines = {name: cls.machine for name, cls in agents().items() if hasattr(cls, "machine")}
     unknown = sorted({f"{source} ({kind})" for source, kind in _types(histories)
@@ -94,11 +98,13 @@ async def _eval(paths: list[str], query: str | None, namespace: str | None, mode
         raise CliError(f"not a run of this project's agents ({', '.join(sorted(agents()))}): "
                        + ", ".join(unknown))
     print(f"eval: {len(histories)} histories, models {mode.value} ({settings.describe()}), "
-          f"baseline {baseline_dir or 'the recordings'}, data {data or 'fresh'}",
+          f"baseline {baseline_dir or 'the recordings'}, data {data or FRESH_TOLD}",
           file=sys.stderr, flush=True)
     try:
         report = await evaluate(
-            histories, build_worker, mode=mode, data=data, baseline=baseline,
+            # The live data is hashed before and after even when it is not copied.
+            histories, build_worker, mode=mode, data=data, watch=_live(folder),
+            baseline=baseline,
             baseline_name=str(baseline_dir or "recorded"), scorers=scorers, timeout=timeout,
             progress=_progress, models=settings)
     except (RecordingError, EvalSetupError) as exc:
@@ -148,10 +154,27 @@ def _types(histories: list[tuple[str, WorkflowHistory]]) -> list[tuple[str, str]
         raise CliError(str(exc)) from None
 
 
-def _default_data(folder: Path) -> Path | None:
+def _data(choice: str, folder: Path) -> Path | None:
+    """The tools' database the eval copies: None for fresh data (the project's worker
+    seeds the eval's own database, as it seeds a new deployment's)."""
+    if choice == FRESH:
+        return None
+    if choice == LIVE:
+        path = _live(folder)
+        if not path.is_file():
+            raise CliError(f"--data live: no tools' database at {path} (TOWER_DB, else "
+                           ".tower/tools.sqlite); --data fresh starts from the tools' own seed")
+        return path
+    path = Path(choice)
+    if not path.is_file():
+        raise CliError(f"--data {choice}: not a file (fresh, live or a tools' database)")
+    return path
+
+
+def _live(folder: Path) -> Path:
+    """Where the project's worker keeps the tools' data (worker.py's default)."""
     given = os.environ.get("TOWER_DB")
-    path = Path(given) if given else folder / ".tower" / "tools.sqlite"
-    return path if path.is_file() else None
+    return Path(given) if given else folder / ".tower" / "tools.sqlite"
 
 
 def _import(spec: str) -> Scorer:

@@ -31,6 +31,7 @@ class SignIn:
     proxy_header: str | None = None
     trusted_proxies: tuple[str, ...] = ()
     roles: Path | None = None
+    watchers: tuple[str, ...] = ()  # roles that read every run and decide none
 
 
 @click.command("inbox", help=(
@@ -50,6 +51,9 @@ class SignIn:
               help="... on connections from this proxy address only (repeatable)")
 @click.option("--roles", type=click.Path(path_type=Path),
               help="with --proxy-header: JSON {user: [roles]}")
+@click.option("--watcher-role", "watchers", multiple=True, metavar="ROLE",
+              help="a role whose holders may read every run (and decide none); by default "
+                   "a user sees only the runs whose gates their roles decide (repeatable)")
 @click.option("--issuer", default="inbox", show_default=True, metavar="NAME",
               help="the inbox's signing key (`tower keys new NAME`), listed in the tenant's "
                    "roster with the roles it may vouch for (--vouches-for)")
@@ -60,10 +64,16 @@ class SignIn:
 @json_option("print the inbox's address (and new development logins) as one JSON line")
 @tenant_option
 def command(host: str, port: int, accounts: Path | None, proxy_header: str | None,
-            trusted_proxies: tuple[str, ...], roles: Path | None, issuer: str,
-            web_ui: str | None, tls_cert: str | None, tls_key: str | None,
+            trusted_proxies: tuple[str, ...], roles: Path | None, watchers: tuple[str, ...],
+            issuer: str, web_ui: str | None, tls_cert: str | None, tls_key: str | None,
             as_json: bool) -> Any:
-    sign_in = SignIn(accounts, proxy_header, trusted_proxies, roles)
+    from tower.extras import MissingExtra, require
+
+    try:
+        require("inbox", "tower inbox")
+    except MissingExtra as exc:
+        raise CliError(str(exc)) from None
+    sign_in = SignIn(accounts, proxy_header, trusted_proxies, roles, watchers)
     return serve(sign_in, host=host, port=port, issuer=issuer, web_ui=web_ui,
                  tls_cert=tls_cert, tls_key=tls_key, as_json=as_json)
 
@@ -80,7 +90,8 @@ def build_config(sign_in: SignIn, tenant: str, *, issuer: str, web_ui: str | Non
     common: dict[str, Any] = {"tenant": tenant, "session_secret": secret,
                               "secure_cookies": tls, "web_ui": web_ui,
                               "issuer": load_key(issuer), "store": STORE,
-                              "deployment": deployment(tenant)}
+                              "deployment": deployment(tenant),
+                              "watchers": frozenset(sign_in.watchers)}
     if sign_in.proxy_header:
         if not sign_in.trusted_proxies or sign_in.roles is None:
             raise CliError("--proxy-header needs --trusted-proxy IP (the proxy's address) and "

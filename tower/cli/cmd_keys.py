@@ -1,4 +1,5 @@
-"""`tower keys new NAME`, `tower keys enrol NAME`: approvers' signing keys.
+"""`tower keys new NAME`, `tower keys enrol NAME`: approvers' signing keys; `tower keys worker`:
+the deployment's attestation key.
 
 ``new`` makes a key pair for an approver (the private key stays in their config dir) and
 prints the public JWK for the roster. ``enrol`` is the deployment's side: it adds a
@@ -71,4 +72,34 @@ def enrol(name: str, for_tenant: str, roles: tuple[str, ...], vouches_for: tuple
         return 0
     print(f"{name} in tenant {for_tenant!r}'s roster: roles {', '.join(who.roles) or '-'}; "
           f"keys {', '.join(k.kid for k in who.keys)}")
+    return 0
+
+
+@keys.command("worker", help=(
+    "Make the deployment's attestation key (<trust dir>/<tenant>/worker.jwk, mode 0600, kept "
+    "if it exists) and enrol its public half in the tenant's roster as the member that "
+    "vouches for its workers' pending requests: without it, `tower pending` and the inbox "
+    "list none. Give the key to every worker (the same trust dir, or TOWER_WORKER_KEY)."))
+@click.option("--for-tenant", default="default", show_default=True, metavar="TENANT")
+@click.option("--name", default="worker", show_default=True, help="its name in the roster")
+@click.option("--trust-dir", type=click.Path(path_type=Path))
+@json_option("the roster member and where the key is, as JSON")
+def worker(for_tenant: str, name: str, trust_dir: Path | None, as_json: bool) -> int:
+    from tower.activities.attest import WORKER_KEY_FILE
+    from tower.activities.trust import tenant_dir
+    from tower.activities.trust import trust_dir as default_trust_dir
+    from tower.cli.trust_files import enrol_worker, ensure_policy
+
+    root = trust_dir or default_trust_dir()
+    roster = enrol_worker(root, for_tenant, name)
+    ensure_policy(root, for_tenant)
+    who = next(m for m in roster.members if m.attests)
+    key = tenant_dir(root, for_tenant) / WORKER_KEY_FILE
+    if as_json:
+        print_json({"tenant": for_tenant, "key": str(key),
+                    **who.model_dump(mode="json", exclude_none=True)})
+        return 0
+    print(f"{who.name} attests tenant {for_tenant!r}'s requests: key {key} (mode 0600; "
+          f"kid {', '.join(k.kid for k in who.keys)}). Workers read it from this trust dir, "
+          "or from the file TOWER_WORKER_KEY names.")
     return 0

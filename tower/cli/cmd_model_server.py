@@ -9,6 +9,7 @@ import click
 
 from tower.cli.errors import CliError
 from tower.cli.output import json_option, print_json
+from tower.testing.model_sse import STREAMING
 
 
 @click.command("model-server", help=(
@@ -22,8 +23,13 @@ from tower.cli.output import json_option, print_json
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the fault picker")
 @click.option("--slow-seconds", type=float, default=5.0, show_default=True,
               help="how long a 'slow' fault holds the reply")
+@click.option("--streaming", type=click.Choice(STREAMING),
+              default="sse", show_default=True,
+              help="how a streaming request is answered: server-sent events, one whole JSON "
+                   "completion, a 400 to stream_options, a 400 to any streaming request")
 @json_option("print the server's address as one JSON line, then serve")
-def command(port: int, fault_rate: float, seed: int, slow_seconds: float, as_json: bool) -> int:
+def command(port: int, fault_rate: float, seed: int, slow_seconds: float, streaming: str,
+            as_json: bool) -> int:
     from tower.cli.agents import scripted_reply
     from tower.testing.model_server import LoopbackModelServer
 
@@ -36,6 +42,7 @@ def command(port: int, fault_rate: float, seed: int, slow_seconds: float, as_jso
                                      slow_seconds=slow_seconds)
     except OSError as exc:
         raise CliError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
+    server.set_streaming(streaming)
     with server:
         if as_json:
             print_json({"base_url": server.base_url, "fault_rate": fault_rate}, line=True)

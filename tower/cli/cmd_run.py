@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import uuid
 from typing import Any
 
 import click
 
+from tower.cli import project
 from tower.cli.errors import CliError
 from tower.cli.output import json_option, print_json, say, tenant_option
-from tower.client import TASK_QUEUE
 
 
 def _agents_help() -> str:
@@ -27,7 +28,7 @@ def _agents_help() -> str:
 @click.option("--input", "raw_input", required=True,
               help='e.g. \'{"question": "Check ACC-1001"}\'')
 @click.option("--id", "run_id", help="workflow id (default: AGENT-<random>)")
-@click.option("--task-queue", default=TASK_QUEUE, show_default=True)
+@click.option("--task-queue", default=project.task_queue, show_default="the project's")
 @click.option("--follow/--no-follow", default=True,
               help="show transitions live with a progress line (the default), or start and "
                    "print the run id only")
@@ -146,5 +147,12 @@ def print_outcome(status: str, state: dict[str, Any]) -> None:
              and m.get("role") == "assistant"]
     if final:
         print(f"reply: {final[-1]['content']}")
+    # A run that ended DONE recovered from its errors: they are history, not its outcome.
+    label = "recovered from" if status == "DONE" else "error"
     for error in state.get("errors", []) or []:
-        print(f"error: {error}")
+        print(f"{label}: {_undoubled(str(error))}")
+
+
+def _undoubled(error: str) -> str:
+    """``node: node: why`` (the node named by the engine and again by its reason) once."""
+    return re.sub(r"^([\w.-]+): \1: ", r"\1: ", error)

@@ -6,7 +6,9 @@ an app): ``--project DIR``, else the nearest folder at or above the current one 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import tomllib
 from pathlib import Path
 from types import ModuleType
 
@@ -69,3 +71,23 @@ def module(name: str) -> ModuleType:
     """One of the project's own modules (``worker``, ``workflows.refund``)."""
     root()
     return importlib.import_module(name)
+
+
+def task_queue() -> str:
+    """The task queue the CLI starts and lists runs on: TOWER_TASK_QUEUE, else the
+    project's own (``[tool.tower] task-queue`` in its pyproject.toml: a project made by
+    ``tower new`` is named after itself, so two projects on one server never share one),
+    else ``tower``."""
+    from tower.client import TASK_QUEUE
+
+    if os.environ.get("TOWER_TASK_QUEUE"):
+        return os.environ["TOWER_TASK_QUEUE"]
+    folder = find()
+    config = folder / "pyproject.toml" if folder is not None else None
+    if config is None or not config.is_file():
+        return TASK_QUEUE
+    try:
+        tower = tomllib.loads(config.read_text()).get("tool", {}).get("tower", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return TASK_QUEUE
+    return str(tower.get("task-queue") or TASK_QUEUE)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from tower.activities.attest import WORKER_KEY_FILE
+from tower.activities.private_files import write_private
 from tower.activities.trust import tenant_dir
 from tower.cli.errors import CliError
 from tower.client.keys import create_key, key_path, load_key, member, new_key, with_member
@@ -90,9 +91,9 @@ def enrol_worker(root: Path, tenant: str, name: str = "worker") -> Roster:
     path = tenant_dir(root, tenant) / WORKER_KEY_FILE
     if not path.is_file():
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(new_key()))
-            path.chmod(0o600)
+            write_private(path, json.dumps(new_key()), exclusive=True)
+        except FileExistsError:
+            pass  # another process made it just now: theirs is the one
         except OSError as exc:
             raise CliError(f"cannot write {path} in the trust directory (TOWER_TRUST_DIR): "
                            f"{exc.filename}: {exc.strerror or exc}") from None

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tower.client._decisions import decide, last_request, send_decision
     from tower.client._follow import Position, RunEnd, follow
-    from tower.client._pending import Waiting, pending, pending_of
+    from tower.client._pending import Deployment, NotGenuine, Waiting, pending, pending_of
     from tower.client._recovery import Retried, retry
     from tower.client._replay import load, replay
     from tower.client._runs import (
@@ -50,6 +50,9 @@ if TYPE_CHECKING:
         use_tenant,
     )
     from tower.client.errors import ClientError, DecisionRefused, RunClosed, RunNotFound
+    from tower.contract.decisions import Verdict
+    from tower.contract.search import start_attributes
+    from tower.contract.stream import Reply
 
 # name -> the module that defines it, imported on first use.
 _LAZY = {
@@ -76,6 +79,8 @@ _LAZY = {
     "Position": "tower.client._follow",
     "RunEnd": "tower.client._follow",
     "follow": "tower.client._follow",
+    "Deployment": "tower.client._pending",
+    "NotGenuine": "tower.client._pending",
     "Waiting": "tower.client._pending",
     "pending": "tower.client._pending",
     "pending_of": "tower.client._pending",
@@ -87,15 +92,18 @@ _LAZY = {
     "load": "tower.client._replay",
     "replay": "tower.client._replay",
     "stream": "tower.client._stream",
+    "start_attributes": "tower.contract.search",  # a run's first, set at its start
+    "Verdict": "tower.contract.decisions",  # approve or reject
+    "Reply": "tower.contract.stream",  # a reply as it forms
 }
 
 __all__ = [
-    "ClientError", "DEFAULT_ADDRESS", "DecisionRefused", "Position", "Retried", "RunClosed",
-    "RunEnd", "RunNotFound", "ServerUnreachable", "TASK_QUEUE", "UnknownTenant", "Waiting",
-    "check_tenant", "connect", "connect_config", "decide", "describe", "failure_of",
-    "follow", "has_workers", "history_end", "last_request", "load", "pending", "pending_of",
-    "query", "reason_of", "replay", "retry", "send_decision", "start_run", "stream",
-    "update_while_open", "use_tenant",
+    "ClientError", "DEFAULT_ADDRESS", "DecisionRefused", "Deployment", "NotGenuine", "Position",
+    "Reply", "Retried", "RunClosed", "RunEnd", "RunNotFound", "ServerUnreachable", "TASK_QUEUE",
+    "UnknownTenant", "Verdict", "Waiting", "check_tenant", "connect", "connect_config", "decide",
+    "describe", "failure_of", "follow", "has_workers", "history_end", "last_request", "load",
+    "pending", "pending_of", "query", "reason_of", "replay", "retry", "send_decision",
+    "start_attributes", "start_run", "stream", "update_while_open", "use_tenant",
 ]
 
 

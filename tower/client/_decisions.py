@@ -29,8 +29,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tower.client._runs import describe, query
 from tower.client.errors import ClientError, DecisionRefused, RunNotFound
-from tower.client.keys import sign_decision
-from tower.contract.decisions import GateRecord, Verdict, proposal_digest
+from tower.client.keys import check_name, sign_decision
+from tower.contract.decisions import (
+    GateRecord,
+    Verdict,
+    legacy_proposal_digest,
+    proposal_digest,
+)
+from tower.contract.refusals import RefusalCode
 from tower.core.gates import Outcome
 from tower.core.signing import decision_claims
 from tower.temporal._gating import UNKNOWN_KEY, Gatekeeper
@@ -51,6 +57,7 @@ async def decide(
     ``config``, default ``tower.client.keys.config_dir()``) and send it; the Outcome the run
     reported, or None when sent as a signal. DecisionRefused when the run refuses it
     (nothing changed). ``say`` hears what is done (and any wait for a worker)."""
+    check_name(approver)  # before anything is asked of the server
     handle = client.get_workflow_handle(run)
     approvals = await _approvals(client, run, say=say, takeover=takeover)
     pending = approvals.get("pending")
@@ -65,7 +72,7 @@ async def decide(
     payload, how = make_decision(
         tenant=client.namespace, run=run, pending=request, verdict=verdict, approver=approver,
         role=role, note=note, edits=edits, decision_id=decision_id, unsigned=unsigned,
-        config=config)
+        config=config, digest=signed_digest(request, approvals.get("proposal_digest")))
     if say:
         say(f"decision {decision_id}: {verdict.value} gate {request.gate} of {run} by "
             f"{approver} ({role}), {how}")
@@ -101,7 +108,16 @@ async def send_decision(client: Client, run: str, message: dict[str, Any]) -> Ou
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
         raise DecisionRefused(getattr(cause, "message", None) or str(cause),
-                              unknown_key=getattr(cause, "type", None) == UNKNOWN_KEY) from None
+                              code=refusal_code(cause)) from None
+
+
+def refusal_code(cause: Any) -> RefusalCode | None:
+    """The code a run's refusal carries (its error's first detail); a run recorded before
+    codes sent none, and its unknown-key refusal only by the error's type."""
+    details = getattr(cause, "details", None) or ()
+    if details and isinstance(details[0], str) and details[0] in set(RefusalCode):
+        return RefusalCode(details[0])
+    return RefusalCode.UNKNOWN_KEY if getattr(cause, "type", None) == UNKNOWN_KEY else None
 
 
 async def _approvals(client: Client, run: str, *, say: Callable[[str], None] | None,
@@ -137,17 +153,30 @@ def last_request(approvals: dict[str, Any]) -> str:
     return f"its last request, gate {r['gate']}, was {r['status']}{who}{when}"
 
 
+def signed_digest(request: GateRecord, reported: Any) -> str:
+    """The digest to sign for ``request``: RFC 8785's (``proposal_digest``). A run recorded
+    before it judges by the legacy form and reports so (``reported``, its ``approvals``
+    query): that one, only when it is the legacy digest of this very request."""
+    if isinstance(reported, str) and reported == legacy_proposal_digest(request):
+        return reported
+    return proposal_digest(request)
+
+
 def make_decision(
     *, tenant: str, run: str, pending: GateRecord, verdict: Verdict, approver: str,
     role: str, note: str = "", edits: dict[str, Any] | None = None,
     decision_id: str | None = None, unsigned: bool = False, config: Path | None = None,
+    digest: str | None = None,
 ) -> tuple[dict[str, Any], str]:
     """The wire message for a decision on ``pending`` (the request the run showed), and a
     line saying how it was signed. It names the request's run id, step and proposal
-    digest: the run accepts it only while that very proposal is pending there."""
+    digest (``digest``, default ``proposal_digest(pending)``): the run accepts it only
+    while that very proposal is pending there."""
+    check_name(approver)
     fields: dict[str, Any] = dict(tenant=tenant, run=run, run_id=pending.run_id,
                                   gate=pending.gate, request=pending.step,
-                                  proposal=proposal_digest(pending), verdict=verdict.value,
+                                  proposal=digest or proposal_digest(pending),
+                                  verdict=verdict.value,
                                   role=role, edits=edits or {}, note=note,
                                   jti=decision_id or f"d-{uuid.uuid4().hex[:12]}")
     if unsigned:

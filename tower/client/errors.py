@@ -5,6 +5,11 @@ Kept free of heavy imports: the CLI's error printer recognises these by name.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # `tower --help` loads this module, and no contract types
+    from tower.contract.refusals import RefusalCode
+
 
 class ClientError(Exception):
     """What was asked cannot be done; the message says why (and what to do)."""
@@ -15,12 +20,17 @@ class RunNotFound(ClientError):
 
 
 class DecisionRefused(ClientError):
-    """The run refused the decision; nothing changed. ``unknown_key``: signed with a key
-    the run's roster did not have when it judged it."""
+    """The run refused the decision; nothing changed. ``code`` says why (read it, never
+    the words of ``reason``); None only from a run too old to send one."""
 
-    def __init__(self, reason: str, *, unknown_key: bool = False) -> None:
+    def __init__(self, reason: str, *, code: RefusalCode | None = None) -> None:
         super().__init__(reason)
-        self.unknown_key = unknown_key
+        self.reason, self.code = reason, code
+
+    @property
+    def unknown_key(self) -> bool:
+        """Signed with a key the run's roster did not have when it judged it."""
+        return self.code == "unknown_key"  # RefusalCode.UNKNOWN_KEY (a StrEnum)
 
 
 class RunClosed(ClientError):

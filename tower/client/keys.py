@@ -19,6 +19,7 @@ from typing import Any
 
 from joserfc.jwk import OKPKey
 
+from tower.activities.private_files import write_private
 from tower.client.errors import ClientError
 from tower.contract.trust import Claims, Member, PublicKey, Roster
 from tower.core.signing import decision_claims, public_of, sign
@@ -34,10 +35,17 @@ def config_dir(env: dict[str, str] | None = None) -> Path:
     return Path(base) / "tower"
 
 
+def check_name(name: str) -> str:
+    """``name`` if it may name an approver and their key file; else a one-line ClientError
+    (never a path: ``../x`` is refused)."""
+    if not isinstance(name, str) or not NAME.match(name):
+        raise ClientError(f"invalid name {str(name)[:100]!r}: 1 to 100 letters, digits, "
+                          ". _ @ -, starting with a letter or digit")
+    return name
+
+
 def key_path(name: str, config: Path | None = None) -> Path:
-    if not NAME.match(name):
-        raise ClientError(f"invalid key name {name!r} (letters, digits, . _ @ -)")
-    return (config or config_dir()) / "keys" / f"{name}.jwk"
+    return (config or config_dir()) / "keys" / f"{check_name(name)}.jwk"
 
 
 def new_key(kid: str | None = None) -> dict[str, Any]:
@@ -53,13 +61,11 @@ def create_key(name: str, config: Path | None = None, *, kid: str | None = None)
     if path.exists():
         raise ClientError(f"{path} exists: a key is never overwritten (rotate with a new NAME "
                        "or remove the old file yourself)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.parent.chmod(0o700)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.parent.chmod(0o700)  # one made before, looser
     private = new_key(kid or f"{name}-{time.strftime('%Y%m%d')}-{uuid.uuid4().hex[:6]}")
     # Created with 0600 from the start: no moment where another user could read it.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(private, f)
+    write_private(path, json.dumps(private), exclusive=True)
     return public_of(private)
 
 

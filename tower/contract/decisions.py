@@ -9,6 +9,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
+import rfc8785
 from pydantic import BaseModel, ConfigDict, Field
 
 from tower.contract.pending import EditLimit
@@ -95,14 +96,41 @@ class GateRecord(BaseModel):
     reason: str = ""  # why it expired or went stale
 
 
+class ProposalNotCanonical(ValueError):
+    """A proposal with a value RFC 8785 cannot canonicalize (an integer beyond ±(2**53-1),
+    NaN, an infinity): no client in another language could compute its digest."""
+
+
+def canonical_proposal(record: GateRecord) -> dict[str, Any]:
+    """What an approver decides, as one JSON object: the gate, its node, the proposal
+    (action, arguments, amounts, limit), the editable fields and their limits. Every
+    surface shows this object and every signer digests it (``proposal_digest``)."""
+    return {"v": 1, "gate": record.gate, "node": record.node, "when": record.when,
+            "proposal": record.proposal, "editable": sorted(record.editable),
+            "limits": {k: v.model_dump(mode="json") for k, v in record.limits.items()}}
+
+
+def canonical_bytes(record: GateRecord) -> bytes:
+    """``canonical_proposal`` in the RFC 8785 (JCS) form: keys sorted by UTF-16 code units,
+    no whitespace, numbers as ECMAScript prints them (``1.0`` is ``1``), UTF-8."""
+    try:
+        return rfc8785.dumps(canonical_proposal(record))
+    except rfc8785.CanonicalizationError as exc:
+        raise ProposalNotCanonical(f"the proposal cannot be canonicalized (RFC 8785): "
+                                   f"{exc}") from None
+
+
 def proposal_digest(record: GateRecord) -> str:
-    """What an approver decides, as one value: sha256 of the canonical JSON of the gate, its
-    node, the proposal (action, arguments, amounts, limit), the editable fields and their
-    limits. The run, the CLI and the inbox all call this on the same pending record; a
-    decision names it and is accepted only while that proposal is pending."""
-    shown = {"v": 1, "gate": record.gate, "node": record.node, "when": record.when,
-             "proposal": record.proposal, "editable": sorted(record.editable),
-             "limits": {k: v.model_dump(mode="json") for k, v in record.limits.items()}}
-    canonical = json.dumps(shown, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                           default=str)
+    """``sha256:`` and the hex SHA-256 of ``canonical_bytes``: what a decision names. The
+    run, the CLI, the inbox and any client (in any language: docs/approvals.md gives the
+    steps and a test vector) compute it on the same pending record; a decision is accepted
+    only while that proposal is pending. Raises ``ProposalNotCanonical``."""
+    return "sha256:" + hashlib.sha256(canonical_bytes(record)).hexdigest()
+
+
+def legacy_proposal_digest(record: GateRecord) -> str:
+    """The digest as runs recorded before RFC 8785 computed it (Python's sorted JSON, which
+    prints ``1.0``): only those runs use it, so their histories replay as recorded."""
+    canonical = json.dumps(canonical_proposal(record), sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False, default=str)
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()

@@ -115,9 +115,12 @@ class TrustSnapshot(BaseModel):
 
 
 class Signed(BaseModel):
-    """What every token's claims carry: who signed it for, when, until when (seconds)."""
+    """What every token's claims carry: who signed it for, when, until when (seconds).
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Strict: a value of the wrong JSON type is refused, never coerced (``"request": "3"``
+    is not step 3), so what a signer meant is what the run reads."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     jti: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._:-]+$")
     iat: int

@@ -31,21 +31,24 @@ from tower.contract.decisions import (
     Decision,
     GateRecord,
     GateStatus,
+    ProposalNotCanonical,
     SignedDecision,
     Verdict,
     proposal_digest,
 )
 from tower.contract.pending import EditLimit
+from tower.contract.refusals import RefusalCode
 from tower.contract.trust import Claims, TrustSnapshot
 from tower.core.edits import EditCheck, check_edits
 from tower.core.engine import fail
 from tower.core.errors import IllegalTransition
 from tower.core.graph import Machine
-from tower.core.signing import SignatureRefused, UnknownKey, authority, verify_decision
+from tower.core.signing import SignatureRefused, authority, verify_decision
 from tower.core.state import AgentState, S, Status, UpdateError, apply_update
 from tower.core.transition import Kind, Transition, move, within_budget
 
 Recheck = Callable[[Any, Any], Awaitable[str | None]]  # (ctx, state) -> why stale, or None
+Digest = Callable[[GateRecord], str]  # proposal_digest (or, in runs recorded before, legacy)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ class Refusal(BaseModel):
     at: datetime
     via: Literal["signal", "update"]
     reason: str
+    code: RefusalCode | None = None  # what every surface reads (the reason is for people)
     decision_id: str = ""
     gate: str = ""
     approver: str = ""
@@ -144,13 +148,17 @@ class Check:
     ok: bool
     reason: str = ""
     duplicate: bool = False
-    # Refused only because the roster names no key of the token's key id: perhaps one
-    # added since the roster was read (a signalled decision waits for a re-read).
-    unknown_key: bool = False
+    code: RefusalCode | None = None  # why it was refused (None: accepted)
+
+    @property
+    def unknown_key(self) -> bool:
+        """Refused only because the roster names no key of the token's key id: perhaps one
+        added since the roster was read (a signalled decision waits for a re-read)."""
+        return self.code == RefusalCode.UNKNOWN_KEY
 
 
-def refuse(reason: str) -> Check:
-    return Check(False, reason)
+def refuse(code: RefusalCode, reason: str) -> Check:
+    return Check(False, reason, code=code)
 
 
 def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime,
@@ -161,32 +169,32 @@ def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime,
     try:
         message = SignedDecision.model_validate(raw)
     except ValidationError as exc:
-        return None, refuse(f"malformed decision: {_brief(exc)}")
+        return None, refuse(RefusalCode.MALFORMED, f"malformed decision: {_brief(exc)}")
     policy = trust.policy
     if message.token is not None:
         try:
             claims, member, kid = verify_decision(message.token, trust.roster,
                                                   now=now.timestamp())
         except SignatureRefused as exc:
-            return None, Check(False, str(exc), unknown_key=isinstance(exc, UnknownKey))
+            return None, refuse(exc.code, str(exc))
         problem = authority(member, claims.sub, claims.role)
         if problem:
-            return None, refuse(problem)
+            return None, refuse(RefusalCode.NOT_AUTHORIZED, problem)
     elif message.unsigned is not None:
         if not policy.unsigned_allowed:
-            return None, refuse("unsigned decision refused: this deployment requires signed "
-                                "decisions (docs/approvals.md)")
+            return None, refuse(RefusalCode.POLICY, "unsigned decision refused: this "
+                                "deployment requires signed decisions (docs/approvals.md)")
         try:
             claims, kid = Claims.model_validate(message.unsigned), None
         except ValidationError as exc:
-            return None, refuse(f"malformed decision: {_brief(exc)}")
+            return None, refuse(RefusalCode.MALFORMED, f"malformed decision: {_brief(exc)}")
         if claims.exp <= now.timestamp():
-            return None, refuse(f"decision expired at {claims.exp}")
+            return None, refuse(RefusalCode.TOKEN_EXPIRED, f"decision expired at {claims.exp}")
     else:
-        return None, refuse("malformed decision: no token")
+        return None, refuse(RefusalCode.MALFORMED, "malformed decision: no token")
     if claims.exp - claims.iat > policy.max_decision_seconds:
-        return None, refuse(f"decision lives {claims.exp - claims.iat}s; the tenant's policy "
-                            f"allows at most {policy.max_decision_seconds}s")
+        return None, refuse(RefusalCode.POLICY, f"decision lives {claims.exp - claims.iat}s; "
+                            f"the tenant's policy allows at most {policy.max_decision_seconds}s")
     return Decision(
         decision_id=claims.jti, tenant=claims.tenant, run=claims.run, gate=claims.gate,
         decision=Verdict(claims.verdict), approver=claims.sub, role=claims.role,
@@ -198,6 +206,7 @@ def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime,
 def check_decision(
     d: Decision, *, state: AgentState | None, gates: Mapping[str, Gate], tenant: str,
     run: str, now: datetime, in_flight: Decision | None = None, legacy_edits: bool = False,
+    digest: Digest = proposal_digest,
 ) -> Check:
     """Whether ``d`` may decide the run's pending gate. Pure; the state is not touched.
 
@@ -208,52 +217,60 @@ def check_decision(
     edit checks were (``check_edits``).
     """
     if d.tenant != tenant:
-        return refuse(f"decision is for tenant {d.tenant!r}; this run belongs to {tenant!r}")
+        return refuse(RefusalCode.WRONG_RUN,
+                      f"decision is for tenant {d.tenant!r}; this run belongs to {tenant!r}")
     if d.run != run:
-        return refuse(f"decision is for run {d.run!r}, not {run!r}")
+        return refuse(RefusalCode.WRONG_RUN, f"decision is for run {d.run!r}, not {run!r}")
     if state is None:  # nothing to decide yet
-        return refuse(_not_pending(d.gate, state, gates))
+        return refuse(*_not_pending(d.gate, state, gates))
     for earlier in ([in_flight] if in_flight else []) + [
             r.decision for r in state.approvals if r.decision]:
         if earlier.decision_id == d.decision_id:
             if _substance(earlier) != _substance(d):
-                return refuse(f"decision id {d.decision_id!r} was already used for a "
+                return refuse(RefusalCode.ALREADY_DECIDED,
+                              f"decision id {d.decision_id!r} was already used for a "
                               "different decision")
             return Check(True, duplicate=True)
     pending = pending_record(state)
     if pending is None or pending.gate != d.gate:
-        return refuse(_not_pending(d.gate, state, gates))
+        return refuse(*_not_pending(d.gate, state, gates))
     if in_flight is not None:
-        return refuse(f"gate {d.gate!r} was already decided: {in_flight.decision.value} by "
+        return refuse(RefusalCode.ALREADY_DECIDED,
+                      f"gate {d.gate!r} was already decided: {in_flight.decision.value} by "
                       f"{in_flight.approver}")
-    problem = _other_request(d, pending)  # what the approver was shown
-    if problem:
-        return refuse(problem)
+    other = _other_request(d, pending, digest)  # what the approver was shown
+    if other:
+        return refuse(*other)
     if now >= pending.expires_at:
-        return refuse(f"request for gate {d.gate!r} expired at "
+        return refuse(RefusalCode.EXPIRED, f"request for gate {d.gate!r} expired at "
                       f"{canonical_time(pending.expires_at)}")
     if d.role != pending.role:
-        return refuse(f"role {d.role!r} may not decide gate {d.gate!r} (needs {pending.role!r})")
+        return refuse(RefusalCode.NOT_AUTHORIZED,
+                      f"role {d.role!r} may not decide gate {d.gate!r} (needs {pending.role!r})")
     problem = check_edits(gates[d.gate], state, d, legacy=legacy_edits)
-    return refuse(problem) if problem else Check(True)
+    return refuse(RefusalCode.BAD_EDIT, problem) if problem else Check(True)
 
 
 def canonical_time(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _other_request(d: Decision, pending: GateRecord) -> str | None:
+def _other_request(d: Decision, pending: GateRecord, digest: Digest
+                   ) -> tuple[RefusalCode, str] | None:
     """Why ``d`` was made for another request than the pending one: another step, another
     run (a reset, a new run under the same workflow id) or another proposal."""
     if d.request != pending.step:
-        return (f"decision answers the request opened at step {d.request}; the pending "
-                f"request was opened at step {pending.step}")
+        return RefusalCode.WRONG_REQUEST, (
+            f"decision answers the request opened at step {d.request}; the pending "
+            f"request was opened at step {pending.step}")
     if d.run_id != pending.run_id:
-        return (f"decision was made for run id {d.run_id}; the pending request is in run id "
-                f"{pending.run_id} (a reset or a new run voids earlier decisions)")
-    if d.proposal != proposal_digest(pending):
-        return (f"decision was made for another proposal ({d.proposal}); the pending "
-                f"proposal is {proposal_digest(pending)}: look at it and decide again")
+        return RefusalCode.WRONG_RUN, (
+            f"decision was made for run id {d.run_id}; the pending request is in run id "
+            f"{pending.run_id} (a reset or a new run voids earlier decisions)")
+    if d.proposal != digest(pending):
+        return RefusalCode.WRONG_PROPOSAL, (
+            f"decision was made for another proposal ({d.proposal}); the pending "
+            f"proposal is {digest(pending)}: look at it and decide again")
     return None
 
 
@@ -269,19 +286,25 @@ def _brief(exc: ValidationError) -> str:
                      for e in exc.errors()[:5])
 
 
-def _not_pending(gate: str, state: AgentState | None, gates: Mapping[str, Gate]) -> str:
+def _not_pending(gate: str, state: AgentState | None, gates: Mapping[str, Gate]
+                 ) -> tuple[RefusalCode, str]:
     if gate not in gates:
-        return f"unknown gate {gate!r} (gates: {', '.join(sorted(gates)) or 'none'})"
+        return RefusalCode.NOT_PENDING, (f"unknown gate {gate!r} (gates: "
+                                         f"{', '.join(sorted(gates)) or 'none'})")
     if state is None:
-        return f"gate {gate!r} is not awaiting a decision: the run has not started"
+        return RefusalCode.NOT_PENDING, (f"gate {gate!r} is not awaiting a decision: the run "
+                                         "has not started")
     last = next((r for r in reversed(state.approvals) if r.gate == gate), None)
     if last is not None and last.status == GateStatus.EXPIRED:
-        return f"request for gate {gate!r} expired at {canonical_time(last.expires_at)}"
+        return RefusalCode.EXPIRED, (f"request for gate {gate!r} expired at "
+                                     f"{canonical_time(last.expires_at)}")
     if last is not None and last.status != GateStatus.PENDING and last.decision is not None:
-        return (f"gate {gate!r} was already decided: {last.decision.decision.value} by "
-                f"{last.decision.approver}")
-    return (f"gate {gate!r} is not awaiting a decision (the run is at {state.node}, "
-            f"{state.status.value})")
+        return RefusalCode.ALREADY_DECIDED, (
+            f"gate {gate!r} was already decided: {last.decision.decision.value} by "
+            f"{last.decision.approver}")
+    return RefusalCode.NOT_PENDING, (
+        f"gate {gate!r} is not awaiting a decision (the run is at {state.node}, "
+        f"{state.status.value})")
 
 
 def outcome(record: GateRecord, decision_id: str, state: AgentState,
@@ -334,6 +357,11 @@ def open_gate(
         limits={k: v for k, v in (gate.limits(merged) if gate.limits else {}).items()
                 if k in gate.editable},
     )
+    try:  # a proposal no client could digest is never put to an approver
+        proposal_digest(record)
+    except ProposalNotCanonical as exc:
+        return fail(machine, merged, f"gate {gate.name}: {exc}", at=at, event_id=event_id,
+                    calls=calls)
     reason = (f"gate {gate.name}: awaiting approval by role {role} until "
               f"{canonical_time(expires)}")
     return move(machine, merged, gate.node, gate.node, Kind.GATE, reason, at=at,

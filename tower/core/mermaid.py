@@ -23,9 +23,14 @@ def to_mermaid(machine: Machine) -> str:
     budget = machine.budget
     if budget is not None:
         # Entering a node past its visit limit escalates instead: draw that move.
+        # (A gate's exits count: a timeout or rejection can enter a node past its limit.)
+        enters = [(source, out.targets) for source, out in machine.transitions.items()]
+        enters += [(node, tuple(gate_exits(gate))) for node, gate in machine.gates.items()]
         for limited, limit in budget.max_visits.items():
-            for source, out in machine.transitions.items():
-                if limited in out.targets:
+            drawn: set[str] = set()
+            for source, targets in enters:
+                if limited in targets and source not in drawn:
+                    drawn.add(source)
                     lines.append(f"    {source} --> {ref(budget.escalate_to)}: over budget "
                                  f"({limited} > {limit} visits)")
         if budget.max_steps is not None:

@@ -90,10 +90,10 @@ def over_budget(machine: Machine, state: AgentState, target: str) -> str | None:
     if budget is None or target in TERMINALS:
         return None
     if budget.max_steps is not None and state.step + 1 > budget.max_steps:
-        return f"step budget exceeded ({budget.max_steps} steps)"
+        return f"step budget exceeded ({_times(budget.max_steps, 'step')})"
     limit = budget.max_visits.get(target)
     if limit is not None and state.visits.get(target, 0) + 1 > limit:
-        return f"loop budget exceeded ({target} visited {limit} times)"
+        return f"loop budget exceeded ({target} visited {_times(limit, 'time')})"
     used = state.usage
     if budget.max_tokens is not None and used.tokens > budget.max_tokens:
         return f"token budget exceeded ({used.tokens} tokens > {budget.max_tokens})"
@@ -115,3 +115,7 @@ def within_budget(
     # Escalating twice means the escalation path itself ran out of budget: stop.
     target = FAILED if escalate_to in state.visits else escalate_to
     return apply_update(state, {"errors": [over]}), target, Kind.BUDGET, over
+
+
+def _times(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

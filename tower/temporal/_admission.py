@@ -30,25 +30,47 @@ TRUST_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interva
 TRUST_DEADLINE = timedelta(minutes=5)
 
 
+class _NothingAsked(BaseModel):
+    """The input of a carried run, as far as its limits go: its state already holds them."""
+
+
+_NOTHING_ASKED = _NothingAsked()
+
+
 class Admission:
     """The run's roster and policy snapshot (``_trust``) and how it gets it."""
 
     machine: ClassVar[Machine]
     # The agent's limits (a model whose fields say which way is stricter), or None.
     Policy: ClassVar[type[BaseModel] | None] = None
+    # Does the runtime admit every run's input before the agent's own code (tower/temporal/
+    # _start.py)? None: when the agent has gates or a Policy.
+    admits: ClassVar[bool | None] = None
 
     def _init_trust(self) -> None:
         self._trust: TrustSnapshot | None = None  # None: not admitted (an agent with no gates)
         self._refreshed_at: Any = None
+        self._admitted = False
+        # The agent's limits: the tenant's policy, tightened by the run's input (None for
+        # an agent without a Policy). Set by admission, before the agent's run code.
+        self.limits: Any = None
 
-    async def admit(self, request: BaseModel) -> Any:
+    def _admits(self) -> bool:
+        if self.admits is not None:
+            return self.admits
+        return bool(self.machine.gates) or self.Policy is not None
+
+    async def admit(self, request: BaseModel, *, carried: bool = False) -> Any:
         """Bring the tenant's roster and policy into the run; return the agent's limits
         (the policy's, tightened by ``request``), or None for an agent without limits.
 
         Refuses (the run fails at once, with the reason) an input that loosens a limit, a
         gated agent on a cron schedule, and a tenant without a roster and policy
-        (``TrustMissing``).
+        (``TrustMissing``). Once admitted, the run's limits are returned again. A
+        ``carried`` run's state already holds its limits: its input tightens nothing.
         """
+        if self._admitted:
+            return self.limits
         if self.machine.gates and workflow.info().cron_schedule:
             # Every cron run repeats the requester's first input and counts as continued:
             # a gated agent starts only as a run of its own (`tower run`), never on a cron.
@@ -59,13 +81,14 @@ class Admission:
                 type="InputRefused", non_retryable=True)
         self._trust = await self._load_trust()
         self._refreshed_at = workflow.now()
-        limits = None
         if self.Policy is not None:
-            limits = effective(self.Policy,
-                               self._trust.policy.agents.get(self.machine.name, {}), request)
+            self.limits = effective(self.Policy,
+                                    self._trust.policy.agents.get(self.machine.name, {}),
+                                    _NOTHING_ASKED if carried else request)
         if self._trust.policy.unsigned_allowed:
             workflow.upsert_search_attributes([search.UNSIGNED_DECISIONS.value_set(True)])
-        return limits
+        self._admitted = True
+        return self.limits
 
     async def _load_trust(self) -> TrustSnapshot:
         since = workflow.now()

@@ -20,6 +20,7 @@ from temporalio import workflow
 
 from tower.core.errors import InvalidGraph, TowerError
 from tower.core.graph import Machine
+from tower.temporal._start import runtime_start
 
 W = TypeVar("W", bound=type)
 Script = Callable[[Any], Any]  # ModelRequest -> content or a ToolCallRequest
@@ -41,6 +42,7 @@ def agent(machine: Machine, *, scripts: Mapping[str, Script] | None = None
         cls.machine = machine  # type: ignore[attr-defined]
         cls.scripts = dict(scripts or {})  # type: ignore[attr-defined]
         setattr(cls, MARK, cls)  # a subclass is not an agent until it is decorated too
+        runtime_start(cls)  # admission, carried state, continue-as-new: the runtime's
         _refuse_starts_that_do_not_fit(cls)
         return workflow.defn(name=machine.name)(cls)
 

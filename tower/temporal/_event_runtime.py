@@ -85,6 +85,9 @@ class EventWorkflow(MachineRun, Admission):
     EventModel: ClassVar[type[BaseModel]]
     # True: events from outside are trusted-internal and need no signature (see above).
     trusted_events: ClassVar[bool] = False
+    # The roster says who may send events: every run is admitted; none carries over.
+    admits: ClassVar[bool | None] = True
+    carries_state: ClassVar[bool] = False
 
     def __init__(self) -> None:
         super().__init__()

@@ -29,9 +29,16 @@ from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tower.contract.decisions import Decision, GateRecord, GateStatus, proposal_digest
+from tower.contract.decisions import (
+    Decision,
+    GateRecord,
+    GateStatus,
+    legacy_proposal_digest,
+    proposal_digest,
+)
 from tower.contract.notify import GateNotice
 from tower.contract.pending import short_values
+from tower.contract.refusals import RefusalCode
 from tower.contract.trust import AttestRequest
 from tower.core.details import render_details
 from tower.core.engine import Transition, advance
@@ -72,6 +79,9 @@ RUN_ID_ACTIVITY = "tower_run_id"
 # ``check_edits``); a request opened before replays judging them as it did.
 PLANNED_EDITS_PATCH = "tower-planned-edits"
 ATTEST_ACTIVITY = "tower_attest"  # tower/activities/attest.py
+# Proposal digests over RFC 8785 canonical JSON; runs recorded before used Python's JSON
+# (``1.0``, not ``1``) and keep it, so their recorded decisions are judged as they were.
+JCS_PATCH = "tower-jcs-digest"
 
 
 class Gatekeeper(Intake, Admission):
@@ -90,6 +100,10 @@ class Gatekeeper(Intake, Admission):
     publish: Callable[..., None]
 
     def _init_gates(self) -> None:
+        # Decided once, before any handler (a validator may not ask: read-only), and only
+        # by gated agents: a run with no gate spends no marker on it.
+        self._digest = (legacy_proposal_digest if self.machine.gates
+                        and not workflow.patched(JCS_PATCH) else proposal_digest)
         self._init_trust()
         self._init_intake()
         self._refresh_asked = False
@@ -169,7 +183,7 @@ class Gatekeeper(Intake, Admission):
         the memo: listings show only attested requests. A worker with no key answers "";
         one that cannot answer leaves the request unlisted (decidable by run id) — the
         gate waits for its decision all the same."""
-        digest = proposal_digest(pending)
+        digest = self._digest(pending)
         request = AttestRequest(tenant=self._tenant(), run_id=pending.run_id, gate=pending.gate,
                                 step=pending.step, proposal=digest,
                                 expires_at=int(pending.expires_at.timestamp()))
@@ -256,7 +270,8 @@ class Gatekeeper(Intake, Admission):
         try:
             self._trust = await self._load_trust()
         except ApplicationError as exc:  # keep the snapshot; say why in the audit trail
-            self._audit.add(workflow.now(), "signal", f"roster refresh failed: {exc.message}")
+            self._audit.add(workflow.now(), "signal", RefusalCode.NOT_JUDGED,
+                            f"roster refresh failed: {exc.message}")
             self._refuse_waiting(f"the roster could not be read again ({exc.message})")
             return
         finally:  # when the snapshot in use was read (queries show it)
@@ -288,18 +303,18 @@ class Gatekeeper(Intake, Admission):
         """``budget``: the signature checks this one counts against, if not counted yet."""
         if self._state is None:  # not started: no roster read yet, nothing pending
             return None, Check(False, "the run is not awaiting a decision: it has not "
-                                      "started yet")
+                                      "started yet", code=RefusalCode.NOT_PENDING)
         assert self._trust is not None  # run_machine refuses a gated run without one
         if budget is not None and not budget.take():
             return None, Check(False, UNVALIDATED if budget is self._validate_budget
-                               else UNVERIFIED)
+                               else UNVERIFIED, code=RefusalCode.OVERLOADED)
         decision, read = read_decision(raw, trust=self._trust, now=workflow.now())
         if decision is None:
             return None, read
         return decision, check_decision(
             decision, state=self._state, gates={g.name: g for g in self.machine.gates.values()},
             tenant=self._tenant(), run=workflow.info().workflow_id, now=workflow.now(),
-            in_flight=self._in_flight, legacy_edits=self._legacy_edits)
+            in_flight=self._in_flight, legacy_edits=self._legacy_edits, digest=self._digest)
 
     def _tenant(self) -> str:
         if self._trust is not None:
@@ -316,8 +331,10 @@ class Gatekeeper(Intake, Admission):
         # budget: the validator accepted it, and the handler must judge alike on replay.
         decision, check = self._judge(raw)
         if decision is None or not check.ok:
-            self._audit.add(workflow.now(), "update", check.reason, raw)
-            raise ApplicationError(check.reason, type=REFUSED, non_retryable=True)
+            code = check.code or RefusalCode.MALFORMED
+            self._audit.add(workflow.now(), "update", code, check.reason, raw)
+            # The code rides in the error's details: clients read it, never the words.
+            raise ApplicationError(check.reason, code.value, type=REFUSED, non_retryable=True)
         if not check.duplicate:
             self._in_flight = decision
         decision_id = decision.decision_id
@@ -331,7 +348,8 @@ class Gatekeeper(Intake, Admission):
             # Its own type for a key the run's roster does not have yet: the sender may ask
             # the run to re-read its roster and send again (validator only: not in history).
             kind = UNKNOWN_KEY if check.unknown_key else REFUSED
-            raise ApplicationError(check.reason, type=kind, non_retryable=True)
+            code = check.code or RefusalCode.MALFORMED
+            raise ApplicationError(check.reason, code.value, type=kind, non_retryable=True)
 
     def _settled(self, decision_id: str) -> bool:
         record = record_of(self.current, decision_id)
@@ -361,6 +379,9 @@ class Gatekeeper(Intake, Admission):
             "roster_digest": self._trust.digest if self._trust else None,
             "refreshed_at": (self._refreshed_at.isoformat() if self._refreshed_at else None),
             "pending": pending.model_dump(mode="json") if pending else None,
+            # The digest this run judges decisions by (a run recorded before RFC 8785 keeps
+            # the legacy form): a client checks it against its own (client/_decisions.py).
+            "proposal_digest": self._digest(pending) if pending else None,
             "records": [r.model_dump(mode="json") for r in (state.approvals if state else [])],
             "refused": [r.model_dump(mode="json") for r in self._audit.refusals()],
             "refused_total": self._audit.total,

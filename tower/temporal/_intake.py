@@ -25,6 +25,7 @@ from temporalio import workflow
 from temporalio.common import RawValue
 
 from tower.contract.decisions import Decision
+from tower.contract.refusals import RefusalCode
 from tower.core.gates import Check, pending_record
 from tower.core.state import AgentState
 from tower.temporal._refusals import AuditTrail, TaskBudget, decoded
@@ -94,7 +95,7 @@ class Intake:
         elif name == "refresh_trust":
             self._refresh_asked = True
         else:
-            self._audit.add_raw(workflow.now(), "signal",
+            self._audit.add_raw(workflow.now(), "signal", RefusalCode.UNKNOWN_SIGNAL,
                                 f"unknown signal {name[:80]!r}: nothing changed", args)
 
     def _signalled_decision(self, args: Sequence[RawValue]) -> None:
@@ -106,7 +107,8 @@ class Intake:
             if pending_record(self._state) is not None and workflow.patched(HOLD_PATCH):
                 self._held.append(args)
             else:  # no request to decide, or recorded before decisions were held
-                self._audit.add_raw(self._verify_budget.task_time, "signal", UNVERIFIED, args)
+                self._audit.add_raw(self._verify_budget.task_time, "signal",
+                                    RefusalCode.OVERLOADED, UNVERIFIED, args)
             return
         self._take_decoded(args)
 
@@ -122,7 +124,7 @@ class Intake:
     def _take_decoded(self, args: Sequence[RawValue]) -> None:
         raw, problem = decoded(args)
         if raw is None:
-            self._audit.add_raw(workflow.now(), "signal", problem, args)
+            self._audit.add_raw(workflow.now(), "signal", RefusalCode.MALFORMED, problem, args)
             return
         self._take_signal(raw, may_hold=True)
 
@@ -139,7 +141,8 @@ class Intake:
                 return
         if not check.ok or check.duplicate:
             reason = check.reason or "duplicate of an accepted decision: nothing changed"
-            self._audit.add(workflow.now(), "signal", reason, raw)
+            self._audit.add(workflow.now(), "signal", check.code or RefusalCode.DUPLICATE,
+                            reason, raw)
             return
         self._in_flight = decision
 
@@ -148,9 +151,10 @@ class Intake:
         (``_judge_kept``) and ask for one; refuse it if no request waits for a decision or
         UNKNOWN_KEEP wait already (so a flood after it cannot push it out)."""
         if self._in_flight is not None or pending_record(self._state) is None:
-            self._audit.add(workflow.now(), "signal", reason, raw)
+            self._audit.add(workflow.now(), "signal", RefusalCode.UNKNOWN_KEY, reason, raw)
         elif len(self._unknown) >= UNKNOWN_KEEP:
-            self._audit.add(workflow.now(), "signal", reason + UNKNOWN_FULL, raw)
+            self._audit.add(workflow.now(), "signal", RefusalCode.UNKNOWN_KEY,
+                            reason + UNKNOWN_FULL, raw)
         else:  # the token alone: what decides (read_decision reads a token before the rest)
             self._unknown.append((self._reads_begun, {"token": raw["token"]}))
             self._refresh_asked = True
@@ -173,14 +177,17 @@ class Intake:
         while self._held:
             held = self._held.popleft()
             if isinstance(held, AfterRead):  # its key unknown when it came
-                self._audit.add(workflow.now(), "signal", HELD_UNJUDGED, held.message)
+                self._audit.add(workflow.now(), "signal", RefusalCode.NOT_JUDGED,
+                                HELD_UNJUDGED, held.message)
             else:
-                self._audit.add_raw(workflow.now(), "signal", HELD_UNJUDGED, held)
+                self._audit.add_raw(workflow.now(), "signal", RefusalCode.NOT_JUDGED,
+                                    HELD_UNJUDGED, held)
         self._refuse_waiting("the request closed before the roster was read again")
 
     def _refuse_waiting(self, why: str) -> None:
         """Refuse the decisions waiting for a roster read: the request closed, or the read
         failed (after its retries: waiting longer would hold the run from carrying over)."""
         while self._unknown:
-            self._audit.add(workflow.now(), "signal", f"{UNKNOWN_UNJUDGED}; {why}: nothing "
+            self._audit.add(workflow.now(), "signal", RefusalCode.NOT_JUDGED,
+                            f"{UNKNOWN_UNJUDGED}; {why}: nothing "
                             "changed", self._unknown.popleft()[1])

@@ -76,7 +76,12 @@ class MachineRun:
     # of only when the status changes, the run parks (``publish``) or it ends.
     publish_every_step: ClassVar[bool] = False
 
+    # Does this agent continue-as-new with its state (tower/temporal/_start.py)?
+    carries_state: ClassVar[bool] = True
+
     def __init__(self) -> None:
+        self._start_input: BaseModel | None = None  # as the run was started (_start.py)
+        self._carry_in: Carry | None = None  # the carried state the run started with
         self._state: AgentState | None = None
         self._log: list[Transition] = []
         self._carried: LogSummary | None = None
@@ -92,6 +97,19 @@ class MachineRun:
         # ExecutionStatus says (DONE, FAILED) to it, unless another attribute changes.
         self._end_in_execution_status = False
 
+    async def _begin(self, request: BaseModel) -> None:
+        """The runtime's start (tower/temporal/_start.py), before the agent's run code: take
+        the carry, and admit the input when the agent needs a roster and policy."""
+        self._carry_in = getattr(request, "carry", None)
+        admission: Any = self  # each agent base is an Admission too (_admission.py)
+        if hasattr(admission, "_admits") and admission._admits():
+            await admission.admit(request, carried=self._carry_in is not None)
+
+    def on_start(self, state: AgentState) -> None:
+        """Called once the run's first state is known (its start, or the state it carried
+        over), before the first step: an agent that keeps more than its state (timers,
+        counters) sets it up here. Must not block; may start tasks."""
+
     async def run_machine(self, strategy: Strategy, state: AgentState, *,
                           carried: Carry | None = None) -> AgentState:
         """The loop. With ``carried`` (a run continued-as-new), ``state`` (made from it)
@@ -103,6 +121,10 @@ class MachineRun:
                 f"agent {self.machine.name!r} has approval gates but no roster and policy: "
                 "call `await self.admit(request)` before `drive`", type="TrustMissing",
                 non_retryable=True)
+        if carried is None and self._carry_in is not None:
+            state, carried = self.machine.state_type.model_validate(self._carry_in.state), \
+                self._carry_in
+        self.on_start(state)
         self._pending_memo = memo_at_start()
         if carried is None:
             # Decided from the start event, so a replay decides the same; a continued run
@@ -132,9 +154,13 @@ class MachineRun:
         return self._state
 
     def carry_input(self, carry: Carry) -> Any | None:
-        """The input of this agent's next run, made from ``carry``; None (the default)
-        means this agent does not continue-as-new."""
-        return None
+        """The input of this agent's next run, made from ``carry``: the run's own input
+        with the carry (tower/temporal/_start.py); None: this agent does not
+        continue-as-new."""
+        start = self._start_input
+        if start is None or "carry" not in type(start).model_fields:
+            return None
+        return start.model_copy(update={"carry": carry})
 
     def carry_over_due(self) -> bool:
         info = workflow.info()

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from temporalio import workflow
 from temporalio.common import RawValue
 
+from tower.contract.refusals import RefusalCode
 from tower.core.gates import Refusal
 from tower.temporal._unopenable import UnopenablePayload
 
@@ -97,23 +98,25 @@ class AuditTrail:
 
     def __init__(self, keep: int) -> None:
         self.total = 0
-        self._kept: deque[tuple[datetime, Via, str, Kept]] = deque(maxlen=keep)
+        self._kept: deque[tuple[datetime, Via, RefusalCode, str, Kept]] = deque(maxlen=keep)
 
-    def add(self, at: datetime, via: Via, reason: str, raw: Any = None) -> None:
+    def add(self, at: datetime, via: Via, code: RefusalCode, reason: str,
+            raw: Any = None) -> None:
         """Refuse a decoded input (``raw``): only its small part is kept."""
         self.total += 1
-        self._kept.append((at, via, reason, brief(raw)))
+        self._kept.append((at, via, code, reason, brief(raw)))
 
-    def add_raw(self, at: datetime, via: Via, reason: str, args: Sequence[RawValue]) -> None:
+    def add_raw(self, at: datetime, via: Via, code: RefusalCode, reason: str,
+                args: Sequence[RawValue]) -> None:
         """Refuse a signal's inputs as they came: decoded only if shown, kept only if small
         (a flood of large inputs must not be held in memory)."""
         self.total += 1
         small = len(args) == 1 and args[0].payload.ByteSize() <= KEEP_BYTES
-        self._kept.append((at, via, reason, args if small else None))
+        self._kept.append((at, via, code, reason, args if small else None))
 
     def refusals(self) -> list[Refusal]:
-        return [Refusal(at=at, via=via, reason=reason, **self._fields(raw))
-                for at, via, reason, raw in self._kept]
+        return [Refusal(at=at, via=via, code=code, reason=reason, **self._fields(raw))
+                for at, via, code, reason, raw in self._kept]
 
     @staticmethod
     def _fields(raw: Kept) -> dict[str, str]:

@@ -1,61 +1,22 @@
-"""A run's sandbox that costs less per activation, with every restriction of the SDK's.
+"""The sandbox every Tower worker and replayer uses: the SDK's, through its public API.
 
-Profiled on a 300-turn chat's replay (cProfile, activations inline; docs/benchmarks.md):
-about a third of the time was the SDK asking the run, for every payload it encodes or
-decodes (several passes per activation), which serialization context applies. The
-sandbox answers by compiling a snippet and running it inside the sandbox, with its import
-and builtin restrictions applied and removed around it, each time. The answer is the SDK's
-own data (namespace, workflow id, the pending activity a payload belongs to) computed by
-the SDK's own code, never the workflow's: ``RunSandbox`` asks for it directly. The
-snippets the sandbox does run (start, activate) are compiled once per process instead of
-at every call. Workflow code still runs only inside the sandbox, restricted as before
-(tests/unit/test_sandbox.py shows a forbidden call caught).
+Workflow code runs only inside the sandbox, with every restriction of the SDK's
+(tests/unit/test_sandbox.py shows a forbidden call caught). What Tower changes is what
+is loaded once outside it (``sandbox_runner``) and how often a workflow class is checked.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import CodeType
 from typing import Any
 
-from temporalio import workflow
-from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions, _runner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-_COMPILED: dict[str, CodeType] = {}
+__all__ = ["PASSED_THROUGH", "sandbox_runner"]
 
-
-def _compiled(code: str) -> CodeType:
-    compiled = _COMPILED.get(code)
-    if compiled is None:
-        compiled = _COMPILED[code] = compile(code, "<temporal sandbox>", "exec")
-    return compiled
-
-
-class RunSandbox(_runner._Instance):
-    """One run's sandbox (the SDK's, private to temporalio 1.x): see the module's doc."""
-
-    def _run_code(self, code: Any, **extra_globals: Any) -> None:
-        # exec() takes the compiled code as it takes the text.
-        compiled = _compiled(code) if isinstance(code, str) else code
-        super()._run_code(compiled, **extra_globals)  # type: ignore[arg-type]
-
-    def _in_sandbox(self) -> Any:
-        # The SDK's object that runs the workflow inside the sandbox, once it is built.
-        return self.globals_and_locals.get("__temporal_in_sandbox")
-
-    def get_serialization_context(self, command_info: Any) -> Any:
-        inner = self._in_sandbox()
-        if inner is None:
-            return super().get_serialization_context(command_info)
-        return inner.get_serialization_context(command_info)
-
-    def get_external_store_context(self, command_info: Any) -> Any:
-        inner = self._in_sandbox()
-        if inner is None:
-            return super().get_external_store_context(command_info)
-        return inner.get_external_store_context(command_info)
-
+# The engine is deterministic and stateless; joserfc (and the cryptography it uses)
+# verifies signed decisions: pure functions, loaded once outside the sandbox.
+PASSED_THROUGH = ("tower", "joserfc", "cryptography")
 
 _VALIDATED: set[type] = set()  # workflow classes already checked in a sandbox, this process
 
@@ -71,26 +32,15 @@ class _ValidateOnce(SandboxedWorkflowRunner):
     still each get a fresh sandbox with every restriction.
     """
 
-    # Each run's sandbox: the SDK's, cheaper per payload (RunSandbox above).
-    instance_class = RunSandbox
-
-    def prepare_workflow(self, defn: workflow._Definition) -> None:
+    def prepare_workflow(self, defn: Any) -> None:
         if defn.cls not in _VALIDATED:
             super().prepare_workflow(defn)
             _VALIDATED.add(defn.cls)
 
-    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
-        return self.instance_class(det, self.runner_class, self.restrictions)
-
 
 def sandbox_runner(*passthrough: str) -> SandboxedWorkflowRunner:
-    """The sandbox every worker and replayer uses (a replayer must match the worker).
+    """The sandbox every worker and replayer uses (a replayer must match the worker): the
+    engine and the modules named in ``passthrough`` (e.g. tool schemas) loaded once."""
+    return _ValidateOnce(restrictions=SandboxRestrictions.default.with_passthrough_modules(
+        *PASSED_THROUGH, *passthrough))
 
-    The engine is deterministic and stateless: it is loaded once instead of once per run
-    inside the sandbox, like the modules named in ``passthrough`` (e.g. tool schemas).
-    joserfc (and the cryptography it uses) verifies signed decisions: pure functions,
-    loaded once outside the sandbox too.
-    """
-    return _ValidateOnce(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(
-            "tower", "joserfc", "cryptography", *passthrough))

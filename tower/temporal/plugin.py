@@ -16,13 +16,14 @@ when a replay-safe tracer provider is installed; and sync activities run on thre
 
 from __future__ import annotations
 
+import logging
 import sys
+import weakref
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
-from temporalio import activity, workflow
 from temporalio.client import Client, ClientConfig
 from temporalio.client import Interceptor as ClientInterceptor
 from temporalio.converter import DataConverter
@@ -34,15 +35,27 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from tower.core.errors import InvalidGraph, TowerError
 from tower.core.tools import ToolSpec, register_external
 from tower.effects._guard import OnlyEffectsReconcile
+from tower.temporal._agent import scripts_of
 from tower.temporal._gating import current_run_id
 from tower.temporal._heap import frozen_heap
 from tower.temporal._machine_run import continued_from
+from tower.temporal._names import activity_name, workflow_name
 from tower.temporal._sandbox import sandbox_runner
 from tower.temporal._scheduler_guard import ScheduledByOwnAgents
+from tower.temporal._stream_sink import publish_steps
 from tower.temporal._unopenable import TowerDataConverter, guarded
 
+if TYPE_CHECKING:
+    from tower.activities.own import WorkerSettings
+
 __all__ = ["PROJECT_PASSTHROUGH", "WORKFLOW_FAILURE_TYPES", "TowerPlugin",
-           "check_external_tools", "has_tower_plugin", "sandbox_runner"]
+           "WorkerMisconfigured", "check_external_tools", "check_tools_served", "has_tower_plugin",
+           "sandbox_runner"]
+
+log = logging.getLogger("tower.worker")
+# The objects whose bound methods a TowerPlugin registered as Tower's own activities: a
+# worker-level plugin's settings replace a client-level one's, never both registered.
+_OWN: weakref.WeakSet[Any] = weakref.WeakSet()
 
 # A Tower project's ``activities`` package (tool schemas, scripted replies) is data the
 # agents import: loaded once, outside each run's sandbox, like the engine.
@@ -70,6 +83,13 @@ class TowerPlugin(SimplePlugin):
     more modules to load once outside the sandbox. ``external_tools``: the ``server.tool``
     specs (MCP) this worker serves, registered for the runs' contexts. ``tracing``: None
     traces when a replay-safe tracer provider is installed (``tower.temporal.telemetry``).
+
+    On a worker hosting agents it also registers Tower's own activities (the model
+    gateway, the trust loader, the gate notifier, the attester; steps to the stream store:
+    ``tower.activities.own``) from ``settings`` (None: the environment's), unless
+    ``own_activities`` is False; a worker-level plugin's replace a client-level one's. The
+    worker refuses to start (``WorkerMisconfigured``) when a hosted agent's tool has no
+    activity, and warns when its gated agents' requests cannot be attested.
     """
 
     def __init__(
@@ -77,9 +97,12 @@ class TowerPlugin(SimplePlugin):
         agents: Sequence[type] = (), activities: Sequence[Callable[..., Any]] = (),
         passthrough: Sequence[str] = (), external_tools: Mapping[str, ToolSpec] | None = None,
         interceptors: Sequence[ClientInterceptor | WorkerInterceptor] = (),
-        tracing: bool | None = None,
+        tracing: bool | None = None, settings: WorkerSettings | None = None,
+        own_activities: bool = True,
     ) -> None:
         self._converter = data_converter
+        self.settings = settings
+        self.own_activities = own_activities
         self._from_env: DataConverter | None = None
         self.traced = _tracer_installed() if tracing is None else tracing
         self.passthrough = (*PROJECT_PASSTHROUGH, *passthrough,
@@ -125,18 +148,19 @@ class TowerPlugin(SimplePlugin):
         converter = guarded(self.converter_for(client.data_converter))
         if converter is not client.data_converter:
             config["client"] = _with_converter(client, converter)
-        activities = list(config.get("activities") or ())
+        workflows = list(config.get("workflows") or ())
+        activities = self._with_own_activities(config, workflows)
+        config["activities"] = activities
         # Every ``server.tool`` an agent names is served here: listed, or an activity.
-        served = set(self.external_tools) | {d.name for d in map(activity._Definition.from_callable,
-                                                                  activities) if d and d.name}
-        check_external_tools(config.get("workflows") or (), served)
+        served = set(self.external_tools) | {n for n in map(activity_name, activities) if n}
+        check_external_tools(workflows, served)
+        check_tools_served(workflows, served)
         register_external(self.external_tools)
         # Every activity (a tool that pays included) runs only for this worker's own runs:
         # not for a workflow of someone else's scheduling it on this queue (scheduler_guard).
         # (A dynamic workflow could be any type: then the queue alone is checked.)
-        defined = [d for d in map(workflow._Definition.from_class, config.get("workflows") or ())
-                   if d]
-        hosted = [] if any(d.name is None for d in defined) else [str(d.name) for d in defined]
+        names = [workflow_name(cls) for cls in workflows]
+        hosted = [] if None in names else [str(n) for n in names]
         # A reconcile call reaches only a tower.effects tool (effects/_guard.py).
         config["interceptors"] = [ScheduledByOwnAgents(config["client"], hosted),
                                   OnlyEffectsReconcile(), *(config.get("interceptors") or ())]
@@ -146,6 +170,30 @@ class TowerPlugin(SimplePlugin):
             threads = config.get("max_concurrent_activities") or DEFAULT_ACTIVITIES
             config["activity_executor"] = ThreadPoolExecutor(threads)
         return config
+
+    def _with_own_activities(self, config: WorkerConfig, workflows: list[type],
+                             ) -> list[Callable[..., Any]]:
+        """The worker's activities with Tower's own (``tower_activities``) in place of any
+        an earlier TowerPlugin added; one the project registered under the same name wins."""
+        activities = [a for a in config.get("activities") or ()
+                      if getattr(a, "__self__", None) not in _OWN]
+        agents = [cls for cls in workflows if hasattr(cls, "machine")]
+        if not (self.own_activities and agents):
+            return activities
+        from tower.activities.own import WorkerSettings, attestation_missing, tower_activities
+
+        settings = self.settings or WorkerSettings()
+        namespace = config["client"].namespace
+        have = {activity_name(a) for a in activities}
+        own, streams = tower_activities(settings, scripts_of(agents))
+        publish_steps(namespace, config["task_queue"], streams)
+        for fn in own:
+            _OWN.add(fn.__self__)  # type: ignore[attr-defined]
+        gated = [cls.machine.name for cls in agents if cls.machine.gates]
+        if gated and (why := attestation_missing(settings, namespace)):
+            log.warning("WARNING: this worker hosts gated agents (%s), but %s",
+                        ", ".join(gated), why)
+        return [*activities, *(a for a in own if activity_name(a) not in have)]
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
         config = super().configure_replayer(config)
@@ -166,6 +214,31 @@ def check_external_tools(agents: Iterable[Any], available: Collection[str]) -> N
                 if "." in tool and tool not in available:
                     raise InvalidGraph(machine.name, f"node {node.name!r} names tool {tool!r}, "
                                                      "which no server on this worker provides")
+
+
+class WorkerMisconfigured(ValueError):
+    """A worker that could not run its agents' runs: it refuses to start, saying why."""
+
+
+def check_tools_served(agents: Iterable[Any], available: Collection[str]) -> None:
+    """Every tool of a hosted agent's catalogue (``ToolDef``) must be an activity of this
+    worker: a missing one would leave its runs waiting at that node forever. Raises
+    WorkerMisconfigured naming each missing tool, and the agent and node that use it."""
+    missing: dict[str, list[str]] = {}  # tool -> "agent.node" that use it
+    for cls in agents:
+        machine = getattr(cls, "machine", None)
+        if machine is None:
+            continue
+        for node in machine.nodes.values():
+            for name, spec in node.specs.items():
+                if name not in available and not getattr(spec, "control", False):
+                    missing.setdefault(name, []).append(f"{machine.name}.{node.name}")
+    if missing:
+        named = "; ".join(f"{tool!r} (used by {', '.join(users)})"
+                          for tool, users in sorted(missing.items()))
+        raise WorkerMisconfigured(
+            f"this worker cannot run its agents: no activity is registered for tool {named}. "
+            "Pass each tool's activity in Worker(..., activities=[...])")
 
 
 def has_tower_plugin(client: Client) -> bool:

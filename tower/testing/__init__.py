@@ -16,21 +16,46 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from tower.testing._context import ScriptedContext, Stuck
-from tower.testing._inprocess import Run, Said, approve, reject, run_agent, run_node
+from tower.testing._inprocess import (
+    RefusedDecision,
+    Run,
+    Said,
+    approve,
+    reject,
+    run_agent,
+    run_node,
+)
 
 if TYPE_CHECKING:
+    from tower.testing import live
+    from tower.testing.evals import (
+        EvalReport,
+        Score,
+        Scorer,
+        Verdict,
+        assert_verdicts,
+        evaluate,
+        run_eval,
+    )
     from tower.testing.replay import Replayed, assert_replays, history_files, load, replay
 
-_LAZY = {name: "tower.testing.replay"
-         for name in ("Replayed", "assert_replays", "history_files", "load", "replay")}
+_LAZY = {**{name: "tower.testing.replay"
+            for name in ("Replayed", "assert_replays", "history_files", "load", "replay")},
+         "live": "tower.testing.live",  # the module: a live run in a project's tests
+         **{name: "tower.testing.evals"
+            for name in ("EvalReport", "Score", "Scorer", "Verdict", "assert_verdicts",
+                         "evaluate", "run_eval")}}
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tower.testing' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    loaded = importlib.import_module(module)
+    return loaded if module.endswith(f".{name}") else getattr(loaded, name)
 
 
-__all__ = ["Replayed", "Run", "Said", "ScriptedContext", "Stuck", "approve", "assert_replays",
-           "history_files", "load", "reject", "replay", "run_agent", "run_node"]
+__all__ = ["EvalReport", "RefusedDecision", "Replayed", "Run", "Said", "Score", "Scorer",
+           "ScriptedContext", "Stuck", "Verdict", "approve", "assert_replays",
+           "assert_verdicts", "evaluate", "history_files", "live", "load", "reject", "replay",
+           "run_agent", "run_eval", "run_node"]

@@ -50,6 +50,11 @@ S = TypeVar("S", bound=AgentState)
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+class RefusedDecision(TowerError):
+    """A gate refused a scripted decision (an edit its rules forbid, a role that may not
+    decide): what a real run would refuse, so the test says which decision and why."""
+
+
 @dataclass(frozen=True)
 class Said:
     """A scripted decision for the next gate: ``approve(...)`` or ``reject(...)``."""
@@ -129,6 +134,16 @@ async def run_agent(
     return Run(state, runner.log, runner.contexts, runner.states)
 
 
+def _outside_a_run(agent: Any) -> Any:
+    """An instance of ``agent`` without a run's input (its ``@workflow.init`` takes one)."""
+    plain = getattr(agent, "plain_init", None)
+    if plain is None:
+        return agent()
+    instance = agent.__new__(agent)
+    plain(instance)
+    return instance
+
+
 class _Runner:
     def __init__(self, agent: Any, run_id: str, model: Mapping[str, ModelAnswers],
                  tools: Mapping[str, ToolAnswer], decisions: list[Said],
@@ -145,7 +160,7 @@ class _Runner:
         self.entered: set[int] = set()
         # An event-driven agent says what an event changes (on_event): ask an instance of
         # it, made outside any workflow (its constructor touches no Temporal API).
-        self.instance: Any = agent() if hasattr(agent, "EventModel") else None
+        self.instance: Any = _outside_a_run(agent) if hasattr(agent, "EventModel") else None
 
     def context(self, node: str, step: int, decision: str = "") -> ScriptedContext:
         ctx = ScriptedContext(self.machine.name, self.machine.nodes[node], step,
@@ -224,7 +239,7 @@ class _Runner:
             request=pending.step, run_id=pending.run_id, proposal=proposal_digest(pending))
         problem = check_edits(gate, state, decision)
         if decision.role != pending.role or problem:
-            raise TowerError(f"gate {gate.name} refuses the scripted decision: "
+            raise RefusedDecision(f"gate {gate.name} refuses the scripted decision: "
                              f"{problem or f'role {decision.role!r} may not decide it'}")
         return decision
 

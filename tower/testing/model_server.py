@@ -4,8 +4,10 @@ It answers ``POST /v1/chat/completions`` with the built-in scripts (the same ans
 as the offline scripted model, but through the real ``openai`` SDK and a real
 socket) and injects faults on demand: 429 with Retry-After, 500, replies slower
 than the client's timeout, malformed JSON, JSON that violates the schema, calls to
-tools that don't exist, 400s and refusals. Faults come from a queue (``inject``),
-from models that are down (``down``), or at random with a seeded rate.
+tools that don't exist, 400s, refusals and empty replies. Faults come from a queue
+(``inject``), from models that are down (``down``), or at random with a seeded rate.
+``set_streaming`` makes it answer streaming requests as some compatible servers do: with
+one whole JSON completion, or a 400 to ``stream_options`` (or to any streaming request).
 
 ``tower model-server`` runs one in the foreground; tests start one in a thread.
 """
@@ -15,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import json
 import random
-import re
 import threading
 import time
 from collections import deque
@@ -26,6 +27,7 @@ from typing import Any
 
 from tower import Message
 from tower.contract.wire import AGENT_HEADER, NODE_HEADER, ModelReply, ModelRequest, ToolCallRequest
+from tower.testing.model_sse import STREAMING, sse_chunks, text_of
 
 TOOL_RESULT_PREFIX = "[result of tool "
 # What answers a request that gets no fault: the project's scripted model, typically
@@ -37,7 +39,7 @@ RANDOM_KINDS = ("rate_limit", "server_error", "slow", "malformed", "schema", "un
 @dataclass(frozen=True)
 class Fault:
     """One injected answer. ``kind`` is one of: rate_limit, server_error, slow,
-    malformed, schema, unknown_tool, bad_request, refusal."""
+    malformed, schema, unknown_tool, bad_request, refusal, empty."""
 
     kind: str
     model: str | None = None  # only requests for this model; None: any
@@ -46,7 +48,7 @@ class Fault:
     content: str = '{"unexpected": true}'  # schema: what the model "says"
 
     def __post_init__(self) -> None:
-        kinds = {*RANDOM_KINDS, "bad_request", "refusal"}
+        kinds = {*RANDOM_KINDS, "bad_request", "refusal", "empty"}
         if self.kind not in kinds:
             raise ValueError(f"unknown fault {self.kind!r}; one of: {', '.join(sorted(kinds))}")
 
@@ -59,8 +61,10 @@ class Served:
     model: str
     agent: str
     node: str
-    outcome: str  # "ok" or the fault's kind
+    outcome: str  # "ok", the fault's kind, or "refused streaming"
     last_message: str = ""  # what the model was last told (e.g. a correction)
+    stream: bool = False  # the request asked to stream
+    stream_options: bool = False  # ... with stream_options
 
 
 @dataclass
@@ -72,6 +76,13 @@ class FaultPlan:
     slow_seconds: float = 5.0
     delay: float = 0.0  # added to every good reply
     tokens_per_second: float = 0.0  # a streamed reply's pace (0: all at once)
+    streaming: str = "sse"  # one of STREAMING
+
+    def refuses(self, body: dict[str, Any]) -> bool:
+        """A streaming request this server's streaming mode answers with a 400."""
+        return bool(body.get("stream")) and (
+            self.streaming == "no_stream"
+            or (self.streaming == "no_stream_options" and "stream_options" in body))
 
     def pick(self, model: str) -> Fault | None:
         if model in self.down:
@@ -146,6 +157,13 @@ class LoopbackModelServer:
         with self._lock:
             self.plan.tokens_per_second = tokens_per_second
 
+    def set_streaming(self, mode: str) -> None:
+        """Answer streaming requests this way from now on (one of ``STREAMING``)."""
+        if mode not in STREAMING:
+            raise ValueError(f"unknown streaming mode {mode!r}; one of: {', '.join(STREAMING)}")
+        with self._lock:
+            self.plan.streaming = mode
+
     def hold(self) -> threading.Event:
         """Streamed text replies stop after their first word until the event returned is
         set: a test sees a reply while it forms, whatever the machine's load."""
@@ -162,12 +180,19 @@ class LoopbackModelServer:
         """(status, headers, body, delay before sending) for one request."""
         model = str(body.get("model") or "unknown")
         with self._lock:
-            fault = self.plan.pick(model)
+            refused = self.plan.refuses(body)
+            fault = None if refused else self.plan.pick(model)
             delay = self.plan.delay
             messages = body.get("messages") or [{}]
-            self.served.append(Served(time.monotonic(), model, agent, node,
-                                      fault.kind if fault else "ok",
-                                      str(messages[-1].get("content") or "")[:500]))
+            outcome = "refused streaming" if refused else fault.kind if fault else "ok"
+            self.served.append(Served(time.monotonic(), model, agent, node, outcome,
+                                      str(messages[-1].get("content") or "")[:500],
+                                      stream=bool(body.get("stream")),
+                                      stream_options="stream_options" in body))
+        if refused:  # as OpenAI's own API words an argument it does not know
+            what = "stream_options" if "stream_options" in body else "stream"
+            return 400, {}, _error(f"Unrecognized request argument supplied: {what}",
+                                   "invalid_request_error"), 0.0
         def scripted() -> bytes:
             raw = body.get("messages", [])
             # The node's prompt, as a model reads it: a reply may depend on it (evals).
@@ -197,6 +222,8 @@ def _fault_response(fault: Fault, model: str, scripted: Callable[[], bytes],
         return 200, {}, b'{"id": "chatcmpl-broken", "choices": [{"message": ', 0.0
     if fault.kind == "schema":
         return 200, {}, _completion(model, fault.content, []), 0.0
+    if fault.kind == "empty":  # 200, and nothing in it
+        return 200, {}, _completion(model, None, []), 0.0
     if fault.kind == "unknown_tool":
         return 200, {}, _completion(model, None, [ToolCallRequest(
             name="transfer_all_funds", arguments={"to": "attacker"})]), 0.0
@@ -236,44 +263,6 @@ def _completion(model: str, content: str | None, calls: list[ToolCallRequest],
     }).encode()
 
 
-def sse_chunks(payload: bytes) -> list[bytes]:
-    """A complete chat completion as the chunks a streamed one arrives in: its text a word
-    at a time, a refusal and each tool call whole, the finish, the usage, then [DONE]. A
-    body that is not JSON (a "malformed" fault) goes out as is, for the client to reject."""
-    try:
-        done = json.loads(payload)
-        message, finish = done["choices"][0]["message"], done["choices"][0]["finish_reason"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        return [payload, b"[DONE]"]
-    head = {"id": done["id"], "object": "chat.completion.chunk", "created": 0,
-            "model": done["model"]}
-
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        return json.dumps({**head, "choices": [{"index": 0, "delta": delta,
-                                                "finish_reason": finish_reason}]}).encode()
-
-    out = [chunk({"role": "assistant", "content": ""})]
-    out += [chunk({"content": piece}) for piece in _words(message.get("content") or "")]
-    if message.get("refusal"):
-        out.append(chunk({"refusal": message["refusal"]}))
-    for i, call in enumerate(message.get("tool_calls") or []):
-        out.append(chunk({"tool_calls": [{"index": i, **call}]}))
-    out.append(chunk({}, finish))
-    out.append(json.dumps({**head, "choices": [], "usage": done["usage"]}).encode())
-    return [*out, b"[DONE]"]
-
-
-def _text_of(event: bytes) -> str:
-    """The text a streamed chunk carries ("" for a role, tool call, finish or usage)."""
-    with contextlib.suppress(ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return str(json.loads(event)["choices"][0]["delta"].get("content") or "")
-    return ""
-
-
-def _words(text: str) -> list[str]:
-    return re.findall(r"\S+\s*|\s+", text)
-
-
 def _error(message: str, code: str) -> bytes:
     return json.dumps({"error": {"message": message, "type": code, "code": code}}).encode()
 
@@ -295,7 +284,7 @@ def _handler_for(server: LoopbackModelServer) -> type[BaseHTTPRequestHandler]:
                 body, self.headers.get(AGENT_HEADER, ""), self.headers.get(NODE_HEADER, ""))
             if delay:
                 time.sleep(delay)
-            if body.get("stream") and status == 200:
+            if body.get("stream") and status == 200 and server.plan.streaming != "json":
                 return self._stream(payload, server.plan.tokens_per_second)
             self._send(status, headers, payload)
 
@@ -314,7 +303,7 @@ def _handler_for(server: LoopbackModelServer) -> type[BaseHTTPRequestHandler]:
                     self.wfile.flush()
                     if i == 1:  # the first chunk with text (the first is the role)
                         server.first_token_at.append(time.time())
-                        if server.holding is not None and _text_of(event):
+                        if server.holding is not None and text_of(event):
                             server.holding.wait(timeout=600)
                 self.wfile.write(b"0\r\n\r\n")
 

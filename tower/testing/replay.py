@@ -41,6 +41,7 @@ from tower.contract import search
 from tower.core.audit import check_log
 from tower.core.state import AgentState
 from tower.core.transition import Transition
+from tower.temporal import _names
 from tower.temporal._machine_run import MachineRun
 from tower.temporal.plugin import TowerPlugin
 from tower.testing._replay_report import describe_failure, diverged
@@ -268,8 +269,7 @@ def _completed(
 
 
 def workflow_name(cls: type) -> str:
-    defn = workflow._Definition.from_class(cls)
-    return defn.name if defn and defn.name else cls.__name__
+    return _names.workflow_name(cls) or cls.__name__
 
 
 def history_files(*folders: str | Path) -> list[Path]:

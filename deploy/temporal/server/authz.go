@@ -25,13 +25,20 @@ import (
 //     schedule, no eager execution (which would hand the requester the run's first task),
 //     no conflict policy that terminates a running run, no completion callbacks, no
 //     version pin. Nothing else: no signal, update, reset, terminate, cancel or batch.
-//   - operator: ResetWorkflowExecution and TerminateWorkflowExecution (`tower fork`,
-//     `tower retry`).
-//   - service (Tower's worker and inbox, and an approver's `tower approve`, which also
-//     holds the signing key): every WorkflowService call of the namespace short of
-//     administering it: poll and complete tasks, start, signal, update, query.
+//   - approver (an approver's `tower approve`, the inbox): SignalWorkflowExecution and
+//     UpdateWorkflowExecution, which is how a decision reaches a run (the run checks its
+//     signature), and ResetStickyTaskQueue (a stopped worker's run back to its queue; no
+//     history event). Nothing else: no start, delete, reset, terminate or batch.
+//   - operator: what rewrites or erases runs: reset, terminate, delete (a run's history is
+//     its audit trail), batch operations (`tower fork`, `tower retry`, clean-up).
+//   - service (Tower's worker, `tower chat`): the namespace's other WorkflowService calls:
+//     poll and complete tasks, heartbeats, start, signal, update, cancel — none of the
+//     operator's.
 //   - cluster admin (temporal-system:admin, and the server's own internal frontend):
-//     everything, including `tower setup` (namespaces, search attributes).
+//     everything, including `tower setup` and namespace changes (namespaces, search
+//     attributes).
+//
+// Namespace changes (register, update, deprecate) are AccessAdmin calls: admin only.
 //
 // With no token, only health checks (and GetSystemInfo, which clients call on connect).
 type towerAuthorizer struct {
@@ -80,10 +87,13 @@ func (a *towerAuthorizer) Authorize(_ context.Context, claims *authorization.Cla
 		return deny(fmt.Sprintf("%s: no Tower role in namespace %q", method, target.Namespace))
 	case meta.Access == api.AccessReadOnly:
 		return allow(claims)
-	case role&roleService != 0 && meta.Access == api.AccessWrite &&
+	case role&roleOperator != 0 && operatorOnly[method]:
+		return allow(claims)
+	case role&roleService != 0 && meta.Access == api.AccessWrite && !operatorOnly[method] &&
 		strings.HasPrefix(target.APIName, api.WorkflowServicePrefix):
 		return allow(claims)
-	case role&roleOperator != 0 && operatorMay(method):
+	case role&roleApprover != 0 && approverMay[method] &&
+		strings.HasPrefix(target.APIName, api.WorkflowServicePrefix):
 		return allow(claims)
 	case role&roleRequester != 0 && method == "StartWorkflowExecution":
 		start, _ := target.Request.(*workflowservice.StartWorkflowExecutionRequest)
@@ -92,14 +102,22 @@ func (a *towerAuthorizer) Authorize(_ context.Context, claims *authorization.Cla
 		}
 		return allow(claims)
 	}
-	return deny(fmt.Sprintf("%s: not allowed to role %s in namespace %q (only Tower's "+
-		"services may signal or update a run; operators may reset and terminate)",
-		method, role, target.Namespace))
+	return deny(fmt.Sprintf("%s: not allowed to role %s in namespace %q (approvers and "+
+		"Tower's services signal and update runs; only operators reset, terminate, delete "+
+		"and run batches)", method, role, target.Namespace))
 }
 
-func operatorMay(method string) bool {
-	return method == "ResetWorkflowExecution" || method == "TerminateWorkflowExecution"
+// operatorOnly: the calls that rewrite or erase runs, wholesale or one at a time.
+var operatorOnly = map[string]bool{
+	"ResetWorkflowExecution": true, "TerminateWorkflowExecution": true,
+	"DeleteWorkflowExecution": true, "StartBatchOperation": true, "StopBatchOperation": true,
 }
+
+// approverMay: how a decision reaches a run; and handing a run back from a stopped
+// worker's sticky queue (`tower approve` does, when that worker does not answer), which
+// adds nothing to its history.
+var approverMay = map[string]bool{"SignalWorkflowExecution": true,
+	"UpdateWorkflowExecution": true, "ResetStickyTaskQueue": true}
 
 // startRefused says why a requester may not make this start, or "" if it may.
 func (a *towerAuthorizer) startRefused(r *workflowservice.StartWorkflowExecutionRequest) string {

@@ -22,8 +22,9 @@ import (
 	"go.temporal.io/server/common/authorization"
 )
 
-// The policy's table: every role against the calls that matter (the cluster tier,
-// tests/test_cluster_auth.py, shows the same through a real server).
+// The policy's table: every role against the calls that matter (docs/production.md's
+// roles x APIs table; the cluster tier, tests/test_cluster_auth.py, shows the same
+// through a real server).
 func TestTowerPolicy(t *testing.T) {
 	a, err := newTowerAuthorizer("refund", "tower")
 	if err != nil {
@@ -48,6 +49,7 @@ func TestTowerPolicy(t *testing.T) {
 		"requester": {Subject: "r", Extensions: towerGrants{"default": roleRequester}},
 		"operator":  {Subject: "o", Extensions: towerGrants{"default": roleOperator}},
 		"service":   {Subject: "s", Extensions: towerGrants{"default": roleService}},
+		"approver":  {Subject: "p", Extensions: towerGrants{"default": roleApprover}},
 		"elsewhere": {Subject: "e", Extensions: towerGrants{"other": roleService}},
 		"admin":     {Subject: "a", System: authorization.RoleAdmin},
 	}
@@ -56,11 +58,15 @@ func TestTowerPolicy(t *testing.T) {
 		request any
 		allowed []string // who may: everyone else is refused
 	}{
-		{"GetSystemInfo", nil, []string{"nobody", "requester", "operator", "service", "elsewhere", "admin"}},
+		{"GetSystemInfo", nil, []string{"nobody", "requester", "approver", "operator", "service", "elsewhere", "admin"}},
 		{"DescribeNamespace", &workflowservice.DescribeNamespaceRequest{Namespace: "default"},
-			[]string{"requester", "operator", "service", "admin"}},
+			[]string{"requester", "approver", "operator", "service", "admin"}},
 		{"QueryWorkflow", &workflowservice.QueryWorkflowRequest{Namespace: "default"},
-			[]string{"requester", "operator", "service", "admin"}},
+			[]string{"requester", "approver", "operator", "service", "admin"}},
+		{"GetWorkflowExecutionHistory", &workflowservice.GetWorkflowExecutionHistoryRequest{Namespace: "default"},
+			[]string{"requester", "approver", "operator", "service", "admin"}},
+		{"ListBatchOperations", &workflowservice.ListBatchOperationsRequest{Namespace: "default"},
+			[]string{"requester", "approver", "operator", "service", "admin"}},
 		{"StartWorkflowExecution", start("refund", "tower", nil), []string{"requester", "service", "admin"}},
 		{"StartWorkflowExecution", start("support", "tower", nil), []string{"service", "admin"}},
 		{"StartWorkflowExecution", start("refund", "mine", nil), []string{"service", "admin"}},
@@ -77,17 +83,24 @@ func TestTowerPolicy(t *testing.T) {
 			Namespace: "default", WorkflowType: &commonpb.WorkflowType{Name: "refund"}},
 			[]string{"service", "admin"}},
 		{"SignalWorkflowExecution", &workflowservice.SignalWorkflowExecutionRequest{Namespace: "default"},
-			[]string{"service", "admin"}},
-		{"UpdateWorkflowExecution", update("decide"), []string{"service", "admin"}},
-		{"UpdateWorkflowExecution", update("retry"), []string{"service", "admin"}},
+			[]string{"approver", "service", "admin"}},
+		{"UpdateWorkflowExecution", update("decide"), []string{"approver", "service", "admin"}},
+		{"UpdateWorkflowExecution", update("retry"), []string{"approver", "service", "admin"}},
+		// What rewrites or erases a run (its history is its audit trail): operators only.
 		{"ResetWorkflowExecution", &workflowservice.ResetWorkflowExecutionRequest{Namespace: "default"},
-			[]string{"operator", "service", "admin"}},
+			[]string{"operator", "admin"}},
 		{"TerminateWorkflowExecution", &workflowservice.TerminateWorkflowExecutionRequest{Namespace: "default"},
-			[]string{"operator", "service", "admin"}},
+			[]string{"operator", "admin"}},
+		{"DeleteWorkflowExecution", &workflowservice.DeleteWorkflowExecutionRequest{Namespace: "default"},
+			[]string{"operator", "admin"}},
+		{"StartBatchOperation", &workflowservice.StartBatchOperationRequest{Namespace: "default"},
+			[]string{"operator", "admin"}},
+		{"StopBatchOperation", &workflowservice.StopBatchOperationRequest{Namespace: "default"},
+			[]string{"operator", "admin"}},
 		{"RequestCancelWorkflowExecution", &workflowservice.RequestCancelWorkflowExecutionRequest{Namespace: "default"},
 			[]string{"service", "admin"}},
-		{"StartBatchOperation", &workflowservice.StartBatchOperationRequest{Namespace: "default"},
-			[]string{"service", "admin"}},
+		{"ResetStickyTaskQueue", &workflowservice.ResetStickyTaskQueueRequest{Namespace: "default"},
+			[]string{"approver", "service", "admin"}},
 		{"PollWorkflowTaskQueue", &workflowservice.PollWorkflowTaskQueueRequest{Namespace: "default"},
 			[]string{"service", "admin"}},
 		// A worker's heartbeat says whether it stopped (`tower approve` and `tower state` read
@@ -96,7 +109,10 @@ func TestTowerPolicy(t *testing.T) {
 			[]string{"service", "admin"}},
 		{"ShutdownWorker", &workflowservice.ShutdownWorkerRequest{Namespace: "default"},
 			[]string{"service", "admin"}},
+		// Namespace changes: the cluster's administrator only.
 		{"UpdateNamespace", &workflowservice.UpdateNamespaceRequest{Namespace: "default"}, []string{"admin"}},
+		{"DeprecateNamespace", &workflowservice.DeprecateNamespaceRequest{Namespace: "default"}, []string{"admin"}},
+		{"RegisterNamespace", &workflowservice.RegisterNamespaceRequest{Namespace: "default"}, []string{"admin"}},
 	}
 	for _, c := range cases {
 		allowed := map[string]bool{}
@@ -137,9 +153,12 @@ func TestTokenMapper(t *testing.T) {
 	if err := os.WriteFile(file, set, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m, err := newTokenMapper(file, "")
+	m, err := newTokenMapper(file, "", "tower-test")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := newTokenMapper(file, "", " "); err == nil {
+		t.Error("a token mapper without an audience was made")
 	}
 	exp := time.Now().Add(time.Hour).Unix()
 	sign := func(method jwt.SigningMethod, kid string, signer any, body jwt.MapClaims) string {
@@ -151,10 +170,25 @@ func TestTokenMapper(t *testing.T) {
 		}
 		return "Bearer " + text
 	}
-	good := jwt.MapClaims{"sub": "alice", "exp": exp, "permissions": []string{"default:requester"}}
+	good := jwt.MapClaims{"sub": "alice", "aud": "tower-test", "exp": exp,
+		"permissions": []string{"default:requester"}}
 	claims, err := m.GetClaims(&authorization.AuthInfo{AuthToken: sign(jwt.SigningMethodES256, "k1", key, good)})
 	if err != nil || claims.Subject != "alice" || claims.Extensions.(towerGrants)["default"] != roleRequester {
 		t.Fatalf("a good token: %v %v", claims, err)
+	}
+	among := jwt.MapClaims{"sub": "pat", "aud": []string{"elsewhere", "tower-test"}, "exp": exp,
+		"permissions": []string{"default:approver"}}
+	claims, err = m.GetClaims(&authorization.AuthInfo{AuthToken: sign(jwt.SigningMethodES256, "k1", key, among)})
+	if err != nil || claims.Extensions.(towerGrants)["default"] != roleApprover {
+		t.Fatalf("a token whose aud lists ours among others: %v %v", claims, err)
+	}
+	with := func(edit func(jwt.MapClaims)) jwt.MapClaims {
+		body := jwt.MapClaims{}
+		for k, v := range good {
+			body[k] = v
+		}
+		edit(body)
+		return body
 	}
 	none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, good).SignedString(jwt.UnsafeAllowNoneSignatureType)
 	refused := map[string]string{
@@ -162,11 +196,17 @@ func TestTokenMapper(t *testing.T) {
 		"unknown kid":  sign(jwt.SigningMethodES256, "k2", key, good),
 		"alg none":     "Bearer " + none,
 		"HMAC":         sign(jwt.SigningMethodHS256, "k1", pub, good),
-		"no exp":       sign(jwt.SigningMethodES256, "k1", key, jwt.MapClaims{"sub": "a", "permissions": []string{"default:service"}}),
+		"no exp":       sign(jwt.SigningMethodES256, "k1", key, with(func(b jwt.MapClaims) { delete(b, "exp") })),
 		"expired":      sign(jwt.SigningMethodES256, "k1", key, jwt.MapClaims{"sub": "a", "exp": time.Now().Add(-time.Minute).Unix()}),
 		"no sub":       sign(jwt.SigningMethodES256, "k1", key, jwt.MapClaims{"exp": exp}),
 		"unknown role": sign(jwt.SigningMethodES256, "k1", key, jwt.MapClaims{"sub": "a", "exp": exp, "permissions": []string{"default:god"}}),
 		"not bearer":   "Basic abc",
+		"other audience": sign(jwt.SigningMethodES256, "k1", key, with(func(b jwt.MapClaims) {
+			b["aud"] = "grafana"
+		})),
+		"no audience": sign(jwt.SigningMethodES256, "k1", key, with(func(b jwt.MapClaims) {
+			delete(b, "aud")
+		})),
 	}
 	for what, header := range refused {
 		if claims, err := m.GetClaims(&authorization.AuthInfo{AuthToken: header}); err == nil {
@@ -178,7 +218,7 @@ func TestTokenMapper(t *testing.T) {
 	if err := os.WriteFile(file, private, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := newTokenMapper(file, ""); err == nil {
+	if _, err := newTokenMapper(file, "", "tower-test"); err == nil {
 		t.Error("a JWKS file holding a private key was accepted")
 	}
 }

@@ -2,7 +2,8 @@
 // one frontend interceptor (guard.go) that bounds the bytes a signal may add to a run, and,
 // when the config's authorization section names "tower", Tower's claim mapper (tokens.go)
 // and authorizer (authz.go): requesters may only start the deployment's agents on its
-// queues, and only Tower's services may signal or update a run (docs/production.md).
+// queues, only Tower's services and approvers may signal or update a run, and only
+// operators delete runs or run batches (docs/production.md).
 //
 // It starts the way `temporal-server` does, so it replaces that binary as is:
 //
@@ -12,7 +13,8 @@
 // environment (DB, POSTGRES_SEEDS, DYNAMIC_CONFIG_FILE_PATH, ...), as in the server's image.
 // TOWER_SIGNAL_MAX_BYTES sets the guard's limit (default 9216). Authorization stays off unless
 // TEMPORAL_AUTH_AUTHORIZER=tower and TEMPORAL_AUTH_CLAIM_MAPPER=tower (the embedded template's
-// authorizer and claimMapper), with TOWER_AUTH_KEYS, TOWER_AUTH_AGENTS, TOWER_AUTH_QUEUES.
+// authorizer and claimMapper), with TOWER_AUTH_KEYS, TOWER_AUTH_AUDIENCE, TOWER_AUTH_AGENTS,
+// TOWER_AUTH_QUEUES.
 package main
 
 import (
@@ -142,7 +144,7 @@ func run(args []string) error {
 
 // authorizationFromConfig is the config's authorization section: the server's own
 // authorizer and claim mapper ("" or "default"), or Tower's ("tower": authz.go, tokens.go),
-// which read TOWER_AUTH_KEYS, TOWER_AUTH_AGENTS and TOWER_AUTH_QUEUES.
+// which read TOWER_AUTH_KEYS, TOWER_AUTH_AUDIENCE, TOWER_AUTH_AGENTS and TOWER_AUTH_QUEUES.
 func authorizationFromConfig(cfg *config.Authorization, logger log.Logger,
 ) (authorization.Authorizer, authorization.ClaimMapper, error) {
 	var authorizer authorization.Authorizer
@@ -157,7 +159,8 @@ func authorizationFromConfig(cfg *config.Authorization, logger log.Logger,
 		return nil, nil, fmt.Errorf("unable to instantiate the authorizer: %w", err)
 	}
 	if cfg.ClaimMapper == "tower" {
-		mapper, err = newTokenMapper(os.Getenv("TOWER_AUTH_KEYS"), cfg.PermissionsClaimName)
+		mapper, err = newTokenMapper(os.Getenv("TOWER_AUTH_KEYS"), cfg.PermissionsClaimName,
+			os.Getenv("TOWER_AUTH_AUDIENCE"))
 	} else {
 		mapper, err = authorization.GetClaimMapperFromConfig(cfg, logger)
 	}

@@ -27,23 +27,26 @@ import (
 // once at start, accepts RS256 and ES256 only (so no alg=none, and a public key can never
 // be used as an HMAC secret), and reads Tower's roles from the token:
 //
-//	{"sub": "alice", "exp": 1767225600, "permissions": ["default:requester"]}
+//	{"sub": "alice", "aud": "tower-acme", "exp": 1767225600, "permissions": ["default:requester"]}
 //
-// Each permission is NAMESPACE:ROLE, ROLE one of requester, operator, service (authz.go);
-// "temporal-system:admin" is a cluster administrator (`tower setup`). `exp` is required:
-// a token that never expires is refused.
+// Each permission is NAMESPACE:ROLE, ROLE one of requester, approver, operator, service
+// (authz.go); "temporal-system:admin" is a cluster administrator (`tower setup`). `exp` is
+// required: a token that never expires is refused. `aud` must name this deployment's
+// audience (TOWER_AUTH_AUDIENCE, required): a token the same issuer minted for another
+// service (or another Tower deployment) is refused here.
 
 // towerRole is a set of Tower roles (a bit each).
 type towerRole uint8
 
 const (
 	roleRequester towerRole = 1 << iota // may start the deployment's agents on its queues
-	roleOperator                        // may reset and terminate runs
-	roleService                         // Tower's worker and inbox: may signal, update, poll
+	roleOperator                        // may reset, terminate, delete runs, run batches
+	roleService                         // Tower's worker: may poll, start, signal, update
+	roleApprover                        // an approver's `tower approve`, the inbox: signal, update
 )
 
-var roleNames = map[string]towerRole{
-	"requester": roleRequester, "operator": roleOperator, "service": roleService}
+var roleNames = map[string]towerRole{"requester": roleRequester, "operator": roleOperator,
+	"service": roleService, "approver": roleApprover}
 
 // towerGrants is what a token grants: Tower roles per namespace (in Claims.Extensions).
 type towerGrants map[string]towerRole
@@ -54,9 +57,10 @@ const maxTokenBytes = 8 * 1024
 type tokenMapper struct {
 	keys      map[string]crypto.PublicKey // by key id
 	claimName string                      // the permissions claim (default "permissions")
+	audience  string                      // what a token's aud must name
 }
 
-func newTokenMapper(keyFile, claimName string) (*tokenMapper, error) {
+func newTokenMapper(keyFile, claimName, audience string) (*tokenMapper, error) {
 	keys, err := loadJWKS(keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("TOWER_AUTH_KEYS=%q: %w", keyFile, err)
@@ -64,7 +68,12 @@ func newTokenMapper(keyFile, claimName string) (*tokenMapper, error) {
 	if claimName == "" {
 		claimName = "permissions"
 	}
-	return &tokenMapper{keys: keys, claimName: claimName}, nil
+	if audience = strings.TrimSpace(audience); audience == "" {
+		// Without one, a token minted by the same issuer for any other service would do.
+		return nil, fmt.Errorf("TOWER_AUTH_AUDIENCE is not set: name the audience this " +
+			"deployment's tokens carry (their aud claim), e.g. tower-acme")
+	}
+	return &tokenMapper{keys: keys, claimName: claimName, audience: audience}, nil
 }
 
 func (m *tokenMapper) GetClaims(info *authorization.AuthInfo) (*authorization.Claims, error) {
@@ -89,8 +98,8 @@ func (m *tokenMapper) GetClaims(info *authorization.AuthInfo) (*authorization.Cl
 	if !body.VerifyExpiresAt(now, true) { // Parse checks exp only when present
 		return nil, fmt.Errorf("token refused: no exp, or expired")
 	}
-	if info.Audience != "" && !body.VerifyAudience(info.Audience, true) {
-		return nil, fmt.Errorf("token refused: audience is not %q", info.Audience)
+	if !body.VerifyAudience(m.audience, true) {
+		return nil, fmt.Errorf("token refused: its aud does not name %q", m.audience)
 	}
 	if claims.Subject, _ = body["sub"].(string); claims.Subject == "" {
 		return nil, fmt.Errorf("token refused: no sub")
@@ -108,7 +117,7 @@ func (m *tokenMapper) GetClaims(info *authorization.AuthInfo) (*authorization.Cl
 		if namespace == "" || !known {
 			// A typo must not quietly grant less (or, worse, be read as something else).
 			return nil, fmt.Errorf("token refused: permission %q is not NAMESPACE:ROLE with "+
-				"ROLE requester, operator or service", text)
+				"ROLE requester, approver, operator or service", text)
 		}
 		grants[namespace] |= role
 	}

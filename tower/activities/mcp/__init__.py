@@ -56,6 +56,12 @@ async def load_sources(tenant: str, path: str | Path | None = None) -> McpSource
     config = load(tenant, path)
     if not config.servers:  # no MCP servers: the SDK is not even imported
         return McpSources(config, {})
+    from tower.extras import MissingExtra, require
+
+    try:
+        require("mcp", f"tenant {tenant!r}'s MCP servers")
+    except MissingExtra as exc:
+        raise McpConfigError(str(exc)) from None
     from .catalogue import discover
 
     return McpSources(config, await discover(config))

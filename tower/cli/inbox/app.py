@@ -3,8 +3,9 @@
 Security in one place: identity comes from the session (built-in accounts) or from a
 trusted proxy's header, never from a form; a session is good only for the tenant that
 signed it in, with the roles its account holds now, and only while the server keeps its
-id (sign-out revokes it: a copied cookie stops working); failed sign-ins are limited per
-name and per client address (429); every POST carries the session's CSRF token;
+id (sign-out revokes it: a copied cookie stops working); failed sign-ins slow down per
+(name, client address) and per address, never for long (429, limits.py); a user sees
+only the runs their roles decide (scope.py); every POST carries the session's CSRF token;
 the session cookie is HttpOnly, SameSite=Lax and Secure when served over TLS; pages
 carry a strict Content-Security-Policy (scripts and styles from this app only).
 """
@@ -12,6 +13,7 @@ carry a strict Content-Security-Policy (scripts and styles from this app only).
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -32,8 +34,9 @@ from temporalio.client import Client
 from tower.cli.inbox import money, pages
 from tower.cli.inbox.events import LiveEvents
 from tower.cli.inbox.forms import is_money
-from tower.cli.inbox.guard import InboxStore, SignInLimits
+from tower.cli.inbox.guard import InboxStore
 from tower.cli.inbox.identity import Accounts, Approver, ProxyAuth
+from tower.cli.inbox.limits import SignInLimits
 from tower.client._pending import Deployment
 
 HERE = Path(__file__).parent
@@ -56,6 +59,10 @@ class InboxConfig:
     store: Path | None = None  # sessions and receipts (SQLite); None: in memory
     # Lists only requests its worker attested (tower.client's Deployment); None lists any.
     deployment: Deployment | None = None
+    # Roles that may read every run and decide none (docs/inbox.md, "Who sees what").
+    watchers: frozenset[str] = frozenset()
+    # What the sign-in limits read the time from (tests pass a clock they move).
+    sign_in_clock: Callable[[], float] = time.monotonic
 
     def __post_init__(self) -> None:
         if (self.accounts is None) == (self.proxy is None):
@@ -67,7 +74,7 @@ def create_app(config: InboxConfig, client: Client) -> Starlette:
     templates.env.filters.update(ago=ago, until=until, num=num, money=money.text,
                                  plain_money=money.plain, proposal=money.shown_proposal)
     templates.env.tests["money"] = is_money
-    store, limits = InboxStore(config.store), SignInLimits()
+    store, limits = InboxStore(config.store), SignInLimits(clock=config.sign_in_clock)
     inbox = pages.Inbox(config, client, templates, store)
     live = LiveEvents(inbox)  # server-sent events: a run's stream, the list's changes
 
@@ -96,19 +103,19 @@ def create_app(config: InboxConfig, client: Client) -> Starlette:
         name, address = str(form.get("name", "")), request.client.host if request.client else ""
         wait = limits.wait(name, address)
         if wait > 0:  # the password is not even checked: guessing on gains nothing
-            minutes = max(1, round(wait / 60))
+            seconds = int(wait) + 1
             response = inbox.render(
                 request, "login.html", None, status=429,
-                error=f"Too many failed sign-ins for this name or from this address: try "
-                      f"again in {minutes} min.")
-            response.headers["Retry-After"] = str(int(wait) + 1)
+                error=f"Too many failed sign-ins for this name from this address, or from "
+                      f"this address: try again in {seconds} s.")
+            response.headers["Retry-After"] = str(seconds)
             return response
         approver = config.accounts.sign_in(name, str(form.get("password", "")))
         if approver is None:
             limits.failed(name, address)
             return inbox.render(request, "login.html", None, status=401,
                                 error="Unknown name or wrong password.")
-        limits.succeeded(name)
+        limits.succeeded(name, address)
         store.close_session(request.session.get("sid"))
         request.session.clear()  # a new session on sign-in: no fixation
         request.session.update({

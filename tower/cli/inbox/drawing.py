@@ -47,11 +47,17 @@ class Box:
 def machine_svg(machine: Machine, waiting: str | None,
                 moved: Mapping[tuple[str, str], int] | None = None) -> str:
     """The SVG markup of ``machine`` with ``waiting`` highlighted (KeyError: no such node);
-    ``moved``: moves whose traffic changed (runs gained, or lost when negative), drawn
+    ``moved``: moves whose traffic changed (visits gained, or lost when negative), drawn
     thick, green or red, with the count (``tower eval``)."""
     if waiting is not None and waiting not in machine.nodes:
         raise KeyError(waiting)
-    edges = [_moved(e, (moved or {}).get((e.source, e.target), 0)) for e in _edges(machine)]
+    moved = {move: n for move, n in (moved or {}).items() if n}
+    declared = _edges(machine)
+    drawn = {(e.source, e.target) for e in declared}
+    # Moves runs took that the machine's own moves do not show (a budget's escalation, a
+    # failure, a node the candidate dropped) are drawn too: the picture must show them all.
+    taken = [Edge(a, b, "", "move") for a, b in moved if (a, b) not in drawn]
+    edges = [_moved(e, moved.get((e.source, e.target), 0)) for e in declared + taken]
     boxes = _boxes(machine, edges)
     layers = _layers(list(boxes), edges)
     rank = {name: i for i, layer in enumerate(layers) for name in layer}
@@ -75,12 +81,12 @@ def machine_svg(machine: Machine, waiting: str | None,
                         if b.kind != "dummy"], title)
 
 
-def _moved(edge: Edge, runs: int) -> Edge:
-    if not runs:
+def _moved(edge: Edge, visits: int) -> Edge:
+    if not visits:
         return edge
-    label = f"{runs:+d} run{'s' if abs(runs) > 1 else ''}" + (f" · {edge.label}" if edge.label
-                                                              else "")
-    return Edge(edge.source, edge.target, label, "more" if runs > 0 else "less")
+    label = f"{visits:+d} visit{'' if abs(visits) == 1 else 's'}" + (
+        f" · {edge.label}" if edge.label else "")
+    return Edge(edge.source, edge.target, label, "more" if visits > 0 else "less")
 
 
 def _edges(machine: Machine) -> list[Edge]:
@@ -114,6 +120,8 @@ def _boxes(machine: Machine, edges: list[Edge]) -> dict[str, Box]:
     for end in (DONE, FAILED):
         if any(e.target == end for e in edges):
             boxes[end] = Box(end, [end], "end", w=64, h=40)
+    for name in dict.fromkeys(n for e in edges for n in (e.source, e.target) if n not in boxes):
+        boxes[name] = Box(name, [name], "node", w=len(name) * CHAR + 28, h=34)  # not declared
     return boxes
 
 

@@ -4,7 +4,7 @@
   step), one SSE event per stream event, its offset as the event id: a browser's
   EventSource that reconnects sends ``Last-Event-ID`` and resumes there (``?after=N``
   does the same by hand). It ends with an ``end`` event once the run has ended. Signed in
-  like every page, and only for a run whose page this inbox would show.
+  like every page, and only for a run whose page this user may see (scope.py).
 - ``GET /api/list/stream``: the signed-in approver's list, sent again (rendered rows)
   whenever it changes, so the open list updates in place, without a reload.
 """
@@ -24,6 +24,7 @@ from starlette.responses import Response, StreamingResponse
 from tower.activities.streams import StreamStore, open_streams
 from tower.cli.inbox.identity import Approver
 from tower.cli.inbox.picture import NotOurRequest
+from tower.cli.inbox.scope import not_found, visible_run
 
 if TYPE_CHECKING:
     from tower.cli.inbox.pages import Inbox
@@ -49,11 +50,11 @@ class LiveEvents:
 
         run = request.path_params["run"]
         try:
-            status, _ = await self.inbox._run(run)
+            seen = await visible_run(self.inbox, approver, run)
         except NotOurRequest as exc:
             return Response(f"run {run!r} is not one this inbox can show: {exc}", 404)
-        if status is None:
-            return Response(f"no run {run!r} in tenant {self.inbox.config.tenant!r}", 404)
+        if seen is None:  # not there, or not this user's to see: the same answer
+            return Response(not_found(run, self.inbox.config.tenant), 404)
         after = _offset(request.headers.get("last-event-id")
                         or request.query_params.get("after"))
         if after is None:

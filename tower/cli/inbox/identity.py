@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tower.activities.private_files import write_private
 from tower.cli.errors import CliError
 
 _N, _R, _P = 2**14, 8, 1  # scrypt cost: ~16 MiB, tens of milliseconds
@@ -85,15 +86,13 @@ def dev_accounts(path: Path) -> tuple[Accounts, dict[str, str]]:
     if path.exists():
         return Accounts.load(path), {}
     passwords = {name: secrets.token_urlsafe(9) for name in DEMO_APPROVERS}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({name: {"password": hash_password(passwords[name]),
-                                       "roles": list(roles)}
-                                for name, roles in DEMO_APPROVERS.items()}, indent=2))
-    path.chmod(0o600)
-    # Kept beside the hashes (mode 0600) so `tower demo` can print the logins again.
-    plain = path.with_suffix(".passwords.json")
-    plain.write_text(json.dumps(passwords, indent=2))
-    plain.chmod(0o600)
+    # Both 0600 from the moment they exist (private_files); the plain passwords are kept
+    # beside the hashes so `tower demo` can print the logins again. Passwords first: the
+    # accounts file is what says the pair exists.
+    write_private(path.with_suffix(".passwords.json"), json.dumps(passwords, indent=2))
+    write_private(path, json.dumps({name: {"password": hash_password(passwords[name]),
+                                           "roles": list(roles)}
+                                    for name, roles in DEMO_APPROVERS.items()}, indent=2))
     return Accounts.load(path), passwords
 
 

@@ -15,17 +15,20 @@ from starlette.templating import Jinja2Templates
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from tower.cli.approvals import unattested
 from tower.cli.inbox import money
 from tower.cli.inbox.forms import DecisionForm, FormError, is_money, read_form
 from tower.cli.inbox.guard import InboxStore
 from tower.cli.inbox.identity import Approver
 from tower.cli.inbox.picture import NotOurRequest, check_request, picture
 from tower.cli.inbox.runs import run_story
+from tower.cli.inbox.scope import Scope, not_found, visible_run
 from tower.cli.inbox.signing import shown_request, signed_decision
 from tower.cli.inbox.visibility import UnreadableRequest, waiting_run, waiting_runs
 from tower.client import DecisionRefused, send_decision
-from tower.contract.decisions import proposal_digest
+from tower.contract.decisions import GateStatus, proposal_digest
 from tower.contract.pending import PendingView
+from tower.contract.refusals import RefusalCode
 from tower.core.gates import Outcome
 
 if TYPE_CHECKING:
@@ -39,6 +42,7 @@ class Inbox:
     def __init__(self, config: InboxConfig, client: Client, templates: Jinja2Templates,
                  store: InboxStore) -> None:
         self.config, self.client, self.templates, self.store = config, client, templates, store
+        self.scope = Scope(config.watchers)  # who may see which run: every route asks it
         self._cache: dict[Any, tuple[float, Any]] = {}
 
     def render(self, request: Request, name: str, approver: Approver | None,
@@ -56,7 +60,10 @@ class Inbox:
 
     async def waiting(self, request: Request, approver: Approver) -> Response:
         runs = await self._waiting(approver)
-        return self.render(request, "list.html", approver, runs=runs,
+        deployment = self.config.deployment
+        # An empty list must not look like nothing waits when nothing can be listed at all.
+        notice = unattested(deployment, self.client.namespace) if deployment else None
+        return self.render(request, "list.html", approver, runs=runs, notice=notice,
                            fingerprint=list_fingerprint(runs))
 
     def not_ours(self, request: Request, approver: Approver, run: str,
@@ -67,12 +74,12 @@ class Inbox:
     async def run_page(self, request: Request, approver: Approver) -> Response:
         run = request.path_params["run"]
         try:
-            status, view = await self._run(run)
+            seen = await visible_run(self, approver, run)
         except NotOurRequest as exc:
             return self.not_ours(request, approver, run, exc)
-        if status is None:
-            return self.refused(request, approver, 404, f"No run {run!r} in tenant "
-                                f"{self.config.tenant!r}.")
+        if seen is None:
+            return self.refused(request, approver, 404, not_found(run, self.config.tenant))
+        status, view = seen
         story = await run_story(self.client, run, status)
         shown = await shown_request(self.client, run, view) if view else None
         return self.render(
@@ -86,9 +93,12 @@ class Inbox:
     async def decide(self, request: Request, approver: Approver) -> Response:
         run = request.path_params["run"]
         try:
-            status, view = await self._run(run, fresh=True)
+            seen = await visible_run(self, approver, run, fresh=True)
         except NotOurRequest as exc:
             return self.not_ours(request, approver, run, exc)
+        if seen is None:
+            return self.refused(request, approver, 404, not_found(run, self.config.tenant))
+        status, view = seen
         back = {"run": run}
         if view is None:
             story = await run_story(self.client, run, status)
@@ -118,7 +128,7 @@ class Inbox:
             outcome = await asyncio.wait_for(send_decision(self.client, run, payload),
                                              DECIDE_SECONDS)
         except DecisionRefused as exc:
-            return self.refused(request, approver, 409, refusal_text(str(exc)), **back)
+            return self.refused(request, approver, 409, refusal_text(exc), **back)
         except TimeoutError:
             return self.refused(request, approver, 504, "No worker confirmed the decision in "
                                 f"{DECIDE_SECONDS:.0f} s; reload the page to see whether the "
@@ -145,21 +155,26 @@ class Inbox:
             runs = await self._waiting(approver)
             return JSONResponse({"fingerprint": list_fingerprint(runs)})
         try:
-            status, view = await self._run(run)
+            seen = await visible_run(self, approver, run)
         except NotOurRequest as exc:
             return JSONResponse({"fingerprint": "NOT-OURS", "message": str(exc)}, 404)
+        if seen is None:
+            return JSONResponse({"fingerprint": "NONE", "message": not_found(
+                run, self.config.tenant)}, 404)
+        status, view = seen
         message = ""
         if view is None and status is not None:
             story = await run_story(self.client, run, status)
             message = "This run is no longer waiting for a decision" + (
                 f": {story.last_request}" if story.last_request else f" ({status.name})")
-            if "approved by" in message or "rejected by" in message:
+            if story.last_status in (GateStatus.APPROVED, GateStatus.REJECTED):
                 message += ". It was already decided."
         return JSONResponse({"fingerprint": run_fingerprint(status, view), "message": message})
 
     async def _waiting(self, approver: Approver) -> list[Any]:
-        runs = await self._cached(("list", approver.roles),
-                                  lambda: waiting_runs(self.client, approver.roles,
+        roles = tuple(sorted(self.scope.list_roles(approver)))
+        runs = await self._cached(("list", roles),
+                                  lambda: waiting_runs(self.client, roles,
                                                      deployment=self.config.deployment))
         return [w for w in runs if ours(w.view)]
 
@@ -215,10 +230,12 @@ def run_fingerprint(status: WorkflowExecutionStatus | None, view: PendingView | 
            f"{view.step if view else ''}"
 
 
-def refusal_text(reason: str) -> str:
-    if "already decided" in reason:
+def refusal_text(refused: DecisionRefused) -> str:
+    """What the page says of a refusal: chosen by its code, never by its words."""
+    reason = refused.reason
+    if refused.code == RefusalCode.ALREADY_DECIDED:
         return f"Already decided by another approver: {reason}. Your decision was not applied."
-    if "expired" in reason:
+    if refused.code == RefusalCode.EXPIRED:
         return f"Refused: the request expired ({reason}). Nothing changed."
     return f"Refused by the run: {reason}. Nothing changed."
 

@@ -20,11 +20,14 @@ MAX_CHARS = 2000
 class RunStory:
     messages: list[dict[str, str]] = field(default_factory=list)
     last_request: str = ""  # what became of the last approval request
+    last_status: str = ""  # its status (GateStatus's value): what the pages read
     outcome: str = ""  # how a finished run ended (its last reply)
     answered: bool = True  # False: no worker answered within QUERY_SECONDS
     # The run itself says its deployment accepts UNSIGNED decisions. Never read from the
     # TowerUnsignedDecisions search attribute: whoever starts a run can set that one.
     unsigned: bool = False
+    # The roles of the gates the run recorded (open or closed): who may see it (scope.py).
+    gate_roles: frozenset[str] = frozenset()
 
 
 async def run_story(client: Client, run: str, status: WorkflowExecutionStatus | None) -> RunStory:
@@ -48,9 +51,14 @@ def story_of(state: dict[str, Any]) -> RunStory:
                  "content": _short(str(m.get("content", "")))}
                 for m in state.get("messages", []) if isinstance(m, dict)][-MAX_MESSAGES:]
     replies = [m["content"] for m in messages if m["role"] == "assistant"]
-    return RunStory(messages=messages, last_request=last_request(state.get("approvals", [])),
+    records = state.get("approvals") or []
+    last = records[-1] if records and isinstance(records[-1], dict) else {}
+    return RunStory(messages=messages, last_request=last_request(records),
+                    last_status=str(last.get("status") or ""),
                     outcome=f"{state.get('status', '')}: {replies[-1] if replies else ''}"
-                    .rstrip(": "), unsigned=state.get("unsigned_decisions") is True)
+                    .rstrip(": "), unsigned=state.get("unsigned_decisions") is True,
+                    gate_roles=frozenset(str(r.get("role")) for r in state.get("approvals", [])
+                                         if isinstance(r, dict) and r.get("role")))
 
 
 def last_request(records: list[dict[str, Any]]) -> str:

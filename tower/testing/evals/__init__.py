@@ -47,6 +47,7 @@ class EvalReport(BaseModel):
     mode: Mode
     baseline: str  # "recorded" or the report folder compared with
     runs: list[RunResult] = Field(default_factory=list)
+    data: str = "fresh"  # what each run's tools' data started as: fresh, or the copied file
     data_checked: list[str] = Field(default_factory=list)  # real files hashed before, after
     data_untouched: bool = True
 
@@ -72,12 +73,13 @@ class EvalReport(BaseModel):
         return out
 
     def moved(self) -> dict[str, dict[tuple[str, str], int]]:
-        """Per agent, each move whose traffic changed: candidate runs minus baseline runs."""
+        """Per agent, each move whose traffic changed: the times the candidate runs took it
+        minus the times the baseline runs did (a loop's moves count each time round)."""
         out: dict[str, Counter[tuple[str, str]]] = {}
         for r in self.runs:
             delta = out.setdefault(r.agent, Counter())
-            delta.update(set(r.candidate.moves))
-            delta.subtract(set(r.baseline.moves))
+            delta.update(r.candidate.moves)
+            delta.subtract(r.baseline.moves)
         return {agent: {m: n for m, n in d.items() if n} for agent, d in out.items()
                 if any(d.values())}
 
@@ -87,7 +89,7 @@ Progress = Callable[[int, int, RunResult], None]
 
 async def evaluate(
     histories: Sequence[tuple[str, WorkflowHistory]], build_worker: WorkerFactory, *,
-    mode: Mode = Mode.RECORDED, data: Path | None = None,
+    mode: Mode = Mode.RECORDED, data: Path | None = None, watch: Path | None = None,
     baseline: Mapping[str, RunSummary] | None = None, baseline_name: str = "recorded",
     scorers: Sequence[Scorer] = BUILT_IN, timeout: float = 120.0,
     progress: Progress | None = None, **worker_options: Any,
@@ -95,14 +97,17 @@ async def evaluate(
     """Re-run each recorded run (``tower.testing.replay.load`` reads files and folders)
     on ``build_worker``'s worker — the candidate's ``worker.build_worker`` — and compare.
 
-    ``data``: the tools' database the eval copies (never opens for writing); ``baseline``:
+    ``data``: the tools' database each run starts from a copy of (never opened for
+    writing); None, the default: fresh data, seeded by the candidate's own worker in the
+    eval's folder, as before any recorded run. ``watch``: a real tools' database the eval
+    must leave as it was (hashed before and after; default: ``data``). ``baseline``:
     summaries by workflow id from an earlier report (default: each recording's own);
     ``worker_options`` go to ``build_worker`` (e.g. ``models=ModelSettings(...)``, the
     candidate's live model)."""
     recordings = chains(histories)
-    report = EvalReport(mode=mode, baseline=baseline_name)
-    async with isolated(recordings, build_worker, mode=mode, data=data, timeout=timeout,
-                        **worker_options) as (world, guard):
+    report = EvalReport(mode=mode, baseline=baseline_name, data=str(data or "fresh"))
+    async with isolated(recordings, build_worker, mode=mode, data=data, watch=watch,
+                        timeout=timeout, **worker_options) as (world, guard):
         for i, recording in enumerate(recordings, 1):
             rerun = await world.run(recording)
             base = (baseline or {}).get(recording.workflow_id) or summarize(
@@ -124,12 +129,14 @@ async def _result(rerun: Rerun, base: RunSummary, scorers: Sequence[Scorer]) -> 
 
 async def run_eval(
     *paths: str | Path, build_worker: WorkerFactory, mode: Mode = Mode.RECORDED,
-    data: Path | None = None, baseline: Mapping[str, RunSummary] | None = None,
+    data: Path | None = None, watch: Path | None = None,
+    baseline: Mapping[str, RunSummary] | None = None,
     scorers: Sequence[Scorer] = BUILT_IN, timeout: float = 120.0, **worker_options: Any,
 ) -> EvalReport:
     """``evaluate`` the recorded runs in ``paths`` (history files or folders)."""
-    return await evaluate(load(paths), build_worker, mode=mode, data=data, baseline=baseline,
-                          scorers=scorers, timeout=timeout, **worker_options)
+    return await evaluate(load(paths), build_worker, mode=mode, data=data, watch=watch,
+                          baseline=baseline, scorers=scorers, timeout=timeout,
+                          **worker_options)
 
 
 def assert_verdicts(report: EvalReport, expected: Verdict | Mapping[str, Verdict]) -> None:

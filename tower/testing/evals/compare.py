@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import json
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from enum import StrEnum
 from typing import Any
@@ -139,9 +140,26 @@ async def score(base: RunSummary, cand: RunSummary,
 
 
 def transition_diff(base: RunSummary, cand: RunSummary) -> str:
-    """The moves only one of the two runs took: ``-a->b`` baseline, ``+a->b`` candidate."""
-    old, new = base.moves, cand.moves
-    gone = [f"-{a}->{b}" for a, b in old if (a, b) not in new]
-    came = [f"+{a}->{b}" for a, b in new if (a, b) not in old]
+    """The moves the two runs took a different number of times, counted (a loop gone round
+    five times, then once, is four fewer visits of each of its moves, not a move removed):
+    ``-a->b`` only the baseline took, ``+a->b`` only the candidate, and
+    ``a->b: 4 fewer visits (5 -> 1)`` both; then the two paths."""
+    old, new = Counter(base.moves), Counter(cand.moves)
+    parts = []
+    for a, b in dict.fromkeys([*base.moves, *cand.moves]):  # in the order first taken
+        was, now = old[(a, b)], new[(a, b)]
+        if was == now:
+            continue
+        if not now or not was:
+            times = f" ({plural(was or now, 'visit')})" if max(was, now) > 1 else ""
+            parts.append(f"{'-' if not now else '+'}{a}->{b}{times}")
+        else:
+            more = "more" if now > was else "fewer"
+            parts.append(f"{a}->{b}: {plural(abs(now - was), 'visit', more)} ({was} -> {now})")
     path = f"{' > '.join(base.trail)}  =>  {' > '.join(cand.trail)}"
-    return f"{' '.join(gone + came)} ({path})" if gone or came else path
+    return f"{'; '.join(parts)} ({path})" if parts else path
+
+
+def plural(n: int, noun: str, adjective: str = "") -> str:
+    """``1 visit``, ``4 fewer visits``: the plural only when ``n`` is not 1."""
+    return " ".join(x for x in (str(n), adjective, noun if n == 1 else f"{noun}s") if x)

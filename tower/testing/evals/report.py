@@ -86,9 +86,11 @@ def markdown(report: EvalReport, pictures: Mapping[str, str] | None = None) -> s
                 lines += ["", f"![{agent}]({pictures[agent]})", ""]
     lines += ["", "## Runs that did not stay the same", ""]
     lines += [_detail(r) for r in report.runs if r.scores] or ["none"]
+    data = ("fresh tools' data (the tools' own seed)" if report.data == "fresh" else
+            f"a private copy of `{report.data}`")
     lines += ["", "## Isolation", "",
-              "The eval ran on its own dev server, trust directory and a private copy of "
-              "the tools' data."]
+              f"The eval ran on its own dev server and trust directory; each run started from "
+              f"{data}."]
     if report.data_checked:
         state = "unchanged" if report.data_untouched else "CHANGED"
         lines.append(f"Real data checked before and after, {state}: "

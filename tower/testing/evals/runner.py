@@ -2,7 +2,9 @@
 
 The eval starts its own dev server (in memory, namespace ``tower-eval``), writes its own
 trust directory (an eval roster whose keys only the eval holds) and gives the project's
-worker a private copy of the tools' data. Each recorded run starts again with its
+worker tools' data of its own: fresh (the worker seeds it, as before any recorded run: a
+recording's refunds are not paid yet) or a private copy of a given database. Every run
+starts from that same data, whatever the runs before it did. Each recorded run starts again with its
 recorded input and workflow id; the decisions, signals and updates it received are sent
 again when the new run reaches the same point: a decision when the run waits at the same
 gate (re-signed by the eval's key for the recorded approver, for the request the new run
@@ -40,6 +42,7 @@ from temporalio.worker import Worker
 
 from tower.contract import search
 from tower.contract.decisions import GateRecord
+from tower.testing.evals.compare import plural
 from tower.testing.evals.models import Mode, RecordedModels
 from tower.testing.evals.recording import Outside, Recording
 from tower.testing.evals.summary import RunSummary, summarize
@@ -131,7 +134,8 @@ class Eval:
         waiting = [m for m in recording.outside if recording.replayable(m)]
         refused = len(recording.outside) - len(waiting)
         if refused:
-            notes.append(f"{refused} decision(s) the recorded run refused: not sent again")
+            notes.append(f"{plural(refused, 'decision')} the recorded run refused: not sent "
+                         "again")
         try:
             await asyncio.wait_for(self._drive(latest, waiting, notes), self.timeout)
         except TimeoutError:
@@ -273,10 +277,13 @@ def approvers(recordings: Sequence[Recording]) -> dict[str, list[str]]:
 @asynccontextmanager
 async def isolated(
     recordings: Sequence[Recording], build_worker: WorkerFactory, *, mode: Mode,
-    data: Path | None, timeout: float = 120.0, **worker_options: Any,
+    data: Path | None, watch: Path | None = None, timeout: float = 120.0,
+    **worker_options: Any,
 ) -> AsyncIterator[tuple[Eval, Isolation]]:
-    """The eval's own server, trust, private data and worker, for ``recordings``."""
-    guard = Isolation({str(p): _digest(p) for p in data_files(data)})
+    """The eval's own server, trust, private data and worker, for ``recordings``; the
+    real files of ``data`` and ``watch`` are hashed before and after."""
+    real = dict.fromkeys([*data_files(data), *data_files(watch)])
+    guard = Isolation({str(p): _digest(p) for p in real})
     with tempfile.TemporaryDirectory(prefix="tower-eval-") as tmp:
         folder = Path(tmp)
         db = private_copy(data, folder / "data")

@@ -21,6 +21,7 @@ from typing import Any
 from joserfc.jwk import OKPKey
 
 from tower.activities.attest import WORKER_KEY_FILE
+from tower.activities.private_files import write_private
 from tower.activities.trust import tenant_dir
 from tower.contract.decisions import GateRecord, proposal_digest
 from tower.contract.trust import Member, Policy, Roster
@@ -57,7 +58,7 @@ class EvalTrust:
         worker = _key(f"eval-worker-{uuid.uuid4().hex[:8]}")
         folder = tenant_dir(root, tenant)
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / WORKER_KEY_FILE).write_text(json.dumps(worker))
+        write_private(folder / WORKER_KEY_FILE, json.dumps(worker))
         members = [Member(name=name, roles=list(roles), keys=[public_of(self.keys[name])])
                    for name, roles in approvers.items()]
         members.append(Member(name="eval-worker", keys=[public_of(worker)], attests=True))
