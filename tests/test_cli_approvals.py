@@ -47,12 +47,14 @@ async def test_refund_paused_listed_refused_then_approved_from_the_cli(
         assert f"decide with: tower approve {run} --by NAME" in out
 
         code, out, _ = await tower(env, tmp_path, "pending")
-        row = next(line for line in out.splitlines() if line.startswith(run))
-        assert code == 0 and "refund_review (before issue_refund)" in row and "manager" in row
-        assert "amount=$1,200.00" in row and " amount_cents " in row
+        head = next(line for line in out.splitlines() if line.startswith(run))
+        assert code == 0 and "agent refund" in head and "role manager" in head
+        assert "  gate refund_review (before issue_refund)" in out
+        assert "    amount_cents: 120000  ($1,200.00)" in out and "editable: amount_cents" in out
 
         # A clerk may not approve; the run says why and nothing changes.
-        code, out, _ = await tower(env, tmp_path, "approve", run, "--by", "carol", "--role",
+        code, out, _ = await tower(env, tmp_path, "approve", "--yes",
+                                   run, "--by", "carol", "--role",
                                    "clerk")
         assert code == 1
         assert "refused: role 'clerk' may not decide gate 'refund_review'" in out
@@ -63,27 +65,32 @@ async def test_refund_paused_listed_refused_then_approved_from_the_cli(
         assert "invalid name '../../etc/passwd'" in err and "validation error" not in err
         # Nobody can sign without a key of their own; a key that claims alice's key id
         # is not alice's key.
-        code, _, err = await tower(env, tmp_path, "approve", run, "--by", "eve")
+        code, _, err = await tower(env, tmp_path, "approve", "--yes", run, "--by", "eve")
         assert code == 2 and "no signing key for 'eve'" in err
         mallory = tmp_path / "mallory"
         (mallory / "keys").mkdir(parents=True)
         (mallory / "keys" / "alice.jwk").write_text(json.dumps(forged_key("alice")))
         (mallory / "keys" / "alice.jwk").chmod(0o600)
-        code, out, _ = await tower(env, tmp_path, "approve", run, "--by", "alice",
+        code, out, _ = await tower(env, tmp_path, "approve", "--yes", run, "--by", "alice",
                                    TOWER_CONFIG_DIR=str(mallory))
         assert code == 1 and "refused: invalid signature" in out
         assert "refusal code: bad_signature" in out
 
-        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "alice", "--role",
+        code, out, err = await tower(env, tmp_path, "approve", "--yes",
+                                     run, "--by", "alice", "--role",
                                      "manager", "--set", "amount_cents=100000",
                                      "--note", "partial refund", "--decision-id", "d-cli-1")
         assert code == 0, err
         assert "signed with alice's key alice-" in out
+        # --yes signs without asking, never unseen: the whole request is printed first.
+        assert out.index("You are about to approve this request") < out.index("signed with")
+        assert "    amount_cents: 120000  ($1,200.00)" in out.splitlines()
         assert "outcome: gate refund_review approved" in out
         assert re.search(r"issue_refund → confirm", out) and "status: DONE" in out
         assert "Your refund of $1,000.00 has been issued" in out
 
-        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "alice", "--role",
+        code, out, err = await tower(env, tmp_path, "approve", "--yes",
+                                     run, "--by", "alice", "--role",
                                      "manager", "--decision-id", "d-cli-1")
         assert code == 2 and "is closed (COMPLETED)" in err, (out, err)
         assert "gate refund_review, was approved by alice" in err
@@ -104,7 +111,8 @@ async def test_migration_rejected_from_the_cli_changes_nothing(
         assert code == 0 and "gate dba_review" in out, err
         # A signal from someone without the role is refused by the run and kept in its
         # audit trail.
-        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "carol", "--signal")
+        code, out, err = await tower(env, tmp_path, "approve", "--yes",
+                                     run, "--by", "carol", "--signal")
         assert code == 0 and "sent as a signal" in out, err
         handle = env.client.get_workflow_handle(run)
         async with asyncio.timeout(30):
@@ -129,7 +137,8 @@ async def test_unsigned_only_when_the_deployment_allows_it(
         code, out, err = await tower(env, tmp_path, "run", "refund", "--input", request,
                                      "--id", run, "--task-queue", task_queue)
         assert code == 0 and "AWAITING_APPROVAL" in out and "UNSIGNED" not in out, err
-        code, out, _ = await tower(env, tmp_path, "approve", run, "--by", "dev", "--unsigned")
+        code, out, _ = await tower(env, tmp_path, "approve", "--yes",
+                                   run, "--by", "dev", "--unsigned")
         assert code == 1 and "refused: unsigned decision refused" in out
         await env.client.get_workflow_handle(run).terminate("test over")
     # A development deployment that allows them: the run says so everywhere.
@@ -148,7 +157,7 @@ async def test_unsigned_only_when_the_deployment_allows_it(
         assert (await handle.query("state", result_type=dict))["unsigned_decisions"] is True
         meta = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
         assert "UNSIGNED decisions accepted" in meta.current_details
-        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "dev",
+        code, out, err = await tower(env, tmp_path, "approve", "--yes", run, "--by", "dev",
                                      "--unsigned")
         assert code == 0, err
         assert "UNSIGNED (accepted only where" in out and "status: DONE" in out

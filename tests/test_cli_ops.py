@@ -48,7 +48,7 @@ async def test_pending_and_list_need_no_worker_and_state_says_one_is_missing(
     assert row["role"] == "manager" and row["when"] == "before" and row["expires_at"]
     assert row["proposal"]["amount"] == "$1,200.00" and row["editable"] == ["amount_cents"]
     code, out, _ = await tower(address, "pending")
-    assert code == 0 and run in out and "amount=$1,200.00" in out
+    assert code == 0 and run in out and "amount: $1,200.00" in out
     code, out, _ = await tower(address, "list", "--status", "AWAITING_APPROVAL", "--json")
     assert code == 0 and run in [r["run"] for r in json.loads(out)]
 
@@ -61,7 +61,8 @@ async def test_pending_and_list_need_no_worker_and_state_says_one_is_missing(
     # the server still lists it as a poller for a minute.
     assert "no answer in" not in err
     # A decision needs the run's pending gate, which only a worker can tell: said, not hung.
-    code, out, err = await tower(address, "approve", run, "--by", "alice", "--role", "manager")
+    code, out, err = await tower(address, "approve", "--yes",
+                                 run, "--by", "alice", "--role", "manager")
     assert code == 2 and f"no worker answers on its task queue {task_queue!r}" in err, err
     assert "no answer in" not in err
     assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING  # nothing sent

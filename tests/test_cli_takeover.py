@@ -96,7 +96,7 @@ async def test_approve_a_second_after_a_kill_is_accepted_and_pays_once(
     two_workers[holder].wait(timeout=10)
     await asyncio.sleep(1)
 
-    code, out, err = await tower(address_of(env), "approve", handle.id, "--by", "alice",
+    code, out, err = await tower(address_of(env), "approve", "--yes", handle.id, "--by", "alice",
                                  timeout=120)
     assert code == 0, (out, err)
     assert "outcome: gate refund_review approved" in out and "status: DONE" in out, out
@@ -132,7 +132,7 @@ async def test_a_decision_hands_a_run_held_by_a_hung_worker_to_another(
     assert said and all(s.startswith(line) and s.endswith(" s left)") for s in said), said
     left = [int(s.rsplit("(", 1)[1].split()[0]) for s in said]
     assert left == sorted(left, reverse=True) and len(set(left)) == len(left), said
-    code, out, err = await tower(address_of(env), "approve", handle.id, "--by", "alice",
+    code, out, err = await tower(address_of(env), "approve", "--yes", handle.id, "--by", "alice",
                                  timeout=120)
     assert code == 0 and "outcome: gate refund_review approved" in out, (out, err)
     await approved_once(client, handle, holder, two_workers, tmp_path / "tools.sqlite")

@@ -181,7 +181,8 @@ async def test_a_gated_refund_is_approved_after_a_server_process_is_killed(
     # The workers reconnect (the one that used the killed process too) before the decision.
     await cluster.until_polled(QUEUE, len(cluster_workers))
     # The decision goes through the restarted process.
-    code, out = await cluster.tower("approve", run_id, "--by", "alice", "--role", "manager",
+    code, out = await cluster.tower("approve", "--yes",
+                                    run_id, "--by", "alice", "--role", "manager",
                                     server=1, timeout=240)
     assert code == 0 and "status: DONE" in out, out
     assert await agent_status(handle) == "DONE"

@@ -263,7 +263,8 @@ async def test_a_requesters_signal_update_reset_and_terminate_are_refused_by_the
     assert refunds(Path(auth_cluster.env["TOWER_DB"])) == []
     # The approver's `tower approve` (approver token: signal and update) works, then the
     # worker (service token) pays, once.
-    code, out = await auth_cluster.tower("approver", "approve", handle.id, "--by", "alice",
+    code, out = await auth_cluster.tower("approver", "approve", "--yes", handle.id,
+                                         "--by", "alice",
                                          "--role", "manager")
     assert code == 0 and "status: DONE" in out, out
     assert refunds(Path(auth_cluster.env["TOWER_DB"])) == [("INV-2004", 120000)]

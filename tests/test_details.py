@@ -41,8 +41,10 @@ def test_a_pending_approval_is_shown_while_the_run_waits() -> None:
     assert "state `issue_refund` · AWAITING_APPROVAL · step 2" in text
     assert "**awaiting approval**: gate `refund_review` (before `issue_refund`) needs role " \
            "**manager**, expires 2026-12-02T11:00:00" in text
-    # Values are code spans (no "$" math), and a backtick cannot break out of one.
-    assert "proposal: amount=`1200`, note=`'x'`" in text
+    # The proposal whole in a code fence (no "$" math, no Markdown), and a backtick
+    # cannot break out of it: the fence is longer than any run of backticks inside.
+    assert "```text\ngate refund_review (before issue_refund)\nproposal:\n  amount: 1200\n" \
+           "  note: `x`\neditable: -\n```" in text
     assert "`tower approve refund-7 --gate refund_review --by NAME --role manager`" in text
     assert "older" not in text  # decided requests are history, not pending
     # Once decided, nothing is shown as pending.

@@ -79,11 +79,12 @@ async def test_parked_run_notifies_the_tenants_webhook_with_a_retry(
         notify.unlink()  # the other tests' runs notify nobody
     (first, _), (second, body) = posts
     assert (first, second) == (500, 200)  # the failed post was retried
-    assert f"`{handle.id}` waits at gate *refund_review*" in body["text"]
-    assert "a *manager* must decide" in body["text"]
+    assert f"run {handle.id} waits at gate refund_review" in body["text"]
+    assert "a manager must decide" in body["text"]
     button = body["blocks"][-1]["elements"][0]
     assert button["url"] == f"https://inbox.example.test/runs/{handle.id}"
-    assert "amount: $1,200.00" in body["blocks"][1]["text"]["text"]
+    shown = body["blocks"][1]["text"]
+    assert shown["type"] == "plain_text" and "amount_cents: 120000  ($1,200.00)" in shown["text"]
     history = readable((await handle.fetch_history()).to_json_dict())
     assert "SECRET-PART" not in history and "hooks/T000" not in history
     assert '"notify_gate"' in history and "notify approvers · gate refund_review" in history

@@ -136,7 +136,7 @@ async def test_a_scratch_project_follows_the_guide(tmp_path: Path) -> None:
         assert "gate approval" in out and "role approver" in out, out
 
         assert next(commands) == "tower approve pay-1 --by alice"
-        code, out = await sh("tower", "approve", "pay-1", "--by", "alice", cwd=project,
+        code, out = await sh("tower", "approve", "--yes", "pay-1", "--by", "alice", cwd=project,
                              env=shell)
         assert code == 0 and "status: DONE" in out and "Paid ACME $250.00" in out, out
 

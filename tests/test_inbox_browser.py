@@ -81,7 +81,9 @@ async def test_approvers_decide_in_the_browser(
                           "Amount $1,200.00 limit $500.00", "lower only", "Approve",
                           "invoice_balance")
         request = await sync(b.evaluate, "document.querySelector('section.request').innerText")
-        assert "status RUNNING" not in page and "amount_cents" not in request
+        # The whole signed proposal: the cents as signed, read in currency beside them.
+        assert "status RUNNING" not in page
+        assert all(t in request for t in ("amount_cents", "120000", "$1,200.00"))
         assert "between $0.01 and $1,200.00" in page and "open in the Temporal Web UI" in page
         # The agent, drawn here (no Graphviz): its nodes, the waiting one highlighted.
         drawn = await sync(b.evaluate, "[...document.querySelectorAll("

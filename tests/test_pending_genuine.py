@@ -13,7 +13,7 @@ import itertools
 import json
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from html import unescape
 from pathlib import Path
 from typing import Any
@@ -216,3 +216,57 @@ async def test_ten_thousand_forged_requests_hide_no_real_one(
     request.node.user_properties.append(
         ("inbox_list_page_seconds_among_10000_forged", round(seconds, 3)))
     print(f"the inbox's list page among 10,000 forged runs: {seconds:.3f} s")
+
+
+async def test_a_closed_runs_attestation_on_a_new_execution_is_not_listed(
+    client: Client, task_queue: str, db_path: Path, trust: Path, scripted_worker: Any,
+    monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30, attack 3: after a genuine run closed, a raw client starts a new execution
+    under the same workflow id (delayed, so no worker runs it) carrying the closed run's
+    memo and attestation — as it was, and with the shown proposal rewritten to $5. Neither
+    is listed by the client, `tower pending` or the inbox, and its page is a 404 saying why;
+    nothing is paid."""
+    monkeypatch.setenv("TOWER_TASK_QUEUES", task_queue)
+    deployment = Deployment(roster=read_trust(trust, client.namespace).roster,
+                            agents=frozenset({"refund"}), queues=frozenset({task_queue}))
+    issuer(client)
+    run = new_id("refund-replayed")
+    async with scripted_worker():
+        genuine = await client.start_workflow(RefundAgent.run, refund_request(client, run),
+                                              id=run, task_queue=task_queue)
+        await wait_pending(genuine)
+        memo = (await (await genuine.describe()).memo())[search.PENDING_MEMO]
+        assert memo["shown"]["proposal"]["amount_cents"] == 120000
+        assert run in {w.run for w in await waiting_runs(client, ["manager"],
+                                                         deployment=deployment)}
+        await genuine.terminate("closed")
+    five = json.loads(json.dumps(memo))
+    five["shown"]["proposal"].update(amount_cents=500, amount="$5.00")
+    five["proposal"] = {"amount_cents": "500", "amount": "$5.00"}
+    for copied in (memo, five):
+        forged = await client.start_workflow(
+            "refund", {"message": "x"}, id=run, task_queue=task_queue,
+            memo={search.PENDING_MEMO: copied}, search_attributes=PARKED,
+            start_delay=timedelta(hours=1))
+        assert forged.result_run_id != genuine.result_run_id
+        async with asyncio.timeout(30):  # visibility is eventually consistent
+            while not await client.count_workflows(f"WorkflowId = '{run}' AND "
+                                                   "ExecutionStatus = 'Running'"):
+                await asyncio.sleep(0.2)
+        assert run not in {w.run for w in await waiting_runs(client, ["manager"],
+                                                             deployment=deployment)}
+        assert run not in {r["run"] for r in await pending_requests(client, limit=50)}
+        with pytest.raises(NotGenuine, match="execution differ"):
+            await pending_of(client, run, deployment)
+        async with inbox(client, deployment=deployment) as url:
+            alice = await signed_in(url, "alice")
+            try:
+                assert run not in (await alice.get("/")).text
+                page = await alice.get(f"/runs/{run}")
+                assert page.status_code == 404 and "not a genuine request" in unescape(page.text)
+                assert "Approve" not in page.text
+            finally:
+                await alice.aclose()
+        await forged.terminate("test over")
+    assert refunds(db_path) == []

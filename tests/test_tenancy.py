@@ -53,7 +53,7 @@ async def test_another_tenant_cannot_read_signal_or_approve(
         # Tenant A, through the CLI: the run does not exist for it.
         code, _, err = await tower(env, tmp_path, "--tenant", A, "state", run)
         assert code == 2 and f"run {run!r} not found" in err
-        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "alice",
+        code, out, err = await tower(env, tmp_path, "approve", "--yes", run, "--by", "alice",
                                      "--tenant", A)
         assert code != 0 and "not found" in err, (out, err)
         code, out, _ = await tower(env, tmp_path, "--tenant", A, "pending")
@@ -74,7 +74,7 @@ async def test_another_tenant_cannot_read_signal_or_approve(
         assert state["status"] == "AWAITING_APPROVAL"
         code, out, _ = await tower(env, tmp_path, "--tenant", B, "pending")
         assert code == 0 and run in out
-        code, out, err = await tower(env, tmp_path, "approve", run, "--by", "alice",
+        code, out, err = await tower(env, tmp_path, "approve", "--yes", run, "--by", "alice",
                                      "--tenant", B)
         assert code == 0 and "status: DONE" in out, (out, err)
     assert refunds(db_path) == [("INV-2004", 120000)]

@@ -131,7 +131,8 @@ async def test_run_page_shows_the_agents_current_state(
                 "model usage: 1 call · 120 prompt + 15 completion tokens"))
             gated = await _look(browser, ui_port, refund_id, "web-ui-approval.png", (
                 "AWAITING_APPROVAL", "awaiting approval: gate refund_review",
-                "role manager", "proposal: ", f"tower approve {refund_id} --gate refund_review"))
+                "role manager", "amount_cents: 120000  ($1,200.00)",
+                f"tower approve {refund_id} --gate refund_review"))
             # A FAILED run is Failed in the Web UI, with its reason as the failure.
             url = f"http://127.0.0.1:{ui_port}/namespaces/default/workflows/{failed_id}"
             await asyncio.to_thread(browser.open, url)

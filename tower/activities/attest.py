@@ -3,10 +3,11 @@
 When a gate opens, the run asks this activity to sign its request (docs/approvals.md,
 "Only genuine requests are listed"). The worker signs with the deployment's key — the JWK
 in ``TOWER_WORKER_KEY`` (a file) or ``<trust dir>/<tenant>/worker.jwk`` — whose public half
-the tenant's roster names with ``attests: true``. The workflow id, type and task queue in
-the claims come from the activity's own info, not from the request: a workflow served by
-another worker that schedules this activity on our queue gets our queue named, and a
-listing that compares it with the run's own task queue refuses it.
+the tenant's roster names with ``attests: true``. The workflow id, its run id
+(``execution``), type and task queue in the claims come from the activity's own info, not
+from the request: a workflow served by another worker that schedules this activity on our
+queue gets our queue named, and a listing that compares it with the run's own task queue
+refuses it.
 """
 
 from __future__ import annotations
@@ -61,5 +62,6 @@ class Attester:
             tenant=request.tenant, run=info.workflow_id or "?", run_id=request.run_id,
             gate=request.gate, step=request.step, agent=info.workflow_type or "?",
             task_queue=info.task_queue, proposal=request.proposal,
+            execution=info.workflow_run_id or "",
             jti=uuid.uuid4().hex, iat=int(time.time()), exp=request.expires_at)
         return sign(claims, key, typ=ATTEST_TYPE)

@@ -23,11 +23,14 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from tower.contract.notify import GateNotice, NotifyPolicy
+from tower.contract.render import WARNING, Rendered, escape, render_proposal
 
 DEFAULT_TRUST_DIR = Path(".tower") / "trust"
 TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 TIMEOUT_SECONDS = 10.0
 NOTIFY_FILE = "notify.json"
+SLACK_TEXT = 2900  # characters per section block (Slack takes 3,000)
+SLACK_BLOCKS = 45  # of Slack's 50 blocks per message, for the proposal
 
 
 def notify_policy(root: Path, tenant: str) -> NotifyPolicy | None:
@@ -52,22 +55,54 @@ def link(policy: NotifyPolicy, notice: GateNotice) -> str | None:
     return f"{policy.inbox_url.rstrip('/')}/runs/{quote(notice.run, safe='')}"
 
 
+def rendered(notice: GateNotice) -> Rendered:
+    """The notice's proposal as every surface shows it (tower.contract.render), whole."""
+    shown = notice.shown or {"gate": notice.gate, "node": notice.node, "when": "?",
+                             "proposal": notice.proposal}
+    return render_proposal(shown)
+
+
 def message(policy: NotifyPolicy, notice: GateNotice) -> dict[str, Any]:
-    """The body to post, in the policy's format."""
+    """The body to post, in the policy's format. The proposal is whole and inert: in
+    Slack's ``plain_text`` (never mrkdwn), split over as many blocks as its size needs."""
     url = link(policy, notice)
+    proposal = rendered(notice)
     if policy.format == "json":
-        return {"event": "gate.waiting", **notice.model_dump(mode="json"), "link": url}
-    summary = ", ".join(f"{k}: {v}" for k, v in notice.proposal.items() if k != "script")
-    text = (f"*{notice.agent}* run `{notice.run}` waits at gate *{notice.gate}*: a "
-            f"*{notice.role}* must decide by {notice.expires_at:%Y-%m-%d %H:%M} UTC.")
+        return {"event": "gate.waiting", **notice.model_dump(mode="json"), "link": url,
+                "rendered": proposal.text(), "hidden": proposal.hidden}
+    text = (f"{_slack(notice.agent)} run {_slack(notice.run)} waits at gate "
+            f"{_slack(notice.gate)}: a {_slack(notice.role)} must decide by "
+            f"{notice.expires_at:%Y-%m-%d %H:%M} UTC.")
+    body = _entities(proposal.text())  # rendered: already inert
+    chunks = [body[i:i + SLACK_TEXT] for i in range(0, len(body), SLACK_TEXT)]
     blocks: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": text}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": f"Proposal: {summary[:2500]}"}}]
+        {"type": "section", "text": {"type": "plain_text", "text": text, "emoji": False}}]
+    if len(chunks) <= SLACK_BLOCKS:
+        blocks += [{"type": "section", "text": {"type": "plain_text", "text": chunk,
+                                                "emoji": False}} for chunk in chunks]
+    else:  # never a cut proposal: none, and where to read it whole
+        blocks.append({"type": "section", "text": {"type": "plain_text", "emoji": False,
+                       "text": f"The proposal is {len(body):,} characters, more than one "
+                               "message holds: read it whole in the inbox."}})
+    if proposal.hidden:
+        blocks.append({"type": "section", "text": {"type": "plain_text", "emoji": False,
+                                                   "text": f"WARNING: {WARNING}"}})
     if url:
         blocks.append({"type": "actions", "elements": [{
             "type": "button", "text": {"type": "plain_text", "text": "Decide in the inbox"},
             "url": url}]})
-    return {"text": f"{text} {url or ''}".strip(), "blocks": blocks}
+    return {"text": f"{text} {url or ''}".strip(), "mrkdwn": False, "blocks": blocks}
+
+
+def _slack(text: str) -> str:
+    """A run's name inert in a Slack message: no control character, no link or mention."""
+    return _entities(escape(text)[0])
+
+
+def _entities(text: str) -> str:
+    """``&``, ``<``, ``>`` as the entities Slack shows as themselves (so no ``<!channel>``
+    and no link)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 class Notifier:

@@ -3,6 +3,10 @@
 A decision goes to the run as the ``decide`` update, so the command prints the outcome
 the run itself reported (or the reason it refused the decision, which then changed
 nothing). ``--signal`` sends it as a fire-and-forget signal instead.
+
+Every proposal is printed whole by the library's renderer (``tower.cli.proposal``), and a
+decision is printed before it is signed: `tower approve` then asks (y/N) on a terminal,
+``--yes`` signs what it printed without asking, and nothing else signs.
 """
 
 from __future__ import annotations
@@ -16,12 +20,15 @@ from temporalio.client import Client
 from tower.cli.approvals import deployment, parse_edits, unattested
 from tower.cli.cmd_run import print_outcome as print_run_outcome
 from tower.cli.live import follow as follow_run
-from tower.cli.output import json_option, print_json, say, table, tenant_option
+from tower.cli.output import json_option, print_json, say, tenant_option
+from tower.cli.proposal import confirmer, print_pending
 from tower.cli.runs import run_state
 from tower.client import DecisionRefused, connect
 from tower.client import decide as send_decision
 from tower.client import pending as pending_runs
+from tower.client._decisions import NotConfirmed
 from tower.contract.decisions import Verdict
+from tower.contract.render import render_proposal
 from tower.core.gates import Outcome
 
 __all__ = ["DecisionRefused", "approve", "decide", "pending", "pending_requests", "reject",
@@ -46,10 +53,10 @@ def _decision_command(verdict: Verdict) -> click.Command:
     def decide_cmd(run: str, gate: str | None, by: str, role: str | None, note: str,
                    edits: tuple[str, ...] = (), decision_id: str | None = None,
                    signal: bool = False, unsigned: bool = False, no_follow: bool = False,
-                   as_json: bool = False) -> Any:
+                   as_json: bool = False, yes: bool = False) -> Any:
         return decide(run, verdict, gate=gate, by=by, role=role, note=note, edits=list(edits),
                       decision_id=decision_id, use_signal=signal, unsigned=unsigned,
-                      follow=not no_follow, as_json=as_json)
+                      follow=not no_follow, as_json=as_json, yes=yes)
 
     params = [
         click.argument("run", metavar="RUN"),
@@ -63,7 +70,11 @@ def _decision_command(verdict: Verdict) -> click.Command:
         params.append(click.option(
             "--set", "edits", multiple=True, metavar="FIELD=VALUE",
             help="change an editable field, e.g. --set amount_cents=50000"))
+
     params += [
+        click.option("--yes", "-y", is_flag=True, help=(
+            "sign without asking (the request is still printed whole first); without it, "
+            "approve asks y/N on a terminal and signs nothing elsewhere")),
         click.option("--decision-id", help="idempotency id (resending it changes nothing)"),
         click.option("--signal", is_flag=True, help="send as a signal, don't wait"),
         click.option("--unsigned", is_flag=True,
@@ -77,8 +88,9 @@ def _decision_command(verdict: Verdict) -> click.Command:
         decide_cmd = param(decide_cmd)
     return click.command(verb, help=(
         f"{verb.capitalize()} the pending approval of RUN and print the outcome the run "
-        "reported. The decision is signed with your own key (`tower keys new NAME`), which "
-        "the tenant's roster must list."))(decide_cmd)
+        "reported. The whole request is printed before anything is signed. The decision is "
+        "signed with your own key (`tower keys new NAME`), which the tenant's roster must "
+        "list."))(decide_cmd)
 
 
 approve = _decision_command(Verdict.APPROVE)
@@ -94,29 +106,28 @@ async def _pending(agent: str | None, limit: int, as_json: bool) -> int:
     if as_json:
         print_json(rows)
         return 0
-    table(["RUN", "AGENT", "GATE", "ROLE", "EXPIRES", "EDITABLE", "PROPOSAL"],
-          [[r["run"], r["agent"], f"{r['gate']} ({r['when']} {r['node']})", r["role"],
-            r["expires_at"] or "?", ", ".join(r["editable"]) or "-", _proposal(r["proposal"])]
-           for r in rows], empty="(no runs awaiting approval)")
+    if not rows:
+        print("(no runs awaiting approval)", flush=True)
+    for row in rows:
+        print_pending(row)
     return 0
-
-
-def _proposal(proposal: dict[str, Any] | None) -> str:
-    if proposal is None:
-        return "? (started before runs published their pending gate)"
-    return ", ".join(f"{k}={v}" for k, v in proposal.items()).replace("\n", " ") or "-"
 
 
 async def pending_requests(client: Client, *, agent: str | None = None,
                            limit: int = 50) -> list[dict[str, Any]]:
-    """Runs waiting at a gate, from search attributes and the memo each run keeps."""
+    """Runs waiting at a gate, from search attributes and the memo each run keeps: each
+    request whole (``shown``, the canonical proposal) and ``hidden`` when its rendering
+    shows hidden characters as escapes."""
     rows = []
     for w in await pending_runs(client, agent=agent, limit=limit,
                                 deployment=deployment(client.namespace)):
-        memo = w.memo
-        if not isinstance(memo, dict):  # a run from before the memo (or one whose memo
-            # this process cannot open): what its graph says about the node
+        view = w.view
+        if view is None:  # a run from before the memo (or one whose memo this process
+            # cannot open): what its graph says about the node
             memo = _gate_from_graph(w.agent, w.node)
+        else:
+            memo = view.model_dump(mode="json")
+            memo["hidden"] = bool(view.shown) and render_proposal(view.shown).hidden
         rows.append({"run": w.run, "agent": w.agent, "step": w.step, **memo})
     return rows
 
@@ -137,16 +148,21 @@ def _gate_from_graph(agent: str, node: str) -> dict[str, Any]:
 
 async def decide(run: str, verdict: Verdict, *, gate: str | None, by: str, role: str | None,
                  note: str, edits: list[str], decision_id: str | None, use_signal: bool,
-                 follow: bool, as_json: bool, unsigned: bool = False) -> int:
+                 follow: bool, as_json: bool, unsigned: bool = False, yes: bool = False) -> int:
     from tower.client.keys import check_name
 
     check_name(by)  # one line, before the server is asked anything
     client = await connect()
+    verb = verdict.value
     try:
         out = await send_decision(
             client, run, verdict, approver=by, role=role, gate=gate, note=note,
             edits=parse_edits(edits), decision_id=decision_id, use_signal=use_signal,
-            unsigned=unsigned, say=say)
+            unsigned=unsigned, say=say,
+            confirm=confirmer(verb, yes=yes, ask=verdict == Verdict.APPROVE, err=as_json))
+    except NotConfirmed as exc:
+        print(f"not confirmed: {exc}", file=sys.stderr, flush=True)
+        return 1
     except DecisionRefused as exc:
         code = exc.code.value if exc.code else None
         if as_json:

@@ -12,6 +12,8 @@ import click
 from tower.cli import project
 from tower.cli.errors import CliError
 from tower.cli.output import json_option, print_json, say, tenant_option
+from tower.contract.decisions import GateRecord, canonical_proposal
+from tower.contract.render import render_proposal
 
 
 def _agents_help() -> str:
@@ -131,12 +133,12 @@ def print_pending(approvals: dict[str, Any]) -> None:
     p = approvals.get("pending")
     if not p:
         return
-    proposal = ", ".join(f"{k}={v}" for k, v in p["proposal"].items()).replace("\n", " ")
+    request = GateRecord.model_validate(p)
     print(f"waiting at gate {p['gate']} ({p['when']} {p['node']}) for role {p['role']} until "
           f"{p['expires_at']}")
-    print(f"proposal: {proposal or '-'}")
-    if p["editable"]:
-        print(f"editable: {', '.join(p['editable'])}")
+    # The library's one rendering: whole, every hidden character a visible escape.
+    for line in render_proposal(canonical_proposal(request)).lines(indent="  "):
+        print(line)
     print(f"decide with: tower approve {approvals['run']} --by NAME   (signs with NAME's key; "
           f"the roster must give NAME role {p['role']}; or tower reject ...)")
 

@@ -85,6 +85,12 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, empty: str =
     from rich import box
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    from tower.contract.render import escape
+
+    def inert(text: str) -> str:
+        return escape(text)[0]
 
     tty = sys.stdout.isatty()
     grid = Table(box=box.SIMPLE_HEAD if tty else None, show_edge=False, pad_edge=False,
@@ -92,7 +98,8 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, empty: str =
     for name in columns:
         grid.add_column(name, no_wrap=True, overflow="ignore")
     for row in rows:
-        grid.add_row(*("" if cell is None else str(cell) for cell in row))
+        # Inert text, not markup: a cell may be a run's words ("[/x]", an escape sequence).
+        grid.add_row(*(Text(inert("" if cell is None else str(cell))) for cell in row))
     # Never cut or drop a column to fit a width: a row longer than the terminal wraps
     # there, and a pipe gets whole lines with no trailing blanks.
     console = Console(width=10_000, highlight=False, color_system="auto" if tty else None,

@@ -41,6 +41,11 @@ from tower.core.gates import Outcome
 from tower.core.signing import decision_claims
 from tower.temporal._gating import UNKNOWN_KEY, Gatekeeper
 
+
+class NotConfirmed(ClientError):
+    """The approver did not confirm the request shown: nothing was signed."""
+
+
 # How long a decision waits for another worker to take over a run whose worker stopped
 # (killed: the server keeps sending the run to it for ~10 s).
 TAKEOVER_SECONDS = 40.0
@@ -51,12 +56,14 @@ async def decide(
     gate: str | None = None, note: str = "", edits: dict[str, Any] | None = None,
     decision_id: str | None = None, use_signal: bool = False, unsigned: bool = False,
     config: Path | None = None, say: Callable[[str], None] | None = None,
-    takeover: float = TAKEOVER_SECONDS,
+    takeover: float = TAKEOVER_SECONDS, confirm: Callable[[GateRecord], bool] | None = None,
 ) -> Outcome | None:
     """Sign ``approver``'s decision on RUN's pending request with their own key (in
     ``config``, default ``tower.client.keys.config_dir()``) and send it; the Outcome the run
     reported, or None when sent as a signal. DecisionRefused when the run refuses it
-    (nothing changed). ``say`` hears what is done (and any wait for a worker)."""
+    (nothing changed). ``say`` hears what is done (and any wait for a worker). ``confirm``
+    is shown the request before anything is signed (render it with
+    ``tower.contract.render``); when it answers False nothing is signed (NotConfirmed)."""
     check_name(approver)  # before anything is asked of the server
     handle = client.get_workflow_handle(run)
     approvals = await _approvals(client, run, say=say, takeover=takeover)
@@ -66,6 +73,8 @@ async def decide(
     request = GateRecord.model_validate(pending)
     if gate is not None and gate != request.gate:
         raise ClientError(f"run {run!r} waits at gate {request.gate!r}, not {gate!r}")
+    if confirm is not None and not confirm(request):
+        raise NotConfirmed(f"nothing was signed or sent for run {run!r}")
     role = role or request.role
     decision_id = decision_id or f"d-{uuid.uuid4().hex[:12]}"
     # Signed for exactly what is shown here: this run id, this step, this proposal.
@@ -76,9 +85,8 @@ async def decide(
     if say:
         say(f"decision {decision_id}: {verdict.value} gate {request.gate} of {run} by "
             f"{approver} ({role}), {how}")
-        shown = ", ".join(f"{k}={v}" for k, v in request.proposal.items()) or "-"
-        say(f"  for the request at step {request.step} of run id {request.run_id}: {shown} "
-            f"({proposal_digest(request)[:19]}…)")
+        say(f"  for the request at step {request.step} of run id {request.run_id}, proposal "
+            f"{proposal_digest(request)}")
     if use_signal:
         await handle.signal("decision", payload)  # the gate's dynamic signal: no method
         if say:

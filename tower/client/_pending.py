@@ -24,8 +24,9 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from tower.client.errors import ClientError
 from tower.contract import search
+from tower.contract.decisions import digest_of, legacy_digest_of
 from tower.contract.pending import PendingView
-from tower.contract.trust import Roster
+from tower.contract.trust import AttestClaims, Roster
 from tower.core.signing import SignatureRefused, verify_attestation
 
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,50}")
@@ -72,8 +73,9 @@ class Deployment:
     def refusal(self, run: WorkflowExecution, view: PendingView | None,
                 now: float | None = None) -> str | None:
         """Why ``run``'s pending request is not a genuine one of this deployment (None: it
-        is): the worker's attestation must verify and name this run, agent, queue, gate,
-        step and proposal digest."""
+        is): the worker's attestation must verify and name this very execution (its run
+        id), agent, queue, gate and step, and the digest of the proposal the memo would
+        show, whole."""
         if run.workflow_type not in self.agents or run.task_queue not in self.queues:
             return (f"agent {run.workflow_type!r} on task queue {run.task_queue!r} is not "
                     "one of this deployment's")
@@ -84,14 +86,32 @@ class Deployment:
                                         now=time.time() if now is None else now)
         except SignatureRefused as exc:
             return f"its attestation does not verify: {exc}"
-        wanted = {"run": run.id, "agent": run.workflow_type, "task_queue": run.task_queue,
-                  "gate": view.gate, "step": view.step, "proposal": view.proposal_digest}
-        wrong = [k for k, v in wanted.items() if getattr(claims, k) != v]
-        if view.agent != run.workflow_type:
-            wrong.append("memo agent")
-        if wrong:
-            return f"its attestation is for another request ({', '.join(wrong)} differ)"
-        return None
+        return mismatch(run, view, claims)
+
+
+def mismatch(run: WorkflowExecution, view: PendingView, claims: AttestClaims) -> str | None:
+    """Why a verified attestation is not this execution's request as its memo shows it."""
+    wanted = {"run": run.id, "execution": run.run_id, "agent": run.workflow_type,
+              "task_queue": run.task_queue, "gate": view.gate, "step": view.step,
+              "proposal": view.proposal_digest}
+    wrong = [k for k, v in wanted.items() if getattr(claims, k) != v]
+    if view.agent != run.workflow_type:
+        wrong.append("memo agent")
+    if wrong:
+        return f"its attestation is for another request ({', '.join(wrong)} differ)"
+    if not view.shown:
+        return "its memo does not show the whole proposal (a run from an older version)"
+    try:  # the digest form of the run (RFC 8785; runs recorded before it, Python's JSON)
+        digests = {digest_of(view.shown), legacy_digest_of(view.shown)}
+    except ValueError:  # ProposalNotCanonical, or text UTF-8 cannot hold (a lone surrogate)
+        return "the proposal its memo shows cannot be canonicalized (RFC 8785)"
+    if claims.proposal not in digests:
+        return "the proposal its memo shows is not the one attested (digests differ)"
+    shown = view.shown
+    if (shown.get("gate"), shown.get("node"), shown.get("when"), shown.get("editable")) != (
+            view.gate, view.node, view.when, sorted(view.editable)):
+        return "its memo's gate, node or editable fields differ from the proposal attested"
+    return None
 
 
 def role_query(roles: Iterable[str]) -> str | None:

@@ -104,7 +104,8 @@ class ProposalNotCanonical(ValueError):
 def canonical_proposal(record: GateRecord) -> dict[str, Any]:
     """What an approver decides, as one JSON object: the gate, its node, the proposal
     (action, arguments, amounts, limit), the editable fields and their limits. Every
-    surface shows this object and every signer digests it (``proposal_digest``)."""
+    surface shows this object, whole (``tower.contract.render``), every signer digests it
+    (``proposal_digest``) and a waiting run publishes it in its memo."""
     return {"v": 1, "gate": record.gate, "node": record.node, "when": record.when,
             "proposal": record.proposal, "editable": sorted(record.editable),
             "limits": {k: v.model_dump(mode="json") for k, v in record.limits.items()}}
@@ -113,11 +114,29 @@ def canonical_proposal(record: GateRecord) -> dict[str, Any]:
 def canonical_bytes(record: GateRecord) -> bytes:
     """``canonical_proposal`` in the RFC 8785 (JCS) form: keys sorted by UTF-16 code units,
     no whitespace, numbers as ECMAScript prints them (``1.0`` is ``1``), UTF-8."""
+    return _jcs(canonical_proposal(record))
+
+
+def _jcs(canonical: dict[str, Any]) -> bytes:
     try:
-        return rfc8785.dumps(canonical_proposal(record))
+        return rfc8785.dumps(canonical)
     except rfc8785.CanonicalizationError as exc:
         raise ProposalNotCanonical(f"the proposal cannot be canonicalized (RFC 8785): "
                                    f"{exc}") from None
+
+
+def digest_of(canonical: dict[str, Any]) -> str:
+    """``proposal_digest`` of a canonical proposal as a memo or a notice carries it (the
+    object ``canonical_proposal`` made, read back from JSON). Raises
+    ``ProposalNotCanonical``."""
+    return "sha256:" + hashlib.sha256(_jcs(canonical)).hexdigest()
+
+
+def legacy_digest_of(canonical: dict[str, Any]) -> str:
+    """``legacy_proposal_digest`` of a canonical proposal (runs recorded before RFC 8785)."""
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 def proposal_digest(record: GateRecord) -> str:
@@ -125,12 +144,10 @@ def proposal_digest(record: GateRecord) -> str:
     run, the CLI, the inbox and any client (in any language: docs/approvals.md gives the
     steps and a test vector) compute it on the same pending record; a decision is accepted
     only while that proposal is pending. Raises ``ProposalNotCanonical``."""
-    return "sha256:" + hashlib.sha256(canonical_bytes(record)).hexdigest()
+    return digest_of(canonical_proposal(record))
 
 
 def legacy_proposal_digest(record: GateRecord) -> str:
     """The digest as runs recorded before RFC 8785 computed it (Python's sorted JSON, which
     prints ``1.0``): only those runs use it, so their histories replay as recorded."""
-    canonical = json.dumps(canonical_proposal(record), sort_keys=True, separators=(",", ":"),
-                           ensure_ascii=False, default=str)
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    return legacy_digest_of(canonical_proposal(record))

@@ -34,4 +34,7 @@ class GateNotice(BaseModel):
     role: str
     node: str
     expires_at: datetime
-    proposal: dict[str, Any] = Field(default_factory=dict)
+    proposal: dict[str, Any] = Field(default_factory=dict)  # whole (earlier runs: cut)
+    # The canonical proposal (tower.contract.decisions.canonical_proposal), whole: what the
+    # notification renders. Empty in notices of runs recorded before it was sent.
+    shown: dict[str, Any] = Field(default_factory=dict)

@@ -2,18 +2,23 @@
 
 The inbox (and ``tower pending``) list waiting runs from Temporal's visibility store
 alone, so they work while no worker answers queries. Nothing here can authorize
-anything: it is what the history already shows, cut to a bounded size.
+anything: it is what the history already shows. The request itself is whole (``shown``,
+what ``proposal_digest`` hashes, rendered by ``tower.contract.render``); only the notes of
+earlier decisions are cut to a bounded size.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-MAX_TEXT = 200  # each proposal value and note in the memo, in characters (history has all)
+from tower.contract.render import Rendered, render_proposal
+
+MAX_TEXT = 200  # each earlier decision's note and reason in the memo (history has all)
 MAX_EARLIER = 5  # earlier decisions kept in the memo
 
 
@@ -64,7 +69,9 @@ class PendingView(BaseModel):
     role: str
     requested_at: datetime
     expires_at: datetime
-    proposal: dict[str, str] = Field(default_factory=dict)  # values as text, cut to MAX_TEXT
+    # The proposal's values as text, whole. Read from ``shown`` when the memo has it (what
+    # a memo says beside it is ignored): nothing shown can differ from what is hashed.
+    proposal: dict[str, str] = Field(default_factory=dict)
     editable: list[str] = Field(default_factory=list)  # the names approvers may change
     agent: str = ""
     fields: list[EditableField] = Field(default_factory=list)  # each editable, typed, bounded
@@ -73,13 +80,40 @@ class PendingView(BaseModel):
     # the proposal_digest it names: listings show only requests whose attestation verifies.
     proposal_digest: str = ""
     attestation: str = Field(default="", max_length=4000)
+    # The canonical proposal (tower.contract.decisions.canonical_proposal), whole: what is
+    # rendered and what the attested digest must be the digest of. Empty in the memos of
+    # runs that parked before it was published (those are not listed).
+    shown: dict[str, Any] = Field(default_factory=dict)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _proposal_from_shown(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("shown"), dict):
+            values = data["shown"].get("proposal")
+            if isinstance(values, dict):
+                data = {**data, "proposal": {str(k): v if isinstance(v, str) else json.dumps(
+                    v, sort_keys=True, ensure_ascii=False) for k, v in values.items()}}
+        return data
+
+    def rendered(self) -> Rendered:
+        """The request as every surface shows it (``tower.contract.render``): ``shown``,
+        or, in a memo from before it, what that memo says (never listed as genuine)."""
+        return render_proposal(self.shown or {
+            "gate": self.gate, "node": self.node, "when": self.when,
+            "proposal": self.proposal, "editable": self.editable})
+
+    def memo(self) -> dict[str, Any]:
+        """What the run's memo holds: the view, its proposal only in ``shown`` when there
+        (and, in the memos of runs recorded before ``shown``, exactly what they held)."""
+        return self.model_dump(mode="json", exclude={"proposal"} if self.shown else {"shown"})
 
 
 def short_values(values: Mapping[str, Any]) -> dict[str, str]:
-    """``values`` as text, each cut to ``MAX_TEXT`` characters (the history has them whole)."""
+    """``values`` as text, each cut to ``MAX_TEXT`` characters: what runs published before
+    the memo carried ``shown`` (their recorded histories replay it)."""
     return {k: short(str(v)) for k, v in values.items()}
 
 
 def short(text: str) -> str:
+    """An earlier decision's note or reason, cut to ``MAX_TEXT`` (never a proposal's)."""
     return text if len(text) <= MAX_TEXT else text[: MAX_TEXT - 1] + "…"

@@ -179,3 +179,7 @@ class AttestClaims(Signed):
     agent: str = Field(min_length=1, max_length=100, description="the workflow type")
     task_queue: str = Field(min_length=1, max_length=200)
     proposal: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    # The Temporal run id of the execution that asked (the activity's own info, not the
+    # request): a new execution under the same workflow id carrying this token is refused.
+    # Empty in attestations made before it was named: those are not listed.
+    execution: str = Field(default="", max_length=100)

@@ -7,13 +7,14 @@ renders it as Markdown (in a frame of its own, on the run's "User Metadata" tab)
 
 from __future__ import annotations
 
-from tower.contract.decisions import GateRecord
+import re
+
+from tower.contract.decisions import GateRecord, canonical_proposal
+from tower.contract.render import render_proposal
 from tower.core.engine import Transition
 from tower.core.gates import canonical_time, pending_record
 from tower.core.graph import Machine
 from tower.core.state import AgentState
-
-MAX_VALUE_CHARS = 120
 
 
 def render_details(machine: Machine, state: AgentState, last: Transition | None = None,
@@ -56,17 +57,18 @@ def budget_used(machine: Machine, state: AgentState) -> str:
 
 
 def _pending(record: GateRecord, run_id: str) -> list[str]:
-    # Code spans: a value's `$` must not start the renderer's math mode.
-    proposal = ", ".join(f"{k}=`{_short(v)}`" for k, v in record.proposal.items()) or "-"
-    return [
+    # The proposal as every surface shows it (tower.contract.render): whole and inert, in
+    # a code fence longer than any run of backticks in it, so nothing in it is Markdown.
+    rendered = render_proposal(canonical_proposal(record))
+    body = rendered.text()
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", body)), default=0))
+    lines = [
         f"**awaiting approval**: gate `{record.gate}` ({record.when} `{record.node}`) needs "
         f"role **{record.role}**, expires {canonical_time(record.expires_at)}",
-        "", f"proposal: {proposal}",
+        "", f"{fence}text", body, fence]
+    if rendered.hidden:
+        lines += ["", "**the proposal holds hidden characters**, shown as escapes"]
+    return lines + [
         "", f"`tower approve {run_id} --gate {record.gate} --by NAME --role {record.role}` "
             "(or `tower reject ...`)",
     ]
-
-
-def _short(value: object) -> str:
-    text = str(value).replace("`", "'")
-    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 1] + "…"

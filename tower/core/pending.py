@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tower.contract.decisions import GateStatus
+from tower.contract.decisions import GateStatus, canonical_proposal
 from tower.contract.pending import (
     MAX_EARLIER,
     EarlierDecision,
@@ -21,8 +21,11 @@ from tower.core.state import AgentState
 _TYPES = {int: "int", float: "float", str: "str", bool: "bool"}
 
 
-def pending_view(machine: Machine, state: AgentState) -> PendingView | None:
-    """The pending request of ``state`` as approvers see it, or None when nothing waits."""
+def pending_view(machine: Machine, state: AgentState, *, whole: bool = True
+                 ) -> PendingView | None:
+    """The pending request of ``state`` as approvers see it, or None when nothing waits.
+    ``whole``: with the canonical proposal (``shown``); without, the values cut as runs
+    recorded before it published them (their histories replay so)."""
     record = pending_record(state)
     if record is None:
         return None
@@ -40,7 +43,8 @@ def pending_view(machine: Machine, state: AgentState) -> PendingView | None:
         agent=machine.name, node=record.node, gate=record.gate, when=record.when,
         role=record.role, step=record.step, requested_at=record.requested_at,
         expires_at=record.expires_at, editable=list(record.editable), fields=fields,
-        earlier=earlier, proposal=short_values(record.proposal))
+        earlier=earlier, **({"shown": canonical_proposal(record)} if whole
+                            else {"proposal": short_values(record.proposal)}))
 
 
 def field_type(machine: Machine, name: str) -> Any:

@@ -33,11 +33,11 @@ from tower.contract.decisions import (
     Decision,
     GateRecord,
     GateStatus,
+    canonical_proposal,
     legacy_proposal_digest,
     proposal_digest,
 )
 from tower.contract.notify import GateNotice
-from tower.contract.pending import short_values
 from tower.contract.refusals import RefusalCode
 from tower.contract.trust import AttestRequest
 from tower.core.details import render_details
@@ -213,7 +213,8 @@ class Gatekeeper(Intake, Admission):
         notice = GateNotice(tenant=self._tenant(), run=workflow.info().workflow_id,
                             agent=self.machine.name, gate=pending.gate, role=pending.role,
                             node=pending.node, expires_at=pending.expires_at,
-                            proposal=short_values(pending.proposal))
+                            proposal=dict(pending.proposal),
+                            shown=canonical_proposal(pending))
         sent = workflow.start_activity(
             "notify_gate", notice, start_to_close_timeout=timedelta(seconds=20),
             retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),

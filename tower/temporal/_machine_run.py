@@ -47,6 +47,8 @@ _EXECUTION_STATUS_SAYS = {search.AGENT_NODE.name, search.AGENT_STATUS.name,
 # Carried runs recorded before a run asked where it continued from replay without asking.
 CARRY_ORIGIN_PATCH = "tower-carry-origin"
 ORIGIN_ACTIVITY = "tower_continued_from"
+# The memo carries the whole canonical proposal (issue 30); runs recorded before, the cut one.
+MEMO_SHOWS_WHOLE = "tower-memo-whole-proposal"
 
 
 class Strategy(Protocol):
@@ -202,11 +204,13 @@ class MachineRun:
         # A run waiting at a gate shows the request in its memo (None removes it once
         # decided), so `tower pending` and the inbox need no worker; a run with no gate
         # is untouched.
-        view = pending_view(self.machine, state)
+        # Runs recorded before the memo carried the whole proposal replay as they ran.
+        whole = pending is not None and workflow.patched(MEMO_SHOWS_WHOLE)
+        view = pending_view(self.machine, state, whole=whole)
         if view is not None and self._attested is not None and self._attested[0] == view.step:
             view = view.model_copy(update={"proposal_digest": self._attested[1],
                                            "attestation": self._attested[2]})
-        memo = view.model_dump(mode="json") if view else None
+        memo = view.memo() if view else None
         if memo != self._pending_memo:
             workflow.upsert_memo({search.PENDING_MEMO: memo})
             self._pending_memo = memo

@@ -38,6 +38,8 @@ from tower.cli.inbox.guard import InboxStore
 from tower.cli.inbox.identity import Accounts, Approver, ProxyAuth
 from tower.cli.inbox.limits import SignInLimits
 from tower.client._pending import Deployment
+from tower.contract.pending import PendingView
+from tower.contract.render import WARNING, escape
 
 HERE = Path(__file__).parent
 SESSION_HOURS = 8
@@ -72,7 +74,9 @@ class InboxConfig:
 def create_app(config: InboxConfig, client: Client) -> Starlette:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters.update(ago=ago, until=until, num=num, money=money.text,
-                                 plain_money=money.plain, proposal=money.shown_proposal)
+                                 plain_money=money.plain, rendered=PendingView.rendered,
+                                 inert=lambda text: escape(str(text), multiline=True)[0])
+    templates.env.globals["hidden_warning"] = WARNING
     templates.env.tests["money"] = is_money
     store, limits = InboxStore(config.store), SignInLimits(clock=config.sign_in_clock)
     inbox = pages.Inbox(config, client, templates, store)

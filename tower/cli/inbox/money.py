@@ -69,19 +69,6 @@ def cents_value(value: object) -> int | None:
     return None
 
 
-def shown_proposal(proposal: Mapping[str, str]) -> dict[str, str]:
-    """The proposal as the approver reads it: ``amount_cents: 120000`` becomes
-    ``amount: $1,200.00`` (unless the proposal already says ``amount`` itself)."""
-    shown: dict[str, str] = {}
-    for key, value in proposal.items():
-        cents = cents_value(value) if is_money(key) else None
-        if cents is None:
-            shown.setdefault(key, value)
-        elif label(key) not in proposal:
-            shown[label(key)] = text(cents)
-    return shown
-
-
 def headline(proposal: Mapping[str, str]) -> tuple[str, str] | None:
     """(amount, limit) in currency when the proposal has an amount, else None; the limit
     is ``any`` when the proposal names none."""

@@ -20,8 +20,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from tower.cli.inbox.forms import DecisionForm, FormError
-from tower.contract.decisions import GateRecord, proposal_digest
-from tower.contract.pending import PendingView, short_values
+from tower.contract.decisions import GateRecord, canonical_proposal, proposal_digest
+from tower.contract.pending import PendingView
 from tower.core.signing import decision_claims, sign
 
 LIFETIME_SECONDS = 300  # a decision is sent at once; it need not live long
@@ -30,8 +30,8 @@ QUERY_SECONDS = 5.0
 
 async def shown_request(client: Client, run: str, view: PendingView) -> GateRecord | None:
     """The run's pending request (its ``approvals`` query) when it is the one ``view``
-    shows: same gate, step, node, role, editable fields and proposal values. None when no
-    worker answers or it differs: then nothing is signed."""
+    shows: same gate, step, node, role, editable fields and the whole canonical proposal.
+    None when no worker answers or it differs: then nothing is signed."""
     try:
         approvals = await asyncio.wait_for(client.get_workflow_handle(run).query(
             "approvals", result_type=dict), QUERY_SECONDS)
@@ -40,7 +40,7 @@ async def shown_request(client: Client, run: str, view: PendingView) -> GateReco
         return None
     same = ((record.gate, record.step, record.node, record.role, record.editable)
             == (view.gate, view.step, view.node, view.role, view.editable)
-            and short_values(record.proposal) == view.proposal)
+            and canonical_proposal(record) == view.shown)
     return record if same else None
 
 

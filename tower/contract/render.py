@@ -1,0 +1,176 @@
+"""The one rendering of a proposal: what every surface shows an approver. Pure.
+
+`tower pending`, `tower approve`, the inbox's list and decision page, the notification and
+the run's details in the Web UI all show ``render_proposal(canonical_proposal(record))``:
+the very object ``proposal_digest`` hashes (gate, node, when, proposal, editable, limits),
+every value whole, never cut.
+
+Text from a run is hostile, so it is shown inert. No control character (C0, C1, DEL),
+bidi control, zero-width or other invisible (format, separator, private-use, unassigned,
+lone surrogate) character is ever emitted raw: C0/C1/DEL are shown as ``\\x1b``-style
+escapes, every other one as ``⟨U+202E⟩``, and the rendering is marked ``hidden``. A
+backslash is shown as ``\\\\`` and a literal ``⟨`` as ``⟨U+27E8⟩``, so every shown string
+reads back to exactly the characters signed (``unescape``). A non-ASCII space (U+00A0 …)
+is escaped too: "$5 000" must not be told from "$5000" by its width.
+
+Newlines: in a multi-line string value (a migration script) each ``\\n`` stays a real
+line break, and the value is shown as an indented block, one source line per shown line;
+everywhere else (names, one-line views) a newline is the escape ``\\n``. A CR is always
+an escape, so no line can be rewritten from its start. Markup is the surfaces' business:
+the terminal prints this text with markup off, the inbox with HTML autoescape on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+# Invisible though not "Cf": combining grapheme joiner, variation selectors, Hangul
+# fillers, the braille blank, the Mongolian free variation selectors.
+_INVISIBLE = frozenset([0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180B, 0x180C, 0x180D,
+                        0x180F, 0x2800, 0x3164, 0xFFA0, *range(0xFE00, 0xFE10),
+                        *range(0xE0100, 0xE01F0)])
+_ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
+_NAMED = {"\t": "\\t", "\r": "\\r", "\n": "\\n"}
+WARNING = ("this proposal contains hidden characters (control, bidi or invisible): "
+           "each is shown as an escape such as \\x1b or ⟨U+202E⟩")
+
+
+def _hidden_char(ch: str) -> bool:
+    if ch == " ":
+        return False
+    return unicodedata.category(ch) in _ESCAPED_CATEGORIES or ord(ch) in _INVISIBLE
+
+
+def escape(text: str, *, multiline: bool = False) -> tuple[str, bool]:
+    """``text`` made inert: (the shown text, whether it held a hidden character). With
+    ``multiline``, ``\\n`` stays a real line break (and is not "hidden")."""
+    out: list[str] = []
+    hidden = False
+    for ch in text:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == "⟨":
+            out.append("⟨U+27E8⟩")
+        elif ch == "\n" and multiline:
+            out.append("\n")
+        elif ch == "\n":
+            out.append("\\n")
+        elif not _hidden_char(ch):
+            out.append(ch)
+        else:
+            hidden = True
+            code = ord(ch)
+            if ch in _NAMED:
+                out.append(_NAMED[ch])
+            elif code < 0x20 or 0x7F <= code <= 0x9F:
+                out.append(f"\\x{code:02x}")
+            else:
+                out.append(f"⟨U+{code:04X}⟩")
+    return "".join(out), hidden
+
+
+_ESCAPE = re.compile(r"\\(\\|n|r|t|x[0-9a-f]{2})|⟨U\+([0-9A-F]{4,6})⟩")
+
+
+def unescape(shown: str) -> str:
+    """The characters ``escape`` showed as ``shown`` (its inverse)."""
+    def back(m: re.Match[str]) -> str:
+        if m.group(2):
+            return chr(int(m.group(2), 16))
+        code = m.group(1)
+        return {"\\": "\\", "n": "\n", "r": "\r", "t": "\t"}.get(code) or chr(int(code[1:], 16))
+    return _ESCAPE.sub(back, shown)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One proposal value as shown: ``name`` and ``text`` already inert. ``block`` when
+    the text is several lines (shown as an indented block); ``note`` a reading aid (an
+    amount in cents as currency), not part of what is signed."""
+
+    name: str
+    text: str
+    block: bool = False
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A proposal as every surface shows it. ``hidden``: it holds characters shown as
+    escapes (surfaces show ``WARNING``). ``lines()`` is the whole text for a terminal."""
+
+    gate: str
+    node: str
+    when: str
+    fields: tuple[Field, ...]
+    editable: tuple[str, ...]
+    limits: tuple[str, ...]
+    hidden: bool
+
+    @property
+    def heading(self) -> str:
+        return f"gate {self.gate} ({self.when} {self.node})"
+
+    def lines(self, indent: str = "") -> list[str]:
+        out = [f"{indent}{self.heading}", f"{indent}proposal:"]
+        if not self.fields:
+            out.append(f"{indent}  (nothing)")
+        for f in self.fields:
+            note = f"  ({f.note})" if f.note else ""
+            if f.block:
+                out.append(f"{indent}  {f.name}: |{note}")
+                out += [f"{indent}    {line}" for line in f.text.split("\n")]
+            else:
+                out.append(f"{indent}  {f.name}: {f.text}{note}")
+        out.append(f"{indent}editable: {', '.join(self.editable) or '-'}")
+        out += [f"{indent}limit {limit}" for limit in self.limits]
+        if self.hidden:
+            out.append(f"{indent}WARNING: {WARNING}")
+        return out
+
+    def text(self, indent: str = "") -> str:
+        return "\n".join(self.lines(indent))
+
+
+def render_proposal(canonical: dict[str, Any]) -> Rendered:
+    """Render the canonical proposal (``tower.contract.decisions.canonical_proposal``):
+    every key and value whole and inert."""
+    hidden = False
+
+    def shown(value: Any, multiline: bool = False) -> str:
+        nonlocal hidden
+        text, was = escape(value if isinstance(value, str) else _json(value),
+                           multiline=multiline)
+        hidden = hidden or was
+        return text
+
+    fields = []
+    # In key order, as the digest is: an order of its own would be a freedom the signed
+    # object does not have (a memo could reorder it to mislead).
+    for key, value in sorted(dict(canonical.get("proposal") or {}).items()):
+        block = isinstance(value, str) and "\n" in value
+        fields.append(Field(name=shown(str(key)), text=shown(value, multiline=block),
+                            block=block, note=_note(str(key), value)))
+    limits = tuple(f"{shown(str(name))}: {shown(limit)}"
+                   for name, limit in sorted(dict(canonical.get("limits") or {}).items()))
+    return Rendered(gate=shown(str(canonical.get("gate", "?"))),
+                    node=shown(str(canonical.get("node", "?"))),
+                    when=shown(str(canonical.get("when", "?"))), fields=tuple(fields),
+                    editable=tuple(shown(str(e)) for e in canonical.get("editable") or []),
+                    limits=limits, hidden=hidden)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _note(key: str, value: Any) -> str:
+    """``amount_cents: 240000`` reads as ``$2,400.00`` too (integers only: exact)."""
+    if key.endswith("_cents") and isinstance(value, int) and not isinstance(value, bool):
+        sign = "-" if value < 0 else ""
+        return f"{sign}${abs(value) // 100:,}.{abs(value) % 100:02d}"
+    return ""
