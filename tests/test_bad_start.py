@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 
 from tower.temporal import TowerPlugin
+from worker import activities
 from workflows.registry import AGENTS
 
 
 async def test_a_start_with_two_input_values_fails_with_the_reason(
-        client: Client, task_queue: str) -> None:
+        client: Client, task_queue: str, db_path: Path) -> None:
+    # (Every agent's tools registered: a worker missing one refuses to start.)
     async with Worker(client, task_queue=task_queue, workflows=list(AGENTS.values()),
+                      activities=activities(list(AGENTS.values()), db_path=db_path),
                       plugins=[TowerPlugin()]):
         handle = await client.start_workflow(
             "refund", args=[{"message": "Please refund $10 on invoice INV-2001"}, "extra"],

@@ -49,6 +49,9 @@ async def test_new_writes_a_project_named_after_its_agent(tmp_path: Path) -> Non
     assert '"TOWER_TASK_QUEUE", "shop_ops"' in (project / "worker.py").read_text()
     for name in FILES:
         assert "{{" not in (project / name).read_text(), name
+    # A side-effecting tool is the business function: exactly-once is tower.effects'.
+    tool = (project / "activities" / "payments.py").read_text()
+    assert len(tool.splitlines()) <= 25 and "@effect" in tool, tool
     # The code it writes passes the linter under its own settings (its pyproject.toml).
     lint = subprocess.run([str(BIN / "ruff"), "check", "--select", "E,F,I,B,UP,SIM", "."],
                           cwd=project, capture_output=True, text=True, timeout=120)

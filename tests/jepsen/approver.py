@@ -20,11 +20,11 @@ from tower.contract.decisions import Verdict
 
 from .bounds import RPC_SECONDS
 from .check import status_of
-from .faults import database_locked
+from .store import database_locked
 from .world import Notes, World
 
 APPROVER_DELAY = (0.2, 0.8)  # between an approver's looks at its run
-LOCKED_APPROVALS = 0.2  # how often an approval comes with the database locked ...
+LOCKED_APPROVALS = 0.3  # how often an approval comes with the database locked ...
 LOCKED_SPAN = (4.5, 7.0)  # ... for longer than the payment's two attempts (worker.py)
 RPC_TIMEOUT = timedelta(seconds=RPC_SECONDS)
 Handle = WorkflowHandle[Any, Any]

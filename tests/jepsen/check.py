@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -15,6 +14,7 @@ from temporalio.service import RPCError
 from tower.contract import search
 
 from .bounds import HarnessStuck, bounded
+from .store import refund_rows
 
 SETTLED = ("DONE", "FAILED")
 RPC_TIMEOUT = timedelta(seconds=30)
@@ -28,6 +28,7 @@ class RunView:
     state: dict[str, Any] | None  # None: the harness could not read it (a harness error)
     reported: list[str] = field(default_factory=list)  # refund ids in completed activities
     why_stuck: str = ""  # a run not settled: what the server says it waits for (stuck.py)
+    idle: bool = False  # a run not settled with nothing pending: no task, activity or timer
 
 
 async def view(client: Client, workflow_id: str) -> RunView:
@@ -62,14 +63,10 @@ async def status_of(handle: WorkflowHandle[Any, Any]) -> str | None:
     return described.typed_search_attributes.get(search.AGENT_STATUS)
 
 
-def check(db_path: Path, invoice: str, total_cents: int, runs: list[RunView]) -> list[str]:
-    """Violations (empty when the trial kept every rule)."""
-    db = sqlite3.connect(db_path, timeout=10)
-    try:
-        rows = db.execute("SELECT id, amount_cents, idempotency_key FROM refunds "
-                          "WHERE invoice_id=?", (invoice,)).fetchall()
-    finally:
-        db.close()
+def check(db_path: Path | str, invoice: str, total_cents: int, runs: list[RunView]) -> list[str]:
+    """Violations (empty when the trial kept every rule); ``db_path``: where the refunds are
+    (the SQLite file, or a PostgreSQL DSN: store.py)."""
+    rows = refund_rows(db_path, invoice)
     problems: list[str] = []
     paid = sum(r[1] for r in rows)
     if paid > total_cents:
@@ -84,7 +81,9 @@ def check(db_path: Path, invoice: str, total_cents: int, runs: list[RunView]) ->
             continue
         if state.get("status") not in SETTLED:
             why = f": {run.why_stuck}" if run.why_stuck else ""
-            problems.append(f"{wid}: stuck at {state.get('node')} ({state.get('status')}){why}")
+            idle = ", nothing pending" if run.idle else ""
+            problems.append(f"{wid}: stuck at {state.get('node')} ({state.get('status')})"
+                            f"{idle}{why}")
             continue
         refund_id = state.get("refund_id", "")
         if refund_id and refund_id not in by_id:

@@ -17,6 +17,7 @@ from tower.cli.trust_files import dev_trust
 
 from .bounds import HarnessStuck, bounded
 from .histories import keep
+from .store import prepare_pg
 from .trial import LIMITS, trial
 from .world import Notes, Outcome, World
 
@@ -28,12 +29,14 @@ TRIAL_SECONDS = 900.0
 
 
 def worker_process(address: str, task_queue: str, db_path: Path, log: Path,
-                   trust: Path) -> WorkerProcess:
+                   trust: Path, pg: str = "", kills: Path | None = None) -> WorkerProcess:
     proc = WorkerProcess(address, task_queue, db_path, "", log,
                          argv=("-m", "tests.jepsen.worker"))
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TOWER_MODELS"):
         proc.env.pop(name, None)  # the offline scripted model: the checker tests the money
     proc.env["TOWER_TRUST_DIR"] = str(trust)
+    proc.env["JEPSEN_PG"] = pg  # the checker worker's own settings (worker.py)
+    proc.env["JEPSEN_KILLS"] = str(kills or "")
     return proc
 
 
@@ -46,12 +49,19 @@ def deployment(workdir: Path) -> Path:
 
 
 @asynccontextmanager
-async def workers(address: str, workdir: Path) -> AsyncIterator[Workers]:
+async def workers(address: str, workdir: Path, *, pg: str = "", kills: Path | None = None
+                  ) -> AsyncIterator[Workers]:
+    """The checker's workers; ``pg``: the refunds on that PostgreSQL database; ``kills``: the
+    folder where trials arm kills at an effect's points (kills.py)."""
     task_queue, db_path = f"jepsen-{uuid.uuid4().hex[:8]}", workdir / "tools.sqlite"
     ToolBox(db_path)  # created and seeded before any worker races to do it
+    if pg:
+        prepare_pg(pg)
+    if kills is not None:
+        kills.mkdir(parents=True, exist_ok=True)
     trust = deployment(workdir)
     procs = [worker_process(address, task_queue, db_path, workdir / f"worker-{i}.log",
-                            trust).start() for i in range(WORKERS)]
+                            trust, pg, kills).start() for i in range(WORKERS)]
     try:
         yield task_queue, db_path, procs
     finally:
@@ -100,6 +110,7 @@ def summary(outcomes: list[Outcome]) -> str:
     spans = sorted(o.seconds for o in outcomes) or [0.0]
     lines = [f"{len(outcomes)} trials, {runs} refund runs, faults {kinds}: "
              f"{sum(len(o.problems) for o in bad)} violations, "
+             f"{sum(len(o.stuck) for o in outcomes)} runs stuck with nothing pending, "
              f"{sum(len(o.harness) for o in stuck)} harness errors; a trial took "
              f"{spans[0]:.0f}-{spans[-1]:.0f} s (median {spans[len(spans) // 2]:.0f} s)"]
     lines += [f"  trial {o.trial} ({o.invoice}; {', '.join(o.faults)}): {p}"

@@ -56,6 +56,25 @@ async def why_stuck(client: Client, workflow_id: str, logs: Sequence[Path] = ())
     return "; ".join([*parts, *said])
 
 
+async def nothing_pending(client: Client, workflow_id: str) -> bool:
+    """Whether the run is RUNNING with nothing that could move it: no workflow task, activity
+    or child pending and no timer open — stuck until something from outside arrives."""
+    try:
+        described = await client.get_workflow_handle(workflow_id).describe(
+            rpc_timeout=RPC_TIMEOUT)
+        raw = described.raw_description
+        if (raw.workflow_execution_info.status
+                != WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_RUNNING
+                or raw.HasField("pending_workflow_task") or raw.pending_activities
+                or raw.pending_children):
+            return False
+        history = await client.get_workflow_handle(
+            workflow_id, run_id=described.run_id).fetch_history(rpc_timeout=RPC_TIMEOUT)
+    except Exception:  # undescribable: not shown to be stuck (why_stuck says what failed)
+        return False
+    return not any(t.startswith("open timer") for t in from_history(history, datetime.now(UTC)))
+
+
 def worker_logs(logs: Sequence[Path], workflow_id: str) -> list[str]:
     """The last records naming ``workflow_id`` in the workers' logs, each as its first line
     and, for a traceback, its last (the exception): a failed activation, an activity's

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import sqlite3
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -22,13 +21,14 @@ from temporalio.client import Client, WorkflowHandle
 from tower.cli.common import CliError
 from workflows.refund import RefundAgent
 
-from . import operators
+from . import kills, operators
 from .approver import approver
-from .bounds import DB_SECONDS, RPC_SECONDS, HarnessStuck, on_db, persist, stop_all
+from .bounds import DB_SECONDS, RPC_SECONDS, HarnessStuck, persist, stop_all
 from .check import SETTLED, RunView, check, status_of, view
 from .faults import fault
 from .histories import replay_problems
-from .stuck import why_stuck
+from .store import insert_invoice
+from .stuck import nothing_pending, why_stuck
 from .world import Notes, Outcome, World
 
 SETTLE_SECONDS = 240.0  # a run not DONE or FAILED by then is stuck (CI machines are busy)
@@ -48,7 +48,7 @@ async def trial(world: World, number: int, rng: random.Random, notes: Notes) -> 
     views: list[RunView] = []
     try:
         await notes.step("inserting the invoice", DB_SECONDS,
-                         on_db(world.db_path, lambda db: insert_invoice(db, invoice, total)))
+                         insert_invoice(world, invoice, total))
         for _ in range(count):
             dollars = rng.randint(100, total // 100)
             handles.append(await notes.step("starting a refund run", RPC_SECONDS,
@@ -58,6 +58,10 @@ async def trial(world: World, number: int, rng: random.Random, notes: Notes) -> 
                                      name=f"approver of {h.id}") for h in handles]
         chaos += [asyncio.create_task(fault(world, random.Random(rng.random()), notes),
                                       name=f"fault {n}") for n in range(rng.randint(0, 2))]
+        if world.kills is not None:  # (its own draws: the other trials' seeds stay as they are)
+            points = kills.arm(world, number, invoice, random.Random(rng.random()))
+            chaos.append(asyncio.create_task(kills.restart_killed(world, invoice, points, notes),
+                                             name="kills at the effect"))
         views = await play(world, handles, rng, notes)
     except HarnessStuck as stuck:
         notes.harness.append(str(stuck))
@@ -68,7 +72,8 @@ async def trial(world: World, number: int, rng: random.Random, notes: Notes) -> 
     seen = {v.workflow_id for v in views}
     views += [RunView(h.id, None) for h in handles if h.id not in seen]
     problems = await notes.step("reading the refunds", DB_SECONDS,
-                                asyncio.to_thread(check, world.db_path, invoice, total, views))
+                                asyncio.to_thread(check, world.pg or world.db_path, invoice,
+                                                  total, views))
     try:  # every history the runs wrote replays against the code (cached or not)
         unreplayable, lost = await notes.step(
             "replaying the runs' histories", REPLAY_SECONDS,
@@ -77,7 +82,8 @@ async def trial(world: World, number: int, rng: random.Random, notes: Notes) -> 
         notes.harness += lost
     except HarnessStuck as stuck:
         notes.harness.append(str(stuck))
-    return Outcome(number, invoice, count, notes.faults, problems, notes.harness)
+    return Outcome(number, invoice, count, notes.faults, problems, notes.harness,
+                   stuck=[v.workflow_id for v in views if v.idle])
 
 
 async def play(world: World, handles: list[Handle], rng: random.Random,
@@ -96,7 +102,8 @@ async def read(client: Client, handle: Handle, notes: Notes, logs: list[Path]) -
     if await status_of(handle) not in SETTLED:  # stuck: the checker reports what it says
         notes.doing = f"describing {handle.id}, which did not settle"
         return RunView(handle.id, await state_of(handle),
-                       why_stuck=await why_stuck(client, handle.id, logs))
+                       why_stuck=await why_stuck(client, handle.id, logs),
+                       idle=await nothing_pending(client, handle.id))
     notes.doing = f"reading {handle.id}'s state and history"
     return await persist(notes.doing, QUERY_SECONDS, lambda: view(client, handle.id))
 
@@ -170,7 +177,3 @@ async def operate(client: Client, handle: Handle, rng: random.Random, notes: Not
                          lambda: operators.fork_at_payment(client, handle, request_id)):
             notes.faults.append(f"fork {handle.id} at issue_refund")
 
-
-def insert_invoice(db: sqlite3.Connection, invoice: str, total: int) -> None:
-    db.execute("INSERT INTO invoices VALUES (?, 'ACC-1001', ?, 'paid', '2026-11-20')",
-               (invoice, total))

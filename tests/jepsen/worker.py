@@ -1,23 +1,124 @@
 """The checker's worker: the real ``worker.py`` with ``issue_refund`` held to a 2 s timeout
 and 2 attempts, so a database locked for a few seconds straddles the tool's timeouts and
 its give-up (a trial lasts seconds, not the production minute). Everything else is as
-shipped."""
+shipped, with two test-only settings of this module (never read by the library):
+
+- ``JEPSEN_PG``: the refunds are made on this PostgreSQL database (``tower.effects.Postgres``)
+  instead of the tools' SQLite file — the same tool, the same guard;
+- ``JEPSEN_KILLS``: a folder where a trial arms SIGKILLs of this process at the points of an
+  effect (kills.py): a file ``<invoice>.<point>`` there is taken (renamed ``.fired``, with
+  this process's pid in it) by the first effect on that invoice reaching that point, which
+  then kills its own worker.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
+import os
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-from activities.tools import TOOLS
+from temporalio import activity
+
+from activities.tools import TOOLS, ToolBox, as_effect
+from activities.tools.spec import Tool
+from tower.contract.wire import ToolCall
+from tower.effects import Database, EffectTool, Postgres
+from tower.effects._guard import MARK
 
 TOOL_TIMEOUT_SECONDS = 2.0
 TOOL_ATTEMPTS = 2
+KILLS = os.environ.get("JEPSEN_KILLS", "")
+# The refunds' tables on PostgreSQL (the SQLite file has them from the example's schema).
+PG_SCHEMA = """CREATE TABLE IF NOT EXISTS invoices (id TEXT PRIMARY KEY, account_id TEXT NOT NULL,
+    amount_cents BIGINT NOT NULL, status TEXT NOT NULL, issued_on TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS refunds (id TEXT PRIMARY KEY, invoice_id TEXT,
+    amount_cents BIGINT NOT NULL, reason TEXT NOT NULL, idempotency_key TEXT NOT NULL UNIQUE)"""
+
+
+def fired_name(armed: Path) -> Path:
+    """Where a kill armed at ``armed`` goes once taken (with the taker's pid in it)."""
+    return armed.with_name(armed.name + ".fired")
+
+
+def die_at(point: str, invoice: str) -> None:
+    """SIGKILL this process if a kill at ``point`` is armed for ``invoice`` (taking it)."""
+    if not KILLS:
+        return
+    armed = Path(KILLS) / f"{invoice}.{point}"
+    try:
+        armed.rename(fired_name(armed))
+    except FileNotFoundError:
+        return
+    fired_name(armed).write_text(str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclasses.dataclass
+class Killing:
+    """A ``Database`` that dies, when armed, just before Tower's transaction commits (the
+    claim, the write and the record made, none committed)."""
+
+    inner: Database
+    invoice: Callable[[], str]
+    for_update: str = ""
+
+    def __post_init__(self) -> None:
+        self.for_update = self.inner.for_update
+
+    def run(self, work: Callable[[Any], Any]) -> Any:
+        def then_die(tx: Any) -> Any:
+            out = work(tx)
+            die_at("before-commit", self.invoice())
+            return out
+        return self.inner.run(then_die)
+
+
+def refund_activity(tool: Tool, db: Database) -> Callable[[ToolCall], Any]:
+    """``issue_refund`` on ``db``, with the kill points around and inside its effect."""
+    calling = threading.local()  # the invoice of this thread's call (activities: threads)
+    plain = as_effect(tool)
+
+    def business(tx: Any, args: Any, call: Any) -> dict[str, Any]:
+        die_at("holding-lock", args.invoice_id)  # claimed, under the lock, nothing written
+        out = plain.fn(tx, args, call)
+        die_at("after-write", args.invoice_id)  # the refund written, Tower's record not
+        return out
+
+    killing = Killing(db, lambda: str(getattr(calling, "invoice", "")))
+    inner = EffectTool(tool.name, tool.args, business).on(killing)
+
+    @activity.defn(name=tool.name)
+    def run(call: ToolCall) -> Any:
+        calling.invoice = invoice = str(call.arguments.get("invoice_id", ""))
+        if not call.reconcile:
+            die_at("before-claim", invoice)  # nothing begun
+        out = inner(call)
+        if not call.reconcile:
+            die_at("before-result", invoice)  # committed; Temporal does not know it yet
+        return out
+
+    setattr(run, MARK, True)  # still the tower.effects tool: it answers reconcile itself
+    return run
 
 
 def shorten() -> None:
     TOOLS["issue_refund"] = dataclasses.replace(
         TOOLS["issue_refund"], timeout_seconds=TOOL_TIMEOUT_SECONDS, attempts=TOOL_ATTEMPTS)
+    pg, hosted = os.environ.get("JEPSEN_PG", ""), ToolBox._activity
+    store = Postgres(pg, schema=PG_SCHEMA) if pg else None
+
+    def _activity(box: ToolBox, tool: Tool) -> Callable[[ToolCall], Any]:
+        if tool.name != "issue_refund":
+            return hosted(box, tool)
+        return refund_activity(tool, store or box.db)
+
+    ToolBox._activity = _activity  # type: ignore[method-assign,assignment]
 
 
 if __name__ == "__main__":

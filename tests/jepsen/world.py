@@ -22,6 +22,8 @@ class World:
     task_queue: str
     workers: list[WorkerProcess]
     evidence: Path | None = None  # where a failed trial's histories go (evidence.py)
+    pg: str = ""  # the refunds' PostgreSQL database ("": the tools' SQLite file; store.py)
+    kills: Path | None = None  # where trials arm kills at an effect's points (kills.py)
 
 
 @dataclass
@@ -49,3 +51,4 @@ class Outcome:
     harness: list[str] = field(default_factory=list)  # what the harness could not finish
     seconds: float = 0.0
     evidence: Path | None = None  # the failed trial's saved histories (evidence.py)
+    stuck: list[str] = field(default_factory=list)  # runs RUNNING with nothing pending

@@ -59,3 +59,6 @@ BAD_ARGUMENTS = "BadToolArguments"
 EFFECT_CONFLICT = "EffectConflict"
 LEGACY_REFUSED = "ToolRefused"
 NOT_MADE = (BAD_ARGUMENTS, EFFECT_CONFLICT, EffectRefused.TYPE, LEGACY_REFUSED)
+# A reconcile call refused because the tool's activity is not a ``tower.effects`` tool
+# (tower/effects/_guard.py): the run fails the step rather than call it again.
+NOT_AN_EFFECT = "NotAnEffect"

@@ -59,3 +59,15 @@ def legacy_effect_key(*, workflow_id: str, chain: str, node: str, decision: str,
 def _digest(arguments: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()
                           ).hexdigest()[:16]
+
+
+def legacy_pattern(key: str) -> tuple[str, str] | None:
+    """The prefix and suffix every legacy key of ``key``'s action has, whatever its decision
+    (``<wid>/<chain>/<node>/`` … ``/<tool>#<n>/<args hash>``); None for a key not in the
+    action format. What a pre-``tower.effects`` record of the same action looks like."""
+    parts = key.rsplit("/", 4)
+    if len(parts) != 5 or "@" not in parts[1]:
+        return None
+    head, node_visit, _proposal, tool_nth, digest = parts
+    node = node_visit.rsplit("@", 1)[0]
+    return f"{head}/{node}/", f"/{tool_nth}/{digest}"

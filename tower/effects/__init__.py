@@ -19,7 +19,10 @@ retry, a fork or a re-approval of the same proposal returns the first result)::
 
 ``Postgres(dsn)`` is the same on PostgreSQL (psycopg 3; ``?`` placeholders work on both).
 The key is the run's logical action (tower/core/keys.py); reconciling is the tool's own
-activity called with ``reconcile=True``, so every tool of a worker reconciles itself.
+activity called with ``reconcile=True``, so every tool of a worker reconciles itself — and
+only such a tool: ``TowerPlugin`` refuses a reconcile call to any other activity (_guard.py).
+Effects a project recorded before ``tower.effects`` (its SQLite ``effects`` table) count for
+the same action (_legacy.py).
 """
 
 from tower.core.errors import EffectRefused

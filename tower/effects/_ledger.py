@@ -27,6 +27,8 @@ BUSY = "ToolBusy"
 class Cursor(Protocol):
     def fetchone(self) -> Any: ...
 
+    def fetchall(self) -> Any: ...
+
 
 class Tx(Protocol):
     """An open write transaction (``?`` placeholders on every backend)."""
@@ -63,7 +65,8 @@ def claim(tx: Tx, key: str, epoch: int, for_update: str = "") -> Made | None:
     return None
 
 
-def record(tx: Tx, key: str, tool: str, arguments: str, result: dict[str, Any]) -> None:
+def record(tx: Tx, key: str, tool: str | None, arguments: str | None,
+           result: dict[str, Any]) -> None:
     tx.execute("UPDATE tower_effects SET tool=?, arguments=?, result=? WHERE idempotency_key=?",
                (tool, arguments, json.dumps(result, sort_keys=True), key))
 

@@ -29,7 +29,9 @@ from temporalio.exceptions import ApplicationError
 
 from tower.contract.wire import Authority, ToolCall
 from tower.core.errors import BAD_ARGUMENTS, EFFECT_CONFLICT, EffectRefused
+from tower.effects._guard import MARK
 from tower.effects._ledger import Made, Tx, claim, epoch_now, record
+from tower.effects._legacy import legacy_made
 
 A = TypeVar("A", bound=BaseModel)
 
@@ -89,6 +91,7 @@ class EffectTool(Generic[A]):
             return self.call(db, call)
 
         run.__name__ = run.__qualname__ = self.name
+        setattr(run, MARK, True)  # it answers ``reconcile`` itself (_guard.py)
         # Activity names are part of the history's contract: keep them stable.
         return activity.defn(name=self.name)(run)
 
@@ -108,6 +111,9 @@ class EffectTool(Generic[A]):
             made = claim(db_tx, call.idempotency_key, mine, db.for_update)
             if made is not None:
                 return _same(self.name, made, asked)
+            if (old := made_before(db, db_tx, call.idempotency_key)) is not None:
+                record(db_tx, call.idempotency_key, self.name, asked, old.result)
+                return old.result
             result = to_jsonable_python(self.fn(db_tx, args, context))
             record(db_tx, call.idempotency_key, self.name, asked, result)
             return dict(result)
@@ -157,10 +163,18 @@ def reconcile(db: Database, key: str, epoch: int | None = None) -> dict[str, Any
 
     def work(db_tx: Tx) -> dict[str, Any] | None:
         made = claim(db_tx, key, mine, db.for_update)
+        if made is None and (made := made_before(db, db_tx, key)) is not None:
+            record(db_tx, key, None, None, made.result)
         return None if made is None else made.result
 
     result: dict[str, Any] | None = db.run(work)
     return result
+
+
+def made_before(db: Database, tx: Tx, key: str) -> Made | None:
+    """What a database holding effects from before tower.effects made for ``key``'s action
+    (_legacy.py): a run started before the upgrade, retried or forked, gets it back."""
+    return legacy_made(tx, key) if getattr(db, "legacy", False) else None
 
 
 def _same(tool: str, made: Made, asked: str) -> dict[str, Any]:

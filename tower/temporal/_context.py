@@ -30,7 +30,13 @@ from tower.contract.wire import (
 from tower.core.asking import ask_validated, check_reply, model_request
 from tower.core.context import Answer
 from tower.core.cost import CallUsage
-from tower.core.errors import LEGACY_REFUSED, NOT_MADE, EffectRefused, NodeFailed
+from tower.core.errors import (
+    LEGACY_REFUSED,
+    NOT_AN_EFFECT,
+    NOT_MADE,
+    EffectRefused,
+    NodeFailed,
+)
 from tower.core.graph import Node
 from tower.core.keys import effect_key, legacy_effect_key
 from tower.core.state import Message, Usage
@@ -230,6 +236,12 @@ class TemporalContext:
                 start_to_close_timeout=timedelta(seconds=30), heartbeat_timeout=TOOL_HEARTBEAT,
                 schedule_to_close_timeout=timedelta(minutes=10), retry_policy=RECONCILE_RETRY,
                 summary=f"{self.node.name} · reconcile {name}")
+        except ActivityError as exc:  # a tool not made with tower.effects (effects/_guard.py)
+            cause = exc.cause
+            if isinstance(cause, ApplicationError) and cause.type == NOT_AN_EFFECT:
+                raise NodeFailed(f"{name} failed and cannot be reconciled: {cause.message}"
+                                 ) from exc
+            raise
         finally:  # nothing runs between the activity and here: no command to order
             await in_a_task(since)
         return made

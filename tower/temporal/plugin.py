@@ -35,6 +35,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from tower.activities.stores import StoreSettings, announce
 from tower.core.errors import InvalidGraph, TowerError
 from tower.core.tools import ToolSpec, register_external
+from tower.effects._guard import OnlyEffectsReconcile
 from tower.temporal._agent import scripts_of
 from tower.temporal._gating import current_run_id
 from tower.temporal._heap import frozen_heap
@@ -167,8 +168,9 @@ class TowerPlugin(SimplePlugin):
         # (A dynamic workflow could be any type: then the queue alone is checked.)
         names = [workflow_name(cls) for cls in workflows]
         hosted = [] if None in names else [str(n) for n in names]
+        # A reconcile call reaches only a tower.effects tool (effects/_guard.py).
         config["interceptors"] = [ScheduledByOwnAgents(config["client"], hosted),
-                                  *(config.get("interceptors") or ())]
+                                  OnlyEffectsReconcile(), *(config.get("interceptors") or ())]
         if activities and config.get("activity_executor") is None:
             if config.get("max_concurrent_activities") is None and config.get("tuner") is None:
                 config["max_concurrent_activities"] = DEFAULT_ACTIVITIES

@@ -1,0 +1,50 @@
+"""Only a ``tower.effects`` tool is ever asked to reconcile.
+
+Before a run gives up on a side-effecting tool it calls the tool's activity again with
+``ToolCall.reconcile`` set (tower/temporal/_context.py): an effects tool then fences its key
+and reads what it made. A tool written without ``tower.effects`` knows nothing of that flag
+and would take the call for a new one — the payment made again. ``TowerPlugin`` puts this
+guard on every worker: a reconcile call reaches only an activity ``EffectTool.on`` made
+(it carries ``MARK``); any other fails, not retryable, before it runs, and the run fails
+the step saying why (``NOT_AN_EFFECT``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
+
+from tower.core.errors import NOT_AN_EFFECT
+
+MARK = "__tower_effect__"  # set on the activities EffectTool.on makes
+
+
+def is_effect(fn: Any) -> bool:
+    return getattr(fn, MARK, False) is True
+
+
+def asks_reconcile(args: Any) -> bool:
+    """Whether an activity's input is a reconcile call (a ``ToolCall``, or its dict)."""
+    return any(getattr(arg, "reconcile", None) is True
+               or (isinstance(arg, dict) and arg.get("reconcile") is True) for arg in args)
+
+
+class OnlyEffectsReconcile(Interceptor):
+    """Fails a reconcile call to an activity that is not a ``tower.effects`` tool."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _Inbound(next)
+
+
+class _Inbound(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        if asks_reconcile(input.args) and not is_effect(input.fn):
+            name = getattr(input.fn, "__name__", "?")
+            raise ApplicationError(
+                f"{name} is declared a side effect but its activity is not a tower.effects "
+                "tool: it cannot say whether it acted, so it was not called again (that "
+                "would act twice). Build it with @effect (tower.effects) to have the run "
+                "reconcile it", type=NOT_AN_EFFECT, non_retryable=True)
+        return await super().execute_activity(input)
