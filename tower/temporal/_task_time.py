@@ -35,6 +35,8 @@ from datetime import datetime
 
 from temporalio import workflow
 
+from tower.temporal._query_retry import AHEAD_OF_ITS_TASK
+
 
 class AheadOfItsTask(RuntimeError):
     """An activation a query's replay ran on an event no workflow task has taken yet; not a
@@ -46,5 +48,4 @@ async def in_a_task(since: datetime) -> None:
     wait for the event it has just been handed); else this is an activation a worker ran for
     a query, ahead of the task that will carry the event: fail it (see above)."""
     if workflow.now() == since:
-        raise AheadOfItsTask("a query's replay reached an event no workflow task has taken "
-                             "yet; the run is replayed again in that task")
+        raise AheadOfItsTask(AHEAD_OF_ITS_TASK)

@@ -41,6 +41,7 @@ from tower.temporal._gating import current_run_id
 from tower.temporal._heap import frozen_heap
 from tower.temporal._machine_run import continued_from
 from tower.temporal._names import activity_name, workflow_name
+from tower.temporal._query_retry import QueryAskedAgain
 from tower.temporal._sandbox import sandbox_runner
 from tower.temporal._scheduler_guard import ScheduledByOwnAgents
 from tower.temporal._stream_sink import publish_steps
@@ -115,7 +116,7 @@ class TowerPlugin(SimplePlugin):
         self.external_tools = dict(external_tools or {})
         super().__init__(
             "tower.TowerPlugin", data_converter=self.converter_for,
-            interceptors=[*_tracing(self.traced), *interceptors] or None,
+            interceptors=[QueryAskedAgain(), *_tracing(self.traced), *interceptors],
             # Gates record the run id a request opens in (gating.current_run_id); a carried
             # run asks where it continued from (machine_run.continued_from).
             activities=_adding([*_RUNTIME, *activities]),
