@@ -59,7 +59,7 @@ async def test_a_runs_stream_over_sse_resumes_from_last_event_id(
         run, said = await chat_thread(client, task_queue)
         # A chat has no gate: only a watcher (walt, auditor) may read it; carol may not.
         carol = await signed_in(url, "carol")
-        hidden = await carol.get(f"/api/runs/{run}/stream")
+        hidden = await carol.get(f"/api/runs/{run}/stream?wait=0")
         await carol.aclose()
         web = await signed_in(url, "walt")
         try:
@@ -71,7 +71,7 @@ async def test_a_runs_stream_over_sse_resumes_from_last_event_id(
             resumed = await web.get(f"/api/runs/{run}/stream",
                                     headers={"Last-Event-ID": str(middle)})
             bad = await web.get(f"/api/runs/{run}/stream", headers={"Last-Event-ID": "-1 OR 1"})
-            missing = await web.get("/api/runs/no-such-run/stream")
+            missing = await web.get("/api/runs/no-such-run/stream?wait=0")
         finally:
             await web.aclose()
         async with httpx.AsyncClient(base_url=url) as anon:

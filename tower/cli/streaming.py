@@ -23,6 +23,7 @@ from tower.contract.stream import (
     DISCARD,
     MODEL_FINISHED,
     MODEL_STARTED,
+    RETRYING,
     Reply,
     StreamEvent,
     stream_name,
@@ -67,14 +68,20 @@ class LiveText:
             self.out.flush()
         elif self.reply.take(event):
             if self.on_text is not None:
-                self.on_text(self.reply.text)
+                self.on_text(self.shown())
             self.redraw()
+
+    def shown(self) -> str:
+        """The text so far, or, once its attempt was lost, that another is coming."""
+        if self.reply.state == RETRYING:
+            return f"retrying: {self.reply.reason}" if self.reply.reason else "retrying"
+        return self.reply.text
 
     def redraw(self) -> None:
         if self.live is not None:
             from rich.text import Text
 
-            self.live.update(Text(self.render(self.reply.text)), refresh=True)
+            self.live.update(Text(self.render(self.shown())), refresh=True)
 
     def close(self) -> None:
         if self.live is not None and self.live.is_started:
