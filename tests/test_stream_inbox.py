@@ -114,6 +114,7 @@ async def test_a_stream_opened_before_its_run_starts_waits_for_it_and_folds_the_
             await handle.result()
             got = await early
             bad = await web.get(f"/api/runs/{run}/stream?wait=61")
+            page = await web.get(f"/runs/{run}")
         finally:
             await web.aclose()
     assert got.status_code == 200 and got.text.startswith("retry: ")
@@ -123,6 +124,7 @@ async def test_a_stream_opened_before_its_run_starts_waits_for_it_and_folds_the_
     assert folds[-1] == {"text": said.reply, "state": "finished",
                          "reason": ""}
     assert bad.status_code == 400 and "wait" in bad.text
+    assert f'href="/static/stream.html?run={run}"' in page.text  # the run page links to it
 
 
 @pytest.mark.browser
