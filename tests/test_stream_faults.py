@@ -70,6 +70,7 @@ async def test_a_worker_killed_mid_stream_is_discarded_and_the_retry_streams_the
     killed, retried = starts
     discards = [e for e in seen if e.kind == DISCARD]
     assert [e.data["attempt"] for e in discards] == [killed]
+    assert discards[0].data["retrying"] is True and "lost" in discards[0].data["reason"]
     kinds_at = {e.offset: e for e in seen}
     assert discards[0].offset < min(o for o, e in kinds_at.items()
                                     if e.kind == MODEL_STARTED and e.data["attempt"] == retried)
