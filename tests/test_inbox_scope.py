@@ -35,7 +35,7 @@ async def surfaces(web: httpx.AsyncClient, run: str) -> dict[str, httpx.Response
     return {
         "page": await web.get(f"/runs/{run}"),
         "changes": await web.get("/api/changes", params={"run": run}),
-        "stream": await web.get(f"/api/runs/{run}/stream"),
+        "stream": await web.get(f"/api/runs/{run}/stream?wait=0"),
         "decide": await web.post(f"/runs/{run}/decide", data={
             "csrf": csrf, "verdict": "approve", "gate": "refund_review", "request": "3"}),
     }

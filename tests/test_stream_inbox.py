@@ -20,6 +20,7 @@ from inboxkit import PASSWORD, inbox, park_refund, signed_in
 from temporalio.client import Client
 
 from tower.activities.model import ModelSettings
+from tower.cli.streaming import MODEL_KINDS
 from tower.contract.stream import DELTA, RUN_END, Reply, StreamEvent
 from workflows.chat import ChatAgent, ChatInput, UserMessage
 
@@ -59,7 +60,7 @@ async def test_a_runs_stream_over_sse_resumes_from_last_event_id(
         run, said = await chat_thread(client, task_queue)
         # A chat has no gate: only a watcher (walt, auditor) may read it; carol may not.
         carol = await signed_in(url, "carol")
-        hidden = await carol.get(f"/api/runs/{run}/stream")
+        hidden = await carol.get(f"/api/runs/{run}/stream?wait=0")
         await carol.aclose()
         web = await signed_in(url, "walt")
         try:
@@ -71,7 +72,7 @@ async def test_a_runs_stream_over_sse_resumes_from_last_event_id(
             resumed = await web.get(f"/api/runs/{run}/stream",
                                     headers={"Last-Event-ID": str(middle)})
             bad = await web.get(f"/api/runs/{run}/stream", headers={"Last-Event-ID": "-1 OR 1"})
-            missing = await web.get("/api/runs/no-such-run/stream")
+            missing = await web.get("/api/runs/no-such-run/stream?wait=0")
         finally:
             await web.aclose()
         async with httpx.AsyncClient(base_url=url) as anon:
@@ -91,6 +92,39 @@ async def test_a_runs_stream_over_sse_resumes_from_last_event_id(
     assert refused.status_code == 303 and "event:" not in refused.text  # sign in first
 
 
+
+
+async def test_a_stream_opened_before_its_run_starts_waits_for_it_and_folds_the_reply(
+    client: Client, task_queue: str, streams: Path, scripted_worker: WorkerFactory
+) -> None:
+    """Opened 5 s before its run starts: no 404, the run's tokens, and beside each model
+    event the fold (the whole text so far), so a client that only shows that shows the
+    reply once."""
+    async with scripted_worker(), inbox(client, watchers=frozenset({"auditor"})) as url:
+        run = f"chat-{uuid.uuid4().hex[:8]}"
+        web = await signed_in(url, "walt")
+        try:
+            early = asyncio.create_task(web.get(f"/api/runs/{run}/stream", timeout=120))
+            await asyncio.sleep(5)
+            assert not early.done()  # waiting, not a 404
+            handle = await client.start_workflow(ChatAgent.run, ChatInput(), id=run,
+                                                 task_queue=task_queue)
+            said = await handle.execute_update(ChatAgent.send, UserMessage(text="hello there"))
+            await handle.execute_update(ChatAgent.close)
+            await handle.result()
+            got = await early
+            bad = await web.get(f"/api/runs/{run}/stream?wait=61")
+            page = await web.get(f"/runs/{run}")
+        finally:
+            await web.aclose()
+    assert got.status_code == 200 and got.text.startswith("retry: ")
+    events = parse_sse(got.text)
+    assert any(kind == DELTA for _, kind, _ in events) and events[-1][1] == "end"
+    folds = [data["reply"] for _, kind, data in events if kind in MODEL_KINDS]
+    assert folds[-1] == {"text": said.reply, "state": "finished",
+                         "reason": ""}
+    assert bad.status_code == 400 and "wait" in bad.text
+    assert f'href="/static/stream.html?run={run}"' in page.text  # the run page links to it
 
 
 @pytest.mark.browser

@@ -8,7 +8,15 @@ import io
 import json
 
 from tower.cli.streaming import MODEL_KINDS, LiveText
-from tower.contract.stream import DELTA, DISCARD, MODEL_STARTED, TRANSITION, Reply, StreamEvent
+from tower.contract.stream import (
+    DELTA,
+    DISCARD,
+    MODEL_FINISHED,
+    MODEL_STARTED,
+    TRANSITION,
+    Reply,
+    StreamEvent,
+)
 
 
 class Terminal(io.StringIO):
@@ -35,6 +43,7 @@ def test_a_terminal_sees_the_reply_form_and_a_discarded_attempt_go() -> None:
     view.close()
     drawn = out.getvalue()
     assert "… Half" in drawn and "… The whole reply." in drawn and "late" not in drawn
+    assert "… retrying: worker lost" in drawn  # the lost attempt said so, then the next
     assert view.reply.text == "The whole reply." and view.reply.discarded == ["a"]
     assert view.offset == 8
 
@@ -64,3 +73,20 @@ def test_the_fold_ignores_deltas_of_an_attempt_it_is_not_showing() -> None:
     reply = Reply()
     assert not reply.take(StreamEvent(DELTA, {"attempt": "x", "text": "stray"}))
     assert reply.text == ""
+
+
+def test_the_fold_says_retrying_when_an_attempt_is_lost_and_shows_the_final_text_once(
+) -> None:
+    reply, states = Reply(), []
+    for event in EVENTS:
+        reply.take(event)
+        states.append(reply.state)
+        if event.offset == 3:
+            assert reply.as_json() == {"text": "", "state": "retrying", "reason": "worker lost"}
+    # "retrying" until the next attempt's first word.
+    assert states[:5] == ["streaming", "streaming", "retrying", "retrying", "streaming"]
+    assert reply.text == "The whole reply." and reply.discarded == ["a"]
+    reply.take(StreamEvent(DISCARD, {"attempt": "a", "reason": "again"}, offset=9))
+    assert reply.discarded == ["a"] and reply.state == "streaming"  # an old attempt: no change
+    reply.take(StreamEvent(MODEL_FINISHED, {"attempt": "b"}, offset=10))
+    assert reply.as_json() == {"text": "The whole reply.", "state": "finished", "reason": ""}

@@ -139,7 +139,7 @@ class ModelActivities:
             reply = await self._with_store(request, live)
         except BaseException as exc:
             if live is not None:  # subscribers drop this attempt's partial text
-                await live.discard(brief(exc))
+                await live.discard(brief(exc), retrying=_retried(exc))
             raise
         finally:
             beat.cancel()
@@ -294,6 +294,13 @@ def _openai_message(m: Message) -> dict[str, str]:
     if m.role == "tool":
         return {"role": "user", "content": f"[result of tool {m.name}]\n{m.content}"}
     return {"role": m.role, "content": m.content}
+
+
+def _retried(exc: BaseException) -> bool:
+    """Whether Temporal may run this call again (a cancelled call or a final error: no)."""
+    if isinstance(exc, asyncio.CancelledError):
+        return False
+    return not (isinstance(exc, ApplicationError) and exc.non_retryable)
 
 
 async def _heartbeat() -> None:

@@ -5,7 +5,8 @@ be attempted several times: a retry after an error, a fallback to the next model
 worker killed mid-reply whose call runs again elsewhere. Each attempt has its own id.
 When an attempt begins, every earlier attempt of the same call that was not discarded
 yet is discarded first (the killed worker could not say so itself), so a subscriber
-drops its partial text; only the attempt that finishes gives the run its result.
+drops its partial text; only the attempt that finishes gives the run its result. A
+discard says why (``reason``) and whether another attempt is coming (``retrying``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from tower.contract.stream import stream_name as name_of
 from tower.contract.wire import ModelReply, ModelRequest
 
 from .streams import StreamStore, new_key
+
+# Said of an attempt that never said it failed: a new attempt of its call began.
+LOST = "attempt lost (its worker stopped or it timed out); retried"
 
 
 class AttemptStream:
@@ -55,7 +59,7 @@ class AttemptStream:
                      if e.kind == MODEL_STARTED and e.data["attempt"] not in dropped]
             self.attempt, self._deltas = new_key()[:12], 0
             self.store.append(self.stream, [
-                *(self._discard(a, "superseded by a new attempt") for a in stale),
+                *(self._discard(a, LOST) for a in stale),
                 StreamEvent(MODEL_STARTED, {"attempt": self.attempt, "node": self.node},
                             key=f"{self.call}{self.attempt}/started")])
         await self._quietly(begin)
@@ -77,14 +81,15 @@ class AttemptStream:
         event = StreamEvent(MODEL_FINISHED, data, key=f"{self.call}{self.attempt}/finished")
         await self._quietly(lambda: self.store.append(self.stream, [event]))
 
-    async def discard(self, reason: str) -> None:
+    async def discard(self, reason: str, retrying: bool = True) -> None:
         if self.attempt:
-            event = self._discard(self.attempt, reason)
+            event = self._discard(self.attempt, reason, retrying)
             self.attempt = ""
             await self._quietly(lambda: self.store.append(self.stream, [event]))
 
-    def _discard(self, attempt: str, reason: str) -> StreamEvent:
-        return StreamEvent(DISCARD, {"attempt": attempt, "reason": reason[:200]},
+    def _discard(self, attempt: str, reason: str, retrying: bool = True) -> StreamEvent:
+        return StreamEvent(DISCARD, {"attempt": attempt, "reason": reason[:200],
+                                     "retrying": retrying},
                            key=f"{self.call}{attempt}/discard")
 
     async def _quietly(self, work: Any) -> None:

@@ -23,14 +23,16 @@ from temporalio.client import (
 )
 from temporalio.exceptions import FailureError
 
-from tower.activities.streams import open_streams
+from tower.activities.streams import StreamStore, open_streams
 from tower.cli import project
 from tower.cli.common import CliError, not_found_is, start_run
 from tower.cli.output import json_mode, json_option, print_json, tenant_option
 from tower.cli.streaming import LiveText, StreamPump
-from tower.client import connect, failure_of, has_workers, update_while_open
+from tower.client import connect, failure_of, has_workers, stream, update_while_open
+from tower.client._stream import folded
 from tower.client.errors import RunClosed
-from tower.contract.stream import stream_name
+from tower.contract.render import escape
+from tower.contract.stream import FINISHED, MODEL_FINISHED, RETRYING, STREAMING, stream_name
 
 CLOSE = "/close"
 
@@ -78,8 +80,7 @@ async def chat(thread: str | None, given: list[str], close: bool, timeout: float
     store = open_streams(create=False)
     # Every event of the thread once and in order (--json), carried from turn to turn:
     # from its start for a new thread, from its end now for one taken up again.
-    offset = 0 if not thread else await asyncio.to_thread(
-        store.last, stream_name(client.namespace, handle.id))
+    offset = 0 if not thread else await attached(client, handle.id, store, timeout)
     async for text in messages(given, interactive):
         if text == CLOSE:
             close = True
@@ -123,6 +124,38 @@ async def chat(thread: str | None, given: list[str], close: bool, timeout: float
     elif not json_mode():
         print(f"{handle.id} stays open; `tower chat {handle.id}` to go on", file=sys.stderr)
     return 0
+
+
+async def attached(client: Client, thread: str, store: StreamStore, timeout: float) -> int:
+    """Taking a thread up again: the reply in flight shows as it forms, up to its end (one
+    another client's message asked for, or this one's before it lost its connection), else
+    the last reply, which a reader that left may have missed. The stream's offset after."""
+    shown, offset = await asyncio.to_thread(folded, store, stream_name(client.namespace, thread))
+    if shown.state == FINISHED and shown.text:
+        emit({"event": "last_reply", "text": shown.text},
+             f"last reply: {escape(shown.text)[0]}", err=True)
+        return offset
+    if shown.state not in (STREAMING, RETRYING):
+        return offset
+    view = LiveText(sys.stdout, thread, json_mode(), render=lambda t: f"… {t}")
+    view.reply, view.offset = shown, offset
+    view.redraw()
+
+    async def until_whole() -> None:
+        async for event in stream(client, thread, after=offset, store=store):
+            view.take(event)
+            if view.reply.state == FINISHED and event.kind == MODEL_FINISHED \
+                    and not event.data.get("tool_calls"):
+                return
+    try:
+        await asyncio.wait_for(until_whole(), timeout)
+    except TimeoutError:
+        pass
+    finally:
+        view.close()
+    emit({"event": "caught_up", "text": view.reply.text, "state": view.reply.state},
+         f"(in flight when you came) {escape(view.reply.text)[0]}")
+    return view.offset
 
 
 def chat_agent() -> Any:

@@ -23,6 +23,7 @@ from tower.contract.stream import (
     DISCARD,
     MODEL_FINISHED,
     MODEL_STARTED,
+    RETRYING,
     Reply,
     StreamEvent,
     stream_name,
@@ -62,19 +63,29 @@ class LiveText:
         self.offset = max(self.offset, event.offset)
         if self.kinds is not None and event.kind not in self.kinds:
             return
+        changed = self.reply.take(event)  # (the fold, with --json too: `tower chat` asks)
         if self.as_json:
             self.out.write(json.dumps(event_json(self.run, event)) + "\n")
             self.out.flush()
-        elif self.reply.take(event):
+        elif changed:
             if self.on_text is not None:
-                self.on_text(self.reply.text)
+                self.on_text(self.shown())
             self.redraw()
+
+    def shown(self) -> str:
+        """The text so far, or, once its attempt was lost, that another is coming."""
+        if self.reply.state == RETRYING:
+            from tower.contract.render import escape
+
+            reason = escape(self.reply.reason)[0]  # an error's text: one inert line
+            return f"retrying: {reason}" if reason else "retrying"
+        return self.reply.text
 
     def redraw(self) -> None:
         if self.live is not None:
             from rich.text import Text
 
-            self.live.update(Text(self.render(self.reply.text)), refresh=True)
+            self.live.update(Text(self.render(self.shown())), refresh=True)
 
     def close(self) -> None:
         if self.live is not None and self.live.is_started:

@@ -27,7 +27,7 @@ from temporalio.client import Client
 
 from tower.activities.streams import StreamStore, open_streams
 from tower.client._runs import closed, describe
-from tower.contract.stream import RUN_END, StreamEvent, stream_name
+from tower.contract.stream import RUN_END, Reply, StreamEvent, stream_name
 
 # How often an idle stream asks the server whether the run has closed.
 CHECK_SECONDS = 1.0
@@ -64,3 +64,20 @@ async def stream(client: Client, run: str, *, after: int = 0, store: StreamStore
     finally:
         if own:
             streams.close()
+
+
+def folded(store: StreamStore, name: str, upto: int | None = None) -> tuple[Reply, int]:
+    """The fold (``Reply``) of stream ``name``'s events up to offset ``upto`` (None: all
+    there are now), and the last offset read: what a reader that attaches late, or
+    resumes, shows of the reply in flight (or the last reply)."""
+    reply, after = Reply(), 0
+    while upto is None or after < upto:
+        events = store.read(name, after)
+        if not events:
+            break
+        for event in events:
+            if upto is not None and event.offset > upto:
+                return reply, after
+            reply.take(event)
+            after = event.offset
+    return reply, after

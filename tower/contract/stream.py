@@ -15,7 +15,7 @@ from typing import Any
 MODEL_STARTED = "model_started"  # attempt, node, step
 DELTA = "delta"  # attempt, text
 MODEL_FINISHED = "model_finished"  # attempt; tool calls and structured output arrive whole
-DISCARD = "discard"  # attempt, reason: forget that attempt's deltas
+DISCARD = "discard"  # attempt, reason, retrying: forget that attempt's deltas
 # Steps, published by the worker outside the workflow's sandbox (tower.temporal._stream_sink).
 TRANSITION = "transition"
 GATE_OPENED = "gate_opened"
@@ -44,27 +44,49 @@ def stream_name(namespace: str, workflow_id: str) -> str:
     return f"{namespace}/{workflow_id}"
 
 
+# What a reply is doing, as ``Reply.state`` says it.
+STREAMING = "streaming"  # an attempt's text is forming
+RETRYING = "retrying"  # the attempt shown was lost (its worker died, it failed): another comes
+FINISHED = "finished"  # the attempt shown is whole
+
+
 @dataclass
 class Reply:
     """What a subscriber shows of the model's output: the live attempt's text; a discard
-    empties it. Pure, so every surface (the CLI, a web page's script) agrees."""
+    empties it (``state`` becomes ``retrying``, ``reason`` says why). Pure, so every
+    surface (the CLI, the SSE endpoint's folded ``reply``, a web page's script) agrees:
+    the text shown is the final reply's, once, however many attempts were lost."""
 
     attempt: str = ""
     text: str = ""
     discarded: list[str] = field(default_factory=list)
+    state: str = ""
+    reason: str = ""
 
     def take(self, event: StreamEvent) -> bool:
-        """Fold one event in; True when the shown text changed."""
+        """Fold one event in; True when the text or the state shown changed."""
         attempt = str(event.data.get("attempt", ""))
         if event.kind == MODEL_STARTED:
+            # After a lost attempt, "retrying" stays until the new attempt's first word.
             self.attempt, self.text = attempt, ""
+            if self.state != RETRYING:
+                self.state, self.reason = STREAMING, ""
             return True
         if event.kind == DELTA and attempt == self.attempt:
             self.text += str(event.data.get("text", ""))
+            self.state, self.reason = STREAMING, ""
             return True
-        if event.kind == DISCARD:
+        if event.kind == MODEL_FINISHED and attempt == self.attempt and self.attempt:
+            self.state = FINISHED
+            return True
+        if event.kind == DISCARD and attempt not in self.discarded:
             self.discarded.append(attempt)
             if attempt == self.attempt:
-                self.attempt, self.text = "", ""
+                self.attempt, self.text, self.state = "", "", RETRYING
+                self.reason = str(event.data.get("reason", ""))
                 return True
         return False
+
+    def as_json(self) -> dict[str, Any]:
+        """The fold as the SSE endpoint sends it beside each model event."""
+        return {"text": self.text, "state": self.state, "reason": self.reason}

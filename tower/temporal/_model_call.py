@@ -31,7 +31,10 @@ MODEL_RETRY = RetryPolicy(
 LOCAL_RETRY = dataclasses.replace(MODEL_RETRY, non_retryable_error_types=[
     *(MODEL_RETRY.non_retryable_error_types or []), STORE_MISSING, STORE_UNAVAILABLE])
 STORE_WAIT = timedelta(seconds=30)  # between rounds of a queued call's store retries
-MODEL_HEARTBEAT = timedelta(seconds=10)
+# A lost worker's call is retried elsewhere this soon (plus MODEL_RETRY's first second),
+# and its readers told (tower/activities/model_stream.py). The activity beats every third
+# of it; the SDK sends at most one beat per 80% of it.
+MODEL_HEARTBEAT = timedelta(seconds=3)
 
 
 async def call_local(request: ModelRequest) -> ModelReply:

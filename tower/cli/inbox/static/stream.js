@@ -1,6 +1,8 @@
 // The minimal stream client (docs/streaming.md): the reply as it forms, and each step.
-// A model attempt's text shows until it is discarded (a failed or superseded attempt);
-// EventSource resumes from the last event id by itself after a dropped connection.
+// It does not fold attempts itself: each model event carries `reply`, the server's fold
+// (the live attempt's whole text, and "retrying" once an attempt is lost). EventSource
+// resumes from the last event id by itself after a dropped connection; a stream that
+// could not open (its run not there yet, past the server's wait) is opened again here.
 (function () {
   const run = new URLSearchParams(location.search).get("run");
   if (!run) return;
@@ -8,27 +10,43 @@
   const reply = document.getElementById("reply");
   const steps = document.getElementById("steps");
   const status = document.getElementById("status");
-  let attempt = "";
-  const source = new EventSource("/api/runs/" + encodeURIComponent(run) + "/stream");
-  source.onopen = function () { status.textContent = "live"; };
-  function on(kind, handle) {
-    source.addEventListener(kind, function (e) { handle(JSON.parse(e.data)); });
-  }
+  let last = 0;
+  let ended = false;
   function step(text) {
     const li = document.createElement("li");
     li.textContent = text;  // text, never HTML: the model's words are not markup
     steps.appendChild(li);
   }
-  on("model_started", function (d) { attempt = d.attempt; reply.textContent = ""; });
-  on("delta", function (d) { if (d.attempt === attempt) reply.textContent += d.text; });
-  on("discard", function (d) {
-    if (d.attempt === attempt) { attempt = ""; reply.textContent = ""; }
-    step("discarded a partial reply (" + d.reason + ")");
-  });
-  on("transition", function (d) { step(d.source + " → " + d.target + " (" + d.reason + ")"); });
-  on("tool_started", function (d) { step("tool " + d.tool + "…"); });
-  on("gate_opened", function (d) { step("waiting at gate " + d.gate + " for " + d.role); });
-  on("gate_decided", function (d) { step("gate " + d.gate + ": " + d.status); });
-  on("run_end", function (d) { step("ended " + d.status); });
-  on("end", function () { status.textContent = "ended"; source.close(); });
+  function connect() {
+    const source = new EventSource(
+      "/api/runs/" + encodeURIComponent(run) + "/stream?after=" + last);
+    source.onopen = function () { status.textContent = "live"; };
+    source.onerror = function () {
+      if (source.readyState === EventSource.CLOSED && !ended) {
+        status.textContent = "connecting…";
+        setTimeout(connect, 2000);
+      }
+    };
+    function on(kind, handle) {
+      source.addEventListener(kind, function (e) {
+        if (e.lastEventId) last = Number(e.lastEventId);
+        handle(JSON.parse(e.data));
+      });
+    }
+    function shown(d) {
+      reply.textContent = d.reply.text;
+      status.textContent = d.reply.state === "retrying" ? "retrying (" + d.reply.reason + ")" : "live";
+    }
+    on("model_started", shown);
+    on("delta", shown);
+    on("model_finished", shown);
+    on("discard", function (d) { shown(d); step("discarded a partial reply (" + d.reason + ")"); });
+    on("transition", function (d) { step(d.source + " → " + d.target + " (" + d.reason + ")"); });
+    on("tool_started", function (d) { step("tool " + d.tool + "…"); });
+    on("gate_opened", function (d) { step("waiting at gate " + d.gate + " for " + d.role); });
+    on("gate_decided", function (d) { step("gate " + d.gate + ": " + d.status); });
+    on("run_end", function (d) { step("ended " + d.status); });
+    on("end", function () { ended = true; status.textContent = "ended"; source.close(); });
+  }
+  connect();
 })();
