@@ -4,7 +4,9 @@ the inbox's SSE endpoint, and never in the run's history."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sqlite3
 import uuid
 from pathlib import Path
 
@@ -117,3 +119,37 @@ async def test_the_sse_endpoint_carries_the_nodes_own_events(
     assert {k: data[k] for k in PROGRESS} == PROGRESS
     transitions = [data for _, kind, data in events if kind == TRANSITION]
     assert transitions and all(d["kind"] == TRANSITION and MOVE in d for d in transitions)
+
+
+class EveryQueue(dict[object, object]):
+    """A sink registry that answers every (namespace, task queue) with one store."""
+
+    def __init__(self, store: object) -> None:
+        super().__init__({("any", "any"): store})
+        self.store = store
+
+    def get(self, key: object, default: object = None) -> object:
+        return self.store
+
+
+async def test_replaying_a_recorded_run_publishes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tower.activities.streams import open_streams
+    from tower.cli.testing import assert_replays
+    from tower.temporal import _stream_sink, publish_steps, stop_publishing
+
+    path = tmp_path / "streams.sqlite"
+    store = open_streams(path)
+    publish_steps("probe", "probe", store)  # the worker's thread that writes the store
+    stop_publishing("probe", "probe")
+    # Whatever queue the recording ran on, this worker would publish its runs' events.
+    monkeypatch.setattr(_stream_sink, "_SINKS", EveryQueue(store))
+    recorded = sorted((Path(__file__).parent / "histories").glob("account-*.json"))
+    assert recorded
+    for history in recorded:
+        (result,) = await assert_replays(history)
+        assert "lookup_account" in [t.source for t in result.log]  # the node that emits
+    await asyncio.sleep(0.5)  # what was queued is written by then
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT COUNT(*) FROM stream_events").fetchone() == (0,)
