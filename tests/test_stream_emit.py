@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import WorkerFactory
 from emit_agents import AccountUpdates, QuietAccount
-from inboxkit import inbox, signed_in
+from headless import Browser, sync
+from inboxkit import PASSWORD, inbox, signed_in
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of
@@ -119,6 +120,30 @@ async def test_the_sse_endpoint_carries_the_nodes_own_events(
     assert {k: data[k] for k in PROGRESS} == PROGRESS
     transitions = [data for _, kind, data in events if kind == TRANSITION]
     assert transitions and all(d["kind"] == TRANSITION and MOVE in d for d in transitions)
+
+
+@pytest.mark.browser
+async def test_the_stream_page_shows_a_nodes_own_events(
+    client: Client, task_queue: str, db_path: Path, scripted_worker: WorkerFactory,
+    browser: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOWER_STREAMS", str(db_path.with_name("streams.sqlite")))
+    b = browser
+    async with scripted_worker(), inbox(client, watchers=frozenset({"auditor"})) as url:
+        await sync(b.open, f"{url}/login")
+        await sync(b.wait_for_text, "Password")
+        await sync(b.fill, "input[name=name]", "walt")
+        await sync(b.fill, "input[name=password]", PASSWORD)
+        await sync(b.click_text, "Sign in")
+        await sync(b.wait_for_text, "walt")
+        handle = await client.start_workflow(AccountAgent.run, ASK, task_queue=task_queue,
+                                             id=f"account-{uuid.uuid4().hex[:8]}")
+        await handle.result()
+        await sync(b.open, f"{url}/static/stream.html?run={handle.id}")
+        await sync(b.wait_for_text, "ended DONE")
+        steps = await sync(b.evaluate, "document.getElementById('steps').textContent")
+    assert ('lookup_account: progress {"reading":"lookup_account","arguments":'
+            '{"account_id":"ACC-1001"}}') in steps
 
 
 class EveryQueue(dict[object, object]):
