@@ -66,11 +66,8 @@ def build_worker(
     """This project's worker on ``client`` (``workflows`` ride along with its agents), with
     Tower's activities on these settings (stores beside ``db_path``): the tests' worker."""
     agents = [*AGENTS.values(), *workflows]
-    beside = Path(db_path).parent if db_path else None
-    settings = WorkerSettings(
-        models=models, trust_dir=trust_dir,
-        messages=messages_path or (beside / "messages.sqlite" if beside else None),
-        streams=beside / "streams.sqlite" if beside else None)
+    settings = WorkerSettings(models=models, trust_dir=trust_dir, messages=messages_path,
+                              data_dir=Path(db_path).parent if db_path else None)
     if has_tower_plugin(client):  # (connect()'s): this worker's plugin, with these settings
         config = client.config()
         config["plugins"] = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 from activities.tools import TOOLS
-from tower import FAILED, Graph, Message
+from tower import FAILED, AgentWorkflow, Graph, Message
 from workflows.account import GRAPH, AccountAgent, AccountRequest, AccountState
 
 # The account agent's own nodes under a token budget far too small for one answer.
@@ -25,7 +25,14 @@ TIGHT = (Graph("account", AccountState, tools=TOOLS)
 
 @workflow.defn(name="account_tight_budget")
 class TightAccount(AccountAgent):
+    """A plain Temporal subclass (not an ``@agent``): it declares its own init, as the SDK
+    asks of a class whose run takes other parameters than its base's init."""
+
     machine = TIGHT
+
+    @workflow.init
+    def __init__(self, request: AccountRequest) -> None:
+        AgentWorkflow.__init__(self)
 
     @workflow.run
     async def run(self, request: AccountRequest) -> AccountState:

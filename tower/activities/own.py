@@ -41,6 +41,7 @@ class WorkerSettings:
     trust_dir: str | Path | None = None
     messages: str | Path | None = None
     streams: StreamStore | str | Path | None = None
+    data_dir: str | Path | None = None  # where local stores go unless the environment says
 
 
 def tower_activities(settings: WorkerSettings, scripts: Scripts, payloads: Any = None,
@@ -50,7 +51,7 @@ def tower_activities(settings: WorkerSettings, scripts: Scripts, payloads: Any =
     the trust loader, the gate notifier, the attester, and the stores' retention cleanup
     (of ``payloads`` too: the payload store's driver); conversations go to the message
     store."""
-    stores = StoreSettings.from_env()
+    stores = StoreSettings.from_env(data_dir=settings.data_dir)
     streams = settings.streams
     if streams is None or isinstance(streams, str | Path):
         streams = open_streams(streams or stores.streams)

@@ -12,11 +12,11 @@ __all__ = ["activity_name", "workflow_name"]
 def workflow_name(cls: type) -> str | None:
     """The workflow type ``cls`` is registered as (None: a dynamic workflow, or not a
     workflow class at all)."""
-    machine = getattr(cls, "machine", None)
-    if machine is not None:  # an @agent: named after its graph
-        return str(machine.name)
     defn = getattr(cls, "__temporal_workflow_definition", None)
-    return getattr(defn, "name", None) if getattr(defn, "cls", None) is cls else None
+    if getattr(defn, "cls", None) is cls:  # the class's own @workflow.defn says
+        return getattr(defn, "name", None)
+    machine = getattr(cls, "machine", None)  # an @agent: named after its graph
+    return str(machine.name) if machine is not None else None
 
 
 def activity_name(fn: Callable[..., Any]) -> str | None:

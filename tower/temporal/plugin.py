@@ -59,6 +59,8 @@ log = logging.getLogger("tower.worker")
 # The objects whose bound methods a TowerPlugin registered as Tower's own activities: a
 # worker-level plugin's settings replace a client-level one's, never both registered.
 _OWN: weakref.WeakSet[Any] = weakref.WeakSet()
+# The runtime's activities every TowerPlugin adds (a gate's run id, a carry's origin).
+_RUNTIME = (current_run_id, continued_from)
 
 # A Tower project's ``activities`` package (tool schemas, scripted replies) is data the
 # agents import: loaded once, outside each run's sandbox, like the engine.
@@ -116,7 +118,7 @@ class TowerPlugin(SimplePlugin):
             interceptors=[*_tracing(self.traced), *interceptors] or None,
             # Gates record the run id a request opens in (gating.current_run_id); a carried
             # run asks where it continued from (machine_run.continued_from).
-            activities=_adding([current_run_id, continued_from, *activities]),
+            activities=_adding([*_RUNTIME, *activities]),
             workflows=_adding(agents),
             workflow_runner=self.runner_for,
             workflow_failure_exception_types=_adding(WORKFLOW_FAILURE_TYPES),
@@ -161,7 +163,10 @@ class TowerPlugin(SimplePlugin):
         # Every ``server.tool`` an agent names is served here: listed, or an activity.
         served = set(self.external_tools) | {n for n in map(activity_name, activities) if n}
         check_external_tools(workflows, served)
-        check_tools_served(workflows, served)
+        if any(a not in _RUNTIME and getattr(a, "__self__", None) not in _OWN
+               for a in activities):
+            check_tools_served(workflows, served)
+        # (else a workflow-only worker, by design: its runs' tools run on other workers)
         register_external(self.external_tools)
         # Every activity (a tool that pays included) runs only for this worker's own runs:
         # not for a workflow of someone else's scheduling it on this queue (scheduler_guard).
