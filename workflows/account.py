@@ -69,6 +69,8 @@ async def lookup_account(ctx: NodeContext, state: AccountState) -> dict[str, obj
     """Read the account the model asked for."""
     assert state.pending_call is not None
     call = state.pending_call
+    # To the run's live stream only (docs/streaming.md): watchers see what is being read.
+    ctx.emit("progress", {"reading": call.name, "arguments": call.arguments})
     result = await ctx.tool(call.name, call.arguments)
     reply = Message(role="tool", name=call.name, content=json.dumps(result, sort_keys=True))
     return {"pending_call": None, "messages": [reply]}

@@ -137,10 +137,10 @@ async def watch(
     screen = _Screen(out or sys.stdout, as_json, show)
     pump = None
     if client is not None:
-        from tower.cli.streaming import MODEL_KINDS, LiveText, StreamPump
+        from tower.cli.streaming import RUN_KINDS, LiveText, StreamPump
 
         pump = await StreamPump(client, handle.id, LiveText(
-            screen.out, handle.id, as_json, kinds=MODEL_KINDS,
+            screen.out, handle.id, as_json, kinds=RUN_KINDS,
             on_text=screen.reply if screen.live is not None else None)).start()
     try:
         info = await describe_run(handle)

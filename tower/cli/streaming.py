@@ -19,6 +19,7 @@ from temporalio.client import Client
 
 from tower.activities.streams import StreamStore, open_streams
 from tower.contract.stream import (
+    CUSTOM,
     DELTA,
     DISCARD,
     MODEL_FINISHED,
@@ -31,6 +32,8 @@ from tower.contract.stream import (
 
 # What `tower run` adds to its transition lines (which it prints already).
 MODEL_KINDS = frozenset({MODEL_STARTED, DELTA, MODEL_FINISHED, DISCARD})
+# ... and, with --json, the nodes' own events (``ctx.emit``).
+RUN_KINDS = MODEL_KINDS | {CUSTOM}
 
 
 def event_json(run: str, event: StreamEvent) -> dict[str, Any]:

@@ -13,8 +13,10 @@ left to read (a run terminated or failed before its first step has no ``run_end`
         if shown.take(event):          # deltas, and a discarded attempt's text dropped
             print(shown.text)
 
-The events come from the stream store (``TOWER_STREAMS``: the workers' SQLite file on
-one host, PostgreSQL across hosts), not from the run's history: see docs/streaming.md.
+Besides the model's text and each step, a node's own events (``ctx.emit``) come as kind
+``custom`` (``label``, ``data``). The events come from the stream store (``TOWER_STREAMS``:
+the workers' SQLite file on one host, PostgreSQL across hosts), not from the run's
+history: see docs/streaming.md.
 A chat thread never ends by itself: stop reading when the turn's reply has come.
 """
 

@@ -7,6 +7,7 @@ depends on it. Pure: the workflow, the activities and clients all import it.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,15 @@ GATE_DECIDED = "gate_decided"
 TOOL_STARTED = "tool_started"
 TOOL_FINISHED = "tool_finished"
 RUN_END = "run_end"  # the run reached DONE or FAILED: the stream ends here
+# A node's own event (``ctx.emit``: progress, partial results): step, node, label, data.
+CUSTOM = "custom"
+# A transition's own kind ("node", "route", "gate"...) in a transition event: ``move``, so
+# it never hides the event's kind; an agent with ``stream_updates`` adds ``update``.
+MOVE = "move"
+
+# What ``ctx.emit`` accepts: a short label and a small JSON object.
+LABEL_MAX = 100
+CUSTOM_DATA_MAX = 16_384  # bytes of the data's JSON
 
 
 @dataclass(frozen=True)
@@ -36,7 +46,38 @@ class StreamEvent:
     offset: int = 0  # set by the store
 
     def as_json(self) -> dict[str, Any]:
-        return {"offset": self.offset, "kind": self.kind, **self.data}
+        """The event as one JSON object: its offset and kind, then its data's fields. The
+        event's kind always wins; a transition stored before ``move`` existed had its own
+        ``kind`` in the data, which becomes ``move``."""
+        data = dict(self.data)
+        if self.kind == TRANSITION and "kind" in data:
+            data.setdefault(MOVE, data["kind"])
+        data.pop("kind", None)
+        data.pop("offset", None)
+        return {"offset": self.offset, "kind": self.kind, **data}
+
+
+def custom_data(label: str, data: dict[str, Any] | None) -> dict[str, Any]:
+    """Check what a node emits (``ctx.emit``): the event's fields, or ValueError saying why.
+
+    ``label`` names the event for readers ("progress", "partial"...); ``data`` is a JSON
+    object of at most CUSTOM_DATA_MAX bytes. Returned as a JSON round trip, so what a
+    reader gets is exactly what was checked."""
+    if not isinstance(label, str) or not label or len(label) > LABEL_MAX:
+        raise ValueError(f"ctx.emit: label must be a non-empty string of at most {LABEL_MAX} "
+                         f"characters, got {label!r:.120}")
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ValueError(f"ctx.emit: data must be a dict (a JSON object), got "
+                         f"{type(data).__name__}")
+    try:
+        text = json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"ctx.emit: data is not JSON: {exc}") from None
+    if len(text.encode()) > CUSTOM_DATA_MAX:
+        raise ValueError(f"ctx.emit: data is {len(text.encode())} bytes of JSON, more than "
+                         f"{CUSTOM_DATA_MAX}; keep large results in the state")
+    return {"label": label, "data": json.loads(text)}
 
 
 def stream_name(namespace: str, workflow_id: str) -> str:

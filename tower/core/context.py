@@ -101,6 +101,13 @@ class NodeContext(Protocol):
         second step, before the call goes (docs/versioning.md)."""
         ...
 
+    def emit(self, label: str, data: dict[str, Any] | None = None) -> None:
+        """Publish an event of this node to the run's live stream (progress, a partial
+        result): kind ``custom`` with ``label`` and ``data`` (a JSON object, 16 KiB at
+        most; ValueError otherwise). Outside the history: readers see it, the run never
+        reads it back, a replay publishes nothing (docs/streaming.md)."""
+        ...
+
     async def child(self, run: Any, arg: Any, *, id: str,
                     memo: dict[str, Any] | None = None) -> Any:
         """Run a child agent (its ``@workflow.run`` method) to its end; its result."""

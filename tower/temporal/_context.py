@@ -18,7 +18,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tower.contract.stream import TOOL_FINISHED, TOOL_STARTED
+from tower.contract.stream import TOOL_FINISHED, TOOL_STARTED, custom_data
 from tower.contract.wire import (
     Authority,
     MessageRef,
@@ -80,6 +80,7 @@ class TemporalContext:
         self.usage = Usage()
         self.model_calls: list[CallUsage] = []  # each model call's usage, for the cost query
         self._host = host
+        self._emitted = 0  # this visit's own events so far: part of each one's key
 
     @property
     def host(self) -> Any:
@@ -97,6 +98,13 @@ class TemporalContext:
 
     def deprecate_patch(self, change: str) -> None:
         workflow.deprecate_patch(change)
+
+    def emit(self, label: str, data: dict[str, Any] | None = None) -> None:
+        # Checked on every pass (replay too), published only while not replaying: no
+        # command, no history event; a retried task republishes the same keys (dropped).
+        event = custom_data(label, data)
+        self._emitted += 1
+        stream_sink.emit_custom(self.step, self._emitted, self.node.name, event)
 
     async def wait(self, until: Callable[[], bool]) -> None:
         await workflow.wait_condition(until)

@@ -77,6 +77,9 @@ class MachineRun:
     # Upsert the search attributes at every transition (one history event each) instead
     # of only when the status changes, the run parks (``publish``) or it ends.
     publish_every_step: ClassVar[bool] = False
+    # Each transition event on the run's live stream carries the update it applied
+    # (LangGraph's ``updates`` mode); outside the history, off as updates can be large.
+    stream_updates: ClassVar[bool] = False
 
     # Does this agent continue-as-new with its state (tower/temporal/_start.py)?
     carries_state: ClassVar[bool] = True
@@ -229,7 +232,7 @@ class MachineRun:
         workflow.set_current_details(
             render_details(self.machine, state, transition, workflow.info().workflow_id))
         # To the run's live stream, outside the history (only while not replaying).
-        stream_sink.emit_move(before, state, transition)
+        stream_sink.emit_move(before, state, transition, self.stream_updates)
 
     @workflow.query(name="state")
     def query_state(self) -> dict[str, Any]:

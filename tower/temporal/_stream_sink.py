@@ -24,8 +24,10 @@ from typing import Any
 from temporalio import workflow
 
 from tower.contract.stream import (
+    CUSTOM,
     GATE_DECIDED,
     GATE_OPENED,
+    MOVE,
     RUN_END,
     TRANSITION,
     StreamEvent,
@@ -88,8 +90,9 @@ def _drain() -> None:
                 log.warning("stream %s: %d events not published: %s", stream, len(events), exc)
 
 
-def emit_move(before: Any, after: Any, transition: Any) -> None:
-    """From ``MachineRun._record``: the transition, a gate it opened or decided, the end."""
+def emit_move(before: Any, after: Any, transition: Any, updates: bool = False) -> None:
+    """From ``MachineRun._record``: the transition, a gate it opened or decided, the end.
+    ``updates``: the transition event carries the update it applied (``stream_updates``)."""
     if workflow.unsafe.is_replaying() or not _SINKS:
         return
     from tower.core.gates import pending_record
@@ -97,9 +100,12 @@ def emit_move(before: Any, after: Any, transition: Any) -> None:
     from tower.core.transition import Kind
 
     step = transition.step
-    emit(TRANSITION, step, {"source": transition.source, "target": transition.target,
-                            "reason": transition.reason, "kind": transition.kind.value,
-                            "calls": list(transition.calls)})
+    move = {"source": transition.source, "target": transition.target,
+            "reason": transition.reason, MOVE: transition.kind.value,
+            "calls": list(transition.calls)}
+    if updates:
+        move["update"] = transition.model_dump(mode="json", include={"update"})["update"]
+    emit(TRANSITION, step, move)
     if transition.kind == Kind.GATE:
         now, was = pending_record(after), pending_record(before)
         if now is not None:
@@ -111,6 +117,12 @@ def emit_move(before: Any, after: Any, transition: Any) -> None:
                                       "status": closed.status.value})
     if after.node in TERMINALS:
         emit(RUN_END, step, {"status": after.status.value, "node": after.node})
+
+
+def emit_custom(step: int, n: int, node: str, event: dict[str, Any]) -> None:
+    """From ``TemporalContext.emit``: the node's ``n``th own event of this visit."""
+    if _SINKS:
+        emit(CUSTOM, step, {"node": node, **event}, nth=f"/{n}")
 
 
 def emit_tool(kind: str, step: int, tool: str, nth: int, **data: Any) -> None:

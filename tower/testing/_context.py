@@ -13,6 +13,7 @@ from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel
 
+from tower.contract.stream import custom_data
 from tower.contract.wire import (
     Authority,
     MessageRef,
@@ -62,6 +63,7 @@ class ScriptedContext:
         self.usage = Usage()
         self.model_calls: list[CallUsage] = []
         self.requests: list[ModelRequest] = []  # what the model was asked, for assertions
+        self.emitted: list[dict[str, Any]] = []  # the node's own events: {label, data}
         self._model, self._tools, self._children = model, tools, children
         self._run_id, self._now, self._host = run_id, now, host
 
@@ -125,6 +127,9 @@ class ScriptedContext:
 
     def deprecate_patch(self, change: str) -> None:
         return None
+
+    def emit(self, label: str, data: dict[str, Any] | None = None) -> None:
+        self.emitted.append(custom_data(label, data))  # checked as on a worker
 
     async def tool(self, name: str, arguments: dict[str, Any],
                    authority: Authority | None = None) -> dict[str, Any]:

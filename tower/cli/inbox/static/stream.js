@@ -42,6 +42,7 @@
     on("model_finished", shown);
     on("discard", function (d) { shown(d); step("discarded a partial reply (" + d.reason + ")"); });
     on("transition", function (d) { step(d.source + " → " + d.target + " (" + d.reason + ")"); });
+    on("custom", function (d) { step(d.node + ": " + d.label + " " + JSON.stringify(d.data)); });
     on("tool_started", function (d) { step("tool " + d.tool + "…"); });
     on("gate_opened", function (d) { step("waiting at gate " + d.gate + " for " + d.role); });
     on("gate_decided", function (d) { step("gate " + d.gate + ": " + d.status); });
