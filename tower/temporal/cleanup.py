@@ -6,7 +6,7 @@ so every worker may ensure it at start-up."""
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.client import (
@@ -44,17 +44,17 @@ def schedule_id(task_queue: str) -> str:
     return f"tower-store-cleanup-{task_queue}"
 
 
-async def ensure_cleanup(client: Client, task_queue: str, every: timedelta = EVERY) -> bool:
-    """Create the cleanup schedule for ``task_queue`` unless it exists; True if made now."""
+async def ensure_cleanup(client: Client, task_queue: str, every: timedelta = EVERY,
+                         first: datetime | None = None) -> bool:
+    """Create the cleanup schedule for ``task_queue`` unless it exists, its first pass not
+    before ``first``; True if made now."""
     try:
         await client.create_schedule(schedule_id(task_queue), Schedule(
             action=ScheduleActionStartWorkflow(
                 TowerStoreCleanup.run, id=f"tower-store-cleanup-{task_queue}",
                 task_queue=task_queue),
-            # The first pass an interval after the first worker: nothing is old enough to
-            # go before then, and a short-lived server (a test's) never runs one.
             spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)],
-                              start_at=datetime.now(UTC) + every),
+                              start_at=first),
             # One pass at a time; a pass missed while no worker ran is not made up twice.
             policy=SchedulePolicy()))
     except ScheduleAlreadyRunningError:

@@ -21,6 +21,7 @@ import sys
 import weakref
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
@@ -46,6 +47,7 @@ from tower.temporal._sandbox import sandbox_runner
 from tower.temporal._scheduler_guard import ScheduledByOwnAgents
 from tower.temporal._stream_sink import publish_steps
 from tower.temporal._unopenable import TowerDataConverter, guarded
+from tower.temporal.cleanup import EVERY as CLEANUP_EVERY
 from tower.temporal.cleanup import TowerStoreCleanup, ensure_cleanup
 from tower.temporal.payloads import driver_for
 
@@ -221,7 +223,10 @@ class TowerPlugin(SimplePlugin):
         if self._hosts_agents(config.get("workflows") or ()):
             client = config["client"]
             await announce(StoreSettings.from_env(), client)
-            await ensure_cleanup(client, config["task_queue"])
+            # The first pass an interval after the first worker: nothing is old enough to
+            # go before then, and a short-lived server (a test's) never runs one.
+            await ensure_cleanup(client, config["task_queue"],
+                                 first=datetime.now(UTC) + CLEANUP_EVERY)
         await super().run_worker(worker, next)
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
