@@ -70,8 +70,8 @@ async def approver(world: World, handle: Handle, rng: random.Random, notes: Note
 
 
 async def send_decision(handle: Handle, payload: dict[str, Any]) -> bool:
-    """True once the run answered (accepted or refused: the gate moved on, or another answer
-    is in flight); False when no answer came in time (a worker was killed): look again."""
+    """True once the run accepted it; False when it refused it or no answer came in time (a
+    worker was killed): look again."""
     try:
         await handle.execute_update("decide", payload, result_type=dict,
                                     rpc_timeout=RPC_TIMEOUT)
@@ -81,7 +81,9 @@ async def send_decision(handle: Handle, payload: dict[str, Any]) -> bool:
             raise asyncio.CancelledError from None
         return False
     except WorkflowUpdateFailedError:
-        pass
+        # Refused (already decided, a request that moved on, a flood not judged): look again,
+        # as an approver would; a request that still waits is answered anew, never left.
+        return False
     except RPCError:
         return False
     return True

@@ -21,7 +21,7 @@ from temporalio.client import (
 
 AHEAD_OF_ITS_TASK = ("a query's replay reached an event no workflow task has taken yet; "
                      "the run is replayed again in that task")
-TRIES = 6
+TRIES = 15  # about ten seconds: a task that takes a flood of signals takes a few
 
 
 class QueryAskedAgain(Interceptor):
@@ -37,5 +37,5 @@ class _AskAgain(OutboundInterceptor):
             except WorkflowQueryFailedError as exc:
                 if AHEAD_OF_ITS_TASK not in str(exc) or attempt == TRIES:
                     raise
-                await asyncio.sleep(0.1 * attempt)  # the task that carries the event runs
+                await asyncio.sleep(min(0.1 * attempt, 1.0))  # the event's own task runs
         raise AssertionError("unreachable")
