@@ -7,6 +7,7 @@ own error)."""
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +183,13 @@ async def test_a_worker_that_cannot_attest_says_so(
     with caplog.at_level(logging.WARNING, logger="tower.worker"):
         await _worker_config(client)
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+@pytest.mark.parametrize("given", [None, timedelta(seconds=60), timedelta(milliseconds=300)])
+async def test_heartbeats_are_sent_within_a_second(given: timedelta | None) -> None:
+    # Tower's heartbeat timeouts are 3 s; the SDK would hold a heartbeat back for 2.4 s.
+    client = await Client.connect("127.0.0.1:1", lazy=True, plugins=[TowerPlugin()])
+    options = {} if given is None else {"max_heartbeat_throttle_interval": given}
+    config = await _worker_config(client, **options)
+    assert config["max_heartbeat_throttle_interval"] == min(
+        given or timedelta(seconds=1), timedelta(seconds=1))

@@ -21,7 +21,7 @@ import sys
 import weakref
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
@@ -40,6 +40,7 @@ from tower.effects._guard import OnlyEffectsReconcile
 from tower.temporal._agent import scripts_of
 from tower.temporal._gating import current_run_id
 from tower.temporal._heap import frozen_heap
+from tower.temporal._late_attempt import LateAttemptsEndQuietly
 from tower.temporal._machine_run import continued_from
 from tower.temporal._names import activity_name, workflow_name
 from tower.temporal._query_retry import QueryAskedAgain
@@ -71,6 +72,7 @@ PROJECT_PASSTHROUGH = ("activities",)
 # Sync activities (tools are often blocking code: SQLite) run on this many threads, and
 # as many activities run at once, unless the worker says otherwise.
 DEFAULT_ACTIVITIES = 50
+HEARTBEAT_SENT_WITHIN = timedelta(seconds=1)
 
 # A domain error fails the run instead of retrying the workflow task forever; so does an
 # input that does not fit the agent's input model (pydantic's ValidationError, raised
@@ -178,7 +180,13 @@ class TowerPlugin(SimplePlugin):
         hosted = [] if None in names else [str(n) for n in names]
         # A reconcile call reaches only a tower.effects tool (effects/_guard.py).
         config["interceptors"] = [ScheduledByOwnAgents(config["client"], hosted),
-                                  OnlyEffectsReconcile(), *(config.get("interceptors") or ())]
+                                  OnlyEffectsReconcile(), LateAttemptsEndQuietly(),
+                                  *(config.get("interceptors") or ())]
+        # Tower's heartbeat timeouts are a few seconds (a lost attempt is noticed fast): send
+        # each heartbeat within a second, not at the SDK's 80% of the timeout, so a loaded
+        # host's attempt is not timed out for a heartbeat the worker held back.
+        throttle = config.get("max_heartbeat_throttle_interval") or HEARTBEAT_SENT_WITHIN
+        config["max_heartbeat_throttle_interval"] = min(throttle, HEARTBEAT_SENT_WITHIN)
         if activities and config.get("activity_executor") is None:
             if config.get("max_concurrent_activities") is None and config.get("tuner") is None:
                 config["max_concurrent_activities"] = DEFAULT_ACTIVITIES
