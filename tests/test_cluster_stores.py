@@ -12,13 +12,14 @@ import uuid
 from pathlib import Path
 
 import pytest
+from chatkit import say
 from clusterkit import Cluster
 from storekit import Host
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from tower.temporal.payloads import tower_data_converter
-from workflows.chat import ChatAgent, ChatInput, UserMessage
+from workflows.chat import ChatAgent, ChatInput
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 TURNS, BLOCK = 50, 5  # turns move to the other host every BLOCK turns
@@ -61,8 +62,7 @@ async def test_a_chat_moves_between_hosts_sharing_only_temporal_and_the_stores(
                 off.stop(signal.SIGKILL if block % 2 else signal.SIGTERM)
                 await on.start()
             long = "Some context. " * 200 if turn % BLOCK == 3 else ""
-            reply = await thread.execute_update(
-                ChatAgent.send, UserMessage(text=f"Turn {turn}. {long}"))
+            reply = await say(client, thread, f"Turn {turn}. {long}")
             assert reply.turn == turn and reply.reply
         for host in hosts:
             assert "local to this host" not in host.text()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chatkit import say
 from pgserver import Postgres
 from storekit import Host
 from temporalio.api.enums.v1 import EventType
@@ -21,7 +22,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from tower.temporal.payloads import tower_data_converter
-from workflows.chat import ChatAgent, ChatInput, UserMessage
+from workflows.chat import ChatAgent, ChatInput
 
 
 @pytest.fixture
@@ -53,12 +54,11 @@ async def test_a_turn_on_a_host_without_the_window_waits_for_one_that_has_it(
     a, b = hosts["a"], hosts["b"]
     await b.start()
     thread = await _thread(client, task_queue)
-    first = await thread.execute_update(ChatAgent.send, UserMessage(text="Hello from B"))
+    first = await say(client, thread, "Hello from B")
     assert first.turn == 1 and first.reply
     b.stop()
     await a.start()
-    turn = asyncio.create_task(thread.execute_update(ChatAgent.send,
-                                                     UserMessage(text="And now on A?")))
+    turn = asyncio.create_task(say(client, thread, "And now on A?"))
     async with asyncio.timeout(60):
         while not (failed := await _attempt_failure(thread)):
             await asyncio.sleep(0.5)
@@ -98,8 +98,7 @@ async def test_with_shared_stores_turns_alternate_between_hosts(
             await on.start()
             text = f"Turn {turn} on host {on.name}. " + ("Long context. " * 200 if turn == 3
                                                          else "")
-            reply = await asyncio.wait_for(thread.execute_update(
-                ChatAgent.send, UserMessage(text=text)), 120)
+            reply = await asyncio.wait_for(say(client, thread, text), 120)
             assert reply.turn == turn and reply.reply
             replies.append(reply)
         history = await thread.fetch_history()
@@ -126,11 +125,10 @@ async def test_a_store_unreachable_for_30_s_fails_no_run(
     try:
         await host.start()
         thread = await _thread(client, task_queue)
-        assert (await thread.execute_update(ChatAgent.send, UserMessage(text="One"))).turn == 1
+        assert (await say(client, thread, "One")).turn == 1
         pg_server.pause()
         try:
-            turn = asyncio.create_task(thread.execute_update(ChatAgent.send,
-                                                             UserMessage(text="Two")))
+            turn = asyncio.create_task(say(client, thread, "Two"))
             await asyncio.sleep(30)
             assert not turn.done()
             assert (await thread.describe()).status == WorkflowExecutionStatus.RUNNING
