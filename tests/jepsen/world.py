@@ -34,6 +34,7 @@ class Notes:
     harness: list[str] = field(default_factory=list)
     doing: str = "starting"
     runs: list[str] = field(default_factory=list)  # the workflow ids the trial started
+    refused: list[str] = field(default_factory=list)  # the approver's refused decisions' codes
 
     async def step(self, what: str, seconds: float, step: Awaitable[T]) -> T:
         """One bounded step of the trial's main line (``doing`` names it meanwhile)."""
@@ -52,3 +53,4 @@ class Outcome:
     seconds: float = 0.0
     evidence: Path | None = None  # the failed trial's saved histories (evidence.py)
     stuck: list[str] = field(default_factory=list)  # runs RUNNING with nothing pending
+    refused: list[str] = field(default_factory=list)  # Notes.refused
