@@ -20,7 +20,7 @@ from jepsen.approver import send_decision
 from jepsen.kills import POINTS
 from jepsen.runner import run_trials, summary, workers
 from jepsen.store import refund_count
-from jepsen.world import Outcome, World
+from jepsen.world import Notes, Outcome, World
 from temporalio.client import Client
 
 pytestmark = pytest.mark.long
@@ -117,7 +117,7 @@ async def test_a_cancelled_approver_stops_while_its_decision_waits(client: Clien
     handle = await client.start_workflow("refund", id=f"deaf-{uuid.uuid4().hex[:8]}",
                                          task_queue=f"nobody-{uuid.uuid4().hex[:8]}")
     try:
-        waiting = asyncio.create_task(send_decision(handle, {"token": "x"}))
+        waiting = asyncio.create_task(send_decision(handle, {"token": "x"}, Notes()))
         done, _ = await asyncio.wait({waiting}, timeout=1.0)
         assert not done  # no worker: the update waits for an answer
         waiting.cancel()

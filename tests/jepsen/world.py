@@ -10,6 +10,8 @@ from typing import TypeVar
 from procs import WorkerProcess
 from temporalio.client import Client
 
+from tower.temporal._query_retry import QueryAskedAgain
+
 from .bounds import bounded
 
 T = TypeVar("T")
@@ -24,6 +26,11 @@ class World:
     evidence: Path | None = None  # where a failed trial's histories go (evidence.py)
     pg: str = ""  # the refunds' PostgreSQL database ("": the tools' SQLite file; store.py)
     kills: Path | None = None  # where trials arm kills at an effect's points (kills.py)
+
+    def __post_init__(self) -> None:
+        # Queries asked as tower.client asks them: again when one meets a replay ahead of its
+        # task (an approver that met it once stopped answering; its run waited at the gate).
+        self.client = Client(**{**self.client.config(), "interceptors": [QueryAskedAgain()]})
 
 
 @dataclass
