@@ -5,6 +5,7 @@ never shown; a ref nothing holds is one clear error."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import uuid
 from pathlib import Path
@@ -14,6 +15,8 @@ from chatkit import say
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowUpdateStage
 from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+from test_cli import address_of, tower
 
 from tower.activities.messages import MessageStore
 from tower.activities.model import ModelSettings
@@ -112,6 +115,30 @@ async def test_hostile_reply_text_comes_back_exactly(
             reply = await say(client, thread, "hi")
             await thread.execute_update(ChatAgent.close)
     assert reply.reply == HOSTILE  # whole and exact: showing it inert is each surface's job
+
+
+async def test_tower_chat_prints_a_reply_it_resolved_inert(
+    env: WorkflowEnvironment, task_queue: str, scripted_worker: object,
+) -> None:
+    # The CLI runs in a directory of its own: no message store, the text from the history.
+    address = address_of(env)
+    with LoopbackModelServer(replies=_hostile) as server:
+        models = ModelSettings(api_key="loopback", base_url=server.base_url,
+                               models=["loopback"], stream=False)
+        async with scripted_worker(models=models):  # type: ignore[operator]
+            code, out, err = await tower(address, "chat", "--task-queue", task_queue,
+                                         "-m", "hi", "--close")
+            assert code == 0, err
+            code, raw, err = await tower(address, "chat", "--task-queue", task_queue,
+                                         "--json", "-m", "hi", "--close")
+            assert code == 0, err
+    line = out.splitlines()[1]  # (after "started …")
+    assert line.startswith("[turn 1, step ") and "1001-tail" in line
+    # Each control, bidi and invisible character as a visible escape, none of them raw.
+    assert r"\x1b[2J" in line and "U+202E" in line
+    assert not any(c in line for c in ("\x1b", "\u202e", "\u202c", "\u200b"))
+    replies = [e for e in map(json.loads, raw.splitlines()) if e["event"] == "reply"]
+    assert [e["reply"] for e in replies] == [HOSTILE] and "reply_ref" not in replies[0]
 
 
 def test_the_store_checks_what_it_reads_against_the_digest(tmp_path: Path) -> None:

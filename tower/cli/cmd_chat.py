@@ -207,7 +207,8 @@ async def messages(given: Iterable[str], interactive: bool) -> AsyncIterator[str
 
 
 def reply_line(reply: Any) -> str:
-    return f"[turn {reply.turn}, step {reply.step}] {reply.reply}"
+    # A model's text is hostile: shown whole, on one line, every control character inert.
+    return f"[turn {reply.turn}, step {reply.step}] {escape(reply.reply)[0]}"
 
 
 def emit(event: dict[str, Any], text: str, err: bool = False) -> None:
