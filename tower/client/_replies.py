@@ -115,8 +115,8 @@ async def _text_in(client: Client, event: HistoryEvent, ref: MessageRef) -> str 
         payloads = event.activity_task_completed_event_attributes.result.payloads
     else:
         return None
-    if len(payloads) != 1 or payloads[0].ByteSize() < ref.chars:
-        return None  # too small to hold the reply: not worth decoding
+    if len(payloads) != 1:
+        return None
     try:
         (value,) = await client.data_converter.decode(payloads)
     except Exception:  # noqa: BLE001 - not ours to read (another codec, a missing payload)
