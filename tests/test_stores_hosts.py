@@ -21,6 +21,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from tower.client import reply_text
 from tower.temporal.payloads import tower_data_converter
 from workflows.chat import ChatAgent, ChatInput
 
@@ -98,9 +99,14 @@ async def test_with_shared_stores_turns_alternate_between_hosts(
             await on.start()
             text = f"Turn {turn} on host {on.name}. " + ("Long context. " * 200 if turn == 3
                                                          else "")
-            reply = await asyncio.wait_for(say(client, thread, text), 120)
-            assert reply.turn == turn and reply.reply
+            # A client of the deployment reads the reply's text from the shared store.
+            reply = await asyncio.wait_for(say(deployment, thread, text, store=pg_url), 120)
+            assert reply.turn == turn and f"Turn {turn} on host" in reply.reply
             replies.append(reply)
+        # ... from the store itself (the ref names no run that exists: no history to read).
+        assert replies[-1].reply_ref is not None
+        assert await reply_text(client, "no-such-thread", None, replies[-1].reply_ref,
+                                store=pg_url) == replies[-1].reply
         history = await thread.fetch_history()
         # Every call succeeded where it ran, locally: no host ever missed what another
         # stored (a miss sends the call to the queue as an activity, recorded).

@@ -19,6 +19,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryReverseRequest
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from tower.activities.stores import SHARED, StoreSettings, is_url
 from tower.client.errors import ReplyMissing
@@ -93,10 +94,15 @@ async def _from_history(client: Client, workflow_id: str, run_id: str | None,
     token = b""
     execution = WorkflowExecution(workflow_id=workflow_id, run_id=run_id or "")
     while True:
-        page = await client.workflow_service.get_workflow_execution_history_reverse(
-            GetWorkflowExecutionHistoryReverseRequest(
-                namespace=client.namespace, execution=execution, maximum_page_size=_PAGE,
-                next_page_token=token))
+        try:
+            page = await client.workflow_service.get_workflow_execution_history_reverse(
+                GetWorkflowExecutionHistoryReverseRequest(
+                    namespace=client.namespace, execution=execution, maximum_page_size=_PAGE,
+                    next_page_token=token))
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:  # (its history is gone: retention)
+                return None
+            raise
         for event in page.history.events:
             text = await _text_in(client, event, ref)
             if text is not None:
