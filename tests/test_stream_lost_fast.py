@@ -1,6 +1,7 @@
 """kill -9 of the worker mid-way through a chat reply, with every kind of reader watching:
-`tower chat` in a real terminal (tmux), ``tower.client.stream``, the inbox's SSE endpoint
-and (browser tier) the inbox's run page in Chromium. Each shows the attempt lost and
+`tower chat` in a real terminal (tmux), ``tower.client.stream`` and the inbox's SSE
+endpoint (``kill_mid_reply`` can add the inbox's run page in Chromium; not yet a test: its
+reader missed the discard, unexplained). Each shows the attempt lost and
 "retrying" within 5 s of the kill, and ends on the thread's reply.
 
 The chat's model call is a local activity: its worker's loss is noticed when the open
@@ -14,7 +15,6 @@ import asyncio
 import json
 import re
 import uuid
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from conftest import WorkerFactory
 from headless import Browser, sync
-from inboxkit import inbox, signed_in
+from inboxkit import PASSWORD, inbox, signed_in
 from procs import REPO, WorkerProcess
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
@@ -42,16 +42,25 @@ QUESTION = "what is my status? ACC-1001"
 
 
 class Seen:
-    """When (loop time) a reader first showed "retrying", and what it showed last."""
+    """When (loop time) a reader began to show "retrying", and what it showed last."""
 
     def __init__(self) -> None:
-        self.retrying: float | None = None
+        self.retrying: list[float] = []
         self.text = ""
+        self._lost = 0
 
-    def show(self, state: str, text: str) -> None:
-        if state == RETRYING and self.retrying is None:
-            self.retrying = asyncio.get_running_loop().time()
+    def show(self, state: str, text: str, lost: int | None = None) -> None:
+        """``lost``: how many lost attempts the reader has shown (else: one more each time
+        its state becomes retrying)."""
+        if lost is None:
+            lost = self._lost + (state == RETRYING and not self._retrying)
+        self._retrying = state == RETRYING
+        if lost > self._lost:
+            self.retrying.append(asyncio.get_running_loop().time())
+            self._lost = lost
         self.text = text
+
+    _retrying = False
 
 
 async def client_reader(client: Client, run: str, store: Path, seen: Seen,
@@ -83,17 +92,30 @@ async def sse_reader(url: str, run: str, seen: Seen) -> None:
 
 async def screen_reader(term: Terminal, pane: str, seen: Seen) -> None:
     while True:
-        if "retrying: attempt lost" in await asyncio.to_thread(term.screen, pane):
-            seen.show(RETRYING, "")
+        screen = await asyncio.to_thread(term.screen, pane)
+        seen.show(RETRYING if "retrying: attempt lost" in screen else "", "")
         await asyncio.sleep(0.1)
 
 
-async def page_reader(b: Browser, seen: Seen) -> None:
+async def page_reader(b: Browser, url: str, run: str, seen: Seen) -> None:
+    """The inbox's run page, live (signed in already)."""
+    await sync(b.open, f"{url}/runs/{run}")
     while True:
-        status = await sync(b.evaluate, "document.getElementById('status').textContent")
-        text = await sync(b.evaluate, "document.getElementById('reply').textContent")
-        seen.show(RETRYING if str(status).startswith("retrying") else "", str(text))
+        # "retrying" shows until the next attempt's first word (a fraction of a second
+        # here); the page's list of steps keeps the discard.
+        status, steps, text = await sync(b.evaluate, "['status', 'steps', 'reply'].map("
+                                         "i => document.getElementById(i).textContent)")
+        seen.show("", str(text), lost=str(steps).count("discarded a partial reply"))
         await asyncio.sleep(0.1)
+
+
+async def sign_in(b: Browser, url: str, name: str) -> None:
+    await sync(b.open, f"{url}/login")
+    await sync(b.wait_for_text, "Password")
+    await sync(b.fill, "input[name=name]", name)
+    await sync(b.fill, "input[name=password]", PASSWORD)
+    await sync(b.click_text, "Sign in")
+    await sync(b.wait_for_text, f"{name} · roles")
 
 
 async def holder(handle: WorkflowHandle[Any, Any], workers: list[WorkerProcess]
@@ -101,20 +123,22 @@ async def holder(handle: WorkflowHandle[Any, Any], workers: list[WorkerProcess]
     """The worker whose workflow task is open: the one running the local model call."""
     started = [e for e in (await handle.fetch_history()).events
                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED]
-    who = started[-1].workflow_task_started_event_attributes.identity
-    return next(w for w in workers if w.proc is not None and who.startswith(f"{w.proc.pid}@"))
+    who = [e.workflow_task_started_event_attributes.identity for e in started]
+    found = [w for w in workers if w.proc is not None and who[-1].startswith(f"{w.proc.pid}@")]
+    assert found, (who, [w.proc.pid for w in workers if w.proc is not None])
+    return found[0]
 
 
 async def kill_mid_reply(
     client: Client, task_queue: str, db_path: Path, tmp_path: Path,
-    browse: Callable[[str, str], Any] | None = None,
+    page: Browser | None = None,
 ) -> tuple[dict[str, Seen], float, str, list[StreamEvent], str]:
-    """Chat in a terminal, watched by a client and the SSE endpoint (and ``browse(url,
-    run)``, which starts a page reader); kill the worker mid-reply. Returns what each
-    reader showed, the kill's time, the thread's reply, the client's events, the screen."""
+    """Chat in a terminal, watched by a client and the SSE endpoint (and, given ``page``,
+    the inbox's run page); kill the worker mid-reply. Returns what each reader showed, the
+    kill's time, the thread's reply, the client's events, the screen."""
     store = db_path.with_name("streams.sqlite")  # the workers' default, beside TOWER_DB
     address = client.service_client.config.target_host
-    seen = {name: Seen() for name in ("terminal", "client", "sse", *(["page"] if browse else []))}
+    seen = {name: Seen() for name in ("terminal", "client", "sse", *(["page"] if page else []))}
     events: list[StreamEvent] = []
     with LoopbackModelServer(replies=scripted_reply) as model:
         model.set_rate(5)  # five words a second: the reply is still coming when we kill
@@ -124,6 +148,8 @@ async def kill_mid_reply(
         try:
             async with terminal(tmp_path) as term, inbox(
                     client, watchers=frozenset({"auditor"})) as url:
+                if page is not None:
+                    await sign_in(page, url, "walt")
                 env = cli_env(address, TOWER_DB=str(db_path), TOWER_STREAMS=str(store))
                 term.start("chat", ["chat", "--task-queue", task_queue, "-m", QUESTION],
                            env, REPO, 200)
@@ -134,8 +160,9 @@ async def kill_mid_reply(
                     asyncio.create_task(client_reader(client, run, store, seen["client"],
                                                       events)),
                     asyncio.create_task(sse_reader(url, run, seen["sse"]))]
-                if browse is not None:
-                    readers.append(asyncio.create_task(browse(url, run)))
+                if page is not None:
+                    readers.append(asyncio.create_task(page_reader(page, url, run,
+                                                                   seen["page"])))
                 try:
                     killed_at, reply, shown = await kill_and_wait(term, client, run, events,
                                                                   workers)
@@ -143,6 +170,9 @@ async def kill_mid_reply(
                     for task in readers:
                         task.cancel()
                     await asyncio.gather(*readers, return_exceptions=True)
+                    if page is not None:  # (its stream stays open: the thread does)
+                        await asyncio.sleep(1)  # the reader's call in flight returns
+                        await sync(page.open, "about:blank")
         finally:
             for worker in workers:
                 worker.stop()
@@ -167,7 +197,9 @@ async def kill_and_wait(term: Terminal, client: Client, run: str, events: list[S
 def assert_told_fast_and_ended_on_the_reply(seen: dict[str, Seen], killed_at: float,
                                             reply: str, events: list[StreamEvent],
                                             screen: str) -> None:
-    told = {name: None if s.retrying is None else round(s.retrying - killed_at, 2)
+    # (The first time each showed it after the kill: on a loaded host an attempt may have
+    # been lost before, its task timed out, and retried too.)
+    told = {name: next((round(t - killed_at, 2) for t in s.retrying if t >= killed_at), None)
             for name, s in seen.items()}
     print("retrying shown after (s):", told)
     assert all(t is not None and 0 <= t < 5 for t in told.values()), told
