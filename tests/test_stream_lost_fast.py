@@ -5,8 +5,9 @@ reader missed the discard, unexplained). Each shows the attempt lost and
 "retrying" within 5 s of the kill, and ends on the thread's reply.
 
 The chat's model call is a local activity: its worker's loss is noticed when the open
-workflow task times out, which Tower's start sets to 3 s (tower.client._runs.TASK_TIMEOUT;
-the server's default, 10 s, left readers in silence 8-10 s). Real processes (`python
+workflow task times out, which Tower's start sets to the agent's own (MachineRun.task_timeout:
+3 s for chat; the server's default, 10 s, left readers in silence 8-10 s; other agents keep
+it). Real processes (`python
 worker.py` twice, `tower chat`), the real dev server, the loopback model over HTTP."""
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ from tower.activities.model import ModelSettings
 from tower.activities.streams import open_streams
 from tower.cli.agents import scripted_reply
 from tower.client import start_run, stream
-from tower.client._runs import TASK_TIMEOUT
 from tower.contract.stream import DELTA, DISCARD, RETRYING, Reply, StreamEvent
 from tower.testing.model_server import LoopbackModelServer
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, ChatState, UserMessage
+from workflows.refund import RefundAgent, RefundRequest
 
 QUESTION = "what is my status? ACC-1001"
 
@@ -230,7 +231,7 @@ async def test_a_thread_keeps_its_short_task_timeout_across_continue_as_new(
     paced = ModelSettings(scripted_tokens_per_second=3)
     per_turn = {}
     async with scripted_worker(models=paced):
-        for timeout in (TASK_TIMEOUT, timedelta(seconds=10)):
+        for timeout in (ChatAgent.task_timeout, timedelta(seconds=10)):
             handle = await start_run(client, ChatAgent, ChatInput(config=config),
                                      id=f"chat-{uuid.uuid4().hex[:8]}", task_queue=task_queue,
                                      task_timeout=timeout)
@@ -241,7 +242,7 @@ async def test_a_thread_keeps_its_short_task_timeout_across_continue_as_new(
             events = (await handle.fetch_history()).events[before:]
             per_turn[timeout.seconds] = (len(events), round(took, 1), sum(
                 e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in events))
-            if timeout != TASK_TIMEOUT:
+            if timeout != ChatAgent.task_timeout:
                 break
             while (await handle.describe()).run_id == handle.first_execution_run_id:
                 await handle.execute_update(ChatAgent.send, UserMessage(text="and again"))
@@ -249,10 +250,31 @@ async def test_a_thread_keeps_its_short_task_timeout_across_continue_as_new(
             started = (await latest.fetch_history()).events[0]
             attributes = started.workflow_execution_started_event_attributes
             assert attributes.continued_execution_run_id == handle.first_execution_run_id
-            assert attributes.workflow_task_timeout.ToTimedelta() == TASK_TIMEOUT
+            assert attributes.workflow_task_timeout.ToTimedelta() == ChatAgent.task_timeout
             await latest.execute_update(ChatAgent.close)
     # What it costs: a workflow task each ~2.4 s a local call runs, not each 8 s.
     print("(events, seconds, tasks) a turn adds, by task timeout (s):", per_turn)
+
+
+async def test_only_an_agent_that_asks_for_a_short_task_timeout_gets_one(
+    client: Client, task_queue: str,
+) -> None:
+    """A gated agent's runs keep the server's 10 s: a short one would time out more of
+    their tasks on a loaded host, for nothing (no local model call to watch)."""
+    runs: list[tuple[type[Any], Any, timedelta]] = [
+        (RefundAgent, RefundRequest(message="Please refund $1,200 on invoice INV-2004"),
+         timedelta(seconds=10)),
+        (ChatAgent, ChatInput(), timedelta(seconds=3))]
+    for agent, request, expected in runs:
+        name = agent.machine.name
+        handle = await start_run(client, agent, request, id=f"{name}-{uuid.uuid4().hex[:8]}",
+                                 task_queue=f"nobody-{uuid.uuid4().hex[:8]}")
+        try:
+            started = (await handle.fetch_history()).events[0]
+            timeout = started.workflow_execution_started_event_attributes.workflow_task_timeout
+            assert timeout.ToTimedelta() == expected, name
+        finally:
+            await handle.terminate("test over")
 
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.long]

@@ -51,11 +51,6 @@ from tower.temporal._machine_run import MachineRun
 QUERY_TIMEOUT = timedelta(seconds=10)
 # While waiting for a takeover, each try is this short: a worker that answers, answers fast.
 TAKEOVER_TRY = timedelta(seconds=4)
-# A worker lost while a run's workflow task is open is noticed when the task times out: a
-# local model call (``ask_window``: chat) keeps its task open, the SDK heartbeating it at
-# 80% of this, so the server's default (10 s) left a reply's readers that long in silence.
-# At 3 s the lost attempt is retried, and its readers told, within 5 s (docs/streaming.md).
-TASK_TIMEOUT = timedelta(seconds=3)
 
 
 async def start_run(client: Client, agent: type[MachineRun], request: Any, *, id: str,
@@ -63,9 +58,10 @@ async def start_run(client: Client, agent: type[MachineRun], request: Any, *, id
     """Start a run of ``agent`` with the search attributes of its first move already set
     (``search.start_attributes``): it upserts nothing then, one history event fewer, and
     it is listed by agent and status from its first moment. ``options`` go to
-    ``Client.start_workflow`` (``static_summary``, timeouts, ...); ``task_timeout`` is
-    ``TASK_TIMEOUT`` unless given."""
-    options.setdefault("task_timeout", TASK_TIMEOUT)
+    ``Client.start_workflow`` (``static_summary``, timeouts, ...); ``task_timeout`` is the
+    agent's own (``MachineRun.task_timeout``) unless given."""
+    if agent.task_timeout is not None:
+        options.setdefault("task_timeout", agent.task_timeout)
     return await client.start_workflow(agent.machine.name, request, id=id,
                                        task_queue=task_queue,
                                        search_attributes=search.start_attributes(agent.machine),
