@@ -1,5 +1,5 @@
 """Decisions from a client: sign one with the approver's own key and send it to the run as
-its ``decide`` update (``Gatekeeper.decide``), which answers with the outcome the run
+its ``decide`` update (``AgentWorkflow.decide``), which answers with the outcome the run
 reported — or refuses it, and then nothing changed.
 
 A decision is a JWS made with ``<config>/keys/<NAME>.jwk`` (``tower keys new NAME``,
@@ -39,7 +39,8 @@ from tower.contract.decisions import (
 from tower.contract.refusals import RefusalCode
 from tower.core.gates import Outcome
 from tower.core.signing import decision_claims
-from tower.temporal._gating import UNKNOWN_KEY, Gatekeeper
+from tower.temporal._gate import UNKNOWN_KEY
+from tower.temporal._runtime import AgentWorkflow
 
 
 class NotConfirmed(ClientError):
@@ -102,7 +103,7 @@ async def decide(
     # re-read now, wait for that, and send once more.
     await handle.signal("refresh_trust")
     async with asyncio.timeout(30):
-        while (await query(client, handle, Gatekeeper.query_approvals)).get(
+        while (await query(client, handle, AgentWorkflow.query_approvals)).get(
                 "refreshed_at") == approvals.get("refreshed_at"):
             await asyncio.sleep(0.2)
     return await send_decision(client, run, payload)
@@ -144,7 +145,7 @@ async def _approvals(client: Client, run: str, *, say: Callable[[str], None] | N
             state = await client.get_workflow_handle(run, result_type=dict).result()
             last = "; " + last_request({"records": state.get("approvals", [])})
         raise ClientError(f"run {run!r} is closed ({status}): nothing to decide{last}")
-    result: dict[str, Any] = await query(client, handle, Gatekeeper.query_approvals,
+    result: dict[str, Any] = await query(client, handle, AgentWorkflow.query_approvals,
                                          takeover=takeover, say=say)
     return result
 
@@ -209,7 +210,7 @@ async def submit_decision(handle: WorkflowHandle[Any, Any], message: dict[str, A
     resent = 0
     while True:
         try:
-            return await handle.execute_update(Gatekeeper.decide, message)
+            return await handle.execute_update(AgentWorkflow.decide, message)
         except RPCError as exc:
             if resent == RESENDS or not aborted_with_its_task(exc):
                 raise

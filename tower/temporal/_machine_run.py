@@ -96,7 +96,7 @@ class MachineRun:
         self._calls: list[CallUsage] = []
         self._pending_memo: dict[str, Any] | None = None
         # (step, proposal digest, token): the worker's attestation of the pending request
-        # (gating.Gatekeeper._attest), published with it in the memo.
+        # (tower/temporal/_gate.py), published with it in the memo.
         self._attested: tuple[int, str, str] | None = None
         # Started with its attributes (search.start_attributes): the end leaves what
         # ExecutionStatus says (DONE, FAILED) to it, unless another attribute changes.
@@ -229,10 +229,20 @@ class MachineRun:
         if (self.publish_every_step or before is None or before.status != state.status
                 or state.node in TERMINALS):
             self.publish(ending=state.node in TERMINALS)
-        workflow.set_current_details(
-            render_details(self.machine, state, transition, workflow.info().workflow_id))
+        self._show_details()
         # To the run's live stream, outside the history (only while not replaying).
         stream_sink.emit_move(before, state, transition, self.stream_updates)
+
+    def _show_details(self) -> None:
+        # The Web UI's current details: the state and its newest move (and its request).
+        workflow.set_current_details(render_details(
+            self.machine, self.current, self._log[-1] if self._log else None,
+            workflow.info().workflow_id))
+
+    def _attest_memo(self, step: int, digest: str, token: str) -> None:
+        """Publish the worker's attestation of the request pending at ``step``."""
+        self._attested = (step, digest, token)
+        self.publish()
 
     @workflow.query(name="state")
     def query_state(self) -> dict[str, Any]:
