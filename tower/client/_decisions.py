@@ -30,12 +30,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from tower.client._runs import describe, query
 from tower.client.errors import ClientError, DecisionRefused, RunNotFound
 from tower.client.keys import check_name, sign_decision
-from tower.contract.decisions import (
-    GateRecord,
-    Verdict,
-    legacy_proposal_digest,
-    proposal_digest,
-)
+from tower.contract.decisions import GateRecord, Verdict, proposal_digest, signed_digest
 from tower.contract.refusals import RefusalCode
 from tower.core.gates import Outcome
 from tower.core.signing import decision_claims
@@ -79,15 +74,16 @@ async def decide(
     role = role or request.role
     decision_id = decision_id or f"d-{uuid.uuid4().hex[:12]}"
     # Signed for exactly what is shown here: this run id, this step, this proposal.
+    digest = signed_digest(request, approvals.get("proposal_digest"))
     payload, how = make_decision(
         tenant=client.namespace, run=run, pending=request, verdict=verdict, approver=approver,
         role=role, note=note, edits=edits, decision_id=decision_id, unsigned=unsigned,
-        config=config, digest=signed_digest(request, approvals.get("proposal_digest")))
+        config=config, digest=digest)
     if say:
         say(f"decision {decision_id}: {verdict.value} gate {request.gate} of {run} by "
             f"{approver} ({role}), {how}")
         say(f"  for the request at step {request.step} of run id {request.run_id}, proposal "
-            f"{proposal_digest(request)}")
+            f"{digest}")
     if use_signal:
         await handle.signal("decision", payload)  # the gate's dynamic signal: no method
         if say:
@@ -160,15 +156,6 @@ def last_request(approvals: dict[str, Any]) -> str:
     who = f" by {decided.get('approver')}" if decided else ""
     when = f" (expired at {r['expires_at']})" if r["status"] == "expired" else ""
     return f"its last request, gate {r['gate']}, was {r['status']}{who}{when}"
-
-
-def signed_digest(request: GateRecord, reported: Any) -> str:
-    """The digest to sign for ``request``: RFC 8785's (``proposal_digest``). A run recorded
-    before it judges by the legacy form and reports so (``reported``, its ``approvals``
-    query): that one, only when it is the legacy digest of this very request."""
-    if isinstance(reported, str) and reported == legacy_proposal_digest(request):
-        return reported
-    return proposal_digest(request)
 
 
 def make_decision(

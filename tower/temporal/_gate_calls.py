@@ -11,12 +11,11 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from tower.contract.notify import GateNotice
-from tower.contract.trust import AttestRequest
+from tower.contract.trust import ATTEST_ACTIVITY, AttestRequest
 from tower.temporal._task_time import in_a_task
 
 NOTIFY_ATTEMPTS = 5
 RUN_ID_ACTIVITY = "tower_run_id"
-ATTEST_ACTIVITY = "tower_attest"  # tower/activities/attest.py
 
 
 async def opening_run_id() -> str:
