@@ -4,7 +4,7 @@ At start a run loads its tenant's roster (who may decide or send events, with th
 public keys) and policy (limits, unsigned mode) with the ``load_trust`` activity, and
 refuses an input that tries to set either. Gated agents (``AgentWorkflow``) and
 event-driven agents (``EventWorkflow``) both admit their input this way; a gate re-reads
-them while it waits (``_reread_trust``, tower/temporal/_gate.py).
+them while it waits (tower/temporal/_gate.py).
 """
 
 from __future__ import annotations
@@ -90,14 +90,6 @@ class Admission:
             workflow.upsert_search_attributes([search.UNSIGNED_DECISIONS.value_set(True)])
         self._admitted = True
         return self.limits
-
-    async def _reread_trust(self) -> None:
-        """Read the roster and policy again; if that fails, keep the snapshot in use and
-        raise ``ApplicationError``. Either way, ``_refreshed_at`` says when it was tried."""
-        try:
-            self._trust = await self._load_trust()
-        finally:
-            self._refreshed_at = workflow.now()
 
     async def _load_trust(self) -> TrustSnapshot:
         since = workflow.now()

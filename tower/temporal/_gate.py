@@ -2,22 +2,15 @@
 
 ``GateRuntime`` is the gate as one object a gated run holds: its state (the decision in
 flight, the digest it judges by), its intake of signals (tower/temporal/_intake.py), its
-judge and its refusals (the audit trail). It asks the run only what ``GatedRun`` names.
-
-A held run waits on ``workflow.wait_condition`` with the gate's timeout, so it costs
-nothing while it waits and any worker resumes it from the history. Decisions arrive
-as the ``decide`` update (answers with the outcome) or the ``decision`` signal (fire
-and forget). Both go through ``approval.read_decision`` and ``check_decision``: the
-update's validator refuses bad decisions before they enter the history; a refused
-signal changes nothing and is kept in the audit trail (query ``approvals``). A flood of
-signals is refused cheaply: see tower/temporal/_refusals.py.
-
-Trust. A validator cannot call an activity, so decisions are checked against the roster
-snapshot the run holds (tower/temporal/_admission.py), and the run refreshes it while it
-waits at a gate: every ``roster_refresh_seconds`` (so a revoked key stops working within
-that time), and sooner when asked (the ``refresh_trust`` signal, which carries no
-authority: at most one refresh per ``REFRESH_GAP``). Signal-delivered decisions signed by
-a key the snapshot does not know yet are kept and judged again after that refresh.
+judge and its refusals (the audit trail, query ``approvals``). It asks the run only what
+``GatedRun`` names. A held run waits on ``workflow.wait_condition`` with the gate's
+timeout, so it costs nothing while it waits and any worker resumes it from the history.
+Decisions arrive as the ``decide`` update (its validator refuses bad ones before they
+enter the history) or the ``decision`` signal; both are judged by ``read_decision`` and
+``check_decision`` against the run's roster snapshot (tower/temporal/_admission.py), which
+the run re-reads while it waits: every ``roster_refresh_seconds`` (so a revoked key stops
+working within that time), and when asked (the ``refresh_trust`` signal, which carries no
+authority: at most one refresh per ``REFRESH_GAP``).
 """
 
 from __future__ import annotations
@@ -86,23 +79,18 @@ class GatedRun(Protocol):
 
     machine: ClassVar[Machine]
     models: ClassVar[list[str]]
-    # Continue-as-new while parked at a gate (see ``GateRuntime._carry_now``).
-    carry_while_parked: ClassVar[bool]
+    carry_while_parked: ClassVar[bool]  # continue-as-new while parked (``_carry_now``)
     _state: AgentState | None  # None until the run starts
     _trust: TrustSnapshot | None  # the roster and policy decisions are judged by
     _refreshed_at: Any  # when that snapshot was read
 
-    def _record(self, state: AgentState, transition: Transition) -> None:
-        """Take a step: the state, the log, the search attributes, the details."""
+    @property
+    def current(self) -> AgentState: ...  # the state, once the run has started
 
-    def _show_details(self) -> None:
-        """Show the state and its newest move (with the request) in the Web UI."""
-
-    def _attest_memo(self, step: int, digest: str, token: str) -> None:
-        """Publish the worker's attestation of the request at ``step`` in the memo."""
-
-    async def _reread_trust(self) -> None:
-        """Read the roster and policy again (raises ``ApplicationError`` if it cannot)."""
+    def _record(self, state: AgentState, transition: Transition) -> None: ...  # a step
+    def _show_details(self) -> None: ...  # the Web UI's current details, request included
+    def _attest_memo(self, step: int, digest: str, token: str) -> None: ...  # into the memo
+    async def _load_trust(self) -> TrustSnapshot: ...  # raises ApplicationError if it cannot
 
 
 class GateRuntime:
@@ -115,20 +103,14 @@ class GateRuntime:
         self.digest = (legacy_proposal_digest if run.machine.gates
                        and not workflow.patched(JCS_PATCH) else proposal_digest)
         self.refresh_asked = False
-        # Signature checks of update validators, apart from the signals' (Intake): refusals.
-        # TaskBudget says why; the update handler has none: only updates a validator
-        # accepted reach it.
+        # Signature checks of update validators per task (refusals.TaskBudget says why);
+        # the update handler has none: only updates a validator accepted reach it.
         self._validate_budget = TaskBudget(VALIDATE_PER_TASK, by_time=True)
         self.in_flight: Decision | None = None
         self._legacy_edits = False  # set when a request opens (PLANNED_EDITS_PATCH)
         # Refused decisions (and unknown signals): all counted, the newest kept.
         self.audit = AuditTrail(AUDIT_KEEP)
         self.intake = Intake(self)
-
-    @property
-    def _current(self) -> AgentState:
-        assert self.run._state is not None, "the run has not started"
-        return self.run._state
 
     async def hold(self, gate: Gate, update: Mapping[str, Any] | None = None,
                    calls: list[str] | None = None, *, resume: bool = False) -> None:
@@ -142,10 +124,10 @@ class GateRuntime:
             rule = trust.policy.gates.get(gate.name)
             run_id = await opening_run_id()
             run._record(*open_gate(
-                run.machine, self._current, gate, at=workflow.now(), event_id=event_id(),
+                run.machine, self.run.current, gate, at=workflow.now(), event_id=event_id(),
                 run_id=run_id, update=update, calls=calls, role=rule.role if rule else None,
                 min_review=timedelta(seconds=rule.min_review_seconds if rule else 0)))
-        pending = pending_record(self._current)
+        pending = pending_record(self.run.current)
         if pending is None:  # the update could not be applied: the run failed instead
             return
         run._show_details()  # the same story as at every step, now with the request
@@ -172,12 +154,12 @@ class GateRuntime:
             if isinstance(ending, Recheck):
                 ending, checked = await self._recheck(gate, ending.decision)
             run._record(*close_gate(
-                run.machine, self._current, gate, ending.status, target=ending.target,
+                run.machine, self.run.current, gate, ending.status, target=ending.target,
                 at=workflow.now(), event_id=event_id(), decision=ending.decision,
                 why=ending.why, update=ending.update, calls=checked))
             if ending.status == GateStatus.APPROVED and moves_on_after_approval(
-                    gate, self._current):
-                run._record(*advance(run.machine, self._current, gate.node, {},
+                    gate, self.run.current):
+                run._record(*advance(run.machine, self.run.current, gate.node, {},
                                      at=workflow.now(), event_id=event_id()))
         finally:
             self.in_flight = None
@@ -232,12 +214,14 @@ class GateRuntime:
         self.refresh_asked = False
         self.intake.reads_begun += 1  # decisions kept before this read are judged after it
         try:
-            await self.run._reread_trust()
-        except ApplicationError as exc:  # the snapshot is kept; say why in the audit trail
+            self.run._trust = await self.run._load_trust()
+        except ApplicationError as exc:  # keep the snapshot; say why in the audit trail
             self.audit.add(workflow.now(), "signal", RefusalCode.NOT_JUDGED,
                            f"roster refresh failed: {exc.message}")
             self.intake.refuse_waiting(f"the roster could not be read again ({exc.message})")
             return
+        finally:  # when the snapshot in use was read (queries show it)
+            self.run._refreshed_at = workflow.now()
         self.intake.judge_kept()
 
     async def _recheck(self, gate: Gate, decision: Decision) -> tuple[Close, list[str]]:
@@ -245,10 +229,10 @@ class GateRuntime:
         approval ends, and the calls the re-check made."""
         assert gate.recheck is not None  # decided() asks for a re-check only then
         machine = self.run.machine
-        ctx = TemporalContext(machine.name, machine.nodes[gate.node], self._current.step,
+        ctx = TemporalContext(machine.name, machine.nodes[gate.node], self.run.current.step,
                               list(self.run.models), self.run)
         try:
-            stale = await gate.recheck(ctx, apply_update(self._current, decision.edits))
+            stale = await gate.recheck(ctx, apply_update(self.run.current, decision.edits))
         except (NodeFailed, ActivityError) as exc:
             return rechecked(gate, decision, failed=str(exc)), ctx.calls
         return rechecked(gate, decision, stale=stale), ctx.calls
@@ -293,13 +277,13 @@ class GateRuntime:
             self.in_flight = decision
         decision_id = decision.decision_id
         await workflow.wait_condition(lambda: self._settled(decision_id))
-        record = record_of(self._current, decision_id)
+        record = record_of(self.run.current, decision_id)
         if record is None:
             return Outcome(decision_id=decision_id, gate=decision.gate,
-                           result=GateStatus.PENDING, node=self._current.node,
-                           status=self._current.status.value, step=self._current.step,
+                           result=GateStatus.PENDING, node=self.run.current.node,
+                           status=self.run.current.status.value, step=self.run.current.step,
                            reason="the run ended before the decision was applied")
-        return outcome(record, decision_id, self._current, check.duplicate)
+        return outcome(record, decision_id, self.run.current, check.duplicate)
 
     def validate(self, raw: dict[str, Any]) -> None:
         """The ``decide`` update's validator: refuses before the history holds it."""
@@ -312,9 +296,9 @@ class GateRuntime:
             raise ApplicationError(check.reason, code.value, type=kind, non_retryable=True)
 
     def _settled(self, decision_id: str) -> bool:
-        record = record_of(self._current, decision_id)
+        record = record_of(self.run.current, decision_id)
         return (record is not None and record.status != GateStatus.PENDING) or (
-            self._current.node in TERMINALS and self.in_flight is None)
+            self.run.current.node in TERMINALS and self.in_flight is None)
 
     def approvals(self) -> dict[str, Any]:
         """The ``approvals`` query: the pending request, every request so far, and the

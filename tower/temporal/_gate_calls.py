@@ -19,13 +19,11 @@ RUN_ID_ACTIVITY = "tower_run_id"
 
 
 async def opening_run_id() -> str:
-    """The Temporal run id a request opens in, as a recorded step (an activity):
-    ``workflow.info().run_id`` would not do, because a reset run replays the requests
-    opened before its reset point under its own, new run id, and would then refuse the
-    decisions its history shows accepted. Recorded, a request opened before the reset
-    point keeps the run id it was opened in, and one opened after names the new run.
-    Not a local activity: its marker can land in one workflow task and the gate's
-    commands in the next."""
+    """The Temporal run id a request opens in, as a recorded step (an activity): a reset
+    run replays the requests opened before its reset point under its own, new
+    ``workflow.info().run_id``, and would refuse the decisions its history shows accepted.
+    Not a local activity: its marker can land in one workflow task, the gate's commands
+    in the next."""
     since = workflow.now()
     run_id: str = await workflow.execute_activity(
         RUN_ID_ACTIVITY, result_type=str, start_to_close_timeout=timedelta(seconds=10),

@@ -76,11 +76,9 @@ class Intake:
         self.signals_taken = 0  # by this run (the server caps it: refusals.py)
 
     def take(self, name: str, args: Sequence[RawValue]) -> None:
-        """Every signal, taken raw (the run's dynamic signal handler). Anyone may send any
-        signal with any inputs; a typed handler would drop an input it cannot decode (only a
-        log line says so) and fail the workflow task on a wrong number of inputs, again on
-        every retry: the run would stall. Here each is judged or refused into the audit
-        trail, decoded only if needed.
+        """Every signal, taken raw (the run's dynamic handler): a typed handler would drop an
+        input it cannot decode and fail the workflow task, on every retry, on a wrong number
+        of inputs. Here each is judged or refused into the audit trail, decoded if needed.
 
         ``decision``: a decision. ``refresh_trust``: re-read the roster soon (it carries no
         authority: anyone may ask, inputs are ignored). Any other name is refused.

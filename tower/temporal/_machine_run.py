@@ -32,6 +32,7 @@ from tower.core.graph import FAILED, TERMINALS, Machine
 from tower.core.pending import pending_view
 from tower.core.state import AgentState
 from tower.temporal import _stream_sink as stream_sink
+from tower.temporal._admission import Admission
 from tower.temporal._outcome import agent_failed
 from tower.temporal._task_time import in_a_task
 
@@ -63,9 +64,10 @@ class Strategy(Protocol):
         """The run reached a terminal: whatever must happen before it ends."""
 
 
-class MachineRun:
+class MachineRun(Admission):
     """Base of every agent workflow. Subclasses set ``machine`` (``@agent`` does) and
-    ``Input``, and call ``run_machine`` with their strategy from ``@workflow.run``."""
+    ``Input``, and call ``run_machine`` with their strategy from ``@workflow.run``; a run
+    that needs its tenant's roster and policy is admitted first (``Admission``)."""
 
     machine: ClassVar[Machine]
     Input: ClassVar[type[BaseModel]]
@@ -85,6 +87,7 @@ class MachineRun:
     carries_state: ClassVar[bool] = True
 
     def __init__(self) -> None:
+        self._init_trust()
         self._start_input: BaseModel | None = None  # as the run was started (_start.py)
         self._carry_in: Carry | None = None  # the carried state the run started with
         self._state: AgentState | None = None
@@ -106,9 +109,8 @@ class MachineRun:
         """The runtime's start (tower/temporal/_start.py), before the agent's run code: take
         the carry, and admit the input when the agent needs a roster and policy."""
         self._carry_in = getattr(request, "carry", None)
-        admission: Any = self  # each agent base is an Admission too (_admission.py)
-        if hasattr(admission, "_admits") and admission._admits():
-            await admission.admit(request, carried=self._carry_in is not None)
+        if self._admits():
+            await self.admit(request, carried=self._carry_in is not None)
 
     def on_start(self, state: AgentState) -> None:
         """Called once the run's first state is known (its start, or the state it carried
@@ -121,7 +123,7 @@ class MachineRun:
         already stands on its node: the run goes on from there, with no new START
         transition. A carry that is not the run's own fails the run at once, and so does a
         gated agent that did not ``admit`` its input (no roster: no decision could count)."""
-        if self.machine.gates and getattr(self, "_trust", None) is None:
+        if self.machine.gates and self._trust is None:
             raise ApplicationError(
                 f"agent {self.machine.name!r} has approval gates but no roster and policy: "
                 "call `await self.admit(request)` before `drive`", type="TrustMissing",

@@ -24,7 +24,6 @@ from tower.core.interpreter import Hold, after_node, next_step
 from tower.core.keys import action_of
 from tower.core.state import S, apply_update, set_engine_fields
 from tower.temporal import _tracing as tracing
-from tower.temporal._admission import Admission
 from tower.temporal._context import TemporalContext
 from tower.temporal._gate import GateRuntime
 from tower.temporal._machine_run import MachineRun, carry_refused, event_id
@@ -47,7 +46,7 @@ class NodeDriven:
         await workflow.wait_condition(workflow.all_handlers_finished)
 
 
-class AgentWorkflow(MachineRun, Admission):
+class AgentWorkflow(MachineRun):
     """Base of node-driven agents: the loop with the ``NodeDriven`` strategy and approval
     gates (``GateRuntime``, whose handlers these are). A run that fails is a failed
     workflow execution, recovered by ``tower retry`` (a Temporal reset)."""
@@ -59,7 +58,6 @@ class AgentWorkflow(MachineRun, Admission):
 
     def __init__(self) -> None:
         super().__init__()
-        self._init_trust()
         self._gate = GateRuntime(self)
 
     # Bare decorator: the update is still named after the method, and temporalio's
