@@ -2,7 +2,7 @@
 read how a closed run ended and why.
 
 Queries and updates are named by method reference (``MachineRun.query_status``,
-``Gatekeeper.decide``), so their names and result types come from the workflow code.
+``AgentWorkflow.decide``), so their names and result types come from the workflow code.
 """
 
 from __future__ import annotations
