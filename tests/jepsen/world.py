@@ -30,7 +30,9 @@ class World:
     def __post_init__(self) -> None:
         # Queries asked as tower.client asks them: again when one meets a replay ahead of its
         # task (an approver that met it once stopped answering; its run waited at the gate).
-        self.client = Client(**{**self.client.config(), "interceptors": [QueryAskedAgain()]})
+        config = self.client.config()
+        config["interceptors"] = [QueryAskedAgain()]
+        self.client = Client(**config)
 
 
 @dataclass
