@@ -23,7 +23,7 @@ async def slow_first_time() -> int:
     activity.heartbeat()
     if activity.info().attempt == 1:
         await asyncio.sleep(2.5)  # a pause: the server times this attempt out ...
-        for _ in range(100):  # ... and the next heartbeat's answer says so
+        for _ in range(300):  # ... and the next heartbeat's answer says so
             activity.heartbeat()
             await asyncio.sleep(0.1)
     return activity.info().attempt
@@ -48,6 +48,11 @@ async def test_a_timed_out_attempt_logs_one_line_and_the_next_finishes(
         attempt = await env.client.execute_workflow(
             OneSlowActivity.run, id=f"late-{uuid.uuid4()}", task_queue=queue,
             execution_timeout=timedelta(seconds=60))
+        # The late attempt learns it is over at its next heartbeat's answer, which may come
+        # after the run ended: the worker stays up until then (a shutdown cancels otherwise).
+        async with asyncio.timeout(20):
+            while not [r for r in caplog.records if "was timed out by" in r.getMessage()]:
+                await asyncio.sleep(0.2)
     assert attempt == 2
     records = [r for r in caplog.records if r.name == "temporalio.activity"]
     late = [r for r in records if "was timed out by the server" in r.getMessage()]
