@@ -65,8 +65,8 @@ def entry_missing(store: str, what: str, setting: str) -> ApplicationError:
 
 def store_unavailable(store: str, exc: BaseException) -> ApplicationError:
     """The error of an attempt that could not reach ``store``: retried until it answers."""
-    return ApplicationError(f"{store} is unreachable: {str(exc).strip() or type(exc).__name__}",
-                            type=UNAVAILABLE)
+    said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ApplicationError(f"{store} is unreachable: {said}", type=UNAVAILABLE)
 
 
 @dataclass(frozen=True)
