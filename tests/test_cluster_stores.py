@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 from clusterkit import Cluster
-from gatekit import refunds
+from gatekit import refunds, wait_pending
 from inboxkit import decision_form, inbox, issuer, signed_in
 from storekit import Host
 from temporalio.api.enums.v1 import EventType
@@ -170,6 +170,7 @@ async def test_a_chat_moves_between_hosts_sharing_only_temporal_and_the_stores(
     client = await deployment_client(cluster, store_url)
     store = open_streams(store_url)
     served: dict[int, str] = {}  # turn -> the identity of the process that answered it
+    ready: asyncio.Task[Host] | None = None
     answers: list[str] = []
     try:
         # On a server that is not the dev server, a store on local files is a warning.
@@ -182,8 +183,12 @@ async def test_a_chat_moves_between_hosts_sharing_only_temporal_and_the_stores(
             block = (turn - 1) // BLOCK
             on, off = hosts[block % 2], hosts[(block + 1) % 2]
             if (turn - 1) % BLOCK == 0:
+                await (ready or on.start())
                 off.stop(signal.SIGKILL if block % 2 else signal.SIGTERM)
-                await on.start()
+                # The next block's host starts while this block's turns run (the thread
+                # stays on this host's sticky queue until it stops); after the kill, if any.
+                ready = None if block == (KILLED - 1) // BLOCK else \
+                    asyncio.create_task(off.start())
             # Every 5th turn from the 3rd: a message (client-written) and a reply
             # (host-written) over the threshold.
             text = f"Turn {turn}. " + ("Some context. " * 200 + LONG if turn % BLOCK == 3
@@ -197,6 +202,7 @@ async def test_a_chat_moves_between_hosts_sharing_only_temporal_and_the_stores(
                 assert len(shown.discarded) == 1 and shown.text == reply.reply
                 asked = [s for s in model.served if s.last_message.startswith(f"Turn {turn}.")]
                 assert len(asked) == 2, asked  # the killed attempt, and the one that answered
+                ready = asyncio.create_task(off.start())
             else:
                 reply = await thread.execute_update(ChatAgent.send, UserMessage(text=text))
             assert reply.turn == turn, (turn, reply)
@@ -245,6 +251,8 @@ async def test_a_chat_moves_between_hosts_sharing_only_temporal_and_the_stores(
         await thread.execute_update(ChatAgent.close)
         assert (await thread.result()).turns == TURNS
     finally:
+        if ready is not None:
+            ready.cancel()
         store.close()
         for host in (*hosts, local):
             host.stop()
@@ -289,6 +297,7 @@ async def test_a_refund_parked_on_host_a_is_approved_in_the_inbox_and_paid_by_ho
         parked_by = identity(a)
         a.stop(signal.SIGKILL)  # host A is gone while the refund waits
         await b.start()
+        await wait_pending(handle, timeout=240)  # B answers the run's queries (the page's digest)
         async with inbox(client) as url:
             alice = await signed_in(url, "alice")
             try:
