@@ -8,10 +8,8 @@ scripted model); the tools' SQLite database from TOWER_DB.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
-import signal
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -35,6 +33,7 @@ from tower.temporal import (
     has_tower_plugin,
     load_sources,
     run_main,
+    stop_on_signals,
 )
 from workflows.registry import AGENTS
 
@@ -87,9 +86,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
     # `docker stop` and Kubernetes send SIGTERM, a terminal SIGINT: both drain the same way
     # (stop polling, let running activities finish within the grace period, exit 0). Taken
     # over first: a signal from now on, even during start-up, is a clean stop.
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         if args.tenant:
             use_tenant(args.tenant)

@@ -20,7 +20,7 @@ from jepsen.approver import send_decision
 from jepsen.kills import POINTS
 from jepsen.runner import run_trials, summary, workers
 from jepsen.store import refund_count
-from jepsen.world import Outcome, World
+from jepsen.world import Notes, Outcome, World
 from temporalio.client import Client
 
 pytestmark = pytest.mark.long
@@ -70,6 +70,8 @@ async def trials_on(client: Client, workdir: Path, trials: int, seed: int, *, pg
     assert not any(o.stuck for o in outcomes), report  # ... no run left with nothing pending
     assert not any(o.harness for o in outcomes), report
     assert unhandled == [], unhandled[:3]
+    # Every refusal says why in a code the client reads (tower.contract.refusals)
+    assert not [c for o in outcomes for c in o.refused if c.startswith("NO CODE")], report
     return outcomes, report, refund_count(world)
 
 
@@ -115,7 +117,7 @@ async def test_a_cancelled_approver_stops_while_its_decision_waits(client: Clien
     handle = await client.start_workflow("refund", id=f"deaf-{uuid.uuid4().hex[:8]}",
                                          task_queue=f"nobody-{uuid.uuid4().hex[:8]}")
     try:
-        waiting = asyncio.create_task(send_decision(handle, {"token": "x"}))
+        waiting = asyncio.create_task(send_decision(handle, {"token": "x"}, Notes()))
         done, _ = await asyncio.wait({waiting}, timeout=1.0)
         assert not done  # no worker: the update waits for an answer
         waiting.cancel()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,9 @@ async def test_new_writes_a_project_named_after_its_agent(tmp_path: Path) -> Non
     # A side-effecting tool is the business function: exactly-once is tower.effects'.
     tool = (project / "activities" / "payments.py").read_text()
     assert len(tool.splitlines()) <= 25 and "@effect" in tool, tool
+    # The gated agent, the effect tool, the worker and the tests: small enough to read.
+    sizes = {n: len((project / n).read_text().splitlines()) for n in FILES if n.endswith(".py")}
+    assert sum(sizes.values()) <= 388, sizes
     # The code it writes passes the linter under its own settings (its pyproject.toml).
     lint = subprocess.run([str(BIN / "ruff"), "check", "--select", "E,F,I,B,UP,SIM", "."],
                           cwd=project, capture_output=True, text=True, timeout=120)
@@ -145,6 +149,21 @@ replayer = Replayer(workflows=[ShopOpsAgent], plugins=plugins)
 asyncio.run(replayer.replay_workflow(WorkflowHistory("shop_ops-1", list(h.events))))
 print("replayed")
 """
+
+
+async def test_the_worker_says_plainly_that_no_server_answers(tmp_path: Path) -> None:
+    code, _, err = await tower_cli(["new", "shop_ops"], env=clean_env(), cwd=tmp_path)
+    assert code == 0, err
+    with socket.socket() as s:  # a port no server listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    ran = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "worker.py"], cwd=tmp_path / "shop_ops",
+        env={**clean_env(), "TEMPORAL_ADDRESS": address}, capture_output=True, text=True,
+        timeout=120)
+    assert ran.returncode == 1 and ran.stdout == "", ran.stdout + ran.stderr
+    assert ran.stderr.startswith(f"error: no Temporal server answers at {address}"), ran.stderr
+    assert "Traceback" not in ran.stderr
 
 
 async def test_a_replayer_as_temporal_s_docs_write_it(tmp_path: Path) -> None:

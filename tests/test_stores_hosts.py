@@ -132,9 +132,13 @@ async def test_a_store_unreachable_for_30_s_fails_no_run(
             turn = asyncio.create_task(thread.execute_update(ChatAgent.send,
                                                              UserMessage(text="Two")))
             await asyncio.sleep(30)
+            # (A loaded host may still be in the local attempts: their failures show once the
+            # call is queued. The store stays down until an attempt's failure shows.)
+            async with asyncio.timeout(90):
+                while not (failed := await _attempt_failure(thread)):
+                    await asyncio.sleep(1)
             assert not turn.done()
             assert (await thread.describe()).status == WorkflowExecutionStatus.RUNNING
-            failed = await _attempt_failure(thread)
             assert "message store postgresql://temporal:***@" in failed, failed
             assert "is unreachable" in failed
         finally:

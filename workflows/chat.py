@@ -179,6 +179,7 @@ class ChatAgent(AgentWorkflow):
 
     Input = ChatInput
     waits_for_messages = True  # `tower run` starts it and leaves: talk with `tower chat`
+    task_timeout = timedelta(seconds=3)  # its replies are local calls: a lost one seen fast
 
     def __init__(self) -> None:
         super().__init__()

@@ -16,6 +16,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
+from tower.client._decisions import refusal_code
 from tower.contract.decisions import Verdict
 
 from .bounds import RPC_SECONDS
@@ -60,18 +61,18 @@ async def approver(world: World, handle: Handle, rng: random.Random, notes: Note
             async with database_locked(world) as held:
                 if held:
                     notes.faults.append(f"db locked {span:.1f}s from {handle.id}'s approval")
-                sent = await send_decision(handle, payload)
+                sent = await send_decision(handle, payload, notes)
                 if sent:
                     answered.add(pending["step"])
                 if held and sent:  # past the payment's give-up (not when nothing was decided)
                     await asyncio.sleep(span)
-        elif await send_decision(handle, payload):
+        elif await send_decision(handle, payload, notes):
             answered.add(pending["step"])
 
 
-async def send_decision(handle: Handle, payload: dict[str, Any]) -> bool:
-    """True once the run accepted it; False when it refused it or no answer came in time (a
-    worker was killed): look again."""
+async def send_decision(handle: Handle, payload: dict[str, Any], notes: Notes) -> bool:
+    """True once the run accepted it; False when it refused it (its code noted) or no answer
+    came in time (a worker was killed): look again."""
     try:
         await handle.execute_update("decide", payload, result_type=dict,
                                     rpc_timeout=RPC_TIMEOUT)
@@ -80,9 +81,11 @@ async def send_decision(handle: Handle, payload: dict[str, Any]) -> bool:
         if (task := asyncio.current_task()) is not None and task.cancelling():
             raise asyncio.CancelledError from None
         return False
-    except WorkflowUpdateFailedError:
+    except WorkflowUpdateFailedError as refused:
         # Refused (already decided, a request that moved on, a flood not judged): look again,
         # as an approver would; a request that still waits is answered anew, never left.
+        code = refusal_code(refused.cause)
+        notes.refused.append(code.value if code else f"NO CODE: {refused.cause}"[:200])
         return False
     except RPCError:
         return False

@@ -57,8 +57,12 @@ async def bounded(what: str, seconds: float, step: Awaitable[T]) -> T:
 
 async def stop_all(what: str, tasks: list[asyncio.Task[None]],
                    seconds: float = STOP_SECONDS) -> list[str]:
-    """Cancel ``tasks`` and wait (bounded) for them to end: the ones that did not are
-    named, as harness errors."""
+    """Cancel ``tasks`` and wait (bounded) for them to end: the ones that did not, and the
+    ones that had ended with an error before (an approver that stopped answering would leave
+    its run waiting), are named, as harness errors."""
+    failed = [f"{what} {task.get_name()} failed: {type(exc).__name__}: {exc}"[:500]
+              for task in tasks if task.done() and not task.cancelled()
+              and (exc := task.exception()) is not None]
     for task in tasks:
         task.cancel()
     if not tasks:
@@ -68,8 +72,8 @@ async def stop_all(what: str, tasks: list[asyncio.Task[None]],
         _consume(task)
     for task in pending:
         task.add_done_callback(_consume)
-    return [f"{what} {task.get_name()} still running {seconds:.0f} s after it was "
-            "cancelled" for task in pending]
+    return failed + [f"{what} {task.get_name()} still running {seconds:.0f} s after it was "
+                     "cancelled" for task in pending]
 
 
 async def persist(what: str, seconds: float, call: Callable[[], Awaitable[T]]) -> T:

@@ -6,6 +6,7 @@ import asyncio
 import random
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -113,6 +114,8 @@ def summary(outcomes: list[Outcome]) -> str:
              f"{sum(len(o.stuck) for o in outcomes)} runs stuck with nothing pending, "
              f"{sum(len(o.harness) for o in stuck)} harness errors; a trial took "
              f"{spans[0]:.0f}-{spans[-1]:.0f} s (median {spans[len(spans) // 2]:.0f} s)"]
+    refused = Counter(code for o in outcomes for code in o.refused)
+    lines.append(f"  the approvers' refused decisions, by code: {dict(refused)}")
     lines += [f"  trial {o.trial} ({o.invoice}; {', '.join(o.faults)}): {p}"
               for o in bad for p in o.problems]
     lines += [f"  trial {o.trial} ({o.invoice}) harness: {h}" for o in stuck for h in o.harness]

@@ -83,7 +83,7 @@ async def trial(world: World, number: int, rng: random.Random, notes: Notes) -> 
     except HarnessStuck as stuck:
         notes.harness.append(str(stuck))
     return Outcome(number, invoice, count, notes.faults, problems, notes.harness,
-                   stuck=[v.workflow_id for v in views if v.idle])
+                   stuck=[v.workflow_id for v in views if v.idle], refused=notes.refused)
 
 
 async def play(world: World, handles: list[Handle], rng: random.Random,

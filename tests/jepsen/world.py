@@ -10,6 +10,8 @@ from typing import TypeVar
 from procs import WorkerProcess
 from temporalio.client import Client
 
+from tower.temporal._query_retry import QueryAskedAgain
+
 from .bounds import bounded
 
 T = TypeVar("T")
@@ -25,6 +27,13 @@ class World:
     pg: str = ""  # the refunds' PostgreSQL database ("": the tools' SQLite file; store.py)
     kills: Path | None = None  # where trials arm kills at an effect's points (kills.py)
 
+    def __post_init__(self) -> None:
+        # Queries asked as tower.client asks them: again when one meets a replay ahead of its
+        # task (an approver that met it once stopped answering; its run waited at the gate).
+        config = self.client.config()
+        config["interceptors"] = [QueryAskedAgain()]
+        self.client = Client(**config)
+
 
 @dataclass
 class Notes:
@@ -34,6 +43,7 @@ class Notes:
     harness: list[str] = field(default_factory=list)
     doing: str = "starting"
     runs: list[str] = field(default_factory=list)  # the workflow ids the trial started
+    refused: list[str] = field(default_factory=list)  # the approver's refused decisions' codes
 
     async def step(self, what: str, seconds: float, step: Awaitable[T]) -> T:
         """One bounded step of the trial's main line (``doing`` names it meanwhile)."""
@@ -52,3 +62,4 @@ class Outcome:
     seconds: float = 0.0
     evidence: Path | None = None  # the failed trial's saved histories (evidence.py)
     stuck: list[str] = field(default_factory=list)  # runs RUNNING with nothing pending
+    refused: list[str] = field(default_factory=list)  # Notes.refused

@@ -98,7 +98,7 @@ class MessageStore:
             finally:
                 db.close()
         except sqlite3.OperationalError as exc:
-            raise store_unavailable(str(self), exc) from exc
+            raise store_unavailable(str(self), exc) from None
 
     def _query(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
         try:
@@ -108,7 +108,7 @@ class MessageStore:
             finally:
                 db.close()
         except sqlite3.OperationalError as exc:
-            raise store_unavailable(str(self), exc) from exc
+            raise store_unavailable(str(self), exc) from None
 
     def put(self, messages: Sequence[Message]) -> list[MessageRef]:
         return self.put_with_window(messages)[0]

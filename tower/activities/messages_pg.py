@@ -63,7 +63,7 @@ class PostgresMessages(MessageStore):
                         if rows:
                             cur.executemany(sql.replace("?", "%s"), rows)
         except self._psycopg.OperationalError as exc:
-            raise store_unavailable(str(self), exc) from exc
+            raise store_unavailable(str(self), exc) from None
 
     def _query(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
         try:
@@ -72,7 +72,7 @@ class PostgresMessages(MessageStore):
                     sql.replace("?", "%s"), list(args)).fetchall()
                 return rows
         except self._psycopg.OperationalError as exc:
-            raise store_unavailable(str(self), exc) from exc
+            raise store_unavailable(str(self), exc) from None
 
     def close(self) -> None:
         with self._lock:

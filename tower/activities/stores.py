@@ -64,9 +64,13 @@ def entry_missing(store: str, what: str, setting: str) -> ApplicationError:
 
 
 def store_unavailable(store: str, exc: BaseException) -> ApplicationError:
-    """The error of an attempt that could not reach ``store``: retried until it answers."""
-    said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return ApplicationError(f"{store} is unreachable: {said}", type=UNAVAILABLE)
+    """The error of an attempt that could not reach ``store``: retried until it answers.
+    Raise it ``from None``: the driver's chained error (every connection attempt, its stack)
+    can pass the server's 4 KB limit on a pending activity's last failure, which then shows
+    only "Failure exceeds size limit." instead of this message."""
+    lines = str(exc).strip().splitlines()
+    why = lines[0][:300] if lines else type(exc).__name__
+    return ApplicationError(f"{store} is unreachable: {why}", type=UNAVAILABLE)
 
 
 @dataclass(frozen=True)

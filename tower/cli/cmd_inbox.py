@@ -54,9 +54,12 @@ class SignIn:
 @click.option("--watcher-role", "watchers", multiple=True, metavar="ROLE",
               help="a role whose holders may read every run (and decide none); by default "
                    "a user sees only the runs whose gates their roles decide (repeatable)")
-@click.option("--issuer", default="inbox", show_default=True, metavar="NAME",
+@click.option("--issuer", metavar="NAME",
               help="the inbox's signing key (`tower keys new NAME`), listed in the tenant's "
-                   "roster with the roles it may vouch for (--vouches-for)")
+                   "roster with the roles it may vouch for (--vouches-for)  [default: inbox]")
+@click.option("--watch-only", is_flag=True,
+              help="no signing key: users see runs and watch them live (every run for a "
+                   "--watcher-role), and nobody can decide here")
 @click.option("--web-ui", metavar="URL", default=lambda: os.environ.get("TOWER_UI_URL"),
               help="the Temporal Web UI's address, for links to runs (default TOWER_UI_URL)")
 @click.option("--tls-cert", help="serve HTTPS with this certificate (cookies: Secure)")
@@ -65,31 +68,42 @@ class SignIn:
 @tenant_option
 def command(host: str, port: int, accounts: Path | None, proxy_header: str | None,
             trusted_proxies: tuple[str, ...], roles: Path | None, watchers: tuple[str, ...],
-            issuer: str, web_ui: str | None, tls_cert: str | None, tls_key: str | None,
-            as_json: bool) -> Any:
+            issuer: str | None, watch_only: bool, web_ui: str | None, tls_cert: str | None,
+            tls_key: str | None, as_json: bool) -> Any:
     from tower.extras import MissingExtra, require
 
     try:
         require("inbox", "tower inbox")
     except MissingExtra as exc:
         raise CliError(str(exc)) from None
+    if watch_only and issuer:
+        raise CliError("--watch-only serves without a signing key: drop --issuer")
+    issuer = None if watch_only else issuer or "inbox"
     sign_in = SignIn(accounts, proxy_header, trusted_proxies, roles, watchers)
     return serve(sign_in, host=host, port=port, issuer=issuer, web_ui=web_ui,
                  tls_cert=tls_cert, tls_key=tls_key, as_json=as_json)
 
 
-def build_config(sign_in: SignIn, tenant: str, *, issuer: str, web_ui: str | None = None,
+def build_config(sign_in: SignIn, tenant: str, *, issuer: str | None, web_ui: str | None = None,
                  tls: bool = False) -> tuple[InboxConfig, dict[str, str]]:
-    """The inbox's configuration, and development passwords created now (to print once)."""
+    """The inbox's configuration, and development passwords created now (to print once).
+    ``issuer`` None: a watch-only inbox, with no signing key."""
     from tower.cli.approvals import deployment
     from tower.cli.inbox.app import InboxConfig
     from tower.cli.inbox.identity import Accounts, ProxyAuth, dev_accounts
+    from tower.client import ClientError
     from tower.client.keys import load_key
+
+    try:
+        key = load_key(issuer) if issuer else None
+    except ClientError as exc:
+        raise CliError(f"{exc}; or serve with --watch-only, to watch runs and decide "
+                       "nothing") from None
 
     secret = os.environ.get("TOWER_INBOX_SESSION_SECRET") or secrets.token_urlsafe(32)
     common: dict[str, Any] = {"tenant": tenant, "session_secret": secret,
                               "secure_cookies": tls, "web_ui": web_ui,
-                              "issuer": load_key(issuer), "store": STORE,
+                              "issuer": key, "store": STORE,
                               "deployment": deployment(tenant),
                               "watchers": frozenset(sign_in.watchers)}
     if sign_in.proxy_header:
@@ -107,7 +121,7 @@ def build_config(sign_in: SignIn, tenant: str, *, issuer: str, web_ui: str | Non
     return InboxConfig(accounts=dev, **common), created
 
 
-async def serve(sign_in: SignIn, *, host: str, port: int, issuer: str, web_ui: str | None,
+async def serve(sign_in: SignIn, *, host: str, port: int, issuer: str | None, web_ui: str | None,
                 tls_cert: str | None, tls_key: str | None, as_json: bool = False) -> int:
     from tower.cli.agents import agents
     from tower.cli.inbox.server import serving
@@ -127,18 +141,22 @@ async def serve(sign_in: SignIn, *, host: str, port: int, issuer: str, web_ui: s
                        ssl_keyfile=tls_key) as url:
         if as_json:
             print_json({"url": url, "tenant": client.namespace, "issuer": issuer,
-                        "kid": config.issuer["kid"], "new_accounts": created}, line=True)
+                        "kid": config.issuer["kid"] if config.issuer else None,
+                        "new_accounts": created}, line=True)
         else:
             _describe(url, client.namespace, issuer, config, created, sign_in)
         await asyncio.Event().wait()  # until Ctrl-C
     return 0
 
 
-def _describe(url: str, tenant: str, issuer: str, config: InboxConfig,
+def _describe(url: str, tenant: str, issuer: str | None, config: InboxConfig,
               created: dict[str, str], sign_in: SignIn) -> None:
     print(f"Tower inbox for tenant {tenant}: {url}", flush=True)
-    print(f"  decisions signed with issuer key {issuer} ({config.issuer['kid']}): "
-          "the tenant's roster must list it with the roles it may vouch for")
+    if config.issuer is None:
+        print("  watch only (no signing key): runs and their live streams, no decisions")
+    else:
+        print(f"  decisions signed with issuer key {issuer} ({config.issuer['kid']}): "
+              "the tenant's roster must list it with the roles it may vouch for")
     from tower.activities.stores import StoreSettings
 
     # Which stores it reads live streams and large payloads from (docs/production.md).

@@ -58,7 +58,10 @@ async def start_run(client: Client, agent: type[MachineRun], request: Any, *, id
     """Start a run of ``agent`` with the search attributes of its first move already set
     (``search.start_attributes``): it upserts nothing then, one history event fewer, and
     it is listed by agent and status from its first moment. ``options`` go to
-    ``Client.start_workflow`` (``static_summary``, timeouts, ...)."""
+    ``Client.start_workflow`` (``static_summary``, timeouts, ...); ``task_timeout`` is the
+    agent's own (``MachineRun.task_timeout``) unless given."""
+    if agent.task_timeout is not None:
+        options.setdefault("task_timeout", agent.task_timeout)
     return await client.start_workflow(agent.machine.name, request, id=id,
                                        task_queue=task_queue,
                                        search_attributes=search.start_attributes(agent.machine),

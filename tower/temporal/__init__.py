@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from tower.activities.wal import wal
     from tower.temporal._agent import agents_by_name, load_agents, scripts_of
     from tower.temporal._machine_run import MachineRun
-    from tower.temporal._process import run_main
+    from tower.temporal._process import run_main, serve, stop_on_signals
     from tower.temporal._stream_sink import publish_steps, stop_publishing
     from tower.temporal.payloads import tower_data_converter
     from tower.temporal.plugin import TowerPlugin, WorkerMisconfigured, has_tower_plugin
@@ -34,7 +34,9 @@ _LAZY = {"TowerPlugin": "tower.temporal.plugin", "MachineRun": "tower.temporal._
          "agents_by_name": "tower.temporal._agent", "load_agents": "tower.temporal._agent",
          "scripts_of": "tower.temporal._agent", "has_tower_plugin": "tower.temporal.plugin",
          "WorkerMisconfigured": "tower.temporal.plugin",
-         "run_main": "tower.temporal._process", "publish_steps": "tower.temporal._stream_sink",
+         "run_main": "tower.temporal._process", "serve": "tower.temporal._process",
+         "stop_on_signals": "tower.temporal._process",
+         "publish_steps": "tower.temporal._stream_sink",
          "stop_publishing": "tower.temporal._stream_sink",
          "tower_data_converter": "tower.temporal.payloads",
          "TracingConfigError": "tower.temporal.telemetry",
@@ -47,8 +49,8 @@ _LAZY = {"TowerPlugin": "tower.temporal.plugin", "MachineRun": "tower.temporal._
 __all__ = ["MachineRun", "McpConfigError", "McpDiscoveryError", "McpPolicyError", "McpSources",
            "ModelSettings", "PriceError", "TowerPlugin", "TracingConfigError",
            "WorkerMisconfigured", "WorkerSettings", "agents_by_name", "has_tower_plugin",
-           "load_agents", "load_sources", "publish_steps", "run_main", "scripts_of",
-           "stop_publishing", "tower_data_converter", "wal"]
+           "load_agents", "load_sources", "publish_steps", "run_main", "scripts_of", "serve",
+           "stop_on_signals", "stop_publishing", "tower_data_converter", "wal"]
 
 
 def __getattr__(name: str) -> Any:

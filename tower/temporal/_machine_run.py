@@ -80,6 +80,12 @@ class MachineRun:
     # Each transition event on the run's live stream carries the update it applied
     # (LangGraph's ``updates`` mode); outside the history, off as updates can be large.
     stream_updates: ClassVar[bool] = False
+    # The workflow task timeout Tower starts its runs with (``tower.client.start_run``; None:
+    # the server's 10 s). An agent whose model calls run as local activities (``ask_window``)
+    # keeps its task open while a reply forms: a short one (3 s) lets a lost worker's call run
+    # again, and its readers be told, within seconds. Others keep the default: a short task
+    # timeout times out more tasks on a loaded host (docs/reliability.md).
+    task_timeout: ClassVar[timedelta | None] = None
 
     # Does this agent continue-as-new with its state (tower/temporal/_start.py)?
     carries_state: ClassVar[bool] = True

@@ -15,12 +15,18 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Coroutine
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-__all__ = ["exit_code", "flush_and_exit", "run_main"]
+if TYPE_CHECKING:
+    from temporalio.worker import Worker
+
+_EXPLAINED = {"ClientError", "TowerError", "WorkerMisconfigured"}
+
+__all__ = ["exit_code", "flush_and_exit", "run_main", "serve", "stop_on_signals"]
 
 
 def run_main(main: Coroutine[Any, Any, Any]) -> NoReturn:
@@ -36,6 +42,30 @@ def run_main(main: Coroutine[Any, Any, Any]) -> NoReturn:
     flush_and_exit(code)
 
 
+def stop_on_signals() -> asyncio.Event:
+    """An event SIGINT or SIGTERM sets (Ctrl-C, ``kill``, ``docker stop``, Kubernetes): from
+    the call on, either one is a clean stop, not the process killed mid-step."""
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    return stop
+
+
+async def serve(worker: Worker, *, stop: asyncio.Event | None = None) -> None:
+    """Run ``worker`` until SIGINT or SIGTERM (or ``stop`` is set), then stop polling and let
+    its running activities finish within its ``graceful_shutdown_timeout``. Once it polls,
+    prints ``worker ready on task queue 'QUEUE'`` (what `tower.testing.live` waits for).
+
+    Example::
+
+        run_main(serve(Worker(await connect(), task_queue="q", workflows=[MyAgent])))
+    """
+    stop = stop or stop_on_signals()
+    async with worker:
+        print(f"worker ready on task queue {worker.config()['task_queue']!r}", flush=True)
+        await stop.wait()
+
+
 def exit_code(result: Any) -> int:
     return result if isinstance(result, int) else 0
 
@@ -48,8 +78,18 @@ def _failed(exc: BaseException) -> int:
         return 1
     if isinstance(exc, KeyboardInterrupt):
         return 130
+    if _explained(exc):  # its message says what is wrong and what to do: one line
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     traceback.print_exception(exc)
     return 1
+
+
+def _explained(exc: BaseException) -> bool:
+    """Tower's own errors (a server that does not answer, a worker missing a tool), known by
+    name: importing the client's errors here would tie this layer to it."""
+    return any(cls.__module__.startswith("tower.") and cls.__name__ in _EXPLAINED
+               for cls in type(exc).__mro__)
 
 
 def flush_and_exit(code: int) -> NoReturn:

@@ -53,7 +53,9 @@ class InboxConfig:
 
     tenant: str
     session_secret: str
-    issuer: Mapping[str, Any]  # the inbox's private JWK; its roster entry says what it vouches
+    # The inbox's private JWK; its roster entry says what it vouches for. None: the inbox
+    # only watches (shows runs and their streams, decides nothing).
+    issuer: Mapping[str, Any] | None
     accounts: Accounts | None = None  # built-in accounts, or
     proxy: ProxyAuth | None = None  # a trusted reverse proxy's user header
     secure_cookies: bool = False  # True when served over TLS

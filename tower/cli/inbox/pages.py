@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from tower.cli.inbox.app import InboxConfig
 
 DECIDE_SECONDS = 30.0
+WATCH_ONLY = ("This inbox only watches: it was started without a signing key (--watch-only), "
+              "so it decides nothing.")
 CACHE_SECONDS = 1.0  # live updates: many open pages, one visibility call a second
 
 
@@ -44,6 +46,11 @@ class Inbox:
         self.config, self.client, self.templates, self.store = config, client, templates, store
         self.scope = Scope(config.watchers)  # who may see which run: every route asks it
         self._cache: dict[Any, tuple[float, Any]] = {}
+
+    @property
+    def signs(self) -> bool:
+        """Whether this inbox may decide: it has a signing key (else it only watches)."""
+        return self.config.issuer is not None
 
     def render(self, request: Request, name: str, approver: Approver | None,
                status: int = 200, **context: Any) -> Response:
@@ -77,8 +84,9 @@ class Inbox:
             seen = await visible_run(self, approver, run)
         except NotOurRequest as exc:
             return self.not_ours(request, approver, run, exc)
-        if seen is None:
-            return self.refused(request, approver, 404, not_found(run, self.config.tenant))
+        if seen is None:  # (a page opened before its run starts goes live when it does)
+            return self.refused(request, approver, 404, not_found(run, self.config.tenant),
+                                live_run=run)
         status, view = seen
         story = await run_story(self.client, run, status)
         shown = await shown_request(self.client, run, view) if view else None
@@ -87,7 +95,8 @@ class Inbox:
             story=story, picture=picture(view.agent, view.node) if view else "",
             amount=money.headline(view.proposal) if view else None,
             proposal_digest=proposal_digest(shown) if shown else "",
-            may_decide=view is not None and view.role in approver.roles,
+            may_decide=view is not None and view.role in approver.roles and self.signs,
+            signs=self.signs, watch_only=WATCH_ONLY,
             web_ui=self._ui_link(run), fingerprint=run_fingerprint(status, view))
 
     async def decide(self, request: Request, approver: Approver) -> Response:
@@ -100,6 +109,9 @@ class Inbox:
             return self.refused(request, approver, 404, not_found(run, self.config.tenant))
         status, view = seen
         back = {"run": run}
+        if not self.signs:
+            return self.refused(request, approver, 403, WATCH_ONLY + " Nothing was sent.",
+                                **back)
         if view is None:
             story = await run_story(self.client, run, status)
             what = story.last_request or f"the run is {status.name if status else 'unknown'}"
@@ -118,6 +130,7 @@ class Inbox:
             if shown is None or posted.get("proposal") != proposal_digest(shown):
                 raise FormError("the request changed since this page was shown (or no "
                                 "worker answered): reload the page and decide again")
+            assert self.config.issuer is not None  # (self.signs)
             payload = signed_decision(issuer=self.config.issuer, tenant=self.config.tenant,
                                       run=run, request=shown, approver=approver.name,
                                       form=form)

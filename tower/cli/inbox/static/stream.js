@@ -3,10 +3,15 @@
 // (the live attempt's whole text, and "retrying" once an attempt is lost). EventSource
 // resumes from the last event id by itself after a dropped connection; a stream that
 // could not open (its run not there yet, past the server's wait) is opened again here.
+// On the inbox's run page the run comes from the section's data-stream-run attribute;
+// on stream.html from ?run=.
 (function () {
-  const run = new URLSearchParams(location.search).get("run");
+  const section = document.querySelector("[data-stream-run]");
+  const run = section ? section.dataset.streamRun
+    : new URLSearchParams(location.search).get("run");
   if (!run) return;
-  document.getElementById("run").textContent = run;
+  const title = document.getElementById("run");
+  if (title) title.textContent = run;
   const reply = document.getElementById("reply");
   const steps = document.getElementById("steps");
   const status = document.getElementById("status");
