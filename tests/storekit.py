@@ -70,6 +70,9 @@ class Host:
         self.pids: list[int] = []  # every process this host ran (a worker's identity: pid@)
 
     async def start(self) -> Host:
+        """Start the host's worker, unless it runs (a second one would be left behind)."""
+        if self.proc is not None and self.proc.poll() is None:
+            return self
         start = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(self.argv, cwd=self.project, env=self.env,
