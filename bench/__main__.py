@@ -19,7 +19,7 @@ from typing import Any
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from bench import chat, evals, parked, streaming, suites, workflow_streams
+from bench import chat, cleanup, evals, parked, streaming, suites, workflow_streams
 from bench.agents import BENCH_WORKFLOWS, WORKFLOW_TASKS, StepsAgent
 from bench.report import table
 from tower.activities.model import ModelSettings
@@ -61,7 +61,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                                 models=ModelSettings(), workflows=BENCH_WORKFLOWS,
                                 max_concurrent_workflow_tasks=WORKFLOW_TASKS):
             await _suite(figures, "overhead", suites.overhead(client, tq, runs=args.runs, n=10))
-            await _suite(figures, "chat", chat.thread(client, tq, turns=args.turns))
+            await _suite(figures, "chat", chat.thread(client, tq, tmp / "chat",
+                                                      turns=args.turns))
             await _suite(figures, "pair", chat.side_by_side(client, tq, turns=args.pair_turns,
                                                             rounds=args.rounds))
             await _suite(figures, "carry", chat.empty_store(
@@ -71,6 +72,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 client, tq, tmp / "streaming", turns=args.stream_turns))
             await _suite(figures, "workflow_streams", workflow_streams.side_by_side(
                 client, tq, turns=args.stream_turns))
+            await _suite(figures, "cleanup", cleanup.cost(client, f"{tq}-cleanup",
+                                                          tmp / "cleanup", runs=args.cleanup))
             await _suite(figures, "throughput", _throughput(client, tq, args.concurrent))
             handles = figures["throughput"].pop("handles", [])
             # 10 steps = 11 transitions (START -> work, work -> work x9, work -> DONE)
@@ -99,6 +102,8 @@ if __name__ == "__main__":
                         help="turns of the thread replayed with its payload store deleted")
     parser.add_argument("--stream-turns", type=int, default=40,
                         help="chat turns of the streaming comparison")
+    parser.add_argument("--cleanup", type=int, default=50,
+                        help="closed threads one retention cleanup pass removes")
     parser.add_argument("--concurrent", type=int, default=200)
     parser.add_argument("--parked", type=int, default=10_000)
     # The worker's RSS follows its cache, not its parked runs: 200 cached runs kept a
@@ -111,5 +116,5 @@ if __name__ == "__main__":
     if ns.quick:
         ns.runs, ns.turns, ns.pair_turns, ns.rounds, ns.carry_turns = 3, 40, 30, 2, 20
         ns.concurrent, ns.parked, ns.cache, ns.decisions = 20, 60, 20, 5
-        ns.stream_turns = 5
+        ns.stream_turns, ns.cleanup = 5, 5
     print(table(asyncio.run(main(ns))))

@@ -1,5 +1,6 @@
-"""Chat-turn measurements: history per turn, growth over a long thread, turn latency and
-replay against the hand-written agent, and replay with the payload store deleted."""
+"""Chat-turn measurements: history per turn (400-character messages and replies), growth
+over a long thread, turn latency and replay against the hand-written agent, and replay with
+the payload store deleted."""
 
 from __future__ import annotations
 
@@ -17,13 +18,16 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from bench.agents import NaiveChat, NaiveMessage
 from bench.measure import history_bytes, run_chain, turn_costs
+from bench.streaming import REPLY
 from tower.activities.model import ModelSettings
 from tower.cli.histories import replay as replay_checked
 from tower.contract.search import start_attributes
+from tower.contract.wire import ModelReply, ModelRequest
 from tower.core.window import WindowPolicy
 from tower.temporal import TowerPlugin
 from tower.temporal._sandbox import sandbox_runner
 from tower.temporal.payloads import tower_data_converter
+from tower.testing.model_server import LoopbackModelServer
 from worker import build_worker
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
 
@@ -43,16 +47,29 @@ def _id(kind: str) -> str:
     return f"bench-{kind}-{uuid.uuid4().hex[:8]}"
 
 
-async def thread(client: Client, tq: str, *, turns: int) -> dict[str, Any]:
-    """One Tower thread of ``turns`` 400-character turns: what each turn costs, early and late."""
-    handle = await client.start_workflow(ChatAgent.run, ChatInput(), id=_id("chat"),
-                                         task_queue=tq, search_attributes=CHAT_START)
-    start = time.perf_counter()
-    for t in range(1, turns + 1):
-        await handle.execute_update(ChatAgent.send, UserMessage(text=message(t)))
-    elapsed = time.perf_counter() - start
-    await handle.execute_update(ChatAgent.close)
-    await handle.result()
+def _reply(request: ModelRequest) -> ModelReply:
+    return ModelReply(model="loopback", content=REPLY)
+
+
+async def thread(client: Client, tq: str, folder: Path, *, turns: int) -> dict[str, Any]:
+    """One Tower thread of ``turns`` 400-character turns (a 400-character message, a
+    400-character reply from the loopback model through the openai SDK, unstreamed): what
+    each turn costs, early and late."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with LoopbackModelServer(replies=_reply) as model:
+        models = ModelSettings(api_key="loopback", base_url=model.base_url,
+                               models=["loopback"], stream=False)
+        async with build_worker(client, task_queue=f"{tq}-chat", models=models,
+                                db_path=folder / "tools.sqlite"):
+            handle = await client.start_workflow(ChatAgent.run, ChatInput(), id=_id("chat"),
+                                                 task_queue=f"{tq}-chat",
+                                                 search_attributes=CHAT_START)
+            start = time.perf_counter()
+            for t in range(1, turns + 1):
+                await handle.execute_update(ChatAgent.send, UserMessage(text=message(t)))
+            elapsed = time.perf_counter() - start
+            await handle.execute_update(ChatAgent.close)
+            await handle.result()
     chain = await run_chain(client, handle.id, handle.first_execution_run_id or "")
     costs = turn_costs(chain)
     total_bytes = sum(history_bytes(h) for h in chain)
@@ -64,10 +81,12 @@ async def thread(client: Client, tq: str, *, turns: int) -> dict[str, Any]:
         return statistics.median(c.bytes for c in costs[max(end - 10, 0):end])
 
     return {"turns": turns, "turns_per_s": turns / elapsed, "runs": len(chain),
+            "reply_chars": len(REPLY),
             # Everything the thread stored, run starts, reductions and continue-as-new
             # included, per turn.
             "bytes_per_turn": total_bytes / turns, "events_per_turn": total_events / turns,
-            "bytes_at_10": median_bytes(10), "bytes_at_end": median_bytes(turns),
+            "bytes_at_10": median_bytes(10), "bytes_at_100": median_bytes(min(100, turns)),
+            "bytes_at_end": median_bytes(turns),
             "max_run_events": max(len(h.events) for h in chain),
             "max_run_bytes": max(history_bytes(h) for h in chain)}
 

@@ -13,11 +13,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from bench import chat
+from bench import chat, cleanup
 from bench.agents import BENCH_WORKFLOWS, NaiveChat, NaiveMessage
 from bench.measure import history_bytes, run_chain, turn_costs
 from bench.parked import decision_latency, park
-from bench.report import table
+from bench.report import TURN_BYTES, table
 from bench.suites import combine
 from tower.activities.model import ModelSettings
 from tower.cli.trust_files import dev_trust
@@ -78,6 +78,11 @@ def test_table_marks_missed_targets() -> None:
                    "decisions": 40, "decision_p95_s": 0.4},
         "eval": {"runs": 16, "counts": {"same": 16, "changed": 0, "regressed": 0},
                  "per_run_s": 1.0, "replay_per_run_s": 0.25, "setup_s": 4.0},
+        "cleanup": {"runs": 50, "turns": 3, "ms_per_run": 4.5, "second_pass_ms": 40.0,
+                    "second_pass_removed": {"message store": 0, "stream store": 0},
+                    "rows_removed_per_run": {"messages": 6.0, "windows": 3.0, "owners": 9.0,
+                                             "stream_events": 72.0},
+                    "open_run_answered": True},
     }
     lines = table(figures).splitlines()
 
@@ -93,6 +98,8 @@ def test_table_marks_missed_targets() -> None:
     assert "0.80×" in row("chat turn latency") and "| yes" in row("chat turn latency")
     assert "| yes" in row("  decision on an evicted run")
     assert "4.00×" in row("eval per recorded run") and "| yes" in row("eval per recorded")
+    assert "4.5" in row("retention cleanup, ms per closed run") and "| yes" in row("retention")
+    assert "6.0 messages" in row("  rows removed per closed run")
     figures["carry"]["failed"] = ["run 2: PayloadMissing"]
     assert "**no**" in next(line for line in table(figures).splitlines()
                             if "continued" in line)
@@ -113,7 +120,7 @@ async def test_chat_suites_measure_short_real_threads(
 ) -> None:
     async with build_worker(client, task_queue=task_queue, db_path=db_path,
                             models=ModelSettings(), workflows=BENCH_WORKFLOWS):
-        thread = await chat.thread(client, task_queue, turns=12)
+        thread = await chat.thread(client, task_queue, tmp_path / "chat", turns=12)
         pair = await chat.side_by_side(client, task_queue, turns=4, rounds=1)
     carry = await chat.empty_store(env.client.service_client.config.target_host,
                                    f"{task_queue}-carry", tmp_path, turns=20)
@@ -127,6 +134,34 @@ async def test_chat_suites_measure_short_real_threads(
     # run replayed with the store gone.
     assert carry["runs"] >= 3 and 0 < carry["largest_carried"] < carry["threshold"]
     assert carry["failed"] == []
+
+
+async def test_a_400_character_chat_turn_records_at_most_2500_bytes(
+    client: Client, task_queue: str, tmp_path: Path,
+) -> None:
+    # Bytes are deterministic (not timings): the bench's own figure on a 100-turn thread,
+    # its run start included. The reply's text is recorded once (issue 32: 2,716 B before,
+    # when the update returned it again).
+    figures = await chat.thread(client, task_queue, tmp_path / "chat", turns=100)
+    assert figures["reply_chars"] == 400 and len(chat.message(100)) == 400
+    assert figures["bytes_per_turn"] <= TURN_BYTES
+    assert figures["bytes_at_10"] <= TURN_BYTES and figures["bytes_at_end"] <= TURN_BYTES
+    # Flat: the 10 turns before turn 100 cost what the first 10 did, but for wider numbers.
+    assert figures["bytes_at_end"] <= figures["bytes_at_10"] + 40
+
+
+async def test_the_cleanup_suite_reports_a_pass_over_closed_threads(
+    client: Client, task_queue: str, tmp_path: Path,
+) -> None:
+    figures = await cleanup.cost(client, task_queue, tmp_path / "cleanup", runs=2, turns=2)
+    assert figures["runs_removed"] == {"message store": 2, "stream store": 2}
+    assert set(figures["second_pass_removed"].values()) == {0}  # idempotent
+    gone = figures["rows_removed_per_run"]
+    # Each closed thread's own messages (2 turns: 2 asked, 2 answered), windows and
+    # stream; the open thread's all stay and it answers again.
+    assert gone["messages"] == 4 and gone["windows"] >= 2 and gone["stream_events"] > 0
+    assert figures["rows_left"]["messages"] >= 4 and figures["open_run_answered"]
+    assert figures["ms_per_run"] > 0
 
 
 async def test_decisions_reach_evicted_parked_runs(

@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from chatkit import say
 from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
@@ -26,9 +27,7 @@ from workflows.chat import (
     ChatAgent,
     ChatConfig,
     ChatInput,
-    ChatReply,
     ChatState,
-    UserMessage,
 )
 
 SCRIPTED = ModelSettings()
@@ -38,10 +37,6 @@ SMALL = WindowPolicy(max_messages=6, keep_recent=2, max_tokens=4000, prune_chars
 async def _start(client: Client, task_queue: str, config: ChatConfig) -> WorkflowHandle:
     return await client.start_workflow(ChatAgent.run, ChatInput(config=config),
                                        id=f"chat-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
-
-
-async def _say(handle: WorkflowHandle, text: str) -> ChatReply:
-    return await handle.execute_update(ChatAgent.send, UserMessage(text=text))
 
 
 def _payloads(message: Message) -> bytes:
@@ -68,7 +63,7 @@ async def test_chat_keeps_content_out_of_the_history_and_bounds_the_context(
 ) -> None:
     async with build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED):
         handle = await _start(client, task_queue, ChatConfig(window=SMALL))
-        replies = [await _say(handle, _text(i)) for i in range(12)]
+        replies = [await say(client, handle, _text(i)) for i in range(12)]
         state = ChatState.model_validate(await handle.query("state", result_type=dict))
         await handle.execute_update(ChatAgent.close)
         final = await handle.result()
@@ -102,13 +97,13 @@ async def test_bad_messages_are_refused_before_the_history(
         handle = await _start(client, task_queue, ChatConfig())
         for bad, why in [("   ", "empty"), ("x" * (MAX_MESSAGE_CHARS + 1), "limit")]:
             with pytest.raises(WorkflowUpdateFailedError) as caught:
-                await _say(handle, bad)
+                await say(client, handle, bad)
             assert why in str(caught.value.cause)
-        ok = await _say(handle, "hello there")
+        ok = await say(client, handle, "hello there")
         await handle.execute_update(ChatAgent.close)
         # Refused by the validator, or by the server once the run has completed.
         with pytest.raises((WorkflowUpdateFailedError, RPCError)):
-            await _say(handle, "too late")
+            await say(client, handle, "too late")
         await handle.result()
         history = await handle.fetch_history()
     accepted = [e for e in history.events
@@ -125,9 +120,9 @@ async def test_docs_tool_payload_is_pruned_by_the_reduction(
     keep_all = SMALL.model_copy(update={"keep_recent": 6})
     async with build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED):
         handle = await _start(client, task_queue, ChatConfig(window=keep_all))
-        reply = await _say(handle, "search docs login error 500")
+        reply = await say(client, handle, "search docs login error 500")
         for i in range(2):
-            await _say(handle, f"thanks {i}")
+            await say(client, handle, f"thanks {i}")
         state = ChatState.model_validate(await handle.query("state", result_type=dict))
         await handle.execute_update(ChatAgent.close)
         await handle.result()
@@ -146,7 +141,7 @@ async def test_thread_continues_as_new_with_its_state_and_log(
     async with build_worker(client, task_queue=task_queue, db_path=db_path, models=SCRIPTED):
         handle = await _start(client, task_queue, config)
         first_run = handle.result_run_id
-        replies = [await _say(handle, f"turn {i}") for i in range(15)]
+        replies = [await say(client, handle, f"turn {i}") for i in range(15)]
         summary = await handle.query("log_summary", result_type=LogSummary)
         await handle.execute_update(ChatAgent.close)
         final: ChatState = await handle.result()

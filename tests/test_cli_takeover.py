@@ -27,7 +27,7 @@ from test_cli import address_of, tower
 from test_multi_worker import _identities
 
 from tower.client import query
-from tower.temporal._gating import Gatekeeper
+from tower.temporal._runtime import AgentWorkflow
 from workflows.refund import RefundAgent, RefundState
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,7 +119,7 @@ async def test_a_decision_hands_a_run_held_by_a_hung_worker_to_another(
     hung.send_signal(signal.SIGSTOP)
     said: list[str] = []
     try:
-        answer = await query(client, handle, Gatekeeper.query_approvals, takeover=40,
+        answer = await query(client, handle, AgentWorkflow.query_approvals, takeover=40,
                              say=said.append)
     finally:
         hung.kill()  # a stopped process dies too; its open polls go with it

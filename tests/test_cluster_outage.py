@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chatkit import say
 from clusterkit import Cluster
 from gatekit import wait_pending
 from pgserver import Postgres
@@ -24,7 +25,7 @@ from test_cluster_stores import LONG, TAIL, deployment_client, replies, settings
 from tower.activities.streams import open_streams
 from tower.contract.stream import DELTA, stream_name
 from tower.testing.model_server import LoopbackModelServer
-from workflows.chat import ChatAgent, ChatInput, UserMessage
+from workflows.chat import ChatAgent, ChatInput
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 OUTAGE = 30  # seconds
@@ -69,7 +70,7 @@ async def test_no_run_fails_while_the_stores_are_unreachable_and_each_resumes(
                                                id=f"chat-{queue}-{i}", task_queue=queue)
                    for i in range(2)]
         for thread in threads:
-            first = await thread.execute_update(ChatAgent.send, UserMessage(text="Turn 1."))
+            first = await say(client, thread, "Turn 1.", store=url)
             assert first.turn == 1
         refund = f"refund-{queue}"
         ask = json.dumps({"message": "Please refund $1,200 on invoice INV-2004"})
@@ -82,8 +83,7 @@ async def test_no_run_fails_while_the_stores_are_unreachable_and_each_resumes(
         name = stream_name(client.namespace, threads[1].id)
         after = store.last(name)
         held = model.hold()
-        streaming = asyncio.create_task(threads[1].execute_update(
-            ChatAgent.send, UserMessage(text=f"Turn 2. {LONG}")))
+        streaming = asyncio.create_task(say(client, threads[1], f"Turn 2. {LONG}", store=url))
         async with asyncio.timeout(120):
             while not [e for e in store.read(name, after) if e.kind == DELTA]:
                 await asyncio.sleep(0.05)
@@ -93,8 +93,7 @@ async def test_no_run_fails_while_the_stores_are_unreachable_and_each_resumes(
         try:
             held.set()
             # During the outage: a turn sent, a refund approved, a run started.
-            waiting = asyncio.create_task(threads[0].execute_update(
-                ChatAgent.send, UserMessage(text="Turn 2.")))
+            waiting = asyncio.create_task(say(client, threads[0], "Turn 2.", store=url))
             approve = asyncio.create_task(cluster.tower(
                 "approve", "--yes", refund, "--by", "alice", "--role", "manager",
                 env=cli, timeout=240))

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chatkit import say
 from clusterkit import Cluster
 from gatekit import refunds, wait_pending
 from inboxkit import decision_form, inbox, issuer, signed_in
@@ -45,7 +46,7 @@ from tower.contract.stream import FINISHED, MODEL_FINISHED, Reply, stream_name
 from tower.contract.wire import ModelReply, ModelRequest
 from tower.temporal.payloads import tower_data_converter
 from tower.testing.model_server import LoopbackModelServer
-from workflows.chat import ChatAgent, ChatInput, ChatReply, UserMessage
+from workflows.chat import ChatAgent, ChatInput, ChatReply
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 TURNS, BLOCK = 50, 5  # turns move to the other host every BLOCK turns
@@ -110,7 +111,7 @@ def identity(host: Host) -> str:
 
 async def turn_killed_mid_reply(thread: WorkflowHandle[Any, Any], client: Client,
                                 store: StreamStore, host: Host, model: LoopbackModelServer,
-                                text: str) -> tuple[ChatReply, Reply, str]:
+                                text: str, messages: str) -> tuple[ChatReply, Reply, str]:
     """Send ``text``; once the reply's first word is in the stream, kill -9 ``host`` and
     restart it. The reply, the stream's fold (tower.client.stream) and the text shown
     before the kill."""
@@ -124,7 +125,7 @@ async def turn_killed_mid_reply(thread: WorkflowHandle[Any, Any], client: Client
                 return
 
     reader = asyncio.create_task(read())
-    update = asyncio.create_task(thread.execute_update(ChatAgent.send, UserMessage(text=text)))
+    update = asyncio.create_task(say(client, thread, text, store=messages))
     try:
         async with asyncio.timeout(120):
             while not shown.text:
@@ -195,7 +196,7 @@ async def test_a_chat_moves_between_hosts_sharing_only_temporal_and_the_stores(
                                        else "")
             if turn == KILLED:
                 reply, shown, partial = await turn_killed_mid_reply(
-                    thread, client, store, on, model, text)
+                    thread, client, store, on, model, text, store_url)
                 # Mid-reply: its first word was streamed, then dropped with its attempt;
                 # the stream shows the reply the thread returned, whole, once.
                 assert partial and reply.reply.startswith(partial), (partial, reply.reply)
@@ -204,7 +205,7 @@ async def test_a_chat_moves_between_hosts_sharing_only_temporal_and_the_stores(
                 assert len(asked) == 2, asked  # the killed attempt, and the one that answered
                 ready = asyncio.create_task(off.start())
             else:
-                reply = await thread.execute_update(ChatAgent.send, UserMessage(text=text))
+                reply = await say(client, thread, text, store=store_url)
             assert reply.turn == turn, (turn, reply)
             assert reply.reply.startswith(f"You said \u201cTurn {turn}. "), reply.reply
             assert reply.reply.endswith(TAIL) == (turn % BLOCK == 3)

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from chatkit import say
 from gatekit import decide, new_id, refund_request, wait_pending
 from temporalio.api.common.v1 import Memo, Payload, SearchAttributes, WorkflowType
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -24,7 +25,7 @@ from tower.contract.pending import PendingView
 from tower.temporal.codec import ENCODING, KEY_ID, new_key
 from tower.temporal.payloads import tower_data_converter
 from worker import build_worker
-from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
+from workflows.chat import ChatAgent, ChatConfig, ChatInput
 from workflows.refund import RefundAgent
 
 
@@ -88,7 +89,7 @@ async def test_a_request_forged_in_the_start_memo_is_cleared_at_the_first_step(
     assert (await waiting_run(client, run))[1] == forged  # no worker has run it yet
     async with build_worker(client, task_queue=task_queue, db_path=db_path,
                             models=ModelSettings()):
-        reply = await handle.execute_update(ChatAgent.send, UserMessage(text="hi"))
+        reply = await say(client, handle, "hi")
         assert reply.reply  # the thread ran its first steps and listens again
         assert await waiting_run(client, run) == (WorkflowExecutionStatus.RUNNING, None)
         assert search.PENDING_MEMO not in await (await handle.describe()).memo()

@@ -9,6 +9,7 @@ import uuid
 from datetime import timedelta
 from pathlib import Path
 
+from chatkit import say
 from conftest import WorkerFactory
 from temporalio.client import Client
 
@@ -16,7 +17,7 @@ from tower.activities.messages import open_messages
 from tower.activities.streams import open_streams
 from tower.contract.stream import stream_name
 from tower.temporal.cleanup import TowerStoreCleanup, ensure_cleanup, schedule_id
-from workflows.chat import ChatAgent, ChatInput, UserMessage
+from workflows.chat import ChatAgent, ChatInput
 
 
 def _owned(db: Path, owner: str) -> tuple[int, int]:
@@ -36,7 +37,7 @@ async def test_a_closed_runs_entries_go_and_an_open_runs_stay(
             ChatAgent.run, ChatInput(), id=f"chat-{name}-{tag}", task_queue=task_queue)
             for name in ("closed", "open")]
         for thread in (closed, open_):  # the same first message: one row, two owners
-            await thread.execute_update(ChatAgent.send, UserMessage(text="Hello there"))
+            await say(client, thread, "Hello there")
         await closed.execute_update(ChatAgent.close)
         await closed.result()
         gone, kept = (stream_name(client.namespace, t.id) for t in (closed, open_))
@@ -53,7 +54,7 @@ async def test_a_closed_runs_entries_go_and_an_open_runs_stay(
         messages, windows = _owned(messages_db, kept)
         assert messages >= 2 and windows >= 1  # the shared message too
         # The open thread goes on from its window, every message of it still there.
-        reply = await open_.execute_update(ChatAgent.send, UserMessage(text="Still here?"))
+        reply = await say(client, open_, "Still here?")
         assert reply.turn == 2 and reply.reply
         # Idempotent: a second pass finds the closed run's entries gone, the open run's kept.
         again = await client.execute_workflow(

@@ -14,14 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chatkit import say
 from pgserver import Postgres
 from storekit import Host
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from tower.client import reply_text
 from tower.temporal.payloads import tower_data_converter
-from workflows.chat import ChatAgent, ChatInput, UserMessage
+from workflows.chat import ChatAgent, ChatInput
 
 
 @pytest.fixture
@@ -53,12 +55,11 @@ async def test_a_turn_on_a_host_without_the_window_waits_for_one_that_has_it(
     a, b = hosts["a"], hosts["b"]
     await b.start()
     thread = await _thread(client, task_queue)
-    first = await thread.execute_update(ChatAgent.send, UserMessage(text="Hello from B"))
+    first = await say(client, thread, "Hello from B")
     assert first.turn == 1 and first.reply
     b.stop()
     await a.start()
-    turn = asyncio.create_task(thread.execute_update(ChatAgent.send,
-                                                     UserMessage(text="And now on A?")))
+    turn = asyncio.create_task(say(client, thread, "And now on A?"))
     async with asyncio.timeout(60):
         while not (failed := await _attempt_failure(thread)):
             await asyncio.sleep(0.5)
@@ -98,10 +99,14 @@ async def test_with_shared_stores_turns_alternate_between_hosts(
             await on.start()
             text = f"Turn {turn} on host {on.name}. " + ("Long context. " * 200 if turn == 3
                                                          else "")
-            reply = await asyncio.wait_for(thread.execute_update(
-                ChatAgent.send, UserMessage(text=text)), 120)
-            assert reply.turn == turn and reply.reply
+            # A client of the deployment reads the reply's text from the shared store.
+            reply = await asyncio.wait_for(say(deployment, thread, text, store=pg_url), 120)
+            assert reply.turn == turn and f"Turn {turn} on host" in reply.reply
             replies.append(reply)
+        # ... from the store itself (the ref names no run that exists: no history to read).
+        assert replies[-1].reply_ref is not None
+        assert await reply_text(client, "no-such-thread", None, replies[-1].reply_ref,
+                                store=pg_url) == replies[-1].reply
         history = await thread.fetch_history()
         # Every call succeeded where it ran, locally: no host ever missed what another
         # stored (a miss sends the call to the queue as an activity, recorded).
@@ -126,11 +131,10 @@ async def test_a_store_unreachable_for_30_s_fails_no_run(
     try:
         await host.start()
         thread = await _thread(client, task_queue)
-        assert (await thread.execute_update(ChatAgent.send, UserMessage(text="One"))).turn == 1
+        assert (await say(client, thread, "One")).turn == 1
         pg_server.pause()
         try:
-            turn = asyncio.create_task(thread.execute_update(ChatAgent.send,
-                                                             UserMessage(text="Two")))
+            turn = asyncio.create_task(say(client, thread, "Two"))
             await asyncio.sleep(30)
             # (A loaded host may still be in the local attempts: their failures show once the
             # call is queued. The store stays down until an attempt's failure shows.)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chatkit import say
 from conftest import WorkerFactory
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
@@ -31,7 +32,7 @@ from tower.contract.stream import (
 )
 from tower.temporal import stop_publishing
 from workflows.account import AccountAgent, AccountRequest
-from workflows.chat import ChatAgent, ChatInput, UserMessage
+from workflows.chat import ChatAgent, ChatInput
 
 pytestmark = pytest.mark.long
 
@@ -64,8 +65,7 @@ async def test_a_reader_that_resumes_from_its_offset_gets_every_event_once_in_or
                                              task_queue=task_queue)
 
         async def talk() -> str:
-            said = await handle.execute_update(ChatAgent.send, UserMessage(
-                text="what is my status? ACC-1001"))
+            said = await say(client, handle, "what is my status? ACC-1001")
             await handle.execute_update(ChatAgent.close)
             return said.reply
 
@@ -125,7 +125,7 @@ async def chat_turn(client: Client, task_queue: str, text: str) -> WorkflowHisto
     async with asyncio.timeout(60):
         while not await first_task_done(handle):
             await asyncio.sleep(0.05)
-    await handle.execute_update(ChatAgent.send, UserMessage(text=text))
+    await say(client, handle, text)
     await handle.execute_update(ChatAgent.close)
     await handle.result()
     return await handle.fetch_history()

@@ -9,6 +9,7 @@ import json
 import uuid
 from pathlib import Path
 
+from chatkit import say
 from conftest import WorkerFactory
 from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of, cli_env
@@ -18,7 +19,7 @@ from towercli import tower_cli
 from tower.activities.model import ModelSettings
 from tower.activities.streams import open_streams
 from tower.contract.stream import DELTA, MODEL_FINISHED, MODEL_STARTED, stream_name
-from workflows.chat import ChatAgent, ChatInput, UserMessage
+from workflows.chat import ChatAgent, ChatInput
 
 
 async def streamed_tower(address: str, db_path: Path, *args: str) -> tuple[int, str, str]:
@@ -71,8 +72,7 @@ async def test_tower_chat_thread_shows_the_reply_in_flight_then_the_last_one_it_
     async with scripted_worker(models=ModelSettings(scripted_tokens_per_second=2)):
         handle = await env.client.start_workflow(
             ChatAgent.run, ChatInput(), id=f"chat-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
-        sending = asyncio.create_task(handle.execute_update(
-            ChatAgent.send, UserMessage(text="what is my status? ACC-1001")))
+        sending = asyncio.create_task(say(env.client, handle, "what is my status? ACC-1001"))
         name = stream_name(env.client.namespace, handle.id)
 
         async def forming() -> bool:

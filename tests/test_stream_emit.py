@@ -98,6 +98,19 @@ async def test_tower_run_json_shows_the_nodes_own_events(
     assert {k: custom[0][k] for k in PROGRESS} == PROGRESS
 
 
+async def test_plain_tower_run_shows_the_nodes_own_events_as_lines(
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, scripted_worker: WorkerFactory
+) -> None:
+    async with scripted_worker():
+        code, out, err = await streamed_tower(
+            address_of(env), db_path, "run", "account", "--task-queue", task_queue,
+            "--input", json.dumps({"question": "Check my account ACC-1001"}))
+    assert code == 0, err
+    data = json.dumps(PROGRESS["data"], ensure_ascii=False, sort_keys=True)
+    line = f"· lookup_account · progress {data}"
+    assert out.splitlines().count(line) == 1, out
+
+
 async def test_the_sse_endpoint_carries_the_nodes_own_events(
     client: Client, task_queue: str, db_path: Path, scripted_worker: WorkerFactory,
     monkeypatch: pytest.MonkeyPatch

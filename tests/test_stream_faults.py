@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from chatkit import say
 from procs import WorkerProcess
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -21,7 +22,7 @@ from tower.cli.agents import scripted_reply
 from tower.client import start_run, stream
 from tower.contract.stream import DELTA, DISCARD, MODEL_STARTED, RETRYING, Reply, StreamEvent
 from tower.testing.model_server import LoopbackModelServer
-from workflows.chat import ChatAgent, ChatInput, ChatState, UserMessage
+from workflows.chat import ChatAgent, ChatInput, ChatState
 from workflows.refund import RefundAgent, RefundRequest, RefundState
 
 
@@ -48,8 +49,7 @@ async def test_a_worker_killed_mid_stream_is_discarded_and_the_retry_streams_the
                 task_queue=task_queue)
             seen: list[StreamEvent] = []
             reader = asyncio.create_task(collect(client, handle.id, store_path, seen))
-            sending = asyncio.create_task(handle.execute_update(
-                ChatAgent.send, UserMessage(text="what is my status? ACC-1001")))
+            sending = asyncio.create_task(say(client, handle, "what is my status? ACC-1001"))
 
             async def mid_reply() -> bool:
                 return sum(e.kind == DELTA for e in seen) >= 3

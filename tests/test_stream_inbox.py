@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from chatkit import say
 from conftest import WorkerFactory
 from gatekit import make_shop
 from headless import Browser, sync
@@ -22,7 +23,7 @@ from temporalio.client import Client
 from tower.activities.model import ModelSettings
 from tower.cli.streaming import MODEL_KINDS
 from tower.contract.stream import DELTA, RUN_END, Reply, StreamEvent
-from workflows.chat import ChatAgent, ChatInput, UserMessage
+from workflows.chat import ChatAgent, ChatInput
 
 
 def parse_sse(text: str) -> list[tuple[int | None, str, dict[str, Any]]]:
@@ -47,7 +48,7 @@ def streams(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 async def chat_thread(client: Client, task_queue: str) -> tuple[str, str]:
     handle = await client.start_workflow(ChatAgent.run, ChatInput(),
                                          id=f"chat-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
-    said = await handle.execute_update(ChatAgent.send, UserMessage(text="hello there"))
+    said = await say(client, handle, "hello there")
     await handle.execute_update(ChatAgent.close)
     await handle.result()
     return handle.id, said.reply
@@ -109,7 +110,7 @@ async def test_a_stream_opened_before_its_run_starts_waits_for_it_and_folds_the_
             assert not early.done()  # waiting, not a 404
             handle = await client.start_workflow(ChatAgent.run, ChatInput(), id=run,
                                                  task_queue=task_queue)
-            said = await handle.execute_update(ChatAgent.send, UserMessage(text="hello there"))
+            said = await say(client, handle, "hello there")
             await handle.execute_update(ChatAgent.close)
             await handle.result()
             got = await early
@@ -162,8 +163,7 @@ async def test_the_list_updates_in_place_and_a_stream_page_shows_tokens_as_they_
                                              task_queue=task_queue)
         await sync(b.open, f"{url}/static/stream.html?run={handle.id}")
         await sync(b.wait_for_text, "live")
-        sending = asyncio.create_task(handle.execute_update(
-            ChatAgent.send, UserMessage(text="what is my status? ACC-1001")))
+        sending = asyncio.create_task(say(client, handle, "what is my status? ACC-1001"))
         shown: list[str] = []
         while not sending.done() or not shown or shown[-1] != sending.result().reply:
             text = await sync(b.evaluate, "document.getElementById('reply').textContent")

@@ -11,13 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from chatkit import say
 from conftest import WorkerFactory
 from temporalio.client import Client
 
 from tower.activities.streams import SqliteStreams, StreamStore, open_streams
 from tower.client import stream
 from tower.contract.stream import DELTA, RUN_END, Reply, StreamEvent
-from workflows.chat import ChatAgent, ChatInput, UserMessage
+from workflows.chat import ChatAgent, ChatInput
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +83,7 @@ async def test_a_chat_turn_streams_through_postgresql(
         handle = await client.start_workflow(ChatAgent.run, ChatInput(),
                                              id=f"chat-{uuid.uuid4().hex[:8]}",
                                              task_queue=task_queue)
-        said = await handle.execute_update(ChatAgent.send, UserMessage(text="hello there"))
+        said = await say(client, handle, "hello there")
         await handle.execute_update(ChatAgent.close)
         reply, kinds = Reply(), []
         async for event in stream(client, handle.id, store=open_streams(pg_url)):

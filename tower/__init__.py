@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
         Authority,
         ModelRequest,
         Reduction,
+        StoredReply,
         ToolCall,
         ToolCallRequest,
         ToolSchema,
@@ -50,6 +51,7 @@ if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
     from tower.temporal._agent import agent
     from tower.temporal._event_runtime import EventWorkflow
     from tower.temporal._fanout import FanOutPolicy, fan_out
+    from tower.temporal._replies import stored_reply
     from tower.temporal._runtime import AgentWorkflow
 
 # name -> the module that defines it, imported on first use.
@@ -88,6 +90,8 @@ _LAZY = {
     "GateStatus": "tower.contract.decisions",
     "ModelRequest": "tower.contract.wire",
     "Reduction": "tower.contract.wire",
+    "StoredReply": "tower.contract.wire",
+    "stored_reply": "tower.temporal._replies",
     "Script": "tower.activities.scripted",
     "ToolCall": "tower.contract.wire",
     "ToolSchema": "tower.contract.wire",
@@ -160,6 +164,7 @@ __all__ = [
     "REPLACE",
     "Reduction",
     "Script",
+    "StoredReply",
     "TERMINALS",
     "ToolCall",
     "ToolCallRequest",
@@ -175,6 +180,7 @@ __all__ = [
     "first_user_text",
     "guard_rows",
     "sql",
+    "stored_reply",
     "last_message",
     "stricter",
     "tool_results",

@@ -9,8 +9,10 @@ Flat history: message content lives in the message store, and so does the window
 (the summary and the recent messages); the state holds one ``WindowRef``. Each model
 call is a local activity sent that ref and the new message, so the user's text enters
 the history once (in the update) and a turn adds the same bytes however long the
-thread. The ``reduce`` node summarises older turns and prunes large tool payloads; the
-run continues-as-new when Temporal suggests it (or at ``continue_as_new_after`` events).
+thread; the reply's text is recorded once too (in the model call's result: the update
+returns its ref, which ``tower.client`` resolves). The ``reduce`` node summarises older
+turns and prunes large tool payloads; the run continues-as-new when Temporal suggests it
+(or at ``continue_as_new_after`` events).
 Threads started before windows keep their refs in ``summary``/``context`` (replayed as
 they ran; their first new turn moves them into a window).
 """
@@ -36,9 +38,11 @@ from tower import (
     Message,
     NodeContext,
     Reduction,
+    StoredReply,
     WindowPolicy,
     WindowRef,
     agent,
+    stored_reply,
     window,
 )
 
@@ -68,9 +72,11 @@ class UserMessage(BaseModel):
     text: str
 
 
-class ChatReply(BaseModel):
+class ChatReply(StoredReply):
+    """The turn's reply: ``reply``, or (recorded once) ``reply_ref`` that
+    ``tower.client.update_while_open`` resolves into ``reply``."""
+
     turn: int
-    reply: str
     step: int
     context_messages: int  # refs the next model call will load, the summary included
 
@@ -125,17 +131,17 @@ async def respond(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
     assert state.pending is not None
     window = state.window
     new = [Message(role="user", content=state.pending.text)]
-    text = "Sorry, I could not finish looking that up."
+    text, from_model = "Sorry, I could not finish looking that up.", False
     for _ in range(MAX_TOOL_ROUNDS):
         answer = await ctx.ask_window(new, window)
         window = answer.window
         if not answer.tool_calls:
-            text = answer.text or ""
+            text, from_model = answer.text or "", True
             break
         new = [Message(role="tool", name=call.name, content=json.dumps(
             await ctx.tool(call.name, call.arguments), sort_keys=True))
             for call in answer.tool_calls]
-    _thread(ctx).replies[state.pending.id] = text
+    _thread(ctx).replies[state.pending.id] = (text, from_model)
     return {"window": window, "pending": None, "reply": text, "answered": state.pending.id,
             "turns": 1}
 
@@ -184,7 +190,7 @@ class ChatAgent(AgentWorkflow):
     def __init__(self) -> None:
         super().__init__()
         self.inbox: list[Turn] = []
-        self.replies: dict[int, str] = {}
+        self.replies: dict[int, tuple[str, bool]] = {}  # turn -> (text, a model's answer)
         self.closing = ""
         self._issued = 0
 
@@ -230,8 +236,11 @@ class ChatAgent(AgentWorkflow):
                                    f"turn {turn.id} was answered", type="ThreadEnded")
         state: ChatState = self.current  # type: ignore[assignment]
         shown = state.window.messages if state.window else 0
-        return ChatReply(turn=turn.id, reply=self.replies.pop(turn.id), step=state.step,
-                         context_messages=shown)
+        # A model's reply is in its call's recorded result already: the update returns its
+        # ref (stored_reply), so a turn records the text once.
+        text, from_model = self.replies.pop(turn.id)
+        return ChatReply(turn=turn.id, step=state.step, context_messages=shown,
+                         **stored_reply(text, from_model=from_model))
 
     @send.validator
     def check_send(self, message: UserMessage) -> None:

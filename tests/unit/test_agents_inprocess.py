@@ -174,8 +174,9 @@ async def test_fanout_maps_children_and_its_reducers_merge_them() -> None:
 async def test_chat_answers_the_turns_waiting_in_its_inbox(tools: dict[str, Any]) -> None:
     class Thread:  # what the chat's nodes ask of the run hosting them
         def __init__(self) -> None:
-            self.inbox = [Turn(id=1, text="hello"), Turn(id=2, text="search docs login")]
-            self.replies: dict[int, str] = {}
+            self.inbox = [Turn(id=1, text="hello"), Turn(id=2, text="search docs login"),
+                          Turn(id=3, text="search docs forever")]
+            self.replies: dict[int, tuple[str, bool]] = {}
             self.closing = ""
 
         def publish(self) -> None: ...
@@ -186,10 +187,14 @@ async def test_chat_answers_the_turns_waiting_in_its_inbox(tools: dict[str, Any]
     host = Thread()
     run = await run_agent(ChatAgent, ChatState(), tools=tools, host=host, model={
         "respond": ["Hi!", ToolCallRequest(name="search_docs", arguments={"query": "login"}),
-                    "Reset your password."]})
-    assert run.path == ["START", "listen", "respond", "listen", "respond", "listen"]
-    assert host.replies == {1: "Hi!", 2: "Reset your password."}
-    assert isinstance(run.state, ChatState) and run.state.turns == 2
+                    "Reset your password.", *[ToolCallRequest(
+                        name="search_docs", arguments={"query": "more"})] * 3]})
+    assert run.path == ["START", *["listen", "respond"] * 3, "listen"]
+    # (text, whether a model wrote it): the update returns a model's reply by its ref (in
+    # its call's recorded result), and the text the workflow wrote itself whole.
+    assert host.replies == {1: ("Hi!", True), 2: ("Reset your password.", True),
+                            3: ("Sorry, I could not finish looking that up.", False)}
+    assert isinstance(run.state, ChatState) and run.state.turns == 3
     with pytest.raises(Stuck):  # an empty inbox: the node would wait for a user
         await run_node(ChatAgent, "listen", run.state, host=host)
 

@@ -17,6 +17,7 @@ from tower.contract.decisions import (
     canonical_bytes,
     legacy_proposal_digest,
     proposal_digest,
+    signed_digest,
 )
 from tower.contract.pending import EditLimit
 
@@ -100,8 +101,6 @@ def test_a_value_no_other_language_can_digest_is_refused_by_name(value: Any) -> 
 
 
 def test_a_client_signs_the_legacy_digest_only_for_a_run_that_judges_by_it() -> None:
-    from tower.client._decisions import signed_digest
-
     shown = record()
     assert signed_digest(shown, None) == proposal_digest(shown)
     # A run recorded before RFC 8785 reports the old form's digest of this very request.

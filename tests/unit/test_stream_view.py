@@ -7,8 +7,9 @@ from __future__ import annotations
 import io
 import json
 
-from tower.cli.streaming import MODEL_KINDS, LiveText
+from tower.cli.streaming import MODEL_KINDS, RUN_KINDS, LiveText, custom_line
 from tower.contract.stream import (
+    CUSTOM,
     DELTA,
     DISCARD,
     MODEL_FINISHED,
@@ -90,3 +91,21 @@ def test_the_fold_says_retrying_when_an_attempt_is_lost_and_shows_the_final_text
     assert reply.discarded == ["a"] and reply.state == "streaming"  # an old attempt: no change
     reply.take(StreamEvent(MODEL_FINISHED, {"attempt": "b"}, offset=10))
     assert reply.as_json() == {"text": "The whole reply.", "state": "finished", "reason": ""}
+
+
+def test_a_nodes_own_event_is_one_inert_line_in_a_pipe_and_on_a_terminal() -> None:
+    hostile = StreamEvent(CUSTOM, {"node": "lookup", "label": "progress\x1b[2J",
+                                   "data": {"note": "[red]$5[/red]\r\x1b[1A", "n": 1}},
+                          offset=1)
+    line = custom_line(hostile)
+    assert line == ('· lookup · progress\\x1b[2J {"n": 1, "note": '
+                    '"[red]$5[/red]\\\\r\\\\u001b[1A"}')
+    assert not any(ord(ch) < 32 for ch in line)
+    pipe = io.StringIO()
+    LiveText(pipe, "run-1", as_json=False, kinds=RUN_KINDS).take(hostile)
+    assert pipe.getvalue() == line + "\n"
+    terminal = Terminal()
+    view = LiveText(terminal, "run-1", as_json=False, kinds=RUN_KINDS)
+    view.take(hostile)
+    view.close()
+    assert "[red]$5[/red]" in terminal.getvalue() and "\x1b[2J" not in terminal.getvalue()

@@ -23,10 +23,9 @@ from typing import Any
 from temporalio import activity
 
 from tower.activities.trust import TrustError, tenant_dir, trust_dir
-from tower.contract.trust import AttestClaims, AttestRequest
+from tower.contract.trust import ATTEST_ACTIVITY, AttestClaims, AttestRequest
 from tower.core.signing import ATTEST_TYPE, sign
 
-ATTEST_ACTIVITY = "tower_attest"
 WORKER_KEY_FILE = "worker.jwk"
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from tower import Message
 from tower.activities.stores import entry_missing, is_url, store_unavailable
 from tower.activities.wal import wal
 from tower.contract.stream import stream_name
-from tower.contract.wire import MessageRef, WindowRef
+from tower.contract.wire import MessageRef, WindowRef, message_ref
 from tower.core import window
 
 SCHEMA = """
@@ -41,12 +41,7 @@ SETTING = "TOWER_MESSAGES"
 CHUNK = 500  # refs per query: under SQLite's variable limit
 
 
-def ref_of(message: Message) -> MessageRef:
-    digest = hashlib.sha256(
-        f"{message.role}\x00{message.name or ''}\x00{message.content}".encode()).hexdigest()
-    # 128 bits: collision-free for any realistic store, and half the bytes in the history.
-    return MessageRef(ref=digest[:32], role=message.role, name=message.name,
-                      chars=len(message.content))
+ref_of = message_ref  # (its name here before the contract had it)
 
 
 def pruned_stub(ref: MessageRef) -> Message:
@@ -147,6 +142,12 @@ class MessageStore:
                                f"WHERE ref IN ({','.join('?' * len(chunk))})", chunk)
             found.update({row[0]: Message(role=row[1], name=row[2], content=row[3])
                           for row in rows})
+        # Every string is hostile, a shared store's rows too: a row whose content is not
+        # what its ref hashes is not that message (the store lacks it: retried, never used).
+        wrong = [ref for ref, m in found.items() if ref_of(m).ref != ref]
+        if wrong:
+            raise entry_missing(str(self), f"message {wrong[0]} (its stored content does "
+                                "not match its digest)", SETTING)
         missing = [r for r in wanted if r not in found]
         if missing:
             raise entry_missing(str(self), f"message {missing[0]} ({len(missing)} missing)",
@@ -164,6 +165,9 @@ class MessageStore:
         rows = self._query(f"SELECT refs FROM {self.WINDOWS} WHERE ref = ?", (window.ref,))
         if not rows:
             raise entry_missing(str(self), f"window {window.ref}", SETTING)
+        if _digest(rows[0][0]) != window.ref:
+            raise entry_missing(str(self), f"window {window.ref} (its stored list does not "
+                                "match its digest)", SETTING)
         body = json.loads(rows[0][0])
         summary = MessageRef.model_validate(body["summary"]) if body["summary"] else None
         return summary, [MessageRef.model_validate(r) for r in body["context"]]
@@ -199,5 +203,9 @@ def _window_row(summary: MessageRef | None, context: Sequence[MessageRef],
     refs = [*([summary] if summary else []), *context]
     body = json.dumps({"summary": summary.model_dump() if summary else None,
                        "context": [r.model_dump() for r in context]}, sort_keys=True)
-    ref = hashlib.sha256(body.encode()).hexdigest()[:32]
+    ref = _digest(body)
     return WindowRef(ref=ref, messages=len(refs), tokens=window.estimate_tokens(refs)), ref, body
+
+
+def _digest(body: str) -> str:
+    return hashlib.sha256(body.encode()).hexdigest()[:32]

@@ -30,7 +30,7 @@ from tower.cli.output import json_mode, json_option, print_json, tenant_option
 from tower.cli.streaming import LiveText, StreamPump
 from tower.client import connect, failure_of, has_workers, stream, update_while_open
 from tower.client._stream import folded
-from tower.client.errors import RunClosed
+from tower.client.errors import ReplyMissing, RunClosed
 from tower.contract.render import escape
 from tower.contract.stream import FINISHED, MODEL_FINISHED, RETRYING, STREAMING, stream_name
 
@@ -89,8 +89,9 @@ async def chat(thread: str | None, given: list[str], close: bool, timeout: float
         view = LiveText(sys.stdout, handle.id, json_mode(), render=lambda t: f"… {t}")
         pump = await StreamPump(client, handle.id, view, store).start(after=offset)
         try:
+            # (A reply recorded once comes back as a ref: resolved, checked, with client.)
             reply = await update_while_open(handle, agent.send, kinds.UserMessage(text=text),
-                                            timeout=timeout)
+                                            timeout=timeout, client=client)
         except RunClosed as exc:  # it ended while the message waited: how and why
             raise CliError(f"thread {exc}") from None
         except WorkflowUpdateFailedError as exc:  # the validator's reason; nothing recorded
@@ -104,10 +105,12 @@ async def chat(thread: str | None, given: list[str], close: bool, timeout: float
         except TimeoutError:
             raise CliError(f"no reply from {handle.id} in {timeout:g} s; is a worker "
                            "running (`python worker.py`)?") from None
+        except ReplyMissing as exc:  # answered, but this host cannot read the answer
+            raise CliError(str(exc)) from None
         finally:
             await pump.stop()
             offset = view.offset
-        emit({"event": "reply", **reply.model_dump()}, reply_line(reply))
+        emit({"event": "reply", **reply.model_dump(exclude={"reply_ref"})}, reply_line(reply))
     if close:
         # With --json the thread's last events print too, up to its run_end.
         last = None if not json_mode() else await StreamPump(
@@ -204,7 +207,8 @@ async def messages(given: Iterable[str], interactive: bool) -> AsyncIterator[str
 
 
 def reply_line(reply: Any) -> str:
-    return f"[turn {reply.turn}, step {reply.step}] {reply.reply}"
+    # A model's text is hostile: shown whole, on one line, every control character inert.
+    return f"[turn {reply.turn}, step {reply.step}] {escape(reply.reply)[0]}"
 
 
 def emit(event: dict[str, Any], text: str, err: bool = False) -> None:

@@ -51,7 +51,7 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
     from tower.cli.live import watch
     from tower.cli.ui import run_link
     from tower.client import connect, connect_config, has_workers, start_run
-    from tower.temporal._gating import Gatekeeper
+    from tower.temporal._runtime import AgentWorkflow
 
     agent = agent_class(agent_name)
     request = parse_input(agent, raw_input)
@@ -85,7 +85,7 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
     progress = await watch(handle, as_json=as_json, stop_when_idle=True, client=client)
     status = progress.status
     state = await final_state(client, handle, progress)
-    approvals = (await handle.query(Gatekeeper.query_approvals)
+    approvals = (await handle.query(AgentWorkflow.query_approvals)
                  if status == "AWAITING_APPROVAL" else {})
     if as_json:
         print_json({"event": "end", "run": run_id, "status": status, "step": progress.step,

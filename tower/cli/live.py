@@ -102,6 +102,14 @@ class _Screen:
         else:
             self.out.write(self.show(t) + "\n")
 
+    def line(self, text: str) -> None:
+        """A line of its own (a node's event), above the progress line on a terminal."""
+        if self.live is not None:
+            self.live.console.print(self._text(text))
+        else:
+            self.out.write(text + "\n")
+            self.out.flush()
+
     def progress(self, line: str, *, last: bool) -> None:
         self._line = line
         if self.live is not None:
@@ -141,7 +149,8 @@ async def watch(
 
         pump = await StreamPump(client, handle.id, LiveText(
             screen.out, handle.id, as_json, kinds=RUN_KINDS,
-            on_text=screen.reply if screen.live is not None else None)).start()
+            on_text=screen.reply if screen.live is not None else None,
+            on_line=screen.line)).start()
     try:
         info = await describe_run(handle)
         progress = Progress(run=handle.id, started=info.start_time, seen=skip)

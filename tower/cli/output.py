@@ -87,10 +87,7 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, empty: str =
     from rich.table import Table
     from rich.text import Text
 
-    from tower.contract.render import escape
-
-    def inert(text: str) -> str:
-        return escape(text)[0]
+    from tower.contract.render import inert
 
     tty = sys.stdout.isatty()
     grid = Table(box=box.SIMPLE_HEAD if tty else None, show_edge=False, pad_edge=False,

@@ -17,12 +17,7 @@ import click
 
 from tower.cli.errors import CliError
 from tower.contract.decisions import GateRecord, canonical_proposal, proposal_digest
-from tower.contract.render import Rendered, escape, render_proposal
-
-
-def inert(text: object) -> str:
-    """Any other text a run chose (its id, its agent's name) as one inert line."""
-    return escape(str(text))[0]
+from tower.contract.render import Rendered, inert, render_proposal
 
 
 def print_pending(row: dict[str, Any]) -> None:

@@ -32,12 +32,23 @@ from tower.contract.stream import (
 
 # What `tower run` adds to its transition lines (which it prints already).
 MODEL_KINDS = frozenset({MODEL_STARTED, DELTA, MODEL_FINISHED, DISCARD})
-# ... and, with --json, the nodes' own events (``ctx.emit``).
+# ... and the nodes' own events (``ctx.emit``): a line each, or a JSON line with --json.
 RUN_KINDS = MODEL_KINDS | {CUSTOM}
 
 
 def event_json(run: str, event: StreamEvent) -> dict[str, Any]:
     return {"event": event.kind, "run": run, **event.as_json()}
+
+
+def custom_line(event: StreamEvent) -> str:
+    """A node's own event as one inert line: ``· node · label {data}`` (its text is the
+    run's: escaped, never markup)."""
+    from tower.contract.render import escape
+
+    fields = event.data
+    data = json.dumps(fields.get("data", {}), ensure_ascii=False, sort_keys=True)
+    text = f"· {fields.get('node', '?')} · {fields.get('label', '?')} {data}"
+    return escape(text)[0]
 
 
 class LiveText:
@@ -47,10 +58,12 @@ class LiveText:
     def __init__(self, out: TextIO, run: str, as_json: bool,
                  render: Callable[[str], str] | None = None,
                  kinds: Collection[str] | None = None,
-                 on_text: Callable[[str], None] | None = None) -> None:
+                 on_text: Callable[[str], None] | None = None,
+                 on_line: Callable[[str], None] | None = None) -> None:
         self.out, self.run, self.as_json, self.kinds = out, run, as_json, kinds
         self.render = render or (lambda text: text)
         self.on_text = on_text  # another display shows the text (`tower run`'s progress)
+        self.on_line = on_line  # ... and prints a node's own events (``custom_line``)
         self.reply = Reply()
         self.offset = 0
         self.live: Any = None
@@ -70,6 +83,8 @@ class LiveText:
         if self.as_json:
             self.out.write(json.dumps(event_json(self.run, event)) + "\n")
             self.out.flush()
+        elif event.kind == CUSTOM:
+            self.line(custom_line(event))
         elif changed:
             if self.on_text is not None:
                 self.on_text(self.shown())
@@ -83,6 +98,18 @@ class LiveText:
             reason = escape(self.reply.reason)[0]  # an error's text: one inert line
             return f"retrying: {reason}" if reason else "retrying"
         return self.reply.text
+
+    def line(self, text: str) -> None:
+        """A line of its own, above the reply forming (``on_line``: another display's)."""
+        if self.on_line is not None:
+            self.on_line(text)
+        elif self.live is not None:
+            from rich.text import Text
+
+            self.live.console.print(Text(text))
+        else:
+            self.out.write(text + "\n")
+            self.out.flush()
 
     def redraw(self) -> None:
         if self.live is not None:

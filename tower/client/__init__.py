@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from tower.client._pending import Deployment, NotGenuine, Waiting, pending, pending_of
     from tower.client._recovery import Retried, retry
     from tower.client._replay import load, replay
+    from tower.client._replies import reply_text, resolved
     from tower.client._runs import (
         describe,
         failure_of,
@@ -49,7 +50,13 @@ if TYPE_CHECKING:
         connect_config,
         use_tenant,
     )
-    from tower.client.errors import ClientError, DecisionRefused, RunClosed, RunNotFound
+    from tower.client.errors import (
+        ClientError,
+        DecisionRefused,
+        ReplyMissing,
+        RunClosed,
+        RunNotFound,
+    )
     from tower.contract.decisions import Verdict
     from tower.contract.search import start_attributes
     from tower.contract.stream import Reply
@@ -68,6 +75,9 @@ _LAZY = {
     "DecisionRefused": "tower.client.errors",
     "RunClosed": "tower.client.errors",
     "RunNotFound": "tower.client.errors",
+    "ReplyMissing": "tower.client.errors",
+    "reply_text": "tower.client._replies",
+    "resolved": "tower.client._replies",
     "describe": "tower.client._runs",
     "failure_of": "tower.client._runs",
     "has_workers": "tower.client._runs",
@@ -99,11 +109,12 @@ _LAZY = {
 
 __all__ = [
     "ClientError", "DEFAULT_ADDRESS", "DecisionRefused", "Deployment", "NotGenuine", "Position",
-    "Reply", "Retried", "RunClosed", "RunEnd", "RunNotFound", "ServerUnreachable", "TASK_QUEUE",
-    "UnknownTenant", "Verdict", "Waiting", "check_tenant", "connect", "connect_config", "decide",
-    "describe", "failure_of", "follow", "has_workers", "history_end", "last_request", "load",
-    "pending", "pending_of", "query", "reason_of", "replay", "retry", "send_decision",
-    "start_attributes", "start_run", "stream", "update_while_open", "use_tenant",
+    "Reply", "ReplyMissing", "Retried", "RunClosed", "RunEnd", "RunNotFound",
+    "ServerUnreachable", "TASK_QUEUE", "UnknownTenant", "Verdict", "Waiting", "check_tenant",
+    "connect", "connect_config", "decide", "describe", "failure_of", "follow", "has_workers",
+    "history_end", "last_request", "load", "pending", "pending_of", "query", "reason_of",
+    "replay", "reply_text", "resolved", "retry", "send_decision", "start_attributes",
+    "start_run", "stream", "update_while_open", "use_tenant",
 ]
 
 

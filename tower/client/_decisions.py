@@ -1,5 +1,5 @@
 """Decisions from a client: sign one with the approver's own key and send it to the run as
-its ``decide`` update (``Gatekeeper.decide``), which answers with the outcome the run
+its ``decide`` update (``AgentWorkflow.decide``), which answers with the outcome the run
 reported — or refuses it, and then nothing changed.
 
 A decision is a JWS made with ``<config>/keys/<NAME>.jwk`` (``tower keys new NAME``,
@@ -30,16 +30,12 @@ from temporalio.service import RPCError, RPCStatusCode
 from tower.client._runs import describe, query
 from tower.client.errors import ClientError, DecisionRefused, RunNotFound
 from tower.client.keys import check_name, sign_decision
-from tower.contract.decisions import (
-    GateRecord,
-    Verdict,
-    legacy_proposal_digest,
-    proposal_digest,
-)
+from tower.contract.decisions import GateRecord, Verdict, proposal_digest, signed_digest
 from tower.contract.refusals import RefusalCode
 from tower.core.gates import Outcome
 from tower.core.signing import decision_claims
-from tower.temporal._gating import UNKNOWN_KEY, Gatekeeper
+from tower.temporal._gate import UNKNOWN_KEY
+from tower.temporal._runtime import AgentWorkflow
 
 
 class NotConfirmed(ClientError):
@@ -78,15 +74,16 @@ async def decide(
     role = role or request.role
     decision_id = decision_id or f"d-{uuid.uuid4().hex[:12]}"
     # Signed for exactly what is shown here: this run id, this step, this proposal.
+    digest = signed_digest(request, approvals.get("proposal_digest"))
     payload, how = make_decision(
         tenant=client.namespace, run=run, pending=request, verdict=verdict, approver=approver,
         role=role, note=note, edits=edits, decision_id=decision_id, unsigned=unsigned,
-        config=config, digest=signed_digest(request, approvals.get("proposal_digest")))
+        config=config, digest=digest)
     if say:
         say(f"decision {decision_id}: {verdict.value} gate {request.gate} of {run} by "
             f"{approver} ({role}), {how}")
         say(f"  for the request at step {request.step} of run id {request.run_id}, proposal "
-            f"{proposal_digest(request)}")
+            f"{digest}")
     if use_signal:
         await handle.signal("decision", payload)  # the gate's dynamic signal: no method
         if say:
@@ -102,7 +99,7 @@ async def decide(
     # re-read now, wait for that, and send once more.
     await handle.signal("refresh_trust")
     async with asyncio.timeout(30):
-        while (await query(client, handle, Gatekeeper.query_approvals)).get(
+        while (await query(client, handle, AgentWorkflow.query_approvals)).get(
                 "refreshed_at") == approvals.get("refreshed_at"):
             await asyncio.sleep(0.2)
     return await send_decision(client, run, payload)
@@ -144,7 +141,7 @@ async def _approvals(client: Client, run: str, *, say: Callable[[str], None] | N
             state = await client.get_workflow_handle(run, result_type=dict).result()
             last = "; " + last_request({"records": state.get("approvals", [])})
         raise ClientError(f"run {run!r} is closed ({status}): nothing to decide{last}")
-    result: dict[str, Any] = await query(client, handle, Gatekeeper.query_approvals,
+    result: dict[str, Any] = await query(client, handle, AgentWorkflow.query_approvals,
                                          takeover=takeover, say=say)
     return result
 
@@ -159,15 +156,6 @@ def last_request(approvals: dict[str, Any]) -> str:
     who = f" by {decided.get('approver')}" if decided else ""
     when = f" (expired at {r['expires_at']})" if r["status"] == "expired" else ""
     return f"its last request, gate {r['gate']}, was {r['status']}{who}{when}"
-
-
-def signed_digest(request: GateRecord, reported: Any) -> str:
-    """The digest to sign for ``request``: RFC 8785's (``proposal_digest``). A run recorded
-    before it judges by the legacy form and reports so (``reported``, its ``approvals``
-    query): that one, only when it is the legacy digest of this very request."""
-    if isinstance(reported, str) and reported == legacy_proposal_digest(request):
-        return reported
-    return proposal_digest(request)
 
 
 def make_decision(
@@ -209,7 +197,7 @@ async def submit_decision(handle: WorkflowHandle[Any, Any], message: dict[str, A
     resent = 0
     while True:
         try:
-            return await handle.execute_update(Gatekeeper.decide, message)
+            return await handle.execute_update(AgentWorkflow.decide, message)
         except RPCError as exc:
             if resent == RESENDS or not aborted_with_its_task(exc):
                 raise

@@ -2,7 +2,7 @@
 read how a closed run ended and why.
 
 Queries and updates are named by method reference (``MachineRun.query_status``,
-``Gatekeeper.decide``), so their names and result types come from the workflow code.
+``AgentWorkflow.decide``), so their names and result types come from the workflow code.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowHistory,
+    WorkflowUpdateStage,
 )
 from temporalio.converter import DataConverter
 from temporalio.exceptions import (
@@ -182,11 +183,17 @@ async def hand_over(client: Client, run: str) -> None:
 
 
 async def update_while_open(handle: WorkflowHandle[Any, Any], update: Any, *args: Any,
-                            timeout: float, poll_seconds: float = 0.5) -> Any:
+                            timeout: float, poll_seconds: float = 0.5,
+                            client: Client | None = None) -> Any:
     """Send ``update`` (a method reference, e.g. ``ChatAgent.send``) with ``args`` and wait
     for its result — but not past the run's end: RunClosed (how and why) as soon as the
-    run closes, TimeoutError after ``timeout`` seconds."""
-    sent = asyncio.ensure_future(handle.execute_update(update, args=list(args)))
+    run closes, TimeoutError after ``timeout`` seconds.
+
+    A result that is a ``StoredReply`` carrying only ``reply_ref`` (a reply recorded once)
+    comes back with ``reply`` filled in, given ``client`` (the handle's): from the message
+    store, else from the run's history, checked against the ref (ReplyMissing if neither
+    has it)."""
+    sent = asyncio.ensure_future(_send(handle, update, list(args), client))
     watch = asyncio.ensure_future(_until_closed(handle, poll_seconds))
     try:
         done, _ = await asyncio.wait({sent, watch}, timeout=timeout,
@@ -206,6 +213,19 @@ async def update_while_open(handle: WorkflowHandle[Any, Any], update: Any, *args
     finally:
         for task in (sent, watch):
             task.cancel()
+
+
+async def _send(handle: WorkflowHandle[Any, Any], update: Any, args: list[Any],
+                client: Client | None) -> Any:
+    sent = await handle.start_update(update, args=args,
+                                     wait_for_stage=WorkflowUpdateStage.COMPLETED)
+    result = await sent.result()
+    if client is None:
+        return result
+    from tower.client._replies import resolved
+
+    # The run that answered (a thread may continue-as-new right after): its history.
+    return await resolved(client, handle.id, sent.workflow_run_id, result)
 
 
 async def _until_closed(handle: WorkflowHandle[Any, Any], poll_seconds: float

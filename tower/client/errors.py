@@ -40,3 +40,9 @@ class RunClosed(ClientError):
     def __init__(self, run: str, status: str, reason: str | None) -> None:
         super().__init__(f"run {run!r} ended {status}" + (f": {reason}" if reason else ""))
         self.run, self.status, self.reason = run, status, reason
+
+
+class ReplyMissing(ClientError):
+    """A reply recorded once (an update's ``reply_ref``) is neither in the message store
+    this client can read nor in the run's history (whose text would hash to the ref).
+    Worth asking again: another worker may store it yet, or a fixed setting reach it."""

@@ -151,3 +151,13 @@ def legacy_proposal_digest(record: GateRecord) -> str:
     """The digest as runs recorded before RFC 8785 computed it (Python's sorted JSON, which
     prints ``1.0``): only those runs use it, so their histories replay as recorded."""
     return legacy_digest_of(canonical_proposal(record))
+
+
+def signed_digest(record: GateRecord, reported: Any) -> str:
+    """The digest a decision on ``record`` names, as every signer (client, CLI, inbox)
+    chooses it: RFC 8785's (``proposal_digest``). A run recorded before it judges by the
+    legacy form and reports so (``reported``, its ``approvals`` query's
+    ``proposal_digest``): that one, only when it is the legacy digest of this very record."""
+    if isinstance(reported, str) and reported == legacy_proposal_digest(record):
+        return reported
+    return proposal_digest(record)

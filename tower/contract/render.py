@@ -73,6 +73,12 @@ def escape(text: str, *, multiline: bool = False) -> tuple[str, bool]:
     return "".join(out), hidden
 
 
+def inert(text: object) -> str:
+    """Any other text a run chose (its id, its agent's name, a table cell) as one inert
+    line: ``escape`` of it, without the flag."""
+    return escape(str(text))[0]
+
+
 _ESCAPE = re.compile(r"\\(\\|n|r|t|x[0-9a-f]{2})|⟨U\+([0-9A-F]{4,6})⟩")
 
 

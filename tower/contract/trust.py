@@ -155,6 +155,9 @@ class EventClaims(Signed):
     event: dict[str, Any]
 
 
+ATTEST_ACTIVITY = "tower_attest"  # the activity a gate asks (tower/activities/attest.py)
+
+
 class AttestRequest(BaseModel):
     """What a run asks its worker to vouch for when a gate opens (``tower_attest``); the
     worker adds what it knows itself: the workflow id, type and task queue."""

@@ -5,6 +5,7 @@ Activity inputs carry what one call needs, never the whole state.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,6 +30,30 @@ class MessageRef(BaseModel):
     # Loaded as a one-line stub instead of its content: a large tool payload that a
     # context reduction dropped from the model's view (the content stays in the store).
     pruned: bool = False
+
+
+def message_ref(message: Message) -> MessageRef:
+    """The ref of ``message``: the hash of its role, name and content (so the same message
+    is stored once, and whoever resolves a ref can check what it got)."""
+    digest = hashlib.sha256(
+        f"{message.role}\x00{message.name or ''}\x00{message.content}".encode()).hexdigest()
+    # 128 bits: collision-free for any realistic store, and half the bytes in the history.
+    return MessageRef(ref=digest[:32], role=message.role, name=message.name,
+                      chars=len(message.content))
+
+
+class StoredReply(BaseModel):
+    """An update's result that returns a model's reply, recorded once in the run's history.
+
+    ``reply`` is the text; or, on runs that keep the text only where the model call's
+    result already recorded it (``tower.temporal.stored_reply``), it is empty and
+    ``reply_ref`` names the text (kept in the message store too).
+    ``tower.client.update_while_open`` fills ``reply`` back in — from the message store,
+    else from the run's own history — each checked against the ref's digest.
+    """
+
+    reply: str = ""
+    reply_ref: MessageRef | None = None
 
 
 class WindowRef(BaseModel):

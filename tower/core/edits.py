@@ -35,7 +35,7 @@ def check_edits(gate: Gate, state: AgentState, d: Decision, *,
     the planned state (the request is pending: nothing edited yet). In order: editable
     fields only, values of the fields' types, the request's recorded ``limits``, then the
     gate's own ``check_edits(planned, edits)``. ``legacy``: a request opened before
-    this order (``PLANNED_EDITS_PATCH``, tower/temporal/_gating.py) handed the rule the
+    this order (``PLANNED_EDITS_PATCH``, tower/temporal/_gate.py) handed the rule the
     edited state and had no limits enforced; it replays as it ran."""
     if not d.edits:
         return None

@@ -2,8 +2,9 @@
 
 At start a run loads its tenant's roster (who may decide or send events, with their
 public keys) and policy (limits, unsigned mode) with the ``load_trust`` activity, and
-refuses an input that tries to set either. Gated agents (``Gatekeeper``) and
-event-driven agents (``EventWorkflow``) both admit their input this way.
+refuses an input that tries to set either. Gated agents (``AgentWorkflow``) and
+event-driven agents (``EventWorkflow``) both admit their input this way; a gate re-reads
+them while it waits (tower/temporal/_gate.py).
 """
 
 from __future__ import annotations

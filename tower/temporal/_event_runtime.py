@@ -44,7 +44,6 @@ from tower.core.events import Event, Rejection, apply_event
 from tower.core.graph import TERMINALS
 from tower.core.signing import SignatureRefused, verify_event
 from tower.core.state import AgentState, S, Usage
-from tower.temporal._admission import Admission
 from tower.temporal._context import TemporalContext
 from tower.temporal._machine_run import MachineRun, event_id
 from tower.temporal._refusals import TaskBudget
@@ -77,7 +76,7 @@ class EventDriven:
         run._inbox.clear()
 
 
-class EventWorkflow(MachineRun, Admission):
+class EventWorkflow(MachineRun):
     """Base of event-driven agents. Subclasses set ``Input`` and ``EventModel`` (a pydantic
     model with a ``step: int`` field), are decorated ``@agent(GRAPH)`` and may override
     ``on_event``."""
@@ -91,7 +90,6 @@ class EventWorkflow(MachineRun, Admission):
 
     def __init__(self) -> None:
         super().__init__()
-        self._init_trust()  # ``admit`` loads the roster that says who may send events
         self._inbox: list[tuple[Any, str, list[str]]] = []  # (raw event, source, calls)
         self._accepted: set[str] = set()
         self._rejected: deque[Rejection] = deque(maxlen=REJECTED_KEEP)

@@ -5,7 +5,7 @@ tower/temporal/_refusals.py). A decision signal is judged at once while this wor
 signature budget lasts; past it, it is *held*, undecoded and in order, and judged in the
 tasks that follow. One signed by a key the run's roster snapshot does not know yet (added
 since the run read the roster, or forged) is kept until the run has re-read its roster
-(``Gatekeeper._refresh``), then judged again with the held ones, as far as the budget goes.
+(``GateRuntime._refresh``), then judged again with the held ones, as far as the budget goes.
 
 Bounds, against a sender who may send anything: a run takes at most MAX_SIGNALS_PER_RUN
 signals; at most UNKNOWN_KEEP decisions wait for a re-read, each kept as its token alone
@@ -16,19 +16,20 @@ that came before it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
 from temporalio.common import RawValue
 
-from tower.contract.decisions import Decision
 from tower.contract.refusals import RefusalCode
-from tower.core.gates import Check, pending_record
-from tower.core.state import AgentState
-from tower.temporal._refusals import AuditTrail, TaskBudget, decoded
+from tower.core.gates import pending_record
+from tower.temporal._refusals import TaskBudget, decoded
+
+if TYPE_CHECKING:
+    from tower.temporal._gate import GateRuntime
 
 VERIFY_PER_TASK = 50  # signature checks per workflow task (refusals.TaskBudget)
 UNVERIFIED = (f"refused unverified: more than {VERIFY_PER_TASK} decisions arrived in one "
@@ -58,64 +59,58 @@ class AfterRead:
 
 
 class Intake:
-    """The signal half of ``Gatekeeper``: ``on_signal`` and the decisions it holds."""
+    """A gate's signals: ``take`` each one, and the decisions held for later tasks."""
 
-    _state: AgentState | None
-    _in_flight: Decision | None
-    _refresh_asked: bool
-    _audit: AuditTrail
-    _judge: Callable[..., tuple[Decision | None, Check]]  # Gatekeeper._judge
-
-    def _init_intake(self) -> None:
+    def __init__(self, gate: GateRuntime) -> None:
+        self._gate = gate  # whose judge, audit trail and in-flight decision these are
         self._unknown_key: Any = None  # runs recorded before UNKNOWN_PATCH: the one kept
         # Signalled decisions under unknown key ids, oldest first, each with the number of
-        # roster reads begun before it came (``_reads_begun``): it waits for a later one.
-        self._unknown: deque[tuple[int, dict[str, Any]]] = deque()
-        self._reads_begun = 0  # roster re-reads this run began (Gatekeeper._refresh)
+        # roster reads begun before it came (``reads_begun``): it waits for a later one.
+        self.unknown: deque[tuple[int, dict[str, Any]]] = deque()
+        self.reads_begun = 0  # roster re-reads this run began (GateRuntime._refresh)
         # Signature checks per task of signals (and of what a roster refresh judges again).
-        self._verify_budget = TaskBudget(VERIFY_PER_TASK)
+        self.verify_budget = TaskBudget(VERIFY_PER_TASK)
         # Signalled decisions past a task's verify budget, judged in the next tasks
-        # (_take_held), and ahead of them those that waited for a roster read.
-        self._held: deque[Sequence[RawValue] | AfterRead] = deque()
-        self._signals_taken = 0  # by this run (the server caps it: refusals.py)
+        # (take_held), and ahead of them those that waited for a roster read.
+        self.held: deque[Sequence[RawValue] | AfterRead] = deque()
+        self.signals_taken = 0  # by this run (the server caps it: refusals.py)
 
-    @workflow.signal(dynamic=True)
-    def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
-        """Every signal, taken raw. Anyone may send any signal with any inputs; a typed
-        handler would drop an input it cannot decode (only a log line says so) and fail the
-        workflow task on a wrong number of inputs, again on every retry: the run would
-        stall. Here each is judged or refused into the audit trail, decoded only if needed.
+    def take(self, name: str, args: Sequence[RawValue]) -> None:
+        """Every signal, taken raw (the run's dynamic handler): a typed handler would drop an
+        input it cannot decode and fail the workflow task, on every retry, on a wrong number
+        of inputs. Here each is judged or refused into the audit trail, decoded if needed.
 
         ``decision``: a decision. ``refresh_trust``: re-read the roster soon (it carries no
         authority: anyone may ask, inputs are ignored). Any other name is refused.
         """
-        self._signals_taken += 1
+        self.signals_taken += 1
         if name == "decision":
             self._signalled_decision(args)
         elif name == "refresh_trust":
-            self._refresh_asked = True
+            self._gate.refresh_asked = True
         else:
-            self._audit.add_raw(workflow.now(), "signal", RefusalCode.UNKNOWN_SIGNAL,
-                                f"unknown signal {name[:80]!r}: nothing changed", args)
+            self._gate.audit.add_raw(workflow.now(), "signal", RefusalCode.UNKNOWN_SIGNAL,
+                                     f"unknown signal {name[:80]!r}: nothing changed", args)
 
     def _signalled_decision(self, args: Sequence[RawValue]) -> None:
         """A decision as a signal. Refused ones change nothing and go to the audit trail.
         Past this task's verify budget (or behind ones held already) it is held, undecoded,
-        and judged in a later task (``_take_held``): a flood delays a genuine decision by a
+        and judged in a later task (``take_held``): a flood delays a genuine decision by a
         few tasks, never refuses it."""
-        if self._state is not None and (self._held or not self._verify_budget.take()):
-            if pending_record(self._state) is not None and workflow.patched(HOLD_PATCH):
-                self._held.append(args)
+        state = self._gate.run._state
+        if state is not None and (self.held or not self.verify_budget.take()):
+            if pending_record(state) is not None and workflow.patched(HOLD_PATCH):
+                self.held.append(args)
             else:  # no request to decide, or recorded before decisions were held
-                self._audit.add_raw(self._verify_budget.task_time, "signal",
-                                    RefusalCode.OVERLOADED, UNVERIFIED, args)
+                self._gate.audit.add_raw(self.verify_budget.task_time, "signal",
+                                         RefusalCode.OVERLOADED, UNVERIFIED, args)
             return
         self._take_decoded(args)
 
-    def _take_held(self) -> None:
+    def take_held(self) -> None:
         """Judge held decisions, oldest first, while this task's verify budget lasts."""
-        while self._held and self._in_flight is None and self._verify_budget.take():
-            held = self._held.popleft()
+        while self.held and self._gate.in_flight is None and self.verify_budget.take():
+            held = self.held.popleft()
             if isinstance(held, AfterRead):
                 self._take_signal(held.message, may_hold=False)
             else:
@@ -124,70 +119,73 @@ class Intake:
     def _take_decoded(self, args: Sequence[RawValue]) -> None:
         raw, problem = decoded(args)
         if raw is None:
-            self._audit.add_raw(workflow.now(), "signal", RefusalCode.MALFORMED, problem, args)
+            self._gate.audit.add_raw(workflow.now(), "signal", RefusalCode.MALFORMED, problem,
+                                     args)
             return
         self._take_signal(raw, may_hold=True)
 
     def _take_signal(self, raw: Any, *, may_hold: bool, budget: TaskBudget | None = None,
                      ) -> None:
-        decision, check = self._judge(raw, budget=budget)
+        gate = self._gate
+        decision, check = gate.judge(raw, budget=budget)
         if may_hold and check.unknown_key:
             # Perhaps a key added since the run's last refresh: judge it again after one.
             if workflow.patched(UNKNOWN_PATCH):
                 self._wait_for_roster(raw, check.reason)
                 return
             if self._unknown_key is None:  # recorded before: one kept, the rest refused
-                self._unknown_key, self._refresh_asked = raw, True
+                self._unknown_key, gate.refresh_asked = raw, True
                 return
         if not check.ok or check.duplicate:
             reason = check.reason or "duplicate of an accepted decision: nothing changed"
-            self._audit.add(workflow.now(), "signal", check.code or RefusalCode.DUPLICATE,
-                            reason, raw)
+            gate.audit.add(workflow.now(), "signal", check.code or RefusalCode.DUPLICATE,
+                           reason, raw)
             return
-        self._in_flight = decision
+        gate.in_flight = decision
 
     def _wait_for_roster(self, raw: Any, reason: str) -> None:
         """Keep a decision under an unknown key id until a roster read begun after it came
-        (``_judge_kept``) and ask for one; refuse it if no request waits for a decision or
+        (``judge_kept``) and ask for one; refuse it if no request waits for a decision or
         UNKNOWN_KEEP wait already (so a flood after it cannot push it out)."""
-        if self._in_flight is not None or pending_record(self._state) is None:
-            self._audit.add(workflow.now(), "signal", RefusalCode.UNKNOWN_KEY, reason, raw)
-        elif len(self._unknown) >= UNKNOWN_KEEP:
-            self._audit.add(workflow.now(), "signal", RefusalCode.UNKNOWN_KEY,
-                            reason + UNKNOWN_FULL, raw)
+        gate = self._gate
+        if gate.in_flight is not None or pending_record(gate.run._state) is None:
+            gate.audit.add(workflow.now(), "signal", RefusalCode.UNKNOWN_KEY, reason, raw)
+        elif len(self.unknown) >= UNKNOWN_KEEP:
+            gate.audit.add(workflow.now(), "signal", RefusalCode.UNKNOWN_KEY,
+                           reason + UNKNOWN_FULL, raw)
         else:  # the token alone: what decides (read_decision reads a token before the rest)
-            self._unknown.append((self._reads_begun, {"token": raw["token"]}))
-            self._refresh_asked = True
+            self.unknown.append((self.reads_begun, {"token": raw["token"]}))
+            gate.refresh_asked = True
 
-    def _judge_kept(self) -> None:
+    def judge_kept(self) -> None:
         """After a roster read: the decisions that waited for it go to the front of the
         held ones, in the order they came, to be judged as the budget allows (those that
         came while it was read wait for the next); a run recorded before judges its one
         kept decision here."""
         read: list[AfterRead] = []
-        while self._unknown and self._unknown[0][0] < self._reads_begun:
-            read.append(AfterRead(self._unknown.popleft()[1]))
-        self._held.extendleft(reversed(read))
+        while self.unknown and self.unknown[0][0] < self.reads_begun:
+            read.append(AfterRead(self.unknown.popleft()[1]))
+        self.held.extendleft(reversed(read))
         raw, self._unknown_key = self._unknown_key, None
-        if raw is not None and self._in_flight is None:
-            self._take_signal(raw, may_hold=False, budget=self._verify_budget)
+        if raw is not None and self._gate.in_flight is None:
+            self._take_signal(raw, may_hold=False, budget=self.verify_budget)
 
-    def _refuse_held(self) -> None:
+    def refuse_held(self) -> None:
         """The request closed (a decision came first, or it expired): refuse what is held."""
-        while self._held:
-            held = self._held.popleft()
+        while self.held:
+            held = self.held.popleft()
             if isinstance(held, AfterRead):  # its key unknown when it came
-                self._audit.add(workflow.now(), "signal", RefusalCode.NOT_JUDGED,
-                                HELD_UNJUDGED, held.message)
+                self._gate.audit.add(workflow.now(), "signal", RefusalCode.NOT_JUDGED,
+                                     HELD_UNJUDGED, held.message)
             else:
-                self._audit.add_raw(workflow.now(), "signal", RefusalCode.NOT_JUDGED,
-                                    HELD_UNJUDGED, held)
-        self._refuse_waiting("the request closed before the roster was read again")
+                self._gate.audit.add_raw(workflow.now(), "signal", RefusalCode.NOT_JUDGED,
+                                         HELD_UNJUDGED, held)
+        self.refuse_waiting("the request closed before the roster was read again")
 
-    def _refuse_waiting(self, why: str) -> None:
+    def refuse_waiting(self, why: str) -> None:
         """Refuse the decisions waiting for a roster read: the request closed, or the read
         failed (after its retries: waiting longer would hold the run from carrying over)."""
-        while self._unknown:
-            self._audit.add(workflow.now(), "signal", RefusalCode.NOT_JUDGED,
-                            f"{UNKNOWN_UNJUDGED}; {why}: nothing "
-                            "changed", self._unknown.popleft()[1])
+        while self.unknown:
+            self._gate.audit.add(workflow.now(), "signal", RefusalCode.NOT_JUDGED,
+                                 f"{UNKNOWN_UNJUDGED}; {why}: nothing "
+                                 "changed", self.unknown.popleft()[1])

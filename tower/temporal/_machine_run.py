@@ -32,6 +32,7 @@ from tower.core.graph import FAILED, TERMINALS, Machine
 from tower.core.pending import pending_view
 from tower.core.state import AgentState
 from tower.temporal import _stream_sink as stream_sink
+from tower.temporal._admission import Admission
 from tower.temporal._outcome import agent_failed
 from tower.temporal._task_time import in_a_task
 
@@ -63,9 +64,10 @@ class Strategy(Protocol):
         """The run reached a terminal: whatever must happen before it ends."""
 
 
-class MachineRun:
+class MachineRun(Admission):
     """Base of every agent workflow. Subclasses set ``machine`` (``@agent`` does) and
-    ``Input``, and call ``run_machine`` with their strategy from ``@workflow.run``."""
+    ``Input``, and call ``run_machine`` with their strategy from ``@workflow.run``; a run
+    that needs its tenant's roster and policy is admitted first (``Admission``)."""
 
     machine: ClassVar[Machine]
     Input: ClassVar[type[BaseModel]]
@@ -91,6 +93,7 @@ class MachineRun:
     carries_state: ClassVar[bool] = True
 
     def __init__(self) -> None:
+        self._init_trust()
         self._start_input: BaseModel | None = None  # as the run was started (_start.py)
         self._carry_in: Carry | None = None  # the carried state the run started with
         self._state: AgentState | None = None
@@ -102,7 +105,7 @@ class MachineRun:
         self._calls: list[CallUsage] = []
         self._pending_memo: dict[str, Any] | None = None
         # (step, proposal digest, token): the worker's attestation of the pending request
-        # (gating.Gatekeeper._attest), published with it in the memo.
+        # (tower/temporal/_gate.py), published with it in the memo.
         self._attested: tuple[int, str, str] | None = None
         # Started with its attributes (search.start_attributes): the end leaves what
         # ExecutionStatus says (DONE, FAILED) to it, unless another attribute changes.
@@ -112,9 +115,8 @@ class MachineRun:
         """The runtime's start (tower/temporal/_start.py), before the agent's run code: take
         the carry, and admit the input when the agent needs a roster and policy."""
         self._carry_in = getattr(request, "carry", None)
-        admission: Any = self  # each agent base is an Admission too (_admission.py)
-        if hasattr(admission, "_admits") and admission._admits():
-            await admission.admit(request, carried=self._carry_in is not None)
+        if self._admits():
+            await self.admit(request, carried=self._carry_in is not None)
 
     def on_start(self, state: AgentState) -> None:
         """Called once the run's first state is known (its start, or the state it carried
@@ -127,7 +129,7 @@ class MachineRun:
         already stands on its node: the run goes on from there, with no new START
         transition. A carry that is not the run's own fails the run at once, and so does a
         gated agent that did not ``admit`` its input (no roster: no decision could count)."""
-        if self.machine.gates and getattr(self, "_trust", None) is None:
+        if self.machine.gates and self._trust is None:
             raise ApplicationError(
                 f"agent {self.machine.name!r} has approval gates but no roster and policy: "
                 "call `await self.admit(request)` before `drive`", type="TrustMissing",
@@ -235,10 +237,20 @@ class MachineRun:
         if (self.publish_every_step or before is None or before.status != state.status
                 or state.node in TERMINALS):
             self.publish(ending=state.node in TERMINALS)
-        workflow.set_current_details(
-            render_details(self.machine, state, transition, workflow.info().workflow_id))
+        self._show_details()
         # To the run's live stream, outside the history (only while not replaying).
         stream_sink.emit_move(before, state, transition, self.stream_updates)
+
+    def _show_details(self) -> None:
+        # The Web UI's current details: the state and its newest move (and its request).
+        workflow.set_current_details(render_details(
+            self.machine, self.current, self._log[-1] if self._log else None,
+            workflow.info().workflow_id))
+
+    def _attest_memo(self, step: int, digest: str, token: str) -> None:
+        """Publish the worker's attestation of the request pending at ``step``."""
+        self._attested = (step, digest, token)
+        self.publish()
 
     @workflow.query(name="state")
     def query_state(self) -> dict[str, Any]:

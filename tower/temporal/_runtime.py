@@ -9,23 +9,24 @@ a new worker resumes from there.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from collections.abc import Sequence
+from typing import Any, ClassVar, cast
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.core.carry import Carry
 from tower.core.engine import advance, node_error
 from tower.core.errors import NodeFailed
-from tower.core.gates import approving_decision
+from tower.core.gates import Outcome, approving_decision
 from tower.core.interpreter import Hold, after_node, next_step
 from tower.core.keys import action_of
 from tower.core.state import S, apply_update, set_engine_fields
 from tower.temporal import _tracing as tracing
 from tower.temporal._context import TemporalContext
-from tower.temporal._gating import Gatekeeper
+from tower.temporal._gate import GateRuntime
 from tower.temporal._machine_run import MachineRun, carry_refused, event_id
-from tower.temporal._refusals import CARRY_AFTER_SIGNALS
 
 
 class NodeDriven:
@@ -45,14 +46,40 @@ class NodeDriven:
         await workflow.wait_condition(workflow.all_handlers_finished)
 
 
-class AgentWorkflow(MachineRun, Gatekeeper):
+class AgentWorkflow(MachineRun):
     """Base of node-driven agents: the loop with the ``NodeDriven`` strategy and approval
-    gates (``Gatekeeper``). A run that fails is a failed workflow execution, recovered by
-    ``tower retry`` (a Temporal reset)."""
+    gates (``GateRuntime``, whose handlers these are). A run that fails is a failed
+    workflow execution, recovered by ``tower retry`` (a Temporal reset)."""
+
+    # Continue-as-new while parked at a gate when Temporal suggests it or the run has taken
+    # CARRY_AFTER_SIGNALS signals (a flood): the agent's ``carry_input`` must rebuild the run
+    # from a Carry.
+    carry_while_parked: ClassVar[bool] = False
 
     def __init__(self) -> None:
         super().__init__()
-        self._init_gates()
+        self._gate = GateRuntime(self)
+
+    # Bare decorator: the update is still named after the method, and temporalio's
+    # async overload types execute_update's result (with name=, mypy sees a coroutine).
+    @workflow.update
+    async def decide(self, raw: dict[str, Any]) -> Outcome:
+        """A decision as an update: answers with the outcome the run reported."""
+        return await self._gate.decide(raw)
+
+    @decide.validator
+    def _validate_decide(self, raw: dict[str, Any]) -> None:
+        self._gate.validate(raw)
+
+    @workflow.signal(dynamic=True)
+    def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """Every signal, taken raw: a decision, ``refresh_trust``, or refused (_intake.py)."""
+        self._gate.intake.take(name, args)
+
+    @workflow.query(name="approvals")
+    def query_approvals(self) -> dict[str, Any]:
+        """The pending request, every request so far, and the refused decisions."""
+        return self._gate.approvals()
 
     async def drive(self, state: S, *, carried: Carry | None = None) -> S:
         """Run the machine from its entry node until DONE (its final state) or FAILED
@@ -82,14 +109,14 @@ class AgentWorkflow(MachineRun, Gatekeeper):
         return super().carry().model_copy(update={"trust": self._trust})
 
     def carry_over_due(self) -> bool:
-        # A gate that returned to carry over after a flood of signals (Gatekeeper) is due.
-        return super().carry_over_due() or self._signals_taken >= CARRY_AFTER_SIGNALS
+        # A gate that returned to carry over after a flood of signals is due.
+        return super().carry_over_due() or self._gate.flooded()
 
     async def _run_node(self) -> None:
         state = self.current
         step = next_step(self.machine, state)
         if isinstance(step, Hold):
-            await self.hold(step.gate, resume=step.resume)
+            await self._gate.hold(step.gate, resume=step.resume)
             return
         node = self.machine.nodes[step.node]
         ctx = TemporalContext(self.machine.name, node, state.step, list(self.models), self,
@@ -108,7 +135,7 @@ class AgentWorkflow(MachineRun, Gatekeeper):
         self._calls += ctx.model_calls
         then = after_node(self.machine, state, node.name, update, ctx.calls)
         if isinstance(then, Hold):
-            await self.hold(then.gate, then.update, then.calls)
+            await self._gate.hold(then.gate, then.update, then.calls)
             return
         self._record(*advance(self.machine, state, node.name, update, at=workflow.now(),
                               event_id=event_id(), calls=ctx.calls))

@@ -38,7 +38,7 @@ from tower.core.errors import InvalidGraph, TowerError
 from tower.core.tools import ToolSpec, register_external
 from tower.effects._guard import OnlyEffectsReconcile
 from tower.temporal._agent import scripts_of
-from tower.temporal._gating import current_run_id
+from tower.temporal._gate_calls import current_run_id
 from tower.temporal._heap import frozen_heap
 from tower.temporal._late_attempt import LateAttemptsEndQuietly
 from tower.temporal._machine_run import continued_from

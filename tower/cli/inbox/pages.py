@@ -26,7 +26,7 @@ from tower.cli.inbox.scope import Scope, not_found, visible_run
 from tower.cli.inbox.signing import shown_request, signed_decision
 from tower.cli.inbox.visibility import UnreadableRequest, waiting_run, waiting_runs
 from tower.client import DecisionRefused, send_decision
-from tower.contract.decisions import GateStatus, proposal_digest
+from tower.contract.decisions import GateStatus
 from tower.contract.pending import PendingView
 from tower.contract.refusals import RefusalCode
 from tower.core.gates import Outcome
@@ -94,7 +94,7 @@ class Inbox:
             request, "run.html", approver, run=run, run_status=status.name, view=view,
             story=story, picture=picture(view.agent, view.node) if view else "",
             amount=money.headline(view.proposal) if view else None,
-            proposal_digest=proposal_digest(shown) if shown else "",
+            proposal_digest=shown[1] if shown else "",
             may_decide=view is not None and view.role in approver.roles and self.signs,
             signs=self.signs, watch_only=WATCH_ONLY,
             web_ui=self._ui_link(run), fingerprint=run_fingerprint(status, view))
@@ -127,13 +127,13 @@ class Inbox:
             form = read_form(posted, view)
             # Signed only for the very request the page showed: same run id, same proposal.
             shown = await shown_request(self.client, run, view)
-            if shown is None or posted.get("proposal") != proposal_digest(shown):
+            if shown is None or posted.get("proposal") != shown[1]:
                 raise FormError("the request changed since this page was shown (or no "
                                 "worker answered): reload the page and decide again")
             assert self.config.issuer is not None  # (self.signs)
             payload = signed_decision(issuer=self.config.issuer, tenant=self.config.tenant,
-                                      run=run, request=shown, approver=approver.name,
-                                      form=form)
+                                      run=run, request=shown[0], digest=shown[1],
+                                      approver=approver.name, form=form)
         except FormError as exc:
             return self.refused(request, approver, 400, f"Refused: {exc}. Nothing was sent.",
                                 **back)

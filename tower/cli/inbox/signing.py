@@ -20,7 +20,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from tower.cli.inbox.forms import DecisionForm, FormError
-from tower.contract.decisions import GateRecord, canonical_proposal, proposal_digest
+from tower.contract.decisions import GateRecord, canonical_proposal, signed_digest
 from tower.contract.pending import PendingView
 from tower.core.signing import decision_claims, sign
 
@@ -28,9 +28,11 @@ LIFETIME_SECONDS = 300  # a decision is sent at once; it need not live long
 QUERY_SECONDS = 5.0
 
 
-async def shown_request(client: Client, run: str, view: PendingView) -> GateRecord | None:
+async def shown_request(client: Client, run: str, view: PendingView
+                        ) -> tuple[GateRecord, str] | None:
     """The run's pending request (its ``approvals`` query) when it is the one ``view``
-    shows: same gate, step, node, role, editable fields and the whole canonical proposal.
+    shows: same gate, step, node, role, editable fields and the whole canonical proposal;
+    with the digest a decision on it names (``signed_digest``: the form the run judges by).
     None when no worker answers or it differs: then nothing is signed."""
     try:
         approvals = await asyncio.wait_for(client.get_workflow_handle(run).query(
@@ -41,17 +43,17 @@ async def shown_request(client: Client, run: str, view: PendingView) -> GateReco
     same = ((record.gate, record.step, record.node, record.role, record.editable)
             == (view.gate, view.step, view.node, view.role, view.editable)
             and canonical_proposal(record) == view.shown)
-    return record if same else None
+    return (record, signed_digest(record, approvals.get("proposal_digest"))) if same else None
 
 
 def signed_decision(*, issuer: Mapping[str, Any], tenant: str, run: str, request: GateRecord,
-                    approver: str, form: DecisionForm) -> dict[str, Any]:
+                    digest: str, approver: str, form: DecisionForm) -> dict[str, Any]:
     """The wire message of the decision ``approver`` made in ``form`` on ``request``: it
-    names the request's run id, step and proposal digest (what the page showed)."""
+    names the request's run id, step and proposal ``digest`` (what the page showed)."""
     try:
         claims = decision_claims(
             tenant=tenant, run=run, run_id=request.run_id, gate=request.gate,
-            request=request.step, proposal=proposal_digest(request),
+            request=request.step, proposal=digest,
             verdict=form.verdict.value, sub=approver, role=request.role, edits=form.edits,
             note=form.note, jti=f"inbox-{uuid.uuid4().hex[:16]}", lifetime=LIFETIME_SECONDS,
             now=time.time())
