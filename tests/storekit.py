@@ -1,11 +1,14 @@
-"""Worker "hosts" that share nothing on disk: each `python worker.py` has its own data
-directory (tools, messages, streams, payloads) and HOME, as a second machine would; and a
-real PostgreSQL for the stores they can share (tests/pgserver.py)."""
+"""Worker "hosts" that share nothing on disk: each `python worker.py` runs in a folder of its
+own holding its own copy of the project's code, with its own data directory (tools,
+messages, streams, payloads), HOME and copy of the deployment's trust directory (as
+docs/production.md has an operator copy it), as a second machine would; and a real
+PostgreSQL for the stores they can share (tests/pgserver.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +19,7 @@ import pytest
 from pgserver import Postgres
 
 REPO = Path(__file__).resolve().parent.parent
+CACHES = shutil.ignore_patterns("__pycache__")
 
 
 @pytest.fixture(scope="module")
@@ -37,15 +41,24 @@ def pg_url(pg_server: Postgres) -> str:
 
 
 class Host:
-    """One worker host: `python worker.py` on ``task_queue`` with its own directory."""
+    """One worker host: `python worker.py` on ``task_queue`` in its own directory."""
 
     def __init__(self, name: str, root: Path, address: str, task_queue: str,
                  **extra: str) -> None:
         self.name, self.dir = name, root / name
+        self.project = self.dir / "project"  # its working directory: its copy of the code
         (self.dir / "home").mkdir(parents=True, exist_ok=True)
+        if not self.project.exists():
+            shutil.copytree(REPO / "workflows", self.project / "workflows", ignore=CACHES)
+            shutil.copytree(REPO / "activities", self.project / "activities", ignore=CACHES)
+            shutil.copy(REPO / "worker.py", self.project)
         base = {k: v for k, v in os.environ.items()
                 if not k.startswith(("OPENAI_", "TEMPORAL_", "TOWER_STORE", "TOWER_MESSAGES",
-                                     "TOWER_STREAMS", "TOWER_PAYLOAD"))}
+                                     "TOWER_STREAMS", "TOWER_PAYLOAD", "TOWER_MODEL"))}
+        trust = os.environ.get("TOWER_TRUST_DIR")
+        if trust:  # the deployment's roster, policy and worker key, copied
+            shutil.copytree(trust, self.dir / "trust", dirs_exist_ok=True)
+            base["TOWER_TRUST_DIR"] = str(self.dir / "trust")
         self.env = {**base, "TEMPORAL_ADDRESS": address, "HOME": str(self.dir / "home"),
                     "TOWER_DB": str(self.dir / "tools.sqlite"),
                     "PYTHONUNBUFFERED": "1", **extra}
@@ -54,12 +67,18 @@ class Host:
         self.argv = [sys.executable, "worker.py", "--task-queue", task_queue]
         self.log = self.dir / "worker.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.pids: list[int] = []  # every process this host ran (a worker's identity: pid@)
 
     async def start(self) -> Host:
+        """Start the host's worker, unless it runs (a second one would be left behind)."""
+        if self.proc is not None and self.proc.poll() is None:
+            return self
         start = self.log.stat().st_size if self.log.exists() else 0
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(self.argv, cwd=REPO, env=self.env, stdout=log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(self.argv, cwd=self.project, env=self.env,
+                                         stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        self.pids.append(self.proc.pid)
         async with asyncio.timeout(120):
             while "worker ready" not in self.text(start):
                 assert self.proc.poll() is None, f"{self.name} exited: {self.text()[-2000:]}"

@@ -12,7 +12,6 @@ discard says why (``reason``) and whether another attempt is coming (``retrying`
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 from temporalio import activity
@@ -21,6 +20,7 @@ from tower.contract.stream import DELTA, DISCARD, MODEL_FINISHED, MODEL_STARTED,
 from tower.contract.stream import stream_name as name_of
 from tower.contract.wire import ModelReply, ModelRequest
 
+from .stream_outage import outage_of
 from .streams import StreamStore, new_key
 
 # Said of an attempt that never said it failed: a new attempt of its call began.
@@ -93,11 +93,6 @@ class AttemptStream:
                            key=f"{self.call}{attempt}/discard")
 
     async def _quietly(self, work: Any) -> None:
-        # The stream is for watching: a store that is down costs the watchers, not the run.
-        try:
-            await asyncio.shield(asyncio.to_thread(work))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            with contextlib.suppress(Exception):
-                activity.logger.warning("stream %s: not published: %s", self.stream, exc)
+        # The stream is for watching: a store that is down costs the watchers, not the run
+        # (said once per outage, not per event: tower/activities/stream_outage.py).
+        await asyncio.shield(asyncio.to_thread(outage_of(self.store).publish, work))

@@ -37,6 +37,9 @@ def user_error(exc: BaseException) -> str | None:
     payload = _in_chain(exc, "PayloadMissing")
     if payload is not None:  # the payload store this process reads lacks a run's payload
         return f"cannot read the run's payloads: {payload}"
+    down = _in_chain(exc, "PayloadStoreUnavailable")
+    if down is not None:  # a payload over the threshold, and its store does not answer
+        return f"{down}; try again when it answers"
     if "temporalio.service" in sys.modules:
         from temporalio.service import RPCError, RPCStatusCode
 

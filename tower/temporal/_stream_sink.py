@@ -16,13 +16,14 @@ worker process's own.
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
+from functools import partial
 from typing import Any
 
 from temporalio import workflow
 
+from tower.activities.stream_outage import outage_of
 from tower.contract.stream import (
     CUSTOM,
     GATE_DECIDED,
@@ -33,8 +34,6 @@ from tower.contract.stream import (
     StreamEvent,
     stream_name,
 )
-
-log = logging.getLogger(__name__)
 
 _SINKS: dict[tuple[str, str], Any] = {}  # (namespace, task queue) -> its StreamStore
 _QUEUE: queue.SimpleQueue[tuple[Any, str, StreamEvent]] = queue.SimpleQueue()
@@ -84,10 +83,8 @@ def _drain() -> None:
         for store, stream, event in batch:
             by_target.setdefault((id(store), stream), (store, []))[1].append(event)
         for (_, stream), (store, events) in by_target.items():
-            try:
-                store.append(stream, events)
-            except Exception as exc:  # noqa: BLE001  (watchers lose events; the run does not)
-                log.warning("stream %s: %d events not published: %s", stream, len(events), exc)
+            # Watchers lose events while the store is down; the run does not (said once).
+            outage_of(store).publish(partial(store.append, stream, events), len(events))
 
 
 def emit_move(before: Any, after: Any, transition: Any, updates: bool = False) -> None:

@@ -46,6 +46,12 @@ class PayloadMissing(RuntimeError):
     """
 
 
+class PayloadStoreUnavailable(RuntimeError):
+    """The payload store did not answer. A worker's task that needed it fails and is asked
+    again (its log says so in one line: tower/temporal/_store_attempts.py); a client says
+    it in one line (tower/cli/errors.py)."""
+
+
 def missing(store: str, digest: str, how: str = "not found") -> PayloadMissing:
     return PayloadMissing(f"payload {digest} {how} in payload store {store}; a store of one "
                           f"host's own cannot serve another host's runs: {SHARED} "

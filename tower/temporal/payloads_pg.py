@@ -24,7 +24,7 @@ from temporalio.converter import (
 )
 
 from tower.activities.stores import redact
-from tower.temporal.payloads import missing
+from tower.temporal.payloads import PayloadStoreUnavailable, missing
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tower_payloads (
@@ -64,6 +64,19 @@ class PostgresDriver(StorageDriver):
             self._ready = True
         return self._db
 
+    def _execute(self, sql: str, args: tuple[Any, ...]) -> Any:
+        """``sql`` on the connection (made again after the server went away); a server
+        that does not answer is PayloadStoreUnavailable, naming the store."""
+        import psycopg
+
+        try:
+            with self._lock:
+                return self._conn().execute(sql, args).fetchall()
+        except psycopg.OperationalError as exc:
+            said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise PayloadStoreUnavailable(f"payload store {self} is unreachable: {said}") \
+                from None
+
     async def store(self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
                     ) -> list[StorageDriverClaim]:
         target = context.target  # the run it is stored for: its namespace/workflow id
@@ -80,16 +93,14 @@ class PostgresDriver(StorageDriver):
     def _write(self, payload: Payload, owner: str) -> str:
         data = payload.SerializeToString(deterministic=True)
         digest = hashlib.sha256(data).hexdigest()
-        with self._lock:
-            self._conn().execute(
-                "INSERT INTO tower_payloads (sha256, data, owner) VALUES (%s, %s, %s) "
-                "ON CONFLICT DO NOTHING", (digest, data, owner))
+        self._execute("INSERT INTO tower_payloads (sha256, data, owner) VALUES (%s, %s, %s) "
+                      "ON CONFLICT DO NOTHING RETURNING 1", (digest, data, owner))
         return digest
 
     def _read(self, digest: str) -> Payload:
-        with self._lock:
-            row = self._conn().execute("SELECT data FROM tower_payloads WHERE sha256 = %s "
-                                       "LIMIT 1", (digest,)).fetchone()
+        rows = self._execute("SELECT data FROM tower_payloads WHERE sha256 = %s LIMIT 1",
+                             (digest,))
+        row = rows[0] if rows else None
         if row is None:
             raise missing(str(self), digest)
         data = bytes(row[0])

@@ -46,6 +46,7 @@ from tower.temporal._names import activity_name, workflow_name
 from tower.temporal._query_retry import QueryAskedAgain
 from tower.temporal._sandbox import sandbox_runner
 from tower.temporal._scheduler_guard import ScheduledByOwnAgents
+from tower.temporal._store_attempts import StoreErrorsEndQuietly, quiet_store_tracebacks
 from tower.temporal._stream_sink import publish_steps
 from tower.temporal._unopenable import TowerDataConverter, guarded
 from tower.temporal.cleanup import EVERY as CLEANUP_EVERY
@@ -178,8 +179,11 @@ class TowerPlugin(SimplePlugin):
         # (A dynamic workflow could be any type: then the queue alone is checked.)
         names = [workflow_name(cls) for cls in workflows]
         hosted = [] if None in names else [str(n) for n in names]
-        # A reconcile call reaches only a tower.effects tool (effects/_guard.py).
-        config["interceptors"] = [ScheduledByOwnAgents(config["client"], hosted),
+        # A reconcile call reaches only a tower.effects tool (effects/_guard.py). A store's
+        # failure is one line, outermost so that its failure carries few frames.
+        quiet_store_tracebacks()
+        config["interceptors"] = [StoreErrorsEndQuietly(),
+                                  ScheduledByOwnAgents(config["client"], hosted),
                                   OnlyEffectsReconcile(), LateAttemptsEndQuietly(),
                                   *(config.get("interceptors") or ())]
         # Tower's heartbeat timeouts are a few seconds (a lost attempt is noticed fast): send

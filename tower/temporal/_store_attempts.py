@@ -1,0 +1,76 @@
+"""An attempt that failed on a store ends in one line, not a traceback.
+
+A store that is unreachable (``StoreUnavailable``) or lacks an entry another host wrote
+(``StoreEntryMissing``) fails the attempt, never the run (tower/activities/stores.py): the
+call is asked again until the store answers. Left alone, each such attempt logs a full
+traceback at WARNING (every frame from the store's driver up), a flood while a store is
+down for a minute, and its failure carries that traceback into the history, where the
+payload store that is down may be needed to hold it. ``TowerPlugin`` installs this
+interceptor on every worker, outermost: such an attempt logs one warning naming the
+activity, the attempt and the store's own words, and fails as a benign error of the same
+type and message, with no chained cause and a traceback of a few frames.
+
+A workflow task whose payloads the payload store could not write or read fails too (the
+server asks again); ``quiet_store_tracebacks`` makes the SDK's log of it one line with the
+store's words, not a traceback through the SDK's payload visitor.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
+
+from tower.activities.stores import MISSING, UNAVAILABLE
+from tower.temporal.payloads import PayloadMissing, PayloadStoreUnavailable
+
+# Where the SDK logs a workflow task it could not encode or decode.
+SDK_WORKFLOW_LOGGER = "temporalio.worker._workflow"
+
+
+class StoreErrorsEndQuietly(Interceptor):
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _Inbound(next)
+
+
+class _Inbound(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        try:
+            return await super().execute_activity(input)
+        except ApplicationError as exc:
+            if exc.type not in (MISSING, UNAVAILABLE):
+                raise
+            info = activity.info()
+            activity.logger.warning("attempt %d of activity %r failed: %s; asked again until "
+                                    "the store serves it", info.attempt, info.activity_type,
+                                    exc.message)
+            raise ApplicationError(exc.message, type=exc.type, non_retryable=exc.non_retryable,
+                                   category=ApplicationErrorCategory.BENIGN) from None
+
+
+def quiet_store_tracebacks() -> None:
+    """Log a workflow task failed by the payload store in one line (once per process)."""
+    logger = logging.getLogger(SDK_WORKFLOW_LOGGER)
+    if not any(isinstance(f, _StoreTracebacks) for f in logger.filters):
+        logger.addFilter(_StoreTracebacks())
+
+
+class _StoreTracebacks(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        failure = _store_failure(record.exc_info[1] if record.exc_info else None)
+        if failure is not None:
+            record.msg, record.args = "%s: %s; the task is asked again until the store " \
+                "serves it", (record.getMessage(), failure)
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _store_failure(exc: BaseException | None) -> BaseException | None:
+    while exc is not None:
+        if isinstance(exc, PayloadStoreUnavailable | PayloadMissing):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
