@@ -27,8 +27,9 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 from tower.activities.stores import MISSING, UNAVAILABLE
 from tower.temporal.payloads import PayloadMissing, PayloadStoreUnavailable
 
-# Where the SDK logs a workflow task it could not encode or decode.
-SDK_WORKFLOW_LOGGER = "temporalio.worker._workflow"
+# The SDK's worker loggers: one of them (a module's own) logs a workflow task it could not
+# encode or decode. Each gets the filter, so no private module is named here.
+SDK_WORKER_LOGGERS = "temporalio.worker"
 
 
 class StoreErrorsEndQuietly(Interceptor):
@@ -52,10 +53,16 @@ class _Inbound(ActivityInboundInterceptor):
 
 
 def quiet_store_tracebacks() -> None:
-    """Log a workflow task failed by the payload store in one line (once per process)."""
-    logger = logging.getLogger(SDK_WORKFLOW_LOGGER)
-    if not any(isinstance(f, _StoreTracebacks) for f in logger.filters):
-        logger.addFilter(_StoreTracebacks())
+    """Log a workflow task failed by the payload store in one line (once per process; the
+    SDK's worker modules are loaded by then: a worker is being configured)."""
+    import temporalio.worker  # noqa: F401  (its modules' loggers exist once it is imported)
+
+    names = [n for n in logging.root.manager.loggerDict
+             if n == SDK_WORKER_LOGGERS or n.startswith(SDK_WORKER_LOGGERS + ".")]
+    for name in names:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _StoreTracebacks) for f in logger.filters):
+            logger.addFilter(_StoreTracebacks())
 
 
 class _StoreTracebacks(logging.Filter):
