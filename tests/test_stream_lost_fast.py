@@ -1,7 +1,6 @@
 """kill -9 of the worker mid-way through a chat reply, with every kind of reader watching:
-`tower chat` in a real terminal (tmux), ``tower.client.stream`` and the inbox's SSE
-endpoint (``kill_mid_reply`` can add the inbox's run page in Chromium; not yet a test: its
-reader missed the discard, unexplained). Each shows the attempt lost and
+`tower chat` in a real terminal (tmux), ``tower.client.stream``, the inbox's SSE endpoint
+and (browser tier) the inbox's run page in Chromium. Each shows the attempt lost and
 "retrying" within 5 s of the kill, and ends on the thread's reply.
 
 The chat's model call is a local activity: its worker's loss is noticed when the open
@@ -98,10 +97,12 @@ async def screen_reader(term: Terminal, pane: str, seen: Seen) -> None:
         await asyncio.sleep(0.1)
 
 
-async def page_reader(b: Browser, url: str, run: str, seen: Seen) -> None:
-    """The inbox's run page, live (signed in already)."""
+async def page_reader(b: Browser, url: str, run: str, seen: Seen, stop: asyncio.Event
+                      ) -> None:
+    """The inbox's run page, live (signed in already), until ``stop``: never cancelled
+    mid-call, as the browser takes one call at a time."""
     await sync(b.open, f"{url}/runs/{run}")
-    while True:
+    while not stop.is_set():
         # "retrying" shows until the next attempt's first word (a fraction of a second
         # here); the page's list of steps keeps the discard.
         status, steps, text = await sync(b.evaluate, "['status', 'steps', 'reply'].map("
@@ -125,6 +126,7 @@ async def holder(handle: WorkflowHandle[Any, Any], workers: list[WorkerProcess]
     started = [e for e in (await handle.fetch_history()).events
                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED]
     who = [e.workflow_task_started_event_attributes.identity for e in started]
+    who = [identity for identity in who if identity]  # (a task the server started: none)
     found = [w for w in workers if w.proc is not None and who[-1].startswith(f"{w.proc.pid}@")]
     assert found, (who, [w.proc.pid for w in workers if w.proc is not None])
     return found[0]
@@ -161,9 +163,9 @@ async def kill_mid_reply(
                     asyncio.create_task(client_reader(client, run, store, seen["client"],
                                                       events)),
                     asyncio.create_task(sse_reader(url, run, seen["sse"]))]
-                if page is not None:
-                    readers.append(asyncio.create_task(page_reader(page, url, run,
-                                                                   seen["page"])))
+                stop = asyncio.Event()
+                paged = None if page is None else asyncio.create_task(
+                    page_reader(page, url, run, seen["page"], stop))
                 try:
                     killed_at, reply, shown = await kill_and_wait(term, client, run, events,
                                                                   workers)
@@ -171,8 +173,9 @@ async def kill_mid_reply(
                     for task in readers:
                         task.cancel()
                     await asyncio.gather(*readers, return_exceptions=True)
-                    if page is not None:  # (its stream stays open: the thread does)
-                        await asyncio.sleep(1)  # the reader's call in flight returns
+                    if page is not None and paged is not None:
+                        stop.set()  # (its stream stays open: the thread does)
+                        await asyncio.gather(paged, return_exceptions=True)
                         await sync(page.open, "about:blank")
         finally:
             for worker in workers:
@@ -278,3 +281,14 @@ async def test_only_an_agent_that_asks_for_a_short_task_timeout_gets_one(
 
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.long]
+
+
+@pytest.mark.browser
+async def test_the_inbox_run_page_shows_a_lost_attempt_within_five_seconds(
+    client: Client, task_queue: str, db_path: Path, tmp_path: Path, browser: Browser,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TOWER_STREAMS", str(db_path.with_name("streams.sqlite")))
+    seen, killed_at, reply, events, screen = await kill_mid_reply(
+        client, task_queue, db_path, tmp_path, page=browser)
+    assert_told_fast_and_ended_on_the_reply(seen, killed_at, reply, events, screen)
