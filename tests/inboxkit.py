@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 from gatekit import new_id, refund_request, wait_pending
+from headless import Browser, sync
 from temporalio.client import Client, WorkflowHandle
 
 from tower.activities.trust import trust_dir
@@ -102,3 +103,13 @@ async def signed_in(url: str, name: str) -> httpx.AsyncClient:
                                                "csrf": csrf_of(page.text)})
     assert reply.status_code == 303, reply.text
     return session
+
+
+async def browser_signed_in(b: Browser, url: str, name: str) -> None:
+    """Sign ``name`` in on the inbox's login page in Chromium."""
+    await sync(b.open, f"{url}/login")
+    await sync(b.wait_for_text, "Password")
+    await sync(b.fill, "input[name=name]", name)
+    await sync(b.fill, "input[name=password]", PASSWORD)
+    await sync(b.click_text, "Sign in")
+    await sync(b.wait_for_text, f"{name} · roles")

@@ -15,7 +15,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from tower.temporal import TowerPlugin
-from tower.temporal._late_attempt import TIMED_OUT_TYPE
+from tower.temporal._quiet_attempts import TIMED_OUT_TYPE
 
 
 @activity.defn

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from conftest import WorkerFactory
 from headless import Browser, sync
-from inboxkit import PASSWORD, inbox, signed_in
+from inboxkit import browser_signed_in, inbox, signed_in
 from procs import REPO, WorkerProcess
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
@@ -111,15 +111,6 @@ async def page_reader(b: Browser, url: str, run: str, seen: Seen, stop: asyncio.
         await asyncio.sleep(0.1)
 
 
-async def sign_in(b: Browser, url: str, name: str) -> None:
-    await sync(b.open, f"{url}/login")
-    await sync(b.wait_for_text, "Password")
-    await sync(b.fill, "input[name=name]", name)
-    await sync(b.fill, "input[name=password]", PASSWORD)
-    await sync(b.click_text, "Sign in")
-    await sync(b.wait_for_text, f"{name} · roles")
-
-
 async def holder(handle: WorkflowHandle[Any, Any], workers: list[WorkerProcess]
                  ) -> WorkerProcess:
     """The worker whose workflow task is open: the one running the local model call."""
@@ -152,7 +143,7 @@ async def kill_mid_reply(
             async with terminal(tmp_path) as term, inbox(
                     client, watchers=frozenset({"auditor"})) as url:
                 if page is not None:
-                    await sign_in(page, url, "walt")
+                    await browser_signed_in(page, url, "walt")
                 env = cli_env(address, TOWER_DB=str(db_path), TOWER_STREAMS=str(store))
                 term.start("chat", ["chat", "--task-queue", task_queue, "-m", QUESTION],
                            env, REPO, 200)

@@ -16,7 +16,7 @@ import pytest
 from conftest import WorkerFactory
 from gatekit import wait_pending
 from headless import Browser, sync
-from inboxkit import PASSWORD, config, csrf_of, inbox, park_refund, signed_in
+from inboxkit import browser_signed_in, config, csrf_of, inbox, park_refund, signed_in
 from temporalio.client import Client
 from test_stream_inbox import chat_thread, parse_sse
 
@@ -90,15 +90,6 @@ def test_serving_without_a_key_is_asked_for_and_without_it_the_error_says_how(
         build_config(sign_in, "default", issuer=f"no-such-key-{uuid.uuid4().hex[:6]}")
 
 
-async def sign_in(b: Browser, url: str, name: str) -> None:
-    await sync(b.open, f"{url}/login")
-    await sync(b.wait_for_text, "Password")
-    await sync(b.fill, "input[name=name]", name)
-    await sync(b.fill, "input[name=password]", PASSWORD)
-    await sync(b.click_text, "Sign in")
-    await sync(b.wait_for_text, f"{name} · roles")
-
-
 async def shown_forming(b: Browser, client: Client, task_queue: str, run: str
                         ) -> tuple[list[str], str]:
     """Start chat ``run`` and send it a message while the open page is read: every text
@@ -128,7 +119,7 @@ async def test_pages_opened_before_their_run_starts_show_its_tokens_live(
     paced = ModelSettings(scripted_tokens_per_second=8)  # slow enough to watch it form
     seen = {}
     async with scripted_worker(models=paced), inbox(client, config=watch_only(client)) as url:
-        await sign_in(b, url, "walt")
+        await browser_signed_in(b, url, "walt")
         for page in ("/static/stream.html?run=", "/runs/"):
             run = f"chat-{uuid.uuid4().hex[:8]}"
             await sync(b.open, f"{url}{page}{run}")

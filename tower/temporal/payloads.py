@@ -48,7 +48,7 @@ class PayloadMissing(RuntimeError):
 
 class PayloadStoreUnavailable(RuntimeError):
     """The payload store did not answer. A worker's task that needed it fails and is asked
-    again (its log says so in one line: tower/temporal/_store_attempts.py); a client says
+    again (its log says so in one line: tower/temporal/_quiet_attempts.py); a client says
     it in one line (tower/cli/errors.py)."""
 
 

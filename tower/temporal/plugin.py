@@ -40,13 +40,12 @@ from tower.effects._guard import OnlyEffectsReconcile
 from tower.temporal._agent import scripts_of
 from tower.temporal._gate_calls import current_run_id
 from tower.temporal._heap import frozen_heap
-from tower.temporal._late_attempt import LateAttemptsEndQuietly
 from tower.temporal._machine_run import continued_from
 from tower.temporal._names import activity_name, workflow_name
 from tower.temporal._query_retry import QueryAskedAgain
+from tower.temporal._quiet_attempts import AttemptsEndQuietly, quiet_store_tracebacks
 from tower.temporal._sandbox import sandbox_runner
 from tower.temporal._scheduler_guard import ScheduledByOwnAgents
-from tower.temporal._store_attempts import StoreErrorsEndQuietly, quiet_store_tracebacks
 from tower.temporal._stream_sink import publish_steps
 from tower.temporal._unopenable import TowerDataConverter, guarded
 from tower.temporal.cleanup import EVERY as CLEANUP_EVERY
@@ -180,11 +179,11 @@ class TowerPlugin(SimplePlugin):
         names = [workflow_name(cls) for cls in workflows]
         hosted = [] if None in names else [str(n) for n in names]
         # A reconcile call reaches only a tower.effects tool (effects/_guard.py). A store's
-        # failure is one line, outermost so that its failure carries few frames.
+        # failure, or a late attempt's, is one line (outermost: its failure carries few frames).
         quiet_store_tracebacks()
-        config["interceptors"] = [StoreErrorsEndQuietly(),
+        config["interceptors"] = [AttemptsEndQuietly(),
                                   ScheduledByOwnAgents(config["client"], hosted),
-                                  OnlyEffectsReconcile(), LateAttemptsEndQuietly(),
+                                  OnlyEffectsReconcile(),
                                   *(config.get("interceptors") or ())]
         # Tower's heartbeat timeouts are a few seconds (a lost attempt is noticed fast): send
         # each heartbeat within a second, not at the SDK's 80% of the timeout, so a loaded

@@ -1,4 +1,5 @@
-"""An attempt that failed on a store ends in one line, not a traceback.
+"""An attempt that failed on a store, or that the server already timed out, ends in one
+line, not a traceback.
 
 A store that is unreachable (``StoreUnavailable``) or lacks an entry another host wrote
 (``StoreEntryMissing``) fails the attempt, never the run (tower/activities/stores.py): the
@@ -10,6 +11,12 @@ interceptor on every worker, outermost: such an attempt logs one warning naming 
 activity, the attempt and the store's own words, and fails as a benign error of the same
 type and message, with no chained cause and a traceback of a few frames.
 
+An attempt whose heartbeat came late (a loaded host, a long pause) is timed out by the
+server, which schedules the next one; the worker then cancels the late attempt, which would
+end as an unexplained ``CancelledError`` traceback though nothing is wrong with the run.
+Here it logs one warning and completes as a benign failure (the server ignores it anyway).
+A cancellation for any other reason (the run asked, a shutdown, a reset) is left as it was.
+
 A workflow task whose payloads the payload store could not write or read fails too (the
 server asks again); ``quiet_store_tracebacks`` makes the SDK's log of it one line with the
 store's words, not a traceback through the SDK's payload visitor.
@@ -17,11 +24,13 @@ store's words, not a traceback through the SDK's payload visitor.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.exceptions import CancelledError as TemporalCancelled
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from tower.activities.stores import MISSING, UNAVAILABLE
@@ -32,7 +41,10 @@ from tower.temporal.payloads import PayloadMissing, PayloadStoreUnavailable
 SDK_WORKER_LOGGERS = "temporalio.worker"
 
 
-class StoreErrorsEndQuietly(Interceptor):
+TIMED_OUT_TYPE = "AttemptTimedOut"
+
+
+class AttemptsEndQuietly(Interceptor):
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
         return _Inbound(next)
 
@@ -49,6 +61,18 @@ class _Inbound(ActivityInboundInterceptor):
                                     "the store serves it", info.attempt, info.activity_type,
                                     exc.message)
             raise ApplicationError(exc.message, type=exc.type, non_retryable=exc.non_retryable,
+                                   category=ApplicationErrorCategory.BENIGN) from None
+        except (asyncio.CancelledError, TemporalCancelled):
+            details = activity.cancellation_details()
+            # (The server answers a late heartbeat with "not found": that attempt is over.)
+            if details is None or not (details.timed_out or details.not_found):
+                raise
+            info = activity.info()
+            reason = (f"attempt {info.attempt} of activity {info.activity_type!r} "
+                      f"(run {info.workflow_run_id}) was timed out by the server (a heartbeat "
+                      "or its deadline came late) and stopped; Temporal runs the next attempt")
+            activity.logger.warning(reason)
+            raise ApplicationError(reason, type=TIMED_OUT_TYPE,
                                    category=ApplicationErrorCategory.BENIGN) from None
 
 
