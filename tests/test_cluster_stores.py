@@ -222,10 +222,15 @@ async def test_a_chat_moves_between_hosts_sharing_only_temporal_and_the_stores(
             EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED)]
         for kind in EVENTS:  # every turn once
             assert len([e for e in events if e.event_type == kind]) == TURNS
-        # Each turn's workflow tasks were completed by the process it was sent to.
-        assert {identity for identity in served.values()} == {
-            e.workflow_task_completed_event_attributes.identity for e in events
-            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED} - {""}
+        # The turns' workflow tasks were completed by the hosts' processes, on both hosts.
+        # (Not each by the one a turn was sent to: after the kill, the restarted host and
+        # the other one, starting, poll the same queue, and either may take the next task.)
+        completed = {e.workflow_task_completed_event_attributes.identity for e in events
+                     if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED} - {""}
+        assert completed <= set(served.values()), (completed, served)
+        for first in (0, 1):  # host a's blocks, then host b's: each completed some
+            processes = {p for t, p in served.items() if (t - 1) // BLOCK % 2 == first}
+            assert completed & processes, (first, completed, served)
         # Over the threshold: neither the client's messages nor the hosts' replies are in
         # the history (a reference to the payload store is).
         raw = history.to_json().encode()
