@@ -24,6 +24,7 @@ from tower.activities.model import ModelSettings
 from tower.cli.cmd_inbox import SignIn, build_config
 from tower.cli.errors import CliError
 from tower.cli.inbox.pages import WATCH_ONLY
+from tower.cli.inbox.server import STOP_GRACE_SECONDS
 from tower.contract.stream import DELTA
 from workflows.chat import ChatAgent, ChatInput, UserMessage
 from workflows.refund import RefundAgent, RefundState
@@ -136,3 +137,35 @@ async def test_pages_opened_before_their_run_starts_show_its_tokens_live(
 
 
 pytestmark = pytest.mark.timeout(300)
+
+
+async def test_an_inbox_stops_promptly_with_a_live_page_open(
+    client: Client, task_queue: str, streams: Path, scripted_worker: WorkerFactory
+) -> None:
+    """A run page left open holds its stream for as long as the run waits (days, at a
+    gate): stopping the inbox (Ctrl-C) closes it after a short grace, not never."""
+    async with scripted_worker():
+        refund = await park_refund(client, task_queue)
+        opened = asyncio.Event()
+
+        async def watch(url: str) -> None:
+            walt = await signed_in(url, "walt")
+            try:
+                async with walt.stream("GET", f"/api/runs/{refund.id}/stream",
+                                       timeout=None) as response:
+                    assert response.status_code == 200
+                    opened.set()
+                    async for _ in response.aiter_lines():
+                        pass
+            finally:
+                await walt.aclose()
+
+        loop = asyncio.get_running_loop()
+        async with inbox(client, watchers=frozenset({"auditor"})) as url:
+            watcher = asyncio.create_task(watch(url))
+            await asyncio.wait_for(opened.wait(), 30)
+            stopping = loop.time()
+        took = loop.time() - stopping
+        await asyncio.gather(watcher, return_exceptions=True)
+        await refund.terminate("test over")
+    assert took < STOP_GRACE_SECONDS + 5, took

@@ -13,6 +13,9 @@ from temporalio.client import Client
 from tower.cli.inbox.app import InboxConfig, create_app
 
 
+STOP_GRACE_SECONDS = 3
+
+
 def _bound_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -28,7 +31,10 @@ async def serving(config: InboxConfig, client: Client, *, host: str = "127.0.0.1
     sock = _bound_socket(host, port)
     server = uvicorn.Server(uvicorn.Config(
         create_app(config, client), log_level="warning", ssl_certfile=ssl_certfile,
-        ssl_keyfile=ssl_keyfile, lifespan="off", proxy_headers=False))
+        ssl_keyfile=ssl_keyfile, lifespan="off", proxy_headers=False,
+        # A page left open holds its live stream (a run page, the list) for as long as the
+        # run lives: stopping waits this long for open responses, then closes them.
+        timeout_graceful_shutdown=STOP_GRACE_SECONDS))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
