@@ -12,7 +12,6 @@ from temporalio.client import Client
 
 from tower.cli.inbox.app import InboxConfig, create_app
 
-
 STOP_GRACE_SECONDS = 3
 
 
