@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chatkit import say
 from conftest import WorkerFactory
 from gatekit import wait_pending
 from headless import Browser, sync
@@ -26,7 +27,7 @@ from tower.cli.errors import CliError
 from tower.cli.inbox.pages import WATCH_ONLY
 from tower.cli.inbox.server import STOP_GRACE_SECONDS
 from tower.contract.stream import DELTA
-from workflows.chat import ChatAgent, ChatInput, UserMessage
+from workflows.chat import ChatAgent, ChatInput
 from workflows.refund import RefundAgent, RefundState
 
 
@@ -97,8 +98,7 @@ async def shown_forming(b: Browser, client: Client, task_queue: str, run: str
     ``#reply`` showed, and the reply."""
     handle = await client.start_workflow(ChatAgent.run, ChatInput(), id=run,
                                          task_queue=task_queue)
-    sending = asyncio.create_task(handle.execute_update(
-        ChatAgent.send, UserMessage(text="<b>hi</b> what is my status? ACC-1001")))
+    sending = asyncio.create_task(say(client, handle, "<b>hi</b> what is my status? ACC-1001"))
     shown: list[str] = []
     while not sending.done() or not shown or shown[-1] != sending.result().reply:
         text = await sync(b.evaluate, "document.getElementById('reply').textContent")
