@@ -75,7 +75,9 @@ async def test_sigterm_drains_the_worker_and_another_finishes_its_runs(
                 if len(model.served) >= RUNS:
                     break
                 await asyncio.sleep(0.1)
-            assert first.proc is not None and len(model.served) == RUNS
+            # (On a loaded host a run's slow call may end, and its next begin, before the
+            # last run's slow call starts: more than RUNS requests, which changes nothing.)
+            assert first.proc is not None and len(model.served) >= RUNS
             first_pid = first.proc.pid
             first.proc.send_signal(signal.SIGTERM)
             code = await asyncio.to_thread(first.proc.wait, 30)
