@@ -1,8 +1,8 @@
 """Approval gates, pure (no Temporal): what a gate is, what a decision must prove, and the
 moves a gate makes.
 
-The runtime calls ``read_decision`` and ``check_decision`` from an update validator and a
-signal handler, so the rules are functions, unit-tested without a server.
+What a decision must prove (``read_decision``, ``check_decision``) is tower/core/judge.py's,
+re-exported here.
 
 Signatures. A decision is a JWS signed with the approver's own Ed25519 key (or an issuer's
 that vouches for the approver); the run verifies it against the tenant's roster, which
@@ -18,13 +18,12 @@ so gates never eat into a node's visit budget.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_jsonable_python
 
 from tower.contract.decisions import (
@@ -32,23 +31,28 @@ from tower.contract.decisions import (
     GateRecord,
     GateStatus,
     ProposalNotCanonical,
-    SignedDecision,
-    Verdict,
     proposal_digest,
 )
 from tower.contract.pending import EditLimit
 from tower.contract.refusals import RefusalCode
-from tower.contract.trust import Claims, TrustSnapshot
-from tower.core.edits import EditCheck, check_edits
+from tower.core.edits import EditCheck
 from tower.core.engine import fail
 from tower.core.errors import IllegalTransition
 from tower.core.graph import Machine
-from tower.core.signing import SignatureRefused, authority, verify_decision
+from tower.core.judge import (  # noqa: F401  (re-exported: what a decision must prove)
+    Check,
+    Digest,
+    canonical_time,
+    check_decision,
+    pending_record,
+    read_decision,
+    record_of,
+    refuse,
+)
 from tower.core.state import AgentState, S, Status, UpdateError, apply_update
 from tower.core.transition import Kind, Transition, move, within_budget
 
 Recheck = Callable[[Any, Any], Awaitable[str | None]]  # (ctx, state) -> why stale, or None
-Digest = Callable[[GateRecord], str]  # proposal_digest (or, in runs recorded before, legacy)
 
 
 @dataclass(frozen=True)
@@ -130,181 +134,6 @@ class Outcome(BaseModel):
     step: int
     duplicate: bool = False
     requested_step: int = 0  # the step that opened the request
-
-
-def pending_record(state: AgentState | None) -> GateRecord | None:
-    if state is None:
-        return None
-    return next((r for r in reversed(state.approvals) if r.status == GateStatus.PENDING), None)
-
-
-def record_of(state: AgentState, decision_id: str) -> GateRecord | None:
-    return next((r for r in state.approvals
-                 if r.decision is not None and r.decision.decision_id == decision_id), None)
-
-
-@dataclass(frozen=True)
-class Check:
-    ok: bool
-    reason: str = ""
-    duplicate: bool = False
-    code: RefusalCode | None = None  # why it was refused (None: accepted)
-
-    @property
-    def unknown_key(self) -> bool:
-        """Refused only because the roster names no key of the token's key id: perhaps one
-        added since the roster was read (a signalled decision waits for a re-read)."""
-        return self.code == RefusalCode.UNKNOWN_KEY
-
-
-def refuse(code: RefusalCode, reason: str) -> Check:
-    return Check(False, reason, code=code)
-
-
-def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime,
-                  ) -> tuple[Decision | None, Check]:
-    """The decision a wire message proves (and an ok ``Check``), or why it proves nothing.
-    Pure: the roster and policy come from the run's trust snapshot, the time from the
-    run's clock."""
-    try:
-        message = SignedDecision.model_validate(raw)
-    except ValidationError as exc:
-        return None, refuse(RefusalCode.MALFORMED, f"malformed decision: {_brief(exc)}")
-    policy = trust.policy
-    if message.token is not None:
-        try:
-            claims, member, kid = verify_decision(message.token, trust.roster,
-                                                  now=now.timestamp())
-        except SignatureRefused as exc:
-            return None, refuse(exc.code, str(exc))
-        problem = authority(member, claims.sub, claims.role)
-        if problem:
-            return None, refuse(RefusalCode.NOT_AUTHORIZED, problem)
-    elif message.unsigned is not None:
-        if not policy.unsigned_allowed:
-            return None, refuse(RefusalCode.POLICY, "unsigned decision refused: this "
-                                "deployment requires signed decisions (docs/approvals.md)")
-        try:
-            claims, kid = Claims.model_validate(message.unsigned), None
-        except ValidationError as exc:
-            return None, refuse(RefusalCode.MALFORMED, f"malformed decision: {_brief(exc)}")
-        if claims.exp <= now.timestamp():
-            return None, refuse(RefusalCode.TOKEN_EXPIRED, f"decision expired at {claims.exp}")
-    else:
-        return None, refuse(RefusalCode.MALFORMED, "malformed decision: no token")
-    if claims.exp - claims.iat > policy.max_decision_seconds:
-        return None, refuse(RefusalCode.POLICY, f"decision lives {claims.exp - claims.iat}s; "
-                            f"the tenant's policy allows at most {policy.max_decision_seconds}s")
-    return Decision(
-        decision_id=claims.jti, tenant=claims.tenant, run=claims.run, gate=claims.gate,
-        decision=Verdict(claims.verdict), approver=claims.sub, role=claims.role,
-        expires_at=datetime.fromtimestamp(claims.exp, UTC), note=claims.note,
-        edits=claims.edits, kid=kid, request=claims.request, run_id=claims.run_id,
-        proposal=claims.proposal), Check(True)
-
-
-def check_decision(
-    d: Decision, *, state: AgentState | None, gates: Mapping[str, Gate], tenant: str,
-    run: str, now: datetime, in_flight: Decision | None = None, legacy_edits: bool = False,
-    digest: Digest = proposal_digest,
-) -> Check:
-    """Whether ``d`` may decide the run's pending gate. Pure; the state is not touched.
-
-    ``d`` is what ``read_decision`` made of a verified token. Order matters: who sent it
-    (tenant, run) before what it asks for. A decision
-    repeating one already taken (same id, same content) is a duplicate: accepted, but
-    it changes nothing. ``legacy_edits``: judge edits as runs opened before planned-state
-    edit checks were (``check_edits``).
-    """
-    if d.tenant != tenant:
-        return refuse(RefusalCode.WRONG_RUN,
-                      f"decision is for tenant {d.tenant!r}; this run belongs to {tenant!r}")
-    if d.run != run:
-        return refuse(RefusalCode.WRONG_RUN, f"decision is for run {d.run!r}, not {run!r}")
-    if state is None:  # nothing to decide yet
-        return refuse(*_not_pending(d.gate, state, gates))
-    for earlier in ([in_flight] if in_flight else []) + [
-            r.decision for r in state.approvals if r.decision]:
-        if earlier.decision_id == d.decision_id:
-            if _substance(earlier) != _substance(d):
-                return refuse(RefusalCode.ALREADY_DECIDED,
-                              f"decision id {d.decision_id!r} was already used for a "
-                              "different decision")
-            return Check(True, duplicate=True)
-    pending = pending_record(state)
-    if pending is None or pending.gate != d.gate:
-        return refuse(*_not_pending(d.gate, state, gates))
-    if in_flight is not None:
-        return refuse(RefusalCode.ALREADY_DECIDED,
-                      f"gate {d.gate!r} was already decided: {in_flight.decision.value} by "
-                      f"{in_flight.approver}")
-    other = _other_request(d, pending, digest)  # what the approver was shown
-    if other:
-        return refuse(*other)
-    if now >= pending.expires_at:
-        return refuse(RefusalCode.EXPIRED, f"request for gate {d.gate!r} expired at "
-                      f"{canonical_time(pending.expires_at)}")
-    if d.role != pending.role:
-        return refuse(RefusalCode.NOT_AUTHORIZED,
-                      f"role {d.role!r} may not decide gate {d.gate!r} (needs {pending.role!r})")
-    problem = check_edits(gates[d.gate], state, d, legacy=legacy_edits)
-    return refuse(RefusalCode.BAD_EDIT, problem) if problem else Check(True)
-
-
-def canonical_time(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _other_request(d: Decision, pending: GateRecord, digest: Digest
-                   ) -> tuple[RefusalCode, str] | None:
-    """Why ``d`` was made for another request than the pending one: another step, another
-    run (a reset, a new run under the same workflow id) or another proposal."""
-    if d.request != pending.step:
-        return RefusalCode.WRONG_REQUEST, (
-            f"decision answers the request opened at step {d.request}; the pending "
-            f"request was opened at step {pending.step}")
-    if d.run_id != pending.run_id:
-        return RefusalCode.WRONG_RUN, (
-            f"decision was made for run id {d.run_id}; the pending request is in run id "
-            f"{pending.run_id} (a reset or a new run voids earlier decisions)")
-    if d.proposal != digest(pending):
-        return RefusalCode.WRONG_PROPOSAL, (
-            f"decision was made for another proposal ({d.proposal}); the pending "
-            f"proposal is {digest(pending)}: look at it and decide again")
-    return None
-
-
-def _substance(d: Decision) -> tuple[Any, ...]:
-    """What makes two deliveries the same decision (not when or how it was signed)."""
-    edits = json.dumps(d.edits, sort_keys=True, separators=(",", ":"), default=str)
-    return (d.tenant, d.run, d.gate, d.decision, d.approver, d.role, edits, d.note, d.request,
-            d.run_id, d.proposal)
-
-
-def _brief(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
-                     for e in exc.errors()[:5])
-
-
-def _not_pending(gate: str, state: AgentState | None, gates: Mapping[str, Gate]
-                 ) -> tuple[RefusalCode, str]:
-    if gate not in gates:
-        return RefusalCode.NOT_PENDING, (f"unknown gate {gate!r} (gates: "
-                                         f"{', '.join(sorted(gates)) or 'none'})")
-    if state is None:
-        return RefusalCode.NOT_PENDING, (f"gate {gate!r} is not awaiting a decision: the run "
-                                         "has not started")
-    last = next((r for r in reversed(state.approvals) if r.gate == gate), None)
-    if last is not None and last.status == GateStatus.EXPIRED:
-        return RefusalCode.EXPIRED, (f"request for gate {gate!r} expired at "
-                                     f"{canonical_time(last.expires_at)}")
-    if last is not None and last.status != GateStatus.PENDING and last.decision is not None:
-        return RefusalCode.ALREADY_DECIDED, (
-            f"gate {gate!r} was already decided: {last.decision.decision.value} by "
-            f"{last.decision.approver}")
-    return RefusalCode.NOT_PENDING, (
-        f"gate {gate!r} is not awaiting a decision (the run is at {state.node}, "
-        f"{state.status.value})")
 
 
 def outcome(record: GateRecord, decision_id: str, state: AgentState,

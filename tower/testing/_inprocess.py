@@ -21,13 +21,13 @@ from pydantic import ValidationError
 
 from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict, proposal_digest
 from tower.core.context import NodeContext
+from tower.core.edits import check_edits
 from tower.core.engine import Transition, advance, fail, node_error, start
 from tower.core.errors import NodeFailed, TowerError
 from tower.core.events import Event, apply_event
 from tower.core.gates import (
     Gate,
     approving_decision,
-    check_edits,
     close_gate,
     open_gate,
     pending_record,
