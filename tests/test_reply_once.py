@@ -9,11 +9,12 @@ import json
 import sqlite3
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from chatkit import say
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowUpdateStage
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateHandle, WorkflowUpdateStage
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of, tower
@@ -35,17 +36,23 @@ def _hostile(request: ModelRequest) -> ModelReply:
     return ModelReply(model="loopback", content=HOSTILE)
 
 
+async def first_turn(client: Client, task_queue: str, text: str
+                     ) -> tuple[WorkflowHandle[Any, Any], WorkflowUpdateHandle[Any], ChatReply]:
+    """A new thread's first turn, sent raw: the thread, the update, its result as returned."""
+    thread = await client.start_workflow(ChatAgent.run, ChatInput(),
+                                         id=f"chat-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+    sent = await thread.start_update(ChatAgent.send, UserMessage(text=text),
+                                     wait_for_stage=WorkflowUpdateStage.COMPLETED)
+    raw: ChatReply = await sent.result()
+    return thread, sent, raw
+
+
 async def test_a_reply_is_recorded_once_and_every_client_gets_its_text(
     client: Client, task_queue: str, db_path: Path, scripted_worker: object,
 ) -> None:
     store = db_path.with_name("messages.sqlite")
     async with scripted_worker():  # type: ignore[operator]
-        thread = await client.start_workflow(ChatAgent.run, ChatInput(),
-                                             id=f"chat-{uuid.uuid4().hex[:8]}",
-                                             task_queue=task_queue)
-        sent = await thread.start_update(ChatAgent.send, UserMessage(text="hello 1001-user"),
-                                         wait_for_stage=WorkflowUpdateStage.COMPLETED)
-        raw: ChatReply = await sent.result()
+        thread, sent, raw = await first_turn(client, task_queue, "hello 1001-user")
         # As the update returns it: the ref alone, the text is not there a second time.
         assert raw.reply == "" and raw.reply_ref is not None
         assert raw.reply_ref.role == "assistant"
@@ -74,12 +81,7 @@ async def test_a_tampered_store_row_is_never_shown(
 ) -> None:
     store = db_path.with_name("messages.sqlite")
     async with scripted_worker():  # type: ignore[operator]
-        thread = await client.start_workflow(ChatAgent.run, ChatInput(),
-                                             id=f"chat-{uuid.uuid4().hex[:8]}",
-                                             task_queue=task_queue)
-        sent = await thread.start_update(ChatAgent.send, UserMessage(text="what is my status?"),
-                                         wait_for_stage=WorkflowUpdateStage.COMPLETED)
-        raw: ChatReply = await sent.result()
+        thread, sent, raw = await first_turn(client, task_queue, "what is my status?")
         assert raw.reply_ref is not None
         true = await reply_text(client, thread.id, sent.workflow_run_id, raw.reply_ref,
                                 store=str(store))

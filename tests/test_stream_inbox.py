@@ -18,7 +18,7 @@ from conftest import WorkerFactory
 from gatekit import make_shop
 from headless import Browser, sync
 from inboxkit import PASSWORD, inbox, park_refund, signed_in
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 
 from tower.activities.model import ModelSettings
 from tower.cli.streaming import MODEL_KINDS
@@ -52,6 +52,20 @@ async def chat_thread(client: Client, task_queue: str) -> tuple[str, str]:
     await handle.execute_update(ChatAgent.close)
     await handle.result()
     return handle.id, said.reply
+
+
+async def reply_as_it_forms(b: Browser, client: Client, handle: WorkflowHandle[Any, Any],
+                            text: str) -> tuple[list[str], str]:
+    """Send ``text`` to the thread while its open page is read: every text ``#reply``
+    showed, and the reply."""
+    sending = asyncio.create_task(say(client, handle, text))
+    shown: list[str] = []
+    while not sending.done() or not shown or shown[-1] != sending.result().reply:
+        seen = await sync(b.evaluate, "document.getElementById('reply').textContent")
+        if seen and (not shown or seen != shown[-1]):
+            shown.append(seen)
+        await asyncio.sleep(0.05)
+    return shown, sending.result().reply
 
 
 async def test_a_runs_stream_over_sse_resumes_from_last_event_id(
@@ -163,14 +177,7 @@ async def test_the_list_updates_in_place_and_a_stream_page_shows_tokens_as_they_
                                              task_queue=task_queue)
         await sync(b.open, f"{url}/static/stream.html?run={handle.id}")
         await sync(b.wait_for_text, "live")
-        sending = asyncio.create_task(say(client, handle, "what is my status? ACC-1001"))
-        shown: list[str] = []
-        while not sending.done() or not shown or shown[-1] != sending.result().reply:
-            text = await sync(b.evaluate, "document.getElementById('reply').textContent")
-            if text and (not shown or text != shown[-1]):
-                shown.append(text)
-            await asyncio.sleep(0.05)
-        said = sending.result().reply
+        shown, said = await reply_as_it_forms(b, client, handle, "what is my status? ACC-1001")
         await handle.execute_update(ChatAgent.close)
         await sync(b.wait_for_text, "ended DONE")
     partial = [t for t in shown if t != said]

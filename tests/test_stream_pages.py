@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chatkit import say
 from conftest import WorkerFactory
 from gatekit import wait_pending
 from headless import Browser, sync
 from inboxkit import browser_signed_in, config, csrf_of, inbox, park_refund, signed_in
 from temporalio.client import Client
-from test_stream_inbox import chat_thread, parse_sse
+from test_stream_inbox import chat_thread, parse_sse, reply_as_it_forms
 
 from tower.activities.model import ModelSettings
 from tower.cli.cmd_inbox import SignIn, build_config
@@ -98,15 +97,10 @@ async def shown_forming(b: Browser, client: Client, task_queue: str, run: str
     ``#reply`` showed, and the reply."""
     handle = await client.start_workflow(ChatAgent.run, ChatInput(), id=run,
                                          task_queue=task_queue)
-    sending = asyncio.create_task(say(client, handle, "<b>hi</b> what is my status? ACC-1001"))
-    shown: list[str] = []
-    while not sending.done() or not shown or shown[-1] != sending.result().reply:
-        text = await sync(b.evaluate, "document.getElementById('reply').textContent")
-        if text and (not shown or text != shown[-1]):
-            shown.append(text)
-        await asyncio.sleep(0.05)
+    shown, said = await reply_as_it_forms(b, client, handle,
+                                          "<b>hi</b> what is my status? ACC-1001")
     await handle.execute_update(ChatAgent.close)
-    return shown, sending.result().reply
+    return shown, said
 
 
 @pytest.mark.browser
