@@ -2,7 +2,8 @@
 
 Connection settings come from temporalio.envconfig (TEMPORAL_ADDRESS, ...);
 models from OPENAI_API_KEY / OPENAI_BASE_URL / TOWER_MODELS (none: the offline
-scripted model); the tools' SQLite database from TOWER_DB.
+scripted model); the tools' database from TOWER_DB: a SQLite file (default
+.tower/tools.sqlite, one host's) or a postgresql:// URL (what several hosts share).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.tools import ToolBox
+from activities.tools.db import is_postgres
 from tower.client import TASK_QUEUE, ServerUnreachable, UnknownTenant, connect, use_tenant
 from tower.temporal import (
     McpConfigError,
@@ -50,7 +52,9 @@ def activities(agents: Sequence[type], *, db_path: str | Path | None = None,
     """This project's own activities for ``agents``: the tools on the tools' database
     (TOWER_DB), and the tenant's MCP tools. Tower's own (the model, trust, notifier,
     attester) come with TowerPlugin."""
-    tools = ToolBox(db_path or os.environ.get("TOWER_DB") or DEFAULT_DB).activities()
+    box = ToolBox(db_path or os.environ.get("TOWER_DB") or DEFAULT_DB)
+    logging.getLogger("tower.stores").info("tools' database: %s", box.describe())
+    tools = box.activities()
     if mcp is not None:  # checked before any run: named tools exist, destructive ones gated
         tools += mcp.activities_for(agents)
     return tools
@@ -65,8 +69,10 @@ def build_worker(
     """This project's worker on ``client`` (``workflows`` ride along with its agents), with
     Tower's activities on these settings (stores beside ``db_path``): the tests' worker."""
     agents = [*AGENTS.values(), *workflows]
+    # Local stores beside a SQLite tools' database; with the tools on PostgreSQL, in .tower.
+    data_dir = None if db_path is None or is_postgres(str(db_path)) else Path(db_path).parent
     settings = WorkerSettings(models=models, trust_dir=trust_dir, messages=messages_path,
-                              data_dir=Path(db_path).parent if db_path else None)
+                              data_dir=data_dir)
     if has_tower_plugin(client):  # (connect()'s): this worker's plugin, with these settings
         config = client.config()
         config["plugins"] = []

@@ -128,6 +128,23 @@ def test_random_races_retries_zombies_and_reconciliation(db: Database, seed: int
     assert not lied, "reconcile said nothing, then an attempt it had given up on made it"
 
 
+def test_rows_read_by_index_by_name_and_as_a_dict_on_both(db: Database) -> None:
+    """One tool's code on both databases: what it does with a sqlite3.Row works on
+    PostgreSQL's rows too, and executemany takes ``?`` placeholders on both."""
+    db.run(lambda tx: tx.executemany("INSERT INTO transfers VALUES (?, ?, ?)",
+                                     [("t1", "acc", 5), ("t2", "acc", 7)]))
+    rows = db.run(lambda tx: tx.execute(
+        "SELECT id, amount FROM transfers ORDER BY id").fetchall())
+    assert [(r[0], r["amount"], dict(r)) for r in rows] == [
+        ("t1", 5, {"id": "t1", "amount": 5}), ("t2", 7, {"id": "t2", "amount": 7})]
+    first, amount = rows[0]
+    assert (first, amount, list(rows[1].keys())) == ("t1", 5, ["id", "amount"])
+    with pytest.raises(IndexError):
+        rows[0]["balance"]
+    if isinstance(db, Postgres):  # and still a tuple, for the callers that take one
+        assert rows[0] == ("t1", 5) and rows[0][1:] == (5,)
+
+
 def test_qmark_placeholders_become_psycopgs() -> None:
     assert qmark_to_format("SELECT '?', \"a?\" FROM t WHERE x = ? AND y LIKE '5%'") == (
         "SELECT '?', \"a?\" FROM t WHERE x = %s AND y LIKE '5%%'")

@@ -1,4 +1,4 @@
-"""Tools: typed arguments, an implementation on the SQLite world, and the activities.
+"""Tools: typed arguments, an implementation on the tools' database, and the activities.
 
 ``TOOLS`` is the explicit registry (no discovery). Workflows import this module
 only for the tools' names and argument schemas; the functions run in activities.
@@ -6,7 +6,6 @@ only for the tools' names and argument schemas; the functions run in activities.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,16 +15,19 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from tower import ToolCall, ToolSchema
-from tower.effects import EffectCall, EffectTool, SQLite
+from tower.activities.stores import redact
+from tower.effects import Database, EffectCall, EffectTool, SQLite
 
 from . import accounts, billing, helpdesk, migrations, onboarding, orders, research
-from .db import connect, open_db
-from .spec import Tool
+from .db import PgTools, connect, is_postgres, open_db, open_postgres
+from .spec import Db, Tool
 
 TOOLS: dict[str, Tool] = {t.name: t for t in [
     *accounts.TOOLS, *billing.TOOLS, *helpdesk.TOOLS, *onboarding.TOOLS, *research.TOOLS,
     *migrations.TOOLS,
     *orders.TOOLS]}
+# Where a worker keeps its own files (worker.py's default tools' database is in it).
+LOCAL = Path(".tower")
 
 
 def schema_of(name: str) -> ToolSchema:
@@ -35,19 +37,40 @@ def schema_of(name: str) -> ToolSchema:
 class ToolBox:
     """Hosts every tool as its own activity (named after the tool) on one database; the
     side-effecting ones are ``tower.effects`` tools: the guard and the write are the
-    tool's, the claim, the fence and the record of the result Tower's, in one transaction."""
+    tool's, the claim, the fence and the record of the result Tower's, in one transaction.
 
-    def __init__(self, db_path: str | Path) -> None:
-        self.db_path = Path(db_path)
-        connect(self.db_path).close()  # create and seed once, before any activity runs
-        self.db = SQLite(self.db_path)
+    Args:
+        db: the tools' database: a SQLite file, or a ``postgresql://`` URL (TOWER_DB).
+        local_dir: with the tools on PostgreSQL, this worker's own folder: the migration
+            tools' example databases go in its ``databases/`` (a SQLite tools' database
+            keeps them beside itself).
+    """
+
+    def __init__(self, db: str | Path, *, local_dir: str | Path = LOCAL) -> None:
+        self.spec = str(db)
+        self.db: Database
+        self.databases: Path | None = None  # set: the tools are on PostgreSQL
+        if is_postgres(db):
+            self.databases = Path(local_dir) / "databases"
+            self.db = open_postgres(str(db), self.databases)  # made and seeded once
+        else:
+            self.db_path = Path(db)
+            connect(self.db_path).close()  # create and seed once, before any activity runs
+            self.db = SQLite(self.db_path)
+
+    def describe(self) -> str:
+        """Where the tools' database is, for a start-up line (a password never shown)."""
+        if self.databases is None:
+            return f"local file {self.spec}"
+        return (f"PostgreSQL {redact(self.spec)} (the migration tools' example databases: "
+                f"this host's {self.databases})")
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self._activity(tool) for tool in TOOLS.values() if not tool.control]
 
     def _activity(self, tool: Tool) -> Callable[[ToolCall], Any]:
         if tool.side_effect:
-            return as_effect(tool).on(self.db)
+            return as_effect(tool, self._tools_db).on(self.db)
 
         def run(call: ToolCall) -> dict[str, Any]:
             return self.call(tool, call)
@@ -58,23 +81,34 @@ class ToolBox:
 
     def call(self, tool: Tool, call: ToolCall, *, epoch: int | None = None) -> dict[str, Any]:
         if tool.side_effect:
-            return as_effect(tool).call(self.db, call, epoch=epoch)
+            return as_effect(tool, self._tools_db).call(self.db, call, epoch=epoch)
         try:
             args = tool.args.model_validate(call.arguments)
         except ValidationError as exc:
             # Retrying cannot fix bad arguments: fail fast and let the node decide.
             raise ApplicationError(f"bad arguments for {tool.name}: {exc}",
                                    type="BadToolArguments", non_retryable=True) from exc
+        if self.databases is not None:  # a read in one transaction of its own
+            out: dict[str, Any] = self.db.run(
+                lambda tx: tool.run(self._tools_db(tx), args, call.idempotency_key))
+            return out
         db = open_db(self.db_path)
         try:
             return tool.run(db, args, call.idempotency_key)
         finally:
             db.close()
 
+    def _tools_db(self, tx: Any) -> Db:
+        """What a tool is given: the transaction itself (SQLite), or on PostgreSQL the
+        transaction with this worker's folder of example databases."""
+        return tx if self.databases is None else PgTools(tx, self.databases)
 
-def as_effect(tool: Tool) -> EffectTool[Any]:
-    """The tool as a ``tower.effects`` tool: its guard (invariants), then its write."""
-    def business(db: sqlite3.Connection, args: Any, call: EffectCall) -> dict[str, Any]:
+
+def as_effect(tool: Tool, tools_db: Callable[[Any], Db] = lambda tx: tx) -> EffectTool[Any]:
+    """The tool as a ``tower.effects`` tool: its guard (invariants), then its write, on
+    ``tools_db(the effect's transaction)``."""
+    def business(tx: Any, args: Any, call: EffectCall) -> dict[str, Any]:
+        db = tools_db(tx)
         if tool.guard is not None:
             tool.guard(db, args, call.authority)
         return tool.run(db, args, call.key)

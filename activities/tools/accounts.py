@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .spec import Tool
+from .spec import Db, Tool
 
 
 class LookupAccount(BaseModel):
@@ -20,17 +19,17 @@ class UpdateAccount(BaseModel):
     email: str | None = Field(default=None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
-def account_row(db: sqlite3.Connection, account_id: str) -> dict[str, Any] | None:
+def account_row(db: Db, account_id: str) -> dict[str, Any] | None:
     row = db.execute("SELECT * FROM accounts WHERE id=?", (account_id,)).fetchone()
     return dict(row) if row else None
 
 
-def lookup_account(db: sqlite3.Connection, args: LookupAccount, key: str) -> dict[str, Any]:
+def lookup_account(db: Db, args: LookupAccount, key: str) -> dict[str, Any]:
     row = account_row(db, args.account_id)
     return {"account": row} if row else {"error": f"no account {args.account_id}"}
 
 
-def update_account(db: sqlite3.Connection, args: UpdateAccount, key: str) -> dict[str, Any]:
+def update_account(db: Db, args: UpdateAccount, key: str) -> dict[str, Any]:
     if account_row(db, args.account_id) is None:
         return {"error": f"no account {args.account_id}"}
     changes = args.model_dump(exclude={"account_id"}, exclude_none=True)

@@ -7,14 +7,13 @@ so two approved refunds racing on one invoice cannot together refund more than i
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from tower import Authority
 
-from .spec import EffectRefused, Tool
+from .spec import Db, EffectRefused, Tool
 
 # The limit a refund is held to when the run passed none (a desk without a gate).
 DEFAULT_LIMIT_CENTS = 50_000
@@ -34,12 +33,12 @@ class IssueRefund(BaseModel):
     reason: str = Field(min_length=1, max_length=500)
 
 
-def lookup_invoice(db: sqlite3.Connection, args: LookupInvoice, key: str) -> dict[str, Any]:
+def lookup_invoice(db: Db, args: LookupInvoice, key: str) -> dict[str, Any]:
     row = db.execute("SELECT * FROM invoices WHERE id=?", (args.invoice_id,)).fetchone()
     return {"invoice": dict(row)} if row else {"error": f"no invoice {args.invoice_id}"}
 
 
-def invoice_balance(db: sqlite3.Connection, args: InvoiceBalance, key: str) -> dict[str, Any]:
+def invoice_balance(db: Db, args: InvoiceBalance, key: str) -> dict[str, Any]:
     row = db.execute("SELECT * FROM invoices WHERE id=?", (args.invoice_id,)).fetchone()
     if row is None:
         return {"error": f"no invoice {args.invoice_id}"}
@@ -49,7 +48,7 @@ def invoice_balance(db: sqlite3.Connection, args: InvoiceBalance, key: str) -> d
             "refundable_cents": max(0, row["amount_cents"] - refunded)}
 
 
-def refundable_cents(db: sqlite3.Connection, invoice_id: str) -> int | None:
+def refundable_cents(db: Db, invoice_id: str) -> int | None:
     row = db.execute("SELECT amount_cents FROM invoices WHERE id=?", (invoice_id,)).fetchone()
     if row is None:
         return None
@@ -58,7 +57,7 @@ def refundable_cents(db: sqlite3.Connection, invoice_id: str) -> int | None:
     return max(0, int(row[0]) - int(refunded))
 
 
-def refund_guard(db: sqlite3.Connection, args: IssueRefund, authority: Authority) -> None:
+def refund_guard(db: Db, args: IssueRefund, authority: Authority) -> None:
     """Positive, within what is refundable now, within the limit unless approved."""
     amount = args.amount_cents
     if amount <= 0:
@@ -81,7 +80,7 @@ def _usd(cents: int) -> str:
     return f"${cents / 100:,.2f}"
 
 
-def issue_refund(db: sqlite3.Connection, args: IssueRefund, key: str) -> dict[str, Any]:
+def issue_refund(db: Db, args: IssueRefund, key: str) -> dict[str, Any]:
     refund_id = "rf_" + hashlib.sha256(key.encode()).hexdigest()[:12]
     db.execute("INSERT INTO refunds VALUES (?,?,?,?,?)",
                (refund_id, args.invoice_id, args.amount_cents, args.reason, key))

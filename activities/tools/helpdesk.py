@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .spec import Tool
+from .spec import Db, Tool
 
 
 class SearchDocs(BaseModel):
@@ -19,19 +18,20 @@ class CreateTicket(BaseModel):
     body: str = Field(min_length=1, max_length=5000)
 
 
-def search_docs(db: sqlite3.Connection, args: SearchDocs, key: str) -> dict[str, Any]:
+def search_docs(db: Db, args: SearchDocs, key: str) -> dict[str, Any]:
     words = [w for w in args.query.lower().split() if len(w) > 2][:8]
-    rows = db.execute("SELECT id, title, body FROM docs").fetchall()
+    rows = db.execute("SELECT id, title, body FROM docs ORDER BY id").fetchall()
     scored = [(sum(w in (r["title"] + " " + r["body"]).lower() for w in words), dict(r))
               for r in rows]
     hits = [doc for score, doc in sorted(scored, key=lambda s: -s[0]) if score > 0][:3]
     return {"results": hits}
 
 
-def create_ticket(db: sqlite3.Connection, args: CreateTicket, key: str) -> dict[str, Any]:
-    cur = db.execute("INSERT INTO tickets (subject, body, idempotency_key) VALUES (?,?,?)",
-                     (args.subject, args.body, key))
-    return {"ticket_id": f"T-{cur.lastrowid}"}
+def create_ticket(db: Db, args: CreateTicket, key: str) -> dict[str, Any]:
+    # RETURNING, not lastrowid: PostgreSQL has no lastrowid. fetchall() finishes the insert.
+    row = db.execute("INSERT INTO tickets (subject, body, idempotency_key) VALUES (?,?,?) "
+                     "RETURNING id", (args.subject, args.body, key)).fetchall()[0]
+    return {"ticket_id": f"T-{row[0]}"}
 
 
 TOOLS = [

@@ -1,6 +1,10 @@
 """Migration tools: inspect, fingerprint and apply SQL on a real SQLite database.
 
-The target is a named database beside the tools' database (``databases/<name>.sqlite``).
+The target is a named example database beside the tools' database
+(``databases/<name>.sqlite``). With the tools' database on PostgreSQL, the targets are
+files of the worker's own data folder (``.tower/databases/<name>.sqlite``; see
+``databases_dir``): each host migrates its own copy — an example of the agent, not a
+deployment's shared application database.
 Every statement of a migration runs in one transaction: all of it applies, or none.
 ``destructive_findings`` is the deterministic check (Tower's SQL parser check, on the
 statements as SQLite executes them); the model's opinion can add to it, never clear it.
@@ -20,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from tower import Authority, sql
 
-from .spec import EffectRefused, NoEffect, Tool
+from .spec import Db, EffectRefused, NoEffect, Tool
 
 LEDGER = "_tower_migrations"  # applied migrations, by idempotency key; not part of the schema
 NAME = r"^[a-z][a-z0-9_]{0,39}$"
@@ -70,7 +74,12 @@ INSERT INTO legacy_notes (body) VALUES ('call back on Monday');
 
 def create_example_databases(tools_path: str | Path) -> None:
     """Create ``databases/shop.sqlite`` beside the tools' database unless it exists."""
-    path = Path(tools_path).parent / "databases" / "shop.sqlite"
+    create_example_shop(Path(tools_path).parent / "databases")
+
+
+def create_example_shop(folder: Path) -> None:
+    """Create ``shop.sqlite`` in ``folder`` unless it exists."""
+    path = folder / "shop.sqlite"
     if path.exists():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -87,10 +96,18 @@ def create_example_databases(tools_path: str | Path) -> None:
         aside.unlink()
 
 
-def target(tools_db: sqlite3.Connection, name: str) -> sqlite3.Connection | None:
+def databases_dir(tools_db: Db) -> Path:
+    """Where the example databases are: beside a SQLite tools' database; with the tools on
+    PostgreSQL, the folder the worker named (``db.PgTools.databases``: this host's own)."""
+    if isinstance(tools_db, sqlite3.Connection):
+        main = tools_db.execute("PRAGMA database_list").fetchone()[2]
+        return Path(main).parent / "databases"
+    return Path(tools_db.databases)  # type: ignore[attr-defined]
+
+
+def target(tools_db: Db, name: str) -> sqlite3.Connection | None:
     """Open the named database; None if it does not exist (a migration never creates one)."""
-    main = tools_db.execute("PRAGMA database_list").fetchone()[2]
-    path = Path(main).parent / "databases" / f"{name}.sqlite"
+    path = databases_dir(tools_db) / f"{name}.sqlite"
     if not path.is_file():
         return None
     return sqlite3.connect(str(path), timeout=30, isolation_level=None)  # we manage BEGIN
@@ -109,7 +126,7 @@ class Apply(Inspect):
     expected_fingerprint: str = Field(pattern=r"^[0-9a-f]{16}$")
 
 
-def inspect_migration(tools_db: sqlite3.Connection, args: Inspect, key: str) -> dict[str, Any]:
+def inspect_migration(tools_db: Db, args: Inspect, key: str) -> dict[str, Any]:
     """Dry-run the script in a transaction that is rolled back; report what it would do."""
     db = target(tools_db, args.database)
     if db is None:
@@ -133,7 +150,7 @@ def inspect_migration(tools_db: sqlite3.Connection, args: Inspect, key: str) -> 
         db.close()
 
 
-def schema_fingerprint(tools_db: sqlite3.Connection, args: Fingerprint, key: str
+def schema_fingerprint(tools_db: Db, args: Fingerprint, key: str
                        ) -> dict[str, Any]:
     db = target(tools_db, args.database)
     if db is None:
@@ -148,7 +165,7 @@ def script_digest(script: str) -> str:
     return hashlib.sha256(script.encode()).hexdigest()[:16]
 
 
-def only_the_approved_script(tools_db: sqlite3.Connection, args: Apply,
+def only_the_approved_script(tools_db: Db, args: Apply,
                              authority: Authority) -> None:
     """A destructive script applies only with an approval, and only the script approved."""
     approved = authority.approved.get("script_sha256")
@@ -161,7 +178,7 @@ def only_the_approved_script(tools_db: sqlite3.Connection, args: Apply,
                           f"approval: {findings[0]}")
 
 
-def apply_migration(tools_db: sqlite3.Connection, args: Apply, key: str) -> dict[str, Any]:
+def apply_migration(tools_db: Db, args: Apply, key: str) -> dict[str, Any]:
     """Apply all statements in one transaction, once per key, on the schema analysed."""
     db = target(tools_db, args.database)
     if db is None:

@@ -7,12 +7,11 @@ the two provisioning tools are side effects, done at most once per idempotency k
 from __future__ import annotations
 
 import re
-import sqlite3
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .spec import EffectRefused, Tool
+from .spec import Db, EffectRefused, Tool
 
 EMAIL = re.compile(r"^[^@\s]+@([^@\s]+\.[^@\s.]+)$")
 # Top-level domains that can never receive mail (RFC 2606 / 6761).
@@ -40,7 +39,7 @@ class SendWelcomeEmail(BaseModel):
     name: str = Field(min_length=1, max_length=200)
 
 
-def validate_email(db: sqlite3.Connection, args: ValidateEmail, key: str) -> dict[str, Any]:
+def validate_email(db: Db, args: ValidateEmail, key: str) -> dict[str, Any]:
     email = args.email.strip().lower()
     match = EMAIL.match(email)
     if match is None:
@@ -56,7 +55,7 @@ def validate_email(db: sqlite3.Connection, args: ValidateEmail, key: str) -> dic
     return {"email": args.email, "valid": True, "reason": "ok"}
 
 
-def check_company(db: sqlite3.Connection, args: CheckCompany, key: str) -> dict[str, Any]:
+def check_company(db: Db, args: CheckCompany, key: str) -> dict[str, Any]:
     name = " ".join(args.company.split())
     if len(name) < 2 or not any(c.isalpha() for c in name):
         return {"company": args.company, "valid": False, "reason": "not a company name"}
@@ -67,7 +66,7 @@ def check_company(db: sqlite3.Connection, args: CheckCompany, key: str) -> dict[
     return {"company": args.company, "valid": True, "reason": "ok"}
 
 
-def one_account_per_email(db: sqlite3.Connection, args: CreateAccount, authority: Any) -> None:
+def one_account_per_email(db: Db, args: CreateAccount, authority: Any) -> None:
     """Registers once: ``validate_email`` looked earlier, outside this transaction; two
     sign-ups racing with one address both passed it. This check is under the write lock."""
     taken = db.execute("SELECT id FROM accounts WHERE lower(email)=?",
@@ -77,7 +76,7 @@ def one_account_per_email(db: sqlite3.Connection, args: CreateAccount, authority
                           f"({taken[0]}); no second account")
 
 
-def create_account(db: sqlite3.Connection, args: CreateAccount, key: str) -> dict[str, Any]:
+def create_account(db: Db, args: CreateAccount, key: str) -> dict[str, Any]:
     last = db.execute("SELECT MAX(CAST(substr(id, 5) AS INTEGER)) FROM accounts").fetchone()[0]
     account_id = f"ACC-{(last or 1000) + 1:04d}"
     db.execute("INSERT INTO accounts VALUES (?,?,?,?,?,?)",
@@ -86,12 +85,12 @@ def create_account(db: sqlite3.Connection, args: CreateAccount, key: str) -> dic
     return {"account_id": account_id, "plan": "free"}
 
 
-def send_welcome_email(db: sqlite3.Connection, args: SendWelcomeEmail, key: str) -> dict[str, Any]:
+def send_welcome_email(db: Db, args: SendWelcomeEmail, key: str) -> dict[str, Any]:
     body = (f"Hello {args.name}, welcome to Tower! Your account {args.account_id} is ready.")
-    cur = db.execute(
-        "INSERT INTO outbox (to_addr, subject, body, idempotency_key) VALUES (?,?,?,?)",
-        (args.email, "Welcome to Tower", body, key))
-    return {"message_id": f"MSG-{cur.lastrowid}", "to": args.email}
+    row = db.execute(
+        "INSERT INTO outbox (to_addr, subject, body, idempotency_key) VALUES (?,?,?,?) "
+        "RETURNING id", (args.email, "Welcome to Tower", body, key)).fetchall()[0]
+    return {"message_id": f"MSG-{row[0]}", "to": args.email}
 
 
 TOOLS = [

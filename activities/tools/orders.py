@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .spec import NoEffect, Tool
+from .spec import Db, NoEffect, Tool
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS products (
@@ -46,11 +45,12 @@ SEED_CARDS = [
 ]
 
 
-def seed(db: sqlite3.Connection) -> None:
+def seed(db: Db) -> None:
     """The shop's products and cards, once (in the caller's transaction, on SCHEMA)."""
     if db.execute("SELECT COUNT(*) FROM products").fetchone()[0] == 0:
-        db.executemany("INSERT INTO products VALUES (?,?,?,?)", SEED_PRODUCTS)
-        db.executemany("INSERT INTO cards VALUES (?,?,?)", SEED_CARDS)
+        db.executemany("INSERT INTO products VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
+                       SEED_PRODUCTS)
+        db.executemany("INSERT INTO cards VALUES (?,?,?) ON CONFLICT DO NOTHING", SEED_CARDS)
 
 
 class Item(BaseModel):
@@ -81,7 +81,7 @@ def _id(prefix: str, key: str) -> str:
     return f"{prefix}_{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
-def reserve_stock(db: sqlite3.Connection, args: ReserveStock, key: str) -> dict[str, Any]:
+def reserve_stock(db: Db, args: ReserveStock, key: str) -> dict[str, Any]:
     lines, missing = [], []
     for item in args.items:
         row = db.execute("SELECT * FROM products WHERE sku=?", (item.sku,)).fetchone()
@@ -101,7 +101,7 @@ def reserve_stock(db: sqlite3.Connection, args: ReserveStock, key: str) -> dict[
     return {"ok": True, "reservation_id": reservation, "lines": lines}
 
 
-def release_stock(db: sqlite3.Connection, args: ReleaseStock, key: str) -> dict[str, Any]:
+def release_stock(db: Db, args: ReleaseStock, key: str) -> dict[str, Any]:
     row = db.execute("SELECT * FROM reservations WHERE id=?", (args.reservation_id,)).fetchone()
     if row is None or row["status"] != "held":
         raise NoEffect({"released": False, "why": "no held reservation " + args.reservation_id})
@@ -112,7 +112,7 @@ def release_stock(db: sqlite3.Connection, args: ReleaseStock, key: str) -> dict[
     return {"released": True}
 
 
-def charge_payment(db: sqlite3.Connection, args: ChargePayment, key: str) -> dict[str, Any]:
+def charge_payment(db: Db, args: ChargePayment, key: str) -> dict[str, Any]:
     card = db.execute("SELECT * FROM cards WHERE token=?", (args.card,)).fetchone()
     if card is None or card["status"] != "active":
         status, reason = "declined", "card not accepted"
@@ -126,7 +126,7 @@ def charge_payment(db: sqlite3.Connection, args: ChargePayment, key: str) -> dic
     return {"charge_id": charge, "status": status, "reason": reason}
 
 
-def create_shipment(db: sqlite3.Connection, args: CreateShipment, key: str) -> dict[str, Any]:
+def create_shipment(db: Db, args: CreateShipment, key: str) -> dict[str, Any]:
     shipment = _id("sh", key)
     db.execute("INSERT INTO shipments VALUES (?,?,?,?)",
                (shipment, args.reservation_id, args.address, key))

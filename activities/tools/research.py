@@ -7,12 +7,11 @@ It is a tool all the same so that its arguments are validated like every tool's.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .spec import Tool
+from .spec import Db, Tool
 
 
 class SearchSources(BaseModel):
@@ -25,7 +24,7 @@ class AdvanceToNextStep(BaseModel):
                          description="what this step produced, in a sentence or two")
 
 
-def search_sources(db: sqlite3.Connection, args: SearchSources, key: str) -> dict[str, Any]:
+def search_sources(db: Db, args: SearchSources, key: str) -> dict[str, Any]:
     """One source per page, best match first: the model has to ask for more."""
     words = [w for w in args.query.lower().split() if len(w) > 2][:10]
     rows = db.execute("SELECT id, title, url, summary FROM sources ORDER BY id").fetchall()
@@ -37,7 +36,7 @@ def search_sources(db: sqlite3.Connection, args: SearchSources, key: str) -> dic
     return {"results": [hits[args.page - 1]], "total": len(hits)}
 
 
-def advance_to_next_step(db: sqlite3.Connection, args: AdvanceToNextStep,
+def advance_to_next_step(db: Db, args: AdvanceToNextStep,
                          key: str) -> dict[str, Any]:
     # Never scheduled (see module docstring); kept total so the registry stays uniform.
     return {"summary": args.summary}

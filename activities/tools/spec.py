@@ -5,20 +5,31 @@ A side-effecting one runs as a ``tower.effects`` tool (claim, fence, record: Tow
 from __future__ import annotations
 
 import functools
-import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
 from tower import Authority, ToolSchema
 from tower.effects import EffectRefused, NoEffect
 
-ToolFn = Callable[[sqlite3.Connection, Any, str], dict[str, Any]]
+
+class Db(Protocol):
+    """The tools' database as a tool sees it, on SQLite (``sqlite3.Connection``) or on
+    PostgreSQL (``tower.effects.Postgres``'s connection): ``?`` placeholders on both; a
+    row reads as ``row[0]``, ``row["column"]`` and ``dict(row)``. Write SQL both take:
+    ``INSERT ... RETURNING id`` (not ``lastrowid``), ``ON CONFLICT DO NOTHING``."""
+
+    def execute(self, sql: str, params: Sequence[Any] = ..., /) -> Any: ...
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]], /) -> Any: ...
+
+
+ToolFn = Callable[[Db, Any, str], dict[str, Any]]
 # (db, validated args, what the run's recorded state authorizes) -> None, or raises
 # EffectRefused. Runs in the effect's own transaction, under the write lock.
-GuardFn = Callable[[sqlite3.Connection, Any, Authority], None]
+GuardFn = Callable[[Db, Any, Authority], None]
 
 
 @dataclass(frozen=True)
@@ -51,4 +62,4 @@ def _json_schema(args: type[BaseModel]) -> dict[str, Any]:
     return args.model_json_schema()
 
 
-__all__ = ["EffectRefused", "NoEffect", "Tool"]
+__all__ = ["Db", "EffectRefused", "NoEffect", "Tool"]

@@ -89,7 +89,8 @@ class StoreSettings:
     def from_env(cls, env: Mapping[str, str] | None = None, *,
                  data_dir: str | Path | None = None) -> StoreSettings:
         """The stores ``env`` (default: this process's environment) names; local files go
-        in ``data_dir`` (default: beside the tools' database ``TOWER_DB``, else ``.tower``).
+        in ``data_dir`` (default: beside the tools' database ``TOWER_DB`` when it is a file,
+        else ``.tower``).
 
         Raises:
             ValueError: a setting is neither a path nor a PostgreSQL URL, or the threshold
@@ -99,9 +100,11 @@ class StoreSettings:
         url = env.get("TOWER_STORE_URL", "").strip()
         if url and not is_url(url):
             raise ValueError(f"TOWER_STORE_URL must be a postgresql:// URL, not {redact(url)!r}")
-        # Local files sit beside the tools' database (TOWER_DB), as they always have.
+        # Local files sit beside the tools' database (TOWER_DB), as they always have; a
+        # tools' database on PostgreSQL has no folder: they go in .tower.
+        tools = env.get("TOWER_DB", "")
         data = Path(data_dir) if data_dir else (
-            Path(env["TOWER_DB"]).parent if env.get("TOWER_DB") else DEFAULT_DATA)
+            Path(tools).parent if tools and not is_url(tools) else DEFAULT_DATA)
         threshold = env.get("TOWER_PAYLOAD_THRESHOLD") or str(DEFAULT_THRESHOLD)
         if not threshold.isdigit():
             raise ValueError(f"TOWER_PAYLOAD_THRESHOLD must be a number of bytes, "

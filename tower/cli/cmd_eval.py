@@ -11,6 +11,7 @@ from typing import Any
 import click
 from temporalio.client import WorkflowHistory
 
+from tower.activities.stores import is_url, redact
 from tower.cli import project
 from tower.cli.agents import agents
 from tower.cli.common import CliError
@@ -160,6 +161,10 @@ def _data(choice: str, folder: Path) -> Path | None:
     if choice == FRESH:
         return None
     if choice == LIVE:
+        given = os.environ.get("TOWER_DB", "")
+        if is_url(given):  # an eval copies a file; it never writes to a shared database
+            raise CliError(f"--data live copies a SQLite tools' database, but TOWER_DB is "
+                           f"PostgreSQL ({redact(given)}); use --data fresh or --data FILE")
         path = _live(folder)
         if not path.is_file():
             raise CliError(f"--data live: no tools' database at {path} (TOWER_DB, else "

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, SupportsIndex, TypeVar, overload
 
 from tower.effects._ledger import TABLE, waited
 
@@ -14,15 +14,57 @@ AGAIN = {"40001", "40P01", "55P03"}
 SETUP_LOCK = 0x70E7  # an advisory lock: two workers creating the tables at once
 
 
+class Row(tuple[Any, ...]):
+    """A row read as a ``sqlite3.Row`` reads: ``row[0]``, ``row["column"]``, ``dict(row)``
+    (``keys()``), and still a tuple (unpacking, equality with a tuple), so one tool's code
+    runs on both databases."""
+
+    _names: tuple[str, ...]
+
+    def __new__(cls, values: Iterable[Any], names: tuple[str, ...]) -> Row:
+        row = super().__new__(cls, values)
+        row._names = names
+        return row
+
+    def keys(self) -> list[str]:
+        return list(self._names)
+
+    @overload
+    def __getitem__(self, key: SupportsIndex | str) -> Any: ...
+
+    @overload
+    def __getitem__(self, key: slice) -> tuple[Any, ...]: ...
+
+    def __getitem__(self, key: SupportsIndex | slice | str) -> Any:
+        if isinstance(key, str):
+            try:
+                return super().__getitem__(self._names.index(key))
+            except ValueError:
+                raise IndexError(f"no column named {key!r}") from None  # as sqlite3.Row
+        return super().__getitem__(key)
+
+
+def row_factory(cursor: Any) -> Callable[[Sequence[Any]], Row]:
+    """psycopg's row factory for ``Row``: the column names, read once per result."""
+    names = tuple(column.name for column in cursor.description or ())
+    return lambda values: Row(values, names)
+
+
 class PgConnection:
-    """The tool's ``db`` on PostgreSQL: ``execute`` takes ``?`` placeholders, as sqlite3
-    does, so one tool runs on both; ``raw`` is the psycopg connection."""
+    """The tool's ``db`` on PostgreSQL: ``execute`` and ``executemany`` take ``?``
+    placeholders and rows are ``Row``s, as with sqlite3 (``sqlite3.Row``), so one tool runs
+    on both; ``raw`` is the psycopg connection."""
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
 
-    def execute(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> Any:
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         return self.raw.execute(qmark_to_format(sql), params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
+        cursor = self.raw.cursor()
+        cursor.executemany(qmark_to_format(sql), rows)
+        return cursor
 
 
 class Postgres:
@@ -52,7 +94,7 @@ class Postgres:
     def connect(self) -> Any:
         import psycopg  # only a project on PostgreSQL needs it (the `postgres` extra)
 
-        return psycopg.connect(self.dsn)
+        return psycopg.connect(self.dsn, row_factory=row_factory)
 
     def run(self, work: Callable[[PgConnection], T]) -> T:
         """``work(db)`` in one serializable transaction: committed if it returns, else
