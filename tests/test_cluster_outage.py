@@ -20,7 +20,7 @@ from gatekit import wait_pending
 from pgserver import Postgres
 from storekit import Host
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
-from test_cluster_stores import LONG, TAIL, deployment_client, replies, settings
+from test_cluster_stores import LONG, TAIL, deployment_client, replies, settings, tools_rows
 
 from tower.activities.streams import open_streams
 from tower.contract.stream import DELTA, stream_name
@@ -57,8 +57,9 @@ async def test_no_run_fails_while_the_stores_are_unreachable_and_each_resumes(
     url = f"postgresql://temporal:{stores_pg.password}@127.0.0.1:{stores_pg.port}/postgres"
     queue = f"outage-{uuid.uuid4().hex[:6]}"
     shared = settings(cluster, url, model)
-    hosts = [Host(name, tmp_path, cluster.servers[i].address, queue, **shared,
-                  TOWER_DB=str(tmp_path / "tools.sqlite"))
+    # The tools' data on the cluster's PostgreSQL, reachable throughout: the stores' go.
+    tools = cluster.database("tower_tools")
+    hosts = [Host(name, tmp_path, cluster.servers[i].address, queue, **shared, TOWER_DB=tools)
              for i, name in enumerate(("a", "b"))]
     client = await deployment_client(cluster, url)
     store = open_streams(url)
@@ -116,6 +117,8 @@ async def test_no_run_fails_while_the_stores_are_unreachable_and_each_resumes(
         assert code == 0, out
         for handle in (parked, support):
             assert (await handle.result())["status"] == "DONE", handle.id
+        assert tools_rows(tools, "SELECT invoice_id, amount_cents FROM refunds") == [
+            ("INV-2004", 120000)]
         for thread in threads:
             await thread.execute_update(ChatAgent.close)
             assert (await thread.result()).status == "DONE"

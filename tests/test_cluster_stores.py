@@ -14,7 +14,8 @@ third host.
   replies (written by the host that served the turn) are read by the other host, which
   replays the thread from its history, and by `tower inspect` (the CLI).
 - A refund parked at its gate by host A, A killed -9, the request shown in the inbox,
-  approved there, and paid by host B: one refund in the tools' database.
+  approved there, and paid by host B: one refund in the tools' database, which is the
+  deployment's PostgreSQL (TOWER_DB=postgresql://...), not a file on either host.
 - A worker left on local files warns at start-up.
 """
 
@@ -32,7 +33,7 @@ from typing import Any
 import pytest
 from chatkit import say
 from clusterkit import Cluster
-from gatekit import refunds, wait_pending
+from gatekit import wait_pending
 from inboxkit import decision_form, inbox, issuer, signed_in
 from storekit import Host
 from temporalio.api.enums.v1 import EventType
@@ -69,13 +70,15 @@ def replies(request: ModelRequest) -> ModelReply:
 
 @pytest.fixture(scope="module")
 def store_url(cluster: Cluster) -> str:
-    """A database of its own on the cluster's PostgreSQL: the stores' one URL."""
-    psycopg = pytest.importorskip("psycopg", reason="pip install 'tower[postgres]'")
-    name = f"tower_stores_{uuid.uuid4().hex[:8]}"
-    base = f"postgresql://temporal:{cluster.pg.password}@127.0.0.1:{cluster.pg.port}"
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as db:
-        db.execute(f"CREATE DATABASE {name}")
-    return f"{base}/{name}"
+    """The stores' one URL."""
+    return cluster.database("tower_stores")
+
+
+def tools_rows(url: str, sql: str) -> list[tuple[Any, ...]]:
+    import psycopg
+
+    with psycopg.connect(url) as db:
+        return [tuple(r) for r in db.execute(sql).fetchall()]
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +230,8 @@ async def test_a_chat_moves_between_hosts_sharing_only_temporal_and_the_stores(
         # the other one, starting, poll the same queue, and either may take the next task.)
         completed = {e.workflow_task_completed_event_attributes.identity for e in events
                      if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED} - {""}
-        assert completed <= set(served.values()), (completed, served)
+        ran = {f"{pid}@{socket.gethostname()}" for host in hosts for pid in host.pids}
+        assert completed <= ran, (completed, ran)  # (a host started for the next block too)
         for first in (0, 1):  # host a's blocks, then host b's: each completed some
             processes = {p for t, p in served.items() if (t - 1) // BLOCK % 2 == first}
             assert completed & processes, (first, completed, served)
@@ -282,11 +286,10 @@ async def test_a_refund_parked_on_host_a_is_approved_in_the_inbox_and_paid_by_ho
     queue = deployment_env["queue"]
     client = await deployment_client(cluster, store_url)
     issuer(client)  # the inbox's key, in the roster before the hosts copy it
-    # The tools' database is the tenant's system of record, not a host's: the example's
-    # is SQLite, so both hosts name the one file (docs/production.md).
-    tools = tmp_path / "records" / "tools.sqlite"
-    tools.parent.mkdir()
-    a, b = (Host(name, tmp_path, cluster.servers[i].address, queue, TOWER_DB=str(tools),
+    # The tools' database is the tenant's system of record, not a host's: a database of
+    # its own on the deployment's PostgreSQL, beside the stores' (docs/production.md).
+    tools = cluster.database("tower_tools")
+    a, b = (Host(name, tmp_path, cluster.servers[i].address, queue, TOWER_DB=tools,
                  **settings(cluster, store_url, model)) for i, name in enumerate(("a", "b")))
     try:
         await a.start()
@@ -324,7 +327,14 @@ async def test_a_refund_parked_on_host_a_is_approved_in_the_inbox_and_paid_by_ho
               async for e in handle.fetch_history_events()
               if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED}
         assert by["tower_attest"] == parked_by and by["issue_refund"] == identity(b), by
-        assert refunds(tools) == [("INV-2004", 120000)]
+        paid = await handle.result()
+        assert tools_rows(tools, "SELECT id, invoice_id, amount_cents FROM refunds") == [
+            (paid["refund_id"], "INV-2004", 120000)]
+        assert tools_rows(tools, "SELECT tool FROM tower_effects WHERE result IS NOT NULL"
+                          ) == [("issue_refund",)]
+        for host in (a, b):  # neither host holds a tools' file; each names the database
+            assert not (host.dir / "tools.sqlite").exists()
+            assert "tools' database: PostgreSQL postgresql://temporal:***@" in host.text()
     finally:
         a.stop()
         b.stop()

@@ -17,7 +17,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import pytest
 from gatekit import decision, refund_request, wait_pending
 from storekit import Host
 from temporalio.api.enums.v1 import EventType
