@@ -162,3 +162,11 @@ async def test_unchanged_code_is_the_same_on_every_recorded_run_by_default(
         env=env, cwd=project)
     assert code != 0 and "--data nowhere.sqlite: not a file (fresh, live or a tools' " \
         "database)" in err and not out
+    # Live data on PostgreSQL is not copied (an eval never writes to a shared database);
+    # the refusal shows the URL without its password.
+    code, out, err = await tower_cli(
+        ["--project", str(project), "eval", str(today[0]), "--data", "live"],
+        env={**env, "TOWER_DB": "postgresql://tools:s3cret@127.0.0.1:1/tools"}, cwd=project)
+    assert code != 0 and not out and "Traceback" not in err, err
+    assert "TOWER_DB is PostgreSQL (postgresql://tools:***@127.0.0.1:1/tools); use --data " \
+        "fresh" in err and "s3cret" not in err, err

@@ -46,6 +46,11 @@ def test_one_url_names_every_store_and_each_setting_overrides_it() -> None:
     local = StoreSettings.from_env({"TOWER_DB": "/data/tools.sqlite"})
     assert local.messages == "/data/messages.sqlite" and local.streams == "/data/streams.sqlite"
     assert local.local() == ["message store", "stream store", "payload store"]
+    # The tools on PostgreSQL have no folder: local stores go in .tower, not in a folder
+    # named after the URL (and its password).
+    pg = StoreSettings.from_env({"TOWER_DB": "postgresql://tools:s3cret@db:5432/tools"})
+    assert pg.messages == str(Path(".tower") / "messages.sqlite")
+    assert pg.streams == str(Path(".tower") / "streams.sqlite")
 
 
 @pytest.mark.parametrize("env, wrong", [
