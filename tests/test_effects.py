@@ -174,7 +174,7 @@ async def test_an_effect_made_after_the_timeout_is_found_not_lost(
     """The tool commits after Temporal timed its attempt out: the run reconciles by key,
     finds the refund and follows the "refund issued" path — never FAILED with no
     refund_id while the refund exists."""
-    def slow_refund(db: sqlite3.Connection, args: Any, key: str) -> dict[str, Any]:
+    def slow_refund(db: Any, args: Any, key: str) -> dict[str, Any]:
         time.sleep(3)
         return billing.issue_refund(db, args, key)
 

@@ -143,6 +143,8 @@ def test_rows_read_by_index_by_name_and_as_a_dict_on_both(db: Database) -> None:
         rows[0]["balance"]
     if isinstance(db, Postgres):  # and still a tuple, for the callers that take one
         assert rows[0] == ("t1", 5) and rows[0][1:] == (5,)
+        # Where it is, for a start-up line: never the password.
+        assert db.describe().startswith("PostgreSQL postgresql://temporal:***@127.0.0.1:")
 
 
 def test_qmark_placeholders_become_psycopgs() -> None:

@@ -51,7 +51,8 @@ def rows(url: str, sql: str) -> list[tuple[Any, ...]]:
 
 async def identities(handle: WorkflowHandle[Any, Any]) -> dict[str, str]:
     """Each activity's name -> the worker identity that ran its first attempt."""
-    scheduled, by = {}, {}
+    scheduled: dict[int, str] = {}
+    by: dict[str, str] = {}
     async for e in handle.fetch_history_events():
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             scheduled[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name

@@ -15,7 +15,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from tower import ToolCall, ToolSchema
-from tower.activities.stores import redact
 from tower.effects import Database, EffectCall, EffectTool, SQLite
 
 from . import accounts, billing, helpdesk, migrations, onboarding, orders, research
@@ -47,23 +46,22 @@ class ToolBox:
     """
 
     def __init__(self, db: str | Path, *, local_dir: str | Path = LOCAL) -> None:
-        self.spec = str(db)
         self.db: Database
         self.databases: Path | None = None  # set: the tools are on PostgreSQL
         if is_postgres(db):
             self.databases = Path(local_dir) / "databases"
-            self.db = open_postgres(str(db), self.databases)  # made and seeded once
+            pg = open_postgres(str(db), self.databases)  # made and seeded once
+            self.db, self.where = pg, (f"{pg.describe()} (the migration tools' example "
+                                       f"databases: this host's {self.databases})")
         else:
             self.db_path = Path(db)
             connect(self.db_path).close()  # create and seed once, before any activity runs
-            self.db = SQLite(self.db_path)
+            lite = SQLite(self.db_path)
+            self.db, self.where = lite, lite.describe()
 
     def describe(self) -> str:
         """Where the tools' database is, for a start-up line (a password never shown)."""
-        if self.databases is None:
-            return f"local file {self.spec}"
-        return (f"PostgreSQL {redact(self.spec)} (the migration tools' example databases: "
-                f"this host's {self.databases})")
+        return self.where
 
     def activities(self) -> list[Callable[..., Any]]:
         return [self._activity(tool) for tool in TOOLS.values() if not tool.control]

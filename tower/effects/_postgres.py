@@ -91,6 +91,12 @@ class Postgres:
     def __repr__(self) -> str:
         return "Postgres(...)"  # the DSN may carry a password
 
+    def describe(self) -> str:
+        """Where it is, for a start-up line: the URL with its password hidden."""
+        from tower.activities.stores import redact
+
+        return f"PostgreSQL {redact(self.dsn)}"
+
     def connect(self) -> Any:
         import psycopg  # only a project on PostgreSQL needs it (the `postgres` extra)
 

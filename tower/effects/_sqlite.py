@@ -40,6 +40,10 @@ class SQLite:
     def __repr__(self) -> str:
         return f"SQLite({str(self.path)!r})"
 
+    def describe(self) -> str:
+        """Where it is, for a start-up line."""
+        return f"local file {self.path}"
+
     def connect(self) -> sqlite3.Connection:
         """A connection in autocommit mode (Tower opens the transactions)."""
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None,
