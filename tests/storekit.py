@@ -1,8 +1,9 @@
 """Worker "hosts" that share nothing on disk: each `python worker.py` runs in a folder of its
 own holding its own copy of the project's code, with its own data directory (tools,
 messages, streams, payloads), HOME and copy of the deployment's trust directory (as
-docs/production.md has an operator copy it), as a second machine would; and a real
-PostgreSQL for the stores they can share (tests/pgserver.py)."""
+docs/production.md has an operator copy it), as a second machine would; where the machine
+allows (root), in a network of its own too, reaching only the services its settings name
+(tests/netns.py); and a real PostgreSQL for the stores they can share (tests/pgserver.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from netns import Network, loopback_ports, unavailable
 from pgserver import Postgres
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,14 +70,18 @@ class Host:
         self.log = self.dir / "worker.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.pids: list[int] = []  # every process this host ran (a worker's identity: pid@)
+        self.network: Network | None = None  # made at the first start, kept across restarts
 
     async def start(self) -> Host:
         """Start the host's worker, unless it runs (a second one would be left behind)."""
         if self.proc is not None and self.proc.poll() is None:
             return self
         start = self.log.stat().st_size if self.log.exists() else 0
+        if self.network is None and unavailable() is None:
+            self.network = Network(self.name, loopback_ports(self.env))
+        argv = self.network.wrap(self.argv) if self.network else self.argv
         with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(self.argv, cwd=self.project, env=self.env,
+            self.proc = subprocess.Popen(argv, cwd=self.project, env=self.env,
                                          stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
         self.pids.append(self.proc.pid)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 from chatkit import say
+from netns import unavailable
 from pgserver import Postgres
 from storekit import Host
 from temporalio.api.enums.v1 import EventType
@@ -47,6 +49,26 @@ async def _attempt_failure(handle: WorkflowHandle[ChatAgent, Any]) -> str:
     """The last failed attempt's message of the run's pending activity ('' if none)."""
     pending = (await handle.describe()).raw_description.pending_activities
     return pending[0].last_failure.message if pending else ""
+
+
+async def test_a_host_in_a_network_of_its_own_reaches_only_what_its_settings_name(
+    client: Client, task_queue: str, hosts: dict[str, Host],
+) -> None:
+    why = unavailable()
+    if why is not None:
+        pytest.skip(f"hosts share this machine's network: {why}")
+    a = hosts["a"]
+    await a.start()
+    assert a.network is not None
+    temporal = int(a.env["TEMPORAL_ADDRESS"].rsplit(":", 1)[1])
+    with socket.socket() as elsewhere:  # a service on this machine the host was not given
+        elsewhere.bind(("127.0.0.1", 0))
+        elsewhere.listen()
+        assert not a.network.reaches(elsewhere.getsockname()[1])
+    assert a.network.reaches(temporal)
+    thread = await _thread(client, task_queue)
+    assert (await say(client, thread, "Hello from a network of its own")).turn == 1
+    await thread.execute_update(ChatAgent.close)
 
 
 async def test_a_turn_on_a_host_without_the_window_waits_for_one_that_has_it(

@@ -82,7 +82,7 @@ def test_a_workflow_task_the_payload_store_failed_is_one_line(
     store, bug = caplog.records[-2:]
     assert store.exc_info is None and store.getMessage() == (
         "Failed encoding completion on workflow with run ID r-1: payload store "
-        "postgresql://t:***@db/t is unreachable: connection refused; the task is asked "
-        "again until the store serves it")
+        "postgresql://t:***@db/t is unreachable: connection refused; asked again until the "
+        "store serves it")
     assert bug.exc_info is not None and bug.exc_info[0] is KeyError  # anything else: whole
     assert sys.exc_info() == (None, None, None)

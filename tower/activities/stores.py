@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from tower.activities.messages import MessageStore
     from tower.activities.streams import StreamStore
 
-__all__ = ["MISSING", "UNAVAILABLE", "StoreSettings", "announce", "entry_missing",
-           "redact", "store_unavailable"]
+__all__ = ["MISSING", "UNAVAILABLE", "StoreSettings", "announce", "entry_missing", "probe",
+           "redact", "shared_server", "store_unavailable"]
 
 # Error types an activity fails its attempt with; the workflow never fails on them
 # (tower/temporal/_context.py): another worker, or the store back, can serve the call.
@@ -148,6 +148,42 @@ class StoreSettings:
         return [name for name, spec in specs.items() if not is_url(spec)]
 
 
+def probe(spec: str) -> tuple[bool, str]:
+    """Whether the store at ``spec`` can serve (a local one not made yet can: a worker makes
+    it), and what was found, in a few words."""
+    if not is_url(spec):
+        return True, "present" if Path(spec).exists() else "not made yet (a worker makes it)"
+    try:
+        import psycopg
+    except ImportError:
+        return False, "psycopg is not installed: pip install 'tower[postgres]'"
+    try:
+        with psycopg.connect(spec, connect_timeout=5) as db:
+            db.execute("SELECT 1")
+    except psycopg.Error as exc:
+        return False, "unreachable: " + store_unavailable(redact(spec), exc).message.split(
+            " is unreachable: ", 1)[-1]
+    return True, "answers"
+
+
+async def shared_server(client: Client) -> bool | None:
+    """Whether ``client``'s Temporal server is not the embedded dev server, which runs on
+    SQLite (None: the server did not say)."""
+    from temporalio.api.workflowservice.v1 import GetClusterInfoRequest
+
+    try:
+        info = await client.workflow_service.get_cluster_info(GetClusterInfoRequest())
+    except Exception:  # noqa: BLE001  (an old or restricted server)
+        return None
+    return bool(info.persistence_store) and info.persistence_store != "sqlite"
+
+
+def local_warning(local: list[str]) -> str:
+    return (f"{' and '.join(local)} {'is' if len(local) == 1 else 'are'} local to this host, "
+            "but the Temporal server is shared: a run another host served will not find what "
+            f"this host stored. {SHARED} (docs/production.md)")
+
+
 async def announce(settings: StoreSettings, client: Client | None = None,
                    logger: logging.Logger = log) -> None:
     """Say which store each is; warn, on a server that is not the embedded dev server, of
@@ -155,16 +191,5 @@ async def announce(settings: StoreSettings, client: Client | None = None,
     for name, where in settings.described().items():
         logger.info("%s: %s", name, where)
     local = settings.local()
-    if client is None or not local:
-        return
-    from temporalio.api.workflowservice.v1 import GetClusterInfoRequest
-
-    try:
-        info = await client.workflow_service.get_cluster_info(GetClusterInfoRequest())
-    except Exception:  # noqa: BLE001  (an old or restricted server: say nothing)
-        return
-    if info.persistence_store != "sqlite":  # the dev server (`tower dev`) runs on SQLite
-        logger.warning("%s %s local to this host, but the Temporal server is shared: a run "
-                       "another host served will not find what this host stored. %s "
-                       "(docs/production.md)", " and ".join(local),
-                       "is" if len(local) == 1 else "are", SHARED)
+    if client is not None and local and await shared_server(client):
+        logger.warning("%s", local_warning(local))

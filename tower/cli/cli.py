@@ -58,6 +58,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
               "the approvers' web inbox: list and decide runs waiting at gates"),
     "retry": ("tower.cli.cmd_operator:retry", "reset a FAILED run to a named node, and follow it"),
     "cost": ("tower.cli.cmd_cost:command", "a run's token usage and estimated cost"),
+    "stores": ("tower.cli.cmd_stores:command",
+               "where messages, streams and large payloads are kept, and whether each answers"),
     "tools": ("tower.cli.cmd_tools:command",
               "the tools a tenant's agents can use: built in and from MCP servers"),
     "codec-server": ("tower.cli.cmd_codec:command",

@@ -43,6 +43,7 @@ from tower.core.state import Message, Usage
 from tower.core.tools import ToolDef, ToolSpec, spec_for
 from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._model_call import call_local, call_queued
+from tower.temporal._store_wait import tool_call_waits, wait_for_store
 from tower.temporal._task_time import in_a_task
 
 T = TypeVar("T", bound=BaseModel)
@@ -207,29 +208,38 @@ class TemporalContext:
     async def _run_tool(self, name: str, tool: ToolSpec, call: ToolCall, by_action: bool
                         ) -> dict[str, Any]:
         retry = dataclasses.replace(TOOL_RETRY, maximum_attempts=tool.attempts)
-        since = workflow.now()
-        try:
-            result: dict[str, Any] = await workflow.execute_activity(
-                name, call,
-                result_type=dict, start_to_close_timeout=timedelta(seconds=tool.timeout_seconds),
-                heartbeat_timeout=TOOL_HEARTBEAT if tool.side_effect else None,
-                retry_policy=retry, summary=f"{self.node.name} · tool {name}",
-            )
-            await in_a_task(since)  # see task_time.py: decisions may come in that task
-        except ActivityError as exc:
-            await in_a_task(since)
-            cause = exc.cause
-            kind = cause.type if isinstance(cause, ApplicationError) else None
-            if kind in (EffectRefused.TYPE, LEGACY_REFUSED):
-                assert isinstance(cause, ApplicationError)
-                raise refusal(name, cause) from exc
-            if not tool.side_effect or kind in NOT_MADE:
-                raise
-            made = await self._reconcile(name, call, by_action)
-            if made is None:
-                raise
-            result = made
-        return result
+        while True:
+            since = workflow.now()
+            try:
+                result: dict[str, Any] = await workflow.execute_activity(
+                    name, call, result_type=dict,
+                    start_to_close_timeout=timedelta(seconds=tool.timeout_seconds),
+                    heartbeat_timeout=TOOL_HEARTBEAT if tool.side_effect else None,
+                    retry_policy=retry, summary=f"{self.node.name} · tool {name}",
+                )
+                await in_a_task(since)  # see task_time.py: decisions may come in that task
+                return result
+            except ActivityError as exc:
+                await in_a_task(since)
+                if not tool_call_waits(exc):  # the same call again once the store is back
+                    return await self._failed(name, tool, call, by_action, exc)
+            await wait_for_store()
+
+    async def _failed(self, name: str, tool: ToolSpec, call: ToolCall, by_action: bool,
+                      exc: ActivityError) -> dict[str, Any]:
+        """A tool call whose attempts all failed: its refusal, or what it made if it made
+        anything (reconciled), else its error."""
+        cause = exc.cause
+        kind = cause.type if isinstance(cause, ApplicationError) else None
+        if kind in (EffectRefused.TYPE, LEGACY_REFUSED):
+            assert isinstance(cause, ApplicationError)
+            raise refusal(name, cause) from exc
+        if not tool.side_effect or kind in NOT_MADE:
+            raise exc
+        made = await self._reconcile(name, call, by_action)
+        if made is None:
+            raise exc
+        return made
 
     async def _reconcile(self, name: str, call: ToolCall, by_action: bool
                          ) -> dict[str, Any] | None:

@@ -4,7 +4,7 @@ activity on the task queue (any worker may take it; heartbeats notice a lost wor
 A store entry the call needs that this worker's store lacks (another host stored it), or a
 store it cannot reach, fails the attempt (tower/activities/stores.py), never the run: a
 local call then goes to the queue, and a queued call is asked again, round after round,
-until a worker that can serve it does.
+until a worker that can serve it does (tower/temporal/_store_wait.py).
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from tower.activities.stores import MISSING as STORE_MISSING
-from tower.activities.stores import UNAVAILABLE as STORE_UNAVAILABLE
 from tower.contract.wire import ModelReply, ModelRequest
+from tower.temporal._store_wait import STORE_TYPES, model_call_waits, wait_for_store
 from tower.temporal._task_time import in_a_task
 
 # Let Temporal own retries so every attempt is visible in the event history.
@@ -29,8 +28,7 @@ MODEL_RETRY = RetryPolicy(
 )
 # A local call's store errors go straight to the queue's workers (call_local).
 LOCAL_RETRY = dataclasses.replace(MODEL_RETRY, non_retryable_error_types=[
-    *(MODEL_RETRY.non_retryable_error_types or []), STORE_MISSING, STORE_UNAVAILABLE])
-STORE_WAIT = timedelta(seconds=30)  # between rounds of a queued call's store retries
+    *(MODEL_RETRY.non_retryable_error_types or []), *STORE_TYPES])
 # A lost worker's call is retried elsewhere this soon (plus MODEL_RETRY's first second),
 # and its readers told (tower/activities/model_stream.py). The activity beats every third
 # of it; the SDK sends at most one beat per 80% of it.
@@ -48,7 +46,7 @@ async def call_local(request: ModelRequest) -> ModelReply:
             start_to_close_timeout=timedelta(seconds=120), retry_policy=LOCAL_RETRY)
     except (ActivityError, ApplicationError) as exc:
         # (A local activity's failure arrives as its own error, not wrapped.)
-        if not _store_error(exc):
+        if not model_call_waits(exc):
             raise
         reply = await call_queued(request, request.node)
     return reply
@@ -65,16 +63,13 @@ async def call_queued(request: ModelRequest, node: str) -> ModelReply:
                 # The activity heartbeats while it waits for the model: a worker killed
                 # mid-call is noticed in seconds, not at the start-to-close timeout.
                 heartbeat_timeout=MODEL_HEARTBEAT, summary=f"{node} · model")
-            return reply
         except ActivityError as exc:
-            if not _store_error(exc):
-                raise
-            await workflow.sleep(STORE_WAIT)
-        finally:  # (a local activity resolves within its task: it needs no wait)
+            # (In a task before anything is decided: the patch check records a marker.
+            # A local activity resolves within its task: call_local needs no check.)
             await in_a_task(since)
-
-
-def _store_error(exc: BaseException) -> bool:
-    while isinstance(exc, ActivityError) and exc.cause is not None:
-        exc = exc.cause
-    return isinstance(exc, ApplicationError) and exc.type in (STORE_MISSING, STORE_UNAVAILABLE)
+            if not model_call_waits(exc):
+                raise
+        else:
+            await in_a_task(since)
+            return reply
+        await wait_for_store()

@@ -18,8 +18,10 @@ Here it logs one warning and completes as a benign failure (the server ignores i
 A cancellation for any other reason (the run asked, a shutdown, a reset) is left as it was.
 
 A workflow task whose payloads the payload store could not write or read fails too (the
-server asks again); ``quiet_store_tracebacks`` makes the SDK's log of it one line with the
-store's words, not a traceback through the SDK's payload visitor.
+server asks again), and so does an attempt whose result it could not write (the SDK encodes
+the result after the activity returned: the workflow asks again, tower/temporal/_store_wait.py);
+``quiet_store_tracebacks`` makes the SDK's log of either one line with the store's words, not
+a traceback through the SDK's payload visitor.
 """
 
 from __future__ import annotations
@@ -37,8 +39,10 @@ from tower.activities.stores import MISSING, UNAVAILABLE
 from tower.temporal.payloads import PayloadMissing, PayloadStoreUnavailable
 
 # The SDK's worker loggers: one of them (a module's own) logs a workflow task it could not
-# encode or decode. Each gets the filter, so no private module is named here.
+# encode or decode. Each gets the filter, so no private module is named here. The activity
+# logger logs an attempt whose result could not be encoded.
 SDK_WORKER_LOGGERS = "temporalio.worker"
+SDK_ACTIVITY_LOGGER = "temporalio.activity"
 
 
 TIMED_OUT_TYPE = "AttemptTimedOut"
@@ -77,12 +81,13 @@ class _Inbound(ActivityInboundInterceptor):
 
 
 def quiet_store_tracebacks() -> None:
-    """Log a workflow task failed by the payload store in one line (once per process; the
-    SDK's worker modules are loaded by then: a worker is being configured)."""
+    """Log a workflow task or an attempt failed by the payload store in one line (once per
+    process; the SDK's worker modules are loaded by then: a worker is being configured)."""
     import temporalio.worker  # noqa: F401  (its modules' loggers exist once it is imported)
 
     names = [n for n in logging.root.manager.loggerDict
              if n == SDK_WORKER_LOGGERS or n.startswith(SDK_WORKER_LOGGERS + ".")]
+    names.append(SDK_ACTIVITY_LOGGER)
     for name in names:
         logger = logging.getLogger(name)
         if not any(isinstance(f, _StoreTracebacks) for f in logger.filters):
@@ -93,8 +98,8 @@ class _StoreTracebacks(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         failure = _store_failure(record.exc_info[1] if record.exc_info else None)
         if failure is not None:
-            record.msg, record.args = "%s: %s; the task is asked again until the store " \
-                "serves it", (record.getMessage(), failure)
+            record.msg, record.args = "%s: %s; asked again until the store serves it", (
+                record.getMessage(), failure)
             record.exc_info, record.exc_text = None, None
         return True
 

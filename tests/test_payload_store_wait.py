@@ -1,0 +1,142 @@
+"""A tool's result, or a model's reply, over the payload threshold, made while the payload
+store (a real PostgreSQL, tests/pgserver.py) is down: the attempts fail on the store (the
+result cannot be written), and when they run out the run waits and asks the same call again
+once the store is back. The run never fails (before, the node failed after the tool's five
+attempts, or the model call's six), and each failed attempt is one log line naming the
+store, not a traceback."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sqlite3
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import WorkerFactory
+from gatekit import refund_request
+from pgserver import Postgres
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from activities.tools import TOOLS
+from tower.activities.model import ModelSettings
+from tower.contract.wire import ModelReply, ModelRequest
+from tower.temporal._store_wait import STORE_WAIT
+from tower.temporal.payloads import tower_data_converter
+from tower.testing.model_server import LoopbackModelServer
+from workflows.account import AccountAgent, AccountRequest
+from workflows.refund import RefundAgent
+
+THRESHOLD = 4096
+OUTAGE = 10  # seconds: past the tool's attempts, within one STORE_WAIT
+
+
+async def test_a_tool_result_the_payload_store_cannot_hold_yet_waits_for_it(
+    client: Client, task_queue: str, db_path: Path, scripted_worker: WorkerFactory,
+    pg_server: Postgres, pg_url: str, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    real = TOOLS["invoice_balance"]
+    calls: list[str] = []
+    back = threading.Timer(OUTAGE, pg_server.resume)
+
+    def balance_with_statement(db: sqlite3.Connection, args: Any, key: str) -> dict[str, Any]:
+        """The balance and a statement long enough for the payload store; the first call
+        stops the store before its result is written."""
+        calls.append(key)
+        if len(calls) == 1:
+            pg_server.pause()
+            back.start()
+        return {**real.run(db, args, key), "statement": "line of the statement\n" * 400}
+
+    monkeypatch.setitem(TOOLS, "invoice_balance", dataclasses.replace(
+        real, run=balance_with_statement, attempts=2))
+    config = client.config()
+    config["data_converter"] = tower_data_converter(pg_url, THRESHOLD)
+    stored = Client(**config)
+    run = f"payload-wait-{uuid.uuid4().hex[:8]}"
+    try:
+        async with scripted_worker(stored):
+            handle = await stored.start_workflow(
+                RefundAgent.run, refund_request(stored, run, message="Refund $30 on INV-2004"),
+                id=run, task_queue=task_queue)
+            state = await handle.result()
+            history = await handle.fetch_history()
+    finally:  # the store up again, whatever happened
+        back.cancel()
+        if back.is_alive():
+            back.join()
+        if _down(pg_server):
+            pg_server.resume()
+
+    assert state.status == "DONE", state
+    with sqlite3.connect(db_path) as db:
+        assert db.execute("SELECT COUNT(*) FROM refunds").fetchone() == (1,)
+    # Two attempts failed on the store, the run waited, the same call was asked again.
+    failed = [e.activity_task_failed_event_attributes.failure for e in history.events
+              if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED]
+    assert [f.application_failure_info.type for f in failed] == ["PayloadStoreUnavailable"], \
+        failed
+    assert "payload store postgresql://temporal:***@" in failed[0].message
+    timers = [e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
+              for e in history.events if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
+    assert STORE_WAIT in timers
+    assert len(calls) >= 3 and len(set(calls)) == 1  # the same call (its key) each time
+    said = [r for r in caplog.records if "payload store" in r.getMessage()
+            and r.name == "temporalio.activity"]
+    assert said and all(r.exc_info is None for r in said), said
+    assert all("asked again until the store serves it" in r.getMessage() for r in said)
+    assert pg_server.password not in caplog.text
+
+
+@pytest.mark.soak
+async def test_a_model_reply_the_payload_store_cannot_hold_for_45_s_waits_for_it(
+    client: Client, task_queue: str, scripted_worker: WorkerFactory, pg_server: Postgres,
+    pg_url: str,
+) -> None:
+    """Past the model call's own six attempts (about 31 s: the run failed there before)."""
+    long = "an answer long enough for the payload store. " * 200
+    asked: list[int] = []
+    back = threading.Timer(45, pg_server.resume)
+
+    def reply(request: ModelRequest) -> ModelReply:
+        asked.append(1)
+        if len(asked) == 1:
+            pg_server.pause()
+            back.start()
+        return ModelReply(model="loopback", content=json.dumps({"answer": long}))
+
+    config = client.config()
+    config["data_converter"] = tower_data_converter(pg_url, THRESHOLD)
+    stored = Client(**config)
+    try:
+        with LoopbackModelServer(replies=reply) as server:
+            models = ModelSettings(api_key="loopback", base_url=server.base_url,
+                                   models=["loopback"], stream=False)
+            async with scripted_worker(stored, models=models):
+                handle = await stored.start_workflow(
+                    AccountAgent.run, AccountRequest(question="Check my account ACC-1001"),
+                    id=f"account-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+                state = await handle.result()
+                history = await handle.fetch_history()
+    finally:
+        back.cancel()
+        if back.is_alive():
+            back.join()
+        if _down(pg_server):
+            pg_server.resume()
+    assert state.status == "DONE" and state.answer == long, state.errors
+    failed = [e.activity_task_failed_event_attributes.failure for e in history.events
+              if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED]
+    assert [f.application_failure_info.type for f in failed] == ["PayloadStoreUnavailable"]
+    assert len(asked) >= 7  # six attempts, and the same call again after the wait
+
+
+def _down(server: Postgres) -> bool:
+    return not (server.data / "postmaster.pid").exists()

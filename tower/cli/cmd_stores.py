@@ -1,0 +1,53 @@
+"""`tower stores`: which store each is, read from the settings every process reads (workers,
+the CLI, the inbox: tower/activities/stores.py), whether each answers, and whether one is a
+host's own file while the Temporal server is shared."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from tower.cli.output import json_option, print_json, table
+
+
+@click.command("stores", help=(
+    "Say where this process's settings put the message store, the stream store and the "
+    "payload store (TOWER_STORE_URL, else TOWER_MESSAGES / TOWER_STREAMS / TOWER_PAYLOAD_DIR, "
+    "else local files under .tower/), whether each answers, and warn when one is a local "
+    "file but the Temporal server is shared by several hosts. Exits 1 if a store does not "
+    "answer."))
+@click.option("--no-server", is_flag=True,
+              help="do not ask the Temporal server whether it is shared")
+@json_option("print each store as JSON")
+def command(no_server: bool, as_json: bool) -> Any:
+    return _stores(no_server, as_json)
+
+
+async def _stores(no_server: bool, as_json: bool) -> int:
+    from tower.activities.stores import StoreSettings, local_warning, probe, shared_server
+    from tower.cli.errors import CliError
+
+    try:
+        settings = StoreSettings.from_env()
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    specs = {"message store": settings.messages, "stream store": settings.streams,
+             "payload store": settings.payloads}
+    found = {name: probe(spec) for name, spec in specs.items()}
+    where = settings.described()
+    rows = [{"store": name, "where": where[name], "serves": ok, "found": said}
+            for name, (ok, said) in found.items()]
+    shared = None
+    if not no_server:
+        from tower.client import connect
+
+        shared = await shared_server(await connect())
+    warning = local_warning(settings.local()) if shared and settings.local() else ""
+    if as_json:
+        print_json({"stores": rows, "shared_server": shared, "warning": warning})
+    else:
+        table(["store", "where", "found"], [[r["store"], r["where"], r["found"]] for r in rows])
+        if warning:
+            click.echo(f"warning: {warning}", err=True)
+    return 0 if all(r["serves"] for r in rows) else 1

@@ -1,0 +1,63 @@
+"""A call that failed on a store waits for the store, never failing its run.
+
+An activity fails its attempt when a store it needs cannot serve it: the message store
+unreachable or lacking an entry another host wrote (tower/activities/stores.py), or the
+payload store unable to write a result over the threshold or to read an input
+(tower/temporal/payloads.py; the SDK reports these under the error's class name). When the
+activity's own retries run out while the store is still away, the workflow waits
+``STORE_WAIT`` and asks again, round after round, until a worker that can serve it does:
+another host, the store back, or a fixed setting. The same call is asked again, with the same
+idempotency key, so a side effect made before its result could be stored is not made twice
+(tower.effects returns the recorded result).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from tower.activities.stores import MISSING, UNAVAILABLE
+from tower.temporal._task_time import in_a_task
+
+STORE_WAIT = timedelta(seconds=30)  # between rounds of a call's store retries
+MESSAGE_STORE = (MISSING, UNAVAILABLE)
+PAYLOAD_STORE = ("PayloadStoreUnavailable", "PayloadMissing")  # the classes' names
+STORE_TYPES = (*MESSAGE_STORE, *PAYLOAD_STORE)
+# Runs that take this path wait on the payload store in model calls, and on any store in
+# tool calls; older histories failed the node there, and replay so.
+PAYLOAD_WAIT_PATCH = "tower-calls-wait-for-the-payload-store"
+
+
+def failure_types(exc: BaseException) -> list[str]:
+    """The error types along a failed activity's causes (its own failure, then what caused
+    it: the SDK wraps an input it could not decode as "Failed decoding arguments")."""
+    found: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ApplicationError) and seen.type:
+            found.append(seen.type)
+        seen = seen.cause if isinstance(seen, ActivityError) else seen.__cause__
+    return found
+
+
+def model_call_waits(exc: BaseException) -> bool:
+    """Whether a model call that failed with ``exc`` waits for its store."""
+    kinds = failure_types(exc)
+    if any(k in MESSAGE_STORE for k in kinds):
+        return True
+    return any(k in PAYLOAD_STORE for k in kinds) and workflow.patched(PAYLOAD_WAIT_PATCH)
+
+
+def tool_call_waits(exc: BaseException) -> bool:
+    """Whether a tool call that failed with ``exc`` waits for its store."""
+    return (any(k in STORE_TYPES for k in failure_types(exc))
+            and workflow.patched(PAYLOAD_WAIT_PATCH))
+
+
+async def wait_for_store() -> None:
+    """``STORE_WAIT`` of workflow time, then on inside a workflow task (_task_time.py)."""
+    since = workflow.now()
+    await workflow.sleep(STORE_WAIT)
+    await in_a_task(since)
