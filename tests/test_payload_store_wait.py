@@ -46,7 +46,7 @@ async def test_a_tool_result_the_payload_store_cannot_hold_yet_waits_for_it(
     calls: list[str] = []
     back = threading.Timer(OUTAGE, pg_server.resume)
 
-    def balance_with_statement(db: sqlite3.Connection, args: Any, key: str) -> dict[str, Any]:
+    def balance_with_statement(db: Any, args: Any, key: str) -> dict[str, Any]:
         """The balance and a statement long enough for the payload store; the first call
         stops the store before its result is written."""
         calls.append(key)
