@@ -6,12 +6,14 @@ folder, HOME and data) on the real dev server, the tools in a real PostgreSQL
 - A refund parked at its gate on host A, A killed -9, approved, paid by host B: one refund
   in PostgreSQL; then an order (stock, card, shipment) on B: each effect once.
 - Workers starting at once on an empty database seed it once.
+- The migration tools, whose targets are example SQLite files, migrate the worker's own.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import signal
+import sqlite3
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -23,8 +25,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
+from activities.tools import TOOLS, ToolBox
 from activities.tools.db import SEED_ACCOUNTS, SEED_SOURCES, open_postgres
 from activities.tools.orders import SEED_PRODUCTS
+from tower.contract.wire import ToolCall
 from workflows.order import OrderAgent, OrderRequest
 from workflows.refund import RefundAgent
 
@@ -144,3 +148,33 @@ def test_workers_starting_together_seed_an_empty_postgresql_once(
         name = url.rsplit("/", 1)[1]
         for i in range(PROCESSES):  # each worker's own example database for migrations
             assert (tmp_path / str(i) / name / "shop.sqlite").is_file()
+
+
+def test_the_migration_tools_migrate_the_workers_own_example_database(
+    tmp_path: Path, pg_url: str,
+) -> None:
+    """With the tools on PostgreSQL the migration targets are files in the worker's own
+    folder: a migration applies there, once (Tower's record is in PostgreSQL); an unknown
+    database is the same clear answer as on SQLite."""
+    tools = new_database(pg_url)
+    box = ToolBox(tools, local_dir=tmp_path / "host")
+    shop = tmp_path / "host" / "databases" / "shop.sqlite"
+
+    def call(name: str, **args: Any) -> dict[str, Any]:
+        return box.call(TOOLS[name], ToolCall(tool=name, arguments=args,
+                                              idempotency_key=f"run/{name}"))
+
+    before = call("schema_fingerprint", database="shop")["fingerprint"]
+    script = "ALTER TABLE customers ADD COLUMN vip INTEGER;"
+    found = call("inspect_migration", database="shop", script=script)
+    assert found["ok"] and not found["destructive"] and found["fingerprint"] == before
+    applied = call("apply_migration", database="shop", script=script,
+                   expected_fingerprint=before)
+    assert applied["applied"] and applied["fingerprint"] != before
+    again = call("apply_migration", database="shop", script=script, expected_fingerprint=before)
+    assert again == applied  # the first result, from PostgreSQL: not applied twice
+    with sqlite3.connect(shop) as db:
+        assert "vip" in [r[1] for r in db.execute("PRAGMA table_info(customers)")]
+    assert rows(tools, "SELECT tool FROM tower_effects WHERE result IS NOT NULL") == [
+        ("apply_migration",)]
+    assert call("schema_fingerprint", database="nope") == {"error": "no database named 'nope'"}
