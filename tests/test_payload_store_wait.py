@@ -36,6 +36,38 @@ THRESHOLD = 4096
 OUTAGE = 10  # seconds: past the tool's attempts, within one STORE_WAIT
 
 
+class Outage:
+    """``with Outage(server, seconds) as outage``: ``outage.begin()`` (its first call) stops
+    the store, which starts again ``seconds`` later, and at the end of the block whatever
+    happened."""
+
+    def __init__(self, server: Postgres, seconds: float) -> None:
+        self.server = server
+        self.back = threading.Timer(seconds, server.resume)
+
+    def begin(self) -> None:
+        if not self.back.is_alive() and not self.back.finished.is_set():
+            self.server.pause()
+            self.back.start()
+
+    def __enter__(self) -> Outage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.back.cancel()
+        if self.back.is_alive():
+            self.back.join()
+        if not (self.server.data / "postmaster.pid").exists():
+            self.server.resume()
+
+
+def stored_client(client: Client, pg_url: str) -> Client:
+    """``client`` with payloads over THRESHOLD in the PostgreSQL payload store."""
+    config = client.config()
+    config["data_converter"] = tower_data_converter(pg_url, THRESHOLD)
+    return Client(**config)
+
+
 async def test_a_tool_result_the_payload_store_cannot_hold_yet_waits_for_it(
     client: Client, task_queue: str, db_path: Path, scripted_worker: WorkerFactory,
     pg_server: Postgres, pg_url: str, monkeypatch: pytest.MonkeyPatch,
@@ -44,36 +76,26 @@ async def test_a_tool_result_the_payload_store_cannot_hold_yet_waits_for_it(
     caplog.set_level(logging.WARNING)
     real = TOOLS["invoice_balance"]
     calls: list[str] = []
-    back = threading.Timer(OUTAGE, pg_server.resume)
+    outage = Outage(pg_server, OUTAGE)
 
     def balance_with_statement(db: Any, args: Any, key: str) -> dict[str, Any]:
         """The balance and a statement long enough for the payload store; the first call
         stops the store before its result is written."""
         calls.append(key)
-        if len(calls) == 1:
-            pg_server.pause()
-            back.start()
+        outage.begin()
         return {**real.run(db, args, key), "statement": "line of the statement\n" * 400}
 
     monkeypatch.setitem(TOOLS, "invoice_balance", dataclasses.replace(
         real, run=balance_with_statement, attempts=2))
-    config = client.config()
-    config["data_converter"] = tower_data_converter(pg_url, THRESHOLD)
-    stored = Client(**config)
+    stored = stored_client(client, pg_url)
     run = f"payload-wait-{uuid.uuid4().hex[:8]}"
-    try:
+    with outage:
         async with scripted_worker(stored):
             handle = await stored.start_workflow(
                 RefundAgent.run, refund_request(stored, run, message="Refund $30 on INV-2004"),
                 id=run, task_queue=task_queue)
             state = await handle.result()
             history = await handle.fetch_history()
-    finally:  # the store up again, whatever happened
-        back.cancel()
-        if back.is_alive():
-            back.join()
-        if _down(pg_server):
-            pg_server.resume()
 
     assert state.status == "DONE", state
     with sqlite3.connect(db_path) as db:
@@ -103,40 +125,25 @@ async def test_a_model_reply_the_payload_store_cannot_hold_for_45_s_waits_for_it
     """Past the model call's own six attempts (about 31 s: the run failed there before)."""
     long = "an answer long enough for the payload store. " * 200
     asked: list[int] = []
-    back = threading.Timer(45, pg_server.resume)
+    outage = Outage(pg_server, 45)
 
     def reply(request: ModelRequest) -> ModelReply:
         asked.append(1)
-        if len(asked) == 1:
-            pg_server.pause()
-            back.start()
+        outage.begin()
         return ModelReply(model="loopback", content=json.dumps({"answer": long}))
 
-    config = client.config()
-    config["data_converter"] = tower_data_converter(pg_url, THRESHOLD)
-    stored = Client(**config)
-    try:
-        with LoopbackModelServer(replies=reply) as server:
-            models = ModelSettings(api_key="loopback", base_url=server.base_url,
-                                   models=["loopback"], stream=False)
-            async with scripted_worker(stored, models=models):
-                handle = await stored.start_workflow(
-                    AccountAgent.run, AccountRequest(question="Check my account ACC-1001"),
-                    id=f"account-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
-                state = await handle.result()
-                history = await handle.fetch_history()
-    finally:
-        back.cancel()
-        if back.is_alive():
-            back.join()
-        if _down(pg_server):
-            pg_server.resume()
+    stored = stored_client(client, pg_url)
+    with outage, LoopbackModelServer(replies=reply) as server:
+        models = ModelSettings(api_key="loopback", base_url=server.base_url,
+                               models=["loopback"], stream=False)
+        async with scripted_worker(stored, models=models):
+            handle = await stored.start_workflow(
+                AccountAgent.run, AccountRequest(question="Check my account ACC-1001"),
+                id=f"account-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+            state = await handle.result()
+            history = await handle.fetch_history()
     assert state.status == "DONE" and state.answer == long, state.errors
     failed = [e.activity_task_failed_event_attributes.failure for e in history.events
               if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED]
     assert [f.application_failure_info.type for f in failed] == ["PayloadStoreUnavailable"]
     assert len(asked) >= 7  # six attempts, and the same call again after the wait
-
-
-def _down(server: Postgres) -> bool:
-    return not (server.data / "postmaster.pid").exists()
