@@ -105,9 +105,11 @@ async def page_reader(b: Browser, url: str, run: str, seen: Seen, stop: asyncio.
     while not stop.is_set():
         # "retrying" shows until the next attempt's first word (a fraction of a second
         # here); the page's list of steps keeps the discard.
+        # (Right after the navigation the document may not hold the elements yet: null.)
         status, steps, text = await sync(b.evaluate, "['status', 'steps', 'reply'].map("
-                                         "i => document.getElementById(i).textContent)")
-        seen.show("", str(text), lost=str(steps).count("discarded a partial reply"))
+                                         "i => document.getElementById(i)?.textContent)")
+        if steps is not None:
+            seen.show("", str(text), lost=str(steps).count("discarded a partial reply"))
         await asyncio.sleep(0.1)
 
 
