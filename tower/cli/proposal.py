@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from tower.cli.errors import CliError
-from tower.contract.decisions import GateRecord, canonical_proposal, proposal_digest
+from tower.contract.decisions import GateRecord, canonical_proposal
 from tower.contract.render import Rendered, inert, render_proposal
 
 
@@ -35,24 +35,25 @@ def print_pending(row: dict[str, Any]) -> None:
     print(flush=True)
 
 
-def show_request(request: GateRecord, *, verb: str, err: bool) -> Rendered:
-    """Print the whole request a decision is about to be signed for (on stderr with
-    ``err``: under --json stdout is data only)."""
+def show_request(request: GateRecord, digest: str, *, verb: str, err: bool) -> Rendered:
+    """Print the whole request a decision is about to be signed for, and the proposal
+    digest it will name (on stderr with ``err``: under --json stdout is data only)."""
     rendered = render_proposal(canonical_proposal(request))
     out = sys.stderr if err else sys.stdout
     print(f"You are about to {verb} this request (step {request.step} of run id "
           f"{inert(request.run_id)}, role {inert(request.role)}):", file=out)
     for line in rendered.lines(indent="  "):
         print(line, file=out)
-    print(f"  digest {proposal_digest(request)}", file=out, flush=True)
+    print(f"  digest {digest}", file=out, flush=True)
     return rendered
 
 
-def confirmer(verb: str, *, yes: bool, ask: bool, err: bool) -> Callable[[GateRecord], bool]:
+def confirmer(verb: str, *, yes: bool, ask: bool, err: bool
+              ) -> Callable[[GateRecord, str], bool]:
     """The ``confirm`` hook of ``tower.client.decide``: show the request whole, then sign
     only with ``yes`` or, when ``ask``, an explicit "y" typed on the terminal."""
-    def confirm(request: GateRecord) -> bool:
-        rendered = show_request(request, verb=verb, err=err)
+    def confirm(request: GateRecord, digest: str) -> bool:
+        rendered = show_request(request, digest, verb=verb, err=err)
         if yes or not ask:
             return True
         if not sys.stdin.isatty():

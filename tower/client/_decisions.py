@@ -52,14 +52,16 @@ async def decide(
     gate: str | None = None, note: str = "", edits: dict[str, Any] | None = None,
     decision_id: str | None = None, use_signal: bool = False, unsigned: bool = False,
     config: Path | None = None, say: Callable[[str], None] | None = None,
-    takeover: float = TAKEOVER_SECONDS, confirm: Callable[[GateRecord], bool] | None = None,
+    takeover: float = TAKEOVER_SECONDS,
+    confirm: Callable[[GateRecord, str], bool] | None = None,
 ) -> Outcome | None:
     """Sign ``approver``'s decision on RUN's pending request with their own key (in
     ``config``, default ``tower.client.keys.config_dir()``) and send it; the Outcome the run
     reported, or None when sent as a signal. DecisionRefused when the run refuses it
     (nothing changed). ``say`` hears what is done (and any wait for a worker). ``confirm``
-    is shown the request before anything is signed (render it with
-    ``tower.contract.render``); when it answers False nothing is signed (NotConfirmed)."""
+    is shown the request and the proposal digest the decision will name before anything
+    is signed (render it with ``tower.contract.render``); when it answers False nothing is
+    signed (NotConfirmed)."""
     check_name(approver)  # before anything is asked of the server
     handle = client.get_workflow_handle(run)
     approvals = await _approvals(client, run, say=say, takeover=takeover)
@@ -69,12 +71,12 @@ async def decide(
     request = GateRecord.model_validate(pending)
     if gate is not None and gate != request.gate:
         raise ClientError(f"run {run!r} waits at gate {request.gate!r}, not {gate!r}")
-    if confirm is not None and not confirm(request):
+    # Signed for exactly what is shown here: this run id, this step, this proposal.
+    digest = signed_digest(request, approvals.get("proposal_digest"))
+    if confirm is not None and not confirm(request, digest):
         raise NotConfirmed(f"nothing was signed or sent for run {run!r}")
     role = role or request.role
     decision_id = decision_id or f"d-{uuid.uuid4().hex[:12]}"
-    # Signed for exactly what is shown here: this run id, this step, this proposal.
-    digest = signed_digest(request, approvals.get("proposal_digest"))
     payload, how = make_decision(
         tenant=client.namespace, run=run, pending=request, verdict=verdict, approver=approver,
         role=role, note=note, edits=edits, decision_id=decision_id, unsigned=unsigned,
