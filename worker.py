@@ -21,6 +21,7 @@ from temporalio.worker import Worker
 
 from activities.tools import ToolBox
 from activities.tools.db import is_postgres
+from tower.activities.stores import shared_server
 from tower.client import TASK_QUEUE, ServerUnreachable, UnknownTenant, connect, use_tenant
 from tower.temporal import (
     McpConfigError,
@@ -82,6 +83,17 @@ def build_worker(
                   plugins=[TowerPlugin(settings=settings)], **worker_options)
 
 
+async def warn_of_local_tools(client: Client) -> None:
+    """On a Temporal server several hosts share, a SQLite tools' database is this host's
+    own: what its tools wrote, another host's run cannot see. Say so at start-up."""
+    db = os.environ.get("TOWER_DB") or str(DEFAULT_DB)
+    if not is_postgres(db) and await shared_server(client):
+        logging.warning("the tools' database %s is a file of this host's own, but the "
+                        "Temporal server is shared: another host's tools will not see what "
+                        "these wrote (a refund paid here is unknown there). Set "
+                        "TOWER_DB=postgresql://... on every worker (docs/production.md)", db)
+
+
 async def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task-queue", default=os.environ.get("TOWER_TASK_QUEUE", TASK_QUEUE))
@@ -97,6 +109,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
         if args.tenant:
             use_tenant(args.tenant)
         client = await connect()  # with TowerPlugin: a plain Worker is a Tower worker
+        await warn_of_local_tools(client)
         mcp = await load_sources(client.namespace)
         grace = float(os.environ.get("TOWER_SHUTDOWN_GRACE", DEFAULT_GRACE_SECONDS))
         agents = list(AGENTS.values())

@@ -181,6 +181,8 @@ async def test_a_chat_moves_between_hosts_sharing_only_temporal_and_the_stores(
         await local.start()
         local.stop()
         assert "local to this host, but the Temporal server is shared" in local.text()
+        assert (f"the tools' database {local.env['TOWER_DB']} is a file of this host's own, "
+                "but the Temporal server is shared") in local.text()
         thread = await client.start_workflow(ChatAgent.run, ChatInput(), id=f"chat-{queue}",
                                              task_queue=queue)
         for turn in range(1, TURNS + 1):
@@ -335,6 +337,7 @@ async def test_a_refund_parked_on_host_a_is_approved_in_the_inbox_and_paid_by_ho
         for host in (a, b):  # neither host holds a tools' file; each names the database
             assert not (host.dir / "tools.sqlite").exists()
             assert "tools' database: PostgreSQL postgresql://temporal:***@" in host.text()
+            assert "is a file of this host's own" not in host.text()
     finally:
         a.stop()
         b.stop()
