@@ -36,7 +36,14 @@ def unavailable() -> str | None:
     made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if made.returncode != 0:
         return f"`ip netns add` refused: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], check=False)
+    try:  # a container may allow the namespace but not what `exec` mounts in it
+        for step in (["ip", "-n", probe, "link", "set", "lo", "up"],
+                     ["ip", "netns", "exec", probe, sys.executable, "-c", "pass"]):
+            done = subprocess.run(step, capture_output=True, text=True, timeout=60)
+            if done.returncode != 0:
+                return f"`{' '.join(step[:3])}` refused: {done.stderr.strip()}"
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], check=False)
     return None
 
 
