@@ -21,8 +21,14 @@ from temporalio.worker import Worker
 
 from activities.tools import ToolBox
 from activities.tools.db import is_postgres
-from tower.activities.stores import shared_server
-from tower.client import TASK_QUEUE, ServerUnreachable, UnknownTenant, connect, use_tenant
+from tower.client import (
+    TASK_QUEUE,
+    ServerUnreachable,
+    UnknownTenant,
+    connect,
+    shared_server,
+    use_tenant,
+)
 from tower.temporal import (
     McpConfigError,
     McpDiscoveryError,

@@ -23,6 +23,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tower.activities.stores import shared_server
     from tower.client._decisions import decide, last_request, send_decision
     from tower.client._follow import Position, RunEnd, follow
     from tower.client._pending import Deployment, NotGenuine, Waiting, pending, pending_of
@@ -105,6 +106,7 @@ _LAZY = {
     "start_attributes": "tower.contract.search",  # a run's first, set at its start
     "Verdict": "tower.contract.decisions",  # approve or reject
     "Reply": "tower.contract.stream",  # a reply as it forms
+    "shared_server": "tower.activities.stores",  # whether the server is not the dev server
 }
 
 __all__ = [
@@ -113,7 +115,8 @@ __all__ = [
     "ServerUnreachable", "TASK_QUEUE", "UnknownTenant", "Verdict", "Waiting", "check_tenant",
     "connect", "connect_config", "decide", "describe", "failure_of", "follow", "has_workers",
     "history_end", "last_request", "load", "pending", "pending_of", "query", "reason_of",
-    "replay", "reply_text", "resolved", "retry", "send_decision", "start_attributes",
+    "replay", "reply_text", "resolved", "retry", "send_decision", "shared_server",
+    "start_attributes",
     "start_run", "stream", "update_while_open", "use_tenant",
 ]
 
