@@ -50,9 +50,14 @@ class Terminal:
         self._tmux("send-keys", "-t", name, *keys)
 
     async def wait_for(self, name: str, text: str, timeout: float = 90) -> str:
-        async with asyncio.timeout(timeout):
-            while text not in (shown := self.screen(name)):
-                await asyncio.sleep(0.3)
+        shown = ""
+        try:
+            async with asyncio.timeout(timeout):
+                while text not in (shown := self.screen(name)):
+                    await asyncio.sleep(0.3)
+        except TimeoutError:  # what the terminal showed instead: the only clue afterwards
+            raise AssertionError(f"{text!r} not shown in {name} within {timeout} s; it "
+                                 f"showed:\n{shown}") from None
         return shown
 
     def close(self) -> None:
