@@ -132,20 +132,22 @@ class StoreSettings:
 
         return open_streams(self.streams, create=create)
 
+    def specs(self) -> dict[str, str]:
+        """Each store's name and its setting (a path or a URL)."""
+        return {"message store": self.messages, "stream store": self.streams,
+                "payload store": self.payloads}
+
     def described(self) -> dict[str, str]:
         """Each store's name and where it is (passwords hidden), for start-up lines."""
-        def where(spec: str, kind: str) -> str:
+        def where(name: str, spec: str) -> str:
+            kind = "directory" if name == "payload store" else "file"
             return f"PostgreSQL {redact(spec)}" if is_url(spec) else f"local {kind} {spec}"
 
-        return {"message store": where(self.messages, "file"),
-                "stream store": where(self.streams, "file"),
-                "payload store": where(self.payloads, "directory")}
+        return {name: where(name, spec) for name, spec in self.specs().items()}
 
     def local(self) -> list[str]:
         """The stores that are one host's own files."""
-        specs = {"message store": self.messages, "stream store": self.streams,
-                 "payload store": self.payloads}
-        return [name for name, spec in specs.items() if not is_url(spec)]
+        return [name for name, spec in self.specs().items() if not is_url(spec)]
 
 
 def probe(spec: str) -> tuple[bool, str]:

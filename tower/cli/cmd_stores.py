@@ -32,18 +32,17 @@ async def _stores(no_server: bool, as_json: bool) -> int:
         settings = StoreSettings.from_env()
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    specs = {"message store": settings.messages, "stream store": settings.streams,
-             "payload store": settings.payloads}
-    found = {name: probe(spec) for name, spec in specs.items()}
-    where = settings.described()
-    rows = [{"store": name, "where": where[name], "serves": ok, "found": said}
-            for name, (ok, said) in found.items()]
+    specs, where = settings.specs(), settings.described()
+    found = {spec: probe(spec) for spec in set(specs.values())}  # one URL: asked once
+    rows = [{"store": name, "where": where[name], "serves": found[spec][0],
+             "found": found[spec][1]} for name, spec in specs.items()]
     shared = None
     if not no_server:
         from tower.client import connect
 
         shared = await shared_server(await connect())
-    warning = local_warning(settings.local()) if shared and settings.local() else ""
+    local = settings.local()
+    warning = local_warning(local) if shared and local else ""
     if as_json:
         print_json({"stores": rows, "shared_server": shared, "warning": warning})
     else:
