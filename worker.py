@@ -54,12 +54,17 @@ DEFAULT_GRACE_SECONDS = 20.0
 __all__ = ["activities", "build_worker", "main"]
 
 
+def tools_db(db_path: str | Path | None = None) -> str | Path:
+    """The tools' database: ``db_path``, else TOWER_DB, else the default SQLite file."""
+    return db_path or os.environ.get("TOWER_DB") or DEFAULT_DB
+
+
 def activities(agents: Sequence[type], *, db_path: str | Path | None = None,
                mcp: McpSources | None = None) -> list[Callable[..., Any]]:
     """This project's own activities for ``agents``: the tools on the tools' database
     (TOWER_DB), and the tenant's MCP tools. Tower's own (the model, trust, notifier,
     attester) come with TowerPlugin."""
-    box = ToolBox(db_path or os.environ.get("TOWER_DB") or DEFAULT_DB)
+    box = ToolBox(tools_db(db_path))
     logging.getLogger("tower.stores").info("tools' database: %s", box.describe())
     tools = box.activities()
     if mcp is not None:  # checked before any run: named tools exist, destructive ones gated
@@ -92,8 +97,8 @@ def build_worker(
 async def warn_of_local_tools(client: Client) -> None:
     """On a Temporal server several hosts share, a SQLite tools' database is this host's
     own: what its tools wrote, another host's run cannot see. Say so at start-up."""
-    db = os.environ.get("TOWER_DB") or str(DEFAULT_DB)
-    if not is_postgres(db) and await shared_server(client):
+    db = tools_db()
+    if not is_postgres(str(db)) and await shared_server(client):
         logging.warning("the tools' database %s is a file of this host's own, but the "
                         "Temporal server is shared: another host's tools will not see what "
                         "these wrote (a refund paid here is unknown there). Set "
