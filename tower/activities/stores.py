@@ -68,9 +68,14 @@ def store_unavailable(store: str, exc: BaseException) -> ApplicationError:
     Raise it ``from None``: the driver's chained error (every connection attempt, its stack)
     can pass the server's 4 KB limit on a pending activity's last failure, which then shows
     only "Failure exceeds size limit." instead of this message."""
+    return ApplicationError(f"{store} is unreachable: {why_unreachable(exc)}",
+                            type=UNAVAILABLE)
+
+
+def why_unreachable(exc: BaseException) -> str:
+    """A driver's error in one bounded line: its first (the rest repeats it per address)."""
     lines = str(exc).strip().splitlines()
-    why = lines[0][:300] if lines else type(exc).__name__
-    return ApplicationError(f"{store} is unreachable: {why}", type=UNAVAILABLE)
+    return lines[0][:300] if lines else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -163,8 +168,7 @@ def probe(spec: str) -> tuple[bool, str]:
         with psycopg.connect(spec, connect_timeout=5) as db:
             db.execute("SELECT 1")
     except psycopg.Error as exc:
-        return False, "unreachable: " + store_unavailable(redact(spec), exc).message.split(
-            " is unreachable: ", 1)[-1]
+        return False, f"unreachable: {why_unreachable(exc)}"
     return True, "answers"
 
 

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tower.activities.stores import why_unreachable
+
 log = logging.getLogger("tower.streams")
 RETRY_SECONDS = 2.0
 
@@ -46,8 +48,7 @@ class Outage:
             if first:
                 log.warning("stream store %s: not published: %s; its events are dropped "
                             "until it answers (watchers miss them, runs go on)",
-                            _name(self.store), str(exc).strip().splitlines()[0] if str(exc)
-                            else type(exc).__name__)
+                            _name(self.store), why_unreachable(exc))
             return
         with self._lock:
             since, dropped, self._since, self.dropped = self._since, self.dropped, None, 0

@@ -23,7 +23,7 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
-from tower.activities.stores import redact
+from tower.activities.stores import redact, why_unreachable
 from tower.temporal.payloads import PayloadStoreUnavailable, missing
 
 _SCHEMA = """
@@ -73,9 +73,8 @@ class PostgresDriver(StorageDriver):
             with self._lock:
                 return self._conn().execute(sql, args).fetchall()
         except psycopg.OperationalError as exc:
-            said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise PayloadStoreUnavailable(f"payload store {self} is unreachable: {said}") \
-                from None
+            raise PayloadStoreUnavailable(
+                f"payload store {self} is unreachable: {why_unreachable(exc)}") from None
 
     async def store(self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
                     ) -> list[StorageDriverClaim]:
