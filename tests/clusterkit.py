@@ -12,7 +12,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,12 +81,8 @@ class Cluster:
     def database(self, prefix: str) -> str:
         """A new database of its own on the cluster's PostgreSQL (the stores', the example's
         tools'): its URL."""
-        psycopg = pytest.importorskip("psycopg", reason="pip install 'tower[postgres]'")
-        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-        base = f"postgresql://temporal:{self.pg.password}@127.0.0.1:{self.pg.port}"
-        with psycopg.connect(f"{base}/postgres", autocommit=True) as db:
-            db.execute(f"CREATE DATABASE {name}")
-        return f"{base}/{name}"
+        pytest.importorskip("psycopg", reason="pip install 'tower[postgres]'")
+        return self.pg.database(prefix)
 
     def worker(self, server: int, queue: str, model_url: str, name: str,
                **extra: str) -> WorkerProcess:

@@ -9,6 +9,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import uuid
 from pathlib import Path
 
 from procs import free_port
@@ -66,6 +67,16 @@ class Postgres:
     def pause(self) -> None:
         """Stop the server, keeping its data: unreachable until ``resume``."""
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def database(self, prefix: str) -> str:
+        """A new, empty database of its own on this server: its URL."""
+        import psycopg
+
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+        base = f"postgresql://{USER}:{self.password}@127.0.0.1:{self.port}"
+        with psycopg.connect(f"{base}/postgres", autocommit=True) as admin:
+            admin.execute(f"CREATE DATABASE {name}")
+        return f"{base}/{name}"
 
     def env(self) -> dict[str, str]:
         """How the Temporal server and its SQL tool reach this database."""

@@ -44,16 +44,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 ASK = "search docs streaming"  # the chat's scripts: a search_docs call, then a text reply
 
 
-def stream_database(cluster: Cluster) -> str:
-    """A database of its own on the cluster's PostgreSQL: the stream store's URL."""
-    psycopg = pytest.importorskip("psycopg", reason="pip install 'tower[postgres]'")
-    name = f"tower_streams_{uuid.uuid4().hex[:8]}"
-    base = f"postgresql://temporal:{cluster.pg.password}@127.0.0.1:{cluster.pg.port}"
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as db:
-        db.execute(f"CREATE DATABASE {name}")
-    return f"{base}/{name}"
-
-
 def client_host(root: Path, cluster: Cluster, streams: str) -> dict[str, str]:
     """The client's folder (a copy of the project's code, nothing else) and its whole
     environment: the server address, the PostgreSQL URL and the codec key."""
@@ -75,7 +65,7 @@ async def line_of(proc: asyncio.subprocess.Process) -> dict[str, Any] | None:
 async def test_a_client_on_another_host_reads_the_reply_as_it_forms_and_every_event_once(
     cluster: Cluster, tmp_path: Path,
 ) -> None:
-    streams = stream_database(cluster)
+    streams = cluster.database("tower_streams")
     queue = f"stream-{uuid.uuid4().hex[:6]}"
     worker_host, client_root = cluster.logs / queue, tmp_path / "client-host"
     worker_host.mkdir()

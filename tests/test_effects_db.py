@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 import sqlite3
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,12 +24,11 @@ START = 10_000
 
 @pytest.fixture(scope="module")
 def pg() -> Iterator[Any]:
-    from pgserver import USER
     from pgserver import Postgres as Server
 
     server = Server().start()
     try:
-        yield server, f"postgresql://{USER}:{server.password}@127.0.0.1:{server.port}"
+        yield server
     finally:
         server.stop()
 
@@ -40,13 +38,8 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Database:
     if request.param == "sqlite":
         store: Database = SQLite(tmp_path / "bank.sqlite", schema=SCHEMA)
     else:
-        import psycopg
-
-        _, url = request.getfixturevalue("pg")
-        name = f"t_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(f"{url}/postgres", autocommit=True) as admin:
-            admin.execute(f"CREATE DATABASE {name}")
-        store = Postgres(f"{url}/{name}", schema=SCHEMA)
+        server = request.getfixturevalue("pg")
+        store = Postgres(server.database("t"), schema=SCHEMA)
     store.run(lambda tx: tx.execute("INSERT INTO accounts VALUES ('acc', ?)", (START,)))
     return store
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gatekit import decision, refund_request, wait_pending
+from pgserver import Postgres
 from storekit import Host
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
@@ -34,16 +35,6 @@ from workflows.refund import RefundAgent
 
 ROUNDS, PROCESSES = 4, 6  # the race is a matter of timing: several rounds of it
 ORDER = "2 x WIDGET-1 to 7 Quay St, Dublin, US"
-
-
-def new_database(pg_url: str) -> str:
-    """An empty database of its own on the test's PostgreSQL: its URL."""
-    import psycopg
-
-    name = f"tools_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    return pg_url.rsplit("/", 1)[0] + f"/{name}"
 
 
 def rows(url: str, sql: str) -> list[tuple[Any, ...]]:
@@ -72,9 +63,9 @@ def identity(host: Host) -> str:
 
 
 async def test_a_refund_parked_on_one_host_is_paid_once_in_postgresql_by_another(
-    env: WorkflowEnvironment, task_queue: str, tmp_path: Path, pg_url: str,
+    env: WorkflowEnvironment, task_queue: str, tmp_path: Path, pg_server: Postgres,
 ) -> None:
-    client, tools = env.client, new_database(pg_url)
+    client, tools = env.client, pg_server.database("tools")
     address = client.service_client.config.target_host
     a, b = (Host(name, tmp_path, address, task_queue, TOWER_DB=tools) for name in "ab")
     try:
@@ -129,9 +120,9 @@ def _open(urls: list[str], folder: str, start: Any) -> None:
 
 
 def test_workers_starting_together_seed_an_empty_postgresql_once(
-    tmp_path: Path, pg_url: str,
+    tmp_path: Path, pg_server: Postgres,
 ) -> None:
-    urls = [new_database(pg_url) for _ in range(ROUNDS)]
+    urls = [pg_server.database("tools") for _ in range(ROUNDS)]
     spawn = multiprocessing.get_context("spawn")
     start = spawn.Barrier(PROCESSES)
     workers = [spawn.Process(target=_open, args=(urls, str(tmp_path / str(i)), start))
@@ -151,12 +142,12 @@ def test_workers_starting_together_seed_an_empty_postgresql_once(
 
 
 def test_the_migration_tools_migrate_the_workers_own_example_database(
-    tmp_path: Path, pg_url: str,
+    tmp_path: Path, pg_server: Postgres,
 ) -> None:
     """With the tools on PostgreSQL the migration targets are files in the worker's own
     folder: a migration applies there, once (Tower's record is in PostgreSQL); an unknown
     database is the same clear answer as on SQLite."""
-    tools = new_database(pg_url)
+    tools = pg_server.database("tools")
     box = ToolBox(tools, local_dir=tmp_path / "host")
     shop = tmp_path / "host" / "databases" / "shop.sqlite"
 
