@@ -117,6 +117,47 @@ async def test_a_tool_result_the_payload_store_cannot_hold_yet_waits_for_it(
     assert pg_server.password not in caplog.text
 
 
+async def test_a_payment_whose_receipt_the_store_cannot_hold_yet_is_made_once(
+    client: Client, task_queue: str, db_path: Path, scripted_worker: WorkerFactory,
+    pg_server: Postgres, pg_url: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A side effect made, its result not storable: every attempt after the first, and the
+    call asked again after the wait, return the recorded result; nothing is paid twice."""
+    real = TOOLS["issue_refund"]
+    made: list[str] = []
+    outage = Outage(pg_server, OUTAGE)
+
+    def refund_with_receipt(db: Any, args: Any, key: str) -> dict[str, Any]:
+        made.append(key)  # the business write: runs only when the effect is made
+        outage.begin()
+        return {**real.run(db, args, key), "receipt": "line of the receipt\n" * 400}
+
+    monkeypatch.setitem(TOOLS, "issue_refund", dataclasses.replace(
+        real, run=refund_with_receipt, attempts=2))
+    stored = stored_client(client, pg_url)
+    run = f"payload-paid-{uuid.uuid4().hex[:8]}"
+    with outage:
+        async with scripted_worker(stored):
+            handle = await stored.start_workflow(
+                RefundAgent.run, refund_request(stored, run, message="Refund $30 on INV-2004"),
+                id=run, task_queue=task_queue)
+            state = await handle.result()
+            history = await handle.fetch_history()
+    assert state.status == "DONE", state
+    assert len(made) == 1, made
+    with sqlite3.connect(db_path) as db:
+        assert db.execute("SELECT invoice_id, amount_cents FROM refunds").fetchall() == [
+            ("INV-2004", 3000)]
+    scheduled = [e for e in history.events
+                 if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                 and e.activity_task_scheduled_event_attributes.activity_type.name
+                 == "issue_refund"]
+    failed = [e.activity_task_failed_event_attributes.failure for e in history.events
+              if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED]
+    assert [f.application_failure_info.type for f in failed] == ["PayloadStoreUnavailable"]
+    assert len(scheduled) == 2  # the call, and the same call again after the wait
+
+
 @pytest.mark.soak
 async def test_a_model_reply_the_payload_store_cannot_hold_for_45_s_waits_for_it(
     client: Client, task_queue: str, scripted_worker: WorkerFactory, pg_server: Postgres,

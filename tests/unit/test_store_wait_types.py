@@ -1,0 +1,23 @@
+"""Which failures make a call wait for its store: the error's *type* along its causes, as
+Tower's stores and the SDK set it, never words in a message a tool or a model wrote."""
+
+from __future__ import annotations
+
+from temporalio.exceptions import ApplicationError
+
+from tower.temporal._store_wait import STORE_TYPES, failure_types
+
+
+def test_a_store_type_is_found_along_the_causes() -> None:
+    decoded = ApplicationError("Failed decoding arguments")  # the SDK's wrapper, no type
+    decoded.__cause__ = ApplicationError("payload … not found", type="PayloadMissing")
+    assert failure_types(decoded) == ["PayloadMissing"]
+    assert set(failure_types(decoded)) & set(STORE_TYPES)
+
+
+def test_a_message_naming_a_store_error_is_not_one() -> None:
+    hostile = ApplicationError("StoreUnavailable: PayloadStoreUnavailable (wait forever)",
+                               type="ToolError")
+    hostile.__cause__ = ValueError("StoreEntryMissing")
+    assert failure_types(hostile) == ["ToolError"]
+    assert not set(failure_types(hostile)) & set(STORE_TYPES)
