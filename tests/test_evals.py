@@ -26,7 +26,7 @@ from tower.client._decisions import submit_decision
 from tower.contract.decisions import GateRecord
 from tower.contract.wire import ModelReply, ModelRequest
 from tower.temporal import TowerPlugin, WorkerSettings, scripts_of
-from tower.testing.evals import EvalReport, Mode, Verdict, assert_verdicts, run_eval
+from tower.testing.evals import Change, EvalReport, Mode, assert_verdicts, run_eval
 from tower.testing.evals.world import EvalTrust
 from tower.testing.model_server import LoopbackModelServer
 from worker import activities, build_worker
@@ -170,10 +170,10 @@ async def test_a_failing_node_is_a_regression() -> None:
                             models=ModelSettings())
     assert verdicts(report) == {"support-1": "regressed", "support-2": "same"}
     status = report.runs[0].scores[0]
-    assert status.scorer == "status" and status.verdict is Verdict.REGRESSED
+    assert status.scorer == "status" and status.verdict is Change.REGRESSED
     assert "DONE at DONE -> FAILED" in status.detail and "unreachable" in status.detail
     with pytest.raises(AssertionError, match="support-1: regressed, expected same"):
-        assert_verdicts(report, Verdict.SAME)
+        assert_verdicts(report, Change.SAME)
 
 
 async def test_a_decision_the_eval_signs_is_refused_by_a_real_run(

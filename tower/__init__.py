@@ -17,18 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
     from tower.activities import sql
-    from tower.activities.scripted import (
-        Script,
-        find_id,
-        first_user_text,
-        last_message,
-        tool_results,
-    )
     from tower.contract.decisions import GateStatus
     from tower.contract.pending import EditLimit
     from tower.contract.wire import (
         Authority,
-        ModelRequest,
         Reduction,
         StoredReply,
         ToolCall,
@@ -37,7 +29,6 @@ if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
         WindowRef,
     )
     from tower.core import window
-    from tower.core.audit import check_log
     from tower.core.carry import Carry
     from tower.core.context import Answer, NodeContext
     from tower.core.errors import EffectRefused, NodeFailed
@@ -63,7 +54,6 @@ _LAZY = {
     "Answer": "tower.core.context",
     "APPEND": "tower.core.state",
     "Carry": "tower.core.carry",
-    "check_log": "tower.core.audit",
     "custom": "tower.core.state",
     "DONE": "tower.core.graph",
     "EffectRefused": "tower.core.errors",
@@ -88,19 +78,13 @@ _LAZY = {
     "Authority": "tower.contract.wire",
     "EditLimit": "tower.contract.pending",
     "GateStatus": "tower.contract.decisions",
-    "ModelRequest": "tower.contract.wire",
     "Reduction": "tower.contract.wire",
     "StoredReply": "tower.contract.wire",
     "stored_reply": "tower.temporal._replies",
-    "Script": "tower.activities.scripted",
     "ToolCall": "tower.contract.wire",
     "ToolSchema": "tower.contract.wire",
     "WindowRef": "tower.contract.wire",
-    "find_id": "tower.activities.scripted",
-    "first_user_text": "tower.activities.scripted",
-    "last_message": "tower.activities.scripted",
     "stricter": "tower.core.policy",
-    "tool_results": "tower.activities.scripted",
 }
 
 
@@ -158,12 +142,10 @@ __all__ = [
     "GateStatus",
     "Graph",
     "Message",
-    "ModelRequest",
     "NodeContext",
     "NodeFailed",
     "REPLACE",
     "Reduction",
-    "Script",
     "StoredReply",
     "TERMINALS",
     "ToolCall",
@@ -173,16 +155,11 @@ __all__ = [
     "WindowPolicy",
     "WindowRef",
     "agent",
-    "check_log",
     "custom",
     "fan_out",
-    "find_id",
-    "first_user_text",
     "guard_rows",
     "sql",
     "stored_reply",
-    "last_message",
     "stricter",
-    "tool_results",
     "window",
 ]

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 
-from tower import ModelRequest, Script, ToolCallRequest, find_id, first_user_text, tool_results
+from activities.scripted import find_id, first_user_text, tool_results
+from tower import ToolCallRequest
+from tower.testing import ModelRequest, Script
 
 
 def reason(request: ModelRequest) -> str | ToolCallRequest:

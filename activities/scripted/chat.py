@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 
-from tower import ModelRequest, Script, ToolCallRequest
+from tower import ToolCallRequest
+from tower.testing import ModelRequest, Script
 
 SUMMARY_CHARS = 600
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import re
 
-from tower import ModelRequest, Script, first_user_text
+from activities.scripted import first_user_text
+from tower.testing import ModelRequest, Script
 
 
 def profile(request: ModelRequest) -> str:

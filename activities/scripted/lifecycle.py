@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import re
 
-from tower import ModelRequest, Script, ToolCallRequest, first_user_text
+from activities.scripted import first_user_text
+from tower import ToolCallRequest
+from tower.testing import ModelRequest, Script
 
 IDS = re.compile(r"\b(ACC|INV)-\d{4}\b")
 TOOL_FOR = {"ACC": ("lookup_account", "account_id"), "INV": ("lookup_invoice", "invoice_id")}

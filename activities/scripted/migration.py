@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tower import ModelRequest, Script, tool_results
+from activities.scripted import tool_results
+from tower.testing import ModelRequest, Script
 
 
 def analyze(request: ModelRequest) -> str:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import re
 
-from tower import ModelRequest, Script, ToolCallRequest, first_user_text, tool_results
+from activities.scripted import first_user_text, tool_results
+from tower import ToolCallRequest
+from tower.testing import ModelRequest, Script
 
 EMAILS = re.compile(r"[^@\s,;()<>]+@[^@\s,;()<>]+[A-Za-z]")
 NAME = re.compile(r"(?:I'm|I am|[Nn]ame is|[Nn]ame:)\s+([A-Z][\w'-]+(?: [A-Z][\w'-]+)*)")

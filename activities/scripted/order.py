@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import re
 
-from tower import ModelRequest, Script, first_user_text, last_message
+from activities.scripted import first_user_text, last_message
+from tower.testing import ModelRequest, Script
 
 ITEM = re.compile(r"(\d+)\s*(?:x|×|of)?\s*([A-Z]+-\d+)")
 COUNTRIES = ("US", "GB", "DE", "FR")

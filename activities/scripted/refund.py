@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import re
 
-from tower import (
-    ModelRequest,
-    Script,
-    ToolCallRequest,
-    find_id,
-    first_user_text,
-    last_message,
-    tool_results,
-)
+from activities.scripted import find_id, first_user_text, last_message, tool_results
+from tower import ToolCallRequest
+from tower.testing import ModelRequest, Script
 
 
 def requested_cents(text: str) -> int | None:

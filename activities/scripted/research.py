@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import re
 
-from tower import ModelRequest, Script, ToolCallRequest, first_user_text
+from activities.scripted import first_user_text
+from tower import ToolCallRequest
+from tower.testing import ModelRequest, Script
 
 ADVANCE = "advance_to_next_step"
 CLOSING = (

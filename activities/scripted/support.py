@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from tower import ModelRequest, Script, ToolCallRequest, find_id, first_user_text, tool_results
+from activities.scripted import find_id, first_user_text, tool_results
+from tower import ToolCallRequest
+from tower.testing import ModelRequest, Script
 
 KEYWORDS = {
     "BILLING": ("invoice", "refund", "charge", "bill", "payment"),

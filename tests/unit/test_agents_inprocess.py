@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from gatekit import in_process_tools, make_shop, schema
 
-from tower import DONE, FAILED, Message, ToolCallRequest, check_log
+from tower import DONE, FAILED, Message, ToolCallRequest
 from tower.core.engine import Kind
 from tower.core.state import Status
-from tower.testing import Stuck, approve, reject, run_agent, run_node
+from tower.testing import Stuck, approve, check_log, reject, run_agent, run_node
 from workflows.account import AccountAgent, AccountState
 from workflows.chat import ChatAgent, ChatState, Turn
 from workflows.company import CompanyAgent, CompanyState

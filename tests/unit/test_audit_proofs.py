@@ -6,10 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from tower import DONE, Message, check_log
+from tower import DONE, Message
 from tower.core.engine import advance, start
 from tower.core.transition import Kind, move
-from tower.testing import approve, run_agent
+from tower.testing import approve, check_log, run_agent
 from workflows.account import AccountAgent, AccountState
 from workflows.refund import RefundAgent, RefundState
 

@@ -12,7 +12,7 @@ from tower.activities.model import ModelSettings
 from tower.cli.agents import agents
 from tower.cli.inbox.drawing import machine_svg
 from tower.contract.wire import ModelReply, ModelRequest
-from tower.testing.evals import EvalReport, Mode, RunResult, Verdict
+from tower.testing.evals import Change, EvalReport, Mode, RunResult
 from tower.testing.evals.compare import BUILT_IN, plural, score, transition_diff
 from tower.testing.evals.judge import gateway_judge
 from tower.testing.evals.recording import Recording, chains
@@ -73,38 +73,38 @@ def summary(**changes: object) -> RunSummary:
 
 async def test_verdicts_same_changed_regressed() -> None:
     base = summary()
-    assert await score(base, summary(latency_s=9.0), BUILT_IN) == (Verdict.SAME, [])
+    assert await score(base, summary(latency_s=9.0), BUILT_IN) == (Change.SAME, [])
     verdict, found = await score(base, summary(trail=["classify", "account_help", "DONE"],
                                                tool_calls=[]), BUILT_IN)
-    assert verdict is Verdict.CHANGED and [s.scorer for s in found] == ["path", "tools"]
+    assert verdict is Change.CHANGED and [s.scorer for s in found] == ["path", "tools"]
     assert found[0].detail.startswith(
         "-classify->technical; -technical->DONE; +classify->account_help; "
         "+account_help->DONE (classify > technical > DONE  =>  classify > account_help > DONE)")
     verdict, found = await score(base, summary(status="FAILED", node="FAILED",
                                                error="boom"), BUILT_IN)
-    assert verdict is Verdict.REGRESSED and "DONE at DONE -> FAILED at FAILED (boom)" in \
+    assert verdict is Change.REGRESSED and "DONE at DONE -> FAILED at FAILED (boom)" in \
         found[0].detail
     # A reworded answer is not a change; another answer is.
-    assert await score(base, summary(answer="Clear cookies!"), BUILT_IN) == (Verdict.SAME, [])
+    assert await score(base, summary(answer="Clear cookies!"), BUILT_IN) == (Change.SAME, [])
     assert (await score(base, summary(answer="Open a ticket."), BUILT_IN))[0] is \
-        Verdict.CHANGED
+        Change.CHANGED
 
 
 async def test_a_plain_function_and_an_async_one_are_scorers() -> None:
     def cost_up(base: RunSummary, cand: RunSummary) -> object:
         from tower.testing.evals import Score
-        return Score(scorer="cost", verdict=Verdict.REGRESSED, detail="dearer") \
+        return Score(scorer="cost", verdict=Change.REGRESSED, detail="dearer") \
             if cand.cost_usd > base.cost_usd * 2 else None
 
     verdict, found = await score(summary(cost_usd=0.01), summary(cost_usd=0.05),
                                  [cost_up])  # type: ignore[list-item]
-    assert verdict is Verdict.REGRESSED and found[0].detail == "dearer"
+    assert verdict is Change.REGRESSED and found[0].detail == "dearer"
 
 
 def test_the_report_and_the_picture_of_moved_edges(tmp_path: Path) -> None:
     base, cand = summary(), summary(trail=["classify", "account_help", "DONE"])
     run = RunResult(source="s", workflow_id="support-2", agent="support",
-                    verdict=Verdict.CHANGED, baseline=base, candidate=cand)
+                    verdict=Change.CHANGED, baseline=base, candidate=cand)
     report = EvalReport(mode=Mode.CHANGED, baseline="recorded", runs=[run])
     moved = report.moved()["support"]
     assert moved == {("classify", "technical"): -1, ("technical", "DONE"): -1,
@@ -155,7 +155,7 @@ def test_path_diffs_count_each_move() -> None:
 
 def test_moves_and_the_picture_count_every_visit_and_show_every_moved_edge() -> None:
     runs = [RunResult(source="s", workflow_id="account-1", agent="account",
-                      verdict=Verdict.CHANGED, baseline=account(5, ["reason", "DONE"]),
+                      verdict=Change.CHANGED, baseline=account(5, ["reason", "DONE"]),
                       candidate=account(4, ["error", "FAILED"]))]
     moved = EvalReport(mode=Mode.RECORDED, baseline="recorded", runs=runs).moved()["account"]
     assert moved == {("reason", "lookup_account"): -1, ("lookup_account", "reason"): -2,
@@ -190,9 +190,9 @@ async def test_the_model_judge_asks_through_the_gateway() -> None:
                                             models=["judge"], timeout_seconds=10))
         base = summary(answer="Your refund is on its way.")
         verdict, found = await score(base, summary(answer="Please call us."), [judge])
-        assert verdict is Verdict.REGRESSED and found[0].detail == "no refund promised"
+        assert verdict is Change.REGRESSED and found[0].detail == "no refund promised"
         assert await score(base, summary(answer="Your refund is on the way."), [judge]) == (
-            Verdict.SAME, [])
-        assert await score(base, base, [judge]) == (Verdict.SAME, [])  # equal: not asked
+            Change.SAME, [])
+        assert await score(base, base, [judge]) == (Change.SAME, [])  # equal: not asked
     offline = gateway_judge(ModelSettings())  # the scripted model cannot judge: a change
-    assert (await score(base, summary(answer="x"), [offline]))[0] is Verdict.CHANGED
+    assert (await score(base, summary(answer="x"), [offline]))[0] is Change.CHANGED

@@ -9,11 +9,8 @@ which the agent's own file attaches to itself (``@agent(GRAPH, scripts=SCRIPTS)`
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
-from typing import Any
 
-from tower import Message
 from tower.contract.wire import ModelReply, ModelRequest, ToolCallRequest
 from tower.core.state import Usage
 
@@ -23,20 +20,6 @@ Script = Callable[[ModelRequest], "str | ToolCallRequest"]
 
 def first_user_text(request: ModelRequest) -> str:
     return next((m.content for m in request.messages if m.role == "user"), "")
-
-
-def tool_results(request: ModelRequest, name: str | None = None) -> list[dict[str, Any]]:
-    return [json.loads(m.content) for m in request.messages
-            if m.role == "tool" and (name is None or m.name == name)]
-
-
-def last_message(request: ModelRequest) -> Message | None:
-    return request.messages[-1] if request.messages else None
-
-
-def find_id(text: str, prefix: str) -> str | None:
-    match = re.search(rf"\b{prefix}-\d{{4}}\b", text)
-    return match.group(0) if match else None
 
 
 SCRIPTED_MODEL = "scripted"

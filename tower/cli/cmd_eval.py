@@ -17,7 +17,7 @@ from tower.cli.agents import agents
 from tower.cli.common import CliError
 from tower.cli.histories import HistoryError, load
 from tower.cli.output import json_option, print_json
-from tower.testing.evals import BUILT_IN, EvalReport, Mode, RunResult, Scorer, Verdict, evaluate
+from tower.testing.evals import BUILT_IN, Change, EvalReport, Mode, RunResult, Scorer, evaluate
 from tower.testing.evals.compare import RANK
 from tower.testing.evals.recording import RecordingError
 from tower.testing.evals.world import EvalSetupError
@@ -221,4 +221,4 @@ def _exit(report: EvalReport, fail_on: str | None) -> int:
         return 1
     if fail_on is None:
         return 0
-    return 1 if RANK[report.worst] >= RANK[Verdict(fail_on)] else 0
+    return 1 if RANK[report.worst] >= RANK[Change(fail_on)] else 0

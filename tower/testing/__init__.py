@@ -27,23 +27,30 @@ from tower.testing._inprocess import (
 )
 
 if TYPE_CHECKING:
+    from tower.activities.scripted import Script, first_user_text
+    from tower.contract.wire import ModelRequest
+    from tower.core.audit import check_log
     from tower.testing import live
     from tower.testing.evals import (
+        Change,
         EvalReport,
         Score,
         Scorer,
-        Verdict,
         assert_verdicts,
         evaluate,
         run_eval,
     )
     from tower.testing.replay import Replayed, assert_replays, history_files, load, replay
 
-_LAZY = {**{name: "tower.testing.replay"
+_LAZY = {"Script": "tower.activities.scripted",  # the offline model's answers
+         "first_user_text": "tower.activities.scripted",
+         "ModelRequest": "tower.contract.wire",
+         "check_log": "tower.core.audit",
+         **{name: "tower.testing.replay"
             for name in ("Replayed", "assert_replays", "history_files", "load", "replay")},
          "live": "tower.testing.live",  # the module: a live run in a project's tests
          **{name: "tower.testing.evals"
-            for name in ("EvalReport", "Score", "Scorer", "Verdict", "assert_verdicts",
+            for name in ("Change", "EvalReport", "Score", "Scorer", "assert_verdicts",
                          "evaluate", "run_eval")}}
 
 
@@ -55,7 +62,7 @@ def __getattr__(name: str) -> Any:
     return loaded if module.endswith(f".{name}") else getattr(loaded, name)
 
 
-__all__ = ["EvalReport", "RefusedDecision", "Replayed", "Run", "Said", "Score", "Scorer",
-           "ScriptedContext", "Stuck", "Verdict", "approve", "assert_replays",
-           "assert_verdicts", "evaluate", "history_files", "live", "load", "reject", "replay",
-           "run_agent", "run_eval", "run_node"]
+__all__ = ["Change", "EvalReport", "ModelRequest", "RefusedDecision", "Replayed", "Run", "Said",
+           "Score", "Scorer", "Script", "ScriptedContext", "Stuck", "approve", "assert_replays",
+           "assert_verdicts", "check_log", "evaluate", "first_user_text", "history_files",
+           "live", "load", "reject", "replay", "run_agent", "run_eval", "run_node"]

@@ -1,7 +1,7 @@
 """Evals from recorded runs: what a prompt, model or graph change does to real traffic.
 
 In a test: ``report = await run_eval(*paths, build_worker=...)``, then
-``assert_verdicts(report, Verdict.SAME)`` (or one verdict per run).
+``assert_verdicts(report, Change.SAME)`` (or one verdict per run).
 ``evaluate`` re-runs recorded runs against the candidate code in an isolated world
 (``runner``, ``world``), answers their model calls from the recordings or live
 (``models``), and compares each new run with its baseline — the recording itself, or
@@ -19,14 +19,14 @@ from typing import Any
 from pydantic import BaseModel, Field
 from temporalio.client import WorkflowHistory
 
-from tower.testing.evals.compare import BUILT_IN, RANK, Score, Scorer, Verdict, score
+from tower.testing.evals.compare import BUILT_IN, RANK, Change, Score, Scorer, score
 from tower.testing.evals.models import Mode
 from tower.testing.evals.recording import chains
 from tower.testing.evals.runner import Rerun, WorkerFactory, isolated
 from tower.testing.evals.summary import RunSummary, summarize
 from tower.testing.replay import load
 
-__all__ = ["BUILT_IN", "EvalReport", "Mode", "RunResult", "Score", "Scorer", "Verdict",
+__all__ = ["BUILT_IN", "EvalReport", "Mode", "RunResult", "Score", "Scorer", "Change",
            "assert_verdicts", "evaluate", "run_eval"]
 
 
@@ -34,7 +34,7 @@ class RunResult(BaseModel):
     source: str
     workflow_id: str
     agent: str
-    verdict: Verdict
+    verdict: Change
     scores: list[Score] = Field(default_factory=list)
     baseline: RunSummary
     candidate: RunSummary
@@ -54,11 +54,11 @@ class EvalReport(BaseModel):
     @property
     def counts(self) -> dict[str, int]:
         found = Counter(r.verdict.value for r in self.runs)
-        return {v.value: found.get(v.value, 0) for v in Verdict}
+        return {v.value: found.get(v.value, 0) for v in Change}
 
     @property
-    def worst(self) -> Verdict:
-        return max((r.verdict for r in self.runs), key=RANK.__getitem__, default=Verdict.SAME)
+    def worst(self) -> Change:
+        return max((r.verdict for r in self.runs), key=RANK.__getitem__, default=Change.SAME)
 
     def totals(self) -> dict[str, dict[str, float]]:
         """Tokens, cost and latency summed over the runs, baseline and candidate."""
@@ -139,12 +139,12 @@ async def run_eval(
                           **worker_options)
 
 
-def assert_verdicts(report: EvalReport, expected: Verdict | Mapping[str, Verdict]) -> None:
+def assert_verdicts(report: EvalReport, expected: Change | Mapping[str, Change]) -> None:
     """Every run's verdict is ``expected`` (one for all, or by workflow id); the
     AssertionError names each run that is not, with why."""
     wrong = []
     for r in report.runs:
-        want = expected if isinstance(expected, Verdict) else expected.get(r.workflow_id)
+        want = expected if isinstance(expected, Change) else expected.get(r.workflow_id)
         if want is not None and r.verdict is not want:
             why = "; ".join(f"{s.scorer}: {s.detail}" for s in r.scores)
             wrong.append(f"{r.workflow_id}: {r.verdict.value}, expected {want.value} ({why})")

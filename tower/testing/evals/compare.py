@@ -23,18 +23,20 @@ from pydantic import BaseModel
 from tower.testing.evals.summary import RunSummary
 
 
-class Verdict(StrEnum):
+class Change(StrEnum):
+    """How a run compares with its recording: an eval's verdict on it."""
+
     SAME = "same"
     CHANGED = "changed"
     REGRESSED = "regressed"
 
 
-RANK = {Verdict.SAME: 0, Verdict.CHANGED: 1, Verdict.REGRESSED: 2}
+RANK = {Change.SAME: 0, Change.CHANGED: 1, Change.REGRESSED: 2}
 
 
 class Score(BaseModel):
     scorer: str
-    verdict: Verdict
+    verdict: Change
     detail: str = ""
 
 
@@ -52,14 +54,14 @@ def status_equal(base: RunSummary, cand: RunSummary) -> Score | None:
     why = f"{base.status} at {base.node} -> {cand.status} at {cand.node}"
     if cand.error:
         why += f" ({cand.error[:200]})"
-    return Score(scorer="status", verdict=Verdict.REGRESSED if worse else Verdict.CHANGED,
+    return Score(scorer="status", verdict=Change.REGRESSED if worse else Change.CHANGED,
                  detail=why)
 
 
 def path_equal(base: RunSummary, cand: RunSummary) -> Score | None:
     if base.trail == cand.trail:
         return None
-    return Score(scorer="path", verdict=Verdict.CHANGED, detail=transition_diff(base, cand))
+    return Score(scorer="path", verdict=Change.CHANGED, detail=transition_diff(base, cand))
 
 
 def tools_equal(base: RunSummary, cand: RunSummary) -> Score | None:
@@ -67,7 +69,7 @@ def tools_equal(base: RunSummary, cand: RunSummary) -> Score | None:
         return None
     lines = difflib.unified_diff([str(t) for t in base.tool_calls],
                                  [str(t) for t in cand.tool_calls], lineterm="", n=0)
-    return Score(scorer="tools", verdict=Verdict.CHANGED,
+    return Score(scorer="tools", verdict=Change.CHANGED,
                  detail="; ".join(x for x in lines if x[:1] in "+-" and x[:3] not in
                                   ("---", "+++")))
 
@@ -75,7 +77,7 @@ def tools_equal(base: RunSummary, cand: RunSummary) -> Score | None:
 def gates_equal(base: RunSummary, cand: RunSummary) -> Score | None:
     if (base.gates, base.decisions) == (cand.gates, cand.decisions):
         return None
-    return Score(scorer="gates", verdict=Verdict.CHANGED,
+    return Score(scorer="gates", verdict=Change.CHANGED,
                  detail=f"gates {base.gates or '-'} ({base.decisions} decided) -> "
                         f"{cand.gates or '-'} ({cand.decisions} decided)")
 
@@ -87,7 +89,7 @@ def answer_similar(threshold: float = 0.8) -> Scorer:
         ratio = difflib.SequenceMatcher(None, base.answer, cand.answer).ratio()
         if ratio >= threshold:
             return None
-        return Score(scorer="answer", verdict=Verdict.CHANGED,
+        return Score(scorer="answer", verdict=Change.CHANGED,
                      detail=f"{ratio:.0%} alike: {cand.answer[:160]!r}")
 
     return answer
@@ -116,18 +118,18 @@ def judge(ask: Callable[[str, str], Awaitable[str]]) -> Scorer:
                                                    "candidate": cand.answer}))
         try:
             said = json.loads(text)
-            verdict, why = Verdict(said["verdict"]), str(said.get("why", ""))
+            verdict, why = Change(said["verdict"]), str(said.get("why", ""))
         except (ValueError, KeyError, TypeError):
-            return Score(scorer="judge", verdict=Verdict.CHANGED,
+            return Score(scorer="judge", verdict=Change.CHANGED,
                          detail=f"unreadable verdict: {text[:120]!r}")
-        return None if verdict is Verdict.SAME else Score(scorer="judge", verdict=verdict,
+        return None if verdict is Change.SAME else Score(scorer="judge", verdict=verdict,
                                                            detail=why)
 
     return judged
 
 
 async def score(base: RunSummary, cand: RunSummary,
-                scorers: Sequence[Scorer]) -> tuple[Verdict, list[Score]]:
+                scorers: Sequence[Scorer]) -> tuple[Change, list[Score]]:
     found: list[Score] = []
     for scorer in scorers:
         result: Any = scorer(base, cand)
@@ -135,7 +137,7 @@ async def score(base: RunSummary, cand: RunSummary,
             result = await result
         if result is not None:
             found.append(result)
-    verdict = max((s.verdict for s in found), key=RANK.__getitem__, default=Verdict.SAME)
+    verdict = max((s.verdict for s in found), key=RANK.__getitem__, default=Change.SAME)
     return verdict, found
 
 
