@@ -4,7 +4,7 @@ Security in one place: identity comes from the session (built-in accounts) or fr
 trusted proxy's header, never from a form; a session is good only for the tenant that
 signed it in, with the roles its account holds now, and only while the server keeps its
 id (sign-out revokes it: a copied cookie stops working); failed sign-ins slow down per
-(name, client address) and per address, never for long (429, limits.py); a user sees
+(name, client address) only, never for long (429, limits.py); a user sees
 only the runs their roles decide (scope.py); every POST carries the session's CSRF token;
 the session cookie is HttpOnly, SameSite=Lax and Secure when served over TLS; pages
 carry a strict Content-Security-Policy (scripts and styles from this app only).
@@ -112,8 +112,8 @@ def create_app(config: InboxConfig, client: Client) -> Starlette:
             seconds = int(wait) + 1
             response = inbox.render(
                 request, "login.html", None, status=429,
-                error=f"Too many failed sign-ins for this name from this address, or from "
-                      f"this address: try again in {seconds} s.")
+                error=f"Too many failed sign-ins for this name from this address: try "
+                      f"again in {seconds} s.")
             response.headers["Retry-After"] = str(seconds)
             return response
         approver = config.accounts.sign_in(name, str(form.get("password", "")))

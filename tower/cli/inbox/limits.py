@@ -1,12 +1,15 @@
 """How fast the inbox lets anyone guess passwords, without letting anyone lock a user out.
 
-A limit per name alone is a lockout: whoever knows an approver's name can keep the name
-refused from everywhere, the right password included. So failures count per (name,
-address) and per address, and each count only slows its key down: past a few free
-failures, every further one doubles a delay, up to ``most_delay`` seconds (under a minute).
-A flood of wrong passwords for alice from one address leaves alice free to sign in from
-any other address at once, and from that address after at most ``most_delay`` seconds;
-the guesser gets a few tries a minute per address.
+A limit that one account's failures trip for another can be aimed at a colleague. A limit
+per name alone is a lockout: whoever knows an approver's name keeps the name refused from
+everywhere. A limit per address (colleagues share an office's address, everyone a reverse
+proxy's) is one too: whoever fails again each time its wait ends keeps it refused for
+everyone there. So failures count per (name, address) only, and each count slows only its
+own key: past a few free failures, every further one doubles a delay, up to
+``most_delay`` seconds (under a minute). Another account's failures delay a sign-in by
+nothing, from any address; a flood of wrong passwords for alice from one address leaves
+alice free to sign in from any other address at once, and from that one within
+``most_delay`` seconds; a guesser gets a few tries a minute per name and address.
 """
 
 from __future__ import annotations
@@ -26,25 +29,22 @@ class _Count:
 
 @dataclass
 class SignInLimits:
-    """Failed sign-ins per (name, address) and per address, each with a bounded backoff.
+    """Failed sign-ins per (name, address), each with a bounded backoff.
 
-    After ``free_pair`` failures of one name from one address (``free_address`` from one
-    address, any names: colleagues share an office's address), each further failure there
-    waits ``first_delay`` seconds, doubling up to ``most_delay``. Attempts refused while
-    waiting are not failures: they cannot push the wait further. A count is forgotten
-    ``forget_after`` seconds after its last failure. A success clears its (name, address)
-    count, not its address's: signing in to one's own account between guesses at another
-    resets nothing.
+    After ``free`` failures of one name from one address, each further failure there
+    makes the next attempt wait ``first_delay`` seconds, doubling up to ``most_delay``.
+    Attempts refused while waiting are not failures: they cannot push the wait further. A
+    count is forgotten ``forget_after`` seconds after its last failure; a success clears
+    it.
     """
 
-    free_pair: int = 5
-    free_address: int = 20
+    free: int = 5
     first_delay: float = 1.0
     most_delay: float = 30.0
     forget_after: float = 15 * 60
     clock: Callable[[], float] = time.monotonic
     most_keys: int = 10_000
-    _counts: dict[tuple[str, ...], _Count] = field(default_factory=dict)
+    _counts: dict[tuple[str, str], _Count] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0 < self.first_delay <= self.most_delay < 60:
@@ -54,43 +54,43 @@ class SignInLimits:
     def wait(self, user: str, address: str) -> float:
         """Seconds before ``user`` may try again from ``address`` (0: now)."""
         now = self.clock()
-        return max(self._wait(self._pair(user, address), self.free_pair, now),
-                   self._wait(("address", address), self.free_address, now))
+        count = self._counts.get(self._key(user, address))
+        if count is None or now - count.last > self.forget_after:
+            return 0.0
+        return max(0.0, count.last + self.delay(count.failures) - now)
 
     def failed(self, user: str, address: str) -> None:
-        now = self.clock()
-        for key in (self._pair(user, address), ("address", address)):
-            count = self._counts.pop(key, None)
-            if count is None or now - count.last > self.forget_after:
-                count = _Count(0, now)
-            count.failures, count.last = count.failures + 1, now
-            self._counts[key] = count  # the latest last: a spray forgets its oldest first
+        now, key = self.clock(), self._key(user, address)
+        count = self._counts.get(key)
+        if count is None or now - count.last > self.forget_after:
+            count = self._counts[key] = _Count(0, now)
+        count.failures, count.last = count.failures + 1, now
         if len(self._counts) > self.most_keys:
             self._forget(now)
 
     def succeeded(self, user: str, address: str) -> None:
-        self._counts.pop(self._pair(user, address), None)
+        self._counts.pop(self._key(user, address), None)
 
-    def delay(self, failures: int, free: int) -> float:
-        """The wait after ``failures`` failures of a key allowed ``free`` of them."""
-        if failures < free:
+    def delay(self, failures: int) -> float:
+        """The wait after ``failures`` failures of one name from one address."""
+        if failures < self.free:
             return 0.0
         # Capped before it is raised to a power: a million failures is still most_delay.
-        return min(self.most_delay, self.first_delay * 2.0 ** min(failures - free, 32))
-
-    def _wait(self, key: tuple[str, ...], free: int, now: float) -> float:
-        count = self._counts.get(key)
-        if count is None or now - count.last > self.forget_after:
-            return 0.0
-        return max(0.0, count.last + self.delay(count.failures, free) - now)
+        return min(self.most_delay, self.first_delay * 2.0 ** min(failures - self.free, 32))
 
     @staticmethod
-    def _pair(user: str, address: str) -> tuple[str, ...]:
-        return ("pair", user[:NAME_CHARS], address)
+    def _key(user: str, address: str) -> tuple[str, str]:
+        return (user[:NAME_CHARS], address)
 
     def _forget(self, now: float) -> None:
-        # Bounded memory under a spray of names: drop the stale, then the oldest.
+        # Bounded memory under a spray of names: drop the stale, then the counts with the
+        # fewest failures (oldest first), a tenth at a time. A spray of new names, one
+        # failure each, cannot flush the count of a name guessed at many times.
         for key in [k for k, c in self._counts.items() if now - c.last > self.forget_after]:
             del self._counts[key]
-        while len(self._counts) > self.most_keys:
-            del self._counts[next(iter(self._counts))]
+        excess = len(self._counts) - self.most_keys
+        if excess > 0:
+            least = sorted(self._counts, key=lambda k: (self._counts[k].failures,
+                                                        self._counts[k].last))
+            for key in least[:excess + self.most_keys // 10]:
+                del self._counts[key]

@@ -274,6 +274,34 @@ def approvers(recordings: Sequence[Recording]) -> dict[str, list[str]]:
     return found
 
 
+# What names the deployment's stores (StoreSettings.from_env): the worker's activities, its
+# plugin's payload converter and its start-up lines all read them from the environment.
+STORE_SETTINGS = ("TOWER_STORE_URL", "TOWER_MESSAGES", "TOWER_STREAMS", "TOWER_PAYLOAD_DIR",
+                  "TOWER_PAYLOAD_THRESHOLD", "TOWER_DB")
+
+
+@contextmanager
+def own_stores(db: Path) -> Iterator[None]:
+    """While the eval's worker is built and runs, the store settings name the eval's own
+    stores, beside its tools' database ``db``, whatever the environment held (a
+    deployment's TOWER_STORE_URL, TOWER_STREAMS...): an eval never writes to a deployment's
+    stores. The payload threshold is the default: the eval reads its runs' histories as
+    plain JSON."""
+    saved = {name: os.environ.pop(name, None) for name in STORE_SETTINGS}
+    folder = db.parent
+    os.environ.update({"TOWER_DB": str(db), "TOWER_MESSAGES": str(folder / "messages.sqlite"),
+                       "TOWER_STREAMS": str(folder / "streams.sqlite"),
+                       "TOWER_PAYLOAD_DIR": str(folder / "payloads")})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 @asynccontextmanager
 async def isolated(
     recordings: Sequence[Recording], build_worker: WorkerFactory, *, mode: Mode,
@@ -296,10 +324,12 @@ async def isolated(
                 dev_server_log_level="never")
         models = RecordedModels({}, mode)
         try:
-            worker = build_worker(env.client, task_queue=QUEUE, db_path=db,
-                                  trust_dir=trust.root, interceptors=[models], **worker_options)
-            async with worker:
-                yield Eval(env.client, folder, models, timeout, db, trust), guard
+            with own_stores(db):
+                worker = build_worker(env.client, task_queue=QUEUE, db_path=db,
+                                      trust_dir=trust.root, interceptors=[models],
+                                      **worker_options)
+                async with worker:
+                    yield Eval(env.client, folder, models, timeout, db, trust), guard
         finally:
             await env.shutdown()
     guard.changed = [f for f, digest in guard.data.items()
