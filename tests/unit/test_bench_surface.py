@@ -3,6 +3,7 @@ and on this repository against a direct count (lines read, ``__all__`` imported)
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.surface import PUBLIC, SurfaceError, measure, render
+from bench.surface import PUBLIC, SurfaceError, main, measure, render
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,12 +91,14 @@ def test_the_command_counts_a_tree_whose_figures_are_known(tmp_path: Path) -> No
     assert "failure-type literals              6  (6 types in 1 modules" in shown
 
 
-def test_a_tree_it_cannot_read_is_an_error_not_zeros(tmp_path: Path) -> None:
+def test_a_tree_it_cannot_read_is_an_error_not_zeros(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
     root = tiny_tree(tmp_path)
     (root / "tower" / "effects" / "__init__.py").write_text("__all__ = sorted(NAMES)\n")
-    done = bench_surface("--root", str(root))
-    assert done.returncode == 2 and done.stdout == ""
-    assert "__all__ is not a literal list of names" in done.stderr
+    assert main(argparse.Namespace(root=root, json=False)) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "__all__ is not a literal list of names" in err
     (root / "tower" / "effects" / "__init__.py").unlink()
     with pytest.raises(SurfaceError, match="public module tower.effects not found"):
         measure(root)
