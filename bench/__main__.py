@@ -2,7 +2,8 @@
 
 Prints one table of figures measured side by side in this run (ratios, not
 absolute times: the machine changes, the ratios should not). ``--quick`` shrinks
-every suite for a smoke run.
+every suite for a smoke run. ``python -m bench surface``: Tower's size, read from its
+code (bench/surface.py), no server.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from bench import chat, cleanup, evals, parked, streaming, suites, workflow_streams
+from bench import chat, cleanup, evals, parked, streaming, suites, surface, workflow_streams
 from bench.agents import BENCH_WORKFLOWS, WORKFLOW_TASKS, StepsAgent
 from bench.report import table
 from tower.activities.model import ModelSettings
@@ -112,7 +113,10 @@ if __name__ == "__main__":
                         help="the parked-runs worker's max_cached_workflows")
     parser.add_argument("--decisions", type=int, default=40,
                         help="decisions sent to evicted parked runs (latency)")
+    surface.add_command(parser.add_subparsers(dest="command"))
     ns = parser.parse_args()
+    if ns.command == "surface":
+        raise SystemExit(surface.main(ns))
     if ns.quick:
         ns.runs, ns.turns, ns.pair_turns, ns.rounds, ns.carry_turns = 3, 40, 30, 2, 20
         ns.concurrent, ns.parked, ns.cache, ns.decisions = 20, 60, 20, 5

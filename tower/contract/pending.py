@@ -10,7 +10,6 @@ earlier decisions are cut to a bounded size.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -106,12 +105,6 @@ class PendingView(BaseModel):
         """What the run's memo holds: the view, its proposal only in ``shown`` when there
         (and, in the memos of runs recorded before ``shown``, exactly what they held)."""
         return self.model_dump(mode="json", exclude={"proposal"} if self.shown else {"shown"})
-
-
-def short_values(values: Mapping[str, Any]) -> dict[str, str]:
-    """``values`` as text, each cut to ``MAX_TEXT`` characters: what runs published before
-    the memo carried ``shown`` (their recorded histories replay it)."""
-    return {k: short(str(v)) for k, v in values.items()}
 
 
 def short(text: str) -> str:

@@ -45,9 +45,9 @@ def message_ref(message: Message) -> MessageRef:
 class StoredReply(BaseModel):
     """An update's result that returns a model's reply, recorded once in the run's history.
 
-    ``reply`` is the text; or, on runs that keep the text only where the model call's
-    result already recorded it (``tower.temporal.stored_reply``), it is empty and
-    ``reply_ref`` names the text (kept in the message store too).
+    ``reply`` is the text; or, when the model call's result already recorded it
+    (``tower.temporal.stored_reply``), it is empty and ``reply_ref`` names the text (kept
+    in the message store too).
     ``tower.client.update_while_open`` fills ``reply`` back in — from the message store,
     else from the run's own history — each checked against the ref's digest.
     """

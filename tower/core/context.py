@@ -91,16 +91,6 @@ class NodeContext(Protocol):
         transaction, and a refusal raises ``EffectRefused``."""
         ...
 
-    def patched(self, change: str) -> bool:
-        """Whether this run takes the code path behind ``change`` (``workflow.patched``):
-        the first step of changing what a started run does (docs/versioning.md)."""
-        ...
-
-    def deprecate_patch(self, change: str) -> None:
-        """``workflow.deprecate_patch``: every open run took the new path of ``change``; the
-        second step, before the call goes (docs/versioning.md)."""
-        ...
-
     def emit(self, label: str, data: dict[str, Any] | None = None) -> None:
         """Publish an event of this node to the run's live stream (progress, a partial
         result): kind ``custom`` with ``label`` and ``data`` (a JSON object, 16 KiB at

@@ -12,7 +12,6 @@ from tower.contract.pending import (
     EditLimit,
     PendingView,
     short,
-    short_values,
 )
 from tower.core.gates import pending_record
 from tower.core.graph import Machine
@@ -21,11 +20,9 @@ from tower.core.state import AgentState
 _TYPES = {int: "int", float: "float", str: "str", bool: "bool"}
 
 
-def pending_view(machine: Machine, state: AgentState, *, whole: bool = True
-                 ) -> PendingView | None:
-    """The pending request of ``state`` as approvers see it, or None when nothing waits.
-    ``whole``: with the canonical proposal (``shown``); without, the values cut as runs
-    recorded before it published them (their histories replay so)."""
+def pending_view(machine: Machine, state: AgentState) -> PendingView | None:
+    """The pending request of ``state`` as approvers see it, with its canonical proposal
+    (``shown``), or None when nothing waits."""
     record = pending_record(state)
     if record is None:
         return None
@@ -43,8 +40,7 @@ def pending_view(machine: Machine, state: AgentState, *, whole: bool = True
         agent=machine.name, node=record.node, gate=record.gate, when=record.when,
         role=record.role, step=record.step, requested_at=record.requested_at,
         expires_at=record.expires_at, editable=list(record.editable), fields=fields,
-        earlier=earlier, **({"shown": canonical_proposal(record)} if whole
-                            else {"proposal": short_values(record.proposal)}))
+        earlier=earlier, shown=canonical_proposal(record))
 
 
 def field_type(machine: Machine, name: str) -> Any:

@@ -43,7 +43,7 @@ from tower.core.state import Message, Usage
 from tower.core.tools import ToolDef, ToolSpec, spec_for
 from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._model_call import call_local, call_queued
-from tower.temporal._store_wait import tool_call_waits, wait_for_store
+from tower.temporal._store_wait import call_waits, wait_for_store
 from tower.temporal._task_time import in_a_task
 
 T = TypeVar("T", bound=BaseModel)
@@ -93,12 +93,6 @@ class TemporalContext:
 
     def now(self) -> datetime:
         return workflow.now()
-
-    def patched(self, change: str) -> bool:
-        return workflow.patched(change)
-
-    def deprecate_patch(self, change: str) -> None:
-        workflow.deprecate_patch(change)
 
     def emit(self, label: str, data: dict[str, Any] | None = None) -> None:
         # Checked on every pass (replay too), published only while not replaying: no
@@ -221,7 +215,7 @@ class TemporalContext:
                 return result
             except ActivityError as exc:
                 await in_a_task(since)
-                if not tool_call_waits(exc):  # the same call again once the store is back
+                if not call_waits(exc):  # the same call again once the store is back
                     return await self._failed(name, tool, call, by_action, exc)
             await wait_for_store()
 

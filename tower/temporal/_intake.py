@@ -35,14 +35,11 @@ VERIFY_PER_TASK = 50  # signature checks per workflow task (refusals.TaskBudget)
 UNVERIFIED = (f"refused unverified: more than {VERIFY_PER_TASK} decisions arrived in one "
               "workflow task (a flood?); send it again, as the decide update")
 # Signalled decisions past a task's budget are held and judged, in order, in the tasks that
-# follow (a short timer makes each); runs recorded before refused them at once, UNVERIFIED.
-HOLD_PATCH = "tower-hold-unverified"
+# follow (a short timer makes each); with no request to decide, refused at once, UNVERIFIED.
 HELD_PAUSE = timedelta(milliseconds=10)
 HELD_UNJUDGED = "the request closed before this decision was judged (a flood?): nothing changed"
 # Signalled decisions under unknown key ids wait for the roster's re-read, as many as
-# UNKNOWN_KEEP, and are then judged like held ones; runs recorded before kept one and judged
-# it in the re-read's task, against the signals' budget.
-UNKNOWN_PATCH = "tower-keep-unknown-keys"
+# UNKNOWN_KEEP, and are then judged like held ones.
 UNKNOWN_KEEP = 100
 UNKNOWN_FULL = (f"; not kept for the run's next roster read: {UNKNOWN_KEEP} decisions under "
                 "unknown keys wait for it already (a flood?); send it again once the run has "
@@ -63,7 +60,6 @@ class Intake:
 
     def __init__(self, gate: GateRuntime) -> None:
         self._gate = gate  # whose judge, audit trail and in-flight decision these are
-        self._unknown_key: Any = None  # runs recorded before UNKNOWN_PATCH: the one kept
         # Signalled decisions under unknown key ids, oldest first, each with the number of
         # roster reads begun before it came (``reads_begun``): it waits for a later one.
         self.unknown: deque[tuple[int, dict[str, Any]]] = deque()
@@ -99,9 +95,9 @@ class Intake:
         few tasks, never refuses it."""
         state = self._gate.run._state
         if state is not None and (self.held or not self.verify_budget.take()):
-            if pending_record(state) is not None and workflow.patched(HOLD_PATCH):
+            if pending_record(state) is not None:
                 self.held.append(args)
-            else:  # no request to decide, or recorded before decisions were held
+            else:  # no request to decide
                 self._gate.audit.add_raw(self.verify_budget.task_time, "signal",
                                          RefusalCode.OVERLOADED, UNVERIFIED, args)
             return
@@ -124,18 +120,13 @@ class Intake:
             return
         self._take_signal(raw, may_hold=True)
 
-    def _take_signal(self, raw: Any, *, may_hold: bool, budget: TaskBudget | None = None,
-                     ) -> None:
+    def _take_signal(self, raw: Any, *, may_hold: bool) -> None:
         gate = self._gate
-        decision, check = gate.judge(raw, budget=budget)
+        decision, check = gate.judge(raw)
         if may_hold and check.unknown_key:
             # Perhaps a key added since the run's last refresh: judge it again after one.
-            if workflow.patched(UNKNOWN_PATCH):
-                self._wait_for_roster(raw, check.reason)
-                return
-            if self._unknown_key is None:  # recorded before: one kept, the rest refused
-                self._unknown_key, gate.refresh_asked = raw, True
-                return
+            self._wait_for_roster(raw, check.reason)
+            return
         if not check.ok or check.duplicate:
             reason = check.reason or "duplicate of an accepted decision: nothing changed"
             gate.audit.add(workflow.now(), "signal", check.code or RefusalCode.DUPLICATE,
@@ -160,15 +151,11 @@ class Intake:
     def judge_kept(self) -> None:
         """After a roster read: the decisions that waited for it go to the front of the
         held ones, in the order they came, to be judged as the budget allows (those that
-        came while it was read wait for the next); a run recorded before judges its one
-        kept decision here."""
+        came while it was read wait for the next)."""
         read: list[AfterRead] = []
         while self.unknown and self.unknown[0][0] < self.reads_begun:
             read.append(AfterRead(self.unknown.popleft()[1]))
         self.held.extendleft(reversed(read))
-        raw, self._unknown_key = self._unknown_key, None
-        if raw is not None and self._gate.in_flight is None:
-            self._take_signal(raw, may_hold=False, budget=self.verify_budget)
 
     def refuse_held(self) -> None:
         """The request closed (a decision came first, or it expired): refuse what is held."""

@@ -45,11 +45,7 @@ _EXECUTION_STATUS_SAYS = {search.AGENT_NODE.name, search.AGENT_STATUS.name,
                           search.AGENT_STEP.name}
 
 
-# Carried runs recorded before a run asked where it continued from replay without asking.
-CARRY_ORIGIN_PATCH = "tower-carry-origin"
 ORIGIN_ACTIVITY = "tower_continued_from"
-# The memo carries the whole canonical proposal (issue 30); runs recorded before, the cut one.
-MEMO_SHOWS_WHOLE = "tower-memo-whole-proposal"
 
 
 class Strategy(Protocol):
@@ -215,9 +211,7 @@ class MachineRun(Admission):
         # A run waiting at a gate shows the request in its memo (None removes it once
         # decided), so `tower pending` and the inbox need no worker; a run with no gate
         # is untouched.
-        # Runs recorded before the memo carried the whole proposal replay as they ran.
-        whole = pending is not None and workflow.patched(MEMO_SHOWS_WHOLE)
-        view = pending_view(self.machine, state, whole=whole)
+        view = pending_view(self.machine, state)
         if view is not None and self._attested is not None and self._attested[0] == view.step:
             view = view.model_copy(update={"proposal_digest": self._attested[1],
                                            "attestation": self._attested[2]})
@@ -315,7 +309,7 @@ async def origin_refused() -> str | None:
     one workflow task and the run's next commands in another, which a replay with an update
     in between did not get through (as for gating's ``_opening_run_id``)."""
     info = workflow.info()
-    if info.continued_run_id is None or not workflow.patched(CARRY_ORIGIN_PATCH):
+    if info.continued_run_id is None:
         return None
     since = workflow.now()
     refused: str = await workflow.execute_activity(

@@ -17,7 +17,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.contract.wire import ModelReply, ModelRequest
-from tower.temporal._store_wait import STORE_TYPES, model_call_waits, wait_for_store
+from tower.temporal._store_wait import STORE_TYPES, call_waits, wait_for_store
 from tower.temporal._task_time import in_a_task
 
 # Let Temporal own retries so every attempt is visible in the event history.
@@ -46,7 +46,7 @@ async def call_local(request: ModelRequest) -> ModelReply:
             start_to_close_timeout=timedelta(seconds=120), retry_policy=LOCAL_RETRY)
     except (ActivityError, ApplicationError) as exc:
         # (A local activity's failure arrives as its own error, not wrapped.)
-        if not model_call_waits(exc):
+        if not call_waits(exc):
             raise
         reply = await call_queued(request, request.node)
     return reply
@@ -64,10 +64,10 @@ async def call_queued(request: ModelRequest, node: str) -> ModelReply:
                 # mid-call is noticed in seconds, not at the start-to-close timeout.
                 heartbeat_timeout=MODEL_HEARTBEAT, summary=f"{node} · model")
         except ActivityError as exc:
-            # (In a task before anything is decided: the patch check records a marker.
+            # (In a task before anything is decided: the node fails or a timer starts.
             # A local activity resolves within its task: call_local needs no check.)
             await in_a_task(since)
-            if not model_call_waits(exc):
+            if not call_waits(exc):
                 raise
         else:
             await in_a_task(since)

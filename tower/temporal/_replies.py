@@ -2,24 +2,17 @@
 
 The model call's recorded result already holds the reply's text; an update that returned
 the text again would record it twice (a chat turn's largest part after the user's own
-message). On runs that took this path the update returns the text's ref instead
-(``StoredReply.reply_ref``); ``tower.client.update_while_open`` fills the text back in from
-the message store, or from the run's own history, checking it against the ref's digest.
+message). So the update returns the text's ref instead (``StoredReply.reply_ref``);
+``tower.client.update_while_open`` fills the text back in from the message store, or from
+the run's own history, checking it against the ref's digest.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from temporalio import workflow
-
 from tower.contract.wire import message_ref
 from tower.core.state import Message
-
-# Runs started before it return the reply's text from the update (their histories replay
-# as they ran); the update's result is not part of what a replay compares, but a client of
-# the older kind reading a thread it started keeps getting the text.
-REPLY_ONCE = "tower-reply-recorded-once"
 
 
 def stored_reply(text: str, *, from_model: bool = True) -> dict[str, Any]:
@@ -31,6 +24,6 @@ def stored_reply(text: str, *, from_model: bool = True) -> dict[str, Any]:
             model call's result; a windowed call keeps it in the message store too). Text
             the workflow wrote itself (a fixed fallback) is in no result: it travels whole.
     """
-    if from_model and text and workflow.patched(REPLY_ONCE):
+    if from_model and text:
         return {"reply": "", "reply_ref": message_ref(Message(role="assistant", content=text))}
     return {"reply": text}

@@ -25,9 +25,6 @@ STORE_WAIT = timedelta(seconds=30)  # between rounds of a call's store retries
 MESSAGE_STORE = (MISSING, UNAVAILABLE)
 PAYLOAD_STORE = ("PayloadStoreUnavailable", "PayloadMissing")  # the classes' names
 STORE_TYPES = (*MESSAGE_STORE, *PAYLOAD_STORE)
-# Runs that take this path wait on the payload store in model calls, and on any store in
-# tool calls; older histories failed the node there, and replay so.
-PAYLOAD_WAIT_PATCH = "tower-calls-wait-for-the-payload-store"
 
 
 def failure_types(exc: BaseException) -> list[str]:
@@ -42,18 +39,9 @@ def failure_types(exc: BaseException) -> list[str]:
     return found
 
 
-def model_call_waits(exc: BaseException) -> bool:
-    """Whether a model call that failed with ``exc`` waits for its store."""
-    kinds = failure_types(exc)
-    if any(k in MESSAGE_STORE for k in kinds):
-        return True
-    return any(k in PAYLOAD_STORE for k in kinds) and workflow.patched(PAYLOAD_WAIT_PATCH)
-
-
-def tool_call_waits(exc: BaseException) -> bool:
-    """Whether a tool call that failed with ``exc`` waits for its store."""
-    return (any(k in STORE_TYPES for k in failure_types(exc))
-            and workflow.patched(PAYLOAD_WAIT_PATCH))
+def call_waits(exc: BaseException) -> bool:
+    """Whether a model or tool call that failed with ``exc`` waits for its store."""
+    return any(k in STORE_TYPES for k in failure_types(exc))
 
 
 async def wait_for_store() -> None:

@@ -122,12 +122,6 @@ class ScriptedContext:
                                   tokens=count * 10)
         return answer
 
-    def patched(self, change: str) -> bool:
-        return True  # a test runs the newest code path
-
-    def deprecate_patch(self, change: str) -> None:
-        return None
-
     def emit(self, label: str, data: dict[str, Any] | None = None) -> None:
         self.emitted.append(custom_data(label, data))  # checked as on a worker
 
