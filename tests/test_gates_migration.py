@@ -42,7 +42,7 @@ def test_sql_check_is_deterministic_and_ignores_strings_and_comments() -> None:
     assert len(split_statements(script)) == 3
     found = destructive_findings(DROP + "\nDELETE FROM t WHERE a=1;\nUPDATE t SET a = 1;")
     assert found == ["ALTER TABLE customers DROP COLUMN fax", "DROP TABLE legacy_notes",
-                     "DELETE FROM t", "UPDATE t (every row: no WHERE)"]
+                     "DELETE FROM t", "UPDATE t SET a (every row: no WHERE)"]
     assert destructive_findings(HIDDEN_TAIL) == ["DROP TABLE legacy_notes",
                                                  "DROP TABLE customers"]
 
@@ -148,7 +148,7 @@ async def test_a_drop_hidden_after_comment_lines_is_its_own_finding_in_the_signe
 async def test_sql_the_parser_cannot_read_is_gated_as_unknown(
     client: Client, task_queue: str, db_path: Path
 ) -> None:
-    # SQLite runs it (a trigger); the parser has no rule for it: never shown as harmless.
+    # SQLite runs it (a trigger); the check has no rule for it: never shown as harmless.
     script = ("CREATE TRIGGER wipe AFTER INSERT ON legacy_notes BEGIN DELETE FROM customers; "
               "END;")
     shop = make_shop(db_path)
@@ -157,7 +157,7 @@ async def test_sql_the_parser_cannot_read_is_gated_as_unknown(
         handle = await start(client, task_queue, script)
         p = (await wait_pending(handle))["pending"]
         assert p["proposal"]["findings"] == [
-            "UNKNOWN statement 1: reads as 2 statements, not one; treated as destructive"]
+            "statement 1 not understood: no rule for CREATE TRIGGER; treated as destructive"]
         await decide(client, handle, p, approver="dana", role="dba", verdict=Verdict.REJECT)
         state = await handle.result()
     assert state.destructive and not state.applied and schema(shop) == before
