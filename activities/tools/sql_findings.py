@@ -24,6 +24,7 @@ import re
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 # SQLite's own lexical rules: only ASCII whitespace; a quote left open is an error.
 _TOKEN = re.compile(r"""
@@ -96,27 +97,37 @@ class Named:
 Names = dict[str, Named]
 
 
+def key(names: Names, name: str) -> str:
+    """SQLite's resolution: ``main.x`` is ``x``; a bare ``x`` is the script's TEMP table
+    ``x`` if it made one (a table of the database by that name is then ``main.x``)."""
+    k = name.translate(_LOWER)
+    if k.startswith("main."):
+        return k.removeprefix("main.")
+    return f"temp.{k}" if not k.startswith("temp.") and f"temp.{k}" in names else k
+
+
 def lookup(names: Names, name: str) -> Named:
-    return names.setdefault(name.translate(_LOWER), Named(name))
+    return names.setdefault(key(names, name), Named(name))
 
 
 def made(names: Names, name: str, how: str) -> None:
-    names[name.translate(_LOWER)] = Named(name, [how])
+    names[name.translate(_LOWER).removeprefix("main.")] = Named(name, [how])
 
 
 def renamed(names: Names, old: str, new: str, at: int) -> str:
-    """``old``'s label before the rename."""
+    """``old``'s label before the rename (to ``new``, in the same schema)."""
+    was = key(names, old)
     named = lookup(names, old)
     label = named.label()
-    del names[old.translate(_LOWER)]
+    del names[was]
     named.notes.append(f"renamed to {new} at statement {at}")
-    names[new.translate(_LOWER)] = named
+    names[("temp." if was.startswith("temp.") else "") + new.translate(_LOWER)] = named
     return label
 
 
 def dropped(names: Names, name: str) -> str:
     label = lookup(names, name).label()
-    del names[name.translate(_LOWER)]
+    del names[key(names, name)]
     return label
 
 
@@ -156,12 +167,10 @@ class Walk:
                             + ("the end" if tok is None else shown(tok.value[:40])))
 
     def name(self) -> str:
-        """A table's or column's name, ``main.`` or ``temp.`` dropped (shown quoted if odd)."""
+        """A table's or column's name, maybe ``schema.name`` (each part quoted if odd)."""
         parts = [self._ident()]
         if self.op("."):
             parts.append(self._ident())
-        if len(parts) == 2 and parts[0].translate(_LOWER) in ("main", "temp"):
-            parts = parts[1:]
         return ".".join(shown(p) for p in parts)
 
     def _ident(self) -> str:
@@ -229,7 +238,7 @@ def statement(w: Walk, n: int, tables: Names) -> list[str]:
         w.expect("INTO")
         target, rest = lookup(tables, w.name()).label(), w.rest()
         overwrites = overwrites or any(a.word() == "DO" and b.word() == "UPDATE"
-                                       for a, b in zip(rest, rest[1:]))  # an upsert
+                                       for a, b in pairwise(rest))  # an upsert
         how = [", overwriting rows"] if overwrites else []
         how += [f", copying from {', '.join(src)}"] if (src := sources(rest, tables)) else []
         return [f"INSERT INTO {target}{''.join(how)}"] if how else []
@@ -289,7 +298,7 @@ def alter(w: Walk, n: int, tables: Names) -> list[str]:
 
 
 def create(w: Walk, n: int, tables: Names) -> list[str]:
-    w.take("TEMP", "TEMPORARY")
+    temp = w.take("TEMP", "TEMPORARY")
     kind = w.take("TABLE", "VIEW", "INDEX") or (w.take("UNIQUE") and w.expect("INDEX"))
     if not kind:
         tok = w.next()
@@ -301,8 +310,9 @@ def create(w: Walk, n: int, tables: Names) -> list[str]:
     name, rest = w.name(), w.rest()
     if kind != "TABLE":
         return []  # an index or a view keeps every row
+    name = f"temp.{name}" if temp else name
     # IF NOT EXISTS on a table the script has not touched may name one that was there.
-    if not exists or name.translate(_LOWER) in tables:
+    if not exists or key(tables, name) in tables:
         made(tables, name, f"created at statement {n}")
     copied = sources(rest, tables) if rest and rest[0].word() == "AS" else []
     return [f"CREATE TABLE {name}, copying from {', '.join(copied)}"] if copied else []

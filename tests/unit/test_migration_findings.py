@@ -55,6 +55,18 @@ def test_names_fold_case_and_renames_add_up() -> None:
         "statement 4)"]
 
 
+def test_a_schema_name_resolves_as_sqlite_resolves_it() -> None:
+    assert findings(["ALTER TABLE main.customers RENAME TO people", "DROP TABLE main.people",
+                     "CREATE TEMP TABLE legacy_notes (a)", "ALTER TABLE legacy_notes RENAME "
+                     "TO scratch", "DROP TABLE main.legacy_notes", "DROP TABLE scratch"]) == [
+        "ALTER TABLE main.customers RENAME TO people",
+        "DROP TABLE main.customers (renamed to people at statement 1)",
+        "ALTER TABLE temp.legacy_notes (created at statement 3) RENAME TO scratch",
+        "DROP TABLE main.legacy_notes",  # the database's own, not the script's TEMP one
+        "DROP TABLE temp.legacy_notes (created at statement 3, renamed to scratch at "
+        "statement 4)"]
+
+
 def test_a_rewrite_through_a_new_table_names_the_copy_and_the_drop() -> None:
     assert findings([
         "CREATE TABLE c2 (id INTEGER PRIMARY KEY, name TEXT)",
@@ -91,7 +103,7 @@ def test_a_rewrite_through_a_new_table_names_the_copy_and_the_drop() -> None:
     ("DELETE FROM customers RETURNING (SELECT 1 WHERE 1)",
      "DELETE FROM customers (every row: no WHERE)"),
     ("TRUNCATE TABLE customers", "TRUNCATE TABLE customers"),
-    ("DROP TABLE IF EXISTS main.customers", "DROP TABLE customers"),
+    ("DROP TABLE IF EXISTS main.customers", "DROP TABLE main.customers"),
     ("DROP VIEW v", "DROP VIEW v"), ("DROP INDEX IF EXISTS ix", "DROP INDEX ix"),
     ("ALTER TABLE customers DROP COLUMN fax", "ALTER TABLE customers DROP COLUMN fax"),
     ("ALTER TABLE customers ADD COLUMN phone TEXT", None),
