@@ -65,11 +65,10 @@ def tokens(text: str) -> list[Token]:
             continue
         if kind == "op" and value in "'\"`[":
             raise NotUnderstood("a quote that is never closed")
-        if kind == "str":
-            value = value[1:-1].replace("''", "'")
+        if kind == "str" or (kind == "name" and value[0] != "["):
+            value = value[1:-1].replace(value[0] * 2, value[0])  # 'it''s', "a ""b"""
         elif kind == "name":
-            value = value[1:-1].replace(value[0] * 2, value[0]) if value[0] != "[" else \
-                value[1:-1]
+            value = value[1:-1]  # [a name]
         out.append(Token(kind, value))
     return out
 
@@ -89,7 +88,9 @@ class Named:
     columns: dict[str, Named] = field(default_factory=dict)
 
     def label(self) -> str:
-        return self.first + (f" ({', '.join(self.notes)})" if self.notes else "")
+        notes = self.notes if len(self.notes) < 4 else [  # a bounded line, however many
+            self.notes[0], f"{len(self.notes) - 2} more renames", self.notes[-1]]
+        return self.first + (f" ({', '.join(notes)})" if notes else "")
 
 
 # Tables (or a table's columns) by the name they have now: ``customers`` may be the table

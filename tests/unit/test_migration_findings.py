@@ -55,6 +55,15 @@ def test_names_fold_case_and_renames_add_up() -> None:
         "statement 4)"]
 
 
+def test_a_name_renamed_many_times_is_one_bounded_line() -> None:
+    script = ["ALTER TABLE customers RENAME TO t1", *(
+        f"ALTER TABLE t{i} RENAME TO t{i + 1}" for i in range(1, 500)), "DROP TABLE t500"]
+    found = findings(script)
+    assert found[-1] == ("DROP TABLE customers (renamed to t1 at statement 1, 498 more "
+                         "renames, renamed to t500 at statement 500)")
+    assert len(found) == 501 and max(len(f) for f in found) < 140
+
+
 def test_a_schema_name_resolves_as_sqlite_resolves_it() -> None:
     assert findings(["ALTER TABLE main.customers RENAME TO people", "DROP TABLE main.people",
                      "CREATE TEMP TABLE legacy_notes (a)", "ALTER TABLE legacy_notes RENAME "
