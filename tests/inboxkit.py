@@ -67,12 +67,13 @@ async def park_refund(client: Client, task_queue: str, **kw: Any) -> WorkflowHan
     return handle
 
 
-async def park_migration(client: Client, task_queue: str) -> WorkflowHandle[Any, Any]:
+async def park_migration(client: Client, task_queue: str, script: str = DROP
+                         ) -> WorkflowHandle[Any, Any]:
     """A destructive migration waiting at its gate for a DBA (the tools database needs
     gatekit's ``make_shop``)."""
     run = new_id("migration-inbox")
     handle = await client.start_workflow(MigrationAgent.run, MigrationRequest(
-        database="shop", script=DROP), id=run, task_queue=task_queue)
+        database="shop", script=script), id=run, task_queue=task_queue)
     await wait_pending(handle)
     async with asyncio.timeout(30):
         while (await waiting_run(client, run))[1] is None:

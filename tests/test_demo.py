@@ -70,6 +70,7 @@ def assert_whole_demo(code: int, text: str, err: str, address: str) -> None:
     assert "outcome: gate refund_review approved" in text
     assert "Your refund of $1,000.00 has been issued" in text
     assert "outcome: gate dba_review rejected" in text
+    assert "DROP TABLE customers (renamed to legacy_notes at statement 2)" in text
     assert text.count("/namespaces/default/workflows/demo-") == len(RUNS) + 2  # UI links
     assert "The dev server this demo started is stopped now" in text
     # The SDK's own logs (a failed activity's traceback, the core's warnings) are in the

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 from gatekit import decide, make_shop, new_id, schema, wait_pending
+from inboxkit import inbox, park_migration, signed_in
+from markupsafe import escape
 from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+from test_cli_approvals import tower
 
 from activities.tools.migrations import destructive_findings, split_statements
 from tower.activities.model import ModelSettings
@@ -42,7 +47,7 @@ def test_sql_check_is_deterministic_and_ignores_strings_and_comments() -> None:
     assert len(split_statements(script)) == 3
     found = destructive_findings(DROP + "\nDELETE FROM t WHERE a=1;\nUPDATE t SET a = 1;")
     assert found == ["ALTER TABLE customers DROP COLUMN fax", "DROP TABLE legacy_notes",
-                     "DELETE FROM t", "UPDATE t (every row: no WHERE)"]
+                     "DELETE FROM t", "UPDATE t SET a (every row: no WHERE)"]
     assert destructive_findings(HIDDEN_TAIL) == ["DROP TABLE legacy_notes",
                                                  "DROP TABLE customers"]
 
@@ -148,7 +153,7 @@ async def test_a_drop_hidden_after_comment_lines_is_its_own_finding_in_the_signe
 async def test_sql_the_parser_cannot_read_is_gated_as_unknown(
     client: Client, task_queue: str, db_path: Path
 ) -> None:
-    # SQLite runs it (a trigger); the parser has no rule for it: never shown as harmless.
+    # SQLite runs it (a trigger); the check has no rule for it: never shown as harmless.
     script = ("CREATE TRIGGER wipe AFTER INSERT ON legacy_notes BEGIN DELETE FROM customers; "
               "END;")
     shop = make_shop(db_path)
@@ -157,7 +162,63 @@ async def test_sql_the_parser_cannot_read_is_gated_as_unknown(
         handle = await start(client, task_queue, script)
         p = (await wait_pending(handle))["pending"]
         assert p["proposal"]["findings"] == [
-            "UNKNOWN statement 1: reads as 2 statements, not one; treated as destructive"]
+            "statement 1 not understood: no rule for CREATE TRIGGER; treated as destructive"]
+        await decide(client, handle, p, approver="dana", role="dba", verdict=Verdict.REJECT)
+        state = await handle.result()
+    assert state.destructive and not state.applied and schema(shop) == before
+
+
+# The attacks of issue 37: customers dropped under another table's name, and customers'
+# names dropped under the fax column's name.
+LAUNDERED = ("DROP TABLE legacy_notes;\nALTER TABLE customers RENAME TO legacy_notes;\n"
+             "DROP TABLE legacy_notes;")
+SWAPPED = ("ALTER TABLE customers RENAME COLUMN fax TO fax_old;\n"
+           "ALTER TABLE customers RENAME COLUMN name TO fax;\n"
+           "ALTER TABLE customers DROP COLUMN fax;")
+NAMED = {LAUNDERED: ["DROP TABLE legacy_notes", "ALTER TABLE customers RENAME TO legacy_notes",
+                     "DROP TABLE customers (renamed to legacy_notes at statement 2)"],
+         SWAPPED: ["ALTER TABLE customers RENAME COLUMN fax TO fax_old",
+                   "ALTER TABLE customers RENAME COLUMN name TO fax",
+                   "ALTER TABLE customers DROP COLUMN name (renamed to fax at statement 2)"]}
+
+
+async def test_a_loss_under_a_new_name_is_named_by_the_old_one_wherever_the_dba_looks(
+    env: WorkflowEnvironment, client: Client, task_queue: str, db_path: Path, tmp_path: Path
+) -> None:
+    shop = make_shop(db_path)
+    before = schema(shop)
+    async with worker(client, task_queue, db_path), inbox(client) as url:
+        handles = {script: await park_migration(client, task_queue, script)
+                   for script in NAMED}
+        code, listed, err = await tower(env, tmp_path, "pending")
+        dave = await signed_in(url, "dave")
+        try:
+            pages = {s: (await dave.get(f"/runs/{h.id}")).text for s, h in handles.items()}
+        finally:
+            await dave.aclose()
+        for script, handle in handles.items():
+            p = (await wait_pending(handle))["pending"]
+            assert p["proposal"]["findings"] == NAMED[script]  # what the DBA signs
+            # One line of `tower pending`'s entry, one row of the inbox page, each whole.
+            shown = json.dumps(NAMED[script])
+            entry = listed[listed.index(handle.id):].split("\n\n")[0].splitlines()
+            assert f"    findings: {shown}" in entry, entry
+            assert f"<th>findings</th><td><pre>{escape(shown)}</pre>" in pages[script]
+            await handle.terminate("test over")
+    assert code == 0, err
+    assert schema(shop) == before
+
+
+async def test_a_statement_the_check_cannot_follow_is_gated_and_named(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    shop = make_shop(db_path)
+    before = schema(shop)
+    async with worker(client, task_queue, db_path):
+        handle = await start(client, task_queue, "PRAGMA user_version = 7;")
+        p = (await wait_pending(handle))["pending"]
+        assert p["proposal"]["findings"] == [
+            "statement 1 not understood: no rule for PRAGMA; treated as destructive"]
         await decide(client, handle, p, approver="dana", role="dba", verdict=Verdict.REJECT)
         state = await handle.result()
     assert state.destructive and not state.applied and schema(shop) == before

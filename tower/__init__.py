@@ -16,7 +16,6 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
-    from tower.activities import sql
     from tower.contract.decisions import GateStatus
     from tower.contract.pending import EditLimit
     from tower.contract.wire import (
@@ -73,7 +72,6 @@ _LAZY = {
     "ToolDef": "tower.core.tools",
     "window": "tower.core",  # the module itself
     "WindowPolicy": "tower.core.window",
-    "sql": "tower.activities",  # the module: what a SQL migration does, statement by statement
     # What a project's tools and scripted answers use (tower.contract, tower.activities).
     "Authority": "tower.contract.wire",
     "EditLimit": "tower.contract.pending",
@@ -158,7 +156,6 @@ __all__ = [
     "custom",
     "fan_out",
     "guard_rows",
-    "sql",
     "stored_reply",
     "stricter",
     "window",

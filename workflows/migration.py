@@ -126,17 +126,10 @@ async def report(ctx: NodeContext, state: MigrationState) -> dict[str, object]:
     return {"report": text, "messages": [Message(role="assistant", content=text)]}
 
 
-# The findings are a list in the proposal, one item per statement; runs recorded before
-# showed (and their approvers signed) them joined into one line.
-FINDINGS_LISTED = "migration-findings-listed"
-
-
 def proposal(state: MigrationState) -> Mapping[str, Any]:
-    findings: list[str] | str = list(state.findings) or [state.summary]
-    if workflow.in_workflow() and not workflow.patched(FINDINGS_LISTED):
-        findings = "; ".join(state.findings) or state.summary
+    # One finding per item: what the DBA signs names every statement that loses data.
     return {"action": "apply_migration", "database": state.database,
-            "findings": findings, "script": state.script}
+            "findings": list(state.findings) or [state.summary], "script": state.script}
 
 
 async def schema_unchanged(ctx: NodeContext, state: MigrationState) -> str | None:

@@ -6,8 +6,8 @@ files of the worker's own data folder (``.tower/databases/<name>.sqlite``; see
 ``databases_dir``): each host migrates its own copy — an example of the agent, not a
 deployment's shared application database.
 Every statement of a migration runs in one transaction: all of it applies, or none.
-``destructive_findings`` is the deterministic check (Tower's SQL parser check, on the
-statements as SQLite executes them); the model's opinion can add to it, never clear it.
+``destructive_findings`` is the deterministic check (``sql_findings``, on the statements as
+SQLite executes them); the model's opinion can add to it, never clear it.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tower import Authority, sql
+from tower import Authority
 
 from .spec import Db, EffectRefused, NoEffect, Tool
+from .sql_findings import findings
 
 LEDGER = "_tower_migrations"  # applied migrations, by idempotency key; not part of the schema
 NAME = r"^[a-z][a-z0-9_]{0,39}$"
@@ -43,6 +44,25 @@ def split_statements(script: str) -> list[str]:
     return out
 
 
+def run_script(db: sqlite3.Connection, script: str) -> None:
+    """Every statement, inside the transaction the caller opened and will end itself."""
+    db.set_authorizer(_inside_the_transaction)
+    try:
+        for stmt in split_statements(script):
+            db.execute(stmt)
+    finally:
+        db.set_authorizer(None)
+
+
+def _inside_the_transaction(action: int, *_: object) -> int:
+    """SQLite refuses a statement of the script that would end the caller's transaction
+    (COMMIT, ROLLBACK, a savepoint's) or attach a file: else a dry run's ``COMMIT;`` would
+    keep the statements before it, and run the ones after it outside any transaction."""
+    return sqlite3.SQLITE_DENY if action in (
+        sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT, sqlite3.SQLITE_ATTACH,
+        sqlite3.SQLITE_DETACH) else sqlite3.SQLITE_OK
+
+
 def _strip(text: str) -> str:
     """The statement without comments and string literals (to skip empty chunks)."""
     text = re.sub(r"--[^\n]*|/\*.*?\*/", " ", text, flags=re.S)
@@ -51,8 +71,9 @@ def _strip(text: str) -> str:
 
 
 def destructive_findings(script: str) -> list[str]:
-    """One line per statement that can lose data or cannot be read (``DROP TABLE x``)."""
-    return sql.findings(split_statements(script), dialect="sqlite")
+    """One line per statement that can lose or move data, or that the check cannot follow
+    (``DROP TABLE customers (renamed to legacy_notes at statement 2)``)."""
+    return findings(split_statements(script))
 
 
 def fingerprint(db: sqlite3.Connection) -> str:
@@ -136,8 +157,7 @@ def inspect_migration(tools_db: Db, args: Inspect, key: str) -> dict[str, Any]:
         statements = split_statements(args.script)
         db.execute("BEGIN")
         try:
-            for stmt in statements:
-                db.execute(stmt)
+            run_script(db, args.script)
             error = ""
         except sqlite3.Error as exc:
             error = f"{type(exc).__name__}: {exc}"
@@ -198,8 +218,7 @@ def apply_migration(tools_db: Db, args: Apply, key: str) -> dict[str, Any]:
                 db.execute("ROLLBACK")
                 raise NoEffect({"applied": False, "error": f"schema changed since analysis "
                                 f"({args.expected_fingerprint} -> {now}); nothing applied"})
-            for stmt in split_statements(args.script):
-                db.execute(stmt)
+            run_script(db, args.script)
             after = fingerprint(db)
             db.execute(f"INSERT INTO {LEDGER} VALUES (?,?,?)", (key, now, after))
             db.execute("COMMIT")

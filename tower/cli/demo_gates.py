@@ -47,12 +47,14 @@ async def gated_runs(client: Client, task_queue: str, tools: Path) -> list[tuple
         "a human review gate: over the $500 limit the run waits for a manager",
         Verdict.APPROVE, approver="alice", role="manager", note="partial refund agreed",
         edits={"amount_cents": 100000})
+    # It drops customers under another table's name: the findings name customers.
     migration = await _gated(
         client, task_queue, "migration", dict(
-            database="shop", script="ALTER TABLE customers DROP COLUMN fax;\n"
+            database="shop", script="DROP TABLE legacy_notes;\n"
+                                    "ALTER TABLE customers RENAME TO legacy_notes;\n"
                                     "DROP TABLE legacy_notes;"),
         "a destructive migration waits for a DBA; rejected, nothing changes",
-        Verdict.REJECT, approver="dana", role="dba", note="legacy_notes is still read")
+        Verdict.REJECT, approver="dana", role="dba", note="that drops customers")
     return [("refund", refund), ("migration", migration)]
 
 
