@@ -15,9 +15,7 @@ from tower.contract.decisions import (
     GateRecord,
     ProposalNotCanonical,
     canonical_bytes,
-    legacy_proposal_digest,
     proposal_digest,
-    signed_digest,
 )
 from tower.contract.pending import EditLimit
 
@@ -87,8 +85,6 @@ def test_a_float_and_the_integer_json_prints_for_it_have_one_digest() -> None:
     as_int = record(proposal={**record().proposal, "rate": 1})
     assert proposal_digest(as_float) == proposal_digest(as_int)
     assert b'"rate":1}' in canonical_bytes(as_float) and b'"min":1,' in canonical_bytes(as_float)
-    # The form runs recorded before kept: Python's JSON told them apart.
-    assert legacy_proposal_digest(as_float) != legacy_proposal_digest(as_int)
     assert proposal_digest(record(proposal={**record().proposal, "rate": 1.5})) != \
         proposal_digest(as_float)
 
@@ -98,14 +94,3 @@ def test_a_value_no_other_language_can_digest_is_refused_by_name(value: Any) -> 
     with pytest.raises(ProposalNotCanonical, match="cannot be canonicalized"):
         proposal_digest(record(proposal={"amount_cents": value}))
     assert proposal_digest(record(proposal={"amount_cents": 2**53 - 1})).startswith("sha256:")
-
-
-def test_a_client_signs_the_legacy_digest_only_for_a_run_that_judges_by_it() -> None:
-    shown = record()
-    assert signed_digest(shown, None) == proposal_digest(shown)
-    # A run recorded before RFC 8785 reports the old form's digest of this very request.
-    assert signed_digest(shown, legacy_proposal_digest(shown)) == legacy_proposal_digest(shown)
-    # Anything else a run reports is not signed: the client's own digest is.
-    other = record(proposal={"amount_cents": 1})
-    assert signed_digest(shown, legacy_proposal_digest(other)) == proposal_digest(shown)
-    assert signed_digest(shown, "sha256:" + "0" * 64) == proposal_digest(shown)

@@ -30,7 +30,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from tower.client._runs import describe, query
 from tower.client.errors import ClientError, DecisionRefused, RunNotFound
 from tower.client.keys import check_name, sign_decision
-from tower.contract.decisions import GateRecord, Verdict, proposal_digest, signed_digest
+from tower.contract.decisions import GateRecord, Verdict, proposal_digest
 from tower.contract.refusals import RefusalCode
 from tower.core.gates import Outcome
 from tower.core.signing import decision_claims
@@ -72,7 +72,7 @@ async def decide(
     if gate is not None and gate != request.gate:
         raise ClientError(f"run {run!r} waits at gate {request.gate!r}, not {gate!r}")
     # Signed for exactly what is shown here: this run id, this step, this proposal.
-    digest = signed_digest(request, approvals.get("proposal_digest"))
+    digest = proposal_digest(request)
     if confirm is not None and not confirm(request, digest):
         raise NotConfirmed(f"nothing was signed or sent for run {run!r}")
     role = role or request.role
