@@ -15,6 +15,8 @@ from tower.contract.decisions import (
     GateRecord,
     ProposalNotCanonical,
     canonical_bytes,
+    canonical_proposal,
+    digest_of,
     proposal_digest,
 )
 from tower.contract.pending import EditLimit
@@ -69,14 +71,29 @@ def _doc_block(doc: str, name: str) -> str:
     return after.split("```", 2)[1].split("\n", 1)[1].strip()
 
 
-def test_the_documented_test_vector_is_what_tower_computes() -> None:
+@pytest.mark.parametrize("suffix", ["", "-empty"])
+def test_the_documented_test_vectors_are_what_tower_computes(suffix: str) -> None:
     doc = (Path(__file__).parents[2] / "docs" / "approvals.md").read_text()
-    pending = GateRecord.model_validate_json(_doc_block(doc, "pending"))
-    assert canonical_bytes(pending) == _doc_block(doc, "canonical").encode()
-    assert proposal_digest(pending) == _doc_block(doc, "digest")
+    pending = GateRecord.model_validate_json(_doc_block(doc, "pending" + suffix))
+    canonical = _doc_block(doc, "canonical" + suffix)
+    assert canonical_bytes(pending) == canonical.encode()
+    assert proposal_digest(pending) == _doc_block(doc, "digest" + suffix)
     # RFC 8785 by its rules, not Python's: 1.0 is 1, and the bytes hash as documented.
-    assert hashlib.sha256(_doc_block(doc, "canonical").encode()).hexdigest() == \
+    assert hashlib.sha256(canonical.encode()).hexdigest() == \
         proposal_digest(pending).removeprefix("sha256:")
+
+
+def test_an_empty_array_and_null_have_one_digest() -> None:
+    """The `temporal` CLI prints an empty array as null (``"editable": null``): a client
+    digesting what it printed gets the run's digest."""
+    none = record(editable=[], limits={}, proposal={"findings": [], "args": {"b": [[]]}})
+    printed = json.loads(json.dumps(canonical_proposal(none)).replace("[]", "null"))
+    assert printed["editable"] is None and printed["proposal"]["args"]["b"] == [None]
+    assert digest_of(printed) == proposal_digest(none)
+    assert b'"editable":null' in canonical_bytes(none)
+    # A non-empty array is still an array, in its order.
+    assert proposal_digest(record(proposal={"findings": ["x"]})) != proposal_digest(
+        record(proposal={"findings": None}))
 
 
 def test_a_float_and_the_integer_json_prints_for_it_have_one_digest() -> None:

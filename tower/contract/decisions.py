@@ -112,16 +112,27 @@ def canonical_proposal(record: GateRecord) -> dict[str, Any]:
 
 def canonical_bytes(record: GateRecord) -> bytes:
     """``canonical_proposal`` in the RFC 8785 (JCS) form: keys sorted by UTF-16 code units,
-    no whitespace, numbers as ECMAScript prints them (``1.0`` is ``1``), UTF-8."""
+    no whitespace, numbers as ECMAScript prints them (``1.0`` is ``1``), UTF-8; and every
+    empty array written ``null``."""
     return _jcs(canonical_proposal(record))
 
 
 def _jcs(canonical: dict[str, Any]) -> bytes:
     try:
-        return rfc8785.dumps(canonical)
+        return rfc8785.dumps(_empty_as_null(canonical))
     except rfc8785.CanonicalizationError as exc:
         raise ProposalNotCanonical(f"the proposal cannot be canonicalized (RFC 8785): "
                                    f"{exc}") from None
+
+
+def _empty_as_null(value: Any) -> Any:
+    """``value`` with every empty array as ``null``: the `temporal` CLI prints an empty array
+    so (``"editable": null``), and a client reading either spelling gets the same bytes."""
+    if isinstance(value, dict):
+        return {k: _empty_as_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_empty_as_null(v) for v in value] or None
+    return value
 
 
 def digest_of(canonical: dict[str, Any]) -> str:

@@ -301,6 +301,8 @@ class GateRuntime:
             "roster_digest": trust.digest if trust else None,
             "refreshed_at": refreshed.isoformat() if refreshed else None,
             "pending": pending.model_dump(mode="json") if pending else None,
+            # What an approver decides, the object the digest is over (docs/approvals.md).
+            "shown": canonical_proposal(pending) if pending else None,
             "proposal_digest": proposal_digest(pending) if pending else None,
             "records": [r.model_dump(mode="json") for r in (state.approvals if state else [])],
             "refused": [r.model_dump(mode="json") for r in self.audit.refusals()],
