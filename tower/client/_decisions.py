@@ -34,7 +34,6 @@ from tower.contract.decisions import GateRecord, Verdict, proposal_digest
 from tower.contract.refusals import RefusalCode
 from tower.core.gates import Outcome
 from tower.core.signing import decision_claims
-from tower.temporal._gate import UNKNOWN_KEY
 from tower.temporal._runtime import AgentWorkflow
 
 
@@ -119,12 +118,12 @@ async def send_decision(client: Client, run: str, message: dict[str, Any]) -> Ou
 
 
 def refusal_code(cause: Any) -> RefusalCode | None:
-    """The code a run's refusal carries (its error's first detail); a run recorded before
-    codes sent none, and its unknown-key refusal only by the error's type."""
+    """The code a run's refusal carries (its error's first detail); None for a failure
+    that is no refusal."""
     details = getattr(cause, "details", None) or ()
     if details and isinstance(details[0], str) and details[0] in set(RefusalCode):
         return RefusalCode(details[0])
-    return RefusalCode.UNKNOWN_KEY if getattr(cause, "type", None) == UNKNOWN_KEY else None
+    return None
 
 
 async def _approvals(client: Client, run: str, *, say: Callable[[str], None] | None,
