@@ -7,6 +7,7 @@ and accepted a manager's raise from 820 to 900.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from datetime import timedelta
@@ -166,3 +167,10 @@ def test_each_field_type_is_read_strictly(name: str, value: Any, why: str) -> No
                                              ("seats", 3), ("unknown", "x")])
 def test_a_value_of_the_fields_type_passes(name: str, value: Any) -> None:
     assert mistyped(Priced, name, value) is None
+
+
+def test_an_edit_nested_past_the_parsers_limit_is_refused_in_words_not_a_crash() -> None:
+    deep = json.loads("[" * 900 + "]" * 900)
+    why = mistyped(Priced, "amount_cents", deep)
+    assert why is not None
+    assert why.startswith("amount_cents must be a whole number of cents; got [[[")

@@ -87,9 +87,11 @@ def mistyped(state_type: type[AgentState], name: str, value: Any) -> str | None:
     except ValidationError as exc:
         error = exc.errors()[0]
         wrong_type, words = error["type"].endswith("_type"), error["msg"]
+        if error["type"] == "json_invalid":  # nested past pydantic's recursion limit
+            wrong_type, words = True, "Input should be JSON nested less deeply"
     except (TypeError, ValueError):  # not JSON at all (NaN, an infinity)
         wrong_type, words = True, "Input should be a JSON value"
-    kind = KINDS.get(info.annotation) if wrong_type else None
+    kind = KINDS.get(info.annotation) if wrong_type and isinstance(info.annotation, type) else None
     if kind is None:  # a constraint (``Field(ge=1)``), or a type without words of ours
         kind = words.removeprefix("Input should be ")
     elif info.annotation is int and name.endswith("_cents"):
