@@ -1,8 +1,8 @@
 """Gates on Temporal: hold a run for a human decision without holding a worker.
 
 ``GateRuntime`` is the gate as one object a gated run holds: its state (the decision in
-flight, the digest it judges by), its intake of signals (tower/temporal/_intake.py), its
-judge and its refusals (the audit trail, query ``approvals``). It asks the run only what
+flight), its intake of signals (tower/temporal/_intake.py), its judge and its refusals
+(the audit trail, query ``approvals``). It asks the run only what
 ``GatedRun`` names. A held run waits on ``workflow.wait_condition`` with the gate's
 timeout, so it costs nothing while it waits and any worker resumes it from the history.
 Decisions arrive as the ``decide`` update (its validator refuses bad ones before they
