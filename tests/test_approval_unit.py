@@ -165,7 +165,7 @@ def test_valid_signed_decision_passes() -> None:
     (dict(gate="nope"), C.NOT_PENDING, "unknown gate 'nope'"),
     (dict(edits={"note": "x"}), C.BAD_EDIT, "not editable"),
     (dict(edits={"amount": 900}), C.BAD_EDIT, "may only be lowered"),
-    (dict(edits={"amount": "lots"}), C.BAD_EDIT, "edit refused"),
+    (dict(edits={"amount": "lots"}), C.BAD_EDIT, "amount must be a whole number; got \"lots\""),
     (dict(decision=Verdict.REJECT, edits={"amount": 1}), C.BAD_EDIT, "rejection cannot edit"),
     (dict(request=2), C.WRONG_REQUEST, "answers the request opened at step 2"),
     (dict(proposal="sha256:" + "0" * 64), C.WRONG_PROPOSAL, "another proposal"),

@@ -84,8 +84,7 @@ async def test_refund_paused_listed_refused_then_approved_from_the_cli(
         assert "signed with alice's key alice-" in out
         # --yes signs without asking, never unseen: the whole request is printed first.
         assert out.index("You are about to approve this request") < out.index("signed with")
-        # The digest shown is the one the decision names (a run recorded before RFC 8785
-        # digests reports its legacy one: tests/unit/test_confirm_digest.py).
+        # The digest shown is the one the decision names.
         shown = re.search(r"^  digest (sha256:[0-9a-f]{64})$", out, re.M)
         assert shown and f"proposal {shown.group(1)}" in out, out
         assert "    amount_cents: 120000  ($1,200.00)" in out.splitlines()

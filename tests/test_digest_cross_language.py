@@ -1,47 +1,37 @@
-"""The proposal digest computed outside Python, as docs/approvals.md's three steps say: from
-the `temporal` CLI's own query output (Go's JSON, which prints 1.0 as 1), with node's
-JSON.stringify and sha256. It equals Tower's, and a decision naming it is accepted."""
+"""The proposal digest computed outside Python, by docs/approvals.md's own recipe: its node
+program, run on the `temporal` CLI's own query output (Go's JSON, which prints 1.0 as 1 and
+an empty array as null), at the refund gate and at the migration gate (nothing editable:
+``"editable": null``). It equals the run's, and a decision naming it is accepted."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gatekit import decide, new_id, refund_request, wait_pending
+from gatekit import decide, make_shop, new_id, refund_request, wait_pending
 from temporalio.client import Client
 
 from tower.activities.model import ModelSettings
 from tower.cli.devserver import temporal_binary
-from tower.contract.decisions import GateRecord, legacy_proposal_digest, proposal_digest
+from tower.contract.decisions import GateRecord, Verdict, proposal_digest
 from worker import build_worker
+from workflows.migration import MigrationAgent, MigrationRequest
 from workflows.refund import RefundAgent
 
 NODE = shutil.which("node")
+DOC = Path(__file__).parents[1] / "docs" / "approvals.md"
+needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed: the digest "
+                                "cannot be computed in another language here")
 
-# RFC 8785 in JavaScript: JSON.stringify already writes numbers and strings as JCS wants;
-# keys sorted by UTF-16 code units is Array.prototype.sort's default order.
-DIGEST_JS = r"""
-const crypto = require("crypto");
-const jcs = (v) => v === null || typeof v !== "object" ? JSON.stringify(v)
-  : Array.isArray(v) ? "[" + v.map(jcs).join(",") + "]"
-  : "{" + Object.keys(v).sort().map((k) => JSON.stringify(k) + ":" + jcs(v[k])).join(",") + "}";
-let input = "";
-process.stdin.on("data", (c) => { input += c; });
-process.stdin.on("end", () => {
-  const out = JSON.parse(input);
-  const p = (out.queryResult || out.result || out)[0].pending;
-  const shown = {v: 1, gate: p.gate, node: p.node, when: p.when, proposal: p.proposal,
-                 editable: [...p.editable].sort(), limits: p.limits};
-  const bytes = Buffer.from(jcs(shown), "utf8");
-  process.stdout.write(JSON.stringify({canonical: bytes.toString("utf8"),
-    digest: "sha256:" + crypto.createHash("sha256").update(bytes).digest("hex")}));
-});
-"""
+
+def recipe() -> str:
+    """The node program docs/approvals.md gives (its ``digest-recipe: node`` block)."""
+    block = DOC.read_text().split("<!-- digest-recipe: node -->", 1)[1].split("```", 2)[1]
+    return block.split("node -e '", 1)[1].rsplit("'", 1)[0]
 
 
 async def cli_query(client: Client, run: str) -> str:
@@ -56,17 +46,28 @@ async def cli_query(client: Client, run: str) -> str:
     return out.stdout
 
 
-def node_digest(cli_output: str) -> dict[str, Any]:
+def node_digest(cli_output: str) -> str:
     assert NODE is not None
-    out = subprocess.run([NODE, "-e", DIGEST_JS], input=cli_output, capture_output=True,
+    out = subprocess.run([NODE, "-e", recipe()], input=cli_output, capture_output=True,
                          text=True, timeout=60, check=True)
-    result: dict[str, Any] = json.loads(out.stdout)
-    return result
+    return out.stdout.strip()
 
 
-@pytest.mark.skipif(NODE is None, reason="node is not installed: the digest cannot be "
-                    "computed in another language here")
-async def test_the_digest_from_the_temporal_cli_and_node_equals_towers(
+async def digest_by_the_recipe(client: Client, handle: Any, **decided: Any) -> str:
+    """The digest docs/approvals.md's recipe computes from the CLI's output, checked equal
+    to the run's; then a decision naming it, which the run accepts."""
+    approvals = await wait_pending(handle)
+    pending = GateRecord.model_validate(approvals["pending"])
+    printed = await cli_query(client, handle.id)
+    computed = node_digest(printed)
+    assert computed == proposal_digest(pending) == approvals["proposal_digest"], printed
+    out = await decide(client, handle, approvals["pending"], proposal=computed, **decided)
+    assert out["result"] == "approved", out
+    return printed
+
+
+@needs_node
+async def test_the_refund_digest_from_the_temporal_cli_and_node_equals_the_runs(
     client: Client, task_queue: str, db_path: Path
 ) -> None:
     run = new_id("refund")
@@ -74,18 +75,29 @@ async def test_the_digest_from_the_temporal_cli_and_node_equals_towers(
                             models=ModelSettings()):
         handle = await client.start_workflow(RefundAgent.run, refund_request(client, run),
                                              id=run, task_queue=task_queue)
-        approvals = await wait_pending(handle)
-        pending = GateRecord.model_validate(approvals["pending"])
-        printed = await cli_query(client, run)
-        # The float the run holds (the edit limit's 1.0) is printed as 1 by the CLI.
-        assert pending.limits["amount_cents"].min == 1.0
-        assert '"min": 1,' in printed or '"min":1,' in printed, printed
-        computed = node_digest(printed)
-        assert computed["digest"] == proposal_digest(pending) == approvals["proposal_digest"]
-        assert computed["digest"] != legacy_proposal_digest(pending)  # Python's JSON: 1.0
-        # A decision naming the digest node computed is one for this very proposal.
-        out = await decide(client, handle, approvals["pending"], proposal=computed["digest"])
-        assert out["result"] == "approved"
+        printed = await digest_by_the_recipe(client, handle)
         state = await handle.result()
-    decided = state.approvals[-1].decision
-    assert decided is not None and decided.proposal == computed["digest"]
+    # The float the run holds (the edit limit's 1.0) was printed as 1 by the CLI.
+    assert '"min": 1,' in printed or '"min":1,' in printed, printed
+    assert state.approvals[-1].decision is not None
+    assert state.approvals[-1].decision.proposal == proposal_digest(state.approvals[-1])
+
+
+@needs_node
+async def test_the_migration_digest_with_nothing_editable_equals_the_runs(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    make_shop(db_path)
+    run = new_id("migration")
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings()):
+        handle = await client.start_workflow(
+            MigrationAgent.run, MigrationRequest(database="shop", script=(
+                "ALTER TABLE customers DROP COLUMN fax;\nDROP TABLE legacy_notes;")),
+            id=run, task_queue=task_queue)
+        printed = await digest_by_the_recipe(client, handle, verdict=Verdict.APPROVE,
+                                             approver="dana", role="dba")
+        state = await handle.result()
+    # The CLI printed the gate's empty editable list as null, as issue 37 found it.
+    assert '"editable": null' in printed, printed
+    assert state.applied

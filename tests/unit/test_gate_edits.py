@@ -7,19 +7,23 @@ and accepted a manager's raise from 820 to 900.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from pydantic import Field
 
 from tower import DONE, AgentState, Gate, Graph
 from tower.contract.decisions import Decision, Verdict, proposal_digest
 from tower.contract.pending import EditLimit
-from tower.core.edits import check_edits
+from tower.contract.refusals import RefusalCode
+from tower.core.edits import mistyped
 from tower.core.errors import TowerError
 from tower.core.graph import Machine
+from tower.core.judge import check_decision
 from tower.testing import approve, run_agent
 
 SEEN: list[tuple[int, dict[str, Any]]] = []  # what the rule was handed
@@ -106,18 +110,67 @@ async def test_max_and_higher_only_and_an_unknown_rule() -> None:
         await paid(machine(limits=odd), amount=10)
 
 
-async def test_a_request_opened_before_replays_as_it_was_judged() -> None:
-    # legacy=True is how a run whose request opened before planned-state checks replays:
-    # the rule saw the edited state (and accepted the raise), so its history stays valid.
+# The attack of issue 37: `true` paid 1 cent, `100.0` was paid as 100, `"100"` was refused
+# in Python's words ("'<' not supported between instances of 'int' and 'str'").
+@pytest.mark.parametrize(("value", "shown"), [(True, "true"), (100.0, "100.0"),
+                                              ("100", '"100"'), (None, "null")])
+async def test_a_mistyped_edit_is_refused_as_bad_edit_in_the_approvers_terms(
+    value: Any, shown: str,
+) -> None:
     m = machine(check_edits=at_most_planned)
-    run = await run_agent(m, PayState(), expire=False)
-    state = run.state
+    state = (await run_agent(m, PayState(), expire=False)).state
     pending = state.approvals[-1]
-    raise_to = Decision(decision_id="d1", tenant="t", run="r", gate="review",
-                        decision=Verdict.APPROVE, approver="ann", role="manager",
-                        expires_at=pending.expires_at, edits={"amount": 900},
-                        request=pending.step, run_id=pending.run_id,
-                        proposal=proposal_digest(pending))
-    gate = m.gates["pay"]
-    assert check_edits(gate, state, raise_to) == "the amount may only go down"
-    assert check_edits(gate, state, raise_to, legacy=True) is None
+    SEEN.clear()
+    check = check_decision(
+        Decision(decision_id="d1", tenant="t", run="r", gate="review",
+                 decision=Verdict.APPROVE, approver="ann", role="manager",
+                 expires_at=pending.expires_at, edits={"amount": value},
+                 request=pending.step, run_id=pending.run_id,
+                 proposal=proposal_digest(pending)),
+        state=state, gates={"review": m.gates["pay"]}, tenant="t", run="r",
+        now=pending.requested_at)
+    assert (check.ok, check.code) == (False, RefusalCode.BAD_EDIT)
+    assert check.reason == f"amount must be a whole number; got {shown}"
+    assert SEEN == []  # refused before any rule compared it
+    with pytest.raises(TowerError, match=re.escape(f"amount must be a whole number; got {shown}")):
+        await paid(m, amount=value)
+    assert await paid(m, amount=100) == 100
+
+
+class Priced(AgentState):
+    amount_cents: int = 500
+    rate: float = 1.0
+    note: str = ""
+    rush: bool = False
+    seats: int = Field(default=1, ge=1)
+
+
+@pytest.mark.parametrize(("name", "value", "why"), [
+    ("amount_cents", True, "amount_cents must be a whole number of cents; got true"),
+    ("amount_cents", 1.5, "amount_cents must be a whole number of cents; got 1.5"),
+    ("amount_cents", float("nan"), "amount_cents must be a whole number of cents; got nan"),
+    ("rate", "1.5", 'rate must be a number; got "1.5"'),
+    ("rate", False, "rate must be a number; got false"),
+    ("note", 7, "note must be text; got 7"),
+    ("rush", 1, "rush must be true or false; got 1"),
+    ("seats", 0, "seats must be greater than or equal to 1; got 0"),
+    # Whatever the value holds is shown inert: escaped, never raw.
+    ("amount_cents", "5\x1b[2J\u202e", r'amount_cents must be a whole number of cents; '
+                                       r'got "5\u001b[2J\u202e"'),
+])
+def test_each_field_type_is_read_strictly(name: str, value: Any, why: str) -> None:
+    assert mistyped(Priced, name, value) == why
+
+
+@pytest.mark.parametrize(("name", "value"), [("amount_cents", 100), ("rate", 2),
+                                             ("rate", 0.5), ("note", "ok"), ("rush", True),
+                                             ("seats", 3), ("unknown", "x")])
+def test_a_value_of_the_fields_type_passes(name: str, value: Any) -> None:
+    assert mistyped(Priced, name, value) is None
+
+
+def test_an_edit_nested_past_the_parsers_limit_is_refused_in_words_not_a_crash() -> None:
+    deep = json.loads("[" * 900 + "]" * 900)
+    why = mistyped(Priced, "amount_cents", deep)
+    assert why is not None
+    assert why.startswith("amount_cents must be a whole number of cents; got [[[")

@@ -15,9 +15,9 @@ from tower.contract.decisions import (
     GateRecord,
     ProposalNotCanonical,
     canonical_bytes,
-    legacy_proposal_digest,
+    canonical_proposal,
+    digest_of,
     proposal_digest,
-    signed_digest,
 )
 from tower.contract.pending import EditLimit
 
@@ -71,14 +71,29 @@ def _doc_block(doc: str, name: str) -> str:
     return after.split("```", 2)[1].split("\n", 1)[1].strip()
 
 
-def test_the_documented_test_vector_is_what_tower_computes() -> None:
+@pytest.mark.parametrize("suffix", ["", "-empty"])
+def test_the_documented_test_vectors_are_what_tower_computes(suffix: str) -> None:
     doc = (Path(__file__).parents[2] / "docs" / "approvals.md").read_text()
-    pending = GateRecord.model_validate_json(_doc_block(doc, "pending"))
-    assert canonical_bytes(pending) == _doc_block(doc, "canonical").encode()
-    assert proposal_digest(pending) == _doc_block(doc, "digest")
+    pending = GateRecord.model_validate_json(_doc_block(doc, "pending" + suffix))
+    canonical = _doc_block(doc, "canonical" + suffix)
+    assert canonical_bytes(pending) == canonical.encode()
+    assert proposal_digest(pending) == _doc_block(doc, "digest" + suffix)
     # RFC 8785 by its rules, not Python's: 1.0 is 1, and the bytes hash as documented.
-    assert hashlib.sha256(_doc_block(doc, "canonical").encode()).hexdigest() == \
+    assert hashlib.sha256(canonical.encode()).hexdigest() == \
         proposal_digest(pending).removeprefix("sha256:")
+
+
+def test_an_empty_array_and_null_have_one_digest() -> None:
+    """The `temporal` CLI prints an empty array as null (``"editable": null``): a client
+    digesting what it printed gets the run's digest."""
+    none = record(editable=[], limits={}, proposal={"findings": [], "args": {"b": [[]]}})
+    printed = json.loads(json.dumps(canonical_proposal(none)).replace("[]", "null"))
+    assert printed["editable"] is None and printed["proposal"]["args"]["b"] == [None]
+    assert digest_of(printed) == proposal_digest(none)
+    assert b'"editable":null' in canonical_bytes(none)
+    # A non-empty array is still an array, in its order.
+    assert proposal_digest(record(proposal={"findings": ["x"]})) != proposal_digest(
+        record(proposal={"findings": None}))
 
 
 def test_a_float_and_the_integer_json_prints_for_it_have_one_digest() -> None:
@@ -87,8 +102,6 @@ def test_a_float_and_the_integer_json_prints_for_it_have_one_digest() -> None:
     as_int = record(proposal={**record().proposal, "rate": 1})
     assert proposal_digest(as_float) == proposal_digest(as_int)
     assert b'"rate":1}' in canonical_bytes(as_float) and b'"min":1,' in canonical_bytes(as_float)
-    # The form runs recorded before kept: Python's JSON told them apart.
-    assert legacy_proposal_digest(as_float) != legacy_proposal_digest(as_int)
     assert proposal_digest(record(proposal={**record().proposal, "rate": 1.5})) != \
         proposal_digest(as_float)
 
@@ -98,14 +111,3 @@ def test_a_value_no_other_language_can_digest_is_refused_by_name(value: Any) -> 
     with pytest.raises(ProposalNotCanonical, match="cannot be canonicalized"):
         proposal_digest(record(proposal={"amount_cents": value}))
     assert proposal_digest(record(proposal={"amount_cents": 2**53 - 1})).startswith("sha256:")
-
-
-def test_a_client_signs_the_legacy_digest_only_for_a_run_that_judges_by_it() -> None:
-    shown = record()
-    assert signed_digest(shown, None) == proposal_digest(shown)
-    # A run recorded before RFC 8785 reports the old form's digest of this very request.
-    assert signed_digest(shown, legacy_proposal_digest(shown)) == legacy_proposal_digest(shown)
-    # Anything else a run reports is not signed: the client's own digest is.
-    other = record(proposal={"amount_cents": 1})
-    assert signed_digest(shown, legacy_proposal_digest(other)) == proposal_digest(shown)
-    assert signed_digest(shown, "sha256:" + "0" * 64) == proposal_digest(shown)

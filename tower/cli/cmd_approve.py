@@ -169,7 +169,7 @@ async def decide(run: str, verdict: Verdict, *, gate: str | None, by: str, role:
             print_json({"run": run, "accepted": False, "refused": exc.reason, "code": code})
         else:
             print(f"refused: {exc.reason}")
-            print(f"refusal code: {code or '(none: the run predates refusal codes)'}")
+            print(f"refusal code: {code or '(none)'}")
             print("the run's state is unchanged")
         return 1
     if out is None:

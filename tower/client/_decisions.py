@@ -30,11 +30,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from tower.client._runs import describe, query
 from tower.client.errors import ClientError, DecisionRefused, RunNotFound
 from tower.client.keys import check_name, sign_decision
-from tower.contract.decisions import GateRecord, Verdict, proposal_digest, signed_digest
+from tower.contract.decisions import GateRecord, Verdict, proposal_digest
 from tower.contract.refusals import RefusalCode
 from tower.core.gates import Outcome
 from tower.core.signing import decision_claims
-from tower.temporal._gate import UNKNOWN_KEY
 from tower.temporal._runtime import AgentWorkflow
 
 
@@ -72,7 +71,7 @@ async def decide(
     if gate is not None and gate != request.gate:
         raise ClientError(f"run {run!r} waits at gate {request.gate!r}, not {gate!r}")
     # Signed for exactly what is shown here: this run id, this step, this proposal.
-    digest = signed_digest(request, approvals.get("proposal_digest"))
+    digest = proposal_digest(request)
     if confirm is not None and not confirm(request, digest):
         raise NotConfirmed(f"nothing was signed or sent for run {run!r}")
     role = role or request.role
@@ -119,12 +118,12 @@ async def send_decision(client: Client, run: str, message: dict[str, Any]) -> Ou
 
 
 def refusal_code(cause: Any) -> RefusalCode | None:
-    """The code a run's refusal carries (its error's first detail); a run recorded before
-    codes sent none, and its unknown-key refusal only by the error's type."""
+    """The code a run's refusal carries (its error's first detail); None for a failure
+    that is no refusal."""
     details = getattr(cause, "details", None) or ()
     if details and isinstance(details[0], str) and details[0] in set(RefusalCode):
         return RefusalCode(details[0])
-    return RefusalCode.UNKNOWN_KEY if getattr(cause, "type", None) == UNKNOWN_KEY else None
+    return None
 
 
 async def _approvals(client: Client, run: str, *, say: Callable[[str], None] | None,

@@ -24,7 +24,7 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from tower.client.errors import ClientError
 from tower.contract import search
-from tower.contract.decisions import digest_of, legacy_digest_of
+from tower.contract.decisions import digest_of
 from tower.contract.pending import PendingView
 from tower.contract.trust import AttestClaims, Roster
 from tower.core.signing import SignatureRefused, verify_attestation
@@ -101,11 +101,11 @@ def mismatch(run: WorkflowExecution, view: PendingView, claims: AttestClaims) ->
         return f"its attestation is for another request ({', '.join(wrong)} differ)"
     if not view.shown:
         return "its memo does not show the whole proposal (a run from an older version)"
-    try:  # the digest form of the run (RFC 8785; runs recorded before it, Python's JSON)
-        digests = {digest_of(view.shown), legacy_digest_of(view.shown)}
+    try:
+        digest = digest_of(view.shown)
     except ValueError:  # ProposalNotCanonical, or text UTF-8 cannot hold (a lone surrogate)
         return "the proposal its memo shows cannot be canonicalized (RFC 8785)"
-    if claims.proposal not in digests:
+    if claims.proposal != digest:
         return "the proposal its memo shows is not the one attested (digests differ)"
     shown = view.shown
     if (shown.get("gate"), shown.get("node"), shown.get("when"), shown.get("editable")) != (

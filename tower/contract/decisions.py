@@ -4,7 +4,6 @@ so the state can carry them and the CLI can build them."""
 from __future__ import annotations
 
 import hashlib
-import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -56,9 +55,9 @@ class Decision(BaseModel):
 class SignedDecision(BaseModel):
     """A decision on the wire (the ``decide`` update's and ``decision`` signal's argument):
     ``token``, a JWS signed by a roster key; or, only where the deployment allows unsigned
-    decisions (development), ``unsigned`` claims in the clear."""
+    decisions (development), ``unsigned`` claims in the clear. Strict, as the claims are."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     token: str | None = Field(default=None, max_length=8000)
     unsigned: dict[str, Any] | None = None
@@ -113,16 +112,27 @@ def canonical_proposal(record: GateRecord) -> dict[str, Any]:
 
 def canonical_bytes(record: GateRecord) -> bytes:
     """``canonical_proposal`` in the RFC 8785 (JCS) form: keys sorted by UTF-16 code units,
-    no whitespace, numbers as ECMAScript prints them (``1.0`` is ``1``), UTF-8."""
+    no whitespace, numbers as ECMAScript prints them (``1.0`` is ``1``), UTF-8; and every
+    empty array written ``null``."""
     return _jcs(canonical_proposal(record))
 
 
 def _jcs(canonical: dict[str, Any]) -> bytes:
     try:
-        return rfc8785.dumps(canonical)
+        return rfc8785.dumps(_empty_as_null(canonical))
     except rfc8785.CanonicalizationError as exc:
         raise ProposalNotCanonical(f"the proposal cannot be canonicalized (RFC 8785): "
                                    f"{exc}") from None
+
+
+def _empty_as_null(value: Any) -> Any:
+    """``value`` with every empty array as ``null``: the `temporal` CLI prints an empty array
+    so (``"editable": null``), and a client reading either spelling gets the same bytes."""
+    if isinstance(value, dict):
+        return {k: _empty_as_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_empty_as_null(v) for v in value] or None
+    return value
 
 
 def digest_of(canonical: dict[str, Any]) -> str:
@@ -132,32 +142,9 @@ def digest_of(canonical: dict[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(_jcs(canonical)).hexdigest()
 
 
-def legacy_digest_of(canonical: dict[str, Any]) -> str:
-    """``legacy_proposal_digest`` of a canonical proposal (runs recorded before RFC 8785)."""
-    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      default=str)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
 def proposal_digest(record: GateRecord) -> str:
     """``sha256:`` and the hex SHA-256 of ``canonical_bytes``: what a decision names. The
     run, the CLI, the inbox and any client (in any language: docs/approvals.md gives the
     steps and a test vector) compute it on the same pending record; a decision is accepted
     only while that proposal is pending. Raises ``ProposalNotCanonical``."""
     return digest_of(canonical_proposal(record))
-
-
-def legacy_proposal_digest(record: GateRecord) -> str:
-    """The digest as runs recorded before RFC 8785 computed it (Python's sorted JSON, which
-    prints ``1.0``): only those runs use it, so their histories replay as recorded."""
-    return legacy_digest_of(canonical_proposal(record))
-
-
-def signed_digest(record: GateRecord, reported: Any) -> str:
-    """The digest a decision on ``record`` names, as every signer (client, CLI, inbox)
-    chooses it: RFC 8785's (``proposal_digest``). A run recorded before it judges by the
-    legacy form and reports so (``reported``, its ``approvals`` query's
-    ``proposal_digest``): that one, only when it is the legacy digest of this very record."""
-    if isinstance(reported, str) and reported == legacy_proposal_digest(record):
-        return reported
-    return proposal_digest(record)

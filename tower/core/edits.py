@@ -5,12 +5,20 @@ are judged on the *planned* state — the state as the request was opened, nothi
 yet — so a rule ``edits["amount_cents"] <= planned.amount_cents`` means what it says, and
 the gate's declared ``limits`` (recorded with the request, shown on approvers' forms) are
 enforced here, by the engine, before the gate's own ``check_edits`` runs.
+
+Each edit is read strictly, as JSON of its field's type: never converted (``true`` is not
+1 cent, ``100.0`` is not 100, ``"100"`` is not 100), so what the approver signed is what
+is paid, and a mistyped edit is refused in the approver's terms before any rule compares it.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import TypeAdapter, ValidationError
 
 from tower.contract.decisions import Decision, GateStatus, Verdict
 from tower.contract.pending import EditLimit
@@ -27,16 +35,16 @@ RULES: dict[str, Callable[[Any, Any], bool]] = {
     "lower only": lambda planned, edited: edited <= planned,
     "higher only": lambda planned, edited: edited >= planned,
 }
+# What a value of a field's type is, in an approver's words.
+KINDS: dict[Any, str] = {int: "a whole number", float: "a number", bool: "true or false",
+                         str: "text"}
 
 
-def check_edits(gate: Gate, state: AgentState, d: Decision, *,
-                legacy: bool = False) -> str | None:
+def check_edits(gate: Gate, state: AgentState, d: Decision) -> str | None:
     """Why ``d``'s edits may not be applied to the pending request, or None. ``state`` is
     the planned state (the request is pending: nothing edited yet). In order: editable
     fields only, values of the fields' types, the request's recorded ``limits``, then the
-    gate's own ``check_edits(planned, edits)``. ``legacy``: a request opened before
-    this order (``PLANNED_EDITS_PATCH``, tower/temporal/_gate.py) handed the rule the
-    edited state and had no limits enforced; it replays as it ran."""
+    gate's own ``check_edits(planned, edits)``."""
     if not d.edits:
         return None
     if d.decision == Verdict.REJECT:
@@ -45,12 +53,14 @@ def check_edits(gate: Gate, state: AgentState, d: Decision, *,
     if bad:
         allowed = ", ".join(gate.editable) or "none"
         return f"field(s) {', '.join(bad)} not editable at gate {gate.name!r} (editable: {allowed})"
+    for name in sorted(d.edits):
+        problem = mistyped(type(state), name, d.edits[name])
+        if problem:
+            return problem
     try:
         edited = apply_update(state, d.edits)
     except UpdateError as exc:
         return f"edit refused: {exc}"
-    if legacy:
-        return gate.check_edits(edited, d.edits) if gate.check_edits is not None else None
     pending = next((r for r in reversed(state.approvals)
                     if r.status == GateStatus.PENDING), None)
     for name in sorted(d.edits):
@@ -62,6 +72,48 @@ def check_edits(gate: Gate, state: AgentState, d: Decision, *,
     if gate.check_edits is not None:
         return gate.check_edits(state, d.edits)
     return None
+
+
+def mistyped(state_type: type[AgentState], name: str, value: Any) -> str | None:
+    """Why ``value``, an edit as JSON carries it, is not a value of field ``name``'s type
+    (strictly: no conversion), in the approver's terms; None when it is one."""
+    info = state_type.model_fields.get(name)
+    if info is None:  # not a field: apply_update says so
+        return None
+    try:
+        _adapter(state_type, name).validate_json(json.dumps(value, allow_nan=False),
+                                                  strict=True)
+        return None
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        wrong_type, words = error["type"].endswith("_type"), error["msg"]
+        if error["type"] == "json_invalid":  # nested past pydantic's recursion limit
+            wrong_type, words = True, "Input should be JSON nested less deeply"
+    except (TypeError, ValueError):  # not JSON at all (NaN, an infinity)
+        wrong_type, words = True, "Input should be a JSON value"
+    kind = KINDS.get(info.annotation) if wrong_type and isinstance(info.annotation, type) else None
+    if kind is None:  # a constraint (``Field(ge=1)``), or a type without words of ours
+        kind = words.removeprefix("Input should be ")
+    elif info.annotation is int and name.endswith("_cents"):
+        kind += " of cents"
+    return f"{name} must be {kind}; got {_json(value)}"
+
+
+@functools.cache
+def _adapter(state_type: type[AgentState], name: str) -> TypeAdapter[Any]:
+    info = state_type.model_fields[name]
+    annotation: Any = info.annotation
+    if info.metadata:  # its constraints (``Field(ge=1)``) hold for an edit too
+        annotation = Annotated[annotation, *info.metadata]
+    return TypeAdapter(annotation)
+
+
+def _json(value: Any) -> str:
+    """``value`` as the decision's JSON wrote it, inert (every non-ASCII character escaped)."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return repr(value).encode("ascii", "backslashreplace").decode()
 
 
 def limit_problem(name: str, limit: EditLimit, planned: Any, value: Any) -> str | None:

@@ -41,7 +41,6 @@ from tower.core.errors import IllegalTransition
 from tower.core.graph import Machine
 from tower.core.judge import (  # noqa: F401  (re-exported: what a decision must prove)
     Check,
-    Digest,
     canonical_time,
     check_decision,
     pending_record,

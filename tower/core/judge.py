@@ -9,7 +9,7 @@ themselves and the moves they make, and re-exports these names.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -32,9 +32,6 @@ from tower.core.state import AgentState
 
 if TYPE_CHECKING:
     from tower.core.gates import Gate
-
-Digest = Callable[[GateRecord], str]  # proposal_digest (or, in runs recorded before, legacy)
-
 
 def pending_record(state: AgentState | None) -> GateRecord | None:
     if state is None:
@@ -109,16 +106,14 @@ def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime,
 
 def check_decision(
     d: Decision, *, state: AgentState | None, gates: Mapping[str, Gate], tenant: str,
-    run: str, now: datetime, in_flight: Decision | None = None, legacy_edits: bool = False,
-    digest: Digest = proposal_digest,
+    run: str, now: datetime, in_flight: Decision | None = None,
 ) -> Check:
     """Whether ``d`` may decide the run's pending gate. Pure; the state is not touched.
 
     ``d`` is what ``read_decision`` made of a verified token. Order matters: who sent it
     (tenant, run) before what it asks for. A decision
     repeating one already taken (same id, same content) is a duplicate: accepted, but
-    it changes nothing. ``legacy_edits``: judge edits as runs opened before planned-state
-    edit checks were (``check_edits``).
+    it changes nothing.
     """
     if d.tenant != tenant:
         return refuse(RefusalCode.WRONG_RUN,
@@ -142,7 +137,7 @@ def check_decision(
         return refuse(RefusalCode.ALREADY_DECIDED,
                       f"gate {d.gate!r} was already decided: {in_flight.decision.value} by "
                       f"{in_flight.approver}")
-    other = _other_request(d, pending, digest)  # what the approver was shown
+    other = _other_request(d, pending)  # what the approver was shown
     if other:
         return refuse(*other)
     if now >= pending.expires_at:
@@ -151,7 +146,7 @@ def check_decision(
     if d.role != pending.role:
         return refuse(RefusalCode.NOT_AUTHORIZED,
                       f"role {d.role!r} may not decide gate {d.gate!r} (needs {pending.role!r})")
-    problem = check_edits(gates[d.gate], state, d, legacy=legacy_edits)
+    problem = check_edits(gates[d.gate], state, d)
     return refuse(RefusalCode.BAD_EDIT, problem) if problem else Check(True)
 
 
@@ -159,8 +154,7 @@ def canonical_time(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _other_request(d: Decision, pending: GateRecord, digest: Digest
-                   ) -> tuple[RefusalCode, str] | None:
+def _other_request(d: Decision, pending: GateRecord) -> tuple[RefusalCode, str] | None:
     """Why ``d`` was made for another request than the pending one: another step, another
     run (a reset, a new run under the same workflow id) or another proposal."""
     if d.request != pending.step:
@@ -171,10 +165,10 @@ def _other_request(d: Decision, pending: GateRecord, digest: Digest
         return RefusalCode.WRONG_RUN, (
             f"decision was made for run id {d.run_id}; the pending request is in run id "
             f"{pending.run_id} (a reset or a new run voids earlier decisions)")
-    if d.proposal != digest(pending):
+    if d.proposal != proposal_digest(pending):
         return RefusalCode.WRONG_PROPOSAL, (
             f"decision was made for another proposal ({d.proposal}); the pending "
-            f"proposal is {digest(pending)}: look at it and decide again")
+            f"proposal is {proposal_digest(pending)}: look at it and decide again")
     return None
 
 

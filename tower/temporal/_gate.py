@@ -1,8 +1,8 @@
 """Gates on Temporal: hold a run for a human decision without holding a worker.
 
 ``GateRuntime`` is the gate as one object a gated run holds: its state (the decision in
-flight, the digest it judges by), its intake of signals (tower/temporal/_intake.py), its
-judge and its refusals (the audit trail, query ``approvals``). It asks the run only what
+flight), its intake of signals (tower/temporal/_intake.py), its judge and its refusals
+(the audit trail, query ``approvals``). It asks the run only what
 ``GatedRun`` names. A held run waits on ``workflow.wait_condition`` with the gate's
 timeout, so it costs nothing while it waits and any worker resumes it from the history.
 Decisions arrive as the ``decide`` update (its validator refuses bad ones before they
@@ -27,7 +27,6 @@ from tower.contract.decisions import (
     GateRecord,
     GateStatus,
     canonical_proposal,
-    legacy_proposal_digest,
     proposal_digest,
 )
 from tower.contract.notify import GateNotice
@@ -66,12 +65,6 @@ VALIDATE_PER_TASK = 50  # update validators' signature checks per workflow task
 UNVALIDATED = (f"refused unverified: more than {VALIDATE_PER_TASK} decisions arrived in one "
                "workflow task (a flood?); send it again")
 REFRESH_GAP = timedelta(seconds=5)  # asked-for roster refreshes: at most one per this
-# Edits are judged on the planned state, within the gate's limits (tower/core/gates.py
-# ``check_edits``); a request opened before replays judging them as it did.
-PLANNED_EDITS_PATCH = "tower-planned-edits"
-# Proposal digests over RFC 8785 canonical JSON; runs recorded before used Python's JSON
-# (``1.0``, not ``1``) and keep it, so their recorded decisions are judged as they were.
-JCS_PATCH = "tower-jcs-digest"
 
 
 class GatedRun(Protocol):
@@ -98,16 +91,11 @@ class GateRuntime:
 
     def __init__(self, run: GatedRun) -> None:
         self.run = run
-        # Decided once, before any handler (a validator may not ask: read-only), and only
-        # by gated agents: a run with no gate spends no marker on it.
-        self.digest = (legacy_proposal_digest if run.machine.gates
-                       and not workflow.patched(JCS_PATCH) else proposal_digest)
         self.refresh_asked = False
         # Signature checks of update validators per task (refusals.TaskBudget says why);
         # the update handler has none: only updates a validator accepted reach it.
         self._validate_budget = TaskBudget(VALIDATE_PER_TASK, by_time=True)
         self.in_flight: Decision | None = None
-        self._legacy_edits = False  # set when a request opens (PLANNED_EDITS_PATCH)
         # Refused decisions (and unknown signals): all counted, the newest kept.
         self.audit = AuditTrail(AUDIT_KEEP)
         self.intake = Intake(self)
@@ -119,7 +107,6 @@ class GateRuntime:
         Returns with the request still open when the run should continue-as-new first."""
         run, trust = self.run, self.run._trust
         assert trust is not None  # run_machine refuses a gated run without one
-        self._legacy_edits = not workflow.patched(PLANNED_EDITS_PATCH)
         if not resume:
             rule = trust.policy.gates.get(gate.name)
             run_id = await opening_run_id()
@@ -131,7 +118,7 @@ class GateRuntime:
         if pending is None:  # the update could not be applied: the run failed instead
             return
         run._show_details()  # the same story as at every step, now with the request
-        digest = self.digest(pending)
+        digest = proposal_digest(pending)
         token = await attestation(AttestRequest(
             tenant=self.tenant(), run_id=pending.run_id, gate=pending.gate, step=pending.step,
             proposal=digest, expires_at=int(pending.expires_at.timestamp())))
@@ -256,7 +243,7 @@ class GateRuntime:
         return decision, check_decision(
             decision, state=state, gates={g.name: g for g in self.run.machine.gates.values()},
             tenant=self.tenant(), run=workflow.info().workflow_id, now=workflow.now(),
-            in_flight=self.in_flight, legacy_edits=self._legacy_edits, digest=self.digest)
+            in_flight=self.in_flight)
 
     def tenant(self) -> str:
         trust = self.run._trust
@@ -314,9 +301,9 @@ class GateRuntime:
             "roster_digest": trust.digest if trust else None,
             "refreshed_at": refreshed.isoformat() if refreshed else None,
             "pending": pending.model_dump(mode="json") if pending else None,
-            # The digest this run judges decisions by (a run recorded before RFC 8785 keeps
-            # the legacy form): a client checks it against its own (client/_decisions.py).
-            "proposal_digest": self.digest(pending) if pending else None,
+            # What an approver decides, the object the digest is over (docs/approvals.md).
+            "shown": canonical_proposal(pending) if pending else None,
+            "proposal_digest": proposal_digest(pending) if pending else None,
             "records": [r.model_dump(mode="json") for r in (state.approvals if state else [])],
             "refused": [r.model_dump(mode="json") for r in self.audit.refusals()],
             "refused_total": self.audit.total,

@@ -20,7 +20,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from tower.cli.inbox.forms import DecisionForm, FormError
-from tower.contract.decisions import GateRecord, canonical_proposal, signed_digest
+from tower.contract.decisions import GateRecord, canonical_proposal, proposal_digest
 from tower.contract.pending import PendingView
 from tower.core.signing import decision_claims, sign
 
@@ -32,7 +32,7 @@ async def shown_request(client: Client, run: str, view: PendingView
                         ) -> tuple[GateRecord, str] | None:
     """The run's pending request (its ``approvals`` query) when it is the one ``view``
     shows: same gate, step, node, role, editable fields and the whole canonical proposal;
-    with the digest a decision on it names (``signed_digest``: the form the run judges by).
+    with the digest a decision on it names (``proposal_digest``).
     None when no worker answers or it differs: then nothing is signed."""
     try:
         approvals = await asyncio.wait_for(client.get_workflow_handle(run).query(
@@ -43,7 +43,7 @@ async def shown_request(client: Client, run: str, view: PendingView
     same = ((record.gate, record.step, record.node, record.role, record.editable)
             == (view.gate, view.step, view.node, view.role, view.editable)
             and canonical_proposal(record) == view.shown)
-    return (record, signed_digest(record, approvals.get("proposal_digest"))) if same else None
+    return (record, proposal_digest(record)) if same else None
 
 
 def signed_decision(*, issuer: Mapping[str, Any], tenant: str, run: str, request: GateRecord,
