@@ -16,8 +16,10 @@ from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from temporalio import workflow
 
+from activities.scripted import migration as scripted
+from activities.tools import TOOLS
+from activities.tools.migrations import script_digest
 from tower import (
     DONE,
     AgentState,
@@ -31,14 +33,6 @@ from tower import (
     NodeFailed,
     agent,
 )
-
-with workflow.unsafe.imports_passed_through():
-    # Data only: the tools' names and schemas, and the scripted model's answers.
-    from activities.scripted import migration as scripted
-    from activities.tools import TOOLS
-
-    # A pure function: the script's digest, computed the way the tool checks it.
-    from activities.tools.migrations import script_digest
 
 DAY = 24 * 3600
 
@@ -126,15 +120,8 @@ async def report(ctx: NodeContext, state: MigrationState) -> dict[str, object]:
     return {"report": text, "messages": [Message(role="assistant", content=text)]}
 
 
-# The findings are a list in the proposal, one item per statement; runs recorded before
-# showed (and their approvers signed) them joined into one line.
-FINDINGS_LISTED = "migration-findings-listed"
-
-
 def proposal(state: MigrationState) -> Mapping[str, Any]:
-    findings: list[str] | str = list(state.findings) or [state.summary]
-    if workflow.in_workflow() and not workflow.patched(FINDINGS_LISTED):
-        findings = "; ".join(state.findings) or state.summary
+    findings = list(state.findings) or [state.summary]
     return {"action": "apply_migration", "database": state.database,
             "findings": findings, "script": state.script}
 
@@ -177,11 +164,9 @@ class MigrationAgent(AgentWorkflow):
 
     Input = MigrationRequest
 
-    @workflow.run
-    async def run(self, request: MigrationRequest) -> MigrationState:
-        state = MigrationState(
+    def start(self, request: MigrationRequest) -> MigrationState:
+        return MigrationState(
             messages=[Message(role="user", content=f"Migration for {request.database}:\n"
                               f"{request.script}")],
             database=request.database, script=request.script,
             review_timeout_seconds=request.review_timeout_seconds)
-        return await self.drive(state)
