@@ -44,6 +44,8 @@ async def test_new_writes_a_project_named_after_its_agent(tmp_path: Path) -> Non
     assert 'Graph("shop_ops", ShopOpsState' in agent and "class ShopOpsAgent(" in agent
     # No Temporal plumbing: admission and carried state are the runtime's.
     assert not any(word in agent for word in ("admit", "take_carried", "carry", "workflow.init"))
+    # An agent is its graph, its input and its start: nothing of Temporal in its file.
+    assert "temporalio" not in agent and "@workflow" not in agent, agent
     # Its own task queue, named after it: the `tower` command's default in the project, and
     # the worker's, so two projects on one server never share one.
     assert 'task-queue = "shop_ops"' in (project / "pyproject.toml").read_text()

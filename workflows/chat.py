@@ -22,12 +22,18 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+# Beyond the graph, a thread uses Temporal itself: each message is an update (``send``,
+# validated before it enters the history), an idle timer closes it, and a turn waits for
+# its reply (workflow.sleep, workflow.wait_condition).
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
+from activities.scripted import chat as scripted
+from activities.tools import TOOLS
 from tower import (
     ADD,
     DONE,
@@ -45,11 +51,6 @@ from tower import (
     stored_reply,
     window,
 )
-
-with workflow.unsafe.imports_passed_through():
-    # Data only: the tools' names and schemas, and the scripted model's answers.
-    from activities.scripted import chat as scripted
-    from activities.tools import TOOLS
 
 MAX_MESSAGE_CHARS = 8000
 MAX_TOOL_ROUNDS = 3
@@ -194,9 +195,14 @@ class ChatAgent(AgentWorkflow):
         self.closing = ""
         self._issued = 0
 
-    @workflow.run
-    async def run(self, request: ChatInput) -> ChatState:
-        final = await self.drive(ChatState(config=request.config))
+    if TYPE_CHECKING:  # the run @agent makes, typed for callers of ChatAgent's updates
+        async def run(self, request: ChatInput) -> ChatState: ...
+
+    def start(self, request: ChatInput) -> ChatState:
+        return ChatState(config=request.config)
+
+    async def run_from(self, state: AgentState, request: ChatInput) -> AgentState:
+        final = await self.drive(state)
         self._idle.cancel()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return final

@@ -7,13 +7,9 @@ which is how a parent sees a failed child.
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
-from temporalio import workflow
 
+from activities.scripted import company as scripted
 from tower import DONE, AgentState, AgentWorkflow, Graph, Message, NodeContext, agent
-
-with workflow.unsafe.imports_passed_through():
-    # Data only: the tools' names and schemas, and the scripted model's answers.
-    from activities.scripted import company as scripted
 
 
 class CompanyRequest(BaseModel):
@@ -62,9 +58,7 @@ class CompanyAgent(AgentWorkflow):
 
     Input = CompanyRequest
 
-    @workflow.run
-    async def run(self, request: CompanyRequest) -> CompanyState:
+    def start(self, request: CompanyRequest) -> CompanyState:
         text = f"Profile the company {request.company} (attempt {request.attempt})."
-        state = CompanyState(company=request.company,
-                             messages=[Message(role="user", content=text)])
-        return await self.drive(state)
+        return CompanyState(company=request.company,
+                            messages=[Message(role="user", content=text)])

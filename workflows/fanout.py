@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from temporalio import workflow
 
 from tower import (
     APPEND,
@@ -91,7 +90,5 @@ class FanOutAgent(AgentWorkflow):
 
     Input = FanOutRequest
 
-    @workflow.run
-    async def run(self, request: FanOutRequest) -> FanOutState:
-        state = FanOutState(companies=list(request.companies), policy=request.policy)
-        return await self.drive(state)
+    def start(self, request: FanOutRequest) -> FanOutState:
+        return FanOutState(companies=list(request.companies), policy=request.policy)

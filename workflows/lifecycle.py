@@ -27,9 +27,9 @@ import json
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from temporalio import workflow
-from temporalio.exceptions import ActivityError
 
+from activities.scripted import lifecycle as scripted
+from activities.tools import TOOLS
 from tower import (
     ADD,
     APPEND,
@@ -45,11 +45,6 @@ from tower import (
     agent,
     guard_rows,
 )
-
-with workflow.unsafe.imports_passed_through():
-    # Data only: the tools' names and schemas, and the scripted model's answers.
-    from activities.scripted import lifecycle as scripted
-    from activities.tools import TOOLS
 
 MAX_RECOVERIES = 2
 MAX_STEPS = 40
@@ -177,11 +172,8 @@ async def call_tool(ctx: NodeContext, state: LifecycleState) -> dict[str, Any]:
     call = state.plans[-1]
     try:
         result = await ctx.tool(call.name, call.arguments)
-    except (NodeFailed, ActivityError) as exc:
-        cause: BaseException = exc
-        while isinstance(cause, ActivityError) and cause.cause is not None:
-            cause = cause.cause  # the tool's own message, not "activity task failed"
-        return {"error": f"{call.name}: {cause}"}
+    except NodeFailed as exc:  # the tool failed: its own words
+        return {"error": f"{call.name}: {exc}"}
     if "error" in result:
         return {"error": f"{call.name}: {result['error']}"}
     return {"tool_done": True, "result": result}
@@ -241,9 +233,9 @@ class LifecycleAgent(EventWorkflow):
         assert isinstance(state, LifecycleState)
         return on_event(state, event)
 
-    @workflow.run
-    async def run(self, request: LifecycleRequest) -> LifecycleState:
-        state = LifecycleState(goal=request.goal)
+    def start(self, request: LifecycleRequest) -> LifecycleState:
+        return LifecycleState(goal=request.goal)
+
+    def initial_events(self, request: LifecycleRequest) -> list[dict[str, Any]]:
         # START -> IDLE is step 1, so the start event is addressed to step 1.
-        initial = [{"step": 1, "start": True}] if request.start else []
-        return await self.drive_events(state, initial=initial)
+        return [{"step": 1, "start": True}] if request.start else []

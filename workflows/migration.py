@@ -16,8 +16,10 @@ from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from temporalio import workflow
 
+from activities.scripted import migration as scripted
+from activities.tools import TOOLS
+from activities.tools.migrations import script_digest
 from tower import (
     DONE,
     AgentState,
@@ -31,14 +33,6 @@ from tower import (
     NodeFailed,
     agent,
 )
-
-with workflow.unsafe.imports_passed_through():
-    # Data only: the tools' names and schemas, and the scripted model's answers.
-    from activities.scripted import migration as scripted
-    from activities.tools import TOOLS
-
-    # A pure function: the script's digest, computed the way the tool checks it.
-    from activities.tools.migrations import script_digest
 
 DAY = 24 * 3600
 
@@ -170,11 +164,9 @@ class MigrationAgent(AgentWorkflow):
 
     Input = MigrationRequest
 
-    @workflow.run
-    async def run(self, request: MigrationRequest) -> MigrationState:
-        state = MigrationState(
+    def start(self, request: MigrationRequest) -> MigrationState:
+        return MigrationState(
             messages=[Message(role="user", content=f"Migration for {request.database}:\n"
                               f"{request.script}")],
             database=request.database, script=request.script,
             review_timeout_seconds=request.review_timeout_seconds)
-        return await self.drive(state)

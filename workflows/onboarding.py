@@ -14,8 +14,9 @@ import json
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from temporalio import workflow
 
+from activities.scripted import onboarding as scripted
+from activities.tools import TOOLS
 from tower import (
     APPEND,
     DONE,
@@ -28,11 +29,6 @@ from tower import (
     NodeFailed,
     agent,
 )
-
-with workflow.unsafe.imports_passed_through():
-    # Data only: the tools' names and schemas, and the scripted model's answers.
-    from activities.scripted import onboarding as scripted
-    from activities.tools import TOOLS
 
 MAX_COLLECT_ROUNDS = 3
 MAX_TOOL_ROUNDS = 4
@@ -216,7 +212,5 @@ class OnboardingAgent(AgentWorkflow):
 
     Input = OnboardingRequest
 
-    @workflow.run
-    async def run(self, request: OnboardingRequest) -> OnboardingState:
-        state = OnboardingState(messages=[Message(role="user", content=request.message)])
-        return await self.drive(state)
+    def start(self, request: OnboardingRequest) -> OnboardingState:
+        return OnboardingState(messages=[Message(role="user", content=request.message)])

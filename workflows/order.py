@@ -17,14 +17,10 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from temporalio import workflow
 
+from activities.scripted import order as scripted
+from activities.tools import TOOLS
 from tower import FAILED, AgentState, AgentWorkflow, Graph, Message, NodeContext, agent
-
-with workflow.unsafe.imports_passed_through():
-    # Data only: the tools' names and schemas, and the scripted model's answers.
-    from activities.scripted import order as scripted
-    from activities.tools import TOOLS
 
 TAX_RATES = {"US": Decimal("0.0725"), "GB": Decimal("0.20"), "DE": Decimal("0.19"),
              "FR": Decimal("0.20")}
@@ -200,8 +196,6 @@ class OrderAgent(AgentWorkflow):
 
     Input = OrderRequest
 
-    @workflow.run
-    async def run(self, request: OrderRequest) -> OrderState:
-        state = OrderState(card=request.card,
-                           messages=[Message(role="user", content=request.text)])
-        return await self.drive(state)
+    def start(self, request: OrderRequest) -> OrderState:
+        return OrderState(card=request.card,
+                          messages=[Message(role="user", content=request.text)])

@@ -20,8 +20,9 @@ from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from temporalio import workflow
 
+from activities.scripted import refund as scripted
+from activities.tools import TOOLS
 from tower import (
     DONE,
     AgentState,
@@ -38,11 +39,6 @@ from tower import (
     agent,
     stricter,
 )
-
-with workflow.unsafe.imports_passed_through():
-    # Data only: the tools' names and schemas, and the scripted model's answers.
-    from activities.scripted import refund as scripted
-    from activities.tools import TOOLS
 
 MAX_TOOL_ROUNDS = 3
 DAY = 24 * 3600
@@ -246,10 +242,8 @@ class RefundAgent(AgentWorkflow):
     # A flood of signals at the gate must not end the run: it continues-as-new instead.
     carry_while_parked = True
 
-    @workflow.run
-    async def run(self, request: RefundRequest) -> RefundState:
+    def start(self, request: RefundRequest) -> RefundState:
         # self.limits: the tenant's policy (its roster loaded with it), lowered by the request.
-        state = RefundState(messages=[Message(role="user", content=request.message)],
-                            limit_cents=self.limits.limit_cents,
-                            review_timeout_seconds=request.review_timeout_seconds)
-        return await self.drive(state)
+        return RefundState(messages=[Message(role="user", content=request.message)],
+                           limit_cents=self.limits.limit_cents,
+                           review_timeout_seconds=request.review_timeout_seconds)

@@ -18,8 +18,9 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from temporalio import workflow
 
+from activities.scripted import research as scripted
+from activities.tools import TOOLS
 from tower import (
     APPEND,
     DONE,
@@ -32,11 +33,6 @@ from tower import (
     agent,
     custom,
 )
-
-with workflow.unsafe.imports_passed_through():
-    # Data only: the tools' names and schemas, and the scripted model's answers.
-    from activities.scripted import research as scripted
-    from activities.tools import TOOLS
 
 MIN_SOURCES = 2
 MIN_WORDS = 100
@@ -208,8 +204,6 @@ class ResearchAgent(AgentWorkflow):
 
     Input = ResearchRequest
 
-    @workflow.run
-    async def run(self, request: ResearchRequest) -> ResearchState:
-        state = ResearchState(topic=request.topic, control=request.control, messages=[
+    def start(self, request: ResearchRequest) -> ResearchState:
+        return ResearchState(topic=request.topic, control=request.control, messages=[
             Message(role="user", content=f"Research and draft: {request.topic}")])
-        return await self.drive(state)

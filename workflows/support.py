@@ -12,8 +12,9 @@ from enum import StrEnum
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
-from temporalio import workflow
 
+from activities.scripted import support as scripted
+from activities.tools import TOOLS
 from tower import (
     APPEND,
     DONE,
@@ -27,11 +28,6 @@ from tower import (
     NodeFailed,
     agent,
 )
-
-with workflow.unsafe.imports_passed_through():
-    # Data only: the tools' names and schemas, and the scripted model's answers.
-    from activities.scripted import support as scripted
-    from activities.tools import TOOLS
 
 MAX_TOOL_ROUNDS = 4
 
@@ -131,7 +127,5 @@ class SupportAgent(AgentWorkflow):
 
     Input = SupportRequest
 
-    @workflow.run
-    async def run(self, request: SupportRequest) -> SupportState:
-        state = SupportState(messages=[Message(role="user", content=request.message)])
-        return await self.drive(state)
+    def start(self, request: SupportRequest) -> SupportState:
+        return SupportState(messages=[Message(role="user", content=request.message)])

@@ -8,9 +8,7 @@ find it in its module (``load_agents``) — no name typed twice, no naming conve
 
 from __future__ import annotations
 
-import functools
 import importlib
-import inspect
 import pkgutil
 from collections.abc import Callable, Iterable, Mapping
 from types import ModuleType
@@ -18,9 +16,9 @@ from typing import Any, TypeVar
 
 from temporalio import workflow
 
-from tower.core.errors import InvalidGraph, TowerError
+from tower.core.errors import InvalidGraph
 from tower.core.graph import Machine
-from tower.temporal._start import runtime_start
+from tower.temporal._start import EXTENDED, make_workflow
 
 W = TypeVar("W", bound=type)
 Script = Callable[[Any], Any]  # ModelRequest -> content or a ToolCallRequest
@@ -42,70 +40,27 @@ def agent(machine: Machine, *, scripts: Mapping[str, Script] | None = None
         cls.machine = machine  # type: ignore[attr-defined]
         cls.scripts = dict(scripts or {})  # type: ignore[attr-defined]
         setattr(cls, MARK, cls)  # a subclass is not an agent until it is decorated too
-        runtime_start(cls)  # admission, carried state, continue-as-new: the runtime's
-        _refuse_starts_that_do_not_fit(cls)
+        make_workflow(cls)  # its init and run: admission, carried state, continue-as-new
         return workflow.defn(name=machine.name)(cls)
 
     return wrap
 
 
-class BadStart(TowerError):
-    """A run was started with arguments its agent's ``run`` does not take (a raw start with
-    two input values): the run fails with this reason."""
-
-
-def _refuse_starts_that_do_not_fit(cls: type) -> None:
-    """Make a start whose arguments do not fit ``run`` fail the run, with the reason.
-
-    Without this, the SDK's ``cls(*args)`` (``@workflow.init``) or ``run(*args)`` raised
-    TypeError, which fails the workflow *task*: retried forever, the run never moving.
-    A start that does not fit takes the base's ``__init__`` (no input) and ``run`` raises
-    ``BadStart``, a failure type (WORKFLOW_FAILURE_TYPES), before anything else runs."""
-    found = [(n, f) for n, f in vars(cls).items() if getattr(f, "__temporal_workflow_run", 0)]
-    if not found:
-        return
-    name, run = found[0]
-    signature = inspect.signature(run)
-
-    def problem(args: tuple[Any, ...]) -> str | None:
-        try:
-            signature.bind(None, *args)
-        except TypeError as exc:
-            return str(exc)
-        return None
-
-    init = cls.__dict__.get("__init__")
-    if init is not None and getattr(init, "__temporal_workflow_init", False):
-        @functools.wraps(init)
-        def checked_init(self: Any, *args: Any) -> None:
-            if problem(args) is None:
-                init(self, *args)
-            else:
-                super(cls, self).__init__()  # type: ignore[arg-type]
-
-        cls.__init__ = checked_init  # type: ignore[misc]
-
-    @functools.wraps(run)
-    async def checked_run(self: Any, *args: Any) -> Any:
-        why = problem(args)
-        if why is not None:
-            raise BadStart(f"the start's {len(args)} argument(s) do not fit "
-                           f"{cls.__name__}.{name}: {why}")
-        return await run(self, *args)
-
-    setattr(cls, name, checked_run)
-
-
 def is_agent(obj: object) -> bool:
-    return isinstance(obj, type) and obj.__dict__.get(MARK) is obj
+    """An ``@agent`` class, or a subclass of one with a ``run`` of its own (the Temporal
+    way: it replaces the agent it extends, under the same name)."""
+    return isinstance(obj, type) and (obj.__dict__.get(MARK) is obj or obj in EXTENDED)
 
 
 def agents_by_name(classes: Iterable[type]) -> dict[str, Any]:
-    """``{machine name: class}``; two agents with one name is an error."""
+    """``{machine name: class}``; two agents with one name is an error, unless one extends
+    the other (the subclass is the one that runs)."""
     found: dict[str, Any] = {}
     for cls in classes:
         name = cls.machine.name  # type: ignore[attr-defined]
-        if name in found and found[name] is not cls:
+        if name in found and issubclass(found[name], cls):
+            continue
+        if name in found and found[name] is not cls and not issubclass(cls, found[name]):
             raise ValueError(f"two agents are named {name!r}: {found[name].__qualname__} and "
                              f"{cls.__qualname__}")
         found[name] = cls

@@ -191,9 +191,11 @@ class TemporalContext:
             result = await self._run_tool(name, tool, ToolCall(
                 tool=name, arguments=arguments, idempotency_key=key, authority=grant),
                 by_action)
-        except (ActivityError, EffectRefused):
+        except (ActivityError, EffectRefused) as exc:
             stream_sink.emit_tool(TOOL_FINISHED, self.step, name, nth, node=self.node.name,
                                   ok=False)
+            if isinstance(exc, ActivityError):  # the tool's own words, as a node failure
+                raise NodeFailed(failure_reason(exc)) from exc
             raise
         stream_sink.emit_tool(TOOL_FINISHED, self.step, name, nth, node=self.node.name, ok=True)
         self.calls.append(f"tool:{name}")
@@ -288,3 +290,13 @@ def unlisted(name: str) -> ToolDef:
     """The options of an external tool a replayer has no spec for (replay compares the
     activity's name, not its options; the result comes from the history)."""
     return ToolDef(name, "", BaseModel, timeout_seconds=60.0)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """What failed, in the failing call's own words: an activity's message is in its
+    cause ("Activity task failed" says nothing)."""
+    while isinstance(exc, ActivityError) and exc.cause is not None:
+        exc = exc.cause
+    if isinstance(exc, ApplicationError) and exc.type:
+        return f"{exc.type}: {exc.message}"
+    return str(exc)

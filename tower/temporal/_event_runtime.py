@@ -44,10 +44,9 @@ from tower.core.events import Event, Rejection, apply_event
 from tower.core.graph import TERMINALS
 from tower.core.signing import SignatureRefused, verify_event
 from tower.core.state import AgentState, S, Usage
-from tower.temporal._context import TemporalContext
+from tower.temporal._context import TemporalContext, failure_reason
 from tower.temporal._machine_run import MachineRun, event_id
 from tower.temporal._refusals import TaskBudget
-from tower.temporal._runtime import _reason
 from tower.temporal._unopenable import UnopenablePayload
 
 EVENTS_PER_TASK = 50  # signalled events taken into the inbox per workflow task
@@ -101,6 +100,13 @@ class EventWorkflow(MachineRun):
     def on_event(self, state: AgentState, event: Any) -> Mapping[str, Any]:
         """What an accepted event changes in the state (before the guards look)."""
         return {}
+
+    def initial_events(self, request: Any) -> list[dict[str, Any]]:
+        """The events a run starts with (none unless the agent says so)."""
+        return []
+
+    async def run_from(self, state: AgentState, request: Any) -> AgentState:
+        return await self.drive_events(state, initial=self.initial_events(request))
 
     async def drive_events(
         self, state: S, *, initial: Iterable[Mapping[str, Any]] = ()
@@ -199,7 +205,7 @@ class EventWorkflow(MachineRun):
         try:
             data = await node.fn(ctx, state)
         except (NodeFailed, ActivityError) as exc:
-            self._record(*fail(self.machine, state, _reason(exc), at=workflow.now(),
+            self._record(*fail(self.machine, state, failure_reason(exc), at=workflow.now(),
                                event_id=event_id(), calls=ctx.calls))
             return
         self._usage = self._usage + ctx.usage

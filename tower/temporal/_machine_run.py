@@ -13,6 +13,7 @@ carries only the handlers its strategy can honour.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
@@ -34,6 +35,7 @@ from tower.core.state import AgentState
 from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._admission import Admission
 from tower.temporal._outcome import agent_failed
+from tower.temporal._start import match_init
 from tower.temporal._task_time import in_a_task
 
 if TYPE_CHECKING:
@@ -106,6 +108,31 @@ class MachineRun(Admission):
         # Started with its attributes (search.start_attributes): the end leaves what
         # ExecutionStatus says (DONE, FAILED) to it, unless another attribute changes.
         self._end_in_execution_status = False
+
+    if TYPE_CHECKING:  # made by @agent (tower/temporal/_start.py), typed for callers
+        async def run(self, request: Any) -> Any: ...
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        match_init(cls)  # a plain subclass with a run of its own: the init the SDK asks for
+
+    @abstractmethod
+    def start(self, request: Any) -> AgentState:
+        """The agent's: the run's first state, from its input (and ``self.limits``, the
+        tenant's policy as the input tightened it). Pure: no I/O, no clock."""
+
+    async def run_from(self, state: AgentState, request: Any) -> AgentState:
+        """The strategy's: run the machine from the first state to its end."""
+        raise NotImplementedError
+
+    def take_start(self, request: Any) -> None:
+        """The runtime's ``@workflow.init``: keep the input, and take a carried state."""
+        self._start_input = request
+        self.take_carried(getattr(request, "carry", None))
+
+    def take_carried(self, carry: Carry | None) -> None:
+        """A run continued-as-new that judges decisions takes its state before its first
+        workflow task (AgentWorkflow)."""
 
     async def _begin(self, request: BaseModel) -> None:
         """The runtime's start (tower/temporal/_start.py), before the agent's run code: take

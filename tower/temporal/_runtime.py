@@ -14,7 +14,7 @@ from typing import Any, ClassVar, cast
 
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 from tower.core.carry import Carry
 from tower.core.engine import advance, node_error
@@ -22,9 +22,9 @@ from tower.core.errors import NodeFailed
 from tower.core.gates import Outcome, approving_decision
 from tower.core.interpreter import Hold, after_node, next_step
 from tower.core.keys import action_of
-from tower.core.state import S, apply_update, set_engine_fields
+from tower.core.state import AgentState, S, apply_update, set_engine_fields
 from tower.temporal import _tracing as tracing
-from tower.temporal._context import TemporalContext
+from tower.temporal._context import TemporalContext, failure_reason
 from tower.temporal._gate import GateRuntime
 from tower.temporal._machine_run import MachineRun, carry_refused, event_id
 
@@ -94,12 +94,15 @@ class AgentWorkflow(MachineRun):
         # The engine hands back the state type it is given: the run ends in the agent's own.
         return cast(S, await self.run_machine(NodeDriven(), state, carried=carried))
 
+    async def run_from(self, state: AgentState, request: Any) -> AgentState:
+        return await self.drive(state)
+
     def take_carried(self, carry: Carry | None) -> None:
-        """Call from the agent's ``@workflow.init``: a run continued-as-new takes its carried
-        state and roster snapshot before its first workflow task, so a decision that reaches
-        it in that task is judged, not refused as "not started yet". Only from the run's own
-        continue-as-new (``carry_refused``: not a raw, cron or retry start's input, which
-        ``drive`` then refuses); the run still re-reads the roster at once."""
+        """A run continued-as-new takes its carried state and roster snapshot before its
+        first workflow task, so a decision that reaches it in that task is judged, not
+        refused as "not started yet". Only from the run's own continue-as-new
+        (``carry_refused``: not a raw, cron or retry start's input, which ``drive`` then
+        refuses); the run still re-reads the roster at once."""
         if carry is None or carry.trust is None or carry_refused(carry) is not None:
             return
         self._state = self.machine.state_type.model_validate(carry.state)
@@ -128,7 +131,7 @@ class AgentWorkflow(MachineRun):
             # A failed node's model calls were still paid for.
             self._calls += ctx.model_calls
             state = apply_update(state, _spent(node.name, ctx))
-            self._record(*node_error(self.machine, state, node.name, _reason(exc),
+            self._record(*node_error(self.machine, state, node.name, failure_reason(exc),
                                      at=workflow.now(), event_id=event_id(), calls=ctx.calls))
             return
         update.update(_spent(node.name, ctx))
@@ -145,12 +148,3 @@ def _spent(node: str, ctx: TemporalContext) -> dict[str, Any]:
     if not ctx.usage.calls:
         return {}
     return {"usage": ctx.usage, "node_usage": {node: ctx.usage}}
-
-
-def _reason(exc: BaseException) -> str:
-    # An activity's own message is in its cause; "Activity task failed" says nothing.
-    while isinstance(exc, ActivityError) and exc.cause is not None:
-        exc = exc.cause
-    if isinstance(exc, ApplicationError) and exc.type:
-        return f"{exc.type}: {exc.message}"
-    return str(exc)

@@ -7,12 +7,15 @@ is loaded once outside it (``sandbox_runner``) and how often a workflow class is
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-__all__ = ["PASSED_THROUGH", "sandbox_runner"]
+__all__ = ["PASSED_THROUGH", "project_packages", "sandbox_runner"]
 
 # The engine is deterministic and stateless; joserfc (and the cryptography it uses)
 # verifies signed decisions: pure functions, loaded once outside the sandbox.
@@ -44,3 +47,27 @@ def sandbox_runner(*passthrough: str) -> SandboxedWorkflowRunner:
     return _ValidateOnce(restrictions=SandboxRestrictions.default.with_passthrough_modules(
         *PASSED_THROUGH, *passthrough))
 
+
+
+def project_packages(workflows: Iterable[type]) -> list[str]:
+    """The project's own packages beside its workflows (its tools, scripted answers,
+    ``worker.py``): loaded once outside the sandbox, as the engine is, so an agent file
+    imports them plainly. Never a package holding a workflow or one of its bases (those
+    load afresh in each run's sandbox), and nothing from an installed environment."""
+    own: set[str] = set()
+    roots: set[Path] = set()
+    for cls in workflows:
+        for base in cls.__mro__:
+            own.add(base.__module__.split(".")[0])
+        top = sys.modules.get(cls.__module__.split(".")[0])
+        where = getattr(top, "__file__", None)
+        if where is None:
+            continue
+        path = Path(where).resolve()
+        root = path.parent.parent if path.name == "__init__.py" else path.parent
+        if "site-packages" not in root.parts and "dist-packages" not in root.parts:
+            roots.add(root)
+    found = {entry.stem for root in roots for entry in root.iterdir()
+             if (entry.is_dir() and (entry / "__init__.py").is_file())
+             or (entry.suffix == ".py" and entry.stem.isidentifier())}
+    return sorted(found - own - {"tower", "tests", "conftest", "setup"})

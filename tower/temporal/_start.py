@@ -1,69 +1,147 @@
-"""How a run starts: the runtime's, so that an agent file carries no Temporal plumbing.
+"""How a run starts: the library makes an agent's workflow ``__init__`` and ``run``.
 
-An agent writes its ``@workflow.run`` as Temporal teaches (take the input, build the
-first state, ``await self.drive(state)``). ``@agent`` wraps it so that, before the agent's
-own code runs, the runtime
+An agent file says what a run starts from: ``Input`` (its input model) and
+``start(self, request)`` (the first state, a pure function of the input and
+``self.limits``). ``@agent`` makes the ``@workflow.init`` and ``@workflow.run`` from them,
+so the file carries no Temporal plumbing. Before the first step the runtime
 
 - admits the input (``Admission.admit``: the tenant's roster and policy; the limits are
   ``self.limits``) when the agent has gates, a ``Policy`` or takes events;
-- takes a carried state (the run's own continue-as-new): ``drive`` goes on from it, and
-  a gated run has it from ``@workflow.init`` so a decision in its first task is judged;
+- takes a carried state (the run's own continue-as-new): a gated run has it from
+  ``@workflow.init``, so a decision in its first task is judged;
 - and continues-as-new with the same input plus the carry when the history grows.
 
-The carry travels in a ``carry`` field the runtime adds to the agent's input model (the
-wire shape agents used to declare themselves), so recorded histories keep replaying.
-Only the run's own continue-as-new may hand over state: ``carry_refused`` and
-``origin_refused`` (tower/temporal/_machine_run.py) refuse any other.
+The carry travels in a ``carry`` field the runtime adds to the agent's input model. Only
+the run's own continue-as-new may hand over state: ``carry_refused`` and ``origin_refused``
+(tower/temporal/_machine_run.py) refuse any other.
+
+A Temporal user may still write the ``run`` (an ``@workflow.run`` of an ``@agent`` class,
+or of a plain ``@workflow.defn`` subclass of one): the runtime's start still comes first,
+and a subclass gets the ``@workflow.init`` its own ``run``'s parameters ask for.
 """
 
 from __future__ import annotations
 
-import typing
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, create_model
 from temporalio import workflow
 
 from tower.core.carry import Carry
+from tower.core.errors import TowerError
 
-__all__ = ["runtime_start"]
+__all__ = ["EXTENDED", "BadStart", "make_workflow", "match_init"]
+
+# Plain subclasses of agents with a run of their own: Tower's registry of them (load_agents).
+EXTENDED: set[type] = set()
 
 
-def runtime_start(cls: type) -> None:
-    """Wrap ``cls``'s own ``@workflow.run`` (and make its ``@workflow.init``) with the
-    runtime's start; an agent that handles carry itself (an input with a ``carry`` field,
-    its own ``carry_input`` or ``@workflow.init``) is left as it is."""
-    own_run = cls.__dict__.get("run")
+class BadStart(TowerError):
+    """A run was started with arguments its agent does not take (a raw start with two
+    input values): the run fails with this reason, instead of a first workflow task that
+    fails and retries forever."""
+
+
+def make_workflow(cls: type) -> None:
+    """Give the ``@agent`` class ``cls`` the runtime's ``@workflow.init`` and
+    ``@workflow.run``; an own ``run`` (``@workflow.run``) is called after the start."""
     given: Any = getattr(cls, "Input", None)
-    if (own_run is None or not hasattr(own_run, "__temporal_workflow_run")
-            or not isinstance(given, type) or not issubclass(given, BaseModel)
-            or "carry" in given.model_fields or "carry_input" in cls.__dict__
-            or hasattr(cls.__dict__.get("__init__"), "__temporal_workflow_init")):
-        return
-    carries = getattr(cls, "carries_state", True)
+    if not (isinstance(given, type) and issubclass(given, BaseModel)):
+        raise TypeError(f"{cls.__name__}: an agent names its input model (Input = ...)")
+    own_run = cls.__dict__.get("run")
+    start = getattr(cls, "start", None)
+    if own_run is None and (start is None or getattr(start, "__isabstractmethod__", False)):
+        raise TypeError(f"{cls.__name__}: an agent says how a run starts: "
+                        "def start(self, request) -> its first state")
+    carries = getattr(cls, "carries_state", True) and "carry" not in given.model_fields
     started: type[BaseModel] = create_model(  # the input as it travels: + the runtime's carry
         given.__name__, __base__=given, __module__=given.__module__,
         **({"carry": (Carry | None, None)} if carries else {}))  # type: ignore[call-overload]
-    returns = typing.get_type_hints(own_run).get("return", Any)
-    plain_init = (cls.__dict__.get("__init__") or getattr(cls, "plain_init", None)
-                  or cls.__mro__[1].__init__)  # type: ignore[misc]
+    returns = cls.machine.state_type  # type: ignore[attr-defined]
+    own_init = cls.__dict__.get("__init__")
+    plain_init = own_init if own_init is not None and not _made(own_init) else _plain(cls)
     cls.plain_init = plain_init  # type: ignore[attr-defined]  # an instance outside a run
 
-    def __init__(self: Any, request: Any) -> None:
+    def misfit(args: tuple[Any, ...]) -> str | None:
+        if len(args) == 1:
+            return None
+        return (f"the start's {len(args)} argument(s) do not fit {cls.__name__}.run: "
+                f"it takes one input ({given.__name__})")
+
+    def __init__(self: Any, *args: Any) -> None:
         plain_init(self)
-        self._start_input = request
-        if carries:
-            self.take_carried(request.carry)
+        if misfit(args) is None:  # a misfit start fails in run, with the reason
+            self.take_start(args[0])
 
-    async def run(self: Any, request: Any) -> Any:
+    async def run(self: Any, *args: Any) -> Any:
+        if (why := misfit(args)) is not None:
+            raise BadStart(why)
+        request = args[0]
         await self._begin(request)
-        return await own_run(self, request)
+        if own_run is not None:
+            return await own_run(self, request)
+        return await self.run_from(self.start(request), request)
 
-    for fn, name, ret in ((__init__, "__init__", None), (run, "run", returns)):
-        fn.__name__ = name
-        fn.__qualname__ = f"{cls.__name__}.{name}"
-        fn.__module__ = cls.__module__
-        fn.__doc__ = getattr(cls.__dict__.get(name), "__doc__", None)
-        fn.__annotations__ = {"request": started, "return": ret}
+    _sign(cls, __init__, "__init__", started, None)
+    _sign(cls, run, "run", started, returns, doc=getattr(own_run, "__doc__", None))
     cls.__init__ = workflow.init(__init__)  # type: ignore[misc]
     cls.run = workflow.run(run)  # type: ignore[attr-defined]
+
+
+def match_init(cls: type) -> None:
+    """A plain subclass of an agent with a ``run`` of its own (the Temporal way): give it
+    the ``@workflow.init`` the SDK asks for, with its ``run``'s parameters, unless it
+    wrote one."""
+    run = cls.__dict__.get("run")
+    if run is None or not hasattr(cls, "machine"):
+        return
+    EXTENDED.add(cls)
+    if "__init__" in cls.__dict__:
+        return
+    params = list(inspect.signature(run).parameters.values())
+    base_init = _plain(cls)
+
+    def __init__(self: Any, *args: Any) -> None:
+        base_init(self)
+        if len(args) == 1:
+            self.take_start(args[0])
+
+    __init__.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    __init__.__annotations__ = {k: v for k, v in getattr(run, "__annotations__", {}).items()
+                                if k != "return"}
+    __init__.tower_made = True  # type: ignore[attr-defined]
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    __init__.__module__ = cls.__module__
+    cls.__init__ = workflow.init(__init__)  # type: ignore[misc]
+
+
+def _plain(cls: type) -> Callable[[Any], None]:
+    """The nearest base's plain ``__init__`` (no input), under the runtime's."""
+    for base in cls.__mro__[1:]:
+        found = base.__dict__.get("plain_init") or base.__dict__.get("__init__")
+        if found is not None and not _made(found):
+            return found
+    return object.__init__
+
+
+def _made(init: Any) -> bool:
+    return bool(getattr(init, "tower_made", False))
+
+
+def _sign(cls: type, fn: Callable[..., Any], name: str, started: type, returns: Any, *,
+          doc: str | None = None) -> None:
+    # One input parameter, typed: the SDK decodes the start's payload with it (and checks
+    # that init and run take the same); *args keeps a misfit start from raising TypeError.
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    request = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                annotation=started)
+    fn.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [self_param, request], return_annotation=inspect.Signature.empty if returns is None
+        else returns)
+    fn.__annotations__ = {"request": started, "return": returns}
+    fn.__name__ = name
+    fn.__qualname__ = f"{cls.__name__}.{name}"
+    fn.__module__ = cls.__module__
+    fn.__doc__ = doc

@@ -44,7 +44,7 @@ from tower.temporal._machine_run import continued_from
 from tower.temporal._names import activity_name, workflow_name
 from tower.temporal._query_retry import QueryAskedAgain
 from tower.temporal._quiet_attempts import AttemptsEndQuietly, quiet_store_tracebacks
-from tower.temporal._sandbox import sandbox_runner
+from tower.temporal._sandbox import project_packages, sandbox_runner
 from tower.temporal._scheduler_guard import ScheduledByOwnAgents
 from tower.temporal._stream_sink import publish_steps
 from tower.temporal._unopenable import TowerDataConverter, guarded
@@ -55,7 +55,7 @@ from tower.temporal.payloads import driver_for
 if TYPE_CHECKING:
     from tower.activities.own import WorkerSettings
 
-__all__ = ["PROJECT_PASSTHROUGH", "WORKFLOW_FAILURE_TYPES", "TowerPlugin",
+__all__ = ["WORKFLOW_FAILURE_TYPES", "TowerPlugin",
            "WorkerMisconfigured", "check_external_tools", "check_tools_served", "has_tower_plugin",
            "sandbox_runner"]
 
@@ -66,9 +66,6 @@ _OWN: weakref.WeakSet[Any] = weakref.WeakSet()
 # The runtime's activities every TowerPlugin adds (a gate's run id, a carry's origin).
 _RUNTIME = (current_run_id, continued_from)
 
-# A Tower project's ``activities`` package (tool schemas, scripted replies) is data the
-# agents import: loaded once, outside each run's sandbox, like the engine.
-PROJECT_PASSTHROUGH = ("activities",)
 # Sync activities (tools are often blocking code: SQLite) run on this many threads, and
 # as many activities run at once, unless the worker says otherwise.
 DEFAULT_ACTIVITIES = 50
@@ -115,7 +112,7 @@ class TowerPlugin(SimplePlugin):
         self.own_activities = own_activities
         self._from_env: DataConverter | None = None
         self.traced = _tracer_installed() if tracing is None else tracing
-        self.passthrough = (*PROJECT_PASSTHROUGH, *passthrough,
+        self.passthrough = (*passthrough,
                             *(("opentelemetry",) if self.traced else ()))
         self.external_tools = dict(external_tools or {})
         super().__init__(
@@ -159,6 +156,8 @@ class TowerPlugin(SimplePlugin):
         if converter is not client.data_converter:
             config["client"] = _with_converter(client, converter)
         workflows = list(config.get("workflows") or ())
+        if (runner := _learning(config.get("workflow_runner"), workflows)) is not None:
+            config["workflow_runner"] = runner
         activities = self._with_own_activities(config, workflows)
         config["activities"] = activities
         if self._hosts_agents(workflows) and TowerStoreCleanup not in workflows:
@@ -242,8 +241,19 @@ class TowerPlugin(SimplePlugin):
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
         config = super().configure_replayer(config)
+        if (runner := _learning(config.get("workflow_runner"), config.get("workflows") or ())):
+            config["workflow_runner"] = runner
         config["data_converter"] = guarded(self.converter_for(config.get("data_converter")))
         return config
+
+
+def _learning(runner: WorkflowRunner | None, workflows: Iterable[type]
+              ) -> WorkflowRunner | None:
+    """The sandbox, with the project's own packages beside ``workflows`` passed through."""
+    if not isinstance(runner, SandboxedWorkflowRunner):
+        return runner
+    return sandbox_runner(*sorted(runner.restrictions.passthrough_modules),
+                          *project_packages(workflows))
 
 
 def check_external_tools(agents: Iterable[Any], available: Collection[str]) -> None:
