@@ -12,6 +12,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from tower.cli.histories import load, replay
 from tower.temporal import TowerPlugin
 from tower.temporal import _sandbox as tower_sandbox
+from workflows.registry import AGENTS
 
 HISTORIES = Path(__file__).parent.parent / "histories"
 
@@ -36,10 +37,14 @@ async def test_each_agent_is_checked_once_and_only_the_agents_replayed(
 
 
 def test_runs_keep_the_sandbox_restrictions() -> None:
-    runner = TowerPlugin().runner_for(None)  # what a worker and a replayer get
+    # What a replayer of the example's agents gets (a worker's is made the same way).
+    config = TowerPlugin().configure_replayer({"workflows": list(AGENTS.values())})
+    runner = config["workflow_runner"]
     assert isinstance(runner, SandboxedWorkflowRunner)
     restrictions = runner.restrictions
-    # Only the engine and the activities' schemas pass through; agent code is sandboxed.
+    # Only the engine and the project's packages beside its workflows (the tools' schemas,
+    # the scripted answers) pass through, learned from where the agents live: agent code
+    # is sandboxed.
     assert not restrictions.passthrough_all_modules
     assert {"tower", "activities"} <= restrictions.passthrough_modules
     assert "workflows" not in restrictions.passthrough_modules
