@@ -33,7 +33,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from tower.contract.decisions import GateStatus
+from tower.contract.decisions import GateRecord, GateStatus
 from tower.core.state import AgentState
 
 
@@ -48,14 +48,19 @@ class Action:
     proposal: str = ""
 
 
+def approved_request(state: AgentState, node: str) -> GateRecord | None:
+    """The request a gate approved for this visit of ``node`` (None: no gate approved it)."""
+    visit = state.visits.get(node, 0)
+    return next((r for r in reversed(state.approvals) if r.node == node and r.visit == visit
+                 and r.status == GateStatus.APPROVED and r.decision is not None), None)
+
+
 def action_of(state: AgentState, node: str) -> Action:
     """The action a visit of ``node`` carries out, read from the run's recorded state."""
-    visit = state.visits.get(node, 0)
-    for record in reversed(state.approvals):
-        if (record.node == node and record.visit == visit
-                and record.status == GateStatus.APPROVED and record.decision is not None):
-            return Action(node, visit, record.gate, record.decision.proposal)
-    return Action(node, visit)
+    visit, request = state.visits.get(node, 0), approved_request(state, node)
+    if request is None or request.decision is None:
+        return Action(node, visit)
+    return Action(node, visit, request.gate, request.decision.proposal)
 
 
 def effect_key(*, workflow_id: str, chain: str, action: Action, tool: str, nth: int,
