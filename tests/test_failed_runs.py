@@ -1,6 +1,6 @@
 """A FAILED refund run after its payment: the operator's `tower retry` (a Temporal reset)
-lands each effect at most once, by the key rule of tower/core/keys.py — the same approved
-action finds the refund already made; a new decision is a new action."""
+lands each effect at most once, by the key rule of tower/core/keys.py — the same action (the
+same approved request, whatever a new approval's edits) finds the refund already made."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ from temporalio.client import (
     WorkflowHandle,
 )
 from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+from test_cli import address_of
+from test_time_travel import fork
 
 from tower.cli.cmd_operator import send_retry
 from tower.cli.common import CliError
@@ -92,35 +95,73 @@ async def test_a_retry_from_the_payment_finds_the_refund_already_made(
     assert again == ["issue_refund", "call_model"]  # the payment ran again, and acted once
 
 
-async def test_a_retry_from_reason_replans_a_new_action(
+async def test_forks_and_retries_pay_the_approved_request_once_whatever_its_edits(
+    env: WorkflowEnvironment, client: Client, task_queue: str, db_path: Path,
+    scripted_worker: WorkerFactory, confirm_down: dict[str, bool],
+) -> None:
+    """The approved request is the action, whatever takes the run back: a fork to the
+    request's step, a retry from the gate's node (it repeats the approval recorded last), a
+    retry from ``reason`` that plans the same proposal again, a second fork — each
+    re-approval lowers the amount, and each gets the first refund back. One refund row; its
+    id in every run's state."""
+    async with scripted_worker():
+        handle = await start(client, task_queue, "Please refund $1,200 on invoice INV-2004")
+        info = await wait_pending(handle)
+        gate_step = info["pending"]["step"]
+        await decide(client, handle, info["pending"], decision_id="d-first")
+        await failed_at(handle)  # paid, then confirm failed
+        paid = (await final_state(handle, RefundState)).refund_id
+        assert paid and refunds(db_path) == [("INV-2004", 120_000)]
+
+        approved = 0
+        for reset, cents in (("fork", 100_000), ("issue_refund", None), ("reason", 80_000),
+                             ("fork", 70_000)):
+            if reset == "fork":
+                await fork(address_of(env), client, handle.id, gate_step, RefundState)
+            else:
+                await send_retry(client, handle.id, reset, "ops")
+            latest = client.get_workflow_handle(handle.id, result_type=RefundState)
+            if cents is not None:  # back before the gate: the same request, asked again
+                again = (await wait_pending(latest))["pending"]
+                assert again["step"] == gate_step and again["proposal"]["amount_cents"] == 120_000
+                outcome = await decide(client, latest, again, edits={"amount_cents": cents})
+                assert outcome["result"] == "approved", outcome
+                approved = cents
+            await failed_at(latest)  # confirm is still down: FAILED again, so retryable
+            state = await final_state(latest, RefundState)
+            assert (state.refund_id, state.amount_cents) == (paid, approved), reset
+            assert refunds(db_path) == [("INV-2004", 120_000)], reset
+        confirm_down["on"] = False
+        await send_retry(client, handle.id, "confirm", "ops")
+        done = await client.get_workflow_handle(handle.id, result_type=RefundState).result()
+    assert done.status == "DONE" and done.refund_id == paid and "$1,200.00" in done.reply
+    keys = [k for (k,) in effects(db_path)]
+    assert len(keys) == 1 and "d-first" not in keys[0]
+
+
+async def test_a_retry_from_reason_that_plans_another_proposal_is_a_new_request(
     client: Client, task_queue: str, db_path: Path, scripted_worker: WorkerFactory,
     confirm_down: dict[str, bool],
 ) -> None:
     async with scripted_worker():
-        handle = await start(client, task_queue, "Please refund $1,200 on invoice INV-2004")
+        handle = await start(client, task_queue, "Please refund $2,000 on invoice INV-2004")
         pending = (await wait_pending(handle))["pending"]
-        # The manager lowers it to $500 and approves: paid, then confirm fails.
-        await decide(client, handle, pending, edits={"amount_cents": 50_000},
-                     decision_id="d-first")
-        await failed_at(handle)
+        await decide(client, handle, pending, edits={"amount_cents": 50_000})
+        await failed_at(handle)  # $500 paid, then confirm failed
         assert refunds(db_path) == [("INV-2004", 50_000)]
 
         confirm_down["on"] = False
         await send_retry(client, handle.id, "reason", "ops")
         latest = client.get_workflow_handle(handle.id, result_type=RefundState)
-        # The old decision is not re-applied: the new run plans afresh (the invoice,
-        # $2,400, has $1,900 refundable now) and asks again.
+        # Re-planned on the invoice as it is now ($2,400, $1,900 refundable): another
+        # proposal, so another request (the payment tool still refuses more than is left).
         again = (await wait_pending(latest))["pending"]
-        assert again["proposal"]["amount_cents"] == 120_000
-        await decide(client, latest, again, decision_id="d-second")
+        assert again["proposal"]["amount_cents"] == 190_000
+        await decide(client, latest, again)
         done = await latest.result()
-    # The re-planned request is a new action (another amount: another key), still never more
-    # than the invoice (the payment tool's own check). The key names the action, never the
-    # decision: a fork's re-approval of an unchanged proposal is the same action.
     assert done.status == "DONE"
-    assert sorted(refunds(db_path)) == [("INV-2004", 50_000), ("INV-2004", 120_000)]
-    keys = [k for (k,) in effects(db_path)]
-    assert len(set(keys)) == 2 and not any("d-first" in k or "d-second" in k for k in keys)
+    assert refunds(db_path) == [("INV-2004", 50_000), ("INV-2004", 190_000)]
+    assert len({k for (k,) in effects(db_path)}) == 2
 
 
 async def test_retry_refuses_a_run_still_running(

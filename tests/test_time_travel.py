@@ -200,13 +200,14 @@ async def test_a_fork_that_repeats_a_side_effect_finds_it_done(
         assert db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0] == 1
 
 
-async def test_a_fork_before_a_gate_pays_the_same_proposal_once_and_a_changed_one_anew(
+async def test_a_fork_before_a_gate_pays_the_approved_request_once_whatever_its_approval(
     env: WorkflowEnvironment, client: Client, task_queue: str, db_path: Path,
 ) -> None:
-    """The effect's key is the action (the run's request, the proposal approved), not the
-    decision: after `tower fork` back to the gate, a token refused before the fork ("already
-    decided") or a new approval of the unchanged proposal returns the first refund; an
-    approver's edited amount is a changed proposal, paid as a new action."""
+    """The effect's key is the approved request (the run, the gate, the visit, the proposal's
+    digest), not the decision nor its edits: after `tower fork` back to the gate's request,
+    a token refused before the fork, a new approval, and approvals lowering the amount (on a
+    fork, then on a second fork) all return the first refund: one refund row, its id in
+    every run's state."""
     address, run = address_of(env), new_id("refund")
     async with build_worker(client, task_queue=task_queue, db_path=db_path,
                             models=ModelSettings()):
@@ -221,12 +222,13 @@ async def test_a_fork_before_a_gate_pays_the_same_proposal_once_and_a_changed_on
         except (RPCError, WorkflowUpdateFailedError):
             pass
         first = await original.result()
-        assert refunds(db_path) == [("INV-2004", 120000)]
+        assert first.refund_id and refunds(db_path) == [("INV-2004", 120000)]
         gate_step = next(r["step"] for r in info["records"] if r["status"] == "pending")
 
         async def forked_with(**kw: Any) -> RefundState:
             forked, _ = await fork(address, client, run, gate_step, RefundState)
             again = await wait_pending(forked)
+            assert again["pending"]["step"] == gate_step  # the same request, asked again
             if "token" in kw:
                 outcome = (await submit_decision(forked, kw["token"])).model_dump(mode="json")
             else:
@@ -235,9 +237,11 @@ async def test_a_fork_before_a_gate_pays_the_same_proposal_once_and_a_changed_on
             return await forked.result()
 
         replayed = await forked_with(token=late)  # the token refused before the fork
-        approved_again = await forked_with()  # a new approval of the same proposal
-        assert replayed.refund_id == approved_again.refund_id == first.refund_id
-        assert refunds(db_path) == [("INV-2004", 120000)]  # paid once
-        edited = await forked_with(edits={"amount_cents": 100000})  # a changed proposal
-    assert edited.status == "DONE" and edited.refund_id not in ("", first.refund_id)
-    assert refunds(db_path) == [("INV-2004", 120000), ("INV-2004", 100000)]
+        approved_again = await forked_with()  # a new approval of the same request
+        lower = await forked_with(edits={"amount_cents": 100000})  # ...lowering the amount
+        lower_again = await forked_with(edits={"amount_cents": 70000})  # a second fork
+    for state in (replayed, approved_again, lower, lower_again):
+        assert state.status == "DONE" and state.refund_id == first.refund_id
+        assert "$1,200.00" in state.reply  # the refund made, told as it was made
+    assert (lower.amount_cents, lower_again.amount_cents) == (100000, 70000)  # as approved
+    assert refunds(db_path) == [("INV-2004", 120000)]  # paid once

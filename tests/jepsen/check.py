@@ -44,7 +44,7 @@ async def view(client: Client, workflow_id: str) -> RunView:
             scheduled[event.event_id] = attrs.activity_type.name
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             attrs2 = event.activity_task_completed_event_attributes
-            if scheduled.get(attrs2.scheduled_event_id) in ("issue_refund", "reconcile_effect"):
+            if scheduled.get(attrs2.scheduled_event_id) == "issue_refund":
                 payloads = list(attrs2.result.payloads)
                 values = await client.data_converter.decode(payloads, [dict]) if payloads else []
                 if values and isinstance(values[0], dict) and values[0].get("refund_id"):

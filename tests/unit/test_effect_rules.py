@@ -1,9 +1,12 @@
-"""The exactly-once and invariant rules, without a server: the key rule case by case,
-the refund's invariants in its transaction (also under a race), and the fence that keeps
-an attempt given up on from committing after the run reconciled."""
+"""The exactly-once and invariant rules, without a server: the key rule case by case (and
+read from the refund agent's real states), the refund's invariants in its transaction (also
+under a race), and the fence that keeps an attempt given up on from committing after the
+run reconciled."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -11,47 +14,79 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gatekit import in_process_tools
 from temporalio.exceptions import ApplicationError
 
 from activities.tools import TOOLS, ToolBox
+from tower import Message
 from tower.contract.wire import Authority, ToolCall
-from tower.core.keys import effect_key
+from tower.core.keys import Action, action_of, effect_key
 from tower.effects import EffectRefused, reconcile
+from tower.testing import approve, reject, run_agent
+from workflows.refund import RefundAgent, RefundState
 
-BASE: dict[str, Any] = dict(workflow_id="refund-1", chain="run-a", node="issue_refund",
-                            visit=1, proposal="sha256:" + "ab" * 32, tool="issue_refund", nth=0,
-                            arguments={"invoice_id": "INV-2004", "amount_cents": 120000})
+PROPOSAL = "sha256:" + "ab" * 32
+REQUEST = Action("issue_refund", 1, "refund_review", PROPOSAL)  # an approved request
+UNGATED = Action("issue_refund", 1)  # a visit no gate approved
+ARGS = {"invoice_id": "INV-2004", "amount_cents": 120000}
+BASE: dict[str, Any] = dict(workflow_id="refund-1", chain="run-a", action=REQUEST,
+                            tool="issue_refund", nth=0, arguments=ARGS)
 
 
 def key(**change: Any) -> str:
     return effect_key(**{**BASE, **change})
 
 
-def test_the_same_logical_action_has_the_same_key() -> None:
-    # What retries, resets (tower retry, tower fork), re-approvals and continue-as-new keep:
-    # the workflow id, the chain's first run id, the node visit, the approved proposal's
-    # digest, the call and its arguments. No decision id: a second approval of the same
-    # proposal (after a fork, or a token refused before it) is the same action.
-    assert key() == key(arguments=dict(reversed(list(BASE["arguments"].items()))))
-    assert key() == effect_key(**BASE)
+def test_every_approval_of_one_request_has_one_key() -> None:
+    # The approved request (chain, gate, visit, proposal digest) is the action: a fork's,
+    # a retry's or a replayed token's re-approval of it, with or without edits, is the same
+    # action, so the arguments its edits make are not in the key (nor is the decision).
+    lower = {**ARGS, "amount_cents": 70000}
+    assert key(arguments=lower) == key() == key(arguments={})
+    assert key() == "refund-1/run-a/refund_review@1/abababababababab/issue_refund#0"
 
 
 @pytest.mark.parametrize("change", [
-    {"proposal": "sha256:" + "cd" * 32},  # another proposal approved: a new action
-    {"proposal": ""},  # the same call without an approval
-    {"visit": 2},  # the node's next visit (a loop)
-    {"arguments": {"invoice_id": "INV-2004", "amount_cents": 100000}},  # other arguments
-    {"nth": 1},  # the node's second call of the tool
-    {"node": "billing"},
+    {"action": Action("issue_refund", 1, "refund_review", "sha256:" + "cd" * 32)},  # re-planned
+    {"action": Action("issue_refund", 2, "refund_review", PROPOSAL)},  # a loop's next request
+    {"action": Action("pay", 1, "pay_review", PROPOSAL)},  # another gate
+    {"action": UNGATED},  # the same call without an approval
+    {"nth": 1},  # the node's second call of the tool for the request
     {"chain": "run-b"},  # a new run reusing the workflow id
     {"workflow_id": "refund-2"},
 ])
-def test_a_new_action_has_a_new_key(change: dict[str, Any]) -> None:
+def test_another_request_or_call_has_another_key(change: dict[str, Any]) -> None:
     assert key(**change) != key()
 
 
-def test_no_approval_is_spelled_out() -> None:
-    assert "/-/" in key(proposal="")
+def test_a_call_no_gate_approved_keeps_todays_key_arguments_included() -> None:
+    plain = key(action=UNGATED)
+    assert plain == key(action=UNGATED, arguments=dict(reversed(list(ARGS.items()))))
+    assert plain != key(action=UNGATED, arguments={**ARGS, "amount_cents": 100000})
+    digest = hashlib.sha256(json.dumps(ARGS, sort_keys=True).encode()).hexdigest()[:16]
+    assert plain == f"refund-1/run-a/issue_refund@1/-/issue_refund#0/{digest}"
+
+
+async def test_the_action_is_read_from_the_approved_request_in_the_runs_state(
+        tmp_path: Path) -> None:
+    """On the refund agent's real states (in process): an approval with or without an edit
+    carries out the same request; a rejected or expired one carries out none."""
+    def asked() -> RefundState:
+        return RefundState(messages=[Message(role="user", content="Please refund $1,200 on "
+                                             "invoice INV-2004")],
+                           limit_cents=50_000, review_timeout_seconds=3600)
+
+    async def action(*said: Any) -> Action:  # each run on its own fresh tools' database
+        tools = in_process_tools(tmp_path / f"tools-{len(list(tmp_path.iterdir()))}.sqlite")
+        run = await run_agent(RefundAgent, asked(), decisions=said, tools=tools)
+        return action_of(run.state, "issue_refund")
+
+    plain = await action(approve("ann"))
+    edited = await action(approve("bob", edits={"amount_cents": 100_000}))
+    assert plain == edited and plain.gate == "refund_review" and plain.visit == 1
+    assert plain.proposal.startswith("sha256:")
+    assert await action(reject("ann", "no")) == Action("issue_refund", 1)
+    assert await action() == Action("issue_refund", 1)  # expired
 
 
 def refund(box: ToolBox, k: str, cents: int, *, authority: Authority | None = None,

@@ -45,7 +45,9 @@ def inspect(run: str, run_id: str | None, step: int | None, as_json: bool) -> An
     "Reset RUN to the workflow task that recorded step N: a new run of the same workflow id "
     "continues from there, without the signals and updates that came after, so a different "
     "decision can be made. The original run's history is kept. Activities after the reset "
-    "point run again."))
+    "point run again, but a side effect already made for the same action is not: an "
+    "approval of the same request (gate, visit, proposal digest), with or without edits, "
+    "gets the first effect's result."))
 @run_argument()
 @click.option("--step", type=int, required=True, help="the step to restart after")
 @click.option("--reason", default="tower fork", show_default=True,
@@ -225,9 +227,11 @@ async def _fork(run: str, run_id: str | None, step: int, reason: str, as_json: b
              "which runs again)" if len(same_task) > 1 else ""))
     print("  signals and updates sent after that point are NOT re-applied: send the new "
           "decision to the new run")
-    print("  activities after the reset point run again (model calls, tools); a "
-          "side effect the run already made for the same action (node, decision, call, "
-          "arguments) returns that effect instead of acting twice")
+    print("  activities after the reset point run again (model calls, tools); a side "
+          "effect the run already made for the same action returns that effect instead of "
+          "acting twice: the action is the approved request (gate, visit, proposal "
+          "digest), whatever a new approval's edits, or without a gate the node visit, the "
+          "call and its arguments")
     print(f"  original run {run_id} keeps its history (workflow type "
           f"{original.workflow_type.name}); if it was still running, the reset terminated it")
     print(f"  follow the new run: tower inspect {run}")

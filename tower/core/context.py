@@ -44,7 +44,7 @@ class NodeContext(Protocol):
     calls: list[str]  # what answered so far: "model:NAME", "tool:NAME", "child:N"
     usage: Usage  # model usage of this node so far
     model_calls: list[CallUsage]  # each model call's usage, for the cost query
-    decision: str  # the decision that approved this node visit ("" if none): part of keys
+    decision: str  # the decision that approved this node visit ("" if none); not in keys
 
     @property
     def run_id(self) -> str:

@@ -53,12 +53,9 @@ class EffectRefused(NodeFailed):
 
 
 # Failure types that say a tool's effect was certainly not made (nothing to reconcile):
-# its arguments did not fit, the key was used for other arguments, or it refused. The
-# last two names are those of histories recorded before ``tower.effects``.
+# its arguments did not fit, or it refused.
 BAD_ARGUMENTS = "BadToolArguments"
-EFFECT_CONFLICT = "EffectConflict"
-LEGACY_REFUSED = "ToolRefused"
-NOT_MADE = (BAD_ARGUMENTS, EFFECT_CONFLICT, EffectRefused.TYPE, LEGACY_REFUSED)
+NOT_MADE = (BAD_ARGUMENTS, EffectRefused.TYPE)
 # A reconcile call refused because the tool's activity is not a ``tower.effects`` tool
 # (tower/effects/_guard.py): the run fails the step rather than call it again.
 NOT_AN_EFFECT = "NotAnEffect"

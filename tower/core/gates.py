@@ -48,6 +48,7 @@ from tower.core.judge import (  # noqa: F401  (re-exported: what a decision must
     record_of,
     refuse,
 )
+from tower.core.keys import approved_request
 from tower.core.state import AgentState, S, Status, UpdateError, apply_update
 from tower.core.transition import Kind, Transition, move, within_budget
 
@@ -151,14 +152,10 @@ def needs_gate(state: AgentState, gate: Gate) -> bool:
 
 
 def approving_decision(state: AgentState, node: str) -> str:
-    """The id of the decision that approved this visit of ``node`` ("" if none): part of
-    the key of every side effect the node makes (tower/core/keys.py)."""
-    visit = state.visits.get(node, 0)
-    for record in reversed(state.approvals):
-        if (record.node == node and record.visit == visit
-                and record.status == GateStatus.APPROVED and record.decision is not None):
-            return record.decision.decision_id
-    return ""
+    """The id of the decision that approved this visit of ``node`` ("" if none): what the
+    node's tools are told (``Authority.decision_id``), never part of an effect's key."""
+    request = approved_request(state, node)
+    return request.decision.decision_id if request and request.decision else ""
 
 
 def open_gate(

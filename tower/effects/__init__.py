@@ -2,8 +2,8 @@
 
 A side-effecting tool is your business function: its invariant and its write. Tower adds,
 in the SAME transaction on your database, the claim of the action's key, the epoch fence
-(an attempt Temporal gave up on cannot commit later) and the record of the result (a
-retry, a fork or a re-approval of the same proposal returns the first result)::
+(an attempt Temporal gave up on cannot commit later) and the record of the result: a
+repeat of the action returns the first result and acts on nothing::
 
     from tower.effects import EffectCall, EffectRefused, SQLite, effect
 
@@ -18,11 +18,18 @@ retry, a fork or a re-approval of the same proposal returns the first result)::
     worker = Worker(client, ..., activities=[send_payment.on(SQLite("payments.sqlite"))])
 
 ``Postgres(dsn)`` is the same on PostgreSQL (psycopg 3; ``?`` placeholders work on both).
-The key is the run's logical action (tower/core/keys.py); reconciling is the tool's own
-activity called with ``reconcile=True``, so every tool of a worker reconciles itself — and
-only such a tool: ``TowerPlugin`` refuses a reconcile call to any other activity (_guard.py).
-Effects a project recorded before ``tower.effects`` (its SQLite ``effects`` table) count for
-the same action (_legacy.py).
+
+The key is the run's logical action (tower/core/keys.py). A call a gate approved acts for
+the approved request — the run, the gate, the visit it was opened for and the digest of the
+proposal the approver signed — never for the decision or its edits: every re-approval of
+that request (after ``tower fork``, ``tower retry --from``, a reset, a replayed token; with
+or without edits) returns the first effect's result. A re-planned proposal is a new
+request. A call no gate approved acts for its node visit and its arguments: a retry or a
+fork repeating it finds it; other arguments are another action.
+
+Reconciling is the tool's own activity called with ``reconcile=True``, so every tool of a
+worker reconciles itself — and only such a tool: ``TowerPlugin`` refuses a reconcile call
+to any other activity (_guard.py).
 """
 
 from tower.core.errors import EffectRefused

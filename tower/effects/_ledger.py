@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -36,27 +35,19 @@ class Tx(Protocol):
     def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Cursor: ...
 
 
-@dataclass(frozen=True)
-class Made:
-    """The effect already made under a key: its tool, arguments (canonical JSON) and result."""
-
-    tool: str | None
-    arguments: str | None
-    result: dict[str, Any]
-
-
-def claim(tx: Tx, key: str, epoch: int, for_update: str = "") -> Made | None:
-    """Own ``key`` for ``epoch`` inside ``tx``; what was made under it, if anything.
+def claim(tx: Tx, key: str, epoch: int, for_update: str = "") -> dict[str, Any] | None:
+    """Own ``key`` for ``epoch`` inside ``tx``; the result of the effect made under it, if
+    any (the tool and arguments recorded beside it are for people: the key alone decides).
 
     An attempt that finds a later epoch was given up on (a retry, the run's reconciliation
     or a fork's re-run owns the key now): it fails, non-retryable, and changes nothing."""
     tx.execute("INSERT INTO tower_effects (idempotency_key, epoch) VALUES (?, ?) "
                "ON CONFLICT (idempotency_key) DO NOTHING", (key, epoch))
-    owner, tool, arguments, result = tx.execute(
-        "SELECT epoch, tool, arguments, result FROM tower_effects WHERE idempotency_key=?"
-        + for_update, (key,)).fetchone()
+    owner, result = tx.execute(
+        "SELECT epoch, result FROM tower_effects WHERE idempotency_key=?" + for_update,
+        (key,)).fetchone()
     if result is not None:
-        return Made(tool, arguments, dict(json.loads(result)))
+        return dict(json.loads(result))
     if int(owner) > epoch:
         raise ApplicationError(
             f"fenced off: a later attempt (or the run's reconciliation) owns {key}; this "

@@ -80,7 +80,6 @@ class Postgres:
     """
 
     for_update = " FOR UPDATE"
-    legacy = False  # Tower's effects never had a PostgreSQL record before tower.effects
 
     def __init__(self, dsn: str, *, schema: str = "") -> None:
         self.dsn = dsn

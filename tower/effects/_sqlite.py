@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TypeVar
 
 from tower.effects._ledger import TABLE, waited
-from tower.effects._legacy import has_legacy
 
 T = TypeVar("T")
 LOCK_POLL_MS = 200  # how long one BEGIN waits before the attempt heartbeats again
@@ -35,7 +34,6 @@ class SQLite:
         self.schema = schema
         self._ready = False
         self._setup = threading.Lock()
-        self.legacy = False  # it holds effects recorded before tower.effects (_legacy.py)
 
     def __repr__(self) -> str:
         return f"SQLite({str(self.path)!r})"
@@ -76,7 +74,6 @@ class SQLite:
             with closing(self.connect()) as db:
                 if not _has_table(db) or self.schema:
                     db.executescript(f"{TABLE};\n{self.schema}")
-                self.legacy = has_legacy(db)
             self._ready = True
 
 

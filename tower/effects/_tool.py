@@ -2,7 +2,9 @@
 
 The activity an ``EffectTool`` runs (``tool.on(db)``), in ONE transaction of ``db``:
 
-1. the record: a key made before returns its first result (the same arguments only);
+1. the record: a key made before returns its first result and acts on nothing (the key of
+   an approved request does not name the arguments: a re-approval with other edits gets
+   the first effect, tower/core/keys.py);
 2. the fence: the attempt claims the key with its epoch; one given up on fails;
 3. the user's function: its invariant (raise ``EffectRefused``) and its write;
 4. the record of the result.
@@ -28,10 +30,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from tower.contract.wire import Authority, ToolCall
-from tower.core.errors import BAD_ARGUMENTS, EFFECT_CONFLICT, EffectRefused
+from tower.core.errors import BAD_ARGUMENTS, EffectRefused
 from tower.effects._guard import MARK
-from tower.effects._ledger import Made, Tx, claim, epoch_now, record
-from tower.effects._legacy import legacy_made
+from tower.effects._ledger import Tx, claim, epoch_now, record
 
 A = TypeVar("A", bound=BaseModel)
 
@@ -110,10 +111,7 @@ class EffectTool(Generic[A]):
         def work(db_tx: Any) -> dict[str, Any]:
             made = claim(db_tx, call.idempotency_key, mine, db.for_update)
             if made is not None:
-                return _same(self.name, made, asked)
-            if (old := made_before(db, db_tx, call.idempotency_key)) is not None:
-                record(db_tx, call.idempotency_key, self.name, asked, old.result)
-                return old.result
+                return made
             result = to_jsonable_python(self.fn(db_tx, args, context))
             record(db_tx, call.idempotency_key, self.name, asked, result)
             return dict(result)
@@ -162,26 +160,8 @@ def reconcile(db: Database, key: str, epoch: int | None = None) -> dict[str, Any
     mine = epoch_now() if epoch is None else epoch
 
     def work(db_tx: Tx) -> dict[str, Any] | None:
-        made = claim(db_tx, key, mine, db.for_update)
-        if made is None and (made := made_before(db, db_tx, key)) is not None:
-            record(db_tx, key, None, None, made.result)
-        return None if made is None else made.result
+        return claim(db_tx, key, mine, db.for_update)
 
     result: dict[str, Any] | None = db.run(work)
     return result
 
-
-def made_before(db: Database, tx: Tx, key: str) -> Made | None:
-    """What a database holding effects from before tower.effects made for ``key``'s action
-    (_legacy.py): a run started before the upgrade, retried or forked, gets it back."""
-    return legacy_made(tx, key) if getattr(db, "legacy", False) else None
-
-
-def _same(tool: str, made: Made, asked: str) -> dict[str, Any]:
-    """The key was used before: only the very same call may take its result. The same key
-    with other arguments would act twice or report the wrong effect: refuse."""
-    if made.arguments is not None and (made.tool, made.arguments) != (tool, asked):
-        raise ApplicationError(
-            f"{tool} already ran for this action with {made.arguments}; refusing to run it "
-            f"again with {asked}", type=EFFECT_CONFLICT, non_retryable=True)
-    return made.result

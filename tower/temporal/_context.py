@@ -30,15 +30,9 @@ from tower.contract.wire import (
 from tower.core.asking import ask_validated, check_reply, model_request
 from tower.core.context import Answer
 from tower.core.cost import CallUsage
-from tower.core.errors import (
-    LEGACY_REFUSED,
-    NOT_AN_EFFECT,
-    NOT_MADE,
-    EffectRefused,
-    NodeFailed,
-)
+from tower.core.errors import NOT_AN_EFFECT, NOT_MADE, EffectRefused, NodeFailed
 from tower.core.graph import Node
-from tower.core.keys import effect_key, legacy_effect_key
+from tower.core.keys import Action, effect_key
 from tower.core.state import Message, Usage
 from tower.core.tools import ToolDef, ToolSpec, spec_for
 from tower.temporal import _stream_sink as stream_sink
@@ -60,23 +54,19 @@ TOOL_HEARTBEAT = timedelta(seconds=3)
 # gave up on a tool say truthfully whether the effect was made.
 RECONCILE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
                               maximum_interval=timedelta(seconds=10))
-# Runs that take this path key an effect by its action, not its decision, and reconcile it
-# through the tool's own activity (tower.effects); older histories replay the old path.
-EFFECTS_PATCH = "tower-effects-action-key"
 
 
 class TemporalContext:
     """``NodeContext`` on a worker. ``host`` is the workflow instance running the node."""
 
     def __init__(self, agent: str, node: Node, step: int, models: list[str],
-                 host: Any = None, decision: str = "", action: tuple[int, str] = (0, "")
-                 ) -> None:
+                 host: Any = None, decision: str = "", action: Action | None = None) -> None:
         self.agent = agent
         self.node = node
         self.step = step
         self.models = models
         self.decision = decision  # the approval of this node visit ("" if none)
-        self.action = action  # the node's visit and its approved proposal's digest: keys
+        self.action = action or Action(node.name, 0)  # what its side effects' keys name
         self.calls: list[str] = []
         self.usage = Usage()
         self.model_calls: list[CallUsage] = []  # each model call's usage, for the cost query
@@ -175,22 +165,13 @@ class TemporalContext:
         # the result from the history, whatever the options.
         tool, info = spec_for(self.node, name) or unlisted(name), workflow.info()
         nth = self.calls.count(f"tool:{name}")
-        by_action = tool.side_effect and workflow.patched(EFFECTS_PATCH)
-        if by_action:
-            key = effect_key(workflow_id=info.workflow_id, chain=info.first_execution_run_id,
-                             node=self.node.name, visit=self.action[0],
-                             proposal=self.action[1], tool=name, nth=nth, arguments=arguments)
-        else:
-            key = legacy_effect_key(
-                workflow_id=info.workflow_id, chain=info.first_execution_run_id,
-                node=self.node.name, decision=self.decision, tool=name, nth=nth,
-                arguments=arguments)
+        key = effect_key(workflow_id=info.workflow_id, chain=info.first_execution_run_id,
+                         action=self.action, tool=name, nth=nth, arguments=arguments)
         grant = (authority or Authority()).model_copy(update={"decision_id": self.decision})
         stream_sink.emit_tool(TOOL_STARTED, self.step, name, nth, node=self.node.name)
         try:
             result = await self._run_tool(name, tool, ToolCall(
-                tool=name, arguments=arguments, idempotency_key=key, authority=grant),
-                by_action)
+                tool=name, arguments=arguments, idempotency_key=key, authority=grant))
         except (ActivityError, EffectRefused) as exc:
             stream_sink.emit_tool(TOOL_FINISHED, self.step, name, nth, node=self.node.name,
                                   ok=False)
@@ -201,8 +182,7 @@ class TemporalContext:
         self.calls.append(f"tool:{name}")
         return result
 
-    async def _run_tool(self, name: str, tool: ToolSpec, call: ToolCall, by_action: bool
-                        ) -> dict[str, Any]:
+    async def _run_tool(self, name: str, tool: ToolSpec, call: ToolCall) -> dict[str, Any]:
         retry = dataclasses.replace(TOOL_RETRY, maximum_attempts=tool.attempts)
         while True:
             since = workflow.now()
@@ -218,35 +198,32 @@ class TemporalContext:
             except ActivityError as exc:
                 await in_a_task(since)
                 if not call_waits(exc):  # the same call again once the store is back
-                    return await self._failed(name, tool, call, by_action, exc)
+                    return await self._failed(name, tool, call, exc)
             await wait_for_store()
 
-    async def _failed(self, name: str, tool: ToolSpec, call: ToolCall, by_action: bool,
-                      exc: ActivityError) -> dict[str, Any]:
+    async def _failed(self, name: str, tool: ToolSpec, call: ToolCall, exc: ActivityError
+                      ) -> dict[str, Any]:
         """A tool call whose attempts all failed: its refusal, or what it made if it made
         anything (reconciled), else its error."""
         cause = exc.cause
         kind = cause.type if isinstance(cause, ApplicationError) else None
-        if kind in (EffectRefused.TYPE, LEGACY_REFUSED):
+        if kind == EffectRefused.TYPE:
             assert isinstance(cause, ApplicationError)
             raise refusal(name, cause) from exc
         if not tool.side_effect or kind in NOT_MADE:
             raise exc
-        made = await self._reconcile(name, call, by_action)
+        made = await self._reconcile(name, call)
         if made is None:
             raise exc
         return made
 
-    async def _reconcile(self, name: str, call: ToolCall, by_action: bool
-                         ) -> dict[str, Any] | None:
+    async def _reconcile(self, name: str, call: ToolCall) -> dict[str, Any] | None:
         """What the tool made under the call's key (None: nothing, and now nothing can be):
         the tool's own activity, asked to reconcile — every effect tool reconciles itself."""
         since = workflow.now()
-        activity, arg = ((name, call.model_copy(update={"reconcile": True})) if by_action
-                         else ("reconcile_effect", call.idempotency_key))
         try:
             made: dict[str, Any] | None = await workflow.execute_activity(
-                activity, arg, result_type=dict,
+                name, call.model_copy(update={"reconcile": True}), result_type=dict,
                 start_to_close_timeout=timedelta(seconds=30), heartbeat_timeout=TOOL_HEARTBEAT,
                 schedule_to_close_timeout=timedelta(minutes=10), retry_policy=RECONCILE_RETRY,
                 summary=f"{self.node.name} · reconcile {name}")
@@ -281,7 +258,7 @@ class TemporalContext:
 
 def refusal(tool: str, cause: ApplicationError) -> EffectRefused:
     """The ``EffectRefused`` a tool raised, back from its activity's failure (tower.effects
-    sends it as type ``EffectRefused`` with ``{"code": ...}``; older tools ``ToolRefused``)."""
+    sends it as type ``EffectRefused`` with ``{"code": ...}``)."""
     details = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
     return EffectRefused(str(details.get("code", "")), cause.message, tool=tool)
 

@@ -61,7 +61,7 @@ class McpTool:
     args: type[BaseModel] = AnyArguments  # validated by ``check`` instead
     # Tower's reconciled effects are its own store's (fenced, read back by key); an MCP
     # server's effects are kept at most once by the key in ``_meta`` and by never
-    # retrying a call that may have acted (McpToolBox), not by ``reconcile_effect``.
+    # retrying a call that may have acted (McpToolBox), not by a reconcile call.
     side_effect: bool = False
     attempts: int = 5
 
