@@ -243,5 +243,6 @@ async def test_a_fork_before_a_gate_pays_the_approved_request_once_whatever_its_
     for state in (replayed, approved_again, lower, lower_again):
         assert state.status == "DONE" and state.refund_id == first.refund_id
         assert "$1,200.00" in state.reply  # the refund made, told as it was made
-    assert (lower.amount_cents, lower_again.amount_cents) == (100000, 70000)  # as approved
+    # The state says what was paid (the first refund), not what the later edits asked.
+    assert (lower.amount_cents, lower_again.amount_cents) == (120000, 120000)
     assert refunds(db_path) == [("INV-2004", 120000)]  # paid once

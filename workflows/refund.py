@@ -121,8 +121,9 @@ async def issue_refund(ctx: NodeContext, state: RefundState) -> dict[str, object
                        "Plan again from the invoice as it is now.")
         return {"refused": exc.reason, "refused_code": exc.code, "messages": [note]}
     msg = Message(role="tool", name="issue_refund", content=json.dumps(result, sort_keys=True))
-    return {"refund_id": result["refund_id"], "refused": "", "refused_code": "",
-            "messages": [msg]}
+    # What was paid: a re-approval of a request already paid gets the first refund back.
+    return {"refund_id": result["refund_id"], "amount_cents": result["amount_cents"],
+            "refused": "", "refused_code": "", "messages": [msg]}
 
 
 async def confirm(ctx: NodeContext, state: RefundState) -> dict[str, object]:
