@@ -265,3 +265,25 @@ async def test_ctrl_c_while_following_a_run_exits_130_without_a_traceback(
         printed, complained = await proc.communicate()
     assert proc.returncode == 130, (printed, complained)
     assert b"Traceback" not in printed + complained, complained.decode()
+
+
+async def test_enrolling_a_member_again_changes_its_roles_and_says_so(tmp_path: Path) -> None:
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("TOWER_")},
+           "TOWER_TRUST_DIR": str(tmp_path / "trust"),
+           "TOWER_CONFIG_DIR": str(tmp_path / "config")}
+
+    async def enrol(*roles: str) -> tuple[str, list[str]]:
+        args = ["keys", "enrol", "alice", *[a for r in roles for a in ("--role", r)]]
+        code, out, err = await tower_cli(args, env=env, cwd=tmp_path)
+        assert code == 0, err
+        roster = json.loads((tmp_path / "trust" / "default" / "roster.json").read_text())
+        (alice,) = [m for m in roster["members"] if m["name"] == "alice"]
+        return out, alice["roles"]
+
+    assert (await enrol("manager"))[1] == ["manager"]
+    out, roles = await enrol("manager", "dba")
+    assert roles == ["dba", "manager"] and "alice's roles changed: manager -> dba, manager" in out
+    out, roles = await enrol()  # no role given: the member keeps its roles
+    assert roles == ["dba", "manager"] and "changed" not in out
+    out, roles = await enrol("dba")
+    assert roles == ["dba"] and "alice's roles changed: dba, manager -> dba" in out

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
 from conftest import WorkerFactory
@@ -15,6 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 from towercli import example_project, tower_cli
 
 from tower.activities.model import ModelSettings
+from tower.cli.devserver import temporal_binary
 from tower.cli.trust_files import dev_trust
 from tower.contract import search
 from worker import build_worker
@@ -166,3 +168,42 @@ async def test_unsigned_only_when_the_deployment_allows_it(
         assert "UNSIGNED (accepted only where" in out and "status: DONE" in out
         assert "approved by dev (manager, UNSIGNED)" in out
     assert refunds(db_path) == [("INV-2004", 90000)]
+
+
+async def test_a_printed_decision_sent_by_the_temporal_cli_pays_once(
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path,
+    scripted_worker: WorkerFactory,
+) -> None:
+    """`tower approve --print-token` signs and sends nothing; the real `temporal` CLI sends
+    the printed decision as the `decide` update: the refund is paid once. The same token
+    sent again is a duplicate that pays nothing."""
+    run = f"refund-token-{task_queue}"
+    request = '{"message": "Please refund $1,200 on invoice INV-2004"}'
+    async with scripted_worker():
+        code, _, err = await tower(env, tmp_path, "run", "refund", "--input", request,
+                                   "--id", run, "--task-queue", task_queue, "--no-follow")
+        assert code == 0, err
+        await wait_pending(env.client.get_workflow_handle(run))
+        code, token, err = await tower(env, tmp_path, "approve", run, "--by", "alice",
+                                       "--yes", "--print-token")
+        assert code == 0, err
+        assert "amount_cents: 120000" in err and "decision d-" in err  # shown, on stderr
+        assert list(json.loads(token)) == ["token"] and token.count("\n") == 1, token
+        assert refunds(db_path) == []  # nothing was sent
+        def send() -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [str(temporal_binary()), "workflow", "update", "execute", "--workflow-id",
+                 run, "--name", "decide", "--input", token.strip(), "--address",
+                 env.client.service_client.config.target_host, "--namespace",
+                 env.client.namespace, "--output", "json"],
+                capture_output=True, text=True, timeout=60)
+
+        sent = await asyncio.to_thread(send)
+        assert sent.returncode == 0, sent
+        outcome = json.loads(sent.stdout)["result"]
+        assert (outcome["result"], outcome["duplicate"]) == ("approved", False), outcome
+        result = await env.client.get_workflow_handle(run).result()
+        again = await asyncio.to_thread(send)  # the same token once more: nothing to decide
+        assert again.returncode != 0 and "already completed" in again.stderr, again
+    assert result["status"] == "DONE" and result["refund_id"]
+    assert refunds(db_path) == [("INV-2004", 120000)]

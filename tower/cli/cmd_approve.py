@@ -11,6 +11,7 @@ decision is printed before it is signed: `tower approve` then asks (y/N) on a te
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -27,6 +28,7 @@ from tower.client import DecisionRefused, connect
 from tower.client import decide as send_decision
 from tower.client import pending as pending_runs
 from tower.client._decisions import NotConfirmed
+from tower.client._decisions import prepare as prepare_decision
 from tower.contract.decisions import Verdict
 from tower.contract.render import render_proposal
 from tower.core.gates import Outcome
@@ -53,7 +55,11 @@ def _decision_command(verdict: Verdict) -> click.Command:
     def decide_cmd(run: str, gate: str | None, by: str, role: str | None, note: str,
                    edits: tuple[str, ...] = (), decision_id: str | None = None,
                    signal: bool = False, unsigned: bool = False, no_follow: bool = False,
-                   as_json: bool = False, yes: bool = False) -> Any:
+                   as_json: bool = False, yes: bool = False, print_token: bool = False) -> Any:
+        if print_token:
+            return sign_only(run, verdict, gate=gate, by=by, role=role, note=note,
+                             edits=list(edits), decision_id=decision_id, unsigned=unsigned,
+                             yes=yes)
         return decide(run, verdict, gate=gate, by=by, role=role, note=note, edits=list(edits),
                       decision_id=decision_id, use_signal=signal, unsigned=unsigned,
                       follow=not no_follow, as_json=as_json, yes=yes)
@@ -77,6 +83,11 @@ def _decision_command(verdict: Verdict) -> click.Command:
             "approve asks y/N on a terminal and signs nothing elsewhere")),
         click.option("--decision-id", help="idempotency id (resending it changes nothing)"),
         click.option("--signal", is_flag=True, help="send as a signal, don't wait"),
+        click.option("--print-token", is_flag=True, help=(
+            "sign, print the decision (the decide update's input) on stdout and send nothing: "
+            "any Temporal client sends it, e.g. `temporal workflow update execute "
+            "--workflow-id RUN --name decide --input \"$(tower approve RUN --by NAME --yes "
+            "--print-token)\"` (docs/approvals.md)")),
         click.option("--unsigned", is_flag=True,
                      help="send unsigned (only a development deployment accepts it)"),
         click.option("--no-follow", is_flag=True,
@@ -184,6 +195,28 @@ async def decide(run: str, verdict: Verdict, *, gate: str | None, by: str, role:
         handle = client.get_workflow_handle(run)
         status = await follow_run(handle, skip=out.requested_step)
         print_run_outcome(status, await run_state(client, run))
+    return 0
+
+
+async def sign_only(run: str, verdict: Verdict, *, gate: str | None, by: str,
+                    role: str | None, note: str, edits: list[str], decision_id: str | None,
+                    unsigned: bool, yes: bool) -> int:
+    """``--print-token``: the signed decision on stdout (one JSON line), all else on stderr."""
+    from tower.client.keys import check_name
+
+    check_name(by)
+    client = await connect()
+    try:
+        payload, _ = await prepare_decision(
+            client, run, verdict, approver=by, role=role, gate=gate, note=note,
+            edits=parse_edits(edits), decision_id=decision_id, unsigned=unsigned,
+            say=lambda line: print(line, file=sys.stderr, flush=True),
+            confirm=confirmer(verdict.value, yes=yes, ask=verdict == Verdict.APPROVE,
+                              err=True))
+    except NotConfirmed as exc:
+        print(f"not confirmed: {exc}", file=sys.stderr, flush=True)
+        return 1
+    print(json.dumps(payload), flush=True)
     return 0
 
 

@@ -60,9 +60,10 @@ def enrol(name: str, for_tenant: str, roles: tuple[str, ...], vouches_for: tuple
           events: tuple[str, ...], trust_dir: Path | None, as_json: bool) -> int:
     from tower.activities.trust import trust_dir as default_trust_dir
     from tower.cli.trust_files import enrol as add
-    from tower.cli.trust_files import ensure_policy
+    from tower.cli.trust_files import ensure_policy, read_roster
 
     root = trust_dir or default_trust_dir()
+    was = next((m for m in read_roster(root, for_tenant).members if m.name == name), None)
     roster = add(root, for_tenant, name, roles=list(roles), vouches_for=list(vouches_for),
                  events=list(events))
     ensure_policy(root, for_tenant)
@@ -70,6 +71,10 @@ def enrol(name: str, for_tenant: str, roles: tuple[str, ...], vouches_for: tuple
     if as_json:
         print_json({"tenant": for_tenant, **who.model_dump(mode="json", exclude_none=True)})
         return 0
+    if was is not None and was.roles != who.roles:  # an existing member's roles changed
+        print(f"{name}'s roles changed: {', '.join(was.roles) or '-'} -> "
+              f"{', '.join(who.roles) or '-'} (a run re-reads its roster when a decision "
+              "needs it)")
     print(f"{name} in tenant {for_tenant!r}'s roster: roles {', '.join(who.roles) or '-'}; "
           f"keys {', '.join(k.kid for k in who.keys)}")
     return 0

@@ -47,17 +47,24 @@ def _write(path: Path, data: object) -> Path:
 def enrol(root: Path, tenant: str, name: str, *, config: Path | None = None,
           roles: list[str] | None = None, vouches_for: list[str] | None = None,
           events: list[str] | None = None) -> Roster:
-    """Put ``name``'s public key (made if missing) into the tenant's roster."""
+    """Put ``name``'s public key (made if missing) into the tenant's roster. A member
+    already there keeps its keys; what is given (roles, vouches, events) replaces theirs."""
     if not key_path(name, config).exists():
         create_key(name, config)
     public = public_of(load_key(name, config))
     roster = read_roster(root, tenant)
-    if any(k.kid == public.kid for m in roster.members for k in m.keys):
+    given = {k: sorted(set(v)) for k, v in
+             (("roles", roles), ("vouches_for", vouches_for), ("events", events)) if v}
+    known = any(k.kid == public.kid for m in roster.members for k in m.keys)
+    if known and not given:
         return roster
-    roster = with_member(roster, member(name, public, roles=roles or [],
-                                        vouches_for=vouches_for or [], events=events or []))
-    write_roster(root, roster)
-    return roster
+    if not known:  # a member of that name gets the new key added (a rotation)
+        roster = with_member(roster, member(name, public, roles=roles or [],
+                                            vouches_for=vouches_for or [], events=events or []))
+    members = [type(m).model_validate({**m.model_dump(), **given}) if m.name == name else m
+               for m in roster.members]
+    write_roster(root, roster.model_copy(update={"members": members}))
+    return read_roster(root, tenant)
 
 
 def ensure_policy(root: Path, tenant: str) -> Path:

@@ -46,23 +46,19 @@ class NotConfirmed(ClientError):
 TAKEOVER_SECONDS = 40.0
 
 
-async def decide(
+async def prepare(
     client: Client, run: str, verdict: Verdict, *, approver: str, role: str | None = None,
     gate: str | None = None, note: str = "", edits: dict[str, Any] | None = None,
-    decision_id: str | None = None, use_signal: bool = False, unsigned: bool = False,
-    config: Path | None = None, say: Callable[[str], None] | None = None,
-    takeover: float = TAKEOVER_SECONDS,
+    decision_id: str | None = None, unsigned: bool = False, config: Path | None = None,
+    say: Callable[[str], None] | None = None, takeover: float = TAKEOVER_SECONDS,
     confirm: Callable[[GateRecord, str], bool] | None = None,
-) -> Outcome | None:
-    """Sign ``approver``'s decision on RUN's pending request with their own key (in
-    ``config``, default ``tower.client.keys.config_dir()``) and send it; the Outcome the run
-    reported, or None when sent as a signal. DecisionRefused when the run refuses it
-    (nothing changed). ``say`` hears what is done (and any wait for a worker). ``confirm``
-    is shown the request and the proposal digest the decision will name before anything
-    is signed (render it with ``tower.contract.render``); when it answers False nothing is
-    signed (NotConfirmed)."""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``approver``'s decision on RUN's pending request, signed with their own key and not
+    sent: the ``decide`` update's input (``{"token": JWS}``), and the run's ``approvals``
+    as read. Any Temporal client sends it (``temporal workflow update execute --name decide
+    --input ...``). ``confirm`` is shown the request and the proposal digest the decision
+    will name before anything is signed; when it answers False nothing is signed."""
     check_name(approver)  # before anything is asked of the server
-    handle = client.get_workflow_handle(run)
     approvals = await _approvals(client, run, say=say, takeover=takeover)
     pending = approvals.get("pending")
     if pending is None:
@@ -85,6 +81,27 @@ async def decide(
             f"{approver} ({role}), {how}")
         say(f"  for the request at step {request.step} of run id {request.run_id}, proposal "
             f"{digest}")
+    return payload, approvals
+
+
+async def decide(
+    client: Client, run: str, verdict: Verdict, *, approver: str, role: str | None = None,
+    gate: str | None = None, note: str = "", edits: dict[str, Any] | None = None,
+    decision_id: str | None = None, use_signal: bool = False, unsigned: bool = False,
+    config: Path | None = None, say: Callable[[str], None] | None = None,
+    takeover: float = TAKEOVER_SECONDS,
+    confirm: Callable[[GateRecord, str], bool] | None = None,
+) -> Outcome | None:
+    """Sign ``approver``'s decision on RUN's pending request with their own key (in
+    ``config``, default ``tower.client.keys.config_dir()``) and send it (``prepare``, then
+    the ``decide`` update); the Outcome the run reported, or None when sent as a signal.
+    DecisionRefused when the run refuses it (nothing changed). ``say`` hears what is done
+    (and any wait for a worker); ``confirm`` as in ``prepare``."""
+    payload, approvals = await prepare(
+        client, run, verdict, approver=approver, role=role, gate=gate, note=note,
+        edits=edits, decision_id=decision_id, unsigned=unsigned, config=config, say=say,
+        takeover=takeover, confirm=confirm)
+    handle = client.get_workflow_handle(run)
     if use_signal:
         await handle.signal("decision", payload)  # the gate's dynamic signal: no method
         if say:
