@@ -11,6 +11,7 @@ ASCII are escapes and flag the proposal, as hidden characters do.
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given
@@ -146,9 +147,10 @@ def test_the_notification_marks_every_value_row() -> None:
     values = {**FIELDS, "reason": reason, "script": "a\n" + "b" * 7000}
     notice = GateNotice(tenant="acme", run="r", agent="refund", gate="refund_review",
                         role="manager", node="issue_refund", proposal=values,
-                        expires_at="2026-12-06T00:00:00Z")
+                        expires_at=datetime(2026, 12, 6, tzinfo=UTC))
     slack = message(NotifyPolicy(url="https://hooks.test/x", format="slack"), notice)
-    quoted, plain = [], []
+    quoted: list[str] = []
+    plain: list[str] = []
     for block in slack["blocks"]:
         if block["type"] == "section":
             plain.append(block["text"]["text"])
