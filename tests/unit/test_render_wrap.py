@@ -55,15 +55,18 @@ def read_back(lines: list[str], rendered: Rendered, indent: str = "") -> dict[st
     for f, at in zip(rendered.fields, starts, strict=True):
         head = lines[at]
         note = f"  ({f.note})" if f.note else ""
-        assert head.startswith(f"{indent}  {f.name}: ")
         rows = []
         for line in lines[at + 1:]:
             if line.startswith(f"{indent}    {LINE}"):
                 rows.append(line[len(indent) + 4 + len(LINE):])
-            elif line.startswith(f"{indent}    {MORE}") and rows:
-                rows[-1] += line[len(indent) + 4 + len(MORE):]
+            elif line.startswith(f"{indent}    {MORE}"):  # goes on: the value's row, or
+                if rows:                                  # the field's own line
+                    rows[-1] += line[len(indent) + 4 + len(MORE):]
+                else:
+                    head += line[len(indent) + 4 + len(MORE):]
             else:
                 break
+        assert head.startswith(f"{indent}  {f.name}: ")
         if head == f"{indent}  {f.name}: |{note}":
             values[f.name] = "\n".join(rows)
         else:
@@ -104,6 +107,13 @@ def test_an_escape_is_never_cut_by_a_row() -> None:
     rendered = proposal(note="x" * 70 + "\u202e" * 3)
     lines = rendered.lines("", 80)
     assert lines[3:5] == ["    │ " + "x" * 70, "    ┆ " + "⟨U+202E⟩" * 3]
+
+
+def test_a_name_too_long_for_its_row_goes_on_in_the_gutter_too() -> None:
+    rendered = proposal(**{"n" * 60: "x" * 100})
+    lines = rendered.lines("", 40)
+    assert lines[2:4] == ["  " + "n" * 38, "    ┆ " + "n" * 22 + ": |"]
+    assert max(map(cells, lines)) <= 40 and read_back(lines, rendered) == {"n" * 60: "x" * 100}
 
 
 ANY_TEXT = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF,

@@ -23,6 +23,10 @@ from tower.cli.errors import CliError
 from tower.contract.decisions import GateRecord, canonical_proposal
 from tower.contract.render import MORE, WIDTH, Rendered, fit, inert, render_proposal
 
+# Where a surface's own line goes on when it is too long: in the proposal's values' gutter
+# (tower pending and tower approve show the proposal at indent "  "), never where a name is.
+GUTTER = "      " + MORE
+
 
 def columns(out: IO[str]) -> int:
     """The width of the terminal ``out`` writes to; else ``$COLUMNS`` or 80 (a pipe)."""
@@ -37,12 +41,12 @@ def print_pending(row: dict[str, Any]) -> None:
     width = columns(sys.stdout)
     head = (f"{inert(row['run'])} · agent {inert(row['agent'])} · step {row.get('step')} · "
             f"role {inert(row['role'])} · expires {inert(row.get('expires_at') or '?')}")
-    lines = fit(head, "  " + MORE, width)  # the run's id is the requester's text
+    lines = fit(head, GUTTER, width)  # the run's id is the requester's text
     shown = row.get("shown")
     if not shown:
         lines += fit(f"  gate {inert(row['gate'])} ({inert(row['when'])} "
                      f"{inert(row['node'])}): proposal unknown (the run published none)",
-                     "  " + MORE, width)
+                     GUTTER, width)
     else:
         lines += render_proposal(shown).lines(indent="  ", width=width)
     print("\n".join(lines), end="\n\n", flush=True)
@@ -55,9 +59,9 @@ def show_request(request: GateRecord, digest: str, *, verb: str, err: bool) -> R
     out = sys.stderr if err else sys.stdout
     width = columns(out)
     lines = fit(f"You are about to {verb} this request (step {request.step} of run id "
-                f"{inert(request.run_id)}, role {inert(request.role)}):", "  " + MORE, width)
+                f"{inert(request.run_id)}, role {inert(request.role)}):", GUTTER, width)
     lines += rendered.lines(indent="  ", width=width)
-    lines += fit(f"  digest {digest}", "  " + MORE, width)
+    lines += fit(f"  digest {digest}", GUTTER, width)
     print("\n".join(lines), file=out, flush=True)
     return rendered
 

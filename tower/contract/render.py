@@ -27,9 +27,9 @@ terminal): a value that is several lines, or too long for its field's line, is a
 under ``name: |`` in which every shown line carries the field's gutter: ``│`` where a line
 of the value starts, ``┆`` where the renderer wrapped it (the characters continue the row
 above; nothing is added or removed). Any other line too long for the width goes on after
-``┆`` too. Widths are counted high (wide and ambiguous characters as two columns), so a
-terminal never wraps a line the renderer made. The inbox keeps the same rule with a left
-border on each value's block (browsers wrap inside it).
+``┆`` in that gutter too. Widths are counted high (wide and ambiguous characters as two
+columns), so a terminal never wraps a line the renderer made. The inbox keeps the same
+rule with a left border on each value's block (browsers wrap inside it).
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def _rows(text: str, room: int) -> list[str]:
 
 def fit(line: str, more: str, width: int) -> list[str]:
     """``line`` as rows of at most ``width`` columns: the first as it starts, every other
-    one after ``more`` (a surface's own lines: a run id is the requester's text)."""
+    one after ``more``, a gutter (a surface's own lines: a run id is the requester's text)."""
     if cells(line) <= width:
         return [line]
     first = _rows(line, width)[0]
@@ -178,11 +178,11 @@ class Rendered:
     def lines(self, indent: str = "", width: int = WIDTH) -> list[str]:
         """Rows of at most ``width`` columns; the fields at ``indent`` plus two spaces, and
         no other row has a name there (a value's rows start with its gutter)."""
-        more = f"{indent}  {MORE}"
+        gutter = f"{indent}    "
+        more = gutter + MORE  # any row goes on in the values' gutter, never at a name's column
         out = [*fit(f"{indent}{self.heading}", more, width), f"{indent}proposal:"]
         if not self.fields:
             out.append(f"{indent}  (nothing)")
-        gutter = f"{indent}    "
         room = max(width - cells(gutter + LINE), _ROOM)
         for f in self.fields:
             note = f"  ({f.note})" if f.note else ""
