@@ -51,6 +51,11 @@ def lookalikes(text: str) -> list[str]:
 @given(ANY_TEXT)
 def test_shown_text_holds_no_raw_invisible_and_reads_back_exactly(text: str) -> None:
     shown, hidden = escape(text)
+    assert raw_invisible(shown, allow_newline=False) == []
+    assert unescape(shown) == text
+    assert hidden == bool(raw_invisible(text, allow_newline=False))
+    # In a proposal, digits and currency signs outside ASCII are escapes too.
+    shown, hidden = escape(text, lookalikes=True)
     assert raw_invisible(shown, allow_newline=False) == [] and lookalikes(shown) == []
     assert unescape(shown) == text
     assert hidden == bool(raw_invisible(text, allow_newline=False) + lookalikes(text))

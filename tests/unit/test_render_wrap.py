@@ -141,11 +141,12 @@ LOOKALIKES = ["５", "٥", "۵", "५", "²", "½", "①", "Ⅻ", "€", "£", "
 
 @pytest.mark.parametrize("char", LOOKALIKES)
 def test_a_digit_or_currency_sign_outside_ascii_is_an_escape_and_flags(char: str) -> None:
-    shown, flagged = escape(f"$5{char}00")
+    shown, flagged = escape(f"$5{char}00", lookalikes=True)
     assert flagged and shown == f"$5⟨U+{ord(char):04X}⟩00" and unescape(shown) == f"$5{char}00"
+    assert escape(f"€5{char}", multiline=True) == (f"€5{char}", False)  # a chat: shown as is
     rendered = proposal(amount_cents=500, note=f"{char}500")
     assert rendered.hidden and "digits and currency signs outside ASCII" in rendered.text()
-    assert escape("refund $5,000.00 on INV-2004 (25% off)") == (
+    assert escape("refund $5,000.00 on INV-2004 (25% off)", lookalikes=True) == (
         "refund $5,000.00 on INV-2004 (25% off)", False)
 
 

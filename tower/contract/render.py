@@ -11,10 +11,11 @@ lone surrogate) character is ever emitted raw: C0/C1/DEL are shown as ``\\x1b``-
 escapes, every other one as ``⟨U+202E⟩``, and the rendering is marked ``hidden``. A
 backslash is shown as ``\\\\`` and a literal ``⟨`` as ``⟨U+27E8⟩``, so every shown string
 reads back to exactly the characters signed (``unescape``). A non-ASCII space (U+00A0 …)
-is escaped too: "$5 000" must not be told from "$5000" by its width. So is every digit
-outside ASCII (fullwidth ``５``, Arabic-Indic ``٥``, any other decimal digit, ``²``, ``½``,
-``Ⅻ``) and every currency sign but ``$`` (``€``, ``£``, fullwidth ``＄``): "$５00" and
-"٥٠٠" must not pass for amounts, and an amount is only ever shown in ASCII digits and ``$``.
+is escaped too: "$5 000" must not be told from "$5000" by its width. In a proposal, so
+is every digit outside ASCII (fullwidth ``５``, Arabic-Indic ``٥``, any other decimal
+digit, ``²``, ``½``, ``Ⅻ``) and every currency sign but ``$`` (``€``, ``£``, fullwidth
+``＄``): "$５00" and "٥٠٠" must not pass for amounts, so what is signed reads in ASCII
+digits and ``$`` only. (A conversation or a run id keeps them: they sign nothing.)
 
 Newlines: in a multi-line string value (a migration script) each ``\\n`` stays a real
 line break; everywhere else (names, one-line views) a newline is the escape ``\\n``. A CR
@@ -57,18 +58,20 @@ LINE, MORE = "│ ", "┆ "  # a value's gutter: where its line starts, where it
 _ROOM = 12  # the fewest columns a value's row gets, however narrow the width
 
 
-def _hidden_char(ch: str) -> bool:
+def _hidden_char(ch: str, lookalikes: bool) -> bool:
     if ch == " ":
         return False
     category = unicodedata.category(ch)
-    if category in _LOOKALIKE_CATEGORIES and not ch.isascii():
+    if lookalikes and category in _LOOKALIKE_CATEGORIES and not ch.isascii():
         return True  # a digit or currency sign that could pass for part of an amount
     return category in _ESCAPED_CATEGORIES or ord(ch) in _INVISIBLE
 
 
-def escape(text: str, *, multiline: bool = False) -> tuple[str, bool]:
+def escape(text: str, *, multiline: bool = False,
+           lookalikes: bool = False) -> tuple[str, bool]:
     """``text`` made inert: (the shown text, whether it held a hidden character). With
-    ``multiline``, ``\\n`` stays a real line break (and is not "hidden")."""
+    ``multiline``, ``\\n`` stays a real line break (and is not "hidden"); with
+    ``lookalikes`` (a proposal), digits and currency signs outside ASCII are escapes too."""
     out: list[str] = []
     hidden = False
     for ch in text:
@@ -80,7 +83,7 @@ def escape(text: str, *, multiline: bool = False) -> tuple[str, bool]:
             out.append("\n")
         elif ch == "\n":
             out.append("\\n")
-        elif not _hidden_char(ch):
+        elif not _hidden_char(ch, lookalikes):
             out.append(ch)
         else:
             hidden = True
@@ -215,7 +218,7 @@ def render_proposal(canonical: dict[str, Any]) -> Rendered:
     def shown(value: Any, multiline: bool = False) -> str:
         nonlocal hidden
         text, was = escape(value if isinstance(value, str) else _json(value),
-                           multiline=multiline)
+                           multiline=multiline, lookalikes=True)
         hidden = hidden or was
         return text
 
