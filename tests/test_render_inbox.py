@@ -36,8 +36,8 @@ from workflows.refund import RefundAgent, RefundRequest
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 TAG = "<i>x</i>"  # HTML in the refund message: text on every page, never markup
 SHOWN_REASON = REASON.strip().removeprefix("reason: ")
-AMOUNT = ('<dt>amount_cents:</dt><dd><div class="value"><span class="line">240000</span>'
-          '</div><span class="note">($2,400.00)</span>')
+AMOUNT = ('<dt>amount_cents:</dt><dd><pre class="value">240000</pre>'
+          '<span class="note">($2,400.00)</span>')
 RAW = ("\x1b", "\x08", "\r", "\u202e", "\u202c", "\u200b", "\u2066", "\x07")
 
 
@@ -80,13 +80,13 @@ async def test_the_inbox_shows_every_character_signed(
             alice, dave = await signed_in(url, "alice"), await signed_in(url, "dave")
             try:
                 listed = assert_inert((await alice.get("/")).text)
-                assert f'<span class="line">{SHOWN_REASON}{TAG}</span>' in listed
+                assert f'<pre class="value">{SHOWN_REASON}{TAG}</pre>' in listed
                 assert AMOUNT in listed
-                assert "hidden characters, shown as escapes" in listed
+                assert "hidden or look-alike characters, shown as escapes" in listed
                 page = await alice.get(f"/runs/{refund.id}")
                 assert page.status_code == 200
                 text = assert_inert(page.text)
-                assert f'<span class="line">{SHOWN_REASON}{TAG}</span>' in text
+                assert f'<pre class="value">{SHOWN_REASON}{TAG}</pre>' in text
                 assert WARNING in text and f'value="{digest}"' in text
                 assert AMOUNT in text
                 tail = assert_inert_migration((await dave.get(f"/runs/{migration.id}")).text)
@@ -103,11 +103,10 @@ async def test_the_inbox_shows_every_character_signed(
 def assert_inert_migration(html: str) -> str:
     assert not [c for c in RAW if c in html]
     text = unescape(html)
-    block = text.split('<dt>script:</dt><dd><div class="value">', 1)[1].split("</div>", 1)[0]
-    script = re.findall(r'<span class="line">(.*?)</span>', block, re.S)  # one per line
-    assert LONG in script  # the 10,000-character line, whole
-    assert "-- \\x1b]0;owned\\x07 ⟨U+2066⟩hidden⟨U+2069⟩" in script
-    return "\n".join(script)
+    script = text.split('<dt>script:</dt><dd><pre class="value">', 1)[1].split("</pre>", 1)[0]
+    assert LONG in script.splitlines()  # the 10,000-character line, whole
+    assert "-- \\x1b]0;owned\\x07 ⟨U+2066⟩hidden⟨U+2069⟩" in script.splitlines()
+    return script
 
 
 @pytest.mark.browser
@@ -125,7 +124,7 @@ async def test_the_decision_page_in_chromium_shows_the_true_request(
             await sync(browser.fill, "input[name=password]", PASSWORD)
             await sync(browser.click_text, "Sign in")
             listed = await sync(browser.wait_for_text, "Waiting for your decision",
-                                "hidden characters, shown as escapes")
+                                "hidden or look-alike characters, shown as escapes")
             assert SHOWN_REASON + TAG in listed
             await sync(browser.open, f"{url}/runs/{refund.id}")
             text = await sync(browser.wait_for_text, "Awaiting your decision", WARNING)

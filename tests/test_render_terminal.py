@@ -108,7 +108,7 @@ async def test_pending_and_approve_show_the_whole_request_before_signing(
         term.start("approve", ["approve", refund.id, "--by", "alice"], env, project, 80)
         shown = await term.wait_for("approve", "Sign this approve? [y/N]")
         assert_refund_shown(term.rows("approve"), expected)
-        assert "hidden characters (shown as escapes)" in shown
+        assert "hidden or look-alike characters (shown as escapes)" in shown
         assert await undecided(refund)
         term.keys("approve", "y", "Enter")
         shown = await term.wait_for("approve", "[exit ")

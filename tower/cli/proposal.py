@@ -79,6 +79,6 @@ def confirmer(verb: str, *, yes: bool, ask: bool, err: bool
                            "read the request above and pass --yes to sign it from a script")
         question = f"Sign this {verb}?"
         if rendered.hidden:
-            question = f"It holds hidden characters (shown as escapes). {question}"
+            question = f"It holds hidden or look-alike characters (shown as escapes). {question}"
         return click.confirm(question, default=False, err=err)
     return confirm
