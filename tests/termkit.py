@@ -46,6 +46,11 @@ class Terminal:
         """Everything the pane showed, history included, wrapped lines joined."""
         return self._tmux("capture-pane", "-p", "-J", "-S", "-", "-E", "-", "-t", name)
 
+    def rows(self, name: str) -> list[str]:
+        """The pane's rows as drawn, history included: a line the terminal wrapped is
+        several rows here (``screen`` joins them)."""
+        return self._tmux("capture-pane", "-p", "-S", "-", "-E", "-", "-t", name).splitlines()
+
     def keys(self, name: str, *keys: str) -> None:
         self._tmux("send-keys", "-t", name, *keys)
 

@@ -75,7 +75,8 @@ async def test_approvers_decide_in_the_browser(
         listing = await sync(b.wait_for_text, third.id, first.id, seconds=30)
         assert migration.id not in listing
         await sync(b.screenshot, ARTIFACTS / "inbox-list.png")
-        assert "amount: $1,200.00" in listing and "limit: $500.00" in listing
+        # Each value in a block of its own beside its name (innerText: a line apart).
+        assert "amount:\n$1,200.00" in listing and "limit:\n$500.00" in listing
         await sync(b.open, f"{url}/runs/{first.id}")
         page = await sync(b.wait_for_text, "Awaiting your decision", "Gate refund_review",
                           "Amount $1,200.00 limit $500.00", "lower only", "Approve",

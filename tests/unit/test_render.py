@@ -42,12 +42,23 @@ def raw_invisible(text: str, *, allow_newline: bool) -> list[str]:
     return bad
 
 
+def lookalikes(text: str) -> list[str]:
+    """Digits and currency signs outside ASCII (``５``, ``٥``, ``€``): shown as escapes too."""
+    return [ch for ch in text if not ch.isascii()
+            and unicodedata.category(ch) in {"Nd", "Nl", "No", "Sc"}]
+
+
 @given(ANY_TEXT)
 def test_shown_text_holds_no_raw_invisible_and_reads_back_exactly(text: str) -> None:
     shown, hidden = escape(text)
     assert raw_invisible(shown, allow_newline=False) == []
     assert unescape(shown) == text
     assert hidden == bool(raw_invisible(text, allow_newline=False))
+    # In a proposal, digits and currency signs outside ASCII are escapes too.
+    shown, hidden = escape(text, lookalikes=True)
+    assert raw_invisible(shown, allow_newline=False) == [] and lookalikes(shown) == []
+    assert unescape(shown) == text
+    assert hidden == bool(raw_invisible(text, allow_newline=False) + lookalikes(text))
 
 
 @given(ANY_TEXT)
@@ -95,11 +106,16 @@ def test_the_rendering_is_of_the_canonical_proposal_whole() -> None:
     lines = rendered.lines()
     assert lines[0] == "gate dba_review (before apply)"
     assert "  amount_cents: 240000  ($2,400.00)" in lines
-    assert "  long: " + "x" * 10_000 in lines  # never cut
+    # Never cut: wrapped to 80 columns by the renderer, every row in the value's gutter.
+    long = lines.index("  long: |")
+    rows = lines[long + 1:long + 138]
+    assert rows[0] == "    │ " + "x" * 73 and rows[136] == "    ┆ " + "x" * 72
+    assert rows[1:136] == ["    ┆ " + "x" * 73] * 135
     assert "  reason: ok\\x1b[2K\\r$5" in lines
-    assert "  script: |" in lines and lines[-4] == "    DROP TABLE customers;"
+    last = lines.index("    │ DROP TABLE customers;")
+    assert "  script: |" in lines and lines[last + 1] == "editable: amount_cents"
     assert 'limit amount_cents: {"max": 240000.0, "min": null, "rule": "lower"}' in lines
-    assert rendered.hidden and lines[-1].startswith("WARNING: this proposal contains hidden")
+    assert rendered.hidden and lines[-3].startswith("WARNING: this proposal contains hidden")
 
 
 def test_a_memo_shows_only_what_is_hashed() -> None:

@@ -23,7 +23,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from tower.contract.notify import GateNotice, NotifyPolicy
-from tower.contract.render import WARNING, Rendered, escape, render_proposal
+from tower.contract.render import ATOM, WARNING, Rendered, escape, render_proposal
 
 DEFAULT_TRUST_DIR = Path(".tower") / "trust"
 TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
@@ -63,8 +63,9 @@ def rendered(notice: GateNotice) -> Rendered:
 
 
 def message(policy: NotifyPolicy, notice: GateNotice) -> dict[str, Any]:
-    """The body to post, in the policy's format. The proposal is whole and inert: in
-    Slack's ``plain_text`` (never mrkdwn), split over as many blocks as its size needs."""
+    """The body to post, in the policy's format. The proposal is whole and inert; ``json``'s
+    ``rendered`` is the renderer's text for 80 columns (every row of a value in its gutter),
+    and Slack gets each value in a quote (see ``_proposal_blocks``)."""
     url = link(policy, notice)
     proposal = rendered(notice)
     if policy.format == "json":
@@ -73,16 +74,16 @@ def message(policy: NotifyPolicy, notice: GateNotice) -> dict[str, Any]:
     text = (f"{_slack(notice.agent)} run {_slack(notice.run)} waits at gate "
             f"{_slack(notice.gate)}: a {_slack(notice.role)} must decide by "
             f"{notice.expires_at:%Y-%m-%d %H:%M} UTC.")
-    body = _entities(proposal.text())  # rendered: already inert
-    chunks = [body[i:i + SLACK_TEXT] for i in range(0, len(body), SLACK_TEXT)]
     blocks: list[dict[str, Any]] = [
         {"type": "section", "text": {"type": "plain_text", "text": text, "emoji": False}}]
-    if len(chunks) <= SLACK_BLOCKS:
-        blocks += [{"type": "section", "text": {"type": "plain_text", "text": chunk,
-                                                "emoji": False}} for chunk in chunks]
+    shown = _proposal_blocks(proposal)
+    if len(shown) <= SLACK_BLOCKS:
+        blocks += shown
     else:  # never a cut proposal: none, and where to read it whole
+        size = sum(len(e["text"]) for b in shown for part in b["elements"]
+                   for e in part["elements"])
         blocks.append({"type": "section", "text": {"type": "plain_text", "emoji": False,
-                       "text": f"The proposal is {len(body):,} characters, more than one "
+                       "text": f"The proposal is {size:,} characters, more than one "
                                "message holds: read it whole in the inbox."}})
     if proposal.hidden:
         blocks.append({"type": "section", "text": {"type": "plain_text", "emoji": False,
@@ -92,6 +93,44 @@ def message(policy: NotifyPolicy, notice: GateNotice) -> dict[str, Any]:
             "type": "button", "text": {"type": "plain_text", "text": "Decide in the inbox"},
             "url": url}]})
     return {"text": f"{text} {url or ''}".strip(), "mrkdwn": False, "blocks": blocks}
+
+
+def _proposal_blocks(proposal: Rendered) -> list[dict[str, Any]]:
+    """The proposal as Slack ``rich_text``: the heading and each field's name as plain text,
+    each value in a ``rich_text_quote``, whose bar runs down every row Slack wraps it into
+    (Slack wraps at a width no sender knows, so a value's rows must be marked by the
+    layout, not by characters). A value longer than a block holds goes on in more quotes."""
+    # All of it rendered (already inert); Slack's entities for &, <, > on top.
+    parts = [("section", _entities(f"{proposal.heading}\nproposal:"))]
+    for f in proposal.fields:
+        parts.append(("section", _entities(f"{f.name}:" + (f"  ({f.note})" if f.note else ""))))
+        parts += [("quote", chunk) for chunk in _chunks(f.text)]
+    rest = [f"editable: {', '.join(proposal.editable) or '-'}",
+            *(f"limit {limit}" for limit in proposal.limits)]
+    parts.append(("section", _entities("\n".join(rest))))
+    blocks: list[dict[str, Any]] = []
+    size = SLACK_TEXT
+    for kind, text in parts:
+        if size + len(text) > SLACK_TEXT:
+            blocks.append({"type": "rich_text", "elements": []})
+            size = 0
+        size += len(text)
+        blocks[-1]["elements"].append({"type": f"rich_text_{kind}",
+                                       "elements": [{"type": "text", "text": text}]})
+    return blocks
+
+
+def _chunks(text: str) -> list[str]:
+    """``text`` as Slack's entities, in pieces of at most SLACK_TEXT characters, never
+    cut inside an entity or an escape; never empty (Slack refuses an empty text)."""
+    chunks, chunk = [], ""
+    for atom in ATOM.findall(text):
+        shown = _entities(atom)
+        if len(chunk) + len(shown) > SLACK_TEXT:
+            chunks.append(chunk)
+            chunk = ""
+        chunk += shown
+    return [*chunks, chunk or " "]
 
 
 def _slack(text: str) -> str:

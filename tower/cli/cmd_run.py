@@ -12,6 +12,7 @@ import click
 from tower.cli import project
 from tower.cli.errors import CliError
 from tower.cli.output import json_option, print_json, say, tenant_option
+from tower.cli.proposal import columns
 from tower.contract.decisions import GateRecord, canonical_proposal
 from tower.contract.render import render_proposal
 
@@ -137,7 +138,8 @@ def print_pending(approvals: dict[str, Any]) -> None:
     print(f"waiting at gate {p['gate']} ({p['when']} {p['node']}) for role {p['role']} until "
           f"{p['expires_at']}")
     # The library's one rendering: whole, every hidden character a visible escape.
-    for line in render_proposal(canonical_proposal(request)).lines(indent="  "):
+    for line in render_proposal(canonical_proposal(request)).lines(
+            indent="  ", width=columns(sys.stdout)):
         print(line)
     print(f"decide with: tower approve {approvals['run']} --by NAME   (signs with NAME's key; "
           f"the roster must give NAME role {p['role']}; or tower reject ...)")

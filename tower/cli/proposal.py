@@ -1,6 +1,8 @@
 """How the terminal shows a proposal: the library's one rendering (``tower.contract.render``),
 printed whole and as plain text — never through rich markup, so ``[/x]`` in a refund
 message is text, and never cut, so a script's last line is on screen before it is signed.
+It is wrapped by the renderer to the terminal's width, never by the terminal: a line the
+terminal wrapped would carry no gutter, and could read as a field.
 
 ``tower approve`` shows the request and asks before it signs; ``--yes`` (for scripts)
 skips the question, not the showing. Without a terminal to ask on and without ``--yes``
@@ -9,30 +11,45 @@ it signs nothing.
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 import click
 
 from tower.cli.errors import CliError
 from tower.contract.decisions import GateRecord, canonical_proposal
-from tower.contract.render import Rendered, inert, render_proposal
+from tower.contract.render import MORE, WIDTH, Rendered, fit, inert, render_proposal
+
+# Where a surface's own line goes on when it is too long: in the proposal's values' gutter
+# (tower pending and tower approve show the proposal at indent "  "), never where a name is.
+GUTTER = "      " + MORE
+
+
+def columns(out: IO[str]) -> int:
+    """The width of the terminal ``out`` writes to; else ``$COLUMNS`` or 80 (a pipe)."""
+    try:
+        return os.get_terminal_size(out.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return shutil.get_terminal_size((WIDTH, 24)).columns
 
 
 def print_pending(row: dict[str, Any]) -> None:
     """One waiting run of `tower pending`: who must decide, until when, and the proposal."""
+    width = columns(sys.stdout)
     head = (f"{inert(row['run'])} · agent {inert(row['agent'])} · step {row.get('step')} · "
             f"role {inert(row['role'])} · expires {inert(row.get('expires_at') or '?')}")
-    print(head)
+    lines = fit(head, GUTTER, width)  # the run's id is the requester's text
     shown = row.get("shown")
     if not shown:
-        print(f"  gate {inert(row['gate'])} ({inert(row['when'])} {inert(row['node'])}): "
-              "proposal unknown (the run published none)")
+        lines += fit(f"  gate {inert(row['gate'])} ({inert(row['when'])} "
+                     f"{inert(row['node'])}): proposal unknown (the run published none)",
+                     GUTTER, width)
     else:
-        for line in render_proposal(shown).lines(indent="  "):
-            print(line)
-    print(flush=True)
+        lines += render_proposal(shown).lines(indent="  ", width=width)
+    print("\n".join(lines), end="\n\n", flush=True)
 
 
 def show_request(request: GateRecord, digest: str, *, verb: str, err: bool) -> Rendered:
@@ -40,11 +57,12 @@ def show_request(request: GateRecord, digest: str, *, verb: str, err: bool) -> R
     digest it will name (on stderr with ``err``: under --json stdout is data only)."""
     rendered = render_proposal(canonical_proposal(request))
     out = sys.stderr if err else sys.stdout
-    print(f"You are about to {verb} this request (step {request.step} of run id "
-          f"{inert(request.run_id)}, role {inert(request.role)}):", file=out)
-    for line in rendered.lines(indent="  "):
-        print(line, file=out)
-    print(f"  digest {digest}", file=out, flush=True)
+    width = columns(out)
+    lines = fit(f"You are about to {verb} this request (step {request.step} of run id "
+                f"{inert(request.run_id)}, role {inert(request.role)}):", GUTTER, width)
+    lines += rendered.lines(indent="  ", width=width)
+    lines += fit(f"  digest {digest}", GUTTER, width)
+    print("\n".join(lines), file=out, flush=True)
     return rendered
 
 
@@ -61,6 +79,6 @@ def confirmer(verb: str, *, yes: bool, ask: bool, err: bool
                            "read the request above and pass --yes to sign it from a script")
         question = f"Sign this {verb}?"
         if rendered.hidden:
-            question = f"It holds hidden characters (shown as escapes). {question}"
+            question = f"It holds hidden or look-alike characters (shown as escapes). {question}"
         return click.confirm(question, default=False, err=err)
     return confirm

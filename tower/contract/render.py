@@ -11,19 +11,33 @@ lone surrogate) character is ever emitted raw: C0/C1/DEL are shown as ``\\x1b``-
 escapes, every other one as ``⟨U+202E⟩``, and the rendering is marked ``hidden``. A
 backslash is shown as ``\\\\`` and a literal ``⟨`` as ``⟨U+27E8⟩``, so every shown string
 reads back to exactly the characters signed (``unescape``). A non-ASCII space (U+00A0 …)
-is escaped too: "$5 000" must not be told from "$5000" by its width.
+is escaped too: "$5 000" must not be told from "$5000" by its width. In a proposal, so
+is every digit outside ASCII (fullwidth ``５``, Arabic-Indic ``٥``, any other decimal
+digit, ``²``, ``½``, ``Ⅻ``) and every currency sign but ``$`` (``€``, ``£``, fullwidth
+``＄``): "$５00" and "٥٠٠" must not pass for amounts, so what is signed reads in ASCII
+digits and ``$`` only. (A conversation or a run id keeps them: they sign nothing.)
 
 Newlines: in a multi-line string value (a migration script) each ``\\n`` stays a real
-line break, and the value is shown as an indented block, one source line per shown line;
-everywhere else (names, one-line views) a newline is the escape ``\\n``. A CR is always
-an escape, so no line can be rewritten from its start. Markup is the surfaces' business:
-the terminal prints this text with markup off, the inbox with HTML autoescape on.
+line break; everywhere else (names, one-line views) a newline is the escape ``\\n``. A CR
+is always an escape, so no line can be rewritten from its start. Markup is the surfaces'
+business: the terminal prints this text with markup off, the inbox with HTML autoescape on.
+
+Width: no text may make a line that reads as a field or as the gate's heading, at any
+width. So ``lines`` wraps the rendering itself to the surface's width (never the
+terminal): a value that is several lines, or too long for its field's line, is a block
+under ``name: |`` in which every shown line carries the field's gutter: ``│`` where a line
+of the value starts, ``┆`` where the renderer wrapped it (the characters continue the row
+above; nothing is added or removed). Any other line too long for the width goes on after
+``┆`` in that gutter too. Widths are counted high (wide and ambiguous characters as two
+columns), so a terminal never wraps a line the renderer made. The inbox keeps the same
+rule with a left border on each value's block (browsers wrap inside it).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import textwrap
 import unicodedata
 from dataclasses import dataclass
 from typing import Any
@@ -34,20 +48,30 @@ _INVISIBLE = frozenset([0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180B, 0x180C, 
                         0x180F, 0x2800, 0x3164, 0xFFA0, *range(0xFE00, 0xFE10),
                         *range(0xE0100, 0xE01F0)])
 _ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp", "Zs"})
+_LOOKALIKE_CATEGORIES = frozenset({"Nd", "Nl", "No", "Sc"})  # digits, numerals, currency
 _NAMED = {"\t": "\\t", "\r": "\\r", "\n": "\\n"}
-WARNING = ("this proposal contains hidden characters (control, bidi or invisible): "
-           "each is shown as an escape such as \\x1b or ⟨U+202E⟩")
+WARNING = ("this proposal contains hidden or look-alike characters (control, bidi, "
+           "invisible, or digits and currency signs outside ASCII): each is shown as an "
+           "escape such as \\x1b or ⟨U+202E⟩")
+WIDTH = 80  # columns, where the surface has no width of its own (a pipe, a notification)
+LINE, MORE = "│ ", "┆ "  # a value's gutter: where its line starts, where it was wrapped
+_ROOM = 12  # the fewest columns a value's row gets, however narrow the width
 
 
-def _hidden_char(ch: str) -> bool:
+def _hidden_char(ch: str, lookalikes: bool) -> bool:
     if ch == " ":
         return False
-    return unicodedata.category(ch) in _ESCAPED_CATEGORIES or ord(ch) in _INVISIBLE
+    category = unicodedata.category(ch)
+    if lookalikes and category in _LOOKALIKE_CATEGORIES and not ch.isascii():
+        return True  # a digit or currency sign that could pass for part of an amount
+    return category in _ESCAPED_CATEGORIES or ord(ch) in _INVISIBLE
 
 
-def escape(text: str, *, multiline: bool = False) -> tuple[str, bool]:
+def escape(text: str, *, multiline: bool = False,
+           lookalikes: bool = False) -> tuple[str, bool]:
     """``text`` made inert: (the shown text, whether it held a hidden character). With
-    ``multiline``, ``\\n`` stays a real line break (and is not "hidden")."""
+    ``multiline``, ``\\n`` stays a real line break (and is not "hidden"); with
+    ``lookalikes`` (a proposal), digits and currency signs outside ASCII are escapes too."""
     out: list[str] = []
     hidden = False
     for ch in text:
@@ -59,7 +83,7 @@ def escape(text: str, *, multiline: bool = False) -> tuple[str, bool]:
             out.append("\n")
         elif ch == "\n":
             out.append("\\n")
-        elif not _hidden_char(ch):
+        elif not _hidden_char(ch, lookalikes):
             out.append(ch)
         else:
             hidden = True
@@ -77,6 +101,39 @@ def inert(text: object) -> str:
     """Any other text a run chose (its id, its agent's name, a table cell) as one inert
     line: ``escape`` of it, without the flag."""
     return escape(str(text))[0]
+
+
+def cells(text: str) -> int:
+    """The columns ``text`` may take on a terminal, counted high where terminals differ:
+    wide, fullwidth and ambiguous characters (a CJK terminal draws those wide) as two."""
+    return sum(1 if ch.isascii() or unicodedata.east_asian_width(ch) not in "WFA" else 2
+               for ch in text)
+
+
+# One shown character or one whole escape: a row is never cut inside an escape.
+ATOM = re.compile(r"\\(?:\\|n|r|t|x[0-9a-f]{2})|⟨U\+[0-9A-F]{4,6}⟩|.", re.S)
+
+
+def _rows(text: str, room: int) -> list[str]:
+    """``text`` (shown) cut into rows of at most ``room`` columns."""
+    rows, row, used = [], "", 0
+    for atom in ATOM.findall(text):
+        width = cells(atom)
+        if row and used + width > room:
+            rows.append(row)
+            row, used = "", 0
+        row, used = row + atom, used + width
+    return [*rows, row]
+
+
+def fit(line: str, more: str, width: int) -> list[str]:
+    """``line`` as rows of at most ``width`` columns: the first as it starts, every other
+    one after ``more``, a gutter (a surface's own lines: a run id is the requester's text)."""
+    if cells(line) <= width:
+        return [line]
+    first = _rows(line, width)[0]
+    rest = _rows(line[len(first):], max(width - cells(more), _ROOM))
+    return [first, *(more + row for row in rest)]
 
 
 _ESCAPE = re.compile(r"\\(\\|n|r|t|x[0-9a-f]{2})|⟨U\+([0-9A-F]{4,6})⟩")
@@ -121,25 +178,36 @@ class Rendered:
     def heading(self) -> str:
         return f"gate {self.gate} ({self.when} {self.node})"
 
-    def lines(self, indent: str = "") -> list[str]:
-        out = [f"{indent}{self.heading}", f"{indent}proposal:"]
+    def lines(self, indent: str = "", width: int = WIDTH) -> list[str]:
+        """Rows of at most ``width`` columns; the fields at ``indent`` plus two spaces, and
+        no other row has a name there (a value's rows start with its gutter)."""
+        gutter = f"{indent}    "
+        more = gutter + MORE  # any row goes on in the values' gutter, never at a name's column
+        out = [*fit(f"{indent}{self.heading}", more, width), f"{indent}proposal:"]
         if not self.fields:
             out.append(f"{indent}  (nothing)")
+        room = max(width - cells(gutter + LINE), _ROOM)
         for f in self.fields:
             note = f"  ({f.note})" if f.note else ""
-            if f.block:
-                out.append(f"{indent}  {f.name}: |{note}")
-                out += [f"{indent}    {line}" for line in f.text.split("\n")]
-            else:
-                out.append(f"{indent}  {f.name}: {f.text}{note}")
-        out.append(f"{indent}editable: {', '.join(self.editable) or '-'}")
-        out += [f"{indent}limit {limit}" for limit in self.limits]
+            line = f"{indent}  {f.name}: {f.text}{note}"
+            if not f.block and cells(line) <= width:
+                out.append(line)
+                continue
+            out += fit(f"{indent}  {f.name}: |{note}", more, width)
+            for source in f.text.split("\n"):
+                first, *rest = _rows(source, room)
+                out += [gutter + LINE + first, *(gutter + MORE + row for row in rest)]
+        out += fit(f"{indent}editable: {', '.join(self.editable) or '-'}", more, width)
+        for limit in self.limits:
+            out += fit(f"{indent}limit {limit}", more, width)
         if self.hidden:
-            out.append(f"{indent}WARNING: {WARNING}")
+            out += textwrap.wrap(f"WARNING: {WARNING}", max(width, 40),
+                                 initial_indent=indent, subsequent_indent=indent + " " * 9,
+                                 break_on_hyphens=False)
         return out
 
-    def text(self, indent: str = "") -> str:
-        return "\n".join(self.lines(indent))
+    def text(self, indent: str = "", width: int = WIDTH) -> str:
+        return "\n".join(self.lines(indent, width))
 
 
 def render_proposal(canonical: dict[str, Any]) -> Rendered:
@@ -150,7 +218,7 @@ def render_proposal(canonical: dict[str, Any]) -> Rendered:
     def shown(value: Any, multiline: bool = False) -> str:
         nonlocal hidden
         text, was = escape(value if isinstance(value, str) else _json(value),
-                           multiline=multiline)
+                           multiline=multiline, lookalikes=True)
         hidden = hidden or was
         return text
 
