@@ -162,9 +162,11 @@ async def _finished(handle: Any) -> str:
 
 async def record_one(
     client: Client, workflow_id: str, agent: str, request: BaseModel, out: Path,
-    queue: str = QUEUE,
+    queue: str = QUEUE, **start: Any,
 ) -> str:
-    handle = await client.start_workflow(agent, request, id=workflow_id, task_queue=queue)
+    """One run of ``agent`` recorded in ``out``; ``start`` goes to ``start_workflow``."""
+    handle = await client.start_workflow(agent, request, id=workflow_id, task_queue=queue,
+                                         **start)
     status = await asyncio.wait_for(follow(handle, out=io.StringIO()), timeout=120)
     history = await handle.fetch_history()
     (out / f"{workflow_id}.json").write_text(history.to_json() + "\n")

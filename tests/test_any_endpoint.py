@@ -1,8 +1,9 @@
-"""Any OpenAI-compatible endpoint, streaming or not: a server that answers a streaming
-request with one whole JSON completion, rejects ``stream_options`` (or streaming) with a
-400, or answers nothing at all. The real openai SDK over real HTTP to the loopback server;
-first the model activity alone (ActivityEnvironment), then every shipped agent end to end
-on the real dev server with streaming on."""
+"""Any OpenAI-compatible endpoint, streaming or not, and one that changes its mind: a
+server that answers a streaming request with one whole JSON completion, rejects
+``stream_options`` (or streaming) with a 400, rejects the request without streaming too
+(its own words shown), or answers nothing at all. The real openai SDK over real HTTP to
+the loopback server; first the model activity alone (ActivityEnvironment), then every
+shipped agent end to end on the real dev server with streaming on."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def asked(server: LoopbackModelServer) -> list[tuple[bool, bool, str]]:
     return [(s.stream, s.stream_options, s.outcome) for s in server.served]
 
 
-async def test_a_json_answer_to_a_streaming_request_is_read_whole_and_remembered(
+async def test_a_json_answer_to_a_streaming_request_is_read_whole_and_not_remembered(
     server: LoopbackModelServer, store: SqliteStreams
 ) -> None:
     server.set_streaming("json")
@@ -82,41 +83,67 @@ async def test_a_json_answer_to_a_streaming_request_is_read_whole_and_remembered
     assert reply.model_dump() == plain.model_dump() and reply.content
     kinds, text = shown(store)
     assert kinds == [MODEL_STARTED, DELTA, MODEL_FINISHED] and text == reply.content
-    # Remembered: the next call asks this endpoint for a whole completion straight away.
-    await call(activities)
-    assert asked(server) == [(True, True, "ok"), (False, False, "ok")]
-
-
-@pytest.mark.parametrize(("mode", "ladder"), [
-    ("no_stream_options", [(True, True, "refused streaming"), (True, False, "ok")]),
-    ("no_stream", [(True, True, "refused streaming"), (True, False, "refused streaming"),
-                   (False, False, "ok")]),
-])
-async def test_a_refused_streaming_request_is_asked_again_plainer_once(
-    server: LoopbackModelServer, store: SqliteStreams, mode: str,
-    ladder: list[tuple[bool, bool, str]],
-) -> None:
-    server.set_streaming(mode)
-    activities = gateway(server, store)
-    reply = await call(activities)
+    # The endpoint streams now (a proxy switched servers): the same worker's next call
+    # streams, word by word. One plain answer was not taken for the endpoint's nature.
+    server.set_streaming("sse")
+    again = await call(activities)
+    assert again.content == reply.content
     kinds, text = shown(store)
-    assert text == reply.content and reply.content and kinds[-1] == MODEL_FINISHED
-    if mode == "no_stream_options":  # still streamed, word by word, without the usage
-        assert kinds.count(DELTA) > 3 and reply.usage.calls == 1
-    await call(activities)
-    assert asked(server) == [*ladder, ladder[-1]]  # learned: asked the working way at once
+    assert kinds.count(MODEL_FINISHED) == 2 and kinds[3:].count(DELTA) > 3
+    assert text == again.content  # the reader shows the newest reply
+    assert asked(server) == [(True, True, "ok"), (True, True, "ok")]
 
 
-async def test_a_400_from_an_endpoint_known_to_stream_is_a_bad_request(
+@pytest.mark.parametrize("mode", ["no_stream_options", "no_stream"])
+async def test_a_400_to_a_streaming_request_is_asked_once_without_streaming(
+    server: LoopbackModelServer, store: SqliteStreams, mode: str,
+) -> None:
+    activities = gateway(server, store)
+    streamed = await call(activities)  # the endpoint streams: nothing is learned from it
+    server.set_streaming(mode)  # ... then refuses to: each call still gets its answer
+    first, second = await call(activities), await call(activities)
+    assert first.content == second.content == streamed.content
+    kinds, text = shown(store)
+    assert kinds.count(MODEL_FINISHED) == 3 and text == streamed.content
+    refused, plain = (True, True, "refused streaming"), (False, False, "ok")
+    assert asked(server) == [(True, True, "ok"), refused, plain, refused, plain]
+
+
+async def test_a_400_without_streaming_too_fails_with_the_servers_own_words(
     server: LoopbackModelServer, store: SqliteStreams
 ) -> None:
-    activities = gateway(server, store)
-    await call(activities)
-    server.inject(Fault("bad_request"))
+    server.set_streaming("no_stream")
+    server.inject(Fault("bad_request", message=HOSTILE))
     with pytest.raises(ApplicationError) as info:
-        await call(activities)
-    assert info.value.type == "ModelRequestRejected" and info.value.non_retryable
-    assert asked(server) == [(True, True, "ok"), (True, True, "bad_request")]
+        await call(gateway(server, store, ("m", "backup")))
+    error = info.value
+    assert error.type == "ModelRequestRejected" and error.non_retryable
+    assert error.message == f"m rejected the request: BadRequestError (400): the server said " \
+                            f"{SAID}"
+    assert asked(server) == [(True, True, "refused streaming"), (False, False, "bad_request")]
+    # Long words are cut, with a mark that they were.
+    server.inject(Fault("bad_request", message="x" * 1000))
+    with pytest.raises(ApplicationError) as info:
+        await call(gateway(server, None))
+    assert info.value.message.endswith(f'the server said "{"x" * 300}"…')
+
+
+# A server's message that tries to pass for Tower's own words and to colour a terminal.
+HOSTILE = 'max_tokens is too large"; backup: ok \x1b[2J\u202eevil'
+SAID = '"max_tokens is too large\\"; backup: ok \\x1b[2J⟨U+202E⟩evil"'
+
+
+async def test_a_400_both_ways_fails_the_run_with_the_servers_own_words(
+    client: Client, task_queue: str, db_path: Path, server: LoopbackModelServer,
+) -> None:
+    server.set_streaming("no_stream")
+    settings = ModelSettings(api_key="loopback", base_url=server.base_url, models=["m"],
+                             timeout_seconds=10)
+    server.inject(Fault("bad_request", message=HOSTILE))
+    async with build_worker(client, task_queue=task_queue, db_path=db_path, models=settings):
+        status, _ = await run_agent(client, "account", task_queue)
+    assert status.startswith("FAILED") and f"the server said {SAID}" in status, status
+    assert asked(server) == [(True, True, "refused streaming"), (False, False, "bad_request")]
 
 
 @pytest.mark.parametrize("streaming", [True, False])
@@ -177,7 +204,7 @@ async def run_agent(client: Client, agent: str, queue: str) -> tuple[str, str]:
     return str(state["status"]), run
 
 
-@pytest.mark.parametrize("mode", ["json", "no_stream_options"])
+@pytest.mark.parametrize("mode", ["json", "no_stream"])
 async def test_every_shipped_agent_completes_on_an_endpoint_that_does_not_stream(
     client: Client, task_queue: str, db_path: Path, server: LoopbackModelServer, mode: str,
 ) -> None:
@@ -192,12 +219,11 @@ async def test_every_shipped_agent_completes_on_an_endpoint_that_does_not_stream
         dict.fromkeys(RUNS, "DONE")
     seen = asked(server)
     assert len(seen) > 2 * len(RUNS)
-    streamed = [s for s in seen if s[0]]
-    if mode == "json":  # asked to stream at most once per run, then whole
-        assert 0 < len(streamed) <= len(RUNS) and not seen[-1][0]
-    else:  # refused at most once per run, then streamed without the options
-        refused = [s for s in seen if s[2] == "refused streaming"]
-        assert 0 < len(refused) <= len(RUNS) and seen[-1] == (True, False, "ok")
+    if mode == "json":  # every call asked to stream, answered whole
+        assert set(seen) == {(True, True, "ok")}
+    else:  # every call refused once, then asked without streaming
+        assert set(seen) == {(True, True, "refused streaming"), (False, False, "ok")}
+        assert seen.count((True, True, "refused streaming")) == len(seen) // 2
     # The readers saw the model's text: the chat reply, folded from the run's stream.
     streams = SqliteStreams(db_path.with_name("streams.sqlite"))
     try:

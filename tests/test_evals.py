@@ -117,6 +117,21 @@ async def test_a_prompt_change_moves_exactly_the_runs_it_affects(tmp_path: Path)
                                           ("account_help", "DONE"): 1}}
 
 
+async def test_a_prompt_change_is_named_when_answers_are_recorded() -> None:
+    """By default every answer comes from the recording, so the candidate's new prompt
+    cannot change a path: it is named on each run whose node it touched, never silent."""
+    files = [HISTORIES / "support-1.json", HISTORIES / "support-2.json"]
+    report = await run_eval(*files, build_worker=candidate(SupportLoginAccount),
+                            models=ModelSettings())
+    assert verdicts(report) == {"support-1": "changed", "support-2": "changed"}
+    for run in report.runs:
+        assert run.candidate.trail == run.baseline.trail  # the recorded answers, replayed
+        assert set(run.answered) == {"recorded"}
+        assert [(s.scorer, s.verdict, s.detail) for s in run.scores] == [
+            ("prompt", Change.CHANGED, "prompt of node classify changed; answers recorded "
+                                       "(--models changed asks the model)")]
+
+
 async def test_live_models_answer_every_call() -> None:
     files = [HISTORIES / "support-1.json", HISTORIES / "support-2.json"]
     with LoopbackModelServer(replies=prompt_following) as server:

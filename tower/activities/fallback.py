@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from tower.contract.render import inert
 from tower.contract.wire import AGENT_HEADER, NODE_HEADER  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:  # imported by the first real model call: a worker on the scripted model,
@@ -20,6 +21,8 @@ if TYPE_CHECKING:  # imported by the first real model call: a worker on the scri
 # which agent and node asked.
 # A gateway asking for more than this gets it capped: the run's own budget decides.
 MAX_RETRY_AFTER = 300.0
+# How much of a server's own words about an error a failure shows.
+SAID_CHARS = 300
 
 
 class Verdict(StrEnum):
@@ -79,7 +82,23 @@ def retry_after(exc: BaseException | None) -> float | None:
 def brief(exc: BaseException) -> str:
     status = getattr(exc, "status_code", None)
     name = type(exc).__name__
-    return f"{name} ({status})" if status else f"{name}: {str(exc)[:120]}"
+    if not status:
+        return f"{name}: {str(exc)[:120]}"
+    words = said(exc)
+    return f"{name} ({status}): the server said {words}" if words else f"{name} ({status})"
+
+
+def said(exc: BaseException) -> str:
+    """The server's own words about an error (its body's message, else its raw body):
+    hostile text, so cut to ``SAID_CHARS``, shown inert and in double quotes (a quote in
+    it escaped; "…" after it when cut), never mistakable for Tower's own words; "" when it
+    said nothing."""
+    body = getattr(exc, "body", None)
+    words = body.get("message") if isinstance(body, dict) else body
+    if not isinstance(words, str) or not words.strip():
+        return ""
+    cut = "…" if len(words) > SAID_CHARS else ""
+    return '"' + inert(words[:SAID_CHARS]).replace('"', '\\"') + '"' + cut
 
 
 def _code(exc: openai.APIStatusError) -> str | None:

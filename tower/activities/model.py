@@ -37,8 +37,8 @@ from .messages import MessageStore
 from .model_stream import AttemptStream
 from .prices import PriceTable
 from .scripted import SCRIPTED_MODEL, Scripts, scripted_reply
-from .stream_modes import EmptyReply, StreamModes, refuses_streaming
-from .streamed import reply_of, stream_scripted, streamed
+from .stream_modes import EmptyReply, refuses_streaming
+from .streamed import published, reply_of, stream_scripted, streamed
 from .streams import StreamStore
 from .windowed import windowed_call
 
@@ -116,7 +116,6 @@ class ModelActivities:
         self.streams = streams if settings.stream else None  # the runs' live streams
         self.scripts = scripts or {}  # the scripted model's answers: tower.scripts_of(agents)
         self._clients: dict[str | None, openai.AsyncOpenAI] = {}
-        self._modes = StreamModes()  # how each endpoint answers a streaming request
 
     def _client_for(self, base_url: str | None) -> openai.AsyncOpenAI:
         url = base_url or self.settings.base_url
@@ -241,22 +240,17 @@ class ModelActivities:
         if live is None:
             response = await client.chat.completions.create(**kwargs)
             return reply_of(response, endpoint.model, wire_names)
-        # Streamed the way this endpoint answers (stream_modes.py): learned on first contact.
-        url, tries = self._url(endpoint), self._modes.tries(self._url(endpoint), endpoint.model)
-        for mode in tries[:-1]:
-            try:
-                reply, answered = await streamed(client, kwargs, wire_names, live, mode)
-            except Exception as exc:
-                if not refuses_streaming(exc):
-                    raise
-                activity.logger.info("model %s refused a %s request (%s); asking plainer",
-                                     endpoint.model, mode.value, brief(exc))
-                continue
-            self._modes.learn(url, endpoint.model, answered)
-            return reply
-        reply, answered = await streamed(client, kwargs, wire_names, live, tries[-1])
-        self._modes.learn(url, endpoint.model, answered)
-        return reply
+        # Every request asks to stream (stream_modes.py): an endpoint that answered whole
+        # or refused once may stream the next time, so no answer is remembered.
+        try:
+            return await streamed(client, kwargs, wire_names, live)
+        except Exception as exc:
+            if not refuses_streaming(exc):
+                raise
+            activity.logger.info("model %s refused a streaming request (%s); asking once "
+                                 "without streaming", endpoint.model, brief(exc))
+        response = await client.chat.completions.create(**kwargs)
+        return await published(reply_of(response, endpoint.model, wire_names), live)
 
 
 def _request_args(endpoint: Endpoint, request: ModelRequest

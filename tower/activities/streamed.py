@@ -4,8 +4,8 @@ text handed out in pieces, each piece published to the run's stream (``AttemptSt
 Only the text of a reply is published as it arrives: tool calls' arguments and
 structured output are assembled here and reach subscribers whole, with the attempt's
 ``model_finished`` event. What the activity returns is the same ``ModelReply`` as
-without streaming: the run's history does not change. An endpoint that does not stream
-(``stream_modes``) is asked for a whole completion, whose text is published at once.
+without streaming: the run's history does not change. A whole completion (the answer of
+an endpoint that does not stream, ``stream_modes``) has its text published at once.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from tower.contract.wire import ModelReply, ToolCallRequest
 from tower.core.state import Usage
 
 from .model_stream import AttemptStream
-from .stream_modes import Mode
 
 if TYPE_CHECKING:
     import openai
@@ -32,18 +31,11 @@ _PIECES = re.compile(r"\S+\s*|\s+")
 
 
 async def streamed(client: openai.AsyncOpenAI, kwargs: dict[str, Any],
-                   wire_names: dict[str, str], live: AttemptStream, mode: Mode = Mode.STREAM,
-                   ) -> tuple[ModelReply, Mode]:
-    """One completion asked ``mode``'s way, its text published as it arrives; the reply,
-    and how the server answered (``WHOLE``: a JSON completion to a streaming request)."""
+                   wire_names: dict[str, str], live: AttemptStream) -> ModelReply:
+    """One completion asked as a stream, its text published as it arrives."""
     model = str(kwargs["model"])
-    if mode is Mode.WHOLE:
-        reply = reply_of(await client.chat.completions.create(**kwargs), model, wire_names)
-        await live.delta(reply.content or "")
-        return reply, Mode.WHOLE
-    options: dict[str, Any] = {"stream_options": {"include_usage": True}} \
-        if mode is Mode.STREAM else {}
-    chunks = await client.chat.completions.create(**kwargs, stream=True, **options)
+    chunks = await client.chat.completions.create(
+        **kwargs, stream=True, stream_options={"include_usage": True})
     if "json" in chunks.response.headers.get("content-type", ""):
         # A whole completion where events were asked for: read it whole (an SSE reader
         # would find no event in it, and the reply would look empty).
@@ -53,9 +45,8 @@ async def streamed(client: openai.AsyncOpenAI, kwargs: dict[str, Any],
             await chunks.close()
         from openai.types.chat import ChatCompletion
 
-        reply = reply_of(ChatCompletion.model_validate_json(body), model, wire_names)
-        await live.delta(reply.content or "")
-        return reply, Mode.WHOLE
+        return await published(reply_of(ChatCompletion.model_validate_json(body), model,
+                                        wire_names), live)
     text: list[str] = []
     refusal: list[str] = []
     calls: dict[int, dict[str, str]] = {}
@@ -83,7 +74,13 @@ async def streamed(client: openai.AsyncOpenAI, kwargs: dict[str, Any],
                                   arguments=arguments_of(c["arguments"]))
                   for _, c in sorted(calls.items())]
     return ModelReply(model=answered, content="".join(text) if text else None,
-                      tool_calls=tool_calls, usage=usage), mode
+                      tool_calls=tool_calls, usage=usage)
+
+
+async def published(reply: ModelReply, live: AttemptStream) -> ModelReply:
+    """A whole completion's text published at once."""
+    await live.delta(reply.content or "")
+    return reply
 
 
 def reply_of(response: ChatCompletion, model: str, wire_names: dict[str, str]) -> ModelReply:

@@ -46,6 +46,7 @@ class Fault:
     retry_after: float = 1.0  # rate_limit
     seconds: float = 5.0  # slow: delay before the (good) reply
     content: str = '{"unexpected": true}'  # schema: what the model "says"
+    message: str = "Invalid request"  # bad_request: the error body's message
 
     def __post_init__(self) -> None:
         kinds = {*RANDOM_KINDS, "bad_request", "refusal", "empty"}
@@ -215,7 +216,7 @@ def _fault_response(fault: Fault, model: str, scripted: Callable[[], bytes],
     if fault.kind == "server_error":
         return 500, {}, _error("The server had an error", "server_error"), 0.0
     if fault.kind == "bad_request":
-        return 400, {}, _error("Invalid request", "invalid_request_error"), 0.0
+        return 400, {}, _error(fault.message, "invalid_request_error"), 0.0
     if fault.kind == "slow":
         return 200, {}, scripted(), fault.seconds
     if fault.kind == "malformed":

@@ -121,6 +121,9 @@ async def evaluate(
 
 async def _result(rerun: Rerun, base: RunSummary, scorers: Sequence[Scorer]) -> RunResult:
     verdict, scores = await score(base, rerun.summary, scorers)
+    if rerun.hidden is not None:  # named whatever the scorers found
+        scores.append(rerun.hidden)
+        verdict = max(verdict, rerun.hidden.verdict, key=RANK.__getitem__)
     return RunResult(source=rerun.recording.source, workflow_id=rerun.recording.workflow_id,
                      agent=rerun.recording.workflow_type, verdict=verdict, scores=scores,
                      baseline=base, candidate=rerun.summary, answered=rerun.answered,

@@ -14,6 +14,11 @@ gateway (its fallbacks, usage and prices) when the mode says live:
 A call the recording cannot answer (a node called more often than recorded, a child
 run that was not recorded, a call whose conversation lives in the message store) goes
 live too, and is counted, so a report says how much of a run was not from the recording.
+
+A recorded answer to a node whose prompt or model list changed cannot show what the
+change does, so it is never silent: in ``recorded`` mode each such node is named
+(``hidden``: "prompt of node confirm changed; answers recorded"), and the run is
+``changed`` until ``--models changed`` asks the candidate's model.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from temporalio.worker import (
 )
 
 from tower.contract.wire import ModelReply, ModelRequest
+from tower.testing.evals.compare import Change, Score
 from tower.testing.evals.recording import ModelCall, Recording
 
 
@@ -45,6 +51,8 @@ class RecordedModels(Interceptor):
         self.mode = mode
         # workflow id -> how its calls were answered: recorded | live | prompt changed | ...
         self.answered: dict[str, Counter[str]] = {}
+        # workflow id -> node -> what of it changed, answered from the recording all the same
+        self.unseen: dict[str, dict[str, str]] = {}
         self._seen: dict[tuple[str, str, str], int] = {}  # an activity's retries: one call
         self._next: Counter[tuple[str, str]] = Counter()
 
@@ -81,16 +89,35 @@ class RecordedModels(Interceptor):
         if n >= len(recorded):
             calls["live: beyond the recording"] += 1
             return None
-        if self.mode is Mode.CHANGED and _changed(request, recorded[n]):
+        changed = _changed(request, recorded[n])
+        if self.mode is Mode.CHANGED and changed:
             calls["live: prompt or model changed"] += 1
             return None
+        if changed:
+            self.unseen.setdefault(key[0], {})[request.node] = changed
         calls["recorded"] += 1
         return ModelReply.model_validate(recorded[n].reply)
 
 
-def _changed(request: ModelRequest, recorded: ModelCall) -> bool:
-    return (request.system != recorded.request.get("system", "")
-            or list(request.models) != list(recorded.request.get("models") or []))
+    def hidden(self, workflow_id: str) -> Score | None:
+        """The changes of ``workflow_id``'s run that recorded answers hid, named (and
+        forgotten: a recording of the same id may come next)."""
+        nodes = self.unseen.pop(workflow_id, {})
+        if not nodes:
+            return None
+        named = "; ".join(f"{what} of node {node} changed" for node, what in nodes.items())
+        return Score(scorer="prompt", verdict=Change.CHANGED,
+                     detail=f"{named}; answers recorded (--models changed asks the model)")
+
+
+def _changed(request: ModelRequest, recorded: ModelCall) -> str:
+    """What of the node's call differs from the recorded one: "prompt", "models",
+    "prompt and models", or "" (nothing)."""
+    what = [name for name, differs in (
+        ("prompt", request.system != recorded.request.get("system", "")),
+        ("models", list(request.models) != list(recorded.request.get("models") or [])))
+        if differs]
+    return " and ".join(what)
 
 
 class _Inbound(ActivityInboundInterceptor):

@@ -42,7 +42,7 @@ from temporalio.worker import Worker
 
 from tower.contract import search
 from tower.contract.decisions import GateRecord
-from tower.testing.evals.compare import plural
+from tower.testing.evals.compare import Score, plural
 from tower.testing.evals.models import Mode, RecordedModels
 from tower.testing.evals.recording import Outside, Recording
 from tower.testing.evals.summary import RunSummary, summarize
@@ -66,6 +66,7 @@ class Rerun:
     answered: dict[str, int] = field(default_factory=dict)  # how model calls were answered
     notes: list[str] = field(default_factory=list)  # decisions not needed, timeouts ...
     seconds: float = 0.0
+    hidden: Score | None = None  # a prompt change the recorded answers cannot show
 
 
 @dataclass
@@ -151,7 +152,8 @@ class Eval:
             notes.append(f"decision not needed: {unused.get('verdict')} at gate "
                          f"{unused.get('gate')}")
         answered = dict(self.models.answered.pop(recording.workflow_id, {}))
-        return Rerun(recording, summary, answered, notes, time.monotonic() - started)
+        return Rerun(recording, summary, answered, notes, time.monotonic() - started,
+                     self.models.hidden(recording.workflow_id))
 
     async def _drive(self, handle: WorkflowHandle[Any, Any], waiting: list[Outside],
                      notes: list[str]) -> None:

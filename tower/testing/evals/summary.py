@@ -1,9 +1,11 @@
 """The figures an eval compares, read the same way from any run's history (or chain).
 
 ``trail`` is the path of states as the history shows it: each node the run published
-(its AgentNode upserts) or worked in (its activities, whose summaries name the node), in
-order, repeats folded. It is read from the history alone, so a recorded run made by
-code that no longer exists is read exactly as the candidate's new run is.
+(its AgentNode at start, when started with ``search.start_attributes`` as `tower run`
+starts runs, and its upserts) or worked in (its activities, whose summaries name the
+node), in order, repeats folded. It is read from the history alone, so a recorded run made
+by code that no longer exists, or started another way, is read exactly as the
+candidate's new run is.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ def summarize(chain: Sequence[WorkflowHistory]) -> RunSummary:
     s = RunSummary(workflow_id=chain[0].workflow_id, agent=first.workflow_type.name,
                    status="RUNNING", node="")
     published: dict[str, Any] = {}
+    # A run started with its first move's attributes upserts nothing at that move: the
+    # start names its entry node (START -> entry and its next move may share one task).
+    _publish(decode_typed_search_attributes(first.search_attributes), s, published)
     seen = _Seen()
     for history in chain:
         for event in history.events:
@@ -120,13 +125,9 @@ def _failed_in(s: RunSummary, node: str) -> None:
 def _read(event: Any, s: RunSummary, published: dict[str, Any], seen: _Seen) -> None:
     kind = event.event_type
     if kind == E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
-        attrs = decode_typed_search_attributes(
-            event.upsert_workflow_search_attributes_event_attributes.search_attributes)
-        for key in (search.AGENT_NODE, search.AGENT_STATUS, search.AGENT_ERROR):
-            if attrs.get(key) is not None:
-                published[key.name] = attrs.get(key)
-        if attrs.get(search.AGENT_NODE):
-            _follow(s, str(attrs.get(search.AGENT_NODE)))
+        _publish(decode_typed_search_attributes(
+            event.upsert_workflow_search_attributes_event_attributes.search_attributes),
+            s, published)
     elif kind == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
         a = event.activity_task_scheduled_event_attributes
         summary = _summary(event)
@@ -177,6 +178,14 @@ def _read(event: Any, s: RunSummary, published: dict[str, Any], seen: _Seen) -> 
                   E.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
                   E.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED):
         s.status = kind.name.removeprefix("EVENT_TYPE_WORKFLOW_EXECUTION_")
+
+
+def _publish(attrs: Any, s: RunSummary, published: dict[str, Any]) -> None:
+    for key in (search.AGENT_NODE, search.AGENT_STATUS, search.AGENT_ERROR):
+        if attrs.get(key) is not None:
+            published[key.name] = attrs.get(key)
+    if attrs.get(search.AGENT_NODE):
+        _follow(s, str(attrs.get(search.AGENT_NODE)))
 
 
 def _summary(event: Any) -> str:
