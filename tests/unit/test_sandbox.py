@@ -1,13 +1,15 @@
 """The worker's sandbox checks each workflow class once per process, and replay registers
 only the agents its histories ran: replaying many histories (or building many workers)
-stops paying a sandbox build per agent per batch. Runs keep every restriction."""
+stops paying a sandbox build per agent per batch. Runs keep every restriction. The SDK's
+payload passes around each activation ask the run's serialization contexts without
+entering the sandbox, and get the answers the SDK's sandboxed calls give."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, _importer, _runner
 
 from tower.cli.histories import load, replay
 from tower.temporal import TowerPlugin
@@ -45,3 +47,47 @@ def test_runs_keep_the_sandbox_restrictions() -> None:
     assert "workflows" not in restrictions.passthrough_modules
     assert restrictions.invalid_module_members == (
         SandboxedWorkflowRunner().restrictions.invalid_module_members)
+
+
+async def test_payload_contexts_are_the_sdk_s_answers_without_entering_the_sandbox(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    entries, activations, asked = [0], [0], []
+    applied, activate = _importer.Importer.applied, _runner._Instance.activate
+    sdk = _runner._Instance  # the SDK's own answers, from inside the sandbox
+
+    def counting_applied(self: _importer.Importer) -> object:
+        entries[0] += 1
+        return applied(self)
+
+    def counting_activate(self: _runner._Instance, act: object) -> object:
+        activations[0] += 1
+        return activate(self, act)  # type: ignore[arg-type]
+
+    def compared(name: str) -> object:
+        ours = getattr(tower_sandbox._Instance, name)
+
+        def both(self: _runner._Instance, command_info: object) -> object:
+            answer = ours(self, command_info)
+            before = entries[0]
+            assert getattr(sdk, name)(self, command_info) == answer
+            entries[0] = before  # the comparison's own entry is not the run's
+            asked.append((name, answer))
+            return answer
+        return both
+
+    # A chat: updates, and local model calls whose payloads take the activity's context.
+    histories = load(sorted(HISTORIES.glob("chat-1@*.json"))[:1])
+    await replay(histories)  # the agent's one-off check (a sandbox of its own) done
+    monkeypatch.setattr(_importer.Importer, "applied", counting_applied)
+    monkeypatch.setattr(_runner._Instance, "activate", counting_activate)
+    for name in ("get_serialization_context", "get_external_store_context"):
+        monkeypatch.setattr(tower_sandbox._Instance, name, compared(name))
+    results = await replay(histories)
+    assert [r.ok for r in results] == [True]
+    kinds = {type(answer).__name__ for _, answer in asked}
+    assert {"WorkflowSerializationContext", "ActivitySerializationContext",
+            "StorageDriverStoreContext"} <= kinds, kinds
+    assert activations[0] > 10
+    # The run's own sandbox is entered to create it (twice) and once per activation.
+    assert entries[0] == activations[0] + 2, (entries[0], activations[0])
