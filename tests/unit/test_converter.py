@@ -16,13 +16,16 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_
 from temporalio.converter import (
     ActivitySerializationContext,
     DataConverter,
+    SerializationContext,
     StorageDriverStoreContext,
     StorageDriverWorkflowInfo,
+    WithSerializationContext,
     WorkflowSerializationContext,
 )
 
 from tower.temporal import converter
 from tower.temporal._unopenable import TowerDataConverter, guarded
+from tower.temporal.codec import NoKeys
 from tower.temporal.payloads import tower_data_converter
 from tower.temporal.worker import pydantic_converter
 
@@ -110,3 +113,35 @@ def test_a_worker_s_converter_is_made_once_per_context(tmp_path: Path) -> None:
     other = inputs._with_store_context(store("v"))
     assert other is not bound and other.external_storage is not None
     assert other.external_storage._store_context == store("v")
+
+
+def test_a_context_reaches_the_parts_that_take_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[SerializationContext] = []
+    sdk_with_context = DataConverter.with_context
+
+    def counted(self: DataConverter, context: SerializationContext) -> DataConverter:
+        asked.append(context)
+        return sdk_with_context(self, context)
+
+    monkeypatch.setattr(DataConverter, "with_context", counted)
+    call = ActivitySerializationContext(
+        namespace="default", workflow_id="w", workflow_type="chat", activity_type="call_model",
+        activity_id="1", activity_task_queue="q", is_local=True)
+    # Tower's own parts take none: the SDK's way of asking each part is not gone through.
+    worker = guarded(tower_data_converter(tmp_path, 8192, env={}))
+    assert worker.with_context(call) is worker and asked == []
+
+    class Contextual(NoKeys, WithSerializationContext):
+        def __init__(self, context: SerializationContext | None = None) -> None:
+            self.context = context
+
+        def with_context(self, context: SerializationContext) -> Contextual:
+            return Contextual(context)
+
+    # A codec that takes a context gets it, as the SDK gives it.
+    theirs = guarded(dataclasses.replace(tower_data_converter(tmp_path, 8192, env={}),
+                                         payload_codec=Contextual()))
+    codec = theirs.with_context(call).payload_codec
+    assert isinstance(codec, Contextual) and codec.context == call and asked == [call]

@@ -33,6 +33,7 @@ from temporalio.converter import (
     EncodingPayloadConverter,
     SerializationContext,
     StorageDriverStoreContext,
+    WithSerializationContext,
     WorkflowSerializationContext,
 )
 
@@ -84,12 +85,21 @@ class TowerDataConverter(DataConverter):
 
     def with_context(self, context: SerializationContext) -> Self:
         outside = self.guard_inputs and isinstance(context, WorkflowSerializationContext)
-        converter = super().with_context(context)
+        converter = self if self._takes_no_context else super().with_context(context)
         if converter.outside == outside:
             return converter
         if converter is self:  # no part took the context: the SDK asks at every activation
             return self._other_side
         return _flagged(converter, outside)
+
+    @functools.cached_property
+    def _takes_no_context(self) -> bool:
+        """No part of this converter takes a serialization context: Tower's payload converter
+        (``BuiltOnUse``) answers any context with itself, and so does the SDK's wrapper
+        around it; a codec, failure converter or storage that takes one is asked each time."""
+        parts = (self.payload_codec, self.failure_converter, self.external_storage)
+        return (issubclass(self.payload_converter_class, BuiltOnUse)
+                and not any(isinstance(part, WithSerializationContext) for part in parts))
 
     @functools.cached_property
     def _other_side(self) -> Self:
