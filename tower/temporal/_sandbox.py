@@ -3,7 +3,7 @@
 Workflow code runs only inside the sandbox, with every restriction of the SDK's
 (tests/unit/test_sandbox.py shows a forbidden call caught). What Tower changes is what
 is loaded once outside it (``sandbox_runner``), how often a workflow class is checked,
-and that the SDK's own bookkeeping between activations does not enter it (``_Instance``).
+and how often the SDK's own bookkeeping between activations enters it (``_Answers``).
 """
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from temporalio.bridge.proto.workflow_activation import WorkflowActivation
+from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.converter import SerializationContext, StorageDriverStoreContext
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
-from temporalio.worker.workflow_sandbox._runner import _Instance as _SdkInstance
+from temporalio.workflow import Info
 
 __all__ = ["PASSED_THROUGH", "sandbox_runner"]
 
@@ -25,32 +27,56 @@ PASSED_THROUGH = ("tower", "joserfc", "cryptography")
 _VALIDATED: set[type] = set()  # workflow classes already checked in a sandbox, this process
 
 
-class _Instance(_SdkInstance):
-    """The SDK's sandboxed run; the payload passes ask its serialization contexts directly.
+_UNASKED: Any = object()
+
+
+class _Answers(WorkflowInstance):
+    """A run's sandbox (the SDK's), its answers to the payload passes kept between
+    activations.
 
     Around every activation the SDK walks the activation's and the completion's payloads
-    (decode and encode, three passes each) and, for each payload, asks the run which
-    serialization context applies (the run's own, or the activity's a command schedules).
-    The SDK answers each question by entering the sandbox — compiling a line of code, and
-    swapping ``sys.modules``, ``__import__`` and the restricted builtins in and out — to
-    call its own bookkeeping (``_WorkflowInstanceImpl.get_serialization_context``: a
-    lookup in its pending commands; no workflow code runs). Seven entries per activation
-    were half the worker's Python-thread CPU in a replayed 300-turn chat
-    (docs/benchmarks.md). The answer is the same object asked outside: the SDK's code
-    and its dataclasses are passed through (the same modules inside and out).
+    (decode and encode, three passes each) and, for each payload sequence, asks the run
+    which serialization context applies (the run's own, or the activity's a command
+    schedules) and where an externally stored payload belongs. The SDK's sandbox answers
+    each question by entering the sandbox — compiling a line of code, and swapping
+    ``sys.modules``, ``__import__`` and the restricted builtins in and out — to read its
+    own bookkeeping (the run's identity, its pending commands; no workflow code runs):
+    seven entries per activation, half the worker's Python-thread CPU in a replayed
+    300-turn chat (docs/benchmarks.md). A run's answers change only when it is activated,
+    so each question is answered by the sandbox once between two activations; the answers
+    for payloads of no command (updates, signals, results: the run's own identity) once
+    per run. tests/unit/test_sandbox.py checks every kept answer against the SDK's.
     """
 
+    def __init__(self, run: WorkflowInstance) -> None:
+        self._run = run
+        self._contexts: dict[Any, SerializationContext | None] = {}
+        self._stores: dict[Any, StorageDriverStoreContext] = {}
+
+    def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+        # The run's commands change here, and only here; its identity (None) never does.
+        for answers in (self._contexts, self._stores):
+            own = answers.get(None, _UNASKED)
+            answers.clear()
+            if own is not _UNASKED:
+                answers[None] = own
+        return self._run.activate(act)
+
     def get_serialization_context(self, command_info: Any) -> SerializationContext | None:
-        return self._run.get_serialization_context(command_info)
+        if command_info not in self._contexts:
+            self._contexts[command_info] = self._run.get_serialization_context(command_info)
+        return self._contexts[command_info]
 
     def get_external_store_context(self, command_info: Any) -> StorageDriverStoreContext:
-        return self._run.get_external_store_context(command_info)
+        if command_info not in self._stores:
+            self._stores[command_info] = self._run.get_external_store_context(command_info)
+        return self._stores[command_info]
 
-    @property
-    def _run(self) -> Any:
-        # The sandbox's InSandbox, which the SDK made when it created the run; it forwards
-        # to the run's workflow instance (the same calls the SDK makes inside).
-        return self.globals_and_locals["__temporal_in_sandbox"]
+    def get_info(self) -> Info:
+        return self._run.get_info()
+
+    def get_thread_id(self) -> int | None:
+        return self._run.get_thread_id()
 
 
 @dataclass(frozen=True)
@@ -70,7 +96,7 @@ class _ValidateOnce(SandboxedWorkflowRunner):
             _VALIDATED.add(defn.cls)
 
     def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
-        return _Instance(det, self.runner_class, self.restrictions)
+        return _Answers(super().create_instance(det))
 
 
 def sandbox_runner(*passthrough: str) -> SandboxedWorkflowRunner:
