@@ -15,7 +15,8 @@ the audit trail, the update is rejected, a start fails at once with the reason (
 missing key or payload store is fixed by the operator and the run goes on. Clients keep the
 plain behaviour: a result they cannot open is the codec's own error.
 
-This overrides three private steps of the SDK's ``DataConverter`` (temporalio 1.35, pinned).
+This overrides three private steps of the SDK's ``DataConverter`` (temporalio 1.35, pinned),
+and keeps what its private ``_with_store_context`` binds around every activation.
 """
 
 from __future__ import annotations
