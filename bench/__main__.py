@@ -2,8 +2,10 @@
 
 Prints one table of figures measured side by side in this run (ratios, not
 absolute times: the machine changes, the ratios should not). ``--quick`` shrinks
-every suite for a smoke run. ``python -m bench surface``: Tower's size, read from its
-code (bench/surface.py), no server.
+every suite for a smoke run. ``python -m bench replay`` measures only the replay of the
+300-turn pair (``--histories DIR`` keeps the two recorded histories there, and replays
+them again next time without recording). ``python -m bench surface``: Tower's size, read
+from its code (bench/surface.py), no server.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import sys
 import tempfile
 import uuid
 from collections.abc import Awaitable
@@ -22,7 +26,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from bench import chat, cleanup, evals, parked, streaming, suites, surface, workflow_streams
 from bench.agents import BENCH_WORKFLOWS, WORKFLOW_TASKS, StepsAgent
-from bench.report import table
+from bench.report import replay_table, table
 from tower.activities.model import ModelSettings
 from tower.cli.devserver import temporal_binary
 from tower.contract import search
@@ -91,14 +95,42 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     return figures
 
 
+async def replay_only(args: argparse.Namespace) -> dict[str, Any]:
+    """The 300-turn pair's replay alone: recorded once (on a dev server of its own) into
+    ``--histories``, then read and replayed in alternating rounds."""
+    folder = args.histories or Path(tempfile.mkdtemp(prefix="tower-bench-replay-"))
+    if not all((folder / name).exists() for name in chat.KEPT.values()):
+        print(f"recording the {args.pair_turns}-turn pair into {folder} ...", flush=True)
+        env = await WorkflowEnvironment.start_local(
+            dev_server_existing_path=temporal_binary(), data_converter=pydantic_data_converter,
+            search_attributes=search.ALL, dev_server_log_level="error")
+        try:
+            tq = f"bench-{uuid.uuid4().hex[:6]}"
+            async with build_worker(env.client, task_queue=tq, db_path=folder / "tools.sqlite",
+                                    models=ModelSettings(), workflows=BENCH_WORKFLOWS,
+                                    max_concurrent_workflow_tasks=WORKFLOW_TASKS):
+                await chat.side_by_side(env.client, tq, turns=args.pair_turns, rounds=1,
+                                        keep=folder)
+        finally:
+            await env.shutdown()
+    before = os.getloadavg()
+    figures = await chat.replay_kept(folder, args.rounds)
+    return {**figures, "histories": str(folder), "load_average": [before, os.getloadavg()]}
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("suite", nargs="?", choices=["all", "replay"], default="all",
+                        help="replay: only the 300-turn pair's replay")
+    parser.add_argument("--histories", type=Path,
+                        help="replay: the folder the pair's histories are kept in (recorded "
+                        "there first when missing)")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--runs", type=int, default=10, help="sequential runs per kind")
     parser.add_argument("--turns", type=int, default=3000, help="Tower chat thread length")
     parser.add_argument("--pair-turns", type=int, default=300,
                         help="turns of the side-by-side threads (latency, replay)")
-    parser.add_argument("--rounds", type=int, default=5, help="replays of each history")
+    parser.add_argument("--rounds", type=int, help="replays of each history (5; replay: 9)")
     parser.add_argument("--carry-turns", type=int, default=40,
                         help="turns of the thread replayed with its payload store deleted")
     parser.add_argument("--stream-turns", type=int, default=40,
@@ -113,12 +145,18 @@ if __name__ == "__main__":
                         help="the parked-runs worker's max_cached_workflows")
     parser.add_argument("--decisions", type=int, default=40,
                         help="decisions sent to evicted parked runs (latency)")
-    surface.add_command(parser.add_subparsers(dest="command"))
+    if sys.argv[1:2] == ["surface"]:  # no server: its own few options
+        sizes = argparse.ArgumentParser(prog="python -m bench")
+        surface.add_command(sizes.add_subparsers(dest="command", required=True))
+        raise SystemExit(surface.main(sizes.parse_args()))
     ns = parser.parse_args()
-    if ns.command == "surface":
-        raise SystemExit(surface.main(ns))
+    if ns.rounds is None:
+        ns.rounds = 9 if ns.suite == "replay" else 5
     if ns.quick:
         ns.runs, ns.turns, ns.pair_turns, ns.rounds, ns.carry_turns = 3, 40, 30, 2, 20
         ns.concurrent, ns.parked, ns.cache, ns.decisions = 20, 60, 20, 5
         ns.stream_turns, ns.cleanup = 5, 5
-    print(table(asyncio.run(main(ns))))
+    if ns.suite == "replay":
+        print(replay_table(asyncio.run(replay_only(ns))))
+    else:
+        print(table(asyncio.run(main(ns))))

@@ -91,9 +91,11 @@ async def thread(client: Client, tq: str, folder: Path, *, turns: int) -> dict[s
             "max_run_bytes": max(history_bytes(h) for h in chain)}
 
 
-async def side_by_side(client: Client, tq: str, *, turns: int, rounds: int) -> dict[str, Any]:
+async def side_by_side(client: Client, tq: str, *, turns: int, rounds: int,
+                       keep: Path | None = None) -> dict[str, Any]:
     """A Tower thread and the hand-written one, turn by turn in turns (latency), then each
-    history replayed ``rounds`` times, alternating (replay time)."""
+    history replayed ``rounds`` times, alternating (replay time). With ``keep``, the two
+    histories are written there too (``replay_kept`` replays them again)."""
     tower = await client.start_workflow(ChatAgent.run, ChatInput(), id=_id("chat"),
                                         task_queue=tq, search_attributes=CHAT_START)
     naive = await client.start_workflow(NaiveChat.run, id=_id("naive"), task_queue=tq)
@@ -110,6 +112,10 @@ async def side_by_side(client: Client, tq: str, *, turns: int, rounds: int) -> d
     histories = {"tower": await tower.fetch_history(), "naive": await naive.fetch_history()}
     await tower.execute_update(ChatAgent.close)
     await naive.execute_update(NaiveChat.close)
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        for kind, history in histories.items():
+            (keep / KEPT[kind]).write_text(history.to_json())
     replays = await _replay_times(histories, rounds)
     early = min(50, turns)
     return {
@@ -123,6 +129,27 @@ async def side_by_side(client: Client, tq: str, *, turns: int, rounds: int) -> d
     }
 
 
+KEPT = {"tower": "tower.json", "naive": "naive.json"}  # side_by_side's histories, kept
+
+
+async def replay_kept(folder: Path, rounds: int) -> dict[str, Any]:
+    """The two histories ``side_by_side`` kept in ``folder``, read (CPU time counted apart)
+    and replayed ``rounds`` times each, alternating; and, to tell what Tower's sandbox
+    gives any workflow, the hand-written one in Tower's sandbox too."""
+    histories, load_s = {}, {}
+    for kind, name in KEPT.items():
+        start = time.process_time()
+        histories[kind] = WorkflowHistory.from_json(kind, (folder / name).read_text())
+        load_s[kind] = time.process_time() - start
+    histories["naive_tower_sandbox"] = histories["naive"]
+    replays = await _replay_times(histories, rounds)
+    return {"turns": len(turn_costs([histories["tower"]])), "rounds": rounds,
+            "replay_s": {k: statistics.median(v) for k, v in replays.items()},
+            "replays_s": replays, "load_s": load_s,
+            "events": {k: len(histories[k].events) for k in KEPT},
+            "bytes": {k: history_bytes(histories[k]) for k in KEPT}}
+
+
 async def _replay_times(histories: dict[str, WorkflowHistory], rounds: int,
                         ) -> dict[str, list[float]]:
     # The hand-written agent replays in the SDK's own sandbox and with its pydantic
@@ -130,17 +157,23 @@ async def _replay_times(histories: dict[str, WorkflowHistory], rounds: int,
     # pass-through modules (its module imports Tower's); Tower's with TowerPlugin, as a
     # worker, `tower replay` and tower.testing have it (the payload store and codec from
     # the environment; tower.temporal._sandbox: cheaper per payload; the same payloads).
-    naive = SandboxedWorkflowRunner(restrictions=sandbox_runner("activities").restrictions)
-    replayers = {"tower": Replayer(workflows=[ChatAgent], plugins=[TowerPlugin()]),
-                 "naive": Replayer(workflows=[NaiveChat], data_converter=pydantic_data_converter,
-                                   workflow_runner=naive)}
+    # (naive_tower_sandbox: the hand-written one in Tower's sandbox, when asked for.)
+    runners = {"naive": SandboxedWorkflowRunner(
+                   restrictions=sandbox_runner("activities").restrictions),
+               "naive_tower_sandbox": sandbox_runner("activities")}
+    replayers = {kind: Replayer(workflows=[ChatAgent], plugins=[TowerPlugin()])
+                 if kind == "tower" else
+                 Replayer(workflows=[NaiveChat], data_converter=pydantic_data_converter,
+                          workflow_runner=runners[kind])
+                 for kind in histories}
     for kind in histories:  # warm up: imports and the one-off sandbox check
         await replayers[kind].replay_workflow(histories[kind])
     # CPU time of this process (the SDK core's threads included): on a shared machine the
     # wall time of the same replay varied twofold from one run to the next.
     times: dict[str, list[float]] = {k: [] for k in histories}
+    kinds = list(histories)
     for r in range(rounds):
-        for kind in (("tower", "naive") if r % 2 else ("naive", "tower")):
+        for kind in (kinds if r % 2 else kinds[::-1]):
             start = time.process_time()
             await replayers[kind].replay_workflow(histories[kind])
             times[kind].append(time.process_time() - start)

@@ -1,4 +1,5 @@
-"""TowerPlugin's run context freezes the heap while a process's workers run (heap.py)."""
+"""TowerPlugin's run context freezes the heap while a process's workers run (heap.py); only
+the process's first freeze pays a full collection first."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from tower.temporal import _heap
 from tower.temporal._heap import frozen_heap
 
 
@@ -27,8 +29,21 @@ async def test_the_heap_is_frozen_while_any_worker_runs_and_released_after_the_l
     assert calls == ["freeze", "unfreeze"] and gc.get_freeze_count() == 0
 
 
-def _counted(name: str, real: Callable[[], None], calls: list[str]) -> Callable[[], None]:
-    def call() -> None:
+def _counted(name: str, real: Callable[..., object], calls: list[str]) -> Callable[..., None]:
+    def call(*args: object) -> None:
         calls.append(name)
-        real()
+        real(*args)
     return call
+
+
+async def test_only_the_process_s_first_freeze_collects_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+    for name in ("freeze", "unfreeze", "collect"):
+        monkeypatch.setattr(gc, name, _counted(name, getattr(gc, name), calls))
+    monkeypatch.setattr(_heap, "_collected", False)  # as in a fresh process
+    for _ in range(3):  # workers or replayers in turn
+        async with frozen_heap():
+            pass
+    assert calls == ["collect", "freeze", "unfreeze", "freeze", "unfreeze", "freeze", "unfreeze"]

@@ -1,13 +1,15 @@
 """The worker's sandbox checks each workflow class once per process, and replay registers
 only the agents its histories ran: replaying many histories (or building many workers)
-stops paying a sandbox build per agent per batch. Runs keep every restriction."""
+stops paying a sandbox build per agent per batch. Runs keep every restriction. The SDK's
+payload passes around each activation get the answers the SDK's sandboxed calls give,
+the sandbox entered once per question between two activations."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, _importer, _runner
 
 from tower.cli.histories import load, replay
 from tower.temporal import TowerPlugin
@@ -50,3 +52,51 @@ def test_runs_keep_the_sandbox_restrictions() -> None:
     assert "workflows" not in restrictions.passthrough_modules
     assert restrictions.invalid_module_members == (
         SandboxedWorkflowRunner().restrictions.invalid_module_members)
+
+
+async def test_payload_contexts_are_the_sdk_s_answers_the_sandbox_gives_once_per_activation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    entries, activations, asked = [0], [0], []
+    applied, activate = _importer.Importer.applied, _runner._Instance.activate
+
+    def counting_applied(self: _importer.Importer) -> object:
+        entries[0] += 1
+        return applied(self)
+
+    def counting_activate(self: _runner._Instance, act: object) -> object:
+        activations[0] += 1
+        return activate(self, act)  # type: ignore[arg-type]
+
+    def compared(name: str) -> object:
+        kept = getattr(tower_sandbox._Answers, name)
+
+        def both(self: tower_sandbox._Answers, command_info: object) -> object:
+            answer = kept(self, command_info)
+            before = entries[0]
+            # The SDK's own answer now, from inside the sandbox: the same.
+            assert getattr(self._run, name)(command_info) == answer
+            entries[0] = before  # the comparison's own entry is not the run's
+            asked.append((name, answer))
+            return answer
+        return both
+
+    # A chat: updates, and local model calls whose payloads take the activity's context.
+    histories = load(sorted(HISTORIES.glob("chat-1@*.json"))[:1])
+    await replay(histories)  # the agent's one-off check (a sandbox of its own) done
+    monkeypatch.setattr(_importer.Importer, "applied", counting_applied)
+    monkeypatch.setattr(_runner._Instance, "activate", counting_activate)
+    for name in ("get_serialization_context", "get_external_store_context"):
+        monkeypatch.setattr(tower_sandbox._Answers, name, compared(name))
+    results = await replay(histories)
+    assert [r.ok for r in results] == [True]
+    kinds = {type(answer).__name__ for _, answer in asked}
+    assert {"WorkflowSerializationContext", "ActivitySerializationContext",
+            "StorageDriverStoreContext"} <= kinds, kinds
+    assert activations[0] > 10
+    # Created (two entries), activated, and asked each question once between activations
+    # (the run's own context once): the SDK asks about seven a time, and its sandbox
+    # answered each by entering it.
+    for_answers = entries[0] - activations[0] - 2
+    assert len(asked) >= 4 * activations[0], (len(asked), activations[0])
+    assert for_answers <= len(asked) / 4, (for_answers, len(asked))

@@ -2,7 +2,8 @@
 
 Workflow code runs only inside the sandbox, with every restriction of the SDK's
 (tests/unit/test_sandbox.py shows a forbidden call caught). What Tower changes is what
-is loaded once outside it (``sandbox_runner``) and how often a workflow class is checked.
+is loaded once outside it (``sandbox_runner``), how often a workflow class is checked,
+and how often the SDK's own bookkeeping between activations enters it (``_Answers``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from temporalio.bridge.proto.workflow_activation import WorkflowActivation
+from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
+from temporalio.converter import SerializationContext, StorageDriverStoreContext
+from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.workflow import Info
 
 __all__ = ["PASSED_THROUGH", "project_packages", "sandbox_runner"]
 
@@ -22,6 +28,58 @@ __all__ = ["PASSED_THROUGH", "project_packages", "sandbox_runner"]
 PASSED_THROUGH = ("tower", "joserfc", "cryptography")
 
 _VALIDATED: set[type] = set()  # workflow classes already checked in a sandbox, this process
+
+
+_UNASKED: Any = object()
+
+
+class _Answers(WorkflowInstance):
+    """A run's sandbox (the SDK's), its answers to the payload passes kept between
+    activations.
+
+    Around every activation the SDK walks the activation's and the completion's payloads
+    (decode and encode, three passes each) and, for each payload sequence, asks the run
+    which serialization context applies (the run's own, or the activity's a command
+    schedules) and where an externally stored payload belongs. The SDK's sandbox answers
+    each question by entering the sandbox — compiling a line of code, and swapping
+    ``sys.modules``, ``__import__`` and the restricted builtins in and out — to read its
+    own bookkeeping (the run's identity, its pending commands; no workflow code runs):
+    seven entries per activation, half the worker's Python-thread CPU in a replayed
+    300-turn chat (docs/benchmarks.md). A run's answers change only when it is activated,
+    so each question is answered by the sandbox once between two activations; the answers
+    for payloads of no command (updates, signals, results: the run's own identity) once
+    per run. tests/unit/test_sandbox.py checks every kept answer against the SDK's.
+    """
+
+    def __init__(self, run: WorkflowInstance) -> None:
+        self._run = run
+        self._contexts: dict[Any, SerializationContext | None] = {}
+        self._stores: dict[Any, StorageDriverStoreContext] = {}
+
+    def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+        # The run's commands change here, and only here; its identity (None) never does.
+        for answers in (self._contexts, self._stores):
+            own = answers.get(None, _UNASKED)
+            answers.clear()
+            if own is not _UNASKED:
+                answers[None] = own
+        return self._run.activate(act)
+
+    def get_serialization_context(self, command_info: Any) -> SerializationContext | None:
+        if command_info not in self._contexts:
+            self._contexts[command_info] = self._run.get_serialization_context(command_info)
+        return self._contexts[command_info]
+
+    def get_external_store_context(self, command_info: Any) -> StorageDriverStoreContext:
+        if command_info not in self._stores:
+            self._stores[command_info] = self._run.get_external_store_context(command_info)
+        return self._stores[command_info]
+
+    def get_info(self) -> Info:
+        return self._run.get_info()
+
+    def get_thread_id(self) -> int | None:
+        return self._run.get_thread_id()
 
 
 @dataclass(frozen=True)
@@ -40,13 +98,15 @@ class _ValidateOnce(SandboxedWorkflowRunner):
             super().prepare_workflow(defn)
             _VALIDATED.add(defn.cls)
 
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _Answers(super().create_instance(det))
+
 
 def sandbox_runner(*passthrough: str) -> SandboxedWorkflowRunner:
     """The sandbox every worker and replayer uses (a replayer must match the worker): the
     engine and the modules named in ``passthrough`` (e.g. tool schemas) loaded once."""
     return _ValidateOnce(restrictions=SandboxRestrictions.default.with_passthrough_modules(
         *PASSED_THROUGH, *passthrough))
-
 
 
 def project_packages(workflows: Iterable[type]) -> list[str]:

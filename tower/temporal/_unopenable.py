@@ -15,7 +15,8 @@ the audit trail, the update is rejected, a start fails at once with the reason (
 missing key or payload store is fixed by the operator and the run goes on. Clients keep the
 plain behaviour: a result they cannot open is the codec's own error.
 
-This overrides three private steps of the SDK's ``DataConverter`` (temporalio 1.35, pinned).
+This overrides three private steps of the SDK's ``DataConverter`` (temporalio 1.35, pinned),
+and keeps what its private ``_with_store_context`` binds around every activation.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import copy
 import dataclasses
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Self
+from typing import Any, Self, TypeVar, cast
 
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import PydanticPayloadConverter
@@ -32,6 +33,8 @@ from temporalio.converter import (
     DataConverter,
     EncodingPayloadConverter,
     SerializationContext,
+    StorageDriverStoreContext,
+    WithSerializationContext,
     WorkflowSerializationContext,
 )
 
@@ -83,15 +86,36 @@ class TowerDataConverter(DataConverter):
 
     def with_context(self, context: SerializationContext) -> Self:
         outside = self.guard_inputs and isinstance(context, WorkflowSerializationContext)
-        converter = super().with_context(context)
+        converter = self if self._takes_no_context else super().with_context(context)
         if converter.outside == outside:
             return converter
-        # A shallow copy, as the SDK's own with_context makes: dataclasses.replace would
-        # rebuild the payload and failure converters, dropping their context (and cost a
-        # rebuild at every activation).
-        flagged = copy.copy(converter)
-        object.__setattr__(flagged, "outside", outside)
-        return flagged
+        if converter is self:  # no part took the context: the SDK asks at every activation
+            return self._other_side
+        return _flagged(converter, outside)
+
+    @functools.cached_property
+    def _takes_no_context(self) -> bool:
+        """No part of this converter takes a serialization context: Tower's payload converter
+        (``BuiltOnUse``) answers any context with itself, and so does the SDK's wrapper
+        around it; a codec, failure converter or storage that takes one is asked each time."""
+        parts = (self.payload_codec, self.failure_converter, self.external_storage)
+        return (issubclass(self.payload_converter_class, BuiltOnUse)
+                and not any(isinstance(part, WithSerializationContext) for part in parts))
+
+    @functools.cached_property
+    def _other_side(self) -> Self:
+        """This converter with ``outside`` flipped, made once."""
+        return _flagged(self, not self.outside)
+
+    def _with_store_context(self, ctx: StorageDriverStoreContext) -> DataConverter:
+        # The SDK binds the run's store context around every activation (twice), each time
+        # rebuilding this converter and its storage; a run's context is the same each time.
+        kept = self.__dict__.get(_STORED)
+        if kept is not None and kept[0] == ctx:
+            return cast(DataConverter, kept[1])
+        converter = super()._with_store_context(ctx)
+        self.__dict__[_STORED] = (ctx, converter)
+        return converter
 
     async def _decode_reference_payload_sequence(
         self, payloads: Sequence[Payload]
@@ -123,6 +147,21 @@ class TowerDataConverter(DataConverter):
                 except Exception as exc:
                     opened.append(marker(why or str(exc)))
             return opened
+
+
+C = TypeVar("C", bound=TowerDataConverter)
+_STORED = "_stored"  # (store context, this converter bound to it): the last one asked
+
+
+def _flagged(converter: C, outside: bool) -> C:
+    # A shallow copy, as the SDK's own with_context makes: dataclasses.replace would
+    # rebuild the payload and failure converters, dropping their context (and cost a
+    # rebuild at every activation). What the original kept for itself stays with it.
+    flagged = copy.copy(converter)
+    flagged.__dict__.pop(_STORED, None)
+    flagged.__dict__.pop("_other_side", None)
+    object.__setattr__(flagged, "outside", outside)
+    return flagged
 
 
 def guarded(converter: DataConverter) -> DataConverter:
