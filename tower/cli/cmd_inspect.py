@@ -25,7 +25,8 @@ from tower.cli.cmd_replay import fetch
 from tower.cli.common import CliError
 from tower.cli.histories import HistoryError, Replayed, load, replay
 from tower.cli.output import json_option, print_json, run_argument, table, tenant_option
-from tower.client import connect, connect_config, history_end
+from tower.client import NeverStarted, connect, connect_config, history_end
+from tower.client._runs import history_failure, refusal
 from tower.testing._replay_report import task_completed_after
 
 
@@ -70,6 +71,9 @@ async def replayed(run: str, run_id: str | None, client: Client | None = None, *
         raise CliError(str(exc)) from None
     (source, history), = histories
     await readable(source, history)
+    why = refusal(await history_failure(history))
+    if why is not None:  # failed before its first step: no steps, no state to show
+        raise NeverStarted(source, why)
     result, = await replay(histories, namespace=namespace)
     if result.failure:
         missing = await missing_payload(history)

@@ -36,7 +36,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower.client._runs import closed, describe, failure_of
+from tower.client._runs import check_started, closed, describe, failure_of
 from tower.client.errors import ClientError, RunNotFound
 from tower.contract import search
 from tower.core.engine import Transition
@@ -121,6 +121,7 @@ async def _end(handle: WorkflowHandle[Any, Any], info: WorkflowExecutionDescript
                ) -> RunEnd | None:
     # At DONE or FAILED the task that got there closes the execution: its end is certain.
     if closed(info) or at.status in AGENT_ENDS:
+        await check_started(handle, info)  # refused its input: not an end, no step taken
         reason = None if at.status == "DONE" else await failure_of(handle)
         return RunEnd(handle.id, at.status, at.step, at.node, closed=True, reason=reason)
     if stop_at_pause and at.status == PAUSED:

@@ -21,12 +21,17 @@ from __future__ import annotations
 import typing
 from typing import Any
 
-from pydantic import BaseModel, create_model
+from pydantic import BaseModel, ValidationError, create_model
 from temporalio import workflow
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
 
 from tower.core.carry import Carry
 
-__all__ = ["runtime_start"]
+__all__ = ["INPUT_REFUSED", "opened", "runtime_start"]
+
+# The failure type of a run whose input its agent refused: it never took a step.
+INPUT_REFUSED = "InputRefused"
 
 
 def runtime_start(cls: type) -> None:
@@ -49,21 +54,44 @@ def runtime_start(cls: type) -> None:
                   or cls.__mro__[1].__init__)  # type: ignore[misc]
     cls.plain_init = plain_init  # type: ignore[attr-defined]  # an instance outside a run
 
-    def __init__(self: Any, request: Any) -> None:
+    def __init__(self: Any, request: RawValue) -> None:
         plain_init(self)
-        self._start_input = request
-        if carries:
-            self.take_carried(request.carry)
+        self._start_input, self._input_refused = opened(request, started)
+        if carries and self._start_input is not None:
+            self.take_carried(self._start_input.carry)
 
-    async def run(self: Any, request: Any) -> Any:
-        await self._begin(request)
-        return await own_run(self, request)
+    async def run(self: Any, request: RawValue) -> Any:
+        if self._start_input is None:  # the run fails before it takes a step
+            raise ApplicationError(self._input_refused, type=INPUT_REFUSED,
+                                   non_retryable=True)
+        await self._begin(self._start_input)
+        return await own_run(self, self._start_input)
 
     for fn, name, ret in ((__init__, "__init__", None), (run, "run", returns)):
         fn.__name__ = name
         fn.__qualname__ = f"{cls.__name__}.{name}"
         fn.__module__ = cls.__module__
         fn.__doc__ = getattr(cls.__dict__.get(name), "__doc__", None)
-        fn.__annotations__ = {"request": started, "return": ret}
+        # Taken raw and opened here: an input the SDK failed to open left the run with no
+        # workflow object, so every query on it failed with "Expected workflow input".
+        fn.__annotations__ = {"request": RawValue, "return": ret}
     cls.__init__ = workflow.init(__init__)  # type: ignore[misc]
     cls.run = workflow.run(run)  # type: ignore[attr-defined]
+
+
+def opened(raw: RawValue, model: type[BaseModel]) -> tuple[Any, str]:
+    """The run's input as ``model``, or (None, why it is refused) in one line: a value
+    that is not the agent's input (a list, a number, a field missing or too long) is the
+    requester's, so the run fails with the reason instead of retrying its first task."""
+    try:
+        return workflow.payload_converter().from_payload(raw.payload, model), ""
+    except ValidationError as exc:
+        return None, f"not a valid {model.__name__}: {problems(exc)}"
+    except Exception as exc:  # noqa: BLE001  (not JSON, an unknown encoding: said as is)
+        return None, f"cannot be opened: {type(exc).__name__}: {exc}"
+
+
+def problems(exc: ValidationError) -> str:
+    """A pydantic error in one line, without the values it refused (a requester's)."""
+    return "; ".join(f"field {'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}"
+                     for e in exc.errors())

@@ -1,0 +1,125 @@
+"""Runs a raw Temporal client started with input their agent refuses (a JSON list, a number,
+a 1.5 MB message, ``{}``): every `tower` command that reads a run says so in one line,
+naming the run and the reason (inert), and exits 1 — no traceback, no pydantic dump."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import click
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+from test_cli import address_of, tower
+
+from tower.activities.model import ModelSettings
+from tower.cli.cli import COMMANDS, cli
+from tower.client import connect, follow, query
+from tower.temporal._machine_run import MachineRun
+from worker import build_worker
+
+# A requester's key, hostile: an escape sequence and a bidi override (shown as escapes).
+HOSTILE_KEY = "\u202e\x1b[2Jamount"
+# (agent, raw input, what the refusal says)
+STARTS: dict[str, tuple[str, Any, str]] = {
+    "list": ("refund", [1, 2], "field (root): Input should be an object"),
+    "number": ("account", 42, "field (root): Input should be an object"),
+    "big": ("refund", {"message": "x" * 1_500_000, HOSTILE_KEY: 5},
+            "field message: String should have at most 2000 characters"),
+    "empty": ("account", {}, "field question: Field required"),
+}
+# Every command that reads one run, as a user types it (RUN: the run's id).
+READS = [["state", "RUN"], ["cost", "RUN"], ["watch", "RUN"], ["inspect", "RUN"],
+         ["inspect", "RUN", "--step", "1"], ["fork", "RUN", "--step", "1"]]
+# Commands given a run that act on it (a decision, a retry) or take a chat thread.
+ACTS = {"approve", "reject", "retry"}
+
+
+@pytest.fixture(scope="module")
+async def refused(env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
+                  ) -> AsyncIterator[dict[str, str]]:
+    """The four runs, started raw and failed at their first task; a worker stays up."""
+    client, queue = env.client, f"tq-{uuid.uuid4().hex[:8]}"
+    db = tmp_path_factory.mktemp("refused") / "tools.sqlite"
+    async with build_worker(client, task_queue=queue, db_path=db, models=ModelSettings()):
+        runs = {}
+        for name, (agent, value, _) in STARTS.items():
+            run = f"{agent}-{name}-{uuid.uuid4().hex[:6]}"
+            handle = await client.start_workflow(agent, value, id=run, task_queue=queue)
+            with pytest.raises(WorkflowFailureError):
+                await asyncio.wait_for(handle.result(), 60)
+            runs[name] = run
+        yield runs
+
+
+def test_every_command_that_takes_a_run_is_covered() -> None:
+    """A new command with a RUN argument is added to READS or ACTS here, and so tested."""
+    ctx = click.Context(cli)
+    taking = set()
+    for name in COMMANDS:
+        command = cli.get_command(ctx, name)
+        assert command is not None
+        subs = command.commands.values() if isinstance(command, click.Group) else [command]
+        for sub in subs:
+            if any(isinstance(p, click.Argument) and p.name == "run" for p in sub.params):
+                taking.add(name if sub is command else f"{name} {sub.name}")
+    # `history export` writes the recorded history: a refused run has one (tested below).
+    assert taking == {args[0] for args in READS} | ACTS | {"history export"}
+
+
+@pytest.mark.parametrize("start", list(STARTS))
+async def test_every_read_command_says_the_run_never_started_in_one_line(
+        env: WorkflowEnvironment, refused: dict[str, str], start: str) -> None:
+    run, (_, _, why) = refused[start], STARTS[start]
+    for args in READS:
+        code, out, err = await tower(address_of(env), *(run if a == "RUN" else a for a in args))
+        said = out + err
+        assert code == 1, (args, said[:2000])
+        assert said.count("\n") == 1 and said.endswith("\n"), (args, said[:2000])
+        assert "Traceback" not in said and "validation error" not in said, (args, said[:2000])
+        assert out == "" and err.startswith("error: "), (args, said)
+        assert f"run {run} never started: its input was refused (" in said, (args, said)
+        assert why in said, (args, said)
+        if start == "big":  # the requester's key, inert: escapes, never the raw characters
+            assert "\x1b" not in said and "\u202e" not in said, (args, said)
+            assert "⟨U+202E⟩\\x1b[2Jamount: Extra inputs are not permitted" in said, said
+
+
+async def test_history_export_writes_a_refused_runs_history(
+        env: WorkflowEnvironment, refused: dict[str, str], tmp_path: Any) -> None:
+    run = refused["list"]
+    code, out, err = await tower(address_of(env), "history", "export", run, "-o",
+                                 f"{tmp_path}/")
+    assert code == 0 and (out + err).count("\n") == 1, (out, err)
+    assert (tmp_path / f"{run}.json").is_file()
+
+
+async def test_the_client_raises_never_started(env: WorkflowEnvironment,
+                                               refused: dict[str, str]) -> None:
+    """The library's own calls: a typed error with the run's reason, for a query and for
+    following the run."""
+    from tower.client import NeverStarted
+
+    client: Client = await connect(address_of(env))
+    for run in refused.values():  # each failed at once, with a failure of its own type
+        with pytest.raises(WorkflowFailureError) as failed:
+            await client.get_workflow_handle(run).result()
+        cause = failed.value.cause
+        assert isinstance(cause, ApplicationError) and cause.type == "InputRefused", cause
+    handle = client.get_workflow_handle(refused["empty"])
+    with pytest.raises(NeverStarted) as raised:
+        await query(client, handle, MachineRun.query_state)
+    assert raised.value.run == refused["empty"]
+    assert raised.value.reason == ("not a valid AccountRequest: field question: "
+                                   "Field required")
+    with pytest.raises(NeverStarted):
+        async for _ in follow(handle):
+            pass
+    # The run itself answers a query with the reason (not "STARTING", not an SDK error).
+    with pytest.raises(Exception, match="never started: its input was refused") as asked:
+        await handle.query(MachineRun.query_status)
+    assert "Expected workflow input" not in str(asked.value)
