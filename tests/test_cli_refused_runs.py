@@ -1,5 +1,5 @@
 """Runs a raw Temporal client started with input their agent refuses (a JSON list, a number,
-a 1.5 MB message, ``{}``): every `tower` command that reads a run says so in one line,
+a 1.5 MB message, ``{}``, two values): every `tower` command that reads a run says so in one line,
 naming the run and the reason (inert), and exits 1 — no traceback, no pydantic dump."""
 
 from __future__ import annotations
@@ -31,6 +31,9 @@ STARTS: dict[str, tuple[str, Any, str]] = {
     "big": ("refund", {"message": "x" * 1_500_000, HOSTILE_KEY: 5},
             "field message: String should have at most 2000 characters"),
     "empty": ("account", {}, "field question: Field required"),
+    # Two input values (a tuple: the start's arguments).
+    "two": ("refund", ({"message": "Refund $10 on INV-2001"}, "extra"),
+            "the start's 2 argument(s) do not fit RefundAgent.run: too many"),
 }
 # Every command that reads one run, as a user types it (RUN: the run's id).
 READS = [["state", "RUN"], ["cost", "RUN"], ["watch", "RUN"], ["inspect", "RUN"],
@@ -42,14 +45,15 @@ ACTS = {"approve", "reject", "retry"}
 @pytest.fixture(scope="module")
 async def refused(env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
                   ) -> AsyncIterator[dict[str, str]]:
-    """The four runs, started raw and failed at their first task; a worker stays up."""
+    """The runs, started raw and failed at their first task; a worker stays up."""
     client, queue = env.client, f"tq-{uuid.uuid4().hex[:8]}"
     db = tmp_path_factory.mktemp("refused") / "tools.sqlite"
     async with build_worker(client, task_queue=queue, db_path=db, models=ModelSettings()):
         runs = {}
         for name, (agent, value, _) in STARTS.items():
             run = f"{agent}-{name}-{uuid.uuid4().hex[:6]}"
-            handle = await client.start_workflow(agent, value, id=run, task_queue=queue)
+            args = list(value) if isinstance(value, tuple) else [value]
+            handle = await client.start_workflow(agent, args=args, id=run, task_queue=queue)
             with pytest.raises(WorkflowFailureError):
                 await asyncio.wait_for(handle.result(), 60)
             runs[name] = run

@@ -46,12 +46,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from tower.client.connection import TASK_QUEUE
 from tower.client.errors import ClientError, NeverStarted, RunClosed, RunNotFound, RunUnreadable
 from tower.contract import search
-from tower.temporal._agent import BadStart
 from tower.temporal._machine_run import MachineRun
 from tower.temporal._start import INPUT_REFUSED
-
-# The failure types of a run whose agent refused its input: it never took a step.
-REFUSED_INPUT = frozenset({INPUT_REFUSED, BadStart.__name__})
 
 # A worker answers a query in milliseconds; past this, none is there (the server still
 # lists a worker that stopped a minute ago as a poller).
@@ -207,7 +203,7 @@ async def check_started(handle: WorkflowHandle[Any, Any],
 
 def refusal(error: object) -> str | None:
     """Why the run's agent refused its input, when ``error`` (the run's failure) says so."""
-    if isinstance(error, ApplicationError) and error.type in REFUSED_INPUT:
+    if isinstance(error, ApplicationError) and error.type == INPUT_REFUSED:
         return error.message
     return None
 

@@ -17,10 +17,11 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
-from tower.core.errors import InvalidGraph, TowerError
+from tower.core.errors import InvalidGraph
 from tower.core.graph import Machine
-from tower.temporal._start import runtime_start
+from tower.temporal._start import INPUT_REFUSED, runtime_start
 
 W = TypeVar("W", bound=type)
 Script = Callable[[Any], Any]  # ModelRequest -> content or a ToolCallRequest
@@ -49,18 +50,14 @@ def agent(machine: Machine, *, scripts: Mapping[str, Script] | None = None
     return wrap
 
 
-class BadStart(TowerError):
-    """A run was started with arguments its agent's ``run`` does not take (a raw start with
-    two input values): the run fails with this reason."""
-
-
 def _refuse_starts_that_do_not_fit(cls: type) -> None:
     """Make a start whose arguments do not fit ``run`` fail the run, with the reason.
 
     Without this, the SDK's ``cls(*args)`` (``@workflow.init``) or ``run(*args)`` raised
     TypeError, which fails the workflow *task*: retried forever, the run never moving.
-    A start that does not fit takes the base's ``__init__`` (no input) and ``run`` raises
-    ``BadStart``, a failure type (WORKFLOW_FAILURE_TYPES), before anything else runs."""
+    A start that does not fit takes the base's ``__init__`` (no input; its queries answer
+    with the reason) and ``run`` fails the run as refusing its input (``INPUT_REFUSED``),
+    before anything else runs."""
     found = [(n, f) for n, f in vars(cls).items() if getattr(f, "__temporal_workflow_run", 0)]
     if not found:
         return
@@ -71,17 +68,19 @@ def _refuse_starts_that_do_not_fit(cls: type) -> None:
         try:
             signature.bind(None, *args)
         except TypeError as exc:
-            return str(exc)
+            return f"the start's {len(args)} argument(s) do not fit {cls.__name__}.{name}: {exc}"
         return None
 
     init = cls.__dict__.get("__init__")
     if init is not None and getattr(init, "__temporal_workflow_init", False):
         @functools.wraps(init)
         def checked_init(self: Any, *args: Any) -> None:
-            if problem(args) is None:
+            why = problem(args)
+            if why is None:
                 init(self, *args)
             else:
                 super(cls, self).__init__()  # type: ignore[arg-type]
+                self._input_refused = why
 
         cls.__init__ = checked_init  # type: ignore[misc]
 
@@ -89,8 +88,7 @@ def _refuse_starts_that_do_not_fit(cls: type) -> None:
     async def checked_run(self: Any, *args: Any) -> Any:
         why = problem(args)
         if why is not None:
-            raise BadStart(f"the start's {len(args)} argument(s) do not fit "
-                           f"{cls.__name__}.{name}: {why}")
+            raise ApplicationError(why, type=INPUT_REFUSED, non_retryable=True)
         return await run(self, *args)
 
     setattr(cls, name, checked_run)
