@@ -21,7 +21,7 @@ from temporalio.exceptions import ApplicationError
 
 from tower.core.errors import InvalidGraph
 from tower.core.graph import Machine
-from tower.temporal._start import INPUT_REFUSED, runtime_start
+from tower.temporal._start import INPUT_REFUSED, refuse, runtime_start
 
 W = TypeVar("W", bound=type)
 Script = Callable[[Any], Any]  # ModelRequest -> content or a ToolCallRequest
@@ -55,9 +55,9 @@ def _refuse_starts_that_do_not_fit(cls: type) -> None:
 
     Without this, the SDK's ``cls(*args)`` (``@workflow.init``) or ``run(*args)`` raised
     TypeError, which fails the workflow *task*: retried forever, the run never moving.
-    A start that does not fit takes the base's ``__init__`` (no input; its queries answer
-    with the reason) and ``run`` fails the run as refusing its input (``INPUT_REFUSED``),
-    before anything else runs."""
+    A start that does not fit fails the run as refusing its input (``INPUT_REFUSED``)
+    before anything else runs: in ``@workflow.init`` if the agent has one (``refuse``),
+    else in ``run``."""
     found = [(n, f) for n, f in vars(cls).items() if getattr(f, "__temporal_workflow_run", 0)]
     if not found:
         return
@@ -78,9 +78,9 @@ def _refuse_starts_that_do_not_fit(cls: type) -> None:
             why = problem(args)
             if why is None:
                 init(self, *args)
-            else:
+            else:  # the run fails as its object is made (or, replayed, in ``run``)
                 super(cls, self).__init__()  # type: ignore[arg-type]
-                self._input_refused = why
+                refuse(self, why)
 
         cls.__init__ = checked_init  # type: ignore[misc]
 

@@ -96,7 +96,7 @@ class MachineRun(Admission):
     def __init__(self) -> None:
         self._init_trust()
         self._start_input: BaseModel | None = None  # as the run was started (_start.py)
-        self._input_refused = ""  # why its agent refused that input (_start.py), if it did
+        self._input_refused = ""  # why its agent refused that input (_start.refuse), if it did
         self._carry_in: Carry | None = None  # the carried state the run started with
         self._state: AgentState | None = None
         self._log: list[Transition] = []
@@ -256,10 +256,9 @@ class MachineRun(Admission):
 
     def _started(self) -> None:
         """A query on a run whose agent refused its input fails with the reason: it has no
-        state, status, cost or steps to show (an empty answer would read as "starting")."""
+        state, status, cost or steps (an empty answer would read as "starting")."""
         if self._input_refused:
-            raise ApplicationError(f"the run never started: its input was refused "
-                                   f"({self._input_refused})", type=INPUT_REFUSED)
+            raise ApplicationError(self._input_refused, type=INPUT_REFUSED)
 
     @workflow.query(name="state")
     def query_state(self) -> dict[str, Any]:

@@ -27,8 +27,9 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from tower.core.carry import Carry
+from tower.temporal._unopenable import UnopenablePayload
 
-__all__ = ["INPUT_REFUSED", "opened", "runtime_start"]
+__all__ = ["INPUT_REFUSED", "opened", "refuse", "runtime_start"]
 
 # The failure type of a run whose input its agent refused: it never took a step.
 INPUT_REFUSED = "InputRefused"
@@ -56,12 +57,14 @@ def runtime_start(cls: type) -> None:
 
     def __init__(self: Any, request: RawValue) -> None:
         plain_init(self)
-        self._start_input, self._input_refused = opened(request, started)
-        if carries and self._start_input is not None:
+        self._start_input, why = opened(request, started)
+        if why:
+            refuse(self, why)
+        elif carries:
             self.take_carried(self._start_input.carry)
 
     async def run(self: Any, request: RawValue) -> Any:
-        if self._start_input is None:  # the run fails before it takes a step
+        if self._input_refused:  # replayed (refuse): the run fails as it did
             raise ApplicationError(self._input_refused, type=INPUT_REFUSED,
                                    non_retryable=True)
         await self._begin(self._start_input)
@@ -72,23 +75,38 @@ def runtime_start(cls: type) -> None:
         fn.__qualname__ = f"{cls.__name__}.{name}"
         fn.__module__ = cls.__module__
         fn.__doc__ = getattr(cls.__dict__.get(name), "__doc__", None)
-        # Taken raw and opened here: an input the SDK failed to open left the run with no
-        # workflow object, so every query on it failed with "Expected workflow input".
+        # Taken raw and opened here (``opened``): an input the SDK failed to open failed
+        # the run with a pydantic dump, and every later query on it with the SDK's
+        # "Expected workflow input. This is a Python SDK bug."
         fn.__annotations__ = {"request": RawValue, "return": ret}
     cls.__init__ = workflow.init(__init__)  # type: ignore[misc]
     cls.run = workflow.run(run)  # type: ignore[attr-defined]
 
 
 def opened(raw: RawValue, model: type[BaseModel]) -> tuple[Any, str]:
-    """The run's input as ``model``, or (None, why it is refused) in one line: a value
-    that is not the agent's input (a list, a number, a field missing or too long) is the
-    requester's, so the run fails with the reason instead of retrying its first task."""
+    """The run's input as ``model``, or (None, why it is refused, in one line): a value
+    that is not the agent's input (a list, a number, a field missing or too long, one the
+    worker cannot open) is the requester's, and fails the run (``refuse``)."""
     try:
         return workflow.payload_converter().from_payload(raw.payload, model), ""
     except ValidationError as exc:
         return None, f"not a valid {model.__name__}: {problems(exc)}"
+    except UnopenablePayload as exc:  # a codec or store reference the worker cannot open
+        return None, str(exc)
     except Exception as exc:  # noqa: BLE001  (not JSON, an unknown encoding: said as is)
         return None, f"cannot be opened: {type(exc).__name__}: {exc}"
+
+
+def refuse(run: Any, why: str) -> None:
+    """Fail ``run`` (a workflow object being made) as refusing its input: ApplicationError
+    ``INPUT_REFUSED``, raised from ``__init__`` so that the run fails before any handler
+    runs (an update sent with the start is rejected, never left waiting). Replayed (a
+    query on the closed run), the object is made instead, and ``run`` raises the same:
+    an ``__init__`` that raises again would leave the query unanswered until it timed
+    out. Its queries then fail with the reason (``MachineRun._started``)."""
+    run._input_refused = why
+    if not workflow.unsafe.is_replaying():
+        raise ApplicationError(why, type=INPUT_REFUSED, non_retryable=True)
 
 
 def problems(exc: ValidationError) -> str:
