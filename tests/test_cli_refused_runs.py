@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import click
@@ -36,10 +37,12 @@ STARTS: dict[str, tuple[str, Any, str]] = {
             "the start's 2 argument(s) do not fit RefundAgent.run: too many"),
 }
 # Every command that reads one run, as a user types it (RUN: the run's id).
+# (A fork or a retry reads the run's steps first.)
 READS = [["state", "RUN"], ["cost", "RUN"], ["watch", "RUN"], ["inspect", "RUN"],
-         ["inspect", "RUN", "--step", "1"], ["fork", "RUN", "--step", "1"]]
-# Commands given a run that act on it (a decision, a retry) or take a chat thread.
-ACTS = {"approve", "reject", "retry"}
+         ["inspect", "RUN", "--step", "1"], ["fork", "RUN", "--step", "1"],
+         ["retry", "RUN", "--from", "reason"]]
+# Commands that decide a run's gate: a closed run has none (one line, exit 2).
+DECIDES = [["approve", "RUN", "--by", "alice"], ["reject", "RUN", "--by", "alice"]]
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +63,8 @@ async def refused(env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFac
         yield runs
 
 
-def test_every_command_that_takes_a_run_is_covered() -> None:
-    """A new command with a RUN argument is added to READS or ACTS here, and so tested."""
+def commands_taking_a_run() -> set[str]:
+    """Every command with a RUN argument (a group's as "group sub")."""
     ctx = click.Context(cli)
     taking = set()
     for name in COMMANDS:
@@ -71,13 +74,14 @@ def test_every_command_that_takes_a_run_is_covered() -> None:
         for sub in subs:
             if any(isinstance(p, click.Argument) and p.name == "run" for p in sub.params):
                 taking.add(name if sub is command else f"{name} {sub.name}")
-    # `history export` writes the recorded history: a refused run has one (tested below).
-    assert taking == {args[0] for args in READS} | ACTS | {"history export"}
+    return taking
 
 
 @pytest.mark.parametrize("start", list(STARTS))
 async def test_every_read_command_says_the_run_never_started_in_one_line(
-        env: WorkflowEnvironment, refused: dict[str, str], start: str) -> None:
+        env: WorkflowEnvironment, refused: dict[str, str], start: str, tmp_path: Path) -> None:
+    # Every command given a run is here: a new one is added to READS or DECIDES, and tested.
+    assert commands_taking_a_run() == {a[0] for a in READS + DECIDES} | {"history export"}
     run, (_, _, why) = refused[start], STARTS[start]
     for args in READS:
         code, out, err = await tower(address_of(env), *(run if a == "RUN" else a for a in args))
@@ -91,15 +95,14 @@ async def test_every_read_command_says_the_run_never_started_in_one_line(
         if start == "big":  # the requester's key, inert: escapes, never the raw characters
             assert "\x1b" not in said and "\u202e" not in said, (args, said)
             assert "⟨U+202E⟩\\x1b[2Jamount: Extra inputs are not permitted" in said, said
-
-
-async def test_history_export_writes_a_refused_runs_history(
-        env: WorkflowEnvironment, refused: dict[str, str], tmp_path: Any) -> None:
-    run = refused["list"]
-    code, out, err = await tower(address_of(env), "history", "export", run, "-o",
-                                 f"{tmp_path}/")
-    assert code == 0 and (out + err).count("\n") == 1, (out, err)
-    assert (tmp_path / f"{run}.json").is_file()
+    for args in DECIDES:
+        code, out, err = await tower(address_of(env), *(run if a == "RUN" else a for a in args))
+        assert code == 2 and out == "" and err.count("\n") == 1, (args, out, err[:2000])
+        assert err == f"error: run {run!r} is closed (FAILED): nothing to decide\n", err
+    # Its recorded history is there to export, as any run's.
+    code, out, err = await tower(address_of(env), "history", "export", run, "-o", f"{tmp_path}/")
+    assert code == 0 and err == "" and out.startswith("wrote "), (out, err)
+    assert out.endswith(f" events of {run} to {tmp_path}/{run}.json\n"), out
 
 
 async def test_the_client_raises_never_started(env: WorkflowEnvironment,
