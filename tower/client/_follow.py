@@ -9,10 +9,11 @@
             print(seen.source, "→", seen.target)
 
 It ends on every terminal outcome: the run reached DONE or FAILED, or its execution
-closed some other way — failed before its first step (an input the worker could not
-open, the tenant's trust missing), was terminated, timed out, canceled. Those never
-reach a terminal node, so the run's own ``status`` query cannot say it: each poll asks
-the server first (``describe``, no worker needed) and only then the run.
+closed some other way — failed before its first step (the tenant's trust missing), was
+terminated, timed out, canceled. Those never reach a terminal node, so the run's own
+``status`` query cannot say it: each poll asks the server first (``describe``, no worker
+needed) and only then the run. A run whose agent refused its input (``InputRefused``: it
+never started) raises ``NeverStarted`` instead of ending.
 
 Each poll reads the run's status *before* its transition log: a log read after the status
 holds every move up to that status, so the last transitions of a run that ends while it
