@@ -131,3 +131,19 @@ async def test_the_client_raises_never_started(env: WorkflowEnvironment,
     with pytest.raises(WorkflowQueryFailedError,
                        match="^not a valid AccountRequest: field question: Field required$"):
         await handle.query(MachineRun.query_status)
+
+
+async def test_a_closed_runs_reason_is_shown_inert(env: WorkflowEnvironment) -> None:
+    """Why a run ended is its closer's words (here a raw client's termination reason, with
+    a newline and an escape sequence): `tower watch` and `tower inspect` show them on one
+    line, as escapes."""
+    run = f"account-closed-{uuid.uuid4().hex[:6]}"
+    handle = await env.client.start_workflow(  # on a queue no worker polls: it never ran
+        "account", {"question": "hi"}, id=run, task_queue=f"tq-{uuid.uuid4().hex[:8]}")
+    await handle.terminate(reason="done\n\x1b[2Jamount: $5.00")
+    shown = "terminated: done\\n\\x1b[2Jamount: $5.00"
+    code, out, err = await tower(address_of(env), "watch", run)
+    assert code == 1 and out.endswith(f"{run} ended TERMINATED: {shown}\n"), (out, err)
+    code, out, err = await tower(address_of(env), "inspect", run)
+    assert code == 0 and out.endswith(f"\nreason: {shown}\n"), (out, err)
+    assert "\x1b" not in out and "\namount" not in out
