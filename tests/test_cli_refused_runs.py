@@ -131,6 +131,16 @@ async def test_the_client_raises_never_started(env: WorkflowEnvironment,
     with pytest.raises(WorkflowQueryFailedError,
                        match="^not a valid AccountRequest: field question: Field required$"):
         await handle.query(MachineRun.query_status)
+    # The client's own asking (what `tower state` does past a failed run's replay): typed.
+    from tower.client import RunUnreadable
+    from tower.client._runs import ask
+
+    with pytest.raises(RunUnreadable) as unreadable:
+        await ask(client.get_workflow_handle(refused["big"]), MachineRun.query_state)
+    assert str(unreadable.value) == (
+        f"run {refused['big']} cannot be read: its worker failed to answer (not a valid "
+        "RefundRequest: field message: String should have at most 2000 characters; field "
+        "⟨U+202E⟩\\x1b[2Jamount: Extra inputs are not permitted)")
 
 
 async def test_a_closed_runs_reason_is_shown_inert(env: WorkflowEnvironment) -> None:

@@ -176,12 +176,12 @@ async def query(client: Client, handle: WorkflowHandle[Any, Any], query: Any,
 async def ask(handle: WorkflowHandle[Any, Any], query: Any, result_type: type | None = None,
               wait: timedelta = QUERY_TIMEOUT) -> Any:
     """``handle.query``, but a query the worker failed to answer (its handler raised, or
-    the run cannot be rebuilt to answer) is RunUnreadable, with the worker's first line."""
+    the run cannot be rebuilt to answer) is RunUnreadable, with the worker's words."""
     try:
         return await handle.query(query, result_type=result_type, rpc_timeout=wait)
     except WorkflowQueryFailedError as exc:
         raise RunUnreadable(handle.id, f"cannot be read: its worker failed to answer "
-                            f"({_first_line(exc.message)})") from None
+                            f"({exc.message})") from None
 
 
 async def check_started(handle: WorkflowHandle[Any, Any],
@@ -206,10 +206,6 @@ def refusal(error: object) -> str | None:
     if isinstance(error, ApplicationError) and error.type == INPUT_REFUSED:
         return error.message
     return None
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else "no reason given"
 
 
 def unanswered(exc: RPCError) -> bool:

@@ -49,23 +49,22 @@ class ReplyMissing(ClientError):
 
 
 class RunUnreadable(ClientError):
-    """What run ``run`` holds cannot be read (its state, cost, steps); the message says
-    why, in one line. Not the asker's mistake: the CLI exits 1 on it."""
+    """What run ``run`` holds cannot be read (its state, cost, steps): the message says
+    why, in one inert line (``why`` may hold a worker's or a requester's words). Not the
+    asker's mistake: the CLI exits 1 on it."""
 
     def __init__(self, run: str, why: str) -> None:
         from tower.contract.render import inert  # (pure, light: `tower --help` stays so)
 
-        super().__init__(f"run {inert(run)} {why}")
+        super().__init__(f"run {inert(run)} {inert(why)}")
         self.run = run
 
 
 class NeverStarted(RunUnreadable):
     """The run failed before its first step: its agent refused its input (a raw start
-    with a value that is not the agent's input). ``reason`` is the run's own words (a
-    requester's text may be in them): the message shows it inert."""
+    with a value that is not the agent's input). ``reason`` is the run's own words, as
+    recorded (a requester's text may be in them)."""
 
     def __init__(self, run: str, reason: str) -> None:
-        from tower.contract.render import inert
-
-        super().__init__(run, f"never started: its input was refused ({inert(reason)})")
+        super().__init__(run, f"never started: its input was refused ({reason})")
         self.reason = reason
