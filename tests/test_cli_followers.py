@@ -3,8 +3,9 @@ non-zero exit: `tower run`, `tower watch`, `tower chat`; `tower inspect` shows t
 
 Two such failures, on the real dev server: the tenant's trust missing (the lifecycle agent
 loads its roster and policy first: TrustMissing), and a raw start whose input the worker
-cannot open (UnopenablePayload). Neither reaches a terminal node, so the run's own
-``status`` query never says it ended: the followers read the execution's status.
+cannot open (its agent refuses it: the run never started). Neither reaches a terminal node,
+so the run's own ``status`` query never says it ended: the followers read the execution's
+status.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from test_cli import TOWER, address_of, cli_env, tower
 from test_redteam_payloads import UNOPENABLE, tower_client
 from towercli import until_connected
 
-from tower.client import RunEnd, follow
+from tower.client import NeverStarted, follow
 from workflows.account import AccountAgent
 
 FORGED = UNOPENABLE["a store the worker does not have"]
@@ -113,33 +114,33 @@ async def test_watch_chat_and_inspect_of_a_run_whose_input_cannot_be_opened(
               f"{stopped - await closed_at(client, thread):.2f} s after their runs failed")
     assert watcher.returncode == 1, w_err.decode()
     end = json.loads(w_out.decode().splitlines()[-1])
-    assert end["event"] == "end" and end["status"] == "FAILED"
-    assert "UnopenablePayload" in end["reason"] and "could not be opened" in end["reason"]
+    assert end["error"].startswith(f"run {run} never started: its input was refused (the "
+                                   "input could not be opened: "), end
     assert chat.returncode == 2, (c_out, c_err)
     said = c_err.decode()
-    assert f"error: thread run '{thread}' ended FAILED: UnopenablePayload" in said, said
+    assert (f"error: thread run '{thread}' ended FAILED: InputRefused: the input could not "
+            "be opened") in said, said
 
     # Once closed: `tower chat THREAD` and `tower watch` say why at once, `inspect` too.
     code, _, err = await tower(address, "chat", thread, "-m", "again")
-    assert code == 2 and "is closed (FAILED: UnopenablePayload" in err, err
-    code, out, _ = await tower(address, "watch", run)
-    assert code == 1 and "ended FAILED: UnopenablePayload" in out, out
-    code, out, err = await tower(address, "inspect", run)
-    assert code == 0, err
-    assert "before its first step" in out and "reason: UnopenablePayload" in out, out
+    assert code == 2 and "is closed (FAILED: InputRefused: the input could not" in err, err
+    for command in ("watch", "inspect"):
+        code, out, err = await tower(address, command, run)
+        assert code == 1 and out == "" and err.count("\n") == 1, (command, out, err)
+        assert f"run {run} never started: its input was refused (the input could" in err, err
 
 
 async def test_the_client_follows_a_run_to_its_failure(
     client: Client, task_queue: str, tmp_path: Path, scripted_worker: WorkerFactory,
 ) -> None:
-    """The library's own iterator: transitions, then a RunEnd with the reason."""
+    """The library's own iterator: a run that never started raises NeverStarted, with the
+    reason."""
     run = await start_unopenable(client, "account", task_queue)
     async with scripted_worker(await guarded_worker_client(client, tmp_path)):
-        seen = [s async for s in follow(client.get_workflow_handle(run), poll_seconds=0.1)]
-    [end] = seen
-    assert isinstance(end, RunEnd) and end.closed and end.failed
-    assert end.status == "FAILED" and end.reason is not None
-    assert end.reason.startswith("UnopenablePayload: ")
+        with pytest.raises(NeverStarted) as raised:
+            [s async for s in follow(client.get_workflow_handle(run), poll_seconds=0.1)]
+    assert raised.value.run == run
+    assert raised.value.reason.startswith("the input could not be opened: ")
 
 
 async def test_a_closed_run_is_replayed_here_not_asked_of_a_worker(
@@ -162,8 +163,6 @@ async def test_a_closed_run_is_replayed_here_not_asked_of_a_worker(
         raise AssertionError("a closed run's follower asked a worker")
 
     monkeypatch.setattr(WorkflowHandle, "query", no_query)
-    seen = [s async for s in follow(handle, poll_seconds=0.1, workflows=[AccountAgent])]
+    with pytest.raises(NeverStarted):  # its end, read from the server alone
+        [s async for s in follow(handle, poll_seconds=0.1, workflows=[AccountAgent])]
     assert asked == []
-    [end] = seen
-    assert isinstance(end, RunEnd) and end.status == "FAILED" and end.reason is not None
-    assert end.reason.startswith("UnopenablePayload: ")

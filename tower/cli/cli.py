@@ -24,6 +24,7 @@ import click
 
 from tower.cli import output
 from tower.cli.errors import user_error
+from tower.client.errors import RunUnreadable
 
 # name: (module:attribute, the one line `tower --help` shows)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -210,7 +211,8 @@ def _exit_code(exc: BaseException) -> int:
     line = user_error(exc)
     if line is None:
         raise exc
-    return output.fail(line, 2)
+    # A run that cannot be read is no mistake of the asker's: exit 1, as a failed run does.
+    return output.fail(line, 1 if isinstance(exc, RunUnreadable) else 2)
 
 
 def entry() -> None:

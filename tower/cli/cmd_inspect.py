@@ -25,7 +25,9 @@ from tower.cli.cmd_replay import fetch
 from tower.cli.common import CliError
 from tower.cli.histories import HistoryError, Replayed, load, replay
 from tower.cli.output import json_option, print_json, run_argument, table, tenant_option
-from tower.client import connect, connect_config, history_end
+from tower.client import NeverStarted, connect, connect_config, history_end
+from tower.client._runs import history_failure, refusal
+from tower.contract.render import inert
 from tower.testing._replay_report import task_completed_after
 
 
@@ -72,6 +74,9 @@ async def replayed(run: str, run_id: str | None, client: Client | None = None, *
         raise CliError(str(exc)) from None
     (source, history), = histories
     await readable(source, history)
+    why = refusal(await history_failure(history))
+    if why is not None:  # failed before its first step: no steps, no state to show
+        raise NeverStarted(source, why)
     result, = await replay(histories, namespace=namespace)
     if result.failure:
         missing = await missing_payload(history)
@@ -153,7 +158,7 @@ async def _inspect(run: str, run_id: str | None, step: int | None, as_json: bool
             return 0
         print(f"run {result.workflow_id} · agent {result.workflow_type} · "
               f"{len(history.events)} history events · ended {end[0]} before its first step")
-        print(f"reason: {end[1]}")
+        print(f"reason: {inert(end[1])}")
         return 0
     last = result.states[-1]
     state = None
@@ -178,7 +183,7 @@ async def _inspect(run: str, run_id: str | None, step: int | None, as_json: bool
     for problem in result.problems:
         print(f"warning: {problem}")
     if end is not None:
-        print(f"ended {end[0]}: {end[1]}")
+        print(f"ended {end[0]}: {inert(end[1])}")
     if state is not None:
         print(f"\nstate after step {step}:")
         print(json.dumps(state, indent=2, sort_keys=True))

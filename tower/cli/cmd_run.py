@@ -14,7 +14,7 @@ from tower.cli.errors import CliError
 from tower.cli.output import json_option, print_json, say, tenant_option
 from tower.cli.proposal import columns
 from tower.contract.decisions import GateRecord, canonical_proposal
-from tower.contract.render import render_proposal
+from tower.contract.render import inert, render_proposal
 
 
 def _agents_help() -> str:
@@ -96,7 +96,7 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
         return 1 if progress.failed else 0
     print_outcome(status, state)
     if progress.reason:
-        print(f"reason: {progress.reason}")
+        print(f"reason: {inert(progress.reason)}")
     if approvals:
         print_pending(approvals)
     if progress.idle:

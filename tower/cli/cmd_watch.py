@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from tower.cli.output import json_option, tenant_option
+from tower.contract.render import inert
 
 
 @click.command("watch", help=(
@@ -37,7 +38,8 @@ async def _watch(run: str, until_pause: bool, timeout: float | None, as_json: bo
         print(end_event(progress.run, progress.status, progress.step, progress.node, **why),
               flush=True)
     elif progress.reason:
-        print(f"{progress.run} ended {progress.status}: {progress.reason}", flush=True)
+        # The run's words (a tool's, a model's): one inert line, whatever they hold.
+        print(f"{progress.run} ended {progress.status}: {inert(progress.reason)}", flush=True)
     return 1 if progress.failed else 0
 
 

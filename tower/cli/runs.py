@@ -11,7 +11,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from tower.cli.common import CliError, not_found_is
-from tower.client._runs import QUERY_TIMEOUT, has_workers, no_worker, query
+from tower.client._runs import QUERY_TIMEOUT, ask, check_started, has_workers, no_worker, query
 from tower.contract import search
 from tower.temporal._machine_run import MachineRun
 
@@ -27,6 +27,7 @@ async def run_state(client: Client, run: str) -> dict[str, Any]:
         result: dict[str, Any] = await handle.result()
         return result
     if info.status == WorkflowExecutionStatus.FAILED:  # a FAILED run (AgentFailed)
+        await check_started(handle, info)  # one whose input was refused has no state
         return await failed_state(client, handle, info.task_queue)
     if info.status != WorkflowExecutionStatus.RUNNING:
         raise CliError(f"run {run!r} is {info.status.name if info.status else 'unknown'}")
@@ -52,8 +53,7 @@ async def failed_state(client: Client, handle: WorkflowHandle[Any, Any],
         raise CliError(f"run {handle.id!r} failed, and its history does not replay against "
                        f"this code ({why}); start a worker of the code that ran it and ask "
                        "again")
-    state: dict[str, Any] = await handle.query(MachineRun.query_state,
-                                               rpc_timeout=QUERY_TIMEOUT)
+    state: dict[str, Any] = await ask(handle, MachineRun.query_state)
     return state
 
 

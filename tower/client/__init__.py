@@ -54,9 +54,11 @@ if TYPE_CHECKING:
     from tower.client.errors import (
         ClientError,
         DecisionRefused,
+        NeverStarted,
         ReplyMissing,
         RunClosed,
         RunNotFound,
+        RunUnreadable,
     )
     from tower.contract.decisions import Verdict
     from tower.contract.search import start_attributes
@@ -74,6 +76,8 @@ _LAZY = {
     "use_tenant": "tower.client.connection",
     "ClientError": "tower.client.errors",
     "DecisionRefused": "tower.client.errors",
+    "NeverStarted": "tower.client.errors",
+    "RunUnreadable": "tower.client.errors",
     "RunClosed": "tower.client.errors",
     "RunNotFound": "tower.client.errors",
     "ReplyMissing": "tower.client.errors",
@@ -110,8 +114,9 @@ _LAZY = {
 }
 
 __all__ = [
-    "ClientError", "DEFAULT_ADDRESS", "DecisionRefused", "Deployment", "NotGenuine", "Position",
-    "Reply", "ReplyMissing", "Retried", "RunClosed", "RunEnd", "RunNotFound",
+    "ClientError", "DEFAULT_ADDRESS", "DecisionRefused", "Deployment", "NeverStarted",
+    "NotGenuine", "Position", "Reply", "ReplyMissing", "Retried", "RunClosed", "RunEnd",
+    "RunNotFound", "RunUnreadable",
     "ServerUnreachable", "TASK_QUEUE", "UnknownTenant", "Verdict", "Waiting", "check_tenant",
     "connect", "connect_config", "decide", "describe", "failure_of", "follow", "has_workers",
     "history_end", "last_request", "load", "pending", "pending_of", "query", "reason_of",

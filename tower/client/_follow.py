@@ -9,10 +9,11 @@
             print(seen.source, "→", seen.target)
 
 It ends on every terminal outcome: the run reached DONE or FAILED, or its execution
-closed some other way — failed before its first step (an input the worker could not
-open, the tenant's trust missing), was terminated, timed out, canceled. Those never
-reach a terminal node, so the run's own ``status`` query cannot say it: each poll asks
-the server first (``describe``, no worker needed) and only then the run.
+closed some other way — failed before its first step (the tenant's trust missing), was
+terminated, timed out, canceled. Those never reach a terminal node, so the run's own
+``status`` query cannot say it: each poll asks the server first (``describe``, no worker
+needed) and only then the run. A run whose agent refused its input (``InputRefused``: it
+never started) raises ``NeverStarted`` instead of ending.
 
 Each poll reads the run's status *before* its transition log: a log read after the status
 holds every move up to that status, so the last transitions of a run that ends while it
@@ -36,7 +37,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower.client._runs import closed, describe, failure_of
+from tower.client._runs import check_started, closed, describe, failure_of
 from tower.client.errors import ClientError, RunNotFound
 from tower.contract import search
 from tower.core.engine import Transition
@@ -121,6 +122,7 @@ async def _end(handle: WorkflowHandle[Any, Any], info: WorkflowExecutionDescript
                ) -> RunEnd | None:
     # At DONE or FAILED the task that got there closes the execution: its end is certain.
     if closed(info) or at.status in AGENT_ENDS:
+        await check_started(handle, info)  # refused its input: not an end, no step taken
         reason = None if at.status == "DONE" else await failure_of(handle)
         return RunEnd(handle.id, at.status, at.step, at.node, closed=True, reason=reason)
     if stop_at_pause and at.status == PAUSED:

@@ -27,7 +27,7 @@ from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
 
 from tower.client._replay import replay
-from tower.client._runs import describe
+from tower.client._runs import check_started, describe
 from tower.client.errors import ClientError
 from tower.contract import search
 from tower.core.transition import Transition
@@ -80,8 +80,10 @@ async def retry(client: Client, run: str, node: str, *, by: str,
                 workflows: Sequence[type]) -> Retried:
     """Retry FAILED run RUN from NODE by a reset. ``workflows`` are the project's agent
     classes: the run's history is replayed with them to find where it last entered NODE."""
-    info = await describe(client.get_workflow_handle(run))
+    handle = client.get_workflow_handle(run)
+    info = await describe(handle)
     check_retryable(run, info)
+    await check_started(handle, info)  # its input was refused: a retry repeats that input
     history = await client.get_workflow_handle(run, run_id=info.run_id).fetch_history()
     [result] = await replay([(run, history)], workflows=workflows, namespace=client.namespace)
     if result.failure:

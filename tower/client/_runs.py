@@ -28,6 +28,7 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowHistory,
+    WorkflowQueryFailedError,
     WorkflowUpdateStage,
 )
 from temporalio.converter import DataConverter
@@ -43,9 +44,10 @@ from temporalio.exceptions import TimeoutError as TemporalTimeout
 from temporalio.service import RPCError, RPCStatusCode
 
 from tower.client.connection import TASK_QUEUE
-from tower.client.errors import ClientError, RunClosed, RunNotFound
+from tower.client.errors import ClientError, NeverStarted, RunClosed, RunNotFound, RunUnreadable
 from tower.contract import search
 from tower.temporal._machine_run import MachineRun
+from tower.temporal._start import INPUT_REFUSED
 
 # A worker answers a query in milliseconds; past this, none is there (the server still
 # lists a worker that stopped a minute ago as a poller).
@@ -136,7 +138,9 @@ async def query(client: Client, handle: WorkflowHandle[Any, Any], query: Any,
                 result_type: type | None = None, *, takeover: float = 0,
                 say: Callable[[str], None] | None = None) -> Any:
     """Ask a running run ``query`` (a method reference, e.g. ``MachineRun.query_state``, or
-    a name with ``result_type``); ClientError naming the missing worker when none answers.
+    a name with ``result_type``); ClientError naming the missing worker when none answers,
+    NeverStarted for a run whose agent refused its input, RunUnreadable when the worker
+    cannot answer (the query failed).
 
     ``takeover`` (seconds): a worker killed a moment ago still holds the run — the server
     sends the run's queries and updates to that worker's own (sticky) queue until it
@@ -144,6 +148,7 @@ async def query(client: Client, handle: WorkflowHandle[Any, Any], query: Any,
     handed back to the task queue (ResetStickyTaskQueue: the next worker replays its
     history) and asked again until one answers or the time is up; ``say`` hears why."""
     info = await describe(handle)
+    await check_started(handle, info)
     if not await has_workers(client, info.task_queue):
         raise ClientError(no_worker(handle.id, info.task_queue))
     loop = asyncio.get_running_loop()
@@ -151,7 +156,7 @@ async def query(client: Client, handle: WorkflowHandle[Any, Any], query: Any,
     wait = TAKEOVER_TRY if takeover else QUERY_TIMEOUT
     while True:
         try:
-            return await handle.query(query, result_type=result_type, rpc_timeout=wait)
+            return await ask(handle, query, result_type, wait)
         except RPCError as exc:
             if not unanswered(exc):
                 raise
@@ -166,6 +171,41 @@ async def query(client: Client, handle: WorkflowHandle[Any, Any], query: Any,
                 f"({left:.0f} s left)")
         await hand_over(client, handle.id)
         wait = timedelta(seconds=min(QUERY_TIMEOUT.total_seconds(), max(left, 1.0)))
+
+
+async def ask(handle: WorkflowHandle[Any, Any], query: Any, result_type: type | None = None,
+              wait: timedelta = QUERY_TIMEOUT) -> Any:
+    """``handle.query``, but a query the worker failed to answer (its handler raised, or
+    the run cannot be rebuilt to answer) is RunUnreadable, with the worker's words."""
+    try:
+        return await handle.query(query, result_type=result_type, rpc_timeout=wait)
+    except WorkflowQueryFailedError as exc:
+        raise RunUnreadable(handle.id, f"cannot be read: its worker failed to answer "
+                            f"({exc.message})") from None
+
+
+async def check_started(handle: WorkflowHandle[Any, Any],
+                        info: WorkflowExecutionDescription | None = None) -> None:
+    """NeverStarted when the run failed because its agent refused its input (read from its
+    close event: no worker needed); nothing for any other run."""
+    info = info or await describe(handle)
+    if info.status != WorkflowExecutionStatus.FAILED:
+        return
+    try:
+        await handle.result(follow_runs=False, rpc_timeout=timedelta(seconds=10))
+    except WorkflowFailureError as exc:
+        why = refusal(exc.cause)
+        if why is not None:
+            raise NeverStarted(handle.id, why) from None
+    except Exception:  # noqa: BLE001  (a failure this process cannot open: not a refusal)
+        return
+
+
+def refusal(error: object) -> str | None:
+    """Why the run's agent refused its input, when ``error`` (the run's failure) says so."""
+    if isinstance(error, ApplicationError) and error.type == INPUT_REFUSED:
+        return error.message
+    return None
 
 
 def unanswered(exc: RPCError) -> bool:
@@ -271,17 +311,9 @@ async def history_end(history: WorkflowHistory, converter: DataConverter | None 
     last = history.events[-1] if history.events else None
     if last is None:
         return None
-    if last.HasField("workflow_execution_failed_event_attributes"):
-        failure = Failure()
-        failure.CopyFrom(last.workflow_execution_failed_event_attributes.failure)
-        if converter is None:
-            from tower.temporal.payloads import tower_data_converter
-
-            converter = tower_data_converter()
-        try:
-            return "FAILED", reason_of(await converter.decode_failure(failure))
-        except Exception:  # noqa: BLE001  (a failure this process cannot open: its text)
-            return "FAILED", failure.message
+    failure = await history_failure(history, converter)
+    if failure is not None:
+        return "FAILED", failure if isinstance(failure, str) else reason_of(failure)
     if last.HasField("workflow_execution_terminated_event_attributes"):
         why = last.workflow_execution_terminated_event_attributes.reason
         return "TERMINATED", f"terminated: {why}" if why else "terminated"
@@ -290,6 +322,25 @@ async def history_end(history: WorkflowHistory, converter: DataConverter | None 
     if last.HasField("workflow_execution_canceled_event_attributes"):
         return "CANCELED", "canceled"
     return None
+
+
+async def history_failure(history: WorkflowHistory, converter: DataConverter | None = None
+                          ) -> BaseException | str | None:
+    """A recorded run's failure from its close event, opened (``converter``: as for
+    ``history_end``), or its text when this process cannot open it; None unless it failed."""
+    last = history.events[-1] if history.events else None
+    if last is None or not last.HasField("workflow_execution_failed_event_attributes"):
+        return None
+    failure = Failure()
+    failure.CopyFrom(last.workflow_execution_failed_event_attributes.failure)
+    if converter is None:
+        from tower.temporal.payloads import tower_data_converter
+
+        converter = tower_data_converter()
+    try:
+        return await converter.decode_failure(failure)
+    except Exception:  # noqa: BLE001  (a failure this process cannot open: its text)
+        return failure.message
 
 
 def reason_of(error: BaseException) -> str:

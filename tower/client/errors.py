@@ -46,3 +46,25 @@ class ReplyMissing(ClientError):
     """A reply recorded once (an update's ``reply_ref``) is neither in the message store
     this client can read nor in the run's history (whose text would hash to the ref).
     Worth asking again: another worker may store it yet, or a fixed setting reach it."""
+
+
+class RunUnreadable(ClientError):
+    """What run ``run`` holds cannot be read (its state, cost, steps): the message says
+    why, in one inert line (``why`` may hold a worker's or a requester's words). Not the
+    asker's mistake: the CLI exits 1 on it."""
+
+    def __init__(self, run: str, why: str) -> None:
+        from tower.contract.render import inert  # (pure, light: `tower --help` stays so)
+
+        super().__init__(f"run {inert(run)} {inert(why)}")
+        self.run = run
+
+
+class NeverStarted(RunUnreadable):
+    """The run failed before its first step: its agent refused its input (a raw start
+    with a value that is not the agent's input). ``reason`` is the run's own words, as
+    recorded (a requester's text may be in them)."""
+
+    def __init__(self, run: str, reason: str) -> None:
+        super().__init__(run, f"never started: its input was refused ({reason})")
+        self.reason = reason

@@ -35,7 +35,7 @@ from tower.core.state import AgentState
 from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._admission import Admission
 from tower.temporal._outcome import agent_failed
-from tower.temporal._start import match_init
+from tower.temporal._start import INPUT_REFUSED, match_init
 from tower.temporal._task_time import in_a_task
 
 if TYPE_CHECKING:
@@ -93,6 +93,7 @@ class MachineRun(Admission):
     def __init__(self) -> None:
         self._init_trust()
         self._start_input: BaseModel | None = None  # as the run was started (_start.py)
+        self._input_refused = ""  # why its agent refused that input (_start.refuse), if it did
         self._carry_in: Carry | None = None  # the carried state the run started with
         self._state: AgentState | None = None
         self._log: list[Transition] = []
@@ -273,26 +274,37 @@ class MachineRun(Admission):
         self._attested = (step, digest, token)
         self.publish()
 
+    def _started(self) -> None:
+        """A query on a run whose agent refused its input fails with the reason: it has no
+        state, status, cost or steps (an empty answer would read as "starting")."""
+        if self._input_refused:
+            raise ApplicationError(self._input_refused, type=INPUT_REFUSED)
+
     @workflow.query(name="state")
     def query_state(self) -> dict[str, Any]:
+        self._started()
         return self._state.model_dump(mode="json") if self._state else {}
 
     @workflow.query(name="status")
     def query_status(self) -> str:
+        self._started()
         return self._state.status.value if self._state else "STARTING"
 
     @workflow.query(name="cost")
     def query_cost(self) -> dict[str, Any]:
         """Tokens and estimated dollars: the run's, each node's, each model call's."""
+        self._started()
         return cost_report(self._state, self._calls) if self._state else {}
 
     @workflow.query(name="transitions")
     def query_transitions(self) -> list[Transition]:
         """This run's transitions; earlier runs of a continued thread are in ``log_summary``."""
+        self._started()
         return list(self._log)
 
     @workflow.query(name="log_summary")
     def query_log_summary(self) -> LogSummary:
+        self._started()
         return summarize(self._carried, self._log)
 
 

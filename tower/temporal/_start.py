@@ -26,22 +26,21 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, create_model
+from pydantic import BaseModel, ValidationError, create_model
 from temporalio import workflow
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
 
 from tower.core.carry import Carry
-from tower.core.errors import TowerError
+from tower.temporal._unopenable import UnopenablePayload
 
-__all__ = ["EXTENDED", "BadStart", "make_workflow", "match_init"]
+__all__ = ["EXTENDED", "INPUT_REFUSED", "make_workflow", "match_init", "opened", "refuse"]
+
+# The failure type of a run whose input its agent refused: it never took a step.
+INPUT_REFUSED = "InputRefused"
 
 # Plain subclasses of agents with a run of their own: Tower's registry of them (load_agents).
 EXTENDED: set[type] = set()
-
-
-class BadStart(TowerError):
-    """A run was started with arguments its agent does not take (a raw start with two
-    input values): the run fails with this reason, instead of a first workflow task that
-    fails and retries forever."""
 
 
 def make_workflow(cls: type) -> None:
@@ -64,28 +63,33 @@ def make_workflow(cls: type) -> None:
     plain_init = own_init if own_init is not None and not _made(own_init) else _plain(cls)
     cls.plain_init = plain_init  # type: ignore[attr-defined]  # an instance outside a run
 
-    def misfit(args: tuple[Any, ...]) -> str | None:
-        if len(args) == 1:
-            return None
-        return (f"the start's {len(args)} argument(s) do not fit {cls.__name__}.run: "
-                f"it takes one input ({given.__name__})")
-
     def __init__(self: Any, *args: Any) -> None:
         plain_init(self)
-        if misfit(args) is None:  # a misfit start fails in run, with the reason
-            self.take_start(args[0])
+        if len(args) != 1:  # a raw start with two values: refused, never retried forever
+            refuse(self, f"the start's {len(args)} argument(s) do not fit {cls.__name__}.run: "
+                         f"it takes one input ({given.__name__})")
+            return
+        request, why = opened(args[0], started)
+        if why:
+            refuse(self, why)
+        else:
+            self.take_start(request)
 
     async def run(self: Any, *args: Any) -> Any:
-        if (why := misfit(args)) is not None:
-            raise BadStart(why)
-        request = args[0]
+        if self._input_refused:  # replayed (refuse): the run fails as it did
+            raise ApplicationError(self._input_refused, type=INPUT_REFUSED,
+                                   non_retryable=True)
+        request = self._start_input  # opened in __init__ (a subclass's own init, typed)
         await self._begin(request)
         if own_run is not None:
             return await own_run(self, request)
         return await self.run_from(self.start(request), request)
 
-    _sign(cls, __init__, "__init__", started, None)
-    _sign(cls, run, "run", started, returns, doc=getattr(own_run, "__doc__", None))
+    # Taken raw and opened here (``opened``): an input the SDK failed to open failed the
+    # run with a pydantic dump, and every later query on it with the SDK's "Expected
+    # workflow input. This is a Python SDK bug."
+    _sign(cls, __init__, "__init__", None)
+    _sign(cls, run, "run", returns, doc=getattr(own_run, "__doc__", None))
     cls.__init__ = workflow.init(__init__)  # type: ignore[misc]
     cls.run = workflow.run(run)  # type: ignore[attr-defined]
 
@@ -130,18 +134,50 @@ def _made(init: Any) -> bool:
     return bool(getattr(init, "tower_made", False))
 
 
-def _sign(cls: type, fn: Callable[..., Any], name: str, started: type, returns: Any, *,
+def _sign(cls: type, fn: Callable[..., Any], name: str, returns: Any, *,
           doc: str | None = None) -> None:
-    # One input parameter, typed: the SDK decodes the start's payload with it (and checks
-    # that init and run take the same); *args keeps a misfit start from raising TypeError.
+    # One raw input parameter (the SDK checks that init and run take the same); *args
+    # keeps a misfit start from raising TypeError, which would retry its task forever.
     self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
     request = inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                                annotation=started)
+                                annotation=RawValue)
     fn.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [self_param, request], return_annotation=inspect.Signature.empty if returns is None
         else returns)
-    fn.__annotations__ = {"request": started, "return": returns}
+    fn.__annotations__ = {"request": RawValue, "return": returns}
     fn.__name__ = name
     fn.__qualname__ = f"{cls.__name__}.{name}"
     fn.__module__ = cls.__module__
     fn.__doc__ = doc
+
+
+def opened(raw: RawValue, model: type[BaseModel]) -> tuple[Any, str]:
+    """The run's input as ``model``, or (None, why it is refused, in one line): a value
+    that is not the agent's input (a list, a number, a field missing or too long, one the
+    worker cannot open) is the requester's, and fails the run (``refuse``)."""
+    try:
+        return workflow.payload_converter().from_payload(raw.payload, model), ""
+    except ValidationError as exc:
+        return None, f"not a valid {model.__name__}: {problems(exc)}"
+    except UnopenablePayload as exc:  # a codec or store reference the worker cannot open
+        return None, str(exc)
+    except Exception as exc:  # noqa: BLE001  (not JSON, an unknown encoding: said as is)
+        return None, f"cannot be opened: {type(exc).__name__}: {exc}"
+
+
+def refuse(run: Any, why: str) -> None:
+    """Fail ``run`` (a workflow object being made) as refusing its input: ApplicationError
+    ``INPUT_REFUSED``, raised from ``__init__`` so that the run fails before any handler
+    runs (an update sent with the start is rejected, never left waiting). Replayed (a
+    query on the closed run), the object is made instead, and ``run`` raises the same:
+    an ``__init__`` that raises again would leave the query unanswered until it timed
+    out. Its queries then fail with the reason (``MachineRun._started``)."""
+    run._input_refused = why
+    if not workflow.unsafe.is_replaying():
+        raise ApplicationError(why, type=INPUT_REFUSED, non_retryable=True)
+
+
+def problems(exc: ValidationError) -> str:
+    """A pydantic error in one line, without the values it refused (a requester's)."""
+    return "; ".join(f"field {'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}"
+                     for e in exc.errors())
