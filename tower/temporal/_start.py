@@ -23,6 +23,7 @@ and a subclass gets the ``@workflow.init`` its own ``run``'s parameters ask for.
 from __future__ import annotations
 
 import inspect
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -46,11 +47,13 @@ EXTENDED: set[type] = set()
 def make_workflow(cls: type) -> None:
     """Give the ``@agent`` class ``cls`` the runtime's ``@workflow.init`` and
     ``@workflow.run``; an own ``run`` (``@workflow.run``) is called after the start."""
-    given: Any = getattr(cls, "Input", None)
-    if not (isinstance(given, type) and issubclass(given, BaseModel)):
-        raise TypeError(f"{cls.__name__}: an agent names its input model (Input = ...)")
     own_run = cls.__dict__.get("run")
     start = getattr(cls, "start", None)
+    given: Any = getattr(cls, "Input", None) or _input_of(own_run or start)
+    if not (isinstance(given, type) and issubclass(given, BaseModel)):
+        raise TypeError(f"{cls.__name__}: an agent's start takes its input model: "
+                        "def start(self, request: MyRequest) -> MyState")
+    cls.Input = given  # type: ignore[attr-defined]
     if own_run is None and (start is None or getattr(start, "__isabstractmethod__", False)):
         raise TypeError(f"{cls.__name__}: an agent says how a run starts: "
                         "def start(self, request) -> its first state")
@@ -128,6 +131,14 @@ def _plain(cls: type) -> Callable[[Any], None]:
         if found is not None and not _made(found):
             return found
     return object.__init__
+
+
+def _input_of(fn: Any) -> Any:
+    """The type of ``fn``'s input parameter (after ``self``), if it says one."""
+    if fn is None:
+        return None
+    params = list(inspect.signature(fn).parameters)[1:]
+    return typing.get_type_hints(fn).get(params[0]) if params else None
 
 
 def _made(init: Any) -> bool:
