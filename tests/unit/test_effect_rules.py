@@ -15,8 +15,9 @@ from temporalio.exceptions import ApplicationError
 
 from activities.tools import TOOLS, ToolBox
 from tower.contract.wire import Authority, ToolCall
+from tower.core.failures import Code
 from tower.core.keys import effect_key
-from tower.effects import EffectRefused, reconcile
+from tower.effects import reconcile
 
 BASE: dict[str, Any] = dict(workflow_id="refund-1", chain="run-a", node="issue_refund",
                             visit=1, proposal="sha256:" + "ab" * 32, tool="issue_refund", nth=0,
@@ -78,7 +79,7 @@ def box(tmp_path: Path) -> ToolBox:
 def refused(fn: Any, *args: Any, **kw: Any) -> str:
     with pytest.raises(ApplicationError) as info:
         fn(*args, **kw)
-    assert info.value.type == EffectRefused.TYPE and info.value.non_retryable
+    assert info.value.type == Code.EFFECT_REFUSED and info.value.non_retryable
     return str(info.value.details[0]["code"])
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from temporalio.exceptions import ApplicationError
 
 from tower.contract.wire import ModelReply, ToolCallRequest
+from tower.core.failures import Code, TowerError, failure
 from tower.core.state import Usage
 
 from .model_stream import AttemptStream
@@ -114,8 +115,7 @@ async def stream_scripted(reply: ModelReply, live: AttemptStream, tokens_per_sec
 
 
 def refused(model: str, refusal: str | None) -> ApplicationError:
-    return ApplicationError(f"{model} refused: {refusal}", type="ModelRefused",
-                            non_retryable=True)
+    return failure(TowerError(f"{model} refused: {refusal}", code=Code.MODEL_REFUSED))
 
 
 def arguments_of(raw: str | None) -> dict[str, Any]:

@@ -34,10 +34,10 @@ from tower.contract.decisions import (
     proposal_digest,
 )
 from tower.contract.pending import EditLimit
-from tower.contract.refusals import RefusalCode
 from tower.core.edits import EditCheck
 from tower.core.engine import fail
 from tower.core.errors import IllegalTransition
+from tower.core.failures import Code
 from tower.core.graph import Machine
 from tower.core.judge import (  # noqa: F401  (re-exported: what a decision must prove)
     Check,
@@ -114,7 +114,7 @@ class Refusal(BaseModel):
     at: datetime
     via: Literal["signal", "update"]
     reason: str
-    code: RefusalCode | None = None  # what every surface reads (the reason is for people)
+    code: Code | None = None  # what every surface reads (the reason is for people)
     decision_id: str = ""
     gate: str = ""
     approver: str = ""

@@ -25,10 +25,10 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from tower.contract.wire import Authority, ToolCall
-from tower.core.errors import BAD_ARGUMENTS, EFFECT_CONFLICT, EffectRefused
+from tower.core.errors import EffectRefused
+from tower.core.failures import Code, TowerError, failure
 from tower.effects._guard import MARK
 from tower.effects._ledger import Made, Tx, claim, epoch_now, record
 from tower.effects._legacy import legacy_made
@@ -101,8 +101,8 @@ class EffectTool(Generic[A]):
         try:
             args = self.args.model_validate(call.arguments)
         except ValidationError as exc:  # retrying cannot fix bad arguments
-            raise ApplicationError(f"bad arguments for {self.name}: {exc}",
-                                   type=BAD_ARGUMENTS, non_retryable=True) from None
+            raise failure(TowerError(f"bad arguments for {self.name}: {exc}",
+                                     code=Code.BAD_TOOL_ARGUMENTS)) from None
         asked = json.dumps(args.model_dump(mode="json"), sort_keys=True)
         context = EffectCall(self.name, call.idempotency_key, call.authority)
         mine = epoch_now() if epoch is None else epoch
@@ -123,8 +123,8 @@ class EffectTool(Generic[A]):
         except NoEffect as nothing:  # rolled back: no effect, the key stays free
             return dict(to_jsonable_python(nothing.result))
         except EffectRefused as refused:  # rolled back; the node gets EffectRefused back
-            raise ApplicationError(refused.reason, {"code": refused.code, "tool": self.name},
-                                   type=EffectRefused.TYPE, non_retryable=True) from None
+            refused.tool = self.name
+            raise failure(refused) from None
 
 
 def effect(fn: Callable[[Any, A, EffectCall], dict[str, Any]] | None = None, *,
@@ -181,7 +181,7 @@ def _same(tool: str, made: Made, asked: str) -> dict[str, Any]:
     """The key was used before: only the very same call may take its result. The same key
     with other arguments would act twice or report the wrong effect: refuse."""
     if made.arguments is not None and (made.tool, made.arguments) != (tool, asked):
-        raise ApplicationError(
+        raise failure(TowerError(
             f"{tool} already ran for this action with {made.arguments}; refusing to run it "
-            f"again with {asked}", type=EFFECT_CONFLICT, non_retryable=True)
+            f"again with {asked}", code=Code.EFFECT_CONFLICT))
     return made.result

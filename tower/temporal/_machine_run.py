@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 from pydantic import BaseModel
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tower.contract import search
@@ -28,6 +27,7 @@ from tower.core.carry import Carry, LogSummary, summarize
 from tower.core.cost import CallUsage, cost_report
 from tower.core.details import render_details
 from tower.core.engine import Transition, start
+from tower.core.failures import Code, TowerError, failure
 from tower.core.gates import pending_record
 from tower.core.graph import FAILED, TERMINALS, Machine
 from tower.core.pending import pending_view
@@ -153,10 +153,9 @@ class MachineRun(Admission):
         transition. A carry that is not the run's own fails the run at once, and so does a
         gated agent that did not ``admit`` its input (no roster: no decision could count)."""
         if self.machine.gates and self._trust is None:
-            raise ApplicationError(
+            raise failure(TowerError(
                 f"agent {self.machine.name!r} has approval gates but no roster and policy: "
-                "call `await self.admit(request)` before `drive`", type="TrustMissing",
-                non_retryable=True)
+                "call `await self.admit(request)` before `drive`", code=Code.TRUST_MISSING))
         if carried is None and self._carry_in is not None:
             state, carried = self.machine.state_type.model_validate(self._carry_in.state), \
                 self._carry_in
@@ -169,7 +168,7 @@ class MachineRun(Admission):
                 workflow.info().typed_search_attributes)
             self._record(*start(self.machine, state, at=workflow.now(), event_id=event_id()))
         elif (refused := carry_refused(carried) or await origin_refused()) is not None:
-            raise ApplicationError(refused, type="InputRefused", non_retryable=True)
+            raise failure(TowerError(refused, code=Code.INPUT_REFUSED))
         else:
             self._state, self._carried = state, carried.log
             self.publish()
