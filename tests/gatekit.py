@@ -19,8 +19,8 @@ from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from tower.client._decisions import submit_decision
 from tower.client.keys import load_key, new_key
 from tower.contract.decisions import GateRecord, Verdict, proposal_digest
+from tower.contract.failures import rebuilt
 from tower.contract.trust import EventClaims
-from tower.core.failures import rebuilt
 from tower.core.signing import EVENT_TYPE, decision_claims, sign
 from tower.temporal._query_retry import AHEAD_OF_ITS_TASK
 from workflows.refund import RefundRequest

@@ -21,8 +21,8 @@ from temporalio.exceptions import ApplicationError
 
 from tower.cli.cmd_operator import send_retry
 from tower.cli.common import CliError
+from tower.contract.failures import Code
 from tower.contract.wire import ModelRequest
-from tower.core.failures import Code
 from tower.temporal._outcome import final_state
 from workflows.refund import RefundAgent, RefundState
 

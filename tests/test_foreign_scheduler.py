@@ -27,7 +27,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
-from tower.core.failures import Code
+from tower.contract.failures import Code
 from workflows.refund import RefundAgent
 
 pytestmark = pytest.mark.integration

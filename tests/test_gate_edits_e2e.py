@@ -26,7 +26,7 @@ from temporalio.exceptions import ApplicationError
 from trap_agents import TrapRefund
 
 from tower.activities.model import ModelSettings
-from tower.core.failures import Code
+from tower.contract.failures import Code
 from worker import build_worker
 from workflows.refund import RefundAgent, RefundRequest
 

@@ -14,7 +14,7 @@ from temporalio.common import RetryPolicy
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from tower.core.failures import Code
+from tower.contract.failures import Code
 from tower.temporal import TowerPlugin
 
 

@@ -23,8 +23,8 @@ from tower.cli.cmd_operator import send_retry
 from tower.cli.common import CliError
 from tower.cli.runs import run_state
 from tower.contract import search
+from tower.contract.failures import Code
 from tower.core.engine import Transition
-from tower.core.failures import Code
 from tower.temporal._outcome import final_state
 from workflows.order import OrderAgent, OrderRequest, OrderState
 

@@ -1,4 +1,4 @@
-"""Every refusal carries a code (tower.core.failures.Code), and surfaces read the
+"""Every refusal carries a code (tower.contract.failures.Code), and surfaces read the
 code, never the words: the update's error, the audit trail of refused signals, the client's
 DecisionRefused, the inbox's text."""
 
@@ -15,7 +15,7 @@ from tower.activities.model import ModelSettings
 from tower.cli.inbox.pages import refusal_text
 from tower.client import DecisionRefused
 from tower.client._decisions import send_decision
-from tower.core.failures import Code
+from tower.contract.failures import Code
 from worker import build_worker
 from workflows.refund import RefundAgent
 

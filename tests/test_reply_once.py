@@ -22,8 +22,8 @@ from test_cli import address_of, tower
 from tower.activities.messages import MessageStore
 from tower.activities.model import ModelSettings
 from tower.client import ReplyMissing, reply_text, resolved
+from tower.contract.failures import Code
 from tower.contract.wire import MessageRef, ModelReply, ModelRequest
-from tower.core.failures import Code
 from tower.core.state import Message
 from tower.testing.model_server import LoopbackModelServer
 from workflows.chat import ChatAgent, ChatInput, ChatReply, UserMessage

@@ -26,9 +26,9 @@ from tower.activities.messages_pg import PostgresMessages
 from tower.activities.stores import StoreSettings
 from tower.activities.streams import open_streams
 from tower.cli.errors import user_error
+from tower.contract.failures import Code
 from tower.contract.stream import StreamEvent
 from tower.contract.wire import WindowRef
-from tower.core.failures import Code
 from tower.temporal.payloads import PayloadMissing, driver_for, tower_data_converter
 from tower.temporal.payloads_pg import PostgresDriver
 

@@ -14,8 +14,8 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from activities.tools import TOOLS, ToolBox
+from tower.contract.failures import Code
 from tower.contract.wire import Authority, ToolCall
-from tower.core.failures import Code
 from tower.core.keys import effect_key
 from tower.effects import reconcile
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from temporalio.exceptions import ApplicationError
 
-from tower.core.failures import waits_for_store
+from tower.contract.failures import waits_for_store
 
 
 def test_a_store_type_is_found_along_the_causes() -> None:

@@ -21,8 +21,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from tower import Message
+from tower.contract.failures import Code, TowerError, failure
 from tower.contract.wire import ModelReply, ModelRequest
-from tower.core.failures import Code, TowerError, failure
 
 from .fallback import (
     AGENT_HEADER,

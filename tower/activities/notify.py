@@ -21,9 +21,9 @@ import httpx
 from pydantic import ValidationError
 from temporalio import activity
 
+from tower.contract.failures import Code, TowerError, failure
 from tower.contract.notify import GateNotice, NotifyPolicy
 from tower.contract.render import WARNING, Rendered, escape, render_proposal
-from tower.core.failures import Code, TowerError, failure
 
 DEFAULT_TRUST_DIR = Path(".tower") / "trust"
 TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from temporalio.exceptions import ApplicationError
 
-from tower.core.failures import Code, TowerError, failure
+from tower.contract.failures import Code, TowerError, failure
 
 if TYPE_CHECKING:
     from temporalio.client import Client

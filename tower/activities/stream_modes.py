@@ -17,6 +17,8 @@ from __future__ import annotations
 import sys
 from enum import StrEnum
 
+from tower.contract.failures import Code, TowerError
+
 
 class Mode(StrEnum):
     STREAM = "stream"  # server-sent events, the usage included (stream_options)
@@ -49,8 +51,10 @@ def refuses_streaming(exc: BaseException) -> bool:
             and exc.status_code in (400, 422))
 
 
-class EmptyReply(Exception):
+class EmptyReply(TowerError):
     """The server answered with no text, no tool call and no refusal."""
+
+    CODE = Code.EMPTY_REPLY
 
     def __init__(self, model: str, base_url: str | None) -> None:
         where = base_url or "the OpenAI default endpoint"

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio.exceptions import ApplicationError
 
+from tower.contract.failures import Code, TowerError, failure
 from tower.contract.wire import ModelReply, ToolCallRequest
-from tower.core.failures import Code, TowerError, failure
 from tower.core.state import Usage
 
 from .model_stream import AttemptStream

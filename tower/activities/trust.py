@@ -21,8 +21,8 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
+from tower.contract.failures import Code, TowerError, failure
 from tower.contract.trust import Policy, Roster, TrustRequest, TrustSnapshot
-from tower.core.failures import Code, TowerError, failure
 
 DEFAULT_TRUST_DIR = Path(".tower") / "trust"
 M = TypeVar("M", bound=BaseModel)

@@ -31,7 +31,7 @@ from tower.client._runs import describe, query
 from tower.client.errors import ClientError, DecisionRefused, RunNotFound
 from tower.client.keys import check_name, sign_decision
 from tower.contract.decisions import GateRecord, Verdict, proposal_digest
-from tower.core.failures import rebuilt
+from tower.contract.failures import rebuilt
 from tower.core.gates import Outcome
 from tower.core.signing import decision_claims
 from tower.temporal._runtime import AgentWorkflow

@@ -5,8 +5,8 @@ Kept free of heavy imports: the CLI's error printer recognises these by name.
 
 from __future__ import annotations
 
+from tower.contract.failures import Code, TowerError
 from tower.core.errors import DecisionRefused
-from tower.core.failures import Code, TowerError
 
 __all__ = ["ClientError", "DecisionRefused", "ReplyMissing", "RunClosed", "RunNotFound"]
 

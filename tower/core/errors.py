@@ -1,11 +1,11 @@
 """The engine's error family, small and precise (after python-statemachine); every class
-derives from ``TowerError`` (tower/core/failures.py: the root, its codes, the registry)."""
+derives from ``TowerError`` (tower/contract/failures.py: the root, its codes, the registry)."""
 
 from __future__ import annotations
 
 from typing import Any, Self
 
-from tower.core.failures import Code, TowerError
+from tower.contract.failures import Code, TowerError
 
 __all__ = ["AgentFailed", "Code", "DecisionRefused", "EffectRefused", "IllegalTransition",
            "InvalidGraph", "NodeFailed", "TowerError"]

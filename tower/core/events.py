@@ -21,8 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from tower.contract.failures import Code
 from tower.core.errors import IllegalTransition, TowerError
-from tower.core.failures import Code
 from tower.core.graph import TERMINALS, Graph, Guard, Machine
 from tower.core.state import S, UpdateError, apply_update
 from tower.core.transition import Kind, Transition, move, within_budget

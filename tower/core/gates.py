@@ -33,11 +33,11 @@ from tower.contract.decisions import (
     ProposalNotCanonical,
     proposal_digest,
 )
+from tower.contract.failures import Code
 from tower.contract.pending import EditLimit
 from tower.core.edits import EditCheck
 from tower.core.engine import fail
 from tower.core.errors import IllegalTransition
-from tower.core.failures import Code
 from tower.core.graph import Machine
 from tower.core.judge import (  # noqa: F401  (re-exported: what a decision must prove)
     Check,

@@ -24,9 +24,9 @@ from tower.contract.decisions import (
     Verdict,
     proposal_digest,
 )
+from tower.contract.failures import Code
 from tower.contract.trust import Claims, TrustSnapshot
 from tower.core.edits import check_edits
-from tower.core.failures import Code
 from tower.core.signing import SignatureRefused, authority, verify_decision
 from tower.core.state import AgentState
 

@@ -19,6 +19,7 @@ from joserfc.errors import JoseError
 from joserfc.jwk import OKPKey
 from pydantic import BaseModel, ValidationError
 
+from tower.contract.failures import Code, TowerError
 from tower.contract.trust import (
     AttestClaims,
     Claims,
@@ -28,7 +29,6 @@ from tower.contract.trust import (
     Roster,
     Signed,
 )
-from tower.core.failures import Code
 
 DECISION_TYPE = "tower-decision+jwt"
 EVENT_TYPE = "tower-event+jwt"
@@ -40,13 +40,15 @@ MAX_TOKEN_CHARS = 8000
 C = TypeVar("C", bound=Signed)
 
 
-class SignatureRefused(ValueError):
+class SignatureRefused(TowerError, ValueError):  # a ValueError: read with bad token values
     """A token that proves nothing: malformed, unknown key, bad signature, expired;
     ``code`` says which."""
 
+    CODE = Code.BAD_SIGNATURE
+    code: Code  # a refusal code
+
     def __init__(self, message: str, code: Code = Code.BAD_SIGNATURE) -> None:
-        super().__init__(message)
-        self.code = code
+        super().__init__(message, code=code)
 
 
 class UnknownKey(SignatureRefused):

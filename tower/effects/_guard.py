@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from tower.core.failures import Code, TowerError, failure
+from tower.contract.failures import Code, TowerError, failure
 
 MARK = "__tower_effect__"  # set on the activities EffectTool.on makes
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from temporalio import activity
 
-from tower.core.failures import Code, TowerError, failure
+from tower.contract.failures import Code, TowerError, failure
 
 TABLE = """CREATE TABLE IF NOT EXISTS tower_effects (
     idempotency_key TEXT PRIMARY KEY, epoch BIGINT NOT NULL, tool TEXT, arguments TEXT,

@@ -26,9 +26,9 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 from temporalio import activity
 
+from tower.contract.failures import Code, TowerError, failure
 from tower.contract.wire import Authority, ToolCall
 from tower.core.errors import EffectRefused
-from tower.core.failures import Code, TowerError, failure
 from tower.effects._guard import MARK
 from tower.effects._ledger import Made, Tx, claim, epoch_now, record
 from tower.effects._legacy import legacy_made
@@ -36,13 +36,15 @@ from tower.effects._legacy import legacy_made
 A = TypeVar("A", bound=BaseModel)
 
 
-class NoEffect(Exception):  # noqa: N818 (an outcome, not an error)
+class NoEffect(TowerError):  # noqa: N818 (an outcome, not an error)
     """The tool decided not to act (out of stock, nothing to release): its transaction
     rolls back and the key stays free, so a later repeat really tries again. The call
     returns ``result``."""
 
+    CODE = Code.NO_EFFECT
+
     def __init__(self, result: dict[str, Any]) -> None:
-        super().__init__(result)
+        super().__init__(str(result))
         self.result = result
 
 

@@ -18,8 +18,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from tower.contract import search
+from tower.contract.failures import Code, TowerError, failure, types
 from tower.contract.trust import TrustRequest, TrustSnapshot
-from tower.core.failures import Code, TowerError, failure, types
 from tower.core.graph import Machine
 from tower.core.policy import effective
 from tower.temporal._task_time import in_a_task

@@ -18,6 +18,15 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
+from tower.contract.failures import (
+    NOT_MADE,
+    Code,
+    code_of,
+    failure_reason,
+    rebuilt,
+    types,
+    waits_for_store,
+)
 from tower.contract.stream import TOOL_FINISHED, TOOL_STARTED, custom_data
 from tower.contract.wire import (
     Authority,
@@ -31,15 +40,6 @@ from tower.core.asking import ask_validated, check_reply, model_request
 from tower.core.context import Answer
 from tower.core.cost import CallUsage
 from tower.core.errors import EffectRefused, NodeFailed
-from tower.core.failures import (
-    NOT_MADE,
-    Code,
-    code_of,
-    failure_reason,
-    rebuilt,
-    types,
-    waits_for_store,
-)
 from tower.core.graph import Node
 from tower.core.keys import effect_key, legacy_effect_key
 from tower.core.state import Message, Usage

@@ -38,10 +38,10 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from tower.contract.failures import failure, failure_reason
 from tower.core.engine import fail
 from tower.core.errors import NodeFailed, TowerError
 from tower.core.events import Event, EventRejected, Rejection, apply_event
-from tower.core.failures import failure, failure_reason
 from tower.core.graph import TERMINALS
 from tower.core.signing import SignatureRefused, verify_event
 from tower.core.state import AgentState, S, Usage

@@ -29,11 +29,11 @@ from tower.contract.decisions import (
     canonical_proposal,
     proposal_digest,
 )
+from tower.contract.failures import Code, failure
 from tower.contract.notify import GateNotice
 from tower.contract.trust import AttestRequest, TrustSnapshot
 from tower.core.engine import Transition, advance
 from tower.core.errors import DecisionRefused, NodeFailed
-from tower.core.failures import Code, failure
 from tower.core.gates import (
     Check,
     Gate,

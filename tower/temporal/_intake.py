@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from temporalio import workflow
 from temporalio.common import RawValue
 
-from tower.core.failures import Code
+from tower.contract.failures import Code
 from tower.core.gates import pending_record
 from tower.temporal._refusals import TaskBudget, decoded
 

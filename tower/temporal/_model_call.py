@@ -16,8 +16,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from tower.contract.failures import STORE_WAITS, Code, types, waits_for_store
 from tower.contract.wire import ModelReply, ModelRequest
-from tower.core.failures import STORE_WAITS, Code, types, waits_for_store
 from tower.temporal._store_wait import wait_for_store
 from tower.temporal._task_time import in_a_task
 

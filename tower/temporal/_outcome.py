@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
+from tower.contract.failures import failure, rebuilt
 from tower.core.errors import AgentFailed
-from tower.core.failures import failure, rebuilt
 from tower.core.state import AgentState
 from tower.core.transition import Transition
 

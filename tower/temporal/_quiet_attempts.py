@@ -35,7 +35,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.exceptions import CancelledError as TemporalCancelled
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from tower.core.failures import Code, TowerError, failure, rebuilt
+from tower.contract.failures import Code, TowerError, failure, rebuilt
 from tower.temporal.payloads import PayloadMissing, PayloadStoreUnavailable
 
 # The SDK's worker loggers: one of them (a module's own) logs a workflow task it could not

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from temporalio import workflow
 from temporalio.common import RawValue
 
-from tower.core.failures import Code
+from tower.contract.failures import Code
 from tower.core.gates import Refusal
 from tower.temporal._unopenable import UnopenablePayload
 

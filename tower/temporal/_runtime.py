@@ -16,10 +16,10 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
+from tower.contract.failures import failure_reason
 from tower.core.carry import Carry
 from tower.core.engine import advance, node_error
 from tower.core.errors import NodeFailed
-from tower.core.failures import failure_reason
 from tower.core.gates import Outcome, approving_decision
 from tower.core.interpreter import Hold, after_node, next_step
 from tower.core.keys import action_of

@@ -30,7 +30,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from tower.core.failures import Code, TowerError, failure
+from tower.contract.failures import Code, TowerError, failure
 from tower.temporal._machine_run import run_origin
 
 _REMEMBERED = 4096  # runs whose verdict is kept (oldest dropped first)

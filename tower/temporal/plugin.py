@@ -34,7 +34,10 @@ from temporalio.worker import ReplayerConfig, Worker, WorkerConfig, WorkflowRunn
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from tower.activities.stores import StoreSettings, announce
-from tower.core.errors import InvalidGraph, TowerError
+from tower.contract.failures import Code, TowerError
+from tower.core.errors import IllegalTransition, InvalidGraph, NodeFailed
+from tower.core.events import EventRejected
+from tower.core.policy import PolicyInvalid, PolicyLoosened
 from tower.core.tools import ToolSpec, register_external
 from tower.effects._guard import OnlyEffectsReconcile
 from tower.temporal._agent import scripts_of
@@ -46,8 +49,9 @@ from tower.temporal._query_retry import QueryAskedAgain
 from tower.temporal._quiet_attempts import AttemptsEndQuietly, quiet_store_tracebacks
 from tower.temporal._sandbox import project_packages, sandbox_runner
 from tower.temporal._scheduler_guard import ScheduledByOwnAgents
+from tower.temporal._start import BadStart
 from tower.temporal._stream_sink import publish_steps
-from tower.temporal._unopenable import TowerDataConverter, guarded
+from tower.temporal._unopenable import TowerDataConverter, UnopenablePayload, guarded
 from tower.temporal.cleanup import EVERY as CLEANUP_EVERY
 from tower.temporal.cleanup import TowerStoreCleanup, ensure_cleanup
 from tower.temporal.payloads import driver_for
@@ -74,7 +78,11 @@ HEARTBEAT_SENT_WITHIN = timedelta(seconds=1)
 # A domain error fails the run instead of retrying the workflow task forever; so does an
 # input that does not fit the agent's input model (pydantic's ValidationError, raised
 # while decoding the start): a malformed start ends FAILED at once, with the reason.
-WORKFLOW_FAILURE_TYPES: list[type[BaseException]] = [TowerError, ValidationError]
+# Named one by one, not as TowerError: a store that does not answer (PayloadMissing) or a
+# query's activation ahead of its task (AheadOfItsTask) fails the task, to be tried again.
+WORKFLOW_FAILURE_TYPES: list[type[BaseException]] = [
+    InvalidGraph, IllegalTransition, NodeFailed, EventRejected, PolicyInvalid, PolicyLoosened,
+    BadStart, UnopenablePayload, ValidationError]
 
 T = TypeVar("T")
 
@@ -271,8 +279,10 @@ def check_external_tools(agents: Iterable[Any], available: Collection[str]) -> N
                                                      "which no server on this worker provides")
 
 
-class WorkerMisconfigured(ValueError):
+class WorkerMisconfigured(TowerError, ValueError):  # a ValueError: a setting's bad value
     """A worker that could not run its agents' runs: it refuses to start, saying why."""
+
+    CODE = Code.BAD_SETTINGS
 
 
 def check_tools_served(agents: Iterable[Any], available: Collection[str]) -> None:

@@ -23,8 +23,8 @@ from temporalio.exceptions import ApplicationError
 
 from mcp import MCPError
 from mcp.types import RequestParamsMeta
+from tower.contract.failures import Code, TowerError, failure
 from tower.contract.wire import ToolCall
-from tower.core.failures import Code, TowerError, failure
 
 from .catalogue import KEY_META, McpTool, _describe
 from .config import TenantMcp

@@ -27,8 +27,8 @@ from tower.cli.inbox.signing import shown_request, signed_decision
 from tower.cli.inbox.visibility import UnreadableRequest, waiting_run, waiting_runs
 from tower.client import DecisionRefused, send_decision
 from tower.contract.decisions import GateStatus
+from tower.contract.failures import Code
 from tower.contract.pending import PendingView
-from tower.core.failures import Code
 from tower.core.gates import Outcome
 
 if TYPE_CHECKING:

@@ -9,8 +9,10 @@ again on the other side, whatever wraps it (``ActivityError``, ``WorkflowFailure
 ``WorkflowUpdateFailedError``). This is the only module that spells a failure type or reads
 an error's details (``python -m bench surface`` counts the others: 0).
 
-Nothing here imports temporalio at module level: the core loads without the SDK
-(tests/unit/test_layers.py); the two functions that speak Temporal import it when called.
+It sits with the contract, below the core: every layer raises and reads these. Nothing
+here imports temporalio at module level (the core and the CLI's error printer load without
+the SDK: tests/unit/test_layers.py); the functions that speak Temporal import it when
+called.
 """
 
 from __future__ import annotations
