@@ -161,8 +161,11 @@ class TowerError(Exception):
 
     @classmethod
     def from_details(cls, message: str, code: Code, details: list[Any]) -> Self:
-        """The error again from a failure's message, type and details."""
-        return cls(message, code=code)
+        """The error again from a failure's message, type and details (a class whose fields
+        ride in the details reads them back; the others are their message and code)."""
+        error = cls.__new__(cls)
+        TowerError.__init__(error, message, code=code)
+        return error
 
 
 def failure(exc: TowerError, *, benign: bool = False) -> ApplicationError:

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import ValidationError
 from temporalio.client import Client, ClientConfig
 from temporalio.client import Interceptor as ClientInterceptor
-from temporalio.converter import DataConverter
+from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.converter import DataConverter, DefaultFailureConverter, DefaultPayloadConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import Interceptor as WorkerInterceptor
 from temporalio.worker import ReplayerConfig, Worker, WorkerConfig, WorkflowRunner
@@ -94,7 +95,9 @@ class TowerPlugin(SimplePlugin):
 
     ``data_converter``: None is Tower's converter from the environment (TOWER_PAYLOAD_DIR,
     TOWER_PAYLOAD_THRESHOLD, TOWER_CODEC_KEYS) — or the client's own, when that is already
-    a Tower converter (``tower_data_converter(...)`` with other settings). ``passthrough``:
+    a Tower converter (``tower_data_converter(...)`` with other settings). A client's
+    converter of another kind (a codec, external storage, another payload or failure
+    converter) is refused, never silently replaced (``WorkerMisconfigured``). ``passthrough``:
     more modules to load once outside the sandbox. ``external_tools``: the ``server.tool``
     specs (MCP) this worker serves, registered for the runs' contexts. ``tracing``: None
     traces when a replay-safe tracer provider is installed (``tower.temporal.telemetry``).
@@ -140,6 +143,12 @@ class TowerPlugin(SimplePlugin):
             return self._converter
         if isinstance(existing, TowerDataConverter):
             return existing
+        if existing is not None and (why := _foreign(existing)):
+            raise WorkerMisconfigured(
+                f"the client's data converter is not Tower's ({why}); replacing it would "
+                "write and read payloads another way than its other clients do. Build it with "
+                "tower.temporal.tower_data_converter(...) (encryption: TOWER_CODEC_KEYS), or "
+                "give it as TowerPlugin(data_converter=...) to keep it as it is")
         if self._from_env is None:
             # tower.activities builds on tower.temporal (the guarded converter): imported
             # on use, so that the layers import one way.
@@ -277,6 +286,21 @@ def check_external_tools(agents: Iterable[Any], available: Collection[str]) -> N
                 if "." in tool and tool not in available:
                     raise InvalidGraph(machine.name, f"node {node.name!r} names tool {tool!r}, "
                                                      "which no server on this worker provides")
+
+
+def _foreign(converter: DataConverter) -> str:
+    """What a client's converter does that Tower's would not ("": the SDK's default or
+    pydantic's, whose payloads Tower's converter writes and reads byte for byte)."""
+    if converter.payload_codec is not None:
+        return f"payload codec {type(converter.payload_codec).__name__}"
+    if converter.external_storage is not None:
+        return "external storage"
+    if converter.failure_converter_class is not DefaultFailureConverter:
+        return f"failure converter {converter.failure_converter_class.__name__}"
+    kind = converter.payload_converter_class
+    if kind is not DefaultPayloadConverter and not issubclass(kind, PydanticPayloadConverter):
+        return f"payload converter {kind.__name__}"
+    return ""
 
 
 class WorkerMisconfigured(TowerError, ValueError):  # a ValueError: a setting's bad value
