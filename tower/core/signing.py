@@ -51,14 +51,6 @@ class SignatureRefused(TowerError, ValueError):  # a ValueError: read with bad t
         super().__init__(message, code=code)
 
 
-class UnknownKey(SignatureRefused):
-    """A token under a key id the roster does not name: revoked, another tenant's, forged,
-    or added since the roster was read (a run re-reads it: tower/temporal/_intake.py)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, Code.UNKNOWN_KEY)
-
-
 class _Registry(jws.JWSRegistry):
     """Only EdDSA/Ed25519. joserfc warns that the name "EdDSA" does not pin a curve
     (RFC 9864); our keys are always OKP Ed25519 (``PublicKey`` says so), so it does."""
@@ -103,8 +95,9 @@ def verify(token: str, roster: Roster, claims_type: type[C], *, typ: str,
         raise SignatureRefused(f"token type {header.get('typ')!r} is not {typ!r}")
     found = roster.find(kid)
     if found is None:
-        raise UnknownKey(f"unknown key id {kid!r}: not in tenant {roster.tenant!r}'s "
-                               "roster (revoked, another tenant's, or not yet added)")
+        raise SignatureRefused(f"unknown key id {kid!r}: not in tenant {roster.tenant!r}'s "
+                               "roster (revoked, another tenant's, or not yet added)",
+                               Code.UNKNOWN_KEY)
     member, public = found
     try:
         key = OKPKey.import_key(public.model_dump(exclude={"kid", "alg", "use"},
