@@ -135,6 +135,8 @@ class TowerError(Exception):
     """
 
     CODE: ClassVar[Code] = Code.BAD_SETTINGS
+    # What rides beside the message in the failure's details, by attribute (JSON values).
+    FIELDS: ClassVar[tuple[str, ...]] = ()
     _registry: ClassVar[dict[Code, type[TowerError]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -155,16 +157,14 @@ class TowerError(Exception):
         """The words sent across a boundary (the message a person reads)."""
         return str(self)
 
-    def details(self) -> list[Any]:
-        """What rides beside the message, in the failure's details (JSON values)."""
-        return []
-
     @classmethod
-    def from_details(cls, message: str, code: Code, details: list[Any]) -> Self:
-        """The error again from a failure's message, type and details (a class whose fields
-        ride in the details reads them back; the others are their message and code)."""
+    def rebuild(cls, message: str, code: Code, fields: dict[str, Any]) -> Self:
+        """The error again from what crossed: its message, code and ``FIELDS`` (a class
+        whose constructor makes more of them overrides this)."""
         error = cls.__new__(cls)
         TowerError.__init__(error, message, code=code)
+        for name in cls.FIELDS:
+            setattr(error, name, fields.get(name))
         return error
 
 
@@ -176,8 +176,12 @@ def failure(exc: TowerError, *, benign: bool = False) -> ApplicationError:
     from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
     kind = exc.CODE if exc.code in REFUSALS or exc.code not in set(Code) else exc.code
+    if kind == Code.DECISION_REFUSED:  # the contract: the refusal code alone, as details[0]
+        details: list[Any] = [str(exc.code or Code.MALFORMED)]
+    else:
+        details = [{name: getattr(exc, name) for name in exc.FIELDS}] if exc.FIELDS else []
     category = ApplicationErrorCategory.BENIGN if benign else None
-    return ApplicationError(exc.message, *exc.details(), type=kind,
+    return ApplicationError(exc.message, *details, type=kind,
                             non_retryable=not exc.retryable, next_retry_delay=exc.retry_after,
                             **({"category": category} if category else {}))
 
@@ -195,9 +199,16 @@ def rebuilt(exc: BaseException | None) -> TowerError | None:
         if isinstance(seen, ApplicationError) and seen.type in set(Code):
             code = Code(seen.type)
             cls = TowerError._registry.get(code, TowerError)
-            return cls.from_details(seen.message, code, list(seen.details))
+            return cls.rebuild(seen.message, code, _fields(code, list(seen.details)))
         seen = getattr(seen, "cause", None) or seen.__cause__
     return None
+
+
+def _fields(code: Code, details: list[Any]) -> dict[str, Any]:
+    first = details[0] if details else None
+    if code == Code.DECISION_REFUSED:
+        return {"code": Code(first) if isinstance(first, str) and first in REFUSALS else None}
+    return first if isinstance(first, dict) else {}
 
 
 def code_of(exc: BaseException | None) -> Code | None:

@@ -54,6 +54,7 @@ class EffectRefused(NodeFailed):
     not one of Tower's ``Code``s); its failure type is ``EffectRefused``."""
 
     CODE = Code.EFFECT_REFUSED
+    FIELDS = ("code", "tool")
 
     def __init__(self, code: str, reason: str, *, tool: str = "") -> None:
         super().__init__(f"{tool + ' ' if tool else ''}refused ({code}): {reason}")
@@ -65,13 +66,9 @@ class EffectRefused(NodeFailed):
     def message(self) -> str:
         return self.reason
 
-    def details(self) -> list[Any]:
-        return [{"code": self.code, "tool": self.tool}]
-
     @classmethod
-    def from_details(cls, message: str, code: Code, details: list[Any]) -> Self:
-        fields = details[0] if details and isinstance(details[0], dict) else {}
-        return cls(str(fields.get("code", "")), message, tool=str(fields.get("tool", "")))
+    def rebuild(cls, message: str, code: Code, fields: dict[str, Any]) -> Self:
+        return cls(str(fields.get("code") or ""), message, tool=str(fields.get("tool") or ""))
 
 
 class DecisionRefused(TowerError):
@@ -91,15 +88,10 @@ class DecisionRefused(TowerError):
         """Signed with a key the run's roster did not have when it judged it."""
         return self.code == Code.UNKNOWN_KEY
 
-    def details(self) -> list[Any]:
-        # The code rides alone in the details: clients read it, never the words.
-        return [str(self.code or Code.MALFORMED)]
-
     @classmethod
-    def from_details(cls, message: str, code: Code, details: list[Any]) -> Self:
-        first = details[0] if details else None
-        return cls(message, code=Code(first) if isinstance(first, str) and first in set(Code)
-                   else None)
+    def rebuild(cls, message: str, code: Code, fields: dict[str, Any]) -> Self:
+        # Its code rides alone in the details (the registry reads it): never the words.
+        return cls(message, code=fields.get("code"))
 
 
 class AgentFailed(TowerError):
@@ -108,18 +100,14 @@ class AgentFailed(TowerError):
     ``WorkflowFailureError`` with it as the cause)."""
 
     CODE = Code.AGENT_FAILED
+    FIELDS = ("agent", "node", "step", "reason")
 
     def __init__(self, reason: str, *, agent: str = "", node: str = "", step: int = 0) -> None:
         super().__init__(reason)
         self.reason, self.agent, self.node, self.step = reason, agent, node, step
 
-    def details(self) -> list[Any]:
-        return [{"agent": self.agent, "node": self.node, "step": self.step,
-                 "reason": self.reason}]
-
     @classmethod
-    def from_details(cls, message: str, code: Code, details: list[Any]) -> Self:
-        fields = details[0] if details and isinstance(details[0], dict) else {}
+    def rebuild(cls, message: str, code: Code, fields: dict[str, Any]) -> Self:
         step = fields.get("step")
         return cls(message, agent=str(fields.get("agent", "")),
                    node=str(fields.get("node", "")), step=step if isinstance(step, int) else 0)
