@@ -31,7 +31,7 @@ from tower.client._runs import describe, query
 from tower.client.errors import ClientError, DecisionRefused, RunNotFound
 from tower.client.keys import check_name, sign_decision
 from tower.contract.decisions import GateRecord, Verdict, proposal_digest
-from tower.contract.failures import rebuilt
+from tower.contract.failures import Code, rebuilt
 from tower.core.gates import Outcome
 from tower.core.signing import decision_claims
 from tower.temporal._runtime import AgentWorkflow
@@ -39,6 +39,8 @@ from tower.temporal._runtime import AgentWorkflow
 
 class NotConfirmed(ClientError):
     """The approver did not confirm the request shown: nothing was signed."""
+
+    CODE = Code.NOT_CONFIRMED
 
 
 # How long a decision waits for another worker to take over a run whose worker stopped

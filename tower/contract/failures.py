@@ -94,7 +94,6 @@ class Code(StrEnum):
     # Settings, set-up and tools around runs (raised where they are read, never carried).
     BAD_SETTINGS = "BadSettings"  # a setting, file or configuration that does not hold
     MISSING_EXTRA = "MissingExtra"  # an optional dependency not installed
-    NEEDS_PLUGIN = "NeedsTowerPlugin"  # an agent run without Tower's plugin
     CLIENT_ERROR = "ClientError"  # what a client call refuses
     RUN_NOT_FOUND = "RunNotFound"
     RUN_CLOSED = "RunClosed"
@@ -102,7 +101,7 @@ class Code(StrEnum):
     NOT_GENUINE = "NotGenuine"  # a request this deployment did not attest
     NOT_CONFIRMED = "NotConfirmed"
     SERVER_UNREACHABLE = "ServerUnreachable"
-    BAD_SIGNED_TOKEN = "BadSignedToken"  # a signed decision that does not verify
+    UNKNOWN_TENANT = "UnknownTenant"  # a tenant whose namespace the server does not have
     BAD_HISTORY = "BadHistory"  # a history that cannot be read or replayed
     BAD_EVAL = "BadEval"  # an eval set, recording or baseline that cannot be used
     BAD_INPUT = "BadInput"  # a form, an amount or a request a person typed wrong
@@ -129,7 +128,8 @@ class TowerError(Exception):
     """The root of every error Tower raises: ``code`` says what went wrong.
 
     A subclass names its kind with ``CODE`` (and so registers itself: ``rebuilt`` makes it
-    again from a failure of that type); an instance may carry another ``code`` of its kind.
+    again from a failure of that type; of two classes with one code, the first defined);
+    an instance may carry another ``code`` of its kind.
     ``retryable`` (None: by the code, ``RETRIED``) is whether Temporal tries an activity
     that failed with it again; ``retry_after`` asks for that delay before it.
     """

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, create_model
 from temporalio import workflow
 
+from tower.contract.failures import Code
 from tower.core.carry import Carry
 from tower.core.errors import TowerError
 
@@ -42,6 +43,8 @@ class BadStart(TowerError):
     """A run was started with arguments its agent does not take (a raw start with two
     input values): the run fails with this reason, instead of a first workflow task that
     fails and retries forever."""
+
+    CODE = Code.BAD_START
 
 
 def make_workflow(cls: type) -> None:
