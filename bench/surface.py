@@ -33,7 +33,7 @@ PUBLIC = ("tower", "tower.client", "tower.testing", "tower.temporal", "tower.eff
 EXAMPLE = ("workflows", "activities", "worker.py", "starter")
 AG_UI = {"ag_ui", "agui"}  # a path part that names the AG-UI module: counted apart
 # The one module allowed to spell failure types (issue 41, item 2), once it exists.
-REGISTRY: tuple[str, ...] = ()
+REGISTRY: tuple[str, ...] = ("tower/contract/failures.py",)
 # A failure type is spelled like a class name; "int" or "function" compared with some
 # other ``.type`` (a form field's, a tool call's) is not one.
 FAILURE_TYPE = re.compile(r"[A-Z][A-Za-z0-9]*\Z")

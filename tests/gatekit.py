@@ -19,6 +19,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 from tower.client._decisions import submit_decision
 from tower.client.keys import load_key, new_key
 from tower.contract.decisions import GateRecord, Verdict, proposal_digest
+from tower.contract.failures import rebuilt
 from tower.contract.trust import EventClaims
 from tower.core.signing import EVENT_TYPE, decision_claims, sign
 from tower.temporal._query_retry import AHEAD_OF_ITS_TASK
@@ -196,9 +197,10 @@ def in_process_tools(db: Path) -> dict[str, Any]:
                     tool=name, arguments=args, idempotency_key=f"test/{next(keys)}",
                     authority=authority))
             except ApplicationError as exc:
-                if exc.type != EffectRefused.TYPE:
+                refused = rebuilt(exc)
+                if not isinstance(refused, EffectRefused):
                     raise
-                raise EffectRefused(exc.details[0]["code"], exc.message, tool=name) from None
+                raise EffectRefused(refused.code, refused.reason, tool=name) from None
         return call
 
     return {name: answer(name) for name, tool in TOOLS.items() if not tool.control}

@@ -14,7 +14,7 @@ from joserfc.jwk import OKPKey
 from tower import DONE, AgentState, Graph
 from tower.client.keys import new_key
 from tower.contract.decisions import Decision, GateStatus, Verdict, proposal_digest
-from tower.contract.refusals import RefusalCode as C
+from tower.contract.failures import Code as C
 from tower.contract.trust import Member, Policy, Roster, TrustSnapshot
 from tower.core.engine import advance, start
 from tower.core.errors import InvalidGraph

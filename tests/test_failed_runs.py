@@ -24,8 +24,9 @@ from test_time_travel import fork
 
 from tower.cli.cmd_operator import send_retry
 from tower.cli.common import CliError
+from tower.contract.failures import Code
 from tower.contract.wire import ModelRequest
-from tower.temporal._outcome import AGENT_FAILED, final_state
+from tower.temporal._outcome import final_state
 from workflows.refund import RefundAgent, RefundState
 
 
@@ -56,7 +57,7 @@ async def failed_at(handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
     with pytest.raises(WorkflowFailureError) as info:
         await handle.result()
     cause = info.value.cause
-    assert isinstance(cause, ApplicationError) and cause.type == AGENT_FAILED, cause
+    assert isinstance(cause, ApplicationError) and cause.type == Code.AGENT_FAILED, cause
     details: dict[str, Any] = cause.details[0]
     return details
 

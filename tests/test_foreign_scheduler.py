@@ -27,7 +27,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Worker
 
-from tower.temporal._scheduler_guard import REFUSED_TYPE
+from tower.contract.failures import Code
 from workflows.refund import RefundAgent
 
 pytestmark = pytest.mark.integration
@@ -92,7 +92,7 @@ async def test_a_foreign_workflows_tool_call_is_refused(
         outcome = await attacker.execute_workflow(name, task_queue, id=new_id("thief"),
                                                   task_queue=evil)
         assert "paid" not in outcome, outcome
-        assert outcome["type"] == REFUSED_TYPE and outcome["non_retryable"] is True
+        assert outcome["type"] == Code.ACTIVITY_REFUSED and outcome["non_retryable"] is True
         assert outcome["refused"].startswith("refused: activity 'issue_refund' was scheduled")
         assert why.format(evil=evil) in outcome["refused"]
         assert refunds(db_path) == []  # nothing paid

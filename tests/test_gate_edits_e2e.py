@@ -26,7 +26,7 @@ from temporalio.exceptions import ApplicationError
 from trap_agents import TrapRefund
 
 from tower.activities.model import ModelSettings
-from tower.contract.refusals import RefusalCode
+from tower.contract.failures import Code
 from worker import build_worker
 from workflows.refund import RefundAgent, RefundRequest
 
@@ -80,7 +80,7 @@ async def test_a_mistyped_amount_is_refused_as_bad_edit_and_the_run_still_waits(
                 await handle.execute_update("decide", wrong, result_type=dict)
             cause = refused.value.cause
             assert isinstance(cause, ApplicationError)
-            assert (cause.message, cause.details) == (why, (RefusalCode.BAD_EDIT.value,))
+            assert (cause.message, cause.details) == (why, (Code.BAD_EDIT.value,))
             await handle.signal("decision", wrong)  # the signal is refused alike
         assert await recorded(handle) == [*history, *[SIGNALED] * len(MISTYPED)]
         audit = await handle.query("approvals", result_type=dict)

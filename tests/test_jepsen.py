@@ -70,7 +70,7 @@ async def trials_on(client: Client, workdir: Path, trials: int, seed: int, *, pg
     assert not any(o.stuck for o in outcomes), report  # ... no run left with nothing pending
     assert not any(o.harness for o in outcomes), report
     assert unhandled == [], unhandled[:3]
-    # Every refusal says why in a code the client reads (tower.contract.refusals)
+    # Every refusal says why in a code the client reads (tower.contract.failures.Code)
     assert not [c for o in outcomes for c in o.refused if c.startswith("NO CODE")], report
     return outcomes, report, refund_count(world)
 

@@ -14,8 +14,8 @@ from temporalio.common import RetryPolicy
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from tower.contract.failures import Code
 from tower.temporal import TowerPlugin
-from tower.temporal._quiet_attempts import TIMED_OUT_TYPE
 
 
 @activity.defn
@@ -62,4 +62,4 @@ async def test_a_timed_out_attempt_logs_one_line_and_the_next_finishes(
     # The late attempt completed as a benign failure, not as an unexplained CancelledError.
     failed = [r for r in records if r.getMessage().startswith("Completing activity as failed")]
     assert all(r.levelno == logging.DEBUG for r in failed), [r.getMessage() for r in failed]
-    assert all(TIMED_OUT_TYPE in repr(r.exc_info) or r.exc_info is None for r in failed)
+    assert all(Code.ATTEMPT_TIMED_OUT in repr(r.exc_info) or r.exc_info is None for r in failed)

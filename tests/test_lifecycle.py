@@ -24,10 +24,11 @@ from temporalio.client import (
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
+from tower.contract.failures import Code
 from tower.core.engine import Transition
 from tower.core.events import Rejection
 from tower.temporal._event_runtime import EVENTS_PER_TASK, REJECTED_KEEP, UNTAKEN
-from tower.temporal._outcome import AGENT_FAILED, final_state
+from tower.temporal._outcome import final_state
 from workflows.lifecycle import (
     MAX_RECOVERIES,
     LifecycleAgent,
@@ -188,7 +189,7 @@ async def test_recovery_is_bounded_then_failed(
         state = await final_state(handle, LifecycleState)
         log = await _log(handle)
     cause = failed.value.cause
-    assert isinstance(cause, ApplicationError) and cause.type == AGENT_FAILED
+    assert isinstance(cause, ApplicationError) and cause.type == Code.AGENT_FAILED
     assert cause.details[0] == {"agent": "lifecycle", "node": "RECOVERING", "step": state.step,
                                 "reason": state.errors[-1]}
     assert state.status == "FAILED" and state.recoveries == MAX_RECOVERIES + 1

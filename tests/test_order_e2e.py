@@ -23,8 +23,9 @@ from tower.cli.cmd_operator import send_retry
 from tower.cli.common import CliError
 from tower.cli.runs import run_state
 from tower.contract import search
+from tower.contract.failures import Code
 from tower.core.engine import Transition
-from tower.temporal._outcome import AGENT_FAILED, final_state
+from tower.temporal._outcome import final_state
 from workflows.order import OrderAgent, OrderRequest, OrderState
 
 SCRIPTED = ModelSettings()
@@ -49,7 +50,7 @@ async def failed(handle: WorkflowHandle) -> dict[str, object]:
         await handle.result()
     cause = info.value.cause
     assert isinstance(cause, ApplicationError), cause
-    assert cause.type == AGENT_FAILED and cause.non_retryable, cause
+    assert cause.type == Code.AGENT_FAILED and cause.non_retryable, cause
     details: dict[str, object] = cause.details[0]
     assert cause.message == details["reason"]
     return details

@@ -1,4 +1,4 @@
-"""Every refusal carries a code (tower.contract.refusals.RefusalCode), and surfaces read the
+"""Every refusal carries a code (tower.contract.failures.Code), and surfaces read the
 code, never the words: the update's error, the audit trail of refused signals, the client's
 DecisionRefused, the inbox's text."""
 
@@ -15,12 +15,12 @@ from tower.activities.model import ModelSettings
 from tower.cli.inbox.pages import refusal_text
 from tower.client import DecisionRefused
 from tower.client._decisions import send_decision
-from tower.contract.refusals import RefusalCode
+from tower.contract.failures import Code
 from worker import build_worker
 from workflows.refund import RefundAgent
 
 
-async def refused_code(client: Client, run: str, payload: dict[str, Any]) -> RefusalCode | None:
+async def refused_code(client: Client, run: str, payload: dict[str, Any]) -> Code | None:
     with pytest.raises(DecisionRefused) as info:
         await send_decision(client, run, payload)
     return info.value.code
@@ -37,13 +37,13 @@ async def test_the_run_names_each_refusal_by_its_code(
         p = (await wait_pending(handle))["pending"]
         # Updates: refused by the validator, the code in the error's details.
         cases = {
-            RefusalCode.WRONG_PROPOSAL: decision(client, run, p, proposal="sha256:" + "1" * 64),
-            RefusalCode.WRONG_REQUEST: decision(client, run, p, request=p["step"] - 1),
-            RefusalCode.WRONG_RUN: decision(client, run, p, run_id="another-run-id"),
-            RefusalCode.NOT_AUTHORIZED: decision(client, run, p, approver="carol",
+            Code.WRONG_PROPOSAL: decision(client, run, p, proposal="sha256:" + "1" * 64),
+            Code.WRONG_REQUEST: decision(client, run, p, request=p["step"] - 1),
+            Code.WRONG_RUN: decision(client, run, p, run_id="another-run-id"),
+            Code.NOT_AUTHORIZED: decision(client, run, p, approver="carol",
                                                  role="clerk"),
-            RefusalCode.MALFORMED: {"token": "not-a-jws"},
-            RefusalCode.POLICY: decision(client, run, p, unsigned=True),
+            Code.MALFORMED: {"token": "not-a-jws"},
+            Code.POLICY: decision(client, run, p, unsigned=True),
         }
         for code, payload in cases.items():
             assert await refused_code(client, run, payload) == code
@@ -62,19 +62,19 @@ async def test_the_run_names_each_refusal_by_its_code(
         first = decision(client, run, p)
         assert (await decide(client, handle, p, decision_id="d-first"))["result"] == "approved"
         # Too late: the request was decided.
-        assert await refused_code(client, run, first) == RefusalCode.ALREADY_DECIDED
+        assert await refused_code(client, run, first) == Code.ALREADY_DECIDED
         await handle.result()
     assert len(refunds(db_path)) == 1
 
 
 @pytest.mark.parametrize(("code", "reason", "says"), [
     # The words say one thing, the code another: the page follows the code.
-    (RefusalCode.EXPIRED, "gate 'x' was already decided", "the request expired"),
-    (RefusalCode.ALREADY_DECIDED, "a note that says expired", "Already decided"),
-    (RefusalCode.WRONG_PROPOSAL, "already decided? expired?", "Refused by the run"),
+    (Code.EXPIRED, "gate 'x' was already decided", "the request expired"),
+    (Code.ALREADY_DECIDED, "a note that says expired", "Already decided"),
+    (Code.WRONG_PROPOSAL, "already decided? expired?", "Refused by the run"),
     (None, "already decided, expired", "Refused by the run"),
 ])
-def test_the_inbox_words_a_refusal_by_its_code(code: RefusalCode | None, reason: str,
+def test_the_inbox_words_a_refusal_by_its_code(code: Code | None, reason: str,
                                                says: str) -> None:
     text = refusal_text(DecisionRefused(reason, code=code))
     assert says in text and reason in text

@@ -21,8 +21,8 @@ from test_cli import address_of, tower
 
 from tower.activities.messages import MessageStore
 from tower.activities.model import ModelSettings
-from tower.activities.stores import MISSING
 from tower.client import ReplyMissing, reply_text, resolved
+from tower.contract.failures import Code
 from tower.contract.wire import MessageRef, ModelReply, ModelRequest
 from tower.core.state import Message
 from tower.testing.model_server import LoopbackModelServer
@@ -91,7 +91,8 @@ async def test_a_tampered_store_row_is_never_shown(
                        ("Approve the refund now.", raw.reply_ref.ref))
         with pytest.raises(ApplicationError) as caught:
             MessageStore(store).get([raw.reply_ref])
-        assert caught.value.type == MISSING and "does not match its digest" in str(caught.value)
+        assert caught.value.type == Code.STORE_ENTRY_MISSING
+        assert "does not match its digest" in str(caught.value)
         # The client does not show the row: the run's history has the true text.
         again = await reply_text(client, thread.id, sent.workflow_run_id, raw.reply_ref,
                                  store=str(store))
@@ -152,4 +153,4 @@ def test_the_store_checks_what_it_reads_against_the_digest(tmp_path: Path) -> No
         db.execute("UPDATE windows SET refs = replace(refs, ?, ?)", (ref.ref, "f" * 32))
     with pytest.raises(ApplicationError, match="does not match its digest") as caught:
         store.get_window(window)
-    assert caught.value.type == MISSING and not caught.value.non_retryable
+    assert caught.value.type == Code.STORE_ENTRY_MISSING and not caught.value.non_retryable

@@ -23,9 +23,10 @@ from temporalio.testing import ActivityEnvironment
 from tower import Message
 from tower.activities.messages import MessageStore, open_messages
 from tower.activities.messages_pg import PostgresMessages
-from tower.activities.stores import MISSING, UNAVAILABLE, StoreSettings
+from tower.activities.stores import StoreSettings
 from tower.activities.streams import open_streams
 from tower.cli.errors import user_error
+from tower.contract.failures import Code
 from tower.contract.stream import StreamEvent
 from tower.contract.wire import WindowRef
 from tower.temporal.payloads import PayloadMissing, driver_for, tower_data_converter
@@ -85,7 +86,7 @@ def test_messages_and_windows_round_trip_and_a_missing_one_is_retryable(
         with pytest.raises(ApplicationError) as raised:
             missing()
         error = raised.value
-        assert error.type == MISSING and not error.non_retryable
+        assert error.type == Code.STORE_ENTRY_MISSING and not error.non_retryable
         assert str(messages) in error.message and "TOWER_STORE_URL" in error.message
         assert "TOWER_MESSAGES" in error.message
 
@@ -97,7 +98,7 @@ def test_an_unreachable_postgres_store_is_a_retryable_error(pg_url: str) -> None
     store.close()
     with pytest.raises(ApplicationError) as raised:
         store.get_window(WindowRef(ref="0" * 32, messages=1, tokens=1))
-    assert raised.value.type == UNAVAILABLE and not raised.value.non_retryable
+    assert raised.value.type == Code.STORE_UNAVAILABLE and not raised.value.non_retryable
     assert "is unreachable" in raised.value.message
 
 

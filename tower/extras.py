@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 
+from tower.contract.failures import Code, TowerError
+
 __all__ = ["EXTRAS", "MissingExtra", "missing", "require"]
 
 # extra -> the modules it installs (what pyproject.toml's optional-dependencies list)
@@ -15,8 +17,10 @@ EXTRAS = {
 }
 
 
-class MissingExtra(ImportError):
+class MissingExtra(TowerError, ImportError):  # an ImportError: optional imports catch one
     """A feature needs an extra that is not installed."""
+
+    CODE = Code.MISSING_EXTRA
 
 
 def missing(extra: str) -> list[str]:

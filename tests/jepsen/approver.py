@@ -16,8 +16,9 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
-from tower.client._decisions import refusal_code
 from tower.contract.decisions import Verdict
+from tower.contract.failures import rebuilt
+from tower.core.errors import DecisionRefused
 
 from .bounds import RPC_SECONDS
 from .check import status_of
@@ -84,7 +85,8 @@ async def send_decision(handle: Handle, payload: dict[str, Any], notes: Notes) -
     except WorkflowUpdateFailedError as refused:
         # Refused (already decided, a request that moved on, a flood not judged): look again,
         # as an approver would; a request that still waits is answered anew, never left.
-        code = refusal_code(refused.cause)
+        found = rebuilt(refused)
+        code = found.code if isinstance(found, DecisionRefused) else None
         notes.refused.append(code.value if code else f"NO CODE: {refused.cause}"[:200])
         return False
     except RPCError:

@@ -212,11 +212,11 @@ async def test_lifecycle_moves_only_through_its_guard_table(tools: dict[str, Any
 
 async def test_a_refused_edit_raises_the_error_tower_testing_exports(
         tools: dict[str, Any]) -> None:
-    from tower.testing import RefusedDecision
+    from tower.testing import DecisionRefused
 
     state = RefundState(messages=asks("Please refund $1,200 on invoice INV-2004"),
                         limit_cents=50_000, review_timeout_seconds=3600)
     # The manager may only lower the amount: raising it is refused, as a real run would.
-    with pytest.raises(RefusedDecision, match="refuses the scripted decision"):
+    with pytest.raises(DecisionRefused, match="refuses the scripted decision"):
         await run_agent(RefundAgent, state, tools=tools,
                         decisions=[approve("ann", edits={"amount_cents": 150_000})])

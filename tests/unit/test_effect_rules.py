@@ -19,9 +19,10 @@ from temporalio.exceptions import ApplicationError
 
 from activities.tools import TOOLS, ToolBox
 from tower import Message
+from tower.contract.failures import Code
 from tower.contract.wire import Authority, ToolCall
 from tower.core.keys import Action, action_of, effect_key
-from tower.effects import EffectRefused, reconcile
+from tower.effects import reconcile
 from tower.testing import approve, reject, run_agent
 from workflows.refund import RefundAgent, RefundState
 
@@ -113,7 +114,7 @@ def box(tmp_path: Path) -> ToolBox:
 def refused(fn: Any, *args: Any, **kw: Any) -> str:
     with pytest.raises(ApplicationError) as info:
         fn(*args, **kw)
-    assert info.value.type == EffectRefused.TYPE and info.value.non_retryable
+    assert info.value.type == Code.EFFECT_REFUSED and info.value.non_retryable
     return str(info.value.details[0]["code"])
 
 

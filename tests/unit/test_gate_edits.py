@@ -18,8 +18,8 @@ from pydantic import Field
 
 from tower import DONE, AgentState, Gate, Graph
 from tower.contract.decisions import Decision, Verdict, proposal_digest
+from tower.contract.failures import Code
 from tower.contract.pending import EditLimit
-from tower.contract.refusals import RefusalCode
 from tower.core.edits import mistyped
 from tower.core.errors import TowerError
 from tower.core.graph import Machine
@@ -129,7 +129,7 @@ async def test_a_mistyped_edit_is_refused_as_bad_edit_in_the_approvers_terms(
                  proposal=proposal_digest(pending)),
         state=state, gates={"review": m.gates["pay"]}, tenant="t", run="r",
         now=pending.requested_at)
-    assert (check.ok, check.code) == (False, RefusalCode.BAD_EDIT)
+    assert (check.ok, check.code) == (False, Code.BAD_EDIT)
     assert check.reason == f"amount must be a whole number; got {shown}"
     assert SEEN == []  # refused before any rule compared it
     with pytest.raises(TowerError, match=re.escape(f"amount must be a whole number; got {shown}")):

@@ -13,7 +13,7 @@ import tower
 PURE = sorted(
     f"tower.core.{p.stem}" for p in Path(tower.__file__).parent.joinpath("core").glob("*.py")
 ) + ["tower", "tower.contract", "tower.contract.wire", "tower.contract.decisions",
-     "tower.contract.messages"]
+     "tower.contract.messages", "tower.contract.failures"]
 
 
 def test_the_pure_layers_import_no_temporal() -> None:

@@ -5,19 +5,17 @@ from __future__ import annotations
 
 from temporalio.exceptions import ApplicationError
 
-from tower.temporal._store_wait import STORE_TYPES, failure_types
+from tower.contract.failures import waits_for_store
 
 
 def test_a_store_type_is_found_along_the_causes() -> None:
     decoded = ApplicationError("Failed decoding arguments")  # the SDK's wrapper, no type
     decoded.__cause__ = ApplicationError("payload … not found", type="PayloadMissing")
-    assert failure_types(decoded) == ["PayloadMissing"]
-    assert set(failure_types(decoded)) & set(STORE_TYPES)
+    assert waits_for_store(decoded)
 
 
 def test_a_message_naming_a_store_error_is_not_one() -> None:
     hostile = ApplicationError("StoreUnavailable: PayloadStoreUnavailable (wait forever)",
                                type="ToolError")
     hostile.__cause__ = ValueError("StoreEntryMissing")
-    assert failure_types(hostile) == ["ToolError"]
-    assert not set(failure_types(hostile)) & set(STORE_TYPES)
+    assert not waits_for_store(hostile)

@@ -21,6 +21,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from tower import Message
+from tower.contract.failures import Code, TowerError, failure
 from tower.contract.wire import ModelReply, ModelRequest
 
 from .fallback import (
@@ -46,9 +47,6 @@ if TYPE_CHECKING:  # imported by the first real model call (fallback.py says why
     import openai
 
 
-SCRIPT_FAILED = "ScriptFailed"
-
-
 def _scripted(request: ModelRequest, scripts: Scripts) -> ModelReply:
     """The scripted model's reply. A script that raises is a bug in the project's code,
     not an outage: its call fails at once (no retries), naming the node and the script."""
@@ -59,10 +57,9 @@ def _scripted(request: ModelRequest, scripts: Scripts) -> ModelReply:
     except Exception as exc:
         script = scripts.get((request.agent, request.node))
         name = getattr(script, "__qualname__", repr(script))
-        raise ApplicationError(
+        raise failure(TowerError(
             f"the scripted model's script for {request.agent}/{request.node} ({name}) "
-            f"raised {type(exc).__name__}: {exc}", type=SCRIPT_FAILED,
-            non_retryable=True) from exc
+            f"raised {type(exc).__name__}: {exc}", code=Code.SCRIPT_FAILED)) from exc
 
 
 @dataclass(frozen=True)
@@ -154,8 +151,8 @@ class ModelActivities:
         if not (request.history or request.keep or request.window or request.windowed):
             return await answer(request)
         if self.store is None:
-            raise ApplicationError("this worker has no message store", type="NoMessageStore",
-                                   non_retryable=True)
+            raise failure(TowerError("this worker has no message store",
+                                     code=Code.NO_MESSAGE_STORE))
         if request.window or request.windowed:
             return await windowed_call(self.store, request, answer)
         # SQLite blocks: keep it off the event loop the other activities share.
@@ -211,9 +208,9 @@ class ModelActivities:
             except Exception as exc:
                 verdict = classify(exc)
                 if verdict is Verdict.REJECT:
-                    raise ApplicationError(
+                    raise failure(TowerError(
                         f"{endpoint.model} rejected the request: {brief(exc)}",
-                        type="ModelRequestRejected", non_retryable=True) from exc
+                        code=Code.MODEL_REQUEST_REJECTED)) from exc
                 retryable = retryable or verdict is Verdict.RETRY
                 wait = retry_after(exc)
                 if wait is not None:
@@ -223,12 +220,12 @@ class ModelActivities:
                 activity.logger.warning("model %s failed (%s); trying the next",
                                         endpoint.model, brief(exc))
         if not retryable:
-            raise ApplicationError(f"no model can serve this: {'; '.join(failures)}",
-                                   type="ModelRequestRejected", non_retryable=True) from last
+            raise failure(TowerError(f"no model can serve this: {'; '.join(failures)}",
+                                     code=Code.MODEL_REQUEST_REJECTED)) from last
         # The soonest any model said it is back: the next attempt starts with that one.
         delay = timedelta(seconds=min(waits)) if waits else None
-        raise ApplicationError(f"no model answered: {'; '.join(failures)}",
-                               type="ModelUnavailable", next_retry_delay=delay) from last
+        raise failure(TowerError(f"no model answered: {'; '.join(failures)}",
+                                 code=Code.MODEL_UNAVAILABLE, retry_after=delay)) from last
 
     def _url(self, endpoint: Endpoint) -> str | None:
         return endpoint.base_url or self.settings.base_url

@@ -20,8 +20,8 @@ from urllib.parse import quote
 import httpx
 from pydantic import ValidationError
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
+from tower.contract.failures import Code, TowerError, failure
 from tower.contract.notify import GateNotice, NotifyPolicy
 from tower.contract.render import ATOM, WARNING, Rendered, escape, render_proposal
 
@@ -36,7 +36,8 @@ SLACK_BLOCKS = 45  # of Slack's 50 blocks per message, for the proposal
 def notify_policy(root: Path, tenant: str) -> NotifyPolicy | None:
     """The tenant's webhook, or None when it has none."""
     if not TENANT.match(tenant) or tenant in (".", ".."):
-        raise ApplicationError(f"invalid tenant name {tenant!r}", non_retryable=True)
+        raise failure(TowerError(f"invalid tenant name {tenant!r}",
+                                 code=Code.BAD_NOTIFY_SETTINGS))
     path = root / tenant / NOTIFY_FILE
     if not path.is_file():
         return None
@@ -45,8 +46,8 @@ def notify_policy(root: Path, tenant: str) -> NotifyPolicy | None:
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}"
                              for e in exc.errors()[:3])
-        raise ApplicationError(f"{path} is invalid: {problems}", type="BadNotifySettings",
-                               non_retryable=True) from None
+        raise failure(TowerError(f"{path} is invalid: {problems}",
+                                 code=Code.BAD_NOTIFY_SETTINGS)) from None
 
 
 def link(policy: NotifyPolicy, notice: GateNotice) -> str | None:
@@ -158,10 +159,12 @@ class Notifier:
         try:
             reply = httpx.post(policy.url, json=message(policy, notice), timeout=TIMEOUT_SECONDS)
         except httpx.HTTPError as exc:
-            raise ApplicationError(f"webhook unreachable: {type(exc).__name__}") from None
+            raise failure(TowerError(f"webhook unreachable: {type(exc).__name__}",
+                                     code=Code.WEBHOOK_UNREACHABLE)) from None
         if reply.status_code == 429 or reply.status_code >= 500:
-            raise ApplicationError(f"webhook answered {reply.status_code}; retrying")
+            raise failure(TowerError(f"webhook answered {reply.status_code}; retrying",
+                                     code=Code.WEBHOOK_UNREACHABLE))
         if reply.status_code >= 400:
-            raise ApplicationError(f"webhook refused the notice: {reply.status_code}",
-                                   type="WebhookRefused", non_retryable=True)
+            raise failure(TowerError(f"webhook refused the notice: {reply.status_code}",
+                                     code=Code.WEBHOOK_REFUSED))
         return f"notified {policy.format} webhook ({reply.status_code})"

@@ -18,11 +18,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tower.contract.failures import Code, TowerError
 from tower.core.state import Usage
 
 
-class PriceError(ValueError):
+class PriceError(TowerError, ValueError):  # a ValueError: a price file's bad value
     """The price table is unreadable or malformed; the message says where."""
+
+    CODE = Code.BAD_SETTINGS
 
 
 class Price(BaseModel):

@@ -26,19 +26,17 @@ from typing import TYPE_CHECKING
 
 from temporalio.exceptions import ApplicationError
 
+from tower.contract.failures import Code, TowerError, failure
+
 if TYPE_CHECKING:
     from temporalio.client import Client
 
     from tower.activities.messages import MessageStore
     from tower.activities.streams import StreamStore
 
-__all__ = ["MISSING", "UNAVAILABLE", "StoreSettings", "announce", "entry_missing", "probe",
+__all__ = ["StoreSettings", "announce", "entry_missing", "probe",
            "redact", "shared_server", "store_unavailable"]
 
-# Error types an activity fails its attempt with; the workflow never fails on them
-# (tower/temporal/_context.py): another worker, or the store back, can serve the call.
-MISSING = "StoreEntryMissing"
-UNAVAILABLE = "StoreUnavailable"
 SHARED = "set TOWER_STORE_URL=postgresql://... on every worker so that they share one"
 DEFAULT_DATA = Path(".tower")
 DEFAULT_THRESHOLD = 128 * 1024  # far below Temporal's 2 MiB limit, above routine inputs
@@ -59,8 +57,9 @@ def redact(spec: str) -> str:
 def entry_missing(store: str, what: str, setting: str) -> ApplicationError:
     """The error of an attempt that found no ``what`` in ``store``: retryable (another
     worker, or a fixed configuration, can serve the call), naming the setting to fix."""
-    return ApplicationError(f"{store} has no {what}; a store of one host's own cannot serve "
-                            f"another host's runs: {SHARED} ({setting})", type=MISSING)
+    return failure(TowerError(f"{store} has no {what}; a store of one host's own cannot serve "
+                              f"another host's runs: {SHARED} ({setting})",
+                              code=Code.STORE_ENTRY_MISSING))
 
 
 def store_unavailable(store: str, exc: BaseException) -> ApplicationError:
@@ -68,8 +67,8 @@ def store_unavailable(store: str, exc: BaseException) -> ApplicationError:
     Raise it ``from None``: the driver's chained error (every connection attempt, its stack)
     can pass the server's 4 KB limit on a pending activity's last failure, which then shows
     only "Failure exceeds size limit." instead of this message."""
-    return ApplicationError(f"{store} is unreachable: {why_unreachable(exc)}",
-                            type=UNAVAILABLE)
+    return failure(TowerError(f"{store} is unreachable: {why_unreachable(exc)}",
+                              code=Code.STORE_UNAVAILABLE))
 
 
 def why_unreachable(exc: BaseException) -> str:

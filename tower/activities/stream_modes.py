@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import sys
 
+from tower.contract.failures import Code, TowerError
+
 
 def refuses_streaming(exc: BaseException) -> bool:
     """A 400 (or 422) to a streaming request: maybe the streaming, so ask once plainer."""
@@ -21,8 +23,10 @@ def refuses_streaming(exc: BaseException) -> bool:
             and exc.status_code in (400, 422))
 
 
-class EmptyReply(Exception):
+class EmptyReply(TowerError):
     """The server answered with no text, no tool call and no refusal."""
+
+    CODE = Code.EMPTY_REPLY
 
     def __init__(self, model: str, base_url: str | None) -> None:
         where = base_url or "the OpenAI default endpoint"

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio.exceptions import ApplicationError
 
+from tower.contract.failures import Code, TowerError, failure
 from tower.contract.wire import ModelReply, ToolCallRequest
 from tower.core.state import Usage
 
@@ -111,8 +112,7 @@ async def stream_scripted(reply: ModelReply, live: AttemptStream, tokens_per_sec
 
 
 def refused(model: str, refusal: str | None) -> ApplicationError:
-    return ApplicationError(f"{model} refused: {refusal}", type="ModelRefused",
-                            non_retryable=True)
+    return failure(TowerError(f"{model} refused: {refusal}", code=Code.MODEL_REFUSED))
 
 
 def arguments_of(raw: str | None) -> dict[str, Any]:

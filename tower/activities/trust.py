@@ -20,8 +20,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
+from tower.contract.failures import Code, TowerError, failure
 from tower.contract.trust import Policy, Roster, TrustRequest, TrustSnapshot
 
 DEFAULT_TRUST_DIR = Path(".tower") / "trust"
@@ -29,8 +29,11 @@ M = TypeVar("M", bound=BaseModel)
 TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
-class TrustError(ValueError):
-    """The trust directory is missing or holds something invalid."""
+class TrustError(TowerError, ValueError):
+    """The trust directory is missing or holds something invalid. (Also a ValueError: the
+    CLI and the attestation read a bad trust file with the other bad values.)"""
+
+    CODE = Code.TRUST_MISSING
 
 
 def trust_dir(path: str | Path | None = None) -> Path:
@@ -82,4 +85,4 @@ class TrustLoader:
             return read_trust(self.root, request.tenant)
         except TrustError as exc:
             # Retrying cannot make a missing policy appear: the run fails with the reason.
-            raise ApplicationError(str(exc), type="TrustMissing", non_retryable=True) from None
+            raise failure(exc) from None

@@ -15,6 +15,7 @@ from temporalio.client import Client
 
 from tower.cli.errors import CliError
 from tower.cli.server_setup import SetupReport, setup
+from tower.contract.failures import Code
 
 DATA_DIR = Path(".tower")
 DEV_RETENTION = timedelta(days=1)  # the dev server's own default for its namespaces
@@ -26,6 +27,8 @@ DYNAMIC_CONFIG = {"history.maximumSignalsPerExecution": 1_000}
 
 class TemporalCliMissing(CliError):
     """The `temporal` CLI is a development tool: not installed with the worker."""
+
+    CODE = Code.MISSING_EXTRA
 
 
 def temporal_binary() -> str:

@@ -28,6 +28,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from tower.contract import search
+from tower.contract.failures import Code, TowerError
 
 # Codes a server answers when the caller may not do something (Cloud, an authorizer).
 REFUSED = (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNIMPLEMENTED,
@@ -36,8 +37,10 @@ KIND_NAMES = {"KEYWORD": "Keyword", "INT": "Int", "DOUBLE": "Double", "TEXT": "T
               "BOOL": "Bool", "DATETIME": "Datetime", "KEYWORD_LIST": "KeywordList"}
 
 
-class SearchAttributeClash(Exception):
+class SearchAttributeClash(TowerError):
     """An attribute Tower needs exists with another type: an operator must decide."""
+
+    CODE = Code.BAD_SETTINGS
 
 
 @dataclass

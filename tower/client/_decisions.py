@@ -31,7 +31,7 @@ from tower.client._runs import describe, query
 from tower.client.errors import ClientError, DecisionRefused, RunNotFound
 from tower.client.keys import check_name, sign_decision
 from tower.contract.decisions import GateRecord, Verdict, proposal_digest
-from tower.contract.refusals import RefusalCode
+from tower.contract.failures import Code, rebuilt
 from tower.core.gates import Outcome
 from tower.core.signing import decision_claims
 from tower.temporal._runtime import AgentWorkflow
@@ -39,6 +39,8 @@ from tower.temporal._runtime import AgentWorkflow
 
 class NotConfirmed(ClientError):
     """The approver did not confirm the request shown: nothing was signed."""
+
+    CODE = Code.NOT_CONFIRMED
 
 
 # How long a decision waits for another worker to take over a run whose worker stopped
@@ -129,18 +131,11 @@ async def send_decision(client: Client, run: str, message: dict[str, Any]) -> Ou
     try:
         return await submit_decision(client.get_workflow_handle(run), message)
     except WorkflowUpdateFailedError as exc:
+        refused = rebuilt(exc)
+        if isinstance(refused, DecisionRefused):
+            raise refused from None
         cause = exc.cause
-        raise DecisionRefused(getattr(cause, "message", None) or str(cause),
-                              code=refusal_code(cause)) from None
-
-
-def refusal_code(cause: Any) -> RefusalCode | None:
-    """The code a run's refusal carries (its error's first detail); None for a failure
-    that is no refusal."""
-    details = getattr(cause, "details", None) or ()
-    if details and isinstance(details[0], str) and details[0] in set(RefusalCode):
-        return RefusalCode(details[0])
-    return None
+        raise DecisionRefused(getattr(cause, "message", None) or str(cause)) from None
 
 
 async def _approvals(client: Client, run: str, *, say: Callable[[str], None] | None,

@@ -25,6 +25,7 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from tower.client.errors import ClientError
 from tower.contract import search
 from tower.contract.decisions import digest_of
+from tower.contract.failures import Code
 from tower.contract.pending import PendingView
 from tower.contract.trust import AttestClaims, Roster
 from tower.core.signing import SignatureRefused, verify_attestation
@@ -161,6 +162,8 @@ async def pending(client: Client, *, roles: Iterable[str] | None = None,
 
 class NotGenuine(ClientError):
     """A run's pending request is not one a worker of this deployment vouched for."""
+
+    CODE = Code.NOT_GENUINE
 
 
 async def pending_of(client: Client, run: str, deployment: Deployment | None = None

@@ -46,8 +46,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from tower.client.connection import TASK_QUEUE
 from tower.client.errors import ClientError, NeverStarted, RunClosed, RunNotFound, RunUnreadable
 from tower.contract import search
+from tower.contract.failures import Code, rebuilt
 from tower.temporal._machine_run import MachineRun
-from tower.temporal._start import INPUT_REFUSED
 
 # A worker answers a query in milliseconds; past this, none is there (the server still
 # lists a worker that stopped a minute ago as a poller).
@@ -203,9 +203,8 @@ async def check_started(handle: WorkflowHandle[Any, Any],
 
 def refusal(error: object) -> str | None:
     """Why the run's agent refused its input, when ``error`` (the run's failure) says so."""
-    if isinstance(error, ApplicationError) and error.type == INPUT_REFUSED:
-        return error.message
-    return None
+    found = rebuilt(error if isinstance(error, BaseException) else None)
+    return found.message if found is not None and found.code == Code.INPUT_REFUSED else None
 
 
 def unanswered(exc: RPCError) -> bool:

@@ -21,6 +21,7 @@ from temporalio.envconfig import ClientConfigProfile
 from temporalio.service import RPCError, RPCStatusCode
 
 from tower.client.errors import ClientError
+from tower.contract.failures import Code
 from tower.temporal.plugin import TowerPlugin
 from tower.temporal.telemetry import configure_tracing
 
@@ -32,12 +33,16 @@ TENANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _tenant: str | None = None  # set once by `tower --tenant` / `worker.py --tenant`
 
 
-class ServerUnreachable(ClientError, RuntimeError):
+class ServerUnreachable(ClientError, RuntimeError):  # a RuntimeError: as the SDK's connect
     """No Temporal server answers at the configured address."""
 
+    CODE = Code.SERVER_UNREACHABLE
 
-class UnknownTenant(ClientError, RuntimeError):
+
+class UnknownTenant(ClientError, RuntimeError):  # a RuntimeError: as ServerUnreachable
     """The tenant's namespace does not exist on the server."""
+
+    CODE = Code.UNKNOWN_TENANT
 
 
 def check_tenant(name: str) -> str:

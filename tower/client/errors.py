@@ -5,37 +5,29 @@ Kept free of heavy imports: the CLI's error printer recognises these by name.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from tower.contract.failures import Code, TowerError
+from tower.core.errors import DecisionRefused
 
-if TYPE_CHECKING:  # `tower --help` loads this module, and no contract types
-    from tower.contract.refusals import RefusalCode
+__all__ = ["ClientError", "DecisionRefused", "ReplyMissing", "RunClosed", "RunNotFound"]
 
 
-class ClientError(Exception):
+class ClientError(TowerError):
     """What was asked cannot be done; the message says why (and what to do)."""
+
+    CODE = Code.CLIENT_ERROR
 
 
 class RunNotFound(ClientError):
     """No run of that id in this namespace."""
 
-
-class DecisionRefused(ClientError):
-    """The run refused the decision; nothing changed. ``code`` says why (read it, never
-    the words of ``reason``); None only from a run too old to send one."""
-
-    def __init__(self, reason: str, *, code: RefusalCode | None = None) -> None:
-        super().__init__(reason)
-        self.reason, self.code = reason, code
-
-    @property
-    def unknown_key(self) -> bool:
-        """Signed with a key the run's roster did not have when it judged it."""
-        return self.code == "unknown_key"  # RefusalCode.UNKNOWN_KEY (a StrEnum)
+    CODE = Code.RUN_NOT_FOUND
 
 
 class RunClosed(ClientError):
     """The run closed while a call waited on it: ``status`` is how (the execution's status:
     FAILED, TERMINATED, ...), ``reason`` why."""
+
+    CODE = Code.RUN_CLOSED
 
     def __init__(self, run: str, status: str, reason: str | None) -> None:
         super().__init__(f"run {run!r} ended {status}" + (f": {reason}" if reason else ""))
@@ -46,6 +38,8 @@ class ReplyMissing(ClientError):
     """A reply recorded once (an update's ``reply_ref``) is neither in the message store
     this client can read nor in the run's history (whose text would hash to the ref).
     Worth asking again: another worker may store it yet, or a fixed setting reach it."""
+
+    CODE = Code.REPLY_MISSING
 
 
 class RunUnreadable(ClientError):

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import rfc8785
 from pydantic import BaseModel, ConfigDict, Field
 
+from tower.contract.failures import Code, TowerError
 from tower.contract.pending import EditLimit
 
 DIGEST = r"^sha256:[0-9a-f]{64}$"
@@ -95,9 +96,11 @@ class GateRecord(BaseModel):
     reason: str = ""  # why it expired or went stale
 
 
-class ProposalNotCanonical(ValueError):
+class ProposalNotCanonical(TowerError, ValueError):  # a ValueError: as JSON's own encoders
     """A proposal with a value RFC 8785 cannot canonicalize (an integer beyond ±(2**53-1),
     NaN, an infinity): no client in another language could compute its digest."""
+
+    CODE = Code.MALFORMED
 
 
 def canonical_proposal(record: GateRecord) -> dict[str, Any]:

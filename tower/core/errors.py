@@ -1,14 +1,20 @@
-"""The engine's error family, small and precise (after python-statemachine)."""
+"""The engine's error family, small and precise (after python-statemachine); every class
+derives from ``TowerError`` (tower/contract/failures.py: the root, its codes, the registry)."""
 
 from __future__ import annotations
 
+from typing import Any, Self
 
-class TowerError(Exception):
-    """Base of every error the engine raises on purpose."""
+from tower.contract.failures import Code, TowerError
+
+__all__ = ["AgentFailed", "Code", "DecisionRefused", "EffectRefused", "IllegalTransition",
+           "InvalidGraph", "NodeFailed", "TowerError"]
 
 
 class InvalidGraph(TowerError):
     """A graph was built wrong; raised when the agent's module is imported."""
+
+    CODE = Code.INVALID_GRAPH
 
     def __init__(self, graph: str, problem: str) -> None:
         super().__init__(f"graph {graph!r} is invalid: {problem}")
@@ -18,6 +24,8 @@ class InvalidGraph(TowerError):
 
 class IllegalTransition(TowerError):
     """A move that is not declared or whose guard failed; it never happens."""
+
+    CODE = Code.ILLEGAL_TRANSITION
 
     def __init__(self, source: str, target: str, why: str) -> None:
         super().__init__(f"illegal transition {source} -> {target}: {why}")
@@ -32,6 +40,8 @@ class NodeFailed(TowerError):
     The run records the reason and moves to FAILED instead of retrying forever.
     """
 
+    CODE = Code.NODE_FAILED
+
 
 class EffectRefused(NodeFailed):
     """A side effect refused because an invariant does not hold (more than is refundable,
@@ -40,10 +50,11 @@ class EffectRefused(NodeFailed):
 
     A tool raises it (``raise EffectRefused("over_limit", "...")``, ``tower.effects``); the
     node that called the tool gets it back, with ``tool`` filled in, and may route on
-    ``code`` instead of failing the run."""
+    ``code`` instead of failing the run. Its ``code`` is the tool's own word (its domain's,
+    not one of Tower's ``Code``s); its failure type is ``EffectRefused``."""
 
-    # The failure type an effect's activity fails with (non-retryable); Tower reads it back.
-    TYPE = "EffectRefused"
+    CODE = Code.EFFECT_REFUSED
+    FIELDS = ("code", "tool")
 
     def __init__(self, code: str, reason: str, *, tool: str = "") -> None:
         super().__init__(f"{tool + ' ' if tool else ''}refused ({code}): {reason}")
@@ -51,11 +62,52 @@ class EffectRefused(NodeFailed):
         self.code = code
         self.reason = reason
 
+    @property
+    def message(self) -> str:
+        return self.reason
 
-# Failure types that say a tool's effect was certainly not made (nothing to reconcile):
-# its arguments did not fit, or it refused.
-BAD_ARGUMENTS = "BadToolArguments"
-NOT_MADE = (BAD_ARGUMENTS, EffectRefused.TYPE)
-# A reconcile call refused because the tool's activity is not a ``tower.effects`` tool
-# (tower/effects/_guard.py): the run fails the step rather than call it again.
-NOT_AN_EFFECT = "NotAnEffect"
+    @classmethod
+    def rebuild(cls, message: str, code: Code, fields: dict[str, Any]) -> Self:
+        return cls(str(fields.get("code") or ""), message, tool=str(fields.get("tool") or ""))
+
+
+class DecisionRefused(TowerError):
+    """The run refused the decision; nothing changed. ``code`` says why (read it, never
+    the words of ``reason``); None only from a run too old to send one."""
+
+    CODE = Code.DECISION_REFUSED
+    code: Code | None  # type: ignore[assignment]  # a refusal code; None: the run gave none
+
+    def __init__(self, reason: str, *, code: Code | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+
+    @property
+    def unknown_key(self) -> bool:
+        """Signed with a key the run's roster did not have when it judged it."""
+        return self.code == Code.UNKNOWN_KEY
+
+    @classmethod
+    def rebuild(cls, message: str, code: Code, fields: dict[str, Any]) -> Self:
+        # Its code rides alone in the details (the registry reads it): never the words.
+        return cls(message, code=fields.get("code"))
+
+
+class AgentFailed(TowerError):
+    """A run ended FAILED: its workflow execution fails with this (non-retryable), the
+    message its reason, naming the agent, node and step (``result()`` raises
+    ``WorkflowFailureError`` with it as the cause)."""
+
+    CODE = Code.AGENT_FAILED
+    FIELDS = ("agent", "node", "step", "reason")
+
+    def __init__(self, reason: str, *, agent: str = "", node: str = "", step: int = 0) -> None:
+        super().__init__(reason)
+        self.reason, self.agent, self.node, self.step = reason, agent, node, step
+
+    @classmethod
+    def rebuild(cls, message: str, code: Code, fields: dict[str, Any]) -> Self:
+        step = fields.get("step")
+        return cls(message, agent=str(fields.get("agent", "")),
+                   node=str(fields.get("node", "")), step=step if isinstance(step, int) else 0)

@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from tower.contract.failures import Code
 from tower.core.errors import IllegalTransition, TowerError
 from tower.core.graph import TERMINALS, Graph, Guard, Machine
 from tower.core.state import S, UpdateError, apply_update
@@ -29,6 +30,8 @@ from tower.core.transition import Kind, Transition, move, within_budget
 
 class EventRejected(TowerError):
     """An event that cannot be applied; the run's state is unchanged."""
+
+    CODE = Code.EVENT_REFUSED
 
 
 class DuplicateEvent(EventRejected):

@@ -33,8 +33,8 @@ from tower.contract.decisions import (
     ProposalNotCanonical,
     proposal_digest,
 )
+from tower.contract.failures import Code
 from tower.contract.pending import EditLimit
-from tower.contract.refusals import RefusalCode
 from tower.core.edits import EditCheck
 from tower.core.engine import fail
 from tower.core.errors import IllegalTransition
@@ -115,7 +115,7 @@ class Refusal(BaseModel):
     at: datetime
     via: Literal["signal", "update"]
     reason: str
-    code: RefusalCode | None = None  # what every surface reads (the reason is for people)
+    code: Code | None = None  # what every surface reads (the reason is for people)
     decision_id: str = ""
     gate: str = ""
     approver: str = ""

@@ -2,7 +2,7 @@
 claims, against the run's roster) and ``check_decision`` (against the pending request: its
 gate, step, run id and proposal digest, duplicates, edits). The runtime calls them from an
 update validator and a signal handler, so the rules are functions, unit-tested without a
-server; every refusal carries its ``RefusalCode``. tower/core/gates.py holds the gates
+server; every refusal carries its ``Code``. tower/core/gates.py holds the gates
 themselves and the moves they make, and re-exports these names.
 """
 
@@ -24,7 +24,7 @@ from tower.contract.decisions import (
     Verdict,
     proposal_digest,
 )
-from tower.contract.refusals import RefusalCode
+from tower.contract.failures import Code
 from tower.contract.trust import Claims, TrustSnapshot
 from tower.core.edits import check_edits
 from tower.core.signing import SignatureRefused, authority, verify_decision
@@ -49,16 +49,16 @@ class Check:
     ok: bool
     reason: str = ""
     duplicate: bool = False
-    code: RefusalCode | None = None  # why it was refused (None: accepted)
+    code: Code | None = None  # why it was refused (None: accepted)
 
     @property
     def unknown_key(self) -> bool:
         """Refused only because the roster names no key of the token's key id: perhaps one
         added since the roster was read (a signalled decision waits for a re-read)."""
-        return self.code == RefusalCode.UNKNOWN_KEY
+        return self.code == Code.UNKNOWN_KEY
 
 
-def refuse(code: RefusalCode, reason: str) -> Check:
+def refuse(code: Code, reason: str) -> Check:
     return Check(False, reason, code=code)
 
 
@@ -70,7 +70,7 @@ def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime,
     try:
         message = SignedDecision.model_validate(raw)
     except ValidationError as exc:
-        return None, refuse(RefusalCode.MALFORMED, f"malformed decision: {_brief(exc)}")
+        return None, refuse(Code.MALFORMED, f"malformed decision: {_brief(exc)}")
     policy = trust.policy
     if message.token is not None:
         try:
@@ -80,21 +80,21 @@ def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime,
             return None, refuse(exc.code, str(exc))
         problem = authority(member, claims.sub, claims.role)
         if problem:
-            return None, refuse(RefusalCode.NOT_AUTHORIZED, problem)
+            return None, refuse(Code.NOT_AUTHORIZED, problem)
     elif message.unsigned is not None:
         if not policy.unsigned_allowed:
-            return None, refuse(RefusalCode.POLICY, "unsigned decision refused: this "
+            return None, refuse(Code.POLICY, "unsigned decision refused: this "
                                 "deployment requires signed decisions (docs/approvals.md)")
         try:
             claims, kid = Claims.model_validate(message.unsigned), None
         except ValidationError as exc:
-            return None, refuse(RefusalCode.MALFORMED, f"malformed decision: {_brief(exc)}")
+            return None, refuse(Code.MALFORMED, f"malformed decision: {_brief(exc)}")
         if claims.exp <= now.timestamp():
-            return None, refuse(RefusalCode.TOKEN_EXPIRED, f"decision expired at {claims.exp}")
+            return None, refuse(Code.TOKEN_EXPIRED, f"decision expired at {claims.exp}")
     else:
-        return None, refuse(RefusalCode.MALFORMED, "malformed decision: no token")
+        return None, refuse(Code.MALFORMED, "malformed decision: no token")
     if claims.exp - claims.iat > policy.max_decision_seconds:
-        return None, refuse(RefusalCode.POLICY, f"decision lives {claims.exp - claims.iat}s; "
+        return None, refuse(Code.POLICY, f"decision lives {claims.exp - claims.iat}s; "
                             f"the tenant's policy allows at most {policy.max_decision_seconds}s")
     return Decision(
         decision_id=claims.jti, tenant=claims.tenant, run=claims.run, gate=claims.gate,
@@ -116,17 +116,17 @@ def check_decision(
     it changes nothing.
     """
     if d.tenant != tenant:
-        return refuse(RefusalCode.WRONG_RUN,
+        return refuse(Code.WRONG_RUN,
                       f"decision is for tenant {d.tenant!r}; this run belongs to {tenant!r}")
     if d.run != run:
-        return refuse(RefusalCode.WRONG_RUN, f"decision is for run {d.run!r}, not {run!r}")
+        return refuse(Code.WRONG_RUN, f"decision is for run {d.run!r}, not {run!r}")
     if state is None:  # nothing to decide yet
         return refuse(*_not_pending(d.gate, state, gates))
     for earlier in ([in_flight] if in_flight else []) + [
             r.decision for r in state.approvals if r.decision]:
         if earlier.decision_id == d.decision_id:
             if _substance(earlier) != _substance(d):
-                return refuse(RefusalCode.ALREADY_DECIDED,
+                return refuse(Code.ALREADY_DECIDED,
                               f"decision id {d.decision_id!r} was already used for a "
                               "different decision")
             return Check(True, duplicate=True)
@@ -134,39 +134,39 @@ def check_decision(
     if pending is None or pending.gate != d.gate:
         return refuse(*_not_pending(d.gate, state, gates))
     if in_flight is not None:
-        return refuse(RefusalCode.ALREADY_DECIDED,
+        return refuse(Code.ALREADY_DECIDED,
                       f"gate {d.gate!r} was already decided: {in_flight.decision.value} by "
                       f"{in_flight.approver}")
     other = _other_request(d, pending)  # what the approver was shown
     if other:
         return refuse(*other)
     if now >= pending.expires_at:
-        return refuse(RefusalCode.EXPIRED, f"request for gate {d.gate!r} expired at "
+        return refuse(Code.EXPIRED, f"request for gate {d.gate!r} expired at "
                       f"{canonical_time(pending.expires_at)}")
     if d.role != pending.role:
-        return refuse(RefusalCode.NOT_AUTHORIZED,
+        return refuse(Code.NOT_AUTHORIZED,
                       f"role {d.role!r} may not decide gate {d.gate!r} (needs {pending.role!r})")
     problem = check_edits(gates[d.gate], state, d)
-    return refuse(RefusalCode.BAD_EDIT, problem) if problem else Check(True)
+    return refuse(Code.BAD_EDIT, problem) if problem else Check(True)
 
 
 def canonical_time(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _other_request(d: Decision, pending: GateRecord) -> tuple[RefusalCode, str] | None:
+def _other_request(d: Decision, pending: GateRecord) -> tuple[Code, str] | None:
     """Why ``d`` was made for another request than the pending one: another step, another
     run (a reset, a new run under the same workflow id) or another proposal."""
     if d.request != pending.step:
-        return RefusalCode.WRONG_REQUEST, (
+        return Code.WRONG_REQUEST, (
             f"decision answers the request opened at step {d.request}; the pending "
             f"request was opened at step {pending.step}")
     if d.run_id != pending.run_id:
-        return RefusalCode.WRONG_RUN, (
+        return Code.WRONG_RUN, (
             f"decision was made for run id {d.run_id}; the pending request is in run id "
             f"{pending.run_id} (a reset or a new run voids earlier decisions)")
     if d.proposal != proposal_digest(pending):
-        return RefusalCode.WRONG_PROPOSAL, (
+        return Code.WRONG_PROPOSAL, (
             f"decision was made for another proposal ({d.proposal}); the pending "
             f"proposal is {proposal_digest(pending)}: look at it and decide again")
     return None
@@ -185,21 +185,21 @@ def _brief(exc: ValidationError) -> str:
 
 
 def _not_pending(gate: str, state: AgentState | None, gates: Mapping[str, Gate]
-                 ) -> tuple[RefusalCode, str]:
+                 ) -> tuple[Code, str]:
     if gate not in gates:
-        return RefusalCode.NOT_PENDING, (f"unknown gate {gate!r} (gates: "
+        return Code.NOT_PENDING, (f"unknown gate {gate!r} (gates: "
                                          f"{', '.join(sorted(gates)) or 'none'})")
     if state is None:
-        return RefusalCode.NOT_PENDING, (f"gate {gate!r} is not awaiting a decision: the run "
+        return Code.NOT_PENDING, (f"gate {gate!r} is not awaiting a decision: the run "
                                          "has not started")
     last = next((r for r in reversed(state.approvals) if r.gate == gate), None)
     if last is not None and last.status == GateStatus.EXPIRED:
-        return RefusalCode.EXPIRED, (f"request for gate {gate!r} expired at "
+        return Code.EXPIRED, (f"request for gate {gate!r} expired at "
                                      f"{canonical_time(last.expires_at)}")
     if last is not None and last.status != GateStatus.PENDING and last.decision is not None:
-        return RefusalCode.ALREADY_DECIDED, (
+        return Code.ALREADY_DECIDED, (
             f"gate {gate!r} was already decided: {last.decision.decision.value} by "
             f"{last.decision.approver}")
-    return RefusalCode.NOT_PENDING, (
+    return Code.NOT_PENDING, (
         f"gate {gate!r} is not awaiting a decision (the run is at {state.node}, "
         f"{state.status.value})")

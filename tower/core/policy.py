@@ -12,6 +12,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from tower.contract.failures import Code
 from tower.core.errors import TowerError
 
 P = TypeVar("P", bound=BaseModel)
@@ -20,9 +21,13 @@ P = TypeVar("P", bound=BaseModel)
 class PolicyLoosened(TowerError):
     """A run's input asked for a weaker limit than the tenant's policy allows."""
 
+    CODE = Code.BAD_POLICY
+
 
 class PolicyInvalid(TowerError):
     """The tenant's policy for this agent does not fit the agent's limits."""
+
+    CODE = Code.BAD_POLICY
 
 
 def stricter(direction: Literal["lower", "higher"]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from joserfc.errors import JoseError
 from joserfc.jwk import OKPKey
 from pydantic import BaseModel, ValidationError
 
-from tower.contract.refusals import RefusalCode
+from tower.contract.failures import Code, TowerError
 from tower.contract.trust import (
     AttestClaims,
     Claims,
@@ -40,21 +40,15 @@ MAX_TOKEN_CHARS = 8000
 C = TypeVar("C", bound=Signed)
 
 
-class SignatureRefused(ValueError):
+class SignatureRefused(TowerError, ValueError):  # a ValueError: read with bad token values
     """A token that proves nothing: malformed, unknown key, bad signature, expired;
     ``code`` says which."""
 
-    def __init__(self, message: str, code: RefusalCode = RefusalCode.BAD_SIGNATURE) -> None:
-        super().__init__(message)
-        self.code = code
+    CODE = Code.BAD_SIGNATURE
+    code: Code  # a refusal code
 
-
-class UnknownKey(SignatureRefused):
-    """A token under a key id the roster does not name: revoked, another tenant's, forged,
-    or added since the roster was read (a run re-reads it: tower/temporal/_intake.py)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, RefusalCode.UNKNOWN_KEY)
+    def __init__(self, message: str, code: Code = Code.BAD_SIGNATURE) -> None:
+        super().__init__(message, code=code)
 
 
 class _Registry(jws.JWSRegistry):
@@ -89,20 +83,21 @@ def verify(token: str, roster: Roster, claims_type: type[C], *, typ: str,
     ``SignatureRefused`` saying why not. Checks expiry against ``now`` (seconds)."""
     if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS or token.count(".") != 2:
         raise SignatureRefused("malformed token: expected a compact JWS (three dot-separated "
-                               "parts)", RefusalCode.MALFORMED)
+                               "parts)", Code.MALFORMED)
     try:
         header = jws.extract_compact(token.encode()).headers()
     except (JoseError, ValueError) as exc:
-        raise SignatureRefused(f"malformed token: {exc}", RefusalCode.MALFORMED) from None
+        raise SignatureRefused(f"malformed token: {exc}", Code.MALFORMED) from None
     kid = header.get("kid")
     if not isinstance(kid, str):
-        raise SignatureRefused("token has no key id (kid) in its header", RefusalCode.MALFORMED)
+        raise SignatureRefused("token has no key id (kid) in its header", Code.MALFORMED)
     if header.get("typ") != typ:
         raise SignatureRefused(f"token type {header.get('typ')!r} is not {typ!r}")
     found = roster.find(kid)
     if found is None:
-        raise UnknownKey(f"unknown key id {kid!r}: not in tenant {roster.tenant!r}'s "
-                               "roster (revoked, another tenant's, or not yet added)")
+        raise SignatureRefused(f"unknown key id {kid!r}: not in tenant {roster.tenant!r}'s "
+                               "roster (revoked, another tenant's, or not yet added)",
+                               Code.UNKNOWN_KEY)
     member, public = found
     try:
         key = OKPKey.import_key(public.model_dump(exclude={"kid", "alg", "use"},
@@ -118,7 +113,7 @@ def verify(token: str, roster: Roster, claims_type: type[C], *, typ: str,
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'claims'}: {e['msg']}"
                              for e in exc.errors()[:5])
-        raise SignatureRefused(f"bad claims: {problems}", RefusalCode.MALFORMED) from None
+        raise SignatureRefused(f"bad claims: {problems}", Code.MALFORMED) from None
     _check_times(claims, now)
     return claims, member, kid
 
@@ -126,10 +121,10 @@ def verify(token: str, roster: Roster, claims_type: type[C], *, typ: str,
 def _check_times(claims: Signed, now: float) -> None:
     if claims.exp <= now:
         raise SignatureRefused(f"token expired at {claims.exp} (now {int(now)})",
-                               RefusalCode.TOKEN_EXPIRED)
+                               Code.TOKEN_EXPIRED)
     if claims.iat > now + SKEW_SECONDS:
         raise SignatureRefused(f"token issued in the future (iat {claims.iat}, now "
-                               f"{int(now)})", RefusalCode.TOKEN_EXPIRED)
+                               f"{int(now)})", Code.TOKEN_EXPIRED)
 
 
 def verify_decision(token: str, roster: Roster, *, now: float) -> tuple[Claims, Member, str]:
@@ -146,10 +141,10 @@ def verify_attestation(token: str, roster: Roster, *, now: float) -> AttestClaim
     if not member.attests:
         raise SignatureRefused(f"key {kid!r} of {member.name} may not attest requests "
                                "(the roster does not say attests: true)",
-                               RefusalCode.NOT_AUTHORIZED)
+                               Code.NOT_AUTHORIZED)
     if claims.tenant != roster.tenant:
         raise SignatureRefused(f"attestation for tenant {claims.tenant!r}, not "
-                               f"{roster.tenant!r}", RefusalCode.WRONG_RUN)
+                               f"{roster.tenant!r}", Code.WRONG_RUN)
     return claims
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
 from tower.contract.decisions import GateRecord
+from tower.contract.failures import Code, TowerError
 from tower.contract.messages import Message, Status, Usage
 
 
@@ -86,8 +87,10 @@ PROTECTED_FIELDS = frozenset({"step", "node", "status", "visits", "approvals", "
                               "unsigned_decisions"})
 
 
-class UpdateError(ValueError):
+class UpdateError(TowerError, ValueError):  # a ValueError: pydantic validators raise it
     """A node returned an update that cannot be applied; the state is unchanged."""
+
+    CODE = Code.BAD_UPDATE
 
 
 # Any agent's state: the engine hands back the state type it was given.

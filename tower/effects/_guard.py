@@ -6,17 +6,16 @@ and reads what it made. A tool written without ``tower.effects`` knows nothing o
 and would take the call for a new one — the payment made again. ``TowerPlugin`` puts this
 guard on every worker: a reconcile call reaches only an activity ``EffectTool.on`` made
 (it carries ``MARK``); any other fails, not retryable, before it runs, and the run fails
-the step saying why (``NOT_AN_EFFECT``).
+the step saying why (``Code.NOT_AN_EFFECT``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from temporalio.exceptions import ApplicationError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from tower.core.errors import NOT_AN_EFFECT
+from tower.contract.failures import Code, TowerError, failure
 
 MARK = "__tower_effect__"  # set on the activities EffectTool.on makes
 
@@ -42,9 +41,9 @@ class _Inbound(ActivityInboundInterceptor):
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         if asks_reconcile(input.args) and not is_effect(input.fn):
             name = getattr(input.fn, "__name__", "?")
-            raise ApplicationError(
+            raise failure(TowerError(
                 f"{name} is declared a side effect but its activity is not a tower.effects "
                 "tool: it cannot say whether it acted, so it was not called again (that "
                 "would act twice). Build it with @effect (tower.effects) to have the run "
-                "reconcile it", type=NOT_AN_EFFECT, non_retryable=True)
+                "reconcile it", code=Code.NOT_AN_EFFECT))
         return await super().execute_activity(input)

@@ -13,14 +13,12 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+
+from tower.contract.failures import Code, TowerError, failure
 
 TABLE = """CREATE TABLE IF NOT EXISTS tower_effects (
     idempotency_key TEXT PRIMARY KEY, epoch BIGINT NOT NULL, tool TEXT, arguments TEXT,
     result TEXT)"""
-# The failure types Tower's engine reads (tower.core.errors holds the names it routes on).
-FENCED_OFF = "FencedOff"
-BUSY = "ToolBusy"
 
 
 class Cursor(Protocol):
@@ -49,9 +47,9 @@ def claim(tx: Tx, key: str, epoch: int, for_update: str = "") -> dict[str, Any] 
     if result is not None:
         return dict(json.loads(result))
     if int(owner) > epoch:
-        raise ApplicationError(
+        raise failure(TowerError(
             f"fenced off: a later attempt (or the run's reconciliation) owns {key}; this "
-            "attempt was given up on and changes nothing", type=FENCED_OFF, non_retryable=True)
+            "attempt was given up on and changes nothing", code=Code.FENCED_OFF))
     tx.execute("UPDATE tower_effects SET epoch=? WHERE idempotency_key=?", (epoch, key))
     return None
 
@@ -79,12 +77,12 @@ def waited(what: str) -> None:
         return
     activity.heartbeat(what)
     if activity.is_cancelled():
-        raise ApplicationError(f"cancelled while {what}", type=BUSY)
+        raise failure(TowerError(f"cancelled while {what}", code=Code.TOOL_BUSY))
     info = activity.info()
     timeout = info.start_to_close_timeout
     if timeout is None:
         return
     deadline = info.started_time + timeout - min(timedelta(seconds=1), timeout / 5)
     if datetime.now(deadline.tzinfo) >= deadline:
-        raise ApplicationError(f"still {what} at this attempt's deadline; nothing was done",
-                               type=BUSY)
+        raise failure(TowerError(f"still {what} at this attempt's deadline; nothing was done",
+                                 code=Code.TOOL_BUSY))

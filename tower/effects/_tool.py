@@ -27,23 +27,25 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
+from tower.contract.failures import Code, TowerError, failure
 from tower.contract.wire import Authority, ToolCall
-from tower.core.errors import BAD_ARGUMENTS, EffectRefused
+from tower.core.errors import EffectRefused
 from tower.effects._guard import MARK
 from tower.effects._ledger import Tx, claim, epoch_now, record
 
 A = TypeVar("A", bound=BaseModel)
 
 
-class NoEffect(Exception):  # noqa: N818 (an outcome, not an error)
+class NoEffect(TowerError):  # noqa: N818 (an outcome, not an error)
     """The tool decided not to act (out of stock, nothing to release): its transaction
     rolls back and the key stays free, so a later repeat really tries again. The call
     returns ``result``."""
 
+    CODE = Code.NO_EFFECT
+
     def __init__(self, result: dict[str, Any]) -> None:
-        super().__init__(result)
+        super().__init__(str(result))
         self.result = result
 
 
@@ -102,8 +104,8 @@ class EffectTool(Generic[A]):
         try:
             args = self.args.model_validate(call.arguments)
         except ValidationError as exc:  # retrying cannot fix bad arguments
-            raise ApplicationError(f"bad arguments for {self.name}: {exc}",
-                                   type=BAD_ARGUMENTS, non_retryable=True) from None
+            raise failure(TowerError(f"bad arguments for {self.name}: {exc}",
+                                     code=Code.BAD_TOOL_ARGUMENTS)) from None
         asked = json.dumps(args.model_dump(mode="json"), sort_keys=True)
         context = EffectCall(self.name, call.idempotency_key, call.authority)
         mine = epoch_now() if epoch is None else epoch
@@ -121,8 +123,8 @@ class EffectTool(Generic[A]):
         except NoEffect as nothing:  # rolled back: no effect, the key stays free
             return dict(to_jsonable_python(nothing.result))
         except EffectRefused as refused:  # rolled back; the node gets EffectRefused back
-            raise ApplicationError(refused.reason, {"code": refused.code, "tool": self.name},
-                                   type=EffectRefused.TYPE, non_retryable=True) from None
+            refused.tool = self.name
+            raise failure(refused) from None
 
 
 def effect(fn: Callable[[Any, A, EffectCall], dict[str, Any]] | None = None, *,

@@ -15,9 +15,10 @@ from typing import Any, ClassVar
 from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 from tower.contract import search
+from tower.contract.failures import Code, TowerError, failure, types
 from tower.contract.trust import TrustRequest, TrustSnapshot
 from tower.core.graph import Machine
 from tower.core.policy import effective
@@ -27,7 +28,7 @@ from tower.temporal._task_time import in_a_task
 # another (a deploy, a crash loop) must not fail a run before its first step. A missing
 # or invalid roster or policy (TrustMissing) is not retried: waiting cannot fix it.
 TRUST_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(
-    seconds=10), non_retryable_error_types=["TrustMissing"])
+    seconds=10), non_retryable_error_types=types(Code.TRUST_MISSING))
 TRUST_DEADLINE = timedelta(minutes=5)
 
 
@@ -75,11 +76,11 @@ class Admission:
         if self.machine.gates and workflow.info().cron_schedule:
             # Every cron run repeats the requester's first input and counts as continued:
             # a gated agent starts only as a run of its own (`tower run`), never on a cron.
-            raise ApplicationError(
+            raise failure(TowerError(
                 f"agent {self.machine.name!r} has approval gates and refuses a cron schedule "
                 f"({workflow.info().cron_schedule!r}): start each run on its own (a "
                 "Temporal Schedule may start them); docs/approvals.md",
-                type="InputRefused", non_retryable=True)
+                code=Code.INPUT_REFUSED))
         self._trust = await self._load_trust()
         self._refreshed_at = workflow.now()
         if self.Policy is not None:
@@ -103,8 +104,8 @@ class Admission:
         except ActivityError as exc:
             await in_a_task(since)  # a parked run refreshes its roster: decisions may come
             cause = exc.cause if exc.cause is not None else exc
-            raise ApplicationError(f"cannot load the tenant's roster and policy: "
-                                   f"{getattr(cause, 'message', cause)}", type="TrustMissing",
-                                   non_retryable=True) from None
+            raise failure(TowerError(f"cannot load the tenant's roster and policy: "
+                                     f"{getattr(cause, 'message', cause)}",
+                                     code=Code.TRUST_MISSING)) from None
         await in_a_task(since)
         return snapshot

@@ -16,8 +16,17 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
+from tower.contract.failures import (
+    NOT_MADE,
+    Code,
+    code_of,
+    failure_reason,
+    rebuilt,
+    types,
+    waits_for_store,
+)
 from tower.contract.stream import TOOL_FINISHED, TOOL_STARTED, custom_data
 from tower.contract.wire import (
     Authority,
@@ -30,14 +39,14 @@ from tower.contract.wire import (
 from tower.core.asking import ask_validated, check_reply, model_request
 from tower.core.context import Answer
 from tower.core.cost import CallUsage
-from tower.core.errors import NOT_AN_EFFECT, NOT_MADE, EffectRefused, NodeFailed
+from tower.core.errors import EffectRefused, NodeFailed
 from tower.core.graph import Node
 from tower.core.keys import Action, effect_key
 from tower.core.state import Message, Usage
 from tower.core.tools import ToolDef, ToolSpec, spec_for
 from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._model_call import call_local, call_queued
-from tower.temporal._store_wait import call_waits, wait_for_store
+from tower.temporal._store_wait import wait_for_store
 from tower.temporal._task_time import in_a_task
 
 T = TypeVar("T", bound=BaseModel)
@@ -46,7 +55,7 @@ T = TypeVar("T", bound=BaseModel)
 TOOL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30), maximum_attempts=5,
-    non_retryable_error_types=list(NOT_MADE),
+    non_retryable_error_types=types(*NOT_MADE),
 )
 # A side effect heartbeats while it waits for its database: a dead worker is noticed fast.
 TOOL_HEARTBEAT = timedelta(seconds=3)
@@ -197,7 +206,7 @@ class TemporalContext:
                 return result
             except ActivityError as exc:
                 await in_a_task(since)
-                if not call_waits(exc):  # the same call again once the store is back
+                if not waits_for_store(exc):  # the same call again once the store is back
                     return await self._failed(name, tool, call, exc)
             await wait_for_store()
 
@@ -205,12 +214,10 @@ class TemporalContext:
                       ) -> dict[str, Any]:
         """A tool call whose attempts all failed: its refusal, or what it made if it made
         anything (reconciled), else its error."""
-        cause = exc.cause
-        kind = cause.type if isinstance(cause, ApplicationError) else None
-        if kind == EffectRefused.TYPE:
-            assert isinstance(cause, ApplicationError)
-            raise refusal(name, cause) from exc
-        if not tool.side_effect or kind in NOT_MADE:
+        found = rebuilt(exc)
+        if isinstance(found, EffectRefused):  # the node may route on its code
+            raise EffectRefused(found.code, found.reason, tool=name) from exc
+        if not tool.side_effect or code_of(found) in NOT_MADE:
             raise exc
         made = await self._reconcile(name, call)
         if made is None:
@@ -228,10 +235,9 @@ class TemporalContext:
                 schedule_to_close_timeout=timedelta(minutes=10), retry_policy=RECONCILE_RETRY,
                 summary=f"{self.node.name} · reconcile {name}")
         except ActivityError as exc:  # a tool not made with tower.effects (effects/_guard.py)
-            cause = exc.cause
-            if isinstance(cause, ApplicationError) and cause.type == NOT_AN_EFFECT:
-                raise NodeFailed(f"{name} failed and cannot be reconciled: {cause.message}"
-                                 ) from exc
+            found = rebuilt(exc)
+            if found is not None and found.code == Code.NOT_AN_EFFECT:
+                raise NodeFailed(f"{name} failed and cannot be reconciled: {found}") from exc
             raise
         finally:  # nothing runs between the activity and here: no command to order
             await in_a_task(since)
@@ -256,24 +262,7 @@ class TemporalContext:
         return check_reply(self.node, reply, schema)
 
 
-def refusal(tool: str, cause: ApplicationError) -> EffectRefused:
-    """The ``EffectRefused`` a tool raised, back from its activity's failure (tower.effects
-    sends it as type ``EffectRefused`` with ``{"code": ...}``)."""
-    details = cause.details[0] if cause.details and isinstance(cause.details[0], dict) else {}
-    return EffectRefused(str(details.get("code", "")), cause.message, tool=tool)
-
-
 def unlisted(name: str) -> ToolDef:
     """The options of an external tool a replayer has no spec for (replay compares the
     activity's name, not its options; the result comes from the history)."""
     return ToolDef(name, "", BaseModel, timeout_seconds=60.0)
-
-
-def failure_reason(exc: BaseException) -> str:
-    """What failed, in the failing call's own words: an activity's message is in its
-    cause ("Activity task failed" says nothing)."""
-    while isinstance(exc, ActivityError) and exc.cause is not None:
-        exc = exc.cause
-    if isinstance(exc, ApplicationError) and exc.type:
-        return f"{exc.type}: {exc.message}"
-    return str(exc)

@@ -38,13 +38,14 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from tower.contract.failures import failure, failure_reason
 from tower.core.engine import fail
 from tower.core.errors import NodeFailed, TowerError
-from tower.core.events import Event, Rejection, apply_event
+from tower.core.events import Event, EventRejected, Rejection, apply_event
 from tower.core.graph import TERMINALS
 from tower.core.signing import SignatureRefused, verify_event
 from tower.core.state import AgentState, S, Usage
-from tower.temporal._context import TemporalContext, failure_reason
+from tower.temporal._context import TemporalContext
 from tower.temporal._machine_run import MachineRun, event_id
 from tower.temporal._refusals import TaskBudget
 from tower.temporal._unopenable import UnopenablePayload
@@ -146,21 +147,17 @@ class EventWorkflow(MachineRun):
     @send_event.validator
     def _check_event(self, raw: Any = None) -> None:
         if self._state is None or self.current.node in TERMINALS:
-            raise ApplicationError("the run is not waiting for events", type="EventRefused",
-                                   non_retryable=True)
+            raise refused("the run is not waiting for events")
         opened, why = self._open(raw, "signal")
         if opened is None:
-            raise ApplicationError(why, type="EventRefused", non_retryable=True)
+            raise refused(why)
         try:
             parsed = self.EventModel.model_validate(opened)
         except ValidationError as exc:
-            raise ApplicationError(f"invalid event: {_brief(exc)}", type="EventRefused",
-                                   non_retryable=True) from None
+            raise refused(f"invalid event: {_brief(exc)}") from None
         step = getattr(parsed, "step", None)
         if step != self.current.step:
-            raise ApplicationError(f"event for step {step}, but the run is at step "
-                                   f"{self.current.step}", type="EventRefused",
-                                   non_retryable=True)
+            raise refused(f"event for step {step}, but the run is at step {self.current.step}")
 
     def _open(self, raw: Any, source: str) -> tuple[Any, str]:
         """The event inside a signed message from outside, or why there is none. Events
@@ -258,6 +255,11 @@ class EventWorkflow(MachineRun):
     def _keep(self, rejection: Rejection) -> None:
         self._rejected_total += 1
         self._rejected.append(rejection)
+
+
+def refused(why: str) -> ApplicationError:
+    """The ``send_event`` validator's refusal: the sender reads why; nothing changed."""
+    return failure(EventRejected(why))
 
 
 def _brief(exc: ValidationError) -> str:

@@ -29,11 +29,11 @@ from tower.contract.decisions import (
     canonical_proposal,
     proposal_digest,
 )
+from tower.contract.failures import Code, failure
 from tower.contract.notify import GateNotice
-from tower.contract.refusals import RefusalCode
 from tower.contract.trust import AttestRequest, TrustSnapshot
 from tower.core.engine import Transition, advance
-from tower.core.errors import NodeFailed
+from tower.core.errors import DecisionRefused, NodeFailed
 from tower.core.gates import (
     Check,
     Gate,
@@ -56,8 +56,6 @@ from tower.temporal._machine_run import event_id
 from tower.temporal._refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget
 from tower.temporal._task_time import in_a_task
 
-REFUSED = "DecisionRefused"
-UNKNOWN_KEY = "DecisionKeyUnknown"
 AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` query)
 # The server lets at most 10 updates into a run at once (history.maxInFlightUpdates), so
 # this budget refuses nothing unless a deployment raises that cap well past it.
@@ -203,7 +201,7 @@ class GateRuntime:
         try:
             self.run._trust = await self.run._load_trust()
         except ApplicationError as exc:  # keep the snapshot; say why in the audit trail
-            self.audit.add(workflow.now(), "signal", RefusalCode.NOT_JUDGED,
+            self.audit.add(workflow.now(), "signal", Code.NOT_JUDGED,
                            f"roster refresh failed: {exc.message}")
             self.intake.refuse_waiting(f"the roster could not be read again ({exc.message})")
             return
@@ -232,11 +230,11 @@ class GateRuntime:
         state, trust = self.run._state, self.run._trust
         if state is None:  # not started: no roster read yet, nothing pending
             return None, Check(False, "the run is not awaiting a decision: it has not "
-                                      "started yet", code=RefusalCode.NOT_PENDING)
+                                      "started yet", code=Code.NOT_PENDING)
         assert trust is not None  # run_machine refuses a gated run without one
         if budget is not None and not budget.take():
             return None, Check(False, UNVALIDATED if budget is self._validate_budget
-                               else UNVERIFIED, code=RefusalCode.OVERLOADED)
+                               else UNVERIFIED, code=Code.OVERLOADED)
         decision, read = read_decision(raw, trust=trust, now=workflow.now())
         if decision is None:
             return None, read
@@ -256,10 +254,9 @@ class GateRuntime:
         # budget: the validator accepted it, and the handler must judge alike on replay.
         decision, check = self.judge(raw)
         if decision is None or not check.ok:
-            code = check.code or RefusalCode.MALFORMED
+            code = check.code or Code.MALFORMED
             self.audit.add(workflow.now(), "update", code, check.reason, raw)
-            # The code rides in the error's details: clients read it, never the words.
-            raise ApplicationError(check.reason, code.value, type=REFUSED, non_retryable=True)
+            raise failure(DecisionRefused(check.reason, code=code))
         if not check.duplicate:
             self.in_flight = decision
         decision_id = decision.decision_id
@@ -276,11 +273,9 @@ class GateRuntime:
         """The ``decide`` update's validator: refuses before the history holds it."""
         _, check = self.judge(raw, budget=self._validate_budget)
         if not check.ok:
-            # Its own type for a key the run's roster does not have yet: the sender may ask
+            # A key the run's roster does not have yet (code unknown_key): the sender may ask
             # the run to re-read its roster and send again (validator only: not in history).
-            kind = UNKNOWN_KEY if check.unknown_key else REFUSED
-            code = check.code or RefusalCode.MALFORMED
-            raise ApplicationError(check.reason, code.value, type=kind, non_retryable=True)
+            raise failure(DecisionRefused(check.reason, code=check.code or Code.MALFORMED))
 
     def _settled(self, decision_id: str) -> bool:
         record = record_of(self.run.current, decision_id)

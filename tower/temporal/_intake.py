@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from temporalio import workflow
 from temporalio.common import RawValue
 
-from tower.contract.refusals import RefusalCode
+from tower.contract.failures import Code
 from tower.core.gates import pending_record
 from tower.temporal._refusals import TaskBudget, decoded
 
@@ -85,7 +85,7 @@ class Intake:
         elif name == "refresh_trust":
             self._gate.refresh_asked = True
         else:
-            self._gate.audit.add_raw(workflow.now(), "signal", RefusalCode.UNKNOWN_SIGNAL,
+            self._gate.audit.add_raw(workflow.now(), "signal", Code.UNKNOWN_SIGNAL,
                                      f"unknown signal {name[:80]!r}: nothing changed", args)
 
     def _signalled_decision(self, args: Sequence[RawValue]) -> None:
@@ -99,7 +99,7 @@ class Intake:
                 self.held.append(args)
             else:  # no request to decide
                 self._gate.audit.add_raw(self.verify_budget.task_time, "signal",
-                                         RefusalCode.OVERLOADED, UNVERIFIED, args)
+                                         Code.OVERLOADED, UNVERIFIED, args)
             return
         self._take_decoded(args)
 
@@ -115,7 +115,7 @@ class Intake:
     def _take_decoded(self, args: Sequence[RawValue]) -> None:
         raw, problem = decoded(args)
         if raw is None:
-            self._gate.audit.add_raw(workflow.now(), "signal", RefusalCode.MALFORMED, problem,
+            self._gate.audit.add_raw(workflow.now(), "signal", Code.MALFORMED, problem,
                                      args)
             return
         self._take_signal(raw, may_hold=True)
@@ -129,7 +129,7 @@ class Intake:
             return
         if not check.ok or check.duplicate:
             reason = check.reason or "duplicate of an accepted decision: nothing changed"
-            gate.audit.add(workflow.now(), "signal", check.code or RefusalCode.DUPLICATE,
+            gate.audit.add(workflow.now(), "signal", check.code or Code.DUPLICATE,
                            reason, raw)
             return
         gate.in_flight = decision
@@ -140,9 +140,9 @@ class Intake:
         UNKNOWN_KEEP wait already (so a flood after it cannot push it out)."""
         gate = self._gate
         if gate.in_flight is not None or pending_record(gate.run._state) is None:
-            gate.audit.add(workflow.now(), "signal", RefusalCode.UNKNOWN_KEY, reason, raw)
+            gate.audit.add(workflow.now(), "signal", Code.UNKNOWN_KEY, reason, raw)
         elif len(self.unknown) >= UNKNOWN_KEEP:
-            gate.audit.add(workflow.now(), "signal", RefusalCode.UNKNOWN_KEY,
+            gate.audit.add(workflow.now(), "signal", Code.UNKNOWN_KEY,
                            reason + UNKNOWN_FULL, raw)
         else:  # the token alone: what decides (read_decision reads a token before the rest)
             self.unknown.append((self.reads_begun, {"token": raw["token"]}))
@@ -162,10 +162,10 @@ class Intake:
         while self.held:
             held = self.held.popleft()
             if isinstance(held, AfterRead):  # its key unknown when it came
-                self._gate.audit.add(workflow.now(), "signal", RefusalCode.NOT_JUDGED,
+                self._gate.audit.add(workflow.now(), "signal", Code.NOT_JUDGED,
                                      HELD_UNJUDGED, held.message)
             else:
-                self._gate.audit.add_raw(workflow.now(), "signal", RefusalCode.NOT_JUDGED,
+                self._gate.audit.add_raw(workflow.now(), "signal", Code.NOT_JUDGED,
                                          HELD_UNJUDGED, held)
         self.refuse_waiting("the request closed before the roster was read again")
 
@@ -173,6 +173,6 @@ class Intake:
         """Refuse the decisions waiting for a roster read: the request closed, or the read
         failed (after its retries: waiting longer would hold the run from carrying over)."""
         while self.unknown:
-            self._gate.audit.add(workflow.now(), "signal", RefusalCode.NOT_JUDGED,
+            self._gate.audit.add(workflow.now(), "signal", Code.NOT_JUDGED,
                                  f"{UNKNOWN_UNJUDGED}; {why}: nothing "
                                  "changed", self.unknown.popleft()[1])

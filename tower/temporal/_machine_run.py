@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 from pydantic import BaseModel
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tower.contract import search
+from tower.contract.failures import Code, TowerError, failure
 from tower.core.carry import Carry, LogSummary, summarize
 from tower.core.cost import CallUsage, cost_report
 from tower.core.details import render_details
@@ -35,7 +35,7 @@ from tower.core.state import AgentState
 from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._admission import Admission
 from tower.temporal._outcome import agent_failed
-from tower.temporal._start import INPUT_REFUSED, match_init
+from tower.temporal._start import match_init
 from tower.temporal._task_time import in_a_task
 
 if TYPE_CHECKING:
@@ -154,10 +154,9 @@ class MachineRun(Admission):
         transition. A carry that is not the run's own fails the run at once, and so does a
         gated agent that did not ``admit`` its input (no roster: no decision could count)."""
         if self.machine.gates and self._trust is None:
-            raise ApplicationError(
+            raise failure(TowerError(
                 f"agent {self.machine.name!r} has approval gates but no roster and policy: "
-                "call `await self.admit(request)` before `drive`", type="TrustMissing",
-                non_retryable=True)
+                "call `await self.admit(request)` before `drive`", code=Code.TRUST_MISSING))
         if carried is None and self._carry_in is not None:
             state, carried = self.machine.state_type.model_validate(self._carry_in.state), \
                 self._carry_in
@@ -170,7 +169,7 @@ class MachineRun(Admission):
                 workflow.info().typed_search_attributes)
             self._record(*start(self.machine, state, at=workflow.now(), event_id=event_id()))
         elif (refused := carry_refused(carried) or await origin_refused()) is not None:
-            raise ApplicationError(refused, type="InputRefused", non_retryable=True)
+            raise failure(TowerError(refused, code=Code.INPUT_REFUSED))
         else:
             self._state, self._carried = state, carried.log
             self.publish()
@@ -278,7 +277,7 @@ class MachineRun(Admission):
         """A query on a run whose agent refused its input fails with the reason: it has no
         state, status, cost or steps (an empty answer would read as "starting")."""
         if self._input_refused:
-            raise ApplicationError(self._input_refused, type=INPUT_REFUSED)
+            raise failure(TowerError(self._input_refused, code=Code.INPUT_REFUSED))
 
     @workflow.query(name="state")
     def query_state(self) -> dict[str, Any]:

@@ -16,19 +16,20 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from tower.contract.failures import STORE_WAITS, Code, types, waits_for_store
 from tower.contract.wire import ModelReply, ModelRequest
-from tower.temporal._store_wait import STORE_TYPES, call_waits, wait_for_store
+from tower.temporal._store_wait import wait_for_store
 from tower.temporal._task_time import in_a_task
 
 # Let Temporal own retries so every attempt is visible in the event history.
 MODEL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30), maximum_attempts=6,
-    non_retryable_error_types=["ModelRequestRejected"],
+    non_retryable_error_types=types(Code.MODEL_REQUEST_REJECTED),
 )
 # A local call's store errors go straight to the queue's workers (call_local).
-LOCAL_RETRY = dataclasses.replace(MODEL_RETRY, non_retryable_error_types=[
-    *(MODEL_RETRY.non_retryable_error_types or []), *STORE_TYPES])
+LOCAL_RETRY = dataclasses.replace(MODEL_RETRY, non_retryable_error_types=types(
+    Code.MODEL_REQUEST_REJECTED, *STORE_WAITS))
 # A lost worker's call is retried elsewhere this soon (plus MODEL_RETRY's first second),
 # and its readers told (tower/activities/model_stream.py). The activity beats every third
 # of it; the SDK sends at most one beat per 80% of it.
@@ -46,7 +47,7 @@ async def call_local(request: ModelRequest) -> ModelReply:
             start_to_close_timeout=timedelta(seconds=120), retry_policy=LOCAL_RETRY)
     except (ActivityError, ApplicationError) as exc:
         # (A local activity's failure arrives as its own error, not wrapped.)
-        if not call_waits(exc):
+        if not waits_for_store(exc):
             raise
         reply = await call_queued(request, request.node)
     return reply
@@ -67,7 +68,7 @@ async def call_queued(request: ModelRequest, node: str) -> ModelReply:
             # (In a task before anything is decided: the node fails or a timer starts.
             # A local activity resolves within its task: call_local needs no check.)
             await in_a_task(since)
-            if not call_waits(exc):
+            if not waits_for_store(exc):
                 raise
         else:
             await in_a_task(since)

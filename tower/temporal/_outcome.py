@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
+from tower.contract.failures import failure, rebuilt
+from tower.core.errors import AgentFailed
 from tower.core.state import AgentState
 from tower.core.transition import Transition
-
-AGENT_FAILED = "AgentFailed"
 
 S = TypeVar("S", bound=AgentState)
 
@@ -28,19 +28,7 @@ def agent_failed(agent: str, state: AgentState, last: Transition | None) -> Appl
     """The error a FAILED run raises to fail its workflow execution."""
     node = last.source if last is not None else state.node
     reason = state.errors[-1] if state.errors else (last.reason if last else "failed")
-    details = {"agent": agent, "node": node, "step": state.step, "reason": reason}
-    return ApplicationError(reason, details, type=AGENT_FAILED, non_retryable=True)
-
-
-def failure_details(exc: BaseException) -> dict[str, Any] | None:
-    """The details of an AgentFailed failure (``exc`` or its causes), or None."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ApplicationError) and seen.type == AGENT_FAILED:
-            details = seen.details[0] if seen.details else {}
-            return details if isinstance(details, dict) else {}
-        seen = seen.cause if hasattr(seen, "cause") else seen.__cause__
-    return None
+    return failure(AgentFailed(reason, agent=agent, node=node, step=state.step))
 
 
 async def final_state(handle: WorkflowHandle[Any, Any], result_type: type[S]) -> S:
@@ -49,6 +37,6 @@ async def final_state(handle: WorkflowHandle[Any, Any], result_type: type[S]) ->
     try:
         return result_type.model_validate(await handle.result())
     except WorkflowFailureError as exc:
-        if failure_details(exc) is None:
+        if not isinstance(rebuilt(exc), AgentFailed):
             raise
     return result_type.model_validate(await handle.query("state", result_type=dict))

@@ -21,10 +21,10 @@ import traceback
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from tower.contract.failures import TowerError
+
 if TYPE_CHECKING:
     from temporalio.worker import Worker
-
-_EXPLAINED = {"ClientError", "TowerError", "WorkerMisconfigured"}
 
 __all__ = ["exit_code", "flush_and_exit", "run_main", "serve", "stop_on_signals"]
 
@@ -86,10 +86,9 @@ def _failed(exc: BaseException) -> int:
 
 
 def _explained(exc: BaseException) -> bool:
-    """Tower's own errors (a server that does not answer, a worker missing a tool), known by
-    name: importing the client's errors here would tie this layer to it."""
-    return any(cls.__module__.startswith("tower.") and cls.__name__ in _EXPLAINED
-               for cls in type(exc).__mro__)
+    """Tower's own errors (a server that does not answer, a worker missing a tool): their
+    message says what to do."""
+    return isinstance(exc, TowerError)
 
 
 def flush_and_exit(code: int) -> NoReturn:

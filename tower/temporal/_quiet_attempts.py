@@ -31,11 +31,11 @@ import logging
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.exceptions import ApplicationError
 from temporalio.exceptions import CancelledError as TemporalCancelled
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from tower.activities.stores import MISSING, UNAVAILABLE
+from tower.contract.failures import Code, TowerError, failure, rebuilt
 from tower.temporal.payloads import PayloadMissing, PayloadStoreUnavailable
 
 # The SDK's worker loggers: one of them (a module's own) logs a workflow task it could not
@@ -43,9 +43,6 @@ from tower.temporal.payloads import PayloadMissing, PayloadStoreUnavailable
 # logger logs an attempt whose result could not be encoded.
 SDK_WORKER_LOGGERS = "temporalio.worker"
 SDK_ACTIVITY_LOGGER = "temporalio.activity"
-
-
-TIMED_OUT_TYPE = "AttemptTimedOut"
 
 
 class AttemptsEndQuietly(Interceptor):
@@ -58,14 +55,15 @@ class _Inbound(ActivityInboundInterceptor):
         try:
             return await super().execute_activity(input)
         except ApplicationError as exc:
-            if exc.type not in (MISSING, UNAVAILABLE):
+            found = rebuilt(exc)
+            if found is None or found.code not in (Code.STORE_ENTRY_MISSING,
+                                                   Code.STORE_UNAVAILABLE):
                 raise
             info = activity.info()
             activity.logger.warning("attempt %d of activity %r failed: %s; asked again until "
                                     "the store serves it", info.attempt, info.activity_type,
                                     exc.message)
-            raise ApplicationError(exc.message, type=exc.type, non_retryable=exc.non_retryable,
-                                   category=ApplicationErrorCategory.BENIGN) from None
+            raise failure(found, benign=True) from None
         except (asyncio.CancelledError, TemporalCancelled):
             details = activity.cancellation_details()
             # (The server answers a late heartbeat with "not found": that attempt is over.)
@@ -76,8 +74,7 @@ class _Inbound(ActivityInboundInterceptor):
                       f"(run {info.workflow_run_id}) was timed out by the server (a heartbeat "
                       "or its deadline came late) and stopped; Temporal runs the next attempt")
             activity.logger.warning(reason)
-            raise ApplicationError(reason, type=TIMED_OUT_TYPE,
-                                   category=ApplicationErrorCategory.BENIGN) from None
+            raise failure(TowerError(reason, code=Code.ATTEMPT_TIMED_OUT), benign=True) from None
 
 
 def quiet_store_tracebacks() -> None:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from temporalio import workflow
 from temporalio.common import RawValue
 
-from tower.contract.refusals import RefusalCode
+from tower.contract.failures import Code
 from tower.core.gates import Refusal
 from tower.temporal._unopenable import UnopenablePayload
 
@@ -98,15 +98,15 @@ class AuditTrail:
 
     def __init__(self, keep: int) -> None:
         self.total = 0
-        self._kept: deque[tuple[datetime, Via, RefusalCode, str, Kept]] = deque(maxlen=keep)
+        self._kept: deque[tuple[datetime, Via, Code, str, Kept]] = deque(maxlen=keep)
 
-    def add(self, at: datetime, via: Via, code: RefusalCode, reason: str,
+    def add(self, at: datetime, via: Via, code: Code, reason: str,
             raw: Any = None) -> None:
         """Refuse a decoded input (``raw``): only its small part is kept."""
         self.total += 1
         self._kept.append((at, via, code, reason, brief(raw)))
 
-    def add_raw(self, at: datetime, via: Via, code: RefusalCode, reason: str,
+    def add_raw(self, at: datetime, via: Via, code: Code, reason: str,
                 args: Sequence[RawValue]) -> None:
         """Refuse a signal's inputs as they came: decoded only if shown, kept only if small
         (a flood of large inputs must not be held in memory)."""

@@ -16,6 +16,7 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
+from tower.contract.failures import failure_reason
 from tower.core.carry import Carry
 from tower.core.engine import advance, node_error
 from tower.core.errors import NodeFailed
@@ -24,7 +25,7 @@ from tower.core.interpreter import Hold, after_node, next_step
 from tower.core.keys import action_of
 from tower.core.state import AgentState, S, apply_update, set_engine_fields
 from tower.temporal import _tracing as tracing
-from tower.temporal._context import TemporalContext, failure_reason
+from tower.temporal._context import TemporalContext
 from tower.temporal._gate import GateRuntime
 from tower.temporal._machine_run import MachineRun, carry_refused, event_id
 

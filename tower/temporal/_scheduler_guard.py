@@ -24,16 +24,15 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.exceptions import ApplicationError
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ExecuteActivityInput,
     Interceptor,
 )
 
+from tower.contract.failures import Code, TowerError, failure
 from tower.temporal._machine_run import run_origin
 
-REFUSED_TYPE = "ActivityRefused"
 _REMEMBERED = 4096  # runs whose verdict is kept (oldest dropped first)
 
 
@@ -80,6 +79,5 @@ class _Inbound(ActivityInboundInterceptor):
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         refused = await self.guard.refusal()
         if refused:
-            raise ApplicationError(f"refused: {refused}", type=REFUSED_TYPE,
-                                   non_retryable=True)
+            raise failure(TowerError(f"refused: {refused}", code=Code.ACTIVITY_REFUSED))
         return await super().execute_activity(input)

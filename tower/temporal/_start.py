@@ -30,15 +30,12 @@ from typing import Any
 from pydantic import BaseModel, ValidationError, create_model
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ApplicationError
 
+from tower.contract.failures import Code, TowerError, failure
 from tower.core.carry import Carry
 from tower.temporal._unopenable import UnopenablePayload
 
-__all__ = ["EXTENDED", "INPUT_REFUSED", "make_workflow", "match_init", "opened", "refuse"]
-
-# The failure type of a run whose input its agent refused: it never took a step.
-INPUT_REFUSED = "InputRefused"
+__all__ = ["EXTENDED", "make_workflow", "match_init", "opened", "refuse"]
 
 # Plain subclasses of agents with a run of their own: Tower's registry of them (load_agents).
 EXTENDED: set[type] = set()
@@ -80,8 +77,7 @@ def make_workflow(cls: type) -> None:
 
     async def run(self: Any, *args: Any) -> Any:
         if self._input_refused:  # replayed (refuse): the run fails as it did
-            raise ApplicationError(self._input_refused, type=INPUT_REFUSED,
-                                   non_retryable=True)
+            raise failure(TowerError(self._input_refused, code=Code.INPUT_REFUSED))
         request = self._start_input  # opened in __init__ (a subclass's own init, typed)
         await self._begin(request)
         if own_run is not None:
@@ -178,14 +174,14 @@ def opened(raw: RawValue, model: type[BaseModel]) -> tuple[Any, str]:
 
 def refuse(run: Any, why: str) -> None:
     """Fail ``run`` (a workflow object being made) as refusing its input: ApplicationError
-    ``INPUT_REFUSED``, raised from ``__init__`` so that the run fails before any handler
+    ``Code.INPUT_REFUSED``, raised from ``__init__`` so that the run fails before any handler
     runs (an update sent with the start is rejected, never left waiting). Replayed (a
     query on the closed run), the object is made instead, and ``run`` raises the same:
     an ``__init__`` that raises again would leave the query unanswered until it timed
     out. Its queries then fail with the reason (``MachineRun._started``)."""
     run._input_refused = why
     if not workflow.unsafe.is_replaying():
-        raise ApplicationError(why, type=INPUT_REFUSED, non_retryable=True)
+        raise failure(TowerError(why, code=Code.INPUT_REFUSED))
 
 
 def problems(exc: ValidationError) -> str:

@@ -16,32 +16,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
 
-from tower.activities.stores import MISSING, UNAVAILABLE
 from tower.temporal._task_time import in_a_task
 
 STORE_WAIT = timedelta(seconds=30)  # between rounds of a call's store retries
-MESSAGE_STORE = (MISSING, UNAVAILABLE)
-PAYLOAD_STORE = ("PayloadStoreUnavailable", "PayloadMissing")  # the classes' names
-STORE_TYPES = (*MESSAGE_STORE, *PAYLOAD_STORE)
-
-
-def failure_types(exc: BaseException) -> list[str]:
-    """The error types along a failed activity's causes (its own failure, then what caused
-    it: the SDK wraps an input it could not decode as "Failed decoding arguments")."""
-    found: list[str] = []
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ApplicationError) and seen.type:
-            found.append(seen.type)
-        seen = seen.cause if isinstance(seen, ActivityError) else seen.__cause__
-    return found
-
-
-def call_waits(exc: BaseException) -> bool:
-    """Whether a model or tool call that failed with ``exc`` waits for its store."""
-    return any(k in STORE_TYPES for k in failure_types(exc))
 
 
 async def wait_for_store() -> None:

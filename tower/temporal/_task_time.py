@@ -35,12 +35,15 @@ from datetime import datetime
 
 from temporalio import workflow
 
+from tower.contract.failures import Code, TowerError
 from tower.temporal._query_retry import AHEAD_OF_ITS_TASK
 
 
-class AheadOfItsTask(RuntimeError):
+class AheadOfItsTask(TowerError):
     """An activation a query's replay ran on an event no workflow task has taken yet; not a
     failure type: the activation fails and the worker drops the run, nothing else."""
+
+    CODE = Code.AHEAD_OF_ITS_TASK
 
 
 async def in_a_task(since: datetime) -> None:

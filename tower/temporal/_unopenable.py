@@ -38,6 +38,7 @@ from temporalio.converter import (
     WorkflowSerializationContext,
 )
 
+from tower.contract.failures import Code
 from tower.core.errors import TowerError
 from tower.temporal.converter import BuiltOnUse
 
@@ -48,6 +49,8 @@ Step = Callable[[Sequence[Payload]], Awaitable[list[Payload]]]
 
 class UnopenablePayload(TowerError):
     """An input the worker could not open (its reason), read as a value."""
+
+    CODE = Code.UNOPENABLE_PAYLOAD
 
 
 def marker(reason: str) -> Payload:

@@ -23,13 +23,17 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
+from tower.contract.failures import Code, TowerError
+
 ENCODING = b"binary/encrypted"
 KEY_ID = "encryption-key-id"
 NONCE_BYTES = 12
 
 
-class CodecError(ValueError):
+class CodecError(TowerError, ValueError):  # a ValueError: a bad key setting is a bad value
     """Keys are misconfigured, or a payload cannot be decrypted with the keys at hand."""
+
+    CODE = Code.BAD_SETTINGS
 
 
 class KeyRing:

@@ -32,24 +32,29 @@ from temporalio.converter import (
 )
 
 from tower.activities.stores import SHARED, StoreSettings, is_url
+from tower.contract.failures import Code, TowerError
 from tower.temporal._unopenable import TowerDataConverter, TowerPayloadConverter
 from tower.temporal.codec import NoKeys, codec_from_env
 
 DEFAULT_DIR = Path(".tower") / "payloads"
 
 
-class PayloadMissing(RuntimeError):
+class PayloadMissing(TowerError):
     """A reference in the history names a payload the store does not have (or a bad copy).
 
     A worker fails the task that needed it (retried: another host, or a fixed setting, can
     serve it); a client says it in one line (tower/cli/errors.py).
     """
 
+    CODE = Code.PAYLOAD_MISSING
 
-class PayloadStoreUnavailable(RuntimeError):
+
+class PayloadStoreUnavailable(TowerError):
     """The payload store did not answer. A worker's task that needed it fails and is asked
     again (its log says so in one line: tower/temporal/_quiet_attempts.py); a client says
     it in one line (tower/cli/errors.py)."""
+
+    CODE = Code.PAYLOAD_STORE_UNAVAILABLE
 
 
 def missing(store: str, digest: str, how: str = "not found") -> PayloadMissing:

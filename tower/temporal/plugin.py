@@ -27,14 +27,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import ValidationError
 from temporalio.client import Client, ClientConfig
 from temporalio.client import Interceptor as ClientInterceptor
-from temporalio.converter import DataConverter
+from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.converter import DataConverter, DefaultFailureConverter, DefaultPayloadConverter
 from temporalio.plugin import SimplePlugin
 from temporalio.worker import Interceptor as WorkerInterceptor
 from temporalio.worker import ReplayerConfig, Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from tower.activities.stores import StoreSettings, announce
-from tower.core.errors import InvalidGraph, TowerError
+from tower.contract.failures import Code, TowerError
+from tower.core.errors import IllegalTransition, InvalidGraph, NodeFailed
+from tower.core.events import EventRejected
+from tower.core.policy import PolicyInvalid, PolicyLoosened
 from tower.core.tools import ToolSpec, register_external
 from tower.effects._guard import OnlyEffectsReconcile
 from tower.temporal._agent import scripts_of
@@ -47,7 +51,7 @@ from tower.temporal._quiet_attempts import AttemptsEndQuietly, quiet_store_trace
 from tower.temporal._sandbox import project_packages, sandbox_runner
 from tower.temporal._scheduler_guard import ScheduledByOwnAgents
 from tower.temporal._stream_sink import publish_steps
-from tower.temporal._unopenable import TowerDataConverter, guarded
+from tower.temporal._unopenable import TowerDataConverter, UnopenablePayload, guarded
 from tower.temporal.cleanup import EVERY as CLEANUP_EVERY
 from tower.temporal.cleanup import TowerStoreCleanup, ensure_cleanup
 from tower.temporal.payloads import driver_for
@@ -74,7 +78,11 @@ HEARTBEAT_SENT_WITHIN = timedelta(seconds=1)
 # A domain error fails the run instead of retrying the workflow task forever; so does an
 # input that does not fit the agent's input model (pydantic's ValidationError, raised
 # while decoding the start): a malformed start ends FAILED at once, with the reason.
-WORKFLOW_FAILURE_TYPES: list[type[BaseException]] = [TowerError, ValidationError]
+# Named one by one, not as TowerError: a store that does not answer (PayloadMissing) or a
+# query's activation ahead of its task (AheadOfItsTask) fails the task, to be tried again.
+WORKFLOW_FAILURE_TYPES: list[type[BaseException]] = [
+    InvalidGraph, IllegalTransition, NodeFailed, EventRejected, PolicyInvalid, PolicyLoosened,
+    UnopenablePayload, ValidationError]
 
 T = TypeVar("T")
 
@@ -86,7 +94,9 @@ class TowerPlugin(SimplePlugin):
 
     ``data_converter``: None is Tower's converter from the environment (TOWER_PAYLOAD_DIR,
     TOWER_PAYLOAD_THRESHOLD, TOWER_CODEC_KEYS) — or the client's own, when that is already
-    a Tower converter (``tower_data_converter(...)`` with other settings). ``passthrough``:
+    a Tower converter (``tower_data_converter(...)`` with other settings). A client's
+    converter of another kind (a codec, external storage, another payload or failure
+    converter) is refused, never silently replaced (``WorkerMisconfigured``). ``passthrough``:
     more modules to load once outside the sandbox. ``external_tools``: the ``server.tool``
     specs (MCP) this worker serves, registered for the runs' contexts. ``tracing``: None
     traces when a replay-safe tracer provider is installed (``tower.temporal.telemetry``).
@@ -132,6 +142,12 @@ class TowerPlugin(SimplePlugin):
             return self._converter
         if isinstance(existing, TowerDataConverter):
             return existing
+        if existing is not None and (why := _foreign(existing)):
+            raise WorkerMisconfigured(
+                f"the client's data converter is not Tower's ({why}); replacing it would "
+                "write and read payloads another way than its other clients do. Build it with "
+                "tower.temporal.tower_data_converter(...) (encryption: TOWER_CODEC_KEYS), or "
+                "give it as TowerPlugin(data_converter=...) to keep it as it is")
         if self._from_env is None:
             # tower.activities builds on tower.temporal (the guarded converter): imported
             # on use, so that the layers import one way.
@@ -271,8 +287,25 @@ def check_external_tools(agents: Iterable[Any], available: Collection[str]) -> N
                                                      "which no server on this worker provides")
 
 
-class WorkerMisconfigured(ValueError):
+def _foreign(converter: DataConverter) -> str:
+    """What a client's converter does that Tower's would not ("": the SDK's default or
+    pydantic's, whose payloads Tower's converter writes and reads byte for byte)."""
+    if converter.payload_codec is not None:
+        return f"payload codec {type(converter.payload_codec).__name__}"
+    if converter.external_storage is not None:
+        return "external storage"
+    if converter.failure_converter_class is not DefaultFailureConverter:
+        return f"failure converter {converter.failure_converter_class.__name__}"
+    kind = converter.payload_converter_class
+    if kind is not DefaultPayloadConverter and not issubclass(kind, PydanticPayloadConverter):
+        return f"payload converter {kind.__name__}"
+    return ""
+
+
+class WorkerMisconfigured(TowerError, ValueError):  # a ValueError: a setting's bad value
     """A worker that could not run its agents' runs: it refuses to start, saying why."""
+
+    CODE = Code.BAD_SETTINGS
 
 
 def check_tools_served(agents: Iterable[Any], available: Collection[str]) -> None:

@@ -30,14 +30,18 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider, create_tracer_provider
 
+from tower.contract.failures import Code, TowerError
+
 TRUE = ("1", "true", "yes", "on")
 # `tower run` polls its run with queries several times a second: tracing each poll
 # would bury the run's own spans.
 NOISE = ("QueryWorkflow:", "HandleQuery:")
 
 
-class TracingConfigError(ValueError):
+class TracingConfigError(TowerError, ValueError):  # a ValueError: a setting's bad value
     """The OTEL_* settings ask for something this install cannot do."""
+
+    CODE = Code.BAD_SETTINGS
 
 
 def exporter_names(env: Mapping[str, str]) -> list[str]:

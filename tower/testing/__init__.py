@@ -15,9 +15,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from tower.core.errors import DecisionRefused
 from tower.testing._context import ScriptedContext, Stuck
 from tower.testing._inprocess import (
-    RefusedDecision,
     Run,
     Said,
     approve,
@@ -62,7 +62,7 @@ def __getattr__(name: str) -> Any:
     return loaded if module.endswith(f".{name}") else getattr(loaded, name)
 
 
-__all__ = ["Change", "EvalReport", "ModelRequest", "RefusedDecision", "Replayed", "Run", "Said",
+__all__ = ["Change", "DecisionRefused", "EvalReport", "ModelRequest", "Replayed", "Run", "Said",
            "Score", "Scorer", "Script", "ScriptedContext", "Stuck", "approve", "assert_replays",
            "assert_verdicts", "check_log", "evaluate", "first_user_text", "history_files",
            "live", "load", "reject", "replay", "run_agent", "run_eval", "run_node"]

@@ -20,10 +20,11 @@ from typing import Any, Generic, TypeVar
 from pydantic import ValidationError
 
 from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict, proposal_digest
+from tower.contract.failures import Code
 from tower.core.context import NodeContext
 from tower.core.edits import check_edits
 from tower.core.engine import Transition, advance, fail, node_error, start
-from tower.core.errors import NodeFailed, TowerError
+from tower.core.errors import DecisionRefused, NodeFailed, TowerError
 from tower.core.events import Event, apply_event
 from tower.core.gates import (
     Gate,
@@ -48,11 +49,6 @@ from tower.testing._context import ModelAnswers, ScriptedContext, Stuck, ToolAns
 
 S = TypeVar("S", bound=AgentState)
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-class RefusedDecision(TowerError):
-    """A gate refused a scripted decision (an edit its rules forbid, a role that may not
-    decide): what a real run would refuse, so the test says which decision and why."""
 
 
 @dataclass(frozen=True)
@@ -238,9 +234,10 @@ class _Runner:
             expires_at=pending.expires_at, note=said.note, edits=dict(said.edits),
             request=pending.step, run_id=pending.run_id, proposal=proposal_digest(pending))
         problem = check_edits(gate, state, decision)
-        if decision.role != pending.role or problem:
-            raise RefusedDecision(f"gate {gate.name} refuses the scripted decision: "
-                             f"{problem or f'role {decision.role!r} may not decide it'}")
+        if decision.role != pending.role or problem:  # what a real run would refuse
+            raise DecisionRefused(f"gate {gate.name} refuses the scripted decision: "
+                                  f"{problem or f'role {decision.role!r} may not decide it'}",
+                                  code=Code.BAD_EDIT if problem else Code.NOT_AUTHORIZED)
         return decision
 
     def close(self, state: S, gate: Gate, ending: Close) -> S:

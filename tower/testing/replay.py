@@ -38,6 +38,7 @@ from temporalio.worker import (
 )
 
 from tower.contract import search
+from tower.contract.failures import Code, TowerError
 from tower.core.audit import check_log
 from tower.core.state import AgentState
 from tower.core.transition import Transition
@@ -47,8 +48,10 @@ from tower.temporal.plugin import TowerPlugin
 from tower.testing._replay_report import describe_failure, diverged
 
 
-class HistoryError(Exception):
+class HistoryError(TowerError):
     """A history file or folder that cannot be read."""
+
+    CODE = Code.BAD_HISTORY
 
 
 @dataclass

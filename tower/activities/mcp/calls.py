@@ -23,6 +23,7 @@ from temporalio.exceptions import ApplicationError
 
 from mcp import MCPError
 from mcp.types import RequestParamsMeta
+from tower.contract.failures import Code, TowerError, failure
 from tower.contract.wire import ToolCall
 
 from .catalogue import KEY_META, McpTool, _describe
@@ -69,16 +70,16 @@ class McpToolBox:
     async def call(self, tool: McpTool, call: ToolCall) -> dict[str, Any]:
         problem = tool.check(call.arguments)
         if problem is not None:
-            raise ApplicationError(f"bad arguments for {tool.name}: {problem}",
-                                   type="BadToolArguments", non_retryable=True)
+            raise failure(TowerError(f"bad arguments for {tool.name}: {problem}",
+                                     code=Code.BAD_TOOL_ARGUMENTS))
         key = {KEY_META: call.idempotency_key}
         meta = None if tool.idempotent else cast(RequestParamsMeta, key)
         if not tool.retry_after_timeout and activity.in_activity() and activity.info().attempt > 1:
             # An earlier attempt timed out or broke after sending: it may have acted.
-            raise ApplicationError(
+            raise failure(TowerError(
                 f"{tool.name}: not retried — the tool is not idempotent and an earlier "
                 f"attempt may have acted (idempotency key {call.idempotency_key!r})",
-                type="McpOutcomeUnknown", non_retryable=True)
+                code=Code.MCP_OUTCOME_UNKNOWN))
         session = self._session(tool.server)
         sent = False
         for attempt in range(CONNECT_TRIES):
@@ -96,20 +97,20 @@ class McpToolBox:
                 if attempt == CONNECT_TRIES - 1:
                     # Nothing was sent; a later attempt of a non-idempotent tool could not
                     # tell, so only the others are left to Temporal's retries.
-                    raise ApplicationError(
+                    raise failure(TowerError(
                         f"MCP server {tool.server!r} unreachable: {_describe(exc)}",
-                        type="McpUnreachable",
-                        non_retryable=not tool.retry_after_timeout) from None
+                        code=Code.MCP_UNREACHABLE,
+                        retryable=tool.retry_after_timeout)) from None
                 await asyncio.sleep(0.5 * 2 ** attempt)
         return self._result(tool, result)
 
     def _failure(self, tool: McpTool, call: ToolCall, what: str, sent: bool) -> ApplicationError:
         if tool.retry_after_timeout or not sent:
-            return ApplicationError(f"{tool.name}: {what}", type="McpTransportError")
-        return ApplicationError(
+            return failure(TowerError(f"{tool.name}: {what}", code=Code.MCP_TRANSPORT_ERROR))
+        return failure(TowerError(
             f"{tool.name}: {what}; not retried: the tool is not idempotent and the call may "
             f"have acted (its idempotency key {call.idempotency_key!r} was sent in _meta)",
-            type="McpOutcomeUnknown", non_retryable=True)
+            code=Code.MCP_OUTCOME_UNKNOWN))
 
     def _result(self, tool: McpTool, result: Any) -> dict[str, Any]:
         text = "\n".join(getattr(block, "text", "") for block in result.content

@@ -28,17 +28,23 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from tower.contract.failures import Code, TowerError
+
 DEFAULT_PATH = Path(".tower") / "mcp.json"
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 
 
-class McpConfigError(ValueError):
+class McpConfigError(TowerError, ValueError):  # a ValueError: a setting's bad value
     """The MCP configuration is missing a secret, malformed, or names an unknown tenant."""
+
+    CODE = Code.BAD_SETTINGS
 
 
 # Raised by the catalogue, defined here: catching it must not import the MCP SDK.
-class McpDiscoveryError(RuntimeError):
+class McpDiscoveryError(TowerError):
     """A configured MCP server could not be reached or listed."""
+
+    CODE = Code.MCP_UNREACHABLE
 
 
 class ServerConfig(BaseModel):

@@ -9,12 +9,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from tower.contract.failures import Code, TowerError
+
 if TYPE_CHECKING:  # the catalogue imports the MCP SDK; these checks need only its type
     from .catalogue import McpTool
 
 
-class McpPolicyError(ValueError):
+class McpPolicyError(TowerError, ValueError):  # a ValueError: a setting's bad value
     """An agent names an MCP tool that is not there, or calls a gated one ungated."""
+
+    CODE = Code.BAD_SETTINGS
 
 
 def check_agents(machines: Iterable[Any], tools: dict[str, McpTool]) -> None:

@@ -16,13 +16,16 @@ from typing import Any
 
 from tower.cli.inbox import money
 from tower.contract.decisions import Verdict
+from tower.contract.failures import Code, TowerError
 from tower.contract.pending import EditableField, PendingView
 
 MAX_NOTE = 1000
 
 
-class FormError(ValueError):
+class FormError(TowerError, ValueError):  # a ValueError: read with the values it rejects
     """The form cannot become a decision; nothing was sent."""
+
+    CODE = Code.BAD_INPUT
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,18 @@ import re
 from collections.abc import Mapping
 from decimal import Decimal
 
+from tower.contract.failures import Code, TowerError
+
 SYMBOL = "$"
 SUFFIX = "_cents"
 # 1200 · 1,200 · 1200.5 · 1,200.50 · $1,200.00 · .50 — nothing else.
 AMOUNT = re.compile(r"\$?[ ]?(?P<whole>[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)?(?:\.(?P<frac>[0-9]*))?")
 
 
-class AmountError(ValueError):
+class AmountError(TowerError, ValueError):  # a ValueError: the form reads it with the rest
     """Typed text that is not an amount in currency; the message says why."""
+
+    CODE = Code.BAD_INPUT
 
 
 def is_money(name: str) -> bool:

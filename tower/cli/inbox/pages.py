@@ -27,8 +27,8 @@ from tower.cli.inbox.signing import shown_request, signed_decision
 from tower.cli.inbox.visibility import UnreadableRequest, waiting_run, waiting_runs
 from tower.client import DecisionRefused, send_decision
 from tower.contract.decisions import GateStatus
+from tower.contract.failures import Code
 from tower.contract.pending import PendingView
-from tower.contract.refusals import RefusalCode
 from tower.core.gates import Outcome
 
 if TYPE_CHECKING:
@@ -246,9 +246,9 @@ def run_fingerprint(status: WorkflowExecutionStatus | None, view: PendingView | 
 def refusal_text(refused: DecisionRefused) -> str:
     """What the page says of a refusal: chosen by its code, never by its words."""
     reason = refused.reason
-    if refused.code == RefusalCode.ALREADY_DECIDED:
+    if refused.code == Code.ALREADY_DECIDED:
         return f"Already decided by another approver: {reason}. Your decision was not applied."
-    if refused.code == RefusalCode.EXPIRED:
+    if refused.code == Code.EXPIRED:
         return f"Refused: the request expired ({reason}). Nothing changed."
     return f"Refused by the run: {reason}. Nothing changed."
 

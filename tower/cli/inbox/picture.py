@@ -10,11 +10,14 @@ import functools
 
 from tower.cli.agents import agents
 from tower.cli.inbox.drawing import machine_svg
+from tower.contract.failures import Code, TowerError
 from tower.contract.pending import PendingView
 
 
-class NotOurRequest(LookupError):
+class NotOurRequest(TowerError, LookupError):  # a LookupError: a request not found here
     """A pending request that no agent of this deployment could have made; says why."""
+
+    CODE = Code.NOT_GENUINE
 
 
 def check_request(view: PendingView) -> None:

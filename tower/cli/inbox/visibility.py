@@ -13,15 +13,18 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from tower.client import Waiting, pending
 from tower.client._pending import Deployment, pending_memo, role_query, view_of
 from tower.contract import search
+from tower.contract.failures import Code, TowerError
 from tower.contract.pending import PendingView
 
 __all__ = ["UnreadableRequest", "Waiting", "pending_memo", "role_query", "waiting_run",
            "waiting_runs"]
 
 
-class UnreadableRequest(ValueError):
+class UnreadableRequest(TowerError, ValueError):  # a ValueError: a memo's bad value
     """A run's memo holds a pending request that cannot be read (forged, or from a version
     this one cannot read); the message says why."""
+
+    CODE = Code.BAD_INPUT
 
 
 async def waiting_runs(client: Client, roles: Iterable[str], limit: int = 200,

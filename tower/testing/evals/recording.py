@@ -22,12 +22,15 @@ from temporalio.client import WorkflowHistory
 from temporalio.converter import decode_typed_search_attributes
 
 from tower.contract import search
+from tower.contract.failures import Code, TowerError
 
 E = EventType
 
 
-class RecordingError(Exception):
+class RecordingError(TowerError):
     """A history the eval cannot read (an encoding it cannot decode, no start event)."""
+
+    CODE = Code.BAD_EVAL
 
 
 @dataclass(frozen=True)

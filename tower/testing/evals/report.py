@@ -8,14 +8,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tower.contract.failures import Code, TowerError
 from tower.testing.evals import EvalReport, RunResult
 from tower.testing.evals.summary import RunSummary
 
 REPORT_JSON = "report.json"
 
 
-class BaselineError(Exception):
+class BaselineError(TowerError):
     """A --baseline folder that holds no eval report."""
+
+    CODE = Code.BAD_EVAL
 
 
 def to_json(report: EvalReport) -> dict[str, Any]:

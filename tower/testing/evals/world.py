@@ -24,12 +24,15 @@ from tower.activities.attest import WORKER_KEY_FILE
 from tower.activities.private_files import write_private
 from tower.activities.trust import tenant_dir
 from tower.contract.decisions import GateRecord, proposal_digest
+from tower.contract.failures import Code, TowerError
 from tower.contract.trust import Member, Policy, Roster
 from tower.core.signing import decision_claims, public_of, sign
 
 
-class EvalSetupError(Exception):
+class EvalSetupError(TowerError):
     """The eval cannot build its world (no `temporal` binary)."""
+
+    CODE = Code.BAD_EVAL
 
 
 def temporal_binary() -> str:

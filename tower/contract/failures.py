@@ -1,0 +1,248 @@
+"""Tower's one failure model: a code for every way Tower fails, the root exception, and the
+registry that carries a failure across Temporal's boundaries.
+
+Every exception Tower defines derives from ``TowerError`` and has a ``code`` from ``Code``.
+A failure that crosses a boundary (an activity to its workflow, a workflow's update or run
+to its client) travels as Temporal's ``ApplicationError``: ``failure(exc)`` makes it (the
+code is its type; the fields ride in its details) and ``rebuilt(exc)`` makes the Tower error
+again on the other side, whatever wraps it (``ActivityError``, ``WorkflowFailureError``,
+``WorkflowUpdateFailedError``). This is the only module that spells a failure type or reads
+an error's details (``python -m bench surface`` counts the others: 0).
+
+It sits with the contract, below the core: every layer raises and reads these. Nothing
+here imports temporalio at module level (the core and the CLI's error printer load without
+the SDK: tests/unit/test_layers.py); the functions that speak Temporal import it when
+called.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, ClassVar, Self
+
+if TYPE_CHECKING:
+    from temporalio.exceptions import ApplicationError
+
+
+class Code(StrEnum):
+    """What went wrong, as a word every surface reads (never the message's words)."""
+
+    # A refused decision (docs/approvals.md): ``DecisionRefused.code``, the ``decide``
+    # update's error (its ``details[0]``), the audit trail of refused signals.
+    ALREADY_DECIDED = "already_decided"  # the gate was decided; or its id names another one
+    EXPIRED = "expired"  # the request expired before the decision came
+    NOT_PENDING = "not_pending"  # no request of that gate waits (not reached, unknown gate)
+    WRONG_RUN = "wrong_run"  # made for another tenant, workflow or run id (a reset, a new run)
+    WRONG_REQUEST = "wrong_request"  # made for another request of the run (another step)
+    WRONG_PROPOSAL = "wrong_proposal"  # made for another proposal than the pending one
+    NOT_AUTHORIZED = "not_authorized"  # the signer may not decide as that person or role
+    BAD_SIGNATURE = "bad_signature"  # the signature, algorithm or token type does not verify
+    UNKNOWN_KEY = "unknown_key"  # signed under a key id the run's roster does not name
+    TOKEN_EXPIRED = "token_expired"  # the signed decision itself expired (or is not valid yet)
+    POLICY = "policy"  # the tenant's policy refuses it (unsigned, lives too long)
+    BAD_EDIT = "bad_edit"  # an edit the gate does not allow
+    MALFORMED = "malformed"  # not a decision: wrong shape, wrong JSON types, no token
+    DUPLICATE = "duplicate"  # a repeat of an accepted decision (a signal): nothing changed
+    OVERLOADED = "overloaded"  # a flood: not judged (send it again)
+    NOT_JUDGED = "not_judged"  # the request closed, or the roster was not re-read, first
+    UNKNOWN_SIGNAL = "unknown_signal"  # a signal the run does not take
+
+    # Failure types: the value is the failure's type where Temporal shows it (the Web UI,
+    # the `temporal` CLI, a retry policy's non-retryable types).
+    # A run and its inputs.
+    AGENT_FAILED = "AgentFailed"  # a run ended FAILED (its workflow execution fails)
+    DECISION_REFUSED = "DecisionRefused"  # the ``decide`` update refused (code in details)
+    INPUT_REFUSED = "InputRefused"  # a start or an input the run does not take
+    EVENT_REFUSED = "EventRefused"  # an event the run does not take now
+    TRUST_MISSING = "TrustMissing"  # the tenant's roster or policy is missing or invalid
+    NODE_FAILED = "NodeFailed"  # a node could not do its work
+    INVALID_GRAPH = "InvalidGraph"  # a graph built wrong
+    ILLEGAL_TRANSITION = "IllegalTransition"  # a move not declared, or its guard failed
+    BAD_START = "BadStart"  # a start the agent cannot take
+    BAD_UPDATE = "BadUpdate"  # a state update that does not fit the state
+    BAD_POLICY = "BadPolicy"  # a tenant policy invalid, or loosened without leave
+    UNOPENABLE_PAYLOAD = "UnopenablePayload"  # an input the worker cannot open
+    # Tools and effects.
+    EFFECT_REFUSED = "EffectRefused"  # a tool refused: an invariant does not hold
+    BAD_TOOL_ARGUMENTS = "BadToolArguments"  # a tool's arguments do not fit it
+    EFFECT_CONFLICT = "EffectConflict"  # a key already used with other arguments
+    NOT_AN_EFFECT = "NotAnEffect"  # asked to reconcile a tool not made with tower.effects
+    FENCED_OFF = "FencedOff"  # a later attempt owns the effect's key
+    TOOL_BUSY = "ToolBusy"  # the effect's lock was not had in this attempt (retried)
+    ACTIVITY_REFUSED = "ActivityRefused"  # an activity its scheduler may not call
+    ATTEMPT_TIMED_OUT = "AttemptTimedOut"  # an attempt outlived its deadline (retried)
+    MCP_OUTCOME_UNKNOWN = "McpOutcomeUnknown"  # a non-idempotent MCP call may have acted
+    MCP_UNREACHABLE = "McpUnreachable"  # the MCP server did not answer; nothing was sent
+    MCP_TRANSPORT_ERROR = "McpTransportError"  # an MCP call broke (retried)
+    # Models.
+    SCRIPT_FAILED = "ScriptFailed"  # a scripted model's script raised (a bug in the project)
+    NO_MESSAGE_STORE = "NoMessageStore"  # a call needs a message store the worker lacks
+    MODEL_REQUEST_REJECTED = "ModelRequestRejected"  # no model can serve this request
+    MODEL_UNAVAILABLE = "ModelUnavailable"  # no model answered (retried)
+    MODEL_REFUSED = "ModelRefused"  # the model refused to answer
+    EMPTY_REPLY = "EmptyReply"  # a model answered nothing (the next model is tried)
+    # Stores (an attempt fails; the run waits for the store: tower/temporal/_store_wait.py).
+    STORE_ENTRY_MISSING = "StoreEntryMissing"
+    STORE_UNAVAILABLE = "StoreUnavailable"
+    PAYLOAD_MISSING = "PayloadMissing"
+    PAYLOAD_STORE_UNAVAILABLE = "PayloadStoreUnavailable"
+    # Notices.
+    BAD_NOTIFY_SETTINGS = "BadNotifySettings"
+    WEBHOOK_REFUSED = "WebhookRefused"
+    WEBHOOK_UNREACHABLE = "WebhookUnreachable"  # retried
+    # Settings, set-up and tools around runs (raised where they are read, never carried).
+    BAD_SETTINGS = "BadSettings"  # a setting, file or configuration that does not hold
+    MISSING_EXTRA = "MissingExtra"  # an optional dependency not installed
+    CLIENT_ERROR = "ClientError"  # what a client call refuses
+    RUN_NOT_FOUND = "RunNotFound"
+    RUN_CLOSED = "RunClosed"
+    REPLY_MISSING = "ReplyMissing"
+    NOT_GENUINE = "NotGenuine"  # a request this deployment did not attest
+    NOT_CONFIRMED = "NotConfirmed"
+    SERVER_UNREACHABLE = "ServerUnreachable"
+    UNKNOWN_TENANT = "UnknownTenant"  # a tenant whose namespace the server does not have
+    BAD_HISTORY = "BadHistory"  # a history that cannot be read or replayed
+    BAD_EVAL = "BadEval"  # an eval set, recording or baseline that cannot be used
+    BAD_INPUT = "BadInput"  # a form, an amount or a request a person typed wrong
+    AHEAD_OF_ITS_TASK = "AheadOfItsTask"  # a query's activation ahead of its task
+    NO_EFFECT = "NoEffect"  # an effect's tool chose to make nothing (an outcome)
+
+
+# What a decision's refusal may say: the codes above the failure types.
+REFUSALS = frozenset(list(Code)[:list(Code).index(Code.AGENT_FAILED)])
+# Failures whose activity Temporal tries again (every other failure is final): a store, a
+# model, a server or a lock may be back at the next attempt.
+RETRIED = frozenset({Code.TOOL_BUSY, Code.ATTEMPT_TIMED_OUT, Code.MCP_TRANSPORT_ERROR,
+                     Code.MODEL_UNAVAILABLE, Code.STORE_ENTRY_MISSING, Code.STORE_UNAVAILABLE,
+                     Code.PAYLOAD_MISSING, Code.PAYLOAD_STORE_UNAVAILABLE,
+                     Code.WEBHOOK_UNREACHABLE, Code.EMPTY_REPLY})
+# A tool's failures that say its effect was certainly not made (nothing to reconcile).
+NOT_MADE = (Code.BAD_TOOL_ARGUMENTS, Code.EFFECT_CONFLICT, Code.EFFECT_REFUSED)
+# A call that failed on one of these waits for its store, never failing its run.
+STORE_WAITS = (Code.STORE_ENTRY_MISSING, Code.STORE_UNAVAILABLE, Code.PAYLOAD_STORE_UNAVAILABLE,
+               Code.PAYLOAD_MISSING)
+
+
+class TowerError(Exception):
+    """The root of every error Tower raises: ``code`` says what went wrong.
+
+    A subclass names its kind with ``CODE`` (and so registers itself: ``rebuilt`` makes it
+    again from a failure of that type; of two classes with one code, the first defined);
+    an instance may carry another ``code`` of its kind.
+    ``retryable`` (None: by the code, ``RETRIED``) is whether Temporal tries an activity
+    that failed with it again; ``retry_after`` asks for that delay before it.
+    """
+
+    CODE: ClassVar[Code] = Code.BAD_SETTINGS
+    # What rides beside the message in the failure's details, by attribute (JSON values).
+    FIELDS: ClassVar[tuple[str, ...]] = ()
+    _registry: ClassVar[dict[Code, type[TowerError]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "CODE" in cls.__dict__:
+            TowerError._registry.setdefault(cls.CODE, cls)
+
+    def __init__(self, message: str = "", *, code: Code | None = None,
+                 retryable: bool | None = None, retry_after: timedelta | None = None
+                 ) -> None:
+        super().__init__(message)
+        self.code: str = code or self.CODE
+        self.retryable = self.code in RETRIED if retryable is None else retryable
+        self.retry_after = retry_after
+
+    @property
+    def message(self) -> str:
+        """The words sent across a boundary (the message a person reads)."""
+        return str(self)
+
+    @classmethod
+    def rebuild(cls, message: str, code: Code, fields: dict[str, Any]) -> Self:
+        """The error again from what crossed: its message, code and ``FIELDS`` (a class
+        whose constructor makes more of them overrides this)."""
+        error = cls.__new__(cls)
+        TowerError.__init__(error, message, code=code)
+        for name in cls.FIELDS:
+            setattr(error, name, fields.get(name))
+        return error
+
+
+def failure(exc: TowerError, *, benign: bool = False) -> ApplicationError:
+    """``exc`` as the failure Temporal carries: its type is the error's code (a refusal's
+    is its class's: the refusal code rides in the details), final unless retryable.
+    ``benign``: an expected failure, logged quietly by the SDK and not counted as an error
+    in its metrics."""
+    from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+
+    kind = exc.CODE if exc.code in REFUSALS or exc.code not in set(Code) else exc.code
+    if kind == Code.DECISION_REFUSED:  # the contract: the refusal code alone, as details[0]
+        details: list[Any] = [str(exc.code or Code.MALFORMED)]
+    else:
+        details = [{name: getattr(exc, name) for name in exc.FIELDS}] if exc.FIELDS else []
+    category = ApplicationErrorCategory.BENIGN if benign else None
+    return ApplicationError(exc.message, *details, type=kind,
+                            non_retryable=not exc.retryable, next_retry_delay=exc.retry_after,
+                            **({"category": category} if category else {}))
+
+
+def rebuilt(exc: BaseException | None) -> TowerError | None:
+    """The Tower error that ``exc`` carries across a boundary (itself, or the first failure
+    of a Tower type along its causes: activity, child workflow, update, workflow
+    failures), or None when it carries none."""
+    from temporalio.exceptions import ApplicationError
+
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, TowerError):
+            return seen
+        if isinstance(seen, ApplicationError) and seen.type in set(Code):
+            code = Code(seen.type)
+            cls = TowerError._registry.get(code, TowerError)
+            return cls.rebuild(seen.message, code, _fields(code, list(seen.details)))
+        seen = getattr(seen, "cause", None) or seen.__cause__
+    return None
+
+
+def _fields(code: Code, details: list[Any]) -> dict[str, Any]:
+    first = details[0] if details else None
+    if code == Code.DECISION_REFUSED:
+        return {"code": Code(first) if isinstance(first, str) and first in REFUSALS else None}
+    return first if isinstance(first, dict) else {}
+
+
+def code_of(exc: BaseException | None) -> Code | None:
+    """The failure code ``exc`` carries (see ``rebuilt``), or None."""
+    found = rebuilt(exc)
+    return Code(found.code) if found is not None and found.code in set(Code) else None
+
+
+def types(*codes: Code) -> list[str]:
+    """The failure types of ``codes``, for a retry policy's ``non_retryable_error_types``."""
+    return [str(c) for c in codes]
+
+
+def failure_reason(exc: BaseException) -> str:
+    """What failed, in the failing call's own words: an activity's message is in its
+    cause ("Activity task failed" says nothing), after its type."""
+    from temporalio.exceptions import ActivityError, ApplicationError
+
+    while isinstance(exc, ActivityError) and exc.cause is not None:
+        exc = exc.cause
+    if isinstance(exc, ApplicationError) and exc.type:
+        return f"{exc.type}: {exc.message}"
+    return str(exc)
+
+
+def waits_for_store(exc: BaseException) -> bool:
+    """Whether a call that failed with ``exc`` waits for its store: a store failure along
+    its causes (the SDK wraps an input it could not decode as "Failed decoding
+    arguments", the store's failure its cause)."""
+    from temporalio.exceptions import ActivityError, ApplicationError
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ApplicationError) and seen.type in STORE_WAITS:
+            return True
+        seen = seen.cause if isinstance(seen, ActivityError) else seen.__cause__
+    return False
