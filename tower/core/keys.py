@@ -33,7 +33,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+
 from tower.contract.decisions import GateRecord, GateStatus
+from tower.contract.wire import Authority
 from tower.core.state import AgentState
 
 
@@ -61,6 +64,17 @@ def action_of(state: AgentState, node: str) -> Action:
     if request is None or request.decision is None:
         return Action(node, visit)
     return Action(node, visit, request.gate, request.decision.proposal)
+
+
+def authority_of(state: AgentState, node: str, limits: Any = None) -> Authority:
+    """What a visit of ``node`` may do, as the runtime knows it: the run's ``limits`` (a
+    policy model, or None) and the approval of this visit, if a gate gave one."""
+    request = approved_request(state, node)
+    policy = limits.model_dump(mode="json") if isinstance(limits, BaseModel) else {}
+    if request is None or request.decision is None:
+        return Authority(limits=policy)
+    return Authority(limits=policy, decision_id=request.decision.decision_id,
+                     proposal=dict(request.proposal), edits=dict(request.decision.edits))
 
 
 def effect_key(*, workflow_id: str, chain: str, action: Action, tool: str, nth: int,
