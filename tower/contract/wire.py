@@ -127,9 +127,9 @@ class ModelReply(BaseModel):
 
 class Authority(BaseModel):
     """What the run authorizes a side effect to do, from the runtime, never from a node or
-    the model: the run's limits (its agent's policy, tightened by its input) and, when a
-    gate approved this node visit, the decision, the proposal its approver was shown and
-    their edits. The tool checks it inside the effect's transaction."""
+    the model: the run's limits (its agent's ``Policy`` fields, as its state records them)
+    and, when a gate approved this node visit, the decision, the proposal its approver was
+    shown and their edits. The tool checks it inside the effect's transaction."""
 
     limits: dict[str, Any] = Field(default_factory=dict)  # the run's policy ({}: none)
     decision_id: str = ""  # the approval that authorized this action ("" if none)

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 from tower.contract.decisions import GateRecord, GateStatus
 from tower.contract.wire import Authority
@@ -66,11 +67,16 @@ def action_of(state: AgentState, node: str) -> Action:
     return Action(node, visit, request.gate, request.decision.proposal)
 
 
-def authority_of(state: AgentState, node: str, limits: Any = None) -> Authority:
-    """What a visit of ``node`` may do, as the runtime knows it: the run's ``limits`` (a
-    policy model, or None) and the approval of this visit, if a gate gave one."""
+def authority_of(state: AgentState, node: str, policy: Any = None) -> Authority:
+    """What a visit of ``node`` may do, as the runtime knows it: the run's limits (each
+    field of the agent's ``policy`` model that its state records: the state is the run's
+    truth, across continue-as-new and in a test) and the approval of this visit, if a gate
+    gave one."""
     request = approved_request(state, node)
-    policy = limits.model_dump(mode="json") if isinstance(limits, BaseModel) else {}
+    fields = policy.model_fields if isinstance(policy, type) and issubclass(
+        policy, BaseModel) else {}
+    limits = {f: getattr(state, f) for f in fields if f in type(state).model_fields}
+    policy = to_jsonable_python(limits)
     if request is None or request.decision is None:
         return Authority(limits=policy)
     return Authority(limits=policy, decision_id=request.decision.decision_id,

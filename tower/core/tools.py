@@ -196,7 +196,8 @@ def called(node: Any, tool: Tool | str | Any, arguments: BaseModel | Mapping[str
     if isinstance(tool, Tool):
         name = tool.name
         if node.specs.get(name, tool) is not tool:
-            raise NodeFailed(f"{tool!r} is another tool than node {node.name!r}'s {name!r}")
+            raise NodeFailed(f"{tool!r} is not node {node.name!r}'s tool {name!r} "
+                             "(another object)")
     elif isinstance(tool, str):
         if not is_external(tool):
             raise NodeFailed(f"ctx.tool({tool!r}): pass the tool object, not its name (a "

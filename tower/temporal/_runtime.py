@@ -123,7 +123,7 @@ class AgentWorkflow(MachineRun):
             return
         node = self.machine.nodes[step.node]
         ctx = TemporalContext(self.machine.name, node, state.step, list(self.models), self,
-                              authority=authority_of(state, node.name, self.limits),
+                              authority=authority_of(state, node.name, self.Policy),
                               action=action_of(state, node.name))
         try:
             update = dict(await node.fn(ctx, state))

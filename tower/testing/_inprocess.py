@@ -191,7 +191,7 @@ class _Runner:
             return await self.hold(state, step)
         node = self.machine.nodes[step.node]
         ctx = self.context(node.name, state.step, authority_of(
-            state, node.name, getattr(self.host, "limits", None)))
+            state, node.name, getattr(self.agent, "Policy", None)))
         at, eid = self.now(), len(self.log) + 1
         try:
             update = dict(await node.fn(ctx, state))
