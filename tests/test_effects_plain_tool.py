@@ -63,5 +63,5 @@ async def test_a_plain_side_effecting_tool_is_not_called_again_to_reconcile(
         assert db.execute("SELECT COUNT(*) FROM refunds WHERE reason='plain'").fetchone() == (1,)
     said = str(failed.value.cause)
     assert "issue_refund failed and cannot be reconciled" in said, said
-    assert "not a tower.effects tool" in said and "@effect" in said, said
+    assert "not a tower.effects tool" in said and "@tool(side_effect=True)" in said, said
 
