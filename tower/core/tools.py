@@ -162,7 +162,7 @@ def register_external(specs: Mapping[str, ToolSpec]) -> None:
 
 
 def spec_for(node: Any, name: str) -> ToolSpec | None:
-    """The spec of one of ``node``'s tools: from its catalogue, or registered external."""
+    """The spec of one of ``node``'s tools: its object, or an external one's (registered)."""
     spec: ToolSpec | None = node.specs.get(name)
     return spec if spec is not None else _EXTERNAL.get(name)
 

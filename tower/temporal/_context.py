@@ -2,8 +2,8 @@
 each backed by Temporal (activities, local activities, child workflows, ``workflow.now``).
 
 It is one implementation of ``tower.core.context.NodeContext``; ``tower.testing`` has
-the in-process one. Tool specs come from the node (``Graph(..., tools=CATALOGUE)``):
-the engine never imports a project's tool catalogue.
+the in-process one. Tools come from the node (``.node(..., tools=[send_payment])``: the
+objects themselves); the engine never imports a project's tools.
 """
 
 from __future__ import annotations

@@ -270,8 +270,8 @@ def _learning(runner: WorkflowRunner | None, workflows: Iterable[type]
 
 def check_external_tools(agents: Iterable[Any], available: Collection[str]) -> None:
     """Every ``server.tool`` an agent names must be served by this worker (``available``);
-    InvalidGraph naming the agent, node and tool otherwise. Names without a dot were
-    checked against the catalogue when the agent's graph compiled."""
+    InvalidGraph naming the agent, node and tool otherwise (a project's own tools are
+    objects, registered by the plugin)."""
     for cls in agents:
         machine = getattr(cls, "machine", None)
         if machine is None:  # a plain Temporal workflow hosted beside the agents

@@ -6,7 +6,7 @@ engine a worker runs — ``start``, ``advance``, ``node_error``, the gates' ``op
 log properties (``check_log``) are the real ones.
 
     run = await run_agent(RefundAgent, RefundState(...), model={"reason": [...]},
-                          tools={"invoice_balance": {...}}, decisions=[approve("ann")])
+                          tools={invoice_balance: {...}}, decisions=[approve("ann")])
     assert run.path == ["START", "reason", "issue_refund", ...]
 """
 
