@@ -19,7 +19,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.tools import ToolBox
+from activities.tools import ToolsDb
 from activities.tools.db import is_postgres
 from tower.client import (
     TASK_QUEUE,
@@ -36,13 +36,15 @@ from tower.temporal import (
     McpSources,
     ModelSettings,
     PriceError,
-    TowerPlugin,
     TracingConfigError,
     WorkerSettings,
-    has_tower_plugin,
     load_sources,
     run_main,
     stop_on_signals,
+    tool_activities,
+)
+from tower.temporal import (
+    build_worker as tower_worker,
 )
 from workflows.registry import AGENTS
 
@@ -51,25 +53,27 @@ DEFAULT_DB = Path(".tower") / "tools.sqlite"
 # Keep it under the container's stop grace period (Dockerfile, docker-compose.yml).
 DEFAULT_GRACE_SECONDS = 20.0
 
-__all__ = ["activities", "build_worker", "main"]
+__all__ = ["activities", "bindings", "build_worker", "main"]
 
 
-def tools_db(db_path: str | Path | None = None) -> str | Path:
+def tools_db_path(db_path: str | Path | None = None) -> str | Path:
     """The tools' database: ``db_path``, else TOWER_DB, else the default SQLite file."""
     return db_path or os.environ.get("TOWER_DB") or DEFAULT_DB
 
 
+def bindings(db_path: str | Path | None = None) -> dict[str, Any]:
+    """What this project's tools are bound to: ``db``, the tools' database (TOWER_DB)."""
+    tools_db = ToolsDb(tools_db_path(db_path))
+    logging.getLogger("tower.stores").info("tools' database: %s", tools_db.describe())
+    return {"db": tools_db}
+
+
 def activities(agents: Sequence[type], *, db_path: str | Path | None = None,
                mcp: McpSources | None = None) -> list[Callable[..., Any]]:
-    """This project's own activities for ``agents``: the tools on the tools' database
-    (TOWER_DB), and the tenant's MCP tools. Tower's own (the model, trust, notifier,
-    attester) come with TowerPlugin."""
-    box = ToolBox(tools_db(db_path))
-    logging.getLogger("tower.stores").info("tools' database: %s", box.describe())
-    tools = box.activities()
-    if mcp is not None:  # checked before any run: named tools exist, destructive ones gated
-        tools += mcp.activities_for(agents)
-    return tools
+    """The activities of ``agents``' tools on the tools' database (and the tenant's MCP
+    tools): for a worker that serves them with no agents of its own (a test's)."""
+    return [*tool_activities(agents, bindings(db_path)),
+            *(mcp.activities_for(agents) if mcp else ())]
 
 
 def build_worker(
@@ -85,19 +89,15 @@ def build_worker(
     data_dir = None if db_path is None or is_postgres(str(db_path)) else Path(db_path).parent
     settings = WorkerSettings(models=models, trust_dir=trust_dir, messages=messages_path,
                               data_dir=data_dir)
-    if has_tower_plugin(client):  # (connect()'s): this worker's plugin, with these settings
-        config = client.config()
-        config["plugins"] = []
-        client = Client(**config)
-    return Worker(client, task_queue=task_queue, workflows=agents,
-                  activities=activities(agents, db_path=db_path, mcp=mcp),
-                  plugins=[TowerPlugin(settings=settings)], **worker_options)
+    return tower_worker(client, task_queue=task_queue, agents=agents, bind=bindings(db_path),
+                        activities=mcp.activities_for(agents) if mcp else (),
+                        settings=settings, **worker_options)
 
 
 async def warn_of_local_tools(client: Client) -> None:
     """On a Temporal server several hosts share, a SQLite tools' database is this host's
     own: what its tools wrote, another host's run cannot see. Say so at start-up."""
-    db = tools_db()
+    db = tools_db_path()
     if not is_postgres(str(db)) and await shared_server(client):
         logging.warning("the tools' database %s is a file of this host's own, but the "
                         "Temporal server is shared: another host's tools will not see what "
@@ -123,10 +123,8 @@ async def main(argv: Sequence[str] | None = None) -> None:
         await warn_of_local_tools(client)
         mcp = await load_sources(client.namespace)
         grace = float(os.environ.get("TOWER_SHUTDOWN_GRACE", DEFAULT_GRACE_SECONDS))
-        agents = list(AGENTS.values())
-        worker = Worker(client, task_queue=args.task_queue, workflows=agents,
-                        activities=activities(agents, mcp=mcp),
-                        graceful_shutdown_timeout=timedelta(seconds=grace))
+        worker = build_worker(client, task_queue=args.task_queue, mcp=mcp,
+                              graceful_shutdown_timeout=timedelta(seconds=grace))
     except (ServerUnreachable, UnknownTenant, TracingConfigError, ValueError, PriceError,
             McpConfigError, McpDiscoveryError, McpPolicyError) as exc:
         raise SystemExit(f"error: {exc}") from None

@@ -36,7 +36,7 @@ class StepsState(AgentState):
 
 async def work(ctx: NodeContext, state: StepsState) -> dict[str, Any]:
     """One activity per step: the same tool call the baseline makes."""
-    await ctx.tool("lookup_account", LOOKUP)
+    await ctx.tool(TOOLS["lookup_account"], LOOKUP)
     return {"done": 1}
 
 
@@ -44,8 +44,8 @@ def more(state: StepsState) -> str:
     return "work" if state.done < state.n else DONE
 
 
-STEPS = (Graph("bench_steps", StepsState, tools=TOOLS)
-         .node("work", work, tools=["lookup_account"],
+STEPS = (Graph("bench_steps", StepsState)
+         .node("work", work, tools=[TOOLS["lookup_account"]],
                unbounded="the request's n ends it: a benchmark of that many steps")
          .entry("work").route("work", more, ["work", DONE]).compile())
 

@@ -10,10 +10,10 @@ from tower import FAILED, AgentWorkflow, Graph, Message
 from workflows.account import GRAPH, AccountAgent, AccountRequest, AccountState
 
 # The account agent's own nodes under a token budget far too small for one answer.
-TIGHT = (Graph("account", AccountState, tools=TOOLS)
+TIGHT = (Graph("account", AccountState)
          .node("reason", GRAPH.nodes["reason"].fn, prompt=GRAPH.nodes["reason"].prompt,
-               tools=["lookup_account"])
-         .node("lookup_account", GRAPH.nodes["lookup_account"].fn, tools=["lookup_account"])
+               tools=[TOOLS["lookup_account"]])
+         .node("lookup_account", GRAPH.nodes["lookup_account"].fn, tools=[TOOLS["lookup_account"]])
          .node("error", GRAPH.nodes["error"].fn)
          .entry("reason")
          .route("reason", GRAPH.transitions["reason"].route,  # type: ignore[arg-type]

@@ -7,7 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tower.effects import EffectCall, EffectRefused, effect
+from tower import tool
+from tower.effects import EffectCall, EffectRefused
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS accounts (id TEXT PRIMARY KEY, balance INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS transfers (id TEXT PRIMARY KEY, account TEXT NOT NULL,
@@ -19,7 +20,7 @@ class Withdraw(BaseModel):
     amount: int = Field(gt=0)
 
 
-@effect
+@tool(side_effect=True)
 def withdraw(db: Any, args: Withdraw, call: EffectCall) -> dict[str, Any]:
     """Never more than the balance (the invariant), once per action (Tower)."""
     row = db.execute("SELECT balance FROM accounts WHERE id = ?", (args.account,)).fetchone()

@@ -21,7 +21,7 @@ async def quiet_lookup(ctx: NodeContext, state: AccountState) -> dict[str, objec
     """The account agent's lookup node as it was before it emitted its progress."""
     assert state.pending_call is not None
     call = state.pending_call
-    result = await ctx.tool(call.name, call.arguments)
+    result = await ctx.tool(call)
     reply = Message(role="tool", name=call.name, content=json.dumps(result, sort_keys=True))
     return {"pending_call": None, "messages": [reply]}
 
@@ -29,9 +29,9 @@ async def quiet_lookup(ctx: NodeContext, state: AccountState) -> dict[str, objec
 def account_graph(name: str, lookup: Any) -> Any:
     reason = GRAPH.nodes["reason"]
     route = GRAPH.transitions["reason"]
-    return (Graph(name, AccountState, tools=TOOLS)
-            .node("reason", reason.fn, prompt=reason.prompt, tools=["lookup_account"])
-            .node("lookup_account", lookup, tools=["lookup_account"])
+    return (Graph(name, AccountState)
+            .node("reason", reason.fn, prompt=reason.prompt, tools=[TOOLS["lookup_account"]])
+            .node("lookup_account", lookup, tools=[TOOLS["lookup_account"]])
             .node("error", GRAPH.nodes["error"].fn)
             .entry("reason")
             .route("reason", route.route, route.targets,  # type: ignore[arg-type]

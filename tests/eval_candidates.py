@@ -23,16 +23,16 @@ LOGIN_IS_ACCOUNT = (support.CLASSIFY_PROMPT + " Login and password problems are 
 
 def support_graph(classify_prompt: str, billing: object) -> object:
     return (
-        Graph("support", SupportState, tools=TOOLS)
+        Graph("support", SupportState)
         .node("classify", support.classify, prompt=classify_prompt)
         .node("billing", billing, prompt=support.BILLING_PROMPT,  # type: ignore[arg-type]
-              tools=["lookup_invoice", "issue_refund"],
+              tools=[TOOLS["lookup_invoice"], TOOLS["issue_refund"]],
               ungated=support.GRAPH.nodes["billing"].ungated)
         .node("technical", support.handle, prompt=support.TECHNICAL_PROMPT,
-              tools=["search_docs", "create_ticket"],
+              tools=[TOOLS["search_docs"], TOOLS["create_ticket"]],
               ungated=support.GRAPH.nodes["technical"].ungated)
         .node("account_help", support.handle, prompt=support.ACCOUNT_PROMPT,
-              tools=["lookup_account", "update_account"],
+              tools=[TOOLS["lookup_account"], TOOLS["update_account"]],
               ungated=support.GRAPH.nodes["account_help"].ungated)
         .entry("classify")
         .route("classify", support.by_category,
@@ -69,10 +69,11 @@ def over_a_quarter(state: RefundState) -> bool:
 
 
 WIDE_GATE = (
-    Graph("refund", RefundState, tools=TOOLS)
+    Graph("refund", RefundState)
     .node("reason", refund.reason, prompt=refund.REASON_PROMPT,
-          tools=["invoice_balance"], proposes=["issue_refund"])
-    .node("issue_refund", refund.issue_refund, tools=["issue_refund", "invoice_balance"])
+          tools=[TOOLS["invoice_balance"]], proposes=[TOOLS["issue_refund"]])
+    .node("issue_refund", refund.issue_refund,
+          tools=[TOOLS["issue_refund"], TOOLS["invoice_balance"]])
     .node("confirm", refund.confirm, prompt=refund.CONFIRM_PROMPT)
     .node("decline", refund.decline)
     .entry("reason")

@@ -184,11 +184,11 @@ def in_process_tools(db: Path) -> dict[str, Any]:
     a refusal reported as the worker's context reports it (EffectRefused)."""
     from temporalio.exceptions import ApplicationError
 
-    from activities.tools import TOOLS, ToolBox
+    from activities.tools import TOOLS, ToolsDb
     from tower.contract.wire import ToolCall
     from tower.core.errors import EffectRefused
 
-    box, keys = ToolBox(db), itertools.count()
+    box, keys = ToolsDb(db), itertools.count()
 
     def answer(name: str) -> Any:
         def call(args: dict[str, Any], authority: Any) -> dict[str, Any]:

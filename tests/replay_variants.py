@@ -44,7 +44,7 @@ async def verify(ctx: NodeContext, state: AccountState) -> dict[str, object]:
     found = re.search(r"ACC-\d{4}", state.answer)
     if found is None:
         return {}
-    result = await ctx.tool("lookup_account", {"account_id": found.group()})
+    result = await ctx.tool(TOOLS["lookup_account"], {"account_id": found.group()})
     status = (result.get("account") or {}).get("status", "unknown")
     return {"messages": [Message(role="tool", name="lookup_account",
                                  content=f"verified: {found.group()} is {status}")]}
@@ -55,10 +55,10 @@ def after_reason_v2(state: AccountState) -> str:
 
 
 GRAPH_V2 = (
-    Graph("account", AccountState, tools=TOOLS)
-    .node("reason", reason, prompt=REASON_PROMPT, tools=["lookup_account"])
-    .node("lookup_account", lookup_account, tools=["lookup_account"])
-    .node("verify", verify, tools=["lookup_account"])
+    Graph("account", AccountState)
+    .node("reason", reason, prompt=REASON_PROMPT, tools=[TOOLS["lookup_account"]])
+    .node("lookup_account", lookup_account, tools=[TOOLS["lookup_account"]])
+    .node("verify", verify, tools=[TOOLS["lookup_account"]])
     .node("error", error)
     .entry("reason")
     .route("reason", after_reason_v2, {"lookup_account": "tool call", "verify": "final answer"},
@@ -134,13 +134,13 @@ async def lookup_both(ctx: NodeContext, state: AgentState) -> dict[str, object]:
     args = {"lookup_account": {"account_id": "ACC-1001"},
             "lookup_invoice": {"invoice_id": "INV-2001"}}
     for name in {"lookup_account", "lookup_invoice"}:
-        await ctx.tool(name, args[name])
+        await ctx.tool(TOOLS[name], args[name])
     return {}
 
 
 SET_ORDER = (
-    Graph("set-order", AgentState, tools=TOOLS)
-    .node("lookup", lookup_both, tools=["lookup_account", "lookup_invoice"])
+    Graph("set-order", AgentState)
+    .node("lookup", lookup_both, tools=[TOOLS["lookup_account"], TOOLS["lookup_invoice"]])
     .entry("lookup")
     .edge("lookup", DONE)
     .compile()

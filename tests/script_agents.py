@@ -17,10 +17,10 @@ def broken_script(request: ModelRequest) -> str:
     raise KeyError("invoice")  # the bug: a script reading what the request does not hold
 
 
-BROKEN = (Graph("broken_script", AccountState, tools=TOOLS)
+BROKEN = (Graph("broken_script", AccountState)
           .node("reason", GRAPH.nodes["reason"].fn, prompt=GRAPH.nodes["reason"].prompt,
-                tools=["lookup_account"])
-          .node("lookup_account", GRAPH.nodes["lookup_account"].fn, tools=["lookup_account"])
+                tools=[TOOLS["lookup_account"]])
+          .node("lookup_account", GRAPH.nodes["lookup_account"].fn, tools=[TOOLS["lookup_account"]])
           .node("error", GRAPH.nodes["error"].fn)
           .entry("reason")
           .route("reason", GRAPH.transitions["reason"].route,  # type: ignore[arg-type]

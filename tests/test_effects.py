@@ -6,7 +6,6 @@ and a tool the run gave up on can neither pay behind its back nor make a retry p
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import sqlite3
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
-from activities.tools import TOOLS, billing
+from activities.tools import billing
 from tower.activities.model import ModelSettings
 from tower.cli.cmd_operator import send_retry
 from tower.contract.decisions import Verdict
@@ -140,8 +139,8 @@ async def test_a_tool_given_up_on_pays_never_and_a_retry_pays_once(
     """The database is locked past the tool's timeout and its only attempt: the run gives
     up, reconciles by key (blocked until the lock goes), finds no refund and ends FAILED —
     and the refund cannot appear afterwards. The operator's retry then pays exactly once."""
-    quick = dataclasses.replace(TOOLS["issue_refund"], timeout_seconds=2, attempts=1)
-    monkeypatch.setitem(TOOLS, "issue_refund", quick)
+    monkeypatch.setattr(billing.issue_refund, "timeout_seconds", 2)
+    monkeypatch.setattr(billing.issue_refund, "attempts", 1)
     async with worker(client, task_queue, db_path):
         holder = lock_refunds(db_path)
         try:
@@ -174,13 +173,15 @@ async def test_an_effect_made_after_the_timeout_is_found_not_lost(
     """The tool commits after Temporal timed its attempt out: the run reconciles by key,
     finds the refund and follows the "refund issued" path — never FAILED with no
     refund_id while the refund exists."""
-    def slow_refund(db: Any, args: Any, key: str) -> dict[str, Any]:
-        time.sleep(3)
-        return billing.issue_refund(db, args, key)
+    pay = billing.issue_refund.fn
 
-    slow = dataclasses.replace(TOOLS["issue_refund"], timeout_seconds=2, attempts=1,
-                               run=slow_refund)
-    monkeypatch.setitem(TOOLS, "issue_refund", slow)
+    def slow_refund(db: Any, args: Any, call: Any) -> dict[str, Any]:
+        time.sleep(3)
+        return pay(db, args, call)
+
+    monkeypatch.setattr(billing.issue_refund, "fn", slow_refund)
+    monkeypatch.setattr(billing.issue_refund, "timeout_seconds", 2)
+    monkeypatch.setattr(billing.issue_refund, "attempts", 1)
     async with worker(client, task_queue, db_path):
         handle = await start(client, task_queue, "Refund $300 on invoice INV-2004")
         state = await handle.result()

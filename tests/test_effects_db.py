@@ -15,8 +15,9 @@ import pytest
 from effects_kit import SCHEMA, withdraw
 from temporalio.exceptions import ApplicationError
 
+from tower import tool
 from tower.contract.wire import ToolCall
-from tower.effects import Database, Postgres, SQLite, reconcile
+from tower.effects import Database, Postgres, SQLite, reconcile, run_tool
 from tower.effects._postgres import qmark_to_format
 
 START = 10_000
@@ -60,14 +61,14 @@ def ledger(db: Database) -> tuple[int, list[tuple[str, int]]]:
 
 def test_racing_attempts_of_one_action_pay_once(db: Database) -> None:
     with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(lambda _: withdraw.call(db, call("run/a", 700)), range(16)))
+        results = list(pool.map(lambda _: run_tool(withdraw, db, call("run/a", 700)), range(16)))
     assert all(r == results[0] for r in results)
     assert ledger(db) == (START - 700, [(results[0]["transfer"], 700)])
 
 
 def test_a_refusal_is_typed_and_changes_nothing(db: Database) -> None:
     with pytest.raises(ApplicationError) as refused:
-        withdraw.call(db, call("run/big", START + 1))
+        run_tool(withdraw, db, call("run/big", START + 1))
     assert (refused.value.type, refused.value.non_retryable) == ("EffectRefused", True)
     assert refused.value.details[0] == {"code": "insufficient", "tool": "withdraw"}
     assert ledger(db) == (START, [])
@@ -78,8 +79,8 @@ def test_the_same_key_for_other_arguments_returns_the_first_effect(db: Database)
     # An approved request's key does not name the arguments (tower/core/keys.py): its
     # re-approval with an edit asks under the same key for another amount, and gets the
     # first transfer back, acting on nothing.
-    first = withdraw.call(db, call("run/k", 100))
-    assert withdraw.call(db, call("run/k", 60)) == first
+    first = run_tool(withdraw, db, call("run/k", 100))
+    assert run_tool(withdraw, db, call("run/k", 60)) == first
     assert ledger(db) == (START - 100, [(first["transfer"], 100)])
 
 
@@ -104,7 +105,7 @@ def test_random_races_retries_zombies_and_reconciliation(db: Database, seed: int
                     # may make the action now, never one given up on.
                     said_none[key] = max(epoch, said_none.get(key, 0))
                 return
-            withdraw.call(db, call(key, amount), epoch=epoch)
+            run_tool(withdraw, db, call(key, amount), epoch=epoch)
         except ApplicationError as exc:
             assert exc.type in ("EffectRefused", "FencedOff"), exc
 
@@ -146,8 +147,6 @@ def test_qmark_placeholders_become_psycopgs() -> None:
 
 
 def test_a_tool_needs_its_arguments_model() -> None:
-    from tower.effects import effect
-
-    with pytest.raises(TypeError, match="second parameter"):
-        effect(lambda db, args, call: {})
+    with pytest.raises(TypeError, match="annotated with a pydantic model"):
+        tool(side_effect=True)(lambda db, args, call: {})
     assert sqlite3  # the stdlib driver: SQLite needs nothing installed

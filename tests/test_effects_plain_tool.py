@@ -5,7 +5,6 @@ tower.effects tool still reconciles (tests/test_effects.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 import uuid
 from pathlib import Path
@@ -43,8 +42,7 @@ async def test_a_plain_side_effecting_tool_is_not_called_again_to_reconcile(
                         call.arguments["amount_cents"], uuid.uuid4().hex))
         raise ApplicationError("the payment provider timed out", type="ProviderTimeout")
 
-    monkeypatch.setitem(TOOLS, "issue_refund",
-                        dataclasses.replace(TOOLS["issue_refund"], attempts=1))
+    monkeypatch.setattr(TOOLS["issue_refund"], "attempts", 1)
     own = [a for a in activities(list(AGENTS.values()), db_path=db_path)
            if getattr(a, "__temporal_activity_definition").name != "issue_refund"]
     settings = WorkerSettings(models=ModelSettings(), streams=db_path.with_name("streams.sqlite"),
@@ -65,5 +63,5 @@ async def test_a_plain_side_effecting_tool_is_not_called_again_to_reconcile(
         assert db.execute("SELECT COUNT(*) FROM refunds WHERE reason='plain'").fetchone() == (1,)
     said = str(failed.value.cause)
     assert "issue_refund failed and cannot be reconciled" in said, said
-    assert "not a tower.effects tool" in said and "@effect" in said, said
+    assert "not a tower.effects tool" in said and "@tool(side_effect=True)" in said, said
 

@@ -16,14 +16,17 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio import workflow
 
-from tower import DONE, AgentState, AgentWorkflow, Graph, ToolDef, agent
+from tower import DONE, AgentState, AgentWorkflow, Graph, agent, tool
 
 
 class Args(BaseModel):
     amount: int
 
 
-TOOLS = {{"pay": ToolDef("pay", "Pay.", Args, side_effect=True)}}
+@tool(side_effect=True)
+def pay(db: Any, args: Args) -> dict[str, Any]:
+    """Pay."""
+    return {{}}
 
 
 async def step(ctx: Any, state: AgentState) -> dict[str, Any]:
@@ -41,8 +44,8 @@ class Bad(AgentWorkflow):
 '''
 CYCLE = ('Graph("bad", AgentState).node("a", step).node("b", step).node("c", step)'
          '.entry("a").edge("a", "b").edge("b", "c").route("c", lambda s: DONE, ["a", DONE])')
-UNGATED = ('Graph("bad", AgentState, tools=TOOLS).node("plan", step).node("pay", step, '
-           'tools=["pay"]).entry("plan").edge("plan", "pay").edge("pay", DONE)')
+UNGATED = ('Graph("bad", AgentState).node("plan", step).node("pay", step, '
+           'tools=[pay]).entry("plan").edge("plan", "pay").edge("pay", DONE)')
 
 
 def tower(*args: str, cwd: Path) -> tuple[int, str, str]:

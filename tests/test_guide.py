@@ -53,7 +53,8 @@ def test_the_guide_lists_the_commands_this_test_follows() -> None:
 def test_the_guides_excerpts_are_in_the_files_tower_new_writes() -> None:
     files = render("payouts")
     excerpts = EXCERPT.findall(GUIDE.read_text())
-    assert {path for path, _ in excerpts} == {"workflows/payouts.py", "worker.py"}
+    assert {path for path, _ in excerpts} == {"workflows/payouts.py", "worker.py",
+                                              "activities/payments.py"}
     for path, text in excerpts:
         assert text in files[path], f"the guide's excerpt of {path} is not in it:\n{text}"
 

@@ -7,11 +7,13 @@ here."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import socket
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,12 @@ FILES = {
 
 def clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("TOWER_", "TEMPORAL_"))}
+
+
+def strings(source: str) -> list[str]:
+    """The string literals (docstrings and f-strings' text included) of Python source."""
+    return [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline)
+            if t.type == tokenize.STRING or t.type == getattr(tokenize, "FSTRING_MIDDLE", -1)]
 
 
 def written(folder: Path) -> set[str]:
@@ -52,9 +60,19 @@ async def test_new_writes_a_project_named_after_its_agent(tmp_path: Path) -> Non
     assert '"TOWER_TASK_QUEUE", "shop_ops"' in (project / "worker.py").read_text()
     for name in FILES:
         assert "{{" not in (project / name).read_text(), name
-    # A side-effecting tool is the business function: exactly-once is tower.effects'.
+    # A tool is one object: the business function under @tool; exactly-once is Tower's.
     tool = (project / "activities" / "payments.py").read_text()
-    assert len(tool.splitlines()) <= 25 and "@effect" in tool, tool
+    assert len(tool.splitlines()) <= 40 and "@tool(side_effect=True)" in tool, tool
+    assert "def send_payment(" in tool
+    # Its name is written once, where it is defined: every other file reaches the object
+    # (an import), and no string anywhere spells the name.
+    spelled = {n: s for n in FILES if n.endswith(".py")
+               for s in strings((project / n).read_text()) if "send_payment" in s}
+    assert spelled == {}, spelled
+    # The worker lists no activities: the tools come from the agents' graphs, bound once.
+    worker = (project / "worker.py").read_text()
+    assert "activities=" not in worker and "bind=" in worker, worker
+    assert "Authority" not in agent and "ctx.decision" not in agent  # no node builds one
     # The gated agent, the effect tool, the worker and the tests: small enough to read.
     sizes = {n: len((project / n).read_text().splitlines()) for n in FILES if n.endswith(".py")}
     assert sum(sizes.values()) <= 388, sizes

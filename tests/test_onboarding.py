@@ -9,7 +9,7 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.tools import TOOLS, ToolBox
+from activities.tools import TOOLS, ToolsDb
 from tower.activities.model import ModelSettings
 from tower.contract.wire import ToolCall
 from tower.core.engine import Transition
@@ -96,7 +96,7 @@ async def test_cycle_is_bounded_and_nothing_is_provisioned(
 
 
 def test_blocked_company_fails_the_company_check(tmp_path: Path) -> None:
-    box = ToolBox(tmp_path / "t.sqlite")
+    box = ToolsDb(tmp_path / "t.sqlite")
     out = box.call(TOOLS["check_company"], ToolCall(
         tool="check_company", arguments={"company": "Shady  Holdings"}, idempotency_key="k"))
     assert out["valid"] is False and "sanctions" in out["reason"]
@@ -106,7 +106,7 @@ def test_blocked_company_fails_the_company_check(tmp_path: Path) -> None:
 
 
 def test_provisioning_tools_act_once_per_key(tmp_path: Path) -> None:
-    box = ToolBox(tmp_path / "t.sqlite")
+    box = ToolsDb(tmp_path / "t.sqlite")
     call = ToolCall(tool="create_account", idempotency_key="run/1/3/1",
                     arguments={"name": "Kay", "email": "kay@x.dev", "company": "Xerox Parc"})
     first = box.call(TOOLS["create_account"], call)

@@ -7,7 +7,6 @@ store, not a traceback."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import sqlite3
@@ -78,15 +77,18 @@ async def test_a_tool_result_the_payload_store_cannot_hold_yet_waits_for_it(
     calls: list[str] = []
     outage = Outage(pg_server, OUTAGE)
 
-    def balance_with_statement(db: Any, args: Any, key: str) -> dict[str, Any]:
+    balance = real.fn
+
+    def balance_with_statement(db: Any, args: Any, call: Any) -> dict[str, Any]:
         """The balance and a statement long enough for the payload store; the first call
         stops the store before its result is written."""
-        calls.append(key)
+        calls.append(call.key)
         outage.begin()
-        return {**real.run(db, args, key), "statement": "line of the statement\n" * 400}
+        return {**balance(db, args), "statement": "line of the statement\n" * 400}
 
-    monkeypatch.setitem(TOOLS, "invoice_balance", dataclasses.replace(
-        real, run=balance_with_statement, attempts=2))
+    monkeypatch.setattr(real, "fn", balance_with_statement)
+    monkeypatch.setattr(real, "takes_call", True)
+    monkeypatch.setattr(real, "attempts", 2)
     stored = stored_client(client, pg_url)
     run = f"payload-wait-{uuid.uuid4().hex[:8]}"
     with outage:
@@ -127,13 +129,15 @@ async def test_a_payment_whose_receipt_the_store_cannot_hold_yet_is_made_once(
     made: list[str] = []
     outage = Outage(pg_server, OUTAGE)
 
-    def refund_with_receipt(db: Any, args: Any, key: str) -> dict[str, Any]:
-        made.append(key)  # the business write: runs only when the effect is made
-        outage.begin()
-        return {**real.run(db, args, key), "receipt": "line of the receipt\n" * 400}
+    pay = real.fn
 
-    monkeypatch.setitem(TOOLS, "issue_refund", dataclasses.replace(
-        real, run=refund_with_receipt, attempts=2))
+    def refund_with_receipt(db: Any, args: Any, call: Any) -> dict[str, Any]:
+        made.append(call.key)  # the business write: runs only when the effect is made
+        outage.begin()
+        return {**pay(db, args, call), "receipt": "line of the receipt\n" * 400}
+
+    monkeypatch.setattr(real, "fn", refund_with_receipt)
+    monkeypatch.setattr(real, "attempts", 2)
     stored = stored_client(client, pg_url)
     run = f"payload-paid-{uuid.uuid4().hex[:8]}"
     with outage:

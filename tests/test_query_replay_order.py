@@ -29,7 +29,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory, WorkflowQueryFailedError
 from temporalio.worker import Worker
 
-from activities.tools import ToolBox
+from activities.tools import ToolsDb
 from tower.activities.attest import Attester
 from tower.activities.model import ModelSettings
 from tower.activities.own import WorkerSettings, tower_activities
@@ -68,7 +68,7 @@ async def test_a_decision_after_a_query_replay_keeps_the_history_replayable(
     tower_own, _ = tower_activities(settings, scripts_of(AGENTS.values()))
     own = [a for a in [*activities(list(AGENTS.values()), db_path=db_path), *tower_own]
            if getattr(a, "__temporal_activity_definition").name != "tower_attest"]
-    ToolBox(db_path)
+    ToolsDb(db_path)
     with sqlite3.connect(db_path) as db:
         db.execute("INSERT INTO invoices VALUES ('INV-7001', 'ACC-1001', 400000, 'paid', "
                    "'2026-11-20')")

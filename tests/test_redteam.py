@@ -398,7 +398,8 @@ async def test_a_decision_in_the_instant_the_run_carries_over_is_judged(
     forged = decision(client, run.handle.id, run.pending, key=forged_key("alice"))
     await flood(run.handle, forged, CARRY_AFTER_SIGNALS)  # the run will carry over
     async with Worker(client, task_queue=task_queue, workflows=[RefundAgent],
-                      max_cached_workflows=0, plugins=[TowerPlugin(own_activities=False)]):
+                      max_cached_workflows=0,
+                      plugins=[TowerPlugin(own_activities=False, tools=False)]):
         latest = await carried_over(client, run.handle)
         async with asyncio.timeout(60):  # its first task ran: it waits to read its roster
             while not any(e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED

@@ -26,7 +26,6 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.worker import Worker
 
-from activities.tools import ToolBox
 from tower.activities.model import ModelSettings
 from tower.activities.own import WorkerSettings, tower_activities
 from tower.contract.wire import ToolCall
@@ -42,9 +41,8 @@ SETTLE_SECONDS = 60.0
 async def test_a_run_goes_on_after_a_query_replayed_its_tools_result(
         client: Client, task_queue: str, db_path: Path, tmp_path: Path) -> None:
     answer = asyncio.Event()
-    tools = ToolBox(db_path)
     loop = asyncio.get_running_loop()
-    real = next(a for a in tools.activities()
+    real = next(a for a in activities(list(AGENTS.values()), db_path=db_path)
                 if getattr(a, "__temporal_activity_definition").name == "issue_refund")
 
     @activity.defn(name="issue_refund")

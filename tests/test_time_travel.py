@@ -66,7 +66,7 @@ async def test_inspect_running_and_closed_then_fork_without_later_signals(
     # A worker with the workflows and no activities: the run's first model call stays
     # scheduled, so the run is in flight after step 1.
     async with Worker(client, task_queue=task_queue, workflows=list(AGENTS.values()),
-                      plugins=[TowerPlugin(own_activities=False)]):
+                      plugins=[TowerPlugin(own_activities=False, tools=False)]):
         original = await client.start_workflow(
             AccountAgent.run, AccountRequest(question="Check my account ACC-1001"), id=run,
             task_queue=task_queue)

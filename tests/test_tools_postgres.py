@@ -26,7 +26,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from activities.tools import TOOLS, ToolBox
+from activities.tools import TOOLS, ToolsDb
 from activities.tools.db import SEED_ACCOUNTS, SEED_SOURCES, open_postgres
 from activities.tools.orders import SEED_PRODUCTS
 from tower.contract.wire import ToolCall
@@ -148,7 +148,7 @@ def test_the_migration_tools_migrate_the_workers_own_example_database(
     folder: a migration applies there, once (Tower's record is in PostgreSQL); an unknown
     database is the same clear answer as on SQLite."""
     tools = pg_server.database("tools")
-    box = ToolBox(tools, local_dir=tmp_path / "host")
+    box = ToolsDb(tools, local_dir=tmp_path / "host")
     shop = tmp_path / "host" / "databases" / "shop.sqlite"
 
     def call(name: str, **args: Any) -> dict[str, Any]:

@@ -123,7 +123,7 @@ async def test_worker_restart_and_replayer_emit_no_duplicate_spans(
     run_id = f"restart-{uuid.uuid4().hex[:8]}"
     # Worker A runs the workflow but no activity: the run stops at its first model call.
     only_workflows = Worker(traced, task_queue=task_queue, workflows=list(AGENTS.values()),
-                            plugins=[TowerPlugin(own_activities=False)])
+                            plugins=[TowerPlugin(own_activities=False, tools=False)])
     async with only_workflows:
         handle = await traced.start_workflow(
             AccountAgent.run, AccountRequest(question="Check my account ACC-1001"),

@@ -26,13 +26,13 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from test_cli import TOWER, address_of, cli_env
 
-from activities.tools import ToolBox
 from tower.activities.messages import MessageStore
 from tower.activities.model import ModelActivities, ModelSettings
 from tower.cli.histories import load, replay
 from tower.cli.testing import assert_replays
 from tower.temporal import TowerPlugin
 from tower.temporal._agent import scripts_of
+from worker import activities
 from workflows.account import AccountRequest
 from workflows.registry import AGENTS
 
@@ -47,7 +47,7 @@ def variant_worker(client: Client, task_queue: str, db_path: Path, workflows: li
     model = ModelActivities(ModelSettings(), MessageStore(db_path.with_name("messages.sqlite")),
                             scripts=scripts_of(AGENTS.values()))
     return Worker(client, task_queue=task_queue, workflows=workflows,
-                  activities=[model.call_model, *ToolBox(db_path).activities()],
+                  activities=[model.call_model, *activities(workflows, db_path=db_path)],
                   activity_executor=ThreadPoolExecutor(8), plugins=[TowerPlugin()])
 
 

@@ -15,7 +15,6 @@ from workflows.refund import GRAPH, RefundAgent, RefundRequest, RefundState
 
 with workflow.unsafe.imports_passed_through():
     from activities.scripted import refund as scripted
-    from activities.tools import TOOLS
 
 
 def at_most_the_amount(planned: RefundState, edits: Mapping[str, Any]) -> str | None:
@@ -25,10 +24,13 @@ def at_most_the_amount(planned: RefundState, edits: Mapping[str, Any]) -> str | 
 
 
 def _trap_graph() -> Any:
-    g = Graph("refund_trap", RefundState, tools=TOOLS)
+    g = Graph("refund_trap", RefundState)
     for node in GRAPH.nodes.values():
-        g.node(node.name, node.fn, prompt=node.prompt, tools=node.tools,
-               proposes=node.proposes, ungated=node.ungated, unbounded=node.unbounded)
+        g.node(node.name, node.fn, prompt=node.prompt,
+               tools=[node.specs.get(n, n) for n in node.tools],  # type: ignore[misc]
+               proposes=[node.specs.get(n, n) for n in node.proposes],  # type: ignore[misc]
+               ungated=node.ungated,
+               unbounded=node.unbounded)
     g.entry(GRAPH.entry)
     for source, out in GRAPH.transitions.items():
         if out.route is not None:

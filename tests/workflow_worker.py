@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from temporalio.worker import Worker  # noqa: E402
 
+import tower.temporal.worker  # noqa: E402
 import worker  # noqa: E402
 
 
@@ -22,6 +23,7 @@ class WorkflowsOnly(Worker):
 
 
 if __name__ == "__main__":
-    worker.Worker = WorkflowsOnly  # type: ignore[misc]  # worker.main() builds it by this name
+    # worker.main() builds it with tower.temporal.build_worker, by this name.
+    tower.temporal.worker.Worker = WorkflowsOnly  # type: ignore[misc]
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(worker.main())

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
     from tower.core.graph import DONE, FAILED, TERMINALS, Graph
     from tower.core.policy import stricter
     from tower.core.state import ADD, APPEND, REPLACE, AgentState, Message, custom
-    from tower.core.tools import ToolDef
+    from tower.core.tools import Tool, tool
     from tower.core.window import WindowPolicy
     from tower.temporal._agent import agent
     from tower.temporal._event_runtime import EventWorkflow
@@ -69,7 +69,8 @@ _LAZY = {
     "REPLACE": "tower.core.state",
     "ToolCallRequest": "tower.contract.wire",
     "TERMINALS": "tower.core.graph",
-    "ToolDef": "tower.core.tools",
+    "Tool": "tower.core.tools",
+    "tool": "tower.core.tools",
     "window": "tower.core",  # the module itself
     "WindowPolicy": "tower.core.window",
     # What a project's tools and scripted answers use (tower.contract, tower.activities).
@@ -148,7 +149,7 @@ __all__ = [
     "TERMINALS",
     "ToolCall",
     "ToolCallRequest",
-    "ToolDef",
+    "Tool",
     "ToolSchema",
     "WindowPolicy",
     "WindowRef",
@@ -158,5 +159,6 @@ __all__ = [
     "guard_rows",
     "stored_reply",
     "stricter",
+    "tool",
     "window",
 ]

@@ -11,7 +11,7 @@ import json
 from pydantic import BaseModel, ConfigDict, Field
 
 from activities.scripted import account as scripted
-from activities.tools import TOOLS
+from activities.tools import accounts
 from tower import (
     DONE,
     FAILED,
@@ -67,7 +67,7 @@ async def lookup_account(ctx: NodeContext, state: AccountState) -> dict[str, obj
     call = state.pending_call
     # To the run's live stream only (docs/streaming.md): watchers see what is being read.
     ctx.emit("progress", {"reading": call.name, "arguments": call.arguments})
-    result = await ctx.tool(call.name, call.arguments)
+    result = await ctx.tool(call)
     reply = Message(role="tool", name=call.name, content=json.dumps(result, sort_keys=True))
     return {"pending_call": None, "messages": [reply]}
 
@@ -87,9 +87,9 @@ def has_answer(state: AccountState) -> bool:
 
 
 GRAPH = (
-    Graph("account", AccountState, tools=TOOLS)
-    .node("reason", reason, prompt=REASON_PROMPT, tools=["lookup_account"])
-    .node("lookup_account", lookup_account, tools=["lookup_account"])
+    Graph("account", AccountState)
+    .node("reason", reason, prompt=REASON_PROMPT, tools=[accounts.lookup_account])
+    .node("lookup_account", lookup_account, tools=[accounts.lookup_account])
     .node("error", error)
     .entry("reason")
     .route("reason", after_reason, {"lookup_account": "tool call", DONE: "final answer"},

@@ -33,7 +33,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 from activities.scripted import chat as scripted
-from activities.tools import TOOLS
+from activities.tools import helpdesk
 from tower import (
     ADD,
     DONE,
@@ -140,7 +140,7 @@ async def respond(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
             text, from_model = answer.text or "", True
             break
         new = [Message(role="tool", name=call.name, content=json.dumps(
-            await ctx.tool(call.name, call.arguments), sort_keys=True))
+            await ctx.tool(call), sort_keys=True))
             for call in answer.tool_calls]
     _thread(ctx).replies[state.pending.id] = (text, from_model)
     return {"window": window, "pending": None, "reply": text, "answered": state.pending.id,
@@ -167,10 +167,10 @@ def after_respond(state: ChatState) -> str:
 
 
 GRAPH = (
-    Graph("chat", ChatState, tools=TOOLS)
+    Graph("chat", ChatState)
     .node("listen", listen, unbounded="each turn waits for the user's next message; an idle "
           "thread closes after idle_days")
-    .node("respond", respond, prompt=RESPOND_PROMPT, tools=["search_docs"])
+    .node("respond", respond, prompt=RESPOND_PROMPT, tools=[helpdesk.search_docs])
     .node("reduce", reduce, prompt=REDUCE_PROMPT)
     .entry("listen")
     .route("listen", after_listen, {"respond": "user message", DONE: "thread closed"})

@@ -29,7 +29,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from activities.scripted import lifecycle as scripted
-from activities.tools import TOOLS
+from activities.tools import accounts, billing, helpdesk
 from tower import (
     ADD,
     APPEND,
@@ -48,7 +48,7 @@ from tower import (
 
 MAX_RECOVERIES = 2
 MAX_STEPS = 40
-PLAN_TOOLS = ("lookup_account", "lookup_invoice", "search_docs")
+PLAN_TOOLS = (accounts.lookup_account, billing.lookup_invoice, helpdesk.search_docs)
 
 
 class LifecycleRequest(BaseModel):
@@ -171,7 +171,7 @@ async def call_tool(ctx: NodeContext, state: LifecycleState) -> dict[str, Any]:
     """Run the planned tool; an error (in the result or of the activity) is an event too."""
     call = state.plans[-1]
     try:
-        result = await ctx.tool(call.name, call.arguments)
+        result = await ctx.tool(call)
     except NodeFailed as exc:  # the tool failed: its own words
         return {"error": f"{call.name}: {exc}"}
     if "error" in result:
@@ -201,7 +201,7 @@ def _conversation(state: LifecycleState) -> list[Message]:
 
 
 _nodes = (
-    Graph("lifecycle", LifecycleState, tools=TOOLS)
+    Graph("lifecycle", LifecycleState)
     .node("IDLE", idle)  # type: ignore[arg-type]
     .node("PLANNING", plan, prompt=PLAN_PROMPT, tools=PLAN_TOOLS)
     .node("TOOL_CALL", call_tool, tools=PLAN_TOOLS)

@@ -18,13 +18,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from activities.scripted import migration as scripted
-from activities.tools import TOOLS
-from activities.tools.migrations import script_digest
+from activities.tools import migrations
 from tower import (
     DONE,
     AgentState,
     AgentWorkflow,
-    Authority,
     Gate,
     GateStatus,
     Graph,
@@ -75,7 +73,7 @@ ANALYZE_PROMPT = (
 
 async def analyze(ctx: NodeContext, state: MigrationState) -> dict[str, object]:
     """Dry-run the script, then let the model assess it; the SQL check has the last word."""
-    check = await ctx.tool("inspect_migration", {"database": state.database,
+    check = await ctx.tool(migrations.inspect_migration, {"database": state.database,
                                                  "script": state.script})
     msg = Message(role="tool", name="inspect_migration", content=json.dumps(check, sort_keys=True))
     if not check.get("ok"):
@@ -92,11 +90,9 @@ async def analyze(ctx: NodeContext, state: MigrationState) -> dict[str, object]:
 async def apply(ctx: NodeContext, state: MigrationState) -> dict[str, object]:
     """Apply in one transaction, only on the schema that was analysed."""
     # The tool applies a destructive script only with the approval, and only that script.
-    approved = {"script_sha256": script_digest(state.script)} if ctx.decision else {}
-    result = await ctx.tool("apply_migration", {"database": state.database,
-                                                "script": state.script,
-                                                "expected_fingerprint": state.fingerprint},
-                            Authority(approved=approved))
+    result = await ctx.tool(migrations.apply_migration, {
+        "database": state.database, "script": state.script,
+        "expected_fingerprint": state.fingerprint})
     if not result.get("applied"):
         raise NodeFailed(f"apply: {result.get('error', 'not applied')}")
     return {"applied": True, "messages": [
@@ -127,7 +123,7 @@ def proposal(state: MigrationState) -> Mapping[str, Any]:
 
 
 async def schema_unchanged(ctx: NodeContext, state: MigrationState) -> str | None:
-    result = await ctx.tool("schema_fingerprint", {"database": state.database})
+    result = await ctx.tool(migrations.schema_fingerprint, {"database": state.database})
     now = result.get("fingerprint")
     if now != state.fingerprint:
         return (f"the schema of {state.database} changed since analysis "
@@ -140,9 +136,9 @@ def after_analyze(state: MigrationState) -> str:
 
 
 GRAPH = (
-    Graph("migration", MigrationState, tools=TOOLS)
-    .node("analyze", analyze, prompt=ANALYZE_PROMPT, tools=["inspect_migration"])
-    .node("apply", apply, tools=["apply_migration", "schema_fingerprint"])
+    Graph("migration", MigrationState)
+    .node("analyze", analyze, prompt=ANALYZE_PROMPT, tools=[migrations.inspect_migration])
+    .node("apply", apply, tools=[migrations.apply_migration, migrations.schema_fingerprint])
     .node("report", report)
     .entry("analyze")
     .route("analyze", after_analyze, {"apply": "runs", "report": "does not run"})

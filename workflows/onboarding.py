@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from activities.scripted import onboarding as scripted
-from activities.tools import TOOLS
+from activities.tools import onboarding
 from tower import (
     APPEND,
     DONE,
@@ -153,7 +153,7 @@ async def _tool_rounds(
             if once and call.name in results:
                 result = {**results[call.name], "note": "already done; not repeated"}
             else:
-                result = await ctx.tool(call.name, call.arguments)
+                result = await ctx.tool(call)
                 results[call.name] = {**result, "args": call.arguments}
             convo.append(Message(role="tool", name=call.name,
                                  content=json.dumps(result, sort_keys=True)))
@@ -186,11 +186,12 @@ def after_validate(state: OnboardingState) -> str:
 
 
 GRAPH = (
-    Graph("onboarding", OnboardingState, tools=TOOLS)
+    Graph("onboarding", OnboardingState)
     .node("collect_info", collect_info, prompt=COLLECT_PROMPT)
-    .node("validate", validate, prompt=VALIDATE_PROMPT, tools=CHECKS)
+    .node("validate", validate, prompt=VALIDATE_PROMPT,
+          tools=[onboarding.validate_email, onboarding.check_company])
     .node("provision", provision, prompt=PROVISION_PROMPT,
-          tools=["create_account", "send_welcome_email"],
+          tools=[onboarding.create_account, onboarding.send_welcome_email],
           ungated="entered only when both validation checks passed; one account per e-mail "
           "and each tool once per run (their guards)")
     .node("give_up", give_up)

@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from activities.scripted import order as scripted
-from activities.tools import TOOLS
+from activities.tools import orders
 from tower import FAILED, AgentState, AgentWorkflow, Graph, Message, NodeContext, agent
 
 TAX_RATES = {"US": Decimal("0.0725"), "GB": Decimal("0.20"), "DE": Decimal("0.19"),
@@ -96,7 +96,7 @@ async def check_stock(ctx: NodeContext, state: OrderState) -> dict[str, object]:
     """Reserve every item, or none: out of stock ends the run."""
     assert state.order is not None
     items = [i.model_dump() for i in state.order.items]
-    result = await ctx.tool("reserve_stock", {"items": items})
+    result = await ctx.tool(orders.reserve_stock, {"items": items})
     if not result.get("ok"):
         short = ", ".join(f"{m['sku']} (asked {m['requested']}, {m['available']} left)"
                           for m in result.get("missing", []))
@@ -115,9 +115,9 @@ async def compute_tax(ctx: NodeContext, state: OrderState) -> dict[str, object]:
 
 async def charge(ctx: NodeContext, state: OrderState) -> dict[str, object]:
     """Charge the card once; a decline releases the stock and ends the run."""
-    result = await ctx.tool("charge_payment", {"card": state.card, "amount": str(state.total)})
+    result = await ctx.tool(orders.charge_payment, {"card": state.card, "amount": str(state.total)})
     if result["status"] != "paid":
-        await ctx.tool("release_stock", {"reservation_id": state.reservation_id})
+        await ctx.tool(orders.release_stock, {"reservation_id": state.reservation_id})
         return {"outcome": "payment_declined",
                 "errors": [f"payment declined: {result.get('reason') or 'no reason given'}"]}
     return {"charge_id": result["charge_id"]}
@@ -125,7 +125,7 @@ async def charge(ctx: NodeContext, state: OrderState) -> dict[str, object]:
 
 async def ship(ctx: NodeContext, state: OrderState) -> dict[str, object]:
     assert state.order is not None
-    result = await ctx.tool("create_shipment", {"reservation_id": state.reservation_id,
+    result = await ctx.tool(orders.create_shipment, {"reservation_id": state.reservation_id,
                                                 "address": state.order.address})
     return {"shipment_id": result["shipment_id"], "outcome": "shipped"}
 
@@ -166,12 +166,12 @@ IN_CODE = ("code, not the model, makes each call in a fixed order, with amounts 
            "exactly from the parsed order; each is idempotent by its key")
 
 GRAPH = (
-    Graph("order", OrderState, tools=TOOLS)
+    Graph("order", OrderState)
     .node("parse", parse, prompt=PARSE_PROMPT)
-    .node("check_stock", check_stock, tools=["reserve_stock"], ungated=IN_CODE)
+    .node("check_stock", check_stock, tools=[orders.reserve_stock], ungated=IN_CODE)
     .node("compute_tax", compute_tax)
-    .node("charge", charge, tools=["charge_payment", "release_stock"], ungated=IN_CODE)
-    .node("ship", ship, tools=["create_shipment"], ungated=IN_CODE)
+    .node("charge", charge, tools=[orders.charge_payment, orders.release_stock], ungated=IN_CODE)
+    .node("ship", ship, tools=[orders.create_shipment], ungated=IN_CODE)
     .node("confirm", confirm, prompt=CONFIRM_PROMPT)
     .node("recover", recover)
     .entry("parse")

@@ -22,12 +22,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from activities.scripted import refund as scripted
-from activities.tools import TOOLS
+from activities.tools import billing
 from tower import (
     DONE,
     AgentState,
     AgentWorkflow,
-    Authority,
     EditLimit,
     EffectRefused,
     Gate,
@@ -93,7 +92,7 @@ async def reason(ctx: NodeContext, state: RefundState) -> dict[str, object]:
             new.append(Message(role="assistant", content=text))
             return {"reply": text, "amount_cents": 0, "planned_cents": 0, "messages": new}
         call = answer.tool_calls[0]
-        if call.name == "issue_refund":
+        if call.name == billing.issue_refund.name:
             args = call.arguments
             seen = _refundable(convo, args["invoice_id"])
             new.append(Message(role="assistant", content=f"plan: issue_refund "
@@ -101,7 +100,7 @@ async def reason(ctx: NodeContext, state: RefundState) -> dict[str, object]:
             return {"invoice_id": args["invoice_id"], "amount_cents": args["amount_cents"],
                     "planned_cents": args["amount_cents"], "refund_reason": args["reason"],
                     "refundable_seen": seen, "reply": "", "messages": new}
-        result = await ctx.tool(call.name, call.arguments)
+        result = await ctx.tool(call)
         msg = Message(role="tool", name=call.name, content=json.dumps(result, sort_keys=True))
         convo.append(msg)
         new.append(msg)
@@ -109,13 +108,11 @@ async def reason(ctx: NodeContext, state: RefundState) -> dict[str, object]:
 
 
 async def issue_refund(ctx: NodeContext, state: RefundState) -> dict[str, object]:
-    """Pay the refund once, under the run's limit and approval as recorded in its state."""
-    approved = {"amount_cents": state.amount_cents} if ctx.decision else {}
+    """Pay the refund once; the tool checks the run's limit and the gate's approval."""
     try:
-        result = await ctx.tool("issue_refund", {"invoice_id": state.invoice_id,
-                                                 "amount_cents": state.amount_cents,
-                                                 "reason": state.refund_reason},
-                                Authority(limit_cents=state.limit_cents, approved=approved))
+        result = await ctx.tool(billing.issue_refund, {
+            "invoice_id": state.invoice_id, "amount_cents": state.amount_cents,
+            "reason": state.refund_reason})
     except EffectRefused as exc:
         note = Message(role="system", content=f"The refund was not issued: {exc.reason}. "
                        "Plan again from the invoice as it is now.")
@@ -175,7 +172,7 @@ def only_lower(planned: RefundState, edits: Mapping[str, Any]) -> str | None:
 
 async def still_refundable(ctx: NodeContext, state: RefundState) -> str | None:
     """Re-read the invoice on approval: the approved amount must still be refundable."""
-    result = await ctx.tool("invoice_balance", {"invoice_id": state.invoice_id})
+    result = await ctx.tool(billing.invoice_balance, {"invoice_id": state.invoice_id})
     now = int(result.get("refundable_cents", 0))
     if now < state.amount_cents:
         return (f"invoice {state.invoice_id} has ${now / 100:,.2f} refundable now "
@@ -207,10 +204,10 @@ def _refundable(convo: list[Message], invoice_id: str) -> int:
 
 
 GRAPH = (
-    Graph("refund", RefundState, tools=TOOLS)
-    .node("reason", reason, prompt=REASON_PROMPT, tools=["invoice_balance"],
-          proposes=["issue_refund"])
-    .node("issue_refund", issue_refund, tools=["issue_refund", "invoice_balance"])
+    Graph("refund", RefundState)
+    .node("reason", reason, prompt=REASON_PROMPT, tools=[billing.invoice_balance],
+          proposes=[billing.issue_refund])
+    .node("issue_refund", issue_refund, tools=[billing.issue_refund, billing.invoice_balance])
     .node("confirm", confirm, prompt=CONFIRM_PROMPT)
     .node("decline", decline)
     .entry("reason")

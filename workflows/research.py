@@ -20,7 +20,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from activities.scripted import research as scripted
-from activities.tools import TOOLS
+from activities.tools import research as research_tools
 from tower import (
     APPEND,
     DONE,
@@ -37,7 +37,7 @@ from tower import (
 MIN_SOURCES = 2
 MIN_WORDS = 100
 MAX_TURNS = 5  # per state
-ADVANCE = "advance_to_next_step"
+ADVANCE = research_tools.advance_to_next_step.name
 
 
 class Control(StrEnum):
@@ -136,7 +136,7 @@ async def research(ctx: NodeContext, state: ResearchState) -> dict[str, Any]:
         if call.name == ADVANCE:
             update |= {"signalled": True, "research_summary": call.arguments["summary"]}
         else:
-            result = await ctx.tool(call.name, call.arguments)
+            result = await ctx.tool(call)
             new += [Source.model_validate(r) for r in result.get("results", [])]
     update["sources"] = new
     count = len(_merge_sources(state.sources, new))
@@ -183,9 +183,10 @@ def after_draft(state: ResearchState) -> str:
 
 
 GRAPH = (
-    Graph("research", ResearchState, tools=TOOLS)
-    .node("research", research, prompt=RESEARCH_PROMPT, tools=["search_sources", ADVANCE])
-    .node("draft", draft, prompt=DRAFT_PROMPT, tools=[ADVANCE])
+    Graph("research", ResearchState)
+    .node("research", research, prompt=RESEARCH_PROMPT, tools=[research_tools.search_sources,
+                                                            research_tools.advance_to_next_step])
+    .node("draft", draft, prompt=DRAFT_PROMPT, tools=[research_tools.advance_to_next_step])
     .node("give_up", give_up)
     .entry("research")
     .route("research", after_research, {"draft": "exit allowed", "research": "stay"},

@@ -14,7 +14,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from activities.scripted import support as scripted
-from activities.tools import TOOLS
+from activities.tools import accounts, billing, helpdesk
 from tower import (
     APPEND,
     DONE,
@@ -85,7 +85,7 @@ async def handle(ctx: NodeContext, state: SupportState) -> dict[str, object]:
             return {"reply": answer.text, "tools_used": used, "messages": new_messages}
         for call in answer.tool_calls:
             try:
-                result = await ctx.tool(call.name, call.arguments)
+                result = await ctx.tool(call)
             except EffectRefused as exc:  # an invariant held: tell the model, pay nothing
                 result = {"refused": exc.reason}
             used.append(call.name)
@@ -100,15 +100,17 @@ def by_category(state: SupportState) -> str:
 
 
 GRAPH = (
-    Graph("support", SupportState, tools=TOOLS)
+    Graph("support", SupportState)
     .node("classify", classify, prompt=CLASSIFY_PROMPT)
-    .node("billing", handle, prompt=BILLING_PROMPT, tools=["lookup_invoice", "issue_refund"],
+    .node("billing", handle, prompt=BILLING_PROMPT,
+          tools=[billing.lookup_invoice, billing.issue_refund],
           ungated="issue_refund's own guard refuses any amount over the tenant's limit "
           "without a recorded approval, in the refund's transaction")
-    .node("technical", handle, prompt=TECHNICAL_PROMPT, tools=["search_docs", "create_ticket"],
+    .node("technical", handle, prompt=TECHNICAL_PROMPT,
+          tools=[helpdesk.search_docs, helpdesk.create_ticket],
           ungated="a ticket is an internal note for the support team, made once per call")
     .node("account_help", handle, prompt=ACCOUNT_PROMPT,
-          tools=["lookup_account", "update_account"],
+          tools=[accounts.lookup_account, accounts.update_account],
           ungated="changes only an account's plan or e-mail, as the customer asks; the same "
           "tool changes them back")
     .entry("classify")

@@ -1,7 +1,8 @@
-"""Tools: typed arguments, an implementation on the tools' database, and the activities.
+"""Tools: ``@tool`` functions on the tools' database, by area; the worker binds the database.
 
-``TOOLS`` is the explicit registry (no discovery). Workflows import this module
-only for the tools' names and argument schemas; the functions run in activities.
+Workflows import the tools themselves (``from activities.tools.billing import
+issue_refund``); the worker makes their activities from the agents' graphs, binding each
+tool's ``db`` to ``ToolsDb`` (worker.py). ``TOOLS`` is every tool, by name, for tests.
 """
 
 from __future__ import annotations
@@ -10,36 +11,26 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-from temporalio import activity
-from temporalio.exceptions import ApplicationError
-
-from tower import ToolCall, ToolSchema
-from tower.effects import Database, EffectCall, EffectTool, SQLite
+from tower import Tool, ToolCall
+from tower.effects import Database, SQLite, run_tool
 
 from . import accounts, billing, helpdesk, migrations, onboarding, orders, research
-from .db import PgTools, connect, is_postgres, open_db, open_postgres
-from .spec import Db, Tool
+from .db import PgTools, connect, is_postgres, open_postgres
 
 TOOLS: dict[str, Tool] = {t.name: t for t in [
     *accounts.TOOLS, *billing.TOOLS, *helpdesk.TOOLS, *onboarding.TOOLS, *research.TOOLS,
-    *migrations.TOOLS,
-    *orders.TOOLS]}
+    *migrations.TOOLS, *orders.TOOLS]}
 # Where a worker keeps its own files (worker.py's default tools' database is in it).
 LOCAL = Path(".tower")
 
 
-def schema_of(name: str) -> ToolSchema:
-    return TOOLS[name].schema()
-
-
-class ToolBox:
-    """Hosts every tool as its own activity (named after the tool) on one database; the
-    side-effecting ones are ``tower.effects`` tools: the guard and the write are the
-    tool's, the claim, the fence and the record of the result Tower's, in one transaction.
+class ToolsDb:
+    """The tools' database, what every tool's ``db`` is bound to: a SQLite file, or a
+    ``postgresql://`` URL (TOWER_DB). A ``tower.effects`` database: each call runs in one
+    transaction of it (a side effect's with Tower's record of it).
 
     Args:
-        db: the tools' database: a SQLite file, or a ``postgresql://`` URL (TOWER_DB).
+        db: the SQLite file or the PostgreSQL URL.
         local_dir: with the tools on PostgreSQL, this worker's own folder: the migration
             tools' example databases go in its ``databases/`` (a SQLite tools' database
             keeps them beside itself).
@@ -58,60 +49,31 @@ class ToolBox:
             connect(self.db_path).close()  # create and seed once, before any activity runs
             lite = SQLite(self.db_path)
             self.db, self.where = lite, lite.describe()
+        self.for_update = self.db.for_update
 
     def describe(self) -> str:
         """Where the tools' database is, for a start-up line (a password never shown)."""
         return self.where
 
-    def activities(self) -> list[Callable[..., Any]]:
-        return [self._activity(tool) for tool in TOOLS.values() if not tool.control]
+    def run(self, work: Callable[[Any], Any]) -> Any:
+        """``work`` in one transaction, given what a tool's ``db`` is: the transaction
+        itself (SQLite), or on PostgreSQL with this worker's example databases."""
+        if self.databases is None:
+            return self.db.run(work)
+        folder = self.databases
+        return self.db.run(lambda tx: work(PgTools(tx, folder)))
 
-    def _activity(self, tool: Tool) -> Callable[[ToolCall], Any]:
-        if tool.side_effect:
-            return as_effect(tool, self._tools_db).on(self.db)
-
-        def run(call: ToolCall) -> dict[str, Any]:
-            return self.call(tool, call)
-
-        run.__name__ = run.__qualname__ = tool.name
-        # Activity names are part of the history's contract: keep them stable.
-        return activity.defn(name=tool.name)(run)
+    def read(self, work: Callable[[Any], Any]) -> Any:
+        """``work`` for a tool that only reads: on SQLite without the write lock."""
+        if self.databases is None:
+            assert isinstance(self.db, SQLite)
+            return self.db.read(work)
+        return self.run(work)
 
     def call(self, tool: Tool, call: ToolCall, *, epoch: int | None = None) -> dict[str, Any]:
-        if tool.side_effect:
-            return as_effect(tool, self._tools_db).call(self.db, call, epoch=epoch)
-        try:
-            args = tool.args.model_validate(call.arguments)
-        except ValidationError as exc:
-            # Retrying cannot fix bad arguments: fail fast and let the node decide.
-            raise ApplicationError(f"bad arguments for {tool.name}: {exc}",
-                                   type="BadToolArguments", non_retryable=True) from exc
-        if self.databases is not None:  # a read in one transaction of its own
-            out: dict[str, Any] = self.db.run(
-                lambda tx: tool.run(self._tools_db(tx), args, call.idempotency_key))
-            return out
-        db = open_db(self.db_path)
-        try:
-            return tool.run(db, args, call.idempotency_key)
-        finally:
-            db.close()
-
-    def _tools_db(self, tx: Any) -> Db:
-        """What a tool is given: the transaction itself (SQLite), or on PostgreSQL the
-        transaction with this worker's folder of example databases."""
-        return tx if self.databases is None else PgTools(tx, self.databases)
+        """Run ``tool`` here as its activity would, for a test: a side effect exactly once
+        per key (``tower.effects``), a read in a transaction of its own."""
+        return dict(run_tool(tool, self, call, epoch=epoch))
 
 
-def as_effect(tool: Tool, tools_db: Callable[[Any], Db] = lambda tx: tx) -> EffectTool[Any]:
-    """The tool as a ``tower.effects`` tool: its guard (invariants), then its write, on
-    ``tools_db(the effect's transaction)``."""
-    def business(tx: Any, args: Any, call: EffectCall) -> dict[str, Any]:
-        db = tools_db(tx)
-        if tool.guard is not None:
-            tool.guard(db, args, call.authority)
-        return tool.run(db, args, call.key)
-
-    return EffectTool(tool.name, tool.args, business)
-
-
-__all__ = ["TOOLS", "Tool", "ToolBox", "schema_of"]
+__all__ = ["TOOLS", "ToolsDb"]

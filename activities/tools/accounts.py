@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .spec import Db, Tool
+from .spec import Db, tool
 
 
 class LookupAccount(BaseModel):
@@ -24,12 +24,14 @@ def account_row(db: Db, account_id: str) -> dict[str, Any] | None:
     return dict(row) if row else None
 
 
-def lookup_account(db: Db, args: LookupAccount, key: str) -> dict[str, Any]:
+@tool(description="Read an account's status, plan and balance.")
+def lookup_account(db: Db, args: LookupAccount) -> dict[str, Any]:
     row = account_row(db, args.account_id)
     return {"account": row} if row else {"error": f"no account {args.account_id}"}
 
 
-def update_account(db: Db, args: UpdateAccount, key: str) -> dict[str, Any]:
+@tool(side_effect=True, description="Change an account's plan or e-mail.")
+def update_account(db: Db, args: UpdateAccount) -> dict[str, Any]:
     if account_row(db, args.account_id) is None:
         return {"error": f"no account {args.account_id}"}
     changes = args.model_dump(exclude={"account_id"}, exclude_none=True)
@@ -38,9 +40,4 @@ def update_account(db: Db, args: UpdateAccount, key: str) -> dict[str, Any]:
     return {"updated": changes, "account": account_row(db, args.account_id)}
 
 
-TOOLS = [
-    Tool("lookup_account", "Read an account's status, plan and balance.", LookupAccount,
-         lookup_account),
-    Tool("update_account", "Change an account's plan or e-mail.", UpdateAccount, update_account,
-         side_effect=True),
-]
+TOOLS = [lookup_account, update_account]

@@ -13,9 +13,9 @@ from pydantic import BaseModel, Field
 
 from tower import Authority
 
-from .spec import Db, EffectRefused, Tool
+from .spec import Db, EffectCall, EffectRefused, tool
 
-# The limit a refund is held to when the run passed none (a desk without a gate).
+# The limit a refund is held to when the run has no policy (a desk without a gate).
 DEFAULT_LIMIT_CENTS = 50_000
 
 
@@ -33,12 +33,14 @@ class IssueRefund(BaseModel):
     reason: str = Field(min_length=1, max_length=500)
 
 
-def lookup_invoice(db: Db, args: LookupInvoice, key: str) -> dict[str, Any]:
+@tool(description="Read an invoice by id.")
+def lookup_invoice(db: Db, args: LookupInvoice) -> dict[str, Any]:
     row = db.execute("SELECT * FROM invoices WHERE id=?", (args.invoice_id,)).fetchone()
     return {"invoice": dict(row)} if row else {"error": f"no invoice {args.invoice_id}"}
 
 
-def invoice_balance(db: Db, args: InvoiceBalance, key: str) -> dict[str, Any]:
+@tool(description="Read an invoice with what is already refunded and what is left.")
+def invoice_balance(db: Db, args: InvoiceBalance) -> dict[str, Any]:
     row = db.execute("SELECT * FROM invoices WHERE id=?", (args.invoice_id,)).fetchone()
     if row is None:
         return {"error": f"no invoice {args.invoice_id}"}
@@ -68,7 +70,7 @@ def refund_guard(db: Db, args: IssueRefund, authority: Authority) -> None:
     if amount > left:
         raise EffectRefused("over_refundable", f"invoice {args.invoice_id} has {_usd(left)} "
                           f"refundable now; refusing to refund {_usd(amount)}")
-    limit = DEFAULT_LIMIT_CENTS if authority.limit_cents is None else authority.limit_cents
+    limit = int(authority.limits.get("limit_cents", DEFAULT_LIMIT_CENTS))
     approved = authority.approved.get("amount_cents")
     if amount > limit and not (authority.decision_id and isinstance(approved, int)
                                and amount <= approved):
@@ -80,17 +82,13 @@ def _usd(cents: int) -> str:
     return f"${cents / 100:,.2f}"
 
 
-def issue_refund(db: Db, args: IssueRefund, key: str) -> dict[str, Any]:
-    refund_id = "rf_" + hashlib.sha256(key.encode()).hexdigest()[:12]
+@tool(side_effect=True, description="Refund part or all of an invoice.")
+def issue_refund(db: Db, args: IssueRefund, call: EffectCall) -> dict[str, Any]:
+    refund_guard(db, args, call.authority)
+    refund_id = "rf_" + hashlib.sha256(call.key.encode()).hexdigest()[:12]
     db.execute("INSERT INTO refunds VALUES (?,?,?,?,?)",
-               (refund_id, args.invoice_id, args.amount_cents, args.reason, key))
+               (refund_id, args.invoice_id, args.amount_cents, args.reason, call.key))
     return {"refund_id": refund_id, "amount_cents": args.amount_cents}
 
 
-TOOLS = [
-    Tool("lookup_invoice", "Read an invoice by id.", LookupInvoice, lookup_invoice),
-    Tool("invoice_balance", "Read an invoice with what is already refunded and what is left.",
-         InvoiceBalance, invoice_balance),
-    Tool("issue_refund", "Refund part or all of an invoice.", IssueRefund, issue_refund,
-         side_effect=True, guard=refund_guard),
-]
+TOOLS = [lookup_invoice, invoice_balance, issue_refund]

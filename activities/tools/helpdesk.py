@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .spec import Db, Tool
+from .spec import Db, EffectCall, tool
 
 
 class SearchDocs(BaseModel):
@@ -18,7 +18,8 @@ class CreateTicket(BaseModel):
     body: str = Field(min_length=1, max_length=5000)
 
 
-def search_docs(db: Db, args: SearchDocs, key: str) -> dict[str, Any]:
+@tool(description="Search the product documentation.")
+def search_docs(db: Db, args: SearchDocs) -> dict[str, Any]:
     words = [w for w in args.query.lower().split() if len(w) > 2][:8]
     rows = db.execute("SELECT id, title, body FROM docs ORDER BY id").fetchall()
     scored = [(sum(w in (r["title"] + " " + r["body"]).lower() for w in words), dict(r))
@@ -27,15 +28,12 @@ def search_docs(db: Db, args: SearchDocs, key: str) -> dict[str, Any]:
     return {"results": hits}
 
 
-def create_ticket(db: Db, args: CreateTicket, key: str) -> dict[str, Any]:
+@tool(side_effect=True, description="Open a support ticket for the engineering team.")
+def create_ticket(db: Db, args: CreateTicket, call: EffectCall) -> dict[str, Any]:
     # RETURNING, not lastrowid: PostgreSQL has no lastrowid. fetchall() finishes the insert.
     row = db.execute("INSERT INTO tickets (subject, body, idempotency_key) VALUES (?,?,?) "
-                     "RETURNING id", (args.subject, args.body, key)).fetchall()[0]
+                     "RETURNING id", (args.subject, args.body, call.key)).fetchall()[0]
     return {"ticket_id": f"T-{row[0]}"}
 
 
-TOOLS = [
-    Tool("search_docs", "Search the product documentation.", SearchDocs, search_docs),
-    Tool("create_ticket", "Open a support ticket for the engineering team.", CreateTicket,
-         create_ticket, side_effect=True),
-]
+TOOLS = [search_docs, create_ticket]

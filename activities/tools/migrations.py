@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from tower import Authority
 
-from .spec import Db, EffectRefused, NoEffect, Tool
+from .spec import Db, EffectCall, EffectRefused, NoEffect, tool
 from .sql_findings import findings
 
 LEDGER = "_tower_migrations"  # applied migrations, by idempotency key; not part of the schema
@@ -147,38 +147,39 @@ class Apply(Inspect):
     expected_fingerprint: str = Field(pattern=r"^[0-9a-f]{16}$")
 
 
-def inspect_migration(tools_db: Db, args: Inspect, key: str) -> dict[str, Any]:
+@tool(description="Dry-run a migration script and list destructive statements.")
+def inspect_migration(db: Db, args: Inspect) -> dict[str, Any]:
     """Dry-run the script in a transaction that is rolled back; report what it would do."""
-    db = target(tools_db, args.database)
-    if db is None:
+    conn = target(db, args.database)
+    if conn is None:
         return {"ok": False, "error": f"no database named {args.database!r}"}
     try:
-        before = fingerprint(db)
+        before = fingerprint(conn)
         statements = split_statements(args.script)
-        db.execute("BEGIN")
+        conn.execute("BEGIN")
         try:
-            run_script(db, args.script)
+            run_script(conn, args.script)
             error = ""
         except sqlite3.Error as exc:
             error = f"{type(exc).__name__}: {exc}"
         finally:
-            db.execute("ROLLBACK")
+            conn.execute("ROLLBACK")
         findings = destructive_findings(args.script)
         return {"ok": not error, "error": error, "statements": len(statements),
                 "findings": findings, "destructive": bool(findings), "fingerprint": before}
     finally:
-        db.close()
+        conn.close()
 
 
-def schema_fingerprint(tools_db: Db, args: Fingerprint, key: str
-                       ) -> dict[str, Any]:
-    db = target(tools_db, args.database)
-    if db is None:
+@tool(description="A short hash of a database's schema.")
+def schema_fingerprint(db: Db, args: Fingerprint) -> dict[str, Any]:
+    conn = target(db, args.database)
+    if conn is None:
         return {"error": f"no database named {args.database!r}"}
     try:
-        return {"fingerprint": fingerprint(db)}
+        return {"fingerprint": fingerprint(conn)}
     finally:
-        db.close()
+        conn.close()
 
 
 def script_digest(script: str) -> str:
@@ -188,54 +189,51 @@ def script_digest(script: str) -> str:
 def only_the_approved_script(tools_db: Db, args: Apply,
                              authority: Authority) -> None:
     """A destructive script applies only with an approval, and only the script approved."""
-    approved = authority.approved.get("script_sha256")
-    if authority.decision_id and approved != script_digest(args.script):
+    approved = authority.approved.get("script")
+    if authority.decision_id and approved != args.script:
+        asked = script_digest(args.script)
         raise EffectRefused("not_the_approved_script", "the script differs from the one approved "
-                          f"({approved} approved, {script_digest(args.script)} asked)")
+                          f"({script_digest(str(approved))} approved, {asked} asked)")
     findings = destructive_findings(args.script)
     if findings and not authority.decision_id:
         raise EffectRefused("unapproved_destructive", "a destructive migration needs an "
                           f"approval: {findings[0]}")
 
 
-def apply_migration(tools_db: Db, args: Apply, key: str) -> dict[str, Any]:
+@tool(side_effect=True,
+      description="Apply a migration in one transaction if the schema is unchanged.")
+def apply_migration(db: Db, args: Apply, call: EffectCall) -> dict[str, Any]:
     """Apply all statements in one transaction, once per key, on the schema analysed."""
-    db = target(tools_db, args.database)
-    if db is None:
+    only_the_approved_script(db, args, call.authority)
+    conn = target(db, args.database)
+    if conn is None:
         raise NoEffect({"applied": False, "error": f"no database named {args.database!r}"})
     try:
-        db.execute("BEGIN IMMEDIATE")  # no other writer between the check and the change
+        conn.execute("BEGIN IMMEDIATE")  # no other writer between the check and the change
         try:
-            db.execute(f"CREATE TABLE IF NOT EXISTS {LEDGER} (idempotency_key TEXT PRIMARY KEY,"
-                       " fingerprint_before TEXT NOT NULL, fingerprint_after TEXT NOT NULL)")
-            done = db.execute(f"SELECT fingerprint_after FROM {LEDGER} WHERE idempotency_key=?",
-                              (key,)).fetchone()
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {LEDGER} (idempotency_key TEXT PRIMARY KEY,"
+                         " fingerprint_before TEXT NOT NULL, fingerprint_after TEXT NOT NULL)")
+            done = conn.execute(f"SELECT fingerprint_after FROM {LEDGER} WHERE idempotency_key=?",
+                                (call.key,)).fetchone()
             if done is not None:
-                db.execute("ROLLBACK")
+                conn.execute("ROLLBACK")
                 return {"applied": True, "fingerprint": done[0], "repeat": True}
-            now = fingerprint(db)
+            now = fingerprint(conn)
             if now != args.expected_fingerprint:
-                db.execute("ROLLBACK")
+                conn.execute("ROLLBACK")
                 raise NoEffect({"applied": False, "error": f"schema changed since analysis "
                                 f"({args.expected_fingerprint} -> {now}); nothing applied"})
-            run_script(db, args.script)
-            after = fingerprint(db)
-            db.execute(f"INSERT INTO {LEDGER} VALUES (?,?,?)", (key, now, after))
-            db.execute("COMMIT")
+            run_script(conn, args.script)
+            after = fingerprint(conn)
+            conn.execute(f"INSERT INTO {LEDGER} VALUES (?,?,?)", (call.key, now, after))
+            conn.execute("COMMIT")
             return {"applied": True, "fingerprint": after}
         except sqlite3.Error as exc:
-            db.execute("ROLLBACK")
+            conn.execute("ROLLBACK")
             raise NoEffect({"applied": False,
                             "error": f"{type(exc).__name__}: {exc}; rolled back"}) from exc
     finally:
-        db.close()
+        conn.close()
 
 
-TOOLS = [
-    Tool("inspect_migration", "Dry-run a migration script and list destructive statements.",
-         Inspect, inspect_migration),
-    Tool("schema_fingerprint", "A short hash of a database's schema.", Fingerprint,
-         schema_fingerprint),
-    Tool("apply_migration", "Apply a migration in one transaction if the schema is unchanged.",
-         Apply, apply_migration, side_effect=True, guard=only_the_approved_script),
-]
+TOOLS = [inspect_migration, schema_fingerprint, apply_migration]

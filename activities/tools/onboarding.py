@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .spec import Db, EffectRefused, Tool
+from .spec import Db, EffectCall, EffectRefused, tool
 
 EMAIL = re.compile(r"^[^@\s]+@([^@\s]+\.[^@\s.]+)$")
 # Top-level domains that can never receive mail (RFC 2606 / 6761).
@@ -39,7 +39,9 @@ class SendWelcomeEmail(BaseModel):
     name: str = Field(min_length=1, max_length=200)
 
 
-def validate_email(db: Db, args: ValidateEmail, key: str) -> dict[str, Any]:
+@tool(
+      description='Check that an e-mail address can receive mail and is not yet registered.')
+def validate_email(db: Db, args: ValidateEmail) -> dict[str, Any]:
     email = args.email.strip().lower()
     match = EMAIL.match(email)
     if match is None:
@@ -55,7 +57,8 @@ def validate_email(db: Db, args: ValidateEmail, key: str) -> dict[str, Any]:
     return {"email": args.email, "valid": True, "reason": "ok"}
 
 
-def check_company(db: Db, args: CheckCompany, key: str) -> dict[str, Any]:
+@tool(description="Check that a company name is acceptable for a new account.")
+def check_company(db: Db, args: CheckCompany) -> dict[str, Any]:
     name = " ".join(args.company.split())
     if len(name) < 2 or not any(c.isalpha() for c in name):
         return {"company": args.company, "valid": False, "reason": "not a company name"}
@@ -76,30 +79,24 @@ def one_account_per_email(db: Db, args: CreateAccount, authority: Any) -> None:
                           f"({taken[0]}); no second account")
 
 
-def create_account(db: Db, args: CreateAccount, key: str) -> dict[str, Any]:
+@tool(side_effect=True, description="Create the customer's account (once).")
+def create_account(db: Db, args: CreateAccount, call: EffectCall) -> dict[str, Any]:
+    one_account_per_email(db, args, call.authority)
     last = db.execute("SELECT MAX(CAST(substr(id, 5) AS INTEGER)) FROM accounts").fetchone()[0]
     account_id = f"ACC-{(last or 1000) + 1:04d}"
     db.execute("INSERT INTO accounts VALUES (?,?,?,?,?,?)",
                (account_id, args.name, args.email, "free", "active", 0))
-    db.execute("INSERT INTO signups VALUES (?,?,?)", (account_id, args.company, key))
+    db.execute("INSERT INTO signups VALUES (?,?,?)", (account_id, args.company, call.key))
     return {"account_id": account_id, "plan": "free"}
 
 
-def send_welcome_email(db: Db, args: SendWelcomeEmail, key: str) -> dict[str, Any]:
+@tool(side_effect=True, description="Send the welcome e-mail for a new account (once).")
+def send_welcome_email(db: Db, args: SendWelcomeEmail, call: EffectCall) -> dict[str, Any]:
     body = (f"Hello {args.name}, welcome to Tower! Your account {args.account_id} is ready.")
     row = db.execute(
         "INSERT INTO outbox (to_addr, subject, body, idempotency_key) VALUES (?,?,?,?) "
-        "RETURNING id", (args.email, "Welcome to Tower", body, key)).fetchall()[0]
+        "RETURNING id", (args.email, "Welcome to Tower", body, call.key)).fetchall()[0]
     return {"message_id": f"MSG-{row[0]}", "to": args.email}
 
 
-TOOLS = [
-    Tool("validate_email", "Check that an e-mail address can receive mail and is not yet "
-         "registered.", ValidateEmail, validate_email),
-    Tool("check_company", "Check that a company name is acceptable for a new account.",
-         CheckCompany, check_company),
-    Tool("create_account", "Create the customer's account (once).", CreateAccount,
-         create_account, side_effect=True, guard=one_account_per_email),
-    Tool("send_welcome_email", "Send the welcome e-mail for a new account (once).",
-         SendWelcomeEmail, send_welcome_email, side_effect=True),
-]
+TOOLS = [validate_email, check_company, create_account, send_welcome_email]

@@ -1,6 +1,6 @@
 """Order tools: reserve stock, release it, charge a card, create a shipment.
 
-Every one of them changes the world, so each is ``side_effect=True``: the ToolBox
+Every one of them changes the world, so each is ``side_effect=True``: the ToolsDb
 records its idempotency key in the same transaction, and a retried or replayed
 call returns the first result instead of reserving, charging or shipping twice.
 Money is Decimal end to end (stored as text), never float.
@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from .spec import Db, NoEffect, Tool
+from .spec import Db, EffectCall, NoEffect, tool
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS products (
@@ -81,7 +81,8 @@ def _id(prefix: str, key: str) -> str:
     return f"{prefix}_{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
-def reserve_stock(db: Db, args: ReserveStock, key: str) -> dict[str, Any]:
+@tool(side_effect=True, description="Reserve stock for every item of an order, or none.")
+def reserve_stock(db: Db, args: ReserveStock, call: EffectCall) -> dict[str, Any]:
     lines, missing = [], []
     for item in args.items:
         row = db.execute("SELECT * FROM products WHERE sku=?", (item.sku,)).fetchone()
@@ -95,13 +96,14 @@ def reserve_stock(db: Db, args: ReserveStock, key: str) -> dict[str, Any]:
         raise NoEffect({"ok": False, "missing": missing})  # nothing reserved
     for item in args.items:
         db.execute("UPDATE products SET stock = stock - ? WHERE sku=?", (item.quantity, item.sku))
-    reservation = _id("rs", key)
+    reservation = _id("rs", call.key)
     db.execute("INSERT INTO reservations VALUES (?,?,?,?)",
-               (reservation, json.dumps([i.model_dump() for i in args.items]), "held", key))
+               (reservation, json.dumps([i.model_dump() for i in args.items]), "held", call.key))
     return {"ok": True, "reservation_id": reservation, "lines": lines}
 
 
-def release_stock(db: Db, args: ReleaseStock, key: str) -> dict[str, Any]:
+@tool(side_effect=True, description="Put a held reservation back in stock.")
+def release_stock(db: Db, args: ReleaseStock) -> dict[str, Any]:
     row = db.execute("SELECT * FROM reservations WHERE id=?", (args.reservation_id,)).fetchone()
     if row is None or row["status"] != "held":
         raise NoEffect({"released": False, "why": "no held reservation " + args.reservation_id})
@@ -112,7 +114,8 @@ def release_stock(db: Db, args: ReleaseStock, key: str) -> dict[str, Any]:
     return {"released": True}
 
 
-def charge_payment(db: Db, args: ChargePayment, key: str) -> dict[str, Any]:
+@tool(side_effect=True, description="Charge a card once.")
+def charge_payment(db: Db, args: ChargePayment, call: EffectCall) -> dict[str, Any]:
     card = db.execute("SELECT * FROM cards WHERE token=?", (args.card,)).fetchone()
     if card is None or card["status"] != "active":
         status, reason = "declined", "card not accepted"
@@ -120,27 +123,19 @@ def charge_payment(db: Db, args: ChargePayment, key: str) -> dict[str, Any]:
         status, reason = "declined", "insufficient funds"
     else:
         status, reason = "paid", ""
-    charge = _id("ch", key)
+    charge = _id("ch", call.key)
     db.execute("INSERT INTO charges VALUES (?,?,?,?,?,?,?)",
-               (charge, args.card, str(args.amount), args.currency, status, reason, key))
+               (charge, args.card, str(args.amount), args.currency, status, reason, call.key))
     return {"charge_id": charge, "status": status, "reason": reason}
 
 
-def create_shipment(db: Db, args: CreateShipment, key: str) -> dict[str, Any]:
-    shipment = _id("sh", key)
+@tool(side_effect=True, description="Ship a reservation to an address.")
+def create_shipment(db: Db, args: CreateShipment, call: EffectCall) -> dict[str, Any]:
+    shipment = _id("sh", call.key)
     db.execute("INSERT INTO shipments VALUES (?,?,?,?)",
-               (shipment, args.reservation_id, args.address, key))
+               (shipment, args.reservation_id, args.address, call.key))
     db.execute("UPDATE reservations SET status='shipped' WHERE id=?", (args.reservation_id,))
     return {"shipment_id": shipment}
 
 
-TOOLS = [
-    Tool("reserve_stock", "Reserve stock for every item of an order, or none.", ReserveStock,
-         reserve_stock, side_effect=True),
-    Tool("release_stock", "Put a held reservation back in stock.", ReleaseStock, release_stock,
-         side_effect=True),
-    Tool("charge_payment", "Charge a card once.", ChargePayment, charge_payment,
-         side_effect=True),
-    Tool("create_shipment", "Ship a reservation to an address.", CreateShipment,
-         create_shipment, side_effect=True),
-]
+TOOLS = [reserve_stock, release_stock, charge_payment, create_shipment]

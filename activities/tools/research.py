@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .spec import Db, Tool
+from .spec import Db, tool
 
 
 class SearchSources(BaseModel):
@@ -24,7 +24,8 @@ class AdvanceToNextStep(BaseModel):
                          description="what this step produced, in a sentence or two")
 
 
-def search_sources(db: Db, args: SearchSources, key: str) -> dict[str, Any]:
+@tool(description="Search the source library; returns one source per page.")
+def search_sources(db: Db, args: SearchSources) -> dict[str, Any]:
     """One source per page, best match first: the model has to ask for more."""
     words = [w for w in args.query.lower().split() if len(w) > 2][:10]
     rows = db.execute("SELECT id, title, url, summary FROM sources ORDER BY id").fetchall()
@@ -36,15 +37,11 @@ def search_sources(db: Db, args: SearchSources, key: str) -> dict[str, Any]:
     return {"results": [hits[args.page - 1]], "total": len(hits)}
 
 
-def advance_to_next_step(db: Db, args: AdvanceToNextStep,
-                         key: str) -> dict[str, Any]:
+@tool(control=True, description="Call when you judge the current step complete, with a "
+      "summary of what it produced.")
+def advance_to_next_step(args: AdvanceToNextStep) -> dict[str, Any]:
     # Never scheduled (see module docstring); kept total so the registry stays uniform.
     return {"summary": args.summary}
 
 
-TOOLS = [
-    Tool("search_sources", "Search the source library; returns one source per page.",
-         SearchSources, search_sources),
-    Tool("advance_to_next_step", "Call when you judge the current step complete, with a "
-         "summary of what it produced.", AdvanceToNextStep, advance_to_next_step, control=True),
-]
+TOOLS = [search_sources, advance_to_next_step]

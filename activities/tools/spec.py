@@ -1,18 +1,16 @@
-"""What a tool is: a name, typed arguments, and a function on the tools' database.
+"""What a tool is here: ``@tool`` on a function of the tools' database and typed arguments.
 
-A side-effecting one runs as a ``tower.effects`` tool (claim, fence, record: Tower's)."""
+Each tool's first parameter, ``db``, is the tools' database, bound once where the worker is
+made (worker.py: ``bind={"db": ...}``); a side-effecting one runs as a ``tower.effects``
+tool (claim, fence, record: Tower's, in the same transaction as its own write)."""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from pydantic import BaseModel
-
-from tower import Authority, ToolSchema
-from tower.effects import EffectRefused, NoEffect
+from tower import tool
+from tower.effects import EffectCall, EffectRefused, NoEffect
 
 
 class Db(Protocol):
@@ -26,40 +24,4 @@ class Db(Protocol):
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]], /) -> Any: ...
 
 
-ToolFn = Callable[[Db, Any, str], dict[str, Any]]
-# (db, validated args, what the run's recorded state authorizes) -> None, or raises
-# EffectRefused. Runs in the effect's own transaction, under the write lock.
-GuardFn = Callable[[Db, Any, Authority], None]
-
-
-@dataclass(frozen=True)
-class Tool:
-    name: str
-    description: str
-    args: type[BaseModel]
-    run: ToolFn  # (db, validated args, idempotency key) -> JSON-able result
-    side_effect: bool = False
-    # The effect's invariants, checked in the same transaction as the effect.
-    guard: GuardFn | None = None
-    # A control tool is a signal from the model to its node (e.g. advance_to_next_step):
-    # the node reads the call; no activity exists for it.
-    control: bool = False
-    # start-to-close per attempt: a worker that dies mid-call is retried after this.
-    timeout_seconds: float = 10.0
-    # Attempts Temporal makes before the node sees the failure (then, for a side
-    # effect, the run reconciles by key before it gives up).
-    attempts: int = 5
-
-    def schema(self) -> ToolSchema:
-        return ToolSchema(name=self.name, description=self.description,
-                          parameters=_json_schema(self.args))
-
-
-@functools.cache
-def _json_schema(args: type[BaseModel]) -> dict[str, Any]:
-    # Built once per process: every model call sends its node's tools (a replay of a long
-    # thread rebuilt the same schema at every turn, ~9 % of the replay).
-    return args.model_json_schema()
-
-
-__all__ = ["Db", "EffectRefused", "NoEffect", "Tool"]
+__all__ = ["Db", "EffectCall", "EffectRefused", "NoEffect", "tool"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from procs import WorkerProcess
 
-from activities.tools import ToolBox
+from activities.tools import ToolsDb
 from tower.cli.trust_files import dev_trust
 
 from .bounds import HarnessStuck, bounded
@@ -55,7 +55,7 @@ async def workers(address: str, workdir: Path, *, pg: str = "", kills: Path | No
     """The checker's workers; ``pg``: the refunds on that PostgreSQL database; ``kills``: the
     folder where trials arm kills at an effect's points (kills.py)."""
     task_queue, db_path = f"jepsen-{uuid.uuid4().hex[:8]}", workdir / "tools.sqlite"
-    ToolBox(db_path)  # created and seeded before any worker races to do it
+    ToolsDb(db_path)  # created and seeded before any worker races to do it
     if pg:
         prepare_pg(pg)
     if kills is not None:

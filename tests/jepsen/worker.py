@@ -25,11 +25,13 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.tools import TOOLS, ToolBox, as_effect
-from activities.tools.spec import Tool
+from activities.tools import billing
+from tower import Tool
 from tower.contract.wire import ToolCall
 from tower.effects import Database, EffectTool, Postgres
 from tower.effects._guard import MARK
+from tower.temporal import _tools
+from tower.temporal.worker import effect_of
 
 TOOL_TIMEOUT_SECONDS = 2.0
 TOOL_ATTEMPTS = 2
@@ -82,7 +84,7 @@ class Killing:
 def refund_activity(tool: Tool, db: Database) -> Callable[[ToolCall], Any]:
     """``issue_refund`` on ``db``, with the kill points around and inside its effect."""
     calling = threading.local()  # the invoice of this thread's call (activities: threads)
-    plain = as_effect(tool)
+    plain = effect_of(tool)
 
     def business(tx: Any, args: Any, call: Any) -> dict[str, Any]:
         die_at("holding-lock", args.invoice_id)  # claimed, under the lock, nothing written
@@ -108,17 +110,18 @@ def refund_activity(tool: Tool, db: Database) -> Callable[[ToolCall], Any]:
 
 
 def shorten() -> None:
-    TOOLS["issue_refund"] = dataclasses.replace(
-        TOOLS["issue_refund"], timeout_seconds=TOOL_TIMEOUT_SECONDS, attempts=TOOL_ATTEMPTS)
-    pg, hosted = os.environ.get("JEPSEN_PG", ""), ToolBox._activity
+    # The one tool object the workflows and the worker share (a test harness's liberty).
+    object.__setattr__(billing.issue_refund, "timeout_seconds", TOOL_TIMEOUT_SECONDS)
+    object.__setattr__(billing.issue_refund, "attempts", TOOL_ATTEMPTS)
+    pg, made = os.environ.get("JEPSEN_PG", ""), _tools.activity_for
     store = Postgres(pg, schema=PG_SCHEMA) if pg else None
 
-    def _activity(box: ToolBox, tool: Tool) -> Callable[[ToolCall], Any]:
+    def activity_for(tool: Tool, bound: Any = _tools.UNBOUND) -> Callable[..., Any]:
         if tool.name != "issue_refund":
-            return hosted(box, tool)
-        return refund_activity(tool, store or box.db)
+            return made(tool, bound)
+        return refund_activity(tool, store or bound)
 
-    ToolBox._activity = _activity  # type: ignore[method-assign,assignment]
+    _tools.activity_for = activity_for
 
 
 if __name__ == "__main__":

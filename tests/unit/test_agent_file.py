@@ -1,12 +1,14 @@
-"""An agent is one file: its graph's name names the workflow, its nodes' tools are checked
-against the catalogue when it compiles, and registry, worker and scripted model find it."""
+"""An agent is one file: its graph's name names the workflow, its nodes name their tools by
+object (checked when the graph is built), and registry, worker and scripted model find it."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
 from activities.tools import TOOLS
-from tower import AgentState, AgentWorkflow, Graph, agent
+from tower import AgentState, AgentWorkflow, Graph, Tool, agent
 from tower.core.errors import InvalidGraph
 from tower.temporal._agent import agents_by_name, load_agents, scripts_of
 from tower.temporal.worker import check_external_tools
@@ -19,24 +21,24 @@ async def noop(ctx: object, state: AgentState) -> dict[str, object]:
     return {}
 
 
-def one_node(*tools: str, catalogue: object = TOOLS) -> Graph:
-    return (Graph("t", AgentState, tools=catalogue)  # type: ignore[arg-type]
-            .node("a", noop, tools=tools).entry("a").edge("a", "DONE"))
+def one_node(*tools: Tool | str) -> Graph:
+    return Graph("t", AgentState).node("a", noop, tools=tools).entry("a").edge("a", "DONE")
 
 
-def test_a_node_naming_a_missing_tool_does_not_compile() -> None:
-    with pytest.raises(InvalidGraph, match="node 'a' names unknown tool 'lookup_acount' "
-                                           r"\(the catalogue has: .*lookup_account"):
-        one_node("lookup_acount").compile()
-    with pytest.raises(InvalidGraph, match="names tool 'lookup_account' but the graph has no "
-                                           "tool catalogue"):
-        one_node("lookup_account", catalogue=None).compile()
-    machine = one_node("lookup_account").compile()
-    assert list(machine.nodes["a"].specs) == ["lookup_account"]
+def test_a_node_names_its_tools_by_object_never_by_string() -> None:
+    with pytest.raises(InvalidGraph, match="node 'a': 'lookup_account' is not a tool: pass "
+                                           "the object @tool made"):
+        one_node("lookup_account")
+    twin = dataclasses.replace(TOOLS["lookup_account"])  # another object, the same name
+    with pytest.raises(InvalidGraph, match="two different tools named 'lookup_account'"):
+        one_node(TOOLS["lookup_account"], twin)
+    machine = one_node(TOOLS["lookup_account"]).compile()
+    assert machine.nodes["a"].specs == {"lookup_account": TOOLS["lookup_account"]}
+    assert machine.tools() == {"lookup_account": TOOLS["lookup_account"]}
 
 
 def test_server_tools_are_checked_when_the_worker_starts() -> None:
-    machine = one_node("lookup_account", "crm.find_customer").compile()  # compiles
+    machine = one_node(TOOLS["lookup_account"], "crm.find_customer").compile()  # compiles
     assert machine.external_tools() == {"crm.find_customer"}
 
     class Fake:

@@ -17,7 +17,7 @@ import pytest
 from gatekit import in_process_tools
 from temporalio.exceptions import ApplicationError
 
-from activities.tools import TOOLS, ToolBox
+from activities.tools import TOOLS, ToolsDb
 from tower import Message
 from tower.contract.failures import Code
 from tower.contract.wire import Authority, ToolCall
@@ -90,21 +90,21 @@ async def test_the_action_is_read_from_the_approved_request_in_the_runs_state(
     assert await action() == Action("issue_refund", 1)  # expired
 
 
-def refund(box: ToolBox, k: str, cents: int, *, authority: Authority | None = None,
+def refund(box: ToolsDb, k: str, cents: int, *, authority: Authority | None = None,
            invoice: str = "INV-9000", epoch: int | None = None) -> dict[str, Any]:
     call = ToolCall(tool="issue_refund", idempotency_key=k, authority=authority or Authority(),
                     arguments={"invoice_id": invoice, "amount_cents": cents, "reason": "r"})
     return box.call(TOOLS["issue_refund"], call, epoch=epoch)
 
 
-def paid(box: ToolBox) -> int:
+def paid(box: ToolsDb) -> int:
     with sqlite3.connect(box.db_path) as db:
         return int(db.execute("SELECT COALESCE(SUM(amount_cents), 0) FROM refunds").fetchone()[0])
 
 
 @pytest.fixture
-def box(tmp_path: Path) -> ToolBox:
-    tools = ToolBox(tmp_path / "t.sqlite")
+def box(tmp_path: Path) -> ToolsDb:
+    tools = ToolsDb(tmp_path / "t.sqlite")
     with sqlite3.connect(tools.db_path) as db:
         db.execute("INSERT INTO invoices VALUES ('INV-9000', 'ACC-1001', 1000000, 'paid', "
                    "'2026-11-20')")
@@ -118,8 +118,9 @@ def refused(fn: Any, *args: Any, **kw: Any) -> str:
     return str(info.value.details[0]["code"])
 
 
-def test_racing_refunds_never_overdraw(box: ToolBox) -> None:
-    approved = Authority(limit_cents=50_000, decision_id="d", approved={"amount_cents": 400_000})
+def test_racing_refunds_never_overdraw(box: ToolsDb) -> None:
+    approved = Authority(limits={"limit_cents": 50_000}, decision_id="d",
+                         proposal={"amount_cents": 400_000})
     outcomes: list[str] = []
     lock = threading.Lock()
 
@@ -138,16 +139,18 @@ def test_racing_refunds_never_overdraw(box: ToolBox) -> None:
     assert paid(box) == 800_000
 
 
-def test_over_the_limit_needs_an_approval_for_that_amount(box: ToolBox) -> None:
-    limit = Authority(limit_cents=50_000)
+def test_over_the_limit_needs_an_approval_for_that_amount(box: ToolsDb) -> None:
+    limit = Authority(limits={"limit_cents": 50_000})
     assert refused(refund, box, "a", 60_000, authority=limit) == "over_limit"
-    low = Authority(limit_cents=50_000, decision_id="d", approved={"amount_cents": 55_000})
+    low = Authority(limits={"limit_cents": 50_000}, decision_id="d",
+                    proposal={"amount_cents": 55_000})
     assert refused(refund, box, "b", 60_000, authority=low) == "over_limit"
     # An approval with no decision behind it is no approval.
-    forged = Authority(limit_cents=50_000, approved={"amount_cents": 60_000})
+    forged = Authority(limits={"limit_cents": 50_000}, proposal={"amount_cents": 60_000})
     assert refused(refund, box, "c", 60_000, authority=forged) == "over_limit"
     assert paid(box) == 0
-    ok = Authority(limit_cents=50_000, decision_id="d", approved={"amount_cents": 60_000})
+    ok = Authority(limits={"limit_cents": 50_000}, decision_id="d",
+                   proposal={"amount_cents": 60_000})
     assert refund(box, "d", 60_000, authority=ok)["amount_cents"] == 60_000
     assert refund(box, "e", 50_000, authority=limit)["amount_cents"] == 50_000  # at the limit
     # No limit passed (a desk without a gate): the tool's default holds.
@@ -155,7 +158,7 @@ def test_over_the_limit_needs_an_approval_for_that_amount(box: ToolBox) -> None:
     assert paid(box) == 110_000
 
 
-def test_more_than_refundable_is_refused_and_a_refusal_leaves_no_key(box: ToolBox) -> None:
+def test_more_than_refundable_is_refused_and_a_refusal_leaves_no_key(box: ToolsDb) -> None:
     assert refused(refund, box, "k", 4_901, invoice="INV-2001") == "over_refundable"
     assert refused(refund, box, "x", 100, invoice="INV-0000") == "no_invoice"
     with sqlite3.connect(box.db_path) as db:
@@ -164,7 +167,7 @@ def test_more_than_refundable_is_refused_and_a_refusal_leaves_no_key(box: ToolBo
     assert refused(refund, box, "k3", 1, invoice="INV-2001") == "over_refundable"
 
 
-def test_an_attempt_given_up_on_cannot_commit_after_reconciliation(box: ToolBox) -> None:
+def test_an_attempt_given_up_on_cannot_commit_after_reconciliation(box: ToolsDb) -> None:
     # Attempt 1 (epoch 10) stalls; the run reconciles (epoch 20): nothing made, and now
     # attempt 1 wakes up and tries to pay: it is fenced off and changes nothing.
     assert reconcile(box.db, "k", 20) is None
@@ -179,7 +182,7 @@ def test_an_attempt_given_up_on_cannot_commit_after_reconciliation(box: ToolBox)
     assert paid(box) == 1000
 
 
-def test_an_attempt_waits_for_the_lock_and_then_acts_once(box: ToolBox) -> None:
+def test_an_attempt_waits_for_the_lock_and_then_acts_once(box: ToolsDb) -> None:
     holder = sqlite3.connect(box.db_path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     with ThreadPoolExecutor(2) as pool:
@@ -198,7 +201,7 @@ def test_an_attempt_waits_for_the_lock_and_then_acts_once(box: ToolBox) -> None:
     assert paid(box) == 500
 
 
-def test_racing_sign_ups_with_one_address_register_once(box: ToolBox) -> None:
+def test_racing_sign_ups_with_one_address_register_once(box: ToolsDb) -> None:
     def sign_up(i: int) -> str:
         call = ToolCall(tool="create_account", idempotency_key=f"signup-{i}", arguments={
             "name": f"Kim {i}", "email": "Kim@Example.com", "company": "Acme"})
@@ -215,9 +218,7 @@ def test_racing_sign_ups_with_one_address_register_once(box: ToolBox) -> None:
                           ).fetchone()[0] == 1
 
 
-def test_a_migration_applies_only_the_approved_script(box: ToolBox) -> None:
-    from activities.tools.migrations import script_digest
-
+def test_a_migration_applies_only_the_approved_script(box: ToolsDb) -> None:
     shop = box.db_path.parent / "databases" / "ledger.sqlite"
     shop.parent.mkdir(exist_ok=True)
     with sqlite3.connect(shop) as db:
@@ -234,9 +235,9 @@ def test_a_migration_applies_only_the_approved_script(box: ToolBox) -> None:
         return box.call(TOOLS["apply_migration"], call)
 
     assert refused(apply, drop, Authority(), "a") == "unapproved_destructive"
-    other = Authority(decision_id="d", approved={"script_sha256": script_digest("SELECT 1;")})
+    other = Authority(decision_id="d", proposal={"script": "SELECT 1;"})
     assert refused(apply, drop, other, "b") == "not_the_approved_script"
     with sqlite3.connect(shop) as db:  # nothing changed
         assert db.execute("SELECT name FROM sqlite_master").fetchall() == [("notes",)]
-    approved = Authority(decision_id="d", approved={"script_sha256": script_digest(drop)})
+    approved = Authority(decision_id="d", proposal={"script": drop})
     assert apply(drop, approved, "c")["applied"] is True

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from tower import DONE, FAILED, AgentState, Gate, Graph, ToolDef
+from tower import DONE, FAILED, AgentState, Gate, Graph, tool
 from tower.core.errors import InvalidGraph
 
 
@@ -18,8 +18,16 @@ class Args(BaseModel):
     amount: int = 1
 
 
-TOOLS = {"pay": ToolDef("pay", "Pay.", Args, side_effect=True),
-         "look": ToolDef("look", "Read.", Args)}
+@tool(side_effect=True)
+def pay(db: Any, args: Args) -> dict[str, Any]:
+    """Pay."""
+    return {}
+
+
+@tool
+def look(args: Args) -> dict[str, Any]:
+    """Read."""
+    return {}
 
 
 async def noop(ctx: Any, state: AgentState) -> dict[str, Any]:
@@ -98,9 +106,9 @@ def test_declared_unbounded_with_a_reason_passes_and_says_why() -> None:
 
 
 def pay_graph(*, gated: str | None = None, when: str = "before", **node: Any) -> Graph:
-    g = (Graph("payer", AgentState, tools=TOOLS)
-         .node("plan", noop, tools=["look"], proposes=["pay"])
-         .node("check", noop).node("pay", noop, tools=["pay"], **node)
+    g = (Graph("payer", AgentState)
+         .node("plan", noop, tools=[look], proposes=[pay])
+         .node("check", noop).node("pay", noop, tools=[pay], **node)
          .node("decline", noop)
          .entry("plan").route("plan", lambda s: "check", ["check", "decline"])
          .edge("check", "pay").edge("pay", DONE).edge("decline", DONE))
@@ -125,8 +133,8 @@ def test_a_gate_on_the_node_or_on_every_path_to_it_proves_it() -> None:
 def test_a_gate_route_around_the_approval_is_a_path_without_it() -> None:
     # check's gate sends a rejection to pay: pay is reachable without the approval.
     def build() -> Any:
-        return (Graph("leak", AgentState, tools=TOOLS).node("check", noop)
-                .node("pay", noop, tools=["pay"]).node("decline", noop).entry("check")
+        return (Graph("leak", AgentState).node("check", noop)
+                .node("pay", noop, tools=[pay]).node("decline", noop).entry("check")
                 .edge("check", "pay").edge("pay", DONE).edge("decline", DONE)
                 .gate("check", gate(on_reject="pay")).compile())
     assert "START → check → pay" in invalid(build)
@@ -140,7 +148,7 @@ def test_declared_ungated_with_a_reason() -> None:
     assert "declares ungated= but is behind a gate" in invalid(
         lambda: pay_graph(gated="pay", ungated="why").compile())
     assert "declares ungated= but calls no side-effecting tool" in invalid(lambda: (
-        Graph("x", AgentState, tools=TOOLS).node("a", noop, tools=["look"], ungated="why")
+        Graph("x", AgentState).node("a", noop, tools=[look], ungated="why")
         .entry("a").edge("a", DONE).compile()))
 
 
@@ -155,8 +163,8 @@ def test_require_after_a_gate_holds_or_fails_with_the_path() -> None:
     assert m.proof is not None and m.proof.lines()[-1] == "pay only after gate review: holds"
 
     def bypass() -> Any:  # plan may go straight to pay, around check's gate
-        return (Graph("bypass", AgentState, tools=TOOLS).node("plan", noop)
-                .node("check", noop).node("pay", noop, tools=["pay"], ungated="tiny")
+        return (Graph("bypass", AgentState).node("plan", noop)
+                .node("check", noop).node("pay", noop, tools=[pay], ungated="tiny")
                 .node("decline", noop).entry("plan")
                 .route("plan", lambda s: "check", ["check", "pay"])
                 .edge("check", "pay").edge("pay", DONE).edge("decline", DONE)

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from activities.tools import TOOLS, ToolBox
+from activities.tools import TOOLS, ToolsDb
 from tower.contract.wire import ToolCall
 
 CHARGE = {"card": "tok_visa", "amount": "10.50"}
 
 
-def charge(box: ToolBox, key: str) -> dict[str, object]:
+def charge(box: ToolsDb, key: str) -> dict[str, object]:
     return box.call(TOOLS["charge_payment"], ToolCall(tool="charge_payment", arguments=CHARGE,
                                                       idempotency_key=key))
 
@@ -27,7 +27,7 @@ def rows(db: Path) -> int:
 
 
 def test_the_same_key_charges_once_and_returns_the_first_result(tmp_path: Path) -> None:
-    box = ToolBox(tmp_path / "t.sqlite")
+    box = ToolsDb(tmp_path / "t.sqlite")
     first = charge(box, "wf/run/4/0")
     assert charge(box, "wf/run/4/0") == first and first["status"] == "paid"
     assert rows(box.db_path) == 1
@@ -37,7 +37,7 @@ def test_the_same_key_charges_once_and_returns_the_first_result(tmp_path: Path) 
 
 def test_racing_attempts_with_one_key_charge_once(tmp_path: Path) -> None:
     # A timed-out attempt still running while its retry starts on another worker.
-    box = ToolBox(tmp_path / "t.sqlite")
+    box = ToolsDb(tmp_path / "t.sqlite")
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda _: charge(box, "wf/run/7/0"), range(16)))
     assert rows(box.db_path) == 1
@@ -47,7 +47,7 @@ def test_racing_attempts_with_one_key_charge_once(tmp_path: Path) -> None:
 def test_a_failed_effect_leaves_no_key_behind(tmp_path: Path) -> None:
     """The effect and its key commit together: an attempt that fails records nothing,
     so the retry really acts."""
-    box = ToolBox(tmp_path / "t.sqlite")
+    box = ToolsDb(tmp_path / "t.sqlite")
     ship = TOOLS["create_shipment"]
     call = ToolCall(tool=ship.name, idempotency_key="k",
                     arguments={"reservation_id": "rs_000000000000", "address": "1 Main St"})
@@ -70,7 +70,7 @@ def test_the_same_key_with_other_arguments_returns_the_first_result_and_acts_on_
     # An approved request's key does not name the arguments (tower/core/keys.py): a
     # re-approval of it with an edit asks under the same key for another amount and gets
     # the first charge back; nothing more is charged.
-    box = ToolBox(tmp_path / "t.sqlite")
+    box = ToolsDb(tmp_path / "t.sqlite")
     first = charge(box, "wf/first-run/refund_review@1/abcd/charge_payment#0")
     other = ToolCall(tool="charge_payment", arguments={**CHARGE, "amount": "9.00"},
                      idempotency_key="wf/first-run/refund_review@1/abcd/charge_payment#0")

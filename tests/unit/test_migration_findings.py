@@ -174,7 +174,7 @@ def test_a_dry_run_cannot_end_its_own_transaction(tmp_path: Path, end: str) -> N
         before = list(db.iterdump())
     with contextlib.closing(sqlite3.connect(tmp_path / "tools.sqlite")) as tools:
         out = inspect_migration(tools, Inspect(database="shop", script=(
-            f"CREATE TABLE audit (id INTEGER);\n{end};\nDROP TABLE customers;")), "k")
+            f"CREATE TABLE audit (id INTEGER);\n{end};\nDROP TABLE customers;")))
     assert not out["ok"] and out["error"] == "DatabaseError: not authorized"
     assert out["findings"][0].startswith("statement 2 not understood: no rule for ")
     with contextlib.closing(sqlite3.connect(shop)) as db:

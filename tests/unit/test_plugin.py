@@ -16,8 +16,8 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Replayer, WorkerConfig
 
-from activities.tools import TOOLS
-from tower import AgentState, Graph
+from activities.tools import TOOLS, ToolsDb
+from tower import AgentState, Graph, ToolCall
 from tower.cli.histories import load, replay
 from tower.cli.trust_files import enrol_worker
 from tower.core.errors import InvalidGraph
@@ -105,7 +105,7 @@ async def test_the_plugin_on_client_and_worker_registers_nothing_twice() -> None
 
 async def test_an_agent_naming_a_tool_no_activity_serves_is_refused() -> None:
     class NamesServerTool:  # the checks read the agent's compiled graph, nothing else
-        machine = (Graph("t", AgentState, tools=TOOLS)
+        machine = (Graph("t", AgentState)
                    .node("a", _noop, tools=["notes.find"]).entry("a").edge("a", "DONE")
                    .compile())
 
@@ -132,20 +132,53 @@ async def test_the_cli_replays_what_the_worker_ran() -> None:
     assert [r.ok for r in results] == [True]
 
 
-async def test_a_worker_missing_a_tool_s_activity_refuses_to_start() -> None:
+async def test_a_worker_with_a_tool_left_unbound_refuses_to_start() -> None:
     # Built the way a project builds it: a plain Worker (its constructor runs the plugins).
     client = await Client.connect("127.0.0.1:1", lazy=True, plugins=[TowerPlugin()])
     served = [t for t in TOOL_STUBS if activity_name(t) not in ("issue_refund", "send_email")]
     with pytest.raises(WorkerMisconfigured) as refused:
         await _worker_config(client, activities=served)
     assert str(refused.value).startswith(
-        "this worker cannot run its agents: no activity is registered for tool 'issue_refund' "
-        "(used by support.billing, refund.reason, refund.issue_refund).")
-    # Every one missing is named, not only the first.
-    missing = [t for t in TOOL_STUBS if activity_name(t) in ("lookup_invoice", "create_ticket")]
-    with pytest.raises(WorkerMisconfigured) as refused:
-        await _worker_config(client, activities=[t for t in TOOL_STUBS if t not in missing])
-    assert "'lookup_invoice'" in str(refused.value) and "'create_ticket'" in str(refused.value)
+        "this worker cannot run its agents' tools: 'issue_refund' needs 'db' (used by "
+        "support.billing, refund.reason, refund.issue_refund).")
+    # Whatever the worker's activities: none at all is no way around the check, and every
+    # tool unbound is named, not only the first.
+    for activities in ([], [t for t in TOOL_STUBS if activity_name(t) not in (
+            "lookup_invoice", "create_ticket")]):
+        with pytest.raises(WorkerMisconfigured) as refused:
+            await _worker_config(client, activities=activities)
+        assert "'lookup_invoice'" in str(refused.value)
+        assert "'create_ticket'" in str(refused.value)
+
+
+async def test_the_plugin_registers_every_tool_of_its_agents_bound_once(tmp_path: Path
+                                                                       ) -> None:
+    db = ToolsDb(tmp_path / "tools.sqlite")
+    client = await Client.connect("127.0.0.1:1", lazy=True,
+                                  plugins=[TowerPlugin(bind={"db": db})])
+    config = await _worker_config(client, activities=[])
+    names = {activity_name(a) for a in config["activities"]}
+    used = {n for cls in AGENT_CLASSES for n in cls.machine.tools()
+            if not TOOLS[n].control}
+    assert used and used <= names and "advance_to_next_step" not in names
+    # The activity is the tool's implementation on the bound database.
+    balance = next(a for a in config["activities"] if activity_name(a) == "invoice_balance")
+    got = balance(ToolCall(tool="invoice_balance", arguments={"invoice_id": "INV-2004"},
+                           idempotency_key="k"))
+    assert got["invoice"]["id"] == "INV-2004" and "refundable_cents" in got
+    # A worker of the client's plugin alone, made with its own plugin, binds there instead.
+    worker_level = TowerPlugin(bind={"db": db})
+    bare = await Client.connect("127.0.0.1:1", lazy=True, plugins=[TowerPlugin()])
+    config = await _worker_config(bare, activities=[], plugins=[worker_level])
+    config = worker_level.configure_worker(config)
+    assert used <= {activity_name(a) for a in config["activities"]}
+
+
+async def test_a_worker_that_serves_no_tools_says_so() -> None:
+    client = await Client.connect("127.0.0.1:1", lazy=True,
+                                  plugins=[TowerPlugin(tools=False)])
+    config = await _worker_config(client, activities=[])
+    assert not {activity_name(a) for a in config["activities"]} & set(TOOLS)
 
 
 async def test_the_plugin_registers_tower_s_own_activities_once(tmp_path: Path) -> None:

@@ -126,13 +126,20 @@ class ModelReply(BaseModel):
 
 
 class Authority(BaseModel):
-    """What the run's recorded state authorizes a side effect to do. The workflow fills
-    it from its state, never from the model's arguments; the tool checks it inside the
-    effect's transaction."""
+    """What the run authorizes a side effect to do, from the runtime, never from a node or
+    the model: the run's limits (its agent's ``Policy`` fields, as its state records them)
+    and, when a gate approved this node visit, the decision, the proposal its approver was
+    shown and their edits. The tool checks it inside the effect's transaction."""
 
-    limit_cents: int | None = Field(default=None, ge=0)  # the policy limit of this run
+    limits: dict[str, Any] = Field(default_factory=dict)  # the run's policy ({}: none)
     decision_id: str = ""  # the approval that authorized this action ("" if none)
-    approved: dict[str, Any] = Field(default_factory=dict)  # what it approved (edits in)
+    proposal: dict[str, Any] = Field(default_factory=dict)  # what the approver was shown
+    edits: dict[str, Any] = Field(default_factory=dict)  # what the approver changed
+
+    @property
+    def approved(self) -> dict[str, Any]:
+        """What the approval covers: the proposal with the edits in ({}: no approval)."""
+        return {**self.proposal, **self.edits} if self.decision_id else {}
 
 
 class ToolCall(BaseModel):

@@ -17,6 +17,7 @@ from tower.contract.wire import Authority, MessageRef, Reduction, ToolCallReques
 from tower.core.cost import CallUsage
 from tower.core.graph import Node
 from tower.core.state import Message, Usage
+from tower.core.tools import Tool
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -45,6 +46,7 @@ class NodeContext(Protocol):
     usage: Usage  # model usage of this node so far
     model_calls: list[CallUsage]  # each model call's usage, for the cost query
     decision: str  # the decision that approved this node visit ("" if none); not in keys
+    authority: Authority  # what this visit's side effects may do (from the runtime)
 
     @property
     def run_id(self) -> str:
@@ -84,11 +86,13 @@ class NodeContext(Protocol):
         (``summarise``: reduce the window instead)."""
         ...
 
-    async def tool(self, name: str, arguments: dict[str, Any],
-                   authority: Authority | None = None) -> dict[str, Any]:
-        """Run one of this node's tools. ``authority`` is what the run's recorded state
-        allows a side effect (its limit, the approval); the tool checks it in the effect's
-        transaction, and a refusal raises ``EffectRefused``."""
+    async def tool(self, tool: Tool | ToolCallRequest | str,
+                   arguments: BaseModel | dict[str, Any] | None = None) -> dict[str, Any]:
+        """Run one of this node's tools: ``ctx.tool(send_payment, Payment(...))`` (or a
+        dict), or the model's call ``ctx.tool(answer.tool_calls[0])``. A side effect is
+        told what the runtime knows the run authorizes (``authority``: its limits, the
+        gate's approval); it checks that in its transaction, and a refusal raises
+        ``EffectRefused``."""
         ...
 
     def emit(self, label: str, data: dict[str, Any] | None = None) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tower.core.errors import IllegalTransition, InvalidGraph
 from tower.core.state import PROTECTED_FIELDS, AgentState
-from tower.core.tools import Catalogue, ToolSpec, is_external, resolve
+from tower.core.tools import Tool, ToolSpec, is_external, names
 
 if TYPE_CHECKING:  # gates.py builds on the graph; a graph only names its gates
     from tower.core.gates import Gate
@@ -37,7 +37,7 @@ class Node:
     prompt: str = ""
     tools: tuple[str, ...] = ()  # what the node may call (and the model may ask for)
     description: str = ""
-    # The catalogue's entries for ``tools`` and ``proposes`` (set by ``Graph.compile``):
+    # The tools' objects for ``tools`` and ``proposes`` (external ``server.tool``s aside):
     # what the node's context shows the model and checks arguments and timeouts against.
     specs: Mapping[str, ToolSpec] = field(default_factory=dict)
     # Tools the model may propose here but the node may not call: a plan that another,
@@ -122,6 +122,16 @@ class Machine:
         """Tools named ``server.tool``: the worker checks they exist when it starts."""
         return {t for node in self.nodes.values() for t in node.tools if is_external(t)}
 
+    def tools(self) -> dict[str, Tool]:
+        """Every tool of the machine's nodes (external ``server.tool``s aside), by name."""
+        found: dict[str, Tool] = {}
+        for node in self.nodes.values():
+            for name, spec in node.specs.items():
+                if isinstance(spec, Tool) and found.setdefault(name, spec) is not spec:
+                    raise InvalidGraph(self.name, f"two different tools are named {name!r} "
+                                                  f"(node {node.name!r} has one)")
+        return found
+
     def gate_named(self, name: str) -> Gate | None:
         return next((g for g in self.gates.values() if g.name == name), None)
 
@@ -166,11 +176,9 @@ class Machine:
 class Graph:
     """Builder for a Machine, in the vocabulary of LangGraph's StateGraph."""
 
-    def __init__(self, name: str, state_type: type[AgentState], *,
-                 tools: Catalogue | None = None) -> None:
+    def __init__(self, name: str, state_type: type[AgentState]) -> None:
         self.name = name
         self.state_type = state_type
-        self._catalogue = tools
         self._entry: str | None = None
         self._nodes: dict[str, Node] = {}
         self._out: dict[str, Transitions] = {}
@@ -180,8 +188,8 @@ class Graph:
         self._requires: dict[str, tuple[str, ...]] = {}
 
     def node(
-        self, name: str, fn: NodeFn, *, prompt: str = "", tools: Iterable[str] = (),
-        description: str = "", proposes: Iterable[str] = (), ungated: str | None = None,
+        self, name: str, fn: NodeFn, *, prompt: str = "", tools: Iterable[Tool | str] = (),
+        description: str = "", proposes: Iterable[Tool | str] = (), ungated: str | None = None,
         unbounded: str | None = None,
     ) -> Graph:
         """A node. ``tools``: what it may call; ``proposes``: tools the model may ask for
@@ -194,8 +202,15 @@ class Graph:
         for what, why in (("ungated", ungated), ("unbounded", unbounded)):
             if why is not None and not why.strip():
                 raise InvalidGraph(self.name, f"node {name!r}: {what}= needs a reason")
-        self._nodes[name] = Node(name, fn, prompt, tuple(tools), description or (fn.__doc__ or ""),
-                                 proposes=tuple(proposes), ungated=ungated, unbounded=unbounded)
+        called, specs = names(self.name, name, tools)
+        proposed, more = names(self.name, name, proposes)
+        for tool_name, spec in more.items():
+            if specs.setdefault(tool_name, spec) is not spec:
+                raise InvalidGraph(self.name, f"node {name!r} has two different tools named "
+                                              f"{tool_name!r}")
+        self._nodes[name] = Node(name, fn, prompt, called, description or (fn.__doc__ or ""),
+                                 specs=specs, proposes=proposed, ungated=ungated,
+                                 unbounded=unbounded)
         return self
 
     def require(self, node: str, *, after: str) -> Graph:
@@ -276,14 +291,11 @@ class Graph:
                   recovery)
         _validate_gates(self.name, self.state_type, self._nodes, self._gates)
         assert self._entry is not None
-        nodes = {name: replace(node, specs=resolve(self.name, name,
-                                                   (*node.tools, *node.proposes),
-                                                   self._catalogue))
-                 for name, node in self._nodes.items()}
         machine = Machine(
-            self.name, self.state_type, self._entry, nodes, self._out, self._budget,
+            self.name, self.state_type, self._entry, dict(self._nodes), self._out, self._budget,
             self._gates, recovery, self._requires,
         )
+        machine.tools()  # one object per tool name
         from tower.core.proofs import prove  # proofs read the Machine this module defines
 
         machine.proof = prove(machine)

@@ -33,7 +33,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
+
 from tower.contract.decisions import GateRecord, GateStatus
+from tower.contract.wire import Authority
 from tower.core.state import AgentState
 
 
@@ -61,6 +65,22 @@ def action_of(state: AgentState, node: str) -> Action:
     if request is None or request.decision is None:
         return Action(node, visit)
     return Action(node, visit, request.gate, request.decision.proposal)
+
+
+def authority_of(state: AgentState, node: str, policy: Any = None) -> Authority:
+    """What a visit of ``node`` may do, as the runtime knows it: the run's limits (each
+    field of the agent's ``policy`` model that its state records: the state is the run's
+    truth, across continue-as-new and in a test) and the approval of this visit, if a gate
+    gave one."""
+    request = approved_request(state, node)
+    fields = policy.model_fields if isinstance(policy, type) and issubclass(
+        policy, BaseModel) else {}
+    limits = {f: getattr(state, f) for f in fields if f in type(state).model_fields}
+    policy = to_jsonable_python(limits)
+    if request is None or request.decision is None:
+        return Authority(limits=policy)
+    return Authority(limits=policy, decision_id=request.decision.decision_id,
+                     proposal=dict(request.proposal), edits=dict(request.decision.edits))
 
 
 def effect_key(*, workflow_id: str, chain: str, action: Action, tool: str, nth: int,

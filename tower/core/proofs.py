@@ -181,7 +181,7 @@ def _effects(m: Machine) -> tuple[Effect, ...]:
 
 
 def side_effects(node: Node) -> tuple[str, ...]:
-    """The node's tools that change the world (the catalogue's ``side_effect``)."""
+    """The node's tools that change the world (the tool's ``side_effect``)."""
     return tuple(t for t in node.tools
                  if getattr(node.specs.get(t), "side_effect", False))
 

@@ -1,28 +1,30 @@
-"""The tool catalogue as the engine sees it: names, argument schemas, timeouts.
+"""Tools as the engine sees them: one object each, made by ``@tool``.
 
-The engine never imports a project's tools. An agent hands its graph the catalogue it
-uses (``Graph(name, State, tools=CATALOGUE)``); ``compile()`` checks every node's
-``tools=[...]`` against it and gives each node the specs of its own tools, which the
-node's context reads for the model's tool list, argument checks and timeouts. A name
-with a dot (``server.tool``, e.g. an MCP server's tool) is not in a catalogue at import
-time: the worker checks those when it starts (``tower.temporal.worker.build_worker``).
-Pure: no Temporal.
+A ``Tool`` holds its name, typed arguments, whether it acts on the world and its
+implementation. Nodes name their tools with the objects (``.node("pay", pay,
+tools=[send_payment])``), so a graph carries every tool it uses: the node's context reads
+them for the model's tool list, argument checks and timeouts, and the worker makes their
+activities from them. A string names only an external tool (``server.tool``, an MCP
+server's), discovered when the worker starts. Pure: no Temporal.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import functools
+import inspect
+import typing
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from tower.contract.wire import ToolSchema
-from tower.core.errors import InvalidGraph
+from tower.core.errors import InvalidGraph, NodeFailed
 
 
 class ToolSpec(Protocol):
-    """What the engine needs to know of a tool (``activities.tools.spec.Tool`` is one)."""
+    """What the engine needs to know of a tool: a ``Tool``, or an external tool's spec."""
 
     @property
     def name(self) -> str: ...
@@ -42,50 +44,110 @@ class ToolSpec(Protocol):
     def schema(self) -> ToolSchema: ...
 
 
-Catalogue = Mapping[str, ToolSpec]
-
-
-@dataclass(frozen=True)
-class ToolDef:
-    """A tool declared in a project's own code: ``{"lookup": ToolDef("lookup", "...", Args)}``
-    is a catalogue. The activity that runs it is the project's, named ``name``."""
+@dataclass(eq=False)  # one object per tool: compared by identity
+class Tool:
+    """A tool: its name (its implementation's), typed arguments, whether it acts on the
+    world, and its implementation. Made by ``@tool``; graphs, nodes and ``ctx.tool`` take
+    it. Its activity (named ``name``) is made by the worker that hosts an agent using it
+    (``TowerPlugin(bind=...)``), never by hand."""
 
     name: str
     description: str
     args: type[BaseModel]
-    timeout_seconds: float = 10.0  # start-to-close per attempt
-    # A side effect's activity is a ``tower.effects`` tool: exactly once per action, and it
-    # answers the run's reconciliation (``ToolCall.reconcile``) itself.
+    fn: Callable[..., Any]
+    # Acts on the world: exactly once per action (``tower.effects``), heartbeats, and is
+    # reconciled by key; the gate's decision reaches it (``EffectCall.authority``).
     side_effect: bool = False
-    attempts: int = 5
+    # The implementation's parameter before the arguments (``db``): what the worker binds
+    # (``TowerPlugin(bind={"db": SQLite(path)})``); None: the tool needs nothing bound.
+    resource: str | None = None
+    takes_call: bool = False  # a parameter after the arguments: the ``EffectCall``
+    timeout_seconds: float = 10.0  # start-to-close per attempt
+    attempts: int = 5  # Temporal's maximum attempts
+    # A signal from the model to its node (e.g. advance_to_next_step): the node reads the
+    # call; no activity runs it.
+    control: bool = False
 
     def schema(self) -> ToolSchema:
         return ToolSchema(name=self.name, description=self.description,
-                          parameters=self.args.model_json_schema())
+                          parameters=_json_schema(self.args))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The implementation itself, called directly (a test's, say)."""
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<tool {self.name}>"
+
+
+@functools.cache
+def _json_schema(args: type[BaseModel]) -> dict[str, Any]:
+    # Built once per process: every model call sends its node's tools.
+    return args.model_json_schema()
+
+
+def tool(fn: Callable[..., Any] | None = None, *, side_effect: bool = False,
+         timeout_seconds: float = 10.0, attempts: int = 5, control: bool = False,
+         description: str | None = None) -> Any:
+    """Make ``fn`` a tool: ``@tool`` or ``@tool(side_effect=True)``.
+
+    ``fn([resource,] args[, call])``: ``args`` is the parameter annotated with a pydantic
+    model (the tool's arguments, validated before ``fn`` runs); a parameter before it is a
+    resource the worker binds by that name (``TowerPlugin(bind={"db": SQLite(path)})``: a
+    ``tower.effects`` database gives ``fn`` its transaction); a parameter after it gets the
+    ``tower.effects.EffectCall`` (the action's key, and for a side effect what the gate
+    approved). The tool's name is ``fn``'s, its description ``fn``'s docstring. A side
+    effect runs exactly once per action, in one transaction with Tower's record of it::
+
+        @tool(side_effect=True)
+        def send_payment(db, payment: Payment, call: EffectCall) -> dict[str, Any]:
+            \"\"\"Pay a payee an amount in cents.\"\"\"
+    """
+    def make(f: Callable[..., Any]) -> Tool:
+        params = list(inspect.signature(f).parameters)
+        hints = typing.get_type_hints(f)
+        at = next((i for i, p in enumerate(params) if isinstance(hints.get(p), type)
+                   and issubclass(hints[p], BaseModel)), None)
+        if at is None or at > 1 or len(params) > at + 2:
+            raise TypeError(f"tool {f.__name__}: its parameters must be ([resource,] args[, "
+                            "call]) with args annotated with a pydantic model")
+        if side_effect and at == 0:
+            raise TypeError(f"tool {f.__name__}: a side effect needs a database to act in "
+                            "exactly once: its first parameter (bound where the worker is made)")
+        doc = description if description is not None else inspect.getdoc(f) or ""
+        return Tool(f.__name__, doc.split("\n\n")[0].replace("\n", " "), hints[params[at]],
+                    f, side_effect=side_effect, resource=params[0] if at == 1 else None,
+                    takes_call=len(params) > at + 1, timeout_seconds=timeout_seconds,
+                    attempts=attempts, control=control)
+
+    return make if fn is None else make(fn)
+
+
+def names(graph: str, node: str, tools: Iterable[Tool | str]) -> tuple[tuple[str, ...],
+                                                                       dict[str, Tool]]:
+    """A node's tool names and its own tools' objects. A string names only an external tool
+    (``server.tool``, an MCP server's, discovered when the worker starts)."""
+    found: list[str] = []
+    specs: dict[str, Tool] = {}
+    for t in tools:
+        if isinstance(t, Tool):
+            if specs.get(t.name, t) is not t:
+                raise InvalidGraph(graph, f"node {node!r} has two different tools named "
+                                          f"{t.name!r}")
+            specs[t.name] = t
+            found.append(t.name)
+        elif isinstance(t, str) and is_external(t):
+            found.append(t)
+        else:
+            raise InvalidGraph(graph, f"node {node!r}: {t!r} is not a tool: pass the object "
+                                      "@tool made (a string names only an external "
+                                      "'server.tool')")
+    return tuple(found), specs
 
 
 def is_external(name: str) -> bool:
     """``server.tool``: served by something the worker connects to, checked at its start."""
     return "." in name
-
-
-def resolve(graph: str, node: str, names: Iterable[str],
-            catalogue: Catalogue | None) -> dict[str, ToolSpec]:
-    """The specs of ``node``'s tools; InvalidGraph naming a tool the catalogue lacks."""
-    specs: dict[str, ToolSpec] = {}
-    for name in names:
-        if is_external(name):
-            continue
-        if catalogue is None:
-            raise InvalidGraph(graph, f"node {node!r} names tool {name!r} but the graph has "
-                                      "no tool catalogue: Graph(name, State, tools=CATALOGUE)")
-        spec = catalogue.get(name)
-        if spec is None:
-            known = ", ".join(sorted(catalogue)) or "none"
-            raise InvalidGraph(graph, f"node {node!r} names unknown tool {name!r} "
-                                      f"(the catalogue has: {known})")
-        specs[name] = spec
-    return specs
 
 
 # Tools served from outside any catalogue (``server.tool``: an MCP server's) are known
@@ -100,7 +162,7 @@ def register_external(specs: Mapping[str, ToolSpec]) -> None:
 
 
 def spec_for(node: Any, name: str) -> ToolSpec | None:
-    """The spec of one of ``node``'s tools: from its catalogue, or registered external."""
+    """The spec of one of ``node``'s tools: its object, or an external one's (registered)."""
     spec: ToolSpec | None = node.specs.get(name)
     return spec if spec is not None else _EXTERNAL.get(name)
 
@@ -124,3 +186,30 @@ def argument_problem(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
         return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
                          for e in exc.errors()[:5])
     return None
+
+
+def called(node: Any, tool: Tool | str | Any, arguments: BaseModel | Mapping[str, Any] | None
+           ) -> tuple[str, dict[str, Any]]:
+    """The name and JSON arguments of ``ctx.tool(tool, arguments)`` in ``node``: ``tool`` is
+    a ``Tool`` of the node, a model's ``ToolCallRequest`` (its arguments unless given), or
+    an external tool's ``server.tool`` name. Raises NodeFailed for anything else."""
+    if isinstance(tool, Tool):
+        name = tool.name
+        if node.specs.get(name, tool) is not tool:
+            raise NodeFailed(f"{tool!r} is not node {node.name!r}'s tool {name!r} "
+                             "(another object)")
+    elif isinstance(tool, str):
+        if not is_external(tool):
+            raise NodeFailed(f"ctx.tool({tool!r}): pass the tool object, not its name (a "
+                             "string names only an external 'server.tool')")
+        name = tool
+    elif isinstance(getattr(tool, "name", None), str) and hasattr(tool, "arguments"):
+        name, arguments = tool.name, tool.arguments if arguments is None else arguments
+    else:
+        raise NodeFailed(f"ctx.tool({tool!r}): not a tool")
+    if name not in node.tools:
+        only = " (only proposed here)" if name in node.proposes else ""
+        raise NodeFailed(f"tool {name!r} is not available in state {node.name!r}{only}")
+    if isinstance(arguments, BaseModel):
+        return name, arguments.model_dump(mode="json")
+    return name, dict(arguments or {})

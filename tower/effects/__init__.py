@@ -5,9 +5,10 @@ in the SAME transaction on your database, the claim of the action's key, the epo
 (an attempt Temporal gave up on cannot commit later) and the record of the result: a
 repeat of the action returns the first result and acts on nothing::
 
-    from tower.effects import EffectCall, EffectRefused, SQLite, effect
+    from tower import tool
+    from tower.effects import EffectCall, EffectRefused, SQLite
 
-    @effect
+    @tool(side_effect=True)  # the function's docstring is the tool's description
     def send_payment(db, payment: Payment, call: EffectCall) -> dict[str, Any]:
         if payment.amount_cents > LIMIT and call.approved("amount_cents") is None:
             raise EffectRefused("over_limit", "over the limit and not approved")
@@ -15,7 +16,9 @@ repeat of the action returns the first result and acts on nothing::
                    ("pay_" + call.id, payment.payee, payment.amount_cents))
         return {"payment_id": "pay_" + call.id}
 
-    worker = Worker(client, ..., activities=[send_payment.on(SQLite("payments.sqlite"))])
+    worker = build_worker(client, ..., bind={"db": SQLite("payments.sqlite")})
+
+``run_tool(send_payment, db, call)`` runs it as its activity would, for a test.
 
 ``Postgres(dsn)`` is the same on PostgreSQL (psycopg 3; ``?`` placeholders work on both).
 
@@ -33,10 +36,11 @@ to any other activity (_guard.py).
 """
 
 from tower.core.errors import EffectRefused
+from tower.effects._activity import run_tool
 from tower.effects._ledger import epoch_now
 from tower.effects._postgres import Postgres
 from tower.effects._sqlite import SQLite
-from tower.effects._tool import Database, EffectCall, EffectTool, NoEffect, effect, reconcile
+from tower.effects._tool import Database, EffectCall, EffectTool, NoEffect, reconcile
 
 __all__ = ["Database", "EffectCall", "EffectRefused", "EffectTool", "NoEffect", "Postgres",
-           "SQLite", "effect", "epoch_now", "reconcile"]
+           "SQLite", "epoch_now", "reconcile", "run_tool"]

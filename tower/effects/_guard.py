@@ -44,6 +44,6 @@ class _Inbound(ActivityInboundInterceptor):
             raise failure(TowerError(
                 f"{name} is declared a side effect but its activity is not a tower.effects "
                 "tool: it cannot say whether it acted, so it was not called again (that "
-                "would act twice). Build it with @effect (tower.effects) to have the run "
+                "would act twice). Make it @tool(side_effect=True) to have the run "
                 "reconcile it", code=Code.NOT_AN_EFFECT))
         return await super().execute_activity(input)

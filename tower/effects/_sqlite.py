@@ -64,6 +64,13 @@ class SQLite:
             db.execute("COMMIT")
             return out
 
+    def read(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work(db)`` for a tool that only reads: no write lock taken, nothing committed
+        (a writer holding the lock does not hold up a read)."""
+        self._ensure()
+        with closing(self.connect()) as db:
+            return work(db)
+
     def _ensure(self) -> None:
         """Create Tower's table and the tool's schema once per process. Reads first: a
         worker starting while a tool holds the write lock does not wait for it."""

@@ -17,12 +17,10 @@ attempt given up on can make it any more.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
-import typing
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
@@ -125,35 +123,6 @@ class EffectTool(Generic[A]):
         except EffectRefused as refused:  # rolled back; the node gets EffectRefused back
             refused.tool = self.name
             raise failure(refused) from None
-
-
-def effect(fn: Callable[[Any, A, EffectCall], dict[str, Any]] | None = None, *,
-           name: str | None = None) -> Any:
-    """Make ``fn(db, args, call) -> result`` an exactly-once side-effecting tool.
-
-    ``fn`` is the business function: it checks its invariant (``raise EffectRefused(code,
-    reason)``) and writes, through ``db``, inside the transaction Tower opens; Tower adds
-    the claim, the fence and the record of the result to that same transaction. The type
-    of ``fn``'s second parameter (a pydantic model) validates the arguments. The tool's
-    name (its activity's) is ``name`` or ``fn``'s.
-
-    Example::
-
-        @effect
-        def send_payment(db, payment: Payment, call: EffectCall) -> dict[str, Any]:
-            ...
-
-        Worker(..., activities=[send_payment.on(SQLite(".tower/payments.sqlite"))])
-    """
-    def wrap(f: Callable[[Any, A, EffectCall], dict[str, Any]]) -> EffectTool[A]:
-        names = list(inspect.signature(f).parameters)
-        args = typing.get_type_hints(f).get(names[1]) if len(names) > 1 else None
-        if not (isinstance(args, type) and issubclass(args, BaseModel)):
-            raise TypeError(f"{f.__name__}: the second parameter must be annotated with the "
-                            "tool's arguments model (a pydantic BaseModel)")
-        return EffectTool(name or f.__name__, cast(type[A], args), f)
-
-    return wrap if fn is None else wrap(fn)
 
 
 def reconcile(db: Database, key: str, epoch: int | None = None) -> dict[str, Any] | None:

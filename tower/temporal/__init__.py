@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from tower.temporal.payloads import tower_data_converter
     from tower.temporal.plugin import TowerPlugin, WorkerMisconfigured, has_tower_plugin
     from tower.temporal.telemetry import TracingConfigError
+    from tower.temporal.worker import build_worker, tool_activities
 
 # Loaded on use: importing one module of this layer does not load the plugin's (nor the
 # MCP SDK, an optional extra: tower[mcp]).
@@ -34,6 +35,7 @@ _LAZY = {"TowerPlugin": "tower.temporal.plugin", "MachineRun": "tower.temporal._
          "agents_by_name": "tower.temporal._agent", "load_agents": "tower.temporal._agent",
          "scripts_of": "tower.temporal._agent", "has_tower_plugin": "tower.temporal.plugin",
          "WorkerMisconfigured": "tower.temporal.plugin",
+         "build_worker": "tower.temporal.worker", "tool_activities": "tower.temporal.worker",
          "run_main": "tower.temporal._process", "serve": "tower.temporal._process",
          "stop_on_signals": "tower.temporal._process",
          "publish_steps": "tower.temporal._stream_sink",
@@ -48,9 +50,10 @@ _LAZY = {"TowerPlugin": "tower.temporal.plugin", "MachineRun": "tower.temporal._
              "load_sources")}}
 __all__ = ["MachineRun", "McpConfigError", "McpDiscoveryError", "McpPolicyError", "McpSources",
            "ModelSettings", "PriceError", "TowerPlugin", "TracingConfigError",
-           "WorkerMisconfigured", "WorkerSettings", "agents_by_name", "has_tower_plugin",
+           "WorkerMisconfigured", "WorkerSettings", "agents_by_name", "build_worker",
+           "has_tower_plugin",
            "load_agents", "load_sources", "publish_steps", "run_main", "scripts_of", "serve",
-           "stop_on_signals", "stop_publishing", "tower_data_converter", "wal"]
+           "stop_on_signals", "stop_publishing", "tool_activities", "tower_data_converter", "wal"]
 
 
 def __getattr__(name: str) -> Any:

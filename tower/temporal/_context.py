@@ -2,8 +2,8 @@
 each backed by Temporal (activities, local activities, child workflows, ``workflow.now``).
 
 It is one implementation of ``tower.core.context.NodeContext``; ``tower.testing`` has
-the in-process one. Tool specs come from the node (``Graph(..., tools=CATALOGUE)``):
-the engine never imports a project's tool catalogue.
+the in-process one. Tools come from the node (``.node(..., tools=[send_payment])``: the
+objects themselves); the engine never imports a project's tools.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from tower.contract.wire import (
     ModelReply,
     Reduction,
     ToolCall,
+    ToolCallRequest,
     WindowRef,
 )
 from tower.core.asking import ask_validated, check_reply, model_request
@@ -43,7 +44,7 @@ from tower.core.errors import EffectRefused, NodeFailed
 from tower.core.graph import Node
 from tower.core.keys import Action, effect_key
 from tower.core.state import Message, Usage
-from tower.core.tools import ToolDef, ToolSpec, spec_for
+from tower.core.tools import Tool, ToolSpec, called, spec_for
 from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._model_call import call_local, call_queued
 from tower.temporal._store_wait import wait_for_store
@@ -69,12 +70,15 @@ class TemporalContext:
     """``NodeContext`` on a worker. ``host`` is the workflow instance running the node."""
 
     def __init__(self, agent: str, node: Node, step: int, models: list[str],
-                 host: Any = None, decision: str = "", action: Action | None = None) -> None:
+                 host: Any = None, authority: Authority | None = None,
+                 action: Action | None = None) -> None:
         self.agent = agent
         self.node = node
         self.step = step
         self.models = models
-        self.decision = decision  # the approval of this node visit ("" if none)
+        # What this visit's side effects may do: the run's limits and the gate's approval.
+        self.authority = authority or Authority()
+        self.decision = self.authority.decision_id  # the approval of this visit ("" if none)
         self.action = action or Action(node.name, 0)  # what its side effects' keys name
         self.calls: list[str] = []
         self.usage = Usage()
@@ -157,29 +161,27 @@ class TemporalContext:
             self.node, lambda convo, schema: self._call_model(convo, schema, extra, True),
             messages, schema=None, max_corrections=max_corrections)
 
-    async def tool(self, name: str, arguments: dict[str, Any],
-                   authority: Authority | None = None) -> dict[str, Any]:
+    async def tool(self, tool: Tool | ToolCallRequest | str,
+                   arguments: BaseModel | dict[str, Any] | None = None) -> dict[str, Any]:
         """Run one of this node's tools as an activity, with the action's idempotency key.
 
-        ``authority`` is what the run's recorded state allows a side effect (its limit,
-        the approval); the tool checks it in the effect's transaction. A refusal raises
-        ``EffectRefused``. A side effect that failed otherwise (timed out, retries spent)
-        is reconciled by key first: if it was made after all, its result is returned.
+        A side effect is told what the run authorizes (``self.authority``: the run's
+        limits, the gate's approval); it checks that in the effect's transaction. A refusal
+        raises ``EffectRefused``. A side effect that failed otherwise (timed out, retries
+        spent) is reconciled by key first: if it was made after all, its result is returned.
         """
-        if name not in self.node.tools:
-            only = " (only proposed here)" if name in self.node.proposes else ""
-            raise NodeFailed(f"tool {name!r} is not available in state {self.node.name!r}{only}")
+        name, arguments = called(self.node, tool, arguments)
         # A worker checks at start that it has every tool its agents name; only a
         # replayer without the MCP servers lacks an external spec, and replay reads
         # the result from the history, whatever the options.
-        tool, info = spec_for(self.node, name) or unlisted(name), workflow.info()
+        spec, info = spec_for(self.node, name) or unlisted(name), workflow.info()
         nth = self.calls.count(f"tool:{name}")
         key = effect_key(workflow_id=info.workflow_id, chain=info.first_execution_run_id,
                          action=self.action, tool=name, nth=nth, arguments=arguments)
-        grant = (authority or Authority()).model_copy(update={"decision_id": self.decision})
+        grant = self.authority if spec.side_effect else Authority()
         stream_sink.emit_tool(TOOL_STARTED, self.step, name, nth, node=self.node.name)
         try:
-            result = await self._run_tool(name, tool, ToolCall(
+            result = await self._run_tool(name, spec, ToolCall(
                 tool=name, arguments=arguments, idempotency_key=key, authority=grant))
         except (ActivityError, EffectRefused) as exc:
             stream_sink.emit_tool(TOOL_FINISHED, self.step, name, nth, node=self.node.name,
@@ -262,7 +264,7 @@ class TemporalContext:
         return check_reply(self.node, reply, schema)
 
 
-def unlisted(name: str) -> ToolDef:
+def unlisted(name: str) -> Tool:
     """The options of an external tool a replayer has no spec for (replay compares the
     activity's name, not its options; the result comes from the history)."""
-    return ToolDef(name, "", BaseModel, timeout_seconds=60.0)
+    return Tool(name, "", BaseModel, fn=lambda: None, timeout_seconds=60.0)

@@ -20,9 +20,9 @@ from tower.contract.failures import failure_reason
 from tower.core.carry import Carry
 from tower.core.engine import advance, node_error
 from tower.core.errors import NodeFailed
-from tower.core.gates import Outcome, approving_decision
+from tower.core.gates import Outcome
 from tower.core.interpreter import Hold, after_node, next_step
-from tower.core.keys import action_of
+from tower.core.keys import action_of, authority_of
 from tower.core.state import AgentState, S, apply_update, set_engine_fields
 from tower.temporal import _tracing as tracing
 from tower.temporal._context import TemporalContext
@@ -124,7 +124,7 @@ class AgentWorkflow(MachineRun):
             return
         node = self.machine.nodes[step.node]
         ctx = TemporalContext(self.machine.name, node, state.step, list(self.models), self,
-                              decision=approving_decision(state, node.name),
+                              authority=authority_of(state, node.name, self.Policy),
                               action=action_of(state, node.name))
         try:
             update = dict(await node.fn(ctx, state))

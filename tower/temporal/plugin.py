@@ -39,7 +39,7 @@ from tower.contract.failures import Code, TowerError
 from tower.core.errors import IllegalTransition, InvalidGraph, NodeFailed
 from tower.core.events import EventRejected
 from tower.core.policy import PolicyInvalid, PolicyLoosened
-from tower.core.tools import ToolSpec, register_external
+from tower.core.tools import Tool, ToolSpec, register_external
 from tower.effects._guard import OnlyEffectsReconcile
 from tower.temporal._agent import scripts_of
 from tower.temporal._gate_calls import current_run_id
@@ -51,6 +51,7 @@ from tower.temporal._quiet_attempts import AttemptsEndQuietly, quiet_store_trace
 from tower.temporal._sandbox import project_packages, sandbox_runner
 from tower.temporal._scheduler_guard import ScheduledByOwnAgents
 from tower.temporal._stream_sink import publish_steps
+from tower.temporal._tools import tool_activities
 from tower.temporal._unopenable import TowerDataConverter, UnopenablePayload, guarded
 from tower.temporal.cleanup import EVERY as CLEANUP_EVERY
 from tower.temporal.cleanup import TowerStoreCleanup, ensure_cleanup
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
     from tower.activities.own import WorkerSettings
 
 __all__ = ["WORKFLOW_FAILURE_TYPES", "TowerPlugin",
-           "WorkerMisconfigured", "check_external_tools", "check_tools_served", "has_tower_plugin",
+           "WorkerMisconfigured", "check_external_tools", "has_tower_plugin", "hosted_tools",
            "sandbox_runner"]
 
 log = logging.getLogger("tower.worker")
@@ -104,9 +105,15 @@ class TowerPlugin(SimplePlugin):
     On a worker hosting agents it also registers Tower's own activities (the model
     gateway, the trust loader, the gate notifier, the attester; steps to the stream store:
     ``tower.activities.own``) from ``settings`` (None: the environment's), unless
-    ``own_activities`` is False; a worker-level plugin's replace a client-level one's. The
-    worker refuses to start (``WorkerMisconfigured``) when a hosted agent's tool has no
-    activity, and warns when its gated agents' requests cannot be attested.
+    ``own_activities`` is False; a worker-level plugin's replace a client-level one's. And
+    it registers every tool the hosted agents' graphs use (``@tool``) as an activity named
+    after it, its resource from ``bind`` (``{"db": SQLite(path)}``: the parameter name ->
+    what it gets); a tool whose resource is not bound refuses the start
+    (``WorkerMisconfigured``, naming it), whatever the worker's activities are — an activity
+    of the tool's name registered by hand serves it instead. ``tools=False``: a worker that
+    deliberately serves no tools (its runs' tools run on other workers). A worker-level
+    plugin does this in place of a client-level one. It warns when the gated agents'
+    requests cannot be attested.
     """
 
     def __init__(
@@ -115,11 +122,14 @@ class TowerPlugin(SimplePlugin):
         passthrough: Sequence[str] = (), external_tools: Mapping[str, ToolSpec] | None = None,
         interceptors: Sequence[ClientInterceptor | WorkerInterceptor] = (),
         tracing: bool | None = None, settings: WorkerSettings | None = None,
-        own_activities: bool = True,
+        own_activities: bool = True, bind: Mapping[str, Any] | None = None,
+        tools: bool = True,
     ) -> None:
         self._converter = data_converter
         self.settings = settings
         self.own_activities = own_activities
+        self.bind = dict(bind or {})
+        self.serves_tools = tools
         self._from_env: DataConverter | None = None
         self.traced = _tracer_installed() if tracing is None else tracing
         self.passthrough = (*passthrough,
@@ -183,10 +193,12 @@ class TowerPlugin(SimplePlugin):
         # Every ``server.tool`` an agent names is served here: listed, or an activity.
         served = set(self.external_tools) | {n for n in map(activity_name, activities) if n}
         check_external_tools(workflows, served)
-        if any(a not in _RUNTIME and getattr(a, "__self__", None) not in _OWN
-               for a in activities):
-            check_tools_served(workflows, served)
-        # (else a workflow-only worker, by design: its runs' tools run on other workers)
+        if self.serves_tools and not _deferring(self, config):
+            # Every tool of the hosted agents' graphs is an activity here, its resource
+            # bound; one unbound refuses the start (tools=False: a workflow-only worker).
+            tools, users = hosted_tools(workflows)
+            activities = [*activities, *tool_activities(tools, self.bind, served, users)]
+            config["activities"] = activities
         register_external(self.external_tools)
         # Every activity (a tool that pays included) runs only for this worker's own runs:
         # not for a workflow of someone else's scheduling it on this queue (scheduler_guard).
@@ -274,8 +286,8 @@ def _learning(runner: WorkflowRunner | None, workflows: Iterable[type]
 
 def check_external_tools(agents: Iterable[Any], available: Collection[str]) -> None:
     """Every ``server.tool`` an agent names must be served by this worker (``available``);
-    InvalidGraph naming the agent, node and tool otherwise. Names without a dot were
-    checked against the catalogue when the agent's graph compiled."""
+    InvalidGraph naming the agent, node and tool otherwise (a project's own tools are
+    objects, registered by the plugin)."""
     for cls in agents:
         machine = getattr(cls, "machine", None)
         if machine is None:  # a plain Temporal workflow hosted beside the agents
@@ -308,25 +320,31 @@ class WorkerMisconfigured(TowerError, ValueError):  # a ValueError: a setting's 
     CODE = Code.BAD_SETTINGS
 
 
-def check_tools_served(agents: Iterable[Any], available: Collection[str]) -> None:
-    """Every tool of a hosted agent's catalogue (``ToolDef``) must be an activity of this
-    worker: a missing one would leave its runs waiting at that node forever. Raises
-    WorkerMisconfigured naming each missing tool, and the agent and node that use it."""
-    missing: dict[str, list[str]] = {}  # tool -> "agent.node" that use it
+def hosted_tools(agents: Iterable[Any]) -> tuple[dict[str, Tool], dict[str, list[str]]]:
+    """Every tool of the hosted agents' graphs by name, and the "agent.node"s using each.
+    InvalidGraph when two agents name different tools alike."""
+    tools: dict[str, Tool] = {}
+    users: dict[str, list[str]] = {}
     for cls in agents:
         machine = getattr(cls, "machine", None)
         if machine is None:
             continue
+        for name, tool in machine.tools().items():
+            if tools.setdefault(name, tool) is not tool:
+                raise InvalidGraph(machine.name, f"its tool {name!r} is another object than "
+                                                 "another hosted agent's tool of that name")
         for node in machine.nodes.values():
-            for name, spec in node.specs.items():
-                if name not in available and not getattr(spec, "control", False):
-                    missing.setdefault(name, []).append(f"{machine.name}.{node.name}")
-    if missing:
-        named = "; ".join(f"{tool!r} (used by {', '.join(users)})"
-                          for tool, users in sorted(missing.items()))
-        raise WorkerMisconfigured(
-            f"this worker cannot run its agents: no activity is registered for tool {named}. "
-            "Pass each tool's activity in Worker(..., activities=[...])")
+            for name in (*node.tools, *node.proposes):
+                if name in tools:
+                    users.setdefault(name, []).append(f"{machine.name}.{node.name}")
+    return tools, users
+
+
+def _deferring(plugin: TowerPlugin, config: WorkerConfig) -> bool:
+    """A client's plugin leaves the tools to a TowerPlugin of the worker's own (its
+    ``bind``): that one comes after it."""
+    mine = list(config.get("plugins") or ())
+    return plugin not in mine and any(isinstance(p, TowerPlugin) for p in mine)
 
 
 def has_tower_plugin(client: Client) -> bool:

@@ -29,7 +29,7 @@ from tower.core.cost import CallUsage
 from tower.core.errors import NodeFailed
 from tower.core.graph import Node
 from tower.core.state import Message, Usage
-from tower.core.tools import argument_problem, spec_for
+from tower.core.tools import Tool, argument_problem, called, spec_for
 
 T = TypeVar("T", bound=BaseModel)
 # What the model says to a request: content, or one tool call (the scripted model's shape).
@@ -54,11 +54,13 @@ class ScriptedContext:
     def __init__(
         self, agent: str, node: Node, step: int, *, model: Mapping[str, ModelAnswers],
         tools: Mapping[str, ToolAnswer], run_id: str, now: datetime, host: Any = None,
-        children: Callable[[Any, Any], Any] | None = None, decision: str = "",
+        children: Callable[[Any, Any], Any] | None = None, authority: Authority | None = None,
     ) -> None:
         self.agent, self.node, self.step = agent, node, step
-        self.decision = decision  # the approval of this node visit, as on a worker
-        self.authorities: list[Authority] = []  # what each tool call was allowed
+        # What this visit's side effects may do, from the runner, as on a worker.
+        self.authority = authority or Authority()
+        self.decision = self.authority.decision_id  # the approval of this node visit
+        self.authorities: list[Authority] = []  # what each side effect was told
         self.calls: list[str] = []
         self.usage = Usage()
         self.model_calls: list[CallUsage] = []
@@ -125,11 +127,9 @@ class ScriptedContext:
     def emit(self, label: str, data: dict[str, Any] | None = None) -> None:
         self.emitted.append(custom_data(label, data))  # checked as on a worker
 
-    async def tool(self, name: str, arguments: dict[str, Any],
-                   authority: Authority | None = None) -> dict[str, Any]:
-        if name not in self.node.tools:
-            only = " (only proposed here)" if name in self.node.proposes else ""
-            raise NodeFailed(f"tool {name!r} is not available in state {self.node.name!r}{only}")
+    async def tool(self, tool: Tool | ToolCallRequest | str,
+                   arguments: BaseModel | dict[str, Any] | None = None) -> dict[str, Any]:
+        name, arguments = called(self.node, tool, arguments)
         spec = spec_for(self.node, name)
         problem = None if spec is None else argument_problem(spec, arguments)
         if problem is not None:  # the tool activity refuses bad arguments the same way
@@ -137,8 +137,8 @@ class ScriptedContext:
         answer = self._tools.get(name)
         if answer is None:
             raise NodeFailed(f"no answer for tool {name!r} in this test (tools={{...}})")
-        # As on a worker: the approval of this visit is the context's, not the node's say.
-        authority = (authority or Authority()).model_copy(update={"decision_id": self.decision})
+        # As on a worker: a side effect is told what the runtime knows, not the node's say.
+        authority = self.authority if spec is None or spec.side_effect else Authority()
         self.calls.append(f"tool:{name}")
         self.authorities.append(authority)
         if not callable(answer):

@@ -6,7 +6,7 @@ engine a worker runs — ``start``, ``advance``, ``node_error``, the gates' ``op
 log properties (``check_log``) are the real ones.
 
     run = await run_agent(RefundAgent, RefundState(...), model={"reason": [...]},
-                          tools={"invoice_balance": {...}}, decisions=[approve("ann")])
+                          tools={invoice_balance: {...}}, decisions=[approve("ann")])
     assert run.path == ["START", "reason", "issue_refund", ...]
 """
 
@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict, proposal_digest
 from tower.contract.failures import Code
+from tower.contract.wire import Authority
 from tower.core.context import NodeContext
 from tower.core.edits import check_edits
 from tower.core.engine import Transition, advance, fail, node_error, start
@@ -28,7 +29,6 @@ from tower.core.errors import DecisionRefused, NodeFailed, TowerError
 from tower.core.events import Event, apply_event
 from tower.core.gates import (
     Gate,
-    approving_decision,
     close_gate,
     open_gate,
     pending_record,
@@ -44,6 +44,7 @@ from tower.core.interpreter import (
     next_step,
     rechecked,
 )
+from tower.core.keys import authority_of
 from tower.core.state import AgentState, apply_update
 from tower.testing._context import ModelAnswers, ScriptedContext, Stuck, ToolAnswer
 
@@ -86,21 +87,26 @@ class Run(Generic[S]):
         return [self.log[0].source, *(t.target for t in self.log)] if self.log else []
 
 
+def _by_name(tools: Mapping[Any, ToolAnswer] | None) -> dict[str, ToolAnswer]:
+    """A test's tool answers, keyed by the tool (its object; a string for ``server.tool``)."""
+    return {getattr(tool, "name", tool): answer for tool, answer in (tools or {}).items()}
+
+
 async def run_node(agent: Any, node: str, state: AgentState, *,
                    model: Mapping[str, ModelAnswers] | None = None,
-                   tools: Mapping[str, ToolAnswer] | None = None, host: Any = None,
+                   tools: Mapping[Any, ToolAnswer] | None = None, host: Any = None,
                    run_id: str = "test-run") -> tuple[dict[str, Any], ScriptedContext]:
     """Run one node on ``state``: its update (not applied) and the context it used."""
     machine = _machine(agent)
     ctx = ScriptedContext(machine.name, machine.nodes[node], state.step,
-                          model=_answers(agent, model), tools=dict(tools or {}),
+                          model=_answers(agent, model), tools=_by_name(tools),
                           run_id=run_id, now=T0, host=host)
     return dict(await machine.nodes[node].fn(ctx, state)), ctx
 
 
 async def run_agent(
     agent: Any, state: S, *, model: Mapping[str, ModelAnswers] | None = None,
-    tools: Mapping[str, ToolAnswer] | None = None, decisions: Iterable[Said] = (),
+    tools: Mapping[Any, ToolAnswer] | None = None, decisions: Iterable[Said] = (),
     events: Iterable[Mapping[str, Any]] = (), host: Any = None,
     children: Callable[[Any, Any], Any] | None = None, run_id: str = "test-run",
     max_steps: int = 500, expire: bool = True,
@@ -115,7 +121,7 @@ async def run_agent(
     ``state`` that stands on a node (``Run.state`` of an earlier call, as a run carried
     over by continue-as-new) goes on from there; one waiting at a gate takes up its request.
     """
-    runner = _Runner(agent, run_id, _answers(agent, model), dict(tools or {}),
+    runner = _Runner(agent, run_id, _answers(agent, model), _by_name(tools),
                      list(decisions), [dict(e) for e in events], host, children)
     runner.expire = expire
     if state.node == START:
@@ -158,11 +164,12 @@ class _Runner:
         # it, made outside any workflow (its constructor touches no Temporal API).
         self.instance: Any = _outside_a_run(agent) if hasattr(agent, "EventModel") else None
 
-    def context(self, node: str, step: int, decision: str = "") -> ScriptedContext:
+    def context(self, node: str, step: int, authority: Authority | None = None
+                ) -> ScriptedContext:
         ctx = ScriptedContext(self.machine.name, self.machine.nodes[node], step,
                               model=self.model, tools=self.tools, run_id=self.run_id,
                               now=self.now(), host=self.host, children=self.children,
-                              decision=decision)
+                              authority=authority)
         self.contexts.append(ctx)
         return ctx
 
@@ -179,7 +186,8 @@ class _Runner:
         if isinstance(step, Hold):
             return await self.hold(state, step)
         node = self.machine.nodes[step.node]
-        ctx = self.context(node.name, state.step, approving_decision(state, node.name))
+        ctx = self.context(node.name, state.step, authority_of(
+            state, node.name, getattr(self.agent, "Policy", None)))
         at, eid = self.now(), len(self.log) + 1
         try:
             update = dict(await node.fn(ctx, state))
