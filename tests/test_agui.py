@@ -1,0 +1,127 @@
+"""The AG-UI endpoint (tower.agui, docs/agui.md) on a real dev server and worker: its
+streams pass an independent conformance validator (ag-ui-validate), a refund parks as an
+interrupt carrying the rendered proposal, its digest and the edits' schema, and a resume
+entry is a decision the gate judges: signed by the endpoint for a signed-in approver, or
+by the client itself; a bad one is refused with its code and nothing is paid."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from ag_ui_validate.transport import TransportOptions, validate_body, validate_endpoint
+from gatekit import BIG_REFUND, decision, forged_key, new_id, refunds, snapshot
+from inboxkit import ROLES, issuer
+from temporalio.client import Client
+
+from tower.cli.inbox.app import InboxConfig
+from tower.cli.inbox.identity import ProxyAuth
+from tower.cli.inbox.server import serving
+from tower.contract.decisions import GateRecord, proposal_digest
+
+USER = "X-Forwarded-User"
+
+
+@pytest.fixture(autouse=True)
+def streams(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The endpoint reads the stream store the test's worker writes."""
+    path = db_path.with_name("streams.sqlite")
+    monkeypatch.setenv("TOWER_STREAMS", str(path))
+    return path
+
+
+def proxied(client: Client) -> InboxConfig:
+    """An inbox whose users a trusted proxy (this host) names in a header."""
+    return InboxConfig(tenant=client.namespace, session_secret="s", issuer=issuer(client),
+                       proxy=ProxyAuth(USER, frozenset({"127.0.0.1"}), ROLES))
+
+
+def run_input(thread: str, *, message: str = BIG_REFUND, resume: list[dict[str, Any]] | None
+              = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"threadId": thread, "runId": f"r-{uuid.uuid4().hex[:8]}",
+                            "messages": [{"id": "u1", "role": "user", "content": message}],
+                            "state": {}, "tools": [], "context": [], "forwardedProps": {}}
+    if resume is not None:
+        body["resume"] = resume
+    return body
+
+
+async def post(url: str, body: dict[str, Any], user: str | None = "alice") -> httpx.Response:
+    headers = {USER: user} if user else {}
+    async with httpx.AsyncClient(timeout=120) as http:
+        return await http.post(url, json=body, headers=headers)
+
+
+def events(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line[len("data: "):]) for line in text.splitlines()
+            if line.startswith("data: ")]
+
+
+async def clean(text: str) -> None:
+    """ag-ui-validate finds nothing in a recorded stream: 0 errors, 0 warnings."""
+    async def body() -> AsyncIterator[bytes]:
+        yield text.encode()
+    result = await validate_body(body(), "text/event-stream", TransportOptions(recorded=True))
+    summary = result.report.summary
+    assert (summary.errors, summary.warnings) == (0, 0), result.report.diagnostics
+
+
+def interrupt_of(seen: list[dict[str, Any]]) -> dict[str, Any]:
+    end = seen[-1]
+    assert end["type"] == "RUN_FINISHED" and end["outcome"]["type"] == "interrupt", end
+    (interrupt,) = end["outcome"]["interrupts"]
+    return dict(interrupt)
+
+
+def resume(interrupt: dict[str, Any], payload: dict[str, Any] | None = None,
+           token: str | None = None) -> list[dict[str, Any]]:
+    entry: dict[str, Any] = {"interruptId": interrupt["id"], "status": "resolved",
+                             "payload": payload or {"verdict": "approve"}}
+    if token is not None:
+        entry["metadata"] = {"token": token}
+    return [entry]
+
+
+async def park(url: str, thread: str) -> tuple[str, dict[str, Any]]:
+    reply = await post(f"{url}/agui/refund", run_input(thread))
+    assert reply.status_code == 200, reply.text
+    return reply.text, interrupt_of(events(reply.text))
+
+
+async def test_refund_through_interrupt_and_signed_resume(
+        client: Client, task_queue: str, scripted_worker: Any, db_path: Path) -> None:
+    thread = new_id("agui")
+    async with scripted_worker(), serving(proxied(client), client) as url:
+        text, interrupt = await park(url, thread)
+        await clean(text)
+        seen = events(text)
+        kinds = [e["type"] for e in seen]
+        assert kinds[0] == "RUN_STARTED" and kinds[1] == "STATE_SNAPSHOT", kinds
+        assert {"STEP_STARTED", "STEP_FINISHED", "STATE_DELTA", "TOOL_CALL_START",
+                "TOOL_CALL_ARGS", "TOOL_CALL_RESULT", "MESSAGES_SNAPSHOT"} <= set(kinds), kinds
+        args = next(e for e in seen if e["type"] == "TOOL_CALL_ARGS")
+        assert json.loads(args["delta"]) == {"invoice_id": "INV-2004"}
+        # The interrupt: the whole request as rendered, the digest the run's own query gives.
+        pending = (await client.get_workflow_handle(thread).query("approvals",
+                                                                  result_type=dict))["pending"]
+        digest = proposal_digest(GateRecord.model_validate(pending))
+        tower = interrupt["metadata"]["tower"]
+        assert tower["digest"] == digest and interrupt["id"].endswith(digest)
+        assert "amount_cents: 120000" in interrupt["message"], interrupt["message"]
+        edit = interrupt["responseSchema"]["properties"]["edits"]["properties"]["amount_cents"]
+        assert (edit["type"], edit["minimum"], edit["maximum"]) == ("integer", 1, 120000)
+        assert refunds(db_path) == []
+        # The resume: alice is signed in (the proxy says so); the endpoint signs for her.
+        result = await validate_endpoint(f"{url}/agui/refund", TransportOptions(
+            input=run_input(thread, resume=resume(interrupt, {
+                "verdict": "approve", "edits": {"amount_cents": 100000}})),
+            headers={USER: "alice"}, timeout_ms=120_000))
+        summary = result.report.summary
+        assert (summary.errors, summary.warnings) == (0, 0), result.report.diagnostics
+        assert refunds(db_path) == [("INV-2004", 100000)]
+        assert (await snapshot(client.get_workflow_handle(thread)))["status"] == "DONE"
