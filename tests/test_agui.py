@@ -102,7 +102,7 @@ async def test_refund_through_interrupt_and_signed_resume(
         seen = events(text)
         kinds = [e["type"] for e in seen]
         assert kinds[0] == "RUN_STARTED" and kinds[1] == "STATE_SNAPSHOT", kinds
-        assert {"STEP_STARTED", "STEP_FINISHED", "STATE_DELTA", "TOOL_CALL_START",
+        assert {"STEP_STARTED", "STEP_FINISHED", "TOOL_CALL_START",
                 "TOOL_CALL_ARGS", "TOOL_CALL_RESULT", "MESSAGES_SNAPSHOT"} <= set(kinds), kinds
         args = next(e for e in seen if e["type"] == "TOOL_CALL_ARGS")
         assert json.loads(args["delta"]) == {"invoice_id": "INV-2004"}
@@ -117,11 +117,16 @@ async def test_refund_through_interrupt_and_signed_resume(
         assert (edit["type"], edit["minimum"], edit["maximum"]) == ("integer", 1, 120000)
         assert refunds(db_path) == []
         # The resume: alice is signed in (the proxy says so); the endpoint signs for her.
+        fed: list[str] = []
         result = await validate_endpoint(f"{url}/agui/refund", TransportOptions(
             input=run_input(thread, resume=resume(interrupt, {
                 "verdict": "approve", "edits": {"amount_cents": 100000}})),
-            headers={USER: "alice"}, timeout_ms=120_000))
+            headers={USER: "alice"}, timeout_ms=120_000,
+            on_event=lambda raw, found: fed.append(raw)))
         summary = result.report.summary
         assert (summary.errors, summary.warnings) == (0, 0), result.report.diagnostics
+        kinds = [json.loads(raw)["type"] for raw in fed]
+        assert kinds[:2] == ["RUN_STARTED", "STATE_SNAPSHOT"] and "STATE_DELTA" in kinds, kinds
+        assert kinds[-1] == "RUN_FINISHED" and "TOOL_CALL_RESULT" in kinds, kinds
         assert refunds(db_path) == [("INV-2004", 100000)]
         assert (await snapshot(client.get_workflow_handle(thread)))["status"] == "DONE"
