@@ -6,7 +6,10 @@ by the client itself; a bad one is refused with its code and nothing is paid."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import shutil
+import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -130,3 +133,42 @@ async def test_refund_through_interrupt_and_signed_resume(
         assert kinds[-1] == "RUN_FINISHED" and "TOOL_CALL_RESULT" in kinds, kinds
         assert refunds(db_path) == [("INV-2004", 100000)]
         assert (await snapshot(client.get_workflow_handle(thread)))["status"] == "DONE"
+
+
+NODE = Path(__file__).parent / "agui"
+
+
+@pytest.fixture
+def ts_client(tmp_path: Path) -> Path:
+    """tests/agui/ with the official TypeScript client installed (npm, at test time)."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node and npm are needed to run @ag-ui/client (install Node.js 20)")
+    folder = tmp_path / "agui-client"
+    shutil.copytree(NODE, folder)
+    done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"],
+                          cwd=folder, capture_output=True, text=True, timeout=240)
+    if done.returncode != 0:
+        pytest.skip(f"npm could not install @ag-ui/client: {done.stderr[-500:]}")
+    return folder
+
+
+async def test_typescript_client_drives_a_refund_to_its_payment(
+        client: Client, task_queue: str, scripted_worker: Any, db_path: Path,
+        ts_client: Path) -> None:
+    thread = new_id("agui-ts")
+    async with scripted_worker(), serving(proxied(client), client) as url:
+        node = await asyncio.create_subprocess_exec(
+            "node", str(ts_client / "drive.mjs"), f"{url}/agui/refund", thread, "alice",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(node.communicate(), 120)
+    assert node.returncode == 0, err.decode()
+    seen = json.loads(out)
+    first, then = seen["runs"]
+    assert first["events"][0] == "RUN_STARTED" and first["events"][-1] == "RUN_FINISHED"
+    assert seen["interrupt"]["metadata"]["tower"]["gate"] == "refund_review"
+    assert then["errors"] == [] and then["events"][-1] == "RUN_FINISHED", then
+    assert "TOOL_CALL_RESULT" in then["events"] and seen["pending"] == []
+    assert seen["state"]["status"] == "DONE" and seen["state"]["refund_id"]
+    assert refunds(db_path) == [("INV-2004", 120000)]  # one refund, the amount approved
+    approval = seen["state"]["approvals"][-1]["decision"]
+    assert (approval["approver"], approval["note"]) == ("alice", "ok from node")
