@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 from ag_ui_validate.transport import TransportOptions, validate_body, validate_endpoint
-from gatekit import BIG_REFUND, decision, forged_key, new_id, refunds, snapshot
+from gatekit import BIG_REFUND, decision, forged_key, new_id, recorded, refunds, snapshot
 from inboxkit import ROLES, issuer
 from temporalio.client import Client
 
@@ -172,3 +172,52 @@ async def test_typescript_client_drives_a_refund_to_its_payment(
     assert refunds(db_path) == [("INV-2004", 120000)]  # one refund, the amount approved
     approval = seen["state"]["approvals"][-1]["decision"]
     assert (approval["approver"], approval["note"]) == ("alice", "ok from node")
+
+
+async def refused(url: str, body: dict[str, Any], user: str | None = "alice") -> dict[str, Any]:
+    """The AG-UI run of a refused resume: RUN_STARTED, then RUN_ERROR (its code)."""
+    reply = await post(f"{url}/agui/refund", body, user)
+    assert reply.status_code == 200, reply.text
+    await clean(reply.text)
+    seen = events(reply.text)
+    assert [e["type"] for e in seen] == ["RUN_STARTED", "RUN_ERROR"], seen
+    return seen[-1]
+
+
+async def test_bad_answers_are_refused_with_their_code_and_nothing_moves(
+        client: Client, task_queue: str, scripted_worker: Any, db_path: Path) -> None:
+    thread, other, done = new_id("agui"), new_id("agui-other"), new_id("agui-done")
+    async with scripted_worker(), serving(proxied(client), client) as url:
+        _, interrupt = await park(url, thread)
+        _, elsewhere = await park(url, other)
+        _, closed = await park(url, done)
+        handle = client.get_workflow_handle(thread)
+        before = await recorded(handle)
+        pending = (await handle.query("approvals", result_type=dict))["pending"]
+        theirs = (await client.get_workflow_handle(other).query(
+            "approvals", result_type=dict))["pending"]
+        forged = decision(client, thread, pending, key=forged_key("alice"))["token"]
+        assert (await refused(url, run_input(thread, resume=resume(
+            interrupt, token=forged))))["code"] == "bad_signature"
+        # alice's own genuine token, made for the other run's request.
+        stolen = decision(client, other, theirs)["token"]
+        assert (await refused(url, run_input(thread, resume=resume(
+            interrupt, token=stolen))))["code"] == "wrong_run"
+        mistyped = await refused(url, run_input(thread, resume=resume(
+            interrupt, {"verdict": "approve", "edits": {"amount_cents": True}})))
+        assert mistyped["code"] == "bad_edit", mistyped
+        # The other run's interrupt, answered on this thread by a signed-in approver.
+        assert (await refused(url, run_input(thread, resume=resume(
+            elsewhere))))["code"] == "wrong_run"
+        # carol's roles decide no gate: for her the thread does not exist.
+        hidden = await post(f"{url}/agui/refund", run_input(thread, resume=resume(interrupt)),
+                            user="carol")
+        assert hidden.status_code == 404, hidden.text
+        assert await recorded(handle) == before and refunds(db_path) == []
+        # An interrupt no longer open: rejected once (the run declines), answered again.
+        reply = await post(f"{url}/agui/refund", run_input(done, resume=resume(
+            closed, {"verdict": "reject", "note": "no"})))
+        assert events(reply.text)[-1]["type"] == "RUN_FINISHED", reply.text
+        again = await refused(url, run_input(done, resume=resume(closed)))
+        assert again["code"] == "not_pending", again
+        assert refunds(db_path) == []

@@ -62,7 +62,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from tower.activities.streams import StreamStore, open_streams
 from tower.client._decisions import send_decision
@@ -207,12 +207,17 @@ class Run:
                 "".join(getattr(p, "text", "") for p in content)}
 
     async def events(self) -> AsyncIterator[str]:
-        encoder = EventEncoder()
+        encoder, ended = EventEncoder(), False
         try:
             async for offset, event in self.produce():
                 event.timestamp = int(time.time() * 1000)
+                ended = isinstance(event, (RunFinishedEvent, RunErrorEvent))
                 frame = encoder.encode(event)
                 yield f"id: {offset}\n{frame}" if offset else frame
+        except Exception as exc:  # the run still ends, saying why
+            if not ended:
+                yield encoder.encode(RunErrorEvent(message=f"{type(exc).__name__}: {exc}",
+                                                   code="endpoint_error"))
         finally:
             self.close()
 
@@ -375,8 +380,11 @@ class Run:
             await send_decision(self.client, self.thread, message)
         except DecisionRefused as exc:
             return str(exc.code or RefusalCode.MALFORMED), exc.reason
-        except RunNotFound:
-            return RefusalCode.WRONG_RUN, f"no run {self.thread!r}"
+        except (RunNotFound, RPCError) as exc:
+            if isinstance(exc, RPCError) and exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+            # The run closed: no request of it is open any more.
+            return RefusalCode.NOT_PENDING, f"run {self.thread!r} has no open request"
         return None
 
     async def sign(self, entry: Any) -> dict[str, Any] | tuple[str, str]:
