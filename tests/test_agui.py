@@ -7,9 +7,13 @@ by the client itself; a bad one is refused with its code and nothing is paid."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import shutil
+import socket
 import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +25,8 @@ from ag_ui_validate.transport import TransportOptions, validate_body, validate_e
 from gatekit import BIG_REFUND, decision, forged_key, new_id, recorded, refunds, snapshot
 from inboxkit import ROLES, issuer
 from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+from termkit import cli_env
 
 from tower.cli.inbox.app import InboxConfig
 from tower.cli.inbox.identity import ProxyAuth
@@ -221,3 +227,78 @@ async def test_bad_answers_are_refused_with_their_code_and_nothing_moves(
         again = await refused(url, run_input(done, resume=resume(closed)))
         assert again["code"] == "not_pending", again
         assert refunds(db_path) == []
+
+
+@contextlib.asynccontextmanager
+async def endpoint_process(env: WorkflowEnvironment, task_queue: str) -> AsyncIterator[str]:
+    """tests/aguiserve.py (a team's app mounting tower.agui) as a uvicorn process of its own:
+    its base URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    root = Path(__file__).parent
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "uvicorn", "--factory", "aguiserve:make", "--port", str(port),
+        "--log-level", "warning", cwd=root.parent, env=cli_env(
+            env.client.service_client.config.target_host, PYTHONPATH=f"{root}:{root.parent}", AGUI_TASK_QUEUE=task_queue,
+            TOWER_STREAMS=os.environ["TOWER_STREAMS"],
+            AGUI_USERS=";".join(f"{n}={','.join(r)}" for n, r in ROLES.items())))
+    try:
+        async with asyncio.timeout(60), httpx.AsyncClient() as http:
+            while True:
+                try:
+                    await http.get(f"http://127.0.0.1:{port}/")
+                    break
+                except httpx.TransportError:
+                    assert server.returncode is None, "the endpoint process stopped"
+                    await asyncio.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        await server.wait()
+
+
+async def test_two_endpoint_processes_one_run_and_a_dropped_stream_taken_up(
+        env: WorkflowEnvironment, client: Client, task_queue: str, scripted_worker: Any,
+        db_path: Path) -> None:
+    """The run starts on one process and resumes on the other; the resume's stream, dropped
+    on the first, is taken up on the second where it stopped: nothing twice."""
+    issuer(client)
+    thread = new_id("agui-2")
+    async with (scripted_worker(), endpoint_process(env, task_queue) as one,
+                endpoint_process(env, task_queue) as two):
+        text, interrupt = await park(one, thread)
+        await clean(text)
+        body = run_input(thread, resume=resume(interrupt))
+        frames, last = [], ""
+        async with httpx.AsyncClient(timeout=120) as http:
+            async with http.stream("POST", f"{two}/agui/refund", json=body,
+                                   headers={USER: "alice"}) as reply:
+                assert reply.status_code == 200
+                frame: list[str] = []
+                async for line in reply.aiter_lines():
+                    if line:
+                        frame.append(line)
+                        continue
+                    frames.append("\n".join(frame))
+                    ids = [f[len("id: "):] for f in frame if f.startswith("id: ")]
+                    frame = []
+                    if ids:
+                        last = ids[0]
+                        if len([f for f in frames if f.startswith("id: ")]) == 2:
+                            break  # the connection drops here
+        assert last and "RUN_FINISHED" not in "".join(frames), frames
+        async with httpx.AsyncClient(timeout=120) as http:
+            rest = await http.post(f"{one}/agui/refund", json=body,
+                                   headers={USER: "alice", "Last-Event-ID": last})
+        assert rest.status_code == 200, rest.text
+        assert "RUN_STARTED" not in rest.text and "TOOL_CALL_RESULT" in rest.text, rest.text
+        whole = "\n\n".join(frames) + "\n\n" + rest.text
+        await clean(whole)
+        seen = events(whole)
+        assert [e["type"] for e in seen].count("RUN_STARTED") == 1
+        assert seen[-1]["type"] == "RUN_FINISHED" and "outcome" in seen[-1]
+        assert seen[-1]["outcome"]["type"] == "success", seen[-1]
+        calls = [e["toolCallId"] for e in seen if e["type"] == "TOOL_CALL_START"]
+        assert calls and len(calls) == len(set(calls)), calls
+        assert refunds(db_path) == [("INV-2004", 120000)]

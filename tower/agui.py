@@ -157,6 +157,7 @@ class Run:
         self.user, self.issuer, self.deployment = user, issuer, deployment
         self.thread, self.handle = given.thread_id, client.get_workflow_handle(given.thread_id)
         self.after, self.seen_history, self.resuming, self.started = 0, 0, False, False
+        self.continued = False
         self.state: dict[str, Any] = {}
         self.step: str | None = None
         self.text: str | None = None  # the message open (an attempt that has said words)
@@ -189,11 +190,16 @@ class Run:
             # As in the inbox: a run the user may not decide does not exist for them.
             return JSONResponse({"error": f"no thread {self.thread!r}"}, 404)
         self.started = True
+        position = last_event_id.split(":", 3) if last_event_id else []
+        if len(position) == 4 and position[0].isdigit() and position[1].isdigit():
+            # A dropped stream, taken up where it was: its answer was sent already.
+            self.continued, self.after, self.seen_history = True, int(position[0]), int(
+                position[1])
+            self.step, self.text = position[2] or None, position[3] or None
+            self.attempt = self.text or ""
+            return None
         self.resuming = bool(self.given.resume)
-        if last_event_id and last_event_id.isdigit():  # a dropped stream, resumed
-            self.after = int(last_event_id)
-        else:
-            self.after = self.store.last(stream_of(self.client, self.thread))
+        self.after = self.store.last(stream_of(self.client, self.thread))
         self.seen_history = await self.history_length()
         return None
 
@@ -213,7 +219,9 @@ class Run:
                 event.timestamp = int(time.time() * 1000)
                 ended = isinstance(event, (RunFinishedEvent, RunErrorEvent))
                 frame = encoder.encode(event)
-                yield f"id: {offset}\n{frame}" if offset else frame
+                # Where a reader that lost the connection goes on from (Last-Event-ID).
+                yield (f"id: {offset}:{self.seen_history}:{self.step or ''}:{self.text or ''}"
+                       f"\n{frame}") if offset else frame
         except Exception as exc:  # the run still ends, saying why
             if not ended:
                 yield encoder.encode(RunErrorEvent(message=f"{type(exc).__name__}: {exc}",
@@ -223,7 +231,8 @@ class Run:
 
     async def produce(self) -> AsyncIterator[tuple[int, BaseEvent]]:
         ids = {"thread_id": self.thread, "run_id": self.given.run_id}
-        yield 0, RunStartedEvent(**ids, input=self.given)
+        if not self.continued:
+            yield 0, RunStartedEvent(**ids, input=self.given)
         if self.resuming:
             refused = await self.answer()
             if refused is not None:
@@ -231,16 +240,19 @@ class Run:
                 return
         self.state = await self.read_state()
         yield 0, StateSnapshotEvent(snapshot=self.state)
-        if (self.started and not self.resuming
-                and self.state.get("status") == Status.AWAITING_APPROVAL):
+        parked = (self.started and not self.resuming
+                  and self.state.get("status") == Status.AWAITING_APPROVAL)
+        if parked and (not self.continued or self.store.last(
+                stream_of(self.client, self.thread)) <= self.after):
             async for out in self.finish(interrupted=True):
                 yield out
             return
         end: str | None = None
         async for event in stream(self.client, self.thread, after=self.after,
                                   store=self.store):
-            for out in await self.translate(event):
-                yield event.offset, out
+            group = await self.translate(event)
+            for n, out in enumerate(group):  # the last of them names where to go on from
+                yield event.offset if n == len(group) - 1 else 0, out
             if event.kind == GATE_OPENED:
                 end = "interrupt"
                 break
