@@ -91,7 +91,7 @@ from tower.core.signing import decision_claims, sign
 
 ClientSource = Client | Callable[[], Awaitable[Client]]
 # Who sent the request: (name, roles), or None when not signed in.
-Who = Callable[[Request], "tuple[str, tuple[str, ...]] | None"]
+Who = Callable[[Request], tuple[str, tuple[str, ...]] | None]
 LIFETIME_SECONDS = 300  # a decision the endpoint signs is sent at once
 WAIT_SECONDS = 30.0  # for a worker's first answer, or a parked run's published request
 JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}
@@ -129,8 +129,10 @@ def app(client: ClientSource, *, agents: Mapping[str, Any], task_queue: str = TA
             return JSONResponse({"error": f"not a RunAgentInput: {exc.errors()[0]['msg']} at "
                                  f"{'.'.join(map(str, exc.errors()[0]['loc']))}"}, 422)
         c = await connected()
-        own = streams is None or isinstance(streams, str)
-        store = open_streams(streams, create=False) if own else streams
+        if streams is None or isinstance(streams, str):  # one per request: any thread
+            store, own = open_streams(streams, create=False), True
+        else:
+            store, own = streams, False
         run = Run(c, agent, given, store, user, issuer, deployment, own=own)
         try:
             refused = await run.open(task_queue, request.headers.get("last-event-id"))
@@ -230,9 +232,9 @@ class Run:
             self.close()
 
     async def produce(self) -> AsyncIterator[tuple[int, BaseEvent]]:
-        ids = {"thread_id": self.thread, "run_id": self.given.run_id}
         if not self.continued:
-            yield 0, RunStartedEvent(**ids, input=self.given)
+            yield 0, RunStartedEvent(thread_id=self.thread, run_id=self.given.run_id,
+                                     input=self.given)
         if self.resuming:
             refused = await self.answer()
             if refused is not None:
@@ -244,8 +246,8 @@ class Run:
                   and self.state.get("status") == Status.AWAITING_APPROVAL)
         if parked and (not self.continued or self.store.last(
                 stream_of(self.client, self.thread)) <= self.after):
-            async for out in self.finish(interrupted=True):
-                yield out
+            async for ended in self.finish(interrupted=True):
+                yield ended
             return
         end: str | None = None
         async for event in stream(self.client, self.thread, after=self.after,
@@ -259,22 +261,18 @@ class Run:
             if event.kind == RUN_END:
                 end = str(event.data.get("status"))
                 break
-        if end is None or end == Status.FAILED:
+        if end is None:  # closed without its end event (terminated, timed out)
             info = await self.handle.describe()
-            if end is None and info.status == WorkflowExecutionStatus.RUNNING:
-                end = "interrupt"
-            elif end is None and info.status == WorkflowExecutionStatus.COMPLETED:
-                end = Status.DONE
-            else:
-                async for out in self.close_open():
-                    yield out
-                state = await self.read_state()
-                why = ([e for e in state.get("errors", [])] or [f"the run {info.status.name}"
-                                                               if info.status else "failed"])
-                yield 0, RunErrorEvent(message=str(why[-1]), code="run_failed")
-                return
-        async for out in self.finish(interrupted=end == "interrupt"):
-            yield out
+            done = info.status == WorkflowExecutionStatus.COMPLETED
+            end = Status.DONE if done else f"the run {info.status.name if info.status else ''}"
+        if end != Status.DONE and end != "interrupt":
+            async for ended in self.close_open():
+                yield ended
+            errors = (await self.read_state()).get("errors") or [end]
+            yield 0, RunErrorEvent(message=str(errors[-1]), code="run_failed")
+            return
+        async for ended in self.finish(interrupted=end == "interrupt"):
+            yield ended
 
     async def translate(self, event: Any) -> list[BaseEvent]:
         """The AG-UI events of one stream event."""
@@ -322,7 +320,7 @@ class Run:
         now = await self.read_state()
         patch = jsonpatch.make_patch(self.state, now).patch
         self.state = now
-        return [StateDeltaEvent(delta=patch)] if patch else []
+        return [StateDeltaEvent.model_validate({"delta": patch})] if patch else []
 
     async def finish(self, interrupted: bool) -> AsyncIterator[tuple[int, BaseEvent]]:
         async for out in self.close_open():
@@ -332,9 +330,9 @@ class Run:
         for event in await self.state_delta():
             yield 0, event
         yield 0, MessagesSnapshotEvent(messages=await self.messages())
-        ids = {"thread_id": self.thread, "run_id": self.given.run_id}
         if not interrupted:
-            yield 0, RunFinishedEvent(**ids, outcome=RunFinishedSuccessOutcome(),
+            yield 0, RunFinishedEvent(thread_id=self.thread, run_id=self.given.run_id,
+                                      outcome=RunFinishedSuccessOutcome(),
                                       result={"reply": self.state.get("reply", "")})
             return
         try:
@@ -343,8 +341,8 @@ class Run:
             yield 0, RunErrorEvent(message=f"the run's request is not shown: {exc}",
                                    code="not_genuine")
             return
-        yield 0, RunFinishedEvent(**ids, outcome=RunFinishedInterruptOutcome(
-            interrupts=[interrupt]))
+        yield 0, RunFinishedEvent(thread_id=self.thread, run_id=self.given.run_id,
+                                  outcome=RunFinishedInterruptOutcome(interrupts=[interrupt]))
 
     async def interrupt(self) -> Interrupt:
         """The open request as an AG-UI interrupt, once its worker published (and, with a
