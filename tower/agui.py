@@ -97,14 +97,15 @@ WAIT_SECONDS = 30.0  # for a worker's first answer, or a parked run's published 
 JSON_TYPES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}
 
 
-def app(client: ClientSource, *, agents: Mapping[str, Any], task_queue: str = TASK_QUEUE,
-        issuer: Mapping[str, Any] | None = None, who: Who | None = None,
-        streams: StreamStore | str | None = None,
+def app(client: ClientSource, *, agents: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
+        task_queue: str = TASK_QUEUE, issuer: Mapping[str, Any] | None = None,
+        who: Who | None = None, streams: StreamStore | str | None = None,
         deployment: Deployment | None = None) -> Starlette:
-    """The AG-UI endpoint: ``POST /{agent}`` (a name of ``agents``: ``{name: agent class}``)
-    with a RunAgentInput. ``client`` is a Temporal client, or an async callable making one
-    (on first use). ``who`` names the request's signed-in user and roles; with ``issuer``
-    (a private JWK the tenant's roster lets vouch for roles) the endpoint signs that user's
+    """The AG-UI endpoint: ``POST /{agent}`` (a name of ``agents``: ``{name: agent class}``,
+    or a callable giving them) with a RunAgentInput; a new thread starts a run on
+    ``task_queue``. ``client`` is a Temporal client, or an async callable making one (on
+    first use). ``who`` names the request's signed-in user and roles; with ``issuer`` (a
+    private JWK the tenant's roster lets vouch for roles) the endpoint signs that user's
     answers. ``streams``: the runs' stream store (default: the settings',
     ``TOWER_STREAMS``). ``deployment``: interrupts only for requests its worker attested."""
     made: list[Client] = []
@@ -118,7 +119,8 @@ def app(client: ClientSource, *, agents: Mapping[str, Any], task_queue: str = TA
         user = who(request) if who is not None else None
         if who is not None and user is None:
             return JSONResponse({"error": "not signed in"}, 401)
-        agent = agents.get(request.path_params["agent"])
+        agent = (agents if isinstance(agents, Mapping) else agents()).get(
+            request.path_params["agent"])
         if agent is None:
             return JSONResponse({"error": f"no agent {request.path_params['agent']!r}"}, 404)
         if "json" not in request.headers.get("content-type", ""):

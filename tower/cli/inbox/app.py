@@ -178,7 +178,7 @@ def agui_app(config: InboxConfig, client: Client, store: InboxStore) -> Any:
         return (approver.name, tuple(approver.roles)) if approver else None
 
     queues = os.environ.get("TOWER_TASK_QUEUES") or project.task_queue()
-    return agui.app(client, agents=agents(), task_queue=queues.split(",")[0].strip(),
+    return agui.app(client, agents=agents, task_queue=queues.split(",")[0].strip(),
                     issuer=config.issuer, who=user, deployment=config.deployment)
 
 
