@@ -31,7 +31,7 @@ from termkit import cli_env
 from tower.cli.inbox.app import InboxConfig
 from tower.cli.inbox.identity import ProxyAuth
 from tower.cli.inbox.server import serving
-from tower.contract.decisions import GateRecord, proposal_digest
+from tower.contract.decisions import GateRecord, digest_of, proposal_digest
 
 USER = "X-Forwarded-User"
 
@@ -120,7 +120,8 @@ async def test_refund_through_interrupt_and_signed_resume(
                                                                   result_type=dict))["pending"]
         digest = proposal_digest(GateRecord.model_validate(pending))
         tower = interrupt["metadata"]["tower"]
-        assert tower["digest"] == digest and interrupt["id"].endswith(digest)
+        assert tower["digest"] == digest == digest_of(tower["proposal"])
+        assert interrupt["id"].endswith(digest)
         assert "amount_cents: 120000" in interrupt["message"], interrupt["message"]
         edit = interrupt["responseSchema"]["properties"]["edits"]["properties"]["amount_cents"]
         assert (edit["type"], edit["minimum"], edit["maximum"]) == ("integer", 1, 120000)
