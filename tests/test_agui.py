@@ -28,10 +28,12 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from termkit import cli_env
 
+from tower.activities.model import ModelSettings
 from tower.cli.inbox.app import InboxConfig
 from tower.cli.inbox.identity import ProxyAuth
 from tower.cli.inbox.server import serving
 from tower.contract.decisions import GateRecord, digest_of, proposal_digest
+from workflows.chat import ChatAgent, ChatInput
 
 USER = "X-Forwarded-User"
 
@@ -105,7 +107,8 @@ async def park(url: str, thread: str) -> tuple[str, dict[str, Any]]:
 async def test_refund_through_interrupt_and_signed_resume(
         client: Client, task_queue: str, scripted_worker: Any, db_path: Path) -> None:
     thread = new_id("agui")
-    async with scripted_worker(), serving(proxied(client), client) as url:
+    paced = ModelSettings(scripted_tokens_per_second=400)  # the reply forms word by word
+    async with scripted_worker(models=paced), serving(proxied(client), client) as url:
         text, interrupt = await park(url, thread)
         await clean(text)
         seen = events(text)
@@ -138,6 +141,9 @@ async def test_refund_through_interrupt_and_signed_resume(
         kinds = [json.loads(raw)["type"] for raw in fed]
         assert kinds[:2] == ["RUN_STARTED", "STATE_SNAPSHOT"] and "STATE_DELTA" in kinds, kinds
         assert kinds[-1] == "RUN_FINISHED" and "TOOL_CALL_RESULT" in kinds, kinds
+        said = [json.loads(raw)["delta"] for raw in fed
+                if json.loads(raw)["type"] == "TEXT_MESSAGE_CONTENT"]
+        assert len(said) > 3 and "".join(said) == json.loads(fed[-1])["result"]["reply"]
         assert refunds(db_path) == [("INV-2004", 100000)]
         assert (await snapshot(client.get_workflow_handle(thread)))["status"] == "DONE"
 
@@ -220,6 +226,11 @@ async def test_bad_answers_are_refused_with_their_code_and_nothing_moves(
         hidden = await post(f"{url}/agui/refund", run_input(thread, resume=resume(interrupt)),
                             user="carol")
         assert hidden.status_code == 404, hidden.text
+        # Another agent's run is no refund thread, whoever asks.
+        chat = await client.start_workflow(ChatAgent.run, ChatInput(), id=new_id("chat"),
+                                           task_queue=task_queue)
+        assert (await post(f"{url}/agui/refund", run_input(chat.id))).status_code == 404
+        await chat.terminate()
         assert await recorded(handle) == before and refunds(db_path) == []
         # An interrupt no longer open: rejected once (the run declines), answered again.
         reply = await post(f"{url}/agui/refund", run_input(done, resume=resume(

@@ -174,9 +174,12 @@ class Run:
     async def open(self, task_queue: str, last_event_id: str | None) -> Response | None:
         """Start the thread's run, or find it; a Response when the request goes no further."""
         try:
-            status = (await self.handle.describe()).status
+            described = await self.handle.describe()
+            status = described.status
         except RPCError:
             status = None
+        if status is not None and described.workflow_type != self.agent.machine.name:
+            return JSONResponse({"error": f"no thread {self.thread!r}"}, 404)  # another agent's
         if status is None:
             if self.given.resume:
                 return JSONResponse({"error": f"no thread {self.thread!r} to resume"}, 404)
