@@ -105,12 +105,19 @@ async def park(url: str, thread: str) -> tuple[str, dict[str, Any]]:
 
 
 async def test_refund_through_interrupt_and_signed_resume(
-        client: Client, task_queue: str, scripted_worker: Any, db_path: Path) -> None:
+        client: Client, task_queue: str, scripted_worker: Any, db_path: Path,
+        tmp_path: Path) -> None:
     thread = new_id("agui")
     paced = ModelSettings(scripted_tokens_per_second=400)  # the reply forms word by word
     async with scripted_worker(models=paced), serving(proxied(client), client) as url:
         text, interrupt = await park(url, thread)
         await clean(text)
+        recording = tmp_path / "parked.sse"  # and the validator's own command, on the file
+        recording.write_text(text)
+        validator = Path(sys.executable).with_name("ag-ui-validate")
+        checked = subprocess.run([str(validator), str(recording), "--max-warnings", "0",
+                                  "--no-color"], capture_output=True, text=True, timeout=60)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
         seen = events(text)
         kinds = [e["type"] for e in seen]
         assert kinds[0] == "RUN_STARTED" and kinds[1] == "STATE_SNAPSHOT", kinds

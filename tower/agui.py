@@ -62,6 +62,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowQueryFailedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tower.activities.streams import StreamStore, open_streams
@@ -188,9 +189,12 @@ class Run:
             except ValidationError as exc:
                 return JSONResponse({"error": f"the agent's input: {exc.errors()[0]['msg']} "
                                      f"at {'.'.join(map(str, exc.errors()[0]['loc']))}"}, 422)
-            await start_run(self.client, self.agent, request, id=self.thread,
-                            task_queue=task_queue)
-            return None
+            try:
+                await start_run(self.client, self.agent, request, id=self.thread,
+                                task_queue=task_queue)
+                return None
+            except WorkflowAlreadyStartedError:  # another request started it meanwhile
+                pass
         roles = set(self.user[1]) if self.user else None
         gate_roles = {gate.role for gate in self.agent.machine.gates.values()}
         if roles is not None and not roles & gate_roles:
