@@ -177,8 +177,10 @@ class Run:
         try:
             described = await self.handle.describe()
             status = described.status
-        except RPCError:
-            status = None
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+            status = None  # a new thread
         if status is not None and described.workflow_type != self.agent.machine.name:
             return JSONResponse({"error": f"no thread {self.thread!r}"}, 404)  # another agent's
         if status is None:
