@@ -23,8 +23,9 @@ import httpx
 import pytest
 from ag_ui_validate.transport import TransportOptions, validate_body, validate_endpoint
 from gatekit import BIG_REFUND, decision, forged_key, new_id, recorded, refunds, snapshot
-from inboxkit import ROLES, issuer
+from inboxkit import ROLES, inbox, issuer, signed_in
 from temporalio.client import Client
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from termkit import cli_env
 
@@ -34,6 +35,8 @@ from tower.cli.inbox.identity import ProxyAuth
 from tower.cli.inbox.server import serving
 from tower.contract.decisions import GateRecord, digest_of, proposal_digest
 from workflows.chat import ChatAgent, ChatInput
+
+pytestmark = pytest.mark.long  # servers, a worker, node: a minute in all
 
 USER = "X-Forwarded-User"
 
@@ -326,3 +329,29 @@ async def test_two_endpoint_processes_one_run_and_a_dropped_stream_taken_up(
         steps = [e["stepName"] for e in seen if e["type"] == "STEP_STARTED"]
         assert steps == [e["stepName"] for e in seen if e["type"] == "STEP_FINISHED"], seen
         assert refunds(db_path) == [("INV-2004", 120000)]
+
+
+async def test_the_inbox_serves_it_to_its_signed_in_users_only(
+        client: Client, task_queue: str, scripted_worker: Any, db_path: Path) -> None:
+    """In `tower inbox` the endpoint takes the session's user: none, no run; a form post
+    (what a cross-site page can send with the cookie) is refused before anything starts."""
+    thread = new_id("agui-inbox")
+    async with scripted_worker(), inbox(client) as url:
+        anonymous = await post(f"{url}/agui/refund", run_input(thread), user=None)
+        assert anonymous.status_code == 401
+        session = await signed_in(url, "alice")
+        async with contextlib.aclosing(session):
+            form = await session.post("/agui/refund", data={"threadId": thread})
+            assert form.status_code == 415, form.text
+            with pytest.raises(RPCError):
+                await client.get_workflow_handle(thread).describe()  # nothing started
+            reply = await session.post("/agui/refund", json=run_input(thread))
+            assert reply.status_code == 200, reply.text
+            await clean(reply.text)
+            interrupt = interrupt_of(events(reply.text))
+            reply = await session.post("/agui/refund", json=run_input(
+                thread, resume=resume(interrupt)))
+            assert events(reply.text)[-1]["type"] == "RUN_FINISHED", reply.text
+        assert refunds(db_path) == [("INV-2004", 120000)]
+        decided = (await snapshot(client.get_workflow_handle(thread)))["approvals"][-1]
+        assert decided["decision"]["approver"] == "alice"

@@ -522,7 +522,7 @@ def same(record: GateRecord, view: PendingView) -> bool:
     its worker attested): the same gate, step and whole proposal."""
     return ((record.gate, record.step, record.node, record.role)
             == (view.gate, view.step, view.node, view.role)
-            and (not view.shown or canonical_proposal(record) == view.shown))
+            and canonical_proposal(record) == view.shown)
 
 
 def answer_schema(view: PendingView) -> dict[str, Any]:
