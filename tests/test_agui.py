@@ -226,6 +226,10 @@ async def test_bad_answers_are_refused_with_their_code_and_nothing_moves(
         stolen = decision(client, other, theirs)["token"]
         assert (await refused(url, run_input(thread, resume=resume(
             interrupt, token=stolen))))["code"] == "wrong_run"
+        # dana's own genuine token, claiming a role she does not hold (mis-scoped).
+        scoped = decision(client, thread, pending, approver="dana", role="manager")["token"]
+        assert (await refused(url, run_input(thread, resume=resume(
+            interrupt, token=scoped))))["code"] == "not_authorized"
         mistyped = await refused(url, run_input(thread, resume=resume(
             interrupt, {"verdict": "approve", "edits": {"amount_cents": True}})))
         assert mistyped["code"] == "bad_edit", mistyped
