@@ -309,7 +309,7 @@ class Run:
                 self.step = None
             target = str(data.get("target", ""))
             out += await self.state_delta()
-            if target and target not in TERMINALS and kind != GATE_OPENED:
+            if target and target not in TERMINALS:
                 self.step = target
                 out.append(StepStartedEvent(step_name=target))
         return out
