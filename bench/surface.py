@@ -240,7 +240,7 @@ def measure(root: Path) -> Surface:
     files: list[tuple[str, ast.Module]] = []
     for path, text, tree in _parsed(root, "tower"):
         count = len(text.splitlines())
-        if AG_UI & set(Path(path).parts):
+        if AG_UI & {Path(part).stem for part in Path(path).parts}:  # tower/agui.py or a package
             surface.ag_ui_lines += count
         else:
             surface.lines += count

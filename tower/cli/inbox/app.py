@@ -12,6 +12,7 @@ carry a strict Content-Security-Policy (scripts and styles from this app only).
 
 from __future__ import annotations
 
+import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -155,6 +156,7 @@ def create_app(config: InboxConfig, client: Client) -> Starlette:
         Route("/api/list/stream", signed_in(live.list_stream)),
         Route("/api/runs/{run:path}/stream", signed_in(live.run_stream)),
         Route("/healthz", lambda r: JSONResponse({"ok": True, "tenant": config.tenant})),
+        Mount("/agui", agui_app(config, client, store)),  # AG-UI frontends (docs/agui.md)
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     return Starlette(routes=routes, middleware=[
@@ -162,6 +164,22 @@ def create_app(config: InboxConfig, client: Client) -> Starlette:
         Middleware(SessionMiddleware, secret_key=config.session_secret,
                    session_cookie="tower_inbox", max_age=SESSION_HOURS * 3600,
                    same_site="lax", https_only=config.secure_cookies)])
+
+
+def agui_app(config: InboxConfig, client: Client, store: InboxStore) -> Any:
+    """The AG-UI endpoint for the inbox's signed-in users: it signs their answers under
+    the inbox's issuer key, on the deployment's agents and task queue."""
+    from tower import agui
+    from tower.cli import project
+    from tower.cli.agents import agents
+
+    def user(request: Request) -> tuple[str, tuple[str, ...]] | None:
+        approver = who(request, config, store)
+        return (approver.name, tuple(approver.roles)) if approver else None
+
+    queues = os.environ.get("TOWER_TASK_QUEUES") or project.task_queue()
+    return agui.app(client, agents=agents, task_queue=queues.split(",")[0].strip(),
+                    issuer=config.issuer, who=user, deployment=config.deployment)
 
 
 def ago(at: datetime, now: datetime) -> str:
