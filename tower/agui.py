@@ -75,7 +75,7 @@ from tower.client.errors import DecisionRefused, RunNotFound
 from tower.contract.decisions import GateRecord, Verdict, canonical_proposal, proposal_digest
 from tower.contract.messages import Status
 from tower.contract.pending import PendingView
-from tower.contract.refusals import RefusalCode
+from tower.contract.failures import Code
 from tower.contract.render import render_proposal
 from tower.contract.stream import (
     DELTA,
@@ -387,7 +387,7 @@ class Run:
         """Send the resume entry's decision; (code, reason) when it is refused."""
         entries = self.given.resume or []
         if len(entries) != 1:
-            return RefusalCode.MALFORMED, "send one resume entry: the run has one request"
+            return Code.MALFORMED, "send one resume entry: the run has one request"
         entry = entries[0]
         token = (entry.metadata or {}).get("token")
         if isinstance(token, str):
@@ -400,19 +400,19 @@ class Run:
         try:
             await send_decision(self.client, self.thread, message)
         except DecisionRefused as exc:
-            return str(exc.code or RefusalCode.MALFORMED), exc.reason
+            return str(exc.code or Code.MALFORMED), exc.reason
         except (RunNotFound, RPCError) as exc:
             if isinstance(exc, RPCError) and exc.status != RPCStatusCode.NOT_FOUND:
                 raise
             # The run closed: no request of it is open any more.
-            return RefusalCode.NOT_PENDING, f"run {self.thread!r} has no open request"
+            return Code.NOT_PENDING, f"run {self.thread!r} has no open request"
         return None
 
     async def sign(self, entry: Any) -> dict[str, Any] | tuple[str, str]:
         """The signed-in user's answer, signed under the endpoint's issuer key for the
         request the interrupt named (run id, step, gate, digest): the gate judges it."""
         if self.issuer is None or self.user is None:
-            return (RefusalCode.MALFORMED, "no token in the resume entry's metadata, and "
+            return (Code.MALFORMED, "no token in the resume entry's metadata, and "
                     "this endpoint signs for no one")
         try:
             run_id, step, gate, digest = entry.interrupt_id.split("/", 3)
@@ -423,7 +423,7 @@ class Run:
             role = record.role if record is not None else next(
                 g.role for g in self.agent.machine.gates.values() if g.name == gate)
             if role not in self.user[1]:
-                return RefusalCode.NOT_AUTHORIZED, f"{self.user[0]} does not hold role {role}"
+                return Code.NOT_AUTHORIZED, f"{self.user[0]} does not hold role {role}"
             claims = decision_claims(
                 tenant=self.client.namespace, run=self.thread, run_id=run_id, gate=gate,
                 request=int(step), proposal=digest, verdict=verdict.value, sub=self.user[0],
@@ -431,7 +431,7 @@ class Run:
                 jti=f"agui-{uuid.uuid4().hex[:16]}", lifetime=LIFETIME_SECONDS,
                 now=time.time())
         except (ValueError, StopIteration, ValidationError, TypeError) as exc:
-            return RefusalCode.MALFORMED, f"not an answer to a Tower interrupt: {exc}"
+            return Code.MALFORMED, f"not an answer to a Tower interrupt: {exc}"
         return {"token": sign(claims, dict(self.issuer))}
 
     async def read_state(self) -> dict[str, Any]:
