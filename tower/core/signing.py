@@ -51,7 +51,7 @@ class SignatureRefused(ValueError):
 
 class UnknownKey(SignatureRefused):
     """A token under a key id the roster does not name: revoked, another tenant's, forged,
-    or added since the roster was read (a run re-reads it: tower/temporal/_intake.py)."""
+    or added since the roster was read (a run re-reads it: tower/temporal/_gate.py)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, RefusalCode.UNKNOWN_KEY)
