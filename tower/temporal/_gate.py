@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -102,14 +101,6 @@ UNKNOWN_FULL = (f"; not kept for the run's next roster read: {UNKNOWN_KEEP} deci
 UNKNOWN_UNJUDGED = "signed by a key the run's roster did not name"
 
 
-@dataclass(frozen=True)
-class AfterRead:
-    """A held decision that waited for a roster read, which has happened since it came:
-    judged once more, and refused if its key is still unknown."""
-
-    message: dict[str, Any]
-
-
 class GateRuntime:
     """A gated run's gate: ``hold`` a request open, take decisions, judge them."""
 
@@ -124,8 +115,9 @@ class GateRuntime:
         self._validate_budget = TaskBudget(VALIDATE_PER_TASK, by_time=True)
         self._verify_budget = TaskBudget(VERIFY_PER_TASK)
         # Signalled decisions past a task's verify budget, judged in the next tasks
-        # (_take_held), and ahead of them those that waited for a roster read.
-        self._held: deque[Sequence[RawValue] | AfterRead] = deque()
+        # (_take_held), each as it came; ahead of them, decoded, those that waited for a
+        # roster read (judged once more, refused if their key is still unknown).
+        self._held: deque[Sequence[RawValue] | dict[str, Any]] = deque()
         # Signalled decisions under unknown key ids, oldest first, each with the number of
         # roster reads begun before it came: it waits for a later one.
         self._unknown: deque[tuple[int, dict[str, Any]]] = deque()
@@ -191,12 +183,16 @@ class GateRuntime:
         view = pending_view(self.run.machine, state)
         if view is None:
             return True, None
-        if self.attested is None or self.attested[0] != view.step:
+        if not self._attested(view.step):
             return False, None
-        _, digest, token = self.attested
+        _, digest, token = self.attested or (0, "", "")
         if not token:  # not attested: shown, never listed
             return True, view
         return True, view.model_copy(update={"proposal_digest": digest, "attestation": token})
+
+    def _attested(self, step: int) -> bool:
+        """Has the worker answered for the request opened at ``step`` (token or not)?"""
+        return self.attested is not None and self.attested[0] == step
 
     async def _wait_refreshing(self, gate: Gate, pending: GateRecord) -> None:
         """Wait for a decision until the request expires, re-reading the roster every
@@ -254,9 +250,9 @@ class GateRuntime:
             return
         # After a roster read: the decisions that waited for it go to the front of the held
         # ones, in the order they came (those that came while it was read wait for the next).
-        read: list[AfterRead] = []
+        read: list[dict[str, Any]] = []
         while self._unknown and self._unknown[0][0] < self._reads_begun:
-            read.append(AfterRead(self._unknown.popleft()[1]))
+            read.append(self._unknown.popleft()[1])
         self._held.extendleft(reversed(read))
 
     async def _recheck(self, gate: Gate, decision: Decision) -> tuple[Close, list[str]]:
@@ -344,8 +340,8 @@ class GateRuntime:
         far, and the refused decisions."""
         state, trust, refreshed = self.run.state, self.trust.snapshot, self.trust.read_at
         pending = pending_record(state)
-        if state is None or not self.request_shown(state)[0]:
-            pending = None
+        if pending is not None and not self._attested(pending.step):
+            pending = None  # not published yet
         return {
             "tenant": self.tenant(),
             "run": workflow.info().workflow_id,
@@ -405,8 +401,8 @@ class GateRuntime:
         """Judge held decisions, oldest first, while this task's verify budget lasts."""
         while self._held and self.in_flight is None and self._verify_budget.take():
             held = self._held.popleft()
-            if isinstance(held, AfterRead):
-                self._take_signal(held.message, may_hold=False)
+            if isinstance(held, dict):
+                self._take_signal(held, may_hold=False)
             else:
                 self._take_decoded(held)
 
@@ -447,9 +443,9 @@ class GateRuntime:
         """The request closed (a decision came first, or it expired): refuse what is held."""
         while self._held:
             held = self._held.popleft()
-            if isinstance(held, AfterRead):  # its key unknown when it came
+            if isinstance(held, dict):  # its key unknown when it came
                 self.audit.add(workflow.now(), "signal", RefusalCode.NOT_JUDGED,
-                               HELD_UNJUDGED, held.message)
+                               HELD_UNJUDGED, held)
             else:
                 self.audit.add_raw(workflow.now(), "signal", RefusalCode.NOT_JUDGED,
                                    HELD_UNJUDGED, held)
