@@ -74,6 +74,9 @@ async def test_a_request_waiting_for_its_attestation_is_not_shown_as_forged(
                     assert stream.result() == 200
                 approvals = await handle.query("approvals", result_type=dict)
                 assert approvals["pending"] is None, approvals
+                # So a client that follows the run (`tower run`) does not stop at the gate
+                # before the request is there to decide.
+                assert await handle.query("status", result_type=str) == "RUNNING"
                 await asyncio.sleep(0.2)
             assert looks >= 3
             # Once attested: listed, genuine, shown, and the stream that waited streams.

@@ -31,7 +31,7 @@ from tower.core.details import render_details
 from tower.core.engine import Transition, start
 from tower.core.gates import pending_record
 from tower.core.graph import FAILED, TERMINALS, Machine
-from tower.core.state import AgentState
+from tower.core.state import AgentState, Status
 from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._admission import Trust
 from tower.temporal._outcome import agent_failed
@@ -296,7 +296,13 @@ class MachineRun:
 
     @workflow.query(name="status")
     def query_status(self) -> str:
-        return self._state.status.value if self._state else "STARTING"
+        """The run's status; RUNNING while a request waits for its attestation, as its
+        search attributes say (a client that sees AWAITING_APPROVAL finds the request)."""
+        if self._state is None:
+            return "STARTING"
+        if not self.request_shown(self._state)[0]:
+            return Status.RUNNING.value
+        return self._state.status.value
 
     @workflow.query(name="cost")
     def query_cost(self) -> dict[str, Any]:
