@@ -66,6 +66,7 @@ from tower.core.graph import TERMINALS
 from tower.core.interpreter import Close, Recheck, decided, moves_on_after_approval, rechecked
 from tower.core.pending import pending_view
 from tower.core.state import AgentState, apply_update
+from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._context import TemporalContext
 from tower.temporal._gate_calls import attestation, notify, opening_run_id
 from tower.temporal._machine_run import event_id
@@ -150,6 +151,7 @@ class GateRuntime:
         run.publish()  # the request, with its attestation ("" unlisted: decidable by run id)
         run.show_details()  # the same story as at every step, now with the request
         if not resume:
+            stream_sink.gate_opened(pending)
             notify(GateNotice(tenant=self.tenant(), run=workflow.info().workflow_id,
                               agent=run.machine.name, gate=pending.gate, role=pending.role,
                               node=pending.node, expires_at=pending.expires_at,
