@@ -107,7 +107,7 @@ class GateRuntime:
 
     def __init__(self, run: AgentWorkflow) -> None:
         self.run = run  # read only: its machine, its state; moved by ``record``
-        self.trust = run.trust  # the run admits with it; from then on only the gate reads it
+        self.trust = run.trust  # the run's roster snapshot: admitted by it, re-read by the gate
         self.refresh_asked = False
         self.in_flight: Decision | None = None
         # (step, proposal digest, token) once the worker answered for the request at step.
@@ -182,13 +182,14 @@ class GateRuntime:
     def request_shown(self, state: AgentState) -> tuple[bool, PendingView | None]:
         """Whether ``state`` may be published, and the request its memo shows: a request is
         not, until the worker's attestation of it is back."""
-        view = pending_view(self.run.machine, state)
-        if view is None:
+        pending = pending_record(state)
+        if pending is None:
             return True, None
-        if not self._attested(view.step):
+        if not self._attested(pending.step):
             return False, None
+        view = pending_view(self.run.machine, state)
         _, digest, token = self.attested or (0, "", "")
-        if not token:  # not attested: shown, never listed
+        if not token or view is None:  # not attested: shown, never listed
             return True, view
         return True, view.model_copy(update={"proposal_digest": digest, "attestation": token})
 
