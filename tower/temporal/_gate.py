@@ -342,9 +342,9 @@ class GateRuntime:
         """The ``approvals`` query: the pending request (once published), every request so
         far, and the refused decisions."""
         state, trust, refreshed = self.run.state, self.trust.snapshot, self.trust.read_at
-        pending = pending_record(state)
-        if pending is not None and not self._attested(pending.step):
-            pending = None  # not published yet
+        pending, records = pending_record(state), state.approvals if state else []
+        if pending is not None and not self._attested(pending.step):  # not published yet
+            pending, records = None, [r for r in records if r is not pending]
         return {
             "tenant": self.tenant(),
             "run": workflow.info().workflow_id,
@@ -357,7 +357,7 @@ class GateRuntime:
             # What an approver decides, the object the digest is over (docs/approvals.md).
             "shown": canonical_proposal(pending) if pending else None,
             "proposal_digest": proposal_digest(pending) if pending else None,
-            "records": [r.model_dump(mode="json") for r in (state.approvals if state else [])],
+            "records": [r.model_dump(mode="json") for r in records],
             "refused": [r.model_dump(mode="json") for r in self.audit.refusals()],
             "refused_total": self.audit.total,
             # Signalled decisions not judged yet: past a task's budget, or waiting for the
