@@ -16,6 +16,7 @@ import httpx
 import pytest
 from gatekit import new_id, refund_request, wait_pending
 from inboxkit import inbox, issuer, signed_in
+from temporalio import activity
 from temporalio.client import Client
 
 from tower.activities.attest import Attester
@@ -28,7 +29,7 @@ from workflows.refund import RefundAgent
 
 pytestmark = pytest.mark.long
 
-SLOW = 4.0  # seconds the attestation takes: the window the readers look in
+SLOW = 5.0  # seconds the attestation takes: the window the readers look in
 
 
 async def test_a_request_waiting_for_its_attestation_is_not_shown_as_forged(
@@ -38,6 +39,8 @@ async def test_a_request_waiting_for_its_attestation_is_not_shown_as_forged(
     key_for = Attester.key_for
 
     def slow_key_for(self: Attester, tenant: str) -> dict[str, Any] | None:
+        if not activity.in_activity():  # the worker's check of its key as it starts
+            return key_for(self, tenant)
         attesting.set()
         time.sleep(SLOW)  # the activity's own thread: the workflow waits for its answer
         answered.set()
@@ -61,33 +64,39 @@ async def test_a_request_waiting_for_its_attestation_is_not_shown_as_forged(
                     await asyncio.sleep(0.05)
             # A stream opened as the run parks: waits for the run, or follows its steps.
             stream = asyncio.create_task(_gate_opened(alice, run, answered))
-            ends = time.monotonic() + SLOW - 1.5
             looks = 0
-            while time.monotonic() < ends:
-                looks += 1
+            while True:
+                # One look at every surface; it counts only if the attestation was still
+                # on its way when the look ended (else the request may be published).
                 listed = [w.run for w in await pending(client, agent="refund")]
-                assert run not in listed, "listed before its attestation"
-                assert run not in [w.run for w in await pending(
+                genuine = [w.run for w in await pending(
                     client, deployment=deployment(client.namespace))]
                 status, view = await waiting_run(client, run, deployment(client.namespace))
-                assert view is None, view
                 page = await alice.get(f"/runs/{run}")
-                assert "genuine" not in page.text and "forged" not in page.text, page.text
-                assert not stream.done(), stream.result()  # waits, or streams its steps
                 approvals = await handle.query("approvals", result_type=dict)
-                assert approvals["pending"] is None and not approvals["records"], approvals
                 # So a client that follows the run (`tower run`) does not stop at the gate
                 # before the request is there to decide.
-                assert await handle.query("status", result_type=str) == "RUNNING"
+                status_query = await handle.query("status", result_type=str)
+                if answered.is_set():
+                    break
+                looks += 1
+                assert run not in listed and run not in genuine, "listed before its attestation"
+                assert view is None, view
+                assert "genuine" not in page.text and "forged" not in page.text, page.text
+                assert not stream.done(), stream.result()  # waits, or streams its steps
+                assert approvals["pending"] is None and not approvals["records"], approvals
+                assert status_query == "RUNNING"
                 await asyncio.sleep(0.2)
-            assert looks >= 3
+            assert looks >= 1
             # Once attested: listed, genuine, shown, and the stream that waited streams.
             info = await wait_pending(handle)
             assert info["pending"] is not None and info["proposal_digest"]
             assert [w.run for w in await pending(
                 client, deployment=deployment(client.namespace))].count(run) == 1
-            page = await alice.get(f"/runs/{run}")
-            assert page.status_code == 200 and "Approve" in page.text, page.text[:2000]
+            async with asyncio.timeout(10):  # the inbox reads visibility once a second
+                while "Approve" not in (page := await alice.get(f"/runs/{run}")).text:
+                    await asyncio.sleep(0.2)
+            assert page.status_code == 200
             assert await asyncio.wait_for(stream, 30), "the gate opened before its attestation"
             await handle.terminate("test over")
         finally:
