@@ -228,7 +228,7 @@ def test_a_proposal_no_client_could_digest_fails_the_run_at_the_gate() -> None:
 
 
 def test_only_a_key_id_the_roster_does_not_name_is_an_unknown_key() -> None:
-    """What a run keeps for its next roster read (tower/temporal/_intake.py): told by the
+    """What a run keeps for its next roster read (tower/temporal/_gate.py): told by the
     check's field, not its wording; a forged key under a known id is no unknown key."""
     _, unknown = read_decision(token(key=new_key("erin-2")), trust=trust(),
                                now=T0 + timedelta(hours=1))

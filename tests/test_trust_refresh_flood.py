@@ -31,7 +31,7 @@ from tower.activities.trust import TrustError
 from tower.cli.trust_files import enrol
 from tower.client.keys import load_key, new_key
 from tower.temporal import TowerPlugin
-from tower.temporal._intake import UNKNOWN_FULL, UNKNOWN_KEEP
+from tower.temporal._gate import UNKNOWN_FULL, UNKNOWN_KEEP
 from worker import build_worker
 from workflows.registry import AGENTS
 

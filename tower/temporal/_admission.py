@@ -4,13 +4,13 @@ At start a run loads its tenant's roster (who may decide or send events, with th
 public keys) and policy (limits, unsigned mode) with the ``load_trust`` activity, and
 refuses an input that tries to set either. Gated agents (``AgentWorkflow``) and
 event-driven agents (``EventWorkflow``) both admit their input this way; a gate re-reads
-them while it waits (tower/temporal/_gate.py).
+the roster while it waits (tower/temporal/_gate.py).
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any, ClassVar
+from datetime import datetime, timedelta
+from typing import Any
 
 from pydantic import BaseModel
 from temporalio import workflow
@@ -36,43 +36,31 @@ class _NothingAsked(BaseModel):
     """The input of a carried run, as far as its limits go: its state already holds them."""
 
 
-_NOTHING_ASKED = _NothingAsked()
+class Trust:
+    """A run's roster and policy snapshot (``snapshot``, None until admitted) and when it
+    was read (``read_at``). Only its own methods change it: ``admit`` at start, ``read``
+    when the run's gate re-reads it, ``take`` from the run's own continue-as-new."""
 
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine
+        self.snapshot: TrustSnapshot | None = None
+        self.read_at: datetime | None = None
+        self.admitted = False
 
-class Admission:
-    """The run's roster and policy snapshot (``_trust``) and how it gets it."""
+    def take(self, snapshot: TrustSnapshot) -> None:
+        """The snapshot a run carried over (the run still re-reads it at once)."""
+        self.snapshot = snapshot
 
-    machine: ClassVar[Machine]
-    # The agent's limits (a model whose fields say which way is stricter), or None.
-    Policy: ClassVar[type[BaseModel] | None] = None
-    # Does the runtime admit every run's input before the agent's own code (tower/temporal/
-    # _start.py)? None: when the agent has gates or a Policy.
-    admits: ClassVar[bool | None] = None
-
-    def _init_trust(self) -> None:
-        self._trust: TrustSnapshot | None = None  # None: not admitted (an agent with no gates)
-        self._refreshed_at: Any = None
-        self._admitted = False
-        # The agent's limits: the tenant's policy, tightened by the run's input (None for
-        # an agent without a Policy). Set by admission, before the agent's run code.
-        self.limits: Any = None
-
-    def _admits(self) -> bool:
-        if self.admits is not None:
-            return self.admits
-        return bool(self.machine.gates) or self.Policy is not None
-
-    async def admit(self, request: BaseModel, *, carried: bool = False) -> Any:
+    async def admit(self, policy: type[BaseModel] | None, request: BaseModel, *,
+                    carried: bool) -> Any:
         """Bring the tenant's roster and policy into the run; return the agent's limits
-        (the policy's, tightened by ``request``), or None for an agent without limits.
+        (``policy``'s, tightened by ``request``; None without a ``policy``).
 
         Refuses (the run fails at once, with the reason) an input that loosens a limit, a
         gated agent on a cron schedule, and a tenant without a roster and policy
-        (``TrustMissing``). Once admitted, the run's limits are returned again. A
-        ``carried`` run's state already holds its limits: its input tightens nothing.
+        (``TrustMissing``). A ``carried`` run's state already holds its limits: its input
+        tightens nothing.
         """
-        if self._admitted:
-            return self.limits
         if self.machine.gates and workflow.info().cron_schedule:
             # Every cron run repeats the requester's first input and counts as continued:
             # a gated agent starts only as a run of its own (`tower run`), never on a cron.
@@ -81,18 +69,19 @@ class Admission:
                 f"({workflow.info().cron_schedule!r}): start each run on its own (a "
                 "Temporal Schedule may start them); docs/approvals.md",
                 code=Code.INPUT_REFUSED))
-        self._trust = await self._load_trust()
-        self._refreshed_at = workflow.now()
-        if self.Policy is not None:
-            self.limits = effective(self.Policy,
-                                    self._trust.policy.agents.get(self.machine.name, {}),
-                                    _NOTHING_ASKED if carried else request)
-        if self._trust.policy.unsigned_allowed:
+        snapshot = await self.read()
+        limits = None if policy is None else effective(
+            policy, snapshot.policy.agents.get(self.machine.name, {}),
+            _NothingAsked() if carried else request)
+        if snapshot.policy.unsigned_allowed:
             workflow.upsert_search_attributes([search.UNSIGNED_DECISIONS.value_set(True)])
-        self._admitted = True
-        return self.limits
+        self.admitted = True
+        return limits
 
-    async def _load_trust(self) -> TrustSnapshot:
+    async def read(self) -> TrustSnapshot:
+        """Read the roster and policy (again); raises the failure of ``Code.TRUST_MISSING``
+        when they cannot be read, keeping the snapshot it had. Either way ``read_at`` is
+        now: a failed re-read is not tried again at once."""
         since = workflow.now()
         try:
             snapshot: TrustSnapshot = await workflow.execute_activity(
@@ -103,9 +92,11 @@ class Admission:
                 summary="trust: the tenant's roster and policy")
         except ActivityError as exc:
             await in_a_task(since)  # a parked run refreshes its roster: decisions may come
+            self.read_at = workflow.now()
             cause = exc.cause if exc.cause is not None else exc
             raise failure(TowerError(f"cannot load the tenant's roster and policy: "
                                      f"{getattr(cause, 'message', cause)}",
                                      code=Code.TRUST_MISSING)) from None
         await in_a_task(since)
+        self.snapshot, self.read_at = snapshot, workflow.now()
         return snapshot

@@ -165,20 +165,21 @@ class EventWorkflow(MachineRun):
         pass as they are."""
         if source != "signal" or self.trusted_events:
             return raw, ""
-        if self._trust is None:  # the agent never called ``admit``: no roster, no sender
+        trust = self.trust.snapshot
+        if trust is None:  # the agent never called ``admit``: no roster, no sender
             return None, "events from outside are refused: this run has no roster (admit)"
         token = raw.get("token") if isinstance(raw, dict) and len(raw) == 1 else None
         if not isinstance(token, str):
             return None, "unsigned event refused: events from outside must be signed"
         try:
-            claims, member, _ = verify_event(token, self._trust.roster,
+            claims, member, _ = verify_event(token, trust.roster,
                                              now=workflow.now().timestamp())
         except SignatureRefused as exc:
             return None, str(exc)
         if self.machine.name not in member.events or claims.sub != member.name:
             return None, f"{member.name} may not send {self.machine.name} events"
         if (claims.tenant, claims.run, claims.agent) != (
-                self._trust.roster.tenant, workflow.info().workflow_id, self.machine.name):
+                trust.roster.tenant, workflow.info().workflow_id, self.machine.name):
             return None, (f"event is for {claims.tenant}/{claims.run} ({claims.agent}), "
                           "not this run")
         return claims.event, ""
@@ -202,7 +203,7 @@ class EventWorkflow(MachineRun):
         try:
             data = await node.fn(ctx, state)
         except (NodeFailed, ActivityError) as exc:
-            self._record(*fail(self.machine, state, failure_reason(exc), at=workflow.now(),
+            self.record(*fail(self.machine, state, failure_reason(exc), at=workflow.now(),
                                event_id=event_id(), calls=ctx.calls))
             return
         self._usage = self._usage + ctx.usage
@@ -233,7 +234,7 @@ class EventWorkflow(MachineRun):
             return
         self._accepted.add(event.key)
         self._usage = Usage()
-        self._record(new, transition)
+        self.record(new, transition)
 
     def _reject(self, raw: Any, source: str, reason: str) -> None:
         size = len(to_json(raw, fallback=repr))

@@ -1,25 +1,40 @@
 """Gates on Temporal: hold a run for a human decision without holding a worker.
 
-``GateRuntime`` is the gate as one object a gated run holds: its state (the decision in
-flight), its intake of signals (tower/temporal/_intake.py), its judge and its refusals
-(the audit trail, query ``approvals``). It asks the run only what
-``GatedRun`` names. A held run waits on ``workflow.wait_condition`` with the gate's
-timeout, so it costs nothing while it waits and any worker resumes it from the history.
-Decisions arrive as the ``decide`` update (its validator refuses bad ones before they
-enter the history) or the ``decision`` signal; both are judged by ``read_decision`` and
-``check_decision`` against the run's roster snapshot (tower/temporal/_admission.py), which
-the run re-reads while it waits: every ``roster_refresh_seconds`` (so a revoked key stops
-working within that time), and when asked (the ``refresh_trust`` signal, which carries no
-authority: at most one refresh per ``REFRESH_GAP``).
+``GateRuntime`` is a gated run's gate, one object that owns all a gate keeps: the roster
+snapshot decisions are judged by and when it was read (``Trust``, tower/temporal/
+_admission.py, which only the gate re-reads), the decision in flight, the intake of signals
+and its budgets, the attestation of the open request and the audit trail of refusals
+(query ``approvals``). The run (``AgentWorkflow``) hands it its update, signal and query,
+and asks it to ``hold`` a request and whether a state's request may be published
+(``request_shown``). The rules a decision must pass are pure (tower/core/judge.py).
+
+A held run waits on ``workflow.wait_condition`` with the gate's timeout, so it costs
+nothing while it waits and any worker resumes it from the history. Decisions arrive as the
+``decide`` update (its validator refuses bad ones before they enter the history) or the
+``decision`` signal. The roster is re-read while the run waits: every
+``roster_refresh_seconds`` (so a revoked key stops working within that time), and when
+asked (the ``refresh_trust`` signal, which carries no authority: at most one refresh per
+``REFRESH_GAP``). A request is published (search attributes, memo, this query) only once
+the worker's attestation of it is back, so no reader sees a genuine request unattested.
+
+Signals, against a sender who may send anything (tower/temporal/_refusals.py): a decision
+signal is judged at once while this workflow task's signature budget lasts; past it, it is
+*held*, undecoded and in order, and judged in the tasks that follow. One signed by a key
+the roster snapshot does not know yet (added since the run read it, or forged) waits for
+the roster's re-read, then is judged again with the held ones. At most UNKNOWN_KEEP wait,
+each kept as its token alone; one arriving when they are that many is refused, never one
+that came before it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.contract.decisions import (
@@ -31,8 +46,9 @@ from tower.contract.decisions import (
 )
 from tower.contract.failures import Code, failure
 from tower.contract.notify import GateNotice
+from tower.contract.pending import PendingView
 from tower.contract.trust import AttestRequest, TrustSnapshot
-from tower.core.engine import Transition, advance
+from tower.core.engine import advance
 from tower.core.errors import DecisionRefused, NodeFailed
 from tower.core.gates import (
     Check,
@@ -46,83 +62,94 @@ from tower.core.gates import (
     read_decision,
     record_of,
 )
-from tower.core.graph import TERMINALS, Machine
+from tower.core.graph import TERMINALS
 from tower.core.interpreter import Close, Recheck, decided, moves_on_after_approval, rechecked
+from tower.core.pending import pending_view
 from tower.core.state import AgentState, apply_update
+from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._context import TemporalContext
 from tower.temporal._gate_calls import attestation, notify, opening_run_id
-from tower.temporal._intake import HELD_PAUSE, UNVERIFIED, Intake
 from tower.temporal._machine_run import event_id
-from tower.temporal._refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget
+from tower.temporal._refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget, decoded
 from tower.temporal._task_time import in_a_task
 
+if TYPE_CHECKING:
+    from tower.temporal._runtime import AgentWorkflow
+
 AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` query)
-# The server lets at most 10 updates into a run at once (history.maxInFlightUpdates), so
-# this budget refuses nothing unless a deployment raises that cap well past it.
-VALIDATE_PER_TASK = 50  # update validators' signature checks per workflow task
+# Signature checks per workflow task (refusals.TaskBudget says why): of update validators,
+# and of signals (and of what a roster refresh judges again). The update handler has none:
+# only updates a validator accepted reach it. The server lets at most 10 updates into a run
+# at once (history.maxInFlightUpdates), so the first refuses nothing unless a deployment
+# raises that cap well past it.
+VALIDATE_PER_TASK = 50
+VERIFY_PER_TASK = 50
 UNVALIDATED = (f"refused unverified: more than {VALIDATE_PER_TASK} decisions arrived in one "
                "workflow task (a flood?); send it again")
+UNVERIFIED = (f"refused unverified: more than {VERIFY_PER_TASK} decisions arrived in one "
+              "workflow task (a flood?); send it again, as the decide update")
 REFRESH_GAP = timedelta(seconds=5)  # asked-for roster refreshes: at most one per this
-
-
-class GatedRun(Protocol):
-    """What a gate asks of the run that holds it (``AgentWorkflow``), and nothing more."""
-
-    machine: ClassVar[Machine]
-    models: ClassVar[list[str]]
-    carry_while_parked: ClassVar[bool]  # continue-as-new while parked (``_carry_now``)
-    _state: AgentState | None  # None until the run starts
-    _trust: TrustSnapshot | None  # the roster and policy decisions are judged by
-    _refreshed_at: Any  # when that snapshot was read
-
-    @property
-    def current(self) -> AgentState: ...  # the state, once the run has started
-
-    def _record(self, state: AgentState, transition: Transition) -> None: ...  # a step
-    def _show_details(self) -> None: ...  # the Web UI's current details, request included
-    def _attest_memo(self, step: int, digest: str, token: str) -> None: ...  # into the memo
-    async def _load_trust(self) -> TrustSnapshot: ...  # raises ApplicationError if it cannot
+# Signalled decisions past a task's budget are held and judged, in order, in the tasks that
+# follow (a short timer makes each); with no request to decide, refused at once, UNVERIFIED.
+HELD_PAUSE = timedelta(milliseconds=10)
+HELD_UNJUDGED = "the request closed before this decision was judged (a flood?): nothing changed"
+UNKNOWN_KEEP = 100  # signalled decisions under unknown key ids waiting for a roster read
+UNKNOWN_FULL = (f"; not kept for the run's next roster read: {UNKNOWN_KEEP} decisions under "
+                "unknown keys wait for it already (a flood?); send it again once the run has "
+                "re-read its roster, or as the decide update")
+UNKNOWN_UNJUDGED = "signed by a key the run's roster did not name"
 
 
 class GateRuntime:
     """A gated run's gate: ``hold`` a request open, take decisions, judge them."""
 
-    def __init__(self, run: GatedRun) -> None:
-        self.run = run
+    def __init__(self, run: AgentWorkflow) -> None:
+        self.run = run  # read only: its machine, its state; moved by ``record``
+        self.trust = run.trust  # the run's roster snapshot: admitted by it, re-read by the gate
         self.refresh_asked = False
-        # Signature checks of update validators per task (refusals.TaskBudget says why);
-        # the update handler has none: only updates a validator accepted reach it.
-        self._validate_budget = TaskBudget(VALIDATE_PER_TASK, by_time=True)
         self.in_flight: Decision | None = None
-        # Refused decisions (and unknown signals): all counted, the newest kept.
-        self.audit = AuditTrail(AUDIT_KEEP)
-        self.intake = Intake(self)
+        # (step, proposal digest, token) once the worker answered for the request at step.
+        self.attested: tuple[int, str, str] | None = None
+        self.audit = AuditTrail(AUDIT_KEEP)  # refusals: all counted, the newest kept
+        self._validate_budget = TaskBudget(VALIDATE_PER_TASK, by_time=True)
+        self._verify_budget = TaskBudget(VERIFY_PER_TASK)
+        # Signalled decisions past a task's verify budget, judged in the next tasks
+        # (_take_held), each as it came; ahead of them, decoded, those that waited for a
+        # roster read (judged once more, refused if their key is still unknown).
+        self._held: deque[Sequence[RawValue] | dict[str, Any]] = deque()
+        # Signalled decisions under unknown key ids, oldest first, each with the number of
+        # roster reads begun before it came: it waits for a later one.
+        self._unknown: deque[tuple[int, dict[str, Any]]] = deque()
+        self._reads_begun = 0
+        self._signals_taken = 0  # by this run (the server caps it: refusals.py)
+
+    # --- the request -----------------------------------------------------------------------
 
     async def hold(self, gate: Gate, update: Mapping[str, Any] | None = None,
                    calls: list[str] | None = None, *, resume: bool = False) -> None:
         """Open ``gate`` (or, with ``resume``, go on waiting on the request a run continued
         from left open), wait for a decision or the timeout, and take the route it gives.
         Returns with the request still open when the run should continue-as-new first."""
-        run, trust = self.run, self.run._trust
-        assert trust is not None  # run_machine refuses a gated run without one
+        run, trust = self.run, self._snapshot()
         if not resume:
             rule = trust.policy.gates.get(gate.name)
             run_id = await opening_run_id()
-            run._record(*open_gate(
-                run.machine, self.run.current, gate, at=workflow.now(), event_id=event_id(),
+            run.record(*open_gate(
+                run.machine, run.current, gate, at=workflow.now(), event_id=event_id(),
                 run_id=run_id, update=update, calls=calls, role=rule.role if rule else None,
                 min_review=timedelta(seconds=rule.min_review_seconds if rule else 0)))
-        pending = pending_record(self.run.current)
+        pending = pending_record(run.current)
         if pending is None:  # the update could not be applied: the run failed instead
             return
-        run._show_details()  # the same story as at every step, now with the request
         digest = proposal_digest(pending)
         token = await attestation(AttestRequest(
             tenant=self.tenant(), run_id=pending.run_id, gate=pending.gate, step=pending.step,
             proposal=digest, expires_at=int(pending.expires_at.timestamp())))
-        if token:  # listings show only attested requests
-            run._attest_memo(pending.step, digest, token)
+        self.attested = (pending.step, digest, token)
+        run.publish()  # the request, with its attestation ("" unlisted: decidable by run id)
+        run.show_details()  # the same story as at every step, now with the request
         if not resume:
+            stream_sink.gate_opened(pending)
             notify(GateNotice(tenant=self.tenant(), run=workflow.info().workflow_id,
                               agent=run.machine.name, gate=pending.gate, role=pending.role,
                               node=pending.node, expires_at=pending.expires_at,
@@ -138,34 +165,51 @@ class GateRuntime:
             checked: list[str] | None = None  # the calls a re-check made
             if isinstance(ending, Recheck):
                 ending, checked = await self._recheck(gate, ending.decision)
-            run._record(*close_gate(
-                run.machine, self.run.current, gate, ending.status, target=ending.target,
+            run.record(*close_gate(
+                run.machine, run.current, gate, ending.status, target=ending.target,
                 at=workflow.now(), event_id=event_id(), decision=ending.decision,
                 why=ending.why, update=ending.update, calls=checked))
             if ending.status == GateStatus.APPROVED and moves_on_after_approval(
-                    gate, self.run.current):
-                run._record(*advance(run.machine, self.run.current, gate.node, {},
-                                     at=workflow.now(), event_id=event_id()))
+                    gate, run.current):
+                run.record(*advance(run.machine, run.current, gate.node, {},
+                                    at=workflow.now(), event_id=event_id()))
         finally:
             self.in_flight = None
-            self.intake.refuse_held()  # a decision came first, or the request expired
+            self._refuse_held()  # a decision came first, or the request expired
+
+    def request_shown(self, state: AgentState) -> tuple[bool, PendingView | None]:
+        """Whether ``state`` may be published, and the request its memo shows: a request is
+        not, until the worker's attestation of it is back."""
+        pending = pending_record(state)
+        if pending is None:
+            return True, None
+        if not self._attested(pending.step):
+            return False, None
+        view = pending_view(self.run.machine, state)
+        _, digest, token = self.attested or (0, "", "")
+        if not token or view is None:  # not attested: shown, never listed
+            return True, view
+        return True, view.model_copy(update={"proposal_digest": digest, "attestation": token})
+
+    def _attested(self, step: int) -> bool:
+        """Has the worker answered for the request opened at ``step`` (token or not)?"""
+        return self.attested is not None and self.attested[0] == step
 
     async def _wait_refreshing(self, gate: Gate, pending: GateRecord) -> None:
         """Wait for a decision until the request expires, re-reading the roster every
         ``roster_refresh_seconds`` and when asked (at most once per ``REFRESH_GAP``)."""
-        intake = self.intake
         while self.in_flight is None and workflow.now() < pending.expires_at:
-            if intake.held:  # judged as far as this task's budget goes, the rest in the next
-                intake.take_held()
-                if self.in_flight is None and intake.held:
+            if self._held:  # judged as far as this task's budget goes, the rest in the next
+                self._take_held()
+                if self.in_flight is None and self._held:
                     await workflow.sleep(HELD_PAUSE)
                 continue
             if self._carry_now():
                 return
-            assert self.run._trust is not None
-            every = timedelta(seconds=self.run._trust.policy.roster_refresh_seconds)
-            due = self.run._refreshed_at + (min(every, REFRESH_GAP) if self.refresh_asked
-                                            else every)
+            every = timedelta(seconds=self._snapshot().policy.roster_refresh_seconds)
+            assert self.trust.read_at is not None  # admitted, or carried and re-read
+            due = self.trust.read_at + (min(every, REFRESH_GAP) if self.refresh_asked
+                                        else every)
             if workflow.now() >= due:
                 await self._refresh()
                 continue
@@ -180,11 +224,11 @@ class GateRuntime:
 
     def _decided_or_asked(self, was_asked: bool) -> Callable[[], bool]:
         return lambda: (self.in_flight is not None or self.refresh_asked != was_asked
-                        or bool(self.intake.held) or self._carry_now())
+                        or bool(self._held) or self._carry_now())
 
     def flooded(self) -> bool:
         """The run has taken so many signals it should carry over (the server caps them)."""
-        return self.intake.signals_taken >= CARRY_AFTER_SIGNALS
+        return self._signals_taken >= CARRY_AFTER_SIGNALS
 
     def _carry_now(self) -> bool:
         """Carry over now: the agent carries while parked, Temporal suggests it or a flood
@@ -192,50 +236,56 @@ class GateRuntime:
         for, at most REFRESH_GAP away: a flood after a decision cannot carry it away)."""
         return (self.run.carry_while_parked and (
             self.flooded() or workflow.info().is_continue_as_new_suggested())
-            and not self.intake.unknown)
+            and not self._unknown)
 
     async def _refresh(self) -> None:
         """Re-read the roster and policy; signalled decisions kept for it are judged again."""
         self.refresh_asked = False
-        self.intake.reads_begun += 1  # decisions kept before this read are judged after it
+        self._reads_begun += 1  # decisions kept before this read are judged after it
         try:
-            self.run._trust = await self.run._load_trust()
+            await self.trust.read()
         except ApplicationError as exc:  # keep the snapshot; say why in the audit trail
             self.audit.add(workflow.now(), "signal", Code.NOT_JUDGED,
                            f"roster refresh failed: {exc.message}")
-            self.intake.refuse_waiting(f"the roster could not be read again ({exc.message})")
+            self._refuse_waiting(f"the roster could not be read again ({exc.message})")
             return
-        finally:  # when the snapshot in use was read (queries show it)
-            self.run._refreshed_at = workflow.now()
-        self.intake.judge_kept()
+        # After a roster read: the decisions that waited for it go to the front of the held
+        # ones, in the order they came (those that came while it was read wait for the next).
+        read: list[dict[str, Any]] = []
+        while self._unknown and self._unknown[0][0] < self._reads_begun:
+            read.append(self._unknown.popleft()[1])
+        self._held.extendleft(reversed(read))
 
     async def _recheck(self, gate: Gate, decision: Decision) -> tuple[Close, list[str]]:
         """Run the gate's re-check on the state as approved (edits included): how the
         approval ends, and the calls the re-check made."""
         assert gate.recheck is not None  # decided() asks for a re-check only then
-        machine = self.run.machine
-        ctx = TemporalContext(machine.name, machine.nodes[gate.node], self.run.current.step,
-                              list(self.run.models), self.run)
+        run = self.run
+        ctx = TemporalContext(run.machine.name, run.machine.nodes[gate.node],
+                              run.current.step, list(run.models), run)
         try:
-            stale = await gate.recheck(ctx, apply_update(self.run.current, decision.edits))
+            stale = await gate.recheck(ctx, apply_update(run.current, decision.edits))
         except (NodeFailed, ActivityError) as exc:
             return rechecked(gate, decision, failed=str(exc)), ctx.calls
         return rechecked(gate, decision, stale=stale), ctx.calls
 
     # --- decisions -------------------------------------------------------------------------
 
+    def _snapshot(self) -> TrustSnapshot:
+        assert self.trust.snapshot is not None  # run_machine refuses a gated run without one
+        return self.trust.snapshot
+
     def judge(self, raw: Any, *, budget: TaskBudget | None = None,
               ) -> tuple[Decision | None, Check]:
         """``budget``: the signature checks this one counts against, if not counted yet."""
-        state, trust = self.run._state, self.run._trust
+        state = self.run.state
         if state is None:  # not started: no roster read yet, nothing pending
             return None, Check(False, "the run is not awaiting a decision: it has not "
                                       "started yet", code=Code.NOT_PENDING)
-        assert trust is not None  # run_machine refuses a gated run without one
         if budget is not None and not budget.take():
             return None, Check(False, UNVALIDATED if budget is self._validate_budget
                                else UNVERIFIED, code=Code.OVERLOADED)
-        decision, read = read_decision(raw, trust=trust, now=workflow.now())
+        decision, read = read_decision(raw, trust=self._snapshot(), now=workflow.now())
         if decision is None:
             return None, read
         return decision, check_decision(
@@ -244,7 +294,7 @@ class GateRuntime:
             in_flight=self.in_flight)
 
     def tenant(self) -> str:
-        trust = self.run._trust
+        trust = self.trust.snapshot
         return trust.roster.tenant if trust is not None else workflow.info().namespace
 
     async def decide(self, raw: dict[str, Any]) -> Outcome:
@@ -261,13 +311,14 @@ class GateRuntime:
             self.in_flight = decision
         decision_id = decision.decision_id
         await workflow.wait_condition(lambda: self._settled(decision_id))
-        record = record_of(self.run.current, decision_id)
+        current = self.run.current
+        record = record_of(current, decision_id)
         if record is None:
             return Outcome(decision_id=decision_id, gate=decision.gate,
-                           result=GateStatus.PENDING, node=self.run.current.node,
-                           status=self.run.current.status.value, step=self.run.current.step,
+                           result=GateStatus.PENDING, node=current.node,
+                           status=current.status.value, step=current.step,
                            reason="the run ended before the decision was applied")
-        return outcome(record, decision_id, self.run.current, check.duplicate)
+        return outcome(record, decision_id, current, check.duplicate)
 
     def validate(self, raw: dict[str, Any]) -> None:
         """The ``decide`` update's validator: refuses before the history holds it."""
@@ -283,10 +334,12 @@ class GateRuntime:
             self.run.current.node in TERMINALS and self.in_flight is None)
 
     def approvals(self) -> dict[str, Any]:
-        """The ``approvals`` query: the pending request, every request so far, and the
-        refused decisions."""
-        state, trust, refreshed = self.run._state, self.run._trust, self.run._refreshed_at
-        pending = pending_record(state)
+        """The ``approvals`` query: the pending request (once published), every request so
+        far, and the refused decisions."""
+        state, trust, refreshed = self.run.state, self.trust.snapshot, self.trust.read_at
+        pending, records = pending_record(state), state.approvals if state else []
+        if pending is not None and not self._attested(pending.step):  # not published yet
+            pending, records = None, [r for r in records if r is not pending]
         return {
             "tenant": self.tenant(),
             "run": workflow.info().workflow_id,
@@ -299,11 +352,107 @@ class GateRuntime:
             # What an approver decides, the object the digest is over (docs/approvals.md).
             "shown": canonical_proposal(pending) if pending else None,
             "proposal_digest": proposal_digest(pending) if pending else None,
-            "records": [r.model_dump(mode="json") for r in (state.approvals if state else [])],
+            "records": [r.model_dump(mode="json") for r in records],
             "refused": [r.model_dump(mode="json") for r in self.audit.refusals()],
             "refused_total": self.audit.total,
             # Signalled decisions not judged yet: past a task's budget, or waiting for the
             # roster's re-read (signed by a key the snapshot does not name).
-            "held": len(self.intake.held),
-            "waiting_for_roster": len(self.intake.unknown),
+            "held": len(self._held),
+            "waiting_for_roster": len(self._unknown),
         }
+
+    # --- signals ---------------------------------------------------------------------------
+
+    def take(self, name: str, args: Sequence[RawValue]) -> None:
+        """Every signal, taken raw (the run's dynamic handler): a typed handler would drop an
+        input it cannot decode and fail the workflow task, on every retry, on a wrong number
+        of inputs. Here each is judged or refused into the audit trail, decoded if needed.
+
+        ``decision``: a decision. ``refresh_trust``: re-read the roster soon (it carries no
+        authority: anyone may ask, inputs are ignored). Any other name is refused.
+        """
+        self._signals_taken += 1
+        if name == "decision":
+            self._signalled_decision(args)
+        elif name == "refresh_trust":
+            self.refresh_asked = True
+        else:
+            self.audit.add_raw(workflow.now(), "signal", Code.UNKNOWN_SIGNAL,
+                               f"unknown signal {name[:80]!r}: nothing changed", args)
+
+    def _signalled_decision(self, args: Sequence[RawValue]) -> None:
+        """A decision as a signal. Refused ones change nothing and go to the audit trail.
+        Past this task's verify budget (or behind ones held already) it is held, undecoded,
+        and judged in a later task (``_take_held``): a flood delays a genuine decision by a
+        few tasks, never refuses it."""
+        state = self.run.state
+        if state is not None and (self._held or not self._verify_budget.take()):
+            if pending_record(state) is not None:
+                self._held.append(args)
+            else:  # no request to decide
+                self.audit.add_raw(self._verify_budget.task_time, "signal",
+                                   Code.OVERLOADED, UNVERIFIED, args)
+            return
+        self._take_decoded(args)
+
+    def _take_held(self) -> None:
+        """Judge held decisions, oldest first, while this task's verify budget lasts."""
+        while self._held and self.in_flight is None and self._verify_budget.take():
+            held = self._held.popleft()
+            if isinstance(held, dict):
+                self._take_signal(held, may_hold=False)
+            else:
+                self._take_decoded(held)
+
+    def _take_decoded(self, args: Sequence[RawValue]) -> None:
+        raw, problem = decoded(args)
+        if raw is None:
+            self.audit.add_raw(workflow.now(), "signal", Code.MALFORMED, problem, args)
+            return
+        self._take_signal(raw, may_hold=True)
+
+    def _take_signal(self, raw: Any, *, may_hold: bool) -> None:
+        decision, check = self.judge(raw)
+        if may_hold and check.unknown_key:
+            # Perhaps a key added since the run's last refresh: judge it again after one.
+            self._wait_for_roster(raw, check.reason)
+            return
+        if not check.ok or check.duplicate:
+            reason = check.reason or "duplicate of an accepted decision: nothing changed"
+            self.audit.add(workflow.now(), "signal", check.code or Code.DUPLICATE,
+                           reason, raw)
+            return
+        self.in_flight = decision
+
+    def _wait_for_roster(self, raw: Any, reason: str) -> None:
+        """Keep a decision under an unknown key id until a roster read begun after it came
+        and ask for one; refuse it if no request waits for a decision or UNKNOWN_KEEP wait
+        already (so a flood after it cannot push it out)."""
+        if self.in_flight is not None or pending_record(self.run.state) is None:
+            self.audit.add(workflow.now(), "signal", Code.UNKNOWN_KEY, reason, raw)
+        elif len(self._unknown) >= UNKNOWN_KEEP:
+            self.audit.add(workflow.now(), "signal", Code.UNKNOWN_KEY,
+                           reason + UNKNOWN_FULL, raw)
+        else:  # the token alone: what decides (read_decision reads a token before the rest)
+            self._unknown.append((self._reads_begun, {"token": raw["token"]}))
+            self.refresh_asked = True
+
+    def _refuse_held(self) -> None:
+        """The request closed (a decision came first, or it expired): refuse what is held."""
+        while self._held:
+            held = self._held.popleft()
+            if isinstance(held, dict):  # its key unknown when it came
+                self.audit.add(workflow.now(), "signal", Code.NOT_JUDGED,
+                               HELD_UNJUDGED, held)
+            else:
+                self.audit.add_raw(workflow.now(), "signal", Code.NOT_JUDGED,
+                                   HELD_UNJUDGED, held)
+        self._refuse_waiting("the request closed before the roster was read again")
+
+    def _refuse_waiting(self, why: str) -> None:
+        """Refuse the decisions waiting for a roster read: the request closed, or the read
+        failed (after its retries: waiting longer would hold the run from carrying over)."""
+        while self._unknown:
+            self.audit.add(workflow.now(), "signal", Code.NOT_JUDGED,
+                           f"{UNKNOWN_UNJUDGED}; {why}: nothing changed",
+                           self._unknown.popleft()[1])

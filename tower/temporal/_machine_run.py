@@ -24,16 +24,16 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tower.contract import search
 from tower.contract.failures import Code, TowerError, failure
+from tower.contract.pending import PendingView
 from tower.core.carry import Carry, LogSummary, summarize
 from tower.core.cost import CallUsage, cost_report
 from tower.core.details import render_details
 from tower.core.engine import Transition, start
 from tower.core.gates import pending_record
 from tower.core.graph import FAILED, TERMINALS, Machine
-from tower.core.pending import pending_view
-from tower.core.state import AgentState
+from tower.core.state import AgentState, Status
 from tower.temporal import _stream_sink as stream_sink
-from tower.temporal._admission import Admission
+from tower.temporal._admission import Trust
 from tower.temporal._outcome import agent_failed
 from tower.temporal._start import match_init
 from tower.temporal._task_time import in_a_task
@@ -62,12 +62,17 @@ class Strategy(Protocol):
         """The run reached a terminal: whatever must happen before it ends."""
 
 
-class MachineRun(Admission):
+class MachineRun:
     """Base of every agent workflow. Subclasses set ``machine`` (``@agent`` does) and
     ``Input``, and call ``run_machine`` with their strategy from ``@workflow.run``; a run
-    that needs its tenant's roster and policy is admitted first (``Admission``)."""
+    that needs its tenant's roster and policy is admitted first (``admit``)."""
 
     machine: ClassVar[Machine]
+    # The agent's limits (a model whose fields say which way is stricter), or None.
+    Policy: ClassVar[type[BaseModel] | None] = None
+    # Does the runtime admit every run's input before the agent's own code (tower/temporal/
+    # _start.py)? None: when the agent has gates or a Policy.
+    admits: ClassVar[bool | None] = None
     Input: ClassVar[type[BaseModel]]
     # Ordered model fallbacks for this agent; empty means the worker's list.
     models: ClassVar[list[str]] = []
@@ -91,7 +96,10 @@ class MachineRun(Admission):
     carries_state: ClassVar[bool] = True
 
     def __init__(self) -> None:
-        self._init_trust()
+        self.trust = Trust(self.machine)  # the roster and policy, once admitted
+        # The agent's limits: the tenant's policy, tightened by the run's input (None for
+        # an agent without a Policy). Set by admission, before the agent's run code.
+        self.limits: Any = None
         self._start_input: BaseModel | None = None  # as the run was started (_start.py)
         self._input_refused = ""  # why its agent refused that input (_start.refuse), if it did
         self._carry_in: Carry | None = None  # the carried state the run started with
@@ -103,9 +111,6 @@ class MachineRun(Admission):
         self.trace: list[AgentState] | None = None
         self._calls: list[CallUsage] = []
         self._pending_memo: dict[str, Any] | None = None
-        # (step, proposal digest, token): the worker's attestation of the pending request
-        # (tower/temporal/_gate.py), published with it in the memo.
-        self._attested: tuple[int, str, str] | None = None
         # Started with its attributes (search.start_attributes): the end leaves what
         # ExecutionStatus says (DONE, FAILED) to it, unless another attribute changes.
         self._end_in_execution_status = False
@@ -139,8 +144,16 @@ class MachineRun(Admission):
         """The runtime's start (tower/temporal/_start.py), before the agent's run code: take
         the carry, and admit the input when the agent needs a roster and policy."""
         self._carry_in = getattr(request, "carry", None)
-        if self._admits():
+        if self.admits if self.admits is not None else bool(self.machine.gates or self.Policy):
             await self.admit(request, carried=self._carry_in is not None)
+
+    async def admit(self, request: BaseModel, *, carried: bool = False) -> Any:
+        """Bring the tenant's roster and policy into the run (``Trust.admit``); return the
+        agent's limits (the policy's, tightened by ``request``), or None for an agent
+        without limits. Once admitted, the run's limits are returned again."""
+        if not self.trust.admitted:
+            self.limits = await self.trust.admit(self.Policy, request, carried=carried)
+        return self.limits
 
     def on_start(self, state: AgentState) -> None:
         """Called once the run's first state is known (its start, or the state it carried
@@ -153,7 +166,7 @@ class MachineRun(Admission):
         already stands on its node: the run goes on from there, with no new START
         transition. A carry that is not the run's own fails the run at once, and so does a
         gated agent that did not ``admit`` its input (no roster: no decision could count)."""
-        if self.machine.gates and self._trust is None:
+        if self.machine.gates and self.trust.snapshot is None:
             raise failure(TowerError(
                 f"agent {self.machine.name!r} has approval gates but no roster and policy: "
                 "call `await self.admit(request)` before `drive`", code=Code.TRUST_MISSING))
@@ -167,7 +180,7 @@ class MachineRun(Admission):
             # (its attributes copied from the run before) keeps the upsert at its end.
             self._end_in_execution_status = search.started_with_attributes(
                 workflow.info().typed_search_attributes)
-            self._record(*start(self.machine, state, at=workflow.now(), event_id=event_id()))
+            self.record(*start(self.machine, state, at=workflow.now(), event_id=event_id()))
         elif (refused := carry_refused(carried) or await origin_refused()) is not None:
             raise failure(TowerError(refused, code=Code.INPUT_REFUSED))
         else:
@@ -183,6 +196,11 @@ class MachineRun(Admission):
             raise agent_failed(self.machine.name, self.current,
                                self._log[-1] if self._log else None)
         return self.current
+
+    @property
+    def state(self) -> AgentState | None:
+        """The state, or None until the run has started."""
+        return self._state
 
     @property
     def current(self) -> AgentState:
@@ -233,21 +251,25 @@ class MachineRun(Admission):
         if (ending and self._end_in_execution_status
                 and {u.key.name for u in changed} <= _EXECUTION_STATUS_SAYS):
             changed = []  # the closing execution says it; anything else rides along
-        if changed:
+        # A request is published (its status and role, its memo) only with its attestation:
+        # until then nothing of it shows, and a memo the run carried over is taken down.
+        shown, view = self.request_shown(state)
+        if changed and shown:
             workflow.upsert_search_attributes(changed)
         # A run waiting at a gate shows the request in its memo (None removes it once
         # decided), so `tower pending` and the inbox need no worker; a run with no gate
         # is untouched.
-        view = pending_view(self.machine, state)
-        if view is not None and self._attested is not None and self._attested[0] == view.step:
-            view = view.model_copy(update={"proposal_digest": self._attested[1],
-                                           "attestation": self._attested[2]})
         memo = view.memo() if view else None
         if memo != self._pending_memo:
             workflow.upsert_memo({search.PENDING_MEMO: memo})
             self._pending_memo = memo
 
-    def _record(self, state: AgentState, transition: Transition) -> None:
+    def request_shown(self, state: AgentState) -> tuple[bool, PendingView | None]:
+        """Whether ``state`` may be published, and the request its memo shows (a gated
+        run's gate says: AgentWorkflow)."""
+        return True, None
+
+    def record(self, state: AgentState, transition: Transition) -> None:
         before = self._state
         self._state = state
         self._log.append(transition)
@@ -258,20 +280,15 @@ class MachineRun(Admission):
         if (self.publish_every_step or before is None or before.status != state.status
                 or state.node in TERMINALS):
             self.publish(ending=state.node in TERMINALS)
-        self._show_details()
+        self.show_details()
         # To the run's live stream, outside the history (only while not replaying).
         stream_sink.emit_move(before, state, transition, self.stream_updates)
 
-    def _show_details(self) -> None:
+    def show_details(self) -> None:
         # The Web UI's current details: the state and its newest move (and its request).
         workflow.set_current_details(render_details(
             self.machine, self.current, self._log[-1] if self._log else None,
             workflow.info().workflow_id))
-
-    def _attest_memo(self, step: int, digest: str, token: str) -> None:
-        """Publish the worker's attestation of the request pending at ``step``."""
-        self._attested = (step, digest, token)
-        self.publish()
 
     def _started(self) -> None:
         """A query on a run whose agent refused its input fails with the reason: it has no
@@ -286,8 +303,14 @@ class MachineRun(Admission):
 
     @workflow.query(name="status")
     def query_status(self) -> str:
+        """The run's status; RUNNING while a request waits for its attestation, as its
+        search attributes say (a client that sees AWAITING_APPROVAL finds the request)."""
         self._started()
-        return self._state.status.value if self._state else "STARTING"
+        if self._state is None:
+            return "STARTING"
+        if not self.request_shown(self._state)[0]:
+            return Status.RUNNING.value
+        return self._state.status.value
 
     @workflow.query(name="cost")
     def query_cost(self) -> dict[str, Any]:

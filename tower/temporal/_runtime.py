@@ -17,6 +17,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
 from tower.contract.failures import failure_reason
+from tower.contract.pending import PendingView
 from tower.core.carry import Carry
 from tower.core.engine import advance, node_error
 from tower.core.errors import NodeFailed
@@ -74,8 +75,8 @@ class AgentWorkflow(MachineRun):
 
     @workflow.signal(dynamic=True)
     def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
-        """Every signal, taken raw: a decision, ``refresh_trust``, or refused (_intake.py)."""
-        self._gate.intake.take(name, args)
+        """Every signal, taken raw: a decision, ``refresh_trust``, or refused (_gate.py)."""
+        self._gate.take(name, args)
 
     @workflow.query(name="approvals")
     def query_approvals(self) -> dict[str, Any]:
@@ -90,7 +91,8 @@ class AgentWorkflow(MachineRun):
         already stands on its node: the run goes on from there, with no new START
         transition; a carry that is not the run's own fails it at once.
         """
-        if self._trust is not None and self._trust.policy.unsigned_allowed:
+        trust = self.trust.snapshot
+        if trust is not None and trust.policy.unsigned_allowed:
             state = set_engine_fields(state, unsigned_decisions=True)
         # The engine hands back the state type it is given: the run ends in the agent's own.
         return cast(S, await self.run_machine(NodeDriven(), state, carried=carried))
@@ -107,14 +109,17 @@ class AgentWorkflow(MachineRun):
         if carry is None or carry.trust is None or carry_refused(carry) is not None:
             return
         self._state = self.machine.state_type.model_validate(carry.state)
-        self._trust = carry.trust
+        self.trust.take(carry.trust)
 
     def carry(self) -> Carry:
-        return super().carry().model_copy(update={"trust": self._trust})
+        return super().carry().model_copy(update={"trust": self.trust.snapshot})
 
     def carry_over_due(self) -> bool:
         # A gate that returned to carry over after a flood of signals is due.
         return super().carry_over_due() or self._gate.flooded()
+
+    def request_shown(self, state: AgentState) -> tuple[bool, PendingView | None]:
+        return self._gate.request_shown(state)
 
     async def _run_node(self) -> None:
         state = self.current
@@ -132,7 +137,7 @@ class AgentWorkflow(MachineRun):
             # A failed node's model calls were still paid for.
             self._calls += ctx.model_calls
             state = apply_update(state, _spent(node.name, ctx))
-            self._record(*node_error(self.machine, state, node.name, failure_reason(exc),
+            self.record(*node_error(self.machine, state, node.name, failure_reason(exc),
                                      at=workflow.now(), event_id=event_id(), calls=ctx.calls))
             return
         update.update(_spent(node.name, ctx))
@@ -141,7 +146,7 @@ class AgentWorkflow(MachineRun):
         if isinstance(then, Hold):
             await self._gate.hold(then.gate, then.update, then.calls)
             return
-        self._record(*advance(self.machine, state, node.name, update, at=workflow.now(),
+        self.record(*advance(self.machine, state, node.name, update, at=workflow.now(),
                               event_id=event_id(), calls=ctx.calls))
 
 

@@ -5,7 +5,7 @@ An agent file says what a run starts from: ``Input`` (its input model) and
 ``self.limits``). ``@agent`` makes the ``@workflow.init`` and ``@workflow.run`` from them,
 so the file carries no Temporal plumbing. Before the first step the runtime
 
-- admits the input (``Admission.admit``: the tenant's roster and policy; the limits are
+- admits the input (``MachineRun.admit``: the tenant's roster and policy; the limits are
   ``self.limits``) when the agent has gates, a ``Policy`` or takes events;
 - takes a carried state (the run's own continue-as-new): a gated run has it from
   ``@workflow.init``, so a decision in its first task is judged;

@@ -88,7 +88,7 @@ def _drain() -> None:
 
 
 def emit_move(before: Any, after: Any, transition: Any, updates: bool = False) -> None:
-    """From ``MachineRun._record``: the transition, a gate it opened or decided, the end.
+    """From ``MachineRun.record``: the transition, a gate it decided, the end.
     ``updates``: the transition event carries the update it applied (``stream_updates``)."""
     if workflow.unsafe.is_replaying() or not _SINKS:
         return
@@ -103,17 +103,22 @@ def emit_move(before: Any, after: Any, transition: Any, updates: bool = False) -
     if updates:
         move["update"] = transition.model_dump(mode="json", include={"update"})["update"]
     emit(TRANSITION, step, move)
-    if transition.kind == Kind.GATE:
+    if transition.kind == Kind.GATE:  # a gate opened: once attested (``gate_opened``)
         now, was = pending_record(after), pending_record(before)
-        if now is not None:
-            emit(GATE_OPENED, step, {"gate": now.gate, "node": now.node, "role": now.role,
-                                     "expires_at": now.expires_at.isoformat()})
-        elif was is not None:
+        if now is None and was is not None:
             closed = next((r for r in reversed(after.approvals) if r.gate == was.gate), was)
             emit(GATE_DECIDED, step, {"gate": was.gate, "node": was.node,
                                       "status": closed.status.value})
     if after.node in TERMINALS:
         emit(RUN_END, step, {"status": after.status.value, "node": after.node})
+
+
+def gate_opened(record: Any) -> None:
+    """From the gate, once its request is published with the worker's attestation."""
+    if not workflow.unsafe.is_replaying() and _SINKS:
+        emit(GATE_OPENED, record.step, {"gate": record.gate, "node": record.node,
+                                        "role": record.role,
+                                        "expires_at": record.expires_at.isoformat()})
 
 
 def emit_custom(step: int, n: int, node: str, event: dict[str, Any]) -> None:

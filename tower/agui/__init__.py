@@ -73,9 +73,9 @@ from tower.client._stream import stream
 from tower.client.connection import TASK_QUEUE
 from tower.client.errors import DecisionRefused, RunNotFound
 from tower.contract.decisions import GateRecord, Verdict, canonical_proposal, proposal_digest
+from tower.contract.failures import Code
 from tower.contract.messages import Status
 from tower.contract.pending import PendingView
-from tower.contract.failures import Code
 from tower.contract.render import render_proposal
 from tower.contract.stream import (
     DELTA,
