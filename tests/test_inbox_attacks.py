@@ -26,6 +26,8 @@ from tower.contract.pending import PendingView
 from worker import build_worker
 from workflows.refund import RefundAgent
 
+pytestmark = pytest.mark.long
+
 
 def worker(client: Client, task_queue: str, db_path: Path) -> Worker:
     return build_worker(client, task_queue=task_queue, db_path=db_path, models=ModelSettings())
