@@ -77,7 +77,7 @@ async def test_random_trials_keep_every_invariant(client: Client, tmp_path: Path
 
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize(("trials", "seed", "kills"), [
-    (5, 7, 5), pytest.param(40, 21, 50, marks=pytest.mark.soak)])
+    (10, 7, 10), pytest.param(40, 21, 50, marks=pytest.mark.soak)])
 async def test_workers_killed_at_every_point_of_an_effect_leave_no_run_stuck(
         client: Client, tmp_path: Path, trials: int, seed: int, kills: int) -> None:
     """Workers SIGKILLed at each point of ``issue_refund``'s effect (tests/jepsen/kills.py:
