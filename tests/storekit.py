@@ -24,8 +24,10 @@ REPO = Path(__file__).resolve().parent.parent
 CACHES = shutil.ignore_patterns("__pycache__")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def pg_server() -> Iterator[Postgres]:
+    """One PostgreSQL per test process, started when a module first needs it (initdb costs
+    seconds of CPU); each module has databases of its own on it (``pg_url``, ``database``)."""
     try:
         import psycopg  # noqa: F401
         server = Postgres().start()
@@ -39,7 +41,8 @@ def pg_server() -> Iterator[Postgres]:
 
 @pytest.fixture(scope="module")
 def pg_url(pg_server: Postgres) -> str:
-    return f"postgresql://temporal:{pg_server.password}@127.0.0.1:{pg_server.port}/postgres"
+    """The module's own database on the shared server: empty when the module starts."""
+    return pg_server.database("module")
 
 
 class Host:

@@ -12,11 +12,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.client import Client
 from test_cli import cli_env
 from towercli import tower_cli
 
 from workflows.support import SupportRequest
+
+pytestmark = pytest.mark.long
 
 EXAMPLE = Path(__file__).parent.parent
 HISTORIES = EXAMPLE / "tests" / "histories"

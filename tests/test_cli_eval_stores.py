@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pgserver import Postgres
 from test_cli_eval import HISTORIES, example_project
 from towercli import tower_cli
@@ -25,19 +23,6 @@ from tower.contract.stream import StreamEvent
 # A support run (model calls: conversation in the message store, text and steps in the
 # stream store) and a refund approved and paid (a gate, a tool).
 RECORDED = ("support-1.json", "refund-approved.json")
-
-
-@pytest.fixture(scope="module")
-def pg_server() -> Iterator[Postgres]:
-    try:
-        import psycopg  # noqa: F401
-        server = Postgres().start()
-    except (ImportError, RuntimeError, OSError) as exc:
-        pytest.skip(f"no PostgreSQL here: {exc}")
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def live_stores(settings: StoreSettings) -> None:

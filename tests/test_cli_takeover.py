@@ -30,6 +30,8 @@ from tower.client import query
 from tower.temporal._runtime import AgentWorkflow
 from workflows.refund import RefundAgent, RefundState
 
+pytestmark = pytest.mark.long
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

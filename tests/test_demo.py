@@ -103,10 +103,8 @@ async def demo_in_an_empty_folder(tmp_path: Path) -> tuple[Path, dict[str, str],
     return here, env, first
 
 
-async def test_tower_demo_in_an_empty_folder(tmp_path: Path) -> None:
-    await demo_in_an_empty_folder(tmp_path)
-
-
+# The whole demo in an empty folder is the soak tier's (twice, below); the default tier runs
+# the whole demo once, in a project, and its start in an empty folder (the Ctrl-C test).
 @pytest.mark.soak  # two whole demos: a minute of CPU
 @pytest.mark.timeout(600)
 async def test_tower_demo_twice_in_an_empty_folder(tmp_path: Path) -> None:
@@ -127,7 +125,10 @@ async def test_tower_demo_in_a_project(tmp_path: Path) -> None:
     assert_whole_demo(code, text, err, address)
 
 
-async def test_ctrl_c_stops_the_demo_and_its_server(tmp_path: Path) -> None:
+async def test_ctrl_c_stops_the_demo_in_an_empty_folder_and_its_server(tmp_path: Path) -> None:
+    """Up to Ctrl-C, a demo in an empty folder (nothing answering at its address) is as the
+    README says: it runs Tower's example, prepares the development trust, keeps its state
+    in the folder. (The whole demo there: the soak tier; in a project: the default tier.)"""
     home, here = folders(tmp_path)
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
@@ -150,6 +151,15 @@ async def test_ctrl_c_stops_the_demo_and_its_server(tmp_path: Path) -> None:
     text = seen + rest.decode() + err.decode()
     assert proc.returncode == 130, text[-3000:]
     assert "Traceback" not in text, text[-3000:]
+    assert f"no server at 127.0.0.1:{port}: started the embedded dev server (pid " in text
+    assert "no Tower project here: the demo runs Tower's example application" in text
+    # The development trust `tower dev` makes (no run may start without it).
+    assert "created tenant 'default''s roster and policy in .tower/trust/default" in text
+    assert "model: scripted" in text and "\n== support" in text
+    # Its state stays where the README says, for `tower dev` to serve again.
+    assert (here / ".tower" / "temporal.sqlite").exists()
+    first = data_folder(text)
+    assert (here / first / "tools.sqlite").exists() and (here / first / "demo.log").exists()
     # What it started is gone: the server's process (reaped by the demo) and its port.
     assert not Path(f"/proc/{server}").exists()
     assert port_free(port)

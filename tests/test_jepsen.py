@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,27 +28,6 @@ PARALLEL = int(os.environ.get("JEPSEN_PARALLEL", "25"))
 # Fewer in flight when workers die at every effect: two workers restarting all the time
 # serve 25 trials too slowly for a run to settle in its budget on a busy machine.
 KILLS_PARALLEL = min(PARALLEL, 10)
-
-
-@pytest.fixture(scope="module")
-def pg_server() -> Iterator[str]:
-    """A private PostgreSQL (tests/pgserver.py): its URL without a database."""
-    from pgserver import USER, Postgres
-
-    server = Postgres().start()
-    try:
-        yield f"postgresql://{USER}:{server.password}@127.0.0.1:{server.port}"
-    finally:
-        server.stop()
-
-
-def new_database(url: str) -> str:
-    import psycopg
-
-    name = f"jepsen_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(f"{url}/postgres", autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    return f"{url}/{name}"
 
 
 async def trials_on(client: Client, workdir: Path, trials: int, seed: int, *, pg: str = "",
@@ -80,13 +58,14 @@ async def trials_on(client: Client, workdir: Path, trials: int, seed: int, *, pg
 @pytest.mark.timeout(1500)
 # (Seeds whose trials meet every kind of fault and operator action, with room to spare.)
 @pytest.mark.parametrize(("store", "trials", "seed"), [
-    ("sqlite", 12, 1), ("postgres", 12, 1),
+    ("sqlite", 8, 1), ("postgres", 8, 1),
     pytest.param("sqlite", 50, 13, marks=pytest.mark.soak),
     pytest.param("postgres", 50, 13, marks=pytest.mark.soak)])
 async def test_random_trials_keep_every_invariant(client: Client, tmp_path: Path, store: str,
                                                   trials: int, seed: int,
                                                   request: pytest.FixtureRequest) -> None:
-    pg = new_database(request.getfixturevalue("pg_server")) if store == "postgres" else ""
+    # A database of its own on the test process's PostgreSQL (tests/storekit.py).
+    pg = request.getfixturevalue("pg_server").database("jepsen") if store == "postgres" else ""
     outcomes, report, paid = await trials_on(client, tmp_path, trials, seed, pg=pg)
     # The trials did meet trouble: every kind of fault and operator action, and runs paid.
     kinds = {f.split(" ")[0] for o in outcomes for f in o.faults}

@@ -22,6 +22,8 @@ from temporalio.testing import WorkflowEnvironment
 from workflows.account import AccountAgent, AccountRequest
 from workflows.refund import RefundAgent
 
+pytestmark = pytest.mark.long
+
 ROOT = Path(__file__).resolve().parent.parent
 WORKERS = 3
 

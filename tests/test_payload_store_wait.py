@@ -31,6 +31,8 @@ from tower.testing.model_server import LoopbackModelServer
 from workflows.account import AccountAgent, AccountRequest
 from workflows.refund import RefundAgent
 
+pytestmark = pytest.mark.long
+
 THRESHOLD = 4096
 OUTAGE = 10  # seconds: past the tool's attempts, within one STORE_WAIT
 

@@ -27,6 +27,8 @@ from tower.client import reply_text
 from tower.temporal.payloads import tower_data_converter
 from workflows.chat import ChatAgent, ChatInput
 
+pytestmark = pytest.mark.long
+
 
 @pytest.fixture
 async def hosts(env: WorkflowEnvironment, task_queue: str, tmp_path: Path

@@ -19,6 +19,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
 from gatekit import decision, refund_request, wait_pending
 from pgserver import Postgres
 from storekit import Host
@@ -32,6 +33,8 @@ from activities.tools.orders import SEED_PRODUCTS
 from tower.contract.wire import ToolCall
 from workflows.order import OrderAgent, OrderRequest
 from workflows.refund import RefundAgent
+
+pytestmark = pytest.mark.long
 
 ROUNDS, PROCESSES = 4, 6  # the race is a matter of timing: several rounds of it
 ORDER = "2 x WIDGET-1 to 7 Quay St, Dublin, US"
