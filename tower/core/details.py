@@ -130,3 +130,20 @@ def fenced(body: str) -> list[str]:
     """``body`` (already escaped) in a code fence longer than any run of backticks in it."""
     fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", body)), default=0))
     return [f"{fence}text", body, fence]
+
+
+def start_metadata(machine: Machine, run_id: str) -> tuple[str, str]:
+    """The Web UI's summary and static details of a run of ``machine`` (``start_run`` sets
+    them at the start: the server keeps them, with or without a worker, after the run
+    closes too): the agent, its nodes and gates, and the commands that read the run."""
+    summary = (f"Tower agent {machine.name}: its node, decisions and reply are in Current "
+               "Details (User Metadata)")
+    run = inert(run_id)
+    lines = [f"**{machine.name}**, a Tower state machine: nodes "
+             + ", ".join(f"`{node}`" for node in machine.nodes) + " (then `DONE` or `FAILED`)"]
+    for gate in machine.gates.values():
+        lines.append(f"- gate `{gate.name}` {gate.when} `{gate.node}`: role **{gate.role}** "
+                     "decides")
+    lines += ["", f"{span(f'tower status {run}')} where it is · "
+                  f"{span(f'tower inspect {run}')} its moves and decisions"]
+    return summary, "\n".join(lines)
