@@ -27,11 +27,12 @@ from temporalio.testing import WorkflowEnvironment
 
 from tower.activities.model import ModelSettings
 from tower.cli.devserver import temporal_binary
+from tower.client import start_run
 from tower.client.keys import load_key
 from tower.contract import search
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
-from workflows.order import OrderRequest
+from workflows.order import OrderAgent, OrderRequest
 from workflows.refund import RefundAgent
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -115,9 +116,9 @@ async def test_run_page_shows_the_agents_current_state(
             RefundAgent.run, refund_request(client, refund_id), id=refund_id,
             task_queue=f"{queue}-refund")
         failed_id = f"order-ui-{uuid.uuid4().hex[:6]}"
-        failed = await client.start_workflow(
-            "order", OrderRequest(text="4 x GIZMO-3 to 9 High St, Leeds, GB"), id=failed_id,
-            task_queue=f"{queue}-refund")
+        failed = await start_run(
+            client, OrderAgent, OrderRequest(text="4 x GIZMO-3 to 9 High St, Leeds, GB"),
+            id=failed_id, task_queue=f"{queue}-refund")
         await _wait_for_node(handle, "reason", step=3)
         await wait_pending(refund)
         with pytest.raises(WorkflowFailureError):
@@ -139,6 +140,11 @@ async def test_run_page_shows_the_agents_current_state(
             failure = await asyncio.to_thread(browser.wait_for_text, failed_id, "Failed",
                                               "out of stock: GIZMO-3 (asked 4, 0 left)")
             await asyncio.to_thread(browser.screenshot, ARTIFACTS / "web-ui-failed.png")
+            # Closed, it keeps its summary and its Current Details at the end (a worker
+            # answers the Web UI's query by replaying it).
+            ended = await _look(browser, ui_port, failed_id, "web-ui-closed.png", (
+                "Tower agent order", "ended at FAILED", "last error:",
+                "out of stock: GIZMO-3 (asked 4, 0 left)"))
         finally:
             await asyncio.to_thread(browser.close)
         await handle.terminate("test over")
@@ -147,6 +153,7 @@ async def test_run_page_shows_the_agents_current_state(
     # The header's status badge, then the failure with the reason.
     assert f"FAILED\n{failed_id}" in failure and "out of stock: GIZMO-3" in failure
     assert "amount" in gated  # the proposed refund is on the page
+    assert "No Current Details" not in ended and "No summary" not in ended
     # What the Web UI shows a reader can sign nothing: no approver's private key is on it.
     for name in ("alice", "bob", "carol", "dana"):
         assert load_key(name)["d"] not in text + gated
