@@ -73,7 +73,7 @@ async def test_closed_runs_keep_summary_and_details(
     assert meta["summary"].startswith("Tower agent refund: ")
     assert "gate `refund_review` before `issue_refund`: role **manager** decides" in \
         meta["details"]
-    assert f"tower status {approved}" in meta["details"]
+    assert f"` tower state {approved} ` where it is" in meta["details"]
     # Current Details at the end: the final node and status, who decided what and when,
     # the reply.
     assert details.startswith("**refund** · ended at `DONE` · DONE · step ")

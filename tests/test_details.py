@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from tower import AgentState
 from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
-from tower.core.details import budget_used, render_details
+from tower.core.details import budget_used, render_details, start_metadata
 from tower.core.engine import Transition
 from tower.core.graph import Graph
 from tower.core.state import Status, Usage
@@ -46,7 +46,7 @@ def test_a_pending_approval_is_shown_while_the_run_waits() -> None:
     # cannot break out of it: the fence is longer than any run of backticks inside.
     assert "```text\ngate refund_review (before issue_refund)\nproposal:\n  amount: 1200\n" \
            "  note: `x`\neditable: -\n```" in text
-    assert "`tower approve refund-7 --gate refund_review --by NAME --role manager`" in text
+    assert "` tower approve refund-7 --gate refund_review --by NAME --role manager `" in text
     # Decided requests are history, not pending: listed among the decisions.
     assert "awaiting approval**: gate `older`" not in text
     assert "- gate `older` (before `issue_refund`): **approved** at step 3" in text
@@ -133,3 +133,15 @@ def test_a_closed_run_shows_its_end_decisions_and_reply_inert() -> None:
                                                                 "strong_open"}
     # The same hostile text raw would have been all of those: the check can see them.
     assert {"link_open", "image", "heading_open"} <= _structure(HOSTILE)
+
+
+def test_the_start_metadata_names_the_machine_and_keeps_a_hostile_run_id_inert() -> None:
+    from workflows.refund import GRAPH as REFUND
+
+    run_id = "r-1`` [x](http://evil.example)\x1b[2J"
+    summary, details = start_metadata(REFUND, run_id)
+    assert summary.startswith("Tower agent refund: ")
+    assert "nodes `reason`, `issue_refund`, `confirm`, `decline`" in details
+    assert "- gate `refund_review` before `issue_refund`: role **manager** decides" in details
+    assert "``` tower state r-1`` [x](http://evil.example)\\x1b[2J ``` where it is" in details
+    assert "\x1b" not in details and "link_open" not in _structure(details)

@@ -81,8 +81,8 @@ def _pending(record: GateRecord, run_id: str) -> list[str]:
     if rendered.hidden:
         lines += ["", "**the proposal holds hidden characters**, shown as escapes"]
     return lines + [
-        "", f"`tower approve {run_id} --gate {record.gate} --by NAME --role {record.role}` "
-            "(or `tower reject ...`)",
+        "", f"{span(f'tower approve {run_id} --gate {record.gate} --by NAME --role {record.role}')}"
+            " (or `tower reject ...`)",
     ]
 
 
@@ -138,12 +138,11 @@ def start_metadata(machine: Machine, run_id: str) -> tuple[str, str]:
     closes too): the agent, its nodes and gates, and the commands that read the run."""
     summary = (f"Tower agent {machine.name}: its node, decisions and reply are in Current "
                "Details (User Metadata)")
-    run = inert(run_id)
     lines = [f"**{machine.name}**, a Tower state machine: nodes "
              + ", ".join(f"`{node}`" for node in machine.nodes) + " (then `DONE` or `FAILED`)"]
     for gate in machine.gates.values():
         lines.append(f"- gate `{gate.name}` {gate.when} `{gate.node}`: role **{gate.role}** "
                      "decides")
-    lines += ["", f"{span(f'tower status {run}')} where it is · "
-                  f"{span(f'tower inspect {run}')} its moves and decisions"]
+    lines += ["", f"{span(f'tower state {run_id}')} where it is · "
+                  f"{span(f'tower inspect {run_id}')} its moves and decisions"]
     return summary, "\n".join(lines)
