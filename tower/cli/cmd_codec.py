@@ -81,4 +81,6 @@ def _dev_ui() -> str | None:
             return default_ui(connect_config()["target_host"])
         return await ui_base(client)
 
-    return asyncio.run(look())
+    # Not asyncio.run: closing the loop while the SDK's Rust runtime still holds callbacks
+    # on it can abort the process (tower/cli/cli.py's _run).
+    return asyncio.new_event_loop().run_until_complete(look())
