@@ -37,7 +37,7 @@ def render_details(machine: Machine, state: AgentState, last: Transition | None 
     decided = [r for r in state.approvals if r.status != GateStatus.PENDING]
     if decided:
         at = {t.step: t.at for t in log}
-        lines += ["", "decisions:", *(_decided(r, at.get(r.step + 1)) for r in decided)]
+        lines += ["", "decisions:", "", *(_decided(r, at.get(r.step + 1)) for r in decided)]
     if ended and (said := reply(state)):
         lines += ["", "reply:", *fenced(escape(said, multiline=True)[0])]
     usage = state.usage
@@ -139,7 +139,8 @@ def start_metadata(machine: Machine, run_id: str) -> tuple[str, str]:
     summary = (f"Tower agent {machine.name}: its node, decisions and reply are in Current "
                "Details (User Metadata)")
     lines = [f"**{machine.name}**, a Tower state machine: nodes "
-             + ", ".join(f"`{node}`" for node in machine.nodes) + " (then `DONE` or `FAILED`)"]
+             + ", ".join(f"`{node}`" for node in machine.nodes) + " (then `DONE` or `FAILED`)",
+             *([""] if machine.gates else [])]
     for gate in machine.gates.values():
         lines.append(f"- gate `{gate.name}` {gate.when} `{gate.node}`: role **{gate.role}** "
                      "decides")
