@@ -113,7 +113,7 @@ class DevServer:
             except RuntimeError:
                 await asyncio.sleep(0.5)
                 continue
-            await prepare(client)  # as `tower dev` does (idempotent on a restart)
+            await prepare(client, ui=None)  # as `tower dev --headless` does (idempotent)
             return client
         raise AssertionError(f"dev server did not come up; see {self.log_path}")
 

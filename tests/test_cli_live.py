@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import subprocess
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,61 @@ async def test_dev_json_names_the_server_it_starts(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         await proc.wait()
+
+
+async def test_dev_writes_only_in_its_project_and_links_find_its_ui_from_anywhere(
+    tmp_path: Path,
+) -> None:
+    """`tower dev`, with a home of its own and no Tower variables: nothing lands outside its
+    project's .tower/. A command run from another folder, with a TOWER_CONFIG_DIR of its
+    own, links to that server's UI port (the server says it), not to :8233."""
+    project, home, elsewhere = tmp_path / "project", tmp_path / "home", tmp_path / "elsewhere"
+    for folder in (project, home, elsewhere):
+        folder.mkdir()
+    bare = {k: v for k, v in os.environ.items()
+            if not k.startswith(("TOWER_", "TEMPORAL_", "XDG_", "OPENAI_"))}
+    port, ui_port = free_port(), free_port()
+    proc = await asyncio.create_subprocess_exec(
+        TOWER, "dev", "--port", str(port), "--ui-port", str(ui_port), "--json", cwd=project,
+        env={**bare, "HOME": str(home)}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        info = json.loads(await asyncio.wait_for(proc.stdout.readline(), 60))
+        code, out, err = await tower_cli(
+            ["--project", str(Path(__file__).resolve().parent.parent), "run", "support",
+             "--input", '{"message": "hi"}', "--id", "linked", "--no-follow",
+             "--json"], cwd=elsewhere,
+            env={**bare, "HOME": str(tmp_path), "TEMPORAL_ADDRESS": info["address"],
+                 "TOWER_CONFIG_DIR": str(tmp_path / "config")})
+        assert code == 0, err
+        assert json.loads(out)["web_ui"] == \
+            f"http://localhost:{ui_port}/namespaces/default/workflows/linked"
+    finally:
+        proc.terminate()
+        await proc.wait()
+    assert list(home.rglob("*")) == []
+    assert {p.relative_to(project).parts[0] for p in project.rglob("*")} == {".tower"}
+
+
+async def test_the_server_says_where_its_ui_is(
+    env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `tower dev` records in each namespace it sets up: its UI, or none (headless)."""
+    from temporalio.client import Client
+
+    from tower.cli.devserver import prepare
+    from tower.cli.ui import ui_base
+
+    monkeypatch.delenv("TOWER_UI_URL", raising=False)
+    namespace = f"ui-{uuid.uuid4().hex[:8]}"  # a namespace of its own: the session's stay
+    client = await Client.connect(address_of(env), namespace=namespace)
+    await prepare(client, ui="http://localhost:9400")
+    assert await ui_base(client) == "http://localhost:9400"
+    await prepare(client, ui=None)  # restarted headless
+    assert await ui_base(client) is None
+    monkeypatch.setenv("TOWER_UI_URL", "https://temporal.example.com/")
+    assert await ui_base(client) == "https://temporal.example.com"
 
 
 @pytest.mark.parametrize("fmt", ["mermaid", "dot"])

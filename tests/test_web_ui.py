@@ -18,20 +18,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from gatekit import new_id, refund_request, wait_pending
+from gatekit import decide, new_id, refund_request, wait_pending
 from headless import Browser, chromium_path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
+from test_details import HOSTILE
 
 from tower.activities.model import ModelSettings
 from tower.cli.devserver import temporal_binary
+from tower.client import start_run
 from tower.client.keys import load_key
 from tower.contract import search
+from tower.contract.decisions import Verdict
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
-from workflows.order import OrderRequest
+from workflows.order import OrderAgent, OrderRequest
 from workflows.refund import RefundAgent
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -115,11 +118,17 @@ async def test_run_page_shows_the_agents_current_state(
             RefundAgent.run, refund_request(client, refund_id), id=refund_id,
             task_queue=f"{queue}-refund")
         failed_id = f"order-ui-{uuid.uuid4().hex[:6]}"
-        failed = await client.start_workflow(
-            "order", OrderRequest(text="4 x GIZMO-3 to 9 High St, Leeds, GB"), id=failed_id,
-            task_queue=f"{queue}-refund")
+        failed = await start_run(
+            client, OrderAgent, OrderRequest(text="4 x GIZMO-3 to 9 High St, Leeds, GB"),
+            id=failed_id, task_queue=f"{queue}-refund")
+        rejected_id = new_id("refund-no")
+        rejected = await start_run(client, RefundAgent, refund_request(client, rejected_id),
+                                   id=rejected_id, task_queue=f"{queue}-refund")
         await _wait_for_node(handle, "reason", step=3)
         await wait_pending(refund)
+        await decide(client, rejected, (await wait_pending(rejected))["pending"],
+                     verdict=Verdict.REJECT, note=HOSTILE)
+        await rejected.result()
         with pytest.raises(WorkflowFailureError):
             await failed.result()
         # The worker answers the UI's queries on this event loop: browse from a thread.
@@ -139,6 +148,16 @@ async def test_run_page_shows_the_agents_current_state(
             failure = await asyncio.to_thread(browser.wait_for_text, failed_id, "Failed",
                                               "out of stock: GIZMO-3 (asked 4, 0 left)")
             await asyncio.to_thread(browser.screenshot, ARTIFACTS / "web-ui-failed.png")
+            # Closed, it keeps its summary and its Current Details at the end (a worker
+            # answers the Web UI's query by replaying it).
+            ended = await _look(browser, ui_port, failed_id, "web-ui-closed.png", (
+                "Tower agent order", "ended at FAILED", "last error:",
+                "out of stock: GIZMO-3 (asked 4, 0 left)"))
+            # A hostile note, in the decision and the reply that quotes it: shown as text.
+            said = await _look(browser, ui_port, rejected_id, "web-ui-rejected.png", (
+                "ended at DONE", "rejected by alice", "[pay here](http://evil.example)",
+                "\\x1b[31mred⟨U+202E⟩evil"))
+            made = await asyncio.to_thread(browser.evaluate, MADE_FROM_HOSTILE)
         finally:
             await asyncio.to_thread(browser.close)
         await handle.terminate("test over")
@@ -147,6 +166,8 @@ async def test_run_page_shows_the_agents_current_state(
     # The header's status badge, then the failure with the reason.
     assert f"FAILED\n{failed_id}" in failure and "out of stock: GIZMO-3" in failure
     assert "amount" in gated  # the proposed refund is on the page
+    assert "No Current Details" not in ended and "No summary" not in ended
+    assert "# Paid" in said and made == []  # no link, image or heading was made of it
     # What the Web UI shows a reader can sign nothing: no approver's private key is on it.
     for name in ("alice", "bob", "carol", "dana"):
         assert load_key(name)["d"] not in text + gated
@@ -159,6 +180,19 @@ async def test_run_page_shows_the_agents_current_state(
                 event.user_metadata.summary, str))
     assert summaries == ["reason · model", "lookup_account · tool lookup_account",
                          "reason · model"]
+
+
+# What the page (and its same-origin frames, where the Web UI renders Markdown) made of
+# HOSTILE: links or images to its address, headings of its text.
+MADE_FROM_HOSTILE = """(() => {
+  const frames = [...document.querySelectorAll('iframe')]
+    .map(f => { try { return f.contentDocument; } catch (e) { return null; } })
+    .filter(Boolean);
+  return [document, ...frames].flatMap(d => [...d.querySelectorAll(
+      'a[href*="evil"], img[src*="evil"], h1, h2, h3, h4, h5, h6')]
+    .filter(e => e.tagName === 'A' || e.tagName === 'IMG' || e.textContent.includes('Paid'))
+    .map(e => e.outerHTML));
+})()"""
 
 
 async def _look(browser: Browser, ui_port: int, run_id: str, shot: str,

@@ -25,7 +25,7 @@ from temporalio.api.enums.v1 import EventType
 
 from tower.cli.cli import COMMANDS, cli, main
 from tower.cli.live import watch
-from tower.cli.ui import remember_dev_ui, ui_base
+from tower.cli.ui import default_ui, run_link
 from tower.core.engine import Transition
 
 TOWER = str(Path(sys.executable).parent / "tower")
@@ -78,17 +78,14 @@ def test_a_closed_pipe_ends_quietly(args: list[str]) -> None:
     assert proc.wait(timeout=60) == 1 and err == ""  # 1: what click (and Python) exit with
 
 
-def test_ui_links_follow_the_real_ui(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    record = tmp_path / "dev-ui.json"
-    monkeypatch.delenv("TOWER_UI_URL", raising=False)
-    assert ui_base("127.0.0.1:7233", record) == "http://localhost:8233"
-    remember_dev_ui("127.0.0.1:7300", "http://localhost:9400", record)
-    remember_dev_ui("127.0.0.1:7301", None, record)  # headless: no link at all
-    assert ui_base("127.0.0.1:7300", record) == "http://localhost:9400"
-    assert ui_base("localhost:7300", record) == "http://localhost:9400"
-    assert ui_base("127.0.0.1:7301", record) is None
-    monkeypatch.setenv("TOWER_UI_URL", "https://temporal.example.com/")
-    assert ui_base("127.0.0.1:7300", record) == "https://temporal.example.com"
+def test_ui_links_are_links_whatever_the_run_id() -> None:
+    # Without a record of its own, a server's UI is on its host's port 8233.
+    assert default_ui("127.0.0.1:7233") == "http://localhost:8233"
+    assert default_ui("temporal.example.com:7233") == "http://temporal.example.com:8233"
+    assert run_link(None, "default", "r-1") is None  # headless: no link at all
+    # A hostile id stays inside the link: percent-encoded, no escape reaches the terminal.
+    assert run_link("http://localhost:9400", "default", "a b/\x1b[31m#x") == \
+        "http://localhost:9400/namespaces/default/workflows/a%20b%2F%1B%5B31m%23x"
 
 
 @dataclass

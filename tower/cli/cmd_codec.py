@@ -69,7 +69,18 @@ def command(port: int, host: str, ui_url: str | None, origins: tuple[str, ...], 
 
 
 def _dev_ui() -> str | None:
-    from tower.cli.ui import ui_base
-    from tower.client import connect_config
+    import asyncio
 
-    return ui_base(connect_config()["target_host"])
+    from tower.cli.ui import default_ui, ui_base
+    from tower.client import ServerUnreachable, connect, connect_config
+
+    async def look() -> str | None:
+        try:
+            client = await connect(check_namespace=False)
+        except ServerUnreachable:  # no server yet: the UI it will have by default
+            return default_ui(connect_config()["target_host"])
+        return await ui_base(client)
+
+    # Not asyncio.run: closing the loop while the SDK's Rust runtime still holds callbacks
+    # on it can abort the process (tower/cli/cli.py's _run).
+    return asyncio.new_event_loop().run_until_complete(look())

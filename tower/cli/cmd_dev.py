@@ -77,7 +77,6 @@ async def _serve(cmd: list[str], port: int, ui_port: int, db: str, headless: boo
 
     from tower.cli.devprocess import wait_for_server
     from tower.cli.devserver import prepare
-    from tower.cli.ui import remember_dev_ui
 
     address, ui = f"127.0.0.1:{port}", None if headless else f"http://localhost:{ui_port}"
     # With --json, stdout carries only the one JSON line: the server's banner (which it prints
@@ -87,9 +86,9 @@ async def _serve(cmd: list[str], port: int, ui_port: int, db: str, headless: boo
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: proc.terminate())
     try:
-        report = await prepare(await wait_for_server(proc, address), tenants)
-        # `tower run` and the demo link to this UI, whatever port it is on.
-        remember_dev_ui(address, ui)
+        # The server records its UI: `tower run` and the demo link to it, whatever port it
+        # is on, from any folder.
+        report = await prepare(await wait_for_server(proc, address), tenants, ui=ui)
         if as_json:
             print_json({"address": address, "db": db, "web_ui": ui, "command": cmd,
                         "setup": report.changed}, line=True)

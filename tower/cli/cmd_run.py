@@ -50,8 +50,9 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
     from tower.cli.approvals import check_policy
     from tower.cli.common import agent_class, parse_input
     from tower.cli.live import watch
-    from tower.cli.ui import run_link
-    from tower.client import connect, connect_config, has_workers, start_run
+    from tower.cli.ui import run_link, ui_base
+    from tower.client import connect, has_workers, start_run
+    from tower.core.details import span
     from tower.temporal._runtime import AgentWorkflow
 
     agent = agent_class(agent_name)
@@ -63,12 +64,12 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
     check_policy(agent, request, client.namespace)
     handle = await start_run(
         client, agent, request, id=run_id, task_queue=task_queue,
-        # The Web UI's "Summary" of the run: what was asked, in one line.
-        static_summary=f"{agent.machine.name}: {raw_input}"[:200],
+        # The Web UI's "Summary" of the run: what was asked, in one line, inert (the UI
+        # reads it as Markdown).
+        static_summary=f"{agent.machine.name}: {span(raw_input[:200])}",
     )
-    config = connect_config()
-    link = run_link(config["target_host"], client.namespace, run_id,
-                    base=ui_url.rstrip("/") if ui_url else None)
+    link = run_link(ui_url.rstrip("/") if ui_url else await ui_base(client), client.namespace,
+                    run_id)
     if as_json:
         print_json({"event": "started", "run": run_id, "agent": agent.machine.name,
                     "task_queue": task_queue, "web_ui": link}, line=True)

@@ -105,13 +105,12 @@ async def run(keep_server: bool, as_json: bool = False) -> int:
             for line in prepare_dev_setup([] if server.client.namespace == "default"
                                           else [server.client.namespace]):
                 print(line)
-            config = connect_config()
             namespace = server.client.namespace
-            base = server.ui_url if server.started_here else None
+            base = server.ui_url if server.started_here else await ui_base(server.client)
             links: list[str] = []
 
             def done(agent: str, run_id: str) -> None:
-                link = run_link(config["target_host"], namespace, run_id, base=base)
+                link = run_link(base, namespace, run_id)
                 if link:
                     links.append(link)
                 if as_json:
@@ -133,7 +132,7 @@ async def run(keep_server: bool, as_json: bool = False) -> int:
                 for link in links:
                     print(f"  {link}")
             if waiting:
-                await serve_inbox(waiting, mine, base or ui_base(config["target_host"]))
+                await serve_inbox(waiting, mine, base)
             if server.started_here and keep_server:
                 print(f"\nThe dev server this demo started keeps running (pid {server.pid}): "
                       f"`kill {server.pid}` stops it; its runs are kept in "

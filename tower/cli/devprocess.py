@@ -77,7 +77,7 @@ async def server_if_needed(*, keep: bool = False) -> AsyncIterator[Server]:
             ui_port = free_port()
             proc = _start(int(port), ui_port)
             client = await wait_for_server(proc)
-        await prepare(client)
+        await prepare(client, ui=f"http://localhost:{ui_port}")
         yield Server(client, started_here=True, ui_port=ui_port, pid=proc.pid)
         finished = True
     finally:

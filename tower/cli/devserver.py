@@ -15,6 +15,7 @@ from temporalio.client import Client
 
 from tower.cli.errors import CliError
 from tower.cli.server_setup import SetupReport, setup
+from tower.cli.ui import record_ui
 from tower.contract.failures import Code
 
 DATA_DIR = Path(".tower")
@@ -63,10 +64,15 @@ def dynamic_config_args() -> list[str]:
             for arg in ("--dynamic-config-value", f"{key}={value}")]
 
 
-async def prepare(client: Client, tenants: list[str] | None = None) -> SetupReport:
+async def prepare(client: Client, tenants: list[str] | None = None, *,
+                  ui: str | None) -> SetupReport:
     """What `tower setup` does, on a dev server that has just started: the default
-    namespace's and each tenant's search attributes (and the tenants' namespaces)."""
-    report = await setup(client, [client.namespace, *(tenants or [])], retention=DEV_RETENTION)
+    namespace's and each tenant's search attributes (and the tenants' namespaces); then
+    each namespace records the server's UI, ``ui`` (None: headless), for the links every
+    command prints (tower/cli/ui.py)."""
+    namespaces = [client.namespace, *(tenants or [])]
+    report = await setup(client, namespaces, retention=DEV_RETENTION)
     if report.actions:
         raise RuntimeError("the dev server could not be set up: " + "; ".join(report.actions))
+    await record_ui(client, namespaces, ui)
     return report

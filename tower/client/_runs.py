@@ -47,6 +47,7 @@ from tower.client.connection import TASK_QUEUE
 from tower.client.errors import ClientError, NeverStarted, RunClosed, RunNotFound, RunUnreadable
 from tower.contract import search
 from tower.contract.failures import Code, rebuilt
+from tower.core.details import start_metadata
 from tower.temporal._machine_run import MachineRun
 
 # A worker answers a query in milliseconds; past this, none is there (the server still
@@ -62,9 +63,14 @@ async def start_run(client: Client, agent: type[MachineRun], request: Any, *, id
     (``search.start_attributes``): it upserts nothing then, one history event fewer, and
     it is listed by agent and status from its first moment. ``options`` go to
     ``Client.start_workflow`` (``static_summary``, timeouts, ...); ``task_timeout`` is the
-    agent's own (``MachineRun.task_timeout``) unless given."""
+    agent's own (``MachineRun.task_timeout``) unless given. The Web UI's summary and
+    details of the run (``static_summary``, ``static_details``) say what agent it is and how
+    to read it, unless given: the server keeps them after the run closes."""
     if agent.task_timeout is not None:
         options.setdefault("task_timeout", agent.task_timeout)
+    summary, details = start_metadata(agent.machine, id)
+    options.setdefault("static_summary", summary)
+    options.setdefault("static_details", details)
     return await client.start_workflow(agent.machine.name, request, id=id,
                                        task_queue=task_queue,
                                        search_attributes=search.start_attributes(agent.machine),

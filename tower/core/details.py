@@ -7,25 +7,39 @@ renders it as Markdown (in a frame of its own, on the run's "User Metadata" tab)
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Sequence
+from datetime import datetime
 
-from tower.contract.decisions import GateRecord, canonical_proposal
-from tower.contract.render import render_proposal
+from tower.contract.decisions import GateRecord, GateStatus, canonical_proposal
+from tower.contract.render import escape, inert, render_proposal
 from tower.core.engine import Transition
 from tower.core.gates import canonical_time, pending_record
-from tower.core.graph import Machine
+from tower.core.graph import TERMINALS, Machine
 from tower.core.state import AgentState
 
 
 def render_details(machine: Machine, state: AgentState, last: Transition | None = None,
-                   run_id: str = "RUN") -> str:
+                   run_id: str = "RUN", log: Sequence[Transition] = ()) -> str:
+    """The details; ``log`` (the run's transitions) dates the decisions taken. Every string
+    the run carries (a reason, an approver's name and note, an error, the reply) is inert:
+    escaped, and in a code span or fence, so no Markdown in it becomes structure."""
+    ended = state.node in TERMINALS
     lines = [
-        f"**{machine.name}** · state `{state.node}` · {state.status.value} · step {state.step}"]
+        f"**{machine.name}** · {'ended at' if ended else 'state'} `{state.node}` · "
+        f"{state.status.value} · step {state.step}"]
     if last is not None:
-        lines += ["", f"last move: {last.source} → {last.target} ({last.reason})"]
+        lines += ["", f"last move: {last.source} → {last.target} ({span(last.reason)})"]
     pending = pending_record(state)
     if pending is not None:
         lines += ["", *_pending(pending, run_id)]
+    decided = [r for r in state.approvals if r.status != GateStatus.PENDING]
+    if decided:
+        at = {t.step: t.at for t in log}
+        lines += ["", "decisions:", "", *(_decided(r, at.get(r.step + 1)) for r in decided)]
+    if ended and (said := reply(state)):
+        lines += ["", "reply:", *fenced(escape(said, multiline=True)[0])]
     usage = state.usage
     lines += [
         "", f"budget used: {budget_used(machine, state)}",
@@ -33,7 +47,7 @@ def render_details(machine: Machine, state: AgentState, last: Transition | None 
         f"{usage.prompt_tokens} prompt + {usage.completion_tokens} completion tokens · "
         f"${usage.cost_usd:.4f}"]
     if state.errors:
-        lines += ["", f"last error: {state.errors[-1]}"]
+        lines += ["", f"last error: {span(state.errors[-1])}"]
     if state.unsigned_decisions:
         lines += ["", "**UNSIGNED decisions accepted**: this deployment's policy allows them "
                       "(a development setting)"]
@@ -60,15 +74,76 @@ def _pending(record: GateRecord, run_id: str) -> list[str]:
     # The proposal as every surface shows it (tower.contract.render): whole and inert, in
     # a code fence longer than any run of backticks in it, so nothing in it is Markdown.
     rendered = render_proposal(canonical_proposal(record))
-    body = rendered.text()
-    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", body)), default=0))
     lines = [
         f"**awaiting approval**: gate `{record.gate}` ({record.when} `{record.node}`) needs "
         f"role **{record.role}**, expires {canonical_time(record.expires_at)}",
-        "", f"{fence}text", body, fence]
+        "", *fenced(rendered.text())]
     if rendered.hidden:
         lines += ["", "**the proposal holds hidden characters**, shown as escapes"]
     return lines + [
-        "", f"`tower approve {run_id} --gate {record.gate} --by NAME --role {record.role}` "
-            "(or `tower reject ...`)",
+        "", f"{span(f'tower approve {run_id} --gate {record.gate} --by NAME --role {record.role}')}"
+            " (or `tower reject ...`)",
     ]
+
+
+def _decided(record: GateRecord, at: datetime | None) -> str:
+    """One decided request: who, what, when (the step that closed it, and its time when
+    this run's log holds it: a run continued-as-new keeps its state, not its moves)."""
+    line = f"- gate `{record.gate}` ({record.when} `{record.node}`): **{record.status.value}**"
+    decision = record.decision
+    if decision is not None:
+        signed = "signed" if decision.signed else "UNSIGNED"
+        line += f" by {span(decision.approver)} (role {span(decision.role)}, {signed})"
+    line += f" at step {record.step + 1}"
+    if at is not None:
+        line += f", {canonical_time(at)}"
+    if decision is not None and decision.note:
+        line += f"; note {span(decision.note)}"
+    if decision is not None and decision.edits:
+        line += f"; edits {span(json.dumps(decision.edits, sort_keys=True))}"
+    if record.reason:
+        line += f"; {span(record.reason)}"
+    return line
+
+
+def reply(state: AgentState) -> str:
+    """What the run answered: its ``reply`` (or ``answer``) field, else its last assistant
+    message."""
+    for field in ("reply", "answer"):
+        own = getattr(state, field, None)
+        if isinstance(own, str) and own:
+            return own
+    said = [m.content for m in state.messages if m.role == "assistant" and m.content]
+    return said[-1] if said else ""
+
+
+def span(text: str) -> str:
+    """``text`` as one inert line in a Markdown code span: escaped (``inert``: controls,
+    bidi, newlines), between backtick runs longer than any inside, so nothing in it is a
+    link, an image, a heading or math."""
+    shown = inert(text)
+    ticks = "`" * (1 + max((len(run) for run in re.findall("`+", shown)), default=0))
+    return f"{ticks} {shown} {ticks}"
+
+
+def fenced(body: str) -> list[str]:
+    """``body`` (already escaped) in a code fence longer than any run of backticks in it."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", body)), default=0))
+    return [f"{fence}text", body, fence]
+
+
+def start_metadata(machine: Machine, run_id: str) -> tuple[str, str]:
+    """The Web UI's summary and static details of a run of ``machine`` (``start_run`` sets
+    them at the start: the server keeps them, with or without a worker, after the run
+    closes too): the agent, its nodes and gates, and the commands that read the run."""
+    summary = (f"Tower agent {machine.name}: its node, decisions and reply are in Current "
+               "Details (User Metadata)")
+    lines = [f"**{machine.name}**, a Tower state machine: nodes "
+             + ", ".join(f"`{node}`" for node in machine.nodes) + " (then `DONE` or `FAILED`)",
+             *([""] if machine.gates else [])]
+    for gate in machine.gates.values():
+        lines.append(f"- gate `{gate.name}` {gate.when} `{gate.node}`: role **{gate.role}** "
+                     "decides")
+    lines += ["", f"{span(f'tower state {run_id}')} where it is · "
+                  f"{span(f'tower inspect {run_id}')} its moves and decisions"]
+    return summary, "\n".join(lines)

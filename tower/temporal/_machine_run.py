@@ -285,10 +285,12 @@ class MachineRun:
         stream_sink.emit_move(before, state, transition, self.stream_updates)
 
     def show_details(self) -> None:
-        # The Web UI's current details: the state and its newest move (and its request).
+        # The Web UI's current details: the state and its newest move (and its request, the
+        # decisions taken, the reply at the end). A closed run keeps the last: a worker
+        # answers the Web UI's query for it by replaying the run to its end.
         workflow.set_current_details(render_details(
             self.machine, self.current, self._log[-1] if self._log else None,
-            workflow.info().workflow_id))
+            workflow.info().workflow_id, self._log))
 
     def _started(self) -> None:
         """A query on a run whose agent refused its input fails with the reason: it has no
