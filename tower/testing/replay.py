@@ -111,9 +111,9 @@ _RUN_SUFFIX = re.compile(r"^(.+)@[0-9a-fA-F-]{36}$")
 
 
 def workflow_id_of(file: Path) -> str:
-    """``ID.json`` or ``ID@RUN-ID.json`` -> ID. Workflow code may read its id (a gate
-    checks a decision was made for this run), so replay must use the original one.
-    ``history_file_name`` percent-encodes an id's unsafe characters; this decodes them."""
+    """``ID.json`` or ``ID@RUN-ID.json`` -> ID, the id reports name (a run replays alike
+    under any id). ``history_file_name`` percent-encodes an id's unsafe characters; this
+    decodes them."""
     named = _RUN_SUFFIX.match(file.stem)
     return unquote(named.group(1) if named else file.stem)
 
