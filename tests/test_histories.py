@@ -18,10 +18,10 @@ from tower.activities.model import ModelSettings
 from tower.cli.demo import RUNS
 from tower.cli.devserver import temporal_binary
 from tower.cli.histories import load, replay
-from tower.cli.testing import assert_replays, history_files
 from tower.core.engine import Transition
 from tower.temporal.plugin import TowerPlugin
-from tower.testing._replay_report import diverged
+from tower.temporal.replay import diverged
+from tower.testing import assert_replays, history_files
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
 from workflows.refund import RefundAgent
@@ -33,7 +33,7 @@ HISTORIES = Path(__file__).parent / "histories"
 # The CI recipe from docs/debugging.md, applied to Tower's own recordings.
 @pytest.mark.parametrize("path", history_files(HISTORIES), ids=lambda p: p.name)
 async def test_history_replays(path: Path) -> None:
-    (result,) = await assert_replays(path)
+    (result,) = await assert_replays(path, workflows=list(AGENTS.values()))
     assert result.log, f"{path.name} replays to no transition at all"
     # inspect --step needs the state after every step: every move goes through _record.
     assert len(result.states) == len(result.log)

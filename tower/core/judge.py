@@ -4,8 +4,9 @@ gate, step, run id and proposal digest, duplicates, edits). The runtime calls th
 update validator and a signal handler, so the rules are functions, unit-tested without a
 server; every refusal carries its ``RefusalCode``. Nothing here reads the workflow id: a
 decision is bound to its run by the Temporal run id its request was opened in (recorded
-from an activity, which the server answers), so a history judges alike under any id. tower/core/gates.py holds the gates
-themselves and the moves they make, and re-exports these names.
+from an activity, which the server answers), so a history judges alike under any id.
+tower/core/gates.py holds the gates themselves and the moves they make, and re-exports
+these names.
 """
 
 from __future__ import annotations
