@@ -30,7 +30,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
-from temporalio.converter import DataConverter, decode_typed_search_attributes
+from temporalio.converter import decode_typed_search_attributes
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.worker import (
     ExecuteWorkflowInput,
@@ -38,7 +38,6 @@ from temporalio.worker import (
     Replayer,
     WorkflowInboundInterceptor,
     WorkflowInterceptorClassInput,
-    WorkflowRunner,
 )
 
 from tower.contract import search
@@ -191,43 +190,24 @@ def _quiet_runtime() -> Runtime:
 DEFAULT_NAMESPACE = "default"
 
 
-def replayer(
-    workflows: Sequence[type], interceptors: Sequence[Interceptor] = (), *,
-    namespace: str = DEFAULT_NAMESPACE, runner: WorkflowRunner | None = None,
-    data_converter: DataConverter | None = None, plugin: TowerPlugin | None = None,
-) -> Replayer:
-    """A Replayer for ``workflows`` with a worker's sandbox, converter and failure types:
-    ``plugin``'s, by default ``TowerPlugin()``'s (the converter from the environment, as
-    a worker's: codec, payload store), as a worker connected with it has them.
-
-    ``namespace`` must be the one the runs were recorded in: workflow code may read it
-    (gated runs check it against their tenant), and the history does not say it.
-    ``data_converter`` replaces the plugin's converter; ``runner``'s pass-through modules
-    are added to Tower's sandbox.
-    """
-    options: dict[str, Any] = {"workflow_runner": runner} if runner is not None else {}
-    if plugin is None:
-        plugin = TowerPlugin(data_converter=data_converter)
-    elif data_converter is not None:
-        raise ValueError("give the converter to the plugin, not beside it")
-    return Replayer(
-        workflows=list(workflows), runtime=_quiet_runtime(), namespace=namespace,
-        interceptors=list(interceptors), plugins=[plugin], **options)
-
-
 async def replay(
     histories: Sequence[tuple[str, WorkflowHistory]], *, workflows: Sequence[type],
-    namespace: str = DEFAULT_NAMESPACE, runner: WorkflowRunner | None = None,
-    data_converter: DataConverter | None = None, plugin: TowerPlugin | None = None,
+    namespace: str = DEFAULT_NAMESPACE, plugin: TowerPlugin | None = None,
 ) -> list[Replayed]:
-    """Replay each history against ``workflows`` (the project's agents)."""
+    """Replay each history against ``workflows`` (the project's agents) with a worker's
+    sandbox, converter and failure types: ``plugin``'s (a project's own converter or
+    pass-through modules), by default ``TowerPlugin()``'s (the converter from the
+    environment, as a worker's: codec, payload store).
+
+    ``namespace`` must be the one the runs were recorded in: workflow code may read it
+    (gated runs check it against their tenant), and the history does not say it."""
     recorder = _Recorder()
     classes = list(workflows)
     # Only the agents these histories ran: each one registered costs a sandbox check.
     kinds = {workflow_type(h) for _, h in histories}
     used = [c for c in classes if workflow_name(c) in kinds] or classes
-    rep = replayer(used, [recorder], namespace=namespace, runner=runner,
-                   data_converter=data_converter, plugin=plugin)
+    rep = Replayer(workflows=used, runtime=_quiet_runtime(), namespace=namespace,
+                   interceptors=[recorder], plugins=[plugin or TowerPlugin()])
     machines = {workflow_name(w): w.machine for w in classes if hasattr(w, "machine")}
     results: list[Replayed] = []
     async def feed() -> AsyncIterator[WorkflowHistory]:

@@ -6,9 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from temporalio.converter import DataConverter
-from temporalio.worker import WorkflowRunner
-
 from tower.temporal.plugin import TowerPlugin
 from tower.temporal.replay import DEFAULT_NAMESPACE, Replayed, load, replay, report
 
@@ -29,7 +26,6 @@ def history_files(*folders: str | Path) -> list[Path]:
 
 async def assert_replays(
     *paths: str | Path, workflows: Sequence[type], namespace: str = DEFAULT_NAMESPACE,
-    runner: WorkflowRunner | None = None, data_converter: DataConverter | None = None,
     plugin: TowerPlugin | None = None,
 ) -> list[Replayed]:
     """Replay ``paths`` (files or folders) against ``workflows``; AssertionError naming
@@ -38,7 +34,7 @@ async def assert_replays(
     (steps not strictly increasing, an undeclared move, DONE or FAILED left, a path other
     than the one the original run recorded)."""
     results = await replay(load(paths), workflows=workflows, namespace=namespace,
-                           runner=runner, data_converter=data_converter, plugin=plugin)
+                           plugin=plugin)
     failures = [report(r) for r in results if not r.ok]
     assert not failures, "histories do not replay:\n" + "\n".join(failures)
     return results
