@@ -120,7 +120,8 @@ async def test_a_token_for_another_workflow_is_refused_as_wrong_run(
         with pytest.raises(DecisionRefused) as info:
             await send_decision(client, b.id, stolen)
         assert info.value.code == RefusalCode.WRONG_RUN
-        assert f"decision is for run {a.id!r}" in await refused_both_ways(b, stolen)
+        reason = await refused_both_ways(b, stolen)
+        assert f"made for run id {for_a['run_id']} (run {a.id!r})" in reason
         refused = (await b.query("approvals", result_type=dict))["refused"]
         assert [r["code"] for r in refused] == ["wrong_run"]
         assert await snapshot(b) == before and refunds(db_path) == []

@@ -369,8 +369,8 @@ def _what(history: WorkflowHistory, event: HistoryEvent) -> str:
     if kind == EventType.EVENT_TYPE_MARKER_RECORDED:
         return f"marker {event.marker_recorded_event_attributes.marker_name}"
     if kind == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
-        name = event.start_child_workflow_execution_initiated_event_attributes.workflow_type
-        return f"child workflow {name.name}"
+        child = event.start_child_workflow_execution_initiated_event_attributes
+        return f"child workflow {child.workflow_type.name}"
     words = {EventType.EVENT_TYPE_TIMER_STARTED: "a timer",
              EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED: "an update of the run's details",
              EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: "the run's completion",
