@@ -160,7 +160,7 @@ def test_valid_signed_decision_passes() -> None:
 @pytest.mark.parametrize(("change", "code", "reason"), [
     (dict(tenant="other"), C.WRONG_RUN, "tenant 'other'"),
     # Another workflow's decision carries its run id: refused whatever its step.
-    (dict(run="pay-2", run_id="run-id-2"), C.WRONG_RUN, "for run id run-id-2 (run 'pay-2')"),
+    (dict(run="pay-2", run_id="run-id-2"), C.WRONG_RUN, "'pay-2', made for run id run-id-2"),
     (dict(run="pay-2", run_id="run-id-2", request=9), C.WRONG_RUN, "run 'pay-2'"),
     (dict(run="pay-2", run_id="run-id-2", gate="nope"), C.WRONG_RUN, "run 'pay-2'"),
     (dict(run_id="run-id-2"), C.WRONG_RUN, "run id run-id-2"),

@@ -121,7 +121,7 @@ async def test_a_token_for_another_workflow_is_refused_as_wrong_run(
             await send_decision(client, b.id, stolen)
         assert info.value.code == RefusalCode.WRONG_RUN
         reason = await refused_both_ways(b, stolen)
-        assert f"made for run id {for_a['run_id']} (run {a.id!r})" in reason
+        assert f"is for run {a.id!r}, made for run id {for_a['run_id']}" in reason
         refused = (await b.query("approvals", result_type=dict))["refused"]
         assert [r["code"] for r in refused] == ["wrong_run"]
         assert await snapshot(b) == before and refunds(db_path) == []

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
 from replay_variants import (
     PATCH,
     AccountV2,
@@ -61,6 +62,10 @@ async def test_old_histories_replay_with_the_patch_and_fail_without_it() -> None
         "activity where the history has the move to node DONE (step 4), event 24")
     # A run that never reaches the changed part of the graph is not affected.
     assert unpatched["account-2"].ok, unpatched["account-2"]
+    with pytest.raises(AssertionError) as failed:  # the test helper says it as tower replay
+        await assert_replays(REACHES_ANSWER, BUDGET_FAILS, workflows=[AccountV2Unpatched])
+    assert f"(id account-1): 4 steps, at verify\n      {broken.failure}" in str(failed.value)
+    assert "account-2" not in str(failed.value)
 
 
 async def test_new_runs_take_the_new_graph_and_cannot_be_rolled_back(

@@ -84,7 +84,7 @@ async def replayed(run: str, run_id: str | None, client: Client | None = None, *
                                   namespace=namespace)
     except HistoryError as exc:
         end = await history_end(history)
-        how = f" (it ended {end[0]}: {end[1]})" if end and "cannot be read" in str(exc) else ""
+        how = f" (it ended {end[0]}: {end[1]})" if end else ""
         raise CliError(f"{exc}{how}") from None
     if not result.log and not (ended and await history_end(history)):
         raise CliError(f"{source} is a {result.workflow_type!r} run with no transitions yet")

@@ -136,7 +136,7 @@ def check_decision(
     pending = pending_record(state)
     if pending is not None and d.run_id != pending.run_id:
         return refuse(RefusalCode.WRONG_RUN, (
-            f"decision was made for run id {d.run_id} (run {d.run!r}); the pending request "
+            f"decision is for run {d.run!r}, made for run id {d.run_id}; the pending request "
             f"is in run id {pending.run_id} (a reset or a new run voids earlier decisions)"))
     if pending is None or pending.gate != d.gate:
         return refuse(*_not_pending(d.gate, state, gates))
