@@ -80,6 +80,14 @@ async def test_an_approved_run_replays_under_any_id(
     code, out, err = await tower(address_of(env), "replay", str(renamed))
     assert code == 0 and "(id renamed): 6 steps, at DONE" in out, out + err
     assert "1 histories replayed: 1 ok, 0 failed" in out
+    # A fan-out names its children by its own id: the report says which id to replay under.
+    (fanout,) = await replay([("f", WorkflowHistory.from_json(
+        "any-id", (HISTORIES / "fanout-1.json").read_text()))])
+    assert fanout.failure == (
+        "replay of run any-id diverged at step 1 (node research_all): the code now calls child "
+        "workflow any-id/research_all-1/0 where the history has child workflow "
+        "fanout-1/research_all-1/0 (a child's id starts with its parent's workflow id: replay "
+        "this run under its own, 'fanout-1')")
 
 
 async def test_tower_replay_folder_and_bad_paths(env: WorkflowEnvironment, tmp_path: Path) -> None:

@@ -294,8 +294,8 @@ _CORE_MESSAGE = re.compile(r'message: "((?:[^"\\]|\\.)*)"')
 _PREFIX = re.compile(r"^\[TMPRL\d+\]\s*Nondeterminism error:\s*", re.IGNORECASE)
 _MACHINE = re.compile(r"^([\w ]+?) ?machine does not handle this event", re.IGNORECASE)
 _NOTHING = re.compile(r"No command scheduled for event", re.IGNORECASE)
-_OTHER_TYPE = re.compile(r"(Activity|Local activity|Child workflow) type of scheduled event "
-                         r"'([^']*)' does not match .* command '([^']*)'", re.IGNORECASE)
+_OTHER_TYPE = re.compile(r"(Activity|Local activity|Child workflow) (?:type|id) of scheduled "
+                         r"event '([^']*)' does not match .* command '([^']*)'", re.IGNORECASE)
 _COMMANDS = {
     "activity": "schedules an activity", "timer": "starts a timer",
     "child workflow": "starts a child workflow", "update": "answers a decision (update)",
@@ -331,8 +331,12 @@ def describe_failure(
     other = _OTHER_TYPE.search(said)
     if other:
         kind, recorded, now = other.groups()
+        parent = recorded.partition("/")[0]  # a fan-out's children are named by their parent
+        hint = (f" (a child's id starts with its parent's workflow id: replay this run under "
+                f"its own, {parent!r})" if now.startswith(f"{history.workflow_id}/")
+                and not recorded.startswith(f"{history.workflow_id}/") else "")
         return (f"diverged {where}: the code now calls {kind.lower()} {now} where the history "
-                f"has {kind.lower()} {recorded}")
+                f"has {kind.lower()} {recorded}{hint}")
     machine = _MACHINE.search(_PREFIX.sub("", said))
     if event is not None and (machine or _NOTHING.search(said)):
         command = ("does nothing" if machine is None else
