@@ -89,7 +89,7 @@ def decision(**kw: Any) -> Decision:
 
 def check(d: Decision, state: Any = ..., **kw: Any) -> Any:
     args: dict[str, Any] = dict(state=at_gate() if state is ... else state,
-                                gates={"review": MACHINE.gates["pay"]}, tenant=TENANT, run=RUN,
+                                gates={"review": MACHINE.gates["pay"]}, tenant=TENANT,
                                 now=T0 + timedelta(hours=1))
     args.update(kw)
     return check_decision(d, **args)
@@ -159,7 +159,10 @@ def test_valid_signed_decision_passes() -> None:
 
 @pytest.mark.parametrize(("change", "code", "reason"), [
     (dict(tenant="other"), C.WRONG_RUN, "tenant 'other'"),
-    (dict(run="pay-2"), C.WRONG_RUN, "run 'pay-2'"),
+    # Another workflow's decision carries its run id: refused whatever its step.
+    (dict(run="pay-2", run_id="run-id-2"), C.WRONG_RUN, "'pay-2', made for run id run-id-2"),
+    (dict(run="pay-2", run_id="run-id-2", request=9), C.WRONG_RUN, "run 'pay-2'"),
+    (dict(run="pay-2", run_id="run-id-2", gate="nope"), C.WRONG_RUN, "run 'pay-2'"),
     (dict(run_id="run-id-2"), C.WRONG_RUN, "run id run-id-2"),
     (dict(role="clerk"), C.NOT_AUTHORIZED, "role 'clerk' may not decide"),
     (dict(gate="nope"), C.NOT_PENDING, "unknown gate 'nope'"),

@@ -23,8 +23,11 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from temporalio.common import RetryPolicy
 
 from tower.activities.model import ModelSettings
+from tower.client import DecisionRefused
+from tower.client._decisions import send_decision
 from tower.client.keys import new_key
 from tower.contract.decisions import GateRecord, proposal_digest
+from tower.contract.failures import Code
 from tower.contract.trust import Member, Policy, Roster
 from tower.core.signing import public_of
 from worker import build_worker
@@ -98,6 +101,35 @@ async def test_a_kept_token_of_a_look_alike_run_is_refused(
         state = await big.result()
     assert out["result"] == "approved" and state.status == "DONE"
     assert refunds(db_path) == [("INV-2004", 240000)]
+
+
+async def test_a_token_for_another_workflow_is_refused_as_wrong_run(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    """Two refunds park at the same gate and step. A genuine token for A, sent to B as
+    an update and as a signal, is refused with WRONG_RUN (the run is bound by the run id
+    its request was opened in, not by the workflow id replay may change); B's own pays."""
+    async with worker(client, task_queue, db_path):
+        a, b = [await client.start_workflow(RefundAgent.run, refund_request(client, "r"),
+                                            id=new_id("refund"), task_queue=task_queue)
+                for _ in range(2)]
+        for_a, pending = [(await wait_pending(h))["pending"] for h in (a, b)]
+        assert (for_a["gate"], for_a["step"]) == (pending["gate"], pending["step"])
+        stolen = decision(client, a.id, for_a, decision_id="d-stolen")
+        before = await snapshot(b)
+        with pytest.raises(DecisionRefused) as info:
+            await send_decision(client, b.id, stolen)
+        assert info.value.code == Code.WRONG_RUN
+        reason = await refused_both_ways(b, stolen)
+        assert f"is for run {a.id!r}, made for run id {for_a['run_id']}" in reason
+        refused = (await b.query("approvals", result_type=dict))["refused"]
+        assert [r["code"] for r in refused] == ["wrong_run"]
+        assert await snapshot(b) == before and refunds(db_path) == []
+        await a.terminate("test over")
+        out = await b.execute_update("decide", decision(client, b.id, pending),
+                                     result_type=dict)
+        await b.result()
+    assert out["result"] == "approved" and refunds(db_path) == [("INV-2004", 120000)]
 
 
 def _digest(pending: dict[str, Any]) -> str:

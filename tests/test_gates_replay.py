@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tower.cli.testing import assert_replays
 from tower.core.engine import Kind
+from tower.testing import assert_replays
+from workflows.registry import AGENTS
+
+AGENT_CLASSES = list(AGENTS.values())
 
 HISTORIES = Path(__file__).parent / "histories"
 GATES = HISTORIES / "gates"
@@ -16,7 +19,7 @@ def moves(log: list) -> list[str]:
 
 
 async def test_gated_histories_replay_with_their_decisions() -> None:
-    results = {r.workflow_id: r for r in await assert_replays(GATES)}
+    results = {r.workflow_id: r for r in await assert_replays(GATES, workflows=AGENT_CLASSES)}
     check_gated(results)
     assert "(manager, signed)" in results["refund-gated-1"].log[3].reason
 
@@ -24,7 +27,7 @@ async def test_gated_histories_replay_with_their_decisions() -> None:
 async def test_the_demo_gated_runs_replay_signed_and_parked() -> None:
     runs = [HISTORIES / f"{name}.json" for name in ("refund-approved", "refund-rejected",
                                                      "refund-parked", "migration-approved")]
-    results = {r.workflow_id: r for r in await assert_replays(*runs)}
+    results = {r.workflow_id: r for r in await assert_replays(*runs, workflows=AGENT_CLASSES)}
     assert results["refund-parked"].states[-1].status == "AWAITING_APPROVAL"
     assert "approved by alice (manager, signed)" in results["refund-approved"].log[3].reason
     assert "rejected by alice (manager, signed)" in results["refund-rejected"].log[3].reason

@@ -9,19 +9,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
 from test_cli import address_of, tower
 
 from tower.activities.model import ModelSettings
 from tower.cli.demo import RUNS
 from tower.cli.devserver import temporal_binary
 from tower.cli.histories import load, replay
-from tower.cli.testing import assert_replays, history_files
 from tower.core.engine import Transition
-from tower.testing._replay_report import diverged
+from tower.temporal.plugin import TowerPlugin
+from tower.temporal.replay import diverged
+from tower.testing import assert_replays, history_files
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
+from workflows.refund import RefundAgent
 from workflows.registry import AGENTS
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -30,7 +33,7 @@ HISTORIES = Path(__file__).parent / "histories"
 # The CI recipe from docs/debugging.md, applied to Tower's own recordings.
 @pytest.mark.parametrize("path", history_files(HISTORIES), ids=lambda p: p.name)
 async def test_history_replays(path: Path) -> None:
-    (result,) = await assert_replays(path)
+    (result,) = await assert_replays(path, workflows=list(AGENTS.values()))
     assert result.log, f"{path.name} replays to no transition at all"
     # inspect --step needs the state after every step: every move goes through _record.
     assert len(result.states) == len(result.log)
@@ -62,6 +65,29 @@ async def test_recordings_include_a_fallback_run() -> None:
     calls = [call for t in result.log for call in t.calls if call.startswith("model:")]
     assert result.ok and result.states[-1].status == "DONE"
     assert calls and set(calls) == {"model:backup"}, calls
+
+
+async def test_an_approved_run_replays_under_any_id(
+    env: WorkflowEnvironment, tmp_path: Path,
+) -> None:
+    """As a Temporal user replays in CI: the plain Replayer, whatever id it is given, and
+    `tower replay` of a file renamed (its name is the id it replays under)."""
+    text = (HISTORIES / "refund-approved.json").read_text()
+    history = WorkflowHistory.from_json("any-id", text)
+    await Replayer(workflows=[RefundAgent], plugins=[TowerPlugin()]).replay_workflow(history)
+    renamed = tmp_path / "renamed.json"
+    renamed.write_text(text)
+    code, out, err = await tower(address_of(env), "replay", str(renamed))
+    assert code == 0 and "(id renamed): 6 steps, at DONE" in out, out + err
+    assert "1 histories replayed: 1 ok, 0 failed" in out
+    # A fan-out names its children by its own id: the report says which id to replay under.
+    (fanout,) = await replay([("f", WorkflowHistory.from_json(
+        "any-id", (HISTORIES / "fanout-1.json").read_text()))])
+    assert fanout.failure == (
+        "replay of run any-id diverged at step 1 (node research_all): the code now calls child "
+        "workflow any-id/research_all-1/0 where the history has child workflow "
+        "fanout-1/research_all-1/0 (a child's id starts with its parent's workflow id: replay "
+        "this run under its own, 'fanout-1')")
 
 
 async def test_tower_replay_folder_and_bad_paths(env: WorkflowEnvironment, tmp_path: Path) -> None:

@@ -174,8 +174,9 @@ async def test_replaying_a_recorded_run_publishes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tower.activities.streams import open_streams
-    from tower.cli.testing import assert_replays
     from tower.temporal import _stream_sink, publish_steps, stop_publishing
+    from tower.testing import assert_replays
+    from workflows.registry import AGENTS
 
     path = tmp_path / "streams.sqlite"
     store = open_streams(path)
@@ -186,7 +187,7 @@ async def test_replaying_a_recorded_run_publishes_nothing(
     recorded = sorted((Path(__file__).parent / "histories").glob("account-*.json"))
     assert recorded
     for history in recorded:
-        (result,) = await assert_replays(history)
+        (result,) = await assert_replays(history, workflows=list(AGENTS.values()))
         assert "lookup_account" in [t.source for t in result.log]  # the node that emits
     await asyncio.sleep(0.5)  # what was queued is written by then
     with sqlite3.connect(path) as db:

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
 from replay_variants import (
     PATCH,
     AccountV2,
@@ -29,9 +30,9 @@ from test_cli import TOWER, address_of, cli_env
 from tower.activities.messages import MessageStore
 from tower.activities.model import ModelActivities, ModelSettings
 from tower.cli.histories import load, replay
-from tower.cli.testing import assert_replays
 from tower.temporal import TowerPlugin
 from tower.temporal._agent import scripts_of
+from tower.testing import assert_replays
 from worker import activities
 from workflows.account import AccountRequest
 from workflows.registry import AGENTS
@@ -56,10 +57,15 @@ async def test_old_histories_replay_with_the_patch_and_fail_without_it() -> None
     unpatched = {r.workflow_id: r for r in
                  await replay(load([REACHES_ANSWER, BUDGET_FAILS]), workflows=[AccountV2Unpatched])}
     broken = unpatched["account-1"]
-    assert broken.failure and "at event" in broken.failure
-    assert "Nondeterminism" in broken.failure or "nondetermin" in broken.failure.lower()
+    assert broken.failure == (  # the user's change, in the agent's terms
+        "replay of run account-1 diverged at step 4 (node verify): the code now schedules an "
+        "activity where the history has the move to node DONE (step 4), event 24")
     # A run that never reaches the changed part of the graph is not affected.
     assert unpatched["account-2"].ok, unpatched["account-2"]
+    with pytest.raises(AssertionError) as failed:  # the test helper says it as tower replay
+        await assert_replays(REACHES_ANSWER, BUDGET_FAILS, workflows=[AccountV2Unpatched])
+    assert f"(id account-1): 4 steps, at verify\n      {broken.failure}" in str(failed.value)
+    assert "account-2" not in str(failed.value)
 
 
 async def test_new_runs_take_the_new_graph_and_cannot_be_rolled_back(
@@ -107,7 +113,7 @@ async def test_a_patch_is_deprecated_then_removed_as_the_runs_that_need_it_close
     assert await replays(patched, AccountV2Deprecated) is None
     assert await replays(deprecated, AccountV2Deprecated) is None
     (v1,) = await replay(load([REACHES_ANSWER]), workflows=[AccountV2Deprecated])
-    assert v1.failure and "at event" in v1.failure
+    assert v1.failure and "diverged at step 4 (node verify)" in v1.failure
     # Step three: the runs step two started replay; one step one started would not.
     assert await replays(deprecated, AccountV2Final) is None
     broken = await replays(patched, AccountV2Final)
@@ -157,5 +163,6 @@ async def test_replay_in_another_process_catches_set_iteration_order(
     code, out = await tower_replay(other)
     assert code == 1, out
     assert f"FAIL  {file}  workflow set-order (id {run})" in out
-    assert "replay failed at event" in out and "ACTIVITY_TASK_SCHEDULED" in out, out
+    assert "diverged at step 1 (node lookup): the code now calls activity lookup_" in out, out
+    assert "where the history has activity lookup_" in out and "TMPRL" not in out, out
     assert "1 ok" not in out and "0 ok, 1 failed" in out

@@ -8,7 +8,7 @@ a history is a violation even when every worker had it cached.
 
 A trial with a violation or a harness error saves those histories under
 ``<evidence dir>/trial-N/`` (``keep``), in the files ``tower replay`` and
-``tower.testing.replay`` read (``ID@RUN-ID.json``). When a message names a history event
+``tower.temporal.replay`` reads (``ID@RUN-ID.json``). When a message names a history event
 (a nondeterminism error's ``HistoryEvent(id: 61, ...)``), the events around it go to
 ``ID@RUN-ID.around-61.txt``, one line each, and what the Replayer says of each saved history
 goes to ``replay.txt``.
@@ -26,7 +26,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 
-from tower.testing.replay import Replayed, history_file_name, replay
+from tower.temporal.replay import Replayed, history_file_name, replay
 from workflows.registry import AGENTS
 
 from .bounds import RPC_SECONDS, HarnessStuck, persist

@@ -13,7 +13,7 @@ from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowHandle
 
 from tower.cli.cmd_operator import send_retry
-from tower.testing._replay_report import task_completed_after
+from tower.temporal.replay import task_completed_after
 
 from .bounds import RPC_SECONDS
 

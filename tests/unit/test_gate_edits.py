@@ -127,7 +127,7 @@ async def test_a_mistyped_edit_is_refused_as_bad_edit_in_the_approvers_terms(
                  expires_at=pending.expires_at, edits={"amount": value},
                  request=pending.step, run_id=pending.run_id,
                  proposal=proposal_digest(pending)),
-        state=state, gates={"review": m.gates["pay"]}, tenant="t", run="r",
+        state=state, gates={"review": m.gates["pay"]}, tenant="t",
         now=pending.requested_at)
     assert (check.ok, check.code) == (False, Code.BAD_EDIT)
     assert check.reason == f"amount must be a whole number; got {shown}"

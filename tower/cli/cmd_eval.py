@@ -147,7 +147,7 @@ async def _query(query: str, namespace: str | None) -> list[tuple[str, WorkflowH
 
 
 def _types(histories: list[tuple[str, WorkflowHistory]]) -> list[tuple[str, str]]:
-    from tower.testing.replay import workflow_type
+    from tower.temporal.replay import workflow_type
 
     try:
         return [(source, workflow_type(history)) for source, history in histories]

@@ -9,26 +9,28 @@ the workflow task that recorded step N.
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
-from google.protobuf.message import Message
-from temporalio.api.common.v1 import Payload, WorkflowExecution
-from temporalio.api.enums.v1 import ResetReapplyExcludeType
-from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowHistory
 
+from tower.cli.agents import agents
 from tower.cli.cmd_replay import fetch
 from tower.cli.common import CliError
-from tower.cli.histories import HistoryError, Replayed, load, replay
 from tower.cli.output import json_option, print_json, run_argument, table, tenant_option
 from tower.client import NeverStarted, connect, connect_config, history_end
+from tower.client._recovery import reset
 from tower.client._runs import history_failure, refusal
 from tower.contract.render import inert
-from tower.testing._replay_report import task_completed_after
+from tower.temporal.replay import (
+    HistoryError,
+    Replayed,
+    load,
+    readable,
+    replay_run,
+    task_completed_after,
+)
 
 
 @click.command("inspect", help=(
@@ -70,78 +72,23 @@ async def replayed(run: str, run_id: str | None, client: Client | None = None, *
             histories = load([run])
         else:
             histories = [(run, await fetch(client or await connect(), run, run_id))]
+        (source, history), = histories
+        await readable(source, history)
     except HistoryError as exc:
         raise CliError(str(exc)) from None
-    (source, history), = histories
-    await readable(source, history)
     why = refusal(await history_failure(history))
     if why is not None:  # failed before its first step: no steps, no state to show
         raise NeverStarted(source, why)
-    result, = await replay(histories, namespace=namespace)
-    if result.failure:
-        missing = await missing_payload(history)
-        if missing is not None:  # not the code: the payload store this process reads
-            raise CliError(f"cannot read {source}: {missing}")
+    try:
+        result = await replay_run(source, history, workflows=list(agents().values()),
+                                  namespace=namespace)
+    except HistoryError as exc:
         end = await history_end(history)
         how = f" (it ended {end[0]}: {end[1]})" if end else ""
-        raise CliError(f"{source} does not replay against the current code, so its steps "
-                       f"cannot be read: {result.failure}{how}")
+        raise CliError(f"{exc}{how}") from None
     if not result.log and not (ended and await history_end(history)):
         raise CliError(f"{source} is a {result.workflow_type!r} run with no transitions yet")
     return history, result
-
-
-async def readable(source: str, history: WorkflowHistory) -> None:
-    """A CliError naming the keys when this process cannot decrypt the history's payloads
-    (replaying it anyway would fail as if the code had changed)."""
-    from tower.temporal.codec import ENCODING, CodecError
-    from tower.temporal.payloads import tower_data_converter
-
-    codec = tower_data_converter().payload_codec
-    sealed = next((p for e in history.events for p in payloads_in(e)
-                   if p.metadata.get("encoding") == ENCODING), None)
-    if codec is None or sealed is None:
-        return
-    try:
-        await codec.decode([sealed])
-    except CodecError as exc:
-        raise CliError(f"cannot read {source}: {exc}") from None
-
-
-async def missing_payload(history: WorkflowHistory) -> str | None:
-    """Why a payload of the history cannot be read from the payload store, if one cannot
-    (a replay that fails on it would look like changed code)."""
-    from tower.temporal.payloads import PayloadMissing, tower_data_converter
-
-    converter = tower_data_converter()
-    for payload in (p for e in history.events for p in payloads_in(e)):
-        try:
-            await converter.decode([payload])
-        except Exception as exc:  # noqa: BLE001  (other problems are the replay's to say)
-            seen: BaseException | None = exc  # the SDK may wrap the driver's error
-            while seen is not None and not isinstance(seen, PayloadMissing):
-                seen = seen.__cause__ or seen.__context__
-            if seen is not None:
-                return str(seen)
-    return None
-
-
-def payloads_in(message: Message) -> Iterator[Payload]:
-    """Every Payload inside a protobuf message (an event and all it holds)."""
-    for fd, value in message.ListFields():
-        if fd.message_type is None:
-            continue
-        if fd.message_type.GetOptions().map_entry:
-            items = list(value.values())
-        elif isinstance(value, Message):
-            items = [value]
-        else:  # a repeated field
-            items = list(value)
-        for item in items:
-            if isinstance(item, Payload):
-                yield item
-            elif isinstance(item, Message):
-                yield from payloads_in(item)
 
 
 async def _inspect(run: str, run_id: str | None, step: int | None, as_json: bool) -> int:
@@ -205,27 +152,18 @@ async def _fork(run: str, run_id: str | None, step: int, reason: str, as_json: b
                        "completed yet; wait for it, or fork from an earlier step")
     client = await connect()
     original = history.events[0].workflow_execution_started_event_attributes
-    run_id = run_id or (await client.get_workflow_handle(run).describe()).run_id
-    response = await client.workflow_service.reset_workflow_execution(
-        ResetWorkflowExecutionRequest(
-            namespace=client.namespace,
-            workflow_execution=WorkflowExecution(workflow_id=run, run_id=run_id),
-            reason=f"{reason}: fork at step {step}",
-            workflow_task_finish_event_id=completed.event_id,
-            request_id=str(uuid.uuid4()),
-            # A fork exists to decide differently: don't replay the old decisions into it.
-            reset_reapply_exclude_types=[
-                ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_SIGNAL,
-                ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_UPDATE],
-        ))
+    run_id = run_id or (await client.get_workflow_handle(run).describe()).run_id or ""
+    # A fork exists to decide differently: the old decisions are not replayed into it.
+    new_run_id = await reset(client, run, run_id, completed.event_id,
+                             f"{reason}: fork at step {step}")
     same_task = [t.step for t in result.log if t.event_id == chosen.event_id]
     if as_json:
-        print_json({"run": run, "step": step, "new_run_id": response.run_id,
+        print_json({"run": run, "step": step, "new_run_id": new_run_id,
                     "original_run_id": run_id, "reset_event_id": completed.event_id,
                     "replayed_steps": [result.log[0].step, max(same_task)],
                     "steps_rerun": same_task if len(same_task) > 1 else []})
         return 0
-    print(f"forked {run} at step {step}: new run {response.run_id}")
+    print(f"forked {run} at step {step}: new run {new_run_id}")
     print(f"  reset to workflow task completed event {completed.event_id}: the new run "
           f"replays steps {result.log[0].step}..{max(same_task)} from the history"
           + (f" (steps {', '.join(map(str, same_task))} were made in that workflow task, "

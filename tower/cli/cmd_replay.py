@@ -14,10 +14,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tower.cli import project
 from tower.cli.common import CliError
-from tower.cli.histories import HistoryError, Replayed, history_file_name, load
 from tower.cli.histories import replay as run_replay
 from tower.cli.output import json_option, print_json, run_argument, tenant_option
 from tower.client import connect, connect_config
+from tower.temporal.replay import HistoryError, Replayed, history_file_name, load, report
 
 
 @click.group("history", help="Work with a run's Temporal event history.")
@@ -138,18 +138,3 @@ def import_workflows(spec: str) -> list[type]:
     if not classes or not all(isinstance(c, type) for c in classes):
         raise CliError(f"--workflows {spec}: not a workflow class or a list/dict of them")
     return classes
-
-
-def report(result: Replayed, *, verbose: bool = False) -> str:
-    last = result.log[-1] if result.log else None
-    where = f"{len(result.log)} steps, at {last.target}" if last else "no steps"
-    lines = [f"{'ok  ' if result.ok else 'FAIL'}  {result.source}  workflow "
-             f"{result.workflow_type} (id {result.workflow_id}): {where}"]
-    if result.failure:
-        sep = " " if result.failure.startswith("at event") else ": "
-        lines.append(f"      replay failed{sep}{result.failure}")
-    lines += [f"      {problem}" for problem in result.problems]
-    if verbose:
-        lines += [f"      step {t.step:>3}  {t.source} -> {t.target}  ({t.reason})"
-                  for t in result.log]
-    return "\n".join(lines)

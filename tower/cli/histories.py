@@ -1,6 +1,5 @@
-"""Replay with this project's settings: its agents, and its worker's sandbox and converter
-(codec, payload store), which ``TowerPlugin`` gives the replayer as it gives the worker,
-through the client (``tower.client.replay``)."""
+"""Replay with this project's agents (the machinery, the worker's sandbox and converter
+included, is ``tower.temporal.replay``'s)."""
 
 from __future__ import annotations
 
@@ -10,21 +9,10 @@ from pathlib import Path
 from temporalio.client import WorkflowHistory
 
 from tower.cli.agents import agents
-from tower.client import replay as client_replay
-from tower.testing.replay import (
-    DEFAULT_NAMESPACE,
-    HistoryError,
-    Replayed,
-    history_file_name,
-    load,
-    recorded_moves,
-    workflow_id_of,
-    workflow_name,
-    workflow_type,
-)
+from tower.temporal.replay import DEFAULT_NAMESPACE, HistoryError, Replayed, load
+from tower.temporal.replay import replay as replay_with
 
-__all__ = ["HistoryError", "Replayed", "history_file_name", "load", "recorded_moves", "replay",
-           "report_unreplayable", "workflow_id_of", "workflow_name", "workflow_type"]
+__all__ = ["HistoryError", "Replayed", "load", "replay", "report_unreplayable"]
 
 
 async def replay(
@@ -33,8 +21,8 @@ async def replay(
 ) -> list[Replayed]:
     """Replay each history; ``workflows`` replaces the project's agents (for tests of
     variants of an agent)."""
-    return await client_replay(histories, workflows=list(workflows or agents().values()),
-                               namespace=namespace)
+    return await replay_with(histories, workflows=list(workflows or agents().values()),
+                             namespace=namespace)
 
 
 async def report_unreplayable(folder: Path) -> int:

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from tower.client._follow import Position, RunEnd, follow
     from tower.client._pending import Deployment, NotGenuine, Waiting, pending, pending_of
     from tower.client._recovery import Retried, retry
-    from tower.client._replay import load, replay
     from tower.client._replies import reply_text, resolved
     from tower.client._runs import (
         describe,
@@ -63,6 +62,7 @@ if TYPE_CHECKING:
     from tower.contract.decisions import Verdict
     from tower.contract.search import start_attributes
     from tower.contract.stream import Reply
+    from tower.temporal.replay import load, replay
 
 # name -> the module that defines it, imported on first use.
 _LAZY = {
@@ -104,8 +104,8 @@ _LAZY = {
     "send_decision": "tower.client._decisions",
     "Retried": "tower.client._recovery",
     "retry": "tower.client._recovery",
-    "load": "tower.client._replay",
-    "replay": "tower.client._replay",
+    "load": "tower.temporal.replay",
+    "replay": "tower.temporal.replay",
     "stream": "tower.client._stream",
     "start_attributes": "tower.contract.search",  # a run's first, set at its start
     "Verdict": "tower.contract.decisions",  # approve or reject

@@ -175,7 +175,7 @@ async def _replayed(handle: WorkflowHandle[Any, Any], info: WorkflowExecutionDes
     said = search.run_status(info.status, info.typed_search_attributes) or "UNKNOWN"
     if not workflows:
         return said, []
-    from tower.client._replay import replay
+    from tower.temporal.replay import replay
 
     history = await handle.fetch_history()
     [result] = await replay([(handle.id, history)], workflows=workflows,

@@ -26,12 +26,11 @@ from temporalio.api.enums.v1 import ResetReapplyExcludeType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
 
-from tower.client._replay import replay
 from tower.client._runs import check_started, describe
 from tower.client.errors import ClientError
 from tower.contract import search
 from tower.core.transition import Transition
-from tower.testing._replay_report import task_completed_after
+from tower.temporal.replay import HistoryError, replay_run, task_completed_after
 
 
 @dataclass(frozen=True)
@@ -85,10 +84,10 @@ async def retry(client: Client, run: str, node: str, *, by: str,
     check_retryable(run, info)
     await check_started(handle, info)  # its input was refused: a retry repeats that input
     history = await client.get_workflow_handle(run, run_id=info.run_id).fetch_history()
-    [result] = await replay([(run, history)], workflows=workflows, namespace=client.namespace)
-    if result.failure:
-        raise ClientError(f"{run} does not replay against the current code, so its steps "
-                          f"cannot be read: {result.failure}")
+    try:
+        result = await replay_run(run, history, workflows=workflows, namespace=client.namespace)
+    except HistoryError as exc:
+        raise ClientError(str(exc)) from None
     machine = next((m for m in (getattr(w, "machine", None) for w in workflows)
                      if m is not None and m.name == result.workflow_type), None)
     if machine is None:
@@ -98,16 +97,24 @@ async def retry(client: Client, run: str, node: str, *, by: str,
     completed = task_completed_after(history, entry.event_id)
     if completed is None:  # cannot happen for a closed run; said plainly if it does
         raise ClientError(f"the workflow task that entered {node!r} never completed")
+    new_run_id = await reset(client, run, info.run_id or "", completed.event_id,
+                             f"tower retry --from {node} by {by} (step {entry.step})")
+    return Retried(run, node, by, f"{run} reset to step {entry.step - 1} (before it entered "
+                   f"{node}): new run {new_run_id}", new_run_id, skip)
+
+
+async def reset(client: Client, run: str, run_id: str, finish_event_id: int, reason: str) -> str:
+    """Reset run ``run_id`` of ``run`` to the workflow task that completed at
+    ``finish_event_id`` (`tower retry`, `tower fork`); the new run's id. The signals and
+    updates sent after that point are not re-applied: a new decision is the operator's."""
     response = await client.workflow_service.reset_workflow_execution(
         ResetWorkflowExecutionRequest(
             namespace=client.namespace,
-            workflow_execution=WorkflowExecution(workflow_id=run, run_id=info.run_id),
-            reason=f"tower retry --from {node} by {by} (step {entry.step})",
-            workflow_task_finish_event_id=completed.event_id,
+            workflow_execution=WorkflowExecution(workflow_id=run, run_id=run_id),
+            reason=reason, workflow_task_finish_event_id=finish_event_id,
             request_id=str(uuid.uuid4()),
             reset_reapply_exclude_types=[
                 ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_SIGNAL,
                 ResetReapplyExcludeType.RESET_REAPPLY_EXCLUDE_TYPE_UPDATE],
         ))
-    return Retried(run, node, by, f"{run} reset to step {entry.step - 1} (before it entered "
-                   f"{node}): new run {response.run_id}", response.run_id, skip)
+    return response.run_id

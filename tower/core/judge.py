@@ -2,8 +2,11 @@
 claims, against the run's roster) and ``check_decision`` (against the pending request: its
 gate, step, run id and proposal digest, duplicates, edits). The runtime calls them from an
 update validator and a signal handler, so the rules are functions, unit-tested without a
-server; every refusal carries its ``Code``. tower/core/gates.py holds the gates
-themselves and the moves they make, and re-exports these names.
+server; every refusal carries its ``Code``. Nothing here reads the workflow id: a
+decision is bound to its run by the Temporal run id its request was opened in (recorded
+from an activity, which the server answers), so a history judges alike under any id.
+tower/core/gates.py holds the gates themselves and the moves they make, and re-exports
+these names.
 """
 
 from __future__ import annotations
@@ -106,20 +109,20 @@ def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime,
 
 def check_decision(
     d: Decision, *, state: AgentState | None, gates: Mapping[str, Gate], tenant: str,
-    run: str, now: datetime, in_flight: Decision | None = None,
+    now: datetime, in_flight: Decision | None = None,
 ) -> Check:
     """Whether ``d`` may decide the run's pending gate. Pure; the state is not touched.
 
     ``d`` is what ``read_decision`` made of a verified token. Order matters: who sent it
-    (tenant, run) before what it asks for. A decision
-    repeating one already taken (same id, same content) is a duplicate: accepted, but
-    it changes nothing.
+    (tenant, run) before what it asks for. A decision repeating one already taken (same
+    id, same content) is a duplicate: accepted, but it changes nothing. The run is the
+    Temporal run id the pending request was opened in, not the workflow id: the server
+    makes it and no two runs share it, so a decision for another workflow (or another run
+    of this one) is refused as surely, and a history is judged alike under any id.
     """
     if d.tenant != tenant:
         return refuse(Code.WRONG_RUN,
                       f"decision is for tenant {d.tenant!r}; this run belongs to {tenant!r}")
-    if d.run != run:
-        return refuse(Code.WRONG_RUN, f"decision is for run {d.run!r}, not {run!r}")
     if state is None:  # nothing to decide yet
         return refuse(*_not_pending(d.gate, state, gates))
     for earlier in ([in_flight] if in_flight else []) + [
@@ -131,6 +134,10 @@ def check_decision(
                               "different decision")
             return Check(True, duplicate=True)
     pending = pending_record(state)
+    if pending is not None and d.run_id != pending.run_id:
+        return refuse(Code.WRONG_RUN, (
+            f"decision is for run {d.run!r}, made for run id {d.run_id}; the pending request "
+            f"is in run id {pending.run_id} (a reset or a new run voids earlier decisions)"))
     if pending is None or pending.gate != d.gate:
         return refuse(*_not_pending(d.gate, state, gates))
     if in_flight is not None:
@@ -155,16 +162,12 @@ def canonical_time(at: datetime) -> str:
 
 
 def _other_request(d: Decision, pending: GateRecord) -> tuple[Code, str] | None:
-    """Why ``d`` was made for another request than the pending one: another step, another
-    run (a reset, a new run under the same workflow id) or another proposal."""
+    """Why ``d`` was made for another request of this run than the pending one: another
+    step or another proposal."""
     if d.request != pending.step:
         return Code.WRONG_REQUEST, (
             f"decision answers the request opened at step {d.request}; the pending "
             f"request was opened at step {pending.step}")
-    if d.run_id != pending.run_id:
-        return Code.WRONG_RUN, (
-            f"decision was made for run id {d.run_id}; the pending request is in run id "
-            f"{pending.run_id} (a reset or a new run voids earlier decisions)")
     if d.proposal != proposal_digest(pending):
         return Code.WRONG_PROPOSAL, (
             f"decision was made for another proposal ({d.proposal}); the pending "

@@ -290,7 +290,7 @@ class GateRuntime:
             return None, read
         return decision, check_decision(
             decision, state=state, gates={g.name: g for g in self.run.machine.gates.values()},
-            tenant=self.tenant(), run=workflow.info().workflow_id, now=workflow.now(),
+            tenant=self.tenant(), now=workflow.now(),
             in_flight=self.in_flight)
 
     def tenant(self) -> str:

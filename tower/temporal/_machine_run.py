@@ -107,7 +107,7 @@ class MachineRun:
         self._log: list[Transition] = []
         self._carried: LogSummary | None = None
         # The state after every step, kept only when a replay inspector asks for it
-        # (tower.testing.replay sets it to []): a live run keeps one state in memory.
+        # (tower.temporal.replay sets it to []): a live run keeps one state in memory.
         self.trace: list[AgentState] | None = None
         self._calls: list[CallUsage] = []
         self._pending_memo: dict[str, Any] | None = None

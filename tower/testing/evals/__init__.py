@@ -19,12 +19,12 @@ from typing import Any
 from pydantic import BaseModel, Field
 from temporalio.client import WorkflowHistory
 
+from tower.temporal.replay import load
 from tower.testing.evals.compare import BUILT_IN, RANK, Change, Score, Scorer, score
 from tower.testing.evals.models import Mode
 from tower.testing.evals.recording import chains
 from tower.testing.evals.runner import Rerun, WorkerFactory, isolated
 from tower.testing.evals.summary import RunSummary, summarize
-from tower.testing.replay import load
 
 __all__ = ["BUILT_IN", "EvalReport", "Mode", "RunResult", "Score", "Scorer", "Change",
            "assert_verdicts", "evaluate", "run_eval"]
@@ -94,7 +94,7 @@ async def evaluate(
     scorers: Sequence[Scorer] = BUILT_IN, timeout: float = 120.0,
     progress: Progress | None = None, **worker_options: Any,
 ) -> EvalReport:
-    """Re-run each recorded run (``tower.testing.replay.load`` reads files and folders)
+    """Re-run each recorded run (``tower.testing.load`` reads files and folders)
     on ``build_worker``'s worker — the candidate's ``worker.build_worker`` — and compare.
 
     ``data``: the tools' database each run starts from a copy of (never opened for

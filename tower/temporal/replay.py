@@ -1,0 +1,473 @@
+"""Replay and time travel, one module for the client, the CLI and ``tower.testing``: load
+histories, replay them with a worker's settings, say what went wrong in the user's terms,
+and give the state after any step.
+
+The SDK's Replayer runs the agents with ``TowerPlugin``, which gives it a Tower worker's
+sandbox, converter and failure types (a project with its own passes ``plugin=``), so a
+history that replays here replays on that worker. A workflow interceptor keeps a reference
+to each replayed agent instance and asks it to keep the state after every step; that is
+how the transition log and the state at any step are read from a history with no server
+and no query. Each replayed log is then checked twice: against the rules of the agent's
+graph (``tower.core.audit``) and against the moves the original run recorded in its history
+(the AgentStep/AgentNode search-attribute upserts), so a code change that takes a different
+path without changing any command is caught as well as one Temporal itself calls
+non-deterministic. A run replays alike under any workflow id.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+from google.protobuf.message import Message
+from temporalio import workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import WorkflowHistory
+from temporalio.converter import decode_typed_search_attributes
+from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
+from temporalio.worker import (
+    ExecuteWorkflowInput,
+    Interceptor,
+    Replayer,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+)
+
+from tower.contract import search
+from tower.contract.failures import Code, TowerError
+from tower.core.audit import check_log
+from tower.core.state import AgentState
+from tower.core.transition import Transition
+from tower.temporal import _names
+from tower.temporal._machine_run import MachineRun
+from tower.temporal.plugin import TowerPlugin
+
+
+class HistoryError(TowerError):
+    """A history file or folder that cannot be read."""
+
+    CODE = Code.BAD_HISTORY
+
+
+@dataclass
+class Replayed:
+    """One history replayed against the current code."""
+
+    source: str  # the file, or the run it was fetched from
+    workflow_id: str
+    workflow_type: str
+    log: list[Transition] = field(default_factory=list)
+    states: list[AgentState] = field(default_factory=list)  # states[i] is after log[i]
+    failure: str | None = None  # why the Replayer failed: non-determinism or a task failure
+    problems: list[str] = field(default_factory=list)  # transition-log rules broken
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None and not self.problems
+
+    def state_after(self, step: int) -> AgentState:
+        for t, state in zip(self.log, self.states, strict=True):
+            if t.step == step:
+                return state
+        steps = [t.step for t in self.log]
+        raise HistoryError(f"{self.workflow_id} has no step {step} (steps "
+                           f"{steps[0] if steps else '-'}..{steps[-1] if steps else '-'})")
+
+
+def load(paths: Iterable[str | Path]) -> list[tuple[str, WorkflowHistory]]:
+    """Read history JSON files; a folder means every ``*.json`` under it, sorted.
+
+    The workflow id is the file's name without ``.json`` (the JSON that the Web UI
+    and ``temporal workflow show --output json`` produce does not carry it), and
+    without an ``@RUN-ID`` suffix, which tells apart several runs of one workflow.
+    """
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = sorted(path.rglob("*.json"))
+            if not found:
+                raise HistoryError(f"{path}: no *.json history files in this folder")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise HistoryError(f"{path}: no such file or folder")
+    loaded = []
+    for file in files:
+        try:
+            history = WorkflowHistory.from_json(workflow_id_of(file), file.read_text())
+        except Exception as exc:  # protobuf's parse errors share no useful base class
+            raise HistoryError(f"{file}: not a Temporal history in JSON ({exc})") from None
+        if not history.events:
+            raise HistoryError(f"{file}: the history has no events")
+        loaded.append((str(file), history))
+    return loaded
+
+
+_RUN_SUFFIX = re.compile(r"^(.+)@[0-9a-fA-F-]{36}$")
+
+
+def workflow_id_of(file: Path) -> str:
+    """``ID.json`` or ``ID@RUN-ID.json`` -> ID, the id reports name (a run replays alike
+    under any id). ``history_file_name`` percent-encodes an id's unsafe characters; this
+    decodes them."""
+    named = _RUN_SUFFIX.match(file.stem)
+    return unquote(named.group(1) if named else file.stem)
+
+
+def history_file_name(run: str, run_id: str | None = None) -> str:
+    """The file a run's history is exported to: the run id (chosen by whoever started the
+    run) percent-encoded so that it is one plain file name — no ``/``, no ``..`` path, no
+    leading dot — and can never point outside the folder it is written to."""
+    name = quote(run, safe="@=+,;-_").replace(".", "%2E")  # no "..", no hidden files
+    return f"{name}@{run_id}.json" if run_id else f"{name}.json"
+
+
+def workflow_type(history: WorkflowHistory) -> str:
+    first = history.events[0]
+    if first.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+        raise HistoryError(
+            f"{history.workflow_id}: the first event is not WorkflowExecutionStarted")
+    return first.workflow_execution_started_event_attributes.workflow_type.name
+
+
+def recorded_moves(history: WorkflowHistory) -> list[tuple[int, str]]:
+    """(step, node) each time the original run published where it stood.
+
+    The runtime upserts only the search attributes that changed, and not at every
+    step, so the attributes are accumulated event by event as the server does.
+    """
+    moves: list[tuple[int, str]] = []
+    step: int | None = None
+    node: str | None = None
+    for event in history.events:
+        if event.event_type != EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+            continue
+        attrs = decode_typed_search_attributes(
+            event.upsert_workflow_search_attributes_event_attributes.search_attributes)
+        new_step, new_node = attrs.get(search.AGENT_STEP), attrs.get(search.AGENT_NODE)
+        step = step if new_step is None else new_step
+        node = node if new_node is None else new_node
+        if (new_step is not None or new_node is not None) and step is not None and node:
+            moves.append((step, node))
+    return moves
+
+
+class _Recorder(Interceptor):
+    """Keeps the agent instance of the workflow being replayed."""
+
+    def __init__(self) -> None:
+        self.instance: MachineRun | None = None
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[WorkflowInboundInterceptor]:
+        recorder = self
+
+        class Keep(WorkflowInboundInterceptor):
+            async def execute_workflow(self, input: ExecuteWorkflowInput) -> Any:
+                instance = workflow.instance()
+                if isinstance(instance, MachineRun):
+                    instance.trace = []
+                    recorder.instance = instance
+                return await super().execute_workflow(input)
+
+        return Keep
+
+
+@functools.cache
+def _quiet_runtime() -> Runtime:
+    # The SDK core logs every failed workflow task as a warning; replay reports them itself.
+    quiet = TelemetryFilter(core_level="ERROR", other_level="ERROR")
+    return Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=quiet)))
+
+
+DEFAULT_NAMESPACE = "default"
+
+
+async def replay(
+    histories: Sequence[tuple[str, WorkflowHistory]], *, workflows: Sequence[type],
+    namespace: str = DEFAULT_NAMESPACE, plugin: TowerPlugin | None = None,
+) -> list[Replayed]:
+    """Replay each history against ``workflows`` (the project's agents) with a worker's
+    sandbox, converter and failure types: ``plugin``'s (a project's own converter or
+    pass-through modules), by default ``TowerPlugin()``'s (the converter from the
+    environment, as a worker's: codec, payload store).
+
+    ``namespace`` must be the one the runs were recorded in: workflow code may read it
+    (gated runs check it against their tenant), and the history does not say it."""
+    recorder = _Recorder()
+    classes = list(workflows)
+    # Only the agents these histories ran: each one registered costs a sandbox check.
+    kinds = {workflow_type(h) for _, h in histories}
+    used = [c for c in classes if workflow_name(c) in kinds] or classes
+    rep = Replayer(workflows=used, runtime=_quiet_runtime(), namespace=namespace,
+                   interceptors=[recorder], plugins=[plugin or TowerPlugin()])
+    machines = {workflow_name(w): w.machine for w in classes if hasattr(w, "machine")}
+    results: list[Replayed] = []
+    async def feed() -> AsyncIterator[WorkflowHistory]:
+        for _, history in histories:
+            yield history
+
+    async with rep.workflow_replay_iterator(feed()) as replays:
+        index = 0
+        async for outcome in replays:
+            source, history = histories[index]
+            index += 1
+            kind = workflow_type(history)
+            done = Replayed(source, history.workflow_id, kind)
+            instance, recorder.instance = recorder.instance, None
+            if instance is not None:
+                done.log, done.states = _completed(history, instance._log, instance.trace)
+            if outcome.replay_failure is not None:
+                done.failure = describe_failure(history, outcome.replay_failure, done.log)
+                done.failure = f"replay of run {done.workflow_id} {done.failure}"
+            # A versioned agent may pick its graph per run (workflow.patched): check the log
+            # against the graph the instance ran, not the class's current one.
+            machine = getattr(instance, "machine", None) or machines.get(kind)
+            if machine is None:
+                done.failure = done.failure or f"workflow type {kind!r} is not a Tower agent"
+            else:
+                done.problems = check_log(machine, done.log, done.states)
+                if done.failure is None:  # else the failure says where it left the path
+                    done.problems += diverged(recorded_moves(history), done.log)
+            results.append(done)
+    return results
+
+
+def _completed(
+    history: WorkflowHistory, log: list[Transition], trace: list[AgentState] | None,
+) -> tuple[list[Transition], list[AgentState]]:
+    """The steps whose workflow task completed in the history. A history that ends on a
+    task still in progress (scheduled or started) makes the Replayer run that task too;
+    its moves have not happened yet, so they are left out."""
+    last_completed = max((e.event_id for e in history.events
+                          if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED),
+                         default=0)
+    keep = sum(1 for t in log if t.event_id < last_completed)
+    return list(log[:keep]), list((trace or [])[:keep])
+
+
+def workflow_name(cls: type) -> str:
+    return _names.workflow_name(cls) or cls.__name__
+
+
+# --- what went wrong, in the user's terms ----------------------------------------------------
+
+def diverged(recorded: list[tuple[int, str]], log: list[Transition]) -> list[str]:
+    """Where the replayed log disagrees with what the original run published."""
+    targets = {t.step: t.target for t in log}
+    first = log[0].step if log else 1
+    for step, node in recorded:
+        if step < first:
+            continue  # published from the state a continued-as-new run carried over
+        if step not in targets:
+            return [f"replay stopped early: the original run was at {node} after step {step}, "
+                    f"the current code never makes step {step}"]
+        if targets[step] != node:
+            return [f"replay took a different path: the original run was at {node} after step "
+                    f"{step}, the current code is at {targets[step]}"]
+    return []
+
+
+def task_completed_after(history: WorkflowHistory, event_id: int) -> HistoryEvent | None:
+    """The WorkflowTaskCompleted event that closed the task a step was recorded in.
+
+    A transition's ``event_id`` is the history length while its workflow task ran,
+    i.e. that task's WorkflowTaskStarted event; the task's completion comes next.
+    """
+    for event in history.events:
+        if (event.event_id > event_id
+                and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED):
+            return event
+    return None
+
+
+_EVENT_ID = re.compile(r"HistoryEvent\(id: (\d+)|event[_ ]id:? (\d+)", re.IGNORECASE)
+_CORE_MESSAGE = re.compile(r'message: "((?:[^"\\]|\\.)*)"')
+# The SDK core's words for a command the code gave where the history has another event.
+_PREFIX = re.compile(r"^\[TMPRL\d+\]\s*Nondeterminism error:\s*", re.IGNORECASE)
+_MACHINE = re.compile(r"^([\w ]+?) ?machine does not handle this event", re.IGNORECASE)
+_NOTHING = re.compile(r"No command scheduled for event", re.IGNORECASE)
+_OTHER_TYPE = re.compile(r"(Activity|Local activity|Child workflow) (?:type|id) of scheduled "
+                         r"event '([^']*)' does not match .* command '([^']*)'", re.IGNORECASE)
+_COMMANDS = {
+    "activity": "schedules an activity", "timer": "starts a timer",
+    "child workflow": "starts a child workflow", "update": "answers a decision (update)",
+    "upsertworkflowsearchattributes": "publishes a move (search attributes)",
+    "modifyworkflowproperties": "updates the run's details (memo)",
+    "complete workflow": "completes the run", "fail workflow": "fails the run",
+    "continue as new workflow": "continues as new", "cancel workflow": "cancels the run",
+    "signal external wf": "signals another workflow",
+    "cancel external wf": "cancels another workflow", "nexus operation": "calls a Nexus operation",
+}
+_TOWER_ACTIVITIES = {"tower_run_id": "a gate opening its request",
+                     "tower_attest": "a gate attesting its request",
+                     "tower_continued_from": "the run checking where it continued from",
+                     "tower_cleanup_stores": "the run's clean-up"}
+
+
+def describe_failure(
+    history: WorkflowHistory, exc: BaseException, log: Sequence[Transition] = (),
+) -> str:
+    """Where the replay left the recorded run and how, in the agent's terms: the step and
+    node the replayed code stood at, what the code now does and what the history has
+    there (``diverged at step 3 (node reason): the code now starts a timer where the
+    history has activity call_model, event 12``). A failure that is not a divergence (the
+    code raised) is named with its exception."""
+    text = str(exc).strip() or type(exc).__name__
+    inner = _CORE_MESSAGE.search(text)  # the SDK core wraps its message in a debug dump
+    said = inner.group(1) if inner else text
+    found = _EVENT_ID.search(text)
+    event = _event(history, int(found.group(1) or found.group(2))) if found else None
+    last = log[-1] if log else None
+    where = (f"at step {last.step} (node {last.target})" if last
+             else "before its first step")
+    other = _OTHER_TYPE.search(said)
+    if other:
+        kind, recorded, now = other.groups()
+        parent = recorded.partition("/")[0]  # a fan-out's children are named by their parent
+        hint = (f" (a child's id starts with its parent's workflow id: replay this run under "
+                f"its own, {parent!r})" if now.startswith(f"{history.workflow_id}/")
+                and not recorded.startswith(f"{history.workflow_id}/") else "")
+        return (f"diverged {where}: the code now calls {kind.lower()} {now} where the history "
+                f"has {kind.lower()} {recorded}{hint}")
+    machine = _MACHINE.search(_PREFIX.sub("", said))
+    if event is not None and (machine or _NOTHING.search(said)):
+        command = ("does nothing" if machine is None else
+                   _COMMANDS.get(machine.group(1).strip().lower().removesuffix(" machine"),
+                                 f"gives a {machine.group(1).strip()} command"))
+        return (f"diverged {where}: the code now {command} where the history has "
+                f"{_what(history, event)}, event {event.event_id}")
+    cause = f"{type(exc).__name__}: {said}"
+    if exc.__cause__ is not None and str(exc.__cause__) not in text:
+        cause += f" (caused by {type(exc.__cause__).__name__}: {exc.__cause__})"
+    if event is None:
+        return f"failed {where}: {cause}"
+    kind = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")
+    return f"failed {where}, at event {event.event_id} ({kind}): {cause}"
+
+
+def _event(history: WorkflowHistory, event_id: int) -> HistoryEvent | None:
+    return next((e for e in history.events if e.event_id == event_id), None)
+
+
+def _what(history: WorkflowHistory, event: HistoryEvent) -> str:
+    """A history event as what the original run did."""
+    kind = event.event_type
+    if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+        name = event.activity_task_scheduled_event_attributes.activity_type.name
+        return _TOWER_ACTIVITIES.get(name, f"activity {name}")
+    if kind == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+        moves = recorded_moves(WorkflowHistory(history.workflow_id, [
+            e for e in history.events if e.event_id <= event.event_id]))
+        if moves:
+            step, node = moves[-1]
+            return f"the move to node {node} (step {step})"
+        return "a search attribute update"
+    if kind == EventType.EVENT_TYPE_MARKER_RECORDED:
+        return f"marker {event.marker_recorded_event_attributes.marker_name}"
+    if kind == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
+        child = event.start_child_workflow_execution_initiated_event_attributes
+        return f"child workflow {child.workflow_type.name}"
+    words = {EventType.EVENT_TYPE_TIMER_STARTED: "a timer",
+             EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED: "an update of the run's details",
+             EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: "the run's completion",
+             EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED: "the run's failure",
+             EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW: "a continue-as-new"}
+    return words.get(kind, EventType.Name(kind).removeprefix("EVENT_TYPE_").lower()
+                     .replace("_", " "))
+
+
+def report(result: Replayed, *, verbose: bool = False) -> str:
+    """One history's result as ``tower replay`` prints it (and ``assert_replays`` fails)."""
+    last = result.log[-1] if result.log else None
+    where = f"{len(result.log)} steps, at {last.target}" if last else "no steps"
+    lines = [f"{'ok  ' if result.ok else 'FAIL'}  {result.source}  workflow "
+             f"{result.workflow_type} (id {result.workflow_id}): {where}"]
+    lines += [f"      {problem}" for problem in filter(None, [result.failure, *result.problems])]
+    if verbose:
+        lines += [f"      step {t.step:>3}  {t.source} -> {t.target}  ({t.reason})"
+                  for t in result.log]
+    return "\n".join(lines)
+
+
+# --- time travel: one run's steps and states ------------------------------------------------
+
+async def replay_run(
+    source: str, history: WorkflowHistory, *, workflows: Sequence[type],
+    namespace: str = DEFAULT_NAMESPACE,
+) -> Replayed:
+    """One run's transition log and the state after each step (``state_after``), or a
+    HistoryError saying why they cannot be read: keys or a payload store this process
+    lacks, or code that no longer replays the run."""
+    await readable(source, history)
+    result, = await replay([(source, history)], workflows=workflows, namespace=namespace)
+    if result.failure:
+        missing = await missing_payload(history)
+        if missing is not None:  # not the code: the payload store this process reads
+            raise HistoryError(f"cannot read {source}: {missing}")
+        raise HistoryError(f"{source} does not replay against the current code, so its "
+                           f"steps cannot be read: {result.failure}")
+    return result
+
+
+async def readable(source: str, history: WorkflowHistory) -> None:
+    """A HistoryError naming the keys when this process cannot decrypt the history's
+    payloads (replaying it anyway would fail as if the code had changed)."""
+    from tower.temporal.codec import ENCODING, CodecError
+    from tower.temporal.payloads import tower_data_converter
+
+    codec = tower_data_converter().payload_codec
+    sealed = next((p for e in history.events for p in payloads_in(e)
+                   if p.metadata.get("encoding") == ENCODING), None)
+    if codec is None or sealed is None:
+        return
+    try:
+        await codec.decode([sealed])
+    except CodecError as exc:
+        raise HistoryError(f"cannot read {source}: {exc}") from None
+
+
+async def missing_payload(history: WorkflowHistory) -> str | None:
+    """Why a payload of the history cannot be read from the payload store, if one cannot
+    (a replay that fails on it would look like changed code)."""
+    from tower.temporal.payloads import PayloadMissing, tower_data_converter
+
+    converter = tower_data_converter()
+    for payload in (p for e in history.events for p in payloads_in(e)):
+        try:
+            await converter.decode([payload])
+        except Exception as exc:  # noqa: BLE001  (other problems are the replay's to say)
+            seen: BaseException | None = exc  # the SDK may wrap the driver's error
+            while seen is not None and not isinstance(seen, PayloadMissing):
+                seen = seen.__cause__ or seen.__context__
+            if seen is not None:
+                return str(seen)
+    return None
+
+
+def payloads_in(message: Message) -> Iterator[Payload]:
+    """Every Payload inside a protobuf message (an event and all it holds)."""
+    for fd, value in message.ListFields():
+        if fd.message_type is None:
+            continue
+        if fd.message_type.GetOptions().map_entry:
+            items = list(value.values())
+        elif isinstance(value, Message):
+            items = [value]
+        else:  # a repeated field
+            items = list(value)
+        for item in items:
+            if isinstance(item, Payload):
+                yield item
+            elif isinstance(item, Message):
+                yield from payloads_in(item)
