@@ -1,8 +1,8 @@
 """Runs from a client: start one with its search attributes, ask it (a worker answers), and
 read how a closed run ended and why.
 
-Queries and updates are named by method reference (``MachineRun.query_status``,
-``AgentWorkflow.decide``), so their names and result types come from the workflow code.
+Queries and updates are named as the contract names them (``tower.contract.names``: the
+name and result type of each), never by the runtime's methods.
 """
 
 from __future__ import annotations
@@ -46,8 +46,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from tower.client.connection import TASK_QUEUE
 from tower.client.errors import ClientError, NeverStarted, RunClosed, RunNotFound, RunUnreadable
 from tower.contract import search
-from tower.temporal._machine_run import MachineRun
-from tower.temporal._start import INPUT_REFUSED
+from tower.contract.names import INPUT_REFUSED
 
 # A worker answers a query in milliseconds; past this, none is there (the server still
 # lists a worker that stopped a minute ago as a poller).
@@ -56,13 +55,13 @@ QUERY_TIMEOUT = timedelta(seconds=10)
 TAKEOVER_TRY = timedelta(seconds=4)
 
 
-async def start_run(client: Client, agent: type[MachineRun], request: Any, *, id: str,
+async def start_run(client: Client, agent: type[Any], request: Any, *, id: str,
                     task_queue: str = TASK_QUEUE, **options: Any) -> WorkflowHandle[Any, Any]:
-    """Start a run of ``agent`` with the search attributes of its first move already set
-    (``search.start_attributes``): it upserts nothing then, one history event fewer, and
-    it is listed by agent and status from its first moment. ``options`` go to
-    ``Client.start_workflow`` (``static_summary``, timeouts, ...); ``task_timeout`` is the
-    agent's own (``MachineRun.task_timeout``) unless given."""
+    """Start a run of ``agent`` (an ``@agent`` class) with the search attributes of its
+    first move already set (``search.start_attributes``): it upserts nothing then, one
+    history event fewer, and it is listed by agent and status from its first moment.
+    ``options`` go to ``Client.start_workflow`` (``static_summary``, timeouts, ...);
+    ``task_timeout`` is the agent's own unless given."""
     if agent.task_timeout is not None:
         options.setdefault("task_timeout", agent.task_timeout)
     return await client.start_workflow(agent.machine.name, request, id=id,
@@ -137,8 +136,8 @@ def no_worker(run: str, task_queue: str) -> str:
 async def query(client: Client, handle: WorkflowHandle[Any, Any], query: Any,
                 result_type: type | None = None, *, takeover: float = 0,
                 say: Callable[[str], None] | None = None) -> Any:
-    """Ask a running run ``query`` (a method reference, e.g. ``MachineRun.query_state``, or
-    a name with ``result_type``); ClientError naming the missing worker when none answers,
+    """Ask a running run ``query`` (a name, e.g. ``names.STATE.name``, with
+    ``result_type``); ClientError naming the missing worker when none answers,
     NeverStarted for a run whose agent refused its input, RunUnreadable when the worker
     cannot answer (the query failed).
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from temporalio import workflow
 from temporalio.common import RawValue
 
+from tower.contract import names
 from tower.contract.refusals import RefusalCode
 from tower.core.gates import pending_record
 from tower.temporal._refusals import TaskBudget, decoded
@@ -80,9 +81,9 @@ class Intake:
         authority: anyone may ask, inputs are ignored). Any other name is refused.
         """
         self.signals_taken += 1
-        if name == "decision":
+        if name == names.DECISION.name:
             self._signalled_decision(args)
-        elif name == "refresh_trust":
+        elif name == names.REFRESH_TRUST.name:
             self._gate.refresh_asked = True
         else:
             self._gate.audit.add_raw(workflow.now(), "signal", RefusalCode.UNKNOWN_SIGNAL,

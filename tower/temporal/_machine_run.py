@@ -23,7 +23,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower.contract import search
+from tower.contract import names, search
 from tower.core.carry import Carry, LogSummary, summarize
 from tower.core.cost import CallUsage, cost_report
 from tower.core.details import render_details
@@ -35,7 +35,7 @@ from tower.core.state import AgentState
 from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._admission import Admission
 from tower.temporal._outcome import agent_failed
-from tower.temporal._start import INPUT_REFUSED, match_init
+from tower.temporal._start import match_init
 from tower.temporal._task_time import in_a_task
 
 if TYPE_CHECKING:
@@ -278,31 +278,31 @@ class MachineRun(Admission):
         """A query on a run whose agent refused its input fails with the reason: it has no
         state, status, cost or steps (an empty answer would read as "starting")."""
         if self._input_refused:
-            raise ApplicationError(self._input_refused, type=INPUT_REFUSED)
+            raise ApplicationError(self._input_refused, type=names.INPUT_REFUSED)
 
-    @workflow.query(name="state")
+    @workflow.query(name=names.STATE.name)
     def query_state(self) -> dict[str, Any]:
         self._started()
         return self._state.model_dump(mode="json") if self._state else {}
 
-    @workflow.query(name="status")
+    @workflow.query(name=names.STATUS.name)
     def query_status(self) -> str:
         self._started()
         return self._state.status.value if self._state else "STARTING"
 
-    @workflow.query(name="cost")
+    @workflow.query(name=names.COST.name)
     def query_cost(self) -> dict[str, Any]:
         """Tokens and estimated dollars: the run's, each node's, each model call's."""
         self._started()
         return cost_report(self._state, self._calls) if self._state else {}
 
-    @workflow.query(name="transitions")
+    @workflow.query(name=names.TRANSITIONS.name)
     def query_transitions(self) -> list[Transition]:
         """This run's transitions; earlier runs of a continued thread are in ``log_summary``."""
         self._started()
         return list(self._log)
 
-    @workflow.query(name="log_summary")
+    @workflow.query(name=names.LOG_SUMMARY.name)
     def query_log_summary(self) -> LogSummary:
         self._started()
         return summarize(self._carried, self._log)

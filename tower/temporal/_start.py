@@ -31,13 +31,12 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
+from tower.contract.names import INPUT_REFUSED
 from tower.core.carry import Carry
 from tower.temporal._unopenable import UnopenablePayload
 
-__all__ = ["EXTENDED", "INPUT_REFUSED", "make_workflow", "match_init", "opened", "refuse"]
+__all__ = ["EXTENDED", "make_workflow", "match_init", "opened", "refuse"]
 
-# The failure type of a run whose input its agent refused: it never took a step.
-INPUT_REFUSED = "InputRefused"
 
 # Plain subclasses of agents with a run of their own: Tower's registry of them (load_agents).
 EXTENDED: set[type] = set()
