@@ -175,7 +175,8 @@ async def test_replaying_a_recorded_run_publishes_nothing(
 ) -> None:
     from tower.activities.streams import open_streams
     from tower.cli.testing import assert_replays
-    from tower.temporal import _stream_sink, publish_steps, stop_publishing
+    from tower.temporal import _stream_sink
+    from tower.temporal._stream_sink import publish_steps, stop_publishing
 
     path = tmp_path / "streams.sqlite"
     store = open_streams(path)
