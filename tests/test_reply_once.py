@@ -22,7 +22,8 @@ from test_cli import address_of, tower
 from tower.activities.messages import MessageStore
 from tower.activities.model import ModelSettings
 from tower.activities.stores import MISSING
-from tower.client import ReplyMissing, reply_text, resolved
+from tower.client._replies import reply_text, resolved
+from tower.client.errors import ReplyMissing
 from tower.contract.wire import MessageRef, ModelReply, ModelRequest
 from tower.core.state import Message
 from tower.testing.model_server import LoopbackModelServer

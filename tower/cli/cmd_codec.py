@@ -70,6 +70,6 @@ def command(port: int, host: str, ui_url: str | None, origins: tuple[str, ...], 
 
 def _dev_ui() -> str | None:
     from tower.cli.ui import ui_base
-    from tower.client import connect_config
+    from tower.client.connection import connect_config
 
     return ui_base(connect_config()["target_host"])

@@ -25,8 +25,10 @@ from tower.cli.cmd_replay import fetch
 from tower.cli.common import CliError
 from tower.cli.histories import HistoryError, Replayed, load, replay
 from tower.cli.output import json_option, print_json, run_argument, table, tenant_option
-from tower.client import NeverStarted, connect, connect_config, history_end
-from tower.client._runs import history_failure, refusal
+from tower.client import connect
+from tower.client._runs import history_end, history_failure, refusal
+from tower.client.connection import connect_config
+from tower.client.errors import NeverStarted
 from tower.contract.render import inert
 from tower.testing._replay_report import task_completed_after
 

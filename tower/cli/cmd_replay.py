@@ -17,7 +17,8 @@ from tower.cli.common import CliError
 from tower.cli.histories import HistoryError, Replayed, history_file_name, load
 from tower.cli.histories import replay as run_replay
 from tower.cli.output import json_option, print_json, run_argument, tenant_option
-from tower.client import connect, connect_config
+from tower.client import connect
+from tower.client.connection import connect_config
 
 
 @click.group("history", help="Work with a run's Temporal event history.")

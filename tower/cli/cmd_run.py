@@ -51,7 +51,9 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
     from tower.cli.common import agent_class, parse_input
     from tower.cli.live import watch
     from tower.cli.ui import run_link
-    from tower.client import connect, connect_config, has_workers, start_run
+    from tower.client import connect, start_run
+    from tower.client._runs import has_workers
+    from tower.client.connection import connect_config
     from tower.contract import names
 
     agent = agent_class(agent_name)

@@ -28,7 +28,7 @@ from tower.cli.live import follow
 from tower.cli.output import json_option, tenant_option
 from tower.cli.server_setup import missing_attributes
 from tower.cli.ui import run_link, ui_base
-from tower.client import connect_config
+from tower.client.connection import connect_config
 
 # (agent, input, what it shows): the inputs are the example agents' own Input models.
 RUNS: list[tuple[str, dict[str, Any], str]] = [

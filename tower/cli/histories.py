@@ -10,7 +10,7 @@ from pathlib import Path
 from temporalio.client import WorkflowHistory
 
 from tower.cli.agents import agents
-from tower.client import replay as client_replay
+from tower.client._replay import replay as client_replay
 from tower.testing.replay import (
     DEFAULT_NAMESPACE,
     HistoryError,

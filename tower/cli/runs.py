@@ -40,7 +40,7 @@ async def failed_state(client: Client, handle: WorkflowHandle[Any, Any],
     a replay that succeeds is the run's own state). When this code cannot replay it (the
     agent changed since), a worker of the run's own build answers the ``state`` query."""
     from tower.cli.histories import replay
-    from tower.client import connect_config
+    from tower.client.connection import connect_config
 
     history = await handle.fetch_history()
     [replayed] = await replay([(handle.id, history)],
