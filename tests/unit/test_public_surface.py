@@ -90,7 +90,7 @@ def _unused(module: str, used: set[tuple[str, str]]) -> list[str]:
                      and issubclass(getattr(loaded, name), BaseException))]
 
 
-@pytest.mark.parametrize("module", ["tower", "tower.client", "tower.testing", "tower.temporal"])
+@pytest.mark.parametrize("module", PUBLIC)
 def test_every_public_name_is_used_by_a_project(module: str) -> None:
     # A name only the CLI, the inbox or Tower's own tests use is not public: it stays in
     # the module that defines it (tower.client._runs, tower.testing._inprocess, ...).

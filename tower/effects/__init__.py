@@ -33,10 +33,9 @@ to any other activity (_guard.py).
 """
 
 from tower.core.errors import EffectRefused
-from tower.effects._ledger import epoch_now
 from tower.effects._postgres import Postgres
 from tower.effects._sqlite import SQLite
 from tower.effects._tool import Database, EffectCall, EffectTool, NoEffect, effect, reconcile
 
 __all__ = ["Database", "EffectCall", "EffectRefused", "EffectTool", "NoEffect", "Postgres",
-           "SQLite", "effect", "epoch_now", "reconcile"]
+           "SQLite", "effect", "reconcile"]
