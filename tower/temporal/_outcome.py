@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
+from tower.contract import names
 from tower.core.state import AgentState
 from tower.core.transition import Transition
 
@@ -51,4 +52,4 @@ async def final_state(handle: WorkflowHandle[Any, Any], result_type: type[S]) ->
     except WorkflowFailureError as exc:
         if failure_details(exc) is None:
             raise
-    return result_type.model_validate(await handle.query("state", result_type=dict))
+    return result_type.model_validate(await handle.query(names.STATE.name, result_type=dict))
