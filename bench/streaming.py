@@ -25,7 +25,7 @@ from tower.activities.streams import open_streams
 from tower.client import stream
 from tower.contract.stream import DELTA, stream_name
 from tower.contract.wire import ModelReply, ModelRequest
-from tower.temporal import stop_publishing
+from tower.temporal._stream_sink import stop_publishing
 from tower.testing.model_server import LoopbackModelServer
 from worker import build_worker
 from workflows.chat import ChatAgent, ChatInput, UserMessage

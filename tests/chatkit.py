@@ -8,7 +8,7 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateStage
 
-from tower.client import resolved
+from tower.client._replies import resolved
 from workflows.chat import ChatAgent, ChatReply, UserMessage
 
 

@@ -30,7 +30,8 @@ from test_cli import TOWER, address_of, cli_env, tower
 from test_redteam_payloads import UNOPENABLE, tower_client
 from towercli import until_connected
 
-from tower.client import NeverStarted, follow
+from tower.client import follow
+from tower.client.errors import NeverStarted
 from workflows.account import AccountAgent
 
 FORGED = UNOPENABLE["a store the worker does not have"]

@@ -19,7 +19,8 @@ from test_cli import address_of, tower
 
 from tower.activities.model import ModelSettings
 from tower.cli.cli import COMMANDS, cli
-from tower.client import connect, follow, query
+from tower.client import connect, follow
+from tower.client._runs import query
 from tower.temporal._machine_run import MachineRun
 from worker import build_worker
 
@@ -110,7 +111,7 @@ async def test_the_client_raises_never_started(env: WorkflowEnvironment,
                                                refused: dict[str, str]) -> None:
     """The library's own calls: a typed error with the run's reason, for a query and for
     following the run."""
-    from tower.client import NeverStarted
+    from tower.client.errors import NeverStarted
 
     client: Client = await connect(address_of(env))
     for run in refused.values():  # each failed at once, with a failure of its own type
@@ -133,8 +134,8 @@ async def test_the_client_raises_never_started(env: WorkflowEnvironment,
                        match="^not a valid AccountRequest: field question: Field required$"):
         await handle.query(MachineRun.query_status)
     # The client's own asking (what `tower state` does past a failed run's replay): typed.
-    from tower.client import RunUnreadable
     from tower.client._runs import ask
+    from tower.client.errors import RunUnreadable
 
     with pytest.raises(RunUnreadable) as unreadable:
         await ask(client.get_workflow_handle(refused["big"]), MachineRun.query_state)

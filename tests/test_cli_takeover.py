@@ -26,7 +26,7 @@ from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of, tower
 from test_multi_worker import _identities
 
-from tower.client import query
+from tower.client._runs import query
 from tower.temporal._runtime import AgentWorkflow
 from workflows.refund import RefundAgent, RefundState
 

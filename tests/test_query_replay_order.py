@@ -34,7 +34,8 @@ from tower.activities.attest import Attester
 from tower.activities.model import ModelSettings
 from tower.activities.own import WorkerSettings, tower_activities
 from tower.contract.trust import AttestRequest
-from tower.temporal import TowerPlugin, scripts_of
+from tower.temporal import TowerPlugin
+from tower.temporal._agent import scripts_of
 from tower.testing.replay import replay
 from worker import activities, build_worker
 from workflows.refund import RefundAgent

@@ -21,7 +21,8 @@ from test_cli import address_of, tower
 
 from tower.activities.messages import MessageStore
 from tower.activities.model import ModelSettings
-from tower.client import ReplyMissing, reply_text, resolved
+from tower.client._replies import reply_text, resolved
+from tower.client.errors import ReplyMissing
 from tower.contract.failures import Code
 from tower.contract.wire import MessageRef, ModelReply, ModelRequest
 from tower.core.state import Message

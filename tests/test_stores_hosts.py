@@ -23,7 +23,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from tower.client import reply_text
+from tower.client._replies import reply_text
 from tower.temporal.payloads import tower_data_converter
 from workflows.chat import ChatAgent, ChatInput
 

@@ -30,7 +30,7 @@ from tower.contract.stream import (
     Reply,
     StreamEvent,
 )
-from tower.temporal import stop_publishing
+from tower.temporal._stream_sink import stop_publishing
 from workflows.account import AccountAgent, AccountRequest
 from workflows.chat import ChatAgent, ChatInput
 

@@ -174,7 +174,8 @@ async def test_replaying_a_recorded_run_publishes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tower.activities.streams import open_streams
-    from tower.temporal import _stream_sink, publish_steps, stop_publishing
+    from tower.temporal import _stream_sink
+    from tower.temporal._stream_sink import publish_steps, stop_publishing
     from tower.testing import assert_replays
     from workflows.registry import AGENTS
 

@@ -18,30 +18,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
     from tower.contract.decisions import GateStatus
     from tower.contract.pending import EditLimit
-    from tower.contract.wire import (
-        Authority,
-        Reduction,
-        StoredReply,
-        ToolCall,
-        ToolCallRequest,
-        ToolSchema,
-        WindowRef,
-    )
+    from tower.contract.wire import Authority, ToolCall, ToolCallRequest, ToolSchema
     from tower.core import window
-    from tower.core.carry import Carry
     from tower.core.context import Answer, NodeContext
     from tower.core.errors import EffectRefused, NodeFailed
     from tower.core.events import guard_rows
     from tower.core.gates import Gate
-    from tower.core.graph import DONE, FAILED, TERMINALS, Graph
+    from tower.core.graph import DONE, FAILED, Graph
     from tower.core.policy import stricter
-    from tower.core.state import ADD, APPEND, REPLACE, AgentState, Message, custom
+    from tower.core.state import ADD, APPEND, AgentState, Message, custom
     from tower.core.tools import Tool, tool
-    from tower.core.window import WindowPolicy
     from tower.temporal._agent import agent
     from tower.temporal._event_runtime import EventWorkflow
     from tower.temporal._fanout import FanOutPolicy, fan_out
-    from tower.temporal._replies import stored_reply
     from tower.temporal._runtime import AgentWorkflow
 
 # name -> the module that defines it, imported on first use.
@@ -52,7 +41,6 @@ _LAZY = {
     "AgentWorkflow": "tower.temporal._runtime",
     "Answer": "tower.core.context",
     "APPEND": "tower.core.state",
-    "Carry": "tower.core.carry",
     "custom": "tower.core.state",
     "DONE": "tower.core.graph",
     "EffectRefused": "tower.core.errors",
@@ -66,23 +54,17 @@ _LAZY = {
     "Message": "tower.core.state",
     "NodeContext": "tower.core.context",
     "NodeFailed": "tower.core.errors",
-    "REPLACE": "tower.core.state",
     "ToolCallRequest": "tower.contract.wire",
-    "TERMINALS": "tower.core.graph",
     "Tool": "tower.core.tools",
     "tool": "tower.core.tools",
-    "window": "tower.core",  # the module itself
-    "WindowPolicy": "tower.core.window",
+    # The module itself: a chat's context window (WindowPolicy, WindowRef, Reduction).
+    "window": "tower.core",
     # What a project's tools and scripted answers use (tower.contract, tower.activities).
     "Authority": "tower.contract.wire",
     "EditLimit": "tower.contract.pending",
     "GateStatus": "tower.contract.decisions",
-    "Reduction": "tower.contract.wire",
-    "StoredReply": "tower.contract.wire",
-    "stored_reply": "tower.temporal._replies",
     "ToolCall": "tower.contract.wire",
     "ToolSchema": "tower.contract.wire",
-    "WindowRef": "tower.contract.wire",
     "stricter": "tower.core.policy",
 }
 
@@ -130,7 +112,6 @@ __all__ = [
     "AgentWorkflow",
     "Answer",
     "Authority",
-    "Carry",
     "DONE",
     "EditLimit",
     "EffectRefused",
@@ -143,21 +124,14 @@ __all__ = [
     "Message",
     "NodeContext",
     "NodeFailed",
-    "REPLACE",
-    "Reduction",
-    "StoredReply",
-    "TERMINALS",
     "ToolCall",
     "ToolCallRequest",
     "Tool",
     "ToolSchema",
-    "WindowPolicy",
-    "WindowRef",
     "agent",
     "custom",
     "fan_out",
     "guard_rows",
-    "stored_reply",
     "stricter",
     "tool",
     "window",

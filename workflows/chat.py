@@ -37,27 +37,23 @@ from activities.tools import helpdesk
 from tower import (
     ADD,
     DONE,
-    TERMINALS,
+    FAILED,
     AgentState,
     AgentWorkflow,
     Graph,
     Message,
     NodeContext,
-    Reduction,
-    StoredReply,
-    WindowPolicy,
-    WindowRef,
     agent,
-    stored_reply,
-    window,
 )
+from tower import window as windowing  # the context window: policy, ref, reduction
+from tower.temporal import StoredReply, stored_reply
 
 MAX_MESSAGE_CHARS = 8000
 MAX_TOOL_ROUNDS = 3
 
 
 class ChatConfig(BaseModel):
-    window: WindowPolicy = Field(default_factory=WindowPolicy)
+    window: windowing.WindowPolicy = Field(default_factory=windowing.WindowPolicy)
     idle_days: float = Field(30.0, gt=0, le=3650)
     continue_as_new_after: int | None = Field(None, ge=40)  # history events
 
@@ -89,7 +85,7 @@ class Turn(BaseModel):
 
 class ChatState(AgentState):
     config: ChatConfig = Field(default_factory=ChatConfig)
-    window: WindowRef | None = None  # the summary and the recent messages, in the store
+    window: windowing.WindowRef | None = None  # the summary and the recent messages, in the store
     pending: Turn | None = None
     reply: str = ""
     answered: int = 0  # id of the last turn answered
@@ -150,7 +146,7 @@ async def respond(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
 async def reduce(ctx: NodeContext, state: ChatState) -> dict[str, Any]:
     """Summarise the older part of the window; prune large tool payloads in the rest."""
     policy = state.config.window
-    answer = await ctx.ask_window([SUMMARISE], state.window, summarise=Reduction(
+    answer = await ctx.ask_window([SUMMARISE], state.window, summarise=windowing.Reduction(
         keep_recent=policy.keep_recent, prune_chars=policy.prune_chars))
     return {"window": answer.window, "reductions": 1}
 
@@ -161,7 +157,7 @@ def after_listen(state: ChatState) -> str:
 
 def after_respond(state: ChatState) -> str:
     stored = state.window
-    over = stored is not None and window.over_budget(state.config.window, stored.messages,
+    over = stored is not None and windowing.over_budget(state.config.window, stored.messages,
                                                      stored.tokens)
     return "reduce" if over else "listen"
 
@@ -261,7 +257,7 @@ class ChatAgent(AgentWorkflow):
 
     def _ended(self) -> bool:
         # Updates can arrive in the first activation, before the run has a state.
-        return self._state is not None and self._state.node in TERMINALS
+        return self._state is not None and self._state.node in (DONE, FAILED)
 
     # Bare decorator: the update is still named after the method, and temporalio's
     # async overload types execute_update's result (with name=, mypy sees a coroutine).

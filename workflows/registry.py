@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tower.temporal import MachineRun, agents_by_name
+from typing import Any
+
+from tower.temporal import agents_by_name
 from workflows.account import AccountAgent
 from workflows.chat import ChatAgent
 from workflows.company import CompanyAgent
@@ -16,7 +18,7 @@ from workflows.research import ResearchAgent
 from workflows.support import SupportAgent
 
 # Keyed by each agent's own graph name (written once, in its file).
-AGENTS: dict[str, type[MachineRun]] = agents_by_name([
+AGENTS: dict[str, type[Any]] = agents_by_name([
     AccountAgent, SupportAgent, OnboardingAgent, ResearchAgent, ChatAgent, RefundAgent,
     MigrationAgent, LifecycleAgent, CompanyAgent, FanOutAgent, OrderAgent,
 ])

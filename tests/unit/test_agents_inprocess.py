@@ -12,7 +12,8 @@ from gatekit import in_process_tools, make_shop, schema
 from tower import DONE, FAILED, Message, ToolCallRequest
 from tower.core.engine import Kind
 from tower.core.state import Status
-from tower.testing import Stuck, approve, check_log, reject, run_agent, run_node
+from tower.testing import approve, check_log, reject, run_agent, run_node
+from tower.testing._context import Stuck
 from workflows.account import AccountAgent, AccountState
 from workflows.chat import ChatAgent, ChatState, Turn
 from workflows.company import CompanyAgent, CompanyState
@@ -212,7 +213,7 @@ async def test_lifecycle_moves_only_through_its_guard_table(tools: dict[str, Any
 
 async def test_a_refused_edit_raises_the_error_tower_testing_exports(
         tools: dict[str, Any]) -> None:
-    from tower.testing import DecisionRefused
+    from tower.core.errors import DecisionRefused
 
     state = RefundState(messages=asks("Please refund $1,200 on invoice INV-2004"),
                         limit_cents=50_000, review_timeout_seconds=3600)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tower.client import connect_config
+from tower.client.connection import connect_config
 
 
 def test_the_token_file_becomes_the_authorization_header(

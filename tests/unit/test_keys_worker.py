@@ -14,7 +14,7 @@ from tower.activities.own import WorkerSettings, attestation_missing
 from tower.activities.trust import read_trust
 from tower.cli.approvals import unattested
 from tower.cli.trust_files import enrol, ensure_policy
-from tower.client import Deployment
+from tower.client._pending import Deployment
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

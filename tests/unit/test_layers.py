@@ -99,6 +99,26 @@ def test_agents_activities_cli_and_worker_use_only_the_public_api() -> None:
     assert bad == []
 
 
+def private_temporal(found: dict[Path, list[str]]) -> list[str]:
+    """Each import of a private module of the Temporal layer (``tower.temporal._x``)."""
+    return [f"{p.relative_to(ROOT) if p.is_relative_to(ROOT) else p.name} imports {m}"
+            for p, names in found.items() for m in names
+            if m.startswith("tower.temporal._")]
+
+
+def test_the_client_reaches_runs_through_the_contract() -> None:
+    # Queries, updates and signals by the names tower.contract.names gives them: the
+    # client imports no module of the runtime, not even for a type.
+    assert private_temporal(imports_of(files("tower/client"))) == []
+
+
+def test_the_client_check_sees_a_runtime_import(tmp_path: Path) -> None:
+    bad = tmp_path / "x.py"
+    bad.write_text("from typing import TYPE_CHECKING\n"
+                   "if TYPE_CHECKING:\n    from tower.temporal._runtime import AgentWorkflow\n")
+    assert private_temporal(imports_of([bad])) == ["x.py imports tower.temporal._runtime"]
+
+
 def test_the_direction_check_sees_a_violation(tmp_path: Path) -> None:
     # The checks above must be able to fail: a file reaching into the engine is caught.
     bad = tmp_path / "x.py"

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from tower import Message, WindowPolicy
 from tower.contract.wire import MessageRef, ModelReply, ModelRequest
 from tower.core import window
-from tower.core.state import Usage
+from tower.core.state import Message, Usage
+from tower.core.window import WindowPolicy
 
 from .messages import MessageStore
 

@@ -23,11 +23,12 @@ async def _cost(run: str, as_json: bool) -> int:
     from tower.cli.common import not_found_is
     from tower.cli.runs import query
     from tower.client import connect
+    from tower.contract import names
 
     client = await connect()
     with not_found_is(f"run {run!r} not found"):
-        report: dict[str, Any] = await query(client, client.get_workflow_handle(run), "cost",
-                                             dict)
+        report: dict[str, Any] = await query(client, client.get_workflow_handle(run),
+                                             names.COST.name, dict)
     if as_json:
         print_json(report)
         return 0

@@ -55,7 +55,7 @@ def command(port: int, ui_port: int, metrics_port: int | None, http_port: int | 
             headless: bool, tenants: tuple[str, ...], ui_codec_endpoint: str | None,
             as_json: bool) -> object:
     from tower.cli.devserver import dev_server_command
-    from tower.client import check_tenant
+    from tower.client.connection import check_tenant
 
     for tenant in tenants:
         check_tenant(tenant)

@@ -19,9 +19,11 @@ from tower.cli.agents import agents
 from tower.cli.cmd_replay import fetch
 from tower.cli.common import CliError
 from tower.cli.output import json_option, print_json, run_argument, table, tenant_option
-from tower.client import NeverStarted, connect, connect_config, history_end
+from tower.client import connect
 from tower.client._recovery import reset
-from tower.client._runs import history_failure, refusal
+from tower.client._runs import history_end, history_failure, refusal
+from tower.client.connection import connect_config
+from tower.client.errors import NeverStarted
 from tower.contract.render import inert
 from tower.temporal.replay import (
     HistoryError,

@@ -17,8 +17,9 @@ from temporalio.client import Client
 from tower.cli.live import follow as follow_run
 from tower.cli.live import watch
 from tower.cli.output import json_option, print_json, tenant_option
-from tower.client import Retried, connect
+from tower.client import connect
 from tower.client import retry as retry_from
+from tower.client._recovery import Retried
 
 
 @click.command("retry", help=(

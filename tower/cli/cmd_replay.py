@@ -16,7 +16,8 @@ from tower.cli import project
 from tower.cli.common import CliError
 from tower.cli.histories import replay as run_replay
 from tower.cli.output import json_option, print_json, run_argument, tenant_option
-from tower.client import connect, connect_config
+from tower.client import connect
+from tower.client.connection import connect_config
 from tower.temporal.replay import HistoryError, Replayed, history_file_name, load, report
 
 

@@ -51,9 +51,10 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
     from tower.cli.common import agent_class, parse_input
     from tower.cli.live import watch
     from tower.cli.ui import run_link, ui_base
-    from tower.client import connect, has_workers, start_run
+    from tower.client import connect, start_run
+    from tower.client._runs import has_workers
+    from tower.contract import names
     from tower.core.details import span
-    from tower.temporal._runtime import AgentWorkflow
 
     agent = agent_class(agent_name)
     request = parse_input(agent, raw_input)
@@ -87,7 +88,7 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
     progress = await watch(handle, as_json=as_json, stop_when_idle=True, client=client)
     status = progress.status
     state = await final_state(client, handle, progress)
-    approvals = (await handle.query(AgentWorkflow.query_approvals)
+    approvals = (await handle.query(names.APPROVALS.name, result_type=dict)
                  if status == "AWAITING_APPROVAL" else {})
     if as_json:
         print_json({"event": "end", "run": run_id, "status": status, "step": progress.step,
@@ -115,12 +116,12 @@ async def final_state(client: Any, handle: Any, progress: Any) -> dict[str, Any]
     from temporalio.service import RPCError
 
     from tower.cli.runs import run_state
-    from tower.temporal._machine_run import MachineRun
+    from tower.contract import names
 
     if progress.closed and not progress.transitions:
         return {}
     try:
-        state: dict[str, Any] = await handle.query(MachineRun.query_state)
+        state: dict[str, Any] = await handle.query(names.STATE.name, result_type=dict)
         return state
     except (RPCError, WorkflowQueryFailedError):
         if not progress.closed:

@@ -36,7 +36,7 @@ def command(tenants: tuple[str, ...], retention: int, wait: float, as_json: bool
 async def _setup(tenants: list[str], retention: int, wait: float, as_json: bool) -> int:
     from datetime import timedelta
 
-    from tower.client import check_tenant, connect_config
+    from tower.client.connection import check_tenant, connect_config
 
     for tenant in tenants:
         check_tenant(tenant)

@@ -26,7 +26,7 @@ async def _tools(as_json: bool) -> int:
     from tower.activities.mcp import McpConfigError, McpDiscoveryError, load_sources
     from tower.cli.agents import agents
     from tower.cli.errors import CliError
-    from tower.client import connect_config
+    from tower.client.connection import connect_config
 
     tenant = connect_config().get("namespace") or "default"
     try:

@@ -28,7 +28,8 @@ from tower.cli.live import follow
 from tower.cli.output import json_option, tenant_option
 from tower.cli.server_setup import missing_attributes
 from tower.cli.ui import run_link, ui_base
-from tower.client import connect_config
+from tower.client.connection import connect_config
+from tower.contract import names
 
 # (agent, input, what it shows): the inputs are the example agents' own Input models.
 RUNS: list[tuple[str, dict[str, Any], str]] = [
@@ -163,5 +164,5 @@ async def _one(client: Client, agent: str, given: dict[str, Any], what: str,
     print(f"\n== {agent}: {what}\n   input: {request.model_dump_json()}\n   run: {run_id}")
     handle = await start_run(client, agent, request, id=run_id, task_queue=task_queue)
     status = await follow(handle)
-    print_outcome(status, await handle.query("state", result_type=dict))
+    print_outcome(status, await handle.query(names.STATE.name, result_type=dict))
     return run_id

@@ -19,6 +19,7 @@ from tower.cli.common import start_run
 from tower.cli.live import follow
 from tower.cli.trust_files import dev_trust
 from tower.client.keys import config_dir
+from tower.contract import names
 from tower.contract.decisions import Verdict
 
 
@@ -67,10 +68,10 @@ async def _gated(client: Client, task_queue: str, agent: str, request: Any, what
     print(f"\n== {agent}: {what}\n   input: {shown}\n   run: {run_id}")
     handle = await start_run(client, agent, request, id=run_id, task_queue=task_queue)
     status = await follow(handle)
-    print_run_outcome(status, await handle.query("state", result_type=dict))
+    print_run_outcome(status, await handle.query(names.STATE.name, result_type=dict))
     if status != "AWAITING_APPROVAL":
         return run_id
-    print_pending(await handle.query("approvals", result_type=dict))
+    print_pending(await handle.query(names.APPROVALS.name, result_type=dict))
     sets = "".join(f" --set {k}={v}" for k, v in (edits or {}).items())
     print(f"\n$ tower {'approve' if verdict == Verdict.APPROVE else 'reject'} {run_id} "
           f"--by {approver}{sets} --note '{note}'")
@@ -79,5 +80,5 @@ async def _gated(client: Client, task_queue: str, agent: str, request: Any, what
     assert out is not None
     print_outcome(out)
     status = await follow(handle, skip=out.requested_step)
-    print_run_outcome(status, await handle.query("state", result_type=dict))
+    print_run_outcome(status, await handle.query(names.STATE.name, result_type=dict))
     return run_id

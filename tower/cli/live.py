@@ -140,7 +140,7 @@ async def watch(
     shows as it forms (under the progress line; its events as JSON lines with --json)."""
     from tower.cli.agents import agents
     from tower.client import RunEnd, follow
-    from tower.client import describe as describe_run
+    from tower.client._runs import describe as describe_run
 
     screen = _Screen(out or sys.stdout, as_json, show)
     pump = None

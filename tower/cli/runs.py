@@ -12,8 +12,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from tower.cli.common import CliError, not_found_is
 from tower.client._runs import QUERY_TIMEOUT, ask, check_started, has_workers, no_worker, query
-from tower.contract import search
-from tower.temporal._machine_run import MachineRun
+from tower.contract import names, search
 
 __all__ = ["QUERY_TIMEOUT", "failed_state", "has_workers", "list_query", "list_rows",
            "no_worker", "query", "run_state"]
@@ -31,7 +30,7 @@ async def run_state(client: Client, run: str) -> dict[str, Any]:
         return await failed_state(client, handle, info.task_queue)
     if info.status != WorkflowExecutionStatus.RUNNING:
         raise CliError(f"run {run!r} is {info.status.name if info.status else 'unknown'}")
-    state: dict[str, Any] = await query(client, handle, MachineRun.query_state)
+    state: dict[str, Any] = await query(client, handle, names.STATE.name, dict)
     return state
 
 
@@ -41,7 +40,7 @@ async def failed_state(client: Client, handle: WorkflowHandle[Any, Any],
     a replay that succeeds is the run's own state). When this code cannot replay it (the
     agent changed since), a worker of the run's own build answers the ``state`` query."""
     from tower.cli.histories import replay
-    from tower.client import connect_config
+    from tower.client.connection import connect_config
 
     history = await handle.fetch_history()
     [replayed] = await replay([(handle.id, history)],
@@ -53,7 +52,7 @@ async def failed_state(client: Client, handle: WorkflowHandle[Any, Any],
         raise CliError(f"run {handle.id!r} failed, and its history does not replay against "
                        f"this code ({why}); start a worker of the code that ran it and ask "
                        "again")
-    state: dict[str, Any] = await ask(handle, MachineRun.query_state)
+    state: dict[str, Any] = await ask(handle, names.STATE.name, dict)
     return state
 
 

@@ -1,6 +1,6 @@
 """Decisions from a client: sign one with the approver's own key and send it to the run as
-its ``decide`` update (``AgentWorkflow.decide``), which answers with the outcome the run
-reported — or refuses it, and then nothing changed.
+its ``decide`` update (``tower.contract.names.DECIDE``), which answers with the outcome the
+run reported — or refuses it, and then nothing changed.
 
 A decision is a JWS made with ``<config>/keys/<NAME>.jwk`` (``tower keys new NAME``,
 ``tower.client.keys``); the run verifies it against its tenant's roster. ``unsigned=True``
@@ -30,11 +30,11 @@ from temporalio.service import RPCError, RPCStatusCode
 from tower.client._runs import describe, query
 from tower.client.errors import ClientError, DecisionRefused, RunNotFound
 from tower.client.keys import check_name, sign_decision
+from tower.contract import names
 from tower.contract.decisions import GateRecord, Verdict, proposal_digest
 from tower.contract.failures import Code, rebuilt
 from tower.core.gates import Outcome
 from tower.core.signing import decision_claims
-from tower.temporal._runtime import AgentWorkflow
 
 
 class NotConfirmed(ClientError):
@@ -105,7 +105,7 @@ async def decide(
         takeover=takeover, confirm=confirm)
     handle = client.get_workflow_handle(run)
     if use_signal:
-        await handle.signal("decision", payload)  # the gate's dynamic signal: no method
+        await handle.signal(names.DECISION.name, payload)
         if say:
             say("sent as a signal; refused signals are listed in the run's audit trail "
                 "(query `approvals`)")
@@ -117,9 +117,9 @@ async def decide(
             raise
     # Perhaps the key was added to the roster after the run last read it: ask it to
     # re-read now, wait for that, and send once more.
-    await handle.signal("refresh_trust")
+    await handle.signal(names.REFRESH_TRUST.name)
     async with asyncio.timeout(30):
-        while (await query(client, handle, AgentWorkflow.query_approvals)).get(
+        while (await query(client, handle, names.APPROVALS.name, dict)).get(
                 "refreshed_at") == approvals.get("refreshed_at"):
             await asyncio.sleep(0.2)
     return await send_decision(client, run, payload)
@@ -154,7 +154,7 @@ async def _approvals(client: Client, run: str, *, say: Callable[[str], None] | N
             state = await client.get_workflow_handle(run, result_type=dict).result()
             last = "; " + last_request({"records": state.get("approvals", [])})
         raise ClientError(f"run {run!r} is closed ({status}): nothing to decide{last}")
-    result: dict[str, Any] = await query(client, handle, AgentWorkflow.query_approvals,
+    result: dict[str, Any] = await query(client, handle, names.APPROVALS.name, dict,
                                          takeover=takeover, say=say)
     return result
 
@@ -210,7 +210,8 @@ async def submit_decision(handle: WorkflowHandle[Any, Any], message: dict[str, A
     resent = 0
     while True:
         try:
-            return await handle.execute_update(AgentWorkflow.decide, message)
+            return await handle.execute_update(names.DECIDE.name, message,
+                                              result_type=Outcome)
         except RPCError as exc:
             if resent == RESENDS or not aborted_with_its_task(exc):
                 raise

@@ -39,9 +39,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tower.client._runs import check_started, closed, describe, failure_of
 from tower.client.errors import ClientError, RunNotFound
-from tower.contract import search
+from tower.contract import names, search
 from tower.core.engine import Transition
-from tower.temporal._machine_run import MachineRun
 
 AGENT_ENDS = frozenset({"DONE", "FAILED"})
 PAUSED = "AWAITING_APPROVAL"
@@ -149,8 +148,8 @@ async def _poll(handle: WorkflowHandle[Any, Any], workflows: Sequence[type], beg
         status, log = await _replayed(handle, info, workflows)
         return _closed_status(info, status), log, info
     try:
-        status = await handle.query(MachineRun.query_status)
-        log = await handle.query(MachineRun.query_transitions)
+        status = await handle.query(names.STATUS.name, result_type=str)
+        log = await handle.query(names.TRANSITIONS.name, result_type=list[Transition])
     except (RPCError, WorkflowQueryFailedError) as exc:
         if isinstance(exc, RPCError) and exc.status == RPCStatusCode.NOT_FOUND:
             raise RunNotFound(f"run {handle.id!r} not found") from None

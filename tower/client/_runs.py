@@ -1,8 +1,8 @@
 """Runs from a client: start one with its search attributes, ask it (a worker answers), and
 read how a closed run ended and why.
 
-Queries and updates are named by method reference (``MachineRun.query_status``,
-``AgentWorkflow.decide``), so their names and result types come from the workflow code.
+Queries and updates are named as the contract names them (``tower.contract.names``: the
+name and result type of each), never by the runtime's methods.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from tower.client.errors import ClientError, NeverStarted, RunClosed, RunNotFoun
 from tower.contract import search
 from tower.contract.failures import Code, rebuilt
 from tower.core.details import start_metadata
-from tower.temporal._machine_run import MachineRun
 
 # A worker answers a query in milliseconds; past this, none is there (the server still
 # lists a worker that stopped a minute ago as a poller).
@@ -57,7 +56,7 @@ QUERY_TIMEOUT = timedelta(seconds=10)
 TAKEOVER_TRY = timedelta(seconds=4)
 
 
-async def start_run(client: Client, agent: type[MachineRun], request: Any, *, id: str,
+async def start_run(client: Client, agent: type[Any], request: Any, *, id: str,
                     task_queue: str = TASK_QUEUE, **options: Any) -> WorkflowHandle[Any, Any]:
     """Start a run of ``agent`` with the search attributes of its first move already set
     (``search.start_attributes``): it upserts nothing then, one history event fewer, and
@@ -143,8 +142,8 @@ def no_worker(run: str, task_queue: str) -> str:
 async def query(client: Client, handle: WorkflowHandle[Any, Any], query: Any,
                 result_type: type | None = None, *, takeover: float = 0,
                 say: Callable[[str], None] | None = None) -> Any:
-    """Ask a running run ``query`` (a method reference, e.g. ``MachineRun.query_state``, or
-    a name with ``result_type``); ClientError naming the missing worker when none answers,
+    """Ask a running run ``query`` (a name, e.g. ``names.STATE.name``, with
+    ``result_type``); ClientError naming the missing worker when none answers,
     NeverStarted for a run whose agent refused its input, RunUnreadable when the worker
     cannot answer (the query failed).
 

@@ -3,6 +3,10 @@
 Pure: works on ``MessageRef`` metadata (role, size), never on content, so it runs in
 the workflow without loading a conversation. A reduction node uses it to keep each
 model call's context bounded however long the thread gets.
+
+An agent reaches it as ``from tower import window``: ``window.WindowPolicy`` (when to
+reduce), ``window.WindowRef`` (a window kept in the message store, as the state holds it)
+and ``window.Reduction`` (how a windowed model call reduces it).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from tower.contract.wire import MessageRef
+from tower.contract.wire import MessageRef, Reduction, WindowRef  # noqa: F401  (tower.window)
 
 PRUNED_TOKENS = 30  # what a pruned payload's one-line stub costs in the context
 

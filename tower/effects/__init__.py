@@ -37,10 +37,9 @@ to any other activity (_guard.py).
 
 from tower.core.errors import EffectRefused
 from tower.effects._activity import run_tool
-from tower.effects._ledger import epoch_now
 from tower.effects._postgres import Postgres
 from tower.effects._sqlite import SQLite
 from tower.effects._tool import Database, EffectCall, EffectTool, NoEffect, reconcile
 
 __all__ = ["Database", "EffectCall", "EffectRefused", "EffectTool", "NoEffect", "Postgres",
-           "SQLite", "epoch_now", "reconcile", "run_tool"]
+           "SQLite", "reconcile", "run_tool"]

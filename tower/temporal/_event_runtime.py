@@ -38,6 +38,7 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from tower.contract import names
 from tower.contract.failures import failure, failure_reason
 from tower.core.engine import fail
 from tower.core.errors import NodeFailed, TowerError
@@ -120,7 +121,7 @@ class EventWorkflow(MachineRun):
     def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
         """Every signal, taken raw: ``event`` joins the inbox (validated when applied, in
         order); anything else, or an event past this task's budget, is refused now."""
-        if name != "event":
+        if name != names.EVENT.name:
             self._refuse(f"unknown signal {name[:80]!r}: nothing changed")
         elif not self._event_budget.take():
             self._refuse(UNTAKEN)
@@ -138,7 +139,7 @@ class EventWorkflow(MachineRun):
                 return
             self._inbox.append((raw, "signal", []))
 
-    @workflow.update(name="send_event")
+    @workflow.update(name=names.SEND_EVENT.name)
     def send_event(self, raw: Any = None) -> str:
         """An event as an update: refused by the validator before it enters the history."""
         self._inbox.append((raw, "signal", []))
@@ -184,12 +185,12 @@ class EventWorkflow(MachineRun):
                           "not this run")
         return claims.event, ""
 
-    @workflow.query(name="rejected")
+    @workflow.query(name=names.REJECTED.name)
     def query_rejected(self) -> list[Rejection]:
         """The newest REJECTED_KEEP refused events."""
         return list(self._rejected)
 
-    @workflow.query(name="rejected_total")
+    @workflow.query(name=names.REJECTED_TOTAL.name)
     def query_rejected_total(self) -> int:
         return self._rejected_total
 

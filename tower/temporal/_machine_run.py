@@ -22,7 +22,7 @@ from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower.contract import search
+from tower.contract import names, search
 from tower.contract.failures import Code, TowerError, failure
 from tower.contract.pending import PendingView
 from tower.core.carry import Carry, LogSummary, summarize
@@ -298,12 +298,12 @@ class MachineRun:
         if self._input_refused:
             raise failure(TowerError(self._input_refused, code=Code.INPUT_REFUSED))
 
-    @workflow.query(name="state")
+    @workflow.query(name=names.STATE.name)
     def query_state(self) -> dict[str, Any]:
         self._started()
         return self._state.model_dump(mode="json") if self._state else {}
 
-    @workflow.query(name="status")
+    @workflow.query(name=names.STATUS.name)
     def query_status(self) -> str:
         """The run's status; RUNNING while a request waits for its attestation, as its
         search attributes say (a client that sees AWAITING_APPROVAL finds the request)."""
@@ -314,19 +314,19 @@ class MachineRun:
             return Status.RUNNING.value
         return self._state.status.value
 
-    @workflow.query(name="cost")
+    @workflow.query(name=names.COST.name)
     def query_cost(self) -> dict[str, Any]:
         """Tokens and estimated dollars: the run's, each node's, each model call's."""
         self._started()
         return cost_report(self._state, self._calls) if self._state else {}
 
-    @workflow.query(name="transitions")
+    @workflow.query(name=names.TRANSITIONS.name)
     def query_transitions(self) -> list[Transition]:
         """This run's transitions; earlier runs of a continued thread are in ``log_summary``."""
         self._started()
         return list(self._log)
 
-    @workflow.query(name="log_summary")
+    @workflow.query(name=names.LOG_SUMMARY.name)
     def query_log_summary(self) -> LogSummary:
         self._started()
         return summarize(self._carried, self._log)

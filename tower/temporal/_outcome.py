@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
+from tower.contract import names
 from tower.contract.failures import failure, rebuilt
 from tower.core.errors import AgentFailed
 from tower.core.state import AgentState
@@ -39,4 +40,4 @@ async def final_state(handle: WorkflowHandle[Any, Any], result_type: type[S]) ->
     except WorkflowFailureError as exc:
         if not isinstance(rebuilt(exc), AgentFailed):
             raise
-    return result_type.model_validate(await handle.query("state", result_type=dict))
+    return result_type.model_validate(await handle.query(names.STATE.name, result_type=dict))

@@ -16,6 +16,7 @@ from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
+from tower.contract import names
 from tower.contract.failures import failure_reason
 from tower.contract.pending import PendingView
 from tower.core.carry import Carry
@@ -62,9 +63,7 @@ class AgentWorkflow(MachineRun):
         super().__init__()
         self._gate = GateRuntime(self)
 
-    # Bare decorator: the update is still named after the method, and temporalio's
-    # async overload types execute_update's result (with name=, mypy sees a coroutine).
-    @workflow.update
+    @workflow.update(name=names.DECIDE.name)
     async def decide(self, raw: dict[str, Any]) -> Outcome:
         """A decision as an update: answers with the outcome the run reported."""
         return await self._gate.decide(raw)
@@ -78,7 +77,7 @@ class AgentWorkflow(MachineRun):
         """Every signal, taken raw: a decision, ``refresh_trust``, or refused (_gate.py)."""
         self._gate.take(name, args)
 
-    @workflow.query(name="approvals")
+    @workflow.query(name=names.APPROVALS.name)
     def query_approvals(self) -> dict[str, Any]:
         """The pending request, every request so far, and the refused decisions."""
         return self._gate.approvals()

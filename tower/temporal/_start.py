@@ -37,6 +37,7 @@ from tower.temporal._unopenable import UnopenablePayload
 
 __all__ = ["EXTENDED", "make_workflow", "match_init", "opened", "refuse"]
 
+
 # Plain subclasses of agents with a run of their own: Tower's registry of them (load_agents).
 EXTENDED: set[type] = set()
 

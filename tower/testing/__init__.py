@@ -15,43 +15,23 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from tower.core.errors import DecisionRefused
-from tower.testing._context import ScriptedContext, Stuck
-from tower.testing._inprocess import (
-    Run,
-    Said,
-    approve,
-    reject,
-    run_agent,
-    run_node,
-)
+from tower.testing._inprocess import approve, reject, run_agent, run_node
 
 if TYPE_CHECKING:
     from tower.activities.scripted import Script, first_user_text
     from tower.contract.wire import ModelRequest
     from tower.core.audit import check_log
-    from tower.testing import live
-    from tower.testing.evals import (
-        Change,
-        EvalReport,
-        Score,
-        Scorer,
-        assert_verdicts,
-        evaluate,
-        run_eval,
-    )
-    from tower.testing.replay import Replayed, assert_replays, history_files, load, replay
+    from tower.testing import evals, live
+    from tower.testing.replay import assert_replays, history_files
 
 _LAZY = {"Script": "tower.activities.scripted",  # the offline model's answers
          "first_user_text": "tower.activities.scripted",
          "ModelRequest": "tower.contract.wire",
          "check_log": "tower.core.audit",
-         **{name: "tower.testing.replay"
-            for name in ("Replayed", "assert_replays", "history_files", "load", "replay")},
+         "assert_replays": "tower.testing.replay", "history_files": "tower.testing.replay",
          "live": "tower.testing.live",  # the module: a live run in a project's tests
-         **{name: "tower.testing.evals"
-            for name in ("Change", "EvalReport", "Score", "Scorer", "assert_verdicts",
-                         "evaluate", "run_eval")}}
+         # The module: evals from recorded runs (run_eval, assert_verdicts, Change, Score).
+         "evals": "tower.testing.evals"}
 
 
 def __getattr__(name: str) -> Any:
@@ -62,7 +42,5 @@ def __getattr__(name: str) -> Any:
     return loaded if module.endswith(f".{name}") else getattr(loaded, name)
 
 
-__all__ = ["Change", "DecisionRefused", "EvalReport", "ModelRequest", "Replayed", "Run", "Said",
-           "Score", "Scorer", "Script", "ScriptedContext", "Stuck", "approve", "assert_replays",
-           "assert_verdicts", "check_log", "evaluate", "first_user_text", "history_files",
-           "live", "load", "reject", "replay", "run_agent", "run_eval", "run_node"]
+__all__ = ["ModelRequest", "Script", "approve", "assert_replays", "check_log", "evals",
+           "first_user_text", "history_files", "live", "reject", "run_agent", "run_node"]

@@ -25,7 +25,8 @@ from tower.cli.inbox.runs import run_story
 from tower.cli.inbox.scope import Scope, not_found, visible_run
 from tower.cli.inbox.signing import shown_request, signed_decision
 from tower.cli.inbox.visibility import UnreadableRequest, waiting_run, waiting_runs
-from tower.client import DecisionRefused, send_decision
+from tower.client import DecisionRefused
+from tower.client._decisions import send_decision
 from tower.contract.decisions import GateStatus
 from tower.contract.failures import Code
 from tower.contract.pending import PendingView

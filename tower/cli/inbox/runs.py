@@ -11,6 +11,8 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from tower.contract import names
+
 QUERY_SECONDS = 3.0
 MAX_MESSAGES = 30
 MAX_CHARS = 2000
@@ -37,7 +39,7 @@ async def run_story(client: Client, run: str, status: WorkflowExecutionStatus | 
             state = await asyncio.wait_for(handle.result(), QUERY_SECONDS)
         elif status in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.FAILED):
             # A FAILED run is a failed execution: a worker answers its state query.
-            state = await asyncio.wait_for(handle.query("state", result_type=dict),
+            state = await asyncio.wait_for(handle.query(names.STATE.name, result_type=dict),
                                            QUERY_SECONDS)
         else:
             return RunStory()

@@ -20,6 +20,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from tower.cli.inbox.forms import DecisionForm, FormError
+from tower.contract import names
 from tower.contract.decisions import GateRecord, canonical_proposal, proposal_digest
 from tower.contract.pending import PendingView
 from tower.core.signing import decision_claims, sign
@@ -36,7 +37,7 @@ async def shown_request(client: Client, run: str, view: PendingView
     None when no worker answers or it differs: then nothing is signed."""
     try:
         approvals = await asyncio.wait_for(client.get_workflow_handle(run).query(
-            "approvals", result_type=dict), QUERY_SECONDS)
+            names.APPROVALS.name, result_type=dict), QUERY_SECONDS)
         record = GateRecord.model_validate(approvals["pending"])
     except (TimeoutError, RPCError, ValidationError, KeyError, TypeError):
         return None

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from tower.client import Waiting, pending
-from tower.client._pending import Deployment, pending_memo, role_query, view_of
+from tower.client import pending
+from tower.client._pending import Deployment, Waiting, pending_memo, role_query, view_of
 from tower.contract import search
 from tower.contract.failures import Code, TowerError
 from tower.contract.pending import PendingView

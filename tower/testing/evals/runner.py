@@ -40,7 +40,7 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from tower.contract import search
+from tower.contract import names, search
 from tower.contract.decisions import GateRecord
 from tower.testing.evals.compare import Score, plural
 from tower.testing.evals.models import Mode, RecordedModels
@@ -194,7 +194,7 @@ class Eval:
 
     async def _pending(self, handle: WorkflowHandle[Any, Any]) -> GateRecord | None:
         try:
-            approvals: dict[str, Any] = await handle.query("approvals", result_type=dict)
+            approvals: dict[str, Any] = await handle.query(names.APPROVALS.name, result_type=dict)
         except Exception:  # noqa: BLE001 - an agent without gates has no such query
             return None
         pending = approvals.get("pending")
@@ -202,7 +202,7 @@ class Eval:
 
     async def _step(self, handle: WorkflowHandle[Any, Any]) -> int:
         try:
-            state: dict[str, Any] = await handle.query("state", result_type=dict)
+            state: dict[str, Any] = await handle.query(names.STATE.name, result_type=dict)
         except Exception:  # noqa: BLE001 - closed between two looks: the loop sees it next
             return 0
         return int(state.get("step", 0))
@@ -211,11 +211,11 @@ class Eval:
                       message: Outside) -> None:
         payload = self.trust.decision(handle.id, pending, message.decision or {})
         if message.kind == "signal":
-            await handle.signal("decision", payload)
+            await handle.signal(names.DECISION.name, payload)
             return
         for attempt in range(RESENDS + 1):
             try:
-                await handle.execute_update("decide", payload)
+                await handle.execute_update(names.DECIDE.name, payload)
                 return
             except RPCError as exc:
                 # The server aborts an update whose workflow task failed with it: not taken.
