@@ -18,11 +18,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
     from tower.contract.decisions import GateStatus
     from tower.contract.pending import EditLimit
-    from tower.contract.wire import Authority, ToolCall, ToolCallRequest, ToolSchema
+    from tower.contract.wire import ToolCallRequest
     from tower.core import window
     from tower.core.context import Answer, NodeContext
     from tower.core.errors import EffectRefused, NodeFailed
-    from tower.core.events import guard_rows
     from tower.core.gates import Gate
     from tower.core.graph import DONE, FAILED, Graph
     from tower.core.policy import stricter
@@ -47,7 +46,6 @@ _LAZY = {
     "EventWorkflow": "tower.temporal._event_runtime",
     "FAILED": "tower.core.graph",
     "fan_out": "tower.temporal._fanout",
-    "guard_rows": "tower.core.events",
     "FanOutPolicy": "tower.temporal._fanout",
     "Gate": "tower.core.gates",
     "Graph": "tower.core.graph",
@@ -60,11 +58,8 @@ _LAZY = {
     # The module itself: a chat's context window (WindowPolicy, WindowRef, Reduction).
     "window": "tower.core",
     # What a project's tools and scripted answers use (tower.contract, tower.activities).
-    "Authority": "tower.contract.wire",
     "EditLimit": "tower.contract.pending",
     "GateStatus": "tower.contract.decisions",
-    "ToolCall": "tower.contract.wire",
-    "ToolSchema": "tower.contract.wire",
     "stricter": "tower.core.policy",
 }
 
@@ -111,7 +106,6 @@ __all__ = [
     "AgentState",
     "AgentWorkflow",
     "Answer",
-    "Authority",
     "DONE",
     "EditLimit",
     "EffectRefused",
@@ -124,14 +118,11 @@ __all__ = [
     "Message",
     "NodeContext",
     "NodeFailed",
-    "ToolCall",
     "ToolCallRequest",
     "Tool",
-    "ToolSchema",
     "agent",
     "custom",
     "fan_out",
-    "guard_rows",
     "stricter",
     "tool",
     "window",

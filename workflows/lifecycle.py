@@ -43,7 +43,6 @@ from tower import (
     NodeFailed,
     ToolCallRequest,
     agent,
-    guard_rows,
 )
 
 MAX_RECOVERIES = 2
@@ -218,7 +217,7 @@ for _source, _rows in {
     "EVALUATING": {"PLANNING": not_solved, DONE: solved},
     "RECOVERING": {"PLANNING": recovered, FAILED: recovery_exhausted},
 }.items():
-    guard_rows(_nodes, _source, _rows)
+    _nodes.guard_rows(_source, _rows)
 GRAPH = _nodes.compile()
 
 

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tower import Tool, ToolCall
-from tower.effects import Database, SQLite, run_tool
+from tower import Tool
+from tower.effects import Database, SQLite, ToolCall, run_tool
 
 from . import accounts, billing, helpdesk, migrations, onboarding, orders, research
 from .db import PgTools, connect, is_postgres, open_postgres

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tower import Authority
+from tower.effects import Authority
 
 from .spec import Db, EffectCall, EffectRefused, tool
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tower import Authority
+from tower.effects import Authority
 
 from .spec import Db, EffectCall, EffectRefused, NoEffect, tool
 from .sql_findings import findings

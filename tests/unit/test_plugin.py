@@ -17,10 +17,11 @@ from temporalio.client import Client
 from temporalio.worker import Replayer, WorkerConfig
 
 from activities.tools import TOOLS, ToolsDb
-from tower import AgentState, Graph, ToolCall
+from tower import AgentState, Graph
 from tower.cli.histories import load, replay
 from tower.cli.trust_files import enrol_worker
 from tower.core.errors import InvalidGraph
+from tower.effects import ToolCall
 from tower.temporal import TowerPlugin, WorkerMisconfigured, WorkerSettings
 from tower.temporal._names import activity_name
 from tower.temporal._unopenable import TowerDataConverter

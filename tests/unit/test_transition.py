@@ -18,7 +18,7 @@ from tower.core.engine import (
     start,
 )
 from tower.core.errors import IllegalTransition
-from tower.core.events import Event, apply_event, guard_rows
+from tower.core.events import Event, apply_event
 from tower.core.gates import Gate, close_gate, open_gate
 from tower.core.transition import move
 
@@ -70,7 +70,7 @@ def test_each_move_of_a_node_driven_run_says_what_made_it() -> None:
 
 def test_an_accepted_event_is_an_event_move() -> None:
     g = Graph("ev", S).node("a", noop).entry("a")
-    machine = guard_rows(g, "a", {DONE: flagged}).compile()
+    machine = g.guard_rows("a", {DONE: flagged}).compile()
     s, _ = start(machine, S(), at=T0, event_id=1)
     _, t = apply_event(machine, s, Event(step=1, data={"flag": True}), {"flag": True},
                        accepted=set(), at=T0, event_id=2)

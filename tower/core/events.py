@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from tower.contract.failures import Code
 from tower.core.errors import IllegalTransition, TowerError
-from tower.core.graph import TERMINALS, Graph, Guard, Machine
+from tower.core.graph import TERMINALS, Guard, Machine
 from tower.core.state import S, UpdateError, apply_update
 from tower.core.transition import Kind, Transition, move, within_budget
 
@@ -117,9 +117,3 @@ def by_guards(source: str, guards: Mapping[str, Guard]) -> Callable[[Any], str]:
 
     guards_fn.__name__ = "guards"
     return guards_fn
-
-
-def guard_rows(graph: Graph, source: str, rows: Mapping[str, Guard]) -> Graph:
-    """Declare the guard-table rows leaving ``source`` (target -> guard) on ``graph``."""
-    return graph.route(source, by_guards(source, rows), dict.fromkeys(rows, "on event"),
-                       guards=rows)

@@ -236,6 +236,14 @@ class Graph:
         labels = dict(targets) if isinstance(targets, Mapping) else {}
         return self._add(Transitions(source, tuple(targets), fn, dict(guards or {}), labels))
 
+    def guard_rows(self, source: str, rows: Mapping[str, Guard]) -> Graph:
+        """A row of a guard table (event-driven agents): the move from ``source`` goes to
+        the first target (in order) whose guard holds once an event is applied."""
+        from tower.core.events import by_guards  # (events builds on graphs)
+
+        return self.route(source, by_guards(source, rows), dict.fromkeys(rows, "on event"),
+                          guards=rows)
+
     def budget(
         self, *, escalate_to: str, max_steps: int | None = None,
         max_visits: Mapping[str, int] | None = None, max_tokens: int | None = None,

@@ -35,11 +35,12 @@ worker reconciles itself — and only such a tool: ``TowerPlugin`` refuses a rec
 to any other activity (_guard.py).
 """
 
+from tower.contract.wire import Authority, ToolCall
 from tower.core.errors import EffectRefused
 from tower.effects._activity import run_tool
 from tower.effects._postgres import Postgres
 from tower.effects._sqlite import SQLite
-from tower.effects._tool import Database, EffectCall, EffectTool, NoEffect, reconcile
+from tower.effects._tool import Database, EffectCall, NoEffect, reconcile
 
-__all__ = ["Database", "EffectCall", "EffectRefused", "EffectTool", "NoEffect", "Postgres",
-           "SQLite", "reconcile", "run_tool"]
+__all__ = ["Authority", "Database", "EffectCall", "EffectRefused", "NoEffect", "Postgres",
+           "SQLite", "ToolCall", "reconcile", "run_tool"]

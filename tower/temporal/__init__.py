@@ -25,14 +25,14 @@ if TYPE_CHECKING:
     from tower.temporal._agent import agents_by_name
     from tower.temporal._process import run_main, serve, stop_on_signals
     from tower.temporal._replies import stored_reply
-    from tower.temporal.plugin import TowerPlugin, WorkerMisconfigured, has_tower_plugin
+    from tower.temporal.plugin import TowerPlugin, WorkerMisconfigured
     from tower.temporal.telemetry import TracingConfigError
     from tower.temporal.worker import build_worker, tool_activities
 
 # Loaded on use: importing one module of this layer does not load the plugin's (nor the
 # MCP SDK, an optional extra: tower[mcp]).
 _LAZY = {"TowerPlugin": "tower.temporal.plugin",
-         "agents_by_name": "tower.temporal._agent", "has_tower_plugin": "tower.temporal.plugin",
+         "agents_by_name": "tower.temporal._agent",
          "WorkerMisconfigured": "tower.temporal.plugin",
          "build_worker": "tower.temporal.worker", "tool_activities": "tower.temporal.worker",
          "run_main": "tower.temporal._process", "serve": "tower.temporal._process",
@@ -48,7 +48,7 @@ _LAZY = {"TowerPlugin": "tower.temporal.plugin",
 __all__ = ["McpConfigError", "McpDiscoveryError", "McpPolicyError", "McpSources",
            "ModelSettings", "PriceError", "StoredReply", "TowerPlugin", "TracingConfigError",
            "WorkerMisconfigured", "WorkerSettings", "agents_by_name", "build_worker",
-           "has_tower_plugin", "load_sources", "run_main", "serve", "stop_on_signals",
+           "load_sources", "run_main", "serve", "stop_on_signals",
            "stored_reply", "tool_activities", "wal"]
 
 
