@@ -145,7 +145,7 @@ async def query(client: Client, handle: WorkflowHandle[Any, Any], query: Any,
     """Ask a running run ``query`` (a name, e.g. ``names.STATE.name``, with
     ``result_type``); ClientError naming the missing worker when none answers,
     NeverStarted for a run whose agent refused its input, RunUnreadable when the worker
-    cannot answer (the query failed).
+    cannot answer (the query failed; within ``takeover`` it is asked again).
 
     ``takeover`` (seconds): a worker killed a moment ago still holds the run — the server
     sends the run's queries and updates to that worker's own (sticky) queue until it
@@ -162,6 +162,16 @@ async def query(client: Client, handle: WorkflowHandle[Any, Any], query: Any,
     while True:
         try:
             return await ask(handle, query, result_type, wait)
+        except RunUnreadable as exc:
+            # The worker answered that it could not (a store it needs is down, say): within
+            # the takeover window that may pass, so ask again; after it, say why.
+            left = deadline - loop.time()
+            if left <= 0:
+                raise
+            if say is not None:
+                say(f"{exc} — asking again ({left:.0f} s left)")
+            await asyncio.sleep(min(2.0, left))
+            continue
         except RPCError as exc:
             if not unanswered(exc):
                 raise
