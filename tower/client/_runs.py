@@ -170,7 +170,7 @@ async def query(client: Client, handle: WorkflowHandle[Any, Any], query: Any,
                 raise
             if say is not None:
                 say(f"{exc} — asking again ({left:.0f} s left)")
-            await asyncio.sleep(min(2.0, left))
+            await asyncio.sleep(min(5.0, left))  # each try is a line in the worker's log
             continue
         except RPCError as exc:
             if not unanswered(exc):

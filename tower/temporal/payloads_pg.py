@@ -69,12 +69,18 @@ class PostgresDriver(StorageDriver):
         that does not answer is PayloadStoreUnavailable, naming the store."""
         import psycopg
 
-        try:
-            with self._lock:
-                return self._conn().execute(sql, args).fetchall()
-        except psycopg.OperationalError as exc:
-            raise PayloadStoreUnavailable(
-                f"payload store {self} is unreachable: {why_unreachable(exc)}") from None
+        for again in (True, False):
+            try:
+                with self._lock:
+                    return self._conn().execute(sql, args).fetchall()
+            except psycopg.OperationalError as exc:
+                # A connection the server dropped (it restarted) is made again once; a
+                # server that does not answer a new one is unreachable.
+                if again and self._db is not None and (self._db.closed or self._db.broken):
+                    continue
+                raise PayloadStoreUnavailable(
+                    f"payload store {self} is unreachable: {why_unreachable(exc)}") from None
+        raise AssertionError("unreachable")  # (the loop returns or raises)
 
     async def store(self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
                     ) -> list[StorageDriverClaim]:
