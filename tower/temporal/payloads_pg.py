@@ -69,18 +69,23 @@ class PostgresDriver(StorageDriver):
         that does not answer is PayloadStoreUnavailable, naming the store."""
         import psycopg
 
-        for again in (True, False):
-            try:
-                with self._lock:
-                    return self._conn().execute(sql, args).fetchall()
-            except psycopg.OperationalError as exc:
-                # A connection the server dropped (it restarted) is made again once; a
-                # server that does not answer a new one is unreachable.
-                if again and self._db is not None and (self._db.closed or self._db.broken):
-                    continue
-                raise PayloadStoreUnavailable(
-                    f"payload store {self} is unreachable: {why_unreachable(exc)}") from None
-        raise AssertionError("unreachable")  # (the loop returns or raises)
+        try:
+            with self._lock:
+                return self._run(sql, args)
+        except psycopg.OperationalError as exc:
+            raise PayloadStoreUnavailable(
+                f"payload store {self} is unreachable: {why_unreachable(exc)}") from None
+
+    def _run(self, sql: str, args: tuple[Any, ...]) -> Any:
+        import psycopg
+
+        try:
+            return self._conn().execute(sql, args).fetchall()
+        except psycopg.OperationalError:
+            if self._db is None or not (self._db.closed or self._db.broken):
+                raise
+        # A connection the server dropped (it restarted) is made again, once.
+        return self._conn().execute(sql, args).fetchall()
 
     async def store(self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
                     ) -> list[StorageDriverClaim]:
@@ -116,10 +121,9 @@ class PostgresDriver(StorageDriver):
     def owners(self, prefix: str, settled: float = 3600) -> list[str]:
         """Owners under ``prefix`` of payloads stored over ``settled`` seconds ago (a client
         stores a run's input just before the run exists)."""
-        with self._lock:
-            rows = self._conn().execute(
-                "SELECT DISTINCT owner FROM tower_payloads WHERE starts_with(owner, %s) AND "
-                "stored < now() - make_interval(secs => %s)", (prefix, settled)).fetchall()
+        rows = self._execute(
+            "SELECT DISTINCT owner FROM tower_payloads WHERE starts_with(owner, %s) AND "
+            "stored < now() - make_interval(secs => %s)", (prefix, settled))
         return [row[0] for row in rows]
 
     def forget(self, owner: str) -> None:
