@@ -92,9 +92,11 @@ async def test_sigterm_drains_the_worker_and_another_finishes_its_runs(
     log = (tmp_path / "first.log").read_text()
     assert "stopping: draining" in log and "worker stopped" in log
     for handle in handles:
-        # The model call in flight at SIGTERM ran once, on its first attempt, and completed:
-        # the drain let it finish. (What the second worker ran later may retry under load.)
-        assert await _activities_started_by(handle, first_pid) == [("call_model", 1, True)]
+        # The model call in flight at SIGTERM ran once on this worker and completed: the
+        # drain let it finish. (Its attempt number may exceed 1 when a loaded host timed an
+        # earlier attempt out before SIGTERM; what the second worker ran may retry too.)
+        started = await _activities_started_by(handle, first_pid)
+        assert [(kind, done) for kind, _, done in started] == [("call_model", True)]
         assert len(await _completed_by(handle)) == 2  # both workers worked on it
     assert first.unhandled() == [] and second.unhandled() == []
 
