@@ -31,7 +31,7 @@ REPO = GUIDE.parents[1]
 BIN = Path(sys.executable).parent  # this environment's tower, pytest and python
 # A file the reader writes: a fenced block whose info string names it (```python worker.py).
 FILE = re.compile(r"^```(?:python|toml) (\S+)\n(.*?)^```$", re.M | re.S)
-STATED = re.compile(r"(\d+) lines of Python, tests included, in (\d+) files")
+STATED = re.compile(r"(\d+)\s+lines\s+of\s+Python,\s+tests\s+included,\s+in\s+(\d+)\s+files")
 # The page's commands, in its order; the soak test runs exactly these (the worker in the
 # background; `tower dev`, which the page starts in another terminal, on a free port).
 RUN_INPUT = '{"message": "Pay $250 to ACME"}'
