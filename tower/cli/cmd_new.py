@@ -50,8 +50,9 @@ def render(name: str) -> dict[str, str]:
 
 @click.command("new", help=(
     "Create ./NAME, a Tower project: workflows/NAME.py (one agent with an approval gate), "
-    "activities/ (its idempotent payment tool), worker.py, tests/ (in-process, live and "
-    "replay) and a pyproject.toml depending on tower. Then: cd NAME && pytest."))
+    "activities/payments.py (its payment tool, exactly once), worker.py, tests/ (in "
+    "process, live through the worker, replay) and a pyproject.toml depending on tower. "
+    "Then: cd NAME && pytest. docs/write-your-own-agent.md explains every file."))
 @click.argument("name", metavar="NAME")
 @json_option("the project's folder, its agent and the files written, as JSON")
 def command(name: str, as_json: bool) -> int:
