@@ -51,7 +51,7 @@ class PayloadMissing(TowerError):
 
 class PayloadStoreUnavailable(TowerError):
     """The payload store did not answer. A worker's task that needed it fails and is asked
-    again (its log says so in one line: tower/temporal/_quiet_attempts.py); a client says
+    again (its log says so in one line: tower/temporal/_interceptors.py); a client says
     it in one line (tower/cli/errors.py)."""
 
     CODE = Code.PAYLOAD_STORE_UNAVAILABLE
