@@ -37,7 +37,6 @@ from tower.core.events import EventRejected
 from tower.core.policy import PolicyInvalid, PolicyLoosened
 from tower.core.tools import ToolSpec, register_external
 from tower.effects._guard import OnlyEffectsReconcile
-from tower.temporal._agent import scripts_of
 from tower.temporal._gate_calls import current_run_id
 from tower.temporal._interceptors import (
     AttemptsEndQuietly,
@@ -49,6 +48,7 @@ from tower.temporal._machine_run import continued_from
 from tower.temporal._names import activity_name, workflow_name
 from tower.temporal._process import frozen_heap
 from tower.temporal._sandbox import project_packages, sandbox_runner
+from tower.temporal._start import scripts_of
 from tower.temporal._stream_sink import publish_steps
 from tower.temporal._task_time import QueryAskedAgain
 from tower.temporal._tools import WorkerMisconfigured, check_external_tools, tool_activities
