@@ -25,13 +25,11 @@ Kept = dict[str, str] | Sequence[RawValue] | None  # what a kept refusal shows, 
 KEEP_BYTES = 16 * 1024  # a kept raw input larger than this is remembered by its size only
 FIELDS = ("decision_id", "gate", "approver", "decision")
 FIELD_CHARS = 200
-# Tower's Temporal servers take at most this many signals per run (dynamic config
-# history.maximumSignalsPerExecution: deploy/temporal/dynamicconfig.yaml, the dev server);
-# later ones fail at the API and cost the run nothing. So one workflow task holds at most
-# this many signals, well within the SDK's 2 s deadlock detector (docs/approvals.md).
+# Tower's servers take at most this many signals per run (history.maximumSignalsPerExecution:
+# deploy/temporal/dynamicconfig.yaml, the dev server), so one task holds at most this many,
+# well within the SDK's 2 s deadlock detector (docs/approvals.md).
 MAX_SIGNALS_PER_RUN = 1_000
-# A run parked at a gate carries over (continue-as-new) once it has taken this many, so the
-# chain's next run takes signals again (``refresh_trust``, decisions) before this one fills.
+# A parked run carries over once it has taken this many, before the server's cap is reached.
 CARRY_AFTER_SIGNALS = MAX_SIGNALS_PER_RUN // 2
 
 

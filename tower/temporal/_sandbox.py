@@ -95,10 +95,9 @@ def sandbox_runner(*passthrough: str) -> SandboxedWorkflowRunner:
 
 
 def project_packages(workflows: Iterable[type]) -> list[str]:
-    """The project's own packages beside its workflows (its tools, scripted answers,
-    ``worker.py``): loaded once outside the sandbox, as the engine is, so an agent file
-    imports them plainly. Never a package holding a workflow or one of its bases (those
-    load afresh in each run's sandbox), and nothing from an installed environment."""
+    """The project's own packages beside its workflows (its tools, scripted answers),
+    loaded once outside the sandbox so an agent file imports them plainly; never one
+    holding a workflow or a base of one, nor anything installed."""
     own: set[str] = set()
     roots: set[Path] = set()
     for cls in workflows:

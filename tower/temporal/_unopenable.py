@@ -1,19 +1,16 @@
 """Tower's data converter: pydantic's payloads, built on use, and an input from outside
 that a worker cannot open refused, not a stalled run.
 
-``TowerPayloadConverter``: temporalio 1.35 makes new ``DataConverter`` objects around every
-workflow activation, each building a payload converter from ``payload_converter_class`` that
-is never used (~5 % of a 300-turn chat's replay CPU, docs/benchmarks.md); this one builds
-its parts the first time it converts something. Payloads are byte for byte pydantic's.
+temporalio 1.35 builds a payload converter around every activation that is never used (~5 %
+of a 300-turn chat's replay CPU, docs/benchmarks.md): ``TowerPayloadConverter`` builds its
+parts on first use. Payloads are byte for byte pydantic's.
 
-Anyone who may signal, start or update a run chooses the payload's bytes, metadata included
-("encrypted under key k9", "stored externally, here"). The SDK opens every payload of an
-activation before the run sees any (codec, external store), and one that fails fails the
-task, at every retry. So in a worker and a replayer (``guarded``), a payload in the run's
-own serialization context (what clients send) that cannot be opened becomes a marker that
-the payload converter refuses with ``UnopenablePayload``: the signal is refused into the
-audit trail, the update rejected, a start failed with the reason. What the worker's own
-activities returned keeps failing the task, so the operator fixes a missing key or store.
+A sender chooses a payload's bytes and metadata ("encrypted under key k9"), and one the SDK
+cannot open fails the workflow task at every retry. So in a worker and a replayer
+(``guarded``), a payload from outside (the run's own serialization context) that cannot be
+opened becomes a marker the payload converter refuses with ``UnopenablePayload``: a signal
+refused into the audit trail, an update rejected, a start failed with the reason. What the
+worker's own activities returned keeps failing the task, for the operator to fix.
 
 This overrides three private steps of the SDK's ``DataConverter`` (temporalio 1.35, pinned),
 and keeps what its private ``_with_store_context`` binds around every activation.
