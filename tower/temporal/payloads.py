@@ -220,6 +220,9 @@ class Elsewhere(StorageDriver):
     def name(self) -> str:
         return self._name
 
+    def __str__(self) -> str:
+        return f"{self._name} (not read here: this process's store is {self.ours})"
+
     async def store(self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
                     ) -> list[StorageDriverClaim]:
         raise RuntimeError(f"{self._name} is not this process's payload store")
