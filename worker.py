@@ -128,7 +128,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
     except (ServerUnreachable, UnknownTenant, TracingConfigError, ValueError, PriceError,
             McpConfigError, McpDiscoveryError, McpPolicyError) as exc:
         raise SystemExit(f"error: {exc}") from None
-    async with worker:  # (TowerPlugin freezes the heap it loaded: tower/temporal/_heap.py)
+    async with worker:  # (TowerPlugin freezes the heap it loaded: tower/temporal/_process.py)
         logging.info("worker ready on task queue %r; model: %s; MCP tools: %s",
                      args.task_queue, ModelSettings.from_env().describe(),
                      ", ".join(mcp.tools) or "none")

@@ -22,7 +22,7 @@ from tower.contract.decisions import GateRecord, Verdict, proposal_digest
 from tower.contract.failures import rebuilt
 from tower.contract.trust import EventClaims
 from tower.core.signing import EVENT_TYPE, decision_claims, sign
-from tower.temporal._query_retry import AHEAD_OF_ITS_TASK
+from tower.temporal._task_time import AHEAD_OF_ITS_TASK
 from workflows.refund import RefundRequest
 
 BIG_REFUND = "Please refund $1,200 on invoice INV-2004"

@@ -26,7 +26,7 @@ from tower.client._decisions import submit_decision
 from tower.contract.decisions import GateRecord
 from tower.contract.wire import ModelReply, ModelRequest
 from tower.temporal import TowerPlugin, WorkerSettings
-from tower.temporal._agent import scripts_of
+from tower.temporal._start import scripts_of
 from tower.testing.evals import Change, EvalReport, Mode, assert_verdicts, run_eval
 from tower.testing.evals.world import EvalTrust
 from tower.testing.model_server import LoopbackModelServer

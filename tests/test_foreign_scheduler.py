@@ -5,7 +5,7 @@ On a server without authorization the attacker's own worker (a plain ``Worker``,
 ``TowerPlugin``) runs a workflow that executes ``issue_refund`` on the deployment's task
 queue with a forged ``Authority`` (an "approval" of $2,000). Before the scheduler guard the
 deployment's worker paid it. Now every activity of a ``TowerPlugin`` worker runs only for a
-workflow that worker hosts, on its task queue (tower/temporal/_scheduler_guard.py): refused,
+workflow that worker hosts, on its task queue (tower/temporal/_interceptors.py): refused,
 not retried, nothing paid, the attacker's workflow told why, and a genuine approved refund
 still pays once. A workflow named ``refund`` on the attacker's own queue is refused by the
 queue; one of another type on the deployment's queue by its type. A workflow named

@@ -29,8 +29,12 @@ from tower.cli.errors import user_error
 from tower.contract.failures import Code
 from tower.contract.stream import StreamEvent
 from tower.contract.wire import WindowRef
-from tower.temporal.payloads import PayloadMissing, driver_for, tower_data_converter
-from tower.temporal.payloads_pg import PostgresDriver
+from tower.temporal.payloads import (
+    PayloadMissing,
+    PostgresDriver,
+    driver_for,
+    tower_data_converter,
+)
 
 
 def test_one_url_names_every_store_and_each_setting_overrides_it() -> None:

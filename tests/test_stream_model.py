@@ -121,7 +121,7 @@ async def test_an_attempt_that_fails_for_good_is_discarded(
 
 async def test_the_scripted_model_streams_too(store: SqliteStreams) -> None:
     from tower.cli.agents import agents
-    from tower.temporal._agent import scripts_of
+    from tower.temporal._start import scripts_of
 
     activities = ModelActivities(ModelSettings(scripted_tokens_per_second=500),
                                  scripts=scripts_of(agents().values()), streams=store)

@@ -30,7 +30,7 @@ from tower.activities.model import ModelSettings
 from tower.activities.own import WorkerSettings, tower_activities
 from tower.contract.wire import ToolCall
 from tower.temporal import TowerPlugin
-from tower.temporal._agent import scripts_of
+from tower.temporal._start import scripts_of
 from worker import activities, build_worker
 from workflows.refund import RefundAgent
 from workflows.registry import AGENTS

@@ -31,7 +31,7 @@ from tower.activities.messages import MessageStore
 from tower.activities.model import ModelActivities, ModelSettings
 from tower.cli.histories import load, replay
 from tower.temporal import TowerPlugin
-from tower.temporal._agent import scripts_of
+from tower.temporal._start import scripts_of
 from tower.testing import assert_replays
 from worker import activities
 from workflows.account import AccountRequest

@@ -27,15 +27,15 @@ if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
     from tower.core.policy import stricter
     from tower.core.state import ADD, APPEND, AgentState, Message, custom
     from tower.core.tools import Tool, tool
-    from tower.temporal._agent import agent
     from tower.temporal._event_runtime import EventWorkflow
     from tower.temporal._fanout import FanOutPolicy, fan_out
     from tower.temporal._runtime import AgentWorkflow
+    from tower.temporal._start import agent
 
 # name -> the module that defines it, imported on first use.
 _LAZY = {
     "ADD": "tower.core.state",
-    "agent": "tower.temporal._agent",
+    "agent": "tower.temporal._start",
     "AgentState": "tower.core.state",
     "AgentWorkflow": "tower.temporal._runtime",
     "Answer": "tower.core.context",

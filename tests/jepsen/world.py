@@ -10,7 +10,7 @@ from typing import TypeVar
 from procs import WorkerProcess
 from temporalio.client import Client
 
-from tower.temporal._query_retry import QueryAskedAgain
+from tower.temporal._task_time import QueryAskedAgain
 
 from .bounds import bounded
 

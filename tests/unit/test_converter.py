@@ -23,7 +23,7 @@ from temporalio.converter import (
     WorkflowSerializationContext,
 )
 
-from tower.temporal import converter
+from tower.temporal import _unopenable as converter
 from tower.temporal._unopenable import TowerDataConverter, guarded
 from tower.temporal.codec import NoKeys
 from tower.temporal.payloads import tower_data_converter
@@ -73,7 +73,7 @@ def test_unused_converters_build_nothing(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_a_context_changes_nothing() -> None:
     context = WorkflowSerializationContext(namespace="default", workflow_id="w")
     assert pydantic_converter.with_context(context) is pydantic_converter
-    # BuiltOnUse answers without building; the SDK's own converter gives the same answer.
+    # Tower's answers without building; the SDK's own converter gives the same answer.
     sdk = PydanticPayloadConverter()
     assert sdk.with_context(context) is sdk
 

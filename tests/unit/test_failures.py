@@ -28,8 +28,7 @@ from tower.contract.failures import (
     rebuilt,
 )
 from tower.core.errors import AgentFailed, DecisionRefused, EffectRefused
-from tower.temporal._unopenable import TowerDataConverter
-from tower.temporal.converter import pydantic_converter
+from tower.temporal._unopenable import TowerDataConverter, pydantic_converter
 from tower.temporal.payloads import PayloadMissing
 from tower.temporal.plugin import TowerPlugin, WorkerMisconfigured
 

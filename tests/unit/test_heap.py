@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tower.temporal import _heap
-from tower.temporal._heap import frozen_heap
+from tower.temporal import _process as _heap
+from tower.temporal._process import frozen_heap
 
 
 async def test_the_heap_is_frozen_while_any_worker_runs_and_released_after_the_last(

@@ -1,7 +1,7 @@
 """A store that stops answering is said in a line, not a flood: the stream store's outage
 once when it starts and once when it ends (tower/activities/stream_outage.py), a workflow
 task the payload store failed in one line without the SDK's traceback
-(tower/temporal/_quiet_attempts.py). The cluster tier shows the same with PostgreSQL
+(tower/temporal/_interceptors.py). The cluster tier shows the same with PostgreSQL
 stopped for 30 s (tests/test_cluster_outage.py)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from tower.activities import stream_outage
 from tower.activities.stream_outage import Outage
-from tower.temporal._quiet_attempts import quiet_store_tracebacks
+from tower.temporal._interceptors import quiet_store_tracebacks
 from tower.temporal.payloads import PayloadStoreUnavailable
 
 # Where the SDK logs a workflow task it could not encode (its module's own logger).

@@ -23,7 +23,7 @@ def agents() -> dict[str, Any]:
     """``{name: agent class}`` of the project (or of ``--agents``)."""
     from tower.cli import project
     from tower.core.errors import InvalidGraph
-    from tower.temporal._agent import load_agents
+    from tower.temporal._start import load_agents
 
     folder = project.root()
     try:
@@ -51,6 +51,6 @@ def scripted_reply(request: Any) -> Any:
     """The scripted model's answer from the known agents' own scripts (a ModelReply):
     what `tower model-server` and the loopback model server answer with."""
     from tower.activities.scripted import scripted_reply as reply
-    from tower.temporal._agent import scripts_of
+    from tower.temporal._start import scripts_of
 
     return reply(request, scripts_of(agents().values()))

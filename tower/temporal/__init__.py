@@ -22,9 +22,9 @@ if TYPE_CHECKING:
     from tower.activities.prices import PriceError
     from tower.activities.wal import wal
     from tower.contract.wire import StoredReply
-    from tower.temporal._agent import agents_by_name
     from tower.temporal._process import run_main, serve, stop_on_signals
     from tower.temporal._replies import stored_reply
+    from tower.temporal._start import agents_by_name
     from tower.temporal.plugin import TowerPlugin, WorkerMisconfigured
     from tower.temporal.telemetry import TracingConfigError
     from tower.temporal.worker import build_worker, tool_activities
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 # Loaded on use: importing one module of this layer does not load the plugin's (nor the
 # MCP SDK, an optional extra: tower[mcp]).
 _LAZY = {"TowerPlugin": "tower.temporal.plugin",
-         "agents_by_name": "tower.temporal._agent",
+         "agents_by_name": "tower.temporal._start",
          "WorkerMisconfigured": "tower.temporal.plugin",
          "build_worker": "tower.temporal.worker", "tool_activities": "tower.temporal.worker",
          "run_main": "tower.temporal._process", "serve": "tower.temporal._process",

@@ -77,11 +77,9 @@ if TYPE_CHECKING:
     from tower.temporal._runtime import AgentWorkflow
 
 AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` query)
-# Signature checks per workflow task (refusals.TaskBudget says why): of update validators,
-# and of signals (and of what a roster refresh judges again). The update handler has none:
-# only updates a validator accepted reach it. The server lets at most 10 updates into a run
-# at once (history.maxInFlightUpdates), so the first refuses nothing unless a deployment
-# raises that cap well past it.
+# Signature checks per workflow task (refusals.TaskBudget): of update validators (the server
+# lets at most 10 updates in at once, so this refuses nothing unless that cap is raised),
+# and of signals. The update handler has none: only updates a validator accepted reach it.
 VALIDATE_PER_TASK = 50
 VERIFY_PER_TASK = 50
 UNVALIDATED = (f"refused unverified: more than {VALIDATE_PER_TASK} decisions arrived in one "
@@ -127,9 +125,9 @@ class GateRuntime:
 
     async def hold(self, gate: Gate, update: Mapping[str, Any] | None = None,
                    calls: list[str] | None = None, *, resume: bool = False) -> None:
-        """Open ``gate`` (or, with ``resume``, go on waiting on the request a run continued
-        from left open), wait for a decision or the timeout, and take the route it gives.
-        Returns with the request still open when the run should continue-as-new first."""
+        """Open ``gate`` (``resume``: the request a carried run left open), wait for a
+        decision or the timeout, and take the route it gives; return with the request still
+        open when the run should continue-as-new first."""
         run, trust = self.run, self._snapshot()
         if not resume:
             rule = trust.policy.gates.get(gate.name)
@@ -159,8 +157,8 @@ class GateRuntime:
         if self.in_flight is None and workflow.now() < pending.expires_at:
             return  # the history is long (a flood of signals): carry over, still waiting
         try:
-            # How the request ends is the interpreter's (tower/core/interpreter.py), as in
-            # the in-process runner: here only the re-check's activities are carried out.
+            # How it ends is the interpreter's (tower/core/interpreter.py); here only the
+            # re-check's activities are carried out.
             ending = decided(gate, pending, self.in_flight)
             checked: list[str] | None = None  # the calls a re-check made
             if isinstance(ending, Recheck):
@@ -196,8 +194,8 @@ class GateRuntime:
         return self.attested is not None and self.attested[0] == step
 
     async def _wait_refreshing(self, gate: Gate, pending: GateRecord) -> None:
-        """Wait for a decision until the request expires, re-reading the roster every
-        ``roster_refresh_seconds`` and when asked (at most once per ``REFRESH_GAP``)."""
+        """Wait for a decision until the request expires, re-reading the roster on time and
+        when asked."""
         while self.in_flight is None and workflow.now() < pending.expires_at:
             if self._held:  # judged as far as this task's budget goes, the rest in the next
                 self._take_held()
@@ -257,8 +255,8 @@ class GateRuntime:
         self._held.extendleft(reversed(read))
 
     async def _recheck(self, gate: Gate, decision: Decision) -> tuple[Close, list[str]]:
-        """Run the gate's re-check on the state as approved (edits included): how the
-        approval ends, and the calls the re-check made."""
+        """The gate's re-check on the state as approved (edits included): how the approval
+        ends, and the calls it made."""
         assert gate.recheck is not None  # decided() asks for a re-check only then
         run = self.run
         ctx = TemporalContext(run.machine.name, run.machine.nodes[gate.node],
@@ -364,13 +362,9 @@ class GateRuntime:
     # --- signals ---------------------------------------------------------------------------
 
     def take(self, name: str, args: Sequence[RawValue]) -> None:
-        """Every signal, taken raw (the run's dynamic handler): a typed handler would drop an
-        input it cannot decode and fail the workflow task, on every retry, on a wrong number
-        of inputs. Here each is judged or refused into the audit trail, decoded if needed.
-
-        ``decision``: a decision. ``refresh_trust``: re-read the roster soon (it carries no
-        authority: anyone may ask, inputs are ignored). Any other name is refused.
-        """
+        """Every signal, taken raw (a typed handler would fail the workflow task, on every
+        retry, on inputs it cannot decode): ``decision``, or ``refresh_trust`` (no authority:
+        anyone may ask the roster be re-read soon); any other name is refused."""
         self._signals_taken += 1
         if name == "decision":
             self._signalled_decision(args)
@@ -381,10 +375,9 @@ class GateRuntime:
                                f"unknown signal {name[:80]!r}: nothing changed", args)
 
     def _signalled_decision(self, args: Sequence[RawValue]) -> None:
-        """A decision as a signal. Refused ones change nothing and go to the audit trail.
-        Past this task's verify budget (or behind ones held already) it is held, undecoded,
-        and judged in a later task (``_take_held``): a flood delays a genuine decision by a
-        few tasks, never refuses it."""
+        """A decision as a signal. Past this task's verify budget (or behind ones held
+        already) it is held, undecoded, and judged in a later task: a flood delays a genuine
+        decision by a few tasks, never refuses it."""
         state = self.run.state
         if state is not None and (self._held or not self._verify_budget.take()):
             if pending_record(state) is not None:

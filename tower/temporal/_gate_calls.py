@@ -1,5 +1,5 @@
 """The activities a gate schedules as a request opens: the run id it opens in, the
-worker's attestation of it, and the notice to its approvers (tower/temporal/_gate.py)."""
+worker's attestation, and the notice to its approvers (tower/temporal/_gate.py)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,9 @@ RUN_ID_ACTIVITY = "tower_run_id"
 
 
 async def opening_run_id() -> str:
-    """The Temporal run id a request opens in, as a recorded step (an activity): a reset
-    run replays the requests opened before its reset point under its own, new
-    ``workflow.info().run_id``, and would refuse the decisions its history shows accepted.
-    Not a local activity: its marker can land in one workflow task, the gate's commands
-    in the next."""
+    """The run id a request opens in, recorded (an activity): a reset run replays earlier
+    requests under a new ``workflow.info().run_id`` and would refuse the decisions its
+    history shows accepted. Not a local activity: its marker could land a task early."""
     since = workflow.now()
     run_id: str = await workflow.execute_activity(
         RUN_ID_ACTIVITY, result_type=str, start_to_close_timeout=timedelta(seconds=10),
@@ -57,8 +55,7 @@ async def attestation(request: AttestRequest) -> str:
 
 def notify(notice: GateNotice) -> None:
     """Tell the tenant's approvers (its webhook). Not awaited: the wait for a decision
-    starts at once, so a flood of signals is taken as it comes (and the run can
-    continue-as-new meanwhile); a failure after the retries is only logged."""
+    starts at once; a failure after the retries is only logged."""
     sent = workflow.start_activity(
         "notify_gate", notice, start_to_close_timeout=timedelta(seconds=20),
         retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
@@ -70,8 +67,7 @@ def notify(notice: GateNotice) -> None:
 
 @activity.defn(name=RUN_ID_ACTIVITY)
 async def current_run_id() -> str:
-    """The run id of the workflow run that calls it (``opening_run_id``); every worker
-    hosting gated agents registers it (tower/temporal/worker.py)."""
+    """The run id of the workflow run that calls it (``opening_run_id``)."""
     run_id = activity.info().workflow_run_id
     assert run_id is not None, "called outside a workflow run"
     return run_id

@@ -1,10 +1,7 @@
 """A model call from workflow code: a local activity (only its result is recorded), or an
-activity on the task queue (any worker may take it; heartbeats notice a lost worker).
-
-A store entry the call needs that this worker's store lacks (another host stored it), or a
-store it cannot reach, fails the attempt (tower/activities/stores.py), never the run: a
-local call then goes to the queue, and a queued call is asked again, round after round,
-until a worker that can serve it does (tower/temporal/_store_wait.py).
+activity on the task queue (any worker may take it; heartbeats notice a lost worker). A
+store the call needs that fails the attempt never fails the run: a local call then goes to
+the queue, and a queued call is asked again until a worker can serve it (_store_wait.py).
 """
 
 from __future__ import annotations
@@ -38,9 +35,7 @@ MODEL_HEARTBEAT = timedelta(seconds=3)
 
 async def call_local(request: ModelRequest) -> ModelReply:
     """Recorded as one marker holding the result; a worker lost mid-call is noticed at the
-    workflow task timeout and the task (with the call) runs elsewhere. No summary: the node
-    is in the run's current details, and a summary is one more payload to record and to
-    convert on every replay."""
+    workflow task timeout. No summary: one more payload to convert on every replay."""
     try:
         reply: ModelReply = await workflow.execute_local_activity(
             "call_model", request, result_type=ModelReply,

@@ -1,12 +1,8 @@
 """How a run ends to Temporal: DONE completes the workflow with the final state; FAILED
-fails it with a typed, non-retryable ``ApplicationError(type="AgentFailed")`` whose
-message is the reason and whose details name the agent, node and step.
-
-So a FAILED run is a failed workflow execution everywhere Temporal users look: the Web
-UI, ``ExecutionStatus='Failed'`` list queries, alerting, and ``result()``, which raises
-``WorkflowFailureError`` with this error as its cause. ``final_state`` gives a client the
-run's final state either way (the ``state`` query answers on a closed run while a worker
-is up). An operator recovers a failed run with ``tower retry`` (a Temporal reset).
+fails it with a non-retryable ``AgentFailed`` naming the agent, node and step, so a FAILED
+run is a failed execution wherever Temporal users look (Web UI, list queries, alerts,
+``result()``). ``final_state`` gives a client the final state either way; an operator
+recovers a failed run with ``tower retry`` (a reset).
 """
 
 from __future__ import annotations

@@ -1,24 +1,27 @@
-"""Run a worker process's ``main`` to the end, then exit without interpreter teardown.
+"""A worker process: its heap kept out of the collector's way while it runs, and its end.
 
-A worker's client and worker live on the SDK's Rust runtime, whose threads call back into
-Python. When the interpreter finalizes while one of them still does (a connection closing,
-a log line forwarded), the process aborts: ``Fatal Python error: PyGILState_Release ...
-finalizing``, exit 134, after a drain that went well (2 of 9 SIGTERMs before this). So the
-worker's shutdown is awaited in ``main`` (``async with worker``), then the process flushes
-what it wrote and ends with ``os._exit``: nothing runs after the drain but the flushes.
-The `tower` command line ends the same way (tower/cli/cli.py ``entry``).
+``frozen_heap``: one workflow task can hold a thousand signals (the servers' per-run cap,
+tower/temporal/_refusals.py); applying them set off full collections that rescan the whole
+heap, which in a process that loaded a lot pushed the task past the SDK's 2 s deadlock
+detector on every retry. Objects frozen with ``gc.freeze`` are skipped by those passes.
+
+``run_main``: the SDK's Rust runtime calls back into Python from its threads; an interpreter
+finalizing meanwhile aborts the process (exit 134, after a drain that went well). So the
+worker's shutdown is awaited in ``main``, then the process flushes and ends with
+``os._exit``. The `tower` command line ends the same way (tower/cli/cli.py ``entry``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
 import sys
 import traceback
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tower.contract.failures import TowerError
@@ -26,7 +29,31 @@ from tower.contract.failures import TowerError
 if TYPE_CHECKING:
     from temporalio.worker import Worker
 
-__all__ = ["exit_code", "flush_and_exit", "run_main", "serve", "stop_on_signals"]
+__all__ = ["exit_code", "flush_and_exit", "frozen_heap", "run_main", "serve", "stop_on_signals"]
+
+_running = 0  # workers and replayers running in this process
+_collected = False  # the process's first freeze collected its garbage first
+
+
+@contextlib.asynccontextmanager
+async def frozen_heap() -> AsyncIterator[None]:
+    """Freeze the heap while any of this process's workers runs; unfreeze it after the last
+    (so a process that runs many in turn, a test suite, frees what they left)."""
+    global _running, _collected
+    if _running == 0:
+        if not _collected:
+            # Only the first freeze pays a full pass (~55 ms in a replaying process): what
+            # garbage a later one freezes is released with the rest after the last stops.
+            gc.collect()
+            _collected = True
+        gc.freeze()
+    _running += 1
+    try:
+        yield
+    finally:
+        _running -= 1
+        if _running == 0:
+            gc.unfreeze()
 
 
 def run_main(main: Coroutine[Any, Any, Any]) -> NoReturn:
@@ -78,17 +105,11 @@ def _failed(exc: BaseException) -> int:
         return 1
     if isinstance(exc, KeyboardInterrupt):
         return 130
-    if _explained(exc):  # its message says what is wrong and what to do: one line
+    if isinstance(exc, TowerError):  # its message says what is wrong and what to do
         print(f"error: {exc}", file=sys.stderr)
-        return 1
-    traceback.print_exception(exc)
+    else:
+        traceback.print_exception(exc)
     return 1
-
-
-def _explained(exc: BaseException) -> bool:
-    """Tower's own errors (a server that does not answer, a worker missing a tool): their
-    message says what to do."""
-    return isinstance(exc, TowerError)
 
 
 def flush_and_exit(code: int) -> NoReturn:

@@ -1,11 +1,9 @@
 """Refused decisions: signals taken raw, and the run's audit trail of what it refused.
 
-Anyone who can signal a run can send any signal, with any number of inputs of any shape, as
-fast as the server takes them; thousands may reach the run in one workflow task, and the
-SDK's deadlock detector gives the whole task 2 seconds. So a signal is decoded only when it
-will be judged, and a refusal costs a counter and a tuple: the newest ``keep`` are kept raw
-(size-capped) and turned into ``Refusal`` records only when someone asks (the ``approvals``
-query). Every refusal is counted; every signal is in the history anyway.
+Anyone who can signal a run can send any signal with any inputs, thousands in one workflow
+task, and the SDK's deadlock detector gives the task 2 seconds. So a signal is decoded only
+when it is judged; a refusal costs a counter and a tuple, and the newest ``keep`` are kept
+raw (size-capped) and made ``Refusal`` records only when the ``approvals`` query asks.
 """
 
 from __future__ import annotations
@@ -27,27 +25,22 @@ Kept = dict[str, str] | Sequence[RawValue] | None  # what a kept refusal shows, 
 KEEP_BYTES = 16 * 1024  # a kept raw input larger than this is remembered by its size only
 FIELDS = ("decision_id", "gate", "approver", "decision")
 FIELD_CHARS = 200
-# Tower's Temporal servers take at most this many signals per run (dynamic config
-# history.maximumSignalsPerExecution: deploy/temporal/dynamicconfig.yaml, the dev server);
-# later ones fail at the API and cost the run nothing. So one workflow task holds at most
-# this many signals, well within the SDK's 2 s deadlock detector (docs/approvals.md).
+# Tower's servers take at most this many signals per run (history.maximumSignalsPerExecution:
+# deploy/temporal/dynamicconfig.yaml, the dev server), so one task holds at most this many,
+# well within the SDK's 2 s deadlock detector (docs/approvals.md).
 MAX_SIGNALS_PER_RUN = 1_000
-# A run parked at a gate carries over (continue-as-new) once it has taken this many, so the
-# chain's next run takes signals again (``refresh_trust``, decisions) before this one fills.
+# A parked run carries over once it has taken this many, before the server's cap is reached.
 CARRY_AFTER_SIGNALS = MAX_SIGNALS_PER_RUN // 2
 
 
 class TaskBudget:
-    """At most ``limit`` of something per workflow task: a flood delivered in one task must
-    not keep it busy past the SDK's deadlock timeout (a failed task, a stalled run).
+    """At most ``limit`` of something per workflow task, so that a flood in one task does
+    not keep it past the SDK's deadlock timeout.
 
-    A task is told apart by the history's length, so a replay counts the same: right for
-    what the history holds (signals, accepted updates). ``by_time`` also tells tasks apart
-    by their time, for update validators: a refused update never reaches the history, so
-    after a flood of them the length stays put and a budget keyed on it alone stayed spent,
-    refusing every later update, a genuine one too, until something else moved the history.
-    A validator's count is safe to key on time: validators run only when an update arrives,
-    never on replay, and nothing but validators may read their budget (issue 24)."""
+    A task is told apart by the history's length, so a replay counts the same. ``by_time``
+    also tells tasks apart by their time, for update validators: a refused update never
+    reaches the history, so a budget keyed on its length alone stayed spent after a flood,
+    refusing a genuine update too. Validators never run on replay, so time is safe there."""
 
     def __init__(self, limit: int, *, by_time: bool = False) -> None:
         self.limit = limit

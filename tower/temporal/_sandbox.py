@@ -1,10 +1,7 @@
-"""The sandbox every Tower worker and replayer uses: the SDK's, through its public API.
-
-Workflow code runs only inside the sandbox, with every restriction of the SDK's
-(tests/unit/test_sandbox.py shows a forbidden call caught). What Tower changes is what
-is loaded once outside it (``sandbox_runner``), how often a workflow class is checked,
-and how often the SDK's own bookkeeping between activations enters it (``_Answers``).
-"""
+"""The sandbox every Tower worker and replayer uses: the SDK's, through its public API,
+with every restriction (tests/unit/test_sandbox.py shows a forbidden call caught). Tower
+changes what is loaded once outside it, how often a workflow class is checked, and how
+often the SDK's own bookkeeping between activations enters it."""
 
 from __future__ import annotations
 
@@ -28,8 +25,6 @@ __all__ = ["PASSED_THROUGH", "project_packages", "sandbox_runner"]
 PASSED_THROUGH = ("tower", "joserfc", "cryptography")
 
 _VALIDATED: set[type] = set()  # workflow classes already checked in a sandbox, this process
-
-
 _UNASKED: Any = object()
 
 
@@ -37,18 +32,13 @@ class _Answers(WorkflowInstance):
     """A run's sandbox (the SDK's), its answers to the payload passes kept between
     activations.
 
-    Around every activation the SDK walks the activation's and the completion's payloads
-    (decode and encode, three passes each) and, for each payload sequence, asks the run
-    which serialization context applies (the run's own, or the activity's a command
-    schedules) and where an externally stored payload belongs. The SDK's sandbox answers
-    each question by entering the sandbox — compiling a line of code, and swapping
-    ``sys.modules``, ``__import__`` and the restricted builtins in and out — to read its
-    own bookkeeping (the run's identity, its pending commands; no workflow code runs):
-    seven entries per activation, half the worker's Python-thread CPU in a replayed
-    300-turn chat (docs/benchmarks.md). A run's answers change only when it is activated,
-    so each question is answered by the sandbox once between two activations; the answers
-    for payloads of no command (updates, signals, results: the run's own identity) once
-    per run. tests/unit/test_sandbox.py checks every kept answer against the SDK's.
+    Around every activation the SDK asks the run, per payload sequence, which serialization
+    context applies and where an externally stored payload belongs; its sandbox answers
+    each by entering the sandbox (compiling a line, swapping ``sys.modules`` and builtins):
+    half the worker's Python-thread CPU in a replayed 300-turn chat (docs/benchmarks.md).
+    The answers change only when the run is activated, so each is asked once between two
+    activations (the run's own identity, once per run). tests/unit/test_sandbox.py checks
+    every kept answer against the SDK's.
     """
 
     def __init__(self, run: WorkflowInstance) -> None:
@@ -84,14 +74,9 @@ class _Answers(WorkflowInstance):
 
 @dataclass(frozen=True)
 class _ValidateOnce(SandboxedWorkflowRunner):
-    """The SDK's sandbox, checking each workflow class once per process.
-
-    Every Worker and Replayer checks its workflows by building a throwaway sandbox for
-    each (the agent module imported afresh, its pydantic models rebuilt): about a second
-    for Tower's agents, paid again for every replayed batch and every test's worker. The
-    check's answer cannot change while the process runs the same code. Runs themselves
-    still each get a fresh sandbox with every restriction.
-    """
+    """The SDK's sandbox, checking each workflow class once per process: the check (a
+    throwaway sandbox, about a second for Tower's agents) cannot change its answer while
+    the process runs the same code. Every run still gets a fresh sandbox."""
 
     def prepare_workflow(self, defn: Any) -> None:
         if defn.cls not in _VALIDATED:
@@ -110,10 +95,9 @@ def sandbox_runner(*passthrough: str) -> SandboxedWorkflowRunner:
 
 
 def project_packages(workflows: Iterable[type]) -> list[str]:
-    """The project's own packages beside its workflows (its tools, scripted answers,
-    ``worker.py``): loaded once outside the sandbox, as the engine is, so an agent file
-    imports them plainly. Never a package holding a workflow or one of its bases (those
-    load afresh in each run's sandbox), and nothing from an installed environment."""
+    """The project's own packages beside its workflows (its tools, scripted answers),
+    loaded once outside the sandbox so an agent file imports them plainly; never one
+    holding a workflow or a base of one, nor anything installed."""
     own: set[str] = set()
     roots: set[Path] = set()
     for cls in workflows:

@@ -1,19 +1,18 @@
-"""How a run starts: the library makes an agent's workflow ``__init__`` and ``run``.
+"""``@agent(GRAPH)``: an agent is one file, and the library makes its workflow class.
+
+The graph's name is written once (``Graph("refund", ...)``) and becomes the workflow's
+name; the decorator attaches the machine and the scripted model's answers and marks the
+class, so the worker and the ``tower`` CLI find it in its module (``load_agents``).
 
 An agent file says what a run starts from: ``Input`` (its input model) and
 ``start(self, request)`` (the first state, a pure function of the input and
-``self.limits``). ``@agent`` makes the ``@workflow.init`` and ``@workflow.run`` from them,
-so the file carries no Temporal plumbing. Before the first step the runtime
-
-- admits the input (``MachineRun.admit``: the tenant's roster and policy; the limits are
-  ``self.limits``) when the agent has gates, a ``Policy`` or takes events;
-- takes a carried state (the run's own continue-as-new): a gated run has it from
-  ``@workflow.init``, so a decision in its first task is judged;
-- and continues-as-new with the same input plus the carry when the history grows.
-
-The carry travels in a ``carry`` field the runtime adds to the agent's input model. Only
-the run's own continue-as-new may hand over state: ``carry_refused`` and ``origin_refused``
-(tower/temporal/_machine_run.py) refuse any other.
+``self.limits``); ``@agent`` makes the ``@workflow.init`` and ``@workflow.run`` from them.
+Before the first step the runtime admits the input (``MachineRun.admit``: the tenant's
+roster and policy) when the agent has gates, a ``Policy`` or takes events; takes a carried
+state (the run's own continue-as-new, in a ``carry`` field added to the input model: a
+gated run has it from ``@workflow.init``, so a decision in its first task is judged); and
+continues-as-new with the same input plus the carry when the history grows. Only the run's
+own continue-as-new may hand over state (tower/temporal/_machine_run.py refuses any other).
 
 A Temporal user may still write the ``run`` (an ``@workflow.run`` of an ``@agent`` class,
 or of a plain ``@workflow.defn`` subclass of one): the runtime's start still comes first,
@@ -22,10 +21,13 @@ and a subclass gets the ``@workflow.init`` its own ``run``'s parameters ask for.
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 import typing
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from types import ModuleType
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError, create_model
 from temporalio import workflow
@@ -33,13 +35,82 @@ from temporalio.common import RawValue
 
 from tower.contract.failures import Code, TowerError, failure
 from tower.core.carry import Carry
+from tower.core.errors import InvalidGraph
+from tower.core.graph import Machine
 from tower.temporal._unopenable import UnopenablePayload
 
-__all__ = ["EXTENDED", "make_workflow", "match_init", "opened", "refuse"]
-
-
+W = TypeVar("W", bound=type)
+Script = Callable[[Any], Any]  # ModelRequest -> content or a ToolCallRequest
+MARK = "__tower_agent__"
 # Plain subclasses of agents with a run of their own: Tower's registry of them (load_agents).
 EXTENDED: set[type] = set()
+
+
+def agent(machine: Machine, *, scripts: Mapping[str, Script] | None = None
+          ) -> Callable[[W], W]:
+    """Make the decorated ``AgentWorkflow`` subclass the workflow named ``machine.name``.
+    ``scripts`` (node -> script): the offline scripted model's answers for its nodes."""
+    unknown = sorted(set(scripts or {}) - set(machine.nodes))
+    if unknown:
+        raise InvalidGraph(machine.name, f"scripts for unknown node(s): {', '.join(unknown)}")
+
+    def wrap(cls: W) -> W:
+        cls.machine = machine  # type: ignore[attr-defined]
+        cls.scripts = dict(scripts or {})  # type: ignore[attr-defined]
+        setattr(cls, MARK, cls)  # a subclass is not an agent until it is decorated too
+        make_workflow(cls)  # its init and run: admission, carried state, continue-as-new
+        return workflow.defn(name=machine.name)(cls)
+
+    return wrap
+
+
+def is_agent(obj: object) -> bool:
+    """An ``@agent`` class, or a subclass of one with a ``run`` of its own (the Temporal
+    way: it replaces the agent it extends, under the same name)."""
+    return isinstance(obj, type) and (obj.__dict__.get(MARK) is obj or obj in EXTENDED)
+
+
+def agents_by_name(classes: Iterable[type]) -> dict[str, Any]:
+    """``{machine name: class}``; two agents with one name is an error, unless one extends
+    the other (the subclass is the one that runs)."""
+    found: dict[str, Any] = {}
+    for cls in classes:
+        name = cls.machine.name  # type: ignore[attr-defined]
+        if name in found and issubclass(found[name], cls):
+            continue
+        if name in found and found[name] is not cls and not issubclass(cls, found[name]):
+            raise ValueError(f"two agents are named {name!r}: {found[name].__qualname__} and "
+                             f"{cls.__qualname__}")
+        found[name] = cls
+    return found
+
+
+def load_agents(*modules: str) -> dict[str, Any]:
+    """Every ``@agent`` class in ``modules`` (a package: its submodules too), by name."""
+    classes: list[type] = []
+    for name in modules:
+        for module in _walk(importlib.import_module(name)):
+            classes += [obj for obj in vars(module).values()
+                        if is_agent(obj) and obj.__module__ == module.__name__]
+    if not classes:
+        raise ValueError(f"no @agent classes in {', '.join(modules)}")
+    return agents_by_name(classes)
+
+
+def scripts_of(agents: Iterable[type]) -> dict[tuple[str, str], Script]:
+    """The scripted model's table, ``(agent, node) -> script``, from the agents' files."""
+    table: dict[tuple[str, str], Script] = {}
+    for cls in agents:
+        for node, script in getattr(cls, "scripts", {}).items():
+            table[(cls.machine.name, node)] = script  # type: ignore[attr-defined]
+    return table
+
+
+def _walk(module: ModuleType) -> list[ModuleType]:
+    found = [module]
+    for info in pkgutil.iter_modules(getattr(module, "__path__", [])):
+        found += _walk(importlib.import_module(f"{module.__name__}.{info.name}"))
+    return found
 
 
 def make_workflow(cls: type) -> None:
@@ -161,8 +232,7 @@ def _sign(cls: type, fn: Callable[..., Any], name: str, returns: Any, *,
 
 def opened(raw: RawValue, model: type[BaseModel]) -> tuple[Any, str]:
     """The run's input as ``model``, or (None, why it is refused, in one line): a value
-    that is not the agent's input (a list, a number, a field missing or too long, one the
-    worker cannot open) is the requester's, and fails the run (``refuse``)."""
+    that is not the agent's input is the requester's, and fails the run (``refuse``)."""
     try:
         return workflow.payload_converter().from_payload(raw.payload, model), ""
     except ValidationError as exc:
@@ -174,12 +244,10 @@ def opened(raw: RawValue, model: type[BaseModel]) -> tuple[Any, str]:
 
 
 def refuse(run: Any, why: str) -> None:
-    """Fail ``run`` (a workflow object being made) as refusing its input: ApplicationError
-    ``Code.INPUT_REFUSED``, raised from ``__init__`` so that the run fails before any handler
-    runs (an update sent with the start is rejected, never left waiting). Replayed (a
-    query on the closed run), the object is made instead, and ``run`` raises the same:
-    an ``__init__`` that raises again would leave the query unanswered until it timed
-    out. Its queries then fail with the reason (``MachineRun._started``)."""
+    """Fail ``run`` (a workflow object being made) as refusing its input, from ``__init__``
+    so that it fails before any handler runs (an update sent with the start is rejected).
+    Replayed (a query on the closed run), the object is made and ``run`` raises the same:
+    an ``__init__`` raising again would leave the query unanswered until it timed out."""
     run._input_refused = why
     if not workflow.unsafe.is_replaying():
         raise failure(TowerError(why, code=Code.INPUT_REFUSED))

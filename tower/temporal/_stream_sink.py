@@ -1,17 +1,11 @@
 """Step events from workflow code to the run's stream, without I/O in the workflow.
 
-A run hands an event (a transition, a gate opened or decided, a tool call, its end) to
-``emit``, which only puts it on an in-memory queue, and only while the run makes new
-progress (``not workflow.unsafe.is_replaying()``): a replay, a replayer, a test's
-history check emit nothing. A thread of the worker's process takes the queue and writes
-to the stream store, outside the sandbox. Each event's key is the run's id, its step and
-its kind (and the tool's nth call): a workflow task that fails and runs again emits the
-same keys, which the store drops, so an event is published once.
-
-Nothing here adds a command or reads anything back: the run's history is the same with
-streaming on or off (tests/test_stream.py compares them). This module is loaded once
-outside the sandbox (all of ``tower`` is passed through), so the registry is the
-worker process's own.
+``emit`` only puts an event on an in-memory queue, and only while the run makes new
+progress (a replay emits nothing); a thread of the worker's process writes the queue to the
+stream store, outside the sandbox. An event's key is the run id, its step and kind, so a
+workflow task that runs again emits the same keys, which the store drops. Nothing here adds
+a command: the history is the same with streaming on or off (tests/test_stream.py). Loaded
+once outside the sandbox (all of ``tower`` is passed through): the registry is the process's.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""A span for each state a run passes through: agent, step, from/to, model, tokens.
-
-Uses only the OpenTelemetry API. With no tracer provider installed every call is
-a no-op; with Temporal's replay-safe provider (tower/temporal/telemetry.py) span ids are
-deterministic and a replaying worker exports nothing, so no span is duplicated.
-"""
+"""A span for each state a run passes through: agent, step, from/to, model, tokens. Only
+the OpenTelemetry API: a no-op without a provider; with Temporal's replay-safe one
+(telemetry.py), span ids are deterministic and a replay exports nothing."""
 
 from __future__ import annotations
 

@@ -1,19 +1,16 @@
-"""Payloads from outside that the worker cannot open become a refusal, not a stalled run.
+"""Tower's data converter: pydantic's payloads, built on use, and an input from outside
+that a worker cannot open refused, not a stalled run.
 
-Anyone who may signal a run (or start one, or send an update) chooses the payload's bytes,
-including its metadata: "encrypted under key k9", "stored externally, here is the reference".
-The SDK opens every payload of a workflow activation before the run sees any of it (the
-codec, the external store), and one that fails fails the whole workflow task — again at
-every retry, as the payload stays in the history. One forged signal would stall the run.
+temporalio 1.35 builds a payload converter around every activation that is never used (~5 %
+of a 300-turn chat's replay CPU, docs/benchmarks.md): ``TowerPayloadConverter`` builds its
+parts on first use. Payloads are byte for byte pydantic's.
 
-So in a worker (and a replayer), a payload in the run's own serialization context (its start
-input, signals, updates, queries: what clients send) that cannot be opened is replaced by a
-marker naming why (``guarded``); the
-payload converter refuses the marker with ``UnopenablePayload``: the signal is refused into
-the audit trail, the update is rejected, a start fails at once with the reason (a
-``TowerError``). What the worker's own activities returned keeps failing the task, so a
-missing key or payload store is fixed by the operator and the run goes on. Clients keep the
-plain behaviour: a result they cannot open is the codec's own error.
+A sender chooses a payload's bytes and metadata ("encrypted under key k9"), and one the SDK
+cannot open fails the workflow task at every retry. So in a worker and a replayer
+(``guarded``), a payload from outside (the run's own serialization context) that cannot be
+opened becomes a marker the payload converter refuses with ``UnopenablePayload``: a signal
+refused into the audit trail, an update rejected, a start failed with the reason. What the
+worker's own activities returned keeps failing the task, for the operator to fix.
 
 This overrides three private steps of the SDK's ``DataConverter`` (temporalio 1.35, pinned),
 and keeps what its private ``_with_store_context`` binds around every activation.
@@ -28,7 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Self, TypeVar, cast
 
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
     EncodingPayloadConverter,
@@ -40,7 +37,6 @@ from temporalio.converter import (
 
 from tower.contract.failures import Code
 from tower.core.errors import TowerError
-from tower.temporal.converter import BuiltOnUse
 
 ENCODING = "binary/unopenable"
 
@@ -72,12 +68,20 @@ class _Refuse(EncodingPayloadConverter):
             f"the input could not be opened: {payload.data.decode(errors='replace')}")
 
 
-class TowerPayloadConverter(BuiltOnUse):
-    """Tower's pydantic payloads, and the marker of an input that could not be opened."""
+class TowerPayloadConverter(PydanticPayloadConverter):
+    """Pydantic's payloads, its parts built on first use, and the marker refused."""
+
+    def __init__(self) -> None:  # nullary, as DataConverter's payload_converter_class is
+        pass
 
     @functools.cached_property
     def converters(self) -> Mapping[bytes, EncodingPayloadConverter]:  # type: ignore[override]
         return {ENCODING.encode(): _Refuse(), **PydanticPayloadConverter().converters}
+
+    def with_context(self, context: SerializationContext) -> Self:
+        # None of pydantic's encoding converters takes a context, so the SDK's answer is
+        # this converter itself too, but it would build the parts to find that out.
+        return self
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,11 +102,10 @@ class TowerDataConverter(DataConverter):
 
     @functools.cached_property
     def _takes_no_context(self) -> bool:
-        """No part of this converter takes a serialization context: Tower's payload converter
-        (``BuiltOnUse``) answers any context with itself, and so does the SDK's wrapper
-        around it; a codec, failure converter or storage that takes one is asked each time."""
+        """No part of this converter takes a serialization context (Tower's payload converter
+        answers any with itself); a codec, failure converter or storage that does is asked."""
         parts = (self.payload_codec, self.failure_converter, self.external_storage)
-        return (issubclass(self.payload_converter_class, BuiltOnUse)
+        return (issubclass(self.payload_converter_class, TowerPayloadConverter)
                 and not any(isinstance(part, WithSerializationContext) for part in parts))
 
     @functools.cached_property
@@ -172,3 +175,8 @@ def guarded(converter: DataConverter) -> DataConverter:
     if isinstance(converter, TowerDataConverter) and not converter.guard_inputs:
         return dataclasses.replace(converter, guard_inputs=True)
     return converter
+
+
+# Pydantic's converter as Tower builds it (tower.temporal.payloads adds the store and codec).
+pydantic_converter: DataConverter = dataclasses.replace(
+    pydantic_data_converter, payload_converter_class=TowerPayloadConverter)

@@ -1,7 +1,6 @@
 """Tower's housekeeping as Temporal work: a Schedule starts ``TowerStoreCleanup`` every
-``every``; the workflow runs the cleanup activity (tower/activities/cleanup.py) on any
-worker of the queue. One schedule per namespace and queue; creating it again is a no-op,
-so every worker may ensure it at start-up."""
+``every``, which runs the cleanup activity (tower/activities/cleanup.py) on any worker of
+the queue. One schedule per namespace and queue; every worker may ensure it at start-up."""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """Encryption at rest: an AES-GCM PayloadCodec with keys by id and rotation.
 
-Every payload a client or worker writes (run inputs, prompts, messages, model
-answers, tool results, failure messages) reaches the server as ciphertext; search
-attributes stay in clear so runs can still be found. Keys come from
-TOWER_CODEC_KEYS (or the file named by TOWER_CODEC_KEYS_FILE, a mounted secret) as
-``id=base64key`` pairs separated by commas; each key is 32
-random bytes (``tower codec-server --new-key`` makes one). The FIRST key encrypts;
-every listed key decrypts. To rotate, put a new key first and keep the old ones
-for as long as histories written with them are read.
+Every payload a client or worker writes reaches the server as ciphertext; search attributes
+stay in clear so runs can still be found. Keys come from TOWER_CODEC_KEYS (or the file
+TOWER_CODEC_KEYS_FILE names, a mounted secret) as comma-separated ``id=base64key`` pairs of
+32 random bytes (``tower codec-server --new-key``). The FIRST key encrypts; every listed key
+decrypts: to rotate, put a new key first and keep the old ones while their histories are read.
 """
 
 from __future__ import annotations

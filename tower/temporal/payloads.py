@@ -1,24 +1,28 @@
 """Large payloads go to external storage; the history keeps a small reference.
 
-Uses the SDK's own ``ExternalStorage`` (temporalio >= 1.35, experimental) with a
-driver for a local directory (content-addressed files, written atomically and checked on
-read) or for PostgreSQL, which every worker host and client shares
-(``tower.temporal.payloads_pg``); the SDK's S3 or GCS drivers plug in the same way. The
-references in the history stay valid as long as the driver name and the data do.
+The SDK's own ``ExternalStorage`` (temporalio >= 1.35, experimental) with a driver of
+Tower's: a local directory, or PostgreSQL, which every worker host and client shares
+(``TOWER_STORE_URL``; psycopg 3 is the ``postgres`` extra). Both are content-addressed (a
+retried store is free, a read is checked against its digest); PostgreSQL keeps a row per
+payload and run it was stored for, so retention removes one run's copy and never another's
+(tower/activities/cleanup.py). The SDK's S3 or GCS drivers plug in the same way.
 
 Every client that starts runs and every worker must use the same converter:
-``tower_data_converter()`` reads the payload store from ``StoreSettings.from_env()``
+``tower_data_converter()`` reads the store from ``StoreSettings.from_env()``
 (``TOWER_STORE_URL``, else ``TOWER_PAYLOAD_DIR``) and ``TOWER_PAYLOAD_THRESHOLD``.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import dataclasses
 import hashlib
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import (
@@ -31,28 +35,30 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
-from tower.activities.stores import SHARED, StoreSettings, is_url
+from tower.activities.stores import SHARED, StoreSettings, is_url, redact, why_unreachable
 from tower.contract.failures import Code, TowerError
 from tower.temporal._unopenable import TowerDataConverter, TowerPayloadConverter
 from tower.temporal.codec import NoKeys, codec_from_env
 
-DEFAULT_DIR = Path(".tower") / "payloads"
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tower_payloads (
+    sha256 TEXT NOT NULL, owner TEXT NOT NULL, data BYTEA NOT NULL,
+    stored TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY (sha256, owner));
+CREATE INDEX IF NOT EXISTS tower_payloads_owner ON tower_payloads (owner);
+"""
 
 
 class PayloadMissing(TowerError):
-    """A reference in the history names a payload the store does not have (or a bad copy).
-
-    A worker fails the task that needed it (retried: another host, or a fixed setting, can
-    serve it); a client says it in one line (tower/cli/errors.py).
-    """
+    """A reference in the history names a payload the store does not have (or a bad copy):
+    a worker fails the task that needed it (another host, or a fixed setting, may serve it);
+    a client says it in one line (tower/cli/errors.py)."""
 
     CODE = Code.PAYLOAD_MISSING
 
 
 class PayloadStoreUnavailable(TowerError):
-    """The payload store did not answer. A worker's task that needed it fails and is asked
-    again (its log says so in one line: tower/temporal/_quiet_attempts.py); a client says
-    it in one line (tower/cli/errors.py)."""
+    """The payload store did not answer: a worker's task fails and is asked again (one log
+    line: tower/temporal/_interceptors.py); a client says it in one line."""
 
     CODE = Code.PAYLOAD_STORE_UNAVAILABLE
 
@@ -66,60 +72,142 @@ def missing(store: str, digest: str, how: str = "not found") -> PayloadMissing:
 def driver_for(spec: str | Path) -> StorageDriver:
     """The driver for a payload store: a directory, or a ``postgresql://`` URL."""
     text = str(spec)
-    if is_url(text):
-        from tower.temporal.payloads_pg import PostgresDriver
-
-        return PostgresDriver(text)
-    return LocalDirDriver(text)
+    return PostgresDriver(text) if is_url(text) else LocalDirDriver(text)
 
 
-class LocalDirDriver(StorageDriver):
-    """Stores each payload as ``<root>/<sha256[:2]>/<sha256>``."""
+class _ByDigest(StorageDriver):
+    """A store of payloads by the SHA-256 of their bytes: ``_put`` and ``_get`` them."""
 
-    def __init__(self, root: str | Path, name: str = "tower-local") -> None:
-        self.root = Path(root)
+    def __init__(self, name: str) -> None:
         self._name = name
 
     def name(self) -> str:
         return self._name
 
+    async def store(self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
+                    ) -> list[StorageDriverClaim]:
+        target = context.target  # the run it is stored for: its namespace/workflow id
+        owner = f"{target.namespace}/{target.id}" if target is not None and target.id else ""
+        return [StorageDriverClaim({"sha256": await asyncio.to_thread(self._write, p, owner)})
+                for p in payloads]
+
+    async def retrieve(self, context: StorageDriverRetrieveContext,
+                       claims: Sequence[StorageDriverClaim]) -> list[Payload]:
+        return [await asyncio.to_thread(self._read, c.claim_data.get("sha256", ""))
+                for c in claims]
+
+    def _write(self, payload: Payload, owner: str) -> str:
+        data = payload.SerializeToString(deterministic=True)
+        digest = hashlib.sha256(data).hexdigest()
+        self._put(digest, data, owner)
+        return digest
+
+    def _read(self, digest: str) -> Payload:
+        data = self._get(digest)
+        if data is None:
+            raise missing(str(self), digest)
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise missing(str(self), digest, "is corrupt")
+        return Payload.FromString(data)
+
+    @abc.abstractmethod
+    def _put(self, digest: str, data: bytes, owner: str) -> None: ...
+
+    @abc.abstractmethod
+    def _get(self, digest: str) -> bytes | None:
+        """The bytes stored under ``digest``; None when there are none."""
+
+
+class LocalDirDriver(_ByDigest):
+    """Stores each payload as ``<root>/<sha256[:2]>/<sha256>``."""
+
+    def __init__(self, root: str | Path, name: str = "tower-local") -> None:
+        super().__init__(name)
+        self.root = Path(root)
+
     def __str__(self) -> str:
         return str(self.root)
 
-    async def store(
-        self, context: StorageDriverStoreContext, payloads: Sequence[Payload]
-    ) -> list[StorageDriverClaim]:
-        return [StorageDriverClaim({"sha256": await asyncio.to_thread(self._write, p)})
-                for p in payloads]
-
-    async def retrieve(
-        self, context: StorageDriverRetrieveContext, claims: Sequence[StorageDriverClaim]
-    ) -> list[Payload]:
-        return [await asyncio.to_thread(self._read, c.claim_data) for c in claims]
-
-    def _path(self, digest: str) -> Path:
-        return self.root / digest[:2] / digest
-
-    def _write(self, payload: Payload) -> str:
-        data = payload.SerializeToString(deterministic=True)
-        digest = hashlib.sha256(data).hexdigest()
-        path = self._path(digest)
-        if not path.exists():  # same content, same file: a retried store is free
+    def _put(self, digest: str, data: bytes, owner: str) -> None:
+        path = self.root / digest[:2] / digest
+        if not path.exists():  # same content, same file
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_bytes(data)
             tmp.replace(path)  # atomic: a reader never sees half a payload
-        return digest
 
-    def _read(self, claim: Mapping[str, str]) -> Payload:
-        digest = claim.get("sha256", "")
+    def _get(self, digest: str) -> bytes | None:
         try:
-            data = self._path(digest).read_bytes()
-        except OSError as exc:
-            raise missing(str(self.root), digest) from exc
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise missing(str(self.root), digest, "is corrupt")
-        return Payload.FromString(data)
+            return (self.root / digest[:2] / digest).read_bytes()
+        except OSError:
+            return None
+
+
+class PostgresDriver(_ByDigest):
+    """Stores each payload as one row keyed by its SHA-256 and its owner."""
+
+    def __init__(self, url: str, name: str = "tower-postgres") -> None:
+        super().__init__(name)
+        self.url = url
+        self._lock = threading.Lock()
+        self._db: Any = None
+        self._ready = False
+
+    def __str__(self) -> str:
+        return redact(self.url)
+
+    def _conn(self) -> Any:
+        try:
+            import psycopg
+        except ImportError:
+            raise RuntimeError("the payload store names PostgreSQL but psycopg is not "
+                               "installed: pip install 'tower[postgres]'") from None
+        if self._db is None or self._db.closed or self._db.broken:
+            self._db = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        if not self._ready:
+            with self._db.transaction():
+                self._db.execute("SELECT pg_advisory_xact_lock(7246132)")
+                self._db.execute(_SCHEMA)
+            self._ready = True
+        return self._db
+
+    def _execute(self, sql: str, args: tuple[Any, ...]) -> Any:
+        """``sql`` on the connection, made again once after the server dropped it (it
+        restarted); a server that does not answer is PayloadStoreUnavailable."""
+        import psycopg
+
+        try:
+            with self._lock:
+                try:
+                    return self._conn().execute(sql, args).fetchall()
+                except psycopg.OperationalError:
+                    if self._db is None or not (self._db.closed or self._db.broken):
+                        raise
+                return self._conn().execute(sql, args).fetchall()
+        except psycopg.OperationalError as exc:
+            raise PayloadStoreUnavailable(
+                f"payload store {self} is unreachable: {why_unreachable(exc)}") from None
+
+    def _put(self, digest: str, data: bytes, owner: str) -> None:
+        self._execute("INSERT INTO tower_payloads (sha256, data, owner) VALUES (%s, %s, %s) "
+                      "ON CONFLICT DO NOTHING RETURNING 1", (digest, data, owner))
+
+    def _get(self, digest: str) -> bytes | None:
+        rows = self._execute("SELECT data FROM tower_payloads WHERE sha256 = %s LIMIT 1",
+                             (digest,))
+        return bytes(rows[0][0]) if rows else None
+
+    def owners(self, prefix: str, settled: float = 3600) -> list[str]:
+        """Owners under ``prefix`` of payloads stored over ``settled`` seconds ago (a client
+        stores a run's input just before the run exists)."""
+        rows = self._execute(
+            "SELECT DISTINCT owner FROM tower_payloads WHERE starts_with(owner, %s) AND "
+            "stored < now() - make_interval(secs => %s)", (prefix, settled))
+        return [row[0] for row in rows]
+
+    def forget(self, owner: str) -> None:
+        with self._lock:
+            self._conn().execute("DELETE FROM tower_payloads WHERE owner = %s", (owner,))
 
 
 class Elsewhere(StorageDriver):
@@ -161,8 +249,6 @@ def tower_data_converter(
                       str(driver))
     storage = ExternalStorage(drivers=[driver, other], payload_size_threshold=limit,
                               driver_selector=lambda context, payload: driver)
-    # Tower's pydantic converter (tower.temporal.converter); an input from outside that a
-    # worker cannot open is refused, not a stalled run (tower/temporal/_unopenable.py).
     converter = TowerDataConverter(payload_converter_class=TowerPayloadConverter,
                                    external_storage=storage)
     codec = codec_from_env(env)

@@ -1,17 +1,14 @@
 """``TowerPlugin``: every setting a Tower client, worker and replayer needs, in one place.
 
     client = await Client.connect("localhost:7233", plugins=[TowerPlugin()])
-    worker = Worker(client, task_queue="tower", workflows=[MyAgent], activities=[...])
+    worker = Worker(client, task_queue="tower", workflows=[MyAgent])
     replayer = Replayer(workflows=[MyAgent], plugins=[TowerPlugin()])
 
-A client with the plugin writes and reads Tower's payloads (pydantic; large ones in the
-payload store; encrypted when TOWER_CODEC_KEYS is set: ``tower.temporal.payloads``). A
-worker made from that client — a plain ``Worker`` — and a replayer given the plugin also
-get, by construction, the same settings: the converter guarded so that an input from
-outside it cannot open is refused, not a stalled run (``tower.temporal._unopenable``);
-Tower's sandbox with the engine and the project's ``activities`` package passed through;
-Tower's errors and invalid inputs failing the run instead of retrying its task; tracing
-when a replay-safe tracer provider is installed; and sync activities run on threads.
+A client with it writes and reads Tower's payloads (``tower.temporal.payloads``). A worker
+made from that client and a replayer given it also get the same settings by construction:
+the converter guarded against inputs it cannot open (``tower.temporal._unopenable``), the
+sandbox with the engine and the project's packages passed through, Tower's failure types,
+tracing when a replay-safe tracer provider is installed, and sync activities on threads.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from __future__ import annotations
 import logging
 import sys
 import weakref
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -35,52 +32,49 @@ from temporalio.worker import ReplayerConfig, Worker, WorkerConfig, WorkflowRunn
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from tower.activities.stores import StoreSettings, announce
-from tower.contract.failures import Code, TowerError
 from tower.core.errors import IllegalTransition, InvalidGraph, NodeFailed
 from tower.core.events import EventRejected
 from tower.core.policy import PolicyInvalid, PolicyLoosened
-from tower.core.tools import Tool, ToolSpec, register_external
+from tower.core.tools import ToolSpec, register_external
 from tower.effects._guard import OnlyEffectsReconcile
-from tower.temporal._agent import scripts_of
 from tower.temporal._gate_calls import current_run_id
-from tower.temporal._heap import frozen_heap
+from tower.temporal._interceptors import (
+    AttemptsEndQuietly,
+    ScheduledByOwnAgents,
+    TraceHeaderGuard,
+    quiet_store_tracebacks,
+)
 from tower.temporal._machine_run import continued_from
 from tower.temporal._names import activity_name, workflow_name
-from tower.temporal._query_retry import QueryAskedAgain
-from tower.temporal._quiet_attempts import AttemptsEndQuietly, quiet_store_tracebacks
+from tower.temporal._process import frozen_heap
 from tower.temporal._sandbox import project_packages, sandbox_runner
-from tower.temporal._scheduler_guard import ScheduledByOwnAgents
+from tower.temporal._start import scripts_of
 from tower.temporal._stream_sink import publish_steps
-from tower.temporal._tools import tool_activities
+from tower.temporal._task_time import QueryAskedAgain
+from tower.temporal._tools import WorkerMisconfigured, check_external_tools, tool_activities
 from tower.temporal._unopenable import TowerDataConverter, UnopenablePayload, guarded
 from tower.temporal.cleanup import EVERY as CLEANUP_EVERY
 from tower.temporal.cleanup import TowerStoreCleanup, ensure_cleanup
-from tower.temporal.payloads import driver_for
+from tower.temporal.payloads import driver_for, tower_data_converter
 
 if TYPE_CHECKING:
     from tower.activities.own import WorkerSettings
 
-__all__ = ["WORKFLOW_FAILURE_TYPES", "TowerPlugin",
-           "WorkerMisconfigured", "check_external_tools", "has_tower_plugin", "hosted_tools",
-           "sandbox_runner"]
+__all__ = ["WORKFLOW_FAILURE_TYPES", "TowerPlugin", "WorkerMisconfigured", "has_tower_plugin"]
 
 log = logging.getLogger("tower.worker")
 # The objects whose bound methods a TowerPlugin registered as Tower's own activities: a
 # worker-level plugin's settings replace a client-level one's, never both registered.
 _OWN: weakref.WeakSet[Any] = weakref.WeakSet()
-# The runtime's activities every TowerPlugin adds (a gate's run id, a carry's origin).
-_RUNTIME = (current_run_id, continued_from)
-
 # Sync activities (tools are often blocking code: SQLite) run on this many threads, and
 # as many activities run at once, unless the worker says otherwise.
 DEFAULT_ACTIVITIES = 50
 HEARTBEAT_SENT_WITHIN = timedelta(seconds=1)
 
-# A domain error fails the run instead of retrying the workflow task forever; so does an
-# input that does not fit the agent's input model (pydantic's ValidationError, raised
-# while decoding the start): a malformed start ends FAILED at once, with the reason.
-# Named one by one, not as TowerError: a store that does not answer (PayloadMissing) or a
-# query's activation ahead of its task (AheadOfItsTask) fails the task, to be tried again.
+# A domain error, or a start that does not fit the agent's input model, fails the run
+# instead of retrying its task forever. Named one by one, not as TowerError: a store that
+# does not answer (PayloadMissing) or a query's activation ahead of its task (AheadOfItsTask)
+# fails the task, to be tried again.
 WORKFLOW_FAILURE_TYPES: list[type[BaseException]] = [
     InvalidGraph, IllegalTransition, NodeFailed, EventRejected, PolicyInvalid, PolicyLoosened,
     UnopenablePayload, ValidationError]
@@ -90,30 +84,25 @@ T = TypeVar("T")
 
 class TowerPlugin(SimplePlugin):
     """Tower's converter, sandbox, failure types and interceptors for clients, workers and
-    replayers; optionally agents and activities for every worker (and agents for every
-    replayer) it configures.
+    replayers; on a worker hosting agents, Tower's own activities and the agents' tools.
 
-    ``data_converter``: None is Tower's converter from the environment (TOWER_PAYLOAD_DIR,
-    TOWER_PAYLOAD_THRESHOLD, TOWER_CODEC_KEYS) — or the client's own, when that is already
-    a Tower converter (``tower_data_converter(...)`` with other settings). A client's
-    converter of another kind (a codec, external storage, another payload or failure
-    converter) is refused, never silently replaced (``WorkerMisconfigured``). ``passthrough``:
-    more modules to load once outside the sandbox. ``external_tools``: the ``server.tool``
-    specs (MCP) this worker serves, registered for the runs' contexts. ``tracing``: None
-    traces when a replay-safe tracer provider is installed (``tower.temporal.telemetry``).
+    Args:
+        data_converter: None is Tower's from the environment (TOWER_PAYLOAD_DIR,
+            TOWER_PAYLOAD_THRESHOLD, TOWER_CODEC_KEYS), or the client's when it is a Tower
+            converter already; a client's converter of another kind is refused
+            (``WorkerMisconfigured``), never silently replaced.
+        passthrough: more modules to load once outside the sandbox.
+        external_tools: the ``server.tool`` specs (MCP) this worker serves.
+        tracing: None traces when a replay-safe tracer provider is installed.
+        settings: Tower's own activities' (the model gateway, trust loader, notifier,
+            attester: ``tower.activities.own``); None: the environment's.
+        own_activities: False registers none of them.
+        bind: what each tool's resource gets (``{"db": SQLite(path)}``). Every tool of the
+            hosted agents is an activity named after it; one left unbound refuses the start,
+            whatever the worker's activities (one of its name registered by hand serves it).
+        tools: False for a worker that deliberately serves no tools.
 
-    On a worker hosting agents it also registers Tower's own activities (the model
-    gateway, the trust loader, the gate notifier, the attester; steps to the stream store:
-    ``tower.activities.own``) from ``settings`` (None: the environment's), unless
-    ``own_activities`` is False; a worker-level plugin's replace a client-level one's. And
-    it registers every tool the hosted agents' graphs use (``@tool``) as an activity named
-    after it, its resource from ``bind`` (``{"db": SQLite(path)}``: the parameter name ->
-    what it gets); a tool whose resource is not bound refuses the start
-    (``WorkerMisconfigured``, naming it), whatever the worker's activities are — an activity
-    of the tool's name registered by hand serves it instead. ``tools=False``: a worker that
-    deliberately serves no tools (its runs' tools run on other workers). A worker-level
-    plugin does this in place of a client-level one. It warns when the gated agents'
-    requests cannot be attested.
+    A worker-level plugin's activities and tools replace a client-level one's.
     """
 
     def __init__(
@@ -138,9 +127,8 @@ class TowerPlugin(SimplePlugin):
         super().__init__(
             "tower.TowerPlugin", data_converter=self.converter_for,
             interceptors=[QueryAskedAgain(), *_tracing(self.traced), *interceptors],
-            # Gates record the run id a request opens in (gating.current_run_id); a carried
-            # run asks where it continued from (machine_run.continued_from).
-            activities=_adding([*_RUNTIME, *activities]),
+            # The runtime's own: the run id a gate's request opens in, a carry's origin.
+            activities=_adding([current_run_id, continued_from, *activities]),
             workflows=_adding(agents),
             workflow_runner=self.runner_for,
             workflow_failure_exception_types=_adding(WORKFLOW_FAILURE_TYPES),
@@ -159,10 +147,6 @@ class TowerPlugin(SimplePlugin):
                 "tower.temporal.tower_data_converter(...) (encryption: TOWER_CODEC_KEYS), or "
                 "give it as TowerPlugin(data_converter=...) to keep it as it is")
         if self._from_env is None:
-            # tower.activities builds on tower.temporal (the guarded converter): imported
-            # on use, so that the layers import one way.
-            from tower.temporal.payloads import tower_data_converter
-
             self._from_env = tower_data_converter()
         return self._from_env
 
@@ -185,36 +169,32 @@ class TowerPlugin(SimplePlugin):
         if (runner := _learning(config.get("workflow_runner"), workflows)) is not None:
             config["workflow_runner"] = runner
         activities = self._with_own_activities(config, workflows)
-        config["activities"] = activities
         if self._hosts_agents(workflows) and TowerStoreCleanup not in workflows:
-            # The stores' retention runs as Tower's own workflow on the agents' queue.
-            workflows.append(TowerStoreCleanup)
+            workflows.append(TowerStoreCleanup)  # the stores' retention, on the agents' queue
             config["workflows"] = workflows
         # Every ``server.tool`` an agent names is served here: listed, or an activity.
         served = set(self.external_tools) | {n for n in map(activity_name, activities) if n}
         check_external_tools(workflows, served)
-        if self.serves_tools and not _deferring(self, config):
-            # Every tool of the hosted agents' graphs is an activity here, its resource
-            # bound; one unbound refuses the start (tools=False: a workflow-only worker).
-            tools, users = hosted_tools(workflows)
-            activities = [*activities, *tool_activities(tools, self.bind, served, users)]
-            config["activities"] = activities
+        # A client's plugin leaves the tools to a TowerPlugin of the worker's own (its bind).
+        mine = list(config.get("plugins") or ())
+        deferring = self not in mine and any(isinstance(p, TowerPlugin) for p in mine)
+        if self.serves_tools and not deferring:
+            activities += tool_activities(workflows, self.bind, served)
+        config["activities"] = activities
         register_external(self.external_tools)
-        # Every activity (a tool that pays included) runs only for this worker's own runs:
-        # not for a workflow of someone else's scheduling it on this queue (scheduler_guard).
-        # (A dynamic workflow could be any type: then the queue alone is checked.)
+        # Every activity runs only for this worker's own runs on its queue (a dynamic
+        # workflow could be any type: then the queue alone is checked). A reconcile call
+        # reaches only a tower.effects tool. A store's or a late attempt's failure is one
+        # line (outermost: its failure carries few frames).
         names = [workflow_name(cls) for cls in workflows]
         hosted = [] if None in names else [str(n) for n in names]
-        # A reconcile call reaches only a tower.effects tool (effects/_guard.py). A store's
-        # failure, or a late attempt's, is one line (outermost: its failure carries few frames).
         quiet_store_tracebacks()
         config["interceptors"] = [AttemptsEndQuietly(),
                                   ScheduledByOwnAgents(config["client"], hosted),
                                   OnlyEffectsReconcile(),
                                   *(config.get("interceptors") or ())]
-        # Tower's heartbeat timeouts are a few seconds (a lost attempt is noticed fast): send
-        # each heartbeat within a second, not at the SDK's 80% of the timeout, so a loaded
-        # host's attempt is not timed out for a heartbeat the worker held back.
+        # Tower's heartbeat timeouts are a few seconds: send each beat within a second, not
+        # at the SDK's 80% of the timeout, so a loaded host's attempt is not timed out.
         throttle = config.get("max_heartbeat_throttle_interval") or HEARTBEAT_SENT_WITHIN
         config["max_heartbeat_throttle_interval"] = min(throttle, HEARTBEAT_SENT_WITHIN)
         if activities and config.get("activity_executor") is None:
@@ -226,15 +206,15 @@ class TowerPlugin(SimplePlugin):
 
     def _with_own_activities(self, config: WorkerConfig, workflows: list[type],
                              ) -> list[Callable[..., Any]]:
-        """The worker's activities with Tower's own (``tower_activities``) in place of any
-        an earlier TowerPlugin added; one the project registered under the same name wins."""
+        """The worker's activities with Tower's own in place of any an earlier TowerPlugin
+        added; one the project registered under the same name wins."""
         activities = [a for a in config.get("activities") or ()
                       if getattr(a, "__self__", None) not in _OWN]
-        agents = [cls for cls in workflows if hasattr(cls, "machine")]
         if not self._hosts_agents(workflows):
             return activities
         from tower.activities.own import WorkerSettings, attestation_missing, tower_activities
 
+        agents = [cls for cls in workflows if hasattr(cls, "machine")]
         settings = self.settings or WorkerSettings()
         namespace = config["client"].namespace
         have = {activity_name(a) for a in activities}
@@ -255,8 +235,8 @@ class TowerPlugin(SimplePlugin):
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]],
                          ) -> None:
-        """A worker bringing Tower's own activities says which store each is (warning of
-        one host's files on a shared server) and ensures the stores' retention schedule."""
+        """A worker bringing Tower's own activities says which store each is and ensures the
+        stores' retention schedule."""
         config = worker.config()
         if self._hosts_agents(config.get("workflows") or ()):
             client = config["client"]
@@ -284,21 +264,6 @@ def _learning(runner: WorkflowRunner | None, workflows: Iterable[type]
                           *project_packages(workflows))
 
 
-def check_external_tools(agents: Iterable[Any], available: Collection[str]) -> None:
-    """Every ``server.tool`` an agent names must be served by this worker (``available``);
-    InvalidGraph naming the agent, node and tool otherwise (a project's own tools are
-    objects, registered by the plugin)."""
-    for cls in agents:
-        machine = getattr(cls, "machine", None)
-        if machine is None:  # a plain Temporal workflow hosted beside the agents
-            continue
-        for node in machine.nodes.values():
-            for tool in node.tools:
-                if "." in tool and tool not in available:
-                    raise InvalidGraph(machine.name, f"node {node.name!r} names tool {tool!r}, "
-                                                     "which no server on this worker provides")
-
-
 def _foreign(converter: DataConverter) -> str:
     """What a client's converter does that Tower's would not ("": the SDK's default or
     pydantic's, whose payloads Tower's converter writes and reads byte for byte)."""
@@ -312,39 +277,6 @@ def _foreign(converter: DataConverter) -> str:
     if kind is not DefaultPayloadConverter and not issubclass(kind, PydanticPayloadConverter):
         return f"payload converter {kind.__name__}"
     return ""
-
-
-class WorkerMisconfigured(TowerError, ValueError):  # a ValueError: a setting's bad value
-    """A worker that could not run its agents' runs: it refuses to start, saying why."""
-
-    CODE = Code.BAD_SETTINGS
-
-
-def hosted_tools(agents: Iterable[Any]) -> tuple[dict[str, Tool], dict[str, list[str]]]:
-    """Every tool of the hosted agents' graphs by name, and the "agent.node"s using each.
-    InvalidGraph when two agents name different tools alike."""
-    tools: dict[str, Tool] = {}
-    users: dict[str, list[str]] = {}
-    for cls in agents:
-        machine = getattr(cls, "machine", None)
-        if machine is None:
-            continue
-        for name, tool in machine.tools().items():
-            if tools.setdefault(name, tool) is not tool:
-                raise InvalidGraph(machine.name, f"its tool {name!r} is another object than "
-                                                 "another hosted agent's tool of that name")
-        for node in machine.nodes.values():
-            for name in (*node.tools, *node.proposes):
-                if name in tools:
-                    users.setdefault(name, []).append(f"{machine.name}.{node.name}")
-    return tools, users
-
-
-def _deferring(plugin: TowerPlugin, config: WorkerConfig) -> bool:
-    """A client's plugin leaves the tools to a TowerPlugin of the worker's own (its
-    ``bind``): that one comes after it."""
-    mine = list(config.get("plugins") or ())
-    return plugin not in mine and any(isinstance(p, TowerPlugin) for p in mine)
 
 
 def has_tower_plugin(client: Client) -> bool:
@@ -388,7 +320,5 @@ def _tracing(on: bool) -> list[ClientInterceptor | WorkerInterceptor]:
     if not on:
         return []
     from temporalio.contrib.opentelemetry import OpenTelemetryInterceptor
-
-    from tower.temporal._trace_headers import TraceHeaderGuard
 
     return [TraceHeaderGuard(), OpenTelemetryInterceptor(add_temporal_spans=True)]

@@ -1,17 +1,12 @@
 """Replay and time travel, one module for the client, the CLI and ``tower.testing``: load
-histories, replay them with a worker's settings, say what went wrong in the user's terms,
-and give the state after any step.
+histories, replay them with a worker's settings (``TowerPlugin``, or a project's own), say
+what went wrong in the agent's terms, and give the state after any step.
 
-The SDK's Replayer runs the agents with ``TowerPlugin``, which gives it a Tower worker's
-sandbox, converter and failure types (a project with its own passes ``plugin=``), so a
-history that replays here replays on that worker. A workflow interceptor keeps a reference
-to each replayed agent instance and asks it to keep the state after every step; that is
-how the transition log and the state at any step are read from a history with no server
-and no query. Each replayed log is then checked twice: against the rules of the agent's
-graph (``tower.core.audit``) and against the moves the original run recorded in its history
-(the AgentStep/AgentNode search-attribute upserts), so a code change that takes a different
-path without changing any command is caught as well as one Temporal itself calls
-non-deterministic. A run replays alike under any workflow id.
+An interceptor keeps each replayed agent instance and has it keep the state after every
+step, so the transition log is read from a history with no server. Each log is checked
+against the graph's rules (``tower.core.audit``) and against the moves the original run
+published (its AgentStep/AgentNode search attributes), so a change that takes another path
+without changing any command is caught too. A run replays alike under any workflow id.
 """
 
 from __future__ import annotations
@@ -82,12 +77,8 @@ class Replayed:
 
 
 def load(paths: Iterable[str | Path]) -> list[tuple[str, WorkflowHistory]]:
-    """Read history JSON files; a folder means every ``*.json`` under it, sorted.
-
-    The workflow id is the file's name without ``.json`` (the JSON that the Web UI
-    and ``temporal workflow show --output json`` produce does not carry it), and
-    without an ``@RUN-ID`` suffix, which tells apart several runs of one workflow.
-    """
+    """Read history JSON files (a folder: every ``*.json`` under it, sorted), each under
+    the workflow id its file name says (``workflow_id_of``: the JSON does not carry it)."""
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -116,17 +107,14 @@ _RUN_SUFFIX = re.compile(r"^(.+)@[0-9a-fA-F-]{36}$")
 
 
 def workflow_id_of(file: Path) -> str:
-    """``ID.json`` or ``ID@RUN-ID.json`` -> ID, the id reports name (a run replays alike
-    under any id). ``history_file_name`` percent-encodes an id's unsafe characters; this
-    decodes them."""
+    """``ID.json`` or ``ID@RUN-ID.json`` -> ID (percent-decoded: ``history_file_name``)."""
     named = _RUN_SUFFIX.match(file.stem)
     return unquote(named.group(1) if named else file.stem)
 
 
 def history_file_name(run: str, run_id: str | None = None) -> str:
-    """The file a run's history is exported to: the run id (chosen by whoever started the
-    run) percent-encoded so that it is one plain file name — no ``/``, no ``..`` path, no
-    leading dot — and can never point outside the folder it is written to."""
+    """The file a run's history is exported to: the id (the starter's choice) percent-encoded
+    into one plain name (no ``/``, no ``..``, no leading dot), never outside its folder."""
     name = quote(run, safe="@=+,;-_").replace(".", "%2E")  # no "..", no hidden files
     return f"{name}@{run_id}.json" if run_id else f"{name}.json"
 
@@ -140,11 +128,8 @@ def workflow_type(history: WorkflowHistory) -> str:
 
 
 def recorded_moves(history: WorkflowHistory) -> list[tuple[int, str]]:
-    """(step, node) each time the original run published where it stood.
-
-    The runtime upserts only the search attributes that changed, and not at every
-    step, so the attributes are accumulated event by event as the server does.
-    """
+    """(step, node) each time the original run published where it stood (accumulated
+    event by event, as the server does: an upsert carries only what changed)."""
     moves: list[tuple[int, str]] = []
     step: int | None = None
     node: str | None = None
@@ -197,13 +182,9 @@ async def replay(
     histories: Sequence[tuple[str, WorkflowHistory]], *, workflows: Sequence[type],
     namespace: str = DEFAULT_NAMESPACE, plugin: TowerPlugin | None = None,
 ) -> list[Replayed]:
-    """Replay each history against ``workflows`` (the project's agents) with a worker's
-    sandbox, converter and failure types: ``plugin``'s (a project's own converter or
-    pass-through modules), by default ``TowerPlugin()``'s (the converter from the
-    environment, as a worker's: codec, payload store).
-
-    ``namespace`` must be the one the runs were recorded in: workflow code may read it
-    (gated runs check it against their tenant), and the history does not say it."""
+    """Replay each history against ``workflows`` with ``plugin``'s settings (default:
+    ``TowerPlugin()``'s, as a worker's). ``namespace``: the one the runs were recorded in
+    (gated runs check it against their tenant; the history does not say it)."""
     recorder = _Recorder()
     classes = list(workflows)
     # Only the agents these histories ran: each one registered costs a sandbox check.
@@ -230,8 +211,7 @@ async def replay(
             if outcome.replay_failure is not None:
                 done.failure = describe_failure(history, outcome.replay_failure, done.log)
                 done.failure = f"replay of run {done.workflow_id} {done.failure}"
-            # A versioned agent may pick its graph per run (workflow.patched): check the log
-            # against the graph the instance ran, not the class's current one.
+            # The graph the instance ran (a versioned agent may pick one per run).
             machine = getattr(instance, "machine", None) or machines.get(kind)
             if machine is None:
                 done.failure = done.failure or f"workflow type {kind!r} is not a Tower agent"
@@ -246,9 +226,8 @@ async def replay(
 def _completed(
     history: WorkflowHistory, log: list[Transition], trace: list[AgentState] | None,
 ) -> tuple[list[Transition], list[AgentState]]:
-    """The steps whose workflow task completed in the history. A history that ends on a
-    task still in progress (scheduled or started) makes the Replayer run that task too;
-    its moves have not happened yet, so they are left out."""
+    """The steps whose workflow task completed in the history (the Replayer also runs a
+    last task still in progress, whose moves have not happened)."""
     last_completed = max((e.event_id for e in history.events
                           if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED),
                          default=0)
@@ -279,11 +258,8 @@ def diverged(recorded: list[tuple[int, str]], log: list[Transition]) -> list[str
 
 
 def task_completed_after(history: WorkflowHistory, event_id: int) -> HistoryEvent | None:
-    """The WorkflowTaskCompleted event that closed the task a step was recorded in.
-
-    A transition's ``event_id`` is the history length while its workflow task ran,
-    i.e. that task's WorkflowTaskStarted event; the task's completion comes next.
-    """
+    """The WorkflowTaskCompleted event that closed the task a step was recorded in (a
+    transition's ``event_id`` is its task's WorkflowTaskStarted event)."""
     for event in history.events:
         if (event.event_id > event_id
                 and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED):
@@ -318,11 +294,9 @@ _TOWER_ACTIVITIES = {"tower_run_id": "a gate opening its request",
 def describe_failure(
     history: WorkflowHistory, exc: BaseException, log: Sequence[Transition] = (),
 ) -> str:
-    """Where the replay left the recorded run and how, in the agent's terms: the step and
-    node the replayed code stood at, what the code now does and what the history has
-    there (``diverged at step 3 (node reason): the code now starts a timer where the
-    history has activity call_model, event 12``). A failure that is not a divergence (the
-    code raised) is named with its exception."""
+    """Where the replay left the recorded run, in the agent's terms (``diverged at step 3
+    (node reason): the code now starts a timer where the history has activity call_model,
+    event 12``); a failure that is no divergence is named with its exception."""
     text = str(exc).strip() or type(exc).__name__
     inner = _CORE_MESSAGE.search(text)  # the SDK core wraps its message in a debug dump
     said = inner.group(1) if inner else text
@@ -406,9 +380,8 @@ async def replay_run(
     source: str, history: WorkflowHistory, *, workflows: Sequence[type],
     namespace: str = DEFAULT_NAMESPACE,
 ) -> Replayed:
-    """One run's transition log and the state after each step (``state_after``), or a
-    HistoryError saying why they cannot be read: keys or a payload store this process
-    lacks, or code that no longer replays the run."""
+    """One run's transition log and states, or a HistoryError saying why they cannot be
+    read: keys or a payload store this process lacks, or code that no longer replays it."""
     await readable(source, history)
     result, = await replay([(source, history)], workflows=workflows, namespace=namespace)
     if result.failure:
@@ -421,8 +394,8 @@ async def replay_run(
 
 
 async def readable(source: str, history: WorkflowHistory) -> None:
-    """A HistoryError naming the keys when this process cannot decrypt the history's
-    payloads (replaying it anyway would fail as if the code had changed)."""
+    """A HistoryError naming the keys when this process cannot decrypt the history (a
+    replay would fail as if the code had changed)."""
     from tower.temporal.codec import ENCODING, CodecError
     from tower.temporal.payloads import tower_data_converter
 
@@ -438,8 +411,7 @@ async def readable(source: str, history: WorkflowHistory) -> None:
 
 
 async def missing_payload(history: WorkflowHistory) -> str | None:
-    """Why a payload of the history cannot be read from the payload store, if one cannot
-    (a replay that fails on it would look like changed code)."""
+    """Why a payload of the history cannot be read from the payload store, if one cannot."""
     from tower.temporal.payloads import PayloadMissing, tower_data_converter
 
     converter = tower_data_converter()

@@ -1,20 +1,14 @@
 """Tracing setup from the standard OTEL_* variables, for the worker and the CLI.
 
-Off unless asked for. On when OTEL_TRACES_EXPORTER names an exporter, when an OTLP
-endpoint is set, or with TOWER_TRACING=1 (console). The exporter:
+Off unless asked for: OTEL_TRACES_EXPORTER=console|otlp|none (a comma list); unset, it is
+``otlp`` when an OTLP endpoint is set, ``console`` with TOWER_TRACING=1. OTLP speaks
+http/protobuf (OTEL_EXPORTER_OTLP_PROTOCOL; ``grpc`` needs
+opentelemetry-exporter-otlp-proto-grpc). OTEL_SDK_DISABLED=true turns it all off;
+OTEL_SERVICE_NAME names the service.
 
-- OTEL_TRACES_EXPORTER=console|otlp|none (a comma list is allowed); unset, it is
-  ``otlp`` when OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set,
-  else ``console``;
-- OTLP speaks http/protobuf (OTEL_EXPORTER_OTLP_PROTOCOL; ``grpc`` needs the
-  opentelemetry-exporter-otlp-proto-grpc package);
-- OTEL_SDK_DISABLED=true turns it all off; OTEL_SERVICE_NAME names the service.
-
-Once the provider is installed, ``TowerPlugin`` (tower/temporal/plugin.py) made after it
-traces: spans for starting runs, running workflows and activities, the trace context in
-headers. The provider is Temporal's replay-safe one: span ids inside a workflow come from
-the workflow's seeded randomness and nothing is exported while a worker replays
-history, so a run traced across a worker restart has each span exactly once.
+The provider is Temporal's replay-safe one (span ids from the workflow's seeded randomness,
+nothing exported while replaying), so a run traced across a worker restart has each span
+once; a ``TowerPlugin`` made after it traces.
 """
 
 from __future__ import annotations
@@ -88,9 +82,7 @@ def configure_tracing(
     env: Mapping[str, str] | None = None, exporters: list[SpanExporter] | None = None,
 ) -> ReplaySafeTracerProvider | None:
     """Install the process-wide tracer provider once; None when tracing is off.
-
-    ``exporters`` replaces what the environment asks for (tests pass an in-memory one).
-    """
+    ``exporters`` replaces what the environment asks for (tests pass an in-memory one)."""
     current = trace.get_tracer_provider()
     if isinstance(current, ReplaySafeTracerProvider):
         return current  # OpenTelemetry allows one global provider per process

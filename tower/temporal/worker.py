@@ -4,13 +4,8 @@
     worker = build_worker(client, task_queue="my-agents", agents=[MyAgent],
                           bind={"db": SQLite(".tower/payments.sqlite")})
 
-It is a ``Worker`` with ``TowerPlugin`` (tower.temporal.plugin): Tower's converter, sandbox
-and own activities, and an activity for every ``@tool`` the agents' graphs use, each tool's
-resource taken from ``bind`` (the parameter's name -> what it gets). A tool whose resource
-is not bound refuses the start, naming it; ``tools=False`` makes a worker that serves no
-tools (its agents' tools run on other workers). A client connected with ``TowerPlugin``
-(``tower.client.connect()``'s) keeps its converter; this worker's plugin takes the place of
-the client's. The engine never imports a project's packages: the agents come in here.
+A ``Worker`` with ``TowerPlugin`` (tower.temporal.plugin), which takes the place of a
+client's own. The engine never imports a project's packages: the agents come in here.
 """
 
 from __future__ import annotations
@@ -23,16 +18,10 @@ from temporalio.worker import Worker
 
 from tower.core.tools import ToolSpec
 from tower.effects._activity import activity_for, effect_of
-from tower.temporal._tools import tool_activities as _made
-from tower.temporal.converter import pydantic_converter
-from tower.temporal.plugin import (
-    WORKFLOW_FAILURE_TYPES,
-    TowerPlugin,
-    check_external_tools,
-    has_tower_plugin,
-    hosted_tools,
-    sandbox_runner,
-)
+from tower.temporal._sandbox import sandbox_runner
+from tower.temporal._tools import check_external_tools, tool_activities
+from tower.temporal._unopenable import pydantic_converter
+from tower.temporal.plugin import WORKFLOW_FAILURE_TYPES, TowerPlugin, has_tower_plugin
 
 if TYPE_CHECKING:
     from tower.activities.own import WorkerSettings
@@ -49,10 +38,11 @@ def build_worker(
     settings: WorkerSettings | None = None, passthrough: Sequence[str] = (),
     **worker_options: Any,  # passed on to Worker (e.g. max_cached_workflows=0 in tests)
 ) -> Worker:
-    """A worker hosting ``agents`` (``@agent`` classes; plain workflows may ride along) and
-    their tools, bound to ``bind``. ``activities``: more of the project's own (an activity
-    named as a tool serves it instead); ``external_tools``: the ``server.tool`` specs (MCP)
-    it serves; ``settings``: Tower's own activities' (None: the environment's)."""
+    """A worker hosting ``agents`` (plain workflows may ride along) and their tools, bound
+    to ``bind`` (a tool left unbound refuses the start; ``tools=False``: none served).
+    ``activities``: more of the project's own (one named as a tool serves it);
+    ``external_tools``: the ``server.tool`` specs (MCP) it serves; ``settings``: Tower's
+    own activities' (None: the environment's)."""
     if not agents:
         raise ValueError("build_worker needs at least one agent")
     if has_tower_plugin(client):  # this worker's plugin, with these settings, in its place
@@ -63,11 +53,3 @@ def build_worker(
                          settings=settings, passthrough=passthrough)
     return Worker(client, task_queue=task_queue, workflows=list(agents),
                   activities=list(activities), plugins=[plugin], **worker_options)
-
-
-def tool_activities(agents: Sequence[type], bind: Mapping[str, Any]
-                    ) -> list[Callable[..., Any]]:
-    """The activities of ``agents``' tools, bound to ``bind``: what a worker serving the
-    tools of agents hosted on other workers registers (``build_worker`` does it itself)."""
-    tools, users = hosted_tools(agents)
-    return _made(tools, bind, (), users)
