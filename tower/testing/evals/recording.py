@@ -1,11 +1,6 @@
-"""What a recorded run holds for an eval, read from its Temporal history alone.
-
-A ``Recording`` is one run (or one continue-as-new chain of a workflow id): its input,
-every model call it made (the request the node sent and the reply it got), and every
-message from outside — decisions, signals, updates — with the step the run stood at when
-it arrived. ``tower.testing.evals.runner`` starts the run again from this; ``summarize`` reads
-the same figures from any history, the recording's or the candidate's, so the two are
-always compared the same way.
+"""What a recorded run holds for an eval, read from its history alone: its input, every
+model call (request and reply), and every message from outside with the step the run
+stood at. A continue-as-new chain is one ``Recording``.
 """
 
 from __future__ import annotations
@@ -86,8 +81,7 @@ class Recording:
 
 
 def value(payload: Payload) -> Any:
-    """A payload's value as JSON data. Only plain JSON payloads: a history written through
-    a codec must be decoded first (``tower codec``, or the Web UI's codec server)."""
+    """A payload's value as JSON (plain JSON payloads only: decode a codec's history first)."""
     encoding = payload.metadata.get("encoding", b"").decode()
     if encoding == "binary/null":
         return None
@@ -98,8 +92,7 @@ def value(payload: Payload) -> Any:
 
 
 def decision_taken(event: Any) -> str | None:
-    """The decision id an update-completed event says the run took (approved or rejected,
-    not a duplicate), else None."""
+    """The decision id an update-completed event says the run took, else None."""
     outcome = event.workflow_execution_update_completed_event_attributes.outcome
     told = values(outcome.success.payloads) if outcome.HasField("success") else []
     if told and isinstance(told[0], dict) and told[0].get("result") in (
@@ -113,8 +106,8 @@ def values(payloads: Iterable[Payload]) -> list[Any]:
 
 
 def chains(loaded: Sequence[tuple[str, WorkflowHistory]]) -> list[Recording]:
-    """One Recording per run: the histories of one workflow id that continue each other
-    (``ID@RUN.json`` files) are joined, first run first; any other history stands alone."""
+    """One Recording per run: the histories of one workflow id that continue each other are
+    joined, first run first."""
     by_previous: dict[str, tuple[str, WorkflowHistory]] = {}  # keyed by the run continued
     firsts: list[tuple[str, WorkflowHistory]] = []
     for source, history in loaded:
