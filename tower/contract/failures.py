@@ -52,7 +52,6 @@ class Code(StrEnum):
     NODE_FAILED = "NodeFailed"  # a node could not do its work
     INVALID_GRAPH = "InvalidGraph"  # a graph built wrong
     ILLEGAL_TRANSITION = "IllegalTransition"  # a move not declared, or its guard failed
-    BAD_START = "BadStart"  # a start the agent cannot take
     BAD_UPDATE = "BadUpdate"  # a state update that does not fit the state
     BAD_POLICY = "BadPolicy"  # a tenant policy invalid, or loosened without leave
     UNOPENABLE_PAYLOAD = "UnopenablePayload"  # an input the worker cannot open

@@ -38,7 +38,6 @@ from tower.core.judge import (  # noqa: F401  (re-exported: what a decision must
     record_of,
     refuse,
 )
-from tower.core.keys import approved_request
 from tower.core.state import AgentState, S, Status, UpdateError, apply_update
 from tower.core.transition import Kind, Transition, move, within_budget
 
@@ -131,13 +130,6 @@ def needs_gate(state: AgentState, gate: Gate) -> bool:
     if any(r.gate == gate.name and r.visit == visit for r in state.approvals):
         return False
     return gate.needed(state)
-
-
-def approving_decision(state: AgentState, node: str) -> str:
-    """The id of the decision that approved this visit of ``node`` ("" if none): never part
-    of an effect's key."""
-    request = approved_request(state, node)
-    return request.decision.decision_id if request and request.decision else ""
 
 
 def open_gate(

@@ -218,30 +218,18 @@ def _requires(m: Machine) -> tuple[tuple[str, str], ...]:
 
 
 def _cycle(succ: Mapping[str, Collection[str]]) -> list[str] | None:
-    """A cycle in ``succ`` as a path that ends where it began, or None."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(succ.get(node, ())):
-            if state.get(nxt) == 1:
-                return [*path[path.index(nxt):], nxt]
-            if nxt not in state:
-                found = visit(nxt)
-                if found is not None:
-                    return found
-        path.pop()
-        state[node] = 2
+    """A cycle in ``succ`` as a path that ends where it began (through the smallest node on
+    one), or None."""
+    cyclic = [part for part in _strongly_connected(succ)
+              if len(part) > 1 or part[0] in succ.get(part[0], ())]
+    if not cyclic:
         return None
-
-    for start in sorted(succ):
-        if start not in state:
-            found = visit(start)
-            if found is not None:
-                return found
-    return None
+    part = set(min(cyclic, key=min))
+    start = min(part)
+    inner = {n: {t for t in succ.get(n, ()) if t in part} for n in part}
+    path = path_to(inner, min(inner[start]), start)
+    assert path is not None  # a strongly connected part: every node reaches every other
+    return [start, *path[1:]]
 
 
 def _strongly_connected(succ: Mapping[str, Collection[str]]) -> list[list[str]]:

@@ -95,10 +95,6 @@ class UpdateError(TowerError, ValueError):  # a ValueError: pydantic validators 
 S = TypeVar("S", bound=AgentState)
 
 
-def reducer_of(state_type: type[BaseModel], field: str) -> Reducer:
-    return _reducer(state_type.model_fields[field])
-
-
 def _reducer(info: FieldInfo) -> Reducer:
     for meta in info.metadata:
         if isinstance(meta, Reducer):
