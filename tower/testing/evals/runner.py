@@ -36,6 +36,7 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from tower.client._decisions import submit_decision
 from tower.contract import names, search
 from tower.contract.decisions import GateRecord
 from tower.testing.evals.compare import Score, plural
@@ -45,7 +46,6 @@ from tower.testing.evals.summary import RunSummary, summarize
 from tower.testing.evals.world import EvalTrust, temporal_binary
 
 NAMESPACE = "tower-eval"
-RESENDS = 3
 QUEUE = "tower-eval"
 
 # build_worker(client, task_queue=, db_path=, trust_dir=, interceptors=) -> the project's
@@ -208,15 +208,8 @@ class Eval:
         payload = self.trust.decision(handle.id, pending, message.decision or {})
         if message.kind == "signal":
             await handle.signal(names.DECISION.name, payload)
-            return
-        for attempt in range(RESENDS + 1):
-            try:
-                await handle.execute_update(names.DECIDE.name, payload)
-                return
-            except RPCError as exc:
-                # The server aborts an update whose workflow task failed with it: not taken.
-                if attempt == RESENDS or "unexpected workflow task failure" not in exc.message:
-                    raise
+        else:  # sent again while the server aborts it with its task, as any client does
+            await submit_decision(handle, payload)
 
     async def _histories(self, run_id: str, workflow_id: str) -> list[WorkflowHistory]:
         chain: list[WorkflowHistory] = []
