@@ -7,14 +7,13 @@ policy allows unsigned decisions accepts that.
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from joserfc import jws
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -184,7 +183,7 @@ def make_decision(
         return ({"unsigned": claims.model_dump(mode="json")},
                 "UNSIGNED (accepted only where the deployment allows unsigned decisions)")
     token, claims = sign_decision(approver, config=config, **fields)
-    kid = json.loads(_b64(token.split(".")[0]))["kid"]
+    kid = jws.extract_compact(token.encode()).headers()["kid"]
     return {"token": token}, f"signed with {approver}'s key {kid}"
 
 
@@ -212,7 +211,3 @@ async def submit_decision(handle: WorkflowHandle[Any, Any], message: dict[str, A
 def aborted_with_its_task(exc: RPCError) -> bool:
     return (exc.status == RPCStatusCode.FAILED_PRECONDITION
             and "unexpected workflow task failure" in exc.message)
-
-
-def _b64(part: str) -> bytes:
-    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))

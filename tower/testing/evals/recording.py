@@ -5,12 +5,12 @@ stood at. A continue-as-new chain is one ``Recording``.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from joserfc import jws
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
@@ -56,8 +56,7 @@ class Outside:
         token = wire.get("token")
         if not isinstance(token, str) or token.count(".") != 2:
             return None
-        part = token.split(".")[1]
-        claims: dict[str, Any] = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+        claims: dict[str, Any] = json.loads(jws.extract_compact(token.encode()).payload)
         return claims
 
 
