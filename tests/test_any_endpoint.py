@@ -20,7 +20,7 @@ from temporalio.testing import ActivityEnvironment
 
 from tower import Message
 from tower.activities.model import ModelActivities, ModelSettings
-from tower.activities.streams import SqliteStreams
+from tower.activities.streams import StreamStore
 from tower.cli.agents import scripted_reply
 from tower.contract.stream import DELTA, MODEL_FINISHED, MODEL_STARTED, Reply, stream_name
 from tower.contract.wire import ModelReply, ModelRequest
@@ -39,13 +39,13 @@ def server() -> Iterator[LoopbackModelServer]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStreams]:
-    streams = SqliteStreams(tmp_path / "streams.sqlite")
+def store(tmp_path: Path) -> Iterator[StreamStore]:
+    streams = StreamStore(tmp_path / "streams.sqlite")
     yield streams
     streams.close()
 
 
-def gateway(server: LoopbackModelServer, store: SqliteStreams | None,
+def gateway(server: LoopbackModelServer, store: StreamStore | None,
             models: tuple[str, ...] = ("m",)) -> ModelActivities:
     settings = ModelSettings(api_key="loopback", base_url=server.base_url, models=list(models),
                              timeout_seconds=5)
@@ -57,7 +57,7 @@ async def call(activities: ModelActivities, request: ModelRequest = CHAT) -> Mod
     return result
 
 
-def shown(store: SqliteStreams) -> tuple[list[str], str]:
+def shown(store: StreamStore) -> tuple[list[str], str]:
     env = ActivityEnvironment()
     events = store.read(stream_name(env.info.workflow_namespace or "",
                                     env.info.workflow_id or ""))
@@ -73,7 +73,7 @@ def asked(server: LoopbackModelServer) -> list[tuple[bool, bool, str]]:
 
 
 async def test_a_json_answer_to_a_streaming_request_is_read_whole_and_not_remembered(
-    server: LoopbackModelServer, store: SqliteStreams
+    server: LoopbackModelServer, store: StreamStore
 ) -> None:
     server.set_streaming("json")
     plain = await call(gateway(server, None))  # the same reply, asked without streaming
@@ -96,7 +96,7 @@ async def test_a_json_answer_to_a_streaming_request_is_read_whole_and_not_rememb
 
 @pytest.mark.parametrize("mode", ["no_stream_options", "no_stream"])
 async def test_a_400_to_a_streaming_request_is_asked_once_without_streaming(
-    server: LoopbackModelServer, store: SqliteStreams, mode: str,
+    server: LoopbackModelServer, store: StreamStore, mode: str,
 ) -> None:
     activities = gateway(server, store)
     streamed = await call(activities)  # the endpoint streams: nothing is learned from it
@@ -110,7 +110,7 @@ async def test_a_400_to_a_streaming_request_is_asked_once_without_streaming(
 
 
 async def test_a_400_without_streaming_too_fails_with_the_servers_own_words(
-    server: LoopbackModelServer, store: SqliteStreams
+    server: LoopbackModelServer, store: StreamStore
 ) -> None:
     server.set_streaming("no_stream")
     server.inject(Fault("bad_request", message=HOSTILE))
@@ -148,7 +148,7 @@ async def test_a_400_both_ways_fails_the_run_with_the_servers_own_words(
 
 @pytest.mark.parametrize("streaming", [True, False])
 async def test_an_empty_reply_says_so_and_names_the_endpoint(
-    server: LoopbackModelServer, store: SqliteStreams, streaming: bool
+    server: LoopbackModelServer, store: StreamStore, streaming: bool
 ) -> None:
     server.inject(Fault("empty"), Fault("empty"))
     with pytest.raises(ApplicationError) as info:
@@ -225,7 +225,7 @@ async def test_every_shipped_agent_completes_on_an_endpoint_that_does_not_stream
         assert set(seen) == {(True, True, "refused streaming"), (False, False, "ok")}
         assert seen.count((True, True, "refused streaming")) == len(seen) // 2
     # The readers saw the model's text: the chat reply, folded from the run's stream.
-    streams = SqliteStreams(db_path.with_name("streams.sqlite"))
+    streams = StreamStore(db_path.with_name("streams.sqlite"))
     try:
         chat = streams.read(stream_name(client.namespace, ended[-1][1]))
     finally:

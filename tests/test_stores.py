@@ -22,7 +22,6 @@ from temporalio.testing import ActivityEnvironment
 
 from tower import Message
 from tower.activities.messages import MessageStore, open_messages
-from tower.activities.messages_pg import PostgresMessages
 from tower.activities.stores import StoreSettings
 from tower.activities.streams import open_streams
 from tower.cli.errors import user_error
@@ -97,8 +96,8 @@ def test_messages_and_windows_round_trip_and_a_missing_one_is_retryable(
 
 def test_an_unreachable_postgres_store_is_a_retryable_error(pg_url: str) -> None:
     store = open_messages(pg_url)
-    assert isinstance(store, PostgresMessages)
-    store.url = pg_url.replace(pg_url.rsplit(":", 1)[1].split("/")[0], "1")  # no server there
+    assert store.db.pg
+    store.db.spec = pg_url.replace(pg_url.rsplit(":", 1)[1].split("/")[0], "1")  # no server there
     store.close()
     with pytest.raises(ApplicationError) as raised:
         store.get_window(WindowRef(ref="0" * 32, messages=1, tokens=1))

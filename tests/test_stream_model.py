@@ -14,7 +14,7 @@ from temporalio.testing import ActivityEnvironment
 from tower import Message
 from tower.activities.model import ModelActivities, ModelSettings
 from tower.activities.model_stream import AttemptStream
-from tower.activities.streams import SqliteStreams
+from tower.activities.streams import StreamStore
 from tower.cli.agents import scripted_reply
 from tower.contract.stream import (
     DELTA,
@@ -39,13 +39,13 @@ def server() -> Iterator[LoopbackModelServer]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStreams]:
-    streams = SqliteStreams(tmp_path / "streams.sqlite")
+def store(tmp_path: Path) -> Iterator[StreamStore]:
+    streams = StreamStore(tmp_path / "streams.sqlite")
     yield streams
     streams.close()
 
 
-def events_of(store: SqliteStreams) -> list[StreamEvent]:
+def events_of(store: StreamStore) -> list[StreamEvent]:
     env = ActivityEnvironment()
     return store.read(stream_name(env.info.workflow_namespace or "", env.info.workflow_id or ""))
 
@@ -63,7 +63,7 @@ def shown(events: list[StreamEvent]) -> str:
 
 
 async def test_a_reply_streams_over_sse_word_by_word_and_ends_whole(
-    server: LoopbackModelServer, store: SqliteStreams
+    server: LoopbackModelServer, store: StreamStore
 ) -> None:
     settings = ModelSettings(api_key="loopback", base_url=server.base_url, models=["m"])
     reply = await call(ModelActivities(settings, streams=store))
@@ -80,7 +80,7 @@ async def test_a_reply_streams_over_sse_word_by_word_and_ends_whole(
 
 
 async def test_tool_calls_arrive_whole_not_as_deltas(
-    server: LoopbackModelServer, store: SqliteStreams
+    server: LoopbackModelServer, store: StreamStore
 ) -> None:
     server.inject(Fault("unknown_tool"))  # the model calls a tool: no text at all
     settings = ModelSettings(api_key="loopback", base_url=server.base_url, models=["m"])
@@ -95,7 +95,7 @@ async def test_tool_calls_arrive_whole_not_as_deltas(
 
 
 async def test_a_failed_model_is_discarded_and_the_next_one_streams(
-    server: LoopbackModelServer, store: SqliteStreams
+    server: LoopbackModelServer, store: StreamStore
 ) -> None:
     server.inject(Fault("malformed", model="primary"))
     settings = ModelSettings(api_key="loopback", base_url=server.base_url,
@@ -109,7 +109,7 @@ async def test_a_failed_model_is_discarded_and_the_next_one_streams(
 
 
 async def test_an_attempt_that_fails_for_good_is_discarded(
-    server: LoopbackModelServer, store: SqliteStreams
+    server: LoopbackModelServer, store: StreamStore
 ) -> None:
     server.inject(Fault("refusal"))
     settings = ModelSettings(api_key="loopback", base_url=server.base_url, models=["m"])
@@ -119,7 +119,7 @@ async def test_an_attempt_that_fails_for_good_is_discarded(
     assert kinds == [MODEL_STARTED, DISCARD]
 
 
-async def test_the_scripted_model_streams_too(store: SqliteStreams) -> None:
+async def test_the_scripted_model_streams_too(store: StreamStore) -> None:
     from tower.cli.agents import agents
     from tower.temporal._start import scripts_of
 
@@ -131,12 +131,12 @@ async def test_the_scripted_model_streams_too(store: SqliteStreams) -> None:
     assert shown(events) == reply.content and reply.model == "scripted"
 
 
-async def test_streaming_off_publishes_nothing(store: SqliteStreams) -> None:
+async def test_streaming_off_publishes_nothing(store: StreamStore) -> None:
     await call(ModelActivities(ModelSettings(stream=False), streams=store))
     assert events_of(store) == []
 
 
-async def test_a_new_attempt_discards_one_whose_worker_died(store: SqliteStreams) -> None:
+async def test_a_new_attempt_discards_one_whose_worker_died(store: StreamStore) -> None:
     # Two attempts of one call (its run and activity id): the first's worker was killed
     # mid-reply and said nothing more. The second, as it begins, discards it for it.
     stream = "default/chat-1"
@@ -161,7 +161,7 @@ async def test_a_new_attempt_discards_one_whose_worker_died(store: SqliteStreams
 
 
 def test_appending_a_key_twice_stores_it_once_and_offsets_stay_dense(
-    store: SqliteStreams
+    store: StreamStore
 ) -> None:
     a, b = StreamEvent("transition", {"n": 1}, key="r/1/t"), StreamEvent("x", key="r/2/t")
     assert store.append("s", [a, b]) == [1, 2]

@@ -15,7 +15,7 @@ from chatkit import say
 from conftest import WorkerFactory
 from temporalio.client import Client
 
-from tower.activities.streams import SqliteStreams, StreamStore, open_streams
+from tower.activities.streams import StreamStore, open_streams
 from tower.client import stream
 from tower.contract.stream import DELTA, RUN_END, Reply, StreamEvent
 from workflows.chat import ChatAgent, ChatInput
@@ -38,7 +38,7 @@ def pg_url() -> Iterator[str]:
 @pytest.fixture(params=["sqlite", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StreamStore]:
     if request.param == "sqlite":
-        made: StreamStore = SqliteStreams(tmp_path / "streams.sqlite")
+        made: StreamStore = StreamStore(tmp_path / "streams.sqlite")
     else:
         made = open_streams(request.getfixturevalue("pg_url"))
     yield made

@@ -1,13 +1,10 @@
 """The ``tower_attest`` activity: the deployment's worker vouches for a pending request.
 
-When a gate opens, the run asks this activity to sign its request (docs/approvals.md,
-"Only genuine requests are listed"). The worker signs with the deployment's key — the JWK
-in ``TOWER_WORKER_KEY`` (a file) or ``<trust dir>/<tenant>/worker.jwk`` — whose public half
-the tenant's roster names with ``attests: true``. The workflow id, its run id
-(``execution``), type and task queue in the claims come from the activity's own info, not
-from the request: a workflow served by another worker that schedules this activity on our
-queue gets our queue named, and a listing that compares it with the run's own task queue
-refuses it.
+The worker signs with the deployment's key (``TOWER_WORKER_KEY``, else
+``<trust dir>/<tenant>/worker.jwk``), whose public half the roster names ``attests: true``.
+The workflow id, run id, type and task queue come from the activity's own info, never from
+the request: a foreign workflow scheduling this activity on our queue gets our queue named,
+and a listing comparing it with the run's own queue refuses it (docs/approvals.md).
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 class Attester:
-    """Hosts ``tower_attest`` on one trust directory (or the key in ``TOWER_WORKER_KEY``)."""
+    """Hosts ``tower_attest`` on one trust directory (or ``TOWER_WORKER_KEY``)."""
 
     def __init__(self, root: str | Path | None = None, key: str | Path | None = None) -> None:
         self.root = trust_dir(root)
@@ -45,8 +42,8 @@ class Attester:
 
     @activity.defn(name=ATTEST_ACTIVITY)
     def attest(self, request: AttestRequest) -> str:
-        """The attestation of the calling run's pending request, or "" when this worker
-        has no deployment key (its requests are then not listed, only decidable by id)."""
+        """The attestation of the calling run's pending request; "" without a key (its
+        requests are then not listed, only decidable by id)."""
         info = activity.info()
         try:
             key = self.key_for(request.tenant)

@@ -1,14 +1,10 @@
 """Retention: what closed runs left in the stores is removed after a period.
 
-Each store records which run (``namespace/workflow id``) owns an entry. The cleanup
-activity lists a namespace's owners, asks Temporal about each, and removes what a run owns
-once no execution of that workflow id is open and the last one closed over the period ago
-(or its history is gone: nothing can refer to its entries any more). An open run's entries
-are never removed; a message or payload another run also owns stays. Idempotent: it runs
-from a Temporal Schedule (tower/temporal/cleanup.py), on whichever worker takes it.
-
-The period: ``TOWER_STORE_RETENTION`` (``30d``, ``12h``, ``90m`` or seconds), else the
-namespace's own retention.
+Each store records which run (``namespace/workflow id``) owns an entry. An owner's entries
+go once no execution of its workflow id is open and the last closed over the period ago (or
+its history is gone); an entry another run also owns stays. Idempotent: it runs from a
+Schedule (tower/temporal/cleanup.py). The period: ``TOWER_STORE_RETENTION`` (``30d``,
+``12h``, ``90m`` or seconds), else the namespace's retention.
 """
 
 from __future__ import annotations
@@ -57,7 +53,7 @@ class StoreCleanup:
 
     @activity.defn(name=CLEANUP_ACTIVITY)
     async def cleanup(self, retention_seconds: float | None = None) -> dict[str, int]:
-        """Remove closed runs' entries; returns how many runs' entries each store lost."""
+        """Remove closed runs' entries; how many runs' entries each store lost."""
         client = activity.client()
         period = (timedelta(seconds=retention_seconds) if retention_seconds is not None
                   else self.retention or await namespace_retention(client))

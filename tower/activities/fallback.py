@@ -1,7 +1,5 @@
 """Pure rules of the model activity: which errors are worth retrying, what Retry-After
 asks for, and the ordered fallback list (a model, optionally at its own endpoint).
-
-No I/O here, so every rule is unit-tested without a network.
 """
 
 from __future__ import annotations
@@ -89,10 +87,9 @@ def brief(exc: BaseException) -> str:
 
 
 def said(exc: BaseException) -> str:
-    """The server's own words about an error (its body's message, else its raw body):
-    hostile text, so cut to ``SAID_CHARS``, shown inert and in double quotes (a quote in
-    it escaped; "…" after it when cut), never mistakable for Tower's own words; "" when it
-    said nothing."""
+    """The server's own words about an error (its body's message, else its body): hostile,
+    so cut to ``SAID_CHARS``, inert and in double quotes, never mistakable for Tower's own;
+    "" when it said nothing."""
     body = getattr(exc, "body", None)
     words = body.get("message") if isinstance(body, dict) else body
     if not isinstance(words, str) or not words.strip():

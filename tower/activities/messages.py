@@ -2,9 +2,8 @@
 
 Content-addressed (a message's ref is the hash of its role, name and content), so
 storing a message twice, or again on an activity retry, is harmless. A SQLite file
-locally (``MessageStore``); PostgreSQL when several worker hosts share it
-(``tower.activities.messages_pg``). ``open_messages`` picks one from a path or a URL
-(``tower.activities.stores.StoreSettings``). The workflow only holds refs.
+locally; PostgreSQL when several worker hosts share it (``tower.activities.sql``). The
+workflow only holds refs.
 
 An entry the store does not have, or a store it cannot reach, fails the attempt with a
 retryable error (``tower.activities.stores``): another worker may have it, and the
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,19 +21,19 @@ from typing import Any
 from temporalio import activity
 
 from tower import Message
-from tower.activities.stores import entry_missing, is_url, store_unavailable
-from tower.activities.wal import wal
+from tower.activities.sql import Sql
+from tower.activities.stores import entry_missing, store_unavailable
 from tower.contract.stream import stream_name
 from tower.contract.wire import MessageRef, WindowRef, message_ref
 from tower.core import window
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS messages (
+CREATE TABLE IF NOT EXISTS {messages} (
     ref TEXT PRIMARY KEY, role TEXT NOT NULL, name TEXT, content TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS windows (ref TEXT PRIMARY KEY, refs TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS owners (owner TEXT NOT NULL, ref TEXT NOT NULL,
+CREATE TABLE IF NOT EXISTS {windows} (ref TEXT PRIMARY KEY, refs TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS {owners} (owner TEXT NOT NULL, ref TEXT NOT NULL,
     PRIMARY KEY (owner, ref));
-CREATE INDEX IF NOT EXISTS owners_ref ON owners (ref);
+CREATE INDEX IF NOT EXISTS {owners}_ref ON {owners} (ref);
 """
 SETTING = "TOWER_MESSAGES"
 CHUNK = 500  # refs per query: under SQLite's variable limit
@@ -53,57 +51,43 @@ def pruned_stub(ref: MessageRef) -> Message:
 
 def open_messages(spec: str | Path) -> MessageStore:
     """The message store ``spec`` names: a SQLite file, or a ``postgresql://`` URL."""
-    text = str(spec)
-    if is_url(text):
-        from tower.activities.messages_pg import PostgresMessages
-
-        return PostgresMessages(text)
-    return MessageStore(text)
+    return MessageStore(spec)
 
 
 class MessageStore:
-    """Messages and windows in a SQLite file (one host's). Subclasses swap the database:
-    ``_write`` and ``_query`` are all that touches it."""
+    """Messages and windows, with the runs that own them (for retention)."""
 
-    # Where rows go (PostgreSQL shares a database with the other stores: prefixed names).
-    MESSAGES, WINDOWS, OWNERS = "messages", "windows", "owners"
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            db.executescript(SCHEMA)
+    def __init__(self, spec: str | Path) -> None:
+        spec = str(spec)
+        # PostgreSQL shares a database with the other stores: prefixed names.
+        pg = spec.startswith(("postgresql://", "postgres://"))
+        self.MESSAGES, self.WINDOWS, self.OWNERS = (
+            ("tower_messages", "tower_windows", "tower_message_owners") if pg
+            else ("messages", "windows", "owners"))
+        self.db = Sql(spec, SCHEMA.format(messages=self.MESSAGES, windows=self.WINDOWS,
+                                          owners=self.OWNERS), lock_id=7246131)
 
     def __str__(self) -> str:
-        return f"message store {self.path}"
-
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(str(self.path), timeout=30)
-        wal(db)
-        return db
+        return f"message store {self.db}"
 
     def _write(self, statements: Sequence[tuple[str, Sequence[Sequence[Any]]]]) -> None:
         """Run each ``(sql, rows)`` for every row, all in one transaction."""
         try:
-            db = self._connect()
-            try:
-                with db:
-                    for sql, rows in statements:
-                        db.executemany(sql, rows)
-            finally:
-                db.close()
-        except sqlite3.OperationalError as exc:
+            with self.db.transaction() as execute:
+                for sql, rows in statements:
+                    for row in rows:
+                        execute(sql, row)
+        except self.db.errors as exc:
             raise store_unavailable(str(self), exc) from None
 
     def _query(self, sql: str, args: Sequence[Any]) -> list[tuple[Any, ...]]:
         try:
-            db = self._connect()
-            try:
-                return db.execute(sql, args).fetchall()
-            finally:
-                db.close()
-        except sqlite3.OperationalError as exc:
+            return self.db.rows(sql, args)
+        except self.db.errors as exc:
             raise store_unavailable(str(self), exc) from None
+
+    def close(self) -> None:
+        self.db.close()
 
     def put(self, messages: Sequence[Message]) -> list[MessageRef]:
         return self.put_with_window(messages)[0]

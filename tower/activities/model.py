@@ -1,10 +1,8 @@
 """The model activity: any OpenAI-compatible endpoint through the openai SDK.
 
-Errors are classified so Temporal's retry policy does the right thing: rate limits
-(honouring Retry-After), 5xx, timeouts and connection errors are retryable; other
-4xx answers and refusals are not. Within one attempt the ordered model list is
-walked, so a rate-limited or failing model falls back to the next one. The SDK's
-own retries are off: every attempt is an attempt in the event history.
+Rate limits (honouring Retry-After), 5xx, timeouts and dropped connections are retryable;
+other 4xx answers and refusals are not. Within one attempt the ordered model list is
+walked. The SDK's own retries are off: every attempt is an attempt in the history.
 """
 
 from __future__ import annotations
@@ -38,8 +36,7 @@ from .messages import MessageStore
 from .model_stream import AttemptStream
 from .prices import PriceTable
 from .scripted import SCRIPTED_MODEL, Scripts, scripted_reply
-from .stream_modes import EmptyReply, refuses_streaming
-from .streamed import published, reply_of, stream_scripted, streamed
+from .streamed import EmptyReply, published, refuses_streaming, reply_of, stream_scripted, streamed
 from .streams import StreamStore
 from .windowed import windowed_call
 
@@ -48,8 +45,8 @@ if TYPE_CHECKING:  # imported by the first real model call (fallback.py says why
 
 
 def _scripted(request: ModelRequest, scripts: Scripts) -> ModelReply:
-    """The scripted model's reply. A script that raises is a bug in the project's code,
-    not an outage: its call fails at once (no retries), naming the node and the script."""
+    """The scripted model's reply; a script that raises is a bug in the project, not an
+    outage: the call fails at once, naming the node and the script."""
     try:
         return scripted_reply(request, scripts)
     except ApplicationError:
@@ -167,7 +164,7 @@ class ModelActivities:
         return reply
 
     async def complete(self, request: ModelRequest) -> ModelReply:
-        """The gateway outside a workflow (fallbacks, usage, price): an eval's model judge."""
+        """The gateway outside a workflow: an eval's model judge."""
         return await self._answer(request)
 
     async def _answer(self, request: ModelRequest, live: AttemptStream | None = None
@@ -237,7 +234,7 @@ class ModelActivities:
         if live is None:
             response = await client.chat.completions.create(**kwargs)
             return reply_of(response, endpoint.model, wire_names)
-        # Every request asks to stream (stream_modes.py): an endpoint that answered whole
+        # Every request asks to stream (streamed.py): an endpoint that answered whole
         # or refused once may stream the next time, so no answer is remembered.
         try:
             return await streamed(client, kwargs, wire_names, live)

@@ -1,12 +1,9 @@
 """The model activity's side of a run's stream: each attempt's text as it arrives.
 
-A model call (one activity, or one local activity, keyed by its run and activity id) may
-be attempted several times: a retry after an error, a fallback to the next model, a
-worker killed mid-reply whose call runs again elsewhere. Each attempt has its own id.
-When an attempt begins, every earlier attempt of the same call that was not discarded
-yet is discarded first (the killed worker could not say so itself), so a subscriber
-drops its partial text; only the attempt that finishes gives the run its result. A
-discard says why (``reason``) and whether another attempt is coming (``retrying``).
+A call may be attempted several times (a retry, a fallback, a worker killed mid-reply).
+When an attempt begins, every earlier attempt of the call not discarded yet is discarded
+(a killed worker could not say so), so a subscriber drops its partial text; a discard says
+why and whether another attempt comes.
 """
 
 from __future__ import annotations
@@ -28,8 +25,8 @@ LOST = "attempt lost (its worker stopped or it timed out); retried"
 
 
 class AttemptStream:
-    """Publishes one model call's attempts to its run's stream. Store calls run on a
-    thread (SQLite and psycopg block); a failure to publish never fails the call."""
+    """Publishes one model call's attempts. Store calls run on a thread; a failure to
+    publish never fails the call."""
 
     def __init__(self, store: StreamStore, stream: str, call: str, node: str,
                  deltas: bool = True) -> None:

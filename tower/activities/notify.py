@@ -1,12 +1,9 @@
 """Tell approvers that a run waits for them: the ``notify_gate`` activity.
 
-The webhook (URL and format) is the tenant's, in the deployment's trust directory beside
-its roster and policy (``<TOWER_TRUST_DIR>/<tenant>/notify.json``). It is a file of its
-own, read here at send time, because the policy is loaded into every run (its history)
-and a webhook URL is often a secret itself: it never enters a run. Formats: ``slack``
-(an incoming-webhook message with a link straight to the inbox's decision page) or
-``json`` (the notice as data).
-Temporal retries a failed post (5xx, 429, a timeout); other 4xx answers are final.
+The webhook is the tenant's own file (``<TOWER_TRUST_DIR>/<tenant>/notify.json``), read at
+send time: a webhook URL is often a secret, so it never enters a run (the policy does).
+Formats: ``slack`` (a message linking to the inbox) or ``json``. A 5xx, 429 or timeout is
+retried; other 4xx answers are final.
 """
 
 from __future__ import annotations
@@ -64,9 +61,7 @@ def rendered(notice: GateNotice) -> Rendered:
 
 
 def message(policy: NotifyPolicy, notice: GateNotice) -> dict[str, Any]:
-    """The body to post, in the policy's format. The proposal is whole and inert; ``json``'s
-    ``rendered`` is the renderer's text for 80 columns (every row of a value in its gutter),
-    and Slack gets each value in a quote (see ``_proposal_blocks``)."""
+    """The body to post, in the policy's format; the proposal whole and inert."""
     url = link(policy, notice)
     proposal = rendered(notice)
     if policy.format == "json":
@@ -97,10 +92,9 @@ def message(policy: NotifyPolicy, notice: GateNotice) -> dict[str, Any]:
 
 
 def _proposal_blocks(proposal: Rendered) -> list[dict[str, Any]]:
-    """The proposal as Slack ``rich_text``: the heading and each field's name as plain text,
-    each value in a ``rich_text_quote``, whose bar runs down every row Slack wraps it into
-    (Slack wraps at a width no sender knows, so a value's rows must be marked by the
-    layout, not by characters). A value longer than a block holds goes on in more quotes."""
+    """The proposal as Slack ``rich_text``: names as plain text, each value in a
+    ``rich_text_quote`` whose bar marks every row Slack wraps it into (a sender cannot know
+    Slack's width, so the layout marks a value's rows, not characters)."""
     # All of it rendered (already inert); Slack's entities for &, <, > on top.
     parts = [("section", _entities(f"{proposal.heading}\nproposal:"))]
     for f in proposal.fields:
@@ -122,8 +116,8 @@ def _proposal_blocks(proposal: Rendered) -> list[dict[str, Any]]:
 
 
 def _chunks(text: str) -> list[str]:
-    """``text`` as Slack's entities, in pieces of at most SLACK_TEXT characters, never
-    cut inside an entity or an escape; never empty (Slack refuses an empty text)."""
+    """``text`` as Slack's entities, in pieces of at most SLACK_TEXT characters, never cut
+    inside an entity or an escape; never empty (Slack refuses an empty text)."""
     chunks, chunk = [], ""
     for atom in ATOM.findall(text):
         shown = _entities(atom)
@@ -140,8 +134,7 @@ def _slack(text: str) -> str:
 
 
 def _entities(text: str) -> str:
-    """``&``, ``<``, ``>`` as the entities Slack shows as themselves (so no ``<!channel>``
-    and no link)."""
+    """``&``, ``<``, ``>`` as entities (no ``<!channel>``, no link)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 

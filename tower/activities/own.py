@@ -1,9 +1,5 @@
-"""Tower's own activities: what every Tower worker runs beside a project's tools.
-
-``TowerPlugin`` registers them on every worker it configures, from ``WorkerSettings``
-(the environment by default), so that a project's worker is a plain
-``Worker(client, task_queue=..., workflows=AGENTS, activities=[...its tools...])``. The
-list is ``tower_activities``: add a new one of Tower's there, and only there.
+"""Tower's own activities, which ``TowerPlugin`` registers on every worker beside a
+project's tools (``tower_activities``: add a new one of Tower's there, and only there).
 """
 
 from __future__ import annotations
@@ -31,11 +27,8 @@ log = logging.getLogger("tower.worker")
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    """Where a worker's own activities find their models, trust and stores. Every field
-    None is the environment's: OPENAI_API_KEY / OPENAI_BASE_URL / TOWER_MODELS (none: the
-    offline scripted model), TOWER_TRUST_DIR, and the stores ``StoreSettings.from_env``
-    names (TOWER_STORE_URL; TOWER_MESSAGES, TOWER_STREAMS; else beside TOWER_DB, else in
-    ``.tower/``)."""
+    """Where a worker's own activities find their models, trust and stores; None: the
+    environment's (OPENAI_*, TOWER_MODELS, TOWER_TRUST_DIR, ``StoreSettings.from_env``)."""
 
     models: ModelSettings | None = None
     trust_dir: str | Path | None = None
@@ -46,11 +39,8 @@ class WorkerSettings:
 
 def tower_activities(settings: WorkerSettings, scripts: Scripts, payloads: Any = None,
                      ) -> tuple[list[Callable[..., Any]], StreamStore]:
-    """Tower's activities for a worker, with the stream store its runs publish their steps
-    to (``publish_steps``): the model gateway (answering from ``scripts`` when offline),
-    the trust loader, the gate notifier, the attester, and the stores' retention cleanup
-    (of ``payloads`` too: the payload store's driver); conversations go to the message
-    store."""
+    """Tower's activities for a worker (model gateway, trust loader, notifier, attester,
+    retention of the stores and of ``payloads``), and the stream store its runs publish to."""
     stores = StoreSettings.from_env(data_dir=settings.data_dir)
     streams = settings.streams
     if streams is None or isinstance(streams, str | Path):

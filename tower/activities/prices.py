@@ -1,12 +1,8 @@
 """The price table: model name -> dollars per 1,000 prompt and completion tokens.
 
-Set it with TOWER_PRICES, either a path to a JSON file or the JSON itself:
-
-    {"gpt-4o-mini": {"prompt": 0.00015, "completion": 0.0006}}
-
-A model that is not in the table costs 0 (so does the offline ``scripted`` model,
-unless it is priced). A provider that answers with a dated name
-(``gpt-4o-mini-2024-07-18``) is priced by the longest entry it starts with.
+``TOWER_PRICES`` is a JSON file's path or the JSON itself:
+``{"gpt-4o-mini": {"prompt": 0.00015, "completion": 0.0006}}``. A model not in it costs 0;
+a dated name (``gpt-4o-mini-2024-07-18``) is priced by the longest entry it starts with.
 """
 
 from __future__ import annotations

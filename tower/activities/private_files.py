@@ -1,11 +1,7 @@
-"""Secret files created with their final mode: every key, password file and session store
-Tower writes goes through here.
+"""Secret files created with their final mode (0600) from the first moment they exist.
 
-Writing a file and then ``chmod 600`` leaves a moment when it has the umask's mode
-(usually 0644): a local user polling the directory reads the secret then. Here a secret is
-either created exclusively with mode 0600 (``os.open(O_CREAT | O_EXCL, 0o600)``) or
-written to a private temporary file (``mkstemp``: 0600) in the same directory and renamed
-into place, so whoever can see the file at all sees it 0600.
+Writing and then ``chmod 600`` leaves a moment with the umask's mode; here a secret is
+created exclusively with 0600, or written to a ``mkstemp`` file beside it and renamed.
 """
 
 from __future__ import annotations
@@ -22,10 +18,8 @@ MODE = 0o600
 
 
 def write_private(path: Path, data: str | bytes, *, exclusive: bool = False) -> Path:
-    """Write ``data`` to ``path``, readable and writable by its owner only from the first
-    moment it exists. ``exclusive``: refuse (FileExistsError) when ``path`` exists — a key
-    is never overwritten; otherwise replace it atomically (a reader sees the old file or
-    the new one, whole). Makes missing parent directories."""
+    """Write ``data`` to ``path``, owner-only from the first moment. ``exclusive``: refuse
+    an existing file (a key is never overwritten); otherwise replace it atomically."""
     raw = data.encode() if isinstance(data, str) else data
     path.parent.mkdir(parents=True, exist_ok=True)
     if exclusive:
@@ -44,8 +38,8 @@ def write_private(path: Path, data: str | bytes, *, exclusive: bool = False) -> 
 
 
 def create_private(path: Path) -> Path:
-    """An empty file at ``path`` with mode 0600 (made now, exclusively), or the existing one
-    tightened to 0600: for a store (e.g. SQLite) that then opens it and writes into it."""
+    """An empty 0600 file at ``path`` (made exclusively), or the existing one tightened to
+    0600: for a store (SQLite) that then opens it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, MODE))

@@ -1,9 +1,7 @@
-"""The built-in scripted model: deterministic answers so everything runs offline.
+"""The built-in scripted model: deterministic answers, so everything runs offline.
 
-It is used when no OPENAI_API_KEY is configured, and it always answers as model
-``scripted`` so no output can be mistaken for a real model's. Each agent's node has
-a small script: a pure function of the request, in the module named after the agent,
-which the agent's own file attaches to itself (``@agent(GRAPH, scripts=SCRIPTS)``).
+Used when no OPENAI_API_KEY is set; it answers as model ``scripted`` so no output passes
+for a real model's. Each agent attaches its nodes' scripts (``@agent(GRAPH, scripts=...)``).
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """The one place that names a deployment's stores: what a run keeps beside its history.
 
-A run's state is in its Temporal history; three stores hold the rest:
-
-- the **message store**: conversation content and windows (the history holds refs);
-- the **stream store**: runs' live streams (model text as it is generated, steps);
-- the **payload store**: payloads over the threshold (the history holds a reference;
-  ``tower.temporal.payloads.tower_data_converter`` reads it from these settings).
-
-``StoreSettings.from_env()`` reads them, the same way in workers, the CLI and the inbox:
-``TOWER_STORE_URL`` (one ``postgresql://`` URL for all three: what a deployment with
-several worker hosts sets), else each store's own setting (``TOWER_MESSAGES``,
-``TOWER_STREAMS``, ``TOWER_PAYLOAD_DIR``), else local files (``tower dev``, the demo).
-A local file is one host's: a turn served by another host cannot find what it holds.
+The message store (conversations), the stream store (live streams) and the payload store
+(large payloads). ``StoreSettings.from_env()`` reads them alike in workers, the CLI and the
+inbox: ``TOWER_STORE_URL`` (one ``postgresql://`` URL for all three), else each one's own
+setting, else local files, which are one host's: another host's turn cannot find them.
 """
 
 from __future__ import annotations
@@ -55,18 +47,16 @@ def redact(spec: str) -> str:
 
 
 def entry_missing(store: str, what: str, setting: str) -> ApplicationError:
-    """The error of an attempt that found no ``what`` in ``store``: retryable (another
-    worker, or a fixed configuration, can serve the call), naming the setting to fix."""
+    """An attempt that found no ``what`` in ``store``: retryable, naming the setting."""
     return failure(TowerError(f"{store} has no {what}; a store of one host's own cannot serve "
                               f"another host's runs: {SHARED} ({setting})",
                               code=Code.STORE_ENTRY_MISSING))
 
 
 def store_unavailable(store: str, exc: BaseException) -> ApplicationError:
-    """The error of an attempt that could not reach ``store``: retried until it answers.
-    Raise it ``from None``: the driver's chained error (every connection attempt, its stack)
-    can pass the server's 4 KB limit on a pending activity's last failure, which then shows
-    only "Failure exceeds size limit." instead of this message."""
+    """An attempt that could not reach ``store``: retried. Raise it ``from None``: the
+    driver's chained error can pass the server's 4 KB limit on a failure, which then shows
+    only "Failure exceeds size limit." instead."""
     return failure(TowerError(f"{store} is unreachable: {why_unreachable(exc)}",
                               code=Code.STORE_UNAVAILABLE))
 
@@ -79,10 +69,7 @@ def why_unreachable(exc: BaseException) -> str:
 
 @dataclass(frozen=True)
 class StoreSettings:
-    """Where this deployment keeps messages, streams and large payloads.
-
-    Each is a path (a local SQLite file or directory) or a ``postgresql://`` URL.
-    """
+    """Where messages, streams and large payloads are: paths or ``postgresql://`` URLs."""
 
     messages: str
     streams: str
@@ -92,14 +79,8 @@ class StoreSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, *,
                  data_dir: str | Path | None = None) -> StoreSettings:
-        """The stores ``env`` (default: this process's environment) names; local files go
-        in ``data_dir`` (default: beside the tools' database ``TOWER_DB`` when it is a file,
-        else ``.tower``).
-
-        Raises:
-            ValueError: a setting is neither a path nor a PostgreSQL URL, or the threshold
-                is not a non-negative number of bytes.
-        """
+        """The stores ``env`` names; local files go in ``data_dir`` (default: beside
+        ``TOWER_DB`` when it is a file, else ``.tower``). ValueError for a bad setting."""
         env = os.environ if env is None else env
         url = env.get("TOWER_STORE_URL", "").strip()
         if url and not is_url(url):
@@ -125,7 +106,6 @@ class StoreSettings:
             payload_threshold=int(threshold))
 
     def open_messages(self) -> MessageStore:
-        """The message store (made if missing)."""
         from tower.activities.messages import open_messages
 
         return open_messages(self.messages)
@@ -137,7 +117,6 @@ class StoreSettings:
         return open_streams(self.streams, create=create)
 
     def specs(self) -> dict[str, str]:
-        """Each store's name and its setting (a path or a URL)."""
         return {"message store": self.messages, "stream store": self.streams,
                 "payload store": self.payloads}
 
@@ -155,8 +134,7 @@ class StoreSettings:
 
 
 def probe(spec: str) -> tuple[bool, str]:
-    """Whether the store at ``spec`` can serve (a local one not made yet can: a worker makes
-    it), and what was found, in a few words."""
+    """Whether the store at ``spec`` can serve (a local one not made yet can), in a few words."""
     if not is_url(spec):
         return True, "present" if Path(spec).exists() else "not made yet (a worker makes it)"
     try:
@@ -191,8 +169,8 @@ def local_warning(local: list[str]) -> str:
 
 async def announce(settings: StoreSettings, client: Client | None = None,
                    logger: logging.Logger = log) -> None:
-    """Say which store each is; warn, on a server that is not the embedded dev server, of
-    every store that is a local file (one host's: other hosts' turns cannot use it)."""
+    """Say which store each is; on a server that is not the embedded dev server, warn of
+    every store that is a local file."""
     for name, where in settings.described().items():
         logger.info("%s: %s", name, where)
     local = settings.local()

@@ -1,9 +1,6 @@
-"""A stream store that stops answering costs its watchers events, never the run, and is
-said once: one warning when publishing starts to fail, one line when it works again.
-
-While it fails, a publisher tries at most once every ``RETRY_SECONDS`` and drops the
-events in between: a model's reply is not held up by a store that is down (each delta
-would otherwise wait for a connection attempt), and the log is not a line per event.
+"""A stream store that stops answering costs its watchers events, never the run: one
+warning when publishing fails, one line when it works again, and meanwhile at most one try
+every ``RETRY_SECONDS`` (a reply is not held up by connection attempts).
 """
 
 from __future__ import annotations
@@ -31,8 +28,8 @@ class Outage:
         self.dropped = 0
 
     def publish(self, work: Callable[[], object], events: int = 1) -> None:
-        """Run ``work`` (an append of ``events`` events) unless the store is known to be
-        down and was tried less than RETRY_SECONDS ago; never raises."""
+        """Run ``work`` (an append of ``events`` events) unless the store is down and was tried
+        less than RETRY_SECONDS ago; never raises."""
         now = time.monotonic()
         with self._lock:
             if self._since is not None and now - self._tried < RETRY_SECONDS:

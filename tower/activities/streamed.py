@@ -1,11 +1,11 @@
-"""Model replies read as they form: the openai SDK's streaming, and the scripted model's
-text handed out in pieces, each piece published to the run's stream (``AttemptStream``).
+"""Model replies read as they form, each piece of text published to the run's stream.
 
-Only the text of a reply is published as it arrives: tool calls' arguments and
-structured output are assembled here and reach subscribers whole, with the attempt's
-``model_finished`` event. What the activity returns is the same ``ModelReply`` as
-without streaming: the run's history does not change. A whole completion (the answer of
-an endpoint that does not stream, ``stream_modes``) has its text published at once.
+Tool calls and structured output reach subscribers whole, with ``model_finished``. The
+activity returns the same ``ModelReply`` as without streaming: the history is unchanged.
+
+Every request asks to stream, and nothing is remembered of the answer: a compatible server
+(or a proxy routing to several) may answer with a whole completion (read whole), or refuse
+the streaming with a 400 (asked again once without it).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 from typing import TYPE_CHECKING, Any
 
 from temporalio.exceptions import ApplicationError
@@ -29,6 +30,23 @@ if TYPE_CHECKING:
 
 # A scripted "token": a word and the space after it.
 _PIECES = re.compile(r"\S+\s*|\s+")
+
+
+def refuses_streaming(exc: BaseException) -> bool:
+    """A 400 (or 422) to a streaming request: maybe the streaming, so ask once plainer."""
+    openai = sys.modules.get("openai")
+    return (openai is not None and isinstance(exc, openai.APIStatusError)
+            and exc.status_code in (400, 422))
+
+
+class EmptyReply(TowerError):
+    """The server answered with no text, no tool call and no refusal."""
+
+    CODE = Code.EMPTY_REPLY
+
+    def __init__(self, model: str, base_url: str | None) -> None:
+        where = base_url or "the OpenAI default endpoint"
+        super().__init__(f"the server returned an empty reply (model {model} at {where})")
 
 
 async def streamed(client: openai.AsyncOpenAI, kwargs: dict[str, Any],

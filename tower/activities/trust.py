@@ -1,12 +1,8 @@
 """The deployment's trust directory, and the ``load_trust`` activity that brings it into a run.
 
-Layout (``TOWER_TRUST_DIR``, default ``.tower/trust``)::
-
-    <tenant>/roster.json   who may approve / send events, with their PUBLIC keys
-    <tenant>/policy.json   limits, gate roles, review windows, unsigned mode (dev only)
-
-The worker reads these; a run gets them only through this activity (recorded in its
-history, so replay sees the same snapshot). Nothing a requester sends can change them.
+``TOWER_TRUST_DIR`` (default ``.tower/trust``) holds ``<tenant>/roster.json`` (approvers'
+PUBLIC keys) and ``<tenant>/policy.json``. A run gets them only through this activity
+(recorded: replay sees the same snapshot); nothing a requester sends changes them.
 """
 
 from __future__ import annotations
@@ -30,8 +26,7 @@ TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
 class TrustError(TowerError, ValueError):
-    """The trust directory is missing or holds something invalid. (Also a ValueError: the
-    CLI and the attestation read a bad trust file with the other bad values.)"""
+    """The trust directory is missing or holds something invalid (a ValueError too)."""
 
     CODE = Code.TRUST_MISSING
 

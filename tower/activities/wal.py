@@ -7,10 +7,9 @@ import time
 
 
 def wal(db: sqlite3.Connection, tries: int = 200) -> None:
-    """Put the file in WAL mode (it stays so: readers never block the writer). The switch
-    needs the file to itself and SQLite does not wait for that (no busy timeout): another
-    process opening the new file at the same moment makes it fail at once with "database
-    is locked", so it is tried again, for up to ~10 s."""
+    """Put the file in WAL mode (readers never block the writer). The switch needs the file
+    to itself and does not wait (no busy timeout), so a process opening it at the same moment
+    makes it fail: tried again, for up to ~10 s."""
     for attempt in range(tries):
         try:
             db.execute("PRAGMA journal_mode=WAL")

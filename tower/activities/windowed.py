@@ -1,8 +1,6 @@
 """Model calls on a stored conversation window: the workflow sends one window ref and
-gets one back; the messages, the summary and the list itself stay in the message store.
-
-The reduction's mechanics (what is older, what is pruned) are the pure functions of
-``tower/core/window.py``; the workflow decides when to reduce from the ref's counts.
+gets one back; the messages, summary and list stay in the message store
+(the mechanics: tower/core/window.py).
 """
 
 from __future__ import annotations

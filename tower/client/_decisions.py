@@ -1,24 +1,19 @@
-"""Decisions from a client: sign one with the approver's own key and send it to the run as
-its ``decide`` update (``tower.contract.names.DECIDE``), which answers with the outcome the
-run reported — or refuses it, and then nothing changed.
-
-A decision is a JWS made with ``<config>/keys/<NAME>.jwk`` (``tower keys new NAME``,
-``tower.client.keys``); the run verifies it against its tenant's roster. ``unsigned=True``
-sends the claims in the clear: only a run whose deployment policy allows unsigned decisions
-accepts that.
+"""Decisions from a client: signed with the approver's own key (``tower.client.keys``)
+and sent as the run's ``decide`` update, which answers with the outcome or refuses it (then
+nothing changed). ``unsigned=True`` sends the claims in the clear: only a deployment whose
+policy allows unsigned decisions accepts that.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from joserfc import jws
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -55,11 +50,10 @@ async def prepare(
     say: Callable[[str], None] | None = None, takeover: float = TAKEOVER_SECONDS,
     confirm: Callable[[GateRecord, str], bool] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``approver``'s decision on RUN's pending request, signed with their own key and not
-    sent: the ``decide`` update's input (``{"token": JWS}``), and the run's ``approvals``
-    as read. Any Temporal client sends it (``temporal workflow update execute --name decide
-    --input ...``). ``confirm`` is shown the request and the proposal digest the decision
-    will name before anything is signed; when it answers False nothing is signed."""
+    """``approver``'s signed decision on RUN's pending request, not sent: the ``decide``
+    update's input (``{"token": JWS}``; any Temporal client can send it) and the run's
+    ``approvals`` as read. ``confirm`` sees the request and its digest before anything is
+    signed; False signs nothing."""
     check_name(approver)  # before anything is asked of the server
     approvals = await _approvals(client, run, say=say, takeover=takeover)
     pending = approvals.get("pending")
@@ -94,11 +88,9 @@ async def decide(
     takeover: float = TAKEOVER_SECONDS,
     confirm: Callable[[GateRecord, str], bool] | None = None,
 ) -> Outcome | None:
-    """Sign ``approver``'s decision on RUN's pending request with their own key (in
-    ``config``, default ``tower.client.keys.config_dir()``) and send it (``prepare``, then
-    the ``decide`` update); the Outcome the run reported, or None when sent as a signal.
-    DecisionRefused when the run refuses it (nothing changed). ``say`` hears what is done
-    (and any wait for a worker); ``confirm`` as in ``prepare``."""
+    """Sign ``approver``'s decision on RUN's pending request and send it (``prepare``, then
+    the ``decide`` update): the Outcome, or None when sent as a signal; DecisionRefused when
+    the run refuses it. ``say`` hears what is done, and any wait for a worker."""
     payload, approvals = await prepare(
         client, run, verdict, approver=approver, role=role, gate=gate, note=note,
         edits=edits, decision_id=decision_id, unsigned=unsigned, config=config, say=say,
@@ -126,8 +118,8 @@ async def decide(
 
 
 async def send_decision(client: Client, run: str, message: dict[str, Any]) -> Outcome:
-    """Send a decision already made (``{"token": JWS}``) and wait for the run's outcome;
-    DecisionRefused with the run's reason when it refuses it."""
+    """Send a decision already made and wait for the outcome; DecisionRefused with the
+    run's reason when refused."""
     try:
         return await submit_decision(client.get_workflow_handle(run), message)
     except WorkflowUpdateFailedError as exc:
@@ -140,8 +132,7 @@ async def send_decision(client: Client, run: str, message: dict[str, Any]) -> Ou
 
 async def _approvals(client: Client, run: str, *, say: Callable[[str], None] | None,
                      takeover: float) -> dict[str, Any]:
-    """The run's ``approvals`` query (its pending request, its trust mode): a running run's
-    only, asked with a takeover wait (see ``query``)."""
+    """A running run's ``approvals`` query, asked with a takeover wait (see ``query``)."""
     handle = client.get_workflow_handle(run)
     try:
         info = await describe(handle)
@@ -177,10 +168,9 @@ def make_decision(
     decision_id: str | None = None, unsigned: bool = False, config: Path | None = None,
     digest: str | None = None,
 ) -> tuple[dict[str, Any], str]:
-    """The wire message for a decision on ``pending`` (the request the run showed), and a
-    line saying how it was signed. It names the request's run id, step and proposal
-    digest (``digest``, default ``proposal_digest(pending)``): the run accepts it only
-    while that very proposal is pending there."""
+    """The wire message for a decision on ``pending`` (the request the run showed), and how
+    it was signed: it names the request's run id, step and proposal digest, so the run takes
+    it only while that very proposal is pending."""
     check_name(approver)
     fields: dict[str, Any] = dict(tenant=tenant, run=run, run_id=pending.run_id,
                                   gate=pending.gate, request=pending.step,
@@ -193,7 +183,7 @@ def make_decision(
         return ({"unsigned": claims.model_dump(mode="json")},
                 "UNSIGNED (accepted only where the deployment allows unsigned decisions)")
     token, claims = sign_decision(approver, config=config, **fields)
-    kid = json.loads(_b64(token.split(".")[0]))["kid"]
+    kid = jws.extract_compact(token.encode()).headers()["kid"]
     return {"token": token}, f"signed with {approver}'s key {kid}"
 
 
@@ -205,8 +195,8 @@ RESENDS = 3
 
 
 async def submit_decision(handle: WorkflowHandle[Any, Any], message: dict[str, Any]) -> Outcome:
-    """The run's outcome for ``message`` (the ``decide`` update), sent again while the
-    server aborts it with its task. A refusal raises WorkflowUpdateFailedError."""
+    """The outcome of ``message`` (the ``decide`` update), sent again while the server
+    aborts it with its task; a refusal raises WorkflowUpdateFailedError."""
     resent = 0
     while True:
         try:
@@ -221,7 +211,3 @@ async def submit_decision(handle: WorkflowHandle[Any, Any], message: dict[str, A
 def aborted_with_its_task(exc: RPCError) -> bool:
     return (exc.status == RPCStatusCode.FAILED_PRECONDITION
             and "unexpected workflow task failure" in exc.message)
-
-
-def _b64(part: str) -> bytes:
-    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))

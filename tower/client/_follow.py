@@ -1,25 +1,14 @@
-"""Follow a run: its transitions as they happen, then how it ended, and why.
-
-``follow(handle)`` is an async iterator of ``Transition``s whose last item is a ``RunEnd``::
+"""Follow a run: its transitions as they happen, then how it ended, and why::
 
     async for seen in follow(handle):
-        if isinstance(seen, RunEnd):
-            print(seen.status, seen.reason or "")
-        else:
-            print(seen.source, "→", seen.target)
+        print(seen)  # each Transition, then the RunEnd (status, reason)
 
-It ends on every terminal outcome: the run reached DONE or FAILED, or its execution
-closed some other way — failed before its first step (the tenant's trust missing), was
-terminated, timed out, canceled. Those never reach a terminal node, so the run's own
-``status`` query cannot say it: each poll asks the server first (``describe``, no worker
-needed) and only then the run. A run whose agent refused its input (``InputRefused``: it
-never started) raises ``NeverStarted`` instead of ending.
-
-Each poll reads the run's status *before* its transition log: a log read after the status
-holds every move up to that status, so the last transitions of a run that ends while it
-is followed (``→ DONE``) are always yielded before the end. A run is asked nothing until
-it has completed a workflow task: a query sent earlier rides in its first task, and one
-whose input cannot be opened then fails that task instead of failing the run.
+It ends on every terminal outcome, including executions that closed without reaching a
+terminal node (terminated, timed out, canceled, failed before its first step): each poll
+asks the server first (no worker needed), then the run. A run whose agent refused its
+input raises ``NeverStarted``. The status is read *before* the log, so the last moves of a
+run that ends while followed are yielded before its end; a run is asked nothing before its
+first workflow task completes (a query in that task would fail the task).
 """
 
 from __future__ import annotations
@@ -57,11 +46,9 @@ class Position:
 
 @dataclass(frozen=True)
 class RunEnd:
-    """Where following stopped. ``closed``: the run's execution has ended; ``status`` is
-    then the agent's last word (DONE, FAILED) or, when the run never reached a terminal
-    node, the execution's (FAILED, TERMINATED, TIMED_OUT, CANCELED); ``reason`` says why it
-    did not complete. Not closed: paused at a gate (AWAITING_APPROVAL), or ``idle``
-    (waiting for a signal or an update from outside)."""
+    """Where following stopped. ``closed``: the execution ended; ``status`` is the agent's
+    last word (DONE, FAILED) or the execution's, and ``reason`` why it did not complete. Not
+    closed: paused at a gate, or ``idle`` (waiting for a signal or an update)."""
 
     run: str
     status: str
@@ -83,10 +70,9 @@ async def follow(
     on_poll: Callable[[Position], None] | None = None, workflows: Sequence[type] = (),
 ) -> AsyncIterator[Transition | RunEnd]:
     """Yield the run's transitions (after the first ``skip``) as they happen, then its
-    ``RunEnd``. Stops at a gate when ``stop_at_pause``, and when nothing inside the run
-    is pending if ``stop_when_idle``; ``timeout`` (seconds) bounds the wait (ClientError);
-    ``on_poll`` sees the run's position at every poll. ``workflows`` (the project's agent
-    classes) read a closed run's log from its history when no worker answers for it."""
+    ``RunEnd``; stop at a gate when ``stop_at_pause``, when nothing inside the run is pending
+    if ``stop_when_idle``; ``timeout`` seconds (ClientError). ``workflows`` (the project's
+    agents) read a closed run's log from its history when no worker answers."""
     info = await describe(handle)
     seen, position = skip, Position("STARTING", 0, "START")
     loop = asyncio.get_running_loop()
@@ -134,8 +120,8 @@ async def _end(handle: WorkflowHandle[Any, Any], info: WorkflowExecutionDescript
 
 async def _poll(handle: WorkflowHandle[Any, Any], workflows: Sequence[type], began: bool
                 ) -> tuple[str, list[Transition], WorkflowExecutionDescription] | None:
-    """The run's execution, then its status and its transition log (in that order: see the
-    module doc); None when no worker answered for a running run this time (ask again)."""
+    """The run's execution, status and log (in that order); None when no worker answered
+    for a running run this time."""
     info = await describe(handle)
     if not began:  # no workflow task completed: nothing to ask, nothing moved
         if not closed(info):
@@ -168,9 +154,8 @@ def _closed_status(info: WorkflowExecutionDescription, status: str) -> str:
 
 async def _replayed(handle: WorkflowHandle[Any, Any], info: WorkflowExecutionDescription,
                     workflows: Sequence[type]) -> tuple[str, list[Transition]]:
-    """A closed run no worker answers for: its log from its history replayed here with
-    ``workflows``; without them (or when it does not replay), what its search attributes
-    and the execution's status say."""
+    """A closed run's log from its history replayed here with ``workflows``; without them
+    (or when it does not replay), what its search attributes say."""
     said = search.run_status(info.status, info.typed_search_attributes) or "UNKNOWN"
     if not workflows:
         return said, []
@@ -185,8 +170,7 @@ async def _replayed(handle: WorkflowHandle[Any, Any], info: WorkflowExecutionDes
 
 
 async def has_begun(handle: WorkflowHandle[Any, Any], scan: int = 50) -> bool:
-    """Whether the run completed a workflow task (its first one is among its first few
-    events, unless it has not run yet)."""
+    """Whether the run completed a workflow task (among its first few events)."""
     async for event in handle.fetch_history_events(page_size=scan):
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
             return True

@@ -1,13 +1,10 @@
-"""What waits for a decision, read from Temporal's visibility store only.
+"""What waits for a decision, read from Temporal's visibility store alone (the search
+attribute ``AgentGateRole`` and the memo ``tower_pending_gate``): no worker needed.
 
-A waiting run publishes the role its gate needs (search attribute ``AgentGateRole``) and
-what approvers see (memo ``tower_pending_gate``), so listing needs no worker to answer a
-query. Roles and agent names go into the query only after a strict name check.
-
-Anyone who may start a workflow can start one whose memo and attributes look parked. Given
-the ``Deployment`` (its roster, agent types and task queues), a listing asks visibility
-only for the deployment's agents on its queues, pages through every match, and keeps a
-run only when the worker's attestation in its memo verifies and names that very run.
+Anyone who may start a workflow can start one that looks parked. Given the ``Deployment``
+(roster, agent types, queues), a listing asks only for the deployment's agents on its
+queues and keeps a run only when the worker's attestation in its memo verifies and names
+that very run.
 """
 
 from __future__ import annotations
@@ -37,9 +34,8 @@ WAITING = f"{search.AGENT_STATUS.name} = 'AWAITING_APPROVAL' AND ExecutionStatus
 
 @dataclass(frozen=True)
 class Waiting:
-    """One run waiting at a gate, as visibility shows it. ``memo`` is the request the run
-    published (None when this process cannot open it, or the run parked before runs
-    published one); ``view`` is that memo read, when it can be."""
+    """One run waiting at a gate, as visibility shows it; ``memo`` None when this process
+    cannot open it."""
 
     run: str
     agent: str
@@ -55,8 +51,8 @@ class Waiting:
 
 @dataclass(frozen=True)
 class Deployment:
-    """What a listing trusts: the tenant's roster (members that ``attests`` vouch for
-    requests), and the deployment's agent types and task queues."""
+    """What a listing trusts: the roster (members that ``attests`` vouch for requests), and
+    the deployment's agent types and task queues."""
 
     roster: Roster
     agents: frozenset[str]
@@ -73,10 +69,9 @@ class Deployment:
 
     def refusal(self, run: WorkflowExecution, view: PendingView | None,
                 now: float | None = None) -> str | None:
-        """Why ``run``'s pending request is not a genuine one of this deployment (None: it
-        is): the worker's attestation must verify and name this very execution (its run
-        id), agent, queue, gate and step, and the digest of the proposal the memo would
-        show, whole."""
+        """Why ``run``'s pending request is not a genuine one of this deployment (None: it is):
+        the attestation must verify and name this very execution, agent, queue, gate, step and
+        the digest of the proposal the memo shows."""
         if run.workflow_type not in self.agents or run.task_queue not in self.queues:
             return (f"agent {run.workflow_type!r} on task queue {run.task_queue!r} is not "
                     "one of this deployment's")
@@ -128,10 +123,9 @@ def role_query(roles: Iterable[str]) -> str | None:
 async def pending(client: Client, *, roles: Iterable[str] | None = None,
                   agent: str | None = None, limit: int = 50,
                   deployment: Deployment | None = None) -> list[Waiting]:
-    """Runs waiting at a gate, newest first: all of them, or those one of ``roles`` may
-    decide, or one ``agent``'s. With ``deployment``: only genuine requests (attested by its
-    worker, for its agents and queues), paging through every match to find ``limit``;
-    without, the first ``limit`` runs whatever their memo says (unverified)."""
+    """Runs waiting at a gate, newest first (all, those ``roles`` may decide, or one
+    ``agent``'s). With ``deployment``: only genuine requests, paging until ``limit``; without,
+    the first ``limit`` runs whatever their memo says (unverified)."""
     query: str | None = WAITING
     if roles is not None:
         query = role_query(roles)
@@ -168,8 +162,8 @@ class NotGenuine(ClientError):
 
 async def pending_of(client: Client, run: str, deployment: Deployment | None = None
                      ) -> tuple[WorkflowExecutionStatus | None, PendingView | None]:
-    """One run's status and pending request (None when nothing waits), from describe().
-    With ``deployment``, a request that is not genuine raises ``NotGenuine`` saying why."""
+    """One run's status and pending request (None when nothing waits); with ``deployment``,
+    ``NotGenuine`` saying why a request is not genuine."""
     described = await client.get_workflow_handle(run).describe()
     view = None
     if described.status == WorkflowExecutionStatus.RUNNING:
@@ -183,10 +177,8 @@ async def pending_of(client: Client, run: str, deployment: Deployment | None = N
 
 
 async def pending_memo(run: WorkflowExecution) -> object:
-    """The run's pending-request memo (listed or described), or None when this process
-    cannot open its memo.
-    Whoever starts a run writes its memo, payload metadata included ("encrypted under k9"):
-    one such run must hide itself, not fail the listing for every approver."""
+    """The run's pending-request memo, or None when this process cannot open it: whoever
+    starts a run writes its memo, and one such run must hide itself, not fail the listing."""
     try:
         return (await run.memo()).get(search.PENDING_MEMO)
     except Exception:  # whatever the codec or converter raises on bytes a starter chose

@@ -1,18 +1,11 @@
 """Retry from a node: an operator takes a FAILED run back to NODE by Temporal's reset
-(`tower retry RUN --from NODE`; the same call `tower fork` makes).
+(`tower retry RUN --from NODE`; `tower fork` makes the same call).
 
-A FAILED run is a failed (closed) workflow execution. Its history is replayed here to
-read the transition log with its history event ids; the run is reset to the workflow
-task that last took it into NODE (reset to that task's WorkflowTaskCompleted event: the
-task runs again, so the new run enters NODE afresh with the code's current logic). The
-reset keeps the workflow id and the chain's first run id, so every side effect keeps
-its key (tower/core/keys.py): repeating the same approved action finds the effect
-already made. Signals and updates sent after that point are not re-applied (a new
-decision is the operator's, as with `tower fork`).
-
-Two retries racing past the check (both see the run FAILED) both reset it: Temporal
-terminates the first new run when the second starts. Effects still land at most once:
-both new runs act under the same keys.
+The run's history is replayed here for the log with its event ids; the run is reset to the
+workflow task that last took it into NODE, which runs again with today's code. The reset
+keeps the workflow id and the chain's first run id, so every side effect keeps its key
+(tower/core/keys.py). Signals and updates after that point are not re-applied. Two retries
+racing both reset it; Temporal terminates the first new run, and effects still land once.
 """
 
 from __future__ import annotations
@@ -47,8 +40,8 @@ class Retried:
 
 def entry_into(log: Sequence[Transition], node: str, nodes: Sequence[str], run: str
                ) -> tuple[Transition, int]:
-    """The transition that last took the run into ``node`` and how many transitions came
-    before its workflow task (the new run replays those); ClientError when there is none."""
+    """The transition that last took the run into ``node``, and how many transitions came
+    before its workflow task; ClientError when there is none."""
     if node not in nodes:
         raise ClientError(f"{node!r} is not a node of this agent (nodes: {', '.join(nodes)})")
     entries = [t for t in log if t.target == node]
@@ -77,8 +70,8 @@ def check_retryable(run: str, info: WorkflowExecutionDescription) -> None:
 
 async def retry(client: Client, run: str, node: str, *, by: str,
                 workflows: Sequence[type]) -> Retried:
-    """Retry FAILED run RUN from NODE by a reset. ``workflows`` are the project's agent
-    classes: the run's history is replayed with them to find where it last entered NODE."""
+    """Retry FAILED run RUN from NODE by a reset; ``workflows`` (the project's agents) replay
+    its history to find where it last entered NODE."""
     handle = client.get_workflow_handle(run)
     info = await describe(handle)
     check_retryable(run, info)
@@ -104,9 +97,8 @@ async def retry(client: Client, run: str, node: str, *, by: str,
 
 
 async def reset(client: Client, run: str, run_id: str, finish_event_id: int, reason: str) -> str:
-    """Reset run ``run_id`` of ``run`` to the workflow task that completed at
-    ``finish_event_id`` (`tower retry`, `tower fork`); the new run's id. The signals and
-    updates sent after that point are not re-applied: a new decision is the operator's."""
+    """Reset ``run_id`` of ``run`` to the workflow task that completed at
+    ``finish_event_id``; the new run's id (signals and updates after it not re-applied)."""
     response = await client.workflow_service.reset_workflow_execution(
         ResetWorkflowExecutionRequest(
             namespace=client.namespace,

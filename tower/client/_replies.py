@@ -1,11 +1,6 @@
-"""A reply recorded once: the text behind an update's ``StoredReply.reply_ref``.
-
-A chat turn's reply is in its model call's recorded result; the update returns only its
-ref (``tower.temporal.stored_reply``). A client reads the text from the message store
-when it can (``TOWER_STORE_URL`` or ``TOWER_MESSAGES``, as workers do), else from the run's
-own history (the model call's result, read newest first): a client on a host without the
-store still gets it. Either way the text must hash to the ref — a store row or a payload
-that does not is never returned.
+"""A reply recorded once: the text behind an update's ``StoredReply.reply_ref``, from the
+message store when this client reaches it, else from the run's own history (the model
+call's result, newest first). Either way it must hash to the ref.
 """
 
 from __future__ import annotations
@@ -37,13 +32,9 @@ _stores: dict[str, MessageStore] = {}  # one per setting and process (a connecti
 
 async def resolved(client: Client, workflow_id: str, run_id: str | None, result: Any,
                    *, store: str | None = None) -> Any:
-    """``result`` with its reply's text in ``reply`` when it is a ``StoredReply`` that
-    carries only ``reply_ref``; any other result as it is.
-
-    Raises:
-        ReplyMissing: neither the message store nor the run's history has text that hashes
-            to the ref.
-    """
+    """``result`` with its reply's text filled in when it is a ``StoredReply`` carrying only
+    ``reply_ref`` (ReplyMissing when neither the store nor the history has it); any other
+    result as it is."""
     if not isinstance(result, StoredReply) or result.reply or result.reply_ref is None:
         return result
     text = await reply_text(client, workflow_id, run_id, result.reply_ref, store=store)
@@ -52,13 +43,8 @@ async def resolved(client: Client, workflow_id: str, run_id: str | None, result:
 
 async def reply_text(client: Client, workflow_id: str, run_id: str | None, ref: MessageRef,
                      *, store: str | None = None) -> str:
-    """The text behind ``ref``, a reply of run ``run_id`` of ``workflow_id``: from the message
-    store (``store``, default the environment's setting) if it has it, else from the run's
-    history; checked against the ref's digest either way.
-
-    Raises:
-        ReplyMissing: neither has it.
-    """
+    """The text behind ``ref``, from the message store (``store``, default the environment's)
+    or the run's history, checked against the digest; ReplyMissing when neither has it."""
     spec = store or StoreSettings.from_env().messages
     text, why = await asyncio.to_thread(_from_store, spec, ref)
     if text is None:
@@ -113,8 +99,8 @@ async def _from_history(client: Client, workflow_id: str, run_id: str | None,
 
 
 async def _text_in(client: Client, event: HistoryEvent, ref: MessageRef) -> str | None:
-    """The reply in ``event`` (a local activity's marker or an activity's result) if it is
-    a model's reply whose content hashes to ``ref``."""
+    """The reply in ``event`` (a local activity's marker or an activity's result) when its
+    content hashes to ``ref``."""
     if event.event_type == _MARKER:
         payloads = event.marker_recorded_event_attributes.details["result"].payloads
     elif event.event_type == _COMPLETED:

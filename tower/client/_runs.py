@@ -1,8 +1,5 @@
-"""Runs from a client: start one with its search attributes, ask it (a worker answers), and
-read how a closed run ended and why.
-
-Queries and updates are named as the contract names them (``tower.contract.names``: the
-name and result type of each), never by the runtime's methods.
+"""Runs from a client: start one with its search attributes, ask it (a worker answers),
+and read how a closed run ended and why, by the contract's names (``tower.contract.names``).
 """
 
 from __future__ import annotations
@@ -58,13 +55,10 @@ TAKEOVER_TRY = timedelta(seconds=4)
 
 async def start_run(client: Client, agent: type[Any], request: Any, *, id: str,
                     task_queue: str = TASK_QUEUE, **options: Any) -> WorkflowHandle[Any, Any]:
-    """Start a run of ``agent`` with the search attributes of its first move already set
-    (``search.start_attributes``): it upserts nothing then, one history event fewer, and
-    it is listed by agent and status from its first moment. ``options`` go to
-    ``Client.start_workflow`` (``static_summary``, timeouts, ...); ``task_timeout`` is the
-    agent's own (``MachineRun.task_timeout``) unless given. The Web UI's summary and
-    details of the run (``static_summary``, ``static_details``) say what agent it is and how
-    to read it, unless given: the server keeps them after the run closes."""
+    """Start a run of ``agent`` with the search attributes of its first move set
+    (``search.start_attributes``: one event fewer, listed from its first moment) and the Web
+    UI's summary and details, unless given. ``options`` go to ``Client.start_workflow``;
+    ``task_timeout`` is the agent's own unless given."""
     if agent.task_timeout is not None:
         options.setdefault("task_timeout", agent.task_timeout)
     summary, details = start_metadata(agent.machine, id)
@@ -87,8 +81,8 @@ async def describe(handle: WorkflowHandle[Any, Any]) -> WorkflowExecutionDescrip
 
 
 async def has_workers(client: Client, task_queue: str) -> bool:
-    """Whether a worker polls ``task_queue`` for workflow tasks: one polled lately, and not
-    only workers that have since said they stopped."""
+    """Whether a worker polls ``task_queue`` for workflow tasks, not counting those that
+    have since said they stopped."""
     response = await client.workflow_service.describe_task_queue(DescribeTaskQueueRequest(
         namespace=client.namespace, task_queue=TaskQueue(name=task_queue),
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW))
@@ -103,10 +97,9 @@ async def has_workers(client: Client, task_queue: str) -> bool:
 
 
 async def _stopped_workers(client: Client, task_queue: str) -> dict[str, datetime]:
-    """Worker identities on ``task_queue`` whose every heartbeat says it is shutting down,
-    each with its last heartbeat's time. The server lists a worker that stopped as a poller
-    for a minute or more; the SDK's heartbeats (on by default) say at once that it stopped.
-    Empty when the server keeps no heartbeats: then only the poller list can answer."""
+    """Identities on ``task_queue`` whose every heartbeat says they stop, with the time of
+    the last (the server lists a stopped worker as a poller for a minute; the SDK's heartbeats
+    say it at once). Empty when the server keeps no heartbeats."""
     stopping = (WorkerStatus.WORKER_STATUS_SHUTTING_DOWN, WorkerStatus.WORKER_STATUS_SHUTDOWN)
     live: set[str] = set()
     stopped: dict[str, datetime] = {}
@@ -142,16 +135,14 @@ def no_worker(run: str, task_queue: str) -> str:
 async def query(client: Client, handle: WorkflowHandle[Any, Any], query: Any,
                 result_type: type | None = None, *, takeover: float = 0,
                 say: Callable[[str], None] | None = None) -> Any:
-    """Ask a running run ``query`` (a name, e.g. ``names.STATE.name``, with
-    ``result_type``); ClientError naming the missing worker when none answers,
-    NeverStarted for a run whose agent refused its input, RunUnreadable when the worker
-    cannot answer (the query failed; within ``takeover`` it is asked again).
+    """Ask a running run ``query``: ClientError naming the missing worker when none answers,
+    NeverStarted for a run whose agent refused its input, RunUnreadable when the worker cannot
+    answer.
 
-    ``takeover`` (seconds): a worker killed a moment ago still holds the run — the server
-    sends the run's queries and updates to that worker's own (sticky) queue until it
-    gives up on it, ~10 s later. If a worker polls the task queue meanwhile, the run is
-    handed back to the task queue (ResetStickyTaskQueue: the next worker replays its
-    history) and asked again until one answers or the time is up; ``say`` hears why."""
+    ``takeover`` (seconds): the server sends a killed worker's run to that worker's sticky
+    queue for ~10 s. If a worker polls meanwhile, the run is handed back to the task queue
+    (ResetStickyTaskQueue) and asked again until one answers or the time is up; ``say``
+    hears why."""
     info = await describe(handle)
     await check_started(handle, info)
     if not await has_workers(client, info.task_queue):
@@ -190,8 +181,7 @@ async def query(client: Client, handle: WorkflowHandle[Any, Any], query: Any,
 
 async def ask(handle: WorkflowHandle[Any, Any], query: Any, result_type: type | None = None,
               wait: timedelta = QUERY_TIMEOUT) -> Any:
-    """``handle.query``, but a query the worker failed to answer (its handler raised, or
-    the run cannot be rebuilt to answer) is RunUnreadable, with the worker's words."""
+    """``handle.query``, but a query the worker failed to answer is RunUnreadable."""
     try:
         return await handle.query(query, result_type=result_type, rpc_timeout=wait)
     except WorkflowQueryFailedError as exc:
@@ -202,7 +192,7 @@ async def ask(handle: WorkflowHandle[Any, Any], query: Any, result_type: type | 
 async def check_started(handle: WorkflowHandle[Any, Any],
                         info: WorkflowExecutionDescription | None = None) -> None:
     """NeverStarted when the run failed because its agent refused its input (read from its
-    close event: no worker needed); nothing for any other run."""
+    close event: no worker needed)."""
     info = info or await describe(handle)
     if info.status != WorkflowExecutionStatus.FAILED:
         return
@@ -230,8 +220,7 @@ def unanswered(exc: RPCError) -> bool:
 
 
 async def hand_over(client: Client, run: str) -> None:
-    """Release the run from the worker that last ran it: its next task (a query, an
-    update, a signal's) goes to the task queue, where any worker takes it."""
+    """Release the run from the worker that last ran it: its next task goes to the queue."""
     await client.workflow_service.reset_sticky_task_queue(ResetStickyTaskQueueRequest(
         namespace=client.namespace, execution=WorkflowExecution(workflow_id=run)))
 
@@ -239,14 +228,9 @@ async def hand_over(client: Client, run: str) -> None:
 async def update_while_open(handle: WorkflowHandle[Any, Any], update: Any, *args: Any,
                             timeout: float, poll_seconds: float = 0.5,
                             client: Client | None = None) -> Any:
-    """Send ``update`` (a method reference, e.g. ``ChatAgent.send``) with ``args`` and wait
-    for its result — but not past the run's end: RunClosed (how and why) as soon as the
-    run closes, TimeoutError after ``timeout`` seconds.
-
-    A result that is a ``StoredReply`` carrying only ``reply_ref`` (a reply recorded once)
-    comes back with ``reply`` filled in, given ``client`` (the handle's): from the message
-    store, else from the run's history, checked against the ref (ReplyMissing if neither
-    has it)."""
+    """Send ``update`` with ``args`` and wait for its result, but not past the run's end:
+    RunClosed as soon as it closes, TimeoutError after ``timeout`` seconds. Given ``client``,
+    a ``StoredReply`` carrying only ``reply_ref`` comes back with its text (ReplyMissing)."""
     sent = asyncio.ensure_future(_send(handle, update, list(args), client))
     watch = asyncio.ensure_future(_until_closed(handle, poll_seconds))
     try:
@@ -300,9 +284,8 @@ def closed(info: WorkflowExecutionDescription) -> bool:
 
 
 async def failure_of(handle: WorkflowHandle[Any, Any], wait: float = 2.0) -> str | None:
-    """Why the run did not complete (its failure, termination, timeout), read from its
-    close event (no worker needed); None for a completed run, or one still open after
-    ``wait`` seconds."""
+    """Why the run did not complete, from its close event; None for a completed run or one
+    still open after ``wait`` seconds."""
     try:
         await handle.result(follow_runs=False, rpc_timeout=timedelta(seconds=wait))
     except WorkflowFailureError as exc:
@@ -319,9 +302,8 @@ async def failure_of(handle: WorkflowHandle[Any, Any], wait: float = 2.0) -> str
 async def history_end(history: WorkflowHistory, converter: DataConverter | None = None
                       ) -> tuple[str, str] | None:
     """How a recorded run ended when it did not complete: (status, reason) from its close
-    event — also for a history file, with no server. None when it completed, continued
-    as new, or is still open. ``converter`` opens the failure (default: Tower's, with the
-    codec of TOWER_CODEC_KEYS)."""
+    event, also for a history file; None when it completed, continued, or is open.
+    ``converter`` opens the failure (default: Tower's)."""
     last = history.events[-1] if history.events else None
     if last is None:
         return None
@@ -340,8 +322,8 @@ async def history_end(history: WorkflowHistory, converter: DataConverter | None 
 
 async def history_failure(history: WorkflowHistory, converter: DataConverter | None = None
                           ) -> BaseException | str | None:
-    """A recorded run's failure from its close event, opened (``converter``: as for
-    ``history_end``), or its text when this process cannot open it; None unless it failed."""
+    """A recorded run's failure from its close event, opened, or its text when it cannot
+    be; None unless it failed."""
     last = history.events[-1] if history.events else None
     if last is None or not last.HasField("workflow_execution_failed_event_attributes"):
         return None
@@ -358,7 +340,7 @@ async def history_failure(history: WorkflowHistory, converter: DataConverter | N
 
 
 def reason_of(error: BaseException) -> str:
-    """One line from a failure chain: its innermost cause's type and message, and the
+    """One line from a failure chain: the innermost cause's type and message, and the
     activity or child it came from."""
     where = ""
     while True:

@@ -1,11 +1,5 @@
-"""A run's live stream from a client: the model's text as it forms, and each step.
-
-``stream(client, run)`` is an async iterator of ``StreamEvent``s in offset order; it ends
-after the run's ``run_end`` event, or once the run's execution has closed and nothing is
-left to read (a run terminated or failed before its first step has no ``run_end``)::
-
-    from tower.client import stream
-    from tower.contract.stream import Reply
+"""A run's live stream, as a client reads it: the model's text as it forms and each step,
+from the stream store (not the history: docs/streaming.md)::
 
     shown, last = Reply(), 0
     async for event in stream(client, "chat-1234", after=last):
@@ -13,11 +7,8 @@ left to read (a run terminated or failed before its first step has no ``run_end`
         if shown.take(event):          # deltas, and a discarded attempt's text dropped
             print(shown.text)
 
-Besides the model's text and each step, a node's own events (``ctx.emit``) come as kind
-``custom`` (``label``, ``data``). The events come from the stream store (``TOWER_STREAMS``:
-the workers' SQLite file on one host, PostgreSQL across hosts), not from the run's
-history: see docs/streaming.md.
-A chat thread never ends by itself: stop reading when the turn's reply has come.
+It ends at the run's ``run_end`` event, or once its execution closed and nothing is left
+(a run that failed before its first step has none). A chat thread never ends by itself.
 """
 
 from __future__ import annotations
@@ -69,9 +60,8 @@ async def stream(client: Client, run: str, *, after: int = 0, store: StreamStore
 
 
 def folded(store: StreamStore, name: str, upto: int | None = None) -> tuple[Reply, int]:
-    """The fold (``Reply``) of stream ``name``'s events up to offset ``upto`` (None: all
-    there are now), and the last offset read: what a reader that attaches late, or
-    resumes, shows of the reply in flight (or the last reply)."""
+    """The fold of stream ``name`` up to offset ``upto`` (None: all there is), and the last
+    offset read: what a reader attaching late shows of the reply in flight."""
     reply, after = Reply(), 0
     while upto is None or after < upto:
         events = store.read(name, after)

@@ -1,11 +1,6 @@
-"""Connect to Temporal the way every Temporal tool does: ``temporalio.envconfig``.
-
-TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_PROFILE and the config file all
-work; a server that does not answer gets a message saying how to start one.
-
-A tenant is a Temporal namespace: ``tower --tenant NAME`` (or TEMPORAL_NAMESPACE)
-makes every command act within that namespace only, and a client of one tenant
-cannot see, signal or approve another tenant's runs (the server enforces it).
+"""Connect to Temporal the way every Temporal tool does (``temporalio.envconfig``:
+TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_PROFILE, the config file). A tenant is a
+namespace: ``--tenant NAME`` confines every command to it, and the server enforces it.
 """
 
 from __future__ import annotations
@@ -78,8 +73,7 @@ def connect_config(address: str | None = None, namespace: str | None = None) -> 
 
 async def connect(address: str | None = None, namespace: str | None = None, *,
                   check_namespace: bool = True) -> Client:
-    """A client for the configured server; ``check_namespace=False`` for `tower setup`,
-    which creates the namespace."""
+    """A client for the configured server; ``check_namespace=False`` for `tower setup`."""
     config = connect_config(address, namespace)
     configure_tracing()  # a no-op unless the OTEL_* variables ask for traces
     try:

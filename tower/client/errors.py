@@ -1,7 +1,4 @@
-"""What a client call refuses, in one line a user can act on.
-
-Kept free of heavy imports: the CLI's error printer recognises these by name.
-"""
+"""What a client call refuses, in one line a user can act on."""
 
 from __future__ import annotations
 
@@ -24,8 +21,7 @@ class RunNotFound(ClientError):
 
 
 class RunClosed(ClientError):
-    """The run closed while a call waited on it: ``status`` is how (the execution's status:
-    FAILED, TERMINATED, ...), ``reason`` why."""
+    """The run closed while a call waited on it: ``status`` says how, ``reason`` why."""
 
     CODE = Code.RUN_CLOSED
 
@@ -35,17 +31,15 @@ class RunClosed(ClientError):
 
 
 class ReplyMissing(ClientError):
-    """A reply recorded once (an update's ``reply_ref``) is neither in the message store
-    this client can read nor in the run's history (whose text would hash to the ref).
-    Worth asking again: another worker may store it yet, or a fixed setting reach it."""
+    """A reply recorded once is neither in the message store this client reads nor in the
+    run's history: worth asking again (another worker may store it yet)."""
 
     CODE = Code.REPLY_MISSING
 
 
 class RunUnreadable(ClientError):
-    """What run ``run`` holds cannot be read (its state, cost, steps): the message says
-    why, in one inert line (``why`` may hold a worker's or a requester's words). Not the
-    asker's mistake: the CLI exits 1 on it."""
+    """What run ``run`` holds cannot be read; ``why`` in one inert line (it may hold a
+    worker's or a requester's words). Not the asker's mistake: the CLI exits 1."""
 
     def __init__(self, run: str, why: str) -> None:
         from tower.contract.render import inert  # (pure, light: `tower --help` stays so)
@@ -55,9 +49,8 @@ class RunUnreadable(ClientError):
 
 
 class NeverStarted(RunUnreadable):
-    """The run failed before its first step: its agent refused its input (a raw start
-    with a value that is not the agent's input). ``reason`` is the run's own words, as
-    recorded (a requester's text may be in them)."""
+    """The run failed before its first step: its agent refused its input; ``reason`` is the
+    run's own words, as recorded."""
 
     def __init__(self, run: str, reason: str) -> None:
         super().__init__(run, f"never started: its input was refused ({reason})")

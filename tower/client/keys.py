@@ -1,8 +1,6 @@
-"""An approver's own signing keys, kept in their config dir, never in a run or the deployment.
-
-``<config>/keys/<NAME>.jwk`` holds the private JWK (mode 0600, folder 0700); ``config``
-is ``TOWER_CONFIG_DIR``, else ``$XDG_CONFIG_HOME/tower``, else ``~/.config/tower``. The
-public half goes into the tenant's roster (``<trust dir>/<tenant>/roster.json``).
+"""An approver's own signing keys, in their config dir, never in a run or the deployment:
+``<config>/keys/<NAME>.jwk`` (mode 0600); ``config`` is ``TOWER_CONFIG_DIR``, else
+``$XDG_CONFIG_HOME/tower``, else ``~/.config/tower``. The public half goes in the roster.
 """
 
 from __future__ import annotations
@@ -36,8 +34,8 @@ def config_dir(env: dict[str, str] | None = None) -> Path:
 
 
 def check_name(name: str) -> str:
-    """``name`` if it may name an approver and their key file; else a one-line ClientError
-    (never a path: ``../x`` is refused)."""
+    """``name`` if it may name an approver and their key file; else a ClientError (``../x``
+    is refused)."""
     if not isinstance(name, str) or not NAME.match(name):
         raise ClientError(f"invalid name {str(name)[:100]!r}: 1 to 100 letters, digits, "
                           ". _ @ -, starting with a letter or digit")
@@ -100,7 +98,7 @@ def member(name: str, public: PublicKey, *, roles: Sequence[str] = (),
 
 def with_member(roster: Roster, new: Member) -> Roster:
     """``roster`` with ``new`` added; a member of that name gets the new key added (a
-    rotation: both keys work until the old one is removed)."""
+    rotation: both work until the old one is removed)."""
     members = list(roster.members)
     for i, m in enumerate(members):
         if m.name == new.name:

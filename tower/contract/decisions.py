@@ -23,13 +23,9 @@ class Verdict(StrEnum):
 
 
 class Decision(BaseModel):
-    """An approve/reject decision as the run records it, once its signature checked out.
-
-    Signed decisions arrive as a JWS (``SignedDecision``, docs/approvals.md) and are
-    recorded with the signing key's id in ``kid`` and the request they answer: its step
-    (``request``), the Temporal run id it was opened in (``run_id``) and the digest of its
-    proposal (``proposal``).
-    """
+    """An approve/reject decision as the run records it, once its signature checked out:
+    with the signing key's id (``kid``) and the request it answers (its step ``request``, the
+    Temporal ``run_id`` it was opened in, the ``proposal`` digest)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -54,9 +50,8 @@ class Decision(BaseModel):
 
 
 class SignedDecision(BaseModel):
-    """A decision on the wire (the ``decide`` update's and ``decision`` signal's argument):
-    ``token``, a JWS signed by a roster key; or, only where the deployment allows unsigned
-    decisions (development), ``unsigned`` claims in the clear. Strict, as the claims are."""
+    """A decision on the wire (``decide``'s and ``decision``'s argument): ``token``, a JWS
+    by a roster key; or, where the deployment allows it (development), ``unsigned`` claims."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -97,26 +92,22 @@ class GateRecord(BaseModel):
 
 
 class ProposalNotCanonical(TowerError, ValueError):  # a ValueError: as JSON's own encoders
-    """A proposal with a value RFC 8785 cannot canonicalize (an integer beyond ±(2**53-1),
-    NaN, an infinity): no client in another language could compute its digest."""
+    """A proposal RFC 8785 cannot canonicalize (an integer beyond ±(2**53-1), NaN, an
+    infinity): no client in another language could compute its digest."""
 
     CODE = Code.MALFORMED
 
 
 def canonical_proposal(record: GateRecord) -> dict[str, Any]:
-    """What an approver decides, as one JSON object: the gate, its node, the proposal
-    (action, arguments, amounts, limit), the editable fields and their limits. Every
-    surface shows this object, whole (``tower.contract.render``), every signer digests it
-    (``proposal_digest``) and a waiting run publishes it in its memo."""
+    """What an approver decides, as one JSON object: every surface shows it whole
+    (``tower.contract.render``), every signer digests it and a waiting run's memo carries it."""
     return {"v": 1, "gate": record.gate, "node": record.node, "when": record.when,
             "proposal": record.proposal, "editable": sorted(record.editable),
             "limits": {k: v.model_dump(mode="json") for k, v in record.limits.items()}}
 
 
 def canonical_bytes(record: GateRecord) -> bytes:
-    """``canonical_proposal`` in the RFC 8785 (JCS) form: keys sorted by UTF-16 code units,
-    no whitespace, numbers as ECMAScript prints them (``1.0`` is ``1``), UTF-8; and every
-    empty array written ``null``."""
+    """``canonical_proposal`` in RFC 8785 (JCS) form, every empty array written ``null``."""
     return _jcs(canonical_proposal(record))
 
 
@@ -129,8 +120,8 @@ def _jcs(canonical: dict[str, Any]) -> bytes:
 
 
 def _empty_as_null(value: Any) -> Any:
-    """``value`` with every empty array as ``null``: the `temporal` CLI prints an empty array
-    so (``"editable": null``), and a client reading either spelling gets the same bytes."""
+    """``value`` with every empty array as ``null``: the `temporal` CLI prints one so, and a
+    client reading either spelling gets the same bytes."""
     if isinstance(value, dict):
         return {k: _empty_as_null(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -139,15 +130,11 @@ def _empty_as_null(value: Any) -> Any:
 
 
 def digest_of(canonical: dict[str, Any]) -> str:
-    """``proposal_digest`` of a canonical proposal as a memo or a notice carries it (the
-    object ``canonical_proposal`` made, read back from JSON). Raises
-    ``ProposalNotCanonical``."""
+    """``proposal_digest`` of a canonical proposal read back from JSON (a memo, a notice)."""
     return "sha256:" + hashlib.sha256(_jcs(canonical)).hexdigest()
 
 
 def proposal_digest(record: GateRecord) -> str:
-    """``sha256:`` and the hex SHA-256 of ``canonical_bytes``: what a decision names. The
-    run, the CLI, the inbox and any client (in any language: docs/approvals.md gives the
-    steps and a test vector) compute it on the same pending record; a decision is accepted
-    only while that proposal is pending. Raises ``ProposalNotCanonical``."""
+    """``sha256:`` and the hex SHA-256 of ``canonical_bytes``: what a decision names. Any
+    client computes it alike (docs/approvals.md gives the steps and a test vector)."""
     return digest_of(canonical_proposal(record))

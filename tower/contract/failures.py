@@ -1,18 +1,11 @@
-"""Tower's one failure model: a code for every way Tower fails, the root exception, and the
-registry that carries a failure across Temporal's boundaries.
+"""Tower's one failure model: a code for every way Tower fails, the root exception, and
+the registry that carries a failure across Temporal's boundaries.
 
-Every exception Tower defines derives from ``TowerError`` and has a ``code`` from ``Code``.
-A failure that crosses a boundary (an activity to its workflow, a workflow's update or run
-to its client) travels as Temporal's ``ApplicationError``: ``failure(exc)`` makes it (the
-code is its type; the fields ride in its details) and ``rebuilt(exc)`` makes the Tower error
-again on the other side, whatever wraps it (``ActivityError``, ``WorkflowFailureError``,
-``WorkflowUpdateFailedError``). This is the only module that spells a failure type or reads
-an error's details (``python -m bench surface`` counts the others: 0).
-
-It sits with the contract, below the core: every layer raises and reads these. Nothing
-here imports temporalio at module level (the core and the CLI's error printer load without
-the SDK: tests/unit/test_layers.py); the functions that speak Temporal import it when
-called.
+``failure(exc)`` makes the ``ApplicationError`` that crosses (its type is the code, the
+fields ride in its details); ``rebuilt(exc)`` makes the Tower error again on the other side,
+whatever wraps it. This is the only module that spells a failure type or reads details
+(``python -m bench surface`` counts the others: 0). Nothing here imports temporalio at
+module level (tests/unit/test_layers.py).
 """
 
 from __future__ import annotations
@@ -59,7 +52,6 @@ class Code(StrEnum):
     NODE_FAILED = "NodeFailed"  # a node could not do its work
     INVALID_GRAPH = "InvalidGraph"  # a graph built wrong
     ILLEGAL_TRANSITION = "IllegalTransition"  # a move not declared, or its guard failed
-    BAD_START = "BadStart"  # a start the agent cannot take
     BAD_UPDATE = "BadUpdate"  # a state update that does not fit the state
     BAD_POLICY = "BadPolicy"  # a tenant policy invalid, or loosened without leave
     UNOPENABLE_PAYLOAD = "UnopenablePayload"  # an input the worker cannot open
@@ -127,12 +119,9 @@ STORE_WAITS = (Code.STORE_ENTRY_MISSING, Code.STORE_UNAVAILABLE, Code.PAYLOAD_ST
 class TowerError(Exception):
     """The root of every error Tower raises: ``code`` says what went wrong.
 
-    A subclass names its kind with ``CODE`` (and so registers itself: ``rebuilt`` makes it
-    again from a failure of that type; of two classes with one code, the first defined);
-    an instance may carry another ``code`` of its kind.
-    ``retryable`` (None: by the code, ``RETRIED``) is whether Temporal tries an activity
-    that failed with it again; ``retry_after`` asks for that delay before it.
-    """
+    A subclass names its kind with ``CODE``, which registers it for ``rebuilt`` (of two classes
+    with one code, the first defined). ``retryable`` (None: by the code, ``RETRIED``) is
+    whether Temporal tries a failed activity again; ``retry_after`` asks for that delay."""
 
     CODE: ClassVar[Code] = Code.BAD_SETTINGS
     # What rides beside the message in the failure's details, by attribute (JSON values).
@@ -159,8 +148,7 @@ class TowerError(Exception):
 
     @classmethod
     def rebuild(cls, message: str, code: Code, fields: dict[str, Any]) -> Self:
-        """The error again from what crossed: its message, code and ``FIELDS`` (a class
-        whose constructor makes more of them overrides this)."""
+        """The error again from what crossed: its message, code and ``FIELDS``."""
         error = cls.__new__(cls)
         TowerError.__init__(error, message, code=code)
         for name in cls.FIELDS:
@@ -169,10 +157,9 @@ class TowerError(Exception):
 
 
 def failure(exc: TowerError, *, benign: bool = False) -> ApplicationError:
-    """``exc`` as the failure Temporal carries: its type is the error's code (a refusal's
-    is its class's: the refusal code rides in the details), final unless retryable.
-    ``benign``: an expected failure, logged quietly by the SDK and not counted as an error
-    in its metrics."""
+    """``exc`` as the failure Temporal carries: its type is the code (a refusal's, its
+    class's: the refusal code rides in the details), final unless retryable. ``benign``: an
+    expected failure, logged quietly and not counted as an error in the SDK's metrics."""
     from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
     kind = exc.CODE if exc.code in REFUSALS or exc.code not in set(Code) else exc.code
@@ -187,9 +174,8 @@ def failure(exc: TowerError, *, benign: bool = False) -> ApplicationError:
 
 
 def rebuilt(exc: BaseException | None) -> TowerError | None:
-    """The Tower error that ``exc`` carries across a boundary (itself, or the first failure
-    of a Tower type along its causes: activity, child workflow, update, workflow
-    failures), or None when it carries none."""
+    """The Tower error ``exc`` carries (itself, or the first failure of a Tower type along
+    its causes), or None."""
     from temporalio.exceptions import ApplicationError
 
     seen = exc
@@ -223,8 +209,7 @@ def types(*codes: Code) -> list[str]:
 
 
 def failure_reason(exc: BaseException) -> str:
-    """What failed, in the failing call's own words: an activity's message is in its
-    cause ("Activity task failed" says nothing), after its type."""
+    """What failed, in the failing call's own words (an activity's message is its cause's)."""
     from temporalio.exceptions import ActivityError, ApplicationError
 
     while isinstance(exc, ActivityError) and exc.cause is not None:
@@ -236,8 +221,7 @@ def failure_reason(exc: BaseException) -> str:
 
 def waits_for_store(exc: BaseException) -> bool:
     """Whether a call that failed with ``exc`` waits for its store: a store failure along
-    its causes (the SDK wraps an input it could not decode as "Failed decoding
-    arguments", the store's failure its cause)."""
+    its causes (an input the SDK could not decode has the store's failure as its cause)."""
     from temporalio.exceptions import ActivityError, ApplicationError
 
     seen: BaseException | None = exc

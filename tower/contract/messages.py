@@ -1,5 +1,6 @@
-"""The run's status, a chat message and a model's usage: plain types the state, the wire
-types and the search attributes all carry, so they live at the bottom, in the contract."""
+"""The run's status, a chat message and a model's usage: carried by the state, the wire
+types and the search attributes alike.
+"""
 
 from __future__ import annotations
 

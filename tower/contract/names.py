@@ -1,15 +1,13 @@
-"""How a client reaches a Tower run: every query, update and signal a run answers, by name,
-with its input and result types. The runtime registers its handlers under these names
-(tower/temporal) and clients call them by these names (tower/client, the CLI, any
-Temporal client: ``temporal workflow query --name status``), so no client imports the
+"""Every query, update and signal a run answers, by name, with its input and result
+types: the runtime registers its handlers under these names and every client calls them by
+these names (``temporal workflow query --name status`` too), so no client imports the
 runtime::
 
     status = await handle.query(STATUS.name, result_type=STATUS.result)
     outcome = await handle.execute_update(DECIDE.name, {"token": jws}, result_type=Outcome)
 
-A result type that is not a plain one (``Outcome``, ``Transition``, ``LogSummary``,
-``Rejection``: the engine's own models, which import this layer) is named in the
-annotation and passed by the caller.
+A result type that is the engine's own model (``Outcome``, ``Transition``...) is named in
+the annotation and passed by the caller.
 """
 
 from __future__ import annotations

@@ -9,10 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class NotifyPolicy(BaseModel):
-    """Where a tenant's approvers hear that a run waits (``<trust dir>/<tenant>/notify.json``).
-
-    The URL is read by the notifying activity at send time and never enters a run:
-    a Slack webhook URL is itself a secret."""
+    """Where a tenant's approvers hear that a run waits (``<trust dir>/<tenant>/notify.json``);
+    read at send time, never in a run: a webhook URL is itself a secret."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -1,10 +1,7 @@
-"""What a run waiting at a gate publishes for approvers, in its memo and search attributes.
-
-The inbox (and ``tower pending``) list waiting runs from Temporal's visibility store
-alone, so they work while no worker answers queries. Nothing here can authorize
-anything: it is what the history already shows. The request itself is whole (``shown``,
-what ``proposal_digest`` hashes, rendered by ``tower.contract.render``); only the notes of
-earlier decisions are cut to a bounded size.
+"""What a run waiting at a gate publishes for approvers, in its memo and search attributes,
+so the inbox and ``tower pending`` list it from visibility alone, without a worker. It can
+authorize nothing. The request is whole (``shown``, what ``proposal_digest`` hashes); only
+earlier decisions' notes are cut.
 """
 
 from __future__ import annotations
@@ -53,11 +50,7 @@ class EarlierDecision(BaseModel):
 
 
 class PendingView(BaseModel):
-    """One pending request as approvers see it: the memo ``search.PENDING_MEMO``.
-
-    ``agent``, ``fields`` and ``earlier`` came with the inbox: a run that parked before
-    publishes none of them (the inbox then takes the agent from its search attributes).
-    """
+    """One pending request as approvers see it: the memo ``search.PENDING_MEMO``."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -95,15 +88,14 @@ class PendingView(BaseModel):
         return data
 
     def rendered(self) -> Rendered:
-        """The request as every surface shows it (``tower.contract.render``): ``shown``,
-        or, in a memo from before it, what that memo says (never listed as genuine)."""
+        """The request as every surface shows it: ``shown``, or what an older memo says
+        (never listed as genuine)."""
         return render_proposal(self.shown or {
             "gate": self.gate, "node": self.node, "when": self.when,
             "proposal": self.proposal, "editable": self.editable})
 
     def memo(self) -> dict[str, Any]:
-        """What the run's memo holds: the view, its proposal only in ``shown`` when there
-        (and, in the memos of runs recorded before ``shown``, exactly what they held)."""
+        """The run's memo: the proposal only in ``shown`` when there is one."""
         return self.model_dump(mode="json", exclude={"proposal"} if self.shown else {"shown"})
 
 

@@ -1,36 +1,22 @@
 """The one rendering of a proposal: what every surface shows an approver. Pure.
 
-`tower pending`, `tower approve`, the inbox's list and decision page, the notification and
-the run's details in the Web UI all show ``render_proposal(canonical_proposal(record))``:
-the very object ``proposal_digest`` hashes (gate, node, when, proposal, editable, limits),
-every value whole, never cut.
+Every surface shows ``render_proposal(canonical_proposal(record))``: the very object
+``proposal_digest`` hashes, every value whole, never cut.
 
-Text from a run is hostile, so it is shown inert. No control character (C0, C1, DEL),
-bidi control, zero-width or other invisible (format, separator, private-use, unassigned,
-lone surrogate) character is ever emitted raw: C0/C1/DEL are shown as ``\\x1b``-style
-escapes, every other one as ``⟨U+202E⟩``, and the rendering is marked ``hidden``. A
-backslash is shown as ``\\\\`` and a literal ``⟨`` as ``⟨U+27E8⟩``, so every shown string
-reads back to exactly the characters signed (``unescape``). A non-ASCII space (U+00A0 …)
-is escaped too: "$5 000" must not be told from "$5000" by its width. In a proposal, so
-is every digit outside ASCII (fullwidth ``５``, Arabic-Indic ``٥``, any other decimal
-digit, ``²``, ``½``, ``Ⅻ``) and every currency sign but ``$`` (``€``, ``£``, fullwidth
-``＄``): "$５00" and "٥٠٠" must not pass for amounts, so what is signed reads in ASCII
-digits and ``$`` only. (A conversation or a run id keeps them: they sign nothing.)
+Text from a run is hostile, so it is shown inert: no control (C0, C1, DEL), bidi,
+zero-width or other invisible character is emitted raw. C0/C1/DEL show as ``\\x1b``-style
+escapes, others as ``⟨U+202E⟩``, and the rendering is marked ``hidden``; ``\\`` and ``⟨``
+are escaped too, so every shown string reads back to the characters signed (``unescape``).
+Non-ASCII spaces are escaped ("$5 000" is not "$5000"); in a proposal so is every digit
+outside ASCII and every currency sign but ``$``, so an amount reads in ASCII digits only.
+In a multi-line string value each ``\\n`` stays a line break; elsewhere it is an escape; a CR
+always is. Markup is the surfaces' business (markup off, HTML autoescape on).
 
-Newlines: in a multi-line string value (a migration script) each ``\\n`` stays a real
-line break; everywhere else (names, one-line views) a newline is the escape ``\\n``. A CR
-is always an escape, so no line can be rewritten from its start. Markup is the surfaces'
-business: the terminal prints this text with markup off, the inbox with HTML autoescape on.
-
-Width: no text may make a line that reads as a field or as the gate's heading, at any
-width. So ``lines`` wraps the rendering itself to the surface's width (never the
-terminal): a value that is several lines, or too long for its field's line, is a block
-under ``name: |`` in which every shown line carries the field's gutter: ``│`` where a line
-of the value starts, ``┆`` where the renderer wrapped it (the characters continue the row
-above; nothing is added or removed). Any other line too long for the width goes on after
-``┆`` in that gutter too. Widths are counted high (wide and ambiguous characters as two
-columns), so a terminal never wraps a line the renderer made. The inbox keeps the same
-rule with a left border on each value's block (browsers wrap inside it).
+Width: no text may make a line that reads as a field or the heading, at any width, so
+``lines`` wraps to the surface's width itself: a long or multi-line value is a block under
+``name: |`` whose rows carry the gutter (``│`` where a line of the value starts, ``┆``
+where the renderer wrapped it). Widths are counted high (wide and ambiguous characters as
+two), so a terminal never wraps a line the renderer made.
 """
 
 from __future__ import annotations

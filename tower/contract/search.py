@@ -1,6 +1,6 @@
-"""The search attributes every run keeps current. Register each one with the server
-(`tower setup` does, through the operator API): an unknown attribute makes the workflow
-task fail and retry forever."""
+"""The search attributes every run keeps current. Register each with the server (`tower
+setup` does): an unknown attribute fails the workflow task forever.
+"""
 
 from __future__ import annotations
 
@@ -49,11 +49,9 @@ def state_attributes(agent: str, state: AgentState) -> list[tuple[SearchAttribut
 
 
 def start_attributes(machine: Machine) -> TypedSearchAttributes:
-    """The attributes a run of ``machine`` has after its first move (START -> entry, step 1),
-    for a starter to pass as ``start_workflow(search_attributes=...)``. The run then upserts
-    nothing at its first move (one history event fewer), and it ends without upserting
-    what Temporal's ExecutionStatus already says (``status_clause``). A run started
-    without them (a raw ``temporal workflow start``) upserts them itself, as before."""
+    """The attributes a run of ``machine`` has after its first move, for
+    ``start_workflow(search_attributes=...)``: the run upserts nothing then (one event fewer),
+    and its end is read from ExecutionStatus (``status_clause``)."""
     pairs: list[tuple[SearchAttributeKey[Any], Any]] = [
         (AGENT_NAME, machine.name), (AGENT_NODE, machine.entry),
         (AGENT_STATUS, Status.RUNNING.value), (AGENT_STEP, 1), (AGENT_COST_USD, 0.0),
@@ -64,20 +62,13 @@ def start_attributes(machine: Machine) -> TypedSearchAttributes:
 
 
 def started_with_attributes(attributes: TypedSearchAttributes) -> bool:
-    """Was a run started with ``start_attributes`` (AgentNode is set by nothing else at
-    start)? Such a run's end is read from ExecutionStatus, not from an upsert."""
+    """Was a run started with ``start_attributes`` (nothing else sets AgentNode at start)?"""
     return attributes.get(AGENT_NODE) is not None
 
 
 def status_clause(status: str) -> str:
-    """The visibility query clause for runs in ``status`` (a Status value).
-
-    A run started with ``start_attributes`` does not upsert DONE at its end when nothing
-    else changed: a completed execution is DONE. FAILED: the run's execution failed
-    (AgentStatus FAILED is published too, with the error), or, recorded before FAILED
-    failed the execution, a run completed or waiting with AgentStatus FAILED. A run still
-    open is in its AgentStatus.
-    """
+    """The visibility query clause for runs in ``status``: a completed execution is DONE;
+    FAILED is a failed execution or a published FAILED; an open run is its AgentStatus."""
     if status == Status.DONE:
         return f"ExecutionStatus = 'Completed' AND {AGENT_STATUS.name} != 'FAILED'"
     if status == Status.FAILED:
@@ -87,9 +78,7 @@ def status_clause(status: str) -> str:
 
 def run_status(execution: WorkflowExecutionStatus | None,
                attributes: TypedSearchAttributes) -> str | None:
-    """A run's status as ``status_clause`` finds it: a closed execution's own (Completed is
-    DONE, Failed is FAILED, Terminated/TimedOut/Canceled by name) unless the run published
-    FAILED; an open run's AgentStatus."""
+    """A run's status as ``status_clause`` finds it."""
     published = attributes.get(AGENT_STATUS)
     if execution in (None, WorkflowExecutionStatus.RUNNING) or published == Status.FAILED:
         return published

@@ -1,8 +1,6 @@
-"""A run's live stream: what a subscriber reads while the run works (docs/streaming.md).
-
-Each event has an offset (1, 2, 3, ... per run), a kind and a small JSON body. The stream
-is a side channel: nothing here enters the run's history, and nothing the run decides
-depends on it. Pure: the workflow, the activities and clients all import it.
+"""A run's live stream (docs/streaming.md): per run, events with offsets 1, 2, 3, ..., a
+kind and a small JSON body. A side channel: nothing here enters the history, and nothing
+the run decides depends on it.
 """
 
 from __future__ import annotations
@@ -37,8 +35,7 @@ CUSTOM_DATA_MAX = 16_384  # bytes of the data's JSON
 
 @dataclass(frozen=True)
 class StreamEvent:
-    """One event as stored and read back. ``key`` makes publishing idempotent: a second
-    event with the same key in the same stream is dropped (a retried task, a redelivery)."""
+    """One event as stored and read back; ``key`` makes publishing idempotent."""
 
     kind: str
     data: dict[str, Any] = field(default_factory=dict)
@@ -46,9 +43,8 @@ class StreamEvent:
     offset: int = 0  # set by the store
 
     def as_json(self) -> dict[str, Any]:
-        """The event as one JSON object: its offset and kind, then its data's fields. The
-        event's kind always wins; a transition stored before ``move`` existed had its own
-        ``kind`` in the data, which becomes ``move``."""
+        """The event as one JSON object: offset and kind, then its data (a transition stored
+        before ``move`` existed had its own ``kind`` in the data: it becomes ``move``)."""
         data = dict(self.data)
         if self.kind == TRANSITION and "kind" in data:
             data.setdefault(MOVE, data["kind"])
@@ -58,11 +54,8 @@ class StreamEvent:
 
 
 def custom_data(label: str, data: dict[str, Any] | None) -> dict[str, Any]:
-    """Check what a node emits (``ctx.emit``): the event's fields, or ValueError saying why.
-
-    ``label`` names the event for readers ("progress", "partial"...); ``data`` is a JSON
-    object of at most CUSTOM_DATA_MAX bytes. Returned as a JSON round trip, so what a
-    reader gets is exactly what was checked."""
+    """What a node emits (``ctx.emit``) checked: the event's fields, or ValueError. Returned
+    as a JSON round trip, so a reader gets exactly what was checked."""
     if not isinstance(label, str) or not label or len(label) > LABEL_MAX:
         raise ValueError(f"ctx.emit: label must be a non-empty string of at most {LABEL_MAX} "
                          f"characters, got {label!r:.120}")
@@ -94,9 +87,8 @@ FINISHED = "finished"  # the attempt shown is whole
 @dataclass
 class Reply:
     """What a subscriber shows of the model's output: the live attempt's text; a discard
-    empties it (``state`` becomes ``retrying``, ``reason`` says why). Pure, so every
-    surface (the CLI, the SSE endpoint's folded ``reply``, a web page's script) agrees:
-    the text shown is the final reply's, once, however many attempts were lost."""
+    empties it (``retrying``, with the ``reason``). Pure, so every surface agrees: the final
+    reply's text, once, however many attempts were lost."""
 
     attempt: str = ""
     text: str = ""

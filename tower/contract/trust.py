@@ -1,9 +1,7 @@
-"""The deployment's trust data as it crosses into a run: roster, policy, and decisions' claims.
+"""The deployment's trust data as it crosses into a run: roster, policy, and claims.
 
-Pure pydantic. The roster and the policy are files the *deployment* owns (read by the
-``load_trust`` activity from ``TOWER_TRUST_DIR``); a run holds them as a snapshot, which
-is public: a roster carries public keys only (a JWK with a private part is refused),
-so anyone reading a run's history learns who may approve, never how to sign.
+A run holds the roster and policy as a snapshot, which is public: a roster carries public
+keys only (a JWK with a private part is refused).
 """
 
 from __future__ import annotations
@@ -17,8 +15,7 @@ KID = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,99}$"
 
 
 class PublicKey(BaseModel):
-    """An Ed25519 public key as a JWK (RFC 8037). ``extra="forbid"``: a private ``d`` is
-    refused, so a roster can never carry anything that signs."""
+    """An Ed25519 public JWK (RFC 8037); ``extra="forbid"`` refuses a private ``d``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -31,18 +28,11 @@ class PublicKey(BaseModel):
 
 
 class Member(BaseModel):
-    """Someone (or something) the tenant trusts, and for what.
-
-    Attributes:
-        name: who; a decision's ``sub`` must name this member unless it is an issuer.
-        roles: the roles this member holds at gates.
-        vouches_for: roles this member (an issuer, e.g. a web inbox that authenticated
-            its user) may vouch for; its decisions carry ``sub`` = the approver.
-        events: agents whose events this member may send (signed events).
-        attests: a deployment's worker: its key signs the pending requests of the runs it
-            serves (``AttestClaims``), so listings show only genuine ones. It decides nothing.
-        keys: its public keys; revoke a key by removing it.
-    """
+    """Someone (or something) the tenant trusts, and for what: ``roles`` at gates;
+    ``vouches_for``, roles an issuer (an inbox that authenticated its user) may decide as for
+    ``sub``; ``events``, agents it may send signed events to; ``attests``, a deployment's
+    worker whose key vouches for pending requests (it decides nothing); ``keys``, its public
+    keys (revoke one by removing it)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -79,8 +69,8 @@ class GatePolicy(BaseModel):
 
 
 class Policy(BaseModel):
-    """A tenant's rules (``<trust dir>/<tenant>/policy.json``). A run's input may tighten
-    the agents' limits, never loosen them; nothing else here is settable by a run."""
+    """A tenant's rules (``<trust dir>/<tenant>/policy.json``); a run's input may tighten the
+    agents' limits, never loosen them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -115,10 +105,8 @@ class TrustSnapshot(BaseModel):
 
 
 class Signed(BaseModel):
-    """What every token's claims carry: who signed it for, when, until when (seconds).
-
-    Strict: a value of the wrong JSON type is refused, never coerced (``"request": "3"``
-    is not step 3), so what a signer meant is what the run reads."""
+    """What every token's claims carry: id, issued, expiry (seconds). Strict: a value of the
+    wrong JSON type is refused, never coerced."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
@@ -159,8 +147,7 @@ ATTEST_ACTIVITY = "tower_attest"  # the activity a gate asks (tower/activities/a
 
 
 class AttestRequest(BaseModel):
-    """What a run asks its worker to vouch for when a gate opens (``tower_attest``); the
-    worker adds what it knows itself: the workflow id, type and task queue."""
+    """What a run asks its worker to vouch for when a gate opens (``tower_attest``)."""
 
     tenant: str = Field(min_length=1, max_length=200)
     run_id: str = Field(min_length=1, max_length=100)
@@ -171,8 +158,8 @@ class AttestRequest(BaseModel):
 
 
 class AttestClaims(Signed):
-    """A worker's attestation (JWS ``tower-attest+jwt``): this pending request is a real
-    one, of a run this deployment's worker serves (docs/approvals.md)."""
+    """A worker's attestation (``tower-attest+jwt``): a real pending request of a run this
+    deployment's worker serves."""
 
     tenant: str = Field(min_length=1, max_length=200)
     run: str = Field(min_length=1, max_length=400, description="the workflow id")

@@ -1,6 +1,5 @@
-"""Types that cross between workflow and activities. Pure pydantic: both sides import them.
-
-Activity inputs carry what one call needs, never the whole state.
+"""Types that cross between workflow and activities: each input carries what one call
+needs, never the whole state.
 """
 
 from __future__ import annotations
@@ -18,8 +17,8 @@ AGENT_HEADER, NODE_HEADER = "X-Tower-Agent", "X-Tower-Node"
 
 
 class MessageRef(BaseModel):
-    """A message kept in the message store (tower/activities/messages.py), as the workflow sees it:
-    the content's hash and the small facts code decides on, never the content itself."""
+    """A message in the message store, as the workflow sees it: the content's hash and the
+    small facts code decides on, never the content."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -33,8 +32,7 @@ class MessageRef(BaseModel):
 
 
 def message_ref(message: Message) -> MessageRef:
-    """The ref of ``message``: the hash of its role, name and content (so the same message
-    is stored once, and whoever resolves a ref can check what it got)."""
+    """The ref of ``message``: the hash of its role, name and content."""
     digest = hashlib.sha256(
         f"{message.role}\x00{message.name or ''}\x00{message.content}".encode()).hexdigest()
     # 128 bits: collision-free for any realistic store, and half the bytes in the history.
@@ -43,23 +41,17 @@ def message_ref(message: Message) -> MessageRef:
 
 
 class StoredReply(BaseModel):
-    """An update's result that returns a model's reply, recorded once in the run's history.
-
-    ``reply`` is the text; or, when the model call's result already recorded it
-    (``tower.temporal.stored_reply``), it is empty and ``reply_ref`` names the text (kept
-    in the message store too).
-    ``tower.client.update_while_open`` fills ``reply`` back in — from the message store,
-    else from the run's own history — each checked against the ref's digest.
-    """
+    """An update's result carrying a model's reply: ``reply``, or, when the model call's
+    recorded result holds the text, only ``reply_ref`` (``update_while_open`` fills it back in,
+    checked against the digest)."""
 
     reply: str = ""
     reply_ref: MessageRef | None = None
 
 
 class WindowRef(BaseModel):
-    """A conversation window kept in the message store, as the workflow sees it: one
-    content hash (of the summary's and the messages' refs) and the two numbers a route
-    decides on. The store keeps the list; the history holds only this."""
+    """A conversation window in the message store: one hash and the two numbers a route
+    decides on."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -127,9 +119,8 @@ class ModelReply(BaseModel):
 
 class Authority(BaseModel):
     """What the run authorizes a side effect to do, from the runtime, never from a node or
-    the model: the run's limits (its agent's ``Policy`` fields, as its state records them)
-    and, when a gate approved this node visit, the decision, the proposal its approver was
-    shown and their edits. The tool checks it inside the effect's transaction."""
+    the model: the run's limits and, when a gate approved this visit, the decision, the
+    proposal shown and the edits. The tool checks it inside the effect's transaction."""
 
     limits: dict[str, Any] = Field(default_factory=dict)  # the run's policy ({}: none)
     decision_id: str = ""  # the approval that authorized this action ("" if none)
@@ -138,7 +129,7 @@ class Authority(BaseModel):
 
     @property
     def approved(self) -> dict[str, Any]:
-        """What the approval covers: the proposal with the edits in ({}: no approval)."""
+        """The proposal with the edits in ({}: no approval)."""
         return {**self.proposal, **self.edits} if self.decision_id else {}
 
 

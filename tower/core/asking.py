@@ -1,9 +1,8 @@
 """Asking a node's model, the pure part: build the request, check the reply, correct.
 
-Every ``NodeContext`` (on a worker, in a unit test) asks through ``ask_validated`` with
-its own way to reach the model, so what counts as a valid answer is one piece of code:
-a tool this node lacks, bad tool arguments or content that fails the schema are fed
-back up to ``max_corrections`` times, then the node fails. Pure: no Temporal.
+Every ``NodeContext`` asks through ``ask_validated``, so what counts as a valid answer is
+one piece of code: a tool this node lacks, bad tool arguments or content failing the
+schema are fed back up to ``max_corrections`` times, then the node fails.
 """
 
 from __future__ import annotations
@@ -28,8 +27,8 @@ ModelCall = Callable[[list[Message], type[BaseModel] | None], Awaitable[ModelRep
 
 def model_request(agent: str, node: Node, convo: list[Message], schema: type[BaseModel] | None,
                   models: list[str], **extra: Any) -> ModelRequest:
-    """What the model is asked: the node's prompt and only the node's own tools (``extra``:
-    the stored history, the window, whether to keep the exchange)."""
+    """What the model is asked: the node's prompt and only its own tools (``extra``: the
+    stored history, the window, whether to keep the exchange)."""
     return ModelRequest(
         agent=agent, node=node.name, system=node.prompt, messages=convo,
         tools=[spec.schema() for spec in specs_of(node)],

@@ -1,8 +1,5 @@
-"""Properties every transition log must have, checked on recorded runs.
-
-Pure: no Temporal. ``tower replay`` and the replay tests run ``check_log`` on the
-log each history produces when replayed against the current code, so a code
-change that would let a run take a move its graph does not allow fails CI.
+"""Properties every transition log must have, checked on recorded runs (``tower replay``
+and the replay tests), so a change that would let a run take an undeclared move fails CI.
 """
 
 from __future__ import annotations
@@ -18,17 +15,13 @@ from tower.core.transition import Kind, Transition
 
 def check_log(machine: Machine, log: Sequence[Transition],
               states: Sequence[AgentState] | None = None) -> list[str]:
-    """Every way ``log`` breaks the rules, as readable sentences; empty when it is sound.
+    """Every way ``log`` breaks the rules, as sentences; empty when it is sound.
 
-    The rules: steps strictly increase; each move is declared by ``machine``; a move
-    starts where the previous one ended; DONE and FAILED are never left (a failed run is
-    retried by a Temporal reset: a new run, with its own log); no move enters a node past
-    its visit budget or the step budget (other than the escalation). With ``states`` (the
-    state after each move, as a replay or ``run_agent`` gives them), also what the graph's
-    proof promises (tower/core/proofs.py): no node with side-effecting tools ran without
-    a gate it is behind approving it (or the gate's ``applies`` finding no decision
-    needed), and no node ran before a gate it must come after.
-    """
+    Steps strictly increase; each move is declared and starts where the last ended; DONE and
+    FAILED are never left; no move enters a node past its visit or step budget (but the
+    escalation). With ``states`` (the state after each move), also the graph's proof: no
+    side-effecting node ran without a gate it is behind approving it (or finding no decision
+    needed), and no node ran before a gate it must come after."""
     problems: list[str] = []
     previous: Transition | None = None
     for t in log:
@@ -87,9 +80,8 @@ def _budgets(machine: Machine, log: Sequence[Transition],
 
 def _gates(machine: Machine, log: Sequence[Transition],
            states: Sequence[AgentState]) -> list[str]:
-    """Walk the run: a gate is cleared when its node ran with the request of that visit
-    approved, or with no decision needed; entering its node again, or a request ending
-    otherwise, clears it no longer. A guarded node's run needs its gates cleared."""
+    """Walk the run: a gate is cleared when its node ran with that visit's request approved
+    or none needed; a new visit, or a request ending otherwise, clears it no longer."""
     proof = machine.proof
     assert proof is not None
     by_node = dict(machine.gates)
@@ -122,8 +114,7 @@ def _gates(machine: Machine, log: Sequence[Transition],
 
 
 def _cleared(gate: Gate, node: str, before: AgentState, after: AgentState) -> bool:
-    """Whether ``gate`` let this visit of ``node`` run: its request approved, or no
-    decision needed (``applies``, judged on the state it was judged on at run time)."""
+    """Whether ``gate`` let this visit of ``node`` run (judged on the state it was judged on)."""
     visit = before.visits.get(node, 0)
     records = [r for r in before.approvals if r.gate == gate.name and r.visit == visit]
     if records:

@@ -1,10 +1,6 @@
-"""What a run carries into its next run when it continues-as-new.
-
-Pure: no Temporal. The state goes over whole (it is small: long content lives in
-the message store); the transition log goes over as a bounded summary (counts and
-the last few moves without their updates), so the carried input does not grow with
-the run's age or the size of a step. The full log of an earlier run is still in
-that run's history.
+"""What a run carries into its next run when it continues-as-new: the state whole (long
+content lives in the message store) and the log as a bounded summary, so the carried input
+does not grow with the run's age.
 """
 
 from __future__ import annotations
@@ -33,13 +29,9 @@ class LogSummary(BaseModel):
 
 
 class Carry(BaseModel):
-    """The input of the next run: the state (as JSON) and the log so far, summarised.
-
-    ``run_id`` is the run that continued-as-new with it. The next run takes a carry only
-    when that is the run it continued from (``workflow.info().continued_run_id``): a cron
-    or retry run also has a ``continued_run_id`` but repeats its first input, which a
-    requester wrote before that run id existed (tower/temporal/_machine_run.py ``own_carry``).
-    """
+    """The input of the next run: the state and the log so far, summarised. The next run
+    takes it only from the run it continued from (``run_id``): a cron or retry run repeats its
+    first input, which a requester wrote (tower/temporal/_machine_run.py ``own_carry``)."""
 
     # None only in the carries of runs recorded before (they replay without the check).
     run_id: str | None = Field(default=None, min_length=1, max_length=100)

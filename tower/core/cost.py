@@ -1,7 +1,5 @@
-"""What a run spent on models: per call, per node, per run. Pure: no Temporal, no I/O.
-
-The dollars are computed by the model activity from the worker's price table, so
-the figure of each call is recorded in the history and replays unchanged.
+"""What a run spent on models: per call, per node, per run. The model activity prices each
+call, so its figure is in the history and replays unchanged.
 """
 
 from __future__ import annotations
@@ -14,8 +12,6 @@ from tower.core.state import AgentState, Usage
 
 
 class CallUsage(BaseModel):
-    """One model call: where it happened, which model answered, what it used."""
-
     model_config = ConfigDict(frozen=True)
 
     step: int

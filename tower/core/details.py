@@ -1,8 +1,5 @@
-"""What the Temporal Web UI shows as a run's "current details": the story so far.
-
-Pure: a function of the machine, the state and the last transition, so the text
-is the same on every replay and can be unit-tested without a server. The Web UI
-renders it as Markdown (in a frame of its own, on the run's "User Metadata" tab).
+"""The Web UI's "current details" of a run: the story so far, as Markdown. Pure: a
+function of the machine, the state and the last move, the same on every replay.
 """
 
 from __future__ import annotations
@@ -22,9 +19,8 @@ from tower.core.state import AgentState
 
 def render_details(machine: Machine, state: AgentState, last: Transition | None = None,
                    run_id: str = "RUN", log: Sequence[Transition] = ()) -> str:
-    """The details; ``log`` (the run's transitions) dates the decisions taken. Every string
-    the run carries (a reason, an approver's name and note, an error, the reply) is inert:
-    escaped, and in a code span or fence, so no Markdown in it becomes structure."""
+    """The details; ``log`` dates the decisions. Every string the run carries is inert:
+    escaped, in a code span or fence, so no Markdown in it becomes structure."""
     ended = state.node in TERMINALS
     lines = [
         f"**{machine.name}** · {'ended at' if ended else 'state'} `{state.node}` · "
@@ -55,8 +51,8 @@ def render_details(machine: Machine, state: AgentState, last: Transition | None 
 
 
 def budget_used(machine: Machine, state: AgentState) -> str:
-    """e.g. ``steps 3 of 10 · reason: 2 of 5 visits · 800 of 4000 tokens`` (no slashes:
-    the Web UI's Markdown turns ``2/5`` into a fraction)."""
+    """e.g. ``steps 3 of 10 · reason: 2 of 5 visits`` (no slashes: the Web UI's Markdown
+    turns ``2/5`` into a fraction)."""
     budget = machine.budget
     if budget is None:
         return f"steps {state.step} (no budget)"
@@ -87,8 +83,7 @@ def _pending(record: GateRecord, run_id: str) -> list[str]:
 
 
 def _decided(record: GateRecord, at: datetime | None) -> str:
-    """One decided request: who, what, when (the step that closed it, and its time when
-    this run's log holds it: a run continued-as-new keeps its state, not its moves)."""
+    """One decided request: who, what, and when (its time when this run's log holds it)."""
     line = f"- gate `{record.gate}` ({record.when} `{record.node}`): **{record.status.value}**"
     decision = record.decision
     if decision is not None:
@@ -107,8 +102,7 @@ def _decided(record: GateRecord, at: datetime | None) -> str:
 
 
 def reply(state: AgentState) -> str:
-    """What the run answered: its ``reply`` (or ``answer``) field, else its last assistant
-    message."""
+    """What the run answered: its ``reply`` or ``answer`` field, else its last assistant message."""
     for field in ("reply", "answer"):
         own = getattr(state, field, None)
         if isinstance(own, str) and own:
@@ -118,9 +112,7 @@ def reply(state: AgentState) -> str:
 
 
 def span(text: str) -> str:
-    """``text`` as one inert line in a Markdown code span: escaped (``inert``: controls,
-    bidi, newlines), between backtick runs longer than any inside, so nothing in it is a
-    link, an image, a heading or math."""
+    """``text`` as one inert line in a Markdown code span longer than any backtick run in it."""
     shown = inert(text)
     ticks = "`" * (1 + max((len(run) for run in re.findall("`+", shown)), default=0))
     return f"{ticks} {shown} {ticks}"
@@ -133,9 +125,8 @@ def fenced(body: str) -> list[str]:
 
 
 def start_metadata(machine: Machine, run_id: str) -> tuple[str, str]:
-    """The Web UI's summary and static details of a run of ``machine`` (``start_run`` sets
-    them at the start: the server keeps them, with or without a worker, after the run
-    closes too): the agent, its nodes and gates, and the commands that read the run."""
+    """The Web UI's summary and static details of a run of ``machine`` (kept by the server
+    after the run closes): the agent, its nodes and gates, and the commands that read it."""
     summary = (f"Tower agent {machine.name}: its node, decisions and reply are in Current "
                "Details (User Metadata)")
     lines = [f"**{machine.name}**, a Tower state machine: nodes "

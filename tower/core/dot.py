@@ -1,9 +1,5 @@
-"""Draw a Machine as Graphviz DOT, with its gates and budgets marked.
-
-Pure text: ``tower graph AGENT --format svg|png`` hands it to Graphviz's ``dot``
-(Debian's graphviz package) on this machine: nothing goes over the network.
-Gated nodes are drawn as orange octagons with the gate and its role; budget
-escalations are dashed red edges; a note lists the budget's limits.
+"""Draw a Machine as Graphviz DOT (``tower graph AGENT --format svg|png`` runs the local
+``dot``): gated nodes as orange octagons, budget escalations as dashed red edges.
 """
 
 from __future__ import annotations

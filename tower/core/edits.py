@@ -1,14 +1,10 @@
 """Edits an approver makes to a pending request, judged before they are accepted. Pure.
 
-An approval may change the gate's ``editable`` fields (e.g. lower an amount). The edits
-are judged on the *planned* state — the state as the request was opened, nothing edited
-yet — so a rule ``edits["amount_cents"] <= planned.amount_cents`` means what it says, and
-the gate's declared ``limits`` (recorded with the request, shown on approvers' forms) are
-enforced here, by the engine, before the gate's own ``check_edits`` runs.
-
-Each edit is read strictly, as JSON of its field's type: never converted (``true`` is not
-1 cent, ``100.0`` is not 100, ``"100"`` is not 100), so what the approver signed is what
-is paid, and a mistyped edit is refused in the approver's terms before any rule compares it.
+Edits are judged on the *planned* state (as the request was opened), so a rule
+``edits["amount_cents"] <= planned.amount_cents`` means what it says; the request's
+``limits`` are enforced here before the gate's own ``check_edits``. Each edit is read
+strictly as JSON of its field's type, never converted (``true`` is not 1 cent), so what
+the approver signed is what is paid.
 """
 
 from __future__ import annotations
@@ -41,10 +37,8 @@ KINDS: dict[Any, str] = {int: "a whole number", float: "a number", bool: "true o
 
 
 def check_edits(gate: Gate, state: AgentState, d: Decision) -> str | None:
-    """Why ``d``'s edits may not be applied to the pending request, or None. ``state`` is
-    the planned state (the request is pending: nothing edited yet). In order: editable
-    fields only, values of the fields' types, the request's recorded ``limits``, then the
-    gate's own ``check_edits(planned, edits)``."""
+    """Why ``d``'s edits may not be applied to the pending request, or None: editable fields
+    only, values of their types, the recorded ``limits``, then ``gate.check_edits``."""
     if not d.edits:
         return None
     if d.decision == Verdict.REJECT:
@@ -75,8 +69,8 @@ def check_edits(gate: Gate, state: AgentState, d: Decision) -> str | None:
 
 
 def mistyped(state_type: type[AgentState], name: str, value: Any) -> str | None:
-    """Why ``value``, an edit as JSON carries it, is not a value of field ``name``'s type
-    (strictly: no conversion), in the approver's terms; None when it is one."""
+    """Why ``value`` (an edit as JSON carries it) is not strictly of field ``name``'s type,
+    in the approver's terms; None when it is."""
     info = state_type.model_fields.get(name)
     if info is None:  # not a field: apply_update says so
         return None
@@ -109,7 +103,7 @@ def _adapter(state_type: type[AgentState], name: str) -> TypeAdapter[Any]:
 
 
 def _json(value: Any) -> str:
-    """``value`` as the decision's JSON wrote it, inert (every non-ASCII character escaped)."""
+    """``value`` as the decision's JSON wrote it, inert (non-ASCII escaped)."""
     try:
         return json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):

@@ -1,5 +1,6 @@
 """The engine's error family, small and precise (after python-statemachine); every class
-derives from ``TowerError`` (tower/contract/failures.py: the root, its codes, the registry)."""
+derives from ``TowerError`` (tower/contract/failures.py).
+"""
 
 from __future__ import annotations
 
@@ -35,23 +36,16 @@ class IllegalTransition(TowerError):
 
 
 class NodeFailed(TowerError):
-    """A node could not do its work (a tool refused, model output stayed invalid).
-
-    The run records the reason and moves to FAILED instead of retrying forever.
-    """
+    """A node could not do its work (a tool refused, model output stayed invalid): the run
+    records why and moves to FAILED instead of retrying forever."""
 
     CODE = Code.NODE_FAILED
 
 
 class EffectRefused(NodeFailed):
-    """A side effect refused because an invariant does not hold (more than is refundable,
-    over the limit without an approval…). Nothing was done, and retrying the same call
-    cannot change that.
-
-    A tool raises it (``raise EffectRefused("over_limit", "...")``, ``tower.effects``); the
-    node that called the tool gets it back, with ``tool`` filled in, and may route on
-    ``code`` instead of failing the run. Its ``code`` is the tool's own word (its domain's,
-    not one of Tower's ``Code``s); its failure type is ``EffectRefused``."""
+    """A side effect refused: an invariant does not hold, nothing was done, and retrying
+    cannot change that. A tool raises it (``tower.effects``); the calling node gets it back
+    with ``tool`` filled in and may route on ``code`` (the tool's own word)."""
 
     CODE = Code.EFFECT_REFUSED
     FIELDS = ("code", "tool")
@@ -72,8 +66,8 @@ class EffectRefused(NodeFailed):
 
 
 class DecisionRefused(TowerError):
-    """The run refused the decision; nothing changed. ``code`` says why (read it, never
-    the words of ``reason``); None only from a run too old to send one."""
+    """The run refused the decision; nothing changed. ``code`` says why (never read the
+    words); None only from a run too old to send one."""
 
     CODE = Code.DECISION_REFUSED
     code: Code | None  # type: ignore[assignment]  # a refusal code; None: the run gave none
@@ -95,9 +89,7 @@ class DecisionRefused(TowerError):
 
 
 class AgentFailed(TowerError):
-    """A run ended FAILED: its workflow execution fails with this (non-retryable), the
-    message its reason, naming the agent, node and step (``result()`` raises
-    ``WorkflowFailureError`` with it as the cause)."""
+    """A run ended FAILED: its execution fails with this (final), naming agent, node, step."""
 
     CODE = Code.AGENT_FAILED
     FIELDS = ("agent", "node", "step", "reason")

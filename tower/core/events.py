@@ -1,14 +1,9 @@
-"""Event-driven machines: the same Machine, guards, budgets and transition log, moved by events.
+"""Event-driven machines: the same Machine, guards, budgets and log, moved by events.
 
-A node-driven run (``runtime.AgentWorkflow``) runs a node and takes the move its route
-picks. An event-driven run waits in a state until an *event* arrives — from outside (a
-signal) or as the result of the state's entry action (an activity) — merges it into
-the state, and lets the state's guards decide the move. Pure: no Temporal.
-
-``apply_event`` either returns the next state and its transition or raises and changes
-nothing: ``DuplicateEvent`` for an event already accepted (same step, same content
-hash), ``StaleEvent`` for one addressed to another step, ``EventRejected`` for one
-whose update does not fit the state, ``IllegalTransition`` when no guard admits it.
+An event-driven run waits in a state until an event arrives (a signal, or its entry
+action's result), merges it and lets the state's guards decide the move. ``apply_event``
+returns the next state and move or raises and changes nothing: ``DuplicateEvent``,
+``StaleEvent`` (another step's), ``EventRejected`` (does not fit), ``IllegalTransition``.
 """
 
 from __future__ import annotations
@@ -100,11 +95,8 @@ def apply_event(
 
 
 def by_guards(source: str, guards: Mapping[str, Guard]) -> Callable[[Any], str]:
-    """A route that goes where exactly one guard holds: a row of a guard table.
-
-    No guard holding, or two, is an IllegalTransition, so an event no row admits
-    (or one that two rows admit) never moves the run.
-    """
+    """A route to where exactly one guard holds (a row of a guard table): none or two is
+    an IllegalTransition, so such an event never moves the run."""
 
     def guards_fn(state: Any) -> str:
         holding = [target for target, guard in guards.items() if guard(state)]

@@ -1,19 +1,9 @@
-"""Approval gates, pure (no Temporal): what a gate is, what a decision must prove, and the
-moves a gate makes.
+"""Approval gates, pure: what a gate is and the moves it makes (what a decision must prove
+is tower/core/judge.py's, re-exported here).
 
-What a decision must prove (``read_decision``, ``check_decision``) is tower/core/judge.py's,
-re-exported here.
-
-Signatures. A decision is a JWS signed with the approver's own Ed25519 key (or an issuer's
-that vouches for the approver); the run verifies it against the tenant's roster, which
-holds public keys only and enters the run through the ``load_trust`` activity. Nothing a
-run records can sign: see docs/approvals.md.
-
-Moves. Opening a gate is a step that keeps the run at its node with status
-AWAITING_APPROVAL and a pending ``GateRecord``; closing it is a step that marks the record
-(approved, rejected, expired, stale) and either stays at the node (an approval before it
-runs) or moves to the gate's declared target. Holding at a node does not count as a visit,
-so gates never eat into a node's visit budget.
+Opening a gate keeps the run at its node, AWAITING_APPROVAL, with a pending ``GateRecord``;
+closing it marks the record and stays at the node (an approval before it runs) or moves to
+the gate's target. Holding does not count as a visit: gates never eat a visit budget.
 """
 
 from __future__ import annotations
@@ -48,7 +38,6 @@ from tower.core.judge import (  # noqa: F401  (re-exported: what a decision must
     record_of,
     refuse,
 )
-from tower.core.keys import approved_request
 from tower.core.state import AgentState, S, Status, UpdateError, apply_update
 from tower.core.transition import Kind, Transition, move, within_budget
 
@@ -57,28 +46,20 @@ Recheck = Callable[[Any, Any], Awaitable[str | None]]  # (ctx, state) -> why sta
 
 @dataclass(frozen=True)
 class Gate:
-    """An approval point on a node, declared with ``Graph.gate(node, Gate(...))``.
+    """An approval point on a node: ``Graph.gate(node, Gate(...))``.
 
     Attributes:
-        name: the gate id decisions name.
-        role: the role an approver must hold.
-        timeout: how long the request stays open; a callable reads it from the state.
-        on_reject: the node a rejection routes to.
-        on_timeout: the node an expired request routes to (escalate, auto-reject).
+        name: the gate id decisions name; role: the role an approver must hold.
+        timeout: how long the request stays open (a callable reads it from the state).
+        on_reject, on_timeout: where a rejection and an expired request go.
         when: "before" the node runs, or "after" it ran (its update is what is approved).
         applies: whether this visit needs approval at all (default: always).
-        proposal: what the approver sees: the proposed action and its arguments.
-        editable: state fields an approval may change (e.g. lower an amount).
-        check_edits: an extra rule on the edits, ``(planned, edits) -> problem or None``:
-            ``planned`` is the state as the request was opened (before the edits), so
-            ``edits["amount_cents"] <= planned.amount_cents`` means what it says. It runs
-            after the engine has enforced ``limits``.
+        proposal: what the approver sees; editable: state fields an approval may change.
+        limits: each editable field's bounds, from the planned state (``min``, ``max``,
+            ``rule``: "lower only" or "higher only"): shown on forms, enforced by the engine.
+        check_edits: one more rule, ``(planned, edits) -> problem or None``, after ``limits``.
         recheck: runs on approval, may call tools; returns why the world changed.
-        on_stale: where the run goes when ``recheck`` finds the state stale.
-        limits: the bounds of each editable field, from the planned state: shown on
-            approvers' forms and enforced by the engine (``min``, ``max``, and ``rule``:
-            "lower only" or "higher only" than the planned value).
-    """
+        on_stale: where the run goes when ``recheck`` finds it stale."""
 
     name: str
     role: str
@@ -151,21 +132,13 @@ def needs_gate(state: AgentState, gate: Gate) -> bool:
     return gate.needed(state)
 
 
-def approving_decision(state: AgentState, node: str) -> str:
-    """The id of the decision that approved this visit of ``node`` ("" if none): what the
-    node's tools are told (``Authority.decision_id``), never part of an effect's key."""
-    request = approved_request(state, node)
-    return request.decision.decision_id if request and request.decision else ""
-
-
 def open_gate(
     machine: Machine, state: S, gate: Gate, *, at: datetime, event_id: int, run_id: str,
     update: Mapping[str, Any] | None = None, calls: list[str] | None = None,
     role: str | None = None, min_review: timedelta = timedelta(0),
 ) -> tuple[S, Transition]:
-    """Record a pending approval and hold the run at the gate's node. ``run_id`` is the
-    Temporal run it opens in (decisions must name it); ``role`` and ``min_review`` are the
-    tenant's policy for this gate (its role, its shortest window)."""
+    """Record a pending approval and hold the run at the gate's node; ``run_id`` is the
+    Temporal run it opens in, ``role`` and ``min_review`` the tenant's policy for the gate."""
     calls = calls or []
     try:
         merged = apply_update(state, update or {})

@@ -1,12 +1,7 @@
-"""What a decision must prove, pure (no Temporal): ``read_decision`` (its token, signer and
-claims, against the run's roster) and ``check_decision`` (against the pending request: its
-gate, step, run id and proposal digest, duplicates, edits). The runtime calls them from an
-update validator and a signal handler, so the rules are functions, unit-tested without a
-server; every refusal carries its ``Code``. Nothing here reads the workflow id: a
-decision is bound to its run by the Temporal run id its request was opened in (recorded
-from an activity, which the server answers), so a history judges alike under any id.
-tower/core/gates.py holds the gates themselves and the moves they make, and re-exports
-these names.
+"""What a decision must prove, pure: ``read_decision`` (its token, signer and claims,
+against the run's roster) and ``check_decision`` (against the pending request), each
+refusal with its ``Code``. A decision is bound to its run by the Temporal run id its
+request was opened in, never the workflow id, so a history judges alike under any id.
 """
 
 from __future__ import annotations
@@ -67,9 +62,8 @@ def refuse(code: Code, reason: str) -> Check:
 
 def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime,
                   ) -> tuple[Decision | None, Check]:
-    """The decision a wire message proves (and an ok ``Check``), or why it proves nothing.
-    Pure: the roster and policy come from the run's trust snapshot, the time from the
-    run's clock."""
+    """The decision a wire message proves (and an ok ``Check``), or why it proves nothing;
+    the roster and policy from the run's snapshot, the time from its clock."""
     try:
         message = SignedDecision.model_validate(raw)
     except ValidationError as exc:
@@ -111,15 +105,9 @@ def check_decision(
     d: Decision, *, state: AgentState | None, gates: Mapping[str, Gate], tenant: str,
     now: datetime, in_flight: Decision | None = None,
 ) -> Check:
-    """Whether ``d`` may decide the run's pending gate. Pure; the state is not touched.
-
-    ``d`` is what ``read_decision`` made of a verified token. Order matters: who sent it
-    (tenant, run) before what it asks for. A decision repeating one already taken (same
-    id, same content) is a duplicate: accepted, but it changes nothing. The run is the
-    Temporal run id the pending request was opened in, not the workflow id: the server
-    makes it and no two runs share it, so a decision for another workflow (or another run
-    of this one) is refused as surely, and a history is judged alike under any id.
-    """
+    """Whether ``d`` (a verified decision) may decide the pending gate; the state is not
+    touched. Who sent it is checked before what it asks; a repeat of a decision taken (same
+    id, same content) is an accepted duplicate that changes nothing."""
     if d.tenant != tenant:
         return refuse(Code.WRONG_RUN,
                       f"decision is for tenant {d.tenant!r}; this run belongs to {tenant!r}")
@@ -162,8 +150,7 @@ def canonical_time(at: datetime) -> str:
 
 
 def _other_request(d: Decision, pending: GateRecord) -> tuple[Code, str] | None:
-    """Why ``d`` was made for another request of this run than the pending one: another
-    step or another proposal."""
+    """Why ``d`` was made for another step or proposal of this run than the pending one."""
     if d.request != pending.step:
         return Code.WRONG_REQUEST, (
             f"decision answers the request opened at step {d.request}; the pending "

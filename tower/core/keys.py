@@ -1,29 +1,15 @@
-"""The one rule for idempotency keys: one logical action, one key.
-
-A side effect's key names *what* is being done, never *when* it was attempted nor who
-approved it. A node visit that carries out an approved request acts for that request; any
-other visit acts for its own call:
+"""The one rule for idempotency keys: one logical action, one key, naming *what* is done,
+never when it was attempted nor who approved it::
 
     approved request: <workflow id>/<chain first run id>/<gate>@<visit>/<proposal digest>/<tool>#<n>
     no gate:          <workflow id>/<chain first run id>/<node>@<visit>/-/<tool>#<n>/<args hash>
 
-- chain (workflow id + the chain's first run id): continue-as-new and Temporal's reset
-  (``tower retry``, ``tower fork``) keep both; a new run reusing a workflow id starts a new
-  chain, a new request.
-- an approved request is what the approver signed, less the Temporal run id a reset
-  replaces: the gate, the visit of its node the request was opened for (one request per
-  visit; a reset rolls the visit back with the state, a loop's next visit is a new request)
-  and the digest of the proposal the approver was shown. Not the decision, not its edits,
-  not the arguments they make: every re-approval of the request — after a fork, a retry
-  from the gate's node, a reset to before the gate, a replayed token, with or without
-  edits — returns the first effect and acts on nothing. A re-planned proposal (another
-  digest) is a new request.
-- without a gate, the node visit and a hash of the arguments: a retry or a fork repeating
-  the same call finds it; other arguments are another action.
-- tool and ``n`` (its n-th call in this node visit): a node making two calls of a tool
-  for one request makes two effects, each found again on a repeat.
-
-Pure: no Temporal here, so every case is unit-tested.
+Continue-as-new and resets (``tower retry``, ``tower fork``) keep the chain; a new run
+reusing the workflow id starts a new one. An approved request is what the approver signed
+less the run id a reset replaces: every re-approval of it (a fork, a retry, a replayed
+token, with or without edits) returns the first effect; a re-planned proposal is a new
+request. Without a gate, a repeat of the same call finds it; other arguments are another
+action. ``n`` counts a tool's calls in one visit.
 """
 
 from __future__ import annotations
@@ -68,10 +54,8 @@ def action_of(state: AgentState, node: str) -> Action:
 
 
 def authority_of(state: AgentState, node: str, policy: Any = None) -> Authority:
-    """What a visit of ``node`` may do, as the runtime knows it: the run's limits (each
-    field of the agent's ``policy`` model that its state records: the state is the run's
-    truth, across continue-as-new and in a test) and the approval of this visit, if a gate
-    gave one."""
+    """What a visit of ``node`` may do: the run's limits (the fields of the agent's
+    ``policy`` model its state records) and this visit's approval, if a gate gave one."""
     request = approved_request(state, node)
     fields = policy.model_fields if isinstance(policy, type) and issubclass(
         policy, BaseModel) else {}

@@ -1,8 +1,6 @@
-"""A run's limits: the tenant's policy, tightened (never loosened) by the run's input.
-
-An agent with limits declares them as a pydantic model whose fields say which way is
-stricter (``stricter("lower")`` for a refund limit). The deployment's policy file sets
-them per tenant; a run's input may name the same fields to tighten them. Pure.
+"""A run's limits: the tenant's policy, tightened (never loosened) by the run's input. An
+agent declares them as a pydantic model whose fields say which way is stricter
+(``stricter("lower")``). Pure.
 """
 
 from __future__ import annotations

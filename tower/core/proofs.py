@@ -1,21 +1,13 @@
-"""Safety proven on the graph when it compiles: every cycle is bounded, and every side
-effect sits behind an approval gate — or the graph says why not, in words.
+"""Safety proven on the graph when it compiles (``prove``): a broken property is an
+``InvalidGraph`` naming the path, at import. ``tower graph --check`` prints the proof; the
+audit (tower/core/audit.py) checks it on every recorded run.
 
-Pure: no Temporal. ``Graph.compile()`` calls ``prove``; a graph that breaks a property is
-an ``InvalidGraph`` naming the offending path, raised when the agent's module is imported.
-``tower graph --check`` prints the proof, and the transition-log audit
-(tower/core/audit.py) checks the same properties on every recorded run.
-
-1. Every cycle is bounded: it passes a node with a visit budget (``max_visits``), or the
-   graph has ``max_steps``, or it passes a node declared ``unbounded="why"`` (bounded from
-   outside: each turn waits for a person). An escalation is no cycle: a run escalates
-   once, then fails.
-2. Every node with a side-effecting tool (its spec's ``side_effect``) is behind a gate:
-   the gate is on the node itself, before it runs, or every path from the entry to it
-   passes a gated node and leaves it by a move an approval allows — not the gate's reject,
-   timeout or stale routes, an error's recovery or an escalation. Else the node declares
-   ``ungated="why"``. A gate whose ``applies`` finds no decision needed still counts: the
-   policy decides, and the audit checks each recorded run followed it.
+1. Every cycle is bounded: it passes a node with ``max_visits``, or the graph has
+   ``max_steps``, or a node declares ``unbounded="why"``. An escalation is no cycle.
+2. Every node with a side-effecting tool is behind a gate: on the node itself, before it
+   runs, or every path to it passes a gated node by a move an approval allows (not a
+   reject, timeout or stale route, a recovery or an escalation); else it declares
+   ``ungated="why"``. A gate whose ``applies`` finds no decision needed still counts.
 3. ``Graph.require(node, after=gate)``: every path to ``node`` passes ``gate``.
 """
 
@@ -81,9 +73,8 @@ def prove(m: Machine) -> Proof:
 
 def successors(m: Machine, *, blocked: Collection[str] = (),
                escalations: bool = True) -> dict[str, set[str]]:
-    """Where each node may go next (nodes only, terminals left out). A gated node in
-    ``blocked`` keeps only the moves it makes without an approval: its gate's routes, its
-    error recovery and the escalation."""
+    """Where each node may go next (nodes only). A node in ``blocked`` keeps only the moves
+    it makes without an approval: its gate's routes, its recovery and the escalation."""
     succ: dict[str, set[str]] = {}
     for name in m.nodes:
         out: set[str] = set()
@@ -187,8 +178,7 @@ def side_effects(node: Node) -> tuple[str, ...]:
 
 
 def _behind(m: Machine, node: str) -> tuple[str, ...]:
-    """The gates ``node`` is behind: each one alone, or (no single gate is on every path)
-    every gate on some path to it."""
+    """The gates ``node`` is behind: each one alone, or every gate on some path to it."""
     alone = [g.name for g in m.gates.values() if covers(m, g.name, node)]
     if alone:
         return tuple(alone)
@@ -228,30 +218,18 @@ def _requires(m: Machine) -> tuple[tuple[str, str], ...]:
 
 
 def _cycle(succ: Mapping[str, Collection[str]]) -> list[str] | None:
-    """A cycle in ``succ`` as a path that ends where it began, or None."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(succ.get(node, ())):
-            if state.get(nxt) == 1:
-                return [*path[path.index(nxt):], nxt]
-            if nxt not in state:
-                found = visit(nxt)
-                if found is not None:
-                    return found
-        path.pop()
-        state[node] = 2
+    """A cycle in ``succ`` as a path that ends where it began (through the smallest node on
+    one), or None."""
+    cyclic = [part for part in _strongly_connected(succ)
+              if len(part) > 1 or part[0] in succ.get(part[0], ())]
+    if not cyclic:
         return None
-
-    for start in sorted(succ):
-        if start not in state:
-            found = visit(start)
-            if found is not None:
-                return found
-    return None
+    part = set(min(cyclic, key=min))
+    start = min(part)
+    inner = {n: {t for t in succ.get(n, ()) if t in part} for n in part}
+    path = path_to(inner, min(inner[start]), start)
+    assert path is not None  # a strongly connected part: every node reaches every other
+    return [start, *path[1:]]
 
 
 def _strongly_connected(succ: Mapping[str, Collection[str]]) -> list[list[str]]:

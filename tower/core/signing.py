@@ -1,12 +1,8 @@
 """Signed decisions and events: JWS compact, EdDSA over Ed25519, verified with public keys.
 
-Pure (no I/O, no clock: ``now`` is passed in), so a workflow's update validator can call
-``verify`` and give the same answer on every replay. The format is in docs/approvals.md;
-any JOSE library (or ``cryptography`` by hand) can make a token this module accepts.
-
-joserfc does the JWS work: it is maintained by the author of Authlib, typed, and strict
-about algorithms (a token must name one of the algorithms we allow; ``none`` and HMAC are
-never accepted, so a public key can't be misused as an HMAC secret).
+Pure (``now`` is passed in), so an update validator answers alike on every replay.
+joserfc does the JWS work, strict about algorithms: ``none`` and HMAC are never accepted,
+so a public key cannot be misused as an HMAC secret.
 """
 
 from __future__ import annotations
@@ -52,8 +48,8 @@ class SignatureRefused(TowerError, ValueError):  # a ValueError: read with bad t
 
 
 class _Registry(jws.JWSRegistry):
-    """Only EdDSA/Ed25519. joserfc warns that the name "EdDSA" does not pin a curve
-    (RFC 9864); our keys are always OKP Ed25519 (``PublicKey`` says so), so it does."""
+    """Only EdDSA/Ed25519. joserfc warns that "EdDSA" does not pin a curve (RFC 9864); our
+    keys are always OKP Ed25519 (``PublicKey``), so it does."""
 
     def get_alg(self, name: str) -> Any:
         if name not in ALGORITHMS:
@@ -80,7 +76,7 @@ def sign(claims: BaseModel, private: dict[str, Any], typ: str = DECISION_TYPE) -
 def verify(token: str, roster: Roster, claims_type: type[C], *, typ: str,
            now: float) -> tuple[C, Member, str]:
     """The claims of a token signed by a roster key, the member and the key id; or
-    ``SignatureRefused`` saying why not. Checks expiry against ``now`` (seconds)."""
+    ``SignatureRefused`` saying why not (expiry checked against ``now``)."""
     if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS or token.count(".") != 2:
         raise SignatureRefused("malformed token: expected a compact JWS (three dot-separated "
                                "parts)", Code.MALFORMED)
@@ -149,11 +145,8 @@ def verify_attestation(token: str, roster: Roster, *, now: float) -> AttestClaim
 
 
 def authority(member: Member, sub: str, role: str) -> str | None:
-    """Why ``member`` may not decide as ``sub`` with ``role``, or None when it may.
-
-    A member's own key decides as itself with one of its roles. An issuer (a member with
-    ``vouches_for``) decides as the user it authenticated, for a role it may vouch for.
-    """
+    """Why ``member`` may not decide as ``sub`` with ``role`` (None: it may). A member's key
+    decides as itself with its roles; an issuer's (``vouches_for``) as the user it vouches for."""
     if sub == member.name:
         if role in member.roles:
             return None
@@ -171,9 +164,8 @@ def decision_claims(*, tenant: str, run: str, run_id: str, gate: str, request: i
                     proposal: str, verdict: str, sub: str, role: str,
                     edits: dict[str, Any] | None = None, note: str = "",
                     jti: str, lifetime: int = 600, now: float) -> Claims:
-    """Claims for a new decision, issued at ``now`` (seconds) and valid for ``lifetime``.
-    ``run_id``, ``request`` and ``proposal`` name the pending request the approver was
-    shown: its ``run_id``, its ``step`` and ``proposal_digest`` of it."""
+    """Claims for a new decision issued at ``now``, valid for ``lifetime``; ``run_id``,
+    ``request`` and ``proposal`` name the request the approver was shown."""
     at = int(now)
     return Claims(tenant=tenant, run=run, run_id=run_id, gate=gate, request=request,
                   proposal=proposal, verdict=verdict, sub=sub, role=role,  # type: ignore[arg-type]

@@ -1,7 +1,5 @@
-"""The typed state of a run and the reducers that merge node updates into it.
-
-Pure: no Temporal, no I/O. A node never mutates the state; it returns an
-update (field -> value) and each field's reducer decides how that value merges.
+"""The typed state of a run and the reducers that merge node updates into it. Pure: a
+node never mutates the state; it returns an update and each field's reducer merges it.
 """
 
 from __future__ import annotations
@@ -97,10 +95,6 @@ class UpdateError(TowerError, ValueError):  # a ValueError: pydantic validators 
 S = TypeVar("S", bound=AgentState)
 
 
-def reducer_of(state_type: type[BaseModel], field: str) -> Reducer:
-    return _reducer(state_type.model_fields[field])
-
-
 def _reducer(info: FieldInfo) -> Reducer:
     for meta in info.metadata:
         if isinstance(meta, Reducer):
@@ -111,11 +105,8 @@ def _reducer(info: FieldInfo) -> Reducer:
 def apply_update(
     state: S, update: Mapping[str, Any], *, protected: frozenset[str] = PROTECTED_FIELDS
 ) -> S:
-    """Return a new state with ``update`` merged through each field's reducer.
-
-    Raises UpdateError naming the field when the update names an unknown or
-    protected field or a merged value fails validation; ``state`` is untouched.
-    """
+    """A new state with ``update`` merged through each field's reducer; UpdateError naming
+    the field (unknown, protected, or failing validation), ``state`` untouched."""
     state_type = type(state)
     # Read once: pydantic's class property costs more than the rest of a field's merge.
     fields = state_type.model_fields

@@ -1,11 +1,6 @@
-"""Tools as the engine sees them: one object each, made by ``@tool``.
-
-A ``Tool`` holds its name, typed arguments, whether it acts on the world and its
-implementation. Nodes name their tools with the objects (``.node("pay", pay,
-tools=[send_payment])``), so a graph carries every tool it uses: the node's context reads
-them for the model's tool list, argument checks and timeouts, and the worker makes their
-activities from them. A string names only an external tool (``server.tool``, an MCP
-server's), discovered when the worker starts. Pure: no Temporal.
+"""Tools as the engine sees them: one object each, made by ``@tool``. Nodes name their
+tools with the objects, so a graph carries every tool it uses; a string names only an
+external tool (``server.tool``, an MCP server's, listed when the worker starts).
 """
 
 from __future__ import annotations
@@ -46,10 +41,8 @@ class ToolSpec(Protocol):
 
 @dataclass(eq=False)  # one object per tool: compared by identity
 class Tool:
-    """A tool: its name (its implementation's), typed arguments, whether it acts on the
-    world, and its implementation. Made by ``@tool``; graphs, nodes and ``ctx.tool`` take
-    it. Its activity (named ``name``) is made by the worker that hosts an agent using it
-    (``TowerPlugin(bind=...)``), never by hand."""
+    """A tool: name, typed arguments, whether it acts on the world, implementation. Its
+    activity (named ``name``) is made by the worker hosting an agent that uses it."""
 
     name: str
     description: str
@@ -92,17 +85,9 @@ def tool(fn: Callable[..., Any] | None = None, *, side_effect: bool = False,
     """Make ``fn`` a tool: ``@tool`` or ``@tool(side_effect=True)``.
 
     ``fn([resource,] args[, call])``: ``args`` is the parameter annotated with a pydantic
-    model (the tool's arguments, validated before ``fn`` runs); a parameter before it is a
-    resource the worker binds by that name (``TowerPlugin(bind={"db": SQLite(path)})``: a
-    ``tower.effects`` database gives ``fn`` its transaction); a parameter after it gets the
-    ``tower.effects.EffectCall`` (the action's key, and for a side effect what the gate
-    approved). The tool's name is ``fn``'s, its description ``fn``'s docstring. A side
-    effect runs exactly once per action, in one transaction with Tower's record of it::
-
-        @tool(side_effect=True)
-        def send_payment(db, payment: Payment, call: EffectCall) -> dict[str, Any]:
-            \"\"\"Pay a payee an amount in cents.\"\"\"
-    """
+    model; a parameter before it is a resource the worker binds by name
+    (``TowerPlugin(bind={"db": SQLite(path)})``); one after it gets the ``EffectCall``. The
+    name is ``fn``'s, the description its docstring's first paragraph."""
     def make(f: Callable[..., Any]) -> Tool:
         params = list(inspect.signature(f).parameters)
         hints = typing.get_type_hints(f)
@@ -125,8 +110,7 @@ def tool(fn: Callable[..., Any] | None = None, *, side_effect: bool = False,
 
 def names(graph: str, node: str, tools: Iterable[Tool | str]) -> tuple[tuple[str, ...],
                                                                        dict[str, Tool]]:
-    """A node's tool names and its own tools' objects. A string names only an external tool
-    (``server.tool``, an MCP server's, discovered when the worker starts)."""
+    """A node's tool names and its own tools' objects."""
     found: list[str] = []
     specs: dict[str, Tool] = {}
     for t in tools:
@@ -174,8 +158,7 @@ def specs_of(node: Any) -> list[ToolSpec]:
 
 
 def argument_problem(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
-    """Why ``arguments`` do not fit the tool, or None. A spec with a ``check`` method
-    (JSON-Schema tools) checks itself; others validate against their pydantic ``args``."""
+    """Why ``arguments`` do not fit the tool, or None (a spec with ``check`` checks itself)."""
     check = getattr(spec, "check", None)
     if check is not None:
         problem: str | None = check(arguments)
@@ -191,8 +174,8 @@ def argument_problem(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
 def called(node: Any, tool: Tool | str | Any, arguments: BaseModel | Mapping[str, Any] | None
            ) -> tuple[str, dict[str, Any]]:
     """The name and JSON arguments of ``ctx.tool(tool, arguments)`` in ``node``: ``tool`` is
-    a ``Tool`` of the node, a model's ``ToolCallRequest`` (its arguments unless given), or
-    an external tool's ``server.tool`` name. Raises NodeFailed for anything else."""
+    one of the node's ``Tool``s, a model's ``ToolCallRequest`` or an external name; else
+    NodeFailed."""
     if isinstance(tool, Tool):
         name = tool.name
         if node.specs.get(name, tool) is not tool:

@@ -1,12 +1,6 @@
 """Context management on message refs: when to reduce, what to summarise, what to prune.
-
-Pure: works on ``MessageRef`` metadata (role, size), never on content, so it runs in
-the workflow without loading a conversation. A reduction node uses it to keep each
-model call's context bounded however long the thread gets.
-
-An agent reaches it as ``from tower import window``: ``window.WindowPolicy`` (when to
-reduce), ``window.WindowRef`` (a window kept in the message store, as the state holds it)
-and ``window.Reduction`` (how a windowed model call reduces it).
+Pure, on refs' metadata, never content, so it runs in the workflow. An agent reaches it as
+``from tower import window``.
 """
 
 from __future__ import annotations

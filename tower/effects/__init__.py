@@ -1,12 +1,9 @@
 """Exactly-once side effects on your own database, the way ``@DBOS.transaction()`` does it.
 
 A side-effecting tool is your business function: its invariant and its write. Tower adds,
-in the SAME transaction on your database, the claim of the action's key, the epoch fence
-(an attempt Temporal gave up on cannot commit later) and the record of the result: a
-repeat of the action returns the first result and acts on nothing::
-
-    from tower import tool
-    from tower.effects import EffectCall, EffectRefused, SQLite
+in the SAME transaction, the claim of the action's key, the epoch fence (an attempt
+Temporal gave up on cannot commit later) and the record of the result: a repeat of the
+action returns the first result and acts on nothing::
 
     @tool(side_effect=True)  # the function's docstring is the tool's description
     def send_payment(db, payment: Payment, call: EffectCall) -> dict[str, Any]:
@@ -18,21 +15,11 @@ repeat of the action returns the first result and acts on nothing::
 
     worker = build_worker(client, ..., bind={"db": SQLite("payments.sqlite")})
 
-``run_tool(send_payment, db, call)`` runs it as its activity would, for a test.
-
-``Postgres(dsn)`` is the same on PostgreSQL (psycopg 3; ``?`` placeholders work on both).
-
-The key is the run's logical action (tower/core/keys.py). A call a gate approved acts for
-the approved request — the run, the gate, the visit it was opened for and the digest of the
-proposal the approver signed — never for the decision or its edits: every re-approval of
-that request (after ``tower fork``, ``tower retry --from``, a reset, a replayed token; with
-or without edits) returns the first effect's result. A re-planned proposal is a new
-request. A call no gate approved acts for its node visit and its arguments: a retry or a
-fork repeating it finds it; other arguments are another action.
-
-Reconciling is the tool's own activity called with ``reconcile=True``, so every tool of a
-worker reconciles itself — and only such a tool: ``TowerPlugin`` refuses a reconcile call
-to any other activity (_guard.py).
+``Postgres(dsn)`` is the same on PostgreSQL; ``run_tool`` runs a tool as its activity
+would, for a test. The key is the run's logical action (tower/core/keys.py): every
+re-approval of one request, with or without edits, returns the first effect. Reconciling
+is the tool's own activity called with ``reconcile=True``; ``TowerPlugin`` refuses it to
+any other activity (_guard.py).
 """
 
 from tower.contract.wire import Authority, ToolCall

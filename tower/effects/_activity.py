@@ -1,9 +1,6 @@
-"""A tool's activity, made from its object (``tower.core.tools.Tool``) and what it is bound to.
-
-A side effect is a ``tower.effects`` tool (exactly once per action, in one transaction of
-its database); a read runs on a ``tower.effects`` database without its write lock (its
-``read``), and any other resource is given as it is. ``run_tool`` calls a
-tool as its activity would, without a worker: what a test of the tool uses.
+"""A tool's activity, made from its object (``tower.core.tools.Tool``) and what it is bound to:
+a side effect runs exactly once per action in its database; a read on a ``tower.effects``
+database without its write lock; any other resource is given as it is.
 """
 
 from __future__ import annotations
@@ -12,14 +9,13 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 from temporalio import activity
 
-from tower.contract.failures import Code, TowerError, failure
 from tower.contract.wire import ToolCall
 from tower.core.tools import Tool
-from tower.effects._tool import EffectCall, EffectTool
+from tower.effects._tool import EffectCall, EffectTool, arguments
 
 UNBOUND = object()
 
@@ -44,12 +40,8 @@ def activity_for(tool: Tool, bound: Any = UNBOUND) -> Callable[..., Any]:
                                              if hasattr(bound, "for_update") else None)
 
     def prepare(call: ToolCall) -> tuple[BaseModel, EffectCall]:
-        try:
-            args = tool.args.model_validate(call.arguments)
-        except ValidationError as exc:  # retrying cannot fix bad arguments
-            raise failure(TowerError(f"bad arguments for {tool.name}: {exc}",
-                                     code=Code.BAD_TOOL_ARGUMENTS)) from None
-        return args, EffectCall(tool.name, call.idempotency_key, call.authority)
+        return (arguments(tool.name, tool.args, call),
+                EffectCall(tool.name, call.idempotency_key, call.authority))
 
     if inspect.iscoroutinefunction(tool.fn):
         async def run_async(call: ToolCall) -> Any:
@@ -72,8 +64,8 @@ def activity_for(tool: Tool, bound: Any = UNBOUND) -> Callable[..., Any]:
 
 def run_tool(tool: Tool, bound: Any, call: ToolCall, *, epoch: int | None = None) -> Any:
     """``tool`` on ``bound``, called as its activity would be (a test's direct call): a side
-    effect exactly once per ``call.idempotency_key`` (``epoch``: the attempt's, for tests
-    of the fence); a refusal raises the failure of an ``EffectRefused``."""
+    effect exactly once per ``call.idempotency_key`` (``epoch``: the attempt's, for tests of
+    the fence); a refusal raises the failure of an ``EffectRefused``."""
     if tool.side_effect:
         return effect_of(tool).call(bound, call, epoch=epoch)
     return activity_for(tool, bound)(call)

@@ -1,12 +1,10 @@
 """Only a ``tower.effects`` tool is ever asked to reconcile.
 
-Before a run gives up on a side-effecting tool it calls the tool's activity again with
-``ToolCall.reconcile`` set (tower/temporal/_context.py): an effects tool then fences its key
-and reads what it made. A tool written without ``tower.effects`` knows nothing of that flag
-and would take the call for a new one — the payment made again. ``TowerPlugin`` puts this
-guard on every worker: a reconcile call reaches only an activity ``EffectTool.on`` made
-(it carries ``MARK``); any other fails, not retryable, before it runs, and the run fails
-the step saying why (``Code.NOT_AN_EFFECT``).
+Before a run gives up on a side-effecting tool it calls its activity again with
+``ToolCall.reconcile``. A tool written without ``tower.effects`` would take that for a new
+call (the payment made again), so ``TowerPlugin`` puts this guard on every worker: a
+reconcile call reaches only an activity ``EffectTool.on`` made (``MARK``); any other fails,
+not retryable, before it runs (``Code.NOT_AN_EFFECT``).
 """
 
 from __future__ import annotations

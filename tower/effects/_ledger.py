@@ -1,8 +1,6 @@
-"""The bookkeeping of effects, in the transaction of the effect itself (any backend).
-
-One row per key in ``tower_effects``: the epoch of the attempt that owns the key, then,
-once made, the tool, its arguments and its result. Every statement here is plain SQL that
-SQLite and PostgreSQL both take (``?`` placeholders; the PostgreSQL backend translates).
+"""The bookkeeping of effects, in the transaction of the effect itself (any backend):
+one row per key in ``tower_effects`` (the owning attempt's epoch, then the tool, its
+arguments and its result), in SQL that SQLite and PostgreSQL both take.
 """
 
 from __future__ import annotations
@@ -35,10 +33,8 @@ class Tx(Protocol):
 
 def claim(tx: Tx, key: str, epoch: int, for_update: str = "") -> dict[str, Any] | None:
     """Own ``key`` for ``epoch`` inside ``tx``; the result of the effect made under it, if
-    any (the tool and arguments recorded beside it are for people: the key alone decides).
-
-    An attempt that finds a later epoch was given up on (a retry, the run's reconciliation
-    or a fork's re-run owns the key now): it fails, non-retryable, and changes nothing."""
+    any (the key alone decides). An attempt that finds a later epoch was given up on: it
+    fails, non-retryable, and changes nothing."""
     tx.execute("INSERT INTO tower_effects (idempotency_key, epoch) VALUES (?, ?) "
                "ON CONFLICT (idempotency_key) DO NOTHING", (key, epoch))
     owner, result = tx.execute(
@@ -61,18 +57,17 @@ def record(tx: Tx, key: str, tool: str | None, arguments: str | None,
 
 
 def epoch_now() -> int:
-    """This attempt's epoch: when Temporal scheduled it (µs), so a later attempt (a retry,
-    the reconciling call, a reset's re-run) always has a larger one. Outside an activity
-    (a unit test) the wall clock stands in."""
+    """This attempt's epoch: when Temporal scheduled it (µs), so a later attempt always has
+    a larger one; outside an activity (a unit test) the wall clock."""
     if activity.in_activity():
         return int(activity.info().current_attempt_scheduled_time.timestamp() * 1_000_000)
     return time.time_ns() // 1000
 
 
 def waited(what: str) -> None:
-    """Between two tries for the lock: heartbeat (a dead worker is noticed in seconds), stop
-    when cancelled or when this attempt's start-to-close deadline nears (a slow lock is a
-    retryable failure, never a zombie that commits after the run gave up on it)."""
+    """Between two tries for the lock: heartbeat, and stop when cancelled or near this
+    attempt's deadline (a slow lock is a retryable failure, never a zombie that commits after
+    the run gave up on it)."""
     if not activity.in_activity():
         return
     activity.heartbeat(what)

@@ -15,9 +15,8 @@ SETUP_LOCK = 0x70E7  # an advisory lock: two workers creating the tables at once
 
 
 class Row(tuple[Any, ...]):
-    """A row read as a ``sqlite3.Row`` reads: ``row[0]``, ``row["column"]``, ``dict(row)``
-    (``keys()``), and still a tuple (unpacking, equality with a tuple), so one tool's code
-    runs on both databases."""
+    """A row read as a ``sqlite3.Row`` reads (``row[0]``, ``row["column"]``, ``dict(row)``),
+    and still a tuple, so one tool's code runs on both databases."""
 
     _names: tuple[str, ...]
 
@@ -45,15 +44,13 @@ class Row(tuple[Any, ...]):
 
 
 def row_factory(cursor: Any) -> Callable[[Sequence[Any]], Row]:
-    """psycopg's row factory for ``Row``: the column names, read once per result."""
     names = tuple(column.name for column in cursor.description or ())
     return lambda values: Row(values, names)
 
 
 class PgConnection:
-    """The tool's ``db`` on PostgreSQL: ``execute`` and ``executemany`` take ``?``
-    placeholders and rows are ``Row``s, as with sqlite3 (``sqlite3.Row``), so one tool runs
-    on both; ``raw`` is the psycopg connection."""
+    """The tool's ``db`` on PostgreSQL: ``?`` placeholders and ``Row``s, as with sqlite3;
+    ``raw`` is the psycopg connection."""
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
@@ -68,14 +65,11 @@ class PgConnection:
 
 
 class Postgres:
-    """A PostgreSQL database that effects commit in.
-
-    Each effect is one SERIALIZABLE transaction, tried again (whole) when PostgreSQL
-    cannot serialize it, so the tool's invariant holds against every other transaction
-    (the DBOS default). Lock waits are short and the attempt heartbeats between them.
+    """A PostgreSQL database that effects commit in: each effect is one SERIALIZABLE
+    transaction, tried again whole when PostgreSQL cannot serialize it (the DBOS default).
 
     Args:
-        dsn: a libpq connection string or URL (``postgresql://user:pw@host:port/db``).
+        dsn: a libpq connection string or URL.
         schema: the tool's own ``CREATE TABLE IF NOT EXISTS ...`` statements, run once.
     """
 
@@ -91,7 +85,6 @@ class Postgres:
         return "Postgres(...)"  # the DSN may carry a password
 
     def describe(self) -> str:
-        """Where it is, for a start-up line: the URL with its password hidden."""
         from tower.activities.stores import redact
 
         return f"PostgreSQL {redact(self.dsn)}"
@@ -102,8 +95,7 @@ class Postgres:
         return psycopg.connect(self.dsn, row_factory=row_factory)
 
     def run(self, work: Callable[[PgConnection], T]) -> T:
-        """``work(db)`` in one serializable transaction: committed if it returns, else
-        rolled back; tried again from the start when PostgreSQL asks for it."""
+        """``work(db)`` in one serializable transaction, tried again when PostgreSQL asks."""
         import psycopg
 
         self._ensure()
@@ -132,8 +124,7 @@ class Postgres:
 
 
 def qmark_to_format(sql: str) -> str:
-    """``?`` placeholders to psycopg's ``%s`` (and a literal ``%`` to ``%%``), leaving
-    quoted strings and identifiers alone."""
+    """``?`` placeholders to psycopg's ``%s`` (a literal ``%`` to ``%%``), outside quotes."""
     out, quote = [], ""
     for char in sql:
         if quote:

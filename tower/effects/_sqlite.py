@@ -16,11 +16,9 @@ LOCK_POLL_MS = 200  # how long one BEGIN waits before the attempt heartbeats aga
 
 
 class SQLite:
-    """A SQLite database file that effects commit in.
-
-    Each effect is one ``BEGIN IMMEDIATE`` transaction: the write lock is taken before
-    anything is read, so the tool's invariant, its write and Tower's record of it see no
-    other writer. The tool's ``db`` is the ``sqlite3.Connection`` (rows: ``sqlite3.Row``).
+    """A SQLite database file that effects commit in: each effect is one ``BEGIN IMMEDIATE``
+    transaction (the write lock taken before anything is read), so the tool's invariant, its
+    write and Tower's record see no other writer. Rows are ``sqlite3.Row``.
 
     Args:
         path: the database file (created, with its folder, if missing).
@@ -39,11 +37,9 @@ class SQLite:
         return f"SQLite({str(self.path)!r})"
 
     def describe(self) -> str:
-        """Where it is, for a start-up line."""
         return f"local file {self.path}"
 
     def connect(self) -> sqlite3.Connection:
-        """A connection in autocommit mode (Tower opens the transactions)."""
         db = sqlite3.connect(self.path, timeout=30, isolation_level=None,
                              check_same_thread=False)
         db.row_factory = sqlite3.Row
@@ -65,15 +61,14 @@ class SQLite:
             return out
 
     def read(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """``work(db)`` for a tool that only reads: no write lock taken, nothing committed
-        (a writer holding the lock does not hold up a read)."""
+        """``work(db)`` for a tool that only reads: no write lock, nothing committed."""
         self._ensure()
         with closing(self.connect()) as db:
             return work(db)
 
     def _ensure(self) -> None:
-        """Create Tower's table and the tool's schema once per process. Reads first: a
-        worker starting while a tool holds the write lock does not wait for it."""
+        """Create Tower's table and the tool's schema once per process, reading first: a worker
+        starting while a tool holds the write lock does not wait for it."""
         with self._setup:
             if self._ready:
                 return

@@ -1,17 +1,10 @@
 """A side-effecting tool: the user's business function, made exactly-once by Tower.
 
-The activity an ``EffectTool`` runs (``tool.on(db)``), in ONE transaction of ``db``:
-
-1. the record: a key made before returns its first result and acts on nothing (the key of
-   an approved request does not name the arguments: a re-approval with other edits gets
-   the first effect, tower/core/keys.py);
-2. the fence: the attempt claims the key with its epoch; one given up on fails;
-3. the user's function: its invariant (raise ``EffectRefused``) and its write;
-4. the record of the result.
-
-Called again with ``reconcile=True`` (what a run does before it gives up on the tool), it
-claims the key with a later epoch and reads what was made: once it says "nothing", no
-attempt given up on can make it any more.
+Its activity (``tool.on(db)``) runs in ONE transaction of ``db``: the record (a key made
+before returns its first result), the fence (the attempt claims the key with its epoch;
+one given up on fails), the user's function (its invariant and its write), the record of
+the result. Called with ``reconcile=True`` it claims the key with a later epoch and reads
+what was made: once it says "nothing", no attempt given up on can make it.
 """
 
 from __future__ import annotations
@@ -30,15 +23,14 @@ from tower.contract.failures import Code, TowerError, failure
 from tower.contract.wire import Authority, ToolCall
 from tower.core.errors import EffectRefused
 from tower.effects._guard import MARK
-from tower.effects._ledger import Tx, claim, epoch_now, record
+from tower.effects._ledger import claim, epoch_now, record
 
 A = TypeVar("A", bound=BaseModel)
 
 
 class NoEffect(TowerError):  # noqa: N818 (an outcome, not an error)
-    """The tool decided not to act (out of stock, nothing to release): its transaction
-    rolls back and the key stays free, so a later repeat really tries again. The call
-    returns ``result``."""
+    """The tool decided not to act (out of stock): its transaction rolls back and the key
+    stays free, so a later repeat really tries again. The call returns ``result``."""
 
     CODE = Code.NO_EFFECT
 
@@ -99,11 +91,7 @@ class EffectTool(Generic[A]):
     def call(self, db: Database, call: ToolCall, *, epoch: int | None = None
              ) -> dict[str, Any]:
         """Make the effect (or return the one made under the call's key)."""
-        try:
-            args = self.args.model_validate(call.arguments)
-        except ValidationError as exc:  # retrying cannot fix bad arguments
-            raise failure(TowerError(f"bad arguments for {self.name}: {exc}",
-                                     code=Code.BAD_TOOL_ARGUMENTS)) from None
+        args = arguments(self.name, self.args, call)
         asked = json.dumps(args.model_dump(mode="json"), sort_keys=True)
         context = EffectCall(self.name, call.idempotency_key, call.authority)
         mine = epoch_now() if epoch is None else epoch
@@ -125,14 +113,20 @@ class EffectTool(Generic[A]):
             raise failure(refused) from None
 
 
+def arguments(tool: str, model: type[A], call: ToolCall) -> A:
+    """The call's arguments as ``model``; a final failure when they do not fit (retrying
+    cannot fix them)."""
+    try:
+        return model.model_validate(call.arguments)
+    except ValidationError as exc:
+        raise failure(TowerError(f"bad arguments for {tool}: {exc}",
+                                 code=Code.BAD_TOOL_ARGUMENTS)) from None
+
+
 def reconcile(db: Database, key: str, epoch: int | None = None) -> dict[str, Any] | None:
     """The effect made under ``key``, if any, after fencing off every earlier attempt:
     once this returns None, no attempt given up on can make it any more."""
     mine = epoch_now() if epoch is None else epoch
-
-    def work(db_tx: Tx) -> dict[str, Any] | None:
-        return claim(db_tx, key, mine, db.for_update)
-
-    result: dict[str, Any] | None = db.run(work)
+    result: dict[str, Any] | None = db.run(lambda tx: claim(tx, key, mine, db.for_update))
     return result
 

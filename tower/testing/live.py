@@ -1,6 +1,5 @@
-"""A live run in a project's own tests, as a person makes one: a dev server of the test's own
-(``tower dev`` on a free port, its state in the test's folder), the project's worker
-(``python worker.py``), and ``tower`` commands, all with one environment.
+"""A live run in a project's own tests, as a person makes one: a dev server of the test's
+own, the project's worker and ``tower`` commands, with one environment::
 
     async with live.Shell(PROJECT, tmp_path) as shell:
         await shell.tower("keys", "enrol", "alice", "--role", "approver")
@@ -38,9 +37,8 @@ def available() -> bool:
 
 
 class Shell:
-    """A dev server of the test's own and the environment every command runs with: the
-    trust directory, the approvers' keys and ``settings`` in ``folder``; no TEMPORAL_* or
-    OPENAI_* variable of the caller's (the offline scripted model answers)."""
+    """A dev server of the test's own and the environment every command runs with (trust
+    and keys in ``folder``; none of the caller's TEMPORAL_* or OPENAI_* variables)."""
 
     def __init__(self, project: Path, folder: Path, **settings: str) -> None:
         self.project, self.folder = project, folder

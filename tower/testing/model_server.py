@@ -1,15 +1,10 @@
 """A loopback OpenAI-compatible model server for tests and demos: real HTTP on 127.0.0.1.
 
-It answers ``POST /v1/chat/completions`` with the built-in scripts (the same answers
-as the offline scripted model, but through the real ``openai`` SDK and a real
-socket) and injects faults on demand: 429 with Retry-After, 500, replies slower
-than the client's timeout, malformed JSON, JSON that violates the schema, calls to
-tools that don't exist, 400s, refusals and empty replies. Faults come from a queue
-(``inject``), from models that are down (``down``), or at random with a seeded rate.
-``set_streaming`` makes it answer streaming requests as some compatible servers do: with
-one whole JSON completion, or a 400 to ``stream_options`` (or to any streaming request).
-
-``tower model-server`` runs one in the foreground; tests start one in a thread.
+It answers ``POST /v1/chat/completions`` with the project's scripts through a real socket,
+and injects faults on demand (``inject``, ``set_down``, or a seeded random rate): 429 with
+Retry-After, 500, slow replies, malformed JSON, schema violations, unknown tools, 400s,
+refusals, empty replies. ``set_streaming`` answers streaming requests as some servers do.
+``tower model-server`` runs one in the foreground.
 """
 
 from __future__ import annotations
@@ -166,8 +161,8 @@ class LoopbackModelServer:
             self.plan.streaming = mode
 
     def hold(self) -> threading.Event:
-        """Streamed text replies stop after their first word until the event returned is
-        set: a test sees a reply while it forms, whatever the machine's load."""
+        """Streamed text replies stop after their first word until the event is set: a test
+        sees a reply while it forms, whatever the load."""
         with self._lock:
             self.holding = threading.Event()
             return self.holding

@@ -29,10 +29,7 @@ async def assert_replays(
     plugin: TowerPlugin | None = None,
 ) -> list[Replayed]:
     """Replay ``paths`` (files or folders) against ``workflows``; AssertionError naming
-    every history that fails, as ``tower replay`` does: where the current code left the
-    recorded run (the step, the node, the command), or a transition log that breaks a rule
-    (steps not strictly increasing, an undeclared move, DONE or FAILED left, a path other
-    than the one the original run recorded)."""
+    every history that fails, as ``tower replay`` reports it."""
     results = await replay(load(paths), workflows=workflows, namespace=namespace,
                            plugin=plugin)
     failures = [report(r) for r in results if not r.ok]

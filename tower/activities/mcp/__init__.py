@@ -1,12 +1,8 @@
 """Model Context Protocol servers as tool sources (the official ``mcp`` SDK).
 
-``config`` — which servers a tenant uses and its per-tool policy (the deployment's file);
-``catalogue`` — their tools, listed at worker start, classified by their annotations;
-``calls`` — one activity per tool; ``policy`` — the worker-start checks.
-
-This package imports the SDK only for a tenant whose configuration lists servers
-(``load_sources``, ``McpSources.toolbox``): a worker without MCP tools stays ~25 MB
-smaller. Import ``catalogue`` and ``calls`` directly for the rest.
+``config``: a tenant's servers and per-tool policy; ``catalogue``: their tools, listed at
+worker start; ``calls``: one activity per tool; ``policy``: the worker-start checks. The
+SDK is imported only for a tenant whose configuration lists servers.
 """
 
 from __future__ import annotations
@@ -42,9 +38,8 @@ class McpSources:
         return McpToolBox(self.tenant, self.tools)
 
     def activities_for(self, agents: Iterable[type]) -> list[Callable[..., Any]]:
-        """What a worker hosting ``agents`` runs for these tools, once they pass the checks:
-        every ``server.tool`` an agent names is listed, destructive ones are gated
-        (McpPolicyError otherwise). Their schemas are registered for the runs' contexts."""
+        """The activities for these tools on a worker hosting ``agents``, once every
+        ``server.tool`` they name is listed and every destructive one gated (McpPolicyError)."""
         check_agents((a.machine for a in agents if hasattr(a, "machine")), self.tools)
         register_external(self.tools)
         # The MCP SDK is imported only here, for a tenant that lists tools.

@@ -1,14 +1,10 @@
-"""Each MCP tool call is one activity: arguments checked against the tool's input schema
-before the call, the result checked and bounded before it enters the history.
+"""Each MCP tool call is one activity: arguments checked against the tool's schema
+before, the result checked and bounded before it enters the history.
 
-Errors are classified for Temporal's retries:
-- the server could not be reached (nothing was sent): retried, inside the attempt and by
-  Temporal;
-- transport or protocol failure after the request went out: retried only where a repeat
-  cannot act twice (read-only or idempotent tools, or a server that honours the key);
-  otherwise ``McpOutcomeUnknown``, final — the node fails rather than guess;
-- the tool's own error (``isError``): not an exception at all — the result says so and
-  the node hands it to the model as a tool message.
+A server not reached (nothing sent) is retried. A failure after the request went out is
+retried only where a repeat cannot act twice (read-only or idempotent tools, or a server
+honouring the key); otherwise ``McpOutcomeUnknown``, final. The tool's own error
+(``isError``) is a result the node hands to the model.
 """
 
 from __future__ import annotations

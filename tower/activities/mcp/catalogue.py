@@ -1,19 +1,10 @@
-"""MCP tools as catalogue entries: listed from the servers when the worker starts.
+"""MCP tools as catalogue entries (``server.tool``), listed when the worker starts.
 
-Each tool is named ``server.tool`` and carries what Tower decides about it. Trust belongs
-to the deployment (its MCP file), not to the server: a server that marks a deleting tool
-``readOnlyHint`` must not get it run ungated and retried as a read. So a tool is taken as
-destructive (gated) and not idempotent unless the deployment says otherwise: per tool
-(``read_only``, ``gate``) or by trusting the server's annotations (``trust_hints``; MCP's
-defaults when a hint is absent: not read-only, destructive, not idempotent). An untrusted
-server's hints can only make a tool stricter (a tool it says writes is never read-only).
-
-- read-only tools are called freely and retried like any read;
-- destructive tools need an approval gate on the node that calls them, unless the
-  tenant's policy says ``"gate": false`` for that tool;
-- a tool that is neither read-only nor idempotent gets the call's idempotency key in
-  ``_meta`` and is not retried after a timeout (the first attempt may have acted),
-  unless the policy says the server honours the key.
+Trust is the deployment's, not the server's: a tool is destructive (gated) and not
+idempotent unless the deployment's MCP file says otherwise, per tool (``read_only``,
+``gate``) or by trusting the server's hints (``trust_hints``); an untrusted server's hints
+can only make a tool stricter. A tool neither read-only nor idempotent gets the call's key
+in ``_meta`` and is not retried after a timeout, unless the server honours the key.
 """
 
 from __future__ import annotations
@@ -84,9 +75,8 @@ class McpTool:
 
 
 def classify(server: str, tool: Any, tenant: TenantMcp, timeout: float) -> McpTool:
-    """An MCP ``Tool`` listing as a catalogue entry: the deployment's word first (its
-    per-tool policy, whether it trusts the server's hints), the server's hints only where
-    trusted or stricter."""
+    """A listed ``Tool`` as a catalogue entry: the deployment's word first, the server's
+    hints only where trusted or stricter."""
     name = f"{server}.{tool.name}"
     hints = tool.annotations
     trust = tenant.servers[server].trust_hints

@@ -1,7 +1,7 @@
-"""Which MCP servers a tenant's agents may use, and the tenant's per-tool policy.
+"""Which MCP servers a tenant's agents may use, and its per-tool policy.
 
-The deployment owns this file (``TOWER_MCP_CONFIG``, default ``.tower/mcp.json``); it is
-read by the worker and the CLI, never by workflow code and never from a run's input::
+The deployment's file (``TOWER_MCP_CONFIG``, default ``.tower/mcp.json``), read by the
+worker and the CLI, never from a run::
 
     {"tenants": {"default": {
         "servers": {
@@ -11,12 +11,7 @@ read by the worker and the CLI, never by workflow code and never from a run's in
         "tools": {"notes.delete_note": {"gate": false, "honours_idempotency_key": true},
                   "kb.search": {"read_only": true}}}}}
 
-``headers`` maps a header to the *name* of an environment variable holding its value
-(the deployment's secret store fills it), so the file itself holds no secret.
-
-Trust in a server's tools is the deployment's: a tool is gated and side-effecting unless
-this file says otherwise, per tool (``read_only``, ``gate``) or by trusting the server's
-own annotations (``trust_hints``); see catalogue.classify.
+``headers`` names the environment variable holding each value: the file holds no secret.
 """
 
 from __future__ import annotations

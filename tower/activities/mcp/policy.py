@@ -1,8 +1,7 @@
-"""Checks at worker start: every ``server.tool`` an agent names exists, and every
-destructive one (every tool of a server whose hints the deployment does not trust, unless
-it says the tool only reads) is called only behind an approval gate (unless the tenant's
-policy says otherwise). A failed check stops the worker with the reason — no run ever starts
-against a tool set it cannot honour."""
+"""Checks at worker start: every ``server.tool`` an agent names exists, and every gated
+one is called only behind an approval gate. A failed check stops the worker with the
+reason: no run starts against a tool set it cannot honour.
+"""
 
 from __future__ import annotations
 

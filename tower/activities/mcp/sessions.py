@@ -1,9 +1,6 @@
-"""Long-lived client sessions, one per MCP server a worker uses.
-
-A stdio server is a process: starting one per call would cost a process start each
-time. Each session is owned by its own task (the SDK's transports are anyio contexts,
-entered and left in one task); a call that finds the transport broken drops the
-session, and the next call opens a new one.
+"""Long-lived client sessions, one per MCP server a worker uses (a stdio server is a
+process). Each is owned by its own task (the SDK's transports are anyio contexts, entered
+and left in one task); a broken transport drops the session and the next call opens one.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Evals from recorded runs: what a prompt, model or graph change does to real traffic.
 
-In a test: ``report = await run_eval(*paths, build_worker=...)``, then
-``assert_verdicts(report, Change.SAME)`` (or one verdict per run).
-``evaluate`` re-runs recorded runs against the candidate code in an isolated world
-(``runner``, ``world``), answers their model calls from the recordings or live
-(``models``), and compares each new run with its baseline — the recording itself, or
-the same run in an earlier eval's report — by scorers (``compare``). ``tower eval`` is
-the command; docs/evals.md the guide.
+``report = await run_eval(*paths, build_worker=...)``, then ``assert_verdicts(report,
+Change.SAME)``. Recorded runs are re-run against the candidate in an isolated world
+(``runner``), their model calls answered from the recordings or live (``models``), and
+each is compared with its baseline by scorers (``compare``). docs/evals.md is the guide.
 """
 
 from __future__ import annotations
@@ -73,8 +70,7 @@ class EvalReport(BaseModel):
         return out
 
     def moved(self) -> dict[str, dict[tuple[str, str], int]]:
-        """Per agent, each move whose traffic changed: the times the candidate runs took it
-        minus the times the baseline runs did (a loop's moves count each time round)."""
+        """Per agent, each move whose traffic changed: candidate count minus baseline count."""
         out: dict[str, Counter[tuple[str, str]]] = {}
         for r in self.runs:
             delta = out.setdefault(r.agent, Counter())
@@ -94,16 +90,12 @@ async def evaluate(
     scorers: Sequence[Scorer] = BUILT_IN, timeout: float = 120.0,
     progress: Progress | None = None, **worker_options: Any,
 ) -> EvalReport:
-    """Re-run each recorded run (``tower.testing.load`` reads files and folders)
-    on ``build_worker``'s worker — the candidate's ``worker.build_worker`` — and compare.
+    """Re-run each recorded run on ``build_worker``'s worker and compare.
 
-    ``data``: the tools' database each run starts from a copy of (never opened for
-    writing); None, the default: fresh data, seeded by the candidate's own worker in the
-    eval's folder, as before any recorded run. ``watch``: a real tools' database the eval
-    must leave as it was (hashed before and after; default: ``data``). ``baseline``:
-    summaries by workflow id from an earlier report (default: each recording's own);
-    ``worker_options`` go to ``build_worker`` (e.g. ``models=ModelSettings(...)``, the
-    candidate's live model)."""
+    ``data``: the tools' database each run starts from a copy of (None: fresh data, seeded by
+    the candidate's worker); ``watch``: a real database the eval must leave as it was (default
+    ``data``); ``baseline``: summaries by workflow id from an earlier report (default: each
+    recording's own); ``worker_options`` go to ``build_worker``."""
     recordings = chains(histories)
     report = EvalReport(mode=mode, baseline=baseline_name, data=str(data or "fresh"))
     async with isolated(recordings, build_worker, mode=mode, data=data, watch=watch,

@@ -1,11 +1,7 @@
-"""Compare a candidate run with its baseline and give it a verdict.
-
-A scorer is a plain function ``(baseline, candidate) -> Score | None`` (None: nothing
-to say), sync or async. The run's verdict is the worst of its scores: ``regressed``
-beats ``changed`` beats ``same``. The built-in scorers compare what a reviewer reads
-first: the final status, the path of states, the tool calls, the gates and decisions,
-and the answer (similar, not equal: a reworded reply is not a change of behaviour).
-``judge`` asks a model, through the project's gateway, whether the answer got worse.
+"""Compare a candidate run with its baseline: a scorer is ``(baseline, candidate) -> Score
+| None``, sync or async, and the run's verdict is the worst score (``regressed`` beats
+``changed`` beats ``same``). The built-in scorers compare status, path, tool calls, gates
+and the answer (similar, not equal); ``judge`` asks a model.
 """
 
 from __future__ import annotations
@@ -106,9 +102,8 @@ JUDGE_PROMPT = (
 
 
 def judge(ask: Callable[[str, str], Awaitable[str]]) -> Scorer:
-    """A model judge: ``ask(system, user)`` returns the model's text (``gateway_judge``
-    builds one on the project's model gateway). An answer it cannot read is a change,
-    with the reason, never a silent pass."""
+    """A model judge: ``ask(system, user)`` returns the model's text. An answer it cannot
+    read is a change, never a silent pass."""
 
     async def judged(base: RunSummary, cand: RunSummary) -> Score | None:
         if base.answer == cand.answer:
@@ -142,10 +137,9 @@ async def score(base: RunSummary, cand: RunSummary,
 
 
 def transition_diff(base: RunSummary, cand: RunSummary) -> str:
-    """The moves the two runs took a different number of times, counted (a loop gone round
-    five times, then once, is four fewer visits of each of its moves, not a move removed):
-    ``-a->b`` only the baseline took, ``+a->b`` only the candidate, and
-    ``a->b: 4 fewer visits (5 -> 1)`` both; then the two paths."""
+    """The moves the two runs took a different number of times (``-a->b`` only the
+    baseline's, ``+a->b`` only the candidate's, ``a->b: 4 fewer visits (5 -> 1)``), then the
+    two paths."""
     old, new = Counter(base.moves), Counter(cand.moves)
     parts = []
     for a, b in dict.fromkeys([*base.moves, *cand.moves]):  # in the order first taken

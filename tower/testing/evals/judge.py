@@ -9,9 +9,8 @@ from tower.testing.evals.compare import Scorer, judge
 
 
 def gateway_judge(settings: ModelSettings) -> Scorer:
-    """``compare.judge`` asking ``settings``' models (their fallbacks and prices) as agent
-    ``eval``, node ``judge``; the scripted model has no script for it, so offline it
-    answers what a reader sees as unreadable: a change, never a pass."""
+    """``compare.judge`` asking ``settings``' models as agent ``eval``, node ``judge``; the
+    scripted model has no script for it, so offline its answer is unreadable: a change."""
     gateway = ModelActivities(settings)
 
     async def ask(system: str, user: str) -> str:

@@ -1,24 +1,11 @@
-"""The model calls of an eval: answered from the recording, or by the candidate's model.
+"""The model calls of an eval, answered from the recording or by the candidate's model.
 
-``RecordedModels`` is a worker interceptor, so it works with any project's own worker:
-every ``call_model`` activity (and local activity) of a run the eval re-runs is answered
-from the recorded history of that run — the n-th call of a node gets the n-th recorded
-reply of that node, usage and cost included — or passed on to the project's model
-gateway (its fallbacks, usage and prices) when the mode says live:
-
-- ``recorded``: every call from the recording (a pure graph or code change);
-- ``changed``: from the recording where the node's prompt and model list are the ones
-  recorded, live where the candidate changed them;
-- ``live``: the candidate's model everywhere.
-
-A call the recording cannot answer (a node called more often than recorded, a child
-run that was not recorded, a call whose conversation lives in the message store) goes
-live too, and is counted, so a report says how much of a run was not from the recording.
-
-A recorded answer to a node whose prompt or model list changed cannot show what the
-change does, so it is never silent: in ``recorded`` mode each such node is named
-(``hidden``: "prompt of node confirm changed; answers recorded"), and the run is
-``changed`` until ``--models changed`` asks the candidate's model.
+``RecordedModels`` is a worker interceptor, so it works with any project's worker: the
+n-th ``call_model`` of a node gets the n-th recorded reply of that node, or goes to the
+project's gateway when the mode says live (``recorded``: all from the recording;
+``changed``: live where the node's prompt or models changed; ``live``: all live). A call
+the recording cannot answer goes live and is counted. A recorded answer to a node whose
+prompt changed is never silent: the run is ``changed``, naming the node (``hidden``).
 """
 
 from __future__ import annotations
@@ -57,8 +44,7 @@ class RecordedModels(Interceptor):
         self._next: Counter[tuple[str, str]] = Counter()
 
     def begin(self, recording: Recording) -> None:
-        """``recording`` is the one its workflow id's calls are answered from now: two
-        recordings may share an id (a run recorded before and after a format change)."""
+        """Answer ``recording``'s workflow id from it from now on (two recordings may share one)."""
         self.recordings[recording.workflow_id] = recording
         for key in [k for k in self._next if k[0] == recording.workflow_id]:
             del self._next[key]
@@ -100,8 +86,7 @@ class RecordedModels(Interceptor):
 
 
     def hidden(self, workflow_id: str) -> Score | None:
-        """The changes of ``workflow_id``'s run that recorded answers hid, named (and
-        forgotten: a recording of the same id may come next)."""
+        """The changes of ``workflow_id``'s run that recorded answers hid, named (and forgotten)."""
         nodes = self.unseen.pop(workflow_id, {})
         if not nodes:
             return None
@@ -111,8 +96,7 @@ class RecordedModels(Interceptor):
 
 
 def _changed(request: ModelRequest, recorded: ModelCall) -> str:
-    """What of the node's call differs from the recorded one: "prompt", "models",
-    "prompt and models", or "" (nothing)."""
+    """What of the node's call differs from the recorded one: prompt, models, or ""."""
     what = [name for name, differs in (
         ("prompt", request.system != recorded.request.get("system", "")),
         ("models", list(request.models) != list(recorded.request.get("models") or [])))

@@ -1,21 +1,16 @@
-"""What a recorded run holds for an eval, read from its Temporal history alone.
-
-A ``Recording`` is one run (or one continue-as-new chain of a workflow id): its input,
-every model call it made (the request the node sent and the reply it got), and every
-message from outside — decisions, signals, updates — with the step the run stood at when
-it arrived. ``tower.testing.evals.runner`` starts the run again from this; ``summarize`` reads
-the same figures from any history, the recording's or the candidate's, so the two are
-always compared the same way.
+"""What a recorded run holds for an eval, read from its history alone: its input, every
+model call (request and reply), and every message from outside with the step the run
+stood at. A continue-as-new chain is one ``Recording``.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from joserfc import jws
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
@@ -61,8 +56,7 @@ class Outside:
         token = wire.get("token")
         if not isinstance(token, str) or token.count(".") != 2:
             return None
-        part = token.split(".")[1]
-        claims: dict[str, Any] = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+        claims: dict[str, Any] = json.loads(jws.extract_compact(token.encode()).payload)
         return claims
 
 
@@ -86,8 +80,7 @@ class Recording:
 
 
 def value(payload: Payload) -> Any:
-    """A payload's value as JSON data. Only plain JSON payloads: a history written through
-    a codec must be decoded first (``tower codec``, or the Web UI's codec server)."""
+    """A payload's value as JSON (plain JSON payloads only: decode a codec's history first)."""
     encoding = payload.metadata.get("encoding", b"").decode()
     if encoding == "binary/null":
         return None
@@ -98,8 +91,7 @@ def value(payload: Payload) -> Any:
 
 
 def decision_taken(event: Any) -> str | None:
-    """The decision id an update-completed event says the run took (approved or rejected,
-    not a duplicate), else None."""
+    """The decision id an update-completed event says the run took, else None."""
     outcome = event.workflow_execution_update_completed_event_attributes.outcome
     told = values(outcome.success.payloads) if outcome.HasField("success") else []
     if told and isinstance(told[0], dict) and told[0].get("result") in (
@@ -113,8 +105,8 @@ def values(payloads: Iterable[Payload]) -> list[Any]:
 
 
 def chains(loaded: Sequence[tuple[str, WorkflowHistory]]) -> list[Recording]:
-    """One Recording per run: the histories of one workflow id that continue each other
-    (``ID@RUN.json`` files) are joined, first run first; any other history stands alone."""
+    """One Recording per run: the histories of one workflow id that continue each other are
+    joined, first run first."""
     by_previous: dict[str, tuple[str, WorkflowHistory]] = {}  # keyed by the run continued
     firsts: list[tuple[str, WorkflowHistory]] = []
     for source, history in loaded:

@@ -1,15 +1,11 @@
 """Re-run recorded runs against the candidate code, isolated from everything real.
 
-The eval starts its own dev server (in memory, namespace ``tower-eval``), writes its own
-trust directory (an eval roster whose keys only the eval holds) and gives the project's
-worker tools' data of its own: fresh (the worker seeds it, as before any recorded run: a
-recording's refunds are not paid yet) or a private copy of a given database. Every run
-starts from that same data, whatever the runs before it did. Each recorded run starts again with its
-recorded input and workflow id; the decisions, signals and updates it received are sent
-again when the new run reaches the same point: a decision when the run waits at the same
-gate (re-signed by the eval's key for the recorded approver, for the request the new run
-shows), any other message once the run has reached the step it had when it arrived.
-Nothing is sent to the real server, and the real data is hashed before and after.
+The eval starts its own dev server, writes its own trust directory (keys only it holds)
+and gives the worker tools' data of its own (fresh, or a private copy), the same for
+every run. Each recorded run starts again with its input and workflow id; its decisions
+are re-signed for the request the new run shows and sent when it waits at the same gate,
+other messages once it reaches the step they came at. The real data is hashed before and
+after.
 """
 
 from __future__ import annotations
@@ -40,6 +36,7 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from tower.client._decisions import submit_decision
 from tower.contract import names, search
 from tower.contract.decisions import GateRecord
 from tower.testing.evals.compare import Score, plural
@@ -49,7 +46,6 @@ from tower.testing.evals.summary import RunSummary, summarize
 from tower.testing.evals.world import EvalTrust, temporal_binary
 
 NAMESPACE = "tower-eval"
-RESENDS = 3
 QUEUE = "tower-eval"
 
 # build_worker(client, task_queue=, db_path=, trust_dir=, interceptors=) -> the project's
@@ -93,8 +89,8 @@ def _digest(path: Path) -> str:
 
 
 def private_copy(db: Path | None, folder: Path) -> Path:
-    """A consistent copy (SQLite's backup, not a file copy mid-write) of the tools'
-    database and its named databases in ``folder``; the path of the copied tools' db."""
+    """A consistent copy (SQLite's backup) of the tools' database and its named databases
+    in ``folder``; the copied tools' db."""
     mine = folder / "tools.sqlite"
     for path in data_files(db):
         assert db is not None
@@ -212,15 +208,8 @@ class Eval:
         payload = self.trust.decision(handle.id, pending, message.decision or {})
         if message.kind == "signal":
             await handle.signal(names.DECISION.name, payload)
-            return
-        for attempt in range(RESENDS + 1):
-            try:
-                await handle.execute_update(names.DECIDE.name, payload)
-                return
-            except RPCError as exc:
-                # The server aborts an update whose workflow task failed with it: not taken.
-                if attempt == RESENDS or "unexpected workflow task failure" not in exc.message:
-                    raise
+        else:  # sent again while the server aborts it with its task, as any client does
+            await submit_decision(handle, payload)
 
     async def _histories(self, run_id: str, workflow_id: str) -> list[WorkflowHistory]:
         chain: list[WorkflowHistory] = []
@@ -254,8 +243,7 @@ def _stdout_to_stderr() -> Iterator[None]:
 
 
 async def _settled(handle: WorkflowHandle[Any, Any]) -> None:
-    """Wait until a parked run's own work is done (the gate's attestation and notice):
-    no activity in flight, no workflow task pending."""
+    """Wait until a parked run's own work is done (no activity, no workflow task pending)."""
     while True:
         raw = (await handle.describe()).raw_description
         if not raw.pending_activities and not raw.HasField("pending_workflow_task"):
@@ -284,11 +272,8 @@ STORE_SETTINGS = ("TOWER_STORE_URL", "TOWER_MESSAGES", "TOWER_STREAMS", "TOWER_P
 
 @contextmanager
 def own_stores(db: Path) -> Iterator[None]:
-    """While the eval's worker is built and runs, the store settings name the eval's own
-    stores, beside its tools' database ``db``, whatever the environment held (a
-    deployment's TOWER_STORE_URL, TOWER_STREAMS...): an eval never writes to a deployment's
-    stores. The payload threshold is the default: the eval reads its runs' histories as
-    plain JSON."""
+    """While the eval's worker runs, the store settings name the eval's own stores beside
+    ``db``, whatever the environment held: an eval never writes to a deployment's stores."""
     saved = {name: os.environ.pop(name, None) for name in STORE_SETTINGS}
     folder = db.parent
     os.environ.update({"TOWER_DB": str(db), "TOWER_MESSAGES": str(folder / "messages.sqlite"),
@@ -310,8 +295,8 @@ async def isolated(
     data: Path | None, watch: Path | None = None, timeout: float = 120.0,
     **worker_options: Any,
 ) -> AsyncIterator[tuple[Eval, Isolation]]:
-    """The eval's own server, trust, private data and worker, for ``recordings``; the
-    real files of ``data`` and ``watch`` are hashed before and after."""
+    """The eval's own server, trust, private data and worker, for ``recordings``; the real
+    files of ``data`` and ``watch`` are hashed before and after."""
     real = dict.fromkeys([*data_files(data), *data_files(watch)])
     guard = Isolation({str(p): _digest(p) for p in real})
     with tempfile.TemporaryDirectory(prefix="tower-eval-") as tmp:

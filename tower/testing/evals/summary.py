@@ -1,11 +1,8 @@
-"""The figures an eval compares, read the same way from any run's history (or chain).
+"""The figures an eval compares, read alike from any run's history (or chain).
 
-``trail`` is the path of states as the history shows it: each node the run published
-(its AgentNode at start, when started with ``search.start_attributes`` as `tower run`
-starts runs, and its upserts) or worked in (its activities, whose summaries name the
-node), in order, repeats folded. It is read from the history alone, so a recorded run made
-by code that no longer exists, or started another way, is read exactly as the
-candidate's new run is.
+``trail`` is the path of states as the history shows it (the nodes the run published or
+worked in, repeats folded), so a recording made by code that no longer exists reads as
+the candidate's new run does.
 """
 
 from __future__ import annotations
@@ -98,8 +95,8 @@ class _Seen:
 
 
 def _produced(tool: str, result: Any, out: dict[str, str], path: str = "") -> None:
-    """Remember the ids and keys a tool made up (``rs_…``, fingerprints) by where they came
-    from, so a later call passing one on reads the same in every run."""
+    """Remember the ids a tool made up by where they came from, so a later call passing one
+    on reads the same in every run."""
     if isinstance(result, dict):
         for key, item in result.items():
             _produced(tool, item, out, f"{path}.{key}" if path else key)

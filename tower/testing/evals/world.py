@@ -1,10 +1,6 @@
-"""The eval's own trust: a roster of keys only this eval holds, and decisions signed by them.
-
-The recorded decisions were signed by real approvers; their signatures are for requests
-of runs that no longer exist. The eval re-signs each decision the recorded run took —
-same approver name, role, verdict, edits and note — for the request the new run shows,
-with a key it made for this eval alone and wrote into a roster only the eval's worker
-reads. The real roster and the real keys are never read.
+"""The eval's own trust: a roster of keys only this eval holds. Each decision the recorded
+run took is re-signed (same approver, role, verdict, edits, note) for the request the new
+run shows; the real roster and keys are never read.
 """
 
 from __future__ import annotations
