@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gatekit import decision, new_id, refund_request, refunds, wait_pending
+from gatekit import decision, new_id, refund_request, refunds, roster_reads, wait_pending
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from tower.activities.model import ModelSettings
@@ -86,12 +86,6 @@ async def test_a_role_granted_after_the_run_started_decides_unasked(
         out = await handle.execute_update("decide", carol, result_type=dict)
         await handle.result()
     assert out["result"] == "approved" and refunds(db_path) == [("INV-2004", 120000)]
-
-
-async def roster_reads(handle: Any) -> int:
-    history = await handle.fetch_history()
-    return sum(1 for e in history.events if e.HasField("activity_task_scheduled_event_attributes")
-               and e.activity_task_scheduled_event_attributes.activity_type.name == "load_trust")
 
 
 async def test_a_flood_of_unknown_key_ids_costs_a_bounded_number_of_roster_reads(
