@@ -439,8 +439,8 @@ class GateRuntime:
     def _take_signal(self, raw: Any, *, may_hold: bool) -> None:
         decision, check = self.judge(raw)
         if may_hold and check.by_roster:
-            # Perhaps a key added since the run's last refresh: judge it again after one.
-            self._wait_for_roster(raw, check.reason)
+            # Perhaps a key or role added since the run's last refresh: judged after one.
+            self._wait_for_roster(raw, check)
             return
         if not check.ok or check.duplicate:
             reason = check.reason or "duplicate of an accepted decision: nothing changed"
@@ -449,15 +449,15 @@ class GateRuntime:
             return
         self.in_flight = decision
 
-    def _wait_for_roster(self, raw: Any, reason: str) -> None:
-        """Keep a decision under an unknown key id until a roster read begun after it came
-        and ask for one; refuse it if no request waits for a decision or UNKNOWN_KEEP wait
+    def _wait_for_roster(self, raw: Any, check: Check) -> None:
+        """Keep a decision the roster refused until a roster read begun after it came and
+        ask for one; refuse it if no request waits for a decision or UNKNOWN_KEEP wait
         already (so a flood after it cannot push it out)."""
+        code = check.code or Code.UNKNOWN_KEY
         if self.in_flight is not None or pending_record(self.run.state) is None:
-            self.audit.add(workflow.now(), "signal", Code.UNKNOWN_KEY, reason, raw)
+            self.audit.add(workflow.now(), "signal", code, check.reason, raw)
         elif len(self._unknown) >= UNKNOWN_KEEP:
-            self.audit.add(workflow.now(), "signal", Code.UNKNOWN_KEY,
-                           reason + UNKNOWN_FULL, raw)
+            self.audit.add(workflow.now(), "signal", code, check.reason + UNKNOWN_FULL, raw)
         else:  # the token alone: what decides (read_decision reads a token before the rest)
             self._unknown.append((self._reads_begun, {"token": raw["token"]}))
             self.refresh_asked = True
