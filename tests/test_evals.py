@@ -74,11 +74,18 @@ def verdicts(report: EvalReport) -> dict[str, str]:
 async def test_unchanged_code_keeps_every_recorded_run_the_same(tmp_path: Path) -> None:
     data = real_data(tmp_path / "real")
     before = digests(data)
-    report = await run_eval(*sorted(HISTORIES.glob("*.json")), build_worker=build_worker,
+    report = await run_eval(*sorted(HISTORIES.glob("*.json")),
+                            *sorted(HISTORIES.glob("gates/*.json")), build_worker=build_worker,
                             data=data, models=ModelSettings())
-    assert len(report.runs) == 16  # 17 files: the chat thread's two runs are one chain
+    assert len(report.runs) == 19  # 20 files: the chat thread's two runs are one chain
     assert verdicts(report) == {r.workflow_id: "same" for r in report.runs}, \
         [r.scores for r in report.runs if r.scores]
+    # The schema changed while migration-gated-1 waited (its first approval was stale): the
+    # eval cannot make that change, so its tools answer as recorded from that re-check on.
+    moved = next(r for r in report.runs if r.workflow_id == "migration-gated-1")
+    assert moved.answered == {"recorded": 2,
+                              "tools recorded: the world changed while it waited": 4}
+    assert all("tools recorded" not in str(r.answered) for r in report.runs if r is not moved)
     parked = next(r for r in report.runs if r.workflow_id == "refund-parked")
     assert parked.candidate.status == "AWAITING_APPROVAL" and parked.candidate.gates
     approved = next(r for r in report.runs if r.workflow_id == "refund-approved")

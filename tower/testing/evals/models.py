@@ -15,6 +15,11 @@ A call the recording cannot answer (a node called more often than recorded, a ch
 run that was not recorded, a call whose conversation lives in the message store) goes
 live too, and is counted, so a report says how much of a run was not from the recording.
 
+Tools run again, on the eval's data, except in a recorded run whose world changed while
+it waited at a gate (a re-check found it stale: ``Recording.world_changed_at``): the eval
+cannot make that change, so from that re-check on, the run's tool calls are answered from
+the recording, call for call (the same tool with the same arguments), and counted.
+
 A recorded answer to a node whose prompt or model list changed cannot show what the
 change does, so it is never silent: in ``recorded`` mode each such node is named
 (``hidden``: "prompt of node confirm changed; answers recorded"), and the run is
@@ -34,7 +39,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from tower.contract.wire import ModelReply, ModelRequest
+from tower.contract.wire import ModelReply, ModelRequest, ToolCall
 from tower.testing.evals.compare import Change, Score
 from tower.testing.evals.recording import ModelCall, Recording
 
@@ -55,6 +60,8 @@ class RecordedModels(Interceptor):
         self.unseen: dict[str, dict[str, str]] = {}
         self._seen: dict[tuple[str, str, str], int] = {}  # an activity's retries: one call
         self._next: Counter[tuple[str, str]] = Counter()
+        self._tools_seen: dict[tuple[str, str, str], int] = {}  # as _seen, for tool calls
+        self._tools_next: Counter[str] = Counter()
 
     def begin(self, recording: Recording) -> None:
         """``recording`` is the one its workflow id's calls are answered from now: two
@@ -62,6 +69,7 @@ class RecordedModels(Interceptor):
         self.recordings[recording.workflow_id] = recording
         for key in [k for k in self._next if k[0] == recording.workflow_id]:
             del self._next[key]
+        self._tools_next.pop(recording.workflow_id, None)
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
         return _Inbound(next, self)
@@ -99,6 +107,25 @@ class RecordedModels(Interceptor):
         return ModelReply.model_validate(recorded[n].reply)
 
 
+    def tool_answer(self, call: ToolCall) -> tuple[bool, Any]:
+        """(True, the recorded answer) for a tool call made after the recorded world changed
+        where the recording made the same call; else (False, None): run the tool."""
+        info = activity.info()
+        key = (info.workflow_id or "", info.workflow_run_id or "", info.activity_id)
+        if key not in self._tools_seen:
+            self._tools_seen[key] = self._tools_next[key[0]]
+            self._tools_next[key[0]] += 1
+        n, recording = self._tools_seen[key], self.recordings.get(key[0])
+        if (recording is None or recording.world_changed_at is None
+                or not recording.world_changed_at <= n < len(recording.tool_calls)):
+            return False, None
+        recorded = recording.tool_calls[n]
+        if (recorded.tool, recorded.arguments) != (call.tool, call.arguments):
+            return False, None
+        self.answered.setdefault(key[0], Counter())[
+            "tools recorded: the world changed while it waited"] += 1
+        return True, recorded.result
+
     def hidden(self, workflow_id: str) -> Score | None:
         """The changes of ``workflow_id``'s run that recorded answers hid, named (and
         forgotten: a recording of the same id may come next)."""
@@ -132,4 +159,8 @@ class _Inbound(ActivityInboundInterceptor):
                 reply = self.models.answer(request)
                 if reply is not None:
                     return reply
+        if input.args and isinstance(input.args[0], ToolCall):
+            recorded, result = self.models.tool_answer(input.args[0])
+            if recorded:
+                return result
         return await super().execute_activity(input)
