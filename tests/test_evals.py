@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 from eval_candidates import RefundWideGate, SupportBillingDown, SupportLoginAccount
-from gatekit import decide, recorded, refund_request, refunds, snapshot, wait_pending
+from gatekit import (
+    ROSTER_RECHECK,
+    decide,
+    recorded,
+    refund_request,
+    refunds,
+    snapshot,
+    wait_pending,
+)
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.worker import Worker
 
@@ -203,7 +211,8 @@ async def test_a_decision_the_eval_signs_is_refused_by_a_real_run(
     client: Client, scripted_worker: Any, task_queue: str, db_path: Path, tmp_path: Path,
 ) -> None:
     """The eval re-signs recorded decisions with keys only its own roster trusts: one of
-    them sent to a real run waiting at a gate changes nothing there."""
+    them sent to a real run waiting at a gate changes nothing there (the run reads its
+    roster once more, for a key enrolled since, and refuses it)."""
     run = f"refund-eval-attack-{task_queue}"
     async with scripted_worker():
         handle = await client.start_workflow("refund", refund_request(client, run), id=run,
@@ -216,7 +225,11 @@ async def test_a_decision_the_eval_signs_is_refused_by_a_real_run(
                                  "jti": "d-from-an-eval"})
         with pytest.raises(WorkflowUpdateFailedError):
             await submit_decision(handle, forged)
-        assert await recorded(handle) == history and await snapshot(handle) == state
+        now = await recorded(handle)
+        assert now[:len(history)] == history and set(now[len(history):]) <= ROSTER_RECHECK
+        assert await snapshot(handle) == state
+        refused = (await handle.query("approvals", result_type=dict))["refused"]
+        assert [r["code"] for r in refused] == ["unknown_key"], refused
         assert refunds(db_path) == []  # nothing paid
         outcome = await decide(client, handle, info["pending"])  # alice's real key still works
         assert outcome["result"] == "approved"

@@ -332,7 +332,8 @@ class GateRuntime:
         return outcome(record, decision_id, current, check.duplicate)
 
     def validate(self, raw: dict[str, Any]) -> None:
-        """The ``decide`` update's validator: refuses before the history holds it."""
+        """The ``decide`` update's validator: refuses before the history holds it, but
+        one the roster refuses while a request waits (judged again after a re-read)."""
         _, check = self.judge(raw, budget=self._validate_budget)
         if not check.ok and not (check.by_roster and self._awaiting()):
             raise failure(DecisionRefused(check.reason, code=check.code or Code.MALFORMED))

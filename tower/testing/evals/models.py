@@ -119,8 +119,9 @@ class RecordedModels(Interceptor):
         if (recording is None or recording.world_changed_at is None
                 or not recording.world_changed_at <= n < len(recording.tool_calls)):
             return False, None
-        recorded = recording.tool_calls[n]
-        if (recorded.tool, recorded.arguments) != (call.tool, call.arguments):
+        recorded = recording.tool_calls[n]  # its result None: it failed, or never ended
+        if (recorded.tool, recorded.arguments, recorded.result is None) != (
+                call.tool, call.arguments, False):
             return False, None
         self.answered.setdefault(key[0], Counter())[
             "tools recorded: the world changed while it waited"] += 1
