@@ -131,6 +131,26 @@ async def recorded(handle: WorkflowHandle[Any, Any]) -> list[int]:
     return [e.event_type for e in history.events if e.event_type not in TASK_BOOKKEEPING]
 
 
+# What a decision refused for what the run's roster says (a key id it does not name, a
+# role it does not grant) adds to the history: the update, taken, and the roster read it
+# waited for before it was refused, with the timers of the wait (at most one read per
+# REFRESH_GAP; tower/temporal/_gate.py).
+ROSTER_RECHECK = {EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
+                  EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED,
+                  EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED,
+                  EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED,
+                  EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+                  EventType.EVENT_TYPE_TIMER_STARTED, EventType.EVENT_TYPE_TIMER_FIRED,
+                  EventType.EVENT_TYPE_TIMER_CANCELED}
+
+
+async def roster_reads(handle: WorkflowHandle[Any, Any]) -> int:
+    """How many times the run read its roster (``load_trust``)."""
+    history = await handle.fetch_history()
+    return sum(1 for e in history.events if e.HasField("activity_task_scheduled_event_attributes")
+               and e.activity_task_scheduled_event_attributes.activity_type.name == "load_trust")
+
+
 async def snapshot(handle: WorkflowHandle[Any, Any]) -> dict[str, Any]:
     state: dict[str, Any] = await handle.query("state", result_type=dict)
     return state

@@ -22,7 +22,17 @@ from typing import Any
 import httpx
 import pytest
 from ag_ui_validate.transport import TransportOptions, validate_body, validate_endpoint
-from gatekit import BIG_REFUND, decision, forged_key, new_id, recorded, refunds, snapshot
+from gatekit import (
+    BIG_REFUND,
+    ROSTER_RECHECK,
+    decision,
+    forged_key,
+    new_id,
+    recorded,
+    refunds,
+    roster_reads,
+    snapshot,
+)
 from inboxkit import ROLES, inbox, issuer, signed_in
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -226,10 +236,6 @@ async def test_bad_answers_are_refused_with_their_code_and_nothing_moves(
         stolen = decision(client, other, theirs)["token"]
         assert (await refused(url, run_input(thread, resume=resume(
             interrupt, token=stolen))))["code"] == "wrong_run"
-        # dana's own genuine token, claiming a role she does not hold (mis-scoped).
-        scoped = decision(client, thread, pending, approver="dana", role="manager")["token"]
-        assert (await refused(url, run_input(thread, resume=resume(
-            interrupt, token=scoped))))["code"] == "not_authorized"
         mistyped = await refused(url, run_input(thread, resume=resume(
             interrupt, {"verdict": "approve", "edits": {"amount_cents": True}})))
         assert mistyped["code"] == "bad_edit", mistyped
@@ -246,6 +252,16 @@ async def test_bad_answers_are_refused_with_their_code_and_nothing_moves(
         assert (await post(f"{url}/agui/refund", run_input(chat.id))).status_code == 404
         await chat.terminate()
         assert await recorded(handle) == before and refunds(db_path) == []
+        # dana's own genuine token, claiming a role she does not hold (mis-scoped): the run
+        # reads its roster again (she may have been given it since), then refuses it.
+        state, reads = await snapshot(handle), await roster_reads(handle)
+        scoped = decision(client, thread, pending, approver="dana", role="manager")["token"]
+        assert (await refused(url, run_input(thread, resume=resume(
+            interrupt, token=scoped))))["code"] == "not_authorized"
+        assert await snapshot(handle) == state and await roster_reads(handle) == reads + 1
+        now = await recorded(handle)
+        assert now[:len(before)] == before and set(now[len(before):]) <= ROSTER_RECHECK
+        assert refunds(db_path) == []
         # An interrupt no longer open: rejected once (the run declines), answered again.
         reply = await post(f"{url}/agui/refund", run_input(done, resume=resume(
             closed, {"verdict": "reject", "note": "no"})))

@@ -230,15 +230,20 @@ def test_a_proposal_no_client_could_digest_fails_the_run_at_the_gate() -> None:
     assert "cannot be canonicalized (RFC 8785)" in log.reason
 
 
-def test_only_a_key_id_the_roster_does_not_name_is_an_unknown_key() -> None:
-    """What a run keeps for its next roster read (tower/temporal/_gate.py): told by the
-    check's field, not its wording; a forged key under a known id is no unknown key."""
-    _, unknown = read_decision(token(key=new_key("erin-2")), trust=trust(),
-                               now=T0 + timedelta(hours=1))
-    _, forged = read_decision(token(key={**new_key(), "kid": "alice-1"}), trust=trust(),
-                              now=T0 + timedelta(hours=1))
-    assert unknown.unknown_key and not unknown.ok and "unknown key id 'erin-2'" in unknown.reason
-    assert not forged.unknown_key and not forged.ok
+def test_only_what_the_roster_says_waits_for_its_next_read() -> None:
+    """What a run judges again after its next roster read (tower/temporal/_gate.py): a key
+    id the roster does not name, a role it does not grant the signer. Told by the check's
+    field, not its wording; a forged key under a known id is not one of them."""
+    def check(message: dict[str, Any]) -> Any:
+        return read_decision(message, trust=trust(), now=T0 + timedelta(hours=1))[1]
+
+    unknown = check(token(key=new_key("erin-2")))
+    forged = check(token(key={**new_key(), "kid": "alice-1"}))
+    no_role = check(token(role="dba"))
+    assert unknown.by_roster and unknown.code == C.UNKNOWN_KEY and not unknown.ok
+    assert "unknown key id 'erin-2'" in unknown.reason
+    assert no_role.by_roster and no_role.code == C.NOT_AUTHORIZED and not no_role.ok
+    assert not forged.by_roster and not forged.ok
 
 
 def test_unsigned_only_where_the_deployment_allows_it() -> None:

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 from conftest import WorkerFactory
-from gatekit import forged_key, make_shop, refunds, schema, wait_pending
+from gatekit import decision, forged_key, make_shop, refunds, schema, wait_pending
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.testing import WorkflowEnvironment
 from towercli import example_project, tower_cli
@@ -18,6 +18,7 @@ from towercli import example_project, tower_cli
 from tower.activities.model import ModelSettings
 from tower.cli.devserver import temporal_binary
 from tower.cli.trust_files import dev_trust
+from tower.client.keys import new_key
 from tower.contract import search
 from worker import build_worker
 
@@ -175,35 +176,61 @@ async def test_a_printed_decision_sent_by_the_temporal_cli_pays_once(
     scripted_worker: WorkerFactory,
 ) -> None:
     """`tower approve --print-token` signs and sends nothing; the real `temporal` CLI sends
-    the printed decision as the `decide` update: the refund is paid once. The same token
-    sent again is a duplicate that pays nothing."""
+    the printed decision as the `decide` update: the refund is paid once. The approver is
+    enrolled after the run started and nobody sends `refresh_trust`: the run reads its
+    roster again by itself. A decision under a key id no roster names is refused with its
+    code, and nothing moves. The same token sent again is a duplicate that pays nothing."""
+    trust, config = tmp_path / "trust", tmp_path / "approvers"
+    dev_trust(trust, env.client.namespace, config=config, approvers={"carol": ["clerk"]})
+    own = {"TOWER_TRUST_DIR": str(trust), "TOWER_CONFIG_DIR": str(config)}
     run = f"refund-token-{task_queue}"
     request = '{"message": "Please refund $1,200 on invoice INV-2004"}'
-    async with scripted_worker():
+    async with scripted_worker(trust_dir=trust):
         code, _, err = await tower(env, tmp_path, "run", "refund", "--input", request,
-                                   "--id", run, "--task-queue", task_queue, "--no-follow")
+                                   "--id", run, "--task-queue", task_queue, "--no-follow",
+                                   **own)
         assert code == 0, err
-        await wait_pending(env.client.get_workflow_handle(run))
-        code, token, err = await tower(env, tmp_path, "approve", run, "--by", "alice",
-                                       "--yes", "--print-token")
+        handle = env.client.get_workflow_handle(run)
+        parked = await wait_pending(handle)
+        code, out, err = await tower(env, tmp_path, "keys", "enrol", "erin", "--role",
+                                     "manager", **own)
+        assert code == 0, err
+        code, token, err = await tower(env, tmp_path, "approve", run, "--by", "erin",
+                                       "--yes", "--print-token", **own)
         assert code == 0, err
         assert "amount_cents: 120000" in err and "decision d-" in err  # shown, on stderr
         assert list(json.loads(token)) == ["token"] and token.count("\n") == 1, token
         assert refunds(db_path) == []  # nothing was sent
-        def send() -> subprocess.CompletedProcess[str]:
+
+        def send(message: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
                 [str(temporal_binary()), "workflow", "update", "execute", "--workflow-id",
-                 run, "--name", "decide", "--input", token.strip(), "--address",
+                 run, "--name", "decide", "--input", message, "--address",
                  env.client.service_client.config.target_host, "--namespace",
                  env.client.namespace, "--output", "json"],
                 capture_output=True, text=True, timeout=60)
 
-        sent = await asyncio.to_thread(send)
+        forged = decision(env.client, run, parked["pending"], approver="erin",
+                          key=new_key("mallory-1"))
+        refused = await asyncio.to_thread(send, json.dumps(forged))
+        assert refused.returncode != 0 and "unknown key id 'mallory-1'" in refused.stderr, \
+            refused
+        info = await handle.query("approvals", result_type=dict)
+        assert [r["code"] for r in info["refused"]] == ["unknown_key"], info["refused"]
+        assert info["pending"] == parked["pending"] and refunds(db_path) == []
+        assert info["refreshed_at"] != parked["refreshed_at"]  # read again, by itself
+
+        sent = await asyncio.to_thread(send, token.strip())
         assert sent.returncode == 0, sent
         outcome = json.loads(sent.stdout)["result"]
         assert (outcome["result"], outcome["duplicate"]) == ("approved", False), outcome
-        result = await env.client.get_workflow_handle(run).result()
-        again = await asyncio.to_thread(send)  # the same token once more: nothing to decide
+        result = await handle.result()
+        again = await asyncio.to_thread(send, token.strip())  # nothing to decide any more
         assert again.returncode != 0 and "already completed" in again.stderr, again
+        history = await handle.fetch_history()
+    signals = [e for e in history.events
+               if e.HasField("workflow_execution_signaled_event_attributes")]
+    assert signals == []  # no refresh_trust, no decision signal: the run asked itself
     assert result["status"] == "DONE" and result["refund_id"]
+    assert result["approvals"][0]["decision"]["approver"] == "erin"
     assert refunds(db_path) == [("INV-2004", 120000)]

@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 from eval_candidates import RefundWideGate, SupportBillingDown, SupportLoginAccount
-from gatekit import decide, recorded, refund_request, refunds, snapshot, wait_pending
+from gatekit import (
+    ROSTER_RECHECK,
+    decide,
+    recorded,
+    refund_request,
+    refunds,
+    snapshot,
+    wait_pending,
+)
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.worker import Worker
 
@@ -74,11 +82,18 @@ def verdicts(report: EvalReport) -> dict[str, str]:
 async def test_unchanged_code_keeps_every_recorded_run_the_same(tmp_path: Path) -> None:
     data = real_data(tmp_path / "real")
     before = digests(data)
-    report = await run_eval(*sorted(HISTORIES.glob("*.json")), build_worker=build_worker,
+    report = await run_eval(*sorted(HISTORIES.glob("*.json")),
+                            *sorted(HISTORIES.glob("gates/*.json")), build_worker=build_worker,
                             data=data, models=ModelSettings())
-    assert len(report.runs) == 16  # 17 files: the chat thread's two runs are one chain
+    assert len(report.runs) == 19  # 20 files: the chat thread's two runs are one chain
     assert verdicts(report) == {r.workflow_id: "same" for r in report.runs}, \
         [r.scores for r in report.runs if r.scores]
+    # The schema changed while migration-gated-1 waited (its first approval was stale): the
+    # eval cannot make that change, so its tools answer as recorded from that re-check on.
+    moved = next(r for r in report.runs if r.workflow_id == "migration-gated-1")
+    assert moved.answered == {"recorded": 2,
+                              "tools recorded: the world changed while it waited": 4}
+    assert all("tools recorded" not in str(r.answered) for r in report.runs if r is not moved)
     parked = next(r for r in report.runs if r.workflow_id == "refund-parked")
     assert parked.candidate.status == "AWAITING_APPROVAL" and parked.candidate.gates
     approved = next(r for r in report.runs if r.workflow_id == "refund-approved")
@@ -196,7 +211,8 @@ async def test_a_decision_the_eval_signs_is_refused_by_a_real_run(
     client: Client, scripted_worker: Any, task_queue: str, db_path: Path, tmp_path: Path,
 ) -> None:
     """The eval re-signs recorded decisions with keys only its own roster trusts: one of
-    them sent to a real run waiting at a gate changes nothing there."""
+    them sent to a real run waiting at a gate changes nothing there (the run reads its
+    roster once more, for a key enrolled since, and refuses it)."""
     run = f"refund-eval-attack-{task_queue}"
     async with scripted_worker():
         handle = await client.start_workflow("refund", refund_request(client, run), id=run,
@@ -209,7 +225,11 @@ async def test_a_decision_the_eval_signs_is_refused_by_a_real_run(
                                  "jti": "d-from-an-eval"})
         with pytest.raises(WorkflowUpdateFailedError):
             await submit_decision(handle, forged)
-        assert await recorded(handle) == history and await snapshot(handle) == state
+        now = await recorded(handle)
+        assert now[:len(history)] == history and set(now[len(history):]) <= ROSTER_RECHECK
+        assert await snapshot(handle) == state
+        refused = (await handle.query("approvals", result_type=dict))["refused"]
+        assert [r["code"] for r in refused] == ["unknown_key"], refused
         assert refunds(db_path) == []  # nothing paid
         outcome = await decide(client, handle, info["pending"])  # alice's real key still works
         assert outcome["result"] == "approved"

@@ -24,7 +24,6 @@ from tower.temporal.replay import diverged
 from tower.testing import assert_replays, history_files
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
-from workflows.refund import RefundAgent
 from workflows.registry import AGENTS
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -67,27 +66,35 @@ async def test_recordings_include_a_fallback_run() -> None:
     assert calls and set(calls) == {"model:backup"}, calls
 
 
-async def test_an_approved_run_replays_under_any_id(
+async def test_every_recorded_run_replays_under_any_id(
     env: WorkflowEnvironment, tmp_path: Path,
 ) -> None:
-    """As a Temporal user replays in CI: the plain Replayer, whatever id it is given, and
-    `tower replay` of a file renamed (its name is the id it replays under)."""
-    text = (HISTORIES / "refund-approved.json").read_text()
-    history = WorkflowHistory.from_json("any-id", text)
-    await Replayer(workflows=[RefundAgent], plugins=[TowerPlugin()]).replay_workflow(history)
-    renamed = tmp_path / "renamed.json"
-    renamed.write_text(text)
+    """As a Temporal user replays in CI: the plain Replayer with `TowerPlugin`, whatever id
+    it is given, and `tower replay` of the files renamed (a file's name is the id it
+    replays under). A fan-out's children are named by what its history holds, not its id."""
+    files = history_files(HISTORIES)
+    replayer = Replayer(workflows=list(AGENTS.values()), plugins=[TowerPlugin()])
+    renamed = tmp_path / "renamed"
+    renamed.mkdir()
+    for i, path in enumerate(files):
+        text = path.read_text()
+        await replayer.replay_workflow(WorkflowHistory.from_json("any-id", text))
+        (renamed / f"{path.stem.split('@')[0]}-renamed-{i}.json").write_text(text)
     code, out, err = await tower(address_of(env), "replay", str(renamed))
-    assert code == 0 and "(id renamed): 6 steps, at DONE" in out, out + err
-    assert "1 histories replayed: 1 ok, 0 failed" in out
-    # A fan-out names its children by its own id: the report says which id to replay under.
+    assert code == 0, out + err
+    assert f"{len(files)} histories replayed: {len(files)} ok, 0 failed" in out, out
+    approved = files.index(HISTORIES / "refund-approved.json")
+    assert f"(id refund-approved-renamed-{approved}): 6 steps, at DONE" in out, out
+    # A child the code names otherwise than the history is a divergence, named.
+    recorded = (HISTORIES / "fanout-1.json").read_text()
+    child = json.loads(recorded)["events"]
+    first = next(e["startChildWorkflowExecutionInitiatedEventAttributes"]["workflowId"]
+                 for e in child if "startChildWorkflowExecutionInitiatedEventAttributes" in e)
     (fanout,) = await replay([("f", WorkflowHistory.from_json(
-        "any-id", (HISTORIES / "fanout-1.json").read_text()))])
+        "any-id", recorded.replace(first, "elsewhere/research_all-1/0")))])
     assert fanout.failure == (
         "replay of run any-id diverged at step 1 (node research_all): the code now calls child "
-        "workflow any-id/research_all-1/0 where the history has child workflow "
-        "fanout-1/research_all-1/0 (a child's id starts with its parent's workflow id: replay "
-        "this run under its own, 'fanout-1')")
+        f"workflow {first} where the history has child workflow elsewhere/research_all-1/0")
 
 
 async def test_tower_replay_folder_and_bad_paths(env: WorkflowEnvironment, tmp_path: Path) -> None:

@@ -1,22 +1,25 @@
 """Adding and revoking keys reaches runs already waiting at a gate, without restarting them:
-at once when asked (the `refresh_trust` signal; `tower approve` asks by itself), and within
-the policy's `roster_refresh_seconds` otherwise."""
+at once when asked (the `refresh_trust` signal, or a decision the roster the run holds
+refuses: the run reads it again once before it refuses), and within the policy's
+`roster_refresh_seconds` otherwise."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from gatekit import decision, new_id, refund_request, refunds, wait_pending
+from gatekit import decision, new_id, refund_request, refunds, roster_reads, wait_pending
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from tower.activities.model import ModelSettings
 from tower.cli.cmd_approve import send_decision
 from tower.cli.trust_files import dev_trust, enrol, read_roster, write_roster
-from tower.client.keys import load_key
+from tower.client.keys import load_key, new_key
 from tower.contract.decisions import Verdict
+from tower.temporal._gate import REFRESH_GAP
 from worker import build_worker
 from workflows.refund import RefundAgent
 
@@ -57,7 +60,7 @@ async def test_a_key_added_while_the_run_waits_decides_at_once(
                             models=ModelSettings(), trust_dir=trust):
         handle, _ = await parked(client, task_queue)
         enrol(trust, client.namespace, "erin", config=config, roles=["manager"])
-        # The run's snapshot does not know erin's key: tower approve asks it to re-read.
+        # The run's snapshot does not know erin's key: it reads the roster again, by itself.
         out = await send_decision(client, handle.id, Verdict.APPROVE, approver="erin",
                                   role=None)
         state = await handle.result()
@@ -66,6 +69,51 @@ async def test_a_key_added_while_the_run_waits_decides_at_once(
     assert record.decision is not None and record.decision.approver == "erin"
     assert record.decision.kid == load_key("erin", config)["kid"]
     assert refunds(db_path) == [("INV-2004", 120000)]
+
+
+async def test_a_role_granted_after_the_run_started_decides_unasked(
+    client: Client, task_queue: str, db_path: Path, tmp_path: Path
+) -> None:
+    """carol was a clerk when the run read its roster; made a manager since (`tower keys
+    enrol carol --role manager`), her decision is taken without a `refresh_trust`."""
+    trust, config = deployment(tmp_path, client)
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings(), trust_dir=trust):
+        handle, info = await parked(client, task_queue)
+        enrol(trust, client.namespace, "carol", config=config, roles=["manager"])
+        carol = decision(client, handle.id, info["pending"], approver="carol",
+                         key=load_key("carol", config))
+        out = await handle.execute_update("decide", carol, result_type=dict)
+        await handle.result()
+    assert out["result"] == "approved" and refunds(db_path) == [("INV-2004", 120000)]
+
+
+async def test_a_flood_of_unknown_key_ids_costs_a_bounded_number_of_roster_reads(
+    client: Client, task_queue: str, db_path: Path, tmp_path: Path
+) -> None:
+    """Each decision under an unknown key id waits for one roster read, which all of them
+    share (at most one per REFRESH_GAP), then is refused with its code; nothing moves."""
+    trust, config = deployment(tmp_path, client)
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings(), trust_dir=trust):
+        handle, info = await parked(client, task_queue)
+        before, started = await roster_reads(handle), time.monotonic()
+        junk = [decision(client, handle.id, info["pending"], key=new_key(f"junk-{i}"))
+                for i in range(8)]
+        answers = await asyncio.gather(*(handle.execute_update("decide", j, result_type=dict)
+                                         for j in junk), return_exceptions=True)
+        elapsed, reads = time.monotonic() - started, await roster_reads(handle) - before
+        assert all(isinstance(a, WorkflowUpdateFailedError) and "unknown key id 'junk-"
+                   in str(a.cause) for a in answers), answers
+        assert 1 <= reads <= 1 + elapsed / REFRESH_GAP.total_seconds(), (reads, elapsed)
+        after = await handle.query("approvals", result_type=dict)
+        assert [r["code"] for r in after["refused"]] == ["unknown_key"] * len(junk)
+        assert after["pending"] == info["pending"] and after["waiting_for_roster"] == 0
+        out = await handle.execute_update("decide", decision(
+            client, handle.id, info["pending"], approver="bob", key=load_key("bob", config)),
+            result_type=dict)
+        await handle.result()
+    assert out["result"] == "approved" and refunds(db_path) == [("INV-2004", 120000)]
 
 
 async def test_a_revoked_key_stops_working_when_the_run_refreshes(

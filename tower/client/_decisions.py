@@ -6,7 +6,6 @@ policy allows unsigned decisions accepts that.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import Callable
@@ -95,25 +94,14 @@ async def decide(
         client, run, verdict, approver=approver, role=role, gate=gate, note=note,
         edits=edits, decision_id=decision_id, unsigned=unsigned, config=config, say=say,
         takeover=takeover, confirm=confirm)
-    handle = client.get_workflow_handle(run)
     if use_signal:
-        await handle.signal(names.DECISION.name, payload)
+        await client.get_workflow_handle(run).signal(names.DECISION.name, payload)
         if say:
             say("sent as a signal; refused signals are listed in the run's audit trail "
                 "(query `approvals`)")
         return None
-    try:
-        return await send_decision(client, run, payload)
-    except DecisionRefused as exc:
-        if not exc.unknown_key:
-            raise
-    # Perhaps the key was added to the roster after the run last read it: ask it to
-    # re-read now, wait for that, and send once more.
-    await handle.signal(names.REFRESH_TRUST.name)
-    async with asyncio.timeout(30):
-        while (await query(client, handle, names.APPROVALS.name, dict)).get(
-                "refreshed_at") == approvals.get("refreshed_at"):
-            await asyncio.sleep(0.2)
+    # A key or role enrolled since the run last read its roster: the run reads it again
+    # by itself before it refuses (tower/temporal/_gate.py).
     return await send_decision(client, run, payload)
 
 

@@ -50,7 +50,7 @@ class NodeContext(Protocol):
 
     @property
     def run_id(self) -> str:
-        """The run's workflow id (children and idempotency keys are named after it)."""
+        """The run's workflow id."""
         ...
 
     def now(self) -> datetime:

@@ -48,12 +48,10 @@ class Check:
     reason: str = ""
     duplicate: bool = False
     code: Code | None = None  # why it was refused (None: accepted)
-
-    @property
-    def unknown_key(self) -> bool:
-        """Refused only because the roster names no key of the token's key id: perhaps one
-        added since the roster was read (a signalled decision waits for a re-read)."""
-        return self.code == Code.UNKNOWN_KEY
+    # Refused for what the run's roster says: no key of the token's key id, or no role the
+    # signer claims. Perhaps one enrolled since the roster was read: the run reads it again
+    # once, then judges the decision again.
+    by_roster: bool = False
 
 
 def refuse(code: Code, reason: str) -> Check:
@@ -74,10 +72,11 @@ def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime,
             claims, member, kid = verify_decision(message.token, trust.roster,
                                                   now=now.timestamp())
         except SignatureRefused as exc:
-            return None, refuse(exc.code, str(exc))
+            return None, Check(False, str(exc), code=exc.code,
+                               by_roster=exc.code == Code.UNKNOWN_KEY)
         problem = authority(member, claims.sub, claims.role)
         if problem:
-            return None, refuse(Code.NOT_AUTHORIZED, problem)
+            return None, Check(False, problem, code=Code.NOT_AUTHORIZED, by_roster=True)
     elif message.unsigned is not None:
         if not policy.unsigned_allowed:
             return None, refuse(Code.POLICY, "unsigned decision refused: this "

@@ -6,6 +6,10 @@ so the parent sees a ``ChildWorkflowError``; or ``failed(result)`` says so) foll
 policy: ``fail`` the parent's node, ``skip`` it (recorded), or ``retry`` it as a new
 child (``/retryN`` in its id, so every attempt is its own visible run) and fail the
 node once the retries are spent.
+
+A child's id is ``<agent>-<first run id>/<node>-<step>/<item>``: the parent's agent and the
+first run id of its chain, both read from its history, never its workflow id, so a recorded
+run replays under whatever workflow id a Replayer is given.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, Field
+from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError
 
 from tower.core.context import NodeContext
@@ -64,7 +69,7 @@ async def fan_out(
     if len(items) > policy.max_children:
         raise NodeFailed(f"{ctx.node.name}: {len(items)} items is more than the "
                          f"{policy.max_children} children the policy allows")
-    parent = ctx.run_id
+    parent = _parent(ctx)
     attempts = 1 + (policy.retries if policy.on_failure == OnChildFailure.RETRY else 0)
 
     async def one(index: int, item: I) -> ChildOutcome[I, Any]:
@@ -91,3 +96,13 @@ async def fan_out(
                          f"(policy {policy.on_failure.value}); item {first.index} "
                          f"{first.item!r} after {first.attempts} attempt(s): {first.reason}")
     return outcomes
+
+
+def _parent(ctx: NodeContext) -> str:
+    """What the run's children are named after: on a worker, its agent and the first run
+    id of its chain (the Replayer gives a run the workflow id it is asked to replay under,
+    and these as recorded); in a test run in process, ``ctx.run_id``."""
+    if not workflow.in_workflow():
+        return ctx.run_id
+    info = workflow.info()
+    return f"{info.workflow_type}-{info.first_execution_run_id}"

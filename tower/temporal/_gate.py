@@ -23,7 +23,11 @@ signal is judged at once while this workflow task's signature budget lasts; past
 the roster snapshot does not know yet (added since the run read it, or forged) waits for
 the roster's re-read, then is judged again with the held ones. At most UNKNOWN_KEEP wait,
 each kept as its token alone; one arriving when they are that many is refused, never one
-that came before it.
+that came before it. A ``decide`` update refused for what the roster says (a key id it
+does not name, a role it does not grant the signer) is accepted by the validator and
+waits, in its handler, for the same re-read, then is judged once more: a roster changed
+after the run started needs no ``refresh_trust``. However many wait, the run reads the
+roster at most once per REFRESH_GAP.
 """
 
 from __future__ import annotations
@@ -119,6 +123,8 @@ class GateRuntime:
         # roster reads begun before it came: it waits for a later one.
         self._unknown: deque[tuple[int, dict[str, Any]]] = deque()
         self._reads_begun = 0
+        self._reads_done = 0  # begun and ended (read or not)
+        self._updates_waiting = 0  # decide updates waiting for a roster read
         self._signals_taken = 0  # by this run (the server caps it: refusals.py)
 
     # --- the request -----------------------------------------------------------------------
@@ -234,7 +240,7 @@ class GateRuntime:
         for, at most REFRESH_GAP away: a flood after a decision cannot carry it away)."""
         return (self.run.carry_while_parked and (
             self.flooded() or workflow.info().is_continue_as_new_suggested())
-            and not self._unknown)
+            and not self._unknown and not self._updates_waiting)
 
     async def _refresh(self) -> None:
         """Re-read the roster and policy; signalled decisions kept for it are judged again."""
@@ -247,6 +253,8 @@ class GateRuntime:
                            f"roster refresh failed: {exc.message}")
             self._refuse_waiting(f"the roster could not be read again ({exc.message})")
             return
+        finally:
+            self._reads_done += 1
         # After a roster read: the decisions that waited for it go to the front of the held
         # ones, in the order they came (those that came while it was read wait for the next).
         read: list[dict[str, Any]] = []
@@ -301,6 +309,9 @@ class GateRuntime:
         # accepted in the same workflow task may have decided the gate meanwhile. No
         # budget: the validator accepted it, and the handler must judge alike on replay.
         decision, check = self.judge(raw)
+        if check.by_roster and self._awaiting():  # perhaps enrolled since the last read
+            await self._read_roster_again()
+            decision, check = self.judge(raw)
         if decision is None or not check.ok:
             code = check.code or Code.MALFORMED
             self.audit.add(workflow.now(), "update", code, check.reason, raw)
@@ -319,12 +330,27 @@ class GateRuntime:
         return outcome(record, decision_id, current, check.duplicate)
 
     def validate(self, raw: dict[str, Any]) -> None:
-        """The ``decide`` update's validator: refuses before the history holds it."""
+        """The ``decide`` update's validator: refuses before the history holds it, but
+        one the roster refuses while a request waits (judged again after a re-read)."""
         _, check = self.judge(raw, budget=self._validate_budget)
-        if not check.ok:
-            # A key the run's roster does not have yet (code unknown_key): the sender may ask
-            # the run to re-read its roster and send again (validator only: not in history).
+        if not check.ok and not (check.by_roster and self._awaiting()):
             raise failure(DecisionRefused(check.reason, code=check.code or Code.MALFORMED))
+
+    def _awaiting(self) -> bool:
+        """A request waits for a decision (and none is being applied)."""
+        return self.in_flight is None and pending_record(self.run.state) is not None
+
+    async def _read_roster_again(self) -> None:
+        """Wait until a roster read begun after now has ended, or the request closed. The
+        read is asked for (at most one per REFRESH_GAP, however many wait for it)."""
+        begun = self._reads_begun
+        self.refresh_asked = True
+        self._updates_waiting += 1
+        try:
+            await workflow.wait_condition(
+                lambda: self._reads_done > begun or not self._awaiting())
+        finally:
+            self._updates_waiting -= 1
 
     def _settled(self, decision_id: str) -> bool:
         record = record_of(self.run.current, decision_id)
@@ -356,7 +382,7 @@ class GateRuntime:
             # Signalled decisions not judged yet: past a task's budget, or waiting for the
             # roster's re-read (signed by a key the snapshot does not name).
             "held": len(self._held),
-            "waiting_for_roster": len(self._unknown),
+            "waiting_for_roster": len(self._unknown) + self._updates_waiting,
         }
 
     # --- signals ---------------------------------------------------------------------------
@@ -406,9 +432,9 @@ class GateRuntime:
 
     def _take_signal(self, raw: Any, *, may_hold: bool) -> None:
         decision, check = self.judge(raw)
-        if may_hold and check.unknown_key:
-            # Perhaps a key added since the run's last refresh: judge it again after one.
-            self._wait_for_roster(raw, check.reason)
+        if may_hold and check.by_roster:
+            # Perhaps a key or role added since the run's last refresh: judged after one.
+            self._wait_for_roster(raw, check)
             return
         if not check.ok or check.duplicate:
             reason = check.reason or "duplicate of an accepted decision: nothing changed"
@@ -417,15 +443,15 @@ class GateRuntime:
             return
         self.in_flight = decision
 
-    def _wait_for_roster(self, raw: Any, reason: str) -> None:
-        """Keep a decision under an unknown key id until a roster read begun after it came
-        and ask for one; refuse it if no request waits for a decision or UNKNOWN_KEEP wait
+    def _wait_for_roster(self, raw: Any, check: Check) -> None:
+        """Keep a decision the roster refused until a roster read begun after it came and
+        ask for one; refuse it if no request waits for a decision or UNKNOWN_KEEP wait
         already (so a flood after it cannot push it out)."""
+        code = check.code or Code.UNKNOWN_KEY
         if self.in_flight is not None or pending_record(self.run.state) is None:
-            self.audit.add(workflow.now(), "signal", Code.UNKNOWN_KEY, reason, raw)
+            self.audit.add(workflow.now(), "signal", code, check.reason, raw)
         elif len(self._unknown) >= UNKNOWN_KEEP:
-            self.audit.add(workflow.now(), "signal", Code.UNKNOWN_KEY,
-                           reason + UNKNOWN_FULL, raw)
+            self.audit.add(workflow.now(), "signal", code, check.reason + UNKNOWN_FULL, raw)
         else:  # the token alone: what decides (read_decision reads a token before the rest)
             self._unknown.append((self._reads_begun, {"token": raw["token"]}))
             self.refresh_asked = True

@@ -308,12 +308,8 @@ def describe_failure(
     other = _OTHER_TYPE.search(said)
     if other:
         kind, recorded, now = other.groups()
-        parent = recorded.partition("/")[0]  # a fan-out's children are named by their parent
-        hint = (f" (a child's id starts with its parent's workflow id: replay this run under "
-                f"its own, {parent!r})" if now.startswith(f"{history.workflow_id}/")
-                and not recorded.startswith(f"{history.workflow_id}/") else "")
         return (f"diverged {where}: the code now calls {kind.lower()} {now} where the history "
-                f"has {kind.lower()} {recorded}{hint}")
+                f"has {kind.lower()} {recorded}")
     machine = _MACHINE.search(_PREFIX.sub("", said))
     if event is not None and (machine or _NOTHING.search(said)):
         command = ("does nothing" if machine is None else

@@ -6,6 +6,9 @@ project's gateway when the mode says live (``recorded``: all from the recording;
 ``changed``: live where the node's prompt or models changed; ``live``: all live). A call
 the recording cannot answer goes live and is counted. A recorded answer to a node whose
 prompt changed is never silent: the run is ``changed``, naming the node (``hidden``).
+Tools run again on the eval's data, except after a recorded re-check found the world
+changed while the run waited (``Recording.world_changed_at``): from there they are
+answered from the recording, call for call, and counted.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from tower.contract.wire import ModelReply, ModelRequest
+from tower.contract.wire import ModelReply, ModelRequest, ToolCall
 from tower.testing.evals.compare import Change, Score
 from tower.testing.evals.recording import ModelCall, Recording
 
@@ -42,12 +45,15 @@ class RecordedModels(Interceptor):
         self.unseen: dict[str, dict[str, str]] = {}
         self._seen: dict[tuple[str, str, str], int] = {}  # an activity's retries: one call
         self._next: Counter[tuple[str, str]] = Counter()
+        self._tools_seen: dict[tuple[str, str, str], int] = {}  # as _seen, for tool calls
+        self._tools_next: Counter[str] = Counter()
 
     def begin(self, recording: Recording) -> None:
         """Answer ``recording``'s workflow id from it from now on (two recordings may share one)."""
         self.recordings[recording.workflow_id] = recording
         for key in [k for k in self._next if k[0] == recording.workflow_id]:
             del self._next[key]
+        self._tools_next.pop(recording.workflow_id, None)
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
         return _Inbound(next, self)
@@ -85,6 +91,26 @@ class RecordedModels(Interceptor):
         return ModelReply.model_validate(recorded[n].reply)
 
 
+    def tool_answer(self, call: ToolCall) -> tuple[bool, Any]:
+        """(True, the recorded answer) for a tool call made after the recorded world changed
+        where the recording made the same call; else (False, None): run the tool."""
+        info = activity.info()
+        key = (info.workflow_id or "", info.workflow_run_id or "", info.activity_id)
+        if key not in self._tools_seen:
+            self._tools_seen[key] = self._tools_next[key[0]]
+            self._tools_next[key[0]] += 1
+        n, recording = self._tools_seen[key], self.recordings.get(key[0])
+        if (recording is None or recording.world_changed_at is None
+                or not recording.world_changed_at <= n < len(recording.tool_calls)):
+            return False, None
+        recorded = recording.tool_calls[n]  # its result None: it failed, or never ended
+        if (recorded.tool, recorded.arguments, recorded.result is None) != (
+                call.tool, call.arguments, False):
+            return False, None
+        self.answered.setdefault(key[0], Counter())[
+            "tools recorded: the world changed while it waited"] += 1
+        return True, recorded.result
+
     def hidden(self, workflow_id: str) -> Score | None:
         """The changes of ``workflow_id``'s run that recorded answers hid, named (and forgotten)."""
         nodes = self.unseen.pop(workflow_id, {})
@@ -116,4 +142,8 @@ class _Inbound(ActivityInboundInterceptor):
                 reply = self.models.answer(request)
                 if reply is not None:
                     return reply
+        if input.args and isinstance(input.args[0], ToolCall):
+            recorded, result = self.models.tool_answer(input.args[0])
+            if recorded:
+                return result
         return await super().execute_activity(input)

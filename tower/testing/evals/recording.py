@@ -1,6 +1,6 @@
 """What a recorded run holds for an eval, read from its history alone: its input, every
-model call (request and reply), and every message from outside with the step the run
-stood at. A continue-as-new chain is one ``Recording``.
+model call (request and reply), every tool call with its answer, and every message from
+outside with the step the run stood at. A continue-as-new chain is one ``Recording``.
 """
 
 from __future__ import annotations
@@ -33,6 +33,13 @@ class ModelCall:
     node: str
     request: dict[str, Any]
     reply: dict[str, Any]
+
+
+@dataclass
+class ToolAnswer:
+    tool: str
+    arguments: dict[str, Any]
+    result: Any = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,10 @@ class Recording:
     # Decisions the run took (by decision id): a refused one is never re-signed, or the
     # eval would turn a forged or mistaken decision into a genuine one.
     accepted: set[str] = field(default_factory=set)
+    tool_calls: list[ToolAnswer] = field(default_factory=list)
+    # The first tool call of a gate's re-check that found the world changed while the run
+    # waited (its decision's outcome: stale), if any: the eval cannot make that change.
+    world_changed_at: int | None = None
 
     def replayable(self, message: Outside) -> bool:
         claims = message.decision
@@ -90,12 +101,13 @@ def value(payload: Payload) -> Any:
     return json.loads(payload.data)
 
 
-def decision_taken(event: Any) -> str | None:
-    """The decision id an update-completed event says the run took, else None."""
+def decision_taken(event: Any, *results: str) -> str | None:
+    """The decision id an update-completed event says the run took with one of
+    ``results`` (default approved or rejected; not a duplicate), else None."""
     outcome = event.workflow_execution_update_completed_event_attributes.outcome
     told = values(outcome.success.payloads) if outcome.HasField("success") else []
     if told and isinstance(told[0], dict) and told[0].get("result") in (
-            "approved", "rejected") and not told[0].get("duplicate"):
+            results or ("approved", "rejected")) and not told[0].get("duplicate"):
         return str(told[0].get("decision_id"))
     return None
 
@@ -154,6 +166,8 @@ def record(source: str, chain: list[WorkflowHistory]) -> Recording:
 
 def _read(history: WorkflowHistory, rec: Recording) -> None:
     scheduled: dict[int, dict[str, Any]] = {}
+    tools: dict[int, ToolAnswer] = {}  # scheduled event id -> its call, answered when done
+    arrived: dict[str, int] = {}  # update id -> tool calls made before its decision came
     step = 0
     for event in history.events:
         kind = event.event_type
@@ -163,10 +177,17 @@ def _read(history: WorkflowHistory, rec: Recording) -> None:
             step = attrs.get(search.AGENT_STEP) or step
         elif kind == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             asked = event.activity_task_scheduled_event_attributes
+            called = values(asked.input.payloads)
             if asked.activity_type.name == "call_model":
-                scheduled[event.event_id] = values(asked.input.payloads)[0]
+                scheduled[event.event_id] = called[0]
+            elif called and isinstance(called[0], dict) and "tool" in called[0]:
+                tools[event.event_id] = ToolAnswer(str(called[0]["tool"]),
+                                                   called[0].get("arguments") or {})
+                rec.tool_calls.append(tools[event.event_id])
         elif kind == E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             done = event.activity_task_completed_event_attributes
+            if done.scheduled_event_id in tools:
+                tools.pop(done.scheduled_event_id).result = values(done.result.payloads)[0]
             request = scheduled.pop(done.scheduled_event_id, None)
             if request is not None:
                 reply = values(done.result.payloads)[0]
@@ -175,11 +196,17 @@ def _read(history: WorkflowHistory, rec: Recording) -> None:
             s = event.workflow_execution_signaled_event_attributes
             rec.outside.append(Outside("signal", s.signal_name, values(s.input.payloads), step))
         elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-            u = event.workflow_execution_update_accepted_event_attributes.accepted_request.input
+            accepted = event.workflow_execution_update_accepted_event_attributes.accepted_request
+            u = accepted.input
             rec.outside.append(Outside("update", u.name, values(u.args.payloads), step))
+            arrived[accepted.meta.update_id] = len(rec.tool_calls)
         elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
             if (taken := decision_taken(event)) is not None:
                 rec.accepted.add(taken)
+            completed = event.workflow_execution_update_completed_event_attributes
+            if (rec.world_changed_at is None and decision_taken(event, "stale")
+                    and completed.meta.update_id in arrived):
+                rec.world_changed_at = arrived[completed.meta.update_id]
         elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
             result = values(event.workflow_execution_completed_event_attributes.result.payloads)
             state = result[0] if result and isinstance(result[0], dict) else {}
