@@ -18,6 +18,7 @@ from eval_candidates import RefundWideGate, SupportBillingDown, SupportLoginAcco
 from gatekit import decide, recorded, refund_request, refunds, snapshot, wait_pending
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.worker import Worker
+from workerkit import activities
 
 from activities.tools.db import connect
 from tower.activities.model import ModelSettings
@@ -30,7 +31,7 @@ from tower.temporal._agent import scripts_of
 from tower.testing.evals import Change, EvalReport, Mode, assert_verdicts, run_eval
 from tower.testing.evals.world import EvalTrust
 from tower.testing.model_server import LoopbackModelServer
-from worker import activities, build_worker
+from worker import build_worker
 from workflows.refund import RefundRequest
 from workflows.registry import AGENTS
 

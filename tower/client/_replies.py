@@ -1,7 +1,7 @@
 """A reply recorded once: the text behind an update's ``StoredReply.reply_ref``.
 
 A chat turn's reply is in its model call's recorded result; the update returns only its
-ref (``tower.temporal.stored_reply``). A client reads the text from the message store
+ref (``StoredReply.of``). A client reads the text from the message store
 when it can (``TOWER_STORE_URL`` or ``TOWER_MESSAGES``, as workers do), else from the run's
 own history (the model call's result, read newest first): a client on a host without the
 store still gets it. Either way the text must hash to the ref — a store row or a payload

@@ -6,7 +6,7 @@ Activity inputs carry what one call needs, never the whole state.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,7 +46,7 @@ class StoredReply(BaseModel):
     """An update's result that returns a model's reply, recorded once in the run's history.
 
     ``reply`` is the text; or, when the model call's result already recorded it
-    (``tower.temporal.stored_reply``), it is empty and ``reply_ref`` names the text (kept
+    (``StoredReply.of``), it is empty and ``reply_ref`` names the text (kept
     in the message store too).
     ``tower.client.update_while_open`` fills ``reply`` back in — from the message store,
     else from the run's own history — each checked against the ref's digest.
@@ -54,6 +54,21 @@ class StoredReply(BaseModel):
 
     reply: str = ""
     reply_ref: MessageRef | None = None
+
+    @classmethod
+    def of(cls, text: str, *, from_model: bool = True, **fields: Any) -> Self:
+        """The result for ``text``, the reply an update returns (``fields``: a subclass's).
+
+        Args:
+            text: the reply.
+            from_model: whether ``text`` is a model's answer this run's history recorded (its
+                model call's result; a windowed call keeps it in the message store too): it
+                travels as its ref. Text the workflow wrote itself (a fixed fallback) is in no
+                result: it travels whole.
+        """
+        if from_model and text:
+            return cls(reply_ref=message_ref(Message(role="assistant", content=text)), **fields)
+        return cls(reply=text, **fields)
 
 
 class WindowRef(BaseModel):
