@@ -15,6 +15,9 @@ types, in ``tower.contract.names``)::
     async for seen in follow(handle):
         print(seen)  # each Transition, then the RunEnd (status, reason)
 
+A call that fails raises a ``TowerError`` (every error of Tower's is one), whose ``code``, a
+``Code``, says why: read it, never the message's words.
+
 Names load on first use, so importing this package costs nothing until one is used. What
 only the CLI and the inbox use stays in this package's own modules.
 """
