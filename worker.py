@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,39 +21,27 @@ from temporalio.worker import Worker
 
 from activities.tools import ToolsDb
 from activities.tools.db import is_postgres
-from tower.client import (
-    TASK_QUEUE,
-    ServerUnreachable,
-    UnknownTenant,
-    connect,
-    shared_server,
-    use_tenant,
-)
+from tower.client import TowerError, connect, shared_server, use_tenant
 from tower.temporal import (
-    McpConfigError,
-    McpDiscoveryError,
-    McpPolicyError,
     McpSources,
     ModelSettings,
-    PriceError,
-    TracingConfigError,
     WorkerSettings,
     load_sources,
     run_main,
     stop_on_signals,
-    tool_activities,
 )
 from tower.temporal import (
     build_worker as tower_worker,
 )
 from workflows.registry import AGENTS
 
+TASK_QUEUE = "tower"  # what `tower` starts runs on, unless TOWER_TASK_QUEUE says otherwise
 DEFAULT_DB = Path(".tower") / "tools.sqlite"
 # How long a stopping worker lets its running activities finish before cancelling them.
 # Keep it under the container's stop grace period (Dockerfile, docker-compose.yml).
 DEFAULT_GRACE_SECONDS = 20.0
 
-__all__ = ["activities", "bindings", "build_worker", "main"]
+__all__ = ["bindings", "build_worker", "main"]
 
 
 def tools_db_path(db_path: str | Path | None = None) -> str | Path:
@@ -66,14 +54,6 @@ def bindings(db_path: str | Path | None = None) -> dict[str, Any]:
     tools_db = ToolsDb(tools_db_path(db_path))
     logging.getLogger("tower.stores").info("tools' database: %s", tools_db.describe())
     return {"db": tools_db}
-
-
-def activities(agents: Sequence[type], *, db_path: str | Path | None = None,
-               mcp: McpSources | None = None) -> list[Callable[..., Any]]:
-    """The activities of ``agents``' tools on the tools' database (and the tenant's MCP
-    tools): for a worker that serves them with no agents of its own (a test's)."""
-    return [*tool_activities(agents, bindings(db_path)),
-            *(mcp.activities_for(agents) if mcp else ())]
 
 
 def build_worker(
@@ -125,8 +105,7 @@ async def main(argv: Sequence[str] | None = None) -> None:
         grace = float(os.environ.get("TOWER_SHUTDOWN_GRACE", DEFAULT_GRACE_SECONDS))
         worker = build_worker(client, task_queue=args.task_queue, mcp=mcp,
                               graceful_shutdown_timeout=timedelta(seconds=grace))
-    except (ServerUnreachable, UnknownTenant, TracingConfigError, ValueError, PriceError,
-            McpConfigError, McpDiscoveryError, McpPolicyError) as exc:
+    except (TowerError, ValueError) as exc:  # a server, a tenant, a setting: said in one line
         raise SystemExit(f"error: {exc}") from None
     async with worker:  # (TowerPlugin freezes the heap it loaded: tower/temporal/_process.py)
         logging.info("worker ready on task queue %r; model: %s; MCP tools: %s",

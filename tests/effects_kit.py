@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from tower import tool
-from tower.effects import EffectCall, EffectRefused
+from tower import EffectRefused, tool
+from tower.effects import EffectCall
 
 SCHEMA = """CREATE TABLE IF NOT EXISTS accounts (id TEXT PRIMARY KEY, balance INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS transfers (id TEXT PRIMARY KEY, account TEXT NOT NULL,

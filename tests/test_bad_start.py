@@ -11,9 +11,9 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
+from workerkit import activities
 
 from tower.temporal import TowerPlugin
-from worker import activities
 from workflows.registry import AGENTS
 
 

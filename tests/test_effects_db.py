@@ -17,8 +17,9 @@ from temporalio.exceptions import ApplicationError
 
 from tower import tool
 from tower.contract.wire import ToolCall
-from tower.effects import Database, Postgres, SQLite, reconcile, run_tool
+from tower.effects import Postgres, SQLite, reconcile, run_tool
 from tower.effects._postgres import qmark_to_format
+from tower.effects._tool import Database
 
 START = 10_000
 

@@ -16,13 +16,13 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
+from workerkit import activities
 
 from activities.tools import TOOLS
 from tower.activities.model import ModelSettings
 from tower.activities.own import WorkerSettings
 from tower.contract.wire import ToolCall
 from tower.temporal import TowerPlugin
-from worker import activities
 from workflows.refund import RefundAgent
 from workflows.registry import AGENTS
 

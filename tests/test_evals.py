@@ -26,6 +26,7 @@ from gatekit import (
 )
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.worker import Worker
+from workerkit import activities
 
 from activities.tools.db import connect
 from tower.activities.model import ModelSettings
@@ -38,7 +39,7 @@ from tower.temporal._start import scripts_of
 from tower.testing.evals import Change, EvalReport, Mode, assert_verdicts, run_eval
 from tower.testing.evals.world import EvalTrust
 from tower.testing.model_server import LoopbackModelServer
-from worker import activities, build_worker
+from worker import build_worker
 from workflows.refund import RefundRequest
 from workflows.registry import AGENTS
 

@@ -21,7 +21,8 @@ from tower.cli.histories import load, replay
 from tower.core.engine import Transition
 from tower.temporal.plugin import TowerPlugin
 from tower.temporal.replay import diverged
-from tower.testing import assert_replays, history_files
+from tower.testing import assert_replays
+from tower.testing.replay import history_files
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
 from workflows.registry import AGENTS
@@ -29,7 +30,7 @@ from workflows.registry import AGENTS
 HISTORIES = Path(__file__).parent / "histories"
 
 
-# The CI recipe from docs/debugging.md, applied to Tower's own recordings.
+# The CI recipe from docs/debugging.md, applied to Tower's own recordings one test per file.
 @pytest.mark.parametrize("path", history_files(HISTORIES), ids=lambda p: p.name)
 async def test_history_replays(path: Path) -> None:
     (result,) = await assert_replays(path, workflows=list(AGENTS.values()))

@@ -28,6 +28,7 @@ from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory, WorkflowQueryFailedError
 from temporalio.worker import Worker
+from workerkit import activities
 
 from activities.tools import ToolsDb
 from tower.activities.attest import Attester
@@ -37,7 +38,7 @@ from tower.contract.trust import AttestRequest
 from tower.temporal import TowerPlugin
 from tower.temporal._start import scripts_of
 from tower.testing.replay import replay
-from worker import activities, build_worker
+from worker import build_worker
 from workflows.refund import RefundAgent
 from workflows.registry import AGENTS
 

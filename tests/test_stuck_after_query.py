@@ -25,13 +25,14 @@ from procs import WorkerProcess
 from temporalio import activity
 from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.worker import Worker
+from workerkit import activities
 
 from tower.activities.model import ModelSettings
 from tower.activities.own import WorkerSettings, tower_activities
 from tower.contract.wire import ToolCall
 from tower.temporal import TowerPlugin
 from tower.temporal._start import scripts_of
-from worker import activities, build_worker
+from worker import build_worker
 from workflows.refund import RefundAgent
 from workflows.registry import AGENTS
 

@@ -26,6 +26,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from test_cli import TOWER, address_of, cli_env
+from workerkit import activities
 
 from tower.activities.messages import MessageStore
 from tower.activities.model import ModelActivities, ModelSettings
@@ -33,7 +34,6 @@ from tower.cli.histories import load, replay
 from tower.temporal import TowerPlugin
 from tower.temporal._start import scripts_of
 from tower.testing import assert_replays
-from worker import activities
 from workflows.account import AccountRequest
 from workflows.registry import AGENTS
 

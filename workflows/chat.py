@@ -46,7 +46,7 @@ from tower import (
     agent,
 )
 from tower import window as windowing  # the context window: policy, ref, reduction
-from tower.temporal import StoredReply, stored_reply
+from tower.temporal import StoredReply
 
 MAX_MESSAGE_CHARS = 8000
 MAX_TOOL_ROUNDS = 3
@@ -239,10 +239,10 @@ class ChatAgent(AgentWorkflow):
         state: ChatState = self.current  # type: ignore[assignment]
         shown = state.window.messages if state.window else 0
         # A model's reply is in its call's recorded result already: the update returns its
-        # ref (stored_reply), so a turn records the text once.
+        # ref (StoredReply.of), so a turn records the text once.
         text, from_model = self.replies.pop(turn.id)
-        return ChatReply(turn=turn.id, step=state.step, context_messages=shown,
-                         **stored_reply(text, from_model=from_model))
+        return ChatReply.of(text, from_model=from_model, turn=turn.id, step=state.step,
+                            context_messages=shown)
 
     @send.validator
     def check_send(self, message: UserMessage) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from tower.temporal import agents_by_name
 from workflows.account import AccountAgent
 from workflows.chat import ChatAgent
 from workflows.company import CompanyAgent
@@ -18,7 +17,7 @@ from workflows.research import ResearchAgent
 from workflows.support import SupportAgent
 
 # Keyed by each agent's own graph name (written once, in its file).
-AGENTS: dict[str, type[Any]] = agents_by_name([
+AGENTS: dict[str, type[Any]] = {agent.machine.name: agent for agent in [
     AccountAgent, SupportAgent, OnboardingAgent, ResearchAgent, ChatAgent, RefundAgent,
     MigrationAgent, LifecycleAgent, CompanyAgent, FanOutAgent, OrderAgent,
-])
+]}

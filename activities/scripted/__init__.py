@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from tower import Message
-from tower.testing import ModelRequest, first_user_text
+from tower.testing import ModelRequest
 
 __all__ = ["find_id", "first_user_text", "last_message", "tool_results"]
 
@@ -18,6 +18,10 @@ def tool_results(request: ModelRequest, name: str | None = None) -> list[dict[st
     """The results of the tools the request carries (of ``name`` only, if given)."""
     return [json.loads(m.content) for m in request.messages
             if m.role == "tool" and (name is None or m.name == name)]
+
+
+def first_user_text(request: ModelRequest) -> str:
+    return next((m.content for m in request.messages if m.role == "user"), "")
 
 
 def last_message(request: ModelRequest) -> Message | None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tower import Tool
-from tower.effects import Database, SQLite, ToolCall, run_tool
+from tower.effects import Postgres, SQLite, ToolCall, run_tool
 
 from . import accounts, billing, helpdesk, migrations, onboarding, orders, research
 from .db import PgTools, connect, is_postgres, open_postgres
@@ -37,7 +37,7 @@ class ToolsDb:
     """
 
     def __init__(self, db: str | Path, *, local_dir: str | Path = LOCAL) -> None:
-        self.db: Database
+        self.db: SQLite | Postgres
         self.databases: Path | None = None  # set: the tools are on PostgreSQL
         if is_postgres(db):
             self.databases = Path(local_dir) / "databases"

@@ -9,12 +9,12 @@ returns the first result instead of acting twice.
 from __future__ import annotations
 
 import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tower.effects import Postgres
-from tower.temporal import wal
 
 from . import migrations, orders
 from .spec import Db
@@ -135,6 +135,21 @@ def open_db(path: str | Path) -> sqlite3.Connection:
     db = sqlite3.connect(str(path), timeout=30)
     db.row_factory = sqlite3.Row
     return db
+
+
+def wal(db: sqlite3.Connection, tries: int = 200) -> None:
+    """Put the file in WAL mode (it stays so: readers never block the writer). The switch
+    needs the file to itself and SQLite does not wait for that: a worker opening the new
+    file at the same moment makes it fail at once with "database is locked", so it is
+    tried again, for up to ~10 s."""
+    for attempt in range(tries):
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or attempt == tries - 1:
+                raise
+            time.sleep(0.05)
 
 
 def connect(path: str | Path) -> sqlite3.Connection:

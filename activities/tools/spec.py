@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-from tower import tool
-from tower.effects import EffectCall, EffectRefused, NoEffect
+from tower import EffectRefused, tool
+from tower.effects import EffectCall, NoEffect
 
 
 class Db(Protocol):

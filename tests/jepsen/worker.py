@@ -28,9 +28,9 @@ from temporalio import activity
 from activities.tools import billing
 from tower import Tool
 from tower.contract.wire import ToolCall
-from tower.effects import Database, Postgres
+from tower.effects import Postgres
 from tower.effects._guard import MARK
-from tower.effects._tool import EffectTool
+from tower.effects._tool import Database, EffectTool
 from tower.temporal import _tools
 from tower.temporal.worker import effect_of
 

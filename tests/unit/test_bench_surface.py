@@ -115,6 +115,8 @@ def test_this_repository_against_a_direct_count() -> None:
     lines = sum(len(p.read_text().splitlines()) for p in (ROOT / "tower").rglob("*.py"))
     assert surface["lines"] + surface["ag_ui_lines"] == lines
     assert surface["names"] == {m: len(importlib.import_module(m).__all__) for m in PUBLIC}
+    # A card-sized surface (issue 41): what an agent file needs, and the five modules together.
+    assert surface["names"]["tower"] <= 25 and surface["total_names"] <= 70
     assert len(surface["roots"]) >= 1 and surface["exception_classes"] >= len(surface["roots"])
     # One failure model (issue 41): failure types are spelled in the registry alone.
     assert REGISTRY == ("tower/contract/failures.py",) and (ROOT / REGISTRY[0]).is_file()

@@ -22,12 +22,12 @@ from tower.cli.histories import load, replay
 from tower.cli.trust_files import enrol_worker
 from tower.core.errors import InvalidGraph
 from tower.effects import ToolCall
-from tower.temporal import TowerPlugin, WorkerMisconfigured, WorkerSettings
+from tower.temporal import TowerPlugin, WorkerSettings
 from tower.temporal._names import activity_name
 from tower.temporal._unopenable import TowerDataConverter
 from tower.temporal.cleanup import TowerStoreCleanup
 from tower.temporal.codec import EncryptionCodec, NoKeys, new_key
-from tower.temporal.plugin import WORKFLOW_FAILURE_TYPES
+from tower.temporal.plugin import WORKFLOW_FAILURE_TYPES, WorkerMisconfigured
 from workflows.registry import AGENTS
 
 AGENT_CLASSES = list(AGENTS.values())

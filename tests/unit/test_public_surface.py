@@ -105,6 +105,19 @@ def test_the_usage_check_sees_an_unused_name() -> None:
     assert "DecisionRefused" not in _unused("tower.client", used)  # an exception
 
 
+def test_a_caller_catches_one_root_and_reads_its_code() -> None:
+    # Every exception a public module names is a TowerError, the root tower.client names
+    # with its Code: a class of its own is public only where a caller catches it by itself.
+    from tower.client import Code, TowerError
+    from tower.contract.failures import TowerError as Root
+
+    assert TowerError is Root and isinstance(TowerError("x").code, Code)
+    named = [getattr(loaded, name) for loaded in map(importlib.import_module, PUBLIC)
+             for name in loaded.__all__]
+    errors = [e for e in named if isinstance(e, type) and issubclass(e, BaseException)]
+    assert errors and all(issubclass(e, TowerError) for e in errors)
+
+
 PRIVATE_SDK = re.compile(r"temporalio\.[a-z_.]*\._|from temporalio[a-z_.]* import _"
                          r"|\._Definition\b|_runner\._Instance")
 

@@ -16,10 +16,6 @@ from tower.core.state import Usage
 Script = Callable[[ModelRequest], "str | ToolCallRequest"]
 
 
-def first_user_text(request: ModelRequest) -> str:
-    return next((m.content for m in request.messages if m.role == "user"), "")
-
-
 SCRIPTED_MODEL = "scripted"
 # (agent, node) -> script. The worker builds it from the agents' files
 # (``tower.scripts_of``): each agent names its own scripts with ``@agent(GRAPH, scripts=...)``.

@@ -72,8 +72,8 @@ def _dev_ui() -> str | None:
     import asyncio
 
     from tower.cli.ui import default_ui, ui_base
-    from tower.client import ServerUnreachable, connect
-    from tower.client.connection import connect_config
+    from tower.client import connect
+    from tower.client.connection import ServerUnreachable, connect_config
 
     async def look() -> str | None:
         try:

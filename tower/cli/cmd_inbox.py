@@ -91,7 +91,7 @@ def build_config(sign_in: SignIn, tenant: str, *, issuer: str | None, web_ui: st
     from tower.cli.approvals import deployment
     from tower.cli.inbox.app import InboxConfig
     from tower.cli.inbox.identity import Accounts, ProxyAuth, dev_accounts
-    from tower.client import ClientError
+    from tower.client.errors import ClientError
     from tower.client.keys import load_key
 
     try:

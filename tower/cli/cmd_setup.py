@@ -67,7 +67,8 @@ def _print(address: str, report: SetupReport) -> None:
 async def _connect(wait: float) -> Client:
     import asyncio
 
-    from tower.client import ServerUnreachable, connect
+    from tower.client import connect
+    from tower.client.connection import ServerUnreachable
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait

@@ -13,8 +13,8 @@ from pathlib import Path
 from temporalio.client import Client
 
 from tower.cli.devserver import DATA_DIR, dev_server_command, prepare
-from tower.client import ServerUnreachable, connect
-from tower.client.connection import connect_config
+from tower.client import connect
+from tower.client.connection import ServerUnreachable, connect_config
 
 UI_PORT = 8233  # the Web UI's usual port
 

@@ -78,7 +78,7 @@ def task_queue() -> str:
     project's own (``[tool.tower] task-queue`` in its pyproject.toml: a project made by
     ``tower new`` is named after itself, so two projects on one server never share one),
     else ``tower``."""
-    from tower.client import TASK_QUEUE
+    from tower.client.connection import TASK_QUEUE
 
     if os.environ.get("TOWER_TASK_QUEUE"):
         return os.environ["TOWER_TASK_QUEUE"]

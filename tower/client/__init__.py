@@ -15,6 +15,9 @@ types, in ``tower.contract.names``)::
     async for seen in follow(handle):
         print(seen)  # each Transition, then the RunEnd (status, reason)
 
+A call that fails raises a ``TowerError`` (every error of Tower's is one), whose ``code``, a
+``Code``, says why: read it, never the message's words.
+
 Names load on first use, so importing this package costs nothing until one is used. What
 only the CLI and the inbox use stays in this package's own modules.
 """
@@ -32,26 +35,20 @@ if TYPE_CHECKING:
     from tower.client._recovery import retry
     from tower.client._runs import start_run, update_while_open
     from tower.client._stream import stream
-    from tower.client.connection import (
-        TASK_QUEUE,
-        ServerUnreachable,
-        UnknownTenant,
-        connect,
-        use_tenant,
-    )
-    from tower.client.errors import ClientError, DecisionRefused
+    from tower.client.connection import connect, use_tenant
+    from tower.client.errors import DecisionRefused
     from tower.contract.decisions import Verdict
+    from tower.contract.failures import Code, TowerError
     from tower.contract.search import start_attributes
     from tower.contract.stream import Reply
 
 # name -> the module that defines it, imported on first use.
 _LAZY = {
-    "TASK_QUEUE": "tower.client.connection",
-    "ServerUnreachable": "tower.client.connection",
-    "UnknownTenant": "tower.client.connection",
     "connect": "tower.client.connection",
     "use_tenant": "tower.client.connection",
-    "ClientError": "tower.client.errors",
+    # Every error Tower raises is a TowerError; its `code` (a Code) says which.
+    "TowerError": "tower.contract.failures",
+    "Code": "tower.contract.failures",
     "DecisionRefused": "tower.client.errors",
     "start_run": "tower.client._runs",
     "update_while_open": "tower.client._runs",
@@ -68,10 +65,9 @@ _LAZY = {
 }
 
 __all__ = [
-    "ClientError", "DecisionRefused", "Reply", "RunEnd", "ServerUnreachable", "TASK_QUEUE",
-    "UnknownTenant", "Verdict", "connect", "decide", "follow", "pending", "retry",
-    "shared_server", "start_attributes", "start_run", "stream", "update_while_open",
-    "use_tenant",
+    "Code", "DecisionRefused", "Reply", "RunEnd", "TowerError", "Verdict", "connect", "decide",
+    "follow", "pending", "retry", "shared_server", "start_attributes", "start_run", "stream",
+    "update_while_open", "use_tenant",
 ]
 
 

@@ -5,7 +5,7 @@ needs, never the whole state.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,11 +42,26 @@ def message_ref(message: Message) -> MessageRef:
 
 class StoredReply(BaseModel):
     """An update's result carrying a model's reply: ``reply``, or, when the model call's
-    recorded result holds the text, only ``reply_ref`` (``update_while_open`` fills it back in,
-    checked against the digest)."""
+    recorded result holds the text (``StoredReply.of``), only ``reply_ref``
+    (``update_while_open`` fills it back in, checked against the digest)."""
 
     reply: str = ""
     reply_ref: MessageRef | None = None
+
+    @classmethod
+    def of(cls, text: str, *, from_model: bool = True, **fields: Any) -> Self:
+        """The result for ``text``, the reply an update returns (``fields``: a subclass's).
+
+        Args:
+            text: the reply.
+            from_model: whether ``text`` is a model's answer this run's history recorded (its
+                model call's result; a windowed call keeps it in the message store too): it
+                travels as its ref. Text the workflow wrote itself (a fixed fallback) is in no
+                result: it travels whole.
+        """
+        if from_model and text:
+            return cls(reply_ref=message_ref(Message(role="assistant", content=text)), **fields)
+        return cls(reply=text, **fields)
 
 
 class WindowRef(BaseModel):

@@ -5,6 +5,9 @@ in the SAME transaction, the claim of the action's key, the epoch fence (an atte
 Temporal gave up on cannot commit later) and the record of the result: a repeat of the
 action returns the first result and acts on nothing::
 
+    from tower import EffectRefused, tool
+    from tower.effects import EffectCall, SQLite
+
     @tool(side_effect=True)  # the function's docstring is the tool's description
     def send_payment(db, payment: Payment, call: EffectCall) -> dict[str, Any]:
         if payment.amount_cents > LIMIT and call.approved("amount_cents") is None:
@@ -23,11 +26,10 @@ any other activity (_guard.py).
 """
 
 from tower.contract.wire import Authority, ToolCall
-from tower.core.errors import EffectRefused
 from tower.effects._activity import run_tool
 from tower.effects._postgres import Postgres
 from tower.effects._sqlite import SQLite
-from tower.effects._tool import Database, EffectCall, NoEffect, reconcile
+from tower.effects._tool import EffectCall, NoEffect, reconcile
 
-__all__ = ["Authority", "Database", "EffectCall", "EffectRefused", "NoEffect", "Postgres",
-           "SQLite", "ToolCall", "reconcile", "run_tool"]
+__all__ = ["Authority", "EffectCall", "NoEffect", "Postgres", "SQLite", "ToolCall", "reconcile",
+           "run_tool"]
