@@ -32,8 +32,8 @@ async def test_a_plain_side_effecting_tool_is_not_called_again_to_reconcile(
 ) -> None:
     calls: list[bool] = []  # each call's ``reconcile`` flag
 
-    @activity.defn(name="issue_refund")
-    def plain_refund(call: ToolCall) -> dict[str, Any]:
+    @activity.defn  # named by its function, as the plugin knows it: it serves the tool
+    def issue_refund(call: ToolCall) -> dict[str, Any]:
         """Pays, then its provider times out: the run cannot tell whether it paid."""
         calls.append(call.reconcile)
         with sqlite3.connect(db_path) as db:
@@ -44,14 +44,14 @@ async def test_a_plain_side_effecting_tool_is_not_called_again_to_reconcile(
 
     monkeypatch.setattr(TOOLS["issue_refund"], "attempts", 1)
     own = [a for a in activities(list(AGENTS.values()), db_path=db_path)
-           if getattr(a, "__temporal_activity_definition").name != "issue_refund"]
+           if a.__name__ != "issue_refund"]
     settings = WorkerSettings(models=ModelSettings(), streams=db_path.with_name("streams.sqlite"),
                               messages=db_path.with_name("messages.sqlite"))
     config = client.config()
     config["plugins"] = []  # this worker's plugin, with these settings (as build_worker does)
     run = f"plain-{uuid.uuid4().hex[:8]}"
     async with Worker(Client(**config), task_queue=task_queue,
-                      workflows=list(AGENTS.values()), activities=[*own, plain_refund],
+                      workflows=list(AGENTS.values()), activities=[*own, issue_refund],
                       plugins=[TowerPlugin(settings=settings)]):
         handle = await client.start_workflow(
             RefundAgent.run, refund_request(client, run, message="Refund $30 on INV-2004"),

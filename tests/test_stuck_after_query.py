@@ -45,7 +45,7 @@ async def test_a_run_goes_on_after_a_query_replayed_its_tools_result(
     answer = asyncio.Event()
     loop = asyncio.get_running_loop()
     real = next(a for a in activities(list(AGENTS.values()), db_path=db_path)
-                if getattr(a, "__temporal_activity_definition").name == "issue_refund")
+                if a.__name__ == "issue_refund")
 
     @activity.defn(name="issue_refund")
     def refund_when_told(call: ToolCall) -> dict[str, Any]:
@@ -57,7 +57,7 @@ async def test_a_run_goes_on_after_a_query_replayed_its_tools_result(
                               messages=db_path.with_name("messages.sqlite"))
     tower_own, _ = tower_activities(settings, scripts_of(AGENTS.values()))
     own = [a for a in [*activities(list(AGENTS.values()), db_path=db_path), *tower_own]
-           if getattr(a, "__temporal_activity_definition").name != "issue_refund"]
+           if a.__name__ != "issue_refund"]
     with sqlite3.connect(db_path) as db:
         db.execute("INSERT INTO invoices VALUES ('INV-7002', 'ACC-1001', 400000, 'paid', "
                    "'2026-11-20')")

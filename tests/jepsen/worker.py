@@ -96,7 +96,6 @@ def refund_activity(tool: Tool, db: Database) -> Callable[[ToolCall], Any]:
     killing = Killing(db, lambda: str(getattr(calling, "invoice", "")))
     inner = EffectTool(tool.name, tool.args, business).on(killing)
 
-    @activity.defn(name=tool.name)
     def run(call: ToolCall) -> Any:
         calling.invoice = invoice = str(call.arguments.get("invoice_id", ""))
         if not call.reconcile:
@@ -106,8 +105,9 @@ def refund_activity(tool: Tool, db: Database) -> Callable[[ToolCall], Any]:
             die_at("before-result", invoice)  # committed; Temporal does not know it yet
         return out
 
+    run.__name__ = run.__qualname__ = tool.name  # its activity's name, as Tower's tools
     setattr(run, MARK, True)  # still the tower.effects tool: it answers reconcile itself
-    return run
+    return activity.defn(run)
 
 
 def shorten() -> None:

@@ -7,13 +7,16 @@ own error)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio import activity
+from subclass_agents import SlowAccount
+from temporalio import activity, workflow
 from temporalio.client import Client
+from temporalio.common import RawValue
 from temporalio.worker import Replayer, WorkerConfig
 
 from activities.tools import TOOLS, ToolsDb
@@ -23,21 +26,23 @@ from tower.cli.trust_files import enrol_worker
 from tower.core.errors import InvalidGraph
 from tower.effects import ToolCall
 from tower.temporal import TowerPlugin, WorkerSettings
-from tower.temporal._names import activity_name
+from tower.temporal._interceptors import ScheduledByOwnAgents
+from tower.temporal._machine_run import continued_from
 from tower.temporal._unopenable import TowerDataConverter
 from tower.temporal.cleanup import TowerStoreCleanup
 from tower.temporal.codec import EncryptionCodec, NoKeys, new_key
-from tower.temporal.plugin import WORKFLOW_FAILURE_TYPES, WorkerMisconfigured
+from tower.temporal.plugin import WORKFLOW_FAILURE_TYPES, WorkerMisconfigured, activity_name
 from workflows.registry import AGENTS
 
 AGENT_CLASSES = list(AGENTS.values())
 
 
 def _stub(name: str) -> Any:
-    @activity.defn(name=name)
     def tool(call: Any) -> dict[str, Any]:
         return {}
-    return tool
+
+    tool.__name__ = name  # an activity is named by its function (the SDK's default)
+    return activity.defn(tool)
 
 
 TOOL_STUBS = [_stub(name) for name in TOOLS]  # every example tool, served (by a stub)
@@ -114,11 +119,8 @@ async def test_an_agent_naming_a_tool_no_activity_serves_is_refused() -> None:
     with pytest.raises(InvalidGraph, match="'notes.find', which no server on this worker"):
         await _worker_config(client, workflows=[NamesServerTool])
 
-    @activity.defn(name="notes.find")
-    async def find(call: Any) -> dict[str, Any]:
-        return {}
-
-    config = await _worker_config(client, workflows=[NamesServerTool], activities=[find])
+    config = await _worker_config(client, workflows=[NamesServerTool],
+                                  activities=[_stub("notes.find")])
     assert config["workflows"] == [NamesServerTool, TowerStoreCleanup]
 
 
@@ -193,12 +195,12 @@ async def test_the_plugin_registers_tower_s_own_activities_once(tmp_path: Path) 
     trust = next(a for a in config["activities"] if activity_name(a) == "load_trust")
     assert trust.__self__.root == tmp_path  # type: ignore[attr-defined]
     # A project's own activity of one of those names wins over Tower's.
-    @activity.defn(name="call_model")
-    async def my_model(request: Any) -> Any:
+    @activity.defn
+    async def call_model(request: Any) -> Any:
         return None
 
-    config = await _worker_config(client, activities=[*TOOL_STUBS, my_model])
-    assert [a for a in config["activities"] if activity_name(a) == "call_model"] == [my_model]
+    config = await _worker_config(client, activities=[*TOOL_STUBS, call_model])
+    assert [a for a in config["activities"] if activity_name(a) == "call_model"] == [call_model]
 
 
 async def test_a_worker_that_cannot_attest_says_so(
@@ -227,3 +229,51 @@ async def test_heartbeats_are_sent_within_a_second(given: timedelta | None) -> N
     config = await _worker_config(client, **options)
     assert config["max_heartbeat_throttle_interval"] == min(
         given or timedelta(seconds=1), timedelta(seconds=1))
+
+
+@workflow.defn(name="plain-named")
+class PlainNamed:  # a plain workflow riding along, its run method not named ``run``
+    @workflow.run
+    async def execute(self) -> None:
+        return None
+
+
+@workflow.defn(dynamic=True)
+class AnyType:
+    @workflow.run
+    async def run(self, args: Sequence[RawValue]) -> None:
+        return None
+
+
+def _hosted(config: WorkerConfig) -> frozenset[str]:
+    guard = next(i for i in config["interceptors"] if isinstance(i, ScheduledByOwnAgents))
+    return guard.hosted
+
+
+async def test_the_scheduler_guard_knows_each_workflow_by_its_registered_name() -> None:
+    # Only a run of a type this worker hosts may schedule its activities: an agent under
+    # its graph's name, a Temporal-way subclass and a plain workflow under the names their
+    # @workflow.defn gave, Tower's retention workflow under its own.
+    client = await Client.connect("127.0.0.1:1", lazy=True, plugins=[TowerPlugin()])
+    config = await _worker_config(client, workflows=[*AGENT_CLASSES, SlowAccount, PlainNamed])
+    assert _hosted(config) == {*(cls.machine.name for cls in AGENT_CLASSES), "account-slow",
+                               "plain-named", "tower_store_cleanup"}
+    # A dynamic workflow runs any type: the task queue alone decides then.
+    config = await _worker_config(client, workflows=[*AGENT_CLASSES, AnyType])
+    assert _hosted(config) == frozenset()
+
+
+async def test_tower_names_each_activity_as_the_sdk_registers_it(tmp_path: Path) -> None:
+    # The plugin knows an activity by its function's name (the SDK's default): Tower's own
+    # and its tools' activities are made so; here the SDK's own record says what it runs.
+    client = await Client.connect("127.0.0.1:1", lazy=True, plugins=[
+        TowerPlugin(bind={"db": ToolsDb(tmp_path / "tools.sqlite")})])
+    config = await _worker_config(client, activities=[])
+    registered = {a: getattr(a, "__temporal_activity_definition").name
+                  for a in config["activities"]
+                  # TODO: its function named tower_continued_from (_machine_run.py, being
+                  # reworked now); until then the one named otherwise than its activity.
+                  if a is not continued_from}
+    assert len(registered) > 10
+    assert [(activity_name(a), name) for a, name in registered.items()
+            if activity_name(a) != name] == []

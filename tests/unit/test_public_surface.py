@@ -118,14 +118,19 @@ def test_a_caller_catches_one_root_and_reads_its_code() -> None:
     assert errors and all(issubclass(e, TowerError) for e in errors)
 
 
+# A private module or class of the SDK, or an attribute its decorators attach
+# (``__temporal_workflow_definition``): Tower names workflows and activities by the SDK's
+# public rules instead (tower/temporal/plugin.py: workflow_name, activity_name).
 PRIVATE_SDK = re.compile(r"temporalio\.[a-z_.]*\._|from temporalio[a-z_.]* import _"
-                         r"|\._Definition\b|_runner\._Instance")
+                         r"|\._Definition\b|_runner\._Instance|__temporal_")
 
 
 def test_tower_uses_the_sdk_s_public_api_only() -> None:
-    used = [f"{p.relative_to(ROOT)}:{n + 1}: {line.strip()}"
-            for p in (ROOT / "tower").rglob("*.py")
+    sources = [*(ROOT / "tower").rglob("*.py"), *(ROOT / "workflows").rglob("*.py"),
+               *(ROOT / "activities").rglob("*.py"), ROOT / "worker.py"]
+    used = [f"{p.relative_to(ROOT)}:{n + 1}: {line.strip()}" for p in sources
             for n, line in enumerate(p.read_text().splitlines()) if PRIVATE_SDK.search(line)]
     assert used == []
+    assert PRIVATE_SDK.search('getattr(fn, "__temporal_activity_definition", None)')
     pin = re.search(r'"temporalio([^"]*)"', (ROOT / "pyproject.toml").read_text())
     assert pin is not None and pin.group(1) == ">=1.35,<2"

@@ -20,7 +20,7 @@ from typing import Any
 from temporalio import activity
 
 from tower.activities.trust import TrustError, tenant_dir, trust_dir
-from tower.contract.trust import ATTEST_ACTIVITY, AttestClaims, AttestRequest
+from tower.contract.trust import AttestClaims, AttestRequest
 from tower.core.signing import ATTEST_TYPE, sign
 
 WORKER_KEY_FILE = "worker.jwk"
@@ -40,8 +40,8 @@ class Attester:
             return None
         return dict(json.loads(path.read_text()))
 
-    @activity.defn(name=ATTEST_ACTIVITY)
-    def attest(self, request: AttestRequest) -> str:
+    @activity.defn  # named by the function: ATTEST_ACTIVITY
+    def tower_attest(self, request: AttestRequest) -> str:
         """The attestation of the calling run's pending request; "" without a key (its
         requests are then not listed, only decidable by id)."""
         info = activity.info()

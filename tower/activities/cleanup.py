@@ -51,8 +51,8 @@ class StoreCleanup:
                        if hasattr(s, "owners") and hasattr(s, "forget")}
         self.retention = retention
 
-    @activity.defn(name=CLEANUP_ACTIVITY)
-    async def cleanup(self, retention_seconds: float | None = None) -> dict[str, int]:
+    @activity.defn  # named by the function: CLEANUP_ACTIVITY
+    async def tower_cleanup_stores(self, retention_seconds: float | None = None) -> dict[str, int]:
         """Remove closed runs' entries; how many runs' entries each store lost."""
         client = activity.client()
         period = (timedelta(seconds=retention_seconds) if retention_seconds is not None

@@ -122,7 +122,7 @@ class ModelActivities:
                 timeout=self.settings.timeout_seconds)
         return self._clients[url]
 
-    @activity.defn(name="call_model")
+    @activity.defn
     async def call_model(self, request: ModelRequest) -> ModelReply:
         # Heartbeats say "still waiting on the model": a worker killed mid-call is
         # noticed at the heartbeat timeout and the call retried on another worker.

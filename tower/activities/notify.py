@@ -144,7 +144,7 @@ class Notifier:
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root or os.environ.get("TOWER_TRUST_DIR") or DEFAULT_TRUST_DIR)
 
-    @activity.defn(name="notify_gate")
+    @activity.defn
     def notify_gate(self, notice: GateNotice) -> str:
         policy = notify_policy(self.root, notice.tenant)
         if policy is None:

@@ -54,7 +54,7 @@ def tower_activities(settings: WorkerSettings, scripts: Scripts, payloads: Any =
                            retention_from_env())
     trust = settings.trust_dir
     return [model.call_model, TrustLoader(trust).load_trust, Notifier(trust).notify_gate,
-            Attester(trust).attest, cleanup.cleanup], streams
+            Attester(trust).tower_attest, cleanup.tower_cleanup_stores], streams
 
 
 def attestation_missing(settings: WorkerSettings, namespace: str) -> str | None:

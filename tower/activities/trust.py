@@ -74,7 +74,7 @@ class TrustLoader:
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = trust_dir(root)
 
-    @activity.defn(name="load_trust")
+    @activity.defn
     def load_trust(self, request: TrustRequest) -> TrustSnapshot:
         try:
             return read_trust(self.root, request.tenant)

@@ -57,9 +57,10 @@ def activity_for(tool: Tool, bound: Any = UNBOUND) -> Callable[..., Any]:
             return to_jsonable_python(invoke(tool, bound, args, context))
 
         run = run_sync
+    # Activity names are part of the history's contract: the tool's name, always (the
+    # function's, as the SDK and TowerPlugin name an activity).
     run.__name__ = run.__qualname__ = tool.name
-    # Activity names are part of the history's contract: the tool's name, always.
-    return activity.defn(name=tool.name)(run)
+    return activity.defn(run)
 
 
 def run_tool(tool: Tool, bound: Any, call: ToolCall, *, epoch: int | None = None) -> Any:

@@ -83,10 +83,11 @@ class EffectTool(Generic[A]):
                 return reconcile(db, call.idempotency_key)
             return self.call(db, call)
 
+        # Activity names are part of the history's contract: keep them stable (the
+        # function's, as the SDK and TowerPlugin name an activity).
         run.__name__ = run.__qualname__ = self.name
         setattr(run, MARK, True)  # it answers ``reconcile`` itself (_guard.py)
-        # Activity names are part of the history's contract: keep them stable.
-        return activity.defn(name=self.name)(run)
+        return activity.defn(run)
 
     def call(self, db: Database, call: ToolCall, *, epoch: int | None = None
              ) -> dict[str, Any]:

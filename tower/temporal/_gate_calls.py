@@ -65,8 +65,8 @@ def notify(notice: GateNotice) -> None:
     sent.add_done_callback(lambda done: _log_unsent(notice.gate, done))
 
 
-@activity.defn(name=RUN_ID_ACTIVITY)
-async def current_run_id() -> str:
+@activity.defn  # named by the function: RUN_ID_ACTIVITY
+async def tower_run_id() -> str:
     """The run id of the workflow run that calls it (``opening_run_id``)."""
     run_id = activity.info().workflow_run_id
     assert run_id is not None, "called outside a workflow run"

@@ -37,8 +37,9 @@ def tool_activities(agents: Iterable[type], bind: Mapping[str, Any],
     if missing:
         raise WorkerMisconfigured(
             "this worker cannot run its agents' tools: " + "; ".join(missing) + ". Bind each "
-            "where the worker is made: TowerPlugin(bind={...}) (build_worker(..., bind=...)); "
-            "a worker that serves no tools says so: TowerPlugin(tools=False)")
+            "where the worker is made: TowerPlugin(bind={...}) (build_worker(..., bind=...)), "
+            "or serve it with an activity whose function has its name; a worker that serves "
+            "no tools says so: TowerPlugin(tools=False)")
     return made
 
 

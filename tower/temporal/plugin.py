@@ -13,6 +13,8 @@ tracing when a replay-safe tracer provider is installed, and sync activities on 
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import logging
 import sys
 import weakref
@@ -22,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ValidationError
-from temporalio.client import Client, ClientConfig
+from temporalio.client import Client, ClientConfig, ScheduleActionStartWorkflow
 from temporalio.client import Interceptor as ClientInterceptor
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import DataConverter, DefaultFailureConverter, DefaultPayloadConverter
@@ -37,7 +39,7 @@ from tower.core.events import EventRejected
 from tower.core.policy import PolicyInvalid, PolicyLoosened
 from tower.core.tools import ToolSpec, register_external
 from tower.effects._guard import OnlyEffectsReconcile
-from tower.temporal._gate_calls import current_run_id
+from tower.temporal._gate_calls import tower_run_id
 from tower.temporal._interceptors import (
     AttemptsEndQuietly,
     ScheduledByOwnAgents,
@@ -45,7 +47,6 @@ from tower.temporal._interceptors import (
     quiet_store_tracebacks,
 )
 from tower.temporal._machine_run import continued_from
-from tower.temporal._names import activity_name, workflow_name
 from tower.temporal._process import frozen_heap
 from tower.temporal._sandbox import project_packages, sandbox_runner
 from tower.temporal._start import scripts_of
@@ -99,7 +100,8 @@ class TowerPlugin(SimplePlugin):
         own_activities: False registers none of them.
         bind: what each tool's resource gets (``{"db": SQLite(path)}``). Every tool of the
             hosted agents is an activity named after it; one left unbound refuses the start,
-            whatever the worker's activities (one of its name registered by hand serves it).
+            whatever the worker's activities (an activity of the worker's serves it when its
+            function has the tool's name: ``activity_name``).
         tools: False for a worker that deliberately serves no tools.
 
     A worker-level plugin's activities and tools replace a client-level one's.
@@ -128,7 +130,7 @@ class TowerPlugin(SimplePlugin):
             "tower.TowerPlugin", data_converter=self.converter_for,
             interceptors=[QueryAskedAgain(), *_tracing(self.traced), *interceptors],
             # The runtime's own: the run id a gate's request opens in, a carry's origin.
-            activities=_adding([current_run_id, continued_from, *activities]),
+            activities=_adding([tower_run_id, continued_from, *activities]),
             workflows=_adding(agents),
             workflow_runner=self.runner_for,
             workflow_failure_exception_types=_adding(WORKFLOW_FAILURE_TYPES),
@@ -277,6 +279,25 @@ def _foreign(converter: DataConverter) -> str:
     if kind is not DefaultPayloadConverter and not issubclass(kind, PydanticPayloadConverter):
         return f"payload converter {kind.__name__}"
     return ""
+
+
+def workflow_name(cls: type) -> str | None:
+    """The workflow type ``cls`` is registered as (None: a dynamic workflow), as the SDK's
+    public API resolves it: a start action given the class's run method (which the SDK
+    requires defined on the class itself) names the type it starts."""
+    for fn in vars(cls).values():
+        if inspect.isfunction(fn):
+            with contextlib.suppress(ValueError):  # not the run method, or a dynamic one
+                return ScheduleActionStartWorkflow(fn, id="-", task_queue="-").workflow
+    return None
+
+
+def activity_name(fn: Callable[..., Any]) -> str | None:
+    """The activity type ``fn`` runs as, by the SDK's rule for ``@activity.defn`` without a
+    name: its function's name. Tower's own activities and tools are made so; an activity
+    of the project's serves a tool, or replaces one of Tower's, when its function has that
+    name (one given another name with ``@activity.defn(name=...)`` is not seen as such)."""
+    return getattr(fn, "__name__", None)
 
 
 def has_tower_plugin(client: Client) -> bool:

@@ -40,9 +40,8 @@ from tower.contract.failures import Code, TowerError
 from tower.core.audit import check_log
 from tower.core.state import AgentState
 from tower.core.transition import Transition
-from tower.temporal import _names
 from tower.temporal._machine_run import MachineRun
-from tower.temporal.plugin import TowerPlugin
+from tower.temporal.plugin import TowerPlugin, workflow_name
 
 
 class HistoryError(TowerError):
@@ -233,10 +232,6 @@ def _completed(
                          default=0)
     keep = sum(1 for t in log if t.event_id < last_completed)
     return list(log[:keep]), list((trace or [])[:keep])
-
-
-def workflow_name(cls: type) -> str:
-    return _names.workflow_name(cls) or cls.__name__
 
 
 # --- what went wrong, in the user's terms ----------------------------------------------------

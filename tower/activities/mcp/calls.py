@@ -59,9 +59,10 @@ class McpToolBox:
         async def run(call: ToolCall) -> dict[str, Any]:
             return await self.call(tool, call)
 
-        run.__name__ = run.__qualname__ = tool.name.replace(".", "__")
-        # Activity names are part of the history's contract: the catalogue name, stable.
-        return activity.defn(name=tool.name)(run)
+        # Activity names are part of the history's contract: the catalogue name, stable (the
+        # function's, as the SDK and TowerPlugin name an activity).
+        run.__name__ = run.__qualname__ = tool.name
+        return activity.defn(run)
 
     async def call(self, tool: McpTool, call: ToolCall) -> dict[str, Any]:
         problem = tool.check(call.arguments)
