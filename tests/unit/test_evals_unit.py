@@ -12,6 +12,7 @@ from tower.activities.model import ModelSettings
 from tower.cli.agents import agents
 from tower.cli.inbox.drawing import machine_svg
 from tower.contract.wire import ModelReply, ModelRequest
+from tower.temporal.replay import load
 from tower.testing.evals import Change, EvalReport, Mode, RunResult
 from tower.testing.evals.compare import BUILT_IN, plural, score, transition_diff
 from tower.testing.evals.judge import gateway_judge
@@ -19,7 +20,6 @@ from tower.testing.evals.recording import Recording, chains
 from tower.testing.evals.report import load_baseline, markdown, write
 from tower.testing.evals.summary import RunSummary, ToolCall, summarize
 from tower.testing.model_server import LoopbackModelServer
-from tower.testing.replay import load
 
 HISTORIES = Path(__file__).parents[1] / "histories"
 

@@ -3,7 +3,7 @@
 In-process (no server, milliseconds): ``run_agent`` runs a whole machine, ``run_node``
 one node, with scripted model and tool answers and the engine's own transition log.
 Against recorded histories: ``assert_replays`` and ``history_files`` (see
-``tower.testing.replay``), which load the Temporal SDK on first use. Over real HTTP:
+``tower.temporal.replay``), which load the Temporal SDK on first use. Over real HTTP:
 ``tower.testing.model_server.LoopbackModelServer``, an OpenAI-compatible server on
 127.0.0.1 that answers with your scripted replies and injects faults on demand (429,
 500, slow replies, malformed JSON, schema-violating output, unknown tools), so the real
@@ -21,14 +21,14 @@ if TYPE_CHECKING:
     from tower.activities.scripted import Script, first_user_text
     from tower.contract.wire import ModelRequest
     from tower.core.audit import check_log
+    from tower.temporal.replay import assert_replays, history_files
     from tower.testing import evals, live
-    from tower.testing.replay import assert_replays, history_files
 
 _LAZY = {"Script": "tower.activities.scripted",  # the offline model's answers
          "first_user_text": "tower.activities.scripted",
          "ModelRequest": "tower.contract.wire",
          "check_log": "tower.core.audit",
-         "assert_replays": "tower.testing.replay", "history_files": "tower.testing.replay",
+         "assert_replays": "tower.temporal.replay", "history_files": "tower.temporal.replay",
          "live": "tower.testing.live",  # the module: a live run in a project's tests
          # The module: evals from recorded runs (run_eval, assert_verdicts, Change, Score).
          "evals": "tower.testing.evals"}
