@@ -210,7 +210,7 @@ def _read(event: Any, rec: Recording, s: RunSummary, seen: _Seen) -> None:
         reply = result[0] if result else None
         request = seen.model_requests.pop(done.scheduled_event_id, None)
         if request is not None:
-            rec.model_calls.append(ModelCall(str(request.get("node", "")), request, reply))
+            rec.model_calls.append(ModelCall(str(request.get("node", "")), request, result[0]))
         if done.scheduled_event_id in seen.tools:
             produced(seen.tools[done.scheduled_event_id], reply, seen.produced)
         if isinstance(reply, dict) and "model" in reply and "usage" in reply:
