@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from tower.activities.model import ModelSettings
+from tower.temporal.replay import load, replay
 from tower.testing.evals import evaluate
-from tower.testing.replay import load, replay
 from worker import build_worker
 from workflows.registry import AGENTS
 

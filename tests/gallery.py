@@ -15,7 +15,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from tower.core.mermaid import to_mermaid
+from tower.core.pictures import to_mermaid
 from tower.temporal._machine_run import MachineRun
 from workflows.registry import AGENTS
 

@@ -14,7 +14,7 @@ from tower.core.cost import CallUsage, cost_report
 from tower.core.engine import advance, start
 from tower.core.errors import InvalidGraph
 from tower.core.graph import Machine
-from tower.core.mermaid import to_mermaid
+from tower.core.pictures import to_mermaid
 from tower.core.state import Usage
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -20,9 +20,8 @@ from tower.cli.devserver import temporal_binary
 from tower.cli.histories import load, replay
 from tower.core.engine import Transition
 from tower.temporal.plugin import TowerPlugin
-from tower.temporal.replay import diverged
+from tower.temporal.replay import diverged, history_files
 from tower.testing import assert_replays
-from tower.testing.replay import history_files
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
 from workflows.registry import AGENTS

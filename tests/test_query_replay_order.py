@@ -37,7 +37,7 @@ from tower.activities.own import WorkerSettings, tower_activities
 from tower.contract.trust import AttestRequest
 from tower.temporal import TowerPlugin
 from tower.temporal._start import scripts_of
-from tower.testing.replay import replay
+from tower.temporal.replay import replay
 from worker import build_worker
 from workflows.refund import RefundAgent
 from workflows.registry import AGENTS

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tower.cli.cmd_graph import describe_graph, render
-from tower.core.dot import to_dot
+from tower.core.pictures import to_dot
 from workflows.account import GRAPH as ACCOUNT
 from workflows.refund import RefundAgent
 from workflows.registry import AGENTS

@@ -12,14 +12,14 @@ from tower.activities.model import ModelSettings
 from tower.cli.agents import agents
 from tower.cli.inbox.drawing import machine_svg
 from tower.contract.wire import ModelReply, ModelRequest
+from tower.temporal.replay import load
 from tower.testing.evals import Change, EvalReport, Mode, RunResult
 from tower.testing.evals.compare import BUILT_IN, plural, score, transition_diff
 from tower.testing.evals.judge import gateway_judge
 from tower.testing.evals.recording import Recording, chains
 from tower.testing.evals.report import load_baseline, markdown, write
-from tower.testing.evals.summary import RunSummary, ToolCall, summarize
+from tower.testing.evals.summary import RunSummary, ToolCall
 from tower.testing.model_server import LoopbackModelServer
-from tower.testing.replay import load
 
 HISTORIES = Path(__file__).parents[1] / "histories"
 
@@ -41,12 +41,12 @@ def test_only_decisions_the_recorded_run_took_are_sent_again() -> None:
     decisions = [(m.kind, m.decision and m.decision["sub"], gated.replayable(m))
                  for m in gated.outside]
     assert decisions == [("signal", "carol", False), ("update", "alice", True)]
-    assert summarize(gated.histories).decisions == 1
+    assert gated.summary.decisions == 1
 
 
 def test_a_summary_reads_path_tools_gates_and_answer_from_the_history() -> None:
     [approved] = recording("refund-approved.json")
-    s = summarize(approved.histories)
+    s = approved.summary
     assert (s.status, s.node, s.trail) == ("DONE", "DONE",
                                            ["reason", "issue_refund", "confirm", "DONE"])
     assert [t.name for t in s.tool_calls] == ["invoice_balance", "invoice_balance",
@@ -55,12 +55,12 @@ def test_a_summary_reads_path_tools_gates_and_answer_from_the_history() -> None:
     assert s.answer.startswith("Your refund of $1,000.00 has been issued")
     assert [c.node for c in approved.model_calls] == ["reason", "reason", "confirm"]
     [parked] = recording("refund-parked.json")
-    assert summarize(parked.histories).status == "AWAITING_APPROVAL"
+    assert parked.summary.status == "AWAITING_APPROVAL"
 
 
 def test_ids_a_tool_made_up_compare_by_where_they_came_from() -> None:
     [order] = recording("order-1.json")
-    shipment = summarize(order.histories).tool_calls[-1]
+    shipment = order.summary.tool_calls[-1]
     assert shipment.arguments["reservation_id"] == "<reserve_stock.reservation_id>"
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from tower import DONE, FAILED, AgentState, Graph
 from tower.core.errors import InvalidGraph
-from tower.core.mermaid import to_mermaid
+from tower.core.pictures import to_mermaid
 from workflows.account import GRAPH as ACCOUNT
 from workflows.support import GRAPH as SUPPORT
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from tower import DONE, AgentState, Gate, Graph
-from tower.core.mermaid import to_mermaid
+from tower.core.pictures import to_mermaid
 
 
 async def _node(ctx: Any, state: AgentState) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import pytest
 from tower import DONE, FAILED, AgentState, Graph
 from tower.core.engine import advance, node_error, start
 from tower.core.errors import InvalidGraph
-from tower.core.mermaid import to_mermaid
+from tower.core.pictures import to_mermaid
 from tower.core.state import Status, UpdateError, apply_update
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)

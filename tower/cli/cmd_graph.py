@@ -17,9 +17,8 @@ import click
 from tower.cli.agents import agents
 from tower.cli.common import CliError, agent_class
 from tower.cli.output import json_option, print_json
-from tower.core.dot import to_dot
 from tower.core.graph import Machine
-from tower.core.mermaid import to_mermaid
+from tower.core.pictures import to_dot, to_mermaid
 
 FORMATS = ("mermaid", "dot", "svg", "png")
 

@@ -154,11 +154,12 @@ def make_decision(
     *, tenant: str, run: str, pending: GateRecord, verdict: Verdict, approver: str,
     role: str, note: str = "", edits: dict[str, Any] | None = None,
     decision_id: str | None = None, unsigned: bool = False, config: Path | None = None,
-    digest: str | None = None,
+    digest: str | None = None, key: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], str]:
     """The wire message for a decision on ``pending`` (the request the run showed), and how
-    it was signed: it names the request's run id, step and proposal digest, so the run takes
-    it only while that very proposal is pending."""
+    it was signed (with ``key``, else ``approver``'s in ``config``): it names the request's
+    run id, step and proposal digest, so the run takes it only while that very proposal is
+    pending."""
     check_name(approver)
     fields: dict[str, Any] = dict(tenant=tenant, run=run, run_id=pending.run_id,
                                   gate=pending.gate, request=pending.step,
@@ -170,7 +171,7 @@ def make_decision(
         claims = decision_claims(sub=approver, now=time.time(), **fields)
         return ({"unsigned": claims.model_dump(mode="json")},
                 "UNSIGNED (accepted only where the deployment allows unsigned decisions)")
-    token, claims = sign_decision(approver, config=config, **fields)
+    token, claims = sign_decision(approver, config=config, key=key, **fields)
     kid = jws.extract_compact(token.encode()).headers()["kid"]
     return {"token": token}, f"signed with {approver}'s key {kid}"
 

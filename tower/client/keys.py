@@ -19,10 +19,11 @@ from joserfc.jwk import OKPKey
 
 from tower.activities.private_files import write_private
 from tower.client.errors import ClientError
+from tower.contract import trust
 from tower.contract.trust import Claims, Member, PublicKey, Roster
 from tower.core.signing import decision_claims, public_of, sign
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,99}$")
+NAME = re.compile(trust.NAME)  # a roster member's name
 
 
 def config_dir(env: dict[str, str] | None = None) -> Path:
@@ -81,13 +82,14 @@ def load_key(name: str, config: Path | None = None) -> dict[str, Any]:
     return key
 
 
-def sign_decision(name: str, *, config: Path | None = None, lifetime: int = 600,
-                  **claims: Any) -> tuple[str, Claims]:
-    """A decision signed with ``name``'s own key (``claims``: see ``decision_claims``)."""
+def sign_decision(name: str, *, config: Path | None = None, key: dict[str, Any] | None = None,
+                  lifetime: int = 600, **claims: Any) -> tuple[str, Claims]:
+    """A decision signed with ``name``'s own key (``key``, else the one in ``config``;
+    ``claims``: see ``decision_claims``)."""
     made = decision_claims(sub=name, lifetime=lifetime, now=time.time(),
                            jti=claims.pop("jti", None) or f"d-{uuid.uuid4().hex[:12]}",
                            **claims)
-    return sign(made, load_key(name, config)), made
+    return sign(made, key or load_key(name, config)), made
 
 
 def member(name: str, public: PublicKey, *, roles: Sequence[str] = (),

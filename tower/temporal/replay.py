@@ -75,9 +75,9 @@ class Replayed:
                            f"{steps[0] if steps else '-'}..{steps[-1] if steps else '-'})")
 
 
-def load(paths: Iterable[str | Path]) -> list[tuple[str, WorkflowHistory]]:
-    """Read history JSON files (a folder: every ``*.json`` under it, sorted), each under
-    the workflow id its file name says (``workflow_id_of``: the JSON does not carry it)."""
+def history_files(*paths: str | Path) -> list[Path]:
+    """The history files of ``paths`` (a folder: every ``*.json`` under it, sorted); an empty
+    folder is an error, so a misplaced path cannot turn the replay tests into zero tests."""
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
@@ -90,8 +90,14 @@ def load(paths: Iterable[str | Path]) -> list[tuple[str, WorkflowHistory]]:
             files.append(path)
         else:
             raise HistoryError(f"{path}: no such file or folder")
+    return files
+
+
+def load(paths: Iterable[str | Path]) -> list[tuple[str, WorkflowHistory]]:
+    """Read history JSON files (``history_files``), each under the workflow id its file name
+    says (``workflow_id_of``: the JSON does not carry it)."""
     loaded = []
-    for file in files:
+    for file in history_files(*paths):
         try:
             history = WorkflowHistory.from_json(workflow_id_of(file), file.read_text())
         except Exception as exc:  # protobuf's parse errors share no useful base class
@@ -363,6 +369,19 @@ def report(result: Replayed, *, verbose: bool = False) -> str:
         lines += [f"      step {t.step:>3}  {t.source} -> {t.target}  ({t.reason})"
                   for t in result.log]
     return "\n".join(lines)
+
+
+async def assert_replays(
+    *paths: str | Path, workflows: Sequence[type], namespace: str = DEFAULT_NAMESPACE,
+    plugin: TowerPlugin | None = None,
+) -> list[Replayed]:
+    """Replay ``paths`` (files or folders) against ``workflows``; AssertionError naming
+    every history that fails, as ``tower replay`` reports it (``tower.testing``'s)."""
+    results = await replay(load(paths), workflows=workflows, namespace=namespace,
+                           plugin=plugin)
+    failures = [report(r) for r in results if not r.ok]
+    assert not failures, "histories do not replay:\n" + "\n".join(failures)
+    return results
 
 
 # --- time travel: one run's steps and states ------------------------------------------------

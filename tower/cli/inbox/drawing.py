@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from html import escape
 
 from tower.core.graph import DONE, FAILED, START, Machine
-from tower.core.moves import gate_exits, labelled_moves
+from tower.core.pictures import gate_exits, labelled_moves
 
 FONT = "DejaVu Sans, Verdana, Arial, sans-serif"
 CHAR, SMALL = 7.2, 6.0  # average glyph widths at 12 px and 10 px

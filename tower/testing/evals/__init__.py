@@ -21,7 +21,7 @@ from tower.testing.evals.compare import BUILT_IN, RANK, Change, Score, Scorer, s
 from tower.testing.evals.models import Mode
 from tower.testing.evals.recording import chains
 from tower.testing.evals.runner import Rerun, WorkerFactory, isolated
-from tower.testing.evals.summary import RunSummary, summarize
+from tower.testing.evals.summary import RunSummary
 
 __all__ = ["BUILT_IN", "EvalReport", "Mode", "RunResult", "Score", "Scorer", "Change",
            "assert_verdicts", "evaluate", "run_eval"]
@@ -102,8 +102,7 @@ async def evaluate(
                         timeout=timeout, **worker_options) as (world, guard):
         for i, recording in enumerate(recordings, 1):
             rerun = await world.run(recording)
-            base = (baseline or {}).get(recording.workflow_id) or summarize(
-                recording.histories)
+            base = (baseline or {}).get(recording.workflow_id) or recording.summary
             report.runs.append(await _result(rerun, base, scorers))
             if progress is not None:
                 progress(i, len(recordings), report.runs[-1])

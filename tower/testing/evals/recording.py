@@ -1,6 +1,7 @@
-"""What a recorded run holds for an eval, read from its history alone: its input, every
-model call (request and reply), every tool call with its answer, and every message from
-outside with the step the run stood at. A continue-as-new chain is one ``Recording``.
+"""What a run holds for an eval, read from its history alone in one walk: its input, every
+model call (request and reply), every tool call with its answer, every message from outside
+with the step the run stood at, and the figures an eval compares (``summary``). A
+continue-as-new chain is one ``Recording``; a candidate's new run is read the same way.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from temporalio.converter import decode_typed_search_attributes
 
 from tower.contract import search
 from tower.contract.failures import Code, TowerError
+from tower.testing.evals.summary import GATE_MARK, RunSummary, ToolCall, answer, derived, produced
 
 E = EventType
 
@@ -75,6 +77,7 @@ class Recording:
     task_queue: str
     input: list[Any]
     histories: list[WorkflowHistory]
+    summary: RunSummary  # the figures an eval compares
     model_calls: list[ModelCall] = field(default_factory=list)
     outside: list[Outside] = field(default_factory=list)
     # Decisions the run took (by decision id): a refused one is never re-signed, or the
@@ -132,7 +135,7 @@ def chains(loaded: Sequence[tuple[str, WorkflowHistory]]) -> list[Recording]:
         chain, run_id = [history], _started(history).first_execution_run_id
         while run_id in by_previous:
             chain.append(by_previous.pop(run_id)[1])
-            run_id = _continued_as(chain[-2]) or ""
+            run_id = continued_as(chain[-2]) or ""
         out.append(record(source, chain))
     out += [record(source, [history]) for source, history in by_previous.values()]
     return out
@@ -145,7 +148,7 @@ def _started(history: WorkflowHistory) -> Any:
     return first.workflow_execution_started_event_attributes
 
 
-def _continued_as(history: WorkflowHistory) -> str | None:
+def continued_as(history: WorkflowHistory) -> str | None:
     last = history.events[-1]
     if last.event_type != E.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
         return None
@@ -155,62 +158,142 @@ def _continued_as(history: WorkflowHistory) -> str | None:
 
 def record(source: str, chain: list[WorkflowHistory]) -> Recording:
     started = _started(chain[0])
+    summary = RunSummary(workflow_id=chain[0].workflow_id, agent=started.workflow_type.name,
+                         status="RUNNING", node="")
     rec = Recording(source=source, workflow_id=chain[0].workflow_id,
                     workflow_type=started.workflow_type.name,
                     task_queue=started.task_queue.name, input=values(started.input.payloads),
-                    histories=chain)
+                    histories=chain, summary=summary)
+    seen = _Seen()
+    # A run started with its first move's attributes upserts nothing at that move: the
+    # start names its entry node (START -> entry and its next move may share one task).
+    _publish(decode_typed_search_attributes(started.search_attributes), summary, seen)
     for history in chain:
-        _read(history, rec)
+        seen.step, seen.model_requests = 0, {}
+        for event in history.events:
+            _read(event, rec, summary, seen)
+    summary.decisions = len(rec.accepted)
+    start = chain[0].events[0].event_time.ToDatetime()
+    end = chain[-1].events[-1].event_time.ToDatetime()
+    summary.latency_s = round((end - start).total_seconds(), 3)
+    if summary.status == "RUNNING":
+        summary.status = str(seen.published.get(search.AGENT_STATUS.name) or "RUNNING")
+    summary.node = summary.node or str(seen.published.get(search.AGENT_NODE.name)
+                                       or (summary.trail or [""])[-1])
+    summary.follow(summary.node)
     return rec
 
 
-def _read(history: WorkflowHistory, rec: Recording) -> None:
-    scheduled: dict[int, dict[str, Any]] = {}
-    tools: dict[int, ToolAnswer] = {}  # scheduled event id -> its call, answered when done
-    arrived: dict[str, int] = {}  # update id -> tool calls made before its decision came
-    step = 0
-    for event in history.events:
-        kind = event.event_type
-        if kind == E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
-            attrs = decode_typed_search_attributes(
-                event.upsert_workflow_search_attributes_event_attributes.search_attributes)
-            step = attrs.get(search.AGENT_STEP) or step
-        elif kind == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            asked = event.activity_task_scheduled_event_attributes
-            called = values(asked.input.payloads)
-            if asked.activity_type.name == "call_model":
-                scheduled[event.event_id] = called[0]
-            elif called and isinstance(called[0], dict) and "tool" in called[0]:
-                tools[event.event_id] = ToolAnswer(str(called[0]["tool"]),
-                                                   called[0].get("arguments") or {})
-                rec.tool_calls.append(tools[event.event_id])
-        elif kind == E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-            done = event.activity_task_completed_event_attributes
-            if done.scheduled_event_id in tools:
-                tools.pop(done.scheduled_event_id).result = values(done.result.payloads)[0]
-            request = scheduled.pop(done.scheduled_event_id, None)
-            if request is not None:
-                reply = values(done.result.payloads)[0]
-                rec.model_calls.append(ModelCall(str(request.get("node", "")), request, reply))
-        elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
-            s = event.workflow_execution_signaled_event_attributes
-            rec.outside.append(Outside("signal", s.signal_name, values(s.input.payloads), step))
-        elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-            accepted = event.workflow_execution_update_accepted_event_attributes.accepted_request
-            u = accepted.input
-            rec.outside.append(Outside("update", u.name, values(u.args.payloads), step))
-            arrived[accepted.meta.update_id] = len(rec.tool_calls)
-        elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
-            if (taken := decision_taken(event)) is not None:
-                rec.accepted.add(taken)
-            completed = event.workflow_execution_update_completed_event_attributes
-            if (rec.world_changed_at is None and decision_taken(event, "stale")
-                    and completed.meta.update_id in arrived):
-                rec.world_changed_at = arrived[completed.meta.update_id]
-        elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
-            result = values(event.workflow_execution_completed_event_attributes.result.payloads)
-            state = result[0] if result and isinstance(result[0], dict) else {}
-            for gate in state.get("approvals") or []:
-                decided = (gate or {}).get("decision") or {}
-                if decided.get("decision_id"):
-                    rec.accepted.add(str(decided["decision_id"]))
+class _Seen:
+    """What a history said earlier that later events are read with."""
+
+    def __init__(self) -> None:
+        self.step = 0  # the step the run last published
+        self.published: dict[str, Any] = {}  # the search attributes, as they stand
+        self.model_requests: dict[int, dict[str, Any]] = {}  # scheduled event id -> request
+        self.tools: dict[int, str] = {}  # scheduled event id -> tool name
+        self.produced: dict[str, str] = {}  # a value a tool returned -> "<tool.field>"
+        self.answers: dict[int, ToolAnswer] = {}  # scheduled event id -> call, answered when done
+        self.arrived: dict[str, int] = {}  # update id -> tool calls made before it came
+
+
+def _read(event: Any, rec: Recording, s: RunSummary, seen: _Seen) -> None:
+    kind = event.event_type
+    if kind == E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+        attrs = decode_typed_search_attributes(
+            event.upsert_workflow_search_attributes_event_attributes.search_attributes)
+        seen.step = attrs.get(search.AGENT_STEP) or seen.step
+        _publish(attrs, s, seen)
+    elif kind == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+        asked = event.activity_task_scheduled_event_attributes
+        args = values(asked.input.payloads)
+        if asked.activity_type.name == "call_model":
+            seen.model_requests[event.event_id] = args[0]
+        summary = _summary(event)
+        if " · " in summary and not summary.startswith(("attest", "notify")):
+            s.follow(summary.split(" · ")[0])
+        if summary.startswith(GATE_MARK):
+            s.gates.append(summary[len(GATE_MARK):])
+        if args and isinstance(args[0], dict) and "tool" in args[0]:
+            seen.answers[event.event_id] = ToolAnswer(str(args[0]["tool"]),
+                                                      args[0].get("arguments") or {})
+            rec.tool_calls.append(seen.answers[event.event_id])
+        if args and isinstance(args[0], dict) and "tool" in args[0] and "arguments" in args[0]:
+            seen.tools[event.event_id] = str(args[0]["tool"])
+            s.tool_calls.append(ToolCall(name=args[0]["tool"],
+                                         arguments=derived(args[0]["arguments"], seen.produced)))
+    elif kind == E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+        done = event.activity_task_completed_event_attributes
+        result = values(done.result.payloads)
+        reply = result[0] if result else None
+        request = seen.model_requests.pop(done.scheduled_event_id, None)
+        if request is not None:
+            rec.model_calls.append(ModelCall(str(request.get("node", "")), request, result[0]))
+        if done.scheduled_event_id in seen.answers:
+            seen.answers.pop(done.scheduled_event_id).result = reply
+        if done.scheduled_event_id in seen.tools:
+            produced(seen.tools[done.scheduled_event_id], reply, seen.produced)
+        if isinstance(reply, dict) and "model" in reply and "usage" in reply:
+            usage = reply.get("usage") or {}
+            s.model_calls += 1
+            if reply["model"] not in s.models:
+                s.models.append(reply["model"])
+            s.tokens += int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
+            s.cost_usd = round(s.cost_usd + float(usage.get("cost_usd", 0.0)), 8)
+    elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+        signal = event.workflow_execution_signaled_event_attributes
+        rec.outside.append(Outside("signal", signal.signal_name,
+                                   values(signal.input.payloads), seen.step))
+    elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+        accepted = event.workflow_execution_update_accepted_event_attributes.accepted_request
+        u = accepted.input
+        rec.outside.append(Outside("update", u.name, values(u.args.payloads), seen.step))
+        seen.arrived[accepted.meta.update_id] = len(rec.tool_calls)
+    elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED:
+        if (taken := decision_taken(event)) is not None:
+            rec.accepted.add(taken)
+        update_id = event.workflow_execution_update_completed_event_attributes.meta.update_id
+        # A re-check found the world changed while the run waited: tools are answered from
+        # the recording from here on (models.py).
+        if (rec.world_changed_at is None and decision_taken(event, "stale")
+                and update_id in seen.arrived):
+            rec.world_changed_at = seen.arrived[update_id]
+    elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+        result = values(event.workflow_execution_completed_event_attributes.result.payloads)
+        state = result[0] if result else None
+        if not isinstance(state, dict):
+            s.status = "DONE"
+            return
+        s.status, s.node = str(state.get("status", "DONE")), str(state.get("node", ""))
+        s.answer = answer(state)
+        if s.status == "FAILED":
+            s.error = (state.get("errors") or [""])[-1]
+        for gate in state.get("approvals") or []:
+            decided = (gate or {}).get("decision") or {}
+            if decided.get("decision_id"):
+                rec.accepted.add(str(decided["decision_id"]))
+    elif kind == E.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
+        failure = event.workflow_execution_failed_event_attributes.failure
+        details = values(failure.application_failure_info.details.payloads)
+        if details and isinstance(details[0], dict) and details[0].get("node"):
+            s.failed_in(str(details[0]["node"]))
+        s.status, s.node, s.error = "FAILED", "FAILED", failure.message
+    elif kind in (E.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+                  E.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+                  E.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED):
+        s.status = kind.name.removeprefix("EVENT_TYPE_WORKFLOW_EXECUTION_")
+
+
+def _publish(attrs: Any, s: RunSummary, seen: _Seen) -> None:
+    for key in (search.AGENT_NODE, search.AGENT_STATUS, search.AGENT_ERROR):
+        if attrs.get(key) is not None:
+            seen.published[key.name] = attrs.get(key)
+    if attrs.get(search.AGENT_NODE):
+        s.follow(str(attrs.get(search.AGENT_NODE)))
+
+
+def _summary(event: Any) -> str:
+    if not event.HasField("user_metadata") or not event.user_metadata.HasField("summary"):
+        return ""
+    text = value(event.user_metadata.summary)
+    return text if isinstance(text, str) else ""

@@ -41,8 +41,8 @@ from tower.contract import names, search
 from tower.contract.decisions import GateRecord
 from tower.testing.evals.compare import Score, plural
 from tower.testing.evals.models import Mode, RecordedModels
-from tower.testing.evals.recording import Outside, Recording
-from tower.testing.evals.summary import RunSummary, summarize
+from tower.testing.evals.recording import Outside, Recording, continued_as, record
+from tower.testing.evals.summary import RunSummary
 from tower.testing.evals.world import EvalTrust, temporal_binary
 
 NAMESPACE = "tower-eval"
@@ -138,7 +138,7 @@ class Eval:
         except TimeoutError:
             notes.append(f"timed out after {self.timeout:.0f} s")
         chain = await self._histories(first_run, recording.workflow_id)
-        summary = summarize(chain)
+        summary = record(recording.source, chain).summary
         if any(n.startswith("timed out") for n in notes):
             summary.error = summary.error or notes[-1]
         if summary.status not in ("DONE", "FAILED", "TERMINATED", "CANCELED", "TIMED_OUT"):
@@ -217,10 +217,7 @@ class Eval:
             history = await self.client.get_workflow_handle(
                 workflow_id, run_id=run_id).fetch_history()
             chain.append(history)
-            last = history.events[-1]
-            run_id = (last.workflow_execution_continued_as_new_event_attributes
-                      .new_execution_run_id if last.HasField(
-                          "workflow_execution_continued_as_new_event_attributes") else "")
+            run_id = continued_as(history) or ""
         return chain
 
 

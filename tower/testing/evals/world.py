@@ -8,21 +8,20 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from joserfc.jwk import OKPKey
-
 from tower.activities.attest import WORKER_KEY_FILE
 from tower.activities.private_files import write_private
 from tower.activities.trust import tenant_dir
-from tower.contract.decisions import GateRecord, proposal_digest
+from tower.client._decisions import make_decision
+from tower.client.keys import new_key
+from tower.contract.decisions import GateRecord, Verdict
 from tower.contract.failures import Code, TowerError
 from tower.contract.trust import Member, Policy, Roster
-from tower.core.signing import decision_claims, public_of, sign
+from tower.core.signing import public_of
 
 
 class EvalSetupError(TowerError):
@@ -41,20 +40,14 @@ def temporal_binary() -> str:
     return found
 
 
-def _key(kid: str) -> dict[str, Any]:
-    private = dict(OKPKey.generate_key("Ed25519").as_dict(private=True))
-    private["kid"] = kid
-    return private
-
-
 class EvalTrust:
     """The trust directory of one eval: ``approvers`` (name -> roles) each with a fresh key,
     the worker's attesting key, and the default policy (signed decisions only)."""
 
     def __init__(self, root: Path, tenant: str, approvers: Mapping[str, list[str]]) -> None:
         self.root, self.tenant = root, tenant
-        self.keys = {name: _key(f"eval-{name}-{uuid.uuid4().hex[:8]}") for name in approvers}
-        worker = _key(f"eval-worker-{uuid.uuid4().hex[:8]}")
+        self.keys = {name: new_key(f"eval-{name}-{uuid.uuid4().hex[:8]}") for name in approvers}
+        worker = new_key(f"eval-worker-{uuid.uuid4().hex[:8]}")
         folder = tenant_dir(root, tenant)
         folder.mkdir(parents=True, exist_ok=True)
         write_private(folder / WORKER_KEY_FILE, json.dumps(worker))
@@ -68,10 +61,10 @@ class EvalTrust:
     def decision(self, run: str, pending: GateRecord, claims: Mapping[str, Any]) -> dict[str, Any]:
         """The wire message of a recorded decision, re-signed for ``pending`` of ``run``."""
         approver = str(claims["sub"])
-        made = decision_claims(
-            tenant=self.tenant, run=run, run_id=pending.run_id, gate=pending.gate,
-            request=pending.step, proposal=proposal_digest(pending),
-            verdict=str(claims["verdict"]), sub=approver, role=str(claims["role"]),
-            edits=dict(claims.get("edits") or {}), note=str(claims.get("note", "")),
-            jti=str(claims.get("jti") or f"eval-{pending.step}"), now=time.time())
-        return {"token": sign(made, self.keys[approver])}
+        message, _ = make_decision(
+            tenant=self.tenant, run=run, pending=pending, verdict=Verdict(claims["verdict"]),
+            approver=approver, role=str(claims["role"]), edits=dict(claims.get("edits") or {}),
+            note=str(claims.get("note", "")),
+            decision_id=str(claims.get("jti") or f"eval-{pending.step}"),
+            key=self.keys[approver])
+        return message
