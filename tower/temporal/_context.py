@@ -71,7 +71,8 @@ class TemporalContext:
 
     def __init__(self, agent: str, node: Node, step: int, models: list[str],
                  host: Any = None, authority: Authority | None = None,
-                 action: Action | None = None) -> None:
+                 action: Action | None = None, model_calls: list[CallUsage] | None = None
+                 ) -> None:
         self.agent = agent
         self.node = node
         self.step = step
@@ -82,7 +83,8 @@ class TemporalContext:
         self.action = action or Action(node.name, 0)  # what its side effects' keys name
         self.calls: list[str] = []
         self.usage = Usage()
-        self.model_calls: list[CallUsage] = []  # each model call's usage, for the cost query
+        # Each model call's usage, for the cost query: the run's list, added to as it goes.
+        self.model_calls = [] if model_calls is None else model_calls
         self._host = host
         self._emitted = 0  # this visit's own events so far: part of each one's key
 

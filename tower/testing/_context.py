@@ -26,7 +26,7 @@ from tower.contract.wire import (
 from tower.core.asking import ask_validated, model_request
 from tower.core.context import Answer
 from tower.core.cost import CallUsage
-from tower.core.errors import NodeFailed
+from tower.core.errors import NodeFailed, TowerError
 from tower.core.graph import Node
 from tower.core.state import Message, Usage
 from tower.core.tools import Tool, argument_problem, called, spec_for
@@ -43,8 +43,10 @@ ToolAnswer = (Callable[[dict[str, Any]], dict[str, Any]]
 TEST_MODEL = "scripted-test"
 
 
-class Stuck(NodeFailed):
-    """A node waited for something no one in the test will ever do."""
+class Stuck(TowerError):
+    """The run waits for something no one in the test will ever do (a user's message, a
+    decision, an event): ``run_agent`` stops there, as a worker's run would wait. Not a
+    node failure: nothing failed."""
 
 
 class ScriptedContext:
