@@ -269,7 +269,7 @@ class MachineRun:
         # Gated agents only: a run with no gate gets no such attribute.
         if self.machine.gates:
             wanted.append((search.AGENT_GATE_ROLE, pending.role if pending else ""))
-        have = workflow.info().typed_search_attributes
+        have = dict(workflow.info().typed_search_attributes)  # one lookup each, not a scan
         changed = [key.value_set(value) for key, value in wanted if have.get(key) != value]
         if (ending and self._end_in_execution_status
                 and {u.key.name for u in changed} <= _EXECUTION_STATUS_SAYS):
