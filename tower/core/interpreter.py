@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
 from tower.contract.failures import failure_reason
+from tower.core.asking import brief
 from tower.core.context import NodeContext
 from tower.core.engine import advance, fail, node_error
 from tower.core.errors import TowerError
@@ -47,31 +48,23 @@ class Host(Protocol):
 
     @property
     def node_failures(self) -> tuple[type[BaseException], ...]:
-        """What a node raising means "this node failed" (a worker adds its activities'
-        errors)."""
+        """What a node raising means "this node failed" (a worker adds its activities')."""
         ...
 
     @property
-    def current(self) -> AgentState:
-        """The run's state now."""
-        ...
+    def current(self) -> AgentState: ...  # the run's state now
 
-    def now(self) -> datetime:
-        """The run's clock."""
-        ...
+    def now(self) -> datetime: ...  # the run's clock
 
-    def event_id(self) -> int:
-        """Where in its history the run is (the transition log's map to it)."""
-        ...
+    def event_id(self) -> int: ...  # where in its history the run is (the log's map to it)
 
     def record(self, state: AgentState, transition: Transition) -> None:
         """Take ``state`` as the run's, log ``transition``, publish what readers see."""
         ...
 
     def context(self, node: str, *, visit: bool = False) -> NodeContext:
-        """The world ``node`` reaches (model, tools, clock) for this step; ``visit``: the
-        node's own visit, with what the run authorizes its side effects to do (not a gate's
-        re-check or an entry action)."""
+        """The world ``node`` reaches for this step; ``visit``: the node's own visit, with
+        what the run authorizes its side effects to do (not a re-check, an entry action)."""
         ...
 
 
@@ -85,22 +78,17 @@ class NodeHost(Host, Protocol):
 
     async def decision(self, gate: Gate, pending: GateRecord, *, resume: bool) -> Decision | None:
         """Wait for a decision on ``pending`` (``resume``: a request a carried-over run left
-        open). None: none came — by its expiry, or the host stops waiting before it (the
-        request stays open)."""
+        open). None: none came by its expiry, or the host stopped waiting before it."""
         ...
 
-    def closed(self) -> None:
-        """The request ``decision`` answered is closed (or its close failed)."""
-        ...
+    def closed(self) -> None: ...  # the request ``decision`` answered is closed
 
 
 class EventHost(Host, Protocol):
     """A host of an event-driven machine."""
 
     @property
-    def EventModel(self) -> type[BaseModel]:  # noqa: N802 (the agent's own name for it)
-        """A pydantic model with a ``step: int`` field."""
-        ...
+    def EventModel(self) -> type[BaseModel]: ...  # noqa: N802 (a model with ``step: int``)
 
     def on_event(self, state: AgentState, event: Any) -> Mapping[str, Any]:
         """What an accepted event changes in the state (before the guards look)."""
@@ -308,9 +296,3 @@ def take_event(host: EventHost, ledger: Ledger, raw: Any, source: str, calls: li
     ledger.accepted.add(event.key)
     ledger.usage = Usage()
     host.record(*moved)
-
-
-def brief(exc: ValidationError) -> str:
-    """A validation error in a line: the first five problems, each at its field."""
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'event'}: {e['msg']}"
-                     for e in exc.errors()[:5])

@@ -42,9 +42,10 @@ from temporalio.exceptions import ApplicationError
 
 from tower.contract import names
 from tower.contract.failures import failure
+from tower.core.asking import brief
 from tower.core.events import EventRejected, Rejection
 from tower.core.graph import TERMINALS
-from tower.core.interpreter import Arrival, Ledger, brief, event_step
+from tower.core.interpreter import Arrival, Ledger, event_step
 from tower.core.signing import SignatureRefused, verify_event
 from tower.core.state import AgentState, S
 from tower.temporal._machine_run import MachineRun

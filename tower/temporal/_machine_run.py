@@ -211,14 +211,12 @@ class MachineRun:
         return workflow.info().get_current_history_length()
 
     def context(self, node: str, *, visit: bool = False) -> TemporalContext:
+        # A gate's re-check, an entry action: no authority of their own.
         state = self.current
-        if not visit:  # a gate's re-check, an entry action: no authority of their own
-            return TemporalContext(self.machine.name, self.machine.nodes[node], state.step,
-                                   list(self.models), self, model_calls=self._calls)
-        return TemporalContext(self.machine.name, self.machine.nodes[node], state.step,
-                               list(self.models), self, model_calls=self._calls,
-                               authority=authority_of(state, node, self.Policy),
-                               action=action_of(state, node))
+        return TemporalContext(
+            self.machine.name, self.machine.nodes[node], state.step, list(self.models), self,
+            authority=authority_of(state, node, self.Policy) if visit else None,
+            action=action_of(state, node) if visit else None, model_calls=self._calls)
 
     @property
     def state(self) -> AgentState | None:
