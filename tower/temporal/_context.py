@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import BaseModel
 from temporalio import workflow
@@ -29,7 +29,6 @@ from tower.contract.failures import (
 )
 from tower.contract.stream import TOOL_FINISHED, TOOL_STARTED, custom_data
 from tower.contract.wire import Authority, ModelReply, ModelRequest, ToolCall, ToolCallRequest
-from tower.core.asking import Answer, check_reply
 from tower.core.context import NodeContext
 from tower.core.cost import CallUsage
 from tower.core.errors import EffectRefused, NodeFailed
@@ -40,8 +39,6 @@ from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._model_call import call_local, call_queued
 from tower.temporal._store_wait import wait_for_store
 from tower.temporal._task_time import in_a_task
-
-T = TypeVar("T", bound=BaseModel)
 
 # Let Temporal own retries so every attempt is visible in the event history.
 TOOL_RETRY = RetryPolicy(
@@ -179,10 +176,6 @@ class TemporalContext(NodeContext):
     async def reply(self, request: ModelRequest, local: bool) -> ModelReply:
         return await (call_local(request) if local else call_queued(request, self.node.name))
 
-    def _check(
-        self, reply: ModelReply, schema: type[T] | None
-    ) -> tuple[Answer[T] | None, str]:
-        return check_reply(self.node, reply, schema)
 
 
 def unlisted(name: str) -> Tool:
