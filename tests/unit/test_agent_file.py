@@ -75,10 +75,8 @@ def test_two_agents_with_one_name_are_refused() -> None:
         agents_by_name([RefundAgent, Twin])
 
 
-def test_each_agent_carries_only_the_handlers_its_strategy_honours() -> None:
+def test_each_agent_carries_only_the_handlers_its_steps_honour() -> None:
     from tower import EventWorkflow
-    from tower.temporal._event_runtime import EventDriven
-    from tower.temporal._runtime import NodeDriven
 
     def handlers(cls: type) -> set[str]:
         defn = getattr(cls, "__temporal_workflow_definition")
@@ -95,5 +93,5 @@ def test_each_agent_carries_only_the_handlers_its_strategy_honours() -> None:
     assert {"decide", "*"} <= handlers(refund)
     assert not {"retry", "abort"} & handlers(refund)
     assert "event" not in handlers(refund)
-    # One loop, two strategies: only the node-driven one may continue-as-new between steps.
-    assert (NodeDriven.carries_over, EventDriven.carries_over) == (True, False)
+    # One loop, two kinds of step: only node-driven runs may continue-as-new between steps.
+    assert (AgentWorkflow.carries_over, EventWorkflow.carries_over) == (True, False)

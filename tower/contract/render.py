@@ -58,6 +58,8 @@ def escape(text: str, *, multiline: bool = False,
     """``text`` made inert: (the shown text, whether it held a hidden character). With
     ``multiline``, ``\\n`` stays a real line break (and is not "hidden"); with
     ``lookalikes`` (a proposal), digits and currency signs outside ASCII are escapes too."""
+    if text.isascii() and text.isprintable() and "\\" not in text:
+        return text, False  # nothing to escape (the common case: a run's own reasons)
     out: list[str] = []
     hidden = False
     for ch in text:

@@ -9,18 +9,34 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from tower.contract.wire import ModelReply, ModelRequest
-from tower.core.context import Answer
+from tower.contract.wire import MessageRef, ModelReply, ModelRequest, ToolCallRequest, WindowRef
 from tower.core.errors import NodeFailed
 from tower.core.graph import Node
 from tower.core.state import Message
 from tower.core.tools import argument_problem, spec_for, specs_of
 
 T = TypeVar("T", bound=BaseModel)
+
+
+@dataclass
+class Answer(Generic[T]):
+    """A validated model answer: either tool calls (all allowed in this node) or content."""
+
+    model: str
+    text: str | None = None
+    parsed: T | None = None
+    tool_calls: list[ToolCallRequest] = field(default_factory=list)
+    # With ``keep=True``: refs of the messages asked with, then of this answer.
+    stored: list[MessageRef] = field(default_factory=list)
+    # With ``ask_window``: the conversation window after this answer.
+    window: WindowRef | None = None
+
+
 # (conversation, schema) -> the model's reply; the context closes over the rest
 ModelCall = Callable[[list[Message], type[BaseModel] | None], Awaitable[ModelReply]]
 

@@ -1,61 +1,74 @@
-"""What a node may touch, as a Protocol: the model, its own tools, the clock.
+"""What a node may touch: the model, its own tools, the clock — ``NodeContext``.
 
-A node gets a ``NodeContext`` and nothing else from the outside world. On a worker it
-is ``tower.temporal._context.TemporalContext`` (every call an activity); in a unit test
-it is ``tower.testing``'s scripted one, which answers in-process. Pure: no Temporal.
+A node gets a ``NodeContext`` and nothing else from the outside world. The asking is the
+same wherever the run is hosted (the request, the checks, the corrections, the usage
+kept); what reaches the world is the host's: on a worker ``tower.temporal._context.
+TemporalContext`` (every call an activity), in a unit test ``tower.testing``'s scripted one,
+which answers in-process. Pure: no Temporal.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel
 
-from tower.contract.wire import Authority, MessageRef, Reduction, ToolCallRequest, WindowRef
+from tower.contract.wire import (
+    Authority,
+    MessageRef,
+    ModelReply,
+    ModelRequest,
+    Reduction,
+    ToolCallRequest,
+    WindowRef,
+)
+from tower.core.asking import Answer, ask_validated, model_request
 from tower.core.cost import CallUsage
 from tower.core.graph import Node
 from tower.core.state import Message, Usage
 from tower.core.tools import Tool
 
+__all__ = ["Answer", "NodeContext"]
+
 T = TypeVar("T", bound=BaseModel)
 
 
-@dataclass
-class Answer(Generic[T]):
-    """A validated model answer: either tool calls (all allowed in this node) or content."""
+class NodeContext:
+    """The one object a node reaches the world through. ``authority``: what this visit's
+    side effects may do (from the runtime: the run's limits, the gate's approval);
+    ``model_calls``: where each model call's usage is kept (the run's own list, for its
+    cost query)."""
 
-    model: str
-    text: str | None = None
-    parsed: T | None = None
-    tool_calls: list[ToolCallRequest] = field(default_factory=list)
-    # With ``keep=True``: refs of the messages asked with, then of this answer.
-    stored: list[MessageRef] = field(default_factory=list)
-    # With ``ask_window``: the conversation window after this answer.
-    window: WindowRef | None = None
+    models: list[str] = []  # ordered model fallbacks asked for ([]: the worker's list)
 
+    def __init__(self, agent: str, node: Node, step: int, *, host: Any = None,
+                 authority: Authority | None = None,
+                 model_calls: list[CallUsage] | None = None) -> None:
+        self.agent = agent  # the machine's name
+        self.node = node  # the node running
+        self.step = step  # the run's step when the node started
+        self.authority = authority or Authority()
+        self.decision = self.authority.decision_id  # the approval of this visit ("" if none)
+        self.calls: list[str] = []  # what answered so far: "model:NAME", "tool:NAME"
+        self.usage = Usage()  # model usage of this node so far
+        self.model_calls = [] if model_calls is None else model_calls
+        self._host = host
 
-class NodeContext(Protocol):
-    """The one object a node reaches the world through."""
-
-    agent: str  # the machine's name
-    node: Node  # the node running
-    step: int  # the run's step when the node started
-    calls: list[str]  # what answered so far: "model:NAME", "tool:NAME", "child:N"
-    usage: Usage  # model usage of this node so far
-    model_calls: list[CallUsage]  # each model call's usage, for the cost query
-    decision: str  # the decision that approved this node visit ("" if none); not in keys
-    authority: Authority  # what this visit's side effects may do (from the runtime)
+    @property
+    def host(self) -> Any:
+        """The object that runs this machine: what a node that talks to the run's own
+        handlers (a chat's inbox) reads; the agent class in a unit test's runner."""
+        return self._host
 
     @property
     def run_id(self) -> str:
         """The run's workflow id."""
-        ...
+        raise NotImplementedError
 
     def now(self) -> datetime:
         """The run's clock (deterministic on a worker)."""
-        ...
+        raise NotImplementedError
 
     # Without a schema nothing is parsed: ``Answer.parsed`` stays None, so the answer's
     # type is the plain ``Answer[BaseModel]`` rather than an unsolvable ``Answer[T]``.
@@ -75,16 +88,37 @@ class NodeContext(Protocol):
         self, messages: list[Message], *, schema: type[T] | None = None,
         max_corrections: int = 2, history: list[MessageRef] | None = None, keep: bool = False,
     ) -> Answer[T] | Answer[BaseModel]:
-        """Ask the model with this node's prompt and tools; validate what comes back."""
-        ...
+        """Ask the model with this node's prompt and tools; validate what comes back.
+
+        Invalid output (a tool this node lacks, bad arguments, content that fails
+        ``schema``) is fed back to the model up to ``max_corrections`` times, then
+        the node fails with the last validation error.
+
+        Flat history: ``history`` names stored messages the activity loads before
+        ``messages``; ``keep`` stores ``messages`` and the answer and returns their refs
+        in ``Answer.stored``. Either way, stored content never enters the event history.
+        """
+        extra = {"history": list(history or []), "keep": keep}
+        return await ask_validated(
+            self.node, lambda convo, schema: self._call_model(convo, schema, extra, False),
+            messages, schema=schema, max_corrections=max_corrections)
 
     async def ask_window(
         self, messages: list[Message], window: WindowRef | None, *,
         summarise: Reduction | None = None, max_corrections: int = 2,
     ) -> Answer[BaseModel]:
-        """Ask with a stored conversation window; ``Answer.window`` is the window after it
-        (``summarise``: reduce the window instead)."""
-        ...
+        """Ask with a stored conversation window; ``Answer.window`` is the window after it.
+
+        The window travels as one ref, and on a worker the call runs as a local activity:
+        its input (the new messages, the prompt, the tools) is not recorded, only its
+        result, so a user's message that arrived in an update enters the history once.
+        ``summarise``: reduce the window instead (the answer becomes its summary).
+        """
+        extra = {"history": [], "keep": True, "window": window,
+                 "windowed": True, "summarise": summarise}
+        return await ask_validated(
+            self.node, lambda convo, schema: self._call_model(convo, schema, extra, True),
+            messages, schema=None, max_corrections=max_corrections)
 
     async def tool(self, tool: Tool | ToolCallRequest | str,
                    arguments: BaseModel | dict[str, Any] | None = None) -> dict[str, Any]:
@@ -93,26 +127,34 @@ class NodeContext(Protocol):
         told what the runtime knows the run authorizes (``authority``: its limits, the
         gate's approval); it checks that in its transaction, and a refusal raises
         ``EffectRefused``."""
-        ...
+        raise NotImplementedError
 
     def emit(self, label: str, data: dict[str, Any] | None = None) -> None:
         """Publish an event of this node to the run's live stream (progress, a partial
         result): kind ``custom`` with ``label`` and ``data`` (a JSON object, 16 KiB at
         most; ValueError otherwise). Outside the history: readers see it, the run never
         reads it back, a replay publishes nothing (docs/streaming.md)."""
-        ...
+        raise NotImplementedError
 
     async def child(self, run: Any, arg: Any, *, id: str,
                     memo: dict[str, Any] | None = None) -> Any:
         """Run a child agent (its ``@workflow.run`` method) to its end; its result."""
-        ...
+        raise NotImplementedError
 
     async def wait(self, until: Any) -> None:
         """Wait until ``until()`` is true (the run parks without holding a worker)."""
-        ...
+        raise NotImplementedError
 
-    @property
-    def host(self) -> Any:
-        """The object that runs this machine: what a node that talks to the run's own
-        handlers (a chat's inbox) reads; the agent class in a unit test's runner."""
-        ...
+    async def reply(self, request: ModelRequest, local: bool) -> ModelReply:
+        """The host's: the model's reply to ``request`` (``local``: as a local call)."""
+        raise NotImplementedError
+
+    async def _call_model(self, convo: list[Message], schema: type[BaseModel] | None,
+                          extra: dict[str, Any], local: bool) -> ModelReply:
+        request = model_request(self.agent, self.node, convo, schema, self.models, **extra)
+        reply = await self.reply(request, local)
+        self.calls.append(f"model:{reply.model}")
+        self.usage = self.usage + reply.usage
+        self.model_calls.append(CallUsage(step=self.step, node=self.node.name,
+                                          model=reply.model, usage=reply.usage))
+        return reply

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, overload
+from typing import Any
 
 from pydantic import BaseModel
 from temporalio import workflow
@@ -28,29 +28,17 @@ from tower.contract.failures import (
     waits_for_store,
 )
 from tower.contract.stream import TOOL_FINISHED, TOOL_STARTED, custom_data
-from tower.contract.wire import (
-    Authority,
-    MessageRef,
-    ModelReply,
-    Reduction,
-    ToolCall,
-    ToolCallRequest,
-    WindowRef,
-)
-from tower.core.asking import ask_validated, check_reply, model_request
-from tower.core.context import Answer
+from tower.contract.wire import Authority, ModelReply, ModelRequest, ToolCall, ToolCallRequest
+from tower.core.context import NodeContext
 from tower.core.cost import CallUsage
 from tower.core.errors import EffectRefused, NodeFailed
 from tower.core.graph import Node
 from tower.core.keys import Action, effect_key
-from tower.core.state import Message, Usage
 from tower.core.tools import Tool, ToolSpec, called, spec_for
 from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._model_call import call_local, call_queued
 from tower.temporal._store_wait import wait_for_store
 from tower.temporal._task_time import in_a_task
-
-T = TypeVar("T", bound=BaseModel)
 
 # Let Temporal own retries so every attempt is visible in the event history.
 TOOL_RETRY = RetryPolicy(
@@ -66,29 +54,19 @@ RECONCILE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coe
                               maximum_interval=timedelta(seconds=10))
 
 
-class TemporalContext:
-    """``NodeContext`` on a worker. ``host`` is the workflow instance running the node."""
+class TemporalContext(NodeContext):
+    """``NodeContext`` on a worker. ``host`` is the workflow instance running the node;
+    ``action`` what this visit's side effects' keys name."""
 
     def __init__(self, agent: str, node: Node, step: int, models: list[str],
                  host: Any = None, authority: Authority | None = None,
-                 action: Action | None = None) -> None:
-        self.agent = agent
-        self.node = node
-        self.step = step
+                 action: Action | None = None, model_calls: list[CallUsage] | None = None
+                 ) -> None:
+        super().__init__(agent, node, step, host=host, authority=authority,
+                         model_calls=model_calls)
         self.models = models
-        # What this visit's side effects may do: the run's limits and the gate's approval.
-        self.authority = authority or Authority()
-        self.decision = self.authority.decision_id  # the approval of this visit ("" if none)
-        self.action = action or Action(node.name, 0)  # what its side effects' keys name
-        self.calls: list[str] = []
-        self.usage = Usage()
-        self.model_calls: list[CallUsage] = []  # each model call's usage, for the cost query
-        self._host = host
+        self.action = action or Action(node.name, 0)
         self._emitted = 0  # this visit's own events so far: part of each one's key
-
-    @property
-    def host(self) -> Any:
-        return self._host
 
     @property
     def run_id(self) -> str:
@@ -110,56 +88,6 @@ class TemporalContext:
     async def child(self, run: Any, arg: Any, *, id: str,
                     memo: dict[str, Any] | None = None) -> Any:
         return await workflow.execute_child_workflow(run, arg, id=id, memo=memo)
-
-    # Without a schema nothing is parsed: ``Answer.parsed`` stays None, so the answer's
-    # type is the plain ``Answer[BaseModel]`` rather than an unsolvable ``Answer[T]``.
-    @overload
-    async def ask(
-        self, messages: list[Message], *, schema: None = None,
-        max_corrections: int = 2, history: list[MessageRef] | None = None, keep: bool = False,
-    ) -> Answer[BaseModel]: ...
-
-    @overload
-    async def ask(
-        self, messages: list[Message], *, schema: type[T],
-        max_corrections: int = 2, history: list[MessageRef] | None = None, keep: bool = False,
-    ) -> Answer[T]: ...
-
-    async def ask(
-        self, messages: list[Message], *, schema: type[T] | None = None,
-        max_corrections: int = 2, history: list[MessageRef] | None = None, keep: bool = False,
-    ) -> Answer[T] | Answer[BaseModel]:
-        """Ask the model with this node's prompt and tools; validate what comes back.
-
-        Invalid output (a tool this node lacks, bad arguments, content that fails
-        ``schema``) is fed back to the model up to ``max_corrections`` times, then
-        the node fails with the last validation error.
-
-        Flat history: ``history`` names stored messages the activity loads before
-        ``messages``; ``keep`` stores ``messages`` and the answer and returns their refs
-        in ``Answer.stored``. Either way, stored content never enters the event history.
-        """
-        extra = {"history": list(history or []), "keep": keep}
-        return await ask_validated(
-            self.node, lambda convo, schema: self._call_model(convo, schema, extra, False),
-            messages, schema=schema, max_corrections=max_corrections)
-
-    async def ask_window(
-        self, messages: list[Message], window: WindowRef | None, *,
-        summarise: Reduction | None = None, max_corrections: int = 2,
-    ) -> Answer[BaseModel]:
-        """Ask with a stored conversation window; ``Answer.window`` is the window after it.
-
-        The window travels as one ref, and the call runs as a local activity: its input
-        (the new messages, the prompt, the tools) is not recorded, only its result, so
-        a user's message that arrived in an update enters the history once.
-        ``summarise``: reduce the window instead (the answer becomes its summary).
-        """
-        extra = {"history": [], "keep": True, "window": window,
-                 "windowed": True, "summarise": summarise}
-        return await ask_validated(
-            self.node, lambda convo, schema: self._call_model(convo, schema, extra, True),
-            messages, schema=None, max_corrections=max_corrections)
 
     async def tool(self, tool: Tool | ToolCallRequest | str,
                    arguments: BaseModel | dict[str, Any] | None = None) -> dict[str, Any]:
@@ -245,23 +173,9 @@ class TemporalContext:
             await in_a_task(since)
         return made
 
-    async def _call_model(
-        self, convo: list[Message], schema: type[BaseModel] | None, extra: dict[str, Any],
-        local: bool,
-    ) -> ModelReply:
-        request = model_request(self.agent, self.node, convo, schema, self.models, **extra)
-        reply = await (call_local(request) if local else call_queued(request,
-                                                                         self.node.name))
-        self.calls.append(f"model:{reply.model}")
-        self.usage = self.usage + reply.usage
-        self.model_calls.append(CallUsage(step=self.step, node=self.node.name, model=reply.model,
-                                          usage=reply.usage))
-        return reply
+    async def reply(self, request: ModelRequest, local: bool) -> ModelReply:
+        return await (call_local(request) if local else call_queued(request, self.node.name))
 
-    def _check(
-        self, reply: ModelReply, schema: type[T] | None
-    ) -> tuple[Answer[T] | None, str]:
-        return check_reply(self.node, reply, schema)
 
 
 def unlisted(name: str) -> Tool:

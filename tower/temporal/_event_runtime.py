@@ -1,8 +1,10 @@
-"""Event-driven machines on Temporal: ``EventWorkflow`` and its ``EventDriven`` strategy.
+"""Event-driven machines on Temporal: ``EventWorkflow``.
 
-The loop, transition log, queries, search attributes and details are ``MachineRun``'s;
-the strategy is what differs, and the class carries only the handlers it can honour
-(no operator retry/abort, no approval gates). Each state's node function is its *entry action*:
+The loop, transition log, queries, search attributes and details are ``MachineRun``'s; a
+step enters the state, waits for an event and applies it through the guards
+(tower/core/interpreter.py ``event_step``, the same in-process). The class carries only the
+handlers it can honour (no operator retry/abort, no approval gates). Each state's node
+function is its *entry action*:
 it runs once when the state is entered (model and tool calls are activities, so the
 history holds their results) and returns the data of an event, or None to wait for
 one from outside. Events from the entry action, from the run's input and from the
@@ -36,18 +38,17 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json, to_jsonable_python
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ApplicationError
 
 from tower.contract import names
-from tower.contract.failures import failure, failure_reason
-from tower.core.engine import fail
-from tower.core.errors import NodeFailed, TowerError
-from tower.core.events import Event, EventRejected, Rejection, apply_event
+from tower.contract.failures import failure
+from tower.core.asking import brief
+from tower.core.events import EventRejected, Rejection
 from tower.core.graph import TERMINALS
+from tower.core.interpreter import Arrival, Ledger, event_step
 from tower.core.signing import SignatureRefused, verify_event
-from tower.core.state import AgentState, S, Usage
-from tower.temporal._context import TemporalContext
-from tower.temporal._machine_run import MachineRun, event_id
+from tower.core.state import AgentState, S
+from tower.temporal._machine_run import MachineRun
 from tower.temporal._refusals import TaskBudget
 from tower.temporal._unopenable import UnopenablePayload
 
@@ -56,25 +57,6 @@ REJECTED_KEEP = 100  # refused events kept in memory (and in the ``rejected`` qu
 KEEP_EVENT_BYTES = 16 * 1024  # a refused event larger than this is kept by its size only
 UNTAKEN = (f"refused unread: more than {EVENTS_PER_TASK} events arrived in one workflow "
            "task (a flood?); send it again, as the send_event update")
-
-
-class EventDriven:
-    """The strategy of event-driven machines: enter the state (its entry action runs
-    once), wait for the next event, apply it through the guards. A terminal is final."""
-
-    carries_over = False
-
-    async def step(self, run: EventWorkflow) -> None:
-        await run._enter()
-        if run.current.node in TERMINALS:
-            return
-        await workflow.wait_condition(lambda: bool(run._inbox))
-        run._apply(*run._inbox.pop(0))
-
-    async def settle(self, run: EventWorkflow) -> None:
-        for raw, source, _ in run._inbox:  # arrived too late: refused, and said so
-            run._reject(raw, source, f"the run is {run.current.node}")
-        run._inbox.clear()
 
 
 class EventWorkflow(MachineRun):
@@ -88,16 +70,15 @@ class EventWorkflow(MachineRun):
     # The roster says who may send events: every run is admitted; none carries over.
     admits: ClassVar[bool | None] = True
     carries_state: ClassVar[bool] = False
+    carries_over: ClassVar[bool] = False
 
     def __init__(self) -> None:
         super().__init__()
-        self._inbox: list[tuple[Any, str, list[str]]] = []  # (raw event, source, calls)
-        self._accepted: set[str] = set()
+        self._inbox: list[Arrival] = []  # (raw event, source, calls)
+        self._ledger = Ledger()  # entered steps, accepted events, entry actions' usage
         self._rejected: deque[Rejection] = deque(maxlen=REJECTED_KEEP)
         self._rejected_total = 0
         self._event_budget = TaskBudget(EVENTS_PER_TASK)  # signalled events per task
-        self._entered: set[int] = set()  # steps whose entry action has run
-        self._usage = Usage()  # model usage of entry actions, merged with the next event
 
     def on_event(self, state: AgentState, event: Any) -> Mapping[str, Any]:
         """What an accepted event changes in the state (before the guards look)."""
@@ -115,7 +96,28 @@ class EventWorkflow(MachineRun):
     ) -> S:
         """Run until DONE or FAILED, applying events one at a time."""
         self._inbox += [(dict(raw), "input", []) for raw in initial]
-        return cast(S, await self.run_machine(EventDriven(), state))
+        return cast(S, await self.run_machine(state))
+
+    async def step(self) -> None:
+        await event_step(self, self._ledger)
+
+    async def settle(self) -> None:
+        for raw, source, _ in self._inbox:  # arrived too late: refused, and said so
+            self.reject(raw, source, f"the run is {self.current.node}")
+        self._inbox.clear()
+
+    async def next_event(self, action: Arrival | None) -> Arrival:
+        """The next event in arrival order (the entry action's joins the line), opened: one
+        from outside that is not signed as it must be is refused, and the next one taken."""
+        if action is not None:
+            self._inbox.append(action)
+        while True:
+            await workflow.wait_condition(lambda: bool(self._inbox))
+            raw, source, calls = self._inbox.pop(0)
+            opened, why = self._open(raw, source)
+            if opened is not None:
+                return opened, source, calls
+            self.reject(raw, source, why)
 
     @workflow.signal(dynamic=True)
     def on_signal(self, name: str, args: Sequence[RawValue]) -> None:
@@ -155,7 +157,7 @@ class EventWorkflow(MachineRun):
         try:
             parsed = self.EventModel.model_validate(opened)
         except ValidationError as exc:
-            raise refused(f"invalid event: {_brief(exc)}") from None
+            raise refused(f"invalid event: {brief(exc)}") from None
         step = getattr(parsed, "step", None)
         if step != self.current.step:
             raise refused(f"event for step {step}, but the run is at step {self.current.step}")
@@ -194,50 +196,7 @@ class EventWorkflow(MachineRun):
     def query_rejected_total(self) -> int:
         return self._rejected_total
 
-    async def _enter(self) -> None:
-        state = self.current
-        if state.step in self._entered:
-            return
-        self._entered.add(state.step)
-        node = self.machine.nodes[state.node]
-        ctx = TemporalContext(self.machine.name, node, state.step, list(self.models), self)
-        try:
-            data = await node.fn(ctx, state)
-        except (NodeFailed, ActivityError) as exc:
-            self.record(*fail(self.machine, state, failure_reason(exc), at=workflow.now(),
-                               event_id=event_id(), calls=ctx.calls))
-            return
-        self._usage = self._usage + ctx.usage
-        if data is not None:
-            self._inbox.append(({**data, "step": state.step}, f"action:{node.name}", ctx.calls))
-
-    def _apply(self, raw: Any, source: str, calls: list[str]) -> None:
-        state = self.current
-        opened, why = self._open(raw, source)
-        if opened is None:
-            self._reject(raw, source, why)
-            return
-        try:
-            parsed = self.EventModel.model_validate(opened)
-            data = parsed.model_dump(mode="json", exclude={"step"}, exclude_defaults=True)
-            event = Event(step=parsed.step, data=data, source=source)  # type: ignore[attr-defined]
-            update = dict(self.on_event(state, parsed))
-            if self._usage.calls:
-                update["usage"] = self._usage
-            new, transition = apply_event(
-                self.machine, state, event, update, accepted=self._accepted,
-                at=workflow.now(), event_id=event_id(), calls=calls)
-        except ValidationError as exc:
-            self._reject(raw, source, f"invalid event: {_brief(exc)}")
-            return
-        except TowerError as exc:
-            self._reject(raw, source, str(exc))
-            return
-        self._accepted.add(event.key)
-        self._usage = Usage()
-        self.record(new, transition)
-
-    def _reject(self, raw: Any, source: str, reason: str) -> None:
+    def reject(self, raw: Any, source: str, reason: str) -> None:
         size = len(to_json(raw, fallback=repr))
         event = (to_jsonable_python(raw, fallback=repr) if size <= KEEP_EVENT_BYTES
                  else f"({size} bytes, not kept)")
@@ -262,8 +221,3 @@ class EventWorkflow(MachineRun):
 def refused(why: str) -> ApplicationError:
     """The ``send_event`` validator's refusal: the sender reads why; nothing changed."""
     return failure(EventRejected(why))
-
-
-def _brief(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'event'}: {e['msg']}"
-                     for e in exc.errors()[:5])

@@ -5,7 +5,8 @@ snapshot decisions are judged by and when it was read (``Trust``, tower/temporal
 _admission.py, which only the gate re-reads), the decision in flight, the intake of signals
 and its budgets, the attestation of the open request and the audit trail of refusals
 (query ``approvals``). The run (``AgentWorkflow``) hands it its update, signal and query,
-and asks it to ``hold`` a request and whether a state's request may be published
+and, for the loop's ``hold`` (tower/core/interpreter.py), asks it how a request opens,
+to ``wait`` for its decision and whether a state's request may be published
 (``request_shown``). The rules a decision must pass are pure (tower/core/judge.py).
 
 A held run waits on ``workflow.wait_condition`` with the gate's timeout, so it costs
@@ -33,13 +34,13 @@ roster at most once per REFRESH_GAP.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ApplicationError
 
 from tower.contract.decisions import (
     Decision,
@@ -52,28 +53,22 @@ from tower.contract.failures import Code, failure
 from tower.contract.notify import GateNotice
 from tower.contract.pending import PendingView
 from tower.contract.trust import AttestRequest, TrustSnapshot
-from tower.core.engine import advance
-from tower.core.errors import DecisionRefused, NodeFailed
+from tower.core.errors import DecisionRefused
 from tower.core.gates import (
     Check,
     Gate,
     Outcome,
     check_decision,
-    close_gate,
-    open_gate,
     outcome,
     pending_record,
     read_decision,
     record_of,
 )
 from tower.core.graph import TERMINALS
-from tower.core.interpreter import Close, Recheck, decided, moves_on_after_approval, rechecked
 from tower.core.pending import pending_view
-from tower.core.state import AgentState, apply_update
+from tower.core.state import AgentState
 from tower.temporal import _stream_sink as stream_sink
-from tower.temporal._context import TemporalContext
 from tower.temporal._gate_calls import attestation, notify, opening_run_id
-from tower.temporal._machine_run import event_id
 from tower.temporal._refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget, decoded
 from tower.temporal._task_time import in_a_task
 
@@ -103,7 +98,7 @@ UNKNOWN_UNJUDGED = "signed by a key the run's roster did not name"
 
 
 class GateRuntime:
-    """A gated run's gate: ``hold`` a request open, take decisions, judge them."""
+    """A gated run's gate: wait on a request, take decisions, judge them."""
 
     def __init__(self, run: AgentWorkflow) -> None:
         self.run = run  # read only: its machine, its state; moved by ``record``
@@ -129,22 +124,20 @@ class GateRuntime:
 
     # --- the request -----------------------------------------------------------------------
 
-    async def hold(self, gate: Gate, update: Mapping[str, Any] | None = None,
-                   calls: list[str] | None = None, *, resume: bool = False) -> None:
-        """Open ``gate`` (``resume``: the request a carried run left open), wait for a
-        decision or the timeout, and take the route it gives; return with the request still
-        open when the run should continue-as-new first."""
-        run, trust = self.run, self._snapshot()
-        if not resume:
-            rule = trust.policy.gates.get(gate.name)
-            run_id = await opening_run_id()
-            run.record(*open_gate(
-                run.machine, run.current, gate, at=workflow.now(), event_id=event_id(),
-                run_id=run_id, update=update, calls=calls, role=rule.role if rule else None,
-                min_review=timedelta(seconds=rule.min_review_seconds if rule else 0)))
-        pending = pending_record(run.current)
-        if pending is None:  # the update could not be applied: the run failed instead
-            return
+    async def opening(self, gate: Gate) -> tuple[str, str | None, timedelta]:
+        """The run id a request of ``gate`` opens in, and the tenant's role and shortest
+        review window for it."""
+        rule = self._snapshot().policy.gates.get(gate.name)
+        run_id = await opening_run_id()
+        return (run_id, rule.role if rule else None,
+                timedelta(seconds=rule.min_review_seconds if rule else 0))
+
+    async def wait(self, gate: Gate, pending: GateRecord, *, resume: bool) -> Decision | None:
+        """Publish the request the run holds at (with its attestation), then wait for a
+        decision until it expires: the decision taken, or None (expired, or the history is
+        long — a flood of signals — and the run carries over first, still waiting). The
+        loop (tower/core/interpreter.py ``hold``) opens and closes the request."""
+        run = self.run
         digest = proposal_digest(pending)
         token = await attestation(AttestRequest(
             tenant=self.tenant(), run_id=pending.run_id, gate=pending.gate, step=pending.step,
@@ -160,26 +153,13 @@ class GateRuntime:
                               proposal=dict(pending.proposal),
                               shown=canonical_proposal(pending)))
         await self._wait_refreshing(gate, pending)
-        if self.in_flight is None and workflow.now() < pending.expires_at:
-            return  # the history is long (a flood of signals): carry over, still waiting
-        try:
-            # How it ends is the interpreter's (tower/core/interpreter.py); here only the
-            # re-check's activities are carried out.
-            ending = decided(gate, pending, self.in_flight)
-            checked: list[str] | None = None  # the calls a re-check made
-            if isinstance(ending, Recheck):
-                ending, checked = await self._recheck(gate, ending.decision)
-            run.record(*close_gate(
-                run.machine, run.current, gate, ending.status, target=ending.target,
-                at=workflow.now(), event_id=event_id(), decision=ending.decision,
-                why=ending.why, update=ending.update, calls=checked))
-            if ending.status == GateStatus.APPROVED and moves_on_after_approval(
-                    gate, run.current):
-                run.record(*advance(run.machine, run.current, gate.node, {},
-                                    at=workflow.now(), event_id=event_id()))
-        finally:
-            self.in_flight = None
-            self._refuse_held()  # a decision came first, or the request expired
+        return self.in_flight
+
+    def closed(self) -> None:
+        """The request is closed: no decision is in flight; what is held is refused (a
+        decision came first, or the request expired)."""
+        self.in_flight = None
+        self._refuse_held()
 
     def request_shown(self, state: AgentState) -> tuple[bool, PendingView | None]:
         """Whether ``state`` may be published, and the request its memo shows: a request is
@@ -261,19 +241,6 @@ class GateRuntime:
         while self._unknown and self._unknown[0][0] < self._reads_begun:
             read.append(self._unknown.popleft()[1])
         self._held.extendleft(reversed(read))
-
-    async def _recheck(self, gate: Gate, decision: Decision) -> tuple[Close, list[str]]:
-        """The gate's re-check on the state as approved (edits included): how the approval
-        ends, and the calls it made."""
-        assert gate.recheck is not None  # decided() asks for a re-check only then
-        run = self.run
-        ctx = TemporalContext(run.machine.name, run.machine.nodes[gate.node],
-                              run.current.step, list(run.models), run)
-        try:
-            stale = await gate.recheck(ctx, apply_update(run.current, decision.edits))
-        except (NodeFailed, ActivityError) as exc:
-            return rechecked(gate, decision, failed=str(exc)), ctx.calls
-        return rechecked(gate, decision, stale=stale), ctx.calls
 
     # --- decisions -------------------------------------------------------------------------
 

@@ -1,25 +1,26 @@
-"""The one runtime loop every agent runs, whatever moves its machine.
+"""What every agent workflow has, whatever moves its machine: the host of the one loop.
 
-``MachineRun`` holds what every run has — the state, the transition log, the queries,
-the search attributes, the Web UI's current details, continue-as-new — and the loop:
-start (or go on from a carried state), then ``strategy.step`` until the machine is in a
-terminal, then ``strategy.settle``; a run that ends FAILED then fails its workflow
-execution (``outcome.agent_failed``), one that ends DONE returns its state. What
-moves the machine is the strategy, a parameter: ``runtime.NodeDriven`` runs the current
-node and takes the move its route picks; ``event_runtime.EventDriven`` waits for an
-event and lets the guards decide. Each agent base (``AgentWorkflow``, ``EventWorkflow``)
-carries only the handlers its strategy can honour.
+``MachineRun`` is the Temporal host of tower/core/interpreter.py's loop: the clock is
+``workflow.now``, a node's calls are activities (``TemporalContext``), each move is recorded
+into the state, the transition log, the queries, the search attributes, the Web UI's current
+details and the live stream. Its loop starts (or goes on from a carried state), then takes
+``step`` until the machine is in a terminal, continuing-as-new between steps when due, then
+``settle``; a run that ends FAILED then fails its workflow execution
+(``outcome.agent_failed``), one that ends DONE returns its state. ``AgentWorkflow`` (a node
+and its route) and ``EventWorkflow`` (an event and the guards) say what a step is, and carry
+only the handlers they can honour.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from pydantic import BaseModel
 from temporalio import activity, workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tower.contract import names, search
@@ -29,11 +30,14 @@ from tower.core.carry import Carry, LogSummary, summarize
 from tower.core.cost import CallUsage, cost_report
 from tower.core.details import render_details
 from tower.core.engine import Transition, start
+from tower.core.errors import NodeFailed
 from tower.core.gates import pending_record
 from tower.core.graph import FAILED, TERMINALS, Machine
+from tower.core.keys import action_of, authority_of
 from tower.core.state import AgentState, Status
 from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._admission import Trust
+from tower.temporal._context import TemporalContext
 from tower.temporal._outcome import agent_failed
 from tower.temporal._start import match_init
 from tower.temporal._task_time import in_a_task
@@ -50,22 +54,16 @@ _EXECUTION_STATUS_SAYS = {search.AGENT_NODE.name, search.AGENT_STATUS.name,
 ORIGIN_ACTIVITY = "tower_continued_from"
 
 
-class Strategy(Protocol):
-    """What moves a machine: one step at a time, then what happens at a terminal."""
-
-    carries_over: bool  # may the run continue-as-new between steps
-
-    async def step(self, run: Any) -> None:
-        """Make (at most) one move; the run is not in a terminal."""
-
-    async def settle(self, run: Any) -> None:
-        """The run reached a terminal: whatever must happen before it ends."""
-
-
 class MachineRun:
     """Base of every agent workflow. Subclasses set ``machine`` (``@agent`` does) and
-    ``Input``, and call ``run_machine`` with their strategy from ``@workflow.run``; a run
-    that needs its tenant's roster and policy is admitted first (``admit``)."""
+    ``Input``, and say what a ``step`` is; a run that needs its tenant's roster and policy
+    is admitted first (``admit``)."""
+
+    # A node failed: it raised NodeFailed, or an activity it called failed for good.
+    node_failures: ClassVar[tuple[type[BaseException], ...]] = (NodeFailed, ActivityError)
+    # May the run continue-as-new between steps (when Temporal suggests it, or past
+    # ``continue_as_new_after``)?
+    carries_over: ClassVar[bool] = True
 
     machine: ClassVar[Machine]
     # The agent's limits (a model whose fields say which way is stricter), or None.
@@ -128,7 +126,7 @@ class MachineRun:
         tenant's policy as the input tightened it). Pure: no I/O, no clock."""
 
     async def run_from(self, state: AgentState, request: Any) -> AgentState:
-        """The strategy's: run the machine from the first state to its end."""
+        """Run the machine from the first state to its end (the agent base's)."""
         raise NotImplementedError
 
     def take_start(self, request: Any) -> None:
@@ -160,8 +158,15 @@ class MachineRun:
         over), before the first step: an agent that keeps more than its state (timers,
         counters) sets it up here. Must not block; may start tasks."""
 
-    async def run_machine(self, strategy: Strategy, state: AgentState, *,
-                          carried: Carry | None = None) -> AgentState:
+    async def step(self) -> None:
+        """One step of the machine (the run is not in a terminal)."""
+        raise NotImplementedError
+
+    async def settle(self) -> None:
+        """The run reached a terminal: whatever must happen before it ends."""
+
+    async def run_machine(self, state: AgentState, *, carried: Carry | None = None
+                          ) -> AgentState:
         """The loop. With ``carried`` (a run continued-as-new), ``state`` (made from it)
         already stands on its node: the run goes on from there, with no new START
         transition. A carry that is not the run's own fails the run at once, and so does a
@@ -180,22 +185,38 @@ class MachineRun:
             # (its attributes copied from the run before) keeps the upsert at its end.
             self._end_in_execution_status = search.started_with_attributes(
                 workflow.info().typed_search_attributes)
-            self.record(*start(self.machine, state, at=workflow.now(), event_id=event_id()))
+            self.record(*start(self.machine, state, at=self.now(), event_id=self.event_id()))
         elif (refused := carry_refused(carried) or await origin_refused()) is not None:
             raise failure(TowerError(refused, code=Code.INPUT_REFUSED))
         else:
             self._state, self._carried = state, carried.log
             self.publish()
         while self.current.node not in TERMINALS:
-            if (strategy.carries_over and self.carry_over_due()
+            if (self.carries_over and self.carry_over_due()
                     and workflow.all_handlers_finished()):
                 self.carry_over()
-            await strategy.step(self)
-        await strategy.settle(self)
+            await self.step()
+        await self.settle()
         if self.current.node == FAILED:
             raise agent_failed(self.machine.name, self.current,
                                self._log[-1] if self._log else None)
         return self.current
+
+    # --- the host of the loop (tower/core/interpreter.py) --------------------------------
+
+    def now(self) -> datetime:
+        return workflow.now()
+
+    def event_id(self) -> int:
+        return workflow.info().get_current_history_length()
+
+    def context(self, node: str, *, visit: bool = False) -> TemporalContext:
+        # A gate's re-check, an entry action: no authority of their own.
+        state = self.current
+        return TemporalContext(
+            self.machine.name, self.machine.nodes[node], state.step, list(self.models), self,
+            authority=authority_of(state, node, self.Policy) if visit else None,
+            action=action_of(state, node) if visit else None, model_calls=self._calls)
 
     @property
     def state(self) -> AgentState | None:
@@ -246,7 +267,7 @@ class MachineRun:
         # Gated agents only: a run with no gate gets no such attribute.
         if self.machine.gates:
             wanted.append((search.AGENT_GATE_ROLE, pending.role if pending else ""))
-        have = workflow.info().typed_search_attributes
+        have = dict(workflow.info().typed_search_attributes)  # one lookup each, not a scan
         changed = [key.value_set(value) for key, value in wanted if have.get(key) != value]
         if (ending and self._end_in_execution_status
                 and {u.key.name for u in changed} <= _EXECUTION_STATUS_SAYS):
@@ -330,10 +351,6 @@ class MachineRun:
     def query_log_summary(self) -> LogSummary:
         self._started()
         return summarize(self._carried, self._log)
-
-
-def event_id() -> int:
-    return workflow.info().get_current_history_length()
 
 
 def memo_at_start() -> dict[str, Any] | None:

@@ -1,58 +1,38 @@
-"""Node-driven machines on Temporal: ``AgentWorkflow`` and its ``NodeDriven`` strategy.
+"""Node-driven machines on Temporal: ``AgentWorkflow``.
 
-Each agent subclasses ``AgentWorkflow``, decorated ``@agent(GRAPH)``, with its own
-``@workflow.run`` calling ``drive``; the loop, the queries, the search attributes and
-the Web UI's current details are ``MachineRun``'s. The loop is the checkpoint: every
-model and tool call inside a node is an activity, so its result is in the history and
-a new worker resumes from there.
+Each agent subclasses ``AgentWorkflow``, decorated ``@agent(GRAPH)``; a step runs the
+current node (behind its gate, if one applies) and takes the move its route picks
+(tower/core/interpreter.py ``node_step``, the same in-process). The loop, the queries, the
+search attributes and the Web UI's current details are ``MachineRun``'s; the gate's waiting
+is ``GateRuntime``'s. The loop is the checkpoint: every model and tool call inside a node is
+an activity, so its result is in the history and a new worker resumes from there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any, ClassVar, cast
 
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ActivityError
 
 from tower.contract import names
-from tower.contract.failures import failure_reason
+from tower.contract.decisions import Decision, GateRecord
 from tower.contract.pending import PendingView
 from tower.core.carry import Carry
-from tower.core.engine import advance, node_error
-from tower.core.errors import NodeFailed
-from tower.core.gates import Outcome
-from tower.core.interpreter import Hold, after_node, next_step
-from tower.core.keys import action_of, authority_of
-from tower.core.state import AgentState, S, apply_update, set_engine_fields
+from tower.core.gates import Gate, Outcome
+from tower.core.interpreter import node_step
+from tower.core.state import AgentState, S, set_engine_fields
 from tower.temporal import _tracing as tracing
-from tower.temporal._context import TemporalContext
 from tower.temporal._gate import GateRuntime
-from tower.temporal._machine_run import MachineRun, carry_refused, event_id
-
-
-class NodeDriven:
-    """The strategy of node-driven machines: run the current node (behind its gate, if
-    one applies) and take the move its route picks. A terminal ends the run."""
-
-    carries_over = True
-
-    async def step(self, run: AgentWorkflow) -> None:
-        before, seen = run.current, len(run._log)
-        with tracing.state_span(run.machine.name, before) as span:
-            await run._run_node()
-            tracing.close_state(span, before, run.current, run._log[seen:])
-
-    async def settle(self, run: AgentWorkflow) -> None:
-        # A decision handler may still be reporting its outcome: let it answer first.
-        await workflow.wait_condition(workflow.all_handlers_finished)
+from tower.temporal._machine_run import MachineRun, carry_refused
 
 
 class AgentWorkflow(MachineRun):
-    """Base of node-driven agents: the loop with the ``NodeDriven`` strategy and approval
-    gates (``GateRuntime``, whose handlers these are). A run that fails is a failed
-    workflow execution, recovered by ``tower retry`` (a Temporal reset)."""
+    """Base of node-driven agents: the loop's node steps and approval gates
+    (``GateRuntime``, whose handlers these are). A run that fails is a failed workflow
+    execution, recovered by ``tower retry`` (a Temporal reset)."""
 
     # Continue-as-new while parked at a gate when Temporal suggests it or the run has taken
     # CARRY_AFTER_SIGNALS signals (a flood): the agent's ``carry_input`` must rebuild the run
@@ -94,7 +74,7 @@ class AgentWorkflow(MachineRun):
         if trust is not None and trust.policy.unsigned_allowed:
             state = set_engine_fields(state, unsigned_decisions=True)
         # The engine hands back the state type it is given: the run ends in the agent's own.
-        return cast(S, await self.run_machine(NodeDriven(), state, carried=carried))
+        return cast(S, await self.run_machine(state, carried=carried))
 
     async def run_from(self, state: AgentState, request: Any) -> AgentState:
         return await self.drive(state)
@@ -120,36 +100,22 @@ class AgentWorkflow(MachineRun):
     def request_shown(self, state: AgentState) -> tuple[bool, PendingView | None]:
         return self._gate.request_shown(state)
 
-    async def _run_node(self) -> None:
-        state = self.current
-        step = next_step(self.machine, state)
-        if isinstance(step, Hold):
-            await self._gate.hold(step.gate, resume=step.resume)
-            return
-        node = self.machine.nodes[step.node]
-        ctx = TemporalContext(self.machine.name, node, state.step, list(self.models), self,
-                              authority=authority_of(state, node.name, self.Policy),
-                              action=action_of(state, node.name))
-        try:
-            update = dict(await node.fn(ctx, state))
-        except (NodeFailed, ActivityError) as exc:
-            # A failed node's model calls were still paid for.
-            self._calls += ctx.model_calls
-            state = apply_update(state, _spent(node.name, ctx))
-            self.record(*node_error(self.machine, state, node.name, failure_reason(exc),
-                                     at=workflow.now(), event_id=event_id(), calls=ctx.calls))
-            return
-        update.update(_spent(node.name, ctx))
-        self._calls += ctx.model_calls
-        then = after_node(self.machine, state, node.name, update, ctx.calls)
-        if isinstance(then, Hold):
-            await self._gate.hold(then.gate, then.update, then.calls)
-            return
-        self.record(*advance(self.machine, state, node.name, update, at=workflow.now(),
-                              event_id=event_id(), calls=ctx.calls))
+    async def step(self) -> None:
+        before, seen = self.current, len(self._log)
+        with tracing.state_span(self.machine.name, before) as span:
+            await node_step(self)
+            tracing.close_state(span, before, self.current, self._log[seen:])
 
+    async def settle(self) -> None:
+        # A decision handler may still be reporting its outcome: let it answer first.
+        await workflow.wait_condition(workflow.all_handlers_finished)
 
-def _spent(node: str, ctx: TemporalContext) -> dict[str, Any]:
-    if not ctx.usage.calls:
-        return {}
-    return {"usage": ctx.usage, "node_usage": {node: ctx.usage}}
+    async def opening(self, gate: Gate) -> tuple[str, str | None, timedelta]:
+        return await self._gate.opening(gate)
+
+    async def decision(self, gate: Gate, pending: GateRecord, *, resume: bool
+                       ) -> Decision | None:
+        return await self._gate.wait(gate, pending, resume=resume)
+
+    def closed(self) -> None:
+        self._gate.closed()

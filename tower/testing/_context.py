@@ -9,29 +9,18 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar, overload
+from typing import Any
 
 from pydantic import BaseModel
 
 from tower.contract.stream import custom_data
-from tower.contract.wire import (
-    Authority,
-    MessageRef,
-    ModelReply,
-    ModelRequest,
-    Reduction,
-    ToolCallRequest,
-    WindowRef,
-)
-from tower.core.asking import ask_validated, model_request
-from tower.core.context import Answer
-from tower.core.cost import CallUsage
-from tower.core.errors import NodeFailed
+from tower.contract.wire import Authority, ModelReply, ModelRequest, ToolCallRequest, WindowRef
+from tower.core.context import NodeContext
+from tower.core.errors import NodeFailed, TowerError
 from tower.core.graph import Node
-from tower.core.state import Message, Usage
+from tower.core.state import Usage
 from tower.core.tools import Tool, argument_problem, called, spec_for
 
-T = TypeVar("T", bound=BaseModel)
 # What the model says to a request: content, or one tool call (the scripted model's shape).
 Script = Callable[[ModelRequest], "str | ToolCallRequest"]
 # A node's answers: a script, or a list of answers given in order (across its visits).
@@ -43,11 +32,13 @@ ToolAnswer = (Callable[[dict[str, Any]], dict[str, Any]]
 TEST_MODEL = "scripted-test"
 
 
-class Stuck(NodeFailed):
-    """A node waited for something no one in the test will ever do."""
+class Stuck(TowerError):
+    """The run waits for something no one in the test will ever do (a user's message, a
+    decision, an event): ``run_agent`` stops there, as a worker's run would wait. Not a
+    node failure: nothing failed."""
 
 
-class ScriptedContext:
+class ScriptedContext(NodeContext):
     """A node's world in a unit test. ``model``: node -> answers; ``tools``: tool -> answer
     (a function of the arguments, or a fixed result); ``children``: child run -> result."""
 
@@ -56,26 +47,16 @@ class ScriptedContext:
         tools: Mapping[str, ToolAnswer], run_id: str, now: datetime, host: Any = None,
         children: Callable[[Any, Any], Any] | None = None, authority: Authority | None = None,
     ) -> None:
-        self.agent, self.node, self.step = agent, node, step
-        # What this visit's side effects may do, from the runner, as on a worker.
-        self.authority = authority or Authority()
-        self.decision = self.authority.decision_id  # the approval of this node visit
+        super().__init__(agent, node, step, host=host, authority=authority)
         self.authorities: list[Authority] = []  # what each side effect was told
-        self.calls: list[str] = []
-        self.usage = Usage()
-        self.model_calls: list[CallUsage] = []
         self.requests: list[ModelRequest] = []  # what the model was asked, for assertions
         self.emitted: list[dict[str, Any]] = []  # the node's own events: {label, data}
         self._model, self._tools, self._children = model, tools, children
-        self._run_id, self._now, self._host = run_id, now, host
+        self._run_id, self._now = run_id, now
 
     @property
     def run_id(self) -> str:
         return self._run_id
-
-    @property
-    def host(self) -> Any:
-        return self._host
 
     def now(self) -> datetime:
         return self._now
@@ -90,39 +71,6 @@ class ScriptedContext:
             raise NodeFailed(f"{self.node.name}: no children in this test (children=...)")
         result = self._children(run, arg)
         return await result if inspect.isawaitable(result) else result
-
-    @overload
-    async def ask(
-        self, messages: list[Message], *, schema: None = None,
-        max_corrections: int = 2, history: list[MessageRef] | None = None, keep: bool = False,
-    ) -> Answer[BaseModel]: ...
-
-    @overload
-    async def ask(
-        self, messages: list[Message], *, schema: type[T],
-        max_corrections: int = 2, history: list[MessageRef] | None = None, keep: bool = False,
-    ) -> Answer[T]: ...
-
-    async def ask(
-        self, messages: list[Message], *, schema: type[T] | None = None,
-        max_corrections: int = 2, history: list[MessageRef] | None = None, keep: bool = False,
-    ) -> Answer[T] | Answer[BaseModel]:
-        return await ask_validated(self.node, self._call_model, messages, schema=schema,
-                                   max_corrections=max_corrections)
-
-    async def ask_window(
-        self, messages: list[Message], window: WindowRef | None, *,
-        summarise: Reduction | None = None, max_corrections: int = 2,
-    ) -> Answer[BaseModel]:
-        """As on a worker, but the window is counted here, not stored: ``Answer.window``
-        has as many messages as were asked and answered (a summary resets it to one)."""
-        answer = await ask_validated(self.node, self._call_model, messages, schema=None,
-                                     max_corrections=max_corrections)
-        before = 0 if summarise else (window.messages if window else 0)
-        count = before + (1 if summarise else len(messages) + 1)
-        answer.window = WindowRef(ref=f"test-window-{self.step}-{count}", messages=count,
-                                  tokens=count * 10)
-        return answer
 
     def emit(self, label: str, data: dict[str, Any] | None = None) -> None:
         self.emitted.append(custom_data(label, data))  # checked as on a worker
@@ -147,19 +95,20 @@ class ScriptedContext:
         return dict(answer(arguments, authority) if takes_authority  # type: ignore[call-arg]
                     else answer(arguments))  # type: ignore[call-arg]
 
-    async def _call_model(self, convo: list[Message], schema: type[BaseModel] | None
-                          ) -> ModelReply:
-        request = model_request(self.agent, self.node, convo, schema, [])
+    async def reply(self, request: ModelRequest, local: bool) -> ModelReply:
+        """The script's answer. A window is counted here, not stored: the reply's window
+        has as many messages as were asked and answered (a summary resets it to one)."""
         self.requests.append(request)
         said = self._answer(request)
         reply = (ModelReply(model=TEST_MODEL, tool_calls=[said])
                  if isinstance(said, ToolCallRequest) else ModelReply(model=TEST_MODEL,
                                                                       content=said))
         reply.usage = Usage(calls=1)
-        self.calls.append(f"model:{TEST_MODEL}")
-        self.usage = self.usage + reply.usage
-        self.model_calls.append(CallUsage(step=self.step, node=self.node.name,
-                                          model=TEST_MODEL, usage=reply.usage))
+        if request.windowed:
+            before = request.window.messages if request.window and not request.summarise else 0
+            count = before + (1 if request.summarise else len(request.messages) + 1)
+            reply.window = WindowRef(ref=f"test-window-{self.step}-{count}", messages=count,
+                                     tokens=count * 10)
         return reply
 
     def _answer(self, request: ModelRequest) -> str | ToolCallRequest:
