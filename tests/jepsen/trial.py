@@ -32,7 +32,9 @@ from .stuck import nothing_pending, why_stuck
 from .world import Notes, Outcome, World
 
 SETTLE_SECONDS = 240.0  # a run not DONE or FAILED by then is stuck (CI machines are busy)
-POLL_SECONDS = 0.5
+# Between looks at whether the runs settled (each look describes every run of the trial: with
+# the approvers' looks, most of what the trials cost the server).
+POLL_SECONDS = 1.0
 # Asking again while workers restart (a workflow task times out in 10 s) and while two busy
 # workers replay closed runs to answer queries (a CI machine at load 12 took over a minute).
 QUERY_SECONDS = 180.0
