@@ -27,7 +27,6 @@ from tower.core.errors import InvalidGraph
 from tower.effects import ToolCall
 from tower.temporal import TowerPlugin, WorkerSettings
 from tower.temporal._interceptors import ScheduledByOwnAgents
-from tower.temporal._machine_run import continued_from
 from tower.temporal._unopenable import TowerDataConverter
 from tower.temporal.cleanup import TowerStoreCleanup
 from tower.temporal.codec import EncryptionCodec, NoKeys, new_key
@@ -270,10 +269,7 @@ async def test_tower_names_each_activity_as_the_sdk_registers_it(tmp_path: Path)
         TowerPlugin(bind={"db": ToolsDb(tmp_path / "tools.sqlite")})])
     config = await _worker_config(client, activities=[])
     registered = {a: getattr(a, "__temporal_activity_definition").name
-                  for a in config["activities"]
-                  # TODO: its function named tower_continued_from (_machine_run.py, being
-                  # reworked now); until then the one named otherwise than its activity.
-                  if a is not continued_from}
+                  for a in config["activities"]}
     assert len(registered) > 10
     assert [(activity_name(a), name) for a, name in registered.items()
             if activity_name(a) != name] == []

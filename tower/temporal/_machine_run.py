@@ -51,7 +51,7 @@ _EXECUTION_STATUS_SAYS = {search.AGENT_NODE.name, search.AGENT_STATUS.name,
                           search.AGENT_STEP.name}
 
 
-ORIGIN_ACTIVITY = "tower_continued_from"
+ORIGIN_ACTIVITY = "tower_continued_from"  # the activity below, named by its function
 
 
 class MachineRun:
@@ -415,8 +415,8 @@ async def run_origin(client: Client, workflow_id: str, run_id: str) -> tuple[str
     return described.workflow_type, described.task_queue
 
 
-@activity.defn(name=ORIGIN_ACTIVITY)
-async def continued_from(run_id: str) -> str:
+@activity.defn
+async def tower_continued_from(run_id: str) -> str:
     """"" when ``run_id`` (a run of the calling run's workflow id) was the caller's workflow
     type on the caller's task queue (this activity's: ``origin_refused`` schedules it on the
     run's own), else why a carry from it is refused. Every Tower worker registers it

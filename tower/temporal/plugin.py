@@ -46,7 +46,7 @@ from tower.temporal._interceptors import (
     TraceHeaderGuard,
     quiet_store_tracebacks,
 )
-from tower.temporal._machine_run import continued_from
+from tower.temporal._machine_run import tower_continued_from
 from tower.temporal._process import frozen_heap
 from tower.temporal._sandbox import project_packages, sandbox_runner
 from tower.temporal._start import scripts_of
@@ -130,7 +130,7 @@ class TowerPlugin(SimplePlugin):
             "tower.TowerPlugin", data_converter=self.converter_for,
             interceptors=[QueryAskedAgain(), *_tracing(self.traced), *interceptors],
             # The runtime's own: the run id a gate's request opens in, a carry's origin.
-            activities=_adding([tower_run_id, continued_from, *activities]),
+            activities=_adding([tower_run_id, tower_continued_from, *activities]),
             workflows=_adding(agents),
             workflow_runner=self.runner_for,
             workflow_failure_exception_types=_adding(WORKFLOW_FAILURE_TYPES),
