@@ -1,11 +1,9 @@
 """The `tower` command line: a click group that imports a command's module only when that
 command runs, so `tower --help` loads neither Temporal nor the agents.
 
-A command is a click command in its own module, registered below by name, module and
-one help line (the line `tower --help` shows without importing the module). To add one,
-write ``tower/cli/cmd_NAME.py`` with a ``command`` (see tower/cli/cmd_cost.py for the
-pattern) and add a line to ``COMMANDS``. A command returns its exit code, or a
-coroutine for it; errors a user can fix raise ``CliError`` (``error: ...``, exit 2).
+A command (an ``async def`` or a plain one) returns its exit code; errors a user can fix
+raise ``CliError`` (``error: ...``, exit 2). Register it in ``COMMANDS`` with the line
+`tower --help` shows without importing it.
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "send messages to a chat thread (a new one without THREAD)"),
     "state": ("tower.cli.cmd_runs:state", "print a run's current state as JSON"),
     "list": ("tower.cli.cmd_runs:list_runs", "list agent runs"),
-    "watch": ("tower.cli.cmd_watch:command", "follow a run's transitions live"),
+    "watch": ("tower.cli.cmd_runs:watch", "follow a run's transitions live"),
     "graph": ("tower.cli.cmd_graph:command",
               "draw an agent's state machine (mermaid, dot, svg, png)"),
     "inspect": ("tower.cli.cmd_inspect:inspect",
@@ -58,7 +56,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inbox": ("tower.cli.cmd_inbox:command",
               "the approvers' web inbox: list and decide runs waiting at gates"),
     "retry": ("tower.cli.cmd_operator:retry", "reset a FAILED run to a named node, and follow it"),
-    "cost": ("tower.cli.cmd_cost:command", "a run's token usage and estimated cost"),
+    "cost": ("tower.cli.cmd_runs:cost", "a run's token usage and estimated cost"),
     "stores": ("tower.cli.cmd_stores:command",
                "where messages, streams and large payloads are kept, and whether each answers"),
     "tools": ("tower.cli.cmd_tools:command",
@@ -148,9 +146,8 @@ def _finish(result: Any) -> int:
 
 
 def _run(coro: Any) -> tuple[Any, int]:
-    """Run a command's coroutine; Ctrl-C (SIGINT) or SIGTERM cancels it, so its ``finally``
-    blocks and context managers stop what it started (a worker, a dev server, the inbox)
-    before it exits 128 + the signal, without a traceback. The result, and the signal."""
+    """Run a command's coroutine; the result, and the signal that cancelled it (Ctrl-C,
+    SIGTERM: its ``finally`` blocks stop what it started before it exits 128 + signal)."""
     # Not asyncio.run: closing the loop while the SDK's Rust runtime still holds
     # callbacks on it can abort the process. entry() exits right after instead.
     loop = asyncio.new_event_loop()

@@ -1,9 +1,7 @@
 """`tower chat [THREAD]`: talk to a chat thread from the terminal.
 
 Each message is the thread's ``send`` update, so the reply comes back on the same call
-and a refused message (empty, too long) never enters the history. Without THREAD a new
-thread starts; with no ``-m`` the messages come from standard input, one per line
-(``/close`` closes the thread). Leaving leaves the thread open: it lives for days.
+and a refused message (empty, too long) never enters the history.
 """
 
 from __future__ import annotations
@@ -55,13 +53,8 @@ CLOSE = "/close"
              "delta, model_finished, discard, transitions, tool calls), each reply, refused, "
              "closed")
 @tenant_option
-def command(thread: str | None, given: tuple[str, ...], close: bool, timeout: float,
-            task_queue: str, as_json: bool) -> Any:
-    return chat(thread, list(given), close, timeout, task_queue)
-
-
-async def chat(thread: str | None, given: list[str], close: bool, timeout: float,
-               task_queue: str) -> int:
+async def command(thread: str | None, given: tuple[str, ...], close: bool, timeout: float,
+                  task_queue: str, as_json: bool) -> int:
     if timeout <= 0:
         raise CliError(f"--timeout must be positive, not {timeout}")
     agent = chat_agent()

@@ -36,45 +36,8 @@ def history() -> None:
                    "--run-id)")
 @json_option("what was written, as JSON")
 @tenant_option
-def export(run: str, run_id: str | None, target: str | None, as_json: bool) -> Any:
-    return _export(run, run_id, target, as_json)
-
-
-@click.command("replay", help=(
-    "Replay history files (or every *.json in folders) against the current agents with the "
-    "worker's sandbox and converter, then check each run's transition log: steps strictly "
-    "increase, only declared moves, DONE and FAILED are never left, "
-    "and the path is the one the original run recorded. Exits 1 if any history fails."))
-@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
-@click.option("-v", "--verbose", is_flag=True, help="print every transition")
-@click.option("--namespace", help="the namespace the runs were recorded in; workflow code may "
-                                  "read it (default: the tenant, TEMPORAL_NAMESPACE, else "
-                                  "'default')")
-@click.option("--workflows", metavar="MODULE:NAME",
-              help="replay against these workflow classes (a class, or a list or dict of "
-                   "them) instead of Tower's registered agents")
-@json_option("each history's result as JSON")
-@tenant_option
-def replay(paths: tuple[str, ...], verbose: bool, namespace: str | None, workflows: str | None,
-           as_json: bool) -> Any:
-    return _replay(list(paths), verbose, namespace, workflows, as_json)
-
-
-async def fetch(client: Client, run: str, run_id: str | None = None) -> WorkflowHistory:
-    """A run's history; a clear error when the server does not know the run."""
-    handle = client.get_workflow_handle(run, run_id=run_id)
-    try:
-        return await handle.fetch_history()
-    except RPCError as exc:
-        if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
-            raise CliError(f"run {run!r}{f' ({run_id})' if run_id else ''} not found: "
-                           f"{exc.message}") from None
-        raise
-
-
-async def _export(run: str, run_id: str | None, target: str | None, as_json: bool) -> int:
-    client = await connect()
-    history = await fetch(client, run, run_id)
+async def export(run: str, run_id: str | None, target: str | None, as_json: bool) -> int:
+    history = await fetch(await connect(), run, run_id)
     # The name carries the workflow id, which replay needs; a chosen run gets its id too.
     # Encoded: a run id is chosen by whoever started the run ("../x", "/tmp/x").
     name = history_file_name(run, run_id)
@@ -96,10 +59,25 @@ async def _export(run: str, run_id: str | None, target: str | None, as_json: boo
     return 0
 
 
-async def _replay(paths: list[str], verbose: bool, namespace: str | None,
-                  workflows: str | None, as_json: bool) -> int:
+@click.command("replay", help=(
+    "Replay history files (or every *.json in folders) against the current agents with the "
+    "worker's sandbox and converter, then check each run's transition log: steps strictly "
+    "increase, only declared moves, DONE and FAILED are never left, "
+    "and the path is the one the original run recorded. Exits 1 if any history fails."))
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("-v", "--verbose", is_flag=True, help="print every transition")
+@click.option("--namespace", help="the namespace the runs were recorded in; workflow code may "
+                                  "read it (default: the tenant, TEMPORAL_NAMESPACE, else "
+                                  "'default')")
+@click.option("--workflows", metavar="MODULE:NAME",
+              help="replay against these workflow classes (a class, or a list or dict of "
+                   "them) instead of Tower's registered agents")
+@json_option("each history's result as JSON")
+@tenant_option
+async def replay(paths: tuple[str, ...], verbose: bool, namespace: str | None,
+                 workflows: str | None, as_json: bool) -> int:
     try:
-        histories = load(paths)
+        histories = load(list(paths))
     except HistoryError as exc:
         raise CliError(str(exc)) from None
     classes = import_workflows(workflows) if workflows else None
@@ -114,6 +92,18 @@ async def _replay(paths: list[str], verbose: bool, namespace: str | None,
         print(report(result, verbose=verbose))
     print(f"{len(results)} histories replayed: {len(results) - len(bad)} ok, {len(bad)} failed")
     return 1 if bad else 0
+
+
+async def fetch(client: Client, run: str, run_id: str | None = None) -> WorkflowHistory:
+    """A run's history; a clear error when the server does not know the run."""
+    handle = client.get_workflow_handle(run, run_id=run_id)
+    try:
+        return await handle.fetch_history()
+    except RPCError as exc:
+        if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+            raise CliError(f"run {run!r}{f' ({run_id})' if run_id else ''} not found: "
+                           f"{exc.message}") from None
+        raise
 
 
 def as_data(result: Replayed) -> dict[str, Any]:

@@ -12,9 +12,9 @@ from temporalio.client import Client
 from tower.activities.trust import trust_dir
 from tower.cli import project
 from tower.cli.agents import agents
+from tower.cli.approvals import print_waiting
 from tower.cli.cmd_approve import print_outcome, send_decision
 from tower.cli.cmd_run import print_outcome as print_run_outcome
-from tower.cli.cmd_run import print_pending
 from tower.cli.common import start_run
 from tower.cli.live import follow
 from tower.cli.trust_files import dev_trust
@@ -71,7 +71,7 @@ async def _gated(client: Client, task_queue: str, agent: str, request: Any, what
     print_run_outcome(status, await handle.query(names.STATE.name, result_type=dict))
     if status != "AWAITING_APPROVAL":
         return run_id
-    print_pending(await handle.query(names.APPROVALS.name, result_type=dict))
+    print_waiting(await handle.query(names.APPROVALS.name, result_type=dict))
     sets = "".join(f" --set {k}={v}" for k, v in (edits or {}).items())
     print(f"\n$ tower {'approve' if verdict == Verdict.APPROVE else 'reject'} {run_id} "
           f"--by {approver}{sets} --note '{note}'")
