@@ -124,7 +124,7 @@ def build_config(sign_in: SignIn, tenant: str, *, issuer: str | None, web_ui: st
 async def serve(sign_in: SignIn, *, host: str, port: int, issuer: str | None, web_ui: str | None,
                 tls_cert: str | None, tls_key: str | None, as_json: bool = False) -> int:
     from tower.cli.agents import agents
-    from tower.cli.inbox.server import serving
+    from tower.cli.inbox.app import serving
     from tower.client import connect
 
     if bool(tls_cert) != bool(tls_key):

@@ -27,8 +27,7 @@ from starlette.responses import Response, StreamingResponse
 
 from tower.activities.streams import StreamStore, open_streams
 from tower.cli.inbox.identity import Approver
-from tower.cli.inbox.picture import NotOurRequest
-from tower.cli.inbox.scope import not_found, visible_run
+from tower.cli.inbox.visibility import NotOurRequest, not_found, visible_run
 from tower.contract.stream import DELTA, DISCARD, MODEL_FINISHED, MODEL_STARTED, Reply, stream_name
 
 if TYPE_CHECKING:
