@@ -64,8 +64,7 @@ async def command(agent: str, raw_input: str, run_id: str | None, task_queue: st
         # reads it as Markdown).
         static_summary=f"{cls.machine.name}: {span(raw_input[:200])}",
     )
-    link = run_link(ui_url.rstrip("/") if ui_url else await ui_base(client), client.namespace,
-                    run_id)
+    link = run_link(ui_url or await ui_base(client), client.namespace, run_id)
     if as_json:
         print_json({"event": "started", "run": run_id, "agent": cls.machine.name,
                     "task_queue": task_queue, "web_ui": link}, line=True)

@@ -28,8 +28,7 @@ from tower.cli.cmd_run import print_outcome
 from tower.cli.common import CliError, start_run
 from tower.cli.demo_data import DEMOS, DemoData, sdk_logs_to
 from tower.cli.demo_inbox import park_for_inbox, serve_inbox
-from tower.cli.devprocess import server_if_needed
-from tower.cli.devserver import DATA_DIR
+from tower.cli.devserver import DATA_DIR, server_if_needed
 from tower.cli.live import follow
 from tower.cli.output import json_option, tenant_option
 from tower.cli.server_setup import missing_attributes
@@ -79,25 +78,15 @@ def requests() -> list[tuple[str, BaseModel, str]]:
               help="leave a dev server this command started running (to browse the UI)")
 @json_option("one JSON line per demo run (agent, run, status, Web UI link), the story on stderr")
 @tenant_option
-def command(keep_server: bool, as_json: bool) -> Any:
-    return run(keep_server, as_json)
-
-
-def demo_project() -> None:
-    """The project whose agents the demo runs: this one, else Tower's own example."""
-    if project.find() is not None:
-        return
-    folder = project.example()
-    if folder is None:
-        raise CliError("the demo runs Tower's example application, which this installation "
-                       "does not have (a source checkout does); `tower new NAME` makes a "
-                       "project of your own")
-    print(f"no Tower project here: the demo runs Tower's example application ({folder})")
-    project.use(folder)
-
-
-async def run(keep_server: bool, as_json: bool = False) -> int:
-    demo_project()
+async def command(keep_server: bool, as_json: bool) -> int:
+    if project.find() is None:  # not in a project: Tower's own example
+        folder = project.example()
+        if folder is None:
+            raise CliError("the demo runs Tower's example application, which this "
+                           "installation does not have (a source checkout does); "
+                           "`tower new NAME` makes a project of your own")
+        print(f"no Tower project here: the demo runs Tower's example application ({folder})")
+        project.use(folder)
     build_worker = project.module("worker").build_worker
     settings = ModelSettings.from_env()
     data = sys.stdout

@@ -38,7 +38,7 @@ from temporalio.client import Client
 
 from tower.cli.inbox import money, pages
 from tower.cli.inbox.events import LiveEvents
-from tower.cli.inbox.forms import is_money
+from tower.cli.inbox.forms import is_money, num
 from tower.cli.inbox.guard import InboxStore, SignInLimits
 from tower.cli.inbox.identity import Accounts, Approver, ProxyAuth
 from tower.client._pending import Deployment
@@ -201,12 +201,6 @@ def span(delta: timedelta) -> str:
         if seconds >= size:
             return f"{seconds // size} {unit}"
     return f"{seconds} s"
-
-
-def num(value: float | None) -> str:
-    if value is None:
-        return "any"
-    return str(int(value)) if float(value).is_integer() else str(value)
 
 
 def who(request: Request, config: InboxConfig, store: InboxStore) -> Approver | None:

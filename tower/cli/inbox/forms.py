@@ -126,13 +126,13 @@ def parse_value(f: EditableField, raw: str) -> Any:
         low, high = f.limit.min, f.limit.max
         if (low is not None and value < low) or (high is not None and value > high):
             rule = f" ({f.limit.rule})" if f.limit.rule else ""
-            show = money.text if is_money(f) else _num
+            show = money.text if is_money(f) else num
             raise FormError(f"{money.label(f.name) if is_money(f) else f.name} must be between "
                             f"{show(low)} and {show(high)}{rule}; got {show(value)}")
     return value
 
 
-def _num(value: float | None) -> str:
+def num(value: float | None) -> str:
     if value is None:
         return "any"
     return str(int(value)) if float(value).is_integer() else str(value)
