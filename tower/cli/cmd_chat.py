@@ -29,7 +29,7 @@ from tower.cli.streaming import LiveText, StreamPump
 from tower.client import connect, stream, update_while_open
 from tower.client._runs import failure_of, has_workers
 from tower.client._stream import folded
-from tower.client.errors import ReplyMissing, RunClosed
+from tower.client.errors import RunClosed
 from tower.contract.render import escape
 from tower.contract.stream import FINISHED, MODEL_FINISHED, RETRYING, STREAMING, stream_name
 
@@ -99,8 +99,6 @@ async def command(thread: str | None, given: tuple[str, ...], close: bool, timeo
         except TimeoutError:
             raise CliError(f"no reply from {handle.id} in {timeout:g} s; is a worker "
                            "running (`python worker.py`)?") from None
-        except ReplyMissing as exc:  # answered, but this host cannot read the answer
-            raise CliError(str(exc)) from None
         finally:
             await pump.stop()
             offset = view.offset

@@ -32,17 +32,14 @@ from tower.cli.output import json_option, print_json
 async def command(port: int, host: str, ui_url: str | None, origins: tuple[str, ...],
                   new_key: bool, as_json: bool) -> int:
     from tower.cli.codec_server import build_server, new_token, origin_of
-    from tower.temporal.codec import CodecError, KeyRing, codec_from_env
+    from tower.temporal.codec import KeyRing, codec_from_env
     from tower.temporal.codec import new_key as make_key
 
     if new_key:
         key = make_key()
         print_json({"key": key}, line=True) if as_json else print(key)
         return 0
-    try:
-        codec = codec_from_env()
-    except CodecError as exc:
-        raise CliError(str(exc)) from None
+    codec = codec_from_env()
     if codec is None:
         raise CliError("TOWER_CODEC_KEYS is not set; make a key with "
                        "`tower codec-server --new-key` and set TOWER_CODEC_KEYS=k1=<key>")

@@ -14,12 +14,11 @@ from tower.activities.stores import is_url, redact
 from tower.cli import project
 from tower.cli.agents import agents
 from tower.cli.common import CliError
-from tower.cli.histories import HistoryError, load
+from tower.cli.histories import load
 from tower.cli.output import json_option, print_json
+from tower.temporal.replay import workflow_type
 from tower.testing.evals import BUILT_IN, Change, EvalReport, Mode, RunResult, Scorer, evaluate
 from tower.testing.evals.compare import RANK
-from tower.testing.evals.recording import RecordingError
-from tower.testing.evals.world import EvalSetupError
 
 FRESH, LIVE = "fresh", "live"
 FRESH_TOLD = "fresh (the tools' own seed, as before the recorded runs)"
@@ -67,15 +66,11 @@ async def command(paths: tuple[str, ...], query: str | None, namespace: str | No
         raise CliError("name history files or folders, or --query to read runs from a server")
     folder = project.root()
     tools_db = _data(data, folder)  # before anything is read: a bad --data changes nothing
-    histories = _load(list(paths)) + (await _query(query, namespace) if query else [])
+    histories = (load(list(paths)) if paths else []) + (
+        await _query(query, namespace) if query else [])
     if not histories:
         raise CliError(f"--query {query!r} found no runs")
-    baseline_report = None
-    if baseline is not None:
-        try:
-            baseline_report = reports.load_baseline(baseline)
-        except reports.BaselineError as exc:
-            raise CliError(str(exc)) from None
+    baseline_report = reports.load_baseline(baseline) if baseline is not None else None
     scoring: list[Scorer] = list(BUILT_IN) + [_import(spec) for spec in scorers]
     settings = ModelSettings.from_env()
     if judge:
@@ -84,7 +79,8 @@ async def command(paths: tuple[str, ...], query: str | None, namespace: str | No
         scoring.append(gateway_judge(settings))
     build_worker = project.module("worker").build_worker
     machines = {name: cls.machine for name, cls in agents().items() if hasattr(cls, "machine")}
-    unknown = sorted({f"{source} ({kind})" for source, kind in _types(histories)
+    types = {source: workflow_type(history) for source, history in histories}
+    unknown = sorted({f"{source} ({kind})" for source, kind in types.items()
                       if kind not in agents()})
     if unknown:  # its run would wait forever for a worker that has no such workflow
         raise CliError(f"not a run of this project's agents ({', '.join(sorted(agents()))}): "
@@ -92,14 +88,11 @@ async def command(paths: tuple[str, ...], query: str | None, namespace: str | No
     print(f"eval: {len(histories)} histories, models {mode} ({settings.describe()}), "
           f"baseline {baseline or 'the recordings'}, data {tools_db or FRESH_TOLD}",
           file=sys.stderr, flush=True)
-    try:
-        report = await evaluate(
-            # The live data is hashed before and after even when it is not copied.
-            histories, build_worker, mode=Mode(mode), data=tools_db, watch=_live(folder),
-            baseline=baseline_report, baseline_name=str(baseline or "recorded"),
-            scorers=scoring, timeout=timeout, progress=_progress, models=settings)
-    except (RecordingError, EvalSetupError) as exc:
-        raise CliError(str(exc)) from None
+    report = await evaluate(
+        # The live data is hashed before and after even when it is not copied.
+        histories, build_worker, mode=Mode(mode), data=tools_db, watch=_live(folder),
+        baseline=baseline_report, baseline_name=str(baseline or "recorded"),
+        scorers=scoring, timeout=timeout, progress=_progress, models=settings)
     if report_dir is not None:
         from tower.cli.inbox.drawing import machine_svg
 
@@ -112,13 +105,6 @@ async def command(paths: tuple[str, ...], query: str | None, namespace: str | No
     else:
         print(_totals(report))
     return _exit(report, fail_on)
-
-
-def _load(paths: list[str]) -> list[tuple[str, WorkflowHistory]]:
-    try:
-        return load(paths) if paths else []
-    except HistoryError as exc:
-        raise CliError(str(exc)) from None
 
 
 async def _query(query: str, namespace: str | None) -> list[tuple[str, WorkflowHistory]]:
@@ -134,15 +120,6 @@ async def _query(query: str, namespace: str | None) -> list[tuple[str, WorkflowH
         history = await client.get_workflow_handle(run.id, run_id=run.run_id).fetch_history()
         found.append((f"{client.namespace}/{run.id}@{run.run_id}", history))
     return found
-
-
-def _types(histories: list[tuple[str, WorkflowHistory]]) -> list[tuple[str, str]]:
-    from tower.temporal.replay import workflow_type
-
-    try:
-        return [(source, workflow_type(history)) for source, history in histories]
-    except HistoryError as exc:
-        raise CliError(str(exc)) from None
 
 
 def _data(choice: str, folder: Path) -> Path | None:

@@ -73,12 +73,9 @@ async def command(host: str, port: int, accounts: Path | None, proxy_header: str
                   as_json: bool) -> int:
     from tower.cli.agents import agents
     from tower.client import connect
-    from tower.extras import MissingExtra, require
+    from tower.extras import require
 
-    try:
-        require("inbox", "tower inbox")
-    except MissingExtra as exc:
-        raise CliError(str(exc)) from None
+    require("inbox", "tower inbox")
     from tower.cli.inbox.app import serving  # (the extra is there: starlette, uvicorn)
 
     if watch_only and issuer:
@@ -87,11 +84,7 @@ async def command(host: str, port: int, accounts: Path | None, proxy_header: str
     sign_in = SignIn(accounts, proxy_header, trusted_proxies, roles, watchers)
     if bool(tls_cert) != bool(tls_key):
         raise CliError("--tls-cert and --tls-key go together")
-    # The inbox offers only requests the project's agents could have made: it needs them.
-    try:
-        agents()
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
+    agents()  # it offers only requests the project's agents could have made: it needs them
     client = await connect()
     config, created = build_config(sign_in, client.namespace, issuer=issuer, web_ui=web_ui,
                                    tls=bool(tls_cert))

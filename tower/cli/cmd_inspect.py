@@ -47,10 +47,7 @@ async def inspect(run: str, run_id: str | None, step: int | None, as_json: bool)
     last = result.states[-1] if result.log else None
     state = None
     if step is not None and last is not None:
-        try:
-            state = result.state_after(step).model_dump(mode="json")
-        except HistoryError as exc:
-            raise CliError(str(exc)) from None
+        state = result.state_after(step).model_dump(mode="json")
     if as_json:
         print_json({"run": result.workflow_id, "agent": result.workflow_type,
                     "history_events": len(history.events), "node": last.node if last else None,
@@ -139,18 +136,15 @@ async def fork(run: str, run_id: str | None, step: int, reason: str, as_json: bo
 
 async def replayed(run: str, run_id: str | None, client: Client | None = None, *,
                    ended: bool = False) -> tuple[WorkflowHistory, Replayed]:
-    """The history of RUN (a file or a workflow id) and its replay; CliError if it fails.
+    """The history of RUN (a file or a workflow id) and its replay.
     ``ended``: a run that closed before its first step is no error (it has no log)."""
     namespace = client.namespace if client else connect_config().get("namespace") or "default"
-    try:
-        if run.endswith(".json") and Path(run).is_file():
-            histories = load([run])
-        else:
-            histories = [(run, await fetch(client or await connect(), run, run_id))]
-        (source, history), = histories
-        await readable(source, history)
-    except HistoryError as exc:
-        raise CliError(str(exc)) from None
+    if run.endswith(".json") and Path(run).is_file():
+        histories = load([run])
+    else:
+        histories = [(run, await fetch(client or await connect(), run, run_id))]
+    (source, history), = histories
+    await readable(source, history)
     why = refusal(await history_failure(history))
     if why is not None:  # failed before its first step: no steps, no state to show
         raise NeverStarted(source, why)

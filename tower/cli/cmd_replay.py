@@ -18,7 +18,7 @@ from tower.cli.histories import replay as run_replay
 from tower.cli.output import json_option, print_json, run_argument, tenant_option
 from tower.client import connect
 from tower.client.connection import connect_config
-from tower.temporal.replay import HistoryError, Replayed, history_file_name, load, report
+from tower.temporal.replay import Replayed, history_file_name, load, report
 
 
 @click.group("history", help="Work with a run's Temporal event history.")
@@ -76,10 +76,7 @@ async def export(run: str, run_id: str | None, target: str | None, as_json: bool
 @tenant_option
 async def replay(paths: tuple[str, ...], verbose: bool, namespace: str | None,
                  workflows: str | None, as_json: bool) -> int:
-    try:
-        histories = load(list(paths))
-    except HistoryError as exc:
-        raise CliError(str(exc)) from None
+    histories = load(list(paths))
     classes = import_workflows(workflows) if workflows else None
     namespace = namespace or connect_config().get("namespace") or "default"
     results = await run_replay(histories, workflows=classes, namespace=namespace)

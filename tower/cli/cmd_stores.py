@@ -19,12 +19,8 @@ from tower.cli.output import json_option, print_json, table
 @json_option("print each store as JSON")
 async def command(no_server: bool, as_json: bool) -> int:
     from tower.activities.stores import StoreSettings, local_warning, probe, shared_server
-    from tower.cli.errors import CliError
 
-    try:
-        settings = StoreSettings.from_env()
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
+    settings = StoreSettings.from_env()
     specs, where = settings.specs(), settings.described()
     found = {spec: probe(spec) for spec in set(specs.values())}  # one URL: asked once
     rows = [{"store": name, "where": where[name], "serves": found[spec][0],

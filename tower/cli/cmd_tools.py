@@ -17,16 +17,12 @@ from tower.cli.output import json_option, print_json, table, tenant_option
 @json_option("print the tools as JSON")
 @tenant_option
 async def command(as_json: bool) -> int:
-    from tower.activities.mcp import McpConfigError, McpDiscoveryError, load_sources
+    from tower.activities.mcp import load_sources
     from tower.cli.agents import agents
-    from tower.cli.errors import CliError
     from tower.client.connection import connect_config
 
     tenant = connect_config().get("namespace") or "default"
-    try:
-        mcp = await load_sources(tenant)
-    except (McpConfigError, McpDiscoveryError) as exc:
-        raise CliError(str(exc)) from None
+    mcp = await load_sources(tenant)
     users = used_by(agents().values())
     rows: list[dict[str, Any]] = []
     for name, tool in sorted(built_in(agents().values()).items()):

@@ -6,16 +6,10 @@ from __future__ import annotations
 import sys
 
 from tower.client.errors import ClientError
+from tower.contract.failures import TowerError
 
 # What a client call refuses is said to the user as it is.
 CliError = ClientError
-
-
-# Exceptions raised by the layers below whose message is already written for a user.
-_PLAIN = {
-    ("tower.temporal.telemetry", "TracingConfigError"),
-    ("tower.temporal.codec", "CodecError"),
-}
 
 
 def user_error(exc: BaseException) -> str | None:
@@ -25,9 +19,6 @@ def user_error(exc: BaseException) -> str | None:
     if isinstance(exc, OSError) and exc.filename is not None:
         # A path the user chose or can fix (an unwritable folder, a missing parent).
         return f"{exc.filename}: {exc.strerror or exc}"
-    for cls in type(exc).__mro__:
-        if (cls.__module__, cls.__name__) in _PLAIN:
-            return str(exc)
     # A payload this process cannot decrypt, or one its payload store lacks.
     unreadable = _in_chain(exc, "CodecError") or _in_chain(exc, "PayloadMissing")
     if unreadable is not None:
@@ -35,6 +26,8 @@ def user_error(exc: BaseException) -> str | None:
     down = _in_chain(exc, "PayloadStoreUnavailable")
     if down is not None:  # a payload over the threshold, and its store does not answer
         return f"{down}; try again when it answers"
+    if isinstance(exc, TowerError):  # Tower's own errors are written for the user
+        return str(exc)
     if "temporalio.service" in sys.modules:
         from temporalio.service import RPCError, RPCStatusCode
 
