@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ from temporalio.client import WorkflowHistory
 from tower.activities.stores import is_url, redact
 from tower.cli import project
 from tower.cli.agents import agents
-from tower.cli.common import CliError
+from tower.cli.common import CliError, imported
 from tower.cli.histories import load
 from tower.cli.output import json_option, print_json
 from tower.temporal.replay import workflow_type
@@ -150,11 +149,7 @@ def _live(folder: Path) -> Path:
 
 
 def _import(spec: str) -> Scorer:
-    module, _, name = spec.partition(":")
-    try:
-        found = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise CliError(f"--scorer {spec}: {exc}") from None
+    found = imported("--scorer", spec)
     if not callable(found):
         raise CliError(f"--scorer {spec}: not a function")
     scorer: Scorer = found

@@ -3,7 +3,6 @@ and back through the current code."""
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,7 @@ import click
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower.cli import project
-from tower.cli.common import CliError
+from tower.cli.common import CliError, imported
 from tower.cli.histories import replay as run_replay
 from tower.cli.output import json_option, print_json, run_argument, tenant_option
 from tower.client import connect
@@ -112,15 +110,7 @@ def as_data(result: Replayed) -> dict[str, Any]:
 
 
 def import_workflows(spec: str) -> list[type]:
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise CliError(f"--workflows wants MODULE:NAME, got {spec!r}")
-    if project.find() is not None:  # the module may import the project's own packages
-        project.root()
-    try:
-        found = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise CliError(f"--workflows {spec}: {exc}") from None
+    found = imported("--workflows", spec)
     classes = list(found.values() if isinstance(found, dict) else
                    found if isinstance(found, list | tuple) else [found])
     if not classes or not all(isinstance(c, type) for c in classes):

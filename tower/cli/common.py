@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,21 @@ def not_found_is(message: str) -> Iterator[None]:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise CliError(message) from None
         raise
+
+
+def imported(option: str, spec: str) -> Any:
+    """What ``MODULE:NAME`` names (a module that may import the project's packages)."""
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise CliError(f"{option} wants MODULE:NAME, got {spec!r}")
+    from tower.cli import project
+
+    if project.find() is not None:
+        project.root()
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise CliError(f"{option} {spec}: {exc}") from None
 
 
 def agent_class(name: str) -> type[MachineRun]:
