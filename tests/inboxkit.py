@@ -15,9 +15,8 @@ from headless import Browser, sync
 from temporalio.client import Client, WorkflowHandle
 
 from tower.activities.trust import trust_dir
-from tower.cli.inbox.app import InboxConfig
+from tower.cli.inbox.app import InboxConfig, serving
 from tower.cli.inbox.identity import Account, Accounts, hash_password
-from tower.cli.inbox.server import serving
 from tower.cli.inbox.visibility import waiting_run
 from tower.cli.trust_files import enrol
 from tower.client.keys import load_key

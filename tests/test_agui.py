@@ -40,9 +40,8 @@ from temporalio.testing import WorkflowEnvironment
 from termkit import cli_env
 
 from tower.activities.model import ModelSettings
-from tower.cli.inbox.app import InboxConfig
+from tower.cli.inbox.app import InboxConfig, serving
 from tower.cli.inbox.identity import ProxyAuth
-from tower.cli.inbox.server import serving
 from tower.contract.decisions import GateRecord, digest_of, proposal_digest
 from workflows.chat import ChatAgent, ChatInput
 

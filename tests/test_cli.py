@@ -16,8 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 from towercli import TOWER, tower_cli, until_connected
 
 from tower.activities.model import ModelSettings
-from tower.cli.devprocess import free_port, port_free
-from tower.cli.devserver import temporal_binary
+from tower.cli.devserver import free_port, port_free, temporal_binary
 from worker import build_worker
 
 

@@ -19,7 +19,7 @@ from towercli import tower_cli, until_connected
 
 from tower.activities.model import ModelSettings
 from tower.cli.cli import COMMANDS, cli
-from tower.cli.devprocess import free_port
+from tower.cli.devserver import free_port
 from tower.cli.live import Progress, format_elapsed
 from worker import build_worker
 

@@ -17,7 +17,7 @@ import pytest
 from inboxkit import csrf_of
 from test_demo import demo, folders, user_env
 
-from tower.cli.devprocess import free_port
+from tower.cli.devserver import free_port
 
 
 async def _sign_in(url: str, name: str, password: str) -> httpx.AsyncClient:

@@ -20,8 +20,8 @@ from test_cli import address_of, tower
 
 from tower.activities.model import ModelSettings
 from tower.cli.cmd_operator import send_retry
+from tower.cli.cmd_runs import run_state
 from tower.cli.common import CliError
-from tower.cli.runs import run_state
 from tower.contract import search
 from tower.contract.failures import Code
 from tower.core.engine import Transition

@@ -15,8 +15,8 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 
 from bench.agents import BENCH_WORKFLOWS, Baseline, Steps, StepsAgent
 from tower.activities.model import ModelSettings
+from tower.cli.cmd_runs import list_rows
 from tower.cli.histories import replay
-from tower.cli.runs import list_rows
 from tower.contract import search
 from worker import build_worker
 

@@ -1,7 +1,5 @@
-"""The agents the CLI knows: the project's own (tower.cli.project), from its
-``workflows/registry.py`` (an ``AGENTS`` mapping) when it has one, else every ``@agent``
-class in its ``workflows`` package. ``--agents MODULE[,MODULE]`` names other modules,
-resolved in the project too."""
+"""The agents the CLI knows: the project's ``workflows/registry.py`` ``AGENTS`` when it has
+one, else every ``@agent`` class in its ``workflows`` package, or ``--agents MODULE,...``."""
 
 from __future__ import annotations
 
@@ -13,14 +11,12 @@ _modules: list[str] = []
 
 
 def use_agents(modules: str | None) -> None:
-    """``--agents MODULE[,MODULE]``: the modules or packages holding the @agent classes."""
     _modules[:] = [m.strip() for m in (modules or "").split(",") if m.strip()]
     agents.cache_clear()
 
 
 @functools.cache
 def agents() -> dict[str, Any]:
-    """``{name: agent class}`` of the project (or of ``--agents``)."""
     from tower.cli import project
     from tower.core.errors import InvalidGraph
     from tower.temporal._start import load_agents

@@ -1,11 +1,9 @@
 """The `tower` command line: a click group that imports a command's module only when that
 command runs, so `tower --help` loads neither Temporal nor the agents.
 
-A command is a click command in its own module, registered below by name, module and
-one help line (the line `tower --help` shows without importing the module). To add one,
-write ``tower/cli/cmd_NAME.py`` with a ``command`` (see tower/cli/cmd_cost.py for the
-pattern) and add a line to ``COMMANDS``. A command returns its exit code, or a
-coroutine for it; errors a user can fix raise ``CliError`` (``error: ...``, exit 2).
+A command (an ``async def`` or a plain one) returns its exit code; errors a user can fix
+raise ``CliError`` (``error: ...``, exit 2). Register it in ``COMMANDS`` with the line
+`tower --help` shows without importing it.
 """
 
 from __future__ import annotations
@@ -26,46 +24,41 @@ from tower.cli import output
 from tower.cli.errors import user_error
 from tower.client.errors import RunUnreadable
 
-# name: (module:attribute, the one line `tower --help` shows)
+# name: (module:attribute below tower.cli, the one line `tower --help` shows)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "new": ("tower.cli.cmd_new:command",
-            "create a project: one gated agent, its tools, a worker and tests"),
-    "dev": ("tower.cli.cmd_dev:command", "start the embedded Temporal dev server"),
-    "setup": ("tower.cli.cmd_setup:command",
-              "create namespaces and register search attributes (idempotent)"),
-    "demo": ("tower.cli.demo:command", "run the demo: server, worker and every demo agent"),
-    "worker": ("tower.cli.cmd_worker:command",
+    "new": ("cmd_new:command", "create a project: one gated agent, its tools, a worker and tests"),
+    "dev": ("cmd_dev:command", "start the embedded Temporal dev server"),
+    "setup": ("cmd_setup:command", "create namespaces and register search attributes (idempotent)"),
+    "demo": ("demo:command", "run the demo: server, worker and every demo agent"),
+    "worker": ("cmd_worker:command",
                "run the project's worker (its worker.py), draining on SIGTERM or Ctrl-C"),
-    "run": ("tower.cli.cmd_run:command", "start an agent run and follow it"),
-    "chat": ("tower.cli.cmd_chat:command",
-             "send messages to a chat thread (a new one without THREAD)"),
-    "state": ("tower.cli.cmd_runs:state", "print a run's current state as JSON"),
-    "list": ("tower.cli.cmd_runs:list_runs", "list agent runs"),
-    "watch": ("tower.cli.cmd_watch:command", "follow a run's transitions live"),
-    "graph": ("tower.cli.cmd_graph:command",
-              "draw an agent's state machine (mermaid, dot, svg, png)"),
-    "inspect": ("tower.cli.cmd_inspect:inspect",
-                "a run's transition table and its state at any step"),
-    "fork": ("tower.cli.cmd_inspect:fork", "restart a run from step N (Temporal reset)"),
-    "history": ("tower.cli.cmd_replay:history", "export a run's event history"),
-    "replay": ("tower.cli.cmd_replay:replay", "replay histories against the current code"),
-    "eval": ("tower.cli.cmd_eval:command",
+    "run": ("cmd_run:command", "start an agent run and follow it"),
+    "chat": ("cmd_chat:command", "send messages to a chat thread (a new one without THREAD)"),
+    "state": ("cmd_runs:state", "print a run's current state as JSON"),
+    "list": ("cmd_runs:list_runs", "list agent runs"),
+    "watch": ("cmd_runs:watch", "follow a run's transitions live"),
+    "graph": ("cmd_graph:command", "draw an agent's state machine (mermaid, dot, svg, png)"),
+    "inspect": ("cmd_inspect:inspect", "a run's transition table and its state at any step"),
+    "fork": ("cmd_inspect:fork", "restart a run from step N (Temporal reset)"),
+    "history": ("cmd_replay:history", "export a run's event history"),
+    "replay": ("cmd_replay:replay", "replay histories against the current code"),
+    "eval": ("cmd_eval:command",
              "re-run recorded runs against the current code: same, changed or regressed"),
-    "pending": ("tower.cli.cmd_approve:pending", "list runs awaiting an approval decision"),
-    "approve": ("tower.cli.cmd_approve:approve", "approve a run's pending gate (signed decision)"),
-    "reject": ("tower.cli.cmd_approve:reject", "reject a run's pending gate (signed decision)"),
-    "keys": ("tower.cli.cmd_keys:keys", "approvers' signing keys and the tenant's roster"),
-    "inbox": ("tower.cli.cmd_inbox:command",
+    "pending": ("cmd_approve:pending", "list runs awaiting an approval decision"),
+    "approve": ("cmd_approve:approve", "approve a run's pending gate (signed decision)"),
+    "reject": ("cmd_approve:reject", "reject a run's pending gate (signed decision)"),
+    "keys": ("cmd_keys:keys", "approvers' signing keys and the tenant's roster"),
+    "inbox": ("cmd_inbox:command",
               "the approvers' web inbox: list and decide runs waiting at gates"),
-    "retry": ("tower.cli.cmd_operator:retry", "reset a FAILED run to a named node, and follow it"),
-    "cost": ("tower.cli.cmd_cost:command", "a run's token usage and estimated cost"),
-    "stores": ("tower.cli.cmd_stores:command",
+    "retry": ("cmd_operator:retry", "reset a FAILED run to a named node, and follow it"),
+    "cost": ("cmd_runs:cost", "a run's token usage and estimated cost"),
+    "stores": ("cmd_stores:command",
                "where messages, streams and large payloads are kept, and whether each answers"),
-    "tools": ("tower.cli.cmd_tools:command",
+    "tools": ("cmd_tools:command",
               "the tools a tenant's agents can use: built in and from MCP servers"),
-    "codec-server": ("tower.cli.cmd_codec:command",
+    "codec-server": ("cmd_codec:command",
                      "serve /encode and /decode so the Web UI shows encrypted payloads"),
-    "model-server": ("tower.cli.cmd_model_server:command",
+    "model-server": ("cmd_model_server:command",
                      "serve the scripted model over OpenAI-compatible HTTP"),
 }
 
@@ -84,7 +77,7 @@ class LazyGroup(click.Group):
         if cmd_name not in COMMANDS:
             return None
         module, _, attr = COMMANDS[cmd_name][0].partition(":")
-        found: click.Command = getattr(importlib.import_module(module), attr)
+        found: click.Command = getattr(importlib.import_module(f"tower.cli.{module}"), attr)
         return found
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -122,35 +115,26 @@ def cli() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command in a fresh event loop; its exit code."""
-    return _finish(_invoke(argv))
-
-
-def _invoke(argv: Sequence[str] | None) -> Any:
     output.reset()
     if "tower.client.connection" in sys.modules:  # a previous in-process call chose a tenant
         sys.modules["tower.client.connection"].use_tenant(None)
     args = list(sys.argv[1:] if argv is None else argv)
+    stopped_by = 0
     try:
-        return cli.main(args=args, prog_name="tower", standalone_mode=False)
+        result = cli.main(args=args, prog_name="tower", standalone_mode=False)
+        if asyncio.iscoroutine(result):
+            result, stopped_by = _run(result)
     except BaseException as exc:  # noqa: BLE001  (turned into an exit code below)
-        return _Failed(exc)
-
-
-def _finish(result: Any) -> int:
-    if asyncio.iscoroutine(result):
-        result, stopped_by = _run(result)
-        if stopped_by and isinstance(result, _Failed):
-            # Interrupted: what it started is stopped; a teardown error is no news to the user.
-            return 128 + stopped_by
-    if isinstance(result, _Failed):
-        return _exit_code(result.exc)
-    return int(result or 0)
+        result = _Failed(exc)
+    if not isinstance(result, _Failed):
+        return int(result or 0)
+    # Interrupted: what it started is stopped; a teardown error is no news to the user.
+    return 128 + stopped_by if stopped_by else _exit_code(result.exc)
 
 
 def _run(coro: Any) -> tuple[Any, int]:
-    """Run a command's coroutine; Ctrl-C (SIGINT) or SIGTERM cancels it, so its ``finally``
-    blocks and context managers stop what it started (a worker, a dev server, the inbox)
-    before it exits 128 + the signal, without a traceback. The result, and the signal."""
+    """Run a command's coroutine; the result, and the signal that cancelled it (Ctrl-C,
+    SIGTERM: its ``finally`` blocks stop what it started before it exits 128 + signal)."""
     # Not asyncio.run: closing the loop while the SDK's Rust runtime still holds
     # callbacks on it can abort the process. entry() exits right after instead.
     loop = asyncio.new_event_loop()

@@ -1,9 +1,7 @@
 """`tower chat [THREAD]`: talk to a chat thread from the terminal.
 
 Each message is the thread's ``send`` update, so the reply comes back on the same call
-and a refused message (empty, too long) never enters the history. Without THREAD a new
-thread starts; with no ``-m`` the messages come from standard input, one per line
-(``/close`` closes the thread). Leaving leaves the thread open: it lives for days.
+and a refused message (empty, too long) never enters the history.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ from tower.cli.streaming import LiveText, StreamPump
 from tower.client import connect, stream, update_while_open
 from tower.client._runs import failure_of, has_workers
 from tower.client._stream import folded
-from tower.client.errors import ReplyMissing, RunClosed
+from tower.client.errors import RunClosed
 from tower.contract.render import escape
 from tower.contract.stream import FINISHED, MODEL_FINISHED, RETRYING, STREAMING, stream_name
 
@@ -55,13 +53,8 @@ CLOSE = "/close"
              "delta, model_finished, discard, transitions, tool calls), each reply, refused, "
              "closed")
 @tenant_option
-def command(thread: str | None, given: tuple[str, ...], close: bool, timeout: float,
-            task_queue: str, as_json: bool) -> Any:
-    return chat(thread, list(given), close, timeout, task_queue)
-
-
-async def chat(thread: str | None, given: list[str], close: bool, timeout: float,
-               task_queue: str) -> int:
+async def command(thread: str | None, given: tuple[str, ...], close: bool, timeout: float,
+                  task_queue: str, as_json: bool) -> int:
     if timeout <= 0:
         raise CliError(f"--timeout must be positive, not {timeout}")
     agent = chat_agent()
@@ -106,8 +99,6 @@ async def chat(thread: str | None, given: list[str], close: bool, timeout: float
         except TimeoutError:
             raise CliError(f"no reply from {handle.id} in {timeout:g} s; is a worker "
                            "running (`python worker.py`)?") from None
-        except ReplyMissing as exc:  # answered, but this host cannot read the answer
-            raise CliError(str(exc)) from None
         finally:
             await pump.stop()
             offset = view.offset

@@ -3,6 +3,7 @@ of its token only, and only for the Web UI's own origin."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 import click
@@ -28,24 +29,21 @@ from tower.cli.output import json_option, print_json
 @click.option("--new-key", is_flag=True,
               help="print a fresh random key for TOWER_CODEC_KEYS and exit")
 @json_option("print the key, or the server's addresses, as JSON")
-def command(port: int, host: str, ui_url: str | None, origins: tuple[str, ...], new_key: bool,
-            as_json: bool) -> int:
+async def command(port: int, host: str, ui_url: str | None, origins: tuple[str, ...],
+                  new_key: bool, as_json: bool) -> int:
     from tower.cli.codec_server import build_server, new_token, origin_of
-    from tower.temporal.codec import CodecError, KeyRing, codec_from_env
+    from tower.temporal.codec import KeyRing, codec_from_env
     from tower.temporal.codec import new_key as make_key
 
     if new_key:
         key = make_key()
         print_json({"key": key}, line=True) if as_json else print(key)
         return 0
-    try:
-        codec = codec_from_env()
-    except CodecError as exc:
-        raise CliError(str(exc)) from None
+    codec = codec_from_env()
     if codec is None:
         raise CliError("TOWER_CODEC_KEYS is not set; make a key with "
                        "`tower codec-server --new-key` and set TOWER_CODEC_KEYS=k1=<key>")
-    ui = ui_url or _dev_ui()
+    ui = ui_url or await _dev_ui()
     allowed = [origin_of(u) for u in (ui, *origins) if u]
     token = os.environ.get("TOWER_CODEC_TOKEN", "").strip() or new_token()
     server = build_server(codec, token=token, host=host, port=port, origins=allowed)
@@ -62,26 +60,20 @@ def command(port: int, host: str, ui_url: str | None, origins: tuple[str, ...], 
         print(f"  temporal CLI: --codec-endpoint {url} --codec-auth 'Bearer {token}'",
               flush=True)
     try:
-        server.serve_forever()
+        await asyncio.to_thread(server.serve_forever)
     finally:
+        server.shutdown()
         server.server_close()
     return 0
 
 
-def _dev_ui() -> str | None:
-    import asyncio
-
+async def _dev_ui() -> str | None:
     from tower.cli.ui import default_ui, ui_base
     from tower.client import connect
     from tower.client.connection import ServerUnreachable, connect_config
 
-    async def look() -> str | None:
-        try:
-            client = await connect(check_namespace=False)
-        except ServerUnreachable:  # no server yet: the UI it will have by default
-            return default_ui(connect_config()["target_host"])
-        return await ui_base(client)
-
-    # Not asyncio.run: closing the loop while the SDK's Rust runtime still holds callbacks
-    # on it can abort the process (tower/cli/cli.py's _run).
-    return asyncio.new_event_loop().run_until_complete(look())
+    try:
+        client = await connect(check_namespace=False)
+    except ServerUnreachable:  # no server yet: the UI it will have by default
+        return default_ui(connect_config()["target_host"])
+    return await ui_base(client)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 
 import click
@@ -51,10 +53,10 @@ def prepare_dev_setup(tenants: list[str] | None = None) -> list[str]:
               help="the Web UI decodes payloads through this codec server "
                    "(`tower codec-server`), e.g. http://127.0.0.1:8081")
 @json_option("print the server's addresses as one JSON line, then run it")
-def command(port: int, ui_port: int, metrics_port: int | None, http_port: int | None, db: str,
-            headless: bool, tenants: tuple[str, ...], ui_codec_endpoint: str | None,
-            as_json: bool) -> object:
-    from tower.cli.devserver import dev_server_command
+async def command(port: int, ui_port: int, metrics_port: int | None, http_port: int | None,
+                  db: str, headless: bool, tenants: tuple[str, ...],
+                  ui_codec_endpoint: str | None, as_json: bool) -> int:
+    from tower.cli.devserver import dev_server_command, prepare, wait_for_server
     from tower.client.connection import check_tenant
 
     for tenant in tenants:
@@ -67,17 +69,6 @@ def command(port: int, ui_port: int, metrics_port: int | None, http_port: int | 
     cmd = dev_server_command(port=port, ui_port=ui_port, db=db, headless=headless, extra=extra)
     for line in prepare_dev_setup(list(tenants)):
         print(line, file=sys.stderr)
-    return _serve(cmd, port, ui_port, db, headless, list(tenants), as_json)
-
-
-async def _serve(cmd: list[str], port: int, ui_port: int, db: str, headless: bool,
-                 tenants: list[str], as_json: bool) -> int:
-    import signal
-    import subprocess
-
-    from tower.cli.devprocess import wait_for_server
-    from tower.cli.devserver import prepare
-
     address, ui = f"127.0.0.1:{port}", None if headless else f"http://localhost:{ui_port}"
     # With --json, stdout carries only the one JSON line: the server's banner (which it prints
     # once started, before or after that line) goes to stderr.
@@ -88,7 +79,7 @@ async def _serve(cmd: list[str], port: int, ui_port: int, db: str, headless: boo
     try:
         # The server records its UI: `tower run` and the demo link to it, whatever port it
         # is on, from any folder.
-        report = await prepare(await wait_for_server(proc, address), tenants, ui=ui)
+        report = await prepare(await wait_for_server(proc, address), list(tenants), ui=ui)
         if as_json:
             print_json({"address": address, "db": db, "web_ui": ui, "command": cmd,
                         "setup": report.changed}, line=True)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 from temporalio.client import WorkflowHistory
@@ -14,13 +12,12 @@ from temporalio.client import WorkflowHistory
 from tower.activities.stores import is_url, redact
 from tower.cli import project
 from tower.cli.agents import agents
-from tower.cli.common import CliError
-from tower.cli.histories import HistoryError, load
+from tower.cli.common import CliError, imported
+from tower.cli.histories import load
 from tower.cli.output import json_option, print_json
+from tower.temporal.replay import workflow_type
 from tower.testing.evals import BUILT_IN, Change, EvalReport, Mode, RunResult, Scorer, evaluate
 from tower.testing.evals.compare import RANK
-from tower.testing.evals.recording import RecordingError
-from tower.testing.evals.world import EvalSetupError
 
 FRESH, LIVE = "fresh", "live"
 FRESH_TOLD = "fresh (the tools' own seed, as before the recorded runs)"
@@ -57,59 +54,44 @@ FRESH_TOLD = "fresh (the tools' own seed, as before the recorded runs)"
 @click.option("--scorer", "scorers", multiple=True, metavar="MODULE:FUNCTION",
               help="a scorer of your own: f(baseline, candidate) -> Score | None")
 @json_option("the report as JSON (progress goes to stderr)")
-def command(paths: tuple[str, ...], query: str | None, namespace: str | None, mode: str,
-            baseline: Path | None, fail_on: str | None, report_dir: Path | None,
-            data: str, timeout: float, judge: bool, scorers: tuple[str, ...],
-            as_json: bool) -> Any:
-    return _eval(list(paths), query, namespace, Mode(mode), baseline, fail_on, report_dir,
-                 data, timeout, judge, list(scorers), as_json)
-
-
-async def _eval(paths: list[str], query: str | None, namespace: str | None, mode: Mode,
-                baseline_dir: Path | None, fail_on: str | None, report_dir: Path | None,
-                data_choice: str, timeout: float, judge: bool, scorer_specs: list[str],
-                as_json: bool) -> int:
+async def command(paths: tuple[str, ...], query: str | None, namespace: str | None, mode: str,
+                  baseline: Path | None, fail_on: str | None, report_dir: Path | None,
+                  data: str, timeout: float, judge: bool, scorers: tuple[str, ...],
+                  as_json: bool) -> int:
     from tower.activities.model import ModelSettings
     from tower.testing.evals import report as reports
 
     if not paths and not query:
         raise CliError("name history files or folders, or --query to read runs from a server")
     folder = project.root()
-    data = _data(data_choice, folder)  # before anything is read: a bad --data changes nothing
-    histories = _load(paths) + (await _query(query, namespace) if query else [])
+    tools_db = _data(data, folder)  # before anything is read: a bad --data changes nothing
+    histories = (load(list(paths)) if paths else []) + (
+        await _query(query, namespace) if query else [])
     if not histories:
         raise CliError(f"--query {query!r} found no runs")
-    baseline = None
-    if baseline_dir is not None:
-        try:
-            baseline = reports.load_baseline(baseline_dir)
-        except reports.BaselineError as exc:
-            raise CliError(str(exc)) from None
-    scorers: list[Scorer] = list(BUILT_IN) + [_import(spec) for spec in scorer_specs]
+    baseline_report = reports.load_baseline(baseline) if baseline is not None else None
+    scoring: list[Scorer] = list(BUILT_IN) + [_import(spec) for spec in scorers]
     settings = ModelSettings.from_env()
     if judge:
         from tower.testing.evals.judge import gateway_judge
 
-        scorers.append(gateway_judge(settings))
+        scoring.append(gateway_judge(settings))
     build_worker = project.module("worker").build_worker
     machines = {name: cls.machine for name, cls in agents().items() if hasattr(cls, "machine")}
-    unknown = sorted({f"{source} ({kind})" for source, kind in _types(histories)
+    types = {source: workflow_type(history) for source, history in histories}
+    unknown = sorted({f"{source} ({kind})" for source, kind in types.items()
                       if kind not in agents()})
     if unknown:  # its run would wait forever for a worker that has no such workflow
         raise CliError(f"not a run of this project's agents ({', '.join(sorted(agents()))}): "
                        + ", ".join(unknown))
-    print(f"eval: {len(histories)} histories, models {mode.value} ({settings.describe()}), "
-          f"baseline {baseline_dir or 'the recordings'}, data {data or FRESH_TOLD}",
+    print(f"eval: {len(histories)} histories, models {mode} ({settings.describe()}), "
+          f"baseline {baseline or 'the recordings'}, data {tools_db or FRESH_TOLD}",
           file=sys.stderr, flush=True)
-    try:
-        report = await evaluate(
-            # The live data is hashed before and after even when it is not copied.
-            histories, build_worker, mode=mode, data=data, watch=_live(folder),
-            baseline=baseline,
-            baseline_name=str(baseline_dir or "recorded"), scorers=scorers, timeout=timeout,
-            progress=_progress, models=settings)
-    except (RecordingError, EvalSetupError) as exc:
-        raise CliError(str(exc)) from None
+    report = await evaluate(
+        # The live data is hashed before and after even when it is not copied.
+        histories, build_worker, mode=Mode(mode), data=tools_db, watch=_live(folder),
+        baseline=baseline_report, baseline_name=str(baseline or "recorded"),
+        scorers=scoring, timeout=timeout, progress=_progress, models=settings)
     if report_dir is not None:
         from tower.cli.inbox.drawing import machine_svg
 
@@ -122,13 +104,6 @@ async def _eval(paths: list[str], query: str | None, namespace: str | None, mode
     else:
         print(_totals(report))
     return _exit(report, fail_on)
-
-
-def _load(paths: list[str]) -> list[tuple[str, WorkflowHistory]]:
-    try:
-        return load(paths) if paths else []
-    except HistoryError as exc:
-        raise CliError(str(exc)) from None
 
 
 async def _query(query: str, namespace: str | None) -> list[tuple[str, WorkflowHistory]]:
@@ -144,15 +119,6 @@ async def _query(query: str, namespace: str | None) -> list[tuple[str, WorkflowH
         history = await client.get_workflow_handle(run.id, run_id=run.run_id).fetch_history()
         found.append((f"{client.namespace}/{run.id}@{run.run_id}", history))
     return found
-
-
-def _types(histories: list[tuple[str, WorkflowHistory]]) -> list[tuple[str, str]]:
-    from tower.temporal.replay import workflow_type
-
-    try:
-        return [(source, workflow_type(history)) for source, history in histories]
-    except HistoryError as exc:
-        raise CliError(str(exc)) from None
 
 
 def _data(choice: str, folder: Path) -> Path | None:
@@ -183,11 +149,7 @@ def _live(folder: Path) -> Path:
 
 
 def _import(spec: str) -> Scorer:
-    module, _, name = spec.partition(":")
-    try:
-        found = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise CliError(f"--scorer {spec}: {exc}") from None
+    found = imported("--scorer", spec)
     if not callable(found):
         raise CliError(f"--scorer {spec}: not a function")
     scorer: Scorer = found

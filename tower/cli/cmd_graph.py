@@ -1,8 +1,5 @@
-"""`tower graph AGENT`: the agent's real state machine, drawn locally.
-
-Mermaid and DOT are text made from the compiled machine; SVG and PNG are drawn by
-Graphviz's `dot` (Debian's graphviz package) on this machine, with no network.
-"""
+"""`tower graph AGENT`: the agent's real state machine, drawn locally (mermaid and DOT from
+the compiled machine; SVG and PNG by Graphviz's `dot` on this machine, with no network)."""
 
 from __future__ import annotations
 
@@ -46,13 +43,11 @@ def command(agent: str | None, check: bool, fmt: str, out: str | None, every: bo
     if every:
         if not out_dir:
             raise CliError("--all needs --out-dir DIR")
-        folder = Path(out_dir)
-        folder.mkdir(parents=True, exist_ok=True)
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
         written = []
-        known = agents()
-        for name in sorted(known):
-            path = folder / f"{name}.{'mmd' if fmt == 'mermaid' else fmt}"
-            path.write_bytes(render(known[name].machine, fmt))
+        for name, cls in sorted(agents().items()):
+            path = Path(out_dir) / f"{name}.{'mmd' if fmt == 'mermaid' else fmt}"
+            path.write_bytes(render(cls.machine, fmt))
             written.append(str(path))
         if as_json:
             print_json({"written": written})

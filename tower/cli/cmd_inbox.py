@@ -66,22 +66,38 @@ class SignIn:
 @click.option("--tls-key", help="the certificate's private key")
 @json_option("print the inbox's address (and new development logins) as one JSON line")
 @tenant_option
-def command(host: str, port: int, accounts: Path | None, proxy_header: str | None,
-            trusted_proxies: tuple[str, ...], roles: Path | None, watchers: tuple[str, ...],
-            issuer: str | None, watch_only: bool, web_ui: str | None, tls_cert: str | None,
-            tls_key: str | None, as_json: bool) -> Any:
-    from tower.extras import MissingExtra, require
+async def command(host: str, port: int, accounts: Path | None, proxy_header: str | None,
+                  trusted_proxies: tuple[str, ...], roles: Path | None,
+                  watchers: tuple[str, ...], issuer: str | None, watch_only: bool,
+                  web_ui: str | None, tls_cert: str | None, tls_key: str | None,
+                  as_json: bool) -> int:
+    from tower.cli.agents import agents
+    from tower.client import connect
+    from tower.extras import require
 
-    try:
-        require("inbox", "tower inbox")
-    except MissingExtra as exc:
-        raise CliError(str(exc)) from None
+    require("inbox", "tower inbox")
+    from tower.cli.inbox.app import serving  # (the extra is there: starlette, uvicorn)
+
     if watch_only and issuer:
         raise CliError("--watch-only serves without a signing key: drop --issuer")
     issuer = None if watch_only else issuer or "inbox"
     sign_in = SignIn(accounts, proxy_header, trusted_proxies, roles, watchers)
-    return serve(sign_in, host=host, port=port, issuer=issuer, web_ui=web_ui,
-                 tls_cert=tls_cert, tls_key=tls_key, as_json=as_json)
+    if bool(tls_cert) != bool(tls_key):
+        raise CliError("--tls-cert and --tls-key go together")
+    agents()  # it offers only requests the project's agents could have made: it needs them
+    client = await connect()
+    config, created = build_config(sign_in, client.namespace, issuer=issuer, web_ui=web_ui,
+                                   tls=bool(tls_cert))
+    async with serving(config, client, host=host, port=port, ssl_certfile=tls_cert,
+                       ssl_keyfile=tls_key) as url:
+        if as_json:
+            print_json({"url": url, "tenant": client.namespace, "issuer": issuer,
+                        "kid": config.issuer["kid"] if config.issuer else None,
+                        "new_accounts": created}, line=True)
+        else:
+            _describe(url, client.namespace, issuer, config, created, sign_in)
+        await asyncio.Event().wait()  # until Ctrl-C
+    return 0
 
 
 def build_config(sign_in: SignIn, tenant: str, *, issuer: str | None, web_ui: str | None = None,
@@ -119,34 +135,6 @@ def build_config(sign_in: SignIn, tenant: str, *, issuer: str | None, web_ui: st
         return InboxConfig(accounts=Accounts.load(sign_in.accounts), **common), {}
     dev, created = dev_accounts(DEV_ACCOUNTS)
     return InboxConfig(accounts=dev, **common), created
-
-
-async def serve(sign_in: SignIn, *, host: str, port: int, issuer: str | None, web_ui: str | None,
-                tls_cert: str | None, tls_key: str | None, as_json: bool = False) -> int:
-    from tower.cli.agents import agents
-    from tower.cli.inbox.server import serving
-    from tower.client import connect
-
-    if bool(tls_cert) != bool(tls_key):
-        raise CliError("--tls-cert and --tls-key go together")
-    # The inbox offers only requests the project's agents could have made: it needs them.
-    try:
-        agents()
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
-    client = await connect()
-    config, created = build_config(sign_in, client.namespace, issuer=issuer, web_ui=web_ui,
-                                   tls=bool(tls_cert))
-    async with serving(config, client, host=host, port=port, ssl_certfile=tls_cert,
-                       ssl_keyfile=tls_key) as url:
-        if as_json:
-            print_json({"url": url, "tenant": client.namespace, "issuer": issuer,
-                        "kid": config.issuer["kid"] if config.issuer else None,
-                        "new_accounts": created}, line=True)
-        else:
-            _describe(url, client.namespace, issuer, config, created, sign_in)
-        await asyncio.Event().wait()  # until Ctrl-C
-    return 0
 
 
 def _describe(url: str, tenant: str, issuer: str | None, config: InboxConfig,

@@ -1,16 +1,14 @@
 """`tower inspect RUN [--step N]` and `tower fork RUN --step N`: time travel on a run.
 
-Both read the run's history from the server (running or closed) and replay it
-locally against the current code, which gives the transition log and the state
-after every step without a worker; fork then asks Temporal to reset the run to
-the workflow task that recorded step N.
+Both replay the run's history (running or closed) locally against the current code, which
+gives the transition log and the state after every step without a worker; fork then asks
+Temporal to reset the run to the workflow task that recorded step N.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 from temporalio.client import Client, WorkflowHistory
@@ -43,8 +41,40 @@ from tower.temporal.replay import (
 @click.option("--step", type=int, help="print the full state after this step")
 @json_option("the run, its transitions (and the state after --step) as JSON")
 @tenant_option
-def inspect(run: str, run_id: str | None, step: int | None, as_json: bool) -> Any:
-    return _inspect(run, run_id, step, as_json)
+async def inspect(run: str, run_id: str | None, step: int | None, as_json: bool) -> int:
+    history, result = await replayed(run, run_id, ended=True)
+    end = await history_end(history)  # how it ended, when it did not complete
+    last = result.states[-1] if result.log else None
+    state = None
+    if step is not None and last is not None:
+        state = result.state_after(step).model_dump(mode="json")
+    if as_json:
+        print_json({"run": result.workflow_id, "agent": result.workflow_type,
+                    "history_events": len(history.events), "node": last.node if last else None,
+                    "status": last.status.value if last else end[0] if end else None,
+                    "step": last.step if last else 0,
+                    "transitions": [t.model_dump(mode="json") for t in result.log],
+                    "warnings": result.problems, "state_after_step": state,
+                    "reason": end[1] if end else None})
+        return 0
+    head = f"run {result.workflow_id} · agent {result.workflow_type} · " \
+           f"{len(history.events)} history events"
+    if last is None:  # it closed before its first step: the reason is all there is
+        assert end is not None
+        print(f"{head} · ended {end[0]} before its first step\nreason: {inert(end[1])}")
+        return 0
+    print(f"{head} · now at {last.node} ({last.status.value}, step {last.step})")
+    table(["STEP", "FROM", "TO", "TIME", "EVENT", "REASON"],
+          [[t.step, t.source, t.target, t.at.isoformat(timespec="milliseconds"), t.event_id,
+            t.reason] for t in result.log])
+    for problem in result.problems:
+        print(f"warning: {problem}")
+    if end is not None:
+        print(f"ended {end[0]}: {inert(end[1])}")
+    if state is not None:
+        print(f"\nstate after step {step}:")
+        print(json.dumps(state, indent=2, sort_keys=True))
+    return 0
 
 
 @click.command("fork", help=(
@@ -60,86 +90,7 @@ def inspect(run: str, run_id: str | None, step: int | None, as_json: bool) -> An
               help="recorded in the history")
 @json_option("the new run as JSON")
 @tenant_option
-def fork(run: str, run_id: str | None, step: int, reason: str, as_json: bool) -> Any:
-    return _fork(run, run_id, step, reason, as_json)
-
-
-async def replayed(run: str, run_id: str | None, client: Client | None = None, *,
-                   ended: bool = False) -> tuple[WorkflowHistory, Replayed]:
-    """The history of RUN (a file or a workflow id) and its replay; CliError if it fails.
-    ``ended``: a run that closed before its first step is no error (it has no log)."""
-    namespace = client.namespace if client else connect_config().get("namespace") or "default"
-    try:
-        if run.endswith(".json") and Path(run).is_file():
-            histories = load([run])
-        else:
-            histories = [(run, await fetch(client or await connect(), run, run_id))]
-        (source, history), = histories
-        await readable(source, history)
-    except HistoryError as exc:
-        raise CliError(str(exc)) from None
-    why = refusal(await history_failure(history))
-    if why is not None:  # failed before its first step: no steps, no state to show
-        raise NeverStarted(source, why)
-    try:
-        result = await replay_run(source, history, workflows=list(agents().values()),
-                                  namespace=namespace)
-    except HistoryError as exc:
-        end = await history_end(history)
-        how = f" (it ended {end[0]}: {end[1]})" if end else ""
-        raise CliError(f"{exc}{how}") from None
-    if not result.log and not (ended and await history_end(history)):
-        raise CliError(f"{source} is a {result.workflow_type!r} run with no transitions yet")
-    return history, result
-
-
-async def _inspect(run: str, run_id: str | None, step: int | None, as_json: bool) -> int:
-    history, result = await replayed(run, run_id, ended=True)
-    end = await history_end(history)  # how it ended, when it did not complete
-    if not result.log:  # it closed before its first step: the reason is all there is
-        assert end is not None
-        if as_json:
-            print_json({"run": result.workflow_id, "agent": result.workflow_type,
-                        "history_events": len(history.events), "node": None,
-                        "status": end[0], "step": 0, "transitions": [],
-                        "warnings": result.problems, "state_after_step": None,
-                        "reason": end[1]})
-            return 0
-        print(f"run {result.workflow_id} · agent {result.workflow_type} · "
-              f"{len(history.events)} history events · ended {end[0]} before its first step")
-        print(f"reason: {inert(end[1])}")
-        return 0
-    last = result.states[-1]
-    state = None
-    if step is not None:
-        try:
-            state = result.state_after(step).model_dump(mode="json")
-        except HistoryError as exc:
-            raise CliError(str(exc)) from None
-    if as_json:
-        print_json({"run": result.workflow_id, "agent": result.workflow_type,
-                    "history_events": len(history.events), "node": last.node,
-                    "status": last.status.value, "step": last.step,
-                    "transitions": [t.model_dump(mode="json") for t in result.log],
-                    "warnings": result.problems, "state_after_step": state,
-                    "reason": end[1] if end else None})
-        return 0
-    print(f"run {result.workflow_id} · agent {result.workflow_type} · {len(history.events)} "
-          f"history events · now at {last.node} ({last.status.value}, step {last.step})")
-    table(["STEP", "FROM", "TO", "TIME", "EVENT", "REASON"],
-          [[t.step, t.source, t.target, t.at.isoformat(timespec="milliseconds"), t.event_id,
-            t.reason] for t in result.log])
-    for problem in result.problems:
-        print(f"warning: {problem}")
-    if end is not None:
-        print(f"ended {end[0]}: {inert(end[1])}")
-    if state is not None:
-        print(f"\nstate after step {step}:")
-        print(json.dumps(state, indent=2, sort_keys=True))
-    return 0
-
-
-async def _fork(run: str, run_id: str | None, step: int, reason: str, as_json: bool) -> int:
+async def fork(run: str, run_id: str | None, step: int, reason: str, as_json: bool) -> int:
     if run.endswith(".json") and Path(run).is_file():
         raise CliError("fork needs a run on the server (a workflow id), not a history file")
     history, result = await replayed(run, run_id)
@@ -181,3 +132,29 @@ async def _fork(run: str, run_id: str | None, step: int, reason: str, as_json: b
           f"{original.workflow_type.name}); if it was still running, the reset terminated it")
     print(f"  follow the new run: tower inspect {run}")
     return 0
+
+
+async def replayed(run: str, run_id: str | None, client: Client | None = None, *,
+                   ended: bool = False) -> tuple[WorkflowHistory, Replayed]:
+    """The history of RUN (a file or a workflow id) and its replay.
+    ``ended``: a run that closed before its first step is no error (it has no log)."""
+    namespace = client.namespace if client else connect_config().get("namespace") or "default"
+    if run.endswith(".json") and Path(run).is_file():
+        histories = load([run])
+    else:
+        histories = [(run, await fetch(client or await connect(), run, run_id))]
+    (source, history), = histories
+    await readable(source, history)
+    why = refusal(await history_failure(history))
+    if why is not None:  # failed before its first step: no steps, no state to show
+        raise NeverStarted(source, why)
+    try:
+        result = await replay_run(source, history, workflows=list(agents().values()),
+                                  namespace=namespace)
+    except HistoryError as exc:
+        end = await history_end(history)
+        how = f" (it ended {end[0]}: {end[1]})" if end else ""
+        raise CliError(f"{exc}{how}") from None
+    if not result.log and not (ended and await history_end(history)):
+        raise CliError(f"{source} is a {result.workflow_type!r} run with no transitions yet")
+    return history, result

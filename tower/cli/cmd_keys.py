@@ -1,10 +1,6 @@
-"""`tower keys new NAME`, `tower keys enrol NAME`: approvers' signing keys; `tower keys worker`:
-the deployment's attestation key.
-
-``new`` makes a key pair for an approver (the private key stays in their config dir) and
-prints the public JWK for the roster. ``enrol`` is the deployment's side: it adds a
-public key to a tenant's roster in the trust directory.
-"""
+"""`tower keys new NAME` (an approver's key pair), `tower keys enrol NAME` (the deployment's
+side: a public key into a tenant's roster) and `tower keys worker` (the deployment's
+attestation key)."""
 
 from __future__ import annotations
 
@@ -29,15 +25,14 @@ def keys() -> None:
 @click.option("--kid", help="key id (default: NAME-<date>-<random>)")
 @json_option("the public JWK and where the private key is, as JSON")
 def new(name: str, kid: str | None, as_json: bool) -> int:
-    from tower.client.keys import config_dir, create_key
+    from tower.client.keys import create_key, key_path
 
-    public = create_key(name, kid=kid)
-    jwk = public.model_dump(mode="json", exclude_none=True)
+    jwk = create_key(name, kid=kid).model_dump(mode="json", exclude_none=True)
     if as_json:
-        print_json({"public": jwk, "private_key": str(config_dir() / "keys" / f"{name}.jwk")})
+        print_json({"public": jwk, "private_key": str(key_path(name))})
         return 0
     print(json.dumps(jwk))
-    print(f"private key: {config_dir() / 'keys' / (name + '.jwk')} (mode 0600; never share "
+    print(f"private key: {key_path(name)} (mode 0600; never share "
           "it). Add the public key above to the tenant's roster.json "
           f"(`tower keys enrol {name} --role ROLE` on the deployment).")
     return 0

@@ -17,8 +17,9 @@ from tower.testing.model_sse import STREAMING
     "faults at random (429 with Retry-After, 500, slow replies, malformed JSON, "
     "schema-violating output, unknown tools). Point a worker at it with "
     "OPENAI_BASE_URL=http://127.0.0.1:PORT/v1 OPENAI_API_KEY=loopback. Ctrl-C stops it."))
-@click.option("--port", type=int, default=8700, show_default=True, help="port (0: any free)")
-@click.option("--fault-rate", type=float, default=0.0, show_default=True,
+@click.option("--port", type=click.IntRange(0, 65535), default=8700, show_default=True,
+              help="port (0: any free)")
+@click.option("--fault-rate", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="share of requests answered with a random fault, 0..1")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the fault picker")
 @click.option("--slow-seconds", type=float, default=5.0, show_default=True,
@@ -33,10 +34,6 @@ def command(port: int, fault_rate: float, seed: int, slow_seconds: float, stream
     from tower.cli.agents import scripted_reply
     from tower.testing.model_server import LoopbackModelServer
 
-    if not 0.0 <= fault_rate <= 1.0:
-        raise CliError(f"--fault-rate must be between 0 and 1, not {fault_rate}")
-    if not 0 <= port <= 65535:
-        raise CliError(f"--port must be between 0 and 65535, not {port}")
     try:
         server = LoopbackModelServer(port, replies=scripted_reply, fault_rate=fault_rate, seed=seed,
                                      slow_seconds=slow_seconds)

@@ -1,21 +1,16 @@
-"""`tower retry RUN --from NODE`: an operator's decision on a FAILED run.
-
-A FAILED run is a failed workflow execution; `tower retry` resets it to just before it
-last entered NODE (``tower.client.retry``). A retry refused (the run did not fail, it never
-entered NODE) changes nothing.
-"""
+"""`tower retry RUN --from NODE`: an operator's decision on a FAILED run: a reset to just
+before it last entered NODE (``tower.client.retry``). A retry refused (the run did not fail,
+it never entered NODE) changes nothing."""
 
 from __future__ import annotations
 
 import getpass
 import io
-from typing import Any
 
 import click
 from temporalio.client import Client
 
-from tower.cli.live import follow as follow_run
-from tower.cli.live import watch
+from tower.cli.live import follow, watch
 from tower.cli.output import json_option, print_json, tenant_option
 from tower.client import connect
 from tower.client import retry as retry_from
@@ -34,8 +29,21 @@ from tower.client._recovery import Retried
 @click.option("--no-follow", is_flag=True, help="do not follow the run")
 @json_option("the reset (new run id) and the run's status after following, as JSON")
 @tenant_option
-def retry(run: str, node: str, by: str | None, no_follow: bool, as_json: bool) -> Any:
-    return _retry(run, node, by or getpass.getuser(), not no_follow, as_json)
+async def retry(run: str, node: str, by: str | None, no_follow: bool, as_json: bool) -> int:
+    by = by or getpass.getuser()
+    client = await connect()
+    done = await retry_run(client, run, node, by)
+    handle = client.get_workflow_handle(run)  # the newest run: the one the reset started
+    if as_json:
+        status = None if no_follow else (await watch(
+            handle, as_json=False, out=io.StringIO(), progress_line=False)).status
+        print_json({"run": run, "retry_from": node, "by": by, "answer": done.answer,
+                    "new_run_id": done.new_run_id, "status": status})
+        return 0
+    print(done.answer)
+    if not no_follow:
+        print(f"status: {await follow(handle, skip=done.skip)}")
+    return 0
 
 
 async def send_retry(client: Client, run: str, node: str, by: str) -> str:
@@ -48,22 +56,3 @@ async def retry_run(client: Client, run: str, node: str, by: str) -> Retried:
     from tower.cli.agents import agents
 
     return await retry_from(client, run, node, by=by, workflows=list(agents().values()))
-
-
-async def _retry(run: str, node: str, by: str, follow: bool, as_json: bool) -> int:
-    client = await connect()
-    done = await retry_run(client, run, node, by)
-    handle = client.get_workflow_handle(run)  # the newest run: the one the reset started
-    status = None
-    if as_json:
-        if follow:
-            status = (await watch(handle, as_json=False, out=io.StringIO(),
-                                  progress_line=False)).status
-        print_json({"run": run, "retry_from": node, "by": by, "answer": done.answer,
-                    "new_run_id": done.new_run_id, "status": status})
-        return 0
-    print(done.answer)
-    if follow:
-        status = await follow_run(handle, skip=done.skip)
-        print(f"status: {status}")
-    return 0

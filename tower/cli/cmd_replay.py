@@ -3,7 +3,6 @@ and back through the current code."""
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 from typing import Any
@@ -12,13 +11,12 @@ import click
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower.cli import project
-from tower.cli.common import CliError
+from tower.cli.common import CliError, imported
 from tower.cli.histories import replay as run_replay
 from tower.cli.output import json_option, print_json, run_argument, tenant_option
 from tower.client import connect
 from tower.client.connection import connect_config
-from tower.temporal.replay import HistoryError, Replayed, history_file_name, load, report
+from tower.temporal.replay import Replayed, history_file_name, load, report
 
 
 @click.group("history", help="Work with a run's Temporal event history.")
@@ -36,45 +34,8 @@ def history() -> None:
                    "--run-id)")
 @json_option("what was written, as JSON")
 @tenant_option
-def export(run: str, run_id: str | None, target: str | None, as_json: bool) -> Any:
-    return _export(run, run_id, target, as_json)
-
-
-@click.command("replay", help=(
-    "Replay history files (or every *.json in folders) against the current agents with the "
-    "worker's sandbox and converter, then check each run's transition log: steps strictly "
-    "increase, only declared moves, DONE and FAILED are never left, "
-    "and the path is the one the original run recorded. Exits 1 if any history fails."))
-@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
-@click.option("-v", "--verbose", is_flag=True, help="print every transition")
-@click.option("--namespace", help="the namespace the runs were recorded in; workflow code may "
-                                  "read it (default: the tenant, TEMPORAL_NAMESPACE, else "
-                                  "'default')")
-@click.option("--workflows", metavar="MODULE:NAME",
-              help="replay against these workflow classes (a class, or a list or dict of "
-                   "them) instead of Tower's registered agents")
-@json_option("each history's result as JSON")
-@tenant_option
-def replay(paths: tuple[str, ...], verbose: bool, namespace: str | None, workflows: str | None,
-           as_json: bool) -> Any:
-    return _replay(list(paths), verbose, namespace, workflows, as_json)
-
-
-async def fetch(client: Client, run: str, run_id: str | None = None) -> WorkflowHistory:
-    """A run's history; a clear error when the server does not know the run."""
-    handle = client.get_workflow_handle(run, run_id=run_id)
-    try:
-        return await handle.fetch_history()
-    except RPCError as exc:
-        if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
-            raise CliError(f"run {run!r}{f' ({run_id})' if run_id else ''} not found: "
-                           f"{exc.message}") from None
-        raise
-
-
-async def _export(run: str, run_id: str | None, target: str | None, as_json: bool) -> int:
-    client = await connect()
-    history = await fetch(client, run, run_id)
+async def export(run: str, run_id: str | None, target: str | None, as_json: bool) -> int:
+    history = await fetch(await connect(), run, run_id)
     # The name carries the workflow id, which replay needs; a chosen run gets its id too.
     # Encoded: a run id is chosen by whoever started the run ("../x", "/tmp/x").
     name = history_file_name(run, run_id)
@@ -96,12 +57,24 @@ async def _export(run: str, run_id: str | None, target: str | None, as_json: boo
     return 0
 
 
-async def _replay(paths: list[str], verbose: bool, namespace: str | None,
-                  workflows: str | None, as_json: bool) -> int:
-    try:
-        histories = load(paths)
-    except HistoryError as exc:
-        raise CliError(str(exc)) from None
+@click.command("replay", help=(
+    "Replay history files (or every *.json in folders) against the current agents with the "
+    "worker's sandbox and converter, then check each run's transition log: steps strictly "
+    "increase, only declared moves, DONE and FAILED are never left, "
+    "and the path is the one the original run recorded. Exits 1 if any history fails."))
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("-v", "--verbose", is_flag=True, help="print every transition")
+@click.option("--namespace", help="the namespace the runs were recorded in; workflow code may "
+                                  "read it (default: the tenant, TEMPORAL_NAMESPACE, else "
+                                  "'default')")
+@click.option("--workflows", metavar="MODULE:NAME",
+              help="replay against these workflow classes (a class, or a list or dict of "
+                   "them) instead of Tower's registered agents")
+@json_option("each history's result as JSON")
+@tenant_option
+async def replay(paths: tuple[str, ...], verbose: bool, namespace: str | None,
+                 workflows: str | None, as_json: bool) -> int:
+    histories = load(list(paths))
     classes = import_workflows(workflows) if workflows else None
     namespace = namespace or connect_config().get("namespace") or "default"
     results = await run_replay(histories, workflows=classes, namespace=namespace)
@@ -116,6 +89,18 @@ async def _replay(paths: list[str], verbose: bool, namespace: str | None,
     return 1 if bad else 0
 
 
+async def fetch(client: Client, run: str, run_id: str | None = None) -> WorkflowHistory:
+    """A run's history; a clear error when the server does not know the run."""
+    handle = client.get_workflow_handle(run, run_id=run_id)
+    try:
+        return await handle.fetch_history()
+    except RPCError as exc:
+        if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+            raise CliError(f"run {run!r}{f' ({run_id})' if run_id else ''} not found: "
+                           f"{exc.message}") from None
+        raise
+
+
 def as_data(result: Replayed) -> dict[str, Any]:
     return {"source": result.source, "workflow_id": result.workflow_id,
             "workflow_type": result.workflow_type, "ok": result.ok, "failure": result.failure,
@@ -125,15 +110,7 @@ def as_data(result: Replayed) -> dict[str, Any]:
 
 
 def import_workflows(spec: str) -> list[type]:
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise CliError(f"--workflows wants MODULE:NAME, got {spec!r}")
-    if project.find() is not None:  # the module may import the project's own packages
-        project.root()
-    try:
-        found = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise CliError(f"--workflows {spec}: {exc}") from None
+    found = imported("--workflows", spec)
     classes = list(found.values() if isinstance(found, dict) else
                    found if isinstance(found, list | tuple) else [found])
     if not classes or not all(isinstance(c, type) for c in classes):

@@ -8,13 +8,14 @@ import uuid
 from typing import Any
 
 import click
+from temporalio.client import WorkflowQueryFailedError
+from temporalio.service import RPCError
 
 from tower.cli import project
 from tower.cli.errors import CliError
 from tower.cli.output import json_option, print_json, say, tenant_option
-from tower.cli.proposal import columns
-from tower.contract.decisions import GateRecord, canonical_proposal
-from tower.contract.render import inert, render_proposal
+from tower.contract import names
+from tower.contract.render import inert
 
 
 def _agents_help() -> str:
@@ -40,45 +41,38 @@ def _agents_help() -> str:
 @json_option("JSON for scripts: one object per line (started, each transition, the model's "
              "stream: model_started, each delta, model_finished, discard; end)")
 @tenant_option
-def command(agent: str, raw_input: str, run_id: str | None, task_queue: str, follow: bool,
-            ui_url: str | None, as_json: bool) -> Any:
-    return run(agent, raw_input, run_id, task_queue, follow, ui_url, as_json)
-
-
-async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: str,
-              follow: bool, ui_url: str | None, as_json: bool) -> int:
-    from tower.cli.approvals import check_policy
-    from tower.cli.common import agent_class, parse_input
+async def command(agent: str, raw_input: str, run_id: str | None, task_queue: str,
+                  follow: bool, ui_url: str | None, as_json: bool) -> int:
+    from tower.cli.approvals import check_policy, print_waiting
+    from tower.cli.common import agent_class, parse_input, start_run
     from tower.cli.live import watch
     from tower.cli.ui import run_link, ui_base
-    from tower.client import connect, start_run
+    from tower.client import connect
     from tower.client._runs import has_workers
-    from tower.contract import names
     from tower.core.details import span
 
-    agent = agent_class(agent_name)
-    request = parse_input(agent, raw_input)
+    cls = agent_class(agent)
+    request = parse_input(cls, raw_input)
     client = await connect()
-    run_id = run_id or f"{agent_name}-{uuid.uuid4().hex[:8]}"
-    # Refused here, before the run starts, when the input would loosen the tenant's policy
-    # (the run refuses it too, for a client that skips this check).
-    check_policy(agent, request, client.namespace)
+    run_id = run_id or f"{agent}-{uuid.uuid4().hex[:8]}"
+    # Refused here, before the run starts (the run refuses it too, for a client that skips
+    # this check).
+    check_policy(cls, request, client.namespace)
     handle = await start_run(
-        client, agent, request, id=run_id, task_queue=task_queue,
+        client, cls, request, id=run_id, task_queue=task_queue,
         # The Web UI's "Summary" of the run: what was asked, in one line, inert (the UI
         # reads it as Markdown).
-        static_summary=f"{agent.machine.name}: {span(raw_input[:200])}",
+        static_summary=f"{cls.machine.name}: {span(raw_input[:200])}",
     )
-    link = run_link(ui_url.rstrip("/") if ui_url else await ui_base(client), client.namespace,
-                    run_id)
+    link = run_link(ui_url or await ui_base(client), client.namespace, run_id)
     if as_json:
-        print_json({"event": "started", "run": run_id, "agent": agent.machine.name,
+        print_json({"event": "started", "run": run_id, "agent": cls.machine.name,
                     "task_queue": task_queue, "web_ui": link}, line=True)
     else:
         print(f"started {run_id}", flush=True)
     if not follow:
         return 0
-    if getattr(agent, "waits_for_messages", False):  # a chat: days long, nothing to follow
+    if getattr(cls, "waits_for_messages", False):  # a chat: days long, nothing to follow
         print(f"{run_id} is a chat thread waiting for messages: talk to it with "
               f"`tower chat {run_id}`", file=sys.stderr, flush=True)
         return 0
@@ -87,7 +81,7 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
               "until one starts (`python worker.py`)", file=sys.stderr, flush=True)
     progress = await watch(handle, as_json=as_json, stop_when_idle=True, client=client)
     status = progress.status
-    state = await final_state(client, handle, progress)
+    state = await _final_state(client, handle, progress)
     approvals = (await handle.query(names.APPROVALS.name, result_type=dict)
                  if status == "AWAITING_APPROVAL" else {})
     if as_json:
@@ -100,7 +94,7 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
     if progress.reason:
         print(f"reason: {inert(progress.reason)}")
     if approvals:
-        print_pending(approvals)
+        print_waiting(approvals)
     if progress.idle:
         say(f"{run_id} waits for input from outside (a signal or an update, e.g. an "
             f"event-driven agent's `event` signal); follow it again with `tower watch {run_id}`")
@@ -109,14 +103,10 @@ async def run(agent_name: str, raw_input: str, run_id: str | None, task_queue: s
     return 1 if progress.failed else 0
 
 
-async def final_state(client: Any, handle: Any, progress: Any) -> dict[str, Any]:
+async def _final_state(client: Any, handle: Any, progress: Any) -> dict[str, Any]:
     """The run's state where following stopped: a worker answers, or, for a closed run,
     its result or its history; nothing for a run that closed before its first step."""
-    from temporalio.client import WorkflowQueryFailedError
-    from temporalio.service import RPCError
-
-    from tower.cli.runs import run_state
-    from tower.contract import names
+    from tower.cli.cmd_runs import run_state
 
     if progress.closed and not progress.transitions:
         return {}
@@ -132,21 +122,6 @@ async def final_state(client: Any, handle: Any, progress: Any) -> dict[str, Any]
         return {}
 
 
-def print_pending(approvals: dict[str, Any]) -> None:
-    p = approvals.get("pending")
-    if not p:
-        return
-    request = GateRecord.model_validate(p)
-    print(f"waiting at gate {p['gate']} ({p['when']} {p['node']}) for role {p['role']} until "
-          f"{p['expires_at']}")
-    # The library's one rendering: whole, every hidden character a visible escape.
-    for line in render_proposal(canonical_proposal(request)).lines(
-            indent="  ", width=columns(sys.stdout)):
-        print(line)
-    print(f"decide with: tower approve {approvals['run']} --by NAME   (signs with NAME's key; "
-          f"the roster must give NAME role {p['role']}; or tower reject ...)")
-
-
 def print_outcome(status: str, state: dict[str, Any]) -> None:
     print(f"status: {status}")
     final = [m for m in state.get("messages", []) if isinstance(m, dict)
@@ -156,9 +131,5 @@ def print_outcome(status: str, state: dict[str, Any]) -> None:
     # A run that ended DONE recovered from its errors: they are history, not its outcome.
     label = "recovered from" if status == "DONE" else "error"
     for error in state.get("errors", []) or []:
-        print(f"{label}: {_undoubled(str(error))}")
-
-
-def _undoubled(error: str) -> str:
-    """``node: node: why`` (the node named by the engine and again by its reason) once."""
-    return re.sub(r"^([\w.-]+): \1: ", r"\1: ", error)
+        # ``node: node: why`` (the node named by the engine and again by its reason) once.
+        print(f"{label}: " + re.sub(r"^([\w.-]+): \1: ", r"\1: ", str(error)))

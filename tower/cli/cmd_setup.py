@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import asyncio
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import TypeVar
 
 import click
+from temporalio.service import RPCError, RPCStatusCode
 
 from tower.cli.output import json_option, print_json
+from tower.cli.server_setup import setup
+from tower.client import connect
+from tower.client.connection import ServerUnreachable, check_tenant, connect_config
 
-if TYPE_CHECKING:
-    from datetime import timedelta
-
-    from temporalio.client import Client
-
-    from tower.cli.server_setup import SetupReport
+T = TypeVar("T")
+E = TypeVar("E", bound=Exception)
 
 
 @click.command("setup", help=(
@@ -29,30 +32,20 @@ if TYPE_CHECKING:
 @click.option("--wait", type=click.FloatRange(0), default=0, metavar="SECONDS",
               help="wait up to this long for the server to answer (a cluster starting)")
 @json_option("print what was changed, found and left to do as one JSON object")
-def command(tenants: tuple[str, ...], retention: int, wait: float, as_json: bool) -> Any:
-    return _setup(list(tenants), retention, wait, as_json)
-
-
-async def _setup(tenants: list[str], retention: int, wait: float, as_json: bool) -> int:
-    from datetime import timedelta
-
-    from tower.client.connection import check_tenant, connect_config
-
+async def command(tenants: tuple[str, ...], retention: int, wait: float, as_json: bool) -> int:
     for tenant in tenants:
         check_tenant(tenant)
-    client = await _connect(wait)
+    client = await _until(wait, lambda: connect(check_namespace=False), ServerUnreachable)
     namespaces = [client.namespace, *tenants]
-    report = await _until_served(client, namespaces, timedelta(days=retention), wait)
+    # A cluster that has just started answers Unavailable until its services have joined.
+    report = await _until(wait, lambda: setup(client, namespaces,
+                                                  retention=timedelta(days=retention)),
+                          RPCError, lambda exc: exc.status == RPCStatusCode.UNAVAILABLE)
     address = connect_config()["target_host"]
     if as_json:
         print_json({"address": address, "namespaces": namespaces, "changed": report.changed,
                     "present": report.present, "actions": report.actions})
-    else:
-        _print(address, report)
-    return 1 if report.actions else 0
-
-
-def _print(address: str, report: SetupReport) -> None:
+        return 1 if report.actions else 0
     print(f"Temporal at {address}")
     for line in report.changed:
         print(f"  changed: {line}")
@@ -62,40 +55,18 @@ def _print(address: str, report: SetupReport) -> None:
         print("nothing to change: the server is ready for Tower")
     for line in report.actions:
         print(f"  OPERATOR ACTION: {line}")
+    return 1 if report.actions else 0
 
 
-async def _connect(wait: float) -> Client:
-    import asyncio
-
-    from tower.client import connect
-    from tower.client.connection import ServerUnreachable
-
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
+async def _until(wait: float, attempt: Callable[[], Awaitable[T]], error: type[E],
+                 transient: Callable[[E], bool] = lambda exc: True) -> T:
+    """``attempt()``, tried again each second while it fails with a transient ``error``,
+    for up to ``wait`` seconds."""
+    deadline = asyncio.get_running_loop().time() + wait
     while True:
         try:
-            return await connect(check_namespace=False)
-        except ServerUnreachable:
-            if loop.time() >= deadline:
-                raise
-            await asyncio.sleep(1)
-
-
-async def _until_served(client: Client, namespaces: list[str], retention: timedelta,
-                        wait: float) -> SetupReport:
-    import asyncio
-
-    from temporalio.service import RPCError, RPCStatusCode
-
-    from tower.cli.server_setup import setup
-
-    # A cluster that has just started answers Unavailable until its services have joined.
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
-    while True:
-        try:
-            return await setup(client, namespaces, retention=retention)
-        except RPCError as exc:
-            if exc.status != RPCStatusCode.UNAVAILABLE or loop.time() >= deadline:
+            return await attempt()
+        except error as exc:
+            if not transient(exc) or asyncio.get_running_loop().time() >= deadline:
                 raise
             await asyncio.sleep(1)

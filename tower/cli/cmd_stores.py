@@ -1,10 +1,7 @@
-"""`tower stores`: which store each is, read from the settings every process reads (workers,
-the CLI, the inbox: tower/activities/stores.py), whether each answers, and whether one is a
-host's own file while the Temporal server is shared."""
+"""`tower stores`: where the settings every process reads (tower/activities/stores.py) put
+each store, and whether each answers."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import click
 
@@ -20,18 +17,10 @@ from tower.cli.output import json_option, print_json, table
 @click.option("--no-server", is_flag=True,
               help="do not ask the Temporal server whether it is shared")
 @json_option("print each store as JSON")
-def command(no_server: bool, as_json: bool) -> Any:
-    return _stores(no_server, as_json)
-
-
-async def _stores(no_server: bool, as_json: bool) -> int:
+async def command(no_server: bool, as_json: bool) -> int:
     from tower.activities.stores import StoreSettings, local_warning, probe, shared_server
-    from tower.cli.errors import CliError
 
-    try:
-        settings = StoreSettings.from_env()
-    except ValueError as exc:
-        raise CliError(str(exc)) from None
+    settings = StoreSettings.from_env()
     specs, where = settings.specs(), settings.described()
     found = {spec: probe(spec) for spec in set(specs.values())}  # one URL: asked once
     rows = [{"store": name, "where": where[name], "serves": found[spec][0],

@@ -1,6 +1,4 @@
-"""`tower tools`: every tool a tenant's agents can use — built in or from which MCP
-server — with its annotations, whether a call to it needs an approval gate, and which
-agents' nodes use it."""
+"""`tower tools`: every tool a tenant's agents can use, built in or from an MCP server."""
 
 from __future__ import annotations
 
@@ -18,21 +16,13 @@ from tower.cli.output import json_option, print_json, table, tenant_option
     "them. Lists the MCP servers' tools by connecting to them, as a worker does at start."))
 @json_option("print the tools as JSON")
 @tenant_option
-def command(as_json: bool) -> Any:
-    return _tools(as_json)
-
-
-async def _tools(as_json: bool) -> int:
-    from tower.activities.mcp import McpConfigError, McpDiscoveryError, load_sources
+async def command(as_json: bool) -> int:
+    from tower.activities.mcp import load_sources
     from tower.cli.agents import agents
-    from tower.cli.errors import CliError
     from tower.client.connection import connect_config
 
     tenant = connect_config().get("namespace") or "default"
-    try:
-        mcp = await load_sources(tenant)
-    except (McpConfigError, McpDiscoveryError) as exc:
-        raise CliError(str(exc)) from None
+    mcp = await load_sources(tenant)
     users = used_by(agents().values())
     rows: list[dict[str, Any]] = []
     for name, tool in sorted(built_in(agents().values()).items()):

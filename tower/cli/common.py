@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,21 @@ def not_found_is(message: str) -> Iterator[None]:
         raise
 
 
+def imported(option: str, spec: str) -> Any:
+    """What ``MODULE:NAME`` names (a module that may import the project's packages)."""
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise CliError(f"{option} wants MODULE:NAME, got {spec!r}")
+    from tower.cli import project
+
+    if project.find() is not None:
+        project.root()
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise CliError(f"{option} {spec}: {exc}") from None
+
+
 def agent_class(name: str) -> type[MachineRun]:
     known = agents()
     try:
@@ -41,27 +57,19 @@ def agent_class(name: str) -> type[MachineRun]:
 
 async def start_run(client: Client, agent: str | type[MachineRun], request: Any, *, id: str,
                     task_queue: str, **options: Any) -> WorkflowHandle[Any, Any]:
-    """``tower.client.start_run`` of ``agent``, a class or the name of one of the
-    project's agents."""
+    """``tower.client.start_run`` of ``agent``, a class or a project agent's name."""
     from tower.client import start_run as start
 
     cls = agent_class(agent) if isinstance(agent, str) else agent
     return await start(client, cls, request, id=id, task_queue=task_queue, **options)
 
 
-# Input fields a requester never sets: the run's own
-# continue-as-new fills ``carry``; ``approvals`` (signing settings) no agent takes, and its
-# refusal says where they belong.
+# Input fields a requester never sets, and why.
 NOT_FROM_REQUESTERS = {
     "carry": "only the run's own continue-as-new sets it",
     "approvals": "keys and unsigned mode belong to the deployment's roster and policy "
                  "(docs/approvals.md)",
 }
-
-
-def input_fields(agent: type[MachineRun]) -> list[str]:
-    """The fields a requester may give in ``--input``."""
-    return [f for f in agent.Input.model_fields if f not in NOT_FROM_REQUESTERS]
 
 
 def parse_input(agent: type[MachineRun], raw: str) -> BaseModel:
@@ -70,7 +78,8 @@ def parse_input(agent: type[MachineRun], raw: str) -> BaseModel:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise CliError(f"--input is not valid JSON: {exc}") from None
-    expected = f"expected fields: {', '.join(input_fields(agent)) or '(none)'}"
+    fields = [f for f in agent.Input.model_fields if f not in NOT_FROM_REQUESTERS]
+    expected = f"expected fields: {', '.join(fields) or '(none)'}"
     if isinstance(data, dict):
         for name, why in NOT_FROM_REQUESTERS.items():
             if name in data:

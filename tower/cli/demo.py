@@ -1,4 +1,6 @@
-"""`tower demo`: server (if needed) + worker + every demo run, printed as it happens."""
+"""`tower demo`: server (if needed) + worker + every demo run, printed as it happens; then
+a refund paused at a gate and approved, a destructive migration paused and rejected, with
+decisions sent by the same code as `tower approve`."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import contextlib
 import json
 import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import click
@@ -14,22 +17,27 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from tower.activities.model import ModelSettings
+from tower.activities.trust import trust_dir
 from tower.cli import project
 from tower.cli.agents import agents
+from tower.cli.approvals import print_waiting
+from tower.cli.cmd_approve import print_outcome as print_decision
+from tower.cli.cmd_approve import send_decision
 from tower.cli.cmd_dev import prepare_dev_setup
 from tower.cli.cmd_run import print_outcome
 from tower.cli.common import CliError, start_run
 from tower.cli.demo_data import DEMOS, DemoData, sdk_logs_to
-from tower.cli.demo_gates import gated_runs
 from tower.cli.demo_inbox import park_for_inbox, serve_inbox
-from tower.cli.devprocess import server_if_needed
-from tower.cli.devserver import DATA_DIR
+from tower.cli.devserver import DATA_DIR, server_if_needed
 from tower.cli.live import follow
 from tower.cli.output import json_option, tenant_option
 from tower.cli.server_setup import missing_attributes
+from tower.cli.trust_files import dev_trust
 from tower.cli.ui import run_link, ui_base
 from tower.client.connection import connect_config
+from tower.client.keys import config_dir
 from tower.contract import names
+from tower.contract.decisions import Verdict
 
 # (agent, input, what it shows): the inputs are the example agents' own Input models.
 RUNS: list[tuple[str, dict[str, Any], str]] = [
@@ -70,25 +78,15 @@ def requests() -> list[tuple[str, BaseModel, str]]:
               help="leave a dev server this command started running (to browse the UI)")
 @json_option("one JSON line per demo run (agent, run, status, Web UI link), the story on stderr")
 @tenant_option
-def command(keep_server: bool, as_json: bool) -> Any:
-    return run(keep_server, as_json)
-
-
-def demo_project() -> None:
-    """The project whose agents the demo runs: this one, else Tower's own example."""
-    if project.find() is not None:
-        return
-    folder = project.example()
-    if folder is None:
-        raise CliError("the demo runs Tower's example application, which this installation "
-                       "does not have (a source checkout does); `tower new NAME` makes a "
-                       "project of your own")
-    print(f"no Tower project here: the demo runs Tower's example application ({folder})")
-    project.use(folder)
-
-
-async def run(keep_server: bool, as_json: bool = False) -> int:
-    demo_project()
+async def command(keep_server: bool, as_json: bool) -> int:
+    if project.find() is None:  # not in a project: Tower's own example
+        folder = project.example()
+        if folder is None:
+            raise CliError("the demo runs Tower's example application, which this "
+                           "installation does not have (a source checkout does); "
+                           "`tower new NAME` makes a project of your own")
+        print(f"no Tower project here: the demo runs Tower's example application ({folder})")
+        project.use(folder)
     build_worker = project.module("worker").build_worker
     settings = ModelSettings.from_env()
     data = sys.stdout
@@ -122,7 +120,7 @@ async def run(keep_server: bool, as_json: bool = False) -> int:
             async with build_worker(server.client, task_queue=queue, db_path=mine.tools_db,
                                     models=settings):
                 for agent, request, what in RUNS:
-                    done(agent, await _one(server.client, agent, request, what, queue))
+                    done(agent, (await _start(server.client, queue, agent, request, what))[0])
                 # Runs that pause at an approval gate and get a human decision.
                 for agent, run_id in await gated_runs(server.client, queue, mine.tools_db):
                     done(agent, run_id)
@@ -157,12 +155,60 @@ async def _check_set_up(client: Client) -> None:
                        f"{', '.join(missing)}; `tower setup` registers them")
 
 
-async def _one(client: Client, agent: str, given: dict[str, Any], what: str,
-               task_queue: str) -> str:
+async def _start(client: Client, task_queue: str, agent: str, given: dict[str, Any],
+                 what: str) -> tuple[str, str]:
+    """Start a demo run of ``agent`` and follow it; its id and the status it stopped at."""
     request = agents()[agent].Input.model_validate(given)
     run_id = f"demo-{agent}-{uuid.uuid4().hex[:6]}"
-    print(f"\n== {agent}: {what}\n   input: {request.model_dump_json()}\n   run: {run_id}")
+    print(f"\n== {agent}: {what}\n   input: {request.model_dump_json(exclude_none=True)}"
+          f"\n   run: {run_id}")
     handle = await start_run(client, agent, request, id=run_id, task_queue=task_queue)
     status = await follow(handle)
+    print_outcome(status, await handle.query(names.STATE.name, result_type=dict))
+    return run_id, status
+
+
+async def gated_runs(client: Client, task_queue: str, tools: Path) -> list[tuple[str, str]]:
+    # Approver keys for alice and dana (made once, in their config dir) and the tenant's
+    # roster and policy in the trust dir, unless they are there already.
+    roster = dev_trust(trust_dir(), client.namespace,
+                       approvers={"alice": ["manager"], "dana": ["dba"]})
+    kids = ", ".join(f"{m.name} ({'/'.join(m.roles)}): {m.keys[-1].kid}"
+                     for m in roster.members if m.name in ("alice", "dana"))
+    print(f"\napprovers sign with their own keys in {config_dir() / 'keys'}; the tenant's "
+          f"roster ({trust_dir() / client.namespace / 'roster.json'}) lists {kids}")
+    # The demo's application database, beside its tools' database (created once).
+    project.module("activities.tools.migrations").create_example_databases(tools)
+    refund = await _gated(
+        client, task_queue, "refund", dict(message="Please refund $1,200 on invoice INV-2004"),
+        "a human review gate: over the $500 limit the run waits for a manager",
+        Verdict.APPROVE, approver="alice", role="manager", note="partial refund agreed",
+        edits={"amount_cents": 100000})
+    # It drops customers under another table's name: the findings name customers.
+    migration = await _gated(
+        client, task_queue, "migration", dict(
+            database="shop", script="DROP TABLE legacy_notes;\n"
+                                    "ALTER TABLE customers RENAME TO legacy_notes;\n"
+                                    "DROP TABLE legacy_notes;"),
+        "a destructive migration waits for a DBA; rejected, nothing changes",
+        Verdict.REJECT, approver="dana", role="dba", note="that drops customers")
+    return [("refund", refund), ("migration", migration)]
+
+
+async def _gated(client: Client, task_queue: str, agent: str, request: dict[str, Any],
+                 what: str, verdict: Verdict, *, approver: str, role: str, note: str,
+                 edits: dict[str, Any] | None = None) -> str:
+    run_id, status = await _start(client, task_queue, agent, request, what)
+    if status != "AWAITING_APPROVAL":
+        return run_id
+    handle = client.get_workflow_handle(run_id)
+    print_waiting(await handle.query(names.APPROVALS.name, result_type=dict))
+    sets = "".join(f" --set {k}={v}" for k, v in (edits or {}).items())
+    print(f"\n$ tower {verdict.value} {run_id} --by {approver}{sets} --note '{note}'")
+    out = await send_decision(client, run_id, verdict, approver=approver, role=role,
+                              note=note, edits=edits, say=print)
+    assert out is not None
+    print_decision(out)
+    status = await follow(handle, skip=out.requested_step)
     print_outcome(status, await handle.query(names.STATE.name, result_type=dict))
     return run_id

@@ -1,11 +1,7 @@
-"""Where one `tower demo` keeps what it makes, so every demo starts from the same data.
-
-Each demo gets a folder of its own, ``.tower/demo/<tag>/``: the tools' database (invoices,
-accounts, stock, payments), the messages, the example shop database and the SDK's log; and
-a task queue of its own, so no earlier demo's background worker (``--keep-server``) serves
-its runs. The Temporal server's state (``.tower/temporal.sqlite``) is shared with `tower dev`:
-the demo's run ids are new each time. Only the newest ``KEEP`` demos' folders are kept (a
-folder is small, but a demo a day for a year is not); ``rm -rf .tower/demo`` removes all."""
+"""Where one `tower demo` keeps what it makes, so every demo starts from the same data: a
+folder of its own, ``.tower/demo/<tag>/`` (the tools' database, messages, the shop database,
+the SDK's log), and a task queue of its own, so no earlier demo's background worker
+(``--keep-server``) serves its runs. Only the newest ``KEEP`` folders are kept."""
 
 from __future__ import annotations
 
@@ -58,7 +54,7 @@ class DemoData:
 
 def prune(*, keep: int, current: Path) -> list[Path]:
     """Remove all but the newest ``keep`` demo folders, ``current`` among them (tags sort
-    by the time they were made); the ones removed."""
+    by time); the ones removed."""
     others = sorted(p for p in DEMOS.glob("*") if p.is_dir() and p != current)
     old = others[:max(len(others) - (keep - 1), 0)]
     for folder in old:
@@ -67,10 +63,9 @@ def prune(*, keep: int, current: Path) -> list[Path]:
 
 
 def sdk_logs_to(path: Path) -> None:
-    """The SDK's own logs go to ``path``, not the terminal the demo tells its story on:
-    its Rust core's retry warnings when a server goes away (a flood), and the worker's
-    warnings with a traceback for each activity a demo run fails on purpose. Before any
-    client connects: a runtime's logging is fixed when it is made."""
+    """The SDK's own logs (its core's retry warnings, a traceback for each activity a demo
+    run fails on purpose) go to ``path``, not the terminal the demo tells its story on.
+    Before any client connects: a runtime's logging is fixed when it is made."""
     from temporalio.runtime import (
         LogForwardingConfig,
         LoggingConfig,

@@ -20,7 +20,7 @@ from tower.cli.agents import agents
 from tower.cli.cmd_inbox import DEV_ACCOUNTS
 from tower.cli.common import CliError, start_run
 from tower.cli.demo_data import DemoData
-from tower.cli.devprocess import free_port, port_free, stop
+from tower.cli.devserver import free_port, port_free, stop
 from tower.cli.inbox.identity import dev_accounts
 from tower.cli.inbox.visibility import waiting_run
 from tower.cli.trust_files import enrol

@@ -1,24 +1,15 @@
 """Errors a user can act on, and how each becomes one `error: ...` line (exit code 2).
-
-Kept free of heavy imports: `tower --help` loads this module and nothing from Temporal.
-"""
+Free of heavy imports: `tower --help` loads this module."""
 
 from __future__ import annotations
 
 import sys
 
 from tower.client.errors import ClientError
+from tower.contract.failures import TowerError
 
-# A user-facing error: printed as `error: ...` with exit code 2. The client's errors are
-# the same class: what a client call refuses is said to the user as it is.
+# What a client call refuses is said to the user as it is.
 CliError = ClientError
-
-
-# Exceptions raised by the layers below whose message is already written for a user.
-_PLAIN = {
-    ("tower.temporal.telemetry", "TracingConfigError"),
-    ("tower.temporal.codec", "CodecError"),
-}
 
 
 def user_error(exc: BaseException) -> str | None:
@@ -28,18 +19,15 @@ def user_error(exc: BaseException) -> str | None:
     if isinstance(exc, OSError) and exc.filename is not None:
         # A path the user chose or can fix (an unwritable folder, a missing parent).
         return f"{exc.filename}: {exc.strerror or exc}"
-    for cls in type(exc).__mro__:
-        if (cls.__module__, cls.__name__) in _PLAIN:
-            return str(exc)
-    codec = _codec_problem(exc)
-    if codec is not None:
-        return codec
-    payload = _in_chain(exc, "PayloadMissing")
-    if payload is not None:  # the payload store this process reads lacks a run's payload
-        return f"cannot read the run's payloads: {payload}"
+    # A payload this process cannot decrypt, or one its payload store lacks.
+    unreadable = _in_chain(exc, "CodecError") or _in_chain(exc, "PayloadMissing")
+    if unreadable is not None:
+        return f"cannot read the run's payloads: {unreadable}"
     down = _in_chain(exc, "PayloadStoreUnavailable")
     if down is not None:  # a payload over the threshold, and its store does not answer
         return f"{down}; try again when it answers"
+    if isinstance(exc, TowerError):  # Tower's own errors are written for the user
+        return str(exc)
     if "temporalio.service" in sys.modules:
         from temporalio.service import RPCError, RPCStatusCode
 
@@ -59,12 +47,3 @@ def _in_chain(exc: BaseException, name: str) -> BaseException | None:
         seen = seen.__cause__ or seen.__context__
     return None
 
-
-def _codec_problem(exc: BaseException) -> str | None:
-    """A payload this process cannot decrypt, wherever in a chain of causes it surfaced."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if type(seen).__name__ == "CodecError":
-            return f"cannot read the run's payloads: {seen}"
-        seen = seen.__cause__ or seen.__context__
-    return None

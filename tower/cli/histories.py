@@ -19,8 +19,7 @@ async def replay(
     histories: Sequence[tuple[str, WorkflowHistory]], *, workflows: Sequence[type] | None = None,
     namespace: str = DEFAULT_NAMESPACE,
 ) -> list[Replayed]:
-    """Replay each history; ``workflows`` replaces the project's agents (for tests of
-    variants of an agent)."""
+    """Replay each history; ``workflows`` replaces the project's agents."""
     return await replay_with(histories, workflows=list(workflows or agents().values()),
                              namespace=namespace)
 

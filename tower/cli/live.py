@@ -1,13 +1,6 @@
 """Follow a run live: each transition as a line, and a progress line (step, node, status,
-elapsed) redrawn in place on a terminal (rich's Live display); JSON Lines with ``--json``.
-
-Used by `tower run` (follows by default), `tower watch RUN`, and every command that
-follows a run after acting on it (approve, retry, the demo).
-
-What is followed, and when following ends, is the client's (``tower.client.follow``):
-every terminal outcome ends it, a run that failed before its first step included, with
-the reason (``Progress.reason``).
-"""
+elapsed) redrawn in place on a terminal; JSON Lines with ``--json``. What is followed, and
+when following ends, is the client's (``tower.client.follow``)."""
 
 from __future__ import annotations
 
@@ -21,6 +14,7 @@ from typing import Any, TextIO
 from temporalio.client import WorkflowHandle
 
 from tower.cli.common import describe
+from tower.cli.streaming import RUN_KINDS, LiveText, Region, StreamPump
 from tower.client._follow import PAUSED, Position
 from tower.core.engine import Transition
 
@@ -64,67 +58,41 @@ def transition_json(run: str, t: Transition) -> dict[str, Any]:
     return {"event": "transition", "run": run, **t.model_dump(mode="json")}
 
 
-class _Screen:
+class _Screen(Region):
     """Where transitions go: plain lines, JSON Lines, or lines above a live progress line."""
 
     def __init__(self, out: TextIO, as_json: bool, show: Callable[[Transition], str] | None):
-        self.out, self.as_json = out, as_json
-        self.show = show or describe
-        self.live: Any = None
-        if not as_json and out.isatty():
-            from rich.console import Console
-            from rich.live import Live
-            from rich.text import Text
-
-            self._text = Text
-            self.live = Live(Text(""), console=Console(file=out, highlight=False),
-                             auto_refresh=False, transient=True)
-            self.live.start()
+        super().__init__(out, live=not as_json)
+        self.as_json, self.show = as_json, show or describe
         self._line = ""
         self._reply = ""  # the model's text as it forms, under the progress line
 
     def reply(self, text: str) -> None:
         self._reply = text
-        if self.live is not None:
-            self._draw()
+        self._draw()
 
     def _draw(self) -> None:
         # The last few lines of the reply so far: the region stays small.
         tail = "\n".join(self._reply.splitlines()[-6:])
-        self.live.update(self._text(self._line + (f"\n{tail}" if tail else "")), refresh=True)
+        self.draw(self._line + (f"\n{tail}" if tail else ""))
 
     def transition(self, run: str, t: Transition) -> None:
         if self.as_json:
             self.out.write(json.dumps(transition_json(run, t)) + "\n")
-        elif self.live is not None:
+        else:
             self._reply = ""  # a move: the text shown so far was that node's
-            self.live.console.print(self._text(self.show(t)))
-        else:
-            self.out.write(self.show(t) + "\n")
-
-    def line(self, text: str) -> None:
-        """A line of its own (a node's event), above the progress line on a terminal."""
-        if self.live is not None:
-            self.live.console.print(self._text(text))
-        else:
-            self.out.write(text + "\n")
-            self.out.flush()
+            self.line(self.show(t))
 
     def progress(self, line: str, *, last: bool) -> None:
         self._line = line
-        if self.live is not None:
-            if not last:
-                self._draw()
-            if last:
-                self.live.stop()
-                self.out.write(line + "\n")
+        if self.live is not None and not last:
+            self._draw()
+        elif self.live is not None:
+            self.live.stop()
+            self.out.write(line + "\n")
         elif last and not self.as_json:
             self.out.write(line + "\n")
         self.out.flush()
-
-    def close(self) -> None:
-        if self.live is not None and self.live.is_started:
-            self.live.stop()
 
 
 async def watch(
@@ -145,8 +113,6 @@ async def watch(
     screen = _Screen(out or sys.stdout, as_json, show)
     pump = None
     if client is not None:
-        from tower.cli.streaming import RUN_KINDS, LiveText, StreamPump
-
         pump = await StreamPump(client, handle.id, LiveText(
             screen.out, handle.id, as_json, kinds=RUN_KINDS,
             on_text=screen.reply if screen.live is not None else None,

@@ -1,8 +1,5 @@
-"""How commands print: JSON for scripts (``--json`` on every command: data only, never
-prose), rich tables for people, and the options every command shares.
-
-Nothing here imports Temporal; rich is imported when a table is first drawn.
-"""
+"""How commands print: JSON for scripts (``--json``: data only, never prose), rich tables
+for people, and the options every command shares. Imports no Temporal (`tower --help`)."""
 
 from __future__ import annotations
 
@@ -80,8 +77,8 @@ def say(text: str = "", *, err: bool = False) -> None:
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, empty: str = "") -> None:
-    """A table on stdout: a bold header and a rule on a terminal, plain aligned columns in
-    a pipe (so `grep`, `awk` and `head` see one row per line), never a cut cell."""
+    """A table on stdout: a bold header on a terminal, plain aligned columns in a pipe (one
+    row per line for `grep` and `head`), never a cut cell."""
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -97,8 +94,7 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], *, empty: str =
     for row in rows:
         # Inert text, not markup: a cell may be a run's words ("[/x]", an escape sequence).
         grid.add_row(*(Text(inert("" if cell is None else str(cell))) for cell in row))
-    # Never cut or drop a column to fit a width: a row longer than the terminal wraps
-    # there, and a pipe gets whole lines with no trailing blanks.
+    # Never cut a column to fit a width: a long row wraps on the terminal, whole in a pipe.
     console = Console(width=10_000, highlight=False, color_system="auto" if tty else None,
                       force_terminal=tty)
     with console.capture() as captured:

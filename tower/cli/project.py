@@ -1,7 +1,6 @@
-"""The project the CLI serves, found from where it runs (as Flask, uvicorn and Celery find
-an app): ``--project DIR``, else the nearest folder at or above the current one that has a
-``workflows/`` package. Its folder goes first on ``sys.path``, so ``workflows``,
-``activities`` and ``worker`` are the project's own; Tower installs none of them."""
+"""The project the CLI serves (found as Flask and Celery find an app): ``--project DIR``, else
+the nearest folder at or above the current one with a ``workflows/`` package. Its folder goes
+first on ``sys.path``: ``workflows``, ``activities`` and ``worker`` are the project's own."""
 
 from __future__ import annotations
 
@@ -18,7 +17,6 @@ _chosen: Path | None = None
 
 
 def use(path: str | Path | None) -> None:
-    """``--project DIR``: serve this project instead of the one found from the cwd."""
     global _chosen
     if path is None:
         _chosen = None
@@ -74,10 +72,8 @@ def module(name: str) -> ModuleType:
 
 
 def task_queue() -> str:
-    """The task queue the CLI starts and lists runs on: TOWER_TASK_QUEUE, else the
-    project's own (``[tool.tower] task-queue`` in its pyproject.toml: a project made by
-    ``tower new`` is named after itself, so two projects on one server never share one),
-    else ``tower``."""
+    """TOWER_TASK_QUEUE, else the project's ``[tool.tower] task-queue`` (`tower new` names it
+    after the project: two projects on one server never share one), else ``tower``."""
     from tower.client.connection import TASK_QUEUE
 
     if os.environ.get("TOWER_TASK_QUEUE"):

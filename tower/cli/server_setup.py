@@ -28,19 +28,12 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from tower.contract import search
-from tower.contract.failures import Code, TowerError
 
 # Codes a server answers when the caller may not do something (Cloud, an authorizer).
 REFUSED = (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNIMPLEMENTED,
            RPCStatusCode.UNAUTHENTICATED)
 KIND_NAMES = {"KEYWORD": "Keyword", "INT": "Int", "DOUBLE": "Double", "TEXT": "Text",
               "BOOL": "Bool", "DATETIME": "Datetime", "KEYWORD_LIST": "KeywordList"}
-
-
-class SearchAttributeClash(TowerError):
-    """An attribute Tower needs exists with another type: an operator must decide."""
-
-    CODE = Code.BAD_SETTINGS
 
 
 @dataclass
@@ -62,25 +55,6 @@ def wanted_attributes() -> dict[str, IndexedValueType.ValueType]:
 def kind_name(kind: int) -> str:
     name = IndexedValueType.Name(cast("IndexedValueType.ValueType", kind))
     return KIND_NAMES.get(name.removeprefix("INDEXED_VALUE_TYPE_"), name)
-
-
-async def register_search_attributes(client: Client, namespace: str | None = None) -> list[str]:
-    """Add every attribute in ``search.ALL`` that the namespace lacks; return the added names.
-
-    Raises SearchAttributeClash when one exists with another type (never replaced)."""
-    namespace = namespace or client.namespace
-    known = await _listed(client, namespace)
-    wanted = wanted_attributes()
-    clash = [f"{name} is {kind_name(known[name])}, Tower needs {kind_name(kind)}"
-             for name, kind in wanted.items() if name in known and known[name] != kind]
-    if clash:
-        raise SearchAttributeClash(f"search attributes of namespace {namespace} with the "
-                                   "wrong type: " + "; ".join(clash))
-    missing = {name: kind for name, kind in wanted.items() if name not in known}
-    if missing:
-        await client.operator_service.add_search_attributes(AddSearchAttributesRequest(
-            namespace=namespace, search_attributes=missing))
-    return sorted(missing)
 
 
 async def missing_attributes(client: Client) -> list[str]:
@@ -161,13 +135,21 @@ async def _until_known(client: Client, namespace: str, seconds: float = 60) -> N
 async def _ensure_attributes(client: Client, namespace: str, report: SetupReport) -> None:
     wanted = wanted_attributes()
     try:
-        added = await register_search_attributes(client, namespace)
-    except SearchAttributeClash as exc:
-        report.actions.append(
-            f"{exc}. A search attribute's type cannot change: remove it (`temporal operator "
-            f"search-attribute remove --namespace {namespace} --name NAME`) if nothing else "
-            "uses it, or run Tower in another namespace; then run `tower setup` again")
-        return
+        known = await _listed(client, namespace)
+        clash = [f"{name} is {kind_name(known[name])}, Tower needs {kind_name(kind)}"
+                 for name, kind in wanted.items() if name in known and known[name] != kind]
+        if clash:  # never replaced: an operator decides
+            report.actions.append(
+                f"search attributes of namespace {namespace} with the wrong type: "
+                f"{'; '.join(clash)}. A search attribute's type cannot change: remove it "
+                f"(`temporal operator search-attribute remove --namespace {namespace} --name "
+                "NAME`) if nothing else uses it, or run Tower in another namespace; then run "
+                "`tower setup` again")
+            return
+        added = {name: kind for name, kind in wanted.items() if name not in known}
+        if added:
+            await client.operator_service.add_search_attributes(AddSearchAttributesRequest(
+                namespace=namespace, search_attributes=added))
     except RPCError as exc:
         if exc.status not in (*REFUSED, RPCStatusCode.INVALID_ARGUMENT,
                               RPCStatusCode.FAILED_PRECONDITION):
@@ -182,6 +164,6 @@ async def _ensure_attributes(client: Client, namespace: str, report: SetupReport
         return
     present = sorted(set(wanted) - set(added))
     if added:
-        report.changed.append(f"added search attributes to {namespace}: {', '.join(added)}")
+        report.changed.append(f"added search attributes to {namespace}: {', '.join(sorted(added))}")
     if present:
         report.present.append(f"search attributes of {namespace}: {', '.join(present)}")

@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable, Collection
 from typing import Any, TextIO
 
+from rich.text import Text
 from temporalio.client import Client
 
 from tower.activities.streams import StreamStore, open_streams
@@ -51,7 +52,39 @@ def custom_line(event: StreamEvent) -> str:
     return escape(text)[0]
 
 
-class LiveText:
+class Region:
+    """A transient region redrawn in place on a terminal (rich's Live display), with lines
+    printed above it; elsewhere (a pipe, --json) only the lines."""
+
+    def __init__(self, out: TextIO, live: bool) -> None:
+        self.out = out
+        self.live: Any = None
+        if live and out.isatty():
+            from rich.console import Console
+            from rich.live import Live
+
+            self.live = Live(Text(""), console=Console(file=out, highlight=False),
+                             auto_refresh=False, transient=True)
+            self.live.start()
+
+    def line(self, text: str) -> None:
+        """A line of its own, above the region."""
+        if self.live is not None:
+            self.live.console.print(Text(text))
+        else:
+            self.out.write(text + "\n")
+            self.out.flush()
+
+    def draw(self, text: str) -> None:
+        if self.live is not None:
+            self.live.update(Text(text), refresh=True)
+
+    def close(self) -> None:
+        if self.live is not None and self.live.is_started:
+            self.live.stop()
+
+
+class LiveText(Region):
     """Shows a reply as it forms: JSON lines, or a transient Live region on a terminal
     (``render`` draws it, with the text so far); elsewhere nothing until it is whole."""
 
@@ -60,20 +93,13 @@ class LiveText:
                  kinds: Collection[str] | None = None,
                  on_text: Callable[[str], None] | None = None,
                  on_line: Callable[[str], None] | None = None) -> None:
-        self.out, self.run, self.as_json, self.kinds = out, run, as_json, kinds
+        super().__init__(out, live=not as_json and on_text is None)
+        self.run, self.as_json, self.kinds = run, as_json, kinds
         self.render = render or (lambda text: text)
         self.on_text = on_text  # another display shows the text (`tower run`'s progress)
         self.on_line = on_line  # ... and prints a node's own events (``custom_line``)
         self.reply = Reply()
         self.offset = 0
-        self.live: Any = None
-        if not as_json and on_text is None and out.isatty():
-            from rich.console import Console
-            from rich.live import Live
-
-            self.live = Live("", console=Console(file=out, highlight=False),
-                             auto_refresh=False, transient=True)
-            self.live.start()
 
     def take(self, event: StreamEvent) -> None:
         self.offset = max(self.offset, event.offset)
@@ -103,23 +129,11 @@ class LiveText:
         """A line of its own, above the reply forming (``on_line``: another display's)."""
         if self.on_line is not None:
             self.on_line(text)
-        elif self.live is not None:
-            from rich.text import Text
-
-            self.live.console.print(Text(text))
         else:
-            self.out.write(text + "\n")
-            self.out.flush()
+            super().line(text)
 
     def redraw(self) -> None:
-        if self.live is not None:
-            from rich.text import Text
-
-            self.live.update(Text(self.render(self.shown())), refresh=True)
-
-    def close(self) -> None:
-        if self.live is not None and self.live.is_started:
-            self.live.stop()
+        self.draw(self.render(self.shown()))
 
 
 class StreamPump:
@@ -160,11 +174,10 @@ class StreamPump:
         """Stop reading, after taking what was written until now (once)."""
         if self.task is None:
             return
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
-            self.task = None
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.task
+        self.task = None
         name = stream_name(self.client.namespace, self.run)
         with contextlib.suppress(Exception):
             for event in await asyncio.to_thread(self.store.read, name, self.view.offset):

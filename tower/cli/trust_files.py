@@ -1,5 +1,5 @@
-"""Write a tenant's roster and policy (a deployment's files) — for `tower keys add`, the demo
-and tests. The worker only reads them (tower/activities/trust.py)."""
+"""Write a tenant's roster and policy (a deployment's files), for `tower keys`, the demo and
+tests. The worker only reads them (tower/activities/trust.py)."""
 
 from __future__ import annotations
 
@@ -39,9 +39,13 @@ def _write(path: Path, data: object) -> Path:
         tmp.write_text(json.dumps(data, indent=2) + "\n")
         tmp.replace(path)  # a worker reading mid-write sees the old file or the new, never half
     except OSError as exc:
-        raise CliError(f"cannot write {path} in the trust directory (TOWER_TRUST_DIR): "
-                       f"{exc.filename}: {exc.strerror or exc}") from None
+        raise _unwritable(path, exc) from None
     return path
+
+
+def _unwritable(path: Path, exc: OSError) -> CliError:
+    return CliError(f"cannot write {path} in the trust directory (TOWER_TRUST_DIR): "
+                    f"{exc.filename}: {exc.strerror or exc}")
 
 
 def enrol(root: Path, tenant: str, name: str, *, config: Path | None = None,
@@ -102,8 +106,7 @@ def enrol_worker(root: Path, tenant: str, name: str = "worker") -> Roster:
         except FileExistsError:
             pass  # another process made it just now: theirs is the one
         except OSError as exc:
-            raise CliError(f"cannot write {path} in the trust directory (TOWER_TRUST_DIR): "
-                           f"{exc.filename}: {exc.strerror or exc}") from None
+            raise _unwritable(path, exc) from None
     public = public_of(json.loads(path.read_text()))
     roster = read_roster(root, tenant)
     if any(k.kid == public.kid for m in roster.members for k in m.keys):

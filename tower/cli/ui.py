@@ -1,11 +1,6 @@
-"""The Web UI's real address, for the links commands print.
-
-First match wins: TOWER_UI_URL; the UI the server itself says it has (`tower dev` and the
-demo's embedded server record their UI, or that they have none, in the data of each
-namespace they set up: a command finds it from any folder, whatever TOWER_CONFIG_DIR
-holds, and nothing is written outside the project); else the server's host on port 8233,
-the dev server's default.
-"""
+"""The Web UI's real address, for the links commands print: TOWER_UI_URL; else the UI the
+server itself says it has (`tower dev` and the demo's server record it in each namespace's
+data, so a command finds it from any folder); else the server's host on port 8233."""
 
 from __future__ import annotations
 
@@ -23,8 +18,7 @@ NO_UI = "none"
 
 
 async def record_ui(client: Client, namespaces: list[str], ui: str | None) -> None:
-    """What the dev server at ``client``'s address serves: its UI's URL, or None
-    (headless), kept in each of ``namespaces`` (in the server's own state)."""
+    """Keep the dev server's UI (None: headless) in each of ``namespaces``' data."""
     for namespace in dict.fromkeys(namespaces):
         await client.workflow_service.update_namespace(UpdateNamespaceRequest(
             namespace=namespace, update_info=UpdateNamespaceInfo(data={UI_DATA: ui or NO_UI})))
@@ -48,7 +42,6 @@ async def ui_base(client: Client) -> str | None:
 
 
 def default_ui(address: str) -> str:
-    """The UI a dev server at ``address`` has by default."""
     host = address.rsplit(":", 1)[0] or "localhost"
     if host in ("127.0.0.1", "0.0.0.0", "[::1]"):
         host = "localhost"
@@ -59,4 +52,5 @@ def run_link(base: str | None, namespace: str, workflow_id: str) -> str | None:
     """The run's page (its id percent-encoded: a link, whatever the id holds)."""
     if not base:
         return None
-    return f"{base}/namespaces/{quote(namespace, safe='')}/workflows/{quote(workflow_id, safe='')}"
+    return (f"{base.rstrip('/')}/namespaces/{quote(namespace, safe='')}/workflows/"
+            f"{quote(workflow_id, safe='')}")

@@ -4,23 +4,27 @@ Security in one place: identity comes from the session (built-in accounts) or fr
 trusted proxy's header, never from a form; a session is good only for the tenant that
 signed it in, with the roles its account holds now, and only while the server keeps its
 id (sign-out revokes it: a copied cookie stops working); failed sign-ins slow down per
-(name, client address) only, never for long (429, limits.py); a user sees
-only the runs their roles decide (scope.py); every POST carries the session's CSRF token;
+(name, client address) only, never for long (429, guard.py); a user sees
+only the runs their roles decide (visibility.py); every POST carries the session's CSRF token;
 the session cookie is HttpOnly, SameSite=Lax and Secure when served over TLS; pages
 carry a strict Content-Security-Policy (scripts and styles from this app only).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import secrets
+import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import uvicorn
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
@@ -34,16 +38,16 @@ from temporalio.client import Client
 
 from tower.cli.inbox import money, pages
 from tower.cli.inbox.events import LiveEvents
-from tower.cli.inbox.forms import is_money
-from tower.cli.inbox.guard import InboxStore
+from tower.cli.inbox.forms import is_money, num
+from tower.cli.inbox.guard import InboxStore, SignInLimits
 from tower.cli.inbox.identity import Accounts, Approver, ProxyAuth
-from tower.cli.inbox.limits import SignInLimits
 from tower.client._pending import Deployment
 from tower.contract.pending import PendingView
 from tower.contract.render import WARNING, escape
 
 HERE = Path(__file__).parent
 SESSION_HOURS = 8
+STOP_GRACE_SECONDS = 3
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 
@@ -199,12 +203,6 @@ def span(delta: timedelta) -> str:
     return f"{seconds} s"
 
 
-def num(value: float | None) -> str:
-    if value is None:
-        return "any"
-    return str(int(value)) if float(value).is_integer() else str(value)
-
-
 def who(request: Request, config: InboxConfig, store: InboxStore) -> Approver | None:
     if config.proxy is not None:
         peer = request.client.host if request.client else None
@@ -238,3 +236,33 @@ def safe_next(target: str | None) -> str:
     if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
         return target
     return "/"
+
+
+@contextlib.asynccontextmanager
+async def serving(config: InboxConfig, client: Client, *, host: str = "127.0.0.1",
+                  port: int = 0, ssl_certfile: str | None = None,
+                  ssl_keyfile: str | None = None) -> AsyncIterator[str]:
+    """Serve with uvicorn on the caller's event loop (the Temporal client's) until the block
+    ends; yields the base URL (port 0: a free port)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(config, client), log_level="warning", ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile, lifespan="off", proxy_headers=False,
+        # A page left open holds its live stream (a run page, the list) for as long as the
+        # run lives: stopping waits this long for open responses, then closes them.
+        timeout_graceful_shutdown=STOP_GRACE_SECONDS))
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()  # raises why it could not start
+            await asyncio.sleep(0.05)
+        scheme = "https" if ssl_certfile else "http"
+        shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        yield f"{scheme}://{shown}:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()

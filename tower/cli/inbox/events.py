@@ -4,7 +4,7 @@
   step), one SSE event per stream event, its offset as the event id: a browser's
   EventSource that reconnects sends ``Last-Event-ID`` and resumes there (``?after=N``
   does the same by hand). It ends with an ``end`` event once the run has ended. Signed in
-  like every page, and only for a run whose page this user may see (scope.py). A run that
+  like every page, and only for a run whose page this user may see (visibility.py). A run that
   is not there yet is waited for, up to ``?wait=`` seconds (WAIT_SECONDS, at most that),
   then 404; the first line is ``retry:``, so a dropped EventSource comes back soon. Each
   model event carries ``reply``: the fold (``Reply``) after it, the whole text shown and
@@ -27,8 +27,7 @@ from starlette.responses import Response, StreamingResponse
 
 from tower.activities.streams import StreamStore, open_streams
 from tower.cli.inbox.identity import Approver
-from tower.cli.inbox.picture import NotOurRequest
-from tower.cli.inbox.scope import not_found, visible_run
+from tower.cli.inbox.visibility import NotOurRequest, not_found, visible_run
 from tower.contract.stream import DELTA, DISCARD, MODEL_FINISHED, MODEL_STARTED, Reply, stream_name
 
 if TYPE_CHECKING:

@@ -1,25 +1,41 @@
-"""A decision form, read and checked before anything is signed or sent. Pure.
+"""A decision form, read and checked before anything is signed or sent, and signed: a JWS
+under the inbox's own issuer key.
 
-The checks here give the approver a clear message early; the run checks everything
-again (role, signature, expiry, edit rules), so a form forged past them changes nothing.
-An amount (an int field named ``*_cents``) is typed in currency, as ``money.<field>``,
-and sent to the run in cents; the same field posted as cents (``edit.<field>``) is refused:
-a form must never leave it to guess whether "500" meant $500 or $5.
+The checks here give the approver a clear message early; the run checks everything again
+(role, signature, expiry, edit rules), so a form forged past them changes nothing. An amount
+(an int field named ``*_cents``) is typed in currency, as ``money.<field>``, and sent in
+cents; the same field posted as cents (``edit.<field>``) is refused: a form must never leave
+it to guess whether "500" meant $500 or $5.
+
+The inbox is a member of the tenant's roster whose ``vouches_for`` lists the roles it may
+vouch for (docs/approvals.md). Its token's ``sub`` is the approver the inbox authenticated
+(never a form field) and ``role`` the gate's, which the inbox checked the approver holds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+from temporalio.client import Client
+from temporalio.service import RPCError
+
 from tower.cli.inbox import money
-from tower.contract.decisions import Verdict
+from tower.contract import names
+from tower.contract.decisions import GateRecord, Verdict, canonical_proposal, proposal_digest
 from tower.contract.failures import Code, TowerError
 from tower.contract.pending import EditableField, PendingView
+from tower.core.signing import decision_claims, sign
 
 MAX_NOTE = 1000
+LIFETIME_SECONDS = 300  # a decision is sent at once; it need not live long
+QUERY_SECONDS = 5.0
 
 
 class FormError(TowerError, ValueError):  # a ValueError: read with the values it rejects
@@ -110,13 +126,47 @@ def parse_value(f: EditableField, raw: str) -> Any:
         low, high = f.limit.min, f.limit.max
         if (low is not None and value < low) or (high is not None and value > high):
             rule = f" ({f.limit.rule})" if f.limit.rule else ""
-            show = money.text if is_money(f) else _num
+            show = money.text if is_money(f) else num
             raise FormError(f"{money.label(f.name) if is_money(f) else f.name} must be between "
                             f"{show(low)} and {show(high)}{rule}; got {show(value)}")
     return value
 
 
-def _num(value: float | None) -> str:
+def num(value: float | None) -> str:
     if value is None:
         return "any"
     return str(int(value)) if float(value).is_integer() else str(value)
+
+
+async def shown_request(client: Client, run: str, view: PendingView
+                        ) -> tuple[GateRecord, str] | None:
+    """The run's pending request (its ``approvals`` query) when it is the one ``view``
+    shows: same gate, step, node, role, editable fields and the whole canonical proposal;
+    with the digest a decision on it names (``proposal_digest``).
+    None when no worker answers or it differs: then nothing is signed."""
+    try:
+        approvals = await asyncio.wait_for(client.get_workflow_handle(run).query(
+            names.APPROVALS.name, result_type=dict), QUERY_SECONDS)
+        record = GateRecord.model_validate(approvals["pending"])
+    except (TimeoutError, RPCError, ValidationError, KeyError, TypeError):
+        return None
+    same = ((record.gate, record.step, record.node, record.role, record.editable)
+            == (view.gate, view.step, view.node, view.role, view.editable)
+            and canonical_proposal(record) == view.shown)
+    return (record, proposal_digest(record)) if same else None
+
+
+def signed_decision(*, issuer: Mapping[str, Any], tenant: str, run: str, request: GateRecord,
+                    digest: str, approver: str, form: DecisionForm) -> dict[str, Any]:
+    """The wire message of the decision ``approver`` made in ``form`` on ``request``: it
+    names the request's run id, step and proposal ``digest`` (what the page showed)."""
+    try:
+        claims = decision_claims(
+            tenant=tenant, run=run, run_id=request.run_id, gate=request.gate,
+            request=request.step, proposal=digest,
+            verdict=form.verdict.value, sub=approver, role=request.role, edits=form.edits,
+            note=form.note, jti=f"inbox-{uuid.uuid4().hex[:16]}", lifetime=LIFETIME_SECONDS,
+            now=time.time())
+    except ValidationError as exc:
+        raise FormError(f"cannot sign this decision: {exc.errors()[0]['msg']}") from None
+    return {"token": sign(claims, dict(issuer))}

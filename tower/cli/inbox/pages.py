@@ -17,14 +17,29 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tower.cli.approvals import unattested
 from tower.cli.inbox import money
-from tower.cli.inbox.forms import DecisionForm, FormError, is_money, read_form
+from tower.cli.inbox.forms import (
+    DecisionForm,
+    FormError,
+    is_money,
+    read_form,
+    shown_request,
+    signed_decision,
+)
 from tower.cli.inbox.guard import InboxStore
 from tower.cli.inbox.identity import Approver
-from tower.cli.inbox.picture import NotOurRequest, check_request, picture
-from tower.cli.inbox.runs import run_story
-from tower.cli.inbox.scope import Scope, not_found, visible_run
-from tower.cli.inbox.signing import shown_request, signed_decision
-from tower.cli.inbox.visibility import UnreadableRequest, waiting_run, waiting_runs
+from tower.cli.inbox.visibility import (
+    NotOurRequest,
+    Scope,
+    UnreadableRequest,
+    check_request,
+    not_found,
+    picture,
+    run_story,
+    visible_run,
+    waiting_run,
+    waiting_runs,
+)
+from tower.cli.ui import run_link
 from tower.client import DecisionRefused
 from tower.client._decisions import send_decision
 from tower.contract.decisions import GateStatus
@@ -74,20 +89,24 @@ class Inbox:
         return self.render(request, "list.html", approver, runs=runs, notice=notice,
                            fingerprint=list_fingerprint(runs))
 
-    def not_ours(self, request: Request, approver: Approver, run: str,
-                 exc: Exception) -> Response:
-        return self.refused(request, approver, 404, f"Run {run!r} is not a request this inbox "
-                            f"can show: {exc}. Nothing here can be decided.")
+    async def _seen(self, request: Request, approver: Approver, run: str, fresh: bool = False,
+                    **context: Any) -> Response | tuple[WorkflowExecutionStatus,
+                                                        PendingView | None]:
+        """The run's status and request if ``approver`` may see it, else the 404 page."""
+        try:
+            seen = await visible_run(self, approver, run, fresh=fresh)
+        except NotOurRequest as exc:
+            return self.refused(request, approver, 404, f"Run {run!r} is not a request this "
+                                f"inbox can show: {exc}. Nothing here can be decided.")
+        return seen or self.refused(request, approver, 404, not_found(run, self.config.tenant),
+                                    **context)
 
     async def run_page(self, request: Request, approver: Approver) -> Response:
         run = request.path_params["run"]
-        try:
-            seen = await visible_run(self, approver, run)
-        except NotOurRequest as exc:
-            return self.not_ours(request, approver, run, exc)
-        if seen is None:  # (a page opened before its run starts goes live when it does)
-            return self.refused(request, approver, 404, not_found(run, self.config.tenant),
-                                live_run=run)
+        # (a page opened before its run starts goes live when it does)
+        seen = await self._seen(request, approver, run, live_run=run)
+        if isinstance(seen, Response):
+            return seen
         status, view = seen
         story = await run_story(self.client, run, status)
         shown = await shown_request(self.client, run, view) if view else None
@@ -98,16 +117,14 @@ class Inbox:
             proposal_digest=shown[1] if shown else "",
             may_decide=view is not None and view.role in approver.roles and self.signs,
             signs=self.signs, watch_only=WATCH_ONLY,
-            web_ui=self._ui_link(run), fingerprint=run_fingerprint(status, view))
+            web_ui=run_link(self.config.web_ui, self.config.tenant, run),
+            fingerprint=run_fingerprint(status, view))
 
     async def decide(self, request: Request, approver: Approver) -> Response:
         run = request.path_params["run"]
-        try:
-            seen = await visible_run(self, approver, run, fresh=True)
-        except NotOurRequest as exc:
-            return self.not_ours(request, approver, run, exc)
-        if seen is None:
-            return self.refused(request, approver, 404, not_found(run, self.config.tenant))
+        seen = await self._seen(request, approver, run, fresh=True)
+        if isinstance(seen, Response):
+            return seen
         status, view = seen
         back = {"run": run}
         if not self.signs:
@@ -219,11 +236,6 @@ class Inbox:
         if len(self._cache) > 1000:
             self._cache.clear()
         return value
-
-    def _ui_link(self, run: str) -> str | None:
-        if not self.config.web_ui:
-            return None
-        return f"{self.config.web_ui.rstrip('/')}/namespaces/{self.config.tenant}/workflows/{run}"
 
 
 def ours(view: PendingView) -> bool:
