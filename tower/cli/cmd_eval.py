@@ -70,6 +70,8 @@ async def _eval(paths: list[str], query: str | None, namespace: str | None, mode
                 data_choice: str, timeout: float, judge: bool, scorer_specs: list[str],
                 as_json: bool) -> int:
     from tower.activities.model import ModelSettings
+    from tower.temporal import WorkerMisconfigured
+    from tower.testing.evals import candidate_worker
     from tower.testing.evals import report as reports
 
     if not paths and not query:
@@ -91,7 +93,9 @@ async def _eval(paths: list[str], query: str | None, namespace: str | None, mode
         from tower.testing.evals.judge import gateway_judge
 
         scorers.append(gateway_judge(settings))
-    build_worker = project.module("worker").build_worker
+    # The project's agents, their tools bound as its worker.py binds them (tower new's has it).
+    bindings = getattr(project.module("worker"), "bindings", None)
+    build_worker = candidate_worker(list(agents().values()), bindings)
     machines = {name: cls.machine for name, cls in agents().items() if hasattr(cls, "machine")}
     unknown = sorted({f"{source} ({kind})" for source, kind in _types(histories)
                       if kind not in agents()})
@@ -110,6 +114,9 @@ async def _eval(paths: list[str], query: str | None, namespace: str | None, mode
             progress=_progress, models=settings)
     except (RecordingError, EvalSetupError) as exc:
         raise CliError(str(exc)) from None
+    except WorkerMisconfigured as exc:  # a tool's resource worker.py did not give the eval
+        raise CliError(f"{exc}. tower eval binds them with worker.py's bindings(db_path), "
+                       "called with the eval's own database (docs/evals.md)") from None
     if report_dir is not None:
         from tower.cli.inbox.drawing import machine_svg
 

@@ -49,6 +49,7 @@ class RunSummary(BaseModel):
     latency_s: float = 0.0
     answer: str = ""
     error: str = ""
+    made: dict[str, str] = Field(default_factory=dict)  # an id its tools made -> <tool.field>
 
     @property
     def moves(self) -> list[tuple[str, str]]:
@@ -70,6 +71,7 @@ def summarize(chain: Sequence[WorkflowHistory]) -> RunSummary:
         for event in history.events:
             _read(event, s, published, seen)
     s.decisions = len(seen.decided)
+    s.made = seen.produced
     start = chain[0].events[0].event_time.ToDatetime()
     end = chain[-1].events[-1].event_time.ToDatetime()
     s.latency_s = round((end - start).total_seconds(), 3)
