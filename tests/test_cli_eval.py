@@ -186,3 +186,19 @@ async def test_unchanged_code_is_the_same_on_every_recorded_run_by_default(
     assert code != 0 and not out and "Traceback" not in err, err
     assert "TOWER_DB is PostgreSQL (postgresql://tools:***@127.0.0.1:1/tools); use --data " \
         "fresh" in err and "s3cret" not in err, err
+
+
+async def test_a_worker_py_without_bindings_is_named_where_the_eval_needs_them(
+    tmp_path: Path,
+) -> None:
+    """The eval hosts the project's agents itself and binds their tools with worker.py's
+    bindings(db_path): a worker.py without it, whose agents' tools need a resource, is
+    told so in one line, naming the tools and where the eval looks (no traceback)."""
+    project = example_project(tmp_path / "project")
+    (project / "worker.py").write_text('"""A worker of its own making, with no bindings."""\n')
+    code, out, err = await tower_cli(
+        ["--project", str(project), "eval", str(HISTORIES / "order-1.json")],
+        env=cli_env("127.0.0.1:1"), cwd=project, timeout=300)
+    assert code == 2 and not out and "Traceback" not in err, err
+    assert "'charge_payment' needs 'db'" in err, err
+    assert "tower eval binds them with worker.py's bindings(db_path)" in err, err

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from towercli import tower_cli
 
+from tower.testing import live
+
 pytestmark = pytest.mark.long  # a live run: collected first, so that xdist starts it early
 
 BIN = Path(sys.executable).parent
@@ -133,6 +135,46 @@ async def test_the_new_projects_own_tests_pass_in_a_clean_folder(tmp_path: Path)
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr
     assert "5 passed, 1 skipped" in ran.stdout, ran.stdout[-3000:]
     assert "no history in tests/histories/ yet" in ran.stdout, ran.stdout[-3000:]
+
+
+@pytest.mark.skipif(not live.available(), reason=live.MISSING)
+async def test_tower_eval_runs_in_the_new_project_as_generated(tmp_path: Path) -> None:
+    """docs/evals.md followed in a project as `tower new` writes it, outside this repository,
+    with an empty home and no TOWER_* settings: a run made through its worker, `tower run`
+    and `tower approve`, its history exported, then `tower eval` on it is `same`; with the
+    agent's prompt changed, the eval names the change. The real payments stay as they were."""
+    assert REPO not in tmp_path.parents
+    home, server = tmp_path / "home", tmp_path / "server"
+    home.mkdir()
+    server.mkdir()
+    code, _, err = await tower_cli(["new", "shop_ops"], env=clean_env(), cwd=tmp_path)
+    assert code == 0, err
+    project = tmp_path / "shop_ops"
+    shell = live.Shell(project, server)
+    shell.env = {**clean_env(), "HOME": str(home)}  # a user's shell: no Tower settings
+    async with shell:
+        await shell.tower("keys", "enrol", "alice", "--role", "approver")
+        async with shell.worker():
+            ran = await shell.tower("run", "shop_ops", "--id", "pay-1", "--input",
+                                    '{"message": "Pay $250 to ACME"}')
+            assert "status: AWAITING_APPROVAL" in ran, ran
+            approved = await shell.tower("approve", "--yes", "pay-1", "--by", "alice")
+            assert "status: DONE" in approved and "Paid ACME $250.00" in approved, approved
+        (project / "tests" / "histories").mkdir()
+        await shell.tower("history", "export", "pay-1", "-o", "tests/histories/")
+    payments = project / ".tower" / "payments.sqlite"  # what the worker paid, for real
+    paid = payments.read_bytes()
+
+    same = await shell.tower("eval", "tests/histories/")
+    assert "1 runs: 1 same, 0 changed, 0 regressed" in same, same
+    agent = project / "workflows" / "shop_ops.py"
+    prompt = 'prompt="Read the payment this request asks for."'
+    assert prompt in agent.read_text()
+    agent.write_text(agent.read_text().replace(prompt, 'prompt="Read the payee and amount."'))
+    changed = await shell.tower("eval", "tests/histories/")
+    assert "1 runs: 0 same, 1 changed, 0 regressed" in changed, changed
+    assert "prompt of node plan changed" in changed, changed
+    assert payments.read_bytes() == paid  # the eval paid on data of its own
 
 
 async def test_new_takes_an_empty_folder(tmp_path: Path) -> None:

@@ -62,6 +62,8 @@ def test_ids_a_tool_made_up_compare_by_where_they_came_from() -> None:
     [order] = recording("order-1.json")
     shipment = order.summary.tool_calls[-1]
     assert shipment.arguments["reservation_id"] == "<reserve_stock.reservation_id>"
+    # The answer names the charge: read as where it came from.
+    assert order.summary.made["ch_5802e1931547"] == "<charge_payment.charge_id>"
 
 
 def summary(**changes: object) -> RunSummary:
@@ -99,6 +101,21 @@ async def test_a_plain_function_and_an_async_one_are_scorers() -> None:
     verdict, found = await score(summary(cost_usd=0.01), summary(cost_usd=0.05),
                                  [cost_up])  # type: ignore[list-item]
     assert verdict is Change.REGRESSED and found[0].detail == "dearer"
+
+
+async def test_an_id_a_tool_made_up_in_the_answer_is_no_change() -> None:
+    made = {"pay_0123456789ab": "<send_payment.id>"}
+    base = summary(answer="Paid ACME (pay_0123456789ab).", made=made)
+    # The new run's tool made a fresh id, and the answer names it ...
+    fresh = {"pay_fedcba987654": "<send_payment.id>"}
+    assert await score(base, summary(answer="Paid ACME (pay_fedcba987654).", made=fresh),
+                       BUILT_IN) == (Change.SAME, [])
+    # ... or the recorded model reply names the recorded run's, though the tool made another.
+    assert await score(base, summary(answer=base.answer, made=fresh), BUILT_IN) == (
+        Change.SAME, [])
+    # An id no tool made is read as written.
+    assert (await score(base, summary(answer="Paid ACME (pay_fedcba987654)."), BUILT_IN))[0] \
+        is Change.CHANGED
 
 
 def test_the_report_and_the_picture_of_moved_edges(tmp_path: Path) -> None:

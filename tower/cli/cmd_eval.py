@@ -59,6 +59,8 @@ async def command(paths: tuple[str, ...], query: str | None, namespace: str | No
                   data: str, timeout: float, judge: bool, scorers: tuple[str, ...],
                   as_json: bool) -> int:
     from tower.activities.model import ModelSettings
+    from tower.temporal._tools import WorkerMisconfigured
+    from tower.testing.evals import candidate_worker
     from tower.testing.evals import report as reports
 
     if not paths and not query:
@@ -76,7 +78,9 @@ async def command(paths: tuple[str, ...], query: str | None, namespace: str | No
         from tower.testing.evals.judge import gateway_judge
 
         scoring.append(gateway_judge(settings))
-    build_worker = project.module("worker").build_worker
+    # The project's agents, their tools bound as its worker.py binds them (tower new's has it).
+    bindings = getattr(project.module("worker"), "bindings", None)
+    build_worker = candidate_worker(list(agents().values()), bindings)
     machines = {name: cls.machine for name, cls in agents().items() if hasattr(cls, "machine")}
     types = {source: workflow_type(history) for source, history in histories}
     unknown = sorted({f"{source} ({kind})" for source, kind in types.items()
@@ -87,11 +91,15 @@ async def command(paths: tuple[str, ...], query: str | None, namespace: str | No
     print(f"eval: {len(histories)} histories, models {mode} ({settings.describe()}), "
           f"baseline {baseline or 'the recordings'}, data {tools_db or FRESH_TOLD}",
           file=sys.stderr, flush=True)
-    report = await evaluate(
-        # The live data is hashed before and after even when it is not copied.
-        histories, build_worker, mode=Mode(mode), data=tools_db, watch=_live(folder),
-        baseline=baseline_report, baseline_name=str(baseline or "recorded"),
-        scorers=scoring, timeout=timeout, progress=_progress, models=settings)
+    try:
+        report = await evaluate(
+            # The live data is hashed before and after even when it is not copied.
+            histories, build_worker, mode=Mode(mode), data=tools_db, watch=_live(folder),
+            baseline=baseline_report, baseline_name=str(baseline or "recorded"),
+            scorers=scoring, timeout=timeout, progress=_progress, models=settings)
+    except WorkerMisconfigured as exc:  # a tool's resource worker.py did not give the eval
+        raise CliError(f"{exc}. tower eval binds them with worker.py's bindings(db_path), "
+                       "called with the eval's own database (docs/evals.md)") from None
     if report_dir is not None:
         from tower.cli.inbox.drawing import machine_svg
 

@@ -1,9 +1,10 @@
 """Evals from recorded runs: what a prompt, model or graph change does to real traffic.
 
-``report = await run_eval(*paths, build_worker=...)``, then ``assert_verdicts(report,
-Change.SAME)``. Recorded runs are re-run against the candidate in an isolated world
-(``runner``), their model calls answered from the recordings or live (``models``), and
-each is compared with its baseline by scorers (``compare``). docs/evals.md is the guide.
+``report = await run_eval(*paths, build_worker=candidate_worker(agents, bindings))``, then
+``assert_verdicts(report, Change.SAME)``. Recorded runs are re-run against the candidate in
+an isolated world (``runner``), their model calls answered from the recordings or live
+(``models``), and each is compared with its baseline by scorers (``compare``).
+docs/evals.md is the guide.
 """
 
 from __future__ import annotations
@@ -14,9 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
-from temporalio.client import WorkflowHistory
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import Worker
 
+from tower.activities.model import ModelSettings
+from tower.activities.own import WorkerSettings
 from tower.temporal.replay import load
+from tower.temporal.worker import build_worker as tower_worker
 from tower.testing.evals.compare import BUILT_IN, RANK, Change, Score, Scorer, score
 from tower.testing.evals.models import Mode
 from tower.testing.evals.recording import chains
@@ -24,7 +29,7 @@ from tower.testing.evals.runner import Rerun, WorkerFactory, isolated
 from tower.testing.evals.summary import RunSummary
 
 __all__ = ["BUILT_IN", "EvalReport", "Mode", "RunResult", "Score", "Scorer", "Change",
-           "assert_verdicts", "evaluate", "run_eval"]
+           "assert_verdicts", "candidate_worker", "evaluate", "run_eval"]
 
 
 class RunResult(BaseModel):
@@ -81,6 +86,20 @@ class EvalReport(BaseModel):
 
 
 Progress = Callable[[int, int, RunResult], None]
+
+
+def candidate_worker(agents: Sequence[type],
+                     bindings: Callable[[str], Mapping[str, Any]] | None = None) -> WorkerFactory:
+    """The eval's worker for ``agents``: their tools bound by ``bindings(db_path)`` (what the
+    project's worker.py binds them with) to the eval's own data; None: nothing to bind."""
+
+    def build(client: Client, *, db_path: Path, trust_dir: Path,
+              models: ModelSettings | None = None, **options: Any) -> Worker:
+        settings = WorkerSettings(models=models, trust_dir=trust_dir, data_dir=db_path.parent)
+        return tower_worker(client, agents=agents, settings=settings,
+                            bind=bindings(str(db_path)) if bindings else {}, **options)
+
+    return build
 
 
 async def evaluate(

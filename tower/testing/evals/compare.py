@@ -82,12 +82,23 @@ def answer_similar(threshold: float = 0.8) -> Scorer:
     """The final answers are at least ``threshold`` alike (difflib's ratio)."""
 
     def answer(base: RunSummary, cand: RunSummary) -> Score | None:
-        ratio = difflib.SequenceMatcher(None, base.answer, cand.answer).ratio()
+        made = {**base.made, **cand.made}
+        ratio = difflib.SequenceMatcher(None, _named(base.answer, made),
+                                        _named(cand.answer, made)).ratio()
         if ratio >= threshold:
             return None
         return Score(scorer="answer", verdict=Change.CHANGED,
                      detail=f"{ratio:.0%} alike: {cand.answer[:160]!r}")
 
+    return answer
+
+
+def _named(answer: str, made: dict[str, str]) -> str:
+    """``answer`` with each id a tool made up, in either run, read as where it came from: a
+    tool's fresh id ("Paid ACME (pay_…)") is no change, nor a recorded model reply that
+    repeats the id the recorded run's tool made."""
+    for made_id, origin in made.items():
+        answer = answer.replace(made_id, origin)
     return answer
 
 

@@ -173,6 +173,7 @@ def record(source: str, chain: list[WorkflowHistory]) -> Recording:
         for event in history.events:
             _read(event, rec, summary, seen)
     summary.decisions = len(rec.accepted)
+    summary.made = seen.produced
     start = chain[0].events[0].event_time.ToDatetime()
     end = chain[-1].events[-1].event_time.ToDatetime()
     summary.latency_s = round((end - start).total_seconds(), 3)

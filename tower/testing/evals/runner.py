@@ -49,7 +49,7 @@ NAMESPACE = "tower-eval"
 QUEUE = "tower-eval"
 
 # build_worker(client, task_queue=, db_path=, trust_dir=, interceptors=) -> the project's
-# worker (worker.py's build_worker takes these, and its model settings as models=).
+# worker, with its model settings as models= (evals.candidate_worker makes one).
 WorkerFactory = Callable[..., Worker]
 
 

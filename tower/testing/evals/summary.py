@@ -41,6 +41,7 @@ class RunSummary(BaseModel):
     latency_s: float = 0.0
     answer: str = ""
     error: str = ""
+    made: dict[str, str] = Field(default_factory=dict)  # an id its tools made -> <tool.field>
 
     @property
     def moves(self) -> list[tuple[str, str]]:
