@@ -16,10 +16,12 @@ from temporalio.testing import WorkflowEnvironment
 from towercli import example_project, tower_cli
 
 from tower.activities.model import ModelSettings
+from tower.cli.agents import scripted_reply
 from tower.cli.devserver import temporal_binary
 from tower.cli.trust_files import dev_trust
 from tower.client.keys import new_key
 from tower.contract import search
+from tower.testing.model_server import Fault, LoopbackModelServer
 from worker import build_worker
 
 
@@ -101,6 +103,29 @@ async def test_refund_paused_listed_refused_then_approved_from_the_cli(
         assert code == 2 and "is closed (COMPLETED)" in err, (out, err)
         assert "gate refund_review, was approved by alice" in err
     assert refunds(db_path) == [("INV-2004", 100000)]
+
+
+async def test_an_approval_sent_before_the_request_opens_waits_for_it(
+    env: WorkflowEnvironment, task_queue: str, db_path: Path, tmp_path: Path,
+    scripted_worker: WorkerFactory,
+) -> None:
+    # A run just started, or forked back to its gate, replays and attests before its request
+    # shows: an approval sent in that window waits for the request, and pays once.
+    run = f"refund-early-{task_queue}"
+    request = '{"message": "Please refund $1,200 on invoice INV-2004"}'
+    with LoopbackModelServer(replies=scripted_reply) as model:
+        model.inject(Fault("slow", seconds=6))  # the run's first model call: no request yet
+        async with scripted_worker(models=ModelSettings(api_key="test",
+                                                        base_url=model.base_url)):
+            code, _, err = await tower(env, tmp_path, "run", "refund", "--input", request,
+                                       "--id", run, "--task-queue", task_queue, "--no-follow")
+            assert code == 0, err
+            code, out, err = await tower(env, tmp_path, "approve", "--yes", run, "--by",
+                                         "alice", "--role", "manager")
+    assert code == 0, (out, err)
+    assert f"run {run} has no request open yet" in out + err
+    assert "outcome: gate refund_review approved" in out
+    assert refunds(db_path) == [("INV-2004", 120000)]
 
 
 async def test_migration_rejected_from_the_cli_changes_nothing(

@@ -6,6 +6,7 @@ policy allows unsigned decisions accepts that.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable
@@ -40,6 +41,9 @@ class NotConfirmed(ClientError):
 # How long a decision waits for another worker to take over a run whose worker stopped
 # (killed: the server keeps sending the run to it for ~10 s).
 TAKEOVER_SECONDS = 40.0
+# How long a decision waits for a running run to open a request: a run forked back to its
+# gate, or just started, replays and attests before its request shows.
+OPENING_SECONDS = 15.0
 
 
 async def prepare(
@@ -55,6 +59,12 @@ async def prepare(
     signed; False signs nothing."""
     check_name(approver)  # before anything is asked of the server
     approvals = await _approvals(client, run, say=say, takeover=takeover)
+    deadline = time.monotonic() + OPENING_SECONDS
+    if approvals.get("pending") is None and say:
+        say(f"run {run} has no request open yet: waiting up to {OPENING_SECONDS:.0f} s for one")
+    while approvals.get("pending") is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        approvals = await _approvals(client, run, say=say, takeover=takeover)
     pending = approvals.get("pending")
     if pending is None:
         raise ClientError(f"run {run!r} has no pending approval ({last_request(approvals)})")
