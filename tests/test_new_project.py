@@ -162,7 +162,7 @@ async def test_tower_eval_runs_in_the_new_project_as_generated(tmp_path: Path) -
             assert "status: DONE" in approved and "Paid ACME $250.00" in approved, approved
         (project / "tests" / "histories").mkdir()
         await shell.tower("history", "export", "pay-1", "-o", "tests/histories/")
-    payments = project / ".tower" / "payments.sqlite"  # what the worker paid, for real
+    payments = project / ".tower" / "tools.sqlite"  # what the worker paid, for real
     paid = payments.read_bytes()
 
     same = await shell.tower("eval", "tests/histories/")
