@@ -58,6 +58,7 @@ async def test_payload_contexts_are_the_sdk_s_answers_the_sandbox_gives_once_per
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     entries, activations, asked = [0], [0], []
+    store_entries: list[object] = []  # store questions that entered the sandbox
     applied, activate = _importer.Importer.applied, _runner._Instance.activate
 
     def counting_applied(self: _importer.Importer) -> object:
@@ -72,7 +73,10 @@ async def test_payload_contexts_are_the_sdk_s_answers_the_sandbox_gives_once_per
         kept = getattr(tower_sandbox._Answers, name)
 
         def both(self: tower_sandbox._Answers, command_info: object) -> object:
+            before = entries[0]
             answer = kept(self, command_info)
+            if entries[0] > before and name == "get_external_store_context":
+                store_entries.append(command_info)
             before = entries[0]
             # The SDK's own answer now, from inside the sandbox: the same.
             assert getattr(self._run, name)(command_info) == answer
@@ -100,3 +104,6 @@ async def test_payload_contexts_are_the_sdk_s_answers_the_sandbox_gives_once_per
     for_answers = entries[0] - activations[0] - 2
     assert len(asked) >= 4 * activations[0], (len(asked), activations[0])
     assert for_answers <= len(asked) / 4, (for_answers, len(asked))
+    # Where an activity's payloads are stored is the run's own answer: asked once a run,
+    # not once per model call.
+    assert len(store_entries) == 1, store_entries

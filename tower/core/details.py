@@ -114,14 +114,24 @@ def reply(state: AgentState) -> str:
 def span(text: str) -> str:
     """``text`` as one inert line in a Markdown code span longer than any backtick run in it."""
     shown = inert(text)
-    ticks = "`" * (1 + max((len(run) for run in re.findall("`+", shown)), default=0))
+    ticks = "`" * (1 + _longest_backtick_run(shown))
     return f"{ticks} {shown} {ticks}"
 
 
 def fenced(body: str) -> list[str]:
     """``body`` (already escaped) in a code fence longer than any run of backticks in it."""
-    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", body)), default=0))
+    fence = "`" * max(3, 1 + _longest_backtick_run(body))
     return [f"{fence}text", body, fence]
+
+
+_BACKTICKS = re.compile("`+")
+
+
+def _longest_backtick_run(text: str) -> int:
+    # Most texts (every move's reason) hold no backtick: no regex search for them.
+    if "`" not in text:
+        return 0
+    return max(len(run) for run in _BACKTICKS.findall(text))
 
 
 def start_metadata(machine: Machine, run_id: str) -> tuple[str, str]:

@@ -110,7 +110,9 @@ def apply_update(
     state_type = type(state)
     # Read once: pydantic's class property costs more than the rest of a field's merge.
     fields = state_type.model_fields
-    merged: dict[str, Any] = dict(state)
+    # The instance's own field values (and extras, if a state allows them): iterating the
+    # model goes through a generator per field, a fifth of a replayed update's merge.
+    merged: dict[str, Any] = {**state.__dict__, **(state.model_extra or {})}
     for field, value in update.items():
         info = fields.get(field)
         if info is None:

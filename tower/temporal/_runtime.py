@@ -42,6 +42,9 @@ class AgentWorkflow(MachineRun):
     def __init__(self) -> None:
         super().__init__()
         self._gate = GateRuntime(self)
+        # Asked once a run: a provider is installed with the worker (telemetry.py), before
+        # its runs; without one, a step opens no span at all.
+        self._traced = tracing.installed()
 
     @workflow.update(name=names.DECIDE.name)
     async def decide(self, raw: dict[str, Any]) -> Outcome:
@@ -101,6 +104,9 @@ class AgentWorkflow(MachineRun):
         return self._gate.request_shown(state)
 
     async def step(self) -> None:
+        if not self._traced:
+            await node_step(self)
+            return
         before, seen = self.current, len(self._log)
         with tracing.state_span(self.machine.name, before) as span:
             await node_step(self)

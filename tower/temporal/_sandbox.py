@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.enums.v1 import CommandType
 from temporalio.bridge.proto.workflow_activation import WorkflowActivation
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.converter import SerializationContext, StorageDriverStoreContext
@@ -24,6 +25,7 @@ __all__ = ["PASSED_THROUGH", "project_packages", "sandbox_runner"]
 # verifies signed decisions: pure functions, loaded once outside the sandbox.
 PASSED_THROUGH = ("tower", "joserfc", "cryptography")
 
+_ACTIVITY = CommandType.COMMAND_TYPE_SCHEDULE_ACTIVITY_TASK  # local ones too
 _VALIDATED: set[type] = set()  # workflow classes already checked in a sandbox, this process
 _UNASKED: Any = object()
 
@@ -61,6 +63,11 @@ class _Answers(WorkflowInstance):
         return self._contexts[command_info]
 
     def get_external_store_context(self, command_info: Any) -> StorageDriverStoreContext:
+        if command_info is not None and command_info.command_type == _ACTIVITY:
+            # An activity's payloads are stored for the run itself (the SDK's rule: the
+            # activity lives and dies with it): the run's own answer, no sandbox entry for
+            # each model call.
+            command_info = None
         if command_info not in self._stores:
             self._stores[command_info] = self._run.get_external_store_context(command_info)
         return self._stores[command_info]

@@ -18,11 +18,16 @@ TRACER = "tower.agent"
 _tracer = trace.get_tracer(TRACER)
 
 
+def installed() -> bool:
+    """Whether a tracer provider is installed (without one, every span is dropped)."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 @contextmanager
 def state_span(agent: str, state: AgentState) -> Iterator[Span]:
     """Open the span of the state ``state`` stands on; model and tool spans nest in it."""
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        yield trace.INVALID_SPAN  # no provider installed: every span would be dropped
+    if not installed():
+        yield trace.INVALID_SPAN  # every span would be dropped
         return
     span = _tracer.start_span(f"state {state.node}", attributes={
         "tower.agent": agent, "tower.node": state.node, "tower.step": state.step,
