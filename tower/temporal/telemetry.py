@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tower.contract.failures import Code, TowerError
@@ -126,7 +126,7 @@ def _provider_loaded() -> bool:
 
 
 @functools.cache
-def _skip_noise() -> type[SpanProcessor]:
+def _skip_noise() -> Callable[[SpanProcessor], SpanProcessor]:
     """``SkipNoise``, a processor of the SDK's: made when first used (module ``__getattr__``)."""
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
