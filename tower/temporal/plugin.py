@@ -254,6 +254,7 @@ class TowerPlugin(SimplePlugin):
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
         config = super().configure_replayer(config)
+        config["build_id"] = config.get("build_id") or code_version()  # as a worker's
         if (runner := _learning(config.get("workflow_runner"), config.get("workflows") or ())):
             config["workflow_runner"] = runner
         config["data_converter"] = guarded(self.converter_for(config.get("data_converter")))
