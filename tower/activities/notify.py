@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import httpx
 from pydantic import ValidationError
 from temporalio import activity
 
@@ -149,6 +148,8 @@ class Notifier:
         policy = notify_policy(self.root, notice.tenant)
         if policy is None:
             return f"no {NOTIFY_FILE} for tenant {notice.tenant}: nobody notified"
+        import httpx  # here: a worker that never notifies is spared its start-up (and rich's)
+
         try:
             reply = httpx.post(policy.url, json=message(policy, notice), timeout=TIMEOUT_SECONDS)
         except httpx.HTTPError as exc:

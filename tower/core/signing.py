@@ -7,12 +7,10 @@ so a public key cannot be misused as an HMAC secret.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, TypeVar
 
-from joserfc import jws
-from joserfc.errors import JoseError
-from joserfc.jwk import OKPKey
 from pydantic import BaseModel, ValidationError
 
 from tower.contract.failures import Code, TowerError
@@ -47,17 +45,23 @@ class SignatureRefused(TowerError, ValueError):  # a ValueError: read with bad t
         super().__init__(message, code=code)
 
 
-class _Registry(jws.JWSRegistry):
-    """Only EdDSA/Ed25519. joserfc warns that "EdDSA" does not pin a curve (RFC 9864); our
-    keys are always OKP Ed25519 (``PublicKey``), so it does."""
+@functools.cache
+def _registry() -> Any:
+    """joserfc's registry of algorithms, made when a token is first signed or read: joserfc
+    and the cryptography it loads (~50 ms) are imported then, not by every process that
+    imports the engine (a worker, `tower state`)."""
+    from joserfc import jws
 
-    def get_alg(self, name: str) -> Any:
-        if name not in ALGORITHMS:
-            raise SignatureRefused(f"algorithm {name!r} not accepted (use EdDSA)")
-        return self.algorithms[name]
+    class Registry(jws.JWSRegistry):
+        """Only EdDSA/Ed25519. joserfc warns that "EdDSA" does not pin a curve (RFC 9864);
+        our keys are always OKP Ed25519 (``PublicKey``), so it does."""
 
+        def get_alg(self, name: str) -> Any:
+            if name not in ALGORITHMS:
+                raise SignatureRefused(f"algorithm {name!r} not accepted (use EdDSA)")
+            return self.algorithms[name]
 
-_REGISTRY = _Registry(algorithms=list(ALGORITHMS))
+    return Registry(algorithms=list(ALGORITHMS))
 
 
 def public_of(private: dict[str, Any]) -> PublicKey:
@@ -67,16 +71,23 @@ def public_of(private: dict[str, Any]) -> PublicKey:
 
 def sign(claims: BaseModel, private: dict[str, Any], typ: str = DECISION_TYPE) -> str:
     """A compact JWS of ``claims`` under the private JWK (which names its ``kid``)."""
+    from joserfc import jws
+    from joserfc.jwk import OKPKey
+
     key = OKPKey.import_key({k: v for k, v in private.items() if k != "kid"})
     header = {"alg": "EdDSA", "kid": private["kid"], "typ": typ}
     payload = json.dumps(claims.model_dump(mode="json"), separators=(",", ":"), sort_keys=True)
-    return jws.serialize_compact(header, payload, key, registry=_REGISTRY)
+    return jws.serialize_compact(header, payload, key, registry=_registry())
 
 
 def verify(token: str, roster: Roster, claims_type: type[C], *, typ: str,
            now: float) -> tuple[C, Member, str]:
     """The claims of a token signed by a roster key, the member and the key id; or
     ``SignatureRefused`` saying why not (expiry checked against ``now``)."""
+    from joserfc import jws
+    from joserfc.errors import JoseError
+    from joserfc.jwk import OKPKey
+
     if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS or token.count(".") != 2:
         raise SignatureRefused("malformed token: expected a compact JWS (three dot-separated "
                                "parts)", Code.MALFORMED)
@@ -99,7 +110,7 @@ def verify(token: str, roster: Roster, claims_type: type[C], *, typ: str,
         key = OKPKey.import_key(public.model_dump(exclude={"kid", "alg", "use"},
                                                   exclude_none=True))
         obj = jws.deserialize_compact(token, key, algorithms=list(ALGORITHMS),
-                                      registry=_REGISTRY)
+                                      registry=_registry())
     except SignatureRefused:
         raise
     except (JoseError, ValueError) as exc:

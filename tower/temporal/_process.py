@@ -5,6 +5,10 @@ tower/temporal/_refusals.py); applying them set off full collections that rescan
 heap, which in a process that loaded a lot pushed the task past the SDK's 2 s deadlock
 detector on every retry. Objects frozen with ``gc.freeze`` are skipped by those passes.
 
+``code_version``: the worker's build id, what the SDK would derive by unmarshalling (or,
+for a checkout that has no bytecode cache, compiling) every loaded module again: a third of
+a worker's start-up CPU. A digest of their sources tells the same code apart as well.
+
 ``run_main``: the SDK's Rust runtime calls back into Python from its threads; an interpreter
 finalizing meanwhile aborts the process (exit 134, after a drain that went well). So the
 worker's shutdown is awaited in ``main``, then the process flushes and ends with
@@ -15,13 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
+import hashlib
 import logging
 import os
 import signal
 import sys
 import traceback
 from collections.abc import AsyncIterator, Coroutine
+from importlib.machinery import SourceFileLoader
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tower.contract.failures import TowerError
@@ -29,10 +36,25 @@ from tower.contract.failures import TowerError
 if TYPE_CHECKING:
     from temporalio.worker import Worker
 
-__all__ = ["exit_code", "flush_and_exit", "frozen_heap", "run_main", "serve", "stop_on_signals"]
+__all__ = ["code_version", "exit_code", "flush_and_exit", "frozen_heap", "run_main", "serve",
+           "stop_on_signals"]
 
 _running = 0  # workers and replayers running in this process
 _collected = False  # the process's first freeze collected its garbage first
+
+
+@functools.cache
+def code_version() -> str:
+    """A digest of the source of every module loaded from a .py file when a worker is first
+    made in this process (as the SDK's default build id is taken then, once)."""
+    digest = hashlib.md5(usedforsecurity=False)
+    for name in sorted(sys.modules):
+        spec = getattr(sys.modules[name], "__spec__", None)
+        if spec is None or not isinstance(spec.loader, SourceFileLoader):
+            continue
+        with contextlib.suppress(OSError):
+            digest.update(spec.loader.get_data(spec.origin))
+    return digest.hexdigest()
 
 
 @contextlib.asynccontextmanager

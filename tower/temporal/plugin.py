@@ -47,7 +47,7 @@ from tower.temporal._interceptors import (
     quiet_store_tracebacks,
 )
 from tower.temporal._machine_run import tower_continued_from
-from tower.temporal._process import frozen_heap
+from tower.temporal._process import code_version, frozen_heap
 from tower.temporal._sandbox import project_packages, sandbox_runner
 from tower.temporal._start import scripts_of
 from tower.temporal._stream_sink import publish_steps
@@ -162,6 +162,9 @@ class TowerPlugin(SimplePlugin):
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         config = super().configure_worker(config)
+        if not any(config.get(k) for k in ("build_id", "use_worker_versioning",
+                                           "deployment_config")):
+            config["build_id"] = code_version()  # the SDK's default costs ~0.3 CPU-s
         # The SDK's worker converts with its client's converter: give it a guarded copy.
         client = config["client"]
         converter = guarded(self.converter_for(client.data_converter))
@@ -251,6 +254,7 @@ class TowerPlugin(SimplePlugin):
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
         config = super().configure_replayer(config)
+        config["build_id"] = config.get("build_id") or code_version()  # as a worker's
         if (runner := _learning(config.get("workflow_runner"), config.get("workflows") or ())):
             config["workflow_runner"] = runner
         config["data_converter"] = guarded(self.converter_for(config.get("data_converter")))

@@ -13,18 +13,18 @@ once; a ``TowerPlugin`` made after it traces.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-from collections.abc import Mapping
-
-from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
-from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider, create_tracer_provider
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from tower.contract.failures import Code, TowerError
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import SpanProcessor
+    from opentelemetry.sdk.trace.export import SpanExporter
+    from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
 
 TRUE = ("1", "true", "yes", "on")
 # `tower run` polls its run with queries several times a second: tracing each poll
@@ -53,6 +53,8 @@ def exporter_names(env: Mapping[str, str]) -> list[str]:
 
 def make_exporter(name: str, env: Mapping[str, str]) -> SpanExporter:
     if name == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
         # stderr: a command's stdout carries its output (`--json` data) and nothing else.
         return ConsoleSpanExporter(out=sys.stderr)
     if name != "otlp":
@@ -83,10 +85,17 @@ def configure_tracing(
 ) -> ReplaySafeTracerProvider | None:
     """Install the process-wide tracer provider once; None when tracing is off.
     ``exporters`` replaces what the environment asks for (tests pass an in-memory one)."""
+    env = os.environ if env is None else env
+    if exporters is None and not exporter_names(env) and not _provider_loaded():
+        return None  # off: the OpenTelemetry SDK is not even imported
+    from opentelemetry import trace
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider, create_tracer_provider
+
     current = trace.get_tracer_provider()
     if isinstance(current, ReplaySafeTracerProvider):
         return current  # OpenTelemetry allows one global provider per process
-    env = os.environ if env is None else env
     if exporters is None:
         exporters = [make_exporter(n, env) for n in exporter_names(env)]
     if not exporters:
@@ -94,35 +103,60 @@ def configure_tracing(
     attributes = {} if env.get("OTEL_SERVICE_NAME") else {"service.name": "tower"}
     provider = create_tracer_provider(resource=Resource.create(attributes))
     for exporter in exporters:
-        provider.add_span_processor(SkipNoise(BatchSpanProcessor(exporter)))
+        provider.add_span_processor(_skip_noise()(BatchSpanProcessor(exporter)))
     trace.set_tracer_provider(provider)
     return provider
 
 
 def flush_traces() -> None:
+    if not _provider_loaded():
+        return
+    from opentelemetry import trace
+    from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
+
     provider = trace.get_tracer_provider()
     if isinstance(provider, ReplaySafeTracerProvider):
         provider.force_flush()
 
 
-class SkipNoise(SpanProcessor):
-    """Passes every span to ``inner`` except the query polling ones."""
+def _provider_loaded() -> bool:
+    """Whether a replay-safe provider can have been made in this process (its module is
+    loaded): with none, and no traces asked for, the SDK is left unimported (~25 ms)."""
+    return "temporalio.contrib.opentelemetry" in sys.modules
 
-    def __init__(self, inner: SpanProcessor) -> None:
-        self.inner = inner
 
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        self.inner.on_start(span, parent_context)
+@functools.cache
+def _skip_noise() -> Callable[[SpanProcessor], SpanProcessor]:
+    """``SkipNoise``, a processor of the SDK's: made when first used (module ``__getattr__``)."""
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-    def on_end(self, span: ReadableSpan) -> None:
-        if not span.name.startswith(NOISE):
-            self.inner.on_end(span)
+    class SkipNoise(SpanProcessor):
+        """Passes every span to ``inner`` except the query polling ones."""
 
-    def shutdown(self) -> None:
-        self.inner.shutdown()
+        def __init__(self, inner: SpanProcessor) -> None:
+            self.inner = inner
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.inner.force_flush(timeout_millis)
+        def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+            self.inner.on_start(span, parent_context)
+
+        def on_end(self, span: ReadableSpan) -> None:
+            if not span.name.startswith(NOISE):
+                self.inner.on_end(span)
+
+        def shutdown(self) -> None:
+            self.inner.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return self.inner.force_flush(timeout_millis)
+
+    return SkipNoise
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SkipNoise":
+        return _skip_noise()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _otlp_endpoint(env: Mapping[str, str]) -> str | None:
