@@ -19,8 +19,9 @@ from tower.cli.demo import RUNS
 from tower.cli.devserver import temporal_binary
 from tower.cli.histories import load, replay
 from tower.core.engine import Transition
+from tower.temporal._divergence import diverged
 from tower.temporal.plugin import TowerPlugin
-from tower.temporal.replay import diverged, history_files
+from tower.temporal.replay import history_files
 from tower.testing import assert_replays
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest
