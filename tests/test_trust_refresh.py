@@ -12,14 +12,15 @@ from typing import Any
 
 import pytest
 from gatekit import decision, new_id, refund_request, refunds, roster_reads, wait_pending
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from tower.activities.model import ModelSettings
 from tower.cli.cmd_approve import send_decision
 from tower.cli.trust_files import dev_trust, enrol, read_roster, write_roster
 from tower.client.keys import load_key, new_key
 from tower.contract.decisions import Verdict
-from tower.temporal._gate import REFRESH_GAP
+from tower.temporal._gate import REFRESH_GAP, ROSTER_RECHECKS
 from worker import build_worker
 from workflows.refund import RefundAgent
 
@@ -114,6 +115,46 @@ async def test_a_flood_of_unknown_key_ids_costs_a_bounded_number_of_roster_reads
             result_type=dict)
         await handle.result()
     assert out["result"] == "approved" and refunds(db_path) == [("INV-2004", 120000)]
+
+
+async def test_forged_key_ids_past_the_recheck_bound_leave_nothing_in_the_history(
+    client: Client, task_queue: str, db_path: Path, tmp_path: Path
+) -> None:
+    """An update under an unknown key id waits in the run's history for a roster read; past
+    ROSTER_RECHECKS of them the validator refuses the rest, so a flood neither grows the
+    history nor spends the server's updates per run; the genuine decision still pays once."""
+    trust, config = deployment(tmp_path, client)
+    async with build_worker(client, task_queue=task_queue, db_path=db_path,
+                            models=ModelSettings(), trust_dir=trust):
+        handle, info = await parked(client, task_queue)
+
+        async def flood(count: int, tag: str) -> list[BaseException]:
+            junk = [decision(client, handle.id, info["pending"], key=new_key(f"{tag}-{i}"))
+                    for i in range(count)]
+            return await asyncio.gather(*(handle.execute_update("decide", j, result_type=dict)
+                                          for j in junk), return_exceptions=True)
+
+        first = await flood(ROSTER_RECHECKS, "junk")
+        accepted = await updates_in_history(handle)
+        later = await flood(10, "more")
+        assert all(isinstance(a, WorkflowUpdateFailedError) for a in first + later)
+        assert all(isinstance(a, WorkflowUpdateFailedError) and
+                   f"re-read its roster for {ROSTER_RECHECKS} decisions" in str(a.cause)
+                   for a in later), later
+        assert accepted == ROSTER_RECHECKS and await updates_in_history(handle) == accepted
+        after = await handle.query("approvals", result_type=dict)
+        assert after["pending"] == info["pending"] and refunds(db_path) == []
+        out = await handle.execute_update("decide", decision(
+            client, handle.id, info["pending"], approver="bob", key=load_key("bob", config)),
+            result_type=dict)
+        await handle.result()
+    assert out["result"] == "approved" and refunds(db_path) == [("INV-2004", 120000)]
+
+
+async def updates_in_history(handle: WorkflowHandle) -> int:
+    history = await handle.fetch_history()
+    return sum(1 for e in history.events
+               if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)
 
 
 async def test_a_revoked_key_stops_working_when_the_run_refreshes(

@@ -85,6 +85,9 @@ UNVALIDATED = (f"refused unverified: more than {VALIDATE_PER_TASK} decisions arr
                "workflow task (a flood?); send it again")
 UNVERIFIED = (f"refused unverified: more than {VERIFY_PER_TASK} decisions arrived in one "
               "workflow task (a flood?); send it again, as the decide update")
+# Decide updates a run lets wait for a roster re-read: each is in its history (and counts
+# against the server's updates per run), so a flood of forged key ids cannot grow either.
+ROSTER_RECHECKS = 20
 REFRESH_GAP = timedelta(seconds=5)  # asked-for roster refreshes: at most one per this
 # Signalled decisions past a task's budget are held and judged, in order, in the tasks that
 # follow (a short timer makes each); with no request to decide, refused at once, UNVERIFIED.
@@ -120,6 +123,7 @@ class GateRuntime:
         self._reads_begun = 0
         self._reads_done = 0  # begun and ended (read or not)
         self._updates_waiting = 0  # decide updates waiting for a roster read
+        self._rechecks = 0  # decide updates that waited for one (ROSTER_RECHECKS at most)
         self._signals_taken = 0  # by this run (the server caps it: refusals.py)
 
     # --- the request -----------------------------------------------------------------------
@@ -277,6 +281,7 @@ class GateRuntime:
         # budget: the validator accepted it, and the handler must judge alike on replay.
         decision, check = self.judge(raw)
         if check.by_roster and self._awaiting():  # perhaps enrolled since the last read
+            self._rechecks += 1
             await self._read_roster_again()
             decision, check = self.judge(raw)
         if decision is None or not check.ok:
@@ -300,8 +305,14 @@ class GateRuntime:
         """The ``decide`` update's validator: refuses before the history holds it, but
         one the roster refuses while a request waits (judged again after a re-read)."""
         _, check = self.judge(raw, budget=self._validate_budget)
-        if not check.ok and not (check.by_roster and self._awaiting()):
-            raise failure(DecisionRefused(check.reason, code=check.code or Code.MALFORMED))
+        if check.ok or (check.by_roster and self._awaiting()
+                        and self._rechecks < ROSTER_RECHECKS):
+            return
+        reason = check.reason
+        if check.by_roster and self._awaiting():
+            reason += (f"; this run has re-read its roster for {ROSTER_RECHECKS} decisions "
+                       "already: it reads it again on its timer, or when sent refresh_trust")
+        raise failure(DecisionRefused(reason, code=check.code or Code.MALFORMED))
 
     def _awaiting(self) -> bool:
         """A request waits for a decision (and none is being applied)."""
