@@ -7,10 +7,9 @@ from datetime import UTC, datetime
 from tower import AgentState
 from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
 from tower.core.details import budget_used, render_details, start_metadata
-from tower.core.engine import Transition
+from tower.core.engine import Kind, Transition
 from tower.core.graph import Graph
 from tower.core.state import Status, Usage
-from tower.core.transition import Kind
 from workflows.account import GRAPH as ACCOUNT
 from workflows.account import AccountState
 

@@ -7,8 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tower import DONE, Message
-from tower.core.engine import advance, start
-from tower.core.transition import Kind, move
+from tower.core.engine import Kind, advance, move, start
 from tower.testing import approve, check_log, run_agent
 from workflows.account import AccountAgent, AccountState
 from workflows.refund import RefundAgent, RefundState

@@ -16,11 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tower import ADD, APPEND, DONE, FAILED, AgentState, Graph, custom
-from tower.core.engine import advance, start
+from tower.core.engine import Kind, Transition, advance, start
 from tower.core.errors import IllegalTransition, InvalidGraph
 from tower.core.graph import START, TERMINALS, Machine
 from tower.core.state import UpdateError, apply_update
-from tower.core.transition import Kind, Transition
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 UNDECLARED = "nowhere"

@@ -22,8 +22,8 @@ from tower.contract.failures import Code
 from tower.contract.pending import EditLimit
 from tower.core.edits import mistyped
 from tower.core.errors import TowerError
+from tower.core.gates import check_decision
 from tower.core.graph import Machine
-from tower.core.judge import check_decision
 from tower.testing import approve, run_agent
 
 SEEN: list[tuple[int, dict[str, Any]]] = []  # what the rule was handed

@@ -14,13 +14,13 @@ from tower.core.engine import (
     Kind,
     Transition,
     advance,
+    move,
     node_error,
     start,
 )
 from tower.core.errors import IllegalTransition
 from tower.core.events import Event, apply_event
 from tower.core.gates import Gate, close_gate, open_gate
-from tower.core.transition import move
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -22,7 +22,7 @@ from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExec
 from tower.client._runs import check_started, describe
 from tower.client.errors import ClientError
 from tower.contract import search
-from tower.core.transition import Transition
+from tower.core.engine import Transition
 from tower.temporal.replay import HistoryError, replay_run, task_completed_after
 
 

@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
     from temporalio.exceptions import ApplicationError
 
 
@@ -195,6 +196,12 @@ def _fields(code: Code, details: list[Any]) -> dict[str, Any]:
     if code == Code.DECISION_REFUSED:
         return {"code": Code(first) if isinstance(first, str) and first in REFUSALS else None}
     return first if isinstance(first, dict) else {}
+
+
+def brief(exc: ValidationError) -> str:
+    """A validation error's first five problems, one line: ``where: what; ...``."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
+                     for e in exc.errors()[:5])
 
 
 def code_of(exc: BaseException | None) -> Code | None:

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from tower.core.carry import LogSummary
+    from tower.core.engine import Transition
     from tower.core.events import Rejection
     from tower.core.gates import Outcome
-    from tower.core.transition import Transition
 
 In = TypeVar("In")
 Out = TypeVar("Out")

@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from tower.contract.failures import brief
 from tower.contract.wire import MessageRef, ModelReply, ModelRequest, ToolCallRequest, WindowRef
 from tower.core.errors import NodeFailed
 from tower.core.graph import Node
@@ -99,8 +100,3 @@ def check_reply(node: Node, reply: ModelReply, schema: type[T] | None
 
 def _dump_calls(reply: ModelReply) -> str:
     return json.dumps([c.model_dump() for c in reply.tool_calls])
-
-
-def brief(exc: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
-                     for e in exc.errors()[:5])

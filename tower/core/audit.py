@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tower.contract.decisions import GateStatus
+from tower.core.engine import Kind, Transition
 from tower.core.gates import Gate
 from tower.core.graph import DONE, FAILED, START, TERMINALS, Machine
 from tower.core.state import AgentState
-from tower.core.transition import Kind, Transition
 
 
 def check_log(machine: Machine, log: Sequence[Transition],

@@ -17,10 +17,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from tower.contract.failures import Code
+from tower.core.engine import Kind, Transition, move, within_budget
 from tower.core.errors import IllegalTransition, TowerError
 from tower.core.graph import TERMINALS, Guard, Machine
 from tower.core.state import S, UpdateError, apply_update
-from tower.core.transition import Kind, Transition, move, within_budget
 
 
 class EventRejected(TowerError):

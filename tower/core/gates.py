@@ -1,19 +1,25 @@
-"""Approval gates, pure: what a gate is and the moves it makes (what a decision must prove
-is tower/core/judge.py's, re-exported here).
+"""Approval gates, pure: what a gate is, the moves it makes, what a decision must prove,
+and what approvers see of a pending request.
 
 Opening a gate keeps the run at its node, AWAITING_APPROVAL, with a pending ``GateRecord``;
 closing it marks the record and stays at the node (an approval before it runs) or moves to
 the gate's target. Holding does not count as a visit: gates never eat a visit budget.
+
+A decision is judged in two parts, each refusal with its ``Code``: ``read_decision`` (its
+token, signer and claims, against the run's roster) and ``check_decision`` (against the
+pending request). A decision is bound to its run by the Temporal run id its request was
+opened in, never the workflow id, so a history judges alike under any id.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import to_jsonable_python
 
 from tower.contract.decisions import (
@@ -21,25 +27,27 @@ from tower.contract.decisions import (
     GateRecord,
     GateStatus,
     ProposalNotCanonical,
+    SignedDecision,
+    Verdict,
+    canonical_proposal,
     proposal_digest,
 )
-from tower.contract.failures import Code
-from tower.contract.pending import EditLimit
-from tower.core.edits import EditCheck
-from tower.core.engine import fail
+from tower.contract.failures import Code, brief
+from tower.contract.pending import (
+    MAX_EARLIER,
+    EarlierDecision,
+    EditableField,
+    EditLimit,
+    PendingView,
+    short,
+)
+from tower.contract.trust import Claims, TrustSnapshot
+from tower.core.edits import EditCheck, check_edits
+from tower.core.engine import Kind, Transition, fail, move, within_budget
 from tower.core.errors import IllegalTransition
 from tower.core.graph import Machine
-from tower.core.judge import (  # noqa: F401  (re-exported: what a decision must prove)
-    Check,
-    canonical_time,
-    check_decision,
-    pending_record,
-    read_decision,
-    record_of,
-    refuse,
-)
+from tower.core.signing import SignatureRefused, authority, verify_decision
 from tower.core.state import AgentState, S, Status, UpdateError, apply_update
-from tower.core.transition import Kind, Transition, move, within_budget
 
 Recheck = Callable[[Any, Any], Awaitable[str | None]]  # (ctx, state) -> why stale, or None
 
@@ -200,3 +208,198 @@ def _reason(gate: Gate, status: GateStatus, decision: Decision | None, why: str)
         if decision.note:
             head += f": {decision.note}"
     return f"{head} — {why}" if why else head
+
+
+# --- what a decision must prove -----------------------------------------------------------
+
+
+def pending_record(state: AgentState | None) -> GateRecord | None:
+    if state is None:
+        return None
+    return next((r for r in reversed(state.approvals) if r.status == GateStatus.PENDING), None)
+
+
+def record_of(state: AgentState, decision_id: str) -> GateRecord | None:
+    return next((r for r in state.approvals
+                 if r.decision is not None and r.decision.decision_id == decision_id), None)
+
+
+@dataclass(frozen=True)
+class Check:
+    ok: bool
+    reason: str = ""
+    duplicate: bool = False
+    code: Code | None = None  # why it was refused (None: accepted)
+    # Refused for what the run's roster says: no key of the token's key id, or no role the
+    # signer claims. Perhaps one enrolled since the roster was read: the run reads it again
+    # once, then judges the decision again.
+    by_roster: bool = False
+
+
+def refuse(code: Code, reason: str) -> Check:
+    return Check(False, reason, code=code)
+
+
+def read_decision(raw: Any, *, trust: TrustSnapshot, now: datetime,
+                  ) -> tuple[Decision | None, Check]:
+    """The decision a wire message proves (and an ok ``Check``), or why it proves nothing;
+    the roster and policy from the run's snapshot, the time from its clock."""
+    try:
+        message = SignedDecision.model_validate(raw)
+    except ValidationError as exc:
+        return None, refuse(Code.MALFORMED, f"malformed decision: {brief(exc)}")
+    policy = trust.policy
+    if message.token is not None:
+        try:
+            claims, member, kid = verify_decision(message.token, trust.roster,
+                                                  now=now.timestamp())
+        except SignatureRefused as exc:
+            return None, Check(False, str(exc), code=exc.code,
+                               by_roster=exc.code == Code.UNKNOWN_KEY)
+        problem = authority(member, claims.sub, claims.role)
+        if problem:
+            return None, Check(False, problem, code=Code.NOT_AUTHORIZED, by_roster=True)
+    elif message.unsigned is not None:
+        if not policy.unsigned_allowed:
+            return None, refuse(Code.POLICY, "unsigned decision refused: this "
+                                "deployment requires signed decisions (docs/approvals.md)")
+        try:
+            claims, kid = Claims.model_validate(message.unsigned), None
+        except ValidationError as exc:
+            return None, refuse(Code.MALFORMED, f"malformed decision: {brief(exc)}")
+        if claims.exp <= now.timestamp():
+            return None, refuse(Code.TOKEN_EXPIRED, f"decision expired at {claims.exp}")
+    else:
+        return None, refuse(Code.MALFORMED, "malformed decision: no token")
+    if claims.exp - claims.iat > policy.max_decision_seconds:
+        return None, refuse(Code.POLICY, f"decision lives {claims.exp - claims.iat}s; "
+                            f"the tenant's policy allows at most {policy.max_decision_seconds}s")
+    return Decision(
+        decision_id=claims.jti, tenant=claims.tenant, run=claims.run, gate=claims.gate,
+        decision=Verdict(claims.verdict), approver=claims.sub, role=claims.role,
+        expires_at=datetime.fromtimestamp(claims.exp, UTC), note=claims.note,
+        edits=claims.edits, kid=kid, request=claims.request, run_id=claims.run_id,
+        proposal=claims.proposal), Check(True)
+
+
+def check_decision(
+    d: Decision, *, state: AgentState | None, gates: Mapping[str, Gate], tenant: str,
+    now: datetime, in_flight: Decision | None = None,
+) -> Check:
+    """Whether ``d`` (a verified decision) may decide the pending gate; the state is not
+    touched. Who sent it is checked before what it asks; a repeat of a decision taken (same
+    id, same content) is an accepted duplicate that changes nothing."""
+    if d.tenant != tenant:
+        return refuse(Code.WRONG_RUN,
+                      f"decision is for tenant {d.tenant!r}; this run belongs to {tenant!r}")
+    if state is None:  # nothing to decide yet
+        return refuse(*_not_pending(d.gate, state, gates))
+    for earlier in ([in_flight] if in_flight else []) + [
+            r.decision for r in state.approvals if r.decision]:
+        if earlier.decision_id == d.decision_id:
+            if _substance(earlier) != _substance(d):
+                return refuse(Code.ALREADY_DECIDED,
+                              f"decision id {d.decision_id!r} was already used for a "
+                              "different decision")
+            return Check(True, duplicate=True)
+    pending = pending_record(state)
+    if pending is not None and d.run_id != pending.run_id:
+        return refuse(Code.WRONG_RUN, (
+            f"decision is for run {d.run!r}, made for run id {d.run_id}; the pending request "
+            f"is in run id {pending.run_id} (a reset or a new run voids earlier decisions)"))
+    if pending is None or pending.gate != d.gate:
+        return refuse(*_not_pending(d.gate, state, gates))
+    if in_flight is not None:
+        return refuse(Code.ALREADY_DECIDED,
+                      f"gate {d.gate!r} was already decided: {in_flight.decision.value} by "
+                      f"{in_flight.approver}")
+    other = _other_request(d, pending)  # what the approver was shown
+    if other:
+        return refuse(*other)
+    if now >= pending.expires_at:
+        return refuse(Code.EXPIRED, f"request for gate {d.gate!r} expired at "
+                      f"{canonical_time(pending.expires_at)}")
+    if d.role != pending.role:
+        return refuse(Code.NOT_AUTHORIZED,
+                      f"role {d.role!r} may not decide gate {d.gate!r} (needs {pending.role!r})")
+    problem = check_edits(gates[d.gate], state, d)
+    return refuse(Code.BAD_EDIT, problem) if problem else Check(True)
+
+
+def canonical_time(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _other_request(d: Decision, pending: GateRecord) -> tuple[Code, str] | None:
+    """Why ``d`` was made for another step or proposal of this run than the pending one."""
+    if d.request != pending.step:
+        return Code.WRONG_REQUEST, (
+            f"decision answers the request opened at step {d.request}; the pending "
+            f"request was opened at step {pending.step}")
+    if d.proposal != proposal_digest(pending):
+        return Code.WRONG_PROPOSAL, (
+            f"decision was made for another proposal ({d.proposal}); the pending "
+            f"proposal is {proposal_digest(pending)}: look at it and decide again")
+    return None
+
+
+def _substance(d: Decision) -> tuple[Any, ...]:
+    """What makes two deliveries the same decision (not when or how it was signed)."""
+    edits = json.dumps(d.edits, sort_keys=True, separators=(",", ":"), default=str)
+    return (d.tenant, d.run, d.gate, d.decision, d.approver, d.role, edits, d.note, d.request,
+            d.run_id, d.proposal)
+
+
+def _not_pending(gate: str, state: AgentState | None, gates: Mapping[str, Gate]
+                 ) -> tuple[Code, str]:
+    if gate not in gates:
+        return Code.NOT_PENDING, (f"unknown gate {gate!r} (gates: "
+                                         f"{', '.join(sorted(gates)) or 'none'})")
+    if state is None:
+        return Code.NOT_PENDING, (f"gate {gate!r} is not awaiting a decision: the run "
+                                         "has not started")
+    last = next((r for r in reversed(state.approvals) if r.gate == gate), None)
+    if last is not None and last.status == GateStatus.EXPIRED:
+        return Code.EXPIRED, (f"request for gate {gate!r} expired at "
+                                     f"{canonical_time(last.expires_at)}")
+    if last is not None and last.status != GateStatus.PENDING and last.decision is not None:
+        return Code.ALREADY_DECIDED, (
+            f"gate {gate!r} was already decided: {last.decision.decision.value} by "
+            f"{last.decision.approver}")
+    return Code.NOT_PENDING, (
+        f"gate {gate!r} is not awaiting a decision (the run is at {state.node}, "
+        f"{state.status.value})")
+
+
+# --- what approvers see ------------------------------------------------------------------
+
+_TYPES = {int: "int", float: "float", str: "str", bool: "bool"}
+
+
+def pending_view(machine: Machine, state: AgentState) -> PendingView | None:
+    """The pending request of ``state`` as approvers see it, with its canonical proposal
+    (``shown``), or None when nothing waits."""
+    record = pending_record(state)
+    if record is None:
+        return None
+    fields = [EditableField(name=name, type=field_type(machine, name),
+                            value=getattr(state, name, None),
+                            limit=record.limits.get(name, EditLimit()))
+              for name in record.editable]
+    earlier = [EarlierDecision(
+        gate=r.gate, status=r.status.value, requested_at=r.requested_at,
+        reason=short(r.reason), approver=r.decision.approver if r.decision else "",
+        role=r.decision.role if r.decision else "",
+        note=short(r.decision.note) if r.decision else "")
+        for r in state.approvals if r.status != GateStatus.PENDING][-MAX_EARLIER:]
+    return PendingView(
+        agent=machine.name, node=record.node, gate=record.gate, when=record.when,
+        role=record.role, step=record.step, requested_at=record.requested_at,
+        expires_at=record.expires_at, editable=list(record.editable), fields=fields,
+        earlier=earlier, shown=canonical_proposal(record))
+
+
+def field_type(machine: Machine, name: str) -> Any:
+    """The input type of a state field: int, float, str or bool (str when unsure)."""
+    info = machine.state_type.model_fields.get(name)
+    return _TYPES.get(info.annotation, "str") if info is not None else "str"  # type: ignore[arg-type]

@@ -18,10 +18,9 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
-from tower.contract.failures import failure_reason
-from tower.core.asking import brief
+from tower.contract.failures import brief, failure_reason
 from tower.core.context import NodeContext
-from tower.core.engine import advance, fail, node_error
+from tower.core.engine import Transition, advance, fail, node_error
 from tower.core.errors import TowerError
 from tower.core.events import Event, apply_event
 from tower.core.gates import (
@@ -34,7 +33,6 @@ from tower.core.gates import (
 )
 from tower.core.graph import FAILED, Machine
 from tower.core.state import AgentState, Message, UpdateError, Usage, apply_update
-from tower.core.transition import Transition
 
 # An event as it reaches the loop: (what was sent, where from, the calls that made it).
 Arrival = tuple[Any, str, list[str]]

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from tower.contract.failures import Code, TowerError
+from tower.contract.failures import Code, TowerError, brief
 from tower.contract.trust import (
     AttestClaims,
     Claims,
@@ -118,9 +118,7 @@ def verify(token: str, roster: Roster, claims_type: type[C], *, typ: str,
     try:
         claims = claims_type.model_validate_json(obj.payload)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'claims'}: {e['msg']}"
-                             for e in exc.errors()[:5])
-        raise SignatureRefused(f"bad claims: {problems}", Code.MALFORMED) from None
+        raise SignatureRefused(f"bad claims: {brief(exc)}", Code.MALFORMED) from None
     _check_times(claims, now)
     return claims, member, kid
 

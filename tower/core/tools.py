@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from tower.contract.failures import brief
 from tower.contract.wire import ToolSchema
 from tower.core.errors import InvalidGraph, NodeFailed
 
@@ -166,8 +167,7 @@ def argument_problem(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
     try:
         spec.args.model_validate(arguments)
     except ValidationError as exc:
-        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'value'}: {e['msg']}"
-                         for e in exc.errors()[:5])
+        return brief(exc)
     return None
 
 

@@ -13,7 +13,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.converter import decode_typed_search_attributes
 
 from tower.contract import search
-from tower.core.transition import Transition
+from tower.core.engine import Transition
 
 
 def recorded_moves(history: WorkflowHistory) -> list[tuple[int, str]]:

@@ -41,8 +41,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from tower.contract import names
-from tower.contract.failures import failure
-from tower.core.asking import brief
+from tower.contract.failures import brief, failure
 from tower.core.events import EventRejected, Rejection
 from tower.core.graph import TERMINALS
 from tower.core.interpreter import Arrival, Ledger, event_step

@@ -7,7 +7,7 @@ and its budgets, the attestation of the open request and the audit trail of refu
 (query ``approvals``). The run (``AgentWorkflow``) hands it its update, signal and query,
 and, for the loop's ``hold`` (tower/core/interpreter.py), asks it how a request opens,
 to ``wait`` for its decision and whether a state's request may be published
-(``request_shown``). The rules a decision must pass are pure (tower/core/judge.py).
+(``request_shown``). The rules a decision must pass are pure (tower/core/gates.py).
 
 A held run waits on ``workflow.wait_condition`` with the gate's timeout, so it costs
 nothing while it waits and any worker resumes it from the history. Decisions arrive as the
@@ -61,11 +61,11 @@ from tower.core.gates import (
     check_decision,
     outcome,
     pending_record,
+    pending_view,
     read_decision,
     record_of,
 )
 from tower.core.graph import TERMINALS
-from tower.core.pending import pending_view
 from tower.core.state import AgentState
 from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._gate_calls import attestation, notify, opening_run_id

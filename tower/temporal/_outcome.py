@@ -14,9 +14,9 @@ from temporalio.exceptions import ApplicationError
 
 from tower.contract import names
 from tower.contract.failures import failure, rebuilt
+from tower.core.engine import Transition
 from tower.core.errors import AgentFailed
 from tower.core.state import AgentState
-from tower.core.transition import Transition
 
 S = TypeVar("S", bound=AgentState)
 

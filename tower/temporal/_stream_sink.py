@@ -86,9 +86,9 @@ def emit_move(before: Any, after: Any, transition: Any, updates: bool = False) -
     ``updates``: the transition event carries the update it applied (``stream_updates``)."""
     if workflow.unsafe.is_replaying() or not _SINKS:
         return
+    from tower.core.engine import Kind
     from tower.core.gates import pending_record
     from tower.core.graph import TERMINALS
-    from tower.core.transition import Kind
 
     step = transition.step
     move = {"source": transition.source, "target": transition.target,

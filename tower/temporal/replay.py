@@ -36,8 +36,8 @@ from temporalio.worker import (
 
 from tower.contract.failures import Code, TowerError
 from tower.core.audit import check_log
+from tower.core.engine import Transition
 from tower.core.state import AgentState
-from tower.core.transition import Transition
 from tower.temporal._divergence import describe_failure, diverged, recorded_moves
 from tower.temporal._machine_run import MachineRun
 from tower.temporal.plugin import TowerPlugin, workflow_name
