@@ -89,34 +89,21 @@ class Choice:
     reason: str
 
 
+@dataclass(frozen=True, eq=False)
 class Machine:
-    """A validated graph. Immutable; shared by every run of an agent."""
+    """A validated graph, made by ``Graph.compile``. Immutable; shared by every run of an
+    agent."""
 
-    def __init__(
-        self,
-        name: str,
-        state_type: type[AgentState],
-        entry: str,
-        nodes: Mapping[str, Node],
-        transitions: Mapping[str, Transitions],
-        budget: Budget | None,
-        gates: Mapping[str, Gate] | None = None,
-        recovery: Mapping[str, str] | None = None,
-        requires: Mapping[str, tuple[str, ...]] | None = None,
-    ) -> None:
-        self.name = name
-        self.state_type = state_type
-        self.entry = entry
-        self.nodes = MappingProxyType(dict(nodes))
-        self.transitions = MappingProxyType(dict(transitions))
-        self.budget = budget
-        # node -> the node its errors route to (Graph.on_error); others fail.
-        self.recovery = MappingProxyType(dict(recovery or {}))
-        # Gates by the node they guard.
-        self.gates = MappingProxyType(dict(gates or {}))
-        # node -> the gates every path to it must pass (Graph.require).
-        self.requires = MappingProxyType(dict(requires or {}))
-        self.proof: Proof | None = None  # set by Graph.compile (tower/core/proofs.py)
+    name: str
+    state_type: type[AgentState]
+    entry: str
+    nodes: Mapping[str, Node]
+    transitions: Mapping[str, Transitions]
+    budget: Budget | None
+    gates: Mapping[str, Gate]  # by the node they guard
+    recovery: Mapping[str, str]  # node -> the node its errors route to (Graph.on_error)
+    requires: Mapping[str, tuple[str, ...]]  # node -> the gates every path to it must pass
+    proof: Proof | None = None  # tower/core/proofs.py
 
     def external_tools(self) -> set[str]:
         """Tools named ``server.tool``: the worker checks they exist when it starts."""
@@ -294,27 +281,28 @@ class Graph:
         return self
 
     def compile(self) -> Machine:
-        recovery = self._recovery_map()
-        _validate(self.name, self._entry, self._nodes, self._out, self._budget, self._gates,
-                  recovery)
-        _validate_gates(self.name, self.state_type, self._nodes, self._gates)
-        assert self._entry is not None
-        machine = Machine(
-            self.name, self.state_type, self._entry, dict(self._nodes), self._out, self._budget,
-            self._gates, recovery, self._requires,
-        )
-        machine.tools()  # one object per tool name
+        """The machine, checked whole: names, gates, that every node is reachable and can
+        end, one object per tool name, then the proof (tower/core/proofs.py)."""
         from tower.core.proofs import prove  # proofs read the Machine this module defines
 
-        machine.proof = prove(machine)
-        return machine
+        recovery = self._recovery_map()
+        _validate(self.name, self._entry, self._nodes, self._out, self._budget, self._gates)
+        _validate_gates(self.name, self.state_type, self._nodes, self._gates)
+        assert self._entry is not None
+        f = _frozen
+        machine = Machine(self.name, self.state_type, self._entry, f(self._nodes), f(self._out),
+                          self._budget, f(self._gates), f(recovery), f(self._requires))
+        machine.tools()  # one object per tool name
+        return replace(machine, proof=prove(machine))
+
+
+def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping))
 
 
 def _validate(
     name: str, entry: str | None, nodes: Mapping[str, Node],
-    out: Mapping[str, Transitions], budget: Budget | None,
-    gates: Mapping[str, Gate] | None = None,
-    recovery: Mapping[str, str] | None = None,
+    out: Mapping[str, Transitions], budget: Budget | None, gates: Mapping[str, Gate],
 ) -> None:
     def fail(msg: str) -> None:
         raise InvalidGraph(name, msg)
@@ -350,31 +338,12 @@ def _validate(
                             ("max_cost_usd", budget.max_cost_usd)):
             if limit is not None and limit <= 0:
                 fail(f"budget {what} must be positive, got {limit!r}")
-
-    succ: dict[str, set[str]] = {n: set(out[n].targets) for n in nodes}
-    if budget is not None:
-        for n in nodes:
-            succ[n].add(budget.escalate_to)
-    for node, gate in (gates or {}).items():
+    for node, gate in gates.items():
         if node not in nodes:
             fail(f"gate {gate.name!r} on unknown node {node!r}")
         for target in gate.targets:
             if target not in known:
                 fail(f"gate {gate.name!r} routes to unknown node {target!r}")
-        succ[node].update(gate.targets)
-    for n, handler in (recovery or {}).items():
-        succ[n].add(handler)
-    reachable = _closure({entry}, succ)  # type: ignore[arg-type]
-    unreachable = sorted(set(nodes) - reachable)
-    if unreachable:
-        fail(f"unreachable from {entry!r}: {', '.join(unreachable)}")
-    pred: dict[str, set[str]] = {n: set() for n in known}
-    for source, targets in succ.items():
-        for target in targets:
-            pred[target].add(source)
-    stuck = sorted(set(nodes) - _closure(set(TERMINALS), pred))
-    if stuck:
-        fail(f"no path to DONE or FAILED from: {', '.join(stuck)}")
 
 
 def _validate_gates(
@@ -397,12 +366,3 @@ def _validate_gates(
                 raise InvalidGraph(name, f"{where}: {field_name!r} is not an editable field of "
                                          f"{state_type.__name__}")
 
-
-def _closure(start: set[str], succ: Mapping[str, set[str]]) -> set[str]:
-    seen, todo = set(start), list(start)
-    while todo:
-        for nxt in succ.get(todo.pop(), ()):
-            if nxt not in seen:
-                seen.add(nxt)
-                todo.append(nxt)
-    return seen

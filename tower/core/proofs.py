@@ -2,6 +2,7 @@
 ``InvalidGraph`` naming the path, at import. ``tower graph --check`` prints the proof; the
 audit (tower/core/audit.py) checks it on every recorded run.
 
+0. Every node is reachable from the entry, and has a way to DONE or FAILED.
 1. Every cycle is bounded: it passes a node with ``max_visits``, or the graph has
    ``max_steps``, or a node declares ``unbounded="why"``. An escalation is no cycle.
 2. Every node with a side-effecting tool is behind a gate: on the node itself, before it
@@ -18,7 +19,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from tower.core.errors import InvalidGraph
-from tower.core.graph import START, Machine, Node
+from tower.core.graph import START, TERMINALS, Machine, Node
 
 ARROW = " → "
 
@@ -68,13 +69,21 @@ class Proof:
 
 def prove(m: Machine) -> Proof:
     """The proof of ``m``'s safety properties; InvalidGraph naming the path that breaks one."""
+    succ = successors(m)
+    unreachable = sorted(set(m.nodes) - _reach(succ, m.entry))
+    if unreachable:
+        raise InvalidGraph(m.name, f"unreachable from {m.entry!r}: {', '.join(unreachable)}")
+    stuck = [n for n in sorted(m.nodes) if not _reach(succ, n) & TERMINALS]
+    if stuck:
+        raise InvalidGraph(m.name, f"no path to DONE or FAILED from: {', '.join(stuck)}")
     return Proof(_loops(m), _effects(m), _requires(m))
 
 
 def successors(m: Machine, *, blocked: Collection[str] = (),
                escalations: bool = True) -> dict[str, set[str]]:
-    """Where each node may go next (nodes only). A node in ``blocked`` keeps only the moves
-    it makes without an approval: its gate's routes, its recovery and the escalation."""
+    """Where each node may go next (DONE and FAILED only when declared). A node in
+    ``blocked`` keeps only the moves it makes without an approval: its gate's routes, its
+    recovery and the escalation."""
     succ: dict[str, set[str]] = {}
     for name in m.nodes:
         out: set[str] = set()
@@ -87,28 +96,39 @@ def successors(m: Machine, *, blocked: Collection[str] = (),
             out.add(m.recovery[name])
         if escalations and m.budget is not None:
             out.add(m.budget.escalate_to)
-        succ[name] = {n for n in out if n in m.nodes}
+        succ[name] = out
     return succ
 
 
 def path_to(succ: Mapping[str, Collection[str]], entry: str, goal: str) -> list[str] | None:
     """The shortest path START → entry → ... → goal in ``succ``, or None."""
-    parents: dict[str, str | None] = {entry: None}
-    todo = deque([entry])
+    parents = _search(succ, entry)
+    if goal not in parents:
+        return None
+    path: list[str] = []
+    at: str | None = goal
+    while at is not None:
+        path.append(at)
+        at = parents[at]
+    return [START, *reversed(path)]
+
+
+def _reach(succ: Mapping[str, Collection[str]], start: str) -> set[str]:
+    return set(_search(succ, start))
+
+
+def _search(succ: Mapping[str, Collection[str]], start: str) -> dict[str, str | None]:
+    """Every node reachable from ``start`` in ``succ``, each with its parent on a shortest
+    path (breadth first, in name order: a path is the same on every run)."""
+    parents: dict[str, str | None] = {start: None}
+    todo = deque([start])
     while todo:
         node = todo.popleft()
-        if node == goal:
-            path: list[str] = []
-            at: str | None = node
-            while at is not None:
-                path.append(at)
-                at = parents[at]
-            return [START, *reversed(path)]
         for nxt in sorted(succ.get(node, ())):
             if nxt not in parents:
                 parents[nxt] = node
                 todo.append(nxt)
-    return None
+    return parents
 
 
 def _loops(m: Machine) -> tuple[Loop, ...]:
@@ -128,7 +148,7 @@ def _loops(m: Machine) -> tuple[Loop, ...]:
     loops = []
     order = list(m.nodes)
     for part in _strongly_connected(succ):
-        if len(part) == 1 and part[0] not in succ[part[0]]:
+        if len(part) == 1 and part[0] not in succ.get(part[0], ()):
             continue
         nodes = tuple(sorted(part, key=order.index))
         bounds = [f"{n} ≤ {visits[n]} visits" for n in nodes if n in visits]
