@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from tower import Answer
 from tower.contract.wire import ModelReply, ToolCallRequest
-from tower.core.asking import check_reply
+from tower.core.context import check_reply
 from tower.core.graph import Node
 from workflows.account import GRAPH as ACCOUNT
 from workflows.account import FinalAnswer

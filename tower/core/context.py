@@ -2,18 +2,23 @@
 
 A node gets a ``NodeContext`` and nothing else from the outside world. The asking is the
 same wherever the run is hosted (the request, the checks, the corrections, the usage
-kept); what reaches the world is the host's: on a worker ``tower.temporal._context.
-TemporalContext`` (every call an activity), in a unit test ``tower.testing``'s scripted one,
-which answers in-process. Pure: no Temporal.
+kept): what counts as a valid answer is one piece of code (``check_reply``): a tool this
+node lacks, bad tool arguments or content failing the schema are fed back up to
+``max_corrections`` times, then the node fails. What reaches the world is the host's: on a
+worker ``tower.temporal._context.TemporalContext`` (every call an activity), in a unit
+test ``tower.testing``'s scripted one, which answers in-process. Pure: no Temporal.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
+from tower.contract.failures import brief
 from tower.contract.wire import (
     Authority,
     MessageRef,
@@ -23,15 +28,27 @@ from tower.contract.wire import (
     ToolCallRequest,
     WindowRef,
 )
-from tower.core.asking import Answer, ask_validated, model_request
 from tower.core.cost import CallUsage
+from tower.core.errors import NodeFailed
 from tower.core.graph import Node
 from tower.core.state import Message, Usage
-from tower.core.tools import Tool
-
-__all__ = ["Answer", "NodeContext"]
+from tower.core.tools import Tool, argument_problem, spec_for, specs_of
 
 T = TypeVar("T", bound=BaseModel)
+
+
+@dataclass
+class Answer(Generic[T]):
+    """A validated model answer: either tool calls (all allowed in this node) or content."""
+
+    model: str
+    text: str | None = None
+    parsed: T | None = None
+    tool_calls: list[ToolCallRequest] = field(default_factory=list)
+    # With ``keep=True``: refs of the messages asked with, then of this answer.
+    stored: list[MessageRef] = field(default_factory=list)
+    # With ``ask_window``: the conversation window after this answer.
+    window: WindowRef | None = None
 
 
 class NodeContext:
@@ -99,9 +116,7 @@ class NodeContext:
         in ``Answer.stored``. Either way, stored content never enters the event history.
         """
         extra = {"history": list(history or []), "keep": keep}
-        return await ask_validated(
-            self.node, lambda convo, schema: self._call_model(convo, schema, extra, False),
-            messages, schema=schema, max_corrections=max_corrections)
+        return await self._ask(messages, schema, max_corrections, extra, local=False)
 
     async def ask_window(
         self, messages: list[Message], window: WindowRef | None, *,
@@ -116,9 +131,7 @@ class NodeContext:
         """
         extra = {"history": [], "keep": True, "window": window,
                  "windowed": True, "summarise": summarise}
-        return await ask_validated(
-            self.node, lambda convo, schema: self._call_model(convo, schema, extra, True),
-            messages, schema=None, max_corrections=max_corrections)
+        return await self._ask(messages, None, max_corrections, extra, local=True)
 
     async def tool(self, tool: Tool | ToolCallRequest | str,
                    arguments: BaseModel | dict[str, Any] | None = None) -> dict[str, Any]:
@@ -149,12 +162,56 @@ class NodeContext:
         """The host's: the model's reply to ``request`` (``local``: as a local call)."""
         raise NotImplementedError
 
-    async def _call_model(self, convo: list[Message], schema: type[BaseModel] | None,
-                          extra: dict[str, Any], local: bool) -> ModelReply:
-        request = model_request(self.agent, self.node, convo, schema, self.models, **extra)
-        reply = await self.reply(request, local)
-        self.calls.append(f"model:{reply.model}")
-        self.usage = self.usage + reply.usage
-        self.model_calls.append(CallUsage(step=self.step, node=self.node.name,
-                                          model=reply.model, usage=reply.usage))
-        return reply
+    async def _ask(self, messages: list[Message], schema: type[Any] | None,
+                   max_corrections: int, extra: dict[str, Any], *, local: bool) -> Answer[Any]:
+        """Ask with this node's prompt and only its own tools (``extra``: the stored history,
+        the window, whether to keep the exchange); an invalid answer is fed back."""
+        node, convo, problem = self.node, list(messages), ""
+        for _ in range(max_corrections + 1):
+            request = ModelRequest(
+                agent=self.agent, node=node.name, system=node.prompt, messages=convo,
+                tools=[spec.schema() for spec in specs_of(node)],
+                response_schema=schema.model_json_schema() if schema else None,
+                response_name=schema.__name__ if schema else None, models=self.models,
+                **extra)
+            reply = await self.reply(request, local)
+            self.calls.append(f"model:{reply.model}")
+            self.usage = self.usage + reply.usage
+            self.model_calls.append(CallUsage(step=self.step, node=node.name,
+                                              model=reply.model, usage=reply.usage))
+            answer, problem = check_reply(node, reply, schema)
+            if answer is not None:
+                answer.stored, answer.window = reply.stored, reply.window
+                return answer
+            said = reply.content or json.dumps([c.model_dump() for c in reply.tool_calls])
+            convo += [
+                Message(role="assistant", content=said),
+                Message(role="user", content=f"That answer was invalid: {problem}. Answer again."),
+            ]
+        raise NodeFailed(f"{node.name}: model output still invalid after {max_corrections} "
+                         f"corrections: {problem}")
+
+
+def check_reply(node: Node, reply: ModelReply, schema: type[T] | None
+                ) -> tuple[Answer[T] | None, str]:
+    """The validated answer, or None and what is wrong with it."""
+    for call in reply.tool_calls:
+        if call.name not in node.tools and call.name not in node.proposes:
+            allowed = ", ".join((*node.tools, *node.proposes)) or "none"
+            return None, f"tool {call.name!r} is not available here (available: {allowed})"
+        spec = spec_for(node, call.name)
+        problem = None if spec is None else argument_problem(spec, call.arguments)
+        if problem is not None:
+            return None, f"bad arguments for {call.name}: {problem}"
+    if reply.tool_calls:
+        return Answer(model=reply.model, tool_calls=reply.tool_calls), ""
+    if not reply.content:
+        return None, "empty answer"
+    if schema is None:
+        return Answer(model=reply.model, text=reply.content), ""
+    try:
+        parsed = schema.model_validate_json(reply.content)
+    except ValidationError as exc:
+        return None, f"answer does not match {schema.__name__}: {brief(exc)}"
+    return Answer(model=reply.model, text=reply.content, parsed=parsed), ""
+

@@ -1,6 +1,6 @@
 """``NodeContext`` in-process: scripted model answers and tool answers, no server.
 
-The model is asked through the same ``ask_validated`` a worker uses (same request, same
+The model is asked through the same ``NodeContext._ask`` a worker uses (same request, same
 checks, same corrections); the answers come from scripts, not from an activity.
 """
 
