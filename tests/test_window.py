@@ -10,15 +10,20 @@ from temporalio.exceptions import ApplicationError
 
 from tower import Message
 from tower.activities.messages import MessageStore, ref_of
+from tower.contract.wire import MessageRef
 from tower.core.carry import summarize
 from tower.core.engine import Transition
-from tower.core.window import WindowPolicy, estimate_tokens, needs_reduction, prune, split
+from tower.core.window import WindowPolicy, estimate_tokens, over_budget, prune, split
 
 POLICY = WindowPolicy(max_messages=4, keep_recent=2, max_tokens=1000, prune_chars=100)
 
 
 def _ref(role: str, chars: int, name: str | None = None):
     return ref_of(Message(role=role, content="x" * chars, name=name))  # type: ignore[arg-type]
+
+
+def needs_reduction(policy: WindowPolicy, refs: list[MessageRef]) -> bool:
+    return over_budget(policy, len(refs), estimate_tokens(refs))
 
 
 def test_reduction_triggers_on_count_or_tokens() -> None:

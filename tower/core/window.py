@@ -26,10 +26,6 @@ def estimate_tokens(refs: Sequence[MessageRef]) -> int:
     return sum(PRUNED_TOKENS if r.pruned else r.chars // 4 + 1 for r in refs)
 
 
-def needs_reduction(policy: WindowPolicy, refs: Sequence[MessageRef]) -> bool:
-    return over_budget(policy, len(refs), estimate_tokens(refs))
-
-
 def over_budget(policy: WindowPolicy, messages: int, tokens: int) -> bool:
     """A window of ``messages`` and ``tokens`` (``estimate_tokens``) is due a reduction."""
     return messages > policy.max_messages or tokens > policy.max_tokens
