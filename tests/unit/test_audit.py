@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from tower import DONE, FAILED
+from tower.core.audit import check_log
 from tower.core.engine import Transition, advance, start
-from tower.core.proofs import check_log
 from workflows.account import GRAPH, AccountState
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -9,6 +9,7 @@ import pytest
 
 from tower import DONE, FAILED, AgentState, Graph
 from tower.contract.decisions import GateStatus
+from tower.core.audit import check_log
 from tower.core.engine import (
     Kind,
     Transition,
@@ -20,7 +21,6 @@ from tower.core.engine import (
 from tower.core.errors import IllegalTransition
 from tower.core.events import Event, apply_event
 from tower.core.gates import Gate, close_gate, open_gate
-from tower.core.proofs import check_log
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

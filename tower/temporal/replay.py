@@ -4,7 +4,7 @@ what went wrong in the agent's terms, and give the state after any step.
 
 An interceptor keeps each replayed agent instance and has it keep the state after every
 step, so the transition log is read from a history with no server. Each log is checked
-against the graph's rules (``tower.core.proofs``) and against the moves the original run
+against the graph's rules (``tower.core.audit``) and against the moves the original run
 published (its AgentStep/AgentNode search attributes), so a change that takes another path
 without changing any command is caught too. A run replays alike under any workflow id.
 """
@@ -35,8 +35,8 @@ from temporalio.worker import (
 )
 
 from tower.contract.failures import Code, TowerError
+from tower.core.audit import check_log
 from tower.core.engine import Transition
-from tower.core.proofs import check_log
 from tower.core.state import AgentState
 from tower.temporal._divergence import describe_failure, diverged, recorded_moves
 from tower.temporal._machine_run import MachineRun

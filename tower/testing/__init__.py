@@ -20,13 +20,13 @@ from tower.testing._inprocess import approve, reject, run_agent, run_node
 if TYPE_CHECKING:
     from tower.activities.scripted import Script
     from tower.contract.wire import ModelRequest
-    from tower.core.proofs import check_log
+    from tower.core.audit import check_log
     from tower.temporal.replay import assert_replays
     from tower.testing import evals, live
 
 _LAZY = {"Script": "tower.activities.scripted",  # the offline model's answers
          "ModelRequest": "tower.contract.wire",
-         "check_log": "tower.core.proofs",
+         "check_log": "tower.core.audit",
          "assert_replays": "tower.temporal.replay",
          "live": "tower.testing.live",  # the module: a live run in a project's tests
          # The module: evals from recorded runs (run_eval, assert_verdicts, Change, Score).
