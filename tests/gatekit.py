@@ -205,8 +205,8 @@ def in_process_tools(db: Path) -> dict[str, Any]:
     from temporalio.exceptions import ApplicationError
 
     from activities.tools import TOOLS, ToolsDb
+    from tower.contract.failures import EffectRefused
     from tower.contract.wire import ToolCall
-    from tower.core.errors import EffectRefused
 
     box, keys = ToolsDb(db), itertools.count()
 

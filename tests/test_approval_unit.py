@@ -15,9 +15,9 @@ from tower import DONE, AgentState, Graph
 from tower.client.keys import new_key
 from tower.contract.decisions import Decision, GateStatus, Verdict, proposal_digest
 from tower.contract.failures import Code as C
+from tower.contract.failures import InvalidGraph
 from tower.contract.trust import Member, Policy, Roster, TrustSnapshot
 from tower.core.engine import advance, start
-from tower.core.errors import InvalidGraph
 from tower.core.gates import Gate, check_decision, close_gate, needs_gate, open_gate, read_decision
 from tower.core.signing import DECISION_TYPE, decision_claims, public_of, sign
 from tower.core.state import Status, UpdateError, apply_update

@@ -10,9 +10,9 @@ import pytest
 
 from tower import DONE, FAILED, AgentState, Graph
 from tower.activities.prices import PriceError, PriceTable
+from tower.contract.failures import InvalidGraph
 from tower.core.cost import CallUsage, cost_report
 from tower.core.engine import advance, start
-from tower.core.errors import InvalidGraph
 from tower.core.graph import Machine
 from tower.core.pictures import to_mermaid
 from tower.core.state import Usage

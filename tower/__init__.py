@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
     from tower.contract.decisions import GateStatus
+    from tower.contract.failures import EffectRefused, NodeFailed
     from tower.contract.pending import EditLimit
     from tower.contract.wire import ToolCallRequest
     from tower.core import window
     from tower.core.context import Answer, NodeContext
-    from tower.core.errors import EffectRefused, NodeFailed
     from tower.core.gates import Gate
     from tower.core.graph import DONE, FAILED, Graph
     from tower.core.policy import stricter
@@ -42,7 +42,7 @@ _LAZY = {
     "APPEND": "tower.core.state",
     "custom": "tower.core.state",
     "DONE": "tower.core.graph",
-    "EffectRefused": "tower.core.errors",
+    "EffectRefused": "tower.contract.failures",
     "EventWorkflow": "tower.temporal._event_runtime",
     "FAILED": "tower.core.graph",
     "fan_out": "tower.temporal._fanout",
@@ -51,7 +51,7 @@ _LAZY = {
     "Graph": "tower.core.graph",
     "Message": "tower.core.state",
     "NodeContext": "tower.core.context",
-    "NodeFailed": "tower.core.errors",
+    "NodeFailed": "tower.contract.failures",
     "ToolCallRequest": "tower.contract.wire",
     "Tool": "tower.core.tools",
     "tool": "tower.core.tools",

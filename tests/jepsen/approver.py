@@ -17,8 +17,7 @@ from temporalio.client import (
 from temporalio.service import RPCError
 
 from tower.contract.decisions import Verdict
-from tower.contract.failures import rebuilt
-from tower.core.errors import DecisionRefused
+from tower.contract.failures import DecisionRefused, rebuilt
 
 from .bounds import RPC_SECONDS
 from .check import status_of

@@ -9,7 +9,7 @@ import pytest
 
 from activities.tools import TOOLS
 from tower import AgentState, AgentWorkflow, Graph, Tool, agent
-from tower.core.errors import InvalidGraph
+from tower.contract.failures import InvalidGraph
 from tower.temporal._start import agents_by_name, load_agents, scripts_of
 from tower.temporal.worker import check_external_tools
 from workflows.refund import GRAPH as REFUND

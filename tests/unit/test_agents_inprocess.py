@@ -213,7 +213,7 @@ async def test_lifecycle_moves_only_through_its_guard_table(tools: dict[str, Any
 
 async def test_a_refused_edit_raises_the_error_tower_testing_exports(
         tools: dict[str, Any]) -> None:
-    from tower.core.errors import DecisionRefused
+    from tower.contract.failures import DecisionRefused
 
     state = RefundState(messages=asks("Please refund $1,200 on invoice INV-2004"),
                         limit_cents=50_000, review_timeout_seconds=3600)

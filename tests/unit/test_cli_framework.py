@@ -33,7 +33,7 @@ HISTORY = Path(__file__).parents[1] / "histories" / "account-1.json"
 HEAVY = ("temporalio", "pydantic", "openai", "rich", "workflows", "activities", "tower.core",
          "tower.contract", "tower.temporal", "tower.activities", "tower.cli.cmd")
 # The failure model (stdlib only): the error printer knows a Tower error by its root class.
-LIGHT = ("tower.contract", "tower.contract.failures", "tower.core", "tower.core.errors")
+LIGHT = ("tower.contract", "tower.contract.failures", "tower.core")
 
 
 def test_help_loads_no_command_and_nothing_heavy() -> None:

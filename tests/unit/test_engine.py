@@ -8,8 +8,8 @@ from typing import Annotated, Any
 import pytest
 
 from tower import ADD, DONE, FAILED, AgentState, Graph
+from tower.contract.failures import IllegalTransition
 from tower.core.engine import advance, start
-from tower.core.errors import IllegalTransition
 from tower.core.graph import Machine
 from tower.core.state import Status
 

@@ -16,8 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tower import ADD, APPEND, DONE, FAILED, AgentState, Graph, custom
+from tower.contract.failures import IllegalTransition, InvalidGraph
 from tower.core.engine import Kind, Transition, advance, start
-from tower.core.errors import IllegalTransition, InvalidGraph
 from tower.core.graph import START, TERMINALS, Machine
 from tower.core.state import UpdateError, apply_update
 

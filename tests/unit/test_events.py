@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tower import DONE, FAILED
+from tower.contract.failures import IllegalTransition
 from tower.core.engine import Transition, start
-from tower.core.errors import IllegalTransition
 from tower.core.events import (
     DuplicateEvent,
     Event,

@@ -21,13 +21,15 @@ from tower.client.errors import ClientError, RunNotFound
 from tower.contract.failures import (
     REFUSALS,
     RETRIED,
+    AgentFailed,
     Code,
+    DecisionRefused,
+    EffectRefused,
     TowerError,
     code_of,
     failure,
     rebuilt,
 )
-from tower.core.errors import AgentFailed, DecisionRefused, EffectRefused
 from tower.temporal._unopenable import TowerDataConverter, pydantic_converter
 from tower.temporal.payloads import PayloadMissing
 from tower.temporal.plugin import TowerPlugin, WorkerMisconfigured

@@ -18,10 +18,9 @@ from pydantic import Field
 
 from tower import DONE, AgentState, Gate, Graph
 from tower.contract.decisions import Decision, Verdict, proposal_digest
-from tower.contract.failures import Code
+from tower.contract.failures import Code, TowerError
 from tower.contract.pending import EditLimit
 from tower.core.edits import mistyped
-from tower.core.errors import TowerError
 from tower.core.gates import check_decision
 from tower.core.graph import Machine
 from tower.testing import approve, run_agent

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from tower import DONE, FAILED, AgentState, Graph
-from tower.core.errors import InvalidGraph
+from tower.contract.failures import InvalidGraph
 from tower.core.pictures import to_mermaid
 from workflows.account import GRAPH as ACCOUNT
 from workflows.support import GRAPH as SUPPORT

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from tower import DONE, FAILED, AgentState, Gate, Graph, tool
-from tower.core.errors import InvalidGraph
+from tower.contract.failures import InvalidGraph
 
 
 class Args(BaseModel):

@@ -23,7 +23,7 @@ from activities.tools import TOOLS, ToolsDb
 from tower import AgentState, Graph
 from tower.cli.histories import load, replay
 from tower.cli.trust_files import enrol_worker
-from tower.core.errors import InvalidGraph
+from tower.contract.failures import InvalidGraph
 from tower.effects import ToolCall
 from tower.temporal import TowerPlugin, WorkerSettings
 from tower.temporal._interceptors import ScheduledByOwnAgents

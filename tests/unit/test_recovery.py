@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from tower import DONE, FAILED, AgentState, Graph
+from tower.contract.failures import InvalidGraph
 from tower.core.engine import advance, node_error, start
-from tower.core.errors import InvalidGraph
 from tower.core.pictures import to_mermaid
 from tower.core.state import Status, UpdateError, apply_update
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from activities.tools import billing
 from tower import AgentState, Graph, tool
-from tower.core.errors import NodeFailed
+from tower.contract.failures import NodeFailed
 from tower.effects import EffectCall
 from tower.testing import approve, run_agent, run_node
 from workflows.refund import RefundAgent, RefundState

@@ -9,6 +9,7 @@ import pytest
 
 from tower import DONE, FAILED, AgentState, Graph
 from tower.contract.decisions import GateStatus
+from tower.contract.failures import IllegalTransition
 from tower.core.audit import check_log
 from tower.core.engine import (
     Kind,
@@ -18,7 +19,6 @@ from tower.core.engine import (
     node_error,
     start,
 )
-from tower.core.errors import IllegalTransition
 from tower.core.events import Event, apply_event
 from tower.core.gates import Gate, close_gate, open_gate
 

@@ -18,7 +18,7 @@ def use_agents(modules: str | None) -> None:
 @functools.cache
 def agents() -> dict[str, Any]:
     from tower.cli import project
-    from tower.core.errors import InvalidGraph
+    from tower.contract.failures import InvalidGraph
     from tower.temporal._start import load_agents
 
     folder = project.root()

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from tower.contract.failures import Code, TowerError
-from tower.core.errors import DecisionRefused
+from tower.contract.failures import Code, DecisionRefused, TowerError
 
 __all__ = ["ClientError", "DecisionRefused", "ReplyMissing", "RunClosed", "RunNotFound"]
 

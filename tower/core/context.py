@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
-from tower.contract.failures import brief
+from tower.contract.failures import NodeFailed, brief
 from tower.contract.wire import (
     Authority,
     MessageRef,
@@ -29,7 +29,6 @@ from tower.contract.wire import (
     WindowRef,
 )
 from tower.core.cost import CallUsage
-from tower.core.errors import NodeFailed
 from tower.core.graph import Node
 from tower.core.state import Message, Usage
 from tower.core.tools import Tool, argument_problem, spec_for, specs_of

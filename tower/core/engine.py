@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic_core import to_jsonable_python
 
 from tower.contract.decisions import GateRecord
-from tower.core.errors import IllegalTransition
+from tower.contract.failures import IllegalTransition
 from tower.core.graph import DONE, FAILED, START, TERMINALS, Machine
 from tower.core.state import (
     AgentState,

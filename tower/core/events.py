@@ -16,9 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from tower.contract.failures import Code
+from tower.contract.failures import Code, IllegalTransition, TowerError
 from tower.core.engine import Kind, Transition, move, within_budget
-from tower.core.errors import IllegalTransition, TowerError
 from tower.core.graph import TERMINALS, Guard, Machine
 from tower.core.state import S, UpdateError, apply_update
 

@@ -32,7 +32,7 @@ from tower.contract.decisions import (
     canonical_proposal,
     proposal_digest,
 )
-from tower.contract.failures import Code, brief
+from tower.contract.failures import Code, IllegalTransition, brief
 from tower.contract.pending import (
     MAX_EARLIER,
     EarlierDecision,
@@ -44,7 +44,6 @@ from tower.contract.pending import (
 from tower.contract.trust import Claims, TrustSnapshot
 from tower.core.edits import EditCheck, check_edits
 from tower.core.engine import Kind, Transition, fail, move, within_budget
-from tower.core.errors import IllegalTransition
 from tower.core.graph import Machine
 from tower.core.signing import SignatureRefused, authority, verify_decision
 from tower.core.state import AgentState, S, Status, UpdateError, apply_update

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from tower.core.errors import IllegalTransition, InvalidGraph
+from tower.contract.failures import IllegalTransition, InvalidGraph
 from tower.core.state import PROTECTED_FIELDS, AgentState
 from tower.core.tools import Tool, ToolSpec, is_external, names
 

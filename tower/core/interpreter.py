@@ -18,10 +18,9 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ValidationError
 
 from tower.contract.decisions import Decision, GateRecord, GateStatus, Verdict
-from tower.contract.failures import brief, failure_reason
+from tower.contract.failures import TowerError, brief, failure_reason
 from tower.core.context import NodeContext
 from tower.core.engine import Transition, advance, fail, node_error
-from tower.core.errors import TowerError
 from tower.core.events import Event, apply_event
 from tower.core.gates import (
     Gate,

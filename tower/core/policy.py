@@ -10,8 +10,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from tower.contract.failures import Code
-from tower.core.errors import TowerError
+from tower.contract.failures import Code, TowerError
 
 P = TypeVar("P", bound=BaseModel)
 

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from tower.core.errors import InvalidGraph
+from tower.contract.failures import InvalidGraph
 from tower.core.graph import START, TERMINALS, Machine, Node
 
 ARROW = " → "

@@ -14,9 +14,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from tower.contract.failures import brief
+from tower.contract.failures import InvalidGraph, NodeFailed, brief
 from tower.contract.wire import ToolSchema
-from tower.core.errors import InvalidGraph, NodeFailed
 
 
 class ToolSpec(Protocol):

@@ -19,9 +19,8 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 from temporalio import activity
 
-from tower.contract.failures import Code, TowerError, failure
+from tower.contract.failures import Code, EffectRefused, TowerError, failure
 from tower.contract.wire import Authority, ToolCall
-from tower.core.errors import EffectRefused
 from tower.effects._guard import MARK
 from tower.effects._ledger import claim, epoch_now, record
 

@@ -21,6 +21,8 @@ from temporalio.exceptions import ActivityError
 from tower.contract.failures import (
     NOT_MADE,
     Code,
+    EffectRefused,
+    NodeFailed,
     code_of,
     failure_reason,
     rebuilt,
@@ -31,7 +33,6 @@ from tower.contract.stream import TOOL_FINISHED, TOOL_STARTED, custom_data
 from tower.contract.wire import Authority, ModelReply, ModelRequest, ToolCall, ToolCallRequest
 from tower.core.context import NodeContext
 from tower.core.cost import CallUsage
-from tower.core.errors import EffectRefused, NodeFailed
 from tower.core.graph import Node
 from tower.core.keys import Action, effect_key
 from tower.core.tools import Tool, ToolSpec, called, spec_for

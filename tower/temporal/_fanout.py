@@ -24,8 +24,8 @@ from pydantic import BaseModel, Field
 from temporalio import workflow
 from temporalio.exceptions import ChildWorkflowError
 
+from tower.contract.failures import NodeFailed
 from tower.core.context import NodeContext
-from tower.core.errors import NodeFailed
 
 I = TypeVar("I")  # noqa: E741
 R = TypeVar("R")

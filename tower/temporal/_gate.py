@@ -49,11 +49,10 @@ from tower.contract.decisions import (
     canonical_proposal,
     proposal_digest,
 )
-from tower.contract.failures import Code, failure
+from tower.contract.failures import Code, DecisionRefused, failure
 from tower.contract.notify import GateNotice
 from tower.contract.pending import PendingView
 from tower.contract.trust import AttestRequest, TrustSnapshot
-from tower.core.errors import DecisionRefused
 from tower.core.gates import (
     Check,
     Gate,

@@ -24,13 +24,12 @@ from temporalio.exceptions import ActivityError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tower.contract import names, search
-from tower.contract.failures import Code, TowerError, failure
+from tower.contract.failures import Code, NodeFailed, TowerError, failure
 from tower.contract.pending import PendingView
 from tower.core.carry import Carry, LogSummary, summarize
 from tower.core.cost import CallUsage, cost_report
 from tower.core.details import render_details
 from tower.core.engine import Transition, start
-from tower.core.errors import NodeFailed
 from tower.core.gates import pending_record
 from tower.core.graph import FAILED, TERMINALS, Machine
 from tower.core.keys import action_of, authority_of

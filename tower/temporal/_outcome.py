@@ -13,9 +13,8 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
 from tower.contract import names
-from tower.contract.failures import failure, rebuilt
+from tower.contract.failures import AgentFailed, failure, rebuilt
 from tower.core.engine import Transition
-from tower.core.errors import AgentFailed
 from tower.core.state import AgentState
 
 S = TypeVar("S", bound=AgentState)

@@ -33,9 +33,8 @@ from pydantic import BaseModel, ValidationError, create_model
 from temporalio import workflow
 from temporalio.common import RawValue
 
-from tower.contract.failures import Code, TowerError, failure
+from tower.contract.failures import Code, InvalidGraph, TowerError, failure
 from tower.core.carry import Carry
-from tower.core.errors import InvalidGraph
 from tower.core.graph import Machine
 from tower.temporal._unopenable import UnopenablePayload
 

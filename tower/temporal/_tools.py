@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from tower.contract.failures import Code, TowerError
-from tower.core.errors import InvalidGraph
+from tower.contract.failures import Code, InvalidGraph, TowerError
 from tower.core.tools import Tool
 from tower.effects._activity import UNBOUND, activity_for
 

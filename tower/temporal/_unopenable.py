@@ -35,8 +35,7 @@ from temporalio.converter import (
     WorkflowSerializationContext,
 )
 
-from tower.contract.failures import Code
-from tower.core.errors import TowerError
+from tower.contract.failures import Code, TowerError
 
 ENCODING = "binary/unopenable"
 

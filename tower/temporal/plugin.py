@@ -34,7 +34,7 @@ from temporalio.worker import ReplayerConfig, Worker, WorkerConfig, WorkflowRunn
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from tower.activities.stores import StoreSettings, announce
-from tower.core.errors import IllegalTransition, InvalidGraph, NodeFailed
+from tower.contract.failures import IllegalTransition, InvalidGraph, NodeFailed
 from tower.core.events import EventRejected
 from tower.core.policy import PolicyInvalid, PolicyLoosened
 from tower.core.tools import ToolSpec, register_external

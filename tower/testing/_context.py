@@ -13,10 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tower.contract.failures import NodeFailed, TowerError
 from tower.contract.stream import custom_data
 from tower.contract.wire import Authority, ModelReply, ModelRequest, ToolCallRequest, WindowRef
 from tower.core.context import NodeContext
-from tower.core.errors import NodeFailed, TowerError
 from tower.core.graph import Node
 from tower.core.state import Usage
 from tower.core.tools import Tool, argument_problem, called, spec_for

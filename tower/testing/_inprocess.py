@@ -19,10 +19,9 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from tower.contract.decisions import Decision, GateRecord, Verdict, proposal_digest
-from tower.contract.failures import Code
+from tower.contract.failures import Code, DecisionRefused, NodeFailed
 from tower.core.edits import check_edits
 from tower.core.engine import Transition, start
-from tower.core.errors import DecisionRefused, NodeFailed
 from tower.core.gates import Gate
 from tower.core.graph import START, TERMINALS, Machine
 from tower.core.interpreter import Arrival, Ledger, event_step, node_step
