@@ -189,15 +189,12 @@ class Graph:
         for what, why in (("ungated", ungated), ("unbounded", unbounded)):
             if why is not None and not why.strip():
                 raise InvalidGraph(self.name, f"node {name!r}: {what}= needs a reason")
-        called, specs = names(self.name, name, tools)
-        proposed, more = names(self.name, name, proposes)
-        for tool_name, spec in more.items():
-            if specs.setdefault(tool_name, spec) is not spec:
-                raise InvalidGraph(self.name, f"node {name!r} has two different tools named "
-                                              f"{tool_name!r}")
-        self._nodes[name] = Node(name, fn, prompt, called, description or (fn.__doc__ or ""),
-                                 specs=specs, proposes=proposed, ungated=ungated,
-                                 unbounded=unbounded)
+        tools, proposes = list(tools), list(proposes)
+        _, specs = names(self.name, name, [*tools, *proposes])  # one object per tool name
+        self._nodes[name] = Node(name, fn, prompt, names(self.name, name, tools)[0],
+                                 description or (fn.__doc__ or ""), specs=specs,
+                                 proposes=names(self.name, name, proposes)[0],
+                                 ungated=ungated, unbounded=unbounded)
         return self
 
     def require(self, node: str, *, after: str) -> Graph:
@@ -281,17 +278,19 @@ class Graph:
         return self
 
     def compile(self) -> Machine:
-        """The machine, checked whole: names, gates, that every node is reachable and can
-        end, one object per tool name, then the proof (tower/core/proofs.py)."""
+        """The machine, checked whole: names, gates, one object per tool name, then the
+        proof: every node reachable and able to end, and safe (tower/core/proofs.py)."""
         from tower.core.proofs import prove  # proofs read the Machine this module defines
 
-        recovery = self._recovery_map()
-        _validate(self.name, self._entry, self._nodes, self._out, self._budget, self._gates)
-        _validate_gates(self.name, self.state_type, self._nodes, self._gates)
-        assert self._entry is not None
+        entry = self._entry
+        if entry is None or entry not in self._nodes:
+            raise InvalidGraph(self.name, f"entry {entry!r} is not a node" if entry else
+                               "no entry node: call .entry(name)")
         f = _frozen
-        machine = Machine(self.name, self.state_type, self._entry, f(self._nodes), f(self._out),
-                          self._budget, f(self._gates), f(recovery), f(self._requires))
+        machine = Machine(self.name, self.state_type, entry, f(self._nodes), f(self._out),
+                          self._budget, f(self._gates), f(self._recovery_map()),
+                          f(self._requires))
+        _check(machine)
         machine.tools()  # one object per tool name
         return replace(machine, proof=prove(machine))
 
@@ -300,22 +299,16 @@ def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping))
 
 
-def _validate(
-    name: str, entry: str | None, nodes: Mapping[str, Node],
-    out: Mapping[str, Transitions], budget: Budget | None, gates: Mapping[str, Gate],
-) -> None:
+def _check(m: Machine) -> None:
+    """Every name a move, budget or gate uses is a node (or a terminal); gates are whole."""
     def fail(msg: str) -> None:
-        raise InvalidGraph(name, msg)
+        raise InvalidGraph(m.name, msg)
 
-    known = set(nodes) | TERMINALS
-    if entry is None:
-        fail("no entry node: call .entry(name)")
-    if entry not in nodes:
-        fail(f"entry {entry!r} is not a node")
-    for source, declared in out.items():
+    known = set(m.nodes) | TERMINALS
+    for source, declared in m.transitions.items():
         if source in TERMINALS:
             fail(f"terminal {source} cannot have outgoing transitions")
-        if source not in nodes:
+        if source not in m.nodes:
             fail(f"transition from unknown node {source!r}")
         if not declared.targets:
             fail(f"route from {source!r} declares no targets")
@@ -325,44 +318,37 @@ def _validate(
         for target in declared.guards:
             if target not in declared.targets:
                 fail(f"guard on {source!r} -> {target!r}, which is not a declared target")
-    for node in nodes:
-        if node not in out:
+    for node in m.nodes:
+        if node not in m.transitions:
             fail(f"node {node!r} has no outgoing transition (add an edge to DONE or FAILED)")
+    budget = m.budget
     if budget is not None:
         if budget.escalate_to not in known:
             fail(f"budget escalates to unknown node {budget.escalate_to!r}")
         for node in budget.max_visits:
-            if node not in nodes:
+            if node not in m.nodes:
                 fail(f"budget limits visits of unknown node {node!r}")
         for what, limit in (("max_tokens", budget.max_tokens),
                             ("max_cost_usd", budget.max_cost_usd)):
             if limit is not None and limit <= 0:
                 fail(f"budget {what} must be positive, got {limit!r}")
-    for node, gate in gates.items():
-        if node not in nodes:
-            fail(f"gate {gate.name!r} on unknown node {node!r}")
+    names = [g.name for g in m.gates.values()]
+    for node, gate in m.gates.items():
+        where = f"gate {gate.name!r}"
+        if node not in m.nodes:
+            fail(f"{where} on unknown node {node!r}")
         for target in gate.targets:
             if target not in known:
-                fail(f"gate {gate.name!r} routes to unknown node {target!r}")
-
-
-def _validate_gates(
-    name: str, state_type: type[AgentState], nodes: Mapping[str, Node],
-    gates: Mapping[str, Gate],
-) -> None:
-    names = [g.name for g in gates.values()]
-    for gate in gates.values():
-        where = f"gate {gate.name!r}"
+                fail(f"{where} routes to unknown node {target!r}")
         if not gate.name or names.count(gate.name) > 1:
-            raise InvalidGraph(name, f"{where}: gate names must be non-empty and unique")
+            fail(f"{where}: gate names must be non-empty and unique")
         if not gate.role:
-            raise InvalidGraph(name, f"{where} names no role")
+            fail(f"{where} names no role")
         if not callable(gate.timeout) and gate.timeout.total_seconds() <= 0:
-            raise InvalidGraph(name, f"{where}: timeout must be positive")
+            fail(f"{where}: timeout must be positive")
         if (gate.recheck is None) != (gate.on_stale is None):
-            raise InvalidGraph(name, f"{where}: recheck and on_stale go together")
+            fail(f"{where}: recheck and on_stale go together")
         for field_name in gate.editable:
-            if field_name not in state_type.model_fields or field_name in PROTECTED_FIELDS:
-                raise InvalidGraph(name, f"{where}: {field_name!r} is not an editable field of "
-                                         f"{state_type.__name__}")
-
+            if field_name not in m.state_type.model_fields or field_name in PROTECTED_FIELDS:
+                fail(f"{where}: {field_name!r} is not an editable field of "
+                     f"{m.state_type.__name__}")
