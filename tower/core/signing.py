@@ -119,17 +119,13 @@ def verify(token: str, roster: Roster, claims_type: type[C], *, typ: str,
         claims = claims_type.model_validate_json(obj.payload)
     except ValidationError as exc:
         raise SignatureRefused(f"bad claims: {brief(exc)}", Code.MALFORMED) from None
-    _check_times(claims, now)
-    return claims, member, kid
-
-
-def _check_times(claims: Signed, now: float) -> None:
     if claims.exp <= now:
         raise SignatureRefused(f"token expired at {claims.exp} (now {int(now)})",
                                Code.TOKEN_EXPIRED)
     if claims.iat > now + SKEW_SECONDS:
         raise SignatureRefused(f"token issued in the future (iat {claims.iat}, now "
                                f"{int(now)})", Code.TOKEN_EXPIRED)
+    return claims, member, kid
 
 
 def verify_decision(token: str, roster: Roster, *, now: float) -> tuple[Claims, Member, str]:
