@@ -1,12 +1,10 @@
 """What a node may touch: the model, its own tools, the clock — ``NodeContext``.
 
 A node gets a ``NodeContext`` and nothing else from the outside world. The asking is the
-same wherever the run is hosted (the request, the checks, the corrections, the usage
-kept): what counts as a valid answer is one piece of code (``check_reply``): a tool this
-node lacks, bad tool arguments or content failing the schema are fed back up to
-``max_corrections`` times, then the node fails. What reaches the world is the host's: on a
-worker ``tower.temporal._context.TemporalContext`` (every call an activity), in a unit
-test ``tower.testing``'s scripted one, which answers in-process. Pure: no Temporal.
+same wherever the run is hosted (the request, the checks of ``check_reply``, the
+corrections, the usage kept); what reaches the world is the host's: on a worker
+``tower.temporal._context.TemporalContext`` (every call an activity), in a unit test
+``tower.testing``'s scripted one, which answers in-process. Pure: no Temporal.
 """
 
 from __future__ import annotations
