@@ -140,9 +140,9 @@ async def test_unchanged_code_is_the_same_on_every_recorded_run_by_default(
     """Every recording of this repository (tests/histories and its gates/) and 14 recorded
     today, evaluated with default settings (no TOWER_DB, no --data): every run is the
     same, the lifecycle agent's (whose first two moves share one event) and the migration
-    whose schema changed while it waited (migration-gated-1) included. The
-    project's live data holds what the recorded runs did, and the eval neither reads nor
-    changes it."""
+    whose schema changed while it waited (migration-gated-1) included; the parked refund
+    parks again, the approved one takes the eval's re-signed decision. The project's live
+    data holds what the recorded runs did, and the eval neither reads nor changes it."""
     project = example_project(tmp_path / "project")
     live = project / ".tower" / "tools.sqlite"
     statuses = await record_today(client, task_queue, live, tmp_path / "today")
@@ -160,9 +160,23 @@ async def test_unchanged_code_is_the_same_on_every_recorded_run_by_default(
     verdicts = {r["workflow_id"]: r["verdict"] for r in report["runs"]}
     assert len(verdicts) == 33 and any(run.startswith("today-lifecycle") for run in verdicts)
     assert verdicts == dict.fromkeys(verdicts, "same"), err
+    runs = {r["workflow_id"]: r for r in report["runs"]}
+    # The schema changed while migration-gated-1 waited (its first approval was stale): the
+    # eval cannot make that change, so its tools answer as recorded from that re-check on.
+    assert runs["migration-gated-1"]["answered"] == {
+        "recorded": 2, "tools recorded: the world changed while it waited": 4}
+    assert all("tools recorded" not in str(r["answered"]) for r in report["runs"]
+               if r["workflow_id"] != "migration-gated-1")
+    parked = runs["refund-parked"]["candidate"]
+    assert parked["status"] == "AWAITING_APPROVAL" and parked["gates"]
+    approved = runs["refund-approved"]
+    assert approved["candidate"]["decisions"] == 1  # re-signed by the eval's key, and taken
+    assert approved["answered"] == {"recorded": 3}
     assert "Traceback" not in err and "data fresh (the tools' own seed" in err, err
-    assert report["data_untouched"] and str(live) in report["data_checked"]
-    assert digest(live) == before
+    # The project's live data, its shop database included, checked untouched.
+    assert report["data_untouched"] and report["data_checked"] == [
+        str(live), *map(str, sorted((live.parent / "databases").glob("*.sqlite")))]
+    assert (live.parent / "databases").is_dir() and digest(live) == before
 
     # --data live starts each run from a copy of that data as it is now: the onboarding
     # account exists already and the column is gone, so those re-runs are refused.

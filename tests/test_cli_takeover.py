@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sqlite3
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -82,6 +83,9 @@ async def approved_once(client: Client, handle: WorkflowHandle[Any, Any], holder
     last_by_holder = max(i for i, w in enumerate(who) if w == holder)
     assert set(who[last_by_holder + 1:]) == set(workers) - {holder}
     assert refunds(db) == [("INV-2004", 70000)]
+    with sqlite3.connect(db) as tools:  # and Tower recorded the effect once
+        assert tools.execute("SELECT COUNT(*) FROM tower_effects WHERE tool='issue_refund' "
+                             "AND result IS NOT NULL").fetchone() == (1,)
 
 
 async def test_approve_a_second_after_a_kill_is_accepted_and_pays_once(

@@ -4,7 +4,8 @@
 - the files the page shows, written from its code blocks into an empty folder, pass their
   own tests there (the agent in process, its tool, a live run through its worker, replay);
 - the page states the line count of that code, and it is the real one;
-- they are the files ``tower new`` writes (the page and the template cannot drift apart);
+- they are the files ``tower new`` writes (the page and the template cannot drift apart):
+  so the first point is also the proof that a new project's own tests pass as generated;
 - (the soak tier) its commands, word for word: ``tower new``, ``pytest``, the worker, an
   approver's key, ``tower run`` to the gate, ``tower approve``, the history exported and
   replayed, ``tower graph`` finding only the project's agent."""
@@ -105,6 +106,7 @@ async def test_a_reader_writes_the_guides_files_and_their_tests_pass(tmp_path: P
     # What the page says: 5 pass (the live run too), the replay waits for a kept history.
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr
     assert "5 passed, 1 skipped" in ran.stdout, ran.stdout[-3000:]
+    assert "no history in tests/histories/ yet" in ran.stdout, ran.stdout[-3000:]
     assert "5 pass, and the replay test is skipped" in GUIDE.read_text()
 
 

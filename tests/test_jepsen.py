@@ -61,7 +61,7 @@ async def trials_on(client: Client, workdir: Path, trials: int, seed: int, *, pg
 # (The default tier's trials on SQLite are the kills test's, below: the same faults and
 # operators, with workers killed at the effect on top.)
 @pytest.mark.parametrize(("store", "trials", "seed"), [
-    ("postgres", 8, 1),
+    ("postgres", 5, 1),
     pytest.param("sqlite", 50, 13, marks=pytest.mark.soak),
     pytest.param("postgres", 50, 13, marks=pytest.mark.soak)])
 async def test_random_trials_keep_every_invariant(client: Client, tmp_path: Path, store: str,
@@ -77,14 +77,15 @@ def met_trouble(outcomes: list[Outcome], report: str, paid: int) -> None:
     """The trials did meet trouble: every kind of fault and operator action, and runs paid."""
     kinds = {f.split(" ")[0] for o in outcomes for f in o.faults}
     # An operator's retry needs a run that FAILED (a lock held past the payment's give-up),
-    # which timing decides: 12 trials meet one most times, 50 (the soak tier) always.
+    # which timing decides: the default tier's few trials meet one most times, 50 (the soak
+    # tier) always.
     met = {"db", "worker", "retry", "fork"} if len(outcomes) >= 50 else {"db", "worker", "fork"}
     assert met <= kinds and paid > len(outcomes) // 2, report
 
 
 @pytest.mark.timeout(1500)
 @pytest.mark.parametrize(("trials", "seed", "kills"), [
-    (10, 7, 10), pytest.param(40, 21, 50, marks=pytest.mark.soak)])
+    (6, 3, 6), pytest.param(40, 21, 50, marks=pytest.mark.soak)])
 async def test_workers_killed_at_every_point_of_an_effect_leave_no_run_stuck(
         client: Client, tmp_path: Path, trials: int, seed: int, kills: int) -> None:
     """Workers SIGKILLed at each point of ``issue_refund``'s effect (tests/jepsen/kills.py:

@@ -277,10 +277,12 @@ def write_config(path: Path, url: str, honours: bool) -> Path:
 
 
 async def test_killing_the_worker_mid_delete_leaves_one_deletion(
-    client: Client, task_queue: str, tmp_path: Path, workers: list[WorkerProc]
+    client: Client, task_queue: str, tmp_path: Path, workers: list[WorkerProc],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     db = seeded(tmp_path / "notes.sqlite")
     server = HttpNotesServer(db, TOKEN, slow_delete=2).start()
+    monkeypatch.setenv("NOTES_MCP_AUTH", f"Bearer {TOKEN}")
     try:
         config = write_config(tmp_path / "mcp.json", server.url, honours=True)
         first = WorkerProc(client, task_queue, config, tmp_path / "w1.log").start()
@@ -291,8 +293,11 @@ async def test_killing_the_worker_mid_delete_leaves_one_deletion(
         await delete_in_flight(handle)
         await delete_requested(db)
         first.kill9()
-        workers.append(WorkerProc(client, task_queue, config, tmp_path / "w2.log").start())
-        state = await final_state(handle)
+        # The worker that takes over: the same configuration, in this process.
+        async with build_worker(client, task_queue=task_queue, db_path=tmp_path / "tools.sqlite",
+                                workflows=[NotesPurgeAgent],
+                                mcp=await load_sources(client.namespace, config)):
+            state = await final_state(handle)
     finally:
         server.kill()
     assert state["status"] == "DONE", state["errors"]
@@ -300,40 +305,44 @@ async def test_killing_the_worker_mid_delete_leaves_one_deletion(
 
 
 async def server_killed_mid_delete(client: Client, task_queue: str, tmp_path: Path,
-                                   workers: list[WorkerProc], *, honours: bool
+                                   monkeypatch: pytest.MonkeyPatch, *, honours: bool
                                    ) -> tuple[dict[str, Any], Path]:
     """A purge over HTTP whose notes server is killed mid-delete and restarted (same port,
-    same database): the run's final state and the notes database."""
+    same database): the run's final state and the notes database. (The worker is not what
+    dies here: it runs in this process, with the configuration worker_main.py loads.)"""
     db = seeded(tmp_path / "notes.sqlite")
     server = HttpNotesServer(db, TOKEN, slow_delete=2).start()
+    monkeypatch.setenv("NOTES_MCP_AUTH", f"Bearer {TOKEN}")
     try:
         config = write_config(tmp_path / "mcp.json", server.url, honours=honours)
-        workers.append(WorkerProc(client, task_queue, config, tmp_path / "w.log").start())
-        handle = await client.start_workflow(
-            NotesPurgeAgent.run, CleanupRequest(note_id="n1"),
-            id=f"purge-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
-        await delete_in_flight(handle)
-        await delete_requested(db)
-        server.kill()  # mid-call: the deletion never commits
-        server.start()
-        return await final_state(handle), db
+        mcp = await load_sources(client.namespace, config)
+        async with build_worker(client, task_queue=task_queue, db_path=tmp_path / "tools.sqlite",
+                                workflows=[NotesPurgeAgent], mcp=mcp):
+            handle = await client.start_workflow(
+                NotesPurgeAgent.run, CleanupRequest(note_id="n1"),
+                id=f"purge-{uuid.uuid4().hex[:8]}", task_queue=task_queue)
+            await delete_in_flight(handle)
+            await delete_requested(db)
+            server.kill()  # mid-call: the deletion never commits
+            server.start()
+            return await final_state(handle), db
     finally:
         server.kill()
 
 
 async def test_killing_the_mcp_server_mid_delete_leaves_one_deletion(
-    client: Client, task_queue: str, tmp_path: Path, workers: list[WorkerProc]
+    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    state, db = await server_killed_mid_delete(client, task_queue, tmp_path, workers,
+    state, db = await server_killed_mid_delete(client, task_queue, tmp_path, monkeypatch,
                                                honours=True)
     assert state["status"] == "DONE", state["errors"]
     assert deletions(db) == ["n1"]
 
 
 async def test_a_non_idempotent_call_is_not_retried_once_it_may_have_acted(
-    client: Client, task_queue: str, tmp_path: Path, workers: list[WorkerProc]
+    client: Client, task_queue: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    state, db = await server_killed_mid_delete(client, task_queue, tmp_path, workers,
+    state, db = await server_killed_mid_delete(client, task_queue, tmp_path, monkeypatch,
                                                honours=False)
     assert state["status"] == "FAILED"
     assert any("not idempotent" in e for e in state["errors"]), state["errors"]
