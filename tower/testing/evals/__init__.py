@@ -24,9 +24,8 @@ from tower.temporal.replay import load
 from tower.temporal.worker import build_worker as tower_worker
 from tower.testing.evals.compare import BUILT_IN, RANK, Change, Score, Scorer, score
 from tower.testing.evals.models import Mode
-from tower.testing.evals.recording import chains
+from tower.testing.evals.recording import RunSummary, chains
 from tower.testing.evals.runner import Rerun, WorkerFactory, isolated
-from tower.testing.evals.summary import RunSummary
 
 __all__ = ["BUILT_IN", "EvalReport", "Mode", "RunResult", "Score", "Scorer", "Change",
            "assert_verdicts", "candidate_worker", "evaluate", "run_eval"]

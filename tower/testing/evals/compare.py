@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tower.testing.evals.summary import RunSummary
+from tower.testing.evals.recording import RunSummary
 
 
 class Change(StrEnum):

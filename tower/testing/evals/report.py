@@ -10,7 +10,7 @@ from typing import Any
 
 from tower.contract.failures import Code, TowerError
 from tower.testing.evals import EvalReport, RunResult
-from tower.testing.evals.summary import RunSummary
+from tower.testing.evals.recording import RunSummary
 
 REPORT_JSON = "report.json"
 

