@@ -43,6 +43,7 @@ from tower.activities.attest import WORKER_KEY_FILE
 from tower.activities.private_files import write_private
 from tower.activities.trust import tenant_dir
 from tower.client._decisions import make_decision, submit_decision
+from tower.client._follow import waits_for_outside
 from tower.client.keys import new_key
 from tower.contract import names, search
 from tower.contract.decisions import GateRecord, Verdict
@@ -219,7 +220,8 @@ class Eval:
                 if message is None:
                     notes.append(f"decision needed at gate {pending.gate} "
                                  f"(step {pending.step}): none recorded, left waiting")
-                    await _settled(handle)
+                    while not await waits_for_outside(handle):  # its own work done
+                        await asyncio.sleep(0.05)
                     return
                 waiting.remove(message)
                 try:
@@ -292,15 +294,6 @@ def _stdout_to_stderr() -> Iterator[None]:
     finally:
         os.dup2(saved, 1)
         os.close(saved)
-
-
-async def _settled(handle: WorkflowHandle[Any, Any]) -> None:
-    """Wait until a parked run's own work is done (no activity, no workflow task pending)."""
-    while True:
-        raw = (await handle.describe()).raw_description
-        if not raw.pending_activities and not raw.HasField("pending_workflow_task"):
-            return
-        await asyncio.sleep(0.05)
 
 
 def approvers(recordings: Sequence[Recording]) -> dict[str, list[str]]:
