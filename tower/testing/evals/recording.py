@@ -308,7 +308,8 @@ def _read(event: Any, rec: Recording, s: RunSummary, seen: _Seen) -> None:
         request = seen.model_requests.pop(done.scheduled_event_id, None)
         if request is not None:
             rec.model_calls.append(ModelCall(str(request.get("node", "")), request, result[0]))
-        if (call := seen.answers.pop(done.scheduled_event_id, None)) is not None:
+        if done.scheduled_event_id in seen.answers:
+            call = seen.answers.pop(done.scheduled_event_id)
             call.result = reply
             produced(call.tool, reply, seen.produced)
         if isinstance(reply, dict) and "model" in reply and "usage" in reply:
