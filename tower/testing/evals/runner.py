@@ -50,7 +50,7 @@ from tower.contract.decisions import GateRecord, Verdict
 from tower.contract.failures import Code, TowerError
 from tower.contract.trust import Member, Policy, Roster
 from tower.core.signing import public_of
-from tower.testing.evals.compare import Score, plural
+from tower.testing.evals.compare import RunResult, Scorer, plural, score
 from tower.testing.evals.models import Mode, RecordedModels
 from tower.testing.evals.recording import Outside, Recording, RunSummary, continued_as, record
 
@@ -110,18 +110,6 @@ class EvalTrust:
 
 
 @dataclass
-class Rerun:
-    """A recorded run re-run against the candidate."""
-
-    recording: Recording
-    summary: RunSummary
-    answered: dict[str, int] = field(default_factory=dict)  # how model calls were answered
-    notes: list[str] = field(default_factory=list)  # decisions not needed, timeouts ...
-    seconds: float = 0.0
-    hidden: Score | None = None  # a prompt change the recorded answers cannot show
-
-
-@dataclass
 class Isolation:
     """What the eval guarded, checked after it: the real data files unchanged."""
 
@@ -174,7 +162,10 @@ class Eval:
         # Every run starts from the same data, whatever the runs before it changed.
         self.pristine = private_copy(db, folder / "pristine")
 
-    async def run(self, recording: Recording) -> Rerun:
+    async def run(self, recording: Recording, base: RunSummary, scorers: Sequence[Scorer]
+                  ) -> RunResult:
+        """``recording`` re-run, and scored against ``base`` by ``scorers`` and by what
+        recorded answers hid (a prompt change they cannot show)."""
         private_copy(self.pristine, self.db.parent)
         self.models.begin(recording)
         started = time.monotonic()
@@ -203,9 +194,13 @@ class Eval:
         for unused in [m.decision for m in waiting if m.decision is not None]:
             notes.append(f"decision not needed: {unused.get('verdict')} at gate "
                          f"{unused.get('gate')}")
-        answered = dict(self.models.answered.pop(recording.workflow_id, {}))
-        return Rerun(recording, summary, answered, notes, time.monotonic() - started,
-                     self.models.hidden(recording.workflow_id))
+        hidden = self.models.hidden(recording.workflow_id)
+        verdict, scores = await score(base, summary, [*scorers, lambda _b, _c: hidden])
+        return RunResult(source=recording.source, workflow_id=recording.workflow_id,
+                         agent=recording.workflow_type, verdict=verdict, scores=scores,
+                         baseline=base, candidate=summary,
+                         answered=dict(self.models.answered.pop(recording.workflow_id, {})),
+                         notes=notes, seconds=round(time.monotonic() - started, 3))
 
     async def _drive(self, handle: WorkflowHandle[Any, Any], waiting: list[Outside],
                      notes: list[str]) -> None:
