@@ -22,10 +22,11 @@ import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from temporalio.client import (
     Client,
@@ -140,13 +141,9 @@ def private_copy(db: Path | None, folder: Path) -> Path:
         assert db is not None
         target = mine if path == db else folder / "databases" / path.name
         target.parent.mkdir(parents=True, exist_ok=True)
-        src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        dst = sqlite3.connect(target)
-        try:
+        with (contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as src,
+              contextlib.closing(sqlite3.connect(target)) as dst):
             src.backup(dst)
-        finally:
-            src.close()
-            dst.close()
     return mine
 
 
@@ -310,23 +307,15 @@ STORE_SETTINGS = ("TOWER_STORE_URL", "TOWER_MESSAGES", "TOWER_STREAMS", "TOWER_P
                   "TOWER_PAYLOAD_THRESHOLD", "TOWER_DB")
 
 
-@contextmanager
-def own_stores(db: Path) -> Iterator[None]:
+def own_stores(db: Path) -> AbstractContextManager[dict[str, str]]:
     """While the eval's worker runs, the store settings name the eval's own stores beside
     ``db``, whatever the environment held: an eval never writes to a deployment's stores."""
-    saved = {name: os.environ.pop(name, None) for name in STORE_SETTINGS}
+    kept = {name: value for name, value in os.environ.items() if name not in STORE_SETTINGS}
     folder = db.parent
-    os.environ.update({"TOWER_DB": str(db), "TOWER_MESSAGES": str(folder / "messages.sqlite"),
-                       "TOWER_STREAMS": str(folder / "streams.sqlite"),
-                       "TOWER_PAYLOAD_DIR": str(folder / "payloads")})
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    return mock.patch.dict(os.environ, {
+        **kept, "TOWER_DB": str(db), "TOWER_MESSAGES": str(folder / "messages.sqlite"),
+        "TOWER_STREAMS": str(folder / "streams.sqlite"),
+        "TOWER_PAYLOAD_DIR": str(folder / "payloads")}, clear=True)
 
 
 @asynccontextmanager
