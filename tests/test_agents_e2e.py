@@ -6,13 +6,12 @@ import sqlite3
 import uuid
 from pathlib import Path
 
-from conftest import WorkerFactory
+from conftest import WorkerFactory, final_state
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from tower.activities.model import ModelSettings
 from tower.core.engine import Transition
-from tower.temporal._outcome import final_state
 from workflows.account import AccountAgent, AccountRequest, AccountState
 from workflows.support import SupportAgent, SupportRequest
 

@@ -29,6 +29,7 @@ def live_stores(settings: StoreSettings) -> None:
     """Stores as a deployment left them: one run's conversation and stream in each."""
     messages = settings.open_messages()
     messages.put([Message(role="user", content="a deployment's message")])
+    messages.close()  # closed now, not whenever it is collected (its files would change then)
     streams = settings.open_streams()
     streams.append("acme/refund-live", [StreamEvent(kind="step", data={"node": "review"},
                                                     key="live-1")])

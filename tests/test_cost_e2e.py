@@ -10,14 +10,13 @@ import uuid
 
 import pytest
 from budget_agents import TightAccount
-from conftest import WorkerFactory
+from conftest import WorkerFactory, final_state
 from temporalio.client import Client
 from towercli import tower_cli
 
 from tower.activities.model import ModelSettings
 from tower.activities.prices import PriceTable
 from tower.contract import search
-from tower.temporal._outcome import final_state
 from workflows.account import AccountAgent, AccountRequest, AccountState
 
 

@@ -35,7 +35,7 @@ from tower.contract.wire import ModelReply, ModelRequest
 from tower.temporal import TowerPlugin, WorkerSettings
 from tower.temporal._start import scripts_of
 from tower.testing.evals import Change, EvalReport, Mode, assert_verdicts, run_eval
-from tower.testing.evals.world import EvalTrust
+from tower.testing.evals.runner import EvalTrust
 from tower.testing.model_server import LoopbackModelServer
 from worker import build_worker
 from workflows.refund import RefundRequest

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import WorkerFactory
+from conftest import WorkerFactory, final_state
 from gatekit import decide, new_id, recorded, refund_request, refunds, wait_pending
 from temporalio.client import (
     Client,
@@ -26,7 +26,6 @@ from tower.cli.cmd_operator import send_retry
 from tower.cli.common import CliError
 from tower.contract.failures import Code
 from tower.contract.wire import ModelRequest
-from tower.temporal._outcome import final_state
 from workflows.refund import RefundAgent, RefundState
 
 

@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import final_state
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
@@ -18,7 +19,6 @@ from temporalio.client import (
 from tower.activities.model import ModelSettings
 from tower.core.engine import Transition
 from tower.temporal._fanout import FanOutPolicy, OnChildFailure
-from tower.temporal._outcome import final_state
 from worker import build_worker
 from workflows.fanout import FanOutAgent, FanOutRequest, FanOutState
 

@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
-from conftest import WorkerFactory
+from conftest import WorkerFactory, final_state
 from gatekit import signed_event, task_failures
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
@@ -28,7 +28,6 @@ from tower.contract.failures import Code
 from tower.core.engine import Transition
 from tower.core.events import Rejection
 from tower.temporal._event_runtime import EVENTS_PER_TASK, REJECTED_KEEP, UNTAKEN
-from tower.temporal._outcome import final_state
 from workflows.lifecycle import (
     MAX_RECOVERIES,
     LifecycleAgent,

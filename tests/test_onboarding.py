@@ -6,6 +6,7 @@ import sqlite3
 import uuid
 from pathlib import Path
 
+from conftest import final_state
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
@@ -13,7 +14,6 @@ from activities.tools import TOOLS, ToolsDb
 from tower.activities.model import ModelSettings
 from tower.contract.wire import ToolCall
 from tower.core.engine import Transition
-from tower.temporal._outcome import final_state
 from worker import build_worker
 from workflows.onboarding import (
     GRAPH,

@@ -10,7 +10,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from conftest import WorkerFactory
+from conftest import WorkerFactory, final_state
 from gatekit import recorded
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
@@ -20,12 +20,11 @@ from test_cli import address_of, tower
 
 from tower.activities.model import ModelSettings
 from tower.cli.cmd_operator import send_retry
-from tower.cli.cmd_runs import run_state
 from tower.cli.common import CliError
+from tower.client._runs import run_state
 from tower.contract import search
 from tower.contract.failures import Code
 from tower.core.engine import Transition
-from tower.temporal._outcome import final_state
 from workflows.order import OrderAgent, OrderRequest, OrderState
 
 SCRIPTED = ModelSettings()
@@ -98,7 +97,8 @@ async def test_declined_payment_releases_stock_and_fails_the_workflow_with_the_r
                                      f"{search.AGENT_STATUS.name} = 'FAILED'")
         described = await handle.describe()
     # With no worker left, `tower state` reads the failed run from its replayed history.
-    assert await run_state(client, handle.id) == state.model_dump(mode="json")
+    assert await run_state(client, handle.id, workflows=lambda: [OrderAgent]) == (
+        state.model_dump(mode="json"))
     assert details == {"agent": "order", "node": "charge", "step": state.step,
                        "reason": "payment declined: insufficient funds"}
     assert found == [handle.id]

@@ -9,11 +9,10 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from conftest import WorkerFactory
+from conftest import WorkerFactory, final_state
 from temporalio.client import Client
 
 from tower.core.engine import Transition
-from tower.temporal._outcome import final_state
 from workflows.research import (
     MIN_WORDS,
     Control,

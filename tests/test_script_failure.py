@@ -7,13 +7,12 @@ from __future__ import annotations
 import time
 import uuid
 
-from conftest import WorkerFactory
+from conftest import WorkerFactory, final_state
 from script_agents import BrokenScript
 from temporalio.api.enums.v1 import EventType, RetryState
 from temporalio.client import Client
 
 from tower.core.state import Status
-from tower.temporal._outcome import final_state
 from workflows.account import AccountRequest, AccountState
 
 

@@ -25,7 +25,7 @@ from tower.cli.inbox.guard import InboxStore
 from tower.cli.inbox.identity import dev_accounts
 from tower.cli.trust_files import enrol, enrol_worker
 from tower.client.keys import create_key
-from tower.testing.evals.world import EvalTrust
+from tower.testing.evals.runner import EvalTrust
 
 ROUNDS = 5  # each writer, each in a fresh directory (the audit hook sees every moment)
 SECRET = ("jwk", "accounts", "passwords", "sqlite")  # in a secret's (or its temp file's) name

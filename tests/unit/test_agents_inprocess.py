@@ -13,7 +13,7 @@ from tower import DONE, FAILED, Message, ToolCallRequest
 from tower.core.engine import Kind
 from tower.core.state import Status
 from tower.testing import approve, check_log, reject, run_agent, run_node
-from tower.testing._context import Stuck
+from tower.testing._inprocess import Stuck
 from workflows.account import AccountAgent, AccountState
 from workflows.chat import ChatAgent, ChatState, Turn
 from workflows.company import CompanyAgent, CompanyState

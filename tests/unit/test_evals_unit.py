@@ -16,9 +16,8 @@ from tower.temporal.replay import load
 from tower.testing.evals import Change, EvalReport, Mode, RunResult
 from tower.testing.evals.compare import BUILT_IN, plural, score, transition_diff
 from tower.testing.evals.judge import gateway_judge
-from tower.testing.evals.recording import Recording, chains
+from tower.testing.evals.recording import Recording, RunSummary, ToolCall, chains
 from tower.testing.evals.report import load_baseline, markdown, write
-from tower.testing.evals.summary import RunSummary, ToolCall
 from tower.testing.model_server import LoopbackModelServer
 
 HISTORIES = Path(__file__).parents[1] / "histories"

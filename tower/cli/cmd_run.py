@@ -104,21 +104,19 @@ async def command(agent: str, raw_input: str, run_id: str | None, task_queue: st
 
 
 async def _final_state(client: Any, handle: Any, progress: Any) -> dict[str, Any]:
-    """The run's state where following stopped: a worker answers, or, for a closed run,
-    its result or its history; nothing for a run that closed before its first step."""
-    from tower.cli.cmd_runs import run_state
+    """The run's state where following stopped (``run_state``); nothing for a run that
+    closed before its first step, or whose state nothing here or no worker can read."""
+    from tower.cli.agents import agents
+    from tower.cli.live import _project_agents
+    from tower.client._runs import run_state
 
     if progress.closed and not progress.transitions:
         return {}
     try:
-        state: dict[str, Any] = await handle.query(names.STATE.name, result_type=dict)
-        return state
-    except (RPCError, WorkflowQueryFailedError):
+        return await run_state(client, handle.id, workflows=lambda: _project_agents(agents))
+    except (CliError, RPCError, WorkflowQueryFailedError):
         if not progress.closed:
             raise
-    try:
-        return await run_state(client, handle.id)
-    except (CliError, RPCError, WorkflowQueryFailedError):  # no worker could read it either
         return {}
 
 

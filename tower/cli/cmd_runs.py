@@ -10,12 +10,12 @@ import json
 from typing import Any
 
 import click
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client
 
 from tower.cli.common import CliError, not_found_is
 from tower.cli.output import json_option, print_json, table, tenant_option
 from tower.client import connect
-from tower.client._runs import ask, check_started, has_workers, query
+from tower.client._runs import query, run_state
 from tower.contract import names, search
 from tower.contract.render import inert
 
@@ -27,7 +27,10 @@ from tower.contract.render import inert
 @json_option("the same JSON (it is always JSON)")
 @tenant_option
 async def state(run: str, as_json: bool) -> int:
-    print_json(await run_state(await connect(), run))
+    from tower.cli.agents import agents
+    from tower.cli.live import _project_agents
+
+    print_json(await run_state(await connect(), run, workflows=lambda: _project_agents(agents)))
     return 0
 
 
@@ -104,44 +107,6 @@ async def cost(run: str, as_json: bool) -> int:
         rows.append(row("run", report["run"]))
     table(["", "calls", "prompt", "completion", "cost $"], rows)
     return 0
-
-
-async def run_state(client: Client, run: str) -> dict[str, Any]:
-    handle = client.get_workflow_handle(run, result_type=dict)
-    with not_found_is(f"run {run!r} not found"):
-        info = await handle.describe()
-    if info.status == WorkflowExecutionStatus.COMPLETED:
-        result: dict[str, Any] = await handle.result()
-        return result
-    if info.status == WorkflowExecutionStatus.FAILED:  # a FAILED run (AgentFailed)
-        await check_started(handle, info)  # one whose input was refused has no state
-        return await failed_state(client, handle, info.task_queue)
-    if info.status != WorkflowExecutionStatus.RUNNING:
-        raise CliError(f"run {run!r} is {info.status.name if info.status else 'unknown'}")
-    state: dict[str, Any] = await query(client, handle, names.STATE.name, dict)
-    return state
-
-
-async def failed_state(client: Client, handle: WorkflowHandle[Any, Any],
-                       task_queue: str) -> dict[str, Any]:
-    """A failed run's final state, from its history replayed here (no worker needed); when
-    this code cannot replay it (the agent changed since), a worker of the run's own build
-    answers the ``state`` query."""
-    from tower.cli.histories import replay
-    from tower.client.connection import connect_config
-
-    history = await handle.fetch_history()
-    [replayed] = await replay([(handle.id, history)],
-                              namespace=connect_config().get("namespace") or client.namespace)
-    if not replayed.failure and replayed.states:
-        return replayed.states[-1].model_dump(mode="json")
-    why = replayed.failure or "no transitions"
-    if not await has_workers(client, task_queue):
-        raise CliError(f"run {handle.id!r} failed, and its history does not replay against "
-                       f"this code ({why}); start a worker of the code that ran it and ask "
-                       "again")
-    state: dict[str, Any] = await ask(handle, names.STATE.name, dict)
-    return state
 
 
 async def list_rows(client: Client, *, agent: str | None = None, status: str | None = None,

@@ -26,7 +26,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower.client._runs import check_started, closed, describe, failure_of
+from tower.client._runs import check_started, closed, describe, failure_of, replay_closed
 from tower.client.errors import ClientError, RunNotFound
 from tower.contract import names, search
 from tower.core.engine import Transition
@@ -157,13 +157,9 @@ async def _replayed(handle: WorkflowHandle[Any, Any], info: WorkflowExecutionDes
     """A closed run's log from its history replayed here with ``workflows``; without them
     (or when it does not replay), what its search attributes say."""
     said = search.run_status(info.status, info.typed_search_attributes) or "UNKNOWN"
-    if not workflows:
+    result = await replay_closed(handle, info, workflows)
+    if result is None:
         return said, []
-    from tower.temporal.replay import replay
-
-    history = await handle.fetch_history()
-    [result] = await replay([(handle.id, history)], workflows=workflows,
-                            namespace=info.namespace)
     if result.failure or not result.states:
         return said, result.log
     return result.states[-1].status.value, result.log

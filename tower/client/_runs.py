@@ -5,9 +5,9 @@ and read how a closed run ended and why, by the contract's names (``tower.contra
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import TaskQueueType, WorkerStatus
@@ -42,9 +42,12 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tower.client.connection import TASK_QUEUE
 from tower.client.errors import ClientError, NeverStarted, RunClosed, RunNotFound, RunUnreadable
-from tower.contract import search
+from tower.contract import names, search
 from tower.contract.failures import Code, rebuilt
 from tower.core.details import start_metadata
+
+if TYPE_CHECKING:
+    from tower.temporal.replay import Replayed
 
 # A worker answers a query in milliseconds; past this, none is there (the server still
 # lists a worker that stopped a minute ago as a poller).
@@ -223,6 +226,47 @@ async def hand_over(client: Client, run: str) -> None:
     """Release the run from the worker that last ran it: its next task goes to the queue."""
     await client.workflow_service.reset_sticky_task_queue(ResetStickyTaskQueueRequest(
         namespace=client.namespace, execution=WorkflowExecution(workflow_id=run)))
+
+
+async def run_state(client: Client, run: str, *,
+                    workflows: Callable[[], Sequence[type]] = tuple) -> dict[str, Any]:
+    """RUN's state: a running run's from its ``state`` query (a worker answers), a completed
+    run's from its result, any other closed run's from its history replayed here with
+    ``workflows()`` (called only then) or, when this code cannot replay it (the agent changed
+    since, or none given), from a worker of the code that ran it. NeverStarted for a run
+    whose input was refused: it has no state."""
+    handle = client.get_workflow_handle(run, result_type=dict)
+    info = await describe(handle)
+    if info.status == WorkflowExecutionStatus.COMPLETED:
+        result: dict[str, Any] = await handle.result()
+        return result
+    if not closed(info):
+        state: dict[str, Any] = await query(client, handle, names.STATE.name, dict)
+        return state
+    await check_started(handle, info)
+    replayed = await replay_closed(handle, info, workflows())
+    if replayed is not None and not replayed.failure and replayed.states:
+        return replayed.states[-1].model_dump(mode="json")
+    if not await has_workers(client, info.task_queue):
+        why = (replayed.failure or "no transitions") if replayed else "no agents to replay it"
+        raise ClientError(f"run {run!r} ended {_status(info)}, and its history does not "
+                          f"replay against this code ({why}); start a worker of the code "
+                          "that ran it and ask again")
+    state = await ask(handle, names.STATE.name, dict)
+    return state
+
+
+async def replay_closed(handle: WorkflowHandle[Any, Any], info: WorkflowExecutionDescription,
+                        workflows: Sequence[type]) -> Replayed | None:
+    """A closed run's history replayed here with ``workflows`` (None: none given)."""
+    if not workflows:
+        return None
+    from tower.temporal.replay import replay
+
+    history = await handle.fetch_history()
+    [result] = await replay([(handle.id, history)], workflows=workflows,
+                            namespace=info.namespace)
+    return result
 
 
 async def update_while_open(handle: WorkflowHandle[Any, Any], update: Any, *args: Any,

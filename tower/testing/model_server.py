@@ -140,10 +140,6 @@ class LoopbackModelServer:
         with self._lock:
             self.plan.down[model] = status
 
-    def set_up(self, model: str) -> None:
-        with self._lock:
-            self.plan.down.pop(model, None)
-
     def set_delay(self, seconds: float) -> None:
         with self._lock:
             self.plan.delay = seconds

