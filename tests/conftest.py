@@ -23,8 +23,7 @@ from tower.cli.devserver import dynamic_config_args, temporal_binary
 from tower.cli.trust_files import dev_trust, enrol
 from tower.client._runs import run_state
 from tower.contract import search
-from tower.contract.failures import rebuilt
-from tower.contract.failures import AgentFailed
+from tower.contract.failures import AgentFailed, rebuilt
 from tower.core.state import AgentState
 from worker import build_worker
 
