@@ -25,13 +25,13 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from tower.cli.agents import agents
-from tower.cli.inbox.drawing import machine_svg
 from tower.cli.inbox.identity import Approver
 from tower.client import pending
 from tower.client._pending import Deployment, Waiting, role_query, view_of
 from tower.contract import names, search
 from tower.contract.failures import Code, TowerError
 from tower.contract.pending import PendingView
+from tower.core.pictures import machine_svg
 
 if TYPE_CHECKING:
     from tower.cli.inbox.pages import Inbox
