@@ -19,7 +19,7 @@ from temporalio.converter import encode_search_attributes
 
 from tower.activities.model import ModelSettings
 from tower.cli.cmd_approve import pending_requests
-from tower.cli.inbox.visibility import UnreadableRequest, role_query, waiting_run, waiting_runs
+from tower.cli.inbox.visibility import NotOurRequest, role_query, waiting_run, waiting_runs
 from tower.contract import search
 from tower.contract.pending import PendingView
 from tower.temporal.codec import ENCODING, KEY_ID, new_key
@@ -137,7 +137,7 @@ async def test_a_memo_the_inbox_cannot_open_hides_that_run_not_the_inbox(
         found = await _listed(inbox, ["dba"], honest, present=True)
         assert run not in [w.run for w in found]
         # Its own page says why it offers nothing (the inbox answers 404 with the reason).
-        with pytest.raises(UnreadableRequest, match="its memo cannot be decoded"):
+        with pytest.raises(NotOurRequest, match="its memo cannot be decoded"):
             await waiting_run(inbox, run)
         # `tower pending` lists neither, and does not crash: no worker of the deployment
         # attested them (tests/test_pending_genuine.py).

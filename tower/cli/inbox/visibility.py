@@ -18,7 +18,7 @@ import asyncio
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -33,26 +33,18 @@ from tower.contract.failures import Code, TowerError
 from tower.contract.pending import PendingView
 from tower.core.pictures import machine_svg
 
-if TYPE_CHECKING:
-    from tower.cli.inbox.pages import Inbox
-
-__all__ = ["NotOurRequest", "RunStory", "Scope", "UnreadableRequest", "Waiting", "not_found",
-           "role_query", "run_story", "visible_run", "waiting_run", "waiting_runs"]
+__all__ = ["NotOurRequest", "RunStory", "Scope", "Waiting", "not_found", "role_query",
+           "run_story", "waiting_run", "waiting_runs"]
 
 QUERY_SECONDS = 3.0  # a missing worker makes the page say so, never hang
 MAX_MESSAGES = 30
 MAX_CHARS = 2000
 
 
-class UnreadableRequest(TowerError, ValueError):  # a ValueError: a memo's bad value
-    """A run's memo holds a pending request that cannot be read (forged, or from a version
-    this one cannot read); the message says why."""
-
-    CODE = Code.BAD_INPUT
-
-
 class NotOurRequest(TowerError, LookupError):  # a LookupError: a request not found here
-    """A pending request that no agent of this deployment could have made; says why."""
+    """A pending request this inbox cannot show, and why: its memo cannot be read (forged,
+    or from a version this one cannot read), no worker of the deployment attested it, or
+    no agent of the deployment could have made it."""
 
     CODE = Code.NOT_GENUINE
 
@@ -70,7 +62,7 @@ async def waiting_runs(client: Client, roles: Iterable[str], limit: int = 200,
 async def waiting_run(client: Client, run: str, deployment: Deployment | None = None
                       ) -> tuple[WorkflowExecutionStatus | None, PendingView | None]:
     """One run's status and pending request (None when nothing waits), from describe().
-    Raises UnreadableRequest when the run has a pending-request memo it cannot read, or
+    Raises NotOurRequest when the run has a pending-request memo it cannot read, or
     (with ``deployment``) one no worker of the deployment attested."""
     described = await client.get_workflow_handle(run).describe()
     view = None
@@ -79,13 +71,13 @@ async def waiting_run(client: Client, run: str, deployment: Deployment | None = 
         try:
             raw = (await described.memo()).get(search.PENDING_MEMO)
         except Exception:  # whatever the codec or converter raises on bytes a starter chose
-            raise UnreadableRequest("its memo cannot be decoded") from None
+            raise NotOurRequest("its memo cannot be decoded") from None
         view = view_of(raw, agent)
         if raw is not None and view is None:
-            raise UnreadableRequest(f"its pending request is malformed ({_problem(raw)})")
+            raise NotOurRequest(f"its pending request is malformed ({_problem(raw)})")
         why = deployment.refusal(described, view) if deployment and view else None
         if why is not None:
-            raise UnreadableRequest(f"it is not a genuine request of this deployment: {why}")
+            raise NotOurRequest(f"it is not a genuine request of this deployment: {why}")
     return described.status, view
 
 
@@ -225,18 +217,3 @@ def gate_roles() -> frozenset[str]:
     """Every role a gate of this deployment's agents needs (``agents()`` is cached)."""
     return frozenset(gate.role for agent in agents().values()
                      for gate in agent.machine.gates.values())
-
-
-async def visible_run(inbox: Inbox, approver: Approver, run: str, fresh: bool = False,
-                      ) -> tuple[WorkflowExecutionStatus, PendingView | None] | None:
-    """``run``'s status and open request when ``approver`` may see it, else None (answer
-    ``not_found``). Raises NotOurRequest as ``Inbox._run`` does."""
-    status, view = await inbox._run(run, fresh=fresh)
-    past: frozenset[str] = frozenset()
-    if status is not None and inbox.scope.needs_past_roles(approver, view):
-        async def story() -> RunStory:
-            return await run_story(inbox.client, run, status)
-        past = (await inbox._cached(("story", run), story)).gate_roles
-    if status is None or not inbox.scope.may_see(approver, status, view, past):
-        return None
-    return status, view
