@@ -25,7 +25,7 @@ from temporalio.worker import Worker
 
 from tower.activities.model import ModelSettings
 from tower.cli.inbox.identity import ProxyAuth
-from tower.cli.inbox.visibility import waiting_run
+from tower.client._pending import pending_of
 from worker import build_worker
 from workflows.refund import RefundAgent
 
@@ -125,7 +125,7 @@ async def test_an_approver_without_the_role_sees_no_run_and_a_forged_post_is_ref
             assert 'value="approve"' not in page.text and "refund_review" not in page.text
             before = await snapshot(handle)
             # Everything a manager's form would carry, but carol is no manager.
-            step = (await waiting_run(client, handle.id))[1].step  # type: ignore[union-attr]
+            step = (await pending_of(client, handle.id))[1].step  # type: ignore[union-attr]
             forged = await carol.post(f"/runs/{handle.id}/decide", data={
                 "verdict": "approve", "gate": "refund_review", "request": str(step),
                 "csrf": csrf_of(listing.text)})

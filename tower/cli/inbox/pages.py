@@ -46,18 +46,17 @@ from tower.cli.inbox.forms import (
 from tower.cli.inbox.guard import InboxStore
 from tower.cli.inbox.identity import Approver
 from tower.cli.inbox.visibility import (
-    NotOurRequest,
     Scope,
     check_request,
     not_found,
     picture,
     run_story,
-    waiting_run,
     waiting_runs,
 )
 from tower.cli.ui import run_link
 from tower.client import DecisionRefused
 from tower.client._decisions import send_decision
+from tower.client._pending import NotGenuine, pending_of
 from tower.contract.decisions import GateStatus
 from tower.contract.failures import Code
 from tower.contract.pending import PendingView
@@ -124,7 +123,7 @@ class Inbox:
         while True:
             try:
                 status, view = await self._run(run, fresh=fresh)
-            except NotOurRequest as exc:
+            except NotGenuine as exc:
                 return (f"Run {run!r} is not a request this inbox can show: {exc}. Nothing here "
                         "can be decided.")
             past: frozenset[str] = frozenset()
@@ -311,11 +310,11 @@ class Inbox:
 
     async def _run(self, run: str, fresh: bool = False) -> tuple[
             WorkflowExecutionStatus | None, PendingView | None]:
-        """The run's status and request; NotOurRequest when no agent of this deployment
+        """The run's status and request; NotGenuine when no agent of this deployment
         could have made the request it shows."""
         async def read() -> tuple[WorkflowExecutionStatus | None, PendingView | None]:
             try:
-                status, view = await waiting_run(self.client, run, self.config.deployment)
+                status, view = await pending_of(self.client, run, self.config.deployment)
             except RPCError as exc:
                 if exc.status == RPCStatusCode.NOT_FOUND:
                     return None, None
@@ -340,7 +339,7 @@ def ours(view: PendingView) -> bool:
     """Could an agent of this deployment have made this request? (Else it is not listed.)"""
     try:
         check_request(view)
-    except NotOurRequest:
+    except NotGenuine:
         return False
     return True
 

@@ -20,33 +20,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from tower.cli.agents import agents
 from tower.cli.inbox.identity import Approver
 from tower.client import pending
-from tower.client._pending import Deployment, Waiting, role_query, view_of
-from tower.contract import names, search
-from tower.contract.failures import Code, TowerError
+from tower.client._pending import Deployment, NotGenuine, Waiting, role_query
+from tower.contract import names
 from tower.contract.pending import PendingView
 from tower.core.pictures import machine_svg
 
-__all__ = ["NotOurRequest", "RunStory", "Scope", "Waiting", "not_found", "role_query",
-           "run_story", "waiting_run", "waiting_runs"]
+__all__ = ["RunStory", "Scope", "Waiting", "not_found", "role_query", "run_story",
+           "waiting_runs"]
 
 QUERY_SECONDS = 3.0  # a missing worker makes the page say so, never hang
 MAX_MESSAGES = 30
 MAX_CHARS = 2000
-
-
-class NotOurRequest(TowerError, LookupError):  # a LookupError: a request not found here
-    """A pending request this inbox cannot show, and why: its memo cannot be read (forged,
-    or from a version this one cannot read), no worker of the deployment attested it, or
-    no agent of the deployment could have made it."""
-
-    CODE = Code.NOT_GENUINE
 
 
 async def waiting_runs(client: Client, roles: Iterable[str], limit: int = 200,
@@ -59,50 +49,17 @@ async def waiting_runs(client: Client, roles: Iterable[str], limit: int = 200,
     return sorted(found, key=lambda w: w.view.requested_at if w.view else 0, reverse=True)
 
 
-async def waiting_run(client: Client, run: str, deployment: Deployment | None = None
-                      ) -> tuple[WorkflowExecutionStatus | None, PendingView | None]:
-    """One run's status and pending request (None when nothing waits), from describe().
-    Raises NotOurRequest when the run has a pending-request memo it cannot read, or
-    (with ``deployment``) one no worker of the deployment attested."""
-    described = await client.get_workflow_handle(run).describe()
-    view = None
-    if described.status == WorkflowExecutionStatus.RUNNING:
-        agent = described.typed_search_attributes.get(search.AGENT_NAME) or "?"
-        try:
-            raw = (await described.memo()).get(search.PENDING_MEMO)
-        except Exception:  # whatever the codec or converter raises on bytes a starter chose
-            raise NotOurRequest("its memo cannot be decoded") from None
-        view = view_of(raw, agent)
-        if raw is not None and view is None:
-            raise NotOurRequest(f"its pending request is malformed ({_problem(raw)})")
-        why = deployment.refusal(described, view) if deployment and view else None
-        if why is not None:
-            raise NotOurRequest(f"it is not a genuine request of this deployment: {why}")
-    return described.status, view
-
-
-def _problem(raw: object) -> str:
-    try:
-        PendingView.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        return f"{'.'.join(str(p) for p in first['loc']) or 'memo'}: {first['msg']}"
-    return "unreadable"
-
-
 def check_request(view: PendingView) -> None:
     """Refuse a request naming an agent, node or gate this deployment does not have."""
     agent = agents().get(view.agent)
     if agent is None:
-        raise NotOurRequest(f"it names agent {view.agent!r}, which this deployment does not "
-                            "have")
+        raise NotGenuine(f"it names agent {view.agent!r}, which this deployment does not have")
     machine = agent.machine
     if view.node not in machine.nodes:
-        raise NotOurRequest(f"agent {view.agent!r} has no node {view.node!r}")
+        raise NotGenuine(f"agent {view.agent!r} has no node {view.node!r}")
     gate = machine.gates.get(view.node)
     if gate is None or gate.name != view.gate:
-        raise NotOurRequest(f"agent {view.agent!r} has no gate {view.gate!r} at node "
-                            f"{view.node!r}")
+        raise NotGenuine(f"agent {view.agent!r} has no gate {view.gate!r} at node {view.node!r}")
 
 
 @functools.lru_cache(maxsize=64)
