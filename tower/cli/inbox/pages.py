@@ -47,8 +47,8 @@ from tower.cli.inbox.guard import InboxStore
 from tower.cli.inbox.identity import Approver
 from tower.cli.inbox.visibility import (
     Scope,
-    check_request,
     not_found,
+    not_ours,
     picture,
     run_story,
     waiting_runs,
@@ -136,22 +136,12 @@ class Inbox:
                 return not_found(run, self.config.tenant)
             await asyncio.sleep(WAIT_POLL_SECONDS)
 
-    async def _seen(self, request: Request, approver: Approver, run: str, fresh: bool = False,
-                    **context: Any) -> Response | Seen:
-        """The run's status and request if ``approver`` may see it, else the 404 page (with
-        ``context`` for a run that is not there: it may start; a forged one never goes live)."""
-        seen = await self.visible(approver, run, fresh)
-        if not isinstance(seen, str):
-            return seen
-        return self.refused(request, approver, 404, seen, **(
-            context if seen == not_found(run, self.config.tenant) else {}))
-
     async def run_page(self, request: Request, approver: Approver) -> Response:
         run = request.path_params["run"]
-        # (a page opened before its run starts goes live when it does)
-        seen = await self._seen(request, approver, run, live_run=run)
-        if isinstance(seen, Response):
-            return seen
+        seen = await self.visible(approver, run)
+        if isinstance(seen, str):  # a run not there yet goes live when it starts; forged, never
+            return self.refused(request, approver, 404, seen, live_run=run if seen == not_found(
+                run, self.config.tenant) else None)
         status, view = seen
         story = await run_story(self.client, run, status)
         shown = await shown_request(self.client, run, view) if view else None
@@ -167,9 +157,9 @@ class Inbox:
 
     async def decide(self, request: Request, approver: Approver) -> Response:
         run = request.path_params["run"]
-        seen = await self._seen(request, approver, run, fresh=True)
-        if isinstance(seen, Response):
-            return seen
+        seen = await self.visible(approver, run, fresh=True)
+        if isinstance(seen, str):
+            return self.refused(request, approver, 404, seen)
         status, view = seen
         back = {"run": run}
         if not self.signs:
@@ -303,10 +293,8 @@ class Inbox:
 
     async def _waiting(self, approver: Approver) -> list[Any]:
         roles = tuple(sorted(self.scope.list_roles(approver)))
-        runs = await self._cached(("list", roles),
-                                  lambda: waiting_runs(self.client, roles,
-                                                     deployment=self.config.deployment))
-        return [w for w in runs if ours(w.view)]
+        return await self._cached(("list", roles), lambda: waiting_runs(
+            self.client, roles, deployment=self.config.deployment))
 
     async def _run(self, run: str, fresh: bool = False) -> tuple[
             WorkflowExecutionStatus | None, PendingView | None]:
@@ -319,8 +307,9 @@ class Inbox:
                 if exc.status == RPCStatusCode.NOT_FOUND:
                     return None, None
                 raise
-            if view is not None:
-                check_request(view)
+            why = not_ours(view) if view is not None else None
+            if why is not None:
+                raise NotGenuine(why)
             return status, view
         return await read() if fresh else await self._cached(("run", run), read)
 
@@ -333,15 +322,6 @@ class Inbox:
         if len(self._cache) > 1000:
             self._cache.clear()
         return value
-
-
-def ours(view: PendingView) -> bool:
-    """Could an agent of this deployment have made this request? (Else it is not listed.)"""
-    try:
-        check_request(view)
-    except NotGenuine:
-        return False
-    return True
 
 
 def sse(event: str, data: dict[str, Any], id: int | None = None) -> str:

@@ -26,7 +26,7 @@ from temporalio.service import RPCError
 from tower.cli.agents import agents
 from tower.cli.inbox.identity import Approver
 from tower.client import pending
-from tower.client._pending import Deployment, NotGenuine, Waiting, role_query
+from tower.client._pending import Deployment, Waiting, role_query
 from tower.contract import names
 from tower.contract.pending import PendingView
 from tower.core.pictures import machine_svg
@@ -42,29 +42,30 @@ MAX_CHARS = 2000
 async def waiting_runs(client: Client, roles: Iterable[str], limit: int = 200,
                        deployment: Deployment | None = None) -> list[Waiting]:
     """Runs awaiting a decision that one of ``roles`` may take, newest request first; a run
-    whose request this inbox cannot read (or, with ``deployment``, that its worker did not
-    attest) is left out."""
+    whose request this inbox cannot read, or could not have been made by an agent of this
+    deployment (or, with ``deployment``, that its worker did not attest), is left out."""
     found = [w for w in await pending(client, roles=roles, limit=limit, deployment=deployment)
-             if w.view is not None]
+             if w.view is not None and not_ours(w.view) is None]
     return sorted(found, key=lambda w: w.view.requested_at if w.view else 0, reverse=True)
 
 
-def check_request(view: PendingView) -> None:
-    """Refuse a request naming an agent, node or gate this deployment does not have."""
+def not_ours(view: PendingView) -> str | None:
+    """Why no agent of this deployment could have made ``view`` (it names an agent, node or
+    gate the deployment does not have), else None."""
     agent = agents().get(view.agent)
     if agent is None:
-        raise NotGenuine(f"it names agent {view.agent!r}, which this deployment does not have")
-    machine = agent.machine
-    if view.node not in machine.nodes:
-        raise NotGenuine(f"agent {view.agent!r} has no node {view.node!r}")
-    gate = machine.gates.get(view.node)
+        return f"it names agent {view.agent!r}, which this deployment does not have"
+    if view.node not in agent.machine.nodes:
+        return f"agent {view.agent!r} has no node {view.node!r}"
+    gate = agent.machine.gates.get(view.node)
     if gate is None or gate.name != view.gate:
-        raise NotGenuine(f"agent {view.agent!r} has no gate {view.gate!r} at node {view.node!r}")
+        return f"agent {view.agent!r} has no gate {view.gate!r} at node {view.node!r}"
+    return None
 
 
 @functools.lru_cache(maxsize=64)
 def picture(agent: str, node: str) -> str:
-    """The SVG of ``agent`` waiting at ``node`` (both checked by ``check_request``)."""
+    """The SVG of ``agent`` waiting at ``node`` (both checked by ``not_ours``)."""
     return machine_svg(agents()[agent].machine, node)
 
 
