@@ -24,7 +24,7 @@ def test_gated_node_gate_paths_and_visit_limit() -> None:
 
 def test_visit_limits_and_escalation_edges() -> None:
     svg = render(ACCOUNT, "svg")
-    assert "≤ 5 visits" in svg and ">over budget</text>" in svg
+    assert "≤ 5 visits" in svg and ">over budget (reason &gt; 5 visits)</text>" in svg
     assert ">final answer [has_answer]</text>" in svg
     # lookup_account -> error, dashed red
     assert svg.count('stroke="#b03030" stroke-width="1.4" stroke-dasharray') == 1

@@ -19,16 +19,33 @@ from tower.core.gates import Gate
 from tower.core.graph import DONE, FAILED, START, Machine
 
 
-def labelled_moves(machine: Machine) -> Iterator[tuple[str, str, str]]:
-    """(source, target, label) for every declared move: the edge's label (or its route's
-    name) and the guard that checks it."""
+def moves(machine: Machine) -> Iterator[tuple[str, str, str, str]]:
+    """(source, target, label, kind) for every move a run can make: the entry, the declared
+    moves (the edge's label or its route's name, and the guard that checks it), the gates'
+    exits, the error handlers and the budget's escalations; kind is move, gate or error."""
+    yield START, machine.entry, "", "move"
     for source, out in machine.transitions.items():
         for target in out.targets:
             label = out.labels.get(target) or (out.route.__name__ if out.route else "")
             guard = out.guards.get(target)
             if guard is not None:
                 label = f"{label} [{guard.__name__}]".strip()
-            yield source, target, label
+            yield source, target, label, "move"
+    for node, gate in machine.gates.items():
+        for target, why in gate_exits(gate).items():
+            yield node, target, "gate " + " / ".join(why), "gate"
+    for source, handler in machine.recovery.items():
+        yield source, handler, "error", "error"
+    budget = machine.budget
+    if budget is not None:
+        # Entering a node past its visit limit escalates instead: that move is drawn too.
+        # (A gate's exits count: a timeout or rejection can enter a node past its limit.)
+        enters = [(source, out.targets) for source, out in machine.transitions.items()]
+        enters += [(node, tuple(gate_exits(gate))) for node, gate in machine.gates.items()]
+        for limited, limit in budget.max_visits.items():
+            for source in dict.fromkeys(s for s, targets in enters if limited in targets):
+                yield (source, budget.escalate_to, f"over budget ({limited} > {limit} visits)",
+                       "error")
 
 
 def gate_exits(gate: Gate) -> dict[str, list[str]]:
@@ -45,32 +62,17 @@ def to_mermaid(machine: Machine) -> str:
     def ref(node: str) -> str:
         return "[*]" if node in (START, DONE) else node
 
-    lines = ["stateDiagram-v2", f"    {ref(START)} --> {machine.entry}"]
-    for source, target, label in labelled_moves(machine):
-        lines.append(f"    {source} --> {ref(target)}" + (f": {label}" if label else ""))
+    lines = ["stateDiagram-v2"]
+    for source, target, label, _ in moves(machine):
+        lines.append(f"    {ref(source)} --> {ref(target)}" + (f": {label}" if label else ""))
     for node, gate in machine.gates.items():
         lines.append(f"    note left of {node}: gate {gate.name} {gate.when} {node}, "
                      f"role {gate.role}")
-        for target, names in gate_exits(gate).items():
-            lines.append(f"    {node} --> {ref(target)}: gate {' / '.join(names)}")
-    for source, handler in machine.recovery.items():
-        lines.append(f"    {source} --> {handler}: error")
     budget = machine.budget
     if budget is not None:
-        # Entering a node past its visit limit escalates instead: draw that move.
-        # (A gate's exits count: a timeout or rejection can enter a node past its limit.)
-        enters = [(source, out.targets) for source, out in machine.transitions.items()]
-        enters += [(node, tuple(gate_exits(gate))) for node, gate in machine.gates.items()]
-        for limited, limit in budget.max_visits.items():
-            drawn: set[str] = set()
-            for source, targets in enters:
-                if limited in targets and source not in drawn:
-                    drawn.add(source)
-                    lines.append(f"    {source} --> {ref(budget.escalate_to)}: over budget "
-                                 f"({limited} > {limit} visits)")
         if budget.max_steps is not None:
-            lines.append(f"    note right of {machine.entry}: at most {budget.max_steps} steps, "
-                         f"then {budget.escalate_to}")
+            lines.append(f"    note right of {machine.entry}: at most {budget.max_steps} "
+                         f"steps, then {budget.escalate_to}")
         spend = [limit for limit in budget.limits() if "tokens" in limit or "$" in limit]
         if spend:
             lines.append(f"    note right of {budget.escalate_to}: spend budget: "
@@ -155,27 +157,11 @@ def _moved(edge: Edge, visits: int) -> Edge:
 
 def _edges(machine: Machine) -> list[Edge]:
     found: dict[tuple[str, str], Edge] = {}
-
-    def add(source: str, target: str, label: str, kind: str) -> None:
+    for source, target, label, kind in moves(machine):
         old = found.get((source, target))
-        if old is not None:
-            label = " / ".join(x for x in (old.label, label) if x)
-            kind = old.kind
+        if old is not None:  # one arrow, every reason for it
+            label, kind = " / ".join(x for x in (old.label, label) if x), old.kind
         found[(source, target)] = Edge(source, target, label, kind)
-
-    add(START, machine.entry, "", "move")
-    for source, target, label in labelled_moves(machine):
-        add(source, target, label, "move")
-    for node, gate in machine.gates.items():
-        for target, why in gate_exits(gate).items():
-            add(node, target, "gate " + " / ".join(why), "gate")
-    for source, handler in machine.recovery.items():
-        add(source, handler, "error", "error")
-    budget = machine.budget
-    for source, out in machine.transitions.items():
-        # Entering a node past its visit limit escalates instead: that move is drawn too.
-        if budget and set(budget.max_visits) & set(out.targets) and source != budget.escalate_to:
-            add(source, budget.escalate_to, "over budget", "error")
     return list(found.values())
 
 
