@@ -154,7 +154,8 @@ def create_app(config: InboxConfig, client: Client) -> Starlette:
         Route("/runs/{run:path}/decide", signed_in(inbox.decide), methods=["POST"]),
         Route("/decided/{receipt}", signed_in(inbox.decided)),
         Route("/runs/{run:path}", signed_in(inbox.run_page)),
-        Route("/api/changes", signed_in(inbox.changes)),  # server-sent events, as the next
+        # Server-sent events: what a live page shows, and a run's live stream.
+        Route("/api/changes", signed_in(inbox.changes)),
         Route("/api/runs/{run:path}/stream", signed_in(inbox.run_stream)),
         Route("/healthz", lambda r: JSONResponse({"ok": True, "tenant": config.tenant})),
         Mount("/agui", agui_app(config, client, store)),  # AG-UI frontends (docs/agui.md)

@@ -298,8 +298,8 @@ class Inbox:
 
     async def _run(self, run: str, fresh: bool = False) -> tuple[
             WorkflowExecutionStatus | None, PendingView | None]:
-        """The run's status and request; NotGenuine when no agent of this deployment
-        could have made the request it shows."""
+        """The run's status and request; NotGenuine, saying why, when the request it shows
+        is not one this deployment's agents made and its worker attested."""
         async def read() -> tuple[WorkflowExecutionStatus | None, PendingView | None]:
             try:
                 status, view = await pending_of(self.client, run, self.config.deployment)
