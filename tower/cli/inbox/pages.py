@@ -39,6 +39,7 @@ from tower.cli.inbox.forms import (
     DecisionForm,
     FormError,
     is_money,
+    money_field,
     read_form,
     shown_request,
     signed_decision,
@@ -383,8 +384,7 @@ def receipt_of(run: str, view: PendingView, form: DecisionForm, approver: Approv
             new = form.edits.get(f.name, f.value)
             amounts.append({"label": money.label(f.name), "amount": money.text(new),
                             "proposed": money.text(f.value) if new != f.value else ""})
-    edits = {k: v for k, v in form.edits.items()
-             if not any(f.name == k and is_money(f) for f in view.fields)}
+    edits = {k: v for k, v in form.edits.items() if not money_field(k, view)}
     headline = money.headline(view.proposal)
     return {"run": run, "agent": view.agent, "gate": view.gate, "node": view.node,
             "verdict": form.verdict.value, "result": outcome.result.value,
