@@ -332,6 +332,8 @@ class Drawing:
             return
         w = len(edge.label) * SMALL + 6
         left = x - w / 2 if anchor == "middle" else x - 3
+        if left < MARGIN / 2:  # a long label stays whole inside the picture
+            x, left = x + MARGIN / 2 - left, MARGIN / 2
         # Labels near one another would overprint: move this one down until it is clear.
         while any(left < pl + pw and pl < left + w and abs(y - py) < 13
                   for pl, py, pw in self.placed):
