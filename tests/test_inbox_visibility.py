@@ -19,8 +19,8 @@ from temporalio.converter import encode_search_attributes
 
 from tower.activities.model import ModelSettings
 from tower.cli.cmd_approve import pending_requests
-from tower.cli.inbox.visibility import role_query, waiting_runs
-from tower.client._pending import NotGenuine, pending_of
+from tower.cli.inbox.visibility import waiting_runs
+from tower.client._pending import NotGenuine, pending_of, role_query
 from tower.contract import search
 from tower.contract.pending import PendingView
 from tower.temporal.codec import ENCODING, KEY_ID, new_key

@@ -26,13 +26,10 @@ from temporalio.service import RPCError
 from tower.cli.agents import agents
 from tower.cli.inbox.identity import Approver
 from tower.client import pending
-from tower.client._pending import Deployment, Waiting, role_query
+from tower.client._pending import Deployment, Waiting
 from tower.contract import names
 from tower.contract.pending import PendingView
 from tower.core.pictures import machine_svg
-
-__all__ = ["RunStory", "Scope", "Waiting", "not_found", "role_query", "run_story",
-           "waiting_runs"]
 
 QUERY_SECONDS = 3.0  # a missing worker makes the page say so, never hang
 MAX_MESSAGES = 30
