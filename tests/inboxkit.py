@@ -17,8 +17,8 @@ from temporalio.client import Client, WorkflowHandle
 from tower.activities.trust import trust_dir
 from tower.cli.inbox.app import InboxConfig, serving
 from tower.cli.inbox.identity import Account, Accounts, hash_password
-from tower.cli.inbox.visibility import waiting_run
 from tower.cli.trust_files import enrol
+from tower.client._pending import pending_of
 from tower.client.keys import load_key
 from workflows.migration import MigrationAgent, MigrationRequest
 from workflows.refund import RefundAgent
@@ -61,7 +61,7 @@ async def park_refund(client: Client, task_queue: str, **kw: Any) -> WorkflowHan
                                          id=run, task_queue=task_queue)
     await wait_pending(handle)
     async with asyncio.timeout(30):
-        while (await waiting_run(client, run))[1] is None:
+        while (await pending_of(client, run))[1] is None:
             await asyncio.sleep(0.1)
     return handle
 
@@ -75,7 +75,7 @@ async def park_migration(client: Client, task_queue: str, script: str = DROP
         database="shop", script=script), id=run, task_queue=task_queue)
     await wait_pending(handle)
     async with asyncio.timeout(30):
-        while (await waiting_run(client, run))[1] is None:
+        while (await pending_of(client, run))[1] is None:
             await asyncio.sleep(0.1)
     return handle
 

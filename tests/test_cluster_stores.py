@@ -41,8 +41,8 @@ from temporalio.client import Client, WorkflowHandle
 
 from tower.activities.streams import StreamStore, open_streams
 from tower.cli.agents import scripted_reply
-from tower.cli.inbox.visibility import waiting_run
 from tower.client import stream
+from tower.client._pending import pending_of
 from tower.contract.stream import FINISHED, MODEL_FINISHED, Reply, stream_name
 from tower.contract.wire import ModelReply, ModelRequest
 from tower.temporal.payloads import tower_data_converter
@@ -303,7 +303,7 @@ async def test_a_refund_parked_on_host_a_is_approved_in_the_inbox_and_paid_by_ho
         assert code == 0, out
         handle = client.get_workflow_handle(run)
         async with asyncio.timeout(240):
-            while (await waiting_run(client, run))[1] is None:
+            while (await pending_of(client, run))[1] is None:
                 await asyncio.sleep(0.3)
         parked_by = identity(a)
         a.stop(signal.SIGKILL)  # host A is gone while the refund waits

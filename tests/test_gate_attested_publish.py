@@ -22,8 +22,8 @@ from temporalio.client import Client
 from tower.activities.attest import Attester
 from tower.activities.model import ModelSettings
 from tower.cli.approvals import deployment
-from tower.cli.inbox.visibility import waiting_run
 from tower.client import pending
+from tower.client._pending import pending_of
 from worker import build_worker
 from workflows.refund import RefundAgent
 
@@ -71,7 +71,7 @@ async def test_a_request_waiting_for_its_attestation_is_not_shown_as_forged(
                 listed = [w.run for w in await pending(client, agent="refund")]
                 genuine = [w.run for w in await pending(
                     client, deployment=deployment(client.namespace))]
-                status, view = await waiting_run(client, run, deployment(client.namespace))
+                status, view = await pending_of(client, run, deployment(client.namespace))
                 page = await alice.get(f"/runs/{run}")
                 approvals = await handle.query("approvals", result_type=dict)
                 # So a client that follows the run (`tower run`) does not stop at the gate

@@ -20,7 +20,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.worker import Worker
 
 from tower.activities.model import ModelSettings
-from tower.cli.inbox.visibility import waiting_run
+from tower.client._pending import pending_of
 from tower.contract import search
 from tower.contract.pending import PendingView
 from worker import build_worker
@@ -252,7 +252,7 @@ async def test_an_unsigned_flag_set_by_the_starter_is_not_shown_as_true(
                 SearchAttributePair(search.UNSIGNED_DECISIONS, True)]))
         await wait_pending(handle)
         async with asyncio.timeout(30):
-            while (await waiting_run(client, run))[1] is None:
+            while (await pending_of(client, run))[1] is None:
                 await asyncio.sleep(0.1)
         described = await handle.describe()
         assert described.typed_search_attributes.get(search.UNSIGNED_DECISIONS) is True

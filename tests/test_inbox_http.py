@@ -4,12 +4,16 @@ forged posts, the trusted-proxy header. Every refused request leaves the run wai
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import sqlite3
+from html import unescape
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
-from gatekit import refund_request, refunds, snapshot, wait_pending
+from gatekit import decide, refund_request, refunds, snapshot, wait_pending
 from inboxkit import (
     PASSWORD,
     config,
@@ -25,7 +29,7 @@ from temporalio.worker import Worker
 
 from tower.activities.model import ModelSettings
 from tower.cli.inbox.identity import ProxyAuth
-from tower.cli.inbox.visibility import waiting_run
+from tower.client._pending import pending_of
 from worker import build_worker
 from workflows.refund import RefundAgent
 
@@ -125,7 +129,7 @@ async def test_an_approver_without_the_role_sees_no_run_and_a_forged_post_is_ref
             assert 'value="approve"' not in page.text and "refund_review" not in page.text
             before = await snapshot(handle)
             # Everything a manager's form would carry, but carol is no manager.
-            step = (await waiting_run(client, handle.id))[1].step  # type: ignore[union-attr]
+            step = (await pending_of(client, handle.id))[1].step  # type: ignore[union-attr]
             forged = await carol.post(f"/runs/{handle.id}/decide", data={
                 "verdict": "approve", "gate": "refund_review", "request": str(step),
                 "csrf": csrf_of(listing.text)})
@@ -319,3 +323,42 @@ async def test_a_page_shown_for_a_look_alike_run_signs_nothing_for_the_real_one(
         finally:
             await alice.aclose()
     assert refunds(db_path) == [("INV-2004", 240000)]
+
+
+async def changes(web: httpx.AsyncClient, until: str, **params: str) -> dict[str, Any]:
+    """The first ``change`` event of ``/api/changes`` (server-sent) whose data holds ``until``."""
+    async with asyncio.timeout(30), web.stream("GET", "/api/changes", params=params) as live:
+        assert live.headers["content-type"].startswith("text/event-stream")
+        async for line in live.aiter_lines():
+            if line.startswith("data: ") and until in line:
+                return dict(json.loads(line[6:]))
+    raise AssertionError(f"/api/changes ended without {until!r}")
+
+
+def fingerprint_of(page: str) -> str:
+    found = re.search(r'id="live"[^>]*data-fingerprint="([^"]*)"', page)
+    assert found, page[-1500:]
+    return unescape(found[1])
+
+
+async def test_the_open_list_and_decision_page_hear_of_changes(
+    client: Client, task_queue: str, db_path: Path
+) -> None:
+    """What the live pages follow: the list's rows when a request parks, and on a decision
+    page what became of its run once another approver decided it."""
+    async with worker(client, task_queue, db_path), inbox(client) as url:
+        alice = await signed_in(url, "alice")
+        try:
+            shown = fingerprint_of((await alice.get("/")).text)
+            handle = await park_refund(client, task_queue)
+            listed = await changes(alice, handle.id, fingerprint=shown)
+            assert handle.id in listed["html"] and "<tr>" in listed["html"]
+            page = await alice.get(f"/runs/{handle.id}")
+            await decide(client, handle, (await wait_pending(handle))["pending"],
+                         approver="bob")
+            told = await changes(alice, "already decided", run=handle.id,
+                                 fingerprint=fingerprint_of(page.text))
+            assert "approved by bob" in told["message"]
+        finally:
+            await alice.aclose()
+        await handle.result()

@@ -19,7 +19,8 @@ from temporalio.converter import encode_search_attributes
 
 from tower.activities.model import ModelSettings
 from tower.cli.cmd_approve import pending_requests
-from tower.cli.inbox.visibility import UnreadableRequest, role_query, waiting_run, waiting_runs
+from tower.cli.inbox.visibility import waiting_runs
+from tower.client._pending import NotGenuine, pending_of, role_query
 from tower.contract import search
 from tower.contract.pending import PendingView
 from tower.temporal.codec import ENCODING, KEY_ID, new_key
@@ -58,7 +59,7 @@ async def test_parked_refund_is_listed_for_managers_without_a_worker(
     assert (field.name, field.type, field.value) == ("amount_cents", "int", 120000)
     assert (field.limit.min, field.limit.max, field.limit.rule) == (1, 120000, "lower only")
     assert run not in [w.run for w in await waiting_runs(client, ["dba"])]
-    status, single = await waiting_run(client, run)
+    status, single = await pending_of(client, run)
     assert single == view
     async with build_worker(client, task_queue=task_queue, db_path=db_path,
                             models=ModelSettings()):
@@ -86,12 +87,12 @@ async def test_a_request_forged_in_the_start_memo_is_cleared_at_the_first_step(
     handle = await client.start_workflow(
         ChatAgent.run, ChatInput(config=ChatConfig()), id=run, task_queue=task_queue,
         memo={search.PENDING_MEMO: forged.model_dump(mode="json")})
-    assert (await waiting_run(client, run))[1] == forged  # no worker has run it yet
+    assert (await pending_of(client, run))[1] == forged  # no worker has run it yet
     async with build_worker(client, task_queue=task_queue, db_path=db_path,
                             models=ModelSettings()):
         reply = await say(client, handle, "hi")
         assert reply.reply  # the thread ran its first steps and listens again
-        assert await waiting_run(client, run) == (WorkflowExecutionStatus.RUNNING, None)
+        assert await pending_of(client, run) == (WorkflowExecutionStatus.RUNNING, None)
         assert search.PENDING_MEMO not in await (await handle.describe()).memo()
         await handle.terminate("test over")
 
@@ -137,8 +138,8 @@ async def test_a_memo_the_inbox_cannot_open_hides_that_run_not_the_inbox(
         found = await _listed(inbox, ["dba"], honest, present=True)
         assert run not in [w.run for w in found]
         # Its own page says why it offers nothing (the inbox answers 404 with the reason).
-        with pytest.raises(UnreadableRequest, match="its memo cannot be decoded"):
-            await waiting_run(inbox, run)
+        with pytest.raises(NotGenuine, match="its memo cannot be decoded"):
+            await pending_of(inbox, run)
         # `tower pending` lists neither, and does not crash: no worker of the deployment
         # attested them (tests/test_pending_genuine.py).
         rows = {r["run"]: r for r in await pending_requests(inbox)}

@@ -22,7 +22,7 @@ from temporalio.client import Client
 from termkit import cli_env, terminal
 from towercli import example_project, tower_cli
 
-from tower.cli.inbox.visibility import waiting_run
+from tower.client._pending import pending_of
 from tower.contract.decisions import GateRecord, canonical_proposal
 from tower.contract.render import WARNING, render_proposal
 from workflows.migration import MigrationAgent, MigrationRequest
@@ -192,7 +192,7 @@ async def test_a_padded_message_never_reads_as_a_field_at_80_or_120_columns(
         for run in runs.values():
             await wait_pending(run)
             async with asyncio.timeout(30):  # listed: visibility is eventually consistent
-                while (await waiting_run(client, run.id))[1] is None:
+                while (await pending_of(client, run.id))[1] is None:
                     await asyncio.sleep(0.1)
         for width, run in runs.items():
             term.start(f"pending{width}", ["pending"], env, project, width)

@@ -21,7 +21,7 @@ from temporalio.client import Client
 from test_stream_inbox import chat_thread, parse_sse, reply_as_it_forms
 
 from tower.activities.model import ModelSettings
-from tower.cli.cmd_inbox import SignIn, build_config
+from tower.cli.cmd_inbox import build_config
 from tower.cli.errors import CliError
 from tower.cli.inbox.app import STOP_GRACE_SECONDS
 from tower.cli.inbox.pages import WATCH_ONLY
@@ -83,12 +83,12 @@ def test_serving_without_a_key_is_asked_for_and_without_it_the_error_says_how(
 ) -> None:
     roles = tmp_path / "roles.json"
     roles.write_text(json.dumps({"walt": ["auditor"]}))
-    sign_in = SignIn(proxy_header="X-User", trusted_proxies=("127.0.0.1",), roles=roles,
-                     watchers=("auditor",))
-    watching, _ = build_config(sign_in, "default", issuer=None)
+    sign_in: dict[str, Any] = {"proxy_header": "X-User", "trusted_proxies": ("127.0.0.1",),
+                               "roles": roles, "watchers": ("auditor",)}
+    watching, _ = build_config("default", issuer=None, **sign_in)
     assert watching.issuer is None and watching.watchers == {"auditor"}
     with pytest.raises(CliError, match="--watch-only"):
-        build_config(sign_in, "default", issuer=f"no-such-key-{uuid.uuid4().hex[:6]}")
+        build_config("default", issuer=f"no-such-key-{uuid.uuid4().hex[:6]}", **sign_in)
 
 
 async def shown_forming(b: Browser, client: Client, task_queue: str, run: str

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from tower.activities.model import ModelSettings
 from tower.cli.agents import agents
-from tower.cli.inbox.drawing import machine_svg
 from tower.contract.wire import ModelReply, ModelRequest
+from tower.core.pictures import machine_svg
 from tower.temporal.replay import load
 from tower.testing.evals import Change, EvalReport, Mode, RunResult
 from tower.testing.evals.compare import BUILT_IN, plural, score, transition_diff
@@ -179,7 +179,7 @@ def test_moves_and_the_picture_count_every_visit_and_show_every_moved_edge() -> 
                      ("error", "FAILED"): 1}
     machine = agents()["account"].machine
     svg = machine_svg(machine, None, {**moved, ("reason", "lookup_account"): -4})
-    # The budget's escalation is no declared move: drawn all the same, with its count.
+    # The budget's escalation (a dashed red move of its own) is drawn with its count.
     assert svg.count('stroke="#1b7f3b" stroke-width="3.2"') == 2  # error's two moves
     assert svg.count('stroke="#c62828" stroke-width="3.2"') == 3
     assert re.findall(r">([-+]\d+ visits?)\b", svg) == ["-4 visits", "-1 visit", "-2 visits",

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from tower.cli.agents import agents
-from tower.cli.inbox.drawing import machine_svg
+from tower.core.pictures import machine_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -37,7 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "state": ("cmd_runs:state", "print a run's current state as JSON"),
     "list": ("cmd_runs:list_runs", "list agent runs"),
     "watch": ("cmd_runs:watch", "follow a run's transitions live"),
-    "graph": ("cmd_graph:command", "draw an agent's state machine (mermaid, dot, svg, png)"),
+    "graph": ("cmd_graph:command", "draw an agent's state machine (mermaid, svg)"),
     "inspect": ("cmd_inspect:inspect", "a run's transition table and its state at any step"),
     "fork": ("cmd_inspect:fork", "restart a run from step N (Temporal reset)"),
     "history": ("cmd_replay:history", "export a run's event history"),

@@ -101,7 +101,7 @@ async def command(paths: tuple[str, ...], query: str | None, namespace: str | No
         raise CliError(f"{exc}. tower eval binds them with worker.py's bindings(db_path), "
                        "called with the eval's own database (docs/evals.md)") from None
     if report_dir is not None:
-        from tower.cli.inbox.drawing import machine_svg
+        from tower.core.pictures import machine_svg
 
         drawings = {agent: machine_svg(machines[agent], None, moves)
                     for agent, moves in report.moved().items() if agent in machines}

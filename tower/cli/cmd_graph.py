@@ -1,10 +1,8 @@
-"""`tower graph AGENT`: the agent's real state machine, drawn locally (mermaid and DOT from
-the compiled machine; SVG and PNG by Graphviz's `dot` on this machine, with no network)."""
+"""`tower graph AGENT`: the agent's real state machine, drawn locally from the compiled
+machine (Mermaid text, or an SVG picture drawn in pure Python: no Graphviz, no network)."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,15 +13,15 @@ from tower.cli.agents import agents
 from tower.cli.common import CliError, agent_class
 from tower.cli.output import json_option, print_json
 from tower.core.graph import Machine
-from tower.core.pictures import to_dot, to_mermaid
+from tower.core.pictures import machine_svg, to_mermaid
 
-FORMATS = ("mermaid", "dot", "svg", "png")
+FORMATS = ("mermaid", "svg")
 
 
 @click.command("graph", help=(
     "Draw AGENT's graph, built from the compiled machine, with its approval gates and budgets "
-    "marked. mermaid and dot are printed; svg and png are drawn by Graphviz (`apt-get install "
-    "graphviz`) into --out (svg may also go to stdout). --all --out-dir DIR draws every agent. "
+    "marked, as Mermaid text or an SVG picture (no Graphviz needed), to stdout or --out. "
+    "--all --out-dir DIR draws every agent. "
     "--check prints what compile() proved of AGENT (every agent without one): each cycle's "
     "bound, the gate every side-effecting node is behind; a graph that fails a proof does not "
     "load (exit 2, naming the path)."))
@@ -34,7 +32,7 @@ FORMATS = ("mermaid", "dot", "svg", "png")
 @click.option("--out", help="write to this file instead of stdout")
 @click.option("--all", "every", is_flag=True, help="every agent, into --out-dir")
 @click.option("--out-dir", help="folder for --all (files named AGENT.FORMAT)")
-@json_option("the graph as JSON (nodes, transitions, gates, budget, mermaid, dot)")
+@json_option("the graph as JSON (nodes, transitions, gates, budget, mermaid)")
 def command(agent: str | None, check: bool, fmt: str, out: str | None, every: bool,
             out_dir: str | None, as_json: bool) -> int:
     if check:
@@ -47,7 +45,7 @@ def command(agent: str | None, check: bool, fmt: str, out: str | None, every: bo
         written = []
         for name, cls in sorted(agents().items()):
             path = Path(out_dir) / f"{name}.{'mmd' if fmt == 'mermaid' else fmt}"
-            path.write_bytes(render(cls.machine, fmt))
+            path.write_text(render(cls.machine, fmt), encoding="utf-8")
             written.append(str(path))
         if as_json:
             print_json({"written": written})
@@ -60,17 +58,12 @@ def command(agent: str | None, check: bool, fmt: str, out: str | None, every: bo
     if as_json:
         print_json(describe_graph(machine))
         return 0
-    data = render(machine, fmt)
+    text = render(machine, fmt)
     if out:
-        Path(out).write_bytes(data)
+        Path(out).write_text(text, encoding="utf-8")
         print(f"wrote {out}", file=sys.stderr)
-    elif fmt == "png" and sys.stdout.isatty():
-        raise CliError("a PNG is not for the terminal: add --out FILE.png")
-    elif hasattr(sys.stdout, "buffer"):
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
-    else:  # a text-only stream (the CLI called in-process)
-        sys.stdout.write(data.decode(errors="replace"))
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -86,21 +79,8 @@ def show_proofs(machines: list[Machine], as_json: bool) -> int:
     return 0
 
 
-def render(machine: Machine, fmt: str) -> bytes:
-    if fmt == "mermaid":
-        return to_mermaid(machine).encode()
-    dot_text = to_dot(machine)
-    if fmt == "dot":
-        return dot_text.encode()
-    dot = shutil.which("dot")
-    if dot is None:
-        raise CliError(f"--format {fmt} needs Graphviz's `dot` (apt-get install graphviz); "
-                       "--format mermaid or dot need nothing")
-    done = subprocess.run([dot, f"-T{fmt}"], input=dot_text.encode(), capture_output=True,
-                          timeout=60, check=False)
-    if done.returncode != 0:
-        raise CliError(f"dot failed: {done.stderr.decode(errors='replace').strip()}")
-    return done.stdout
+def render(machine: Machine, fmt: str) -> str:
+    return to_mermaid(machine) if fmt == "mermaid" else machine_svg(machine, None) + "\n"
 
 
 def describe_graph(machine: Machine) -> dict[str, Any]:
@@ -124,5 +104,4 @@ def describe_graph(machine: Machine) -> dict[str, Any]:
             "max_cost_usd": budget.max_cost_usd, "limits": budget.limits()},
         "proof": machine.proof.lines() if machine.proof else None,
         "mermaid": to_mermaid(machine),
-        "dot": to_dot(machine),
     }

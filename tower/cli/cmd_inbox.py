@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,17 +20,6 @@ if TYPE_CHECKING:
 DEV_ACCOUNTS = DATA_DIR / "inbox-accounts.json"
 # Sessions (revoked at sign-out) and what approvers decided, beside the accounts.
 STORE = DATA_DIR / "inbox.sqlite"
-
-
-@dataclass(frozen=True)
-class SignIn:
-    """How approvers sign in, as the command line says."""
-
-    accounts: Path | None = None
-    proxy_header: str | None = None
-    trusted_proxies: tuple[str, ...] = ()
-    roles: Path | None = None
-    watchers: tuple[str, ...] = ()  # roles that read every run and decide none
 
 
 @click.command("inbox", help=(
@@ -81,13 +69,14 @@ async def command(host: str, port: int, accounts: Path | None, proxy_header: str
     if watch_only and issuer:
         raise CliError("--watch-only serves without a signing key: drop --issuer")
     issuer = None if watch_only else issuer or "inbox"
-    sign_in = SignIn(accounts, proxy_header, trusted_proxies, roles, watchers)
     if bool(tls_cert) != bool(tls_key):
         raise CliError("--tls-cert and --tls-key go together")
     agents()  # it offers only requests the project's agents could have made: it needs them
     client = await connect()
-    config, created = build_config(sign_in, client.namespace, issuer=issuer, web_ui=web_ui,
-                                   tls=bool(tls_cert))
+    config, created = build_config(
+        client.namespace, issuer=issuer, accounts=accounts, proxy_header=proxy_header,
+        trusted_proxies=trusted_proxies, roles=roles, watchers=watchers, web_ui=web_ui,
+        tls=bool(tls_cert))
     async with serving(config, client, host=host, port=port, ssl_certfile=tls_cert,
                        ssl_keyfile=tls_key) as url:
         if as_json:
@@ -95,15 +84,18 @@ async def command(host: str, port: int, accounts: Path | None, proxy_header: str
                         "kid": config.issuer["kid"] if config.issuer else None,
                         "new_accounts": created}, line=True)
         else:
-            _describe(url, client.namespace, issuer, config, created, sign_in)
+            _describe(url, client.namespace, issuer, config, created, accounts)
         await asyncio.Event().wait()  # until Ctrl-C
     return 0
 
 
-def build_config(sign_in: SignIn, tenant: str, *, issuer: str | None, web_ui: str | None = None,
-                 tls: bool = False) -> tuple[InboxConfig, dict[str, str]]:
-    """The inbox's configuration, and development passwords created now (to print once).
-    ``issuer`` None: a watch-only inbox, with no signing key."""
+def build_config(tenant: str, *, issuer: str | None, accounts: Path | None = None,
+                 proxy_header: str | None = None, trusted_proxies: tuple[str, ...] = (),
+                 roles: Path | None = None, watchers: tuple[str, ...] = (),
+                 web_ui: str | None = None, tls: bool = False
+                 ) -> tuple[InboxConfig, dict[str, str]]:
+    """The inbox's configuration as the command line says (``issuer`` None: a watch-only
+    inbox, with no signing key), and development passwords created now (to print once)."""
     from tower.cli.approvals import deployment
     from tower.cli.inbox.app import InboxConfig
     from tower.cli.inbox.identity import Accounts, ProxyAuth, dev_accounts
@@ -121,24 +113,23 @@ def build_config(sign_in: SignIn, tenant: str, *, issuer: str | None, web_ui: st
                               "secure_cookies": tls, "web_ui": web_ui,
                               "issuer": key, "store": STORE,
                               "deployment": deployment(tenant),
-                              "watchers": frozenset(sign_in.watchers)}
-    if sign_in.proxy_header:
-        if not sign_in.trusted_proxies or sign_in.roles is None:
+                              "watchers": frozenset(watchers)}
+    if proxy_header:
+        if not trusted_proxies or roles is None:
             raise CliError("--proxy-header needs --trusted-proxy IP (the proxy's address) and "
                            "--roles FILE (who holds which role)")
-        if sign_in.accounts:
+        if accounts:
             raise CliError("use either --accounts or --proxy-header, not both")
-        proxy = ProxyAuth(sign_in.proxy_header, frozenset(sign_in.trusted_proxies),
-                          ProxyAuth.load_roles(sign_in.roles))
+        proxy = ProxyAuth(proxy_header, frozenset(trusted_proxies), ProxyAuth.load_roles(roles))
         return InboxConfig(proxy=proxy, **common), {}
-    if sign_in.accounts:
-        return InboxConfig(accounts=Accounts.load(sign_in.accounts), **common), {}
+    if accounts:
+        return InboxConfig(accounts=Accounts.load(accounts), **common), {}
     dev, created = dev_accounts(DEV_ACCOUNTS)
     return InboxConfig(accounts=dev, **common), created
 
 
 def _describe(url: str, tenant: str, issuer: str | None, config: InboxConfig,
-              created: dict[str, str], sign_in: SignIn) -> None:
+              created: dict[str, str], accounts: Path | None) -> None:
     print(f"Tower inbox for tenant {tenant}: {url}", flush=True)
     if config.issuer is None:
         print("  watch only (no signing key): runs and their live streams, no decisions")
@@ -152,6 +143,6 @@ def _describe(url: str, tenant: str, issuer: str | None, config: InboxConfig,
         print(f"  {name}: {where}")
     for name, password in created.items():
         print(f"  development account {name} / {password}")
-    if config.accounts is not None and not sign_in.accounts:
+    if config.accounts is not None and not accounts:
         print(f"  (development accounts in {DEV_ACCOUNTS}; production: --accounts FILE "
               "or --proxy-header)", flush=True)

@@ -22,8 +22,8 @@ from tower.cli.common import CliError, start_run
 from tower.cli.demo_data import DemoData
 from tower.cli.devserver import free_port, port_free, stop
 from tower.cli.inbox.identity import dev_accounts
-from tower.cli.inbox.visibility import waiting_run
 from tower.cli.trust_files import enrol
+from tower.client._pending import pending_of
 
 DEMO_LOGINS = (("alice", "manager"), ("dave", "dba"))
 ISSUER = "inbox"  # the inbox's own key, in the roster as an issuer for these roles
@@ -51,7 +51,7 @@ async def park_for_inbox(client: Client, task_queue: str) -> list[str]:
 
 
 async def _attested(client: Client, run_id: str) -> bool:
-    view = (await waiting_run(client, run_id))[1]
+    view = (await pending_of(client, run_id))[1]
     return view is not None and bool(view.attestation)
 
 

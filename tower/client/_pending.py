@@ -162,18 +162,33 @@ class NotGenuine(ClientError):
 
 async def pending_of(client: Client, run: str, deployment: Deployment | None = None
                      ) -> tuple[WorkflowExecutionStatus | None, PendingView | None]:
-    """One run's status and pending request (None when nothing waits); with ``deployment``,
-    ``NotGenuine`` saying why a request is not genuine."""
+    """One run's status and pending request (None when nothing waits), from describe().
+    ``NotGenuine`` saying why when the run has a pending-request memo that cannot be read,
+    or (with ``deployment``) one no worker of the deployment attested."""
     described = await client.get_workflow_handle(run).describe()
     view = None
     if described.status == WorkflowExecutionStatus.RUNNING:
         agent = described.typed_search_attributes.get(search.AGENT_NAME) or "?"
-        view = view_of(await pending_memo(described), agent)
-        if view is not None and deployment is not None:
-            why = deployment.refusal(described, view)
-            if why is not None:
-                raise NotGenuine(why)
+        try:
+            raw = (await described.memo()).get(search.PENDING_MEMO)
+        except Exception:  # whatever the codec or converter raises on bytes a starter chose
+            raise NotGenuine("its memo cannot be decoded") from None
+        view = view_of(raw, agent)
+        if raw is not None and view is None:
+            raise NotGenuine(f"its pending request is malformed ({_problem(raw)})")
+        why = deployment.refusal(described, view) if deployment and view else None
+        if why is not None:
+            raise NotGenuine(f"it is not a genuine request of this deployment: {why}")
     return described.status, view
+
+
+def _problem(raw: object) -> str:
+    try:
+        PendingView.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc']) or 'memo'}: {first['msg']}"
+    return "unreadable"
 
 
 async def pending_memo(run: WorkflowExecution) -> object:

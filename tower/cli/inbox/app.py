@@ -37,7 +37,6 @@ from starlette.templating import Jinja2Templates
 from temporalio.client import Client
 
 from tower.cli.inbox import money, pages
-from tower.cli.inbox.events import LiveEvents
 from tower.cli.inbox.forms import is_money, num
 from tower.cli.inbox.guard import InboxStore, SignInLimits
 from tower.cli.inbox.identity import Accounts, Approver, ProxyAuth
@@ -87,7 +86,6 @@ def create_app(config: InboxConfig, client: Client) -> Starlette:
     templates.env.tests["money"] = is_money
     store, limits = InboxStore(config.store), SignInLimits(clock=config.sign_in_clock)
     inbox = pages.Inbox(config, client, templates, store)
-    live = LiveEvents(inbox)  # server-sent events: a run's stream, the list's changes
 
     def signed_in(handler: Callable[[Request, Approver], Awaitable[Response]]) -> Any:
         async def endpoint(request: Request) -> Response:
@@ -156,9 +154,9 @@ def create_app(config: InboxConfig, client: Client) -> Starlette:
         Route("/runs/{run:path}/decide", signed_in(inbox.decide), methods=["POST"]),
         Route("/decided/{receipt}", signed_in(inbox.decided)),
         Route("/runs/{run:path}", signed_in(inbox.run_page)),
+        # Server-sent events: what a live page shows, and a run's live stream.
         Route("/api/changes", signed_in(inbox.changes)),
-        Route("/api/list/stream", signed_in(live.list_stream)),
-        Route("/api/runs/{run:path}/stream", signed_in(live.run_stream)),
+        Route("/api/runs/{run:path}/stream", signed_in(inbox.run_stream)),
         Route("/healthz", lambda r: JSONResponse({"ok": True, "tenant": config.tenant})),
         Mount("/agui", agui_app(config, client, store)),  # AG-UI frontends (docs/agui.md)
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),

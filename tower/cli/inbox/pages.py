@@ -1,26 +1,45 @@
-"""The inbox's pages: the list, the decision page, a decision and what was decided, the
-live-update probe. A run whose request this deployment could not have made (an unknown
-agent, node or gate, a memo that cannot be read) is a 404 that says why."""
+"""The inbox's pages: the list, the decision page, a decision and what was decided; and
+their server-sent events (docs/streaming.md). A run whose request this deployment could not
+have made (an unknown agent, node or gate, a memo that cannot be read) is a 404 that says
+why; a run the user may not see is the same 404 as a run nobody started.
+
+- ``GET /api/changes`` (``?run=RUN``): what a live page shows, sent again whenever it
+  changes (checked every second, from a one-second cache of visibility): the list's rendered
+  rows, or what became of the run. ``?fingerprint=`` is what the page shows already.
+- ``GET /api/runs/RUN/stream``: run RUN's live stream (the model's text as it forms, each
+  step), one SSE event per stream event, its offset as the event id: a browser's
+  EventSource that reconnects sends ``Last-Event-ID`` and resumes there (``?after=N``
+  does the same by hand). It ends with an ``end`` event once the run has ended. A run that
+  is not there yet is waited for, up to ``?wait=`` seconds (WAIT_SECONDS, at most that),
+  then 404; the first line is ``retry:``, so a dropped EventSource comes back soon. Each
+  model event carries ``reply``: the fold (``Reply``) after it, the whole text shown and
+  its state, for a client that does not fold attempts itself.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.templating import Jinja2Templates
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from tower.activities.streams import open_streams
 from tower.cli.approvals import unattested
 from tower.cli.inbox import money
 from tower.cli.inbox.forms import (
     DecisionForm,
     FormError,
     is_money,
+    money_field,
     read_form,
     shown_request,
     signed_decision,
@@ -28,23 +47,21 @@ from tower.cli.inbox.forms import (
 from tower.cli.inbox.guard import InboxStore
 from tower.cli.inbox.identity import Approver
 from tower.cli.inbox.visibility import (
-    NotOurRequest,
     Scope,
-    UnreadableRequest,
-    check_request,
     not_found,
+    not_ours,
     picture,
     run_story,
-    visible_run,
-    waiting_run,
     waiting_runs,
 )
 from tower.cli.ui import run_link
 from tower.client import DecisionRefused
 from tower.client._decisions import send_decision
+from tower.client._pending import NotGenuine, pending_of
 from tower.contract.decisions import GateStatus
 from tower.contract.failures import Code
 from tower.contract.pending import PendingView
+from tower.contract.stream import DELTA, DISCARD, MODEL_FINISHED, MODEL_STARTED, Reply, stream_name
 from tower.core.gates import Outcome
 
 if TYPE_CHECKING:
@@ -54,6 +71,14 @@ DECIDE_SECONDS = 30.0
 WATCH_ONLY = ("This inbox only watches: it was started without a signing key (--watch-only), "
               "so it decides nothing.")
 CACHE_SECONDS = 1.0  # live updates: many open pages, one visibility call a second
+MODEL_KINDS = frozenset({MODEL_STARTED, DELTA, MODEL_FINISHED, DISCARD})
+KEEP_ALIVE_SECONDS = 15.0  # a comment line, so proxies keep the connection open
+MAX_SECONDS = 30 * 60  # then the browser reconnects, with the session checked again
+WAIT_SECONDS = 60.0  # the longest a stream waits for its run to appear
+WAIT_POLL_SECONDS = 0.5
+RETRY_MS = 2000  # EventSource's reconnection delay
+SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+Seen = tuple[WorkflowExecutionStatus, PendingView | None]
 
 
 class Inbox:
@@ -62,6 +87,7 @@ class Inbox:
         self.config, self.client, self.templates, self.store = config, client, templates, store
         self.scope = Scope(config.watchers)  # who may see which run: every route asks it
         self._cache: dict[Any, tuple[float, Any]] = {}
+        self.streams = open_streams(create=False)  # the runs' live streams
 
     @property
     def signs(self) -> bool:
@@ -89,24 +115,34 @@ class Inbox:
         return self.render(request, "list.html", approver, runs=runs, notice=notice,
                            fingerprint=list_fingerprint(runs))
 
-    async def _seen(self, request: Request, approver: Approver, run: str, fresh: bool = False,
-                    **context: Any) -> Response | tuple[WorkflowExecutionStatus,
-                                                        PendingView | None]:
-        """The run's status and request if ``approver`` may see it, else the 404 page."""
-        try:
-            seen = await visible_run(self, approver, run, fresh=fresh)
-        except NotOurRequest as exc:
-            return self.refused(request, approver, 404, f"Run {run!r} is not a request this "
-                                f"inbox can show: {exc}. Nothing here can be decided.")
-        return seen or self.refused(request, approver, 404, not_found(run, self.config.tenant),
-                                    **context)
+    async def visible(self, approver: Approver, run: str, fresh: bool = False,
+                      wait: float = 0.0) -> Seen | str:
+        """``run``'s status and open request when ``approver`` may see it, else the 404's
+        text. ``wait``: seconds to ask again while it is not there (a page opened just before
+        its run starts gets the run)."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                status, view = await self._run(run, fresh=fresh)
+            except NotGenuine as exc:
+                return (f"Run {run!r} is not a request this inbox can show: {exc}. Nothing here "
+                        "can be decided.")
+            past: frozenset[str] = frozenset()
+            if status is not None and self.scope.needs_past_roles(approver, view):
+                story = functools.partial(run_story, self.client, run, status)
+                past = (await self._cached(("story", run), story)).gate_roles
+            if status is not None and self.scope.may_see(approver, status, view, past):
+                return status, view
+            if time.monotonic() >= deadline:  # not there, or not theirs: the same answer
+                return not_found(run, self.config.tenant)
+            await asyncio.sleep(WAIT_POLL_SECONDS)
 
     async def run_page(self, request: Request, approver: Approver) -> Response:
         run = request.path_params["run"]
-        # (a page opened before its run starts goes live when it does)
-        seen = await self._seen(request, approver, run, live_run=run)
-        if isinstance(seen, Response):
-            return seen
+        seen = await self.visible(approver, run)
+        if isinstance(seen, str):  # a run not there yet goes live when it starts; forged, never
+            return self.refused(request, approver, 404, seen, live_run=run if seen == not_found(
+                run, self.config.tenant) else None)
         status, view = seen
         story = await run_story(self.client, run, status)
         shown = await shown_request(self.client, run, view) if view else None
@@ -122,9 +158,9 @@ class Inbox:
 
     async def decide(self, request: Request, approver: Approver) -> Response:
         run = request.path_params["run"]
-        seen = await self._seen(request, approver, run, fresh=True)
-        if isinstance(seen, Response):
-            return seen
+        seen = await self.visible(approver, run, fresh=True)
+        if isinstance(seen, str):
+            return self.refused(request, approver, 404, seen)
         status, view = seen
         back = {"run": run}
         if not self.signs:
@@ -180,50 +216,101 @@ class Inbox:
                            run=receipt["run"])
 
     async def changes(self, request: Request, approver: Approver) -> Response:
-        """What the live pages poll: a fingerprint that changes when their content does."""
-        run = request.query_params.get("run")
-        if run is None:
-            runs = await self._waiting(approver)
-            return JSONResponse({"fingerprint": list_fingerprint(runs)})
-        try:
-            seen = await visible_run(self, approver, run)
-        except NotOurRequest as exc:
-            return JSONResponse({"fingerprint": "NOT-OURS", "message": str(exc)}, 404)
-        if seen is None:
-            return JSONResponse({"fingerprint": "NONE", "message": not_found(
-                run, self.config.tenant)}, 404)
-        status, view = seen
-        message = ""
-        if view is None and status is not None:
-            story = await run_story(self.client, run, status)
-            message = "This run is no longer waiting for a decision" + (
-                f": {story.last_request}" if story.last_request else f" ({status.name})")
-            if story.last_status in (GateStatus.APPROVED, GateStatus.REJECTED):
-                message += ". It was already decided."
-        return JSONResponse({"fingerprint": run_fingerprint(status, view), "message": message})
+        """The live pages' server-sent events: the list's rows, or what became of a run."""
+        run, given = request.query_params.get("run"), request.query_params.get("fingerprint")
+        if run is not None and isinstance(seen := await self.visible(approver, run), str):
+            return Response(seen, 404)
+        rows = self.templates.get_template("runs_table.html")
+
+        async def look() -> tuple[str, dict[str, Any]]:
+            if run is None:
+                runs = await self._waiting(approver)
+                return list_fingerprint(runs), {"html": rows.render(
+                    runs=runs, approver=approver, now=datetime.now(UTC))}
+            seen = await self.visible(approver, run)
+            if isinstance(seen, str):
+                return "GONE", {"message": seen}
+            status, view = seen
+            return run_fingerprint(status, view), {
+                "message": await self.news(run, status) if view is None else ""}
+
+        async def events() -> AsyncIterator[str]:
+            shown, started, quiet = given, time.monotonic(), time.monotonic()
+            while time.monotonic() - started < MAX_SECONDS:
+                fingerprint, said = await look()
+                if fingerprint != shown:
+                    yield sse("change", {"fingerprint": fingerprint, **said})
+                    shown, quiet = fingerprint, time.monotonic()
+                elif time.monotonic() - quiet > KEEP_ALIVE_SECONDS:
+                    yield ": still here\n\n"
+                    quiet = time.monotonic()
+                await asyncio.sleep(CACHE_SECONDS)
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    async def news(self, run: str, status: WorkflowExecutionStatus) -> str:
+        """What the decision page says once its run waits no more."""
+        story = await run_story(self.client, run, status)
+        message = "This run is no longer waiting for a decision" + (
+            f": {story.last_request}" if story.last_request else f" ({status.name})")
+        if story.last_status in (GateStatus.APPROVED, GateStatus.REJECTED):
+            message += ". It was already decided."
+        return message
+
+    async def run_stream(self, request: Request, approver: Approver) -> Response:
+        from tower.client import stream
+        from tower.client._stream import folded
+
+        run = request.path_params["run"]
+        after = _offset(request.headers.get("last-event-id")
+                        or request.query_params.get("after"))
+        if after is None:
+            return Response("Last-Event-ID and ?after= take an offset (a whole number)", 400)
+        wait = _wait(request.query_params.get("wait"))
+        if wait is None:
+            return Response(f"?wait= takes seconds, 0 to {WAIT_SECONDS:g}", 400)
+        seen = await self.visible(approver, run, fresh=True, wait=wait)
+        if isinstance(seen, str):
+            return Response(seen, 404)
+        name = stream_name(self.client.namespace, run)
+
+        async def events() -> AsyncIterator[str]:
+            started = time.monotonic()
+            yield f"retry: {RETRY_MS}\n\n"
+            # A resumed reader's fold starts from what it had: the events up to `after`.
+            reply = (await asyncio.to_thread(folded, self.streams, name, after))[0] \
+                if after else Reply()
+            async for event in stream(self.client, run, after=after, store=self.streams):
+                data = event.as_json()
+                if event.kind in MODEL_KINDS:  # the whole text shown so far, and its state
+                    reply.take(event)
+                    data["reply"] = reply.as_json()
+                yield sse(event.kind, data, id=event.offset)
+                if time.monotonic() - started > MAX_SECONDS:
+                    return  # the browser reconnects from its last id, signed in or not
+            yield sse("end", {"run": run})
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
 
     async def _waiting(self, approver: Approver) -> list[Any]:
         roles = tuple(sorted(self.scope.list_roles(approver)))
-        runs = await self._cached(("list", roles),
-                                  lambda: waiting_runs(self.client, roles,
-                                                     deployment=self.config.deployment))
-        return [w for w in runs if ours(w.view)]
+        return await self._cached(("list", roles), lambda: waiting_runs(
+            self.client, roles, deployment=self.config.deployment))
 
     async def _run(self, run: str, fresh: bool = False) -> tuple[
             WorkflowExecutionStatus | None, PendingView | None]:
-        """The run's status and request; NotOurRequest when no agent of this deployment
-        could have made the request it shows."""
+        """The run's status and request; NotGenuine, saying why, when the request it shows
+        is not one this deployment's agents made and its worker attested."""
         async def read() -> tuple[WorkflowExecutionStatus | None, PendingView | None]:
             try:
-                status, view = await waiting_run(self.client, run, self.config.deployment)
+                status, view = await pending_of(self.client, run, self.config.deployment)
             except RPCError as exc:
                 if exc.status == RPCStatusCode.NOT_FOUND:
                     return None, None
                 raise
-            except UnreadableRequest as exc:
-                raise NotOurRequest(str(exc)) from None
-            if view is not None:
-                check_request(view)
+            why = not_ours(view) if view is not None else None
+            if why is not None:
+                raise NotGenuine(why)
             return status, view
         return await read() if fresh else await self._cached(("run", run), read)
 
@@ -238,13 +325,25 @@ class Inbox:
         return value
 
 
-def ours(view: PendingView) -> bool:
-    """Could an agent of this deployment have made this request? (Else it is not listed.)"""
+def sse(event: str, data: dict[str, Any], id: int | None = None) -> str:
+    head = f"id: {id}\n" if id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data)}\n\n"
+
+
+def _wait(raw: str | None) -> float | None:
+    if raw is None or raw == "":
+        return WAIT_SECONDS
     try:
-        check_request(view)
-    except NotOurRequest:
-        return False
-    return True
+        seconds = float(raw)
+    except ValueError:
+        return None
+    return seconds if 0 <= seconds <= WAIT_SECONDS else None
+
+
+def _offset(raw: str | None) -> int | None:
+    if raw is None or raw == "":
+        return 0
+    return int(raw) if raw.isdigit() and len(raw) < 19 else None
 
 
 def list_fingerprint(runs: list[Any]) -> str:
@@ -285,8 +384,7 @@ def receipt_of(run: str, view: PendingView, form: DecisionForm, approver: Approv
             new = form.edits.get(f.name, f.value)
             amounts.append({"label": money.label(f.name), "amount": money.text(new),
                             "proposed": money.text(f.value) if new != f.value else ""})
-    edits = {k: v for k, v in form.edits.items()
-             if not any(f.name == k and is_money(f) for f in view.fields)}
+    edits = {k: v for k, v in form.edits.items() if not money_field(k, view)}
     headline = money.headline(view.proposal)
     return {"run": run, "agent": view.agent, "gate": view.gate, "node": view.node,
             "verdict": form.verdict.value, "result": outcome.result.value,

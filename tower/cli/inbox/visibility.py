@@ -18,104 +18,51 @@ import asyncio
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from tower.cli.agents import agents
-from tower.cli.inbox.drawing import machine_svg
 from tower.cli.inbox.identity import Approver
 from tower.client import pending
-from tower.client._pending import Deployment, Waiting, role_query, view_of
-from tower.contract import names, search
-from tower.contract.failures import Code, TowerError
+from tower.client._pending import Deployment, Waiting
+from tower.contract import names
 from tower.contract.pending import PendingView
-
-if TYPE_CHECKING:
-    from tower.cli.inbox.pages import Inbox
-
-__all__ = ["NotOurRequest", "RunStory", "Scope", "UnreadableRequest", "Waiting", "not_found",
-           "role_query", "run_story", "visible_run", "waiting_run", "waiting_runs"]
+from tower.core.pictures import machine_svg
 
 QUERY_SECONDS = 3.0  # a missing worker makes the page say so, never hang
 MAX_MESSAGES = 30
 MAX_CHARS = 2000
 
 
-class UnreadableRequest(TowerError, ValueError):  # a ValueError: a memo's bad value
-    """A run's memo holds a pending request that cannot be read (forged, or from a version
-    this one cannot read); the message says why."""
-
-    CODE = Code.BAD_INPUT
-
-
-class NotOurRequest(TowerError, LookupError):  # a LookupError: a request not found here
-    """A pending request that no agent of this deployment could have made; says why."""
-
-    CODE = Code.NOT_GENUINE
-
-
 async def waiting_runs(client: Client, roles: Iterable[str], limit: int = 200,
                        deployment: Deployment | None = None) -> list[Waiting]:
     """Runs awaiting a decision that one of ``roles`` may take, newest request first; a run
-    whose request this inbox cannot read (or, with ``deployment``, that its worker did not
-    attest) is left out."""
+    whose request this inbox cannot read, or could not have been made by an agent of this
+    deployment (or, with ``deployment``, that its worker did not attest), is left out."""
     found = [w for w in await pending(client, roles=roles, limit=limit, deployment=deployment)
-             if w.view is not None]
+             if w.view is not None and not_ours(w.view) is None]
     return sorted(found, key=lambda w: w.view.requested_at if w.view else 0, reverse=True)
 
 
-async def waiting_run(client: Client, run: str, deployment: Deployment | None = None
-                      ) -> tuple[WorkflowExecutionStatus | None, PendingView | None]:
-    """One run's status and pending request (None when nothing waits), from describe().
-    Raises UnreadableRequest when the run has a pending-request memo it cannot read, or
-    (with ``deployment``) one no worker of the deployment attested."""
-    described = await client.get_workflow_handle(run).describe()
-    view = None
-    if described.status == WorkflowExecutionStatus.RUNNING:
-        agent = described.typed_search_attributes.get(search.AGENT_NAME) or "?"
-        try:
-            raw = (await described.memo()).get(search.PENDING_MEMO)
-        except Exception:  # whatever the codec or converter raises on bytes a starter chose
-            raise UnreadableRequest("its memo cannot be decoded") from None
-        view = view_of(raw, agent)
-        if raw is not None and view is None:
-            raise UnreadableRequest(f"its pending request is malformed ({_problem(raw)})")
-        why = deployment.refusal(described, view) if deployment and view else None
-        if why is not None:
-            raise UnreadableRequest(f"it is not a genuine request of this deployment: {why}")
-    return described.status, view
-
-
-def _problem(raw: object) -> str:
-    try:
-        PendingView.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        return f"{'.'.join(str(p) for p in first['loc']) or 'memo'}: {first['msg']}"
-    return "unreadable"
-
-
-def check_request(view: PendingView) -> None:
-    """Refuse a request naming an agent, node or gate this deployment does not have."""
+def not_ours(view: PendingView) -> str | None:
+    """Why no agent of this deployment could have made ``view`` (it names an agent, node or
+    gate the deployment does not have), else None."""
     agent = agents().get(view.agent)
     if agent is None:
-        raise NotOurRequest(f"it names agent {view.agent!r}, which this deployment does not "
-                            "have")
-    machine = agent.machine
-    if view.node not in machine.nodes:
-        raise NotOurRequest(f"agent {view.agent!r} has no node {view.node!r}")
-    gate = machine.gates.get(view.node)
+        return f"it names agent {view.agent!r}, which this deployment does not have"
+    if view.node not in agent.machine.nodes:
+        return f"agent {view.agent!r} has no node {view.node!r}"
+    gate = agent.machine.gates.get(view.node)
     if gate is None or gate.name != view.gate:
-        raise NotOurRequest(f"agent {view.agent!r} has no gate {view.gate!r} at node "
-                            f"{view.node!r}")
+        return f"agent {view.agent!r} has no gate {view.gate!r} at node {view.node!r}"
+    return None
 
 
 @functools.lru_cache(maxsize=64)
 def picture(agent: str, node: str) -> str:
-    """The SVG of ``agent`` waiting at ``node`` (both checked by ``check_request``)."""
+    """The SVG of ``agent`` waiting at ``node`` (both checked by ``not_ours``)."""
     return machine_svg(agents()[agent].machine, node)
 
 
@@ -225,18 +172,3 @@ def gate_roles() -> frozenset[str]:
     """Every role a gate of this deployment's agents needs (``agents()`` is cached)."""
     return frozenset(gate.role for agent in agents().values()
                      for gate in agent.machine.gates.values())
-
-
-async def visible_run(inbox: Inbox, approver: Approver, run: str, fresh: bool = False,
-                      ) -> tuple[WorkflowExecutionStatus, PendingView | None] | None:
-    """``run``'s status and open request when ``approver`` may see it, else None (answer
-    ``not_found``). Raises NotOurRequest as ``Inbox._run`` does."""
-    status, view = await inbox._run(run, fresh=fresh)
-    past: frozenset[str] = frozenset()
-    if status is not None and inbox.scope.needs_past_roles(approver, view):
-        async def story() -> RunStory:
-            return await run_story(inbox.client, run, status)
-        past = (await inbox._cached(("story", run), story)).gate_roles
-    if status is None or not inbox.scope.may_see(approver, status, view, past):
-        return None
-    return status, view
