@@ -10,15 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tower.activities.attest import Attester
 from tower.activities.cleanup import StoreCleanup, retention_from_env
 from tower.activities.messages import open_messages
 from tower.activities.model import ModelActivities, ModelSettings
-from tower.activities.notify import Notifier
 from tower.activities.scripted import Scripts
 from tower.activities.stores import StoreSettings
 from tower.activities.streams import StreamStore, open_streams
-from tower.activities.trust import TrustLoader
+from tower.activities.trust import WORKER_KEY_FILE, Trust
 
 __all__ = ["WorkerSettings", "tower_activities"]
 
@@ -52,20 +50,20 @@ def tower_activities(settings: WorkerSettings, scripts: Scripts, payloads: Any =
     cleanup = StoreCleanup({"message store": messages, "stream store": streams,
                             "payload store": payloads},
                            retention_from_env())
-    trust = settings.trust_dir
-    return [model.call_model, TrustLoader(trust).load_trust, Notifier(trust).notify_gate,
-            Attester(trust).tower_attest, cleanup.tower_cleanup_stores], streams
+    trust = Trust(settings.trust_dir)
+    return [model.call_model, trust.load_trust, trust.notify_gate, trust.tower_attest,
+            cleanup.tower_cleanup_stores], streams
 
 
 def attestation_missing(settings: WorkerSettings, namespace: str) -> str | None:
     """Why this worker cannot attest its gated runs' requests (None: it can)."""
-    attester = Attester(settings.trust_dir)
+    trust = Trust(settings.trust_dir)
     try:
-        key = attester.key_for(namespace)
+        key = trust.key_for(namespace)
     except (OSError, ValueError) as exc:
         return f"its attestation key cannot be read: {exc}"
     if key is None:
-        where = attester.key or f"{attester.root}/{namespace}/worker.jwk"
+        where = trust.key or f"{trust.root}/{namespace}/{WORKER_KEY_FILE}"
         return (f"it has no attestation key ({where}; TOWER_WORKER_KEY): approvers will not "
                 "see its requests in `tower pending` or the inbox. Make one with "
                 "`tower keys worker` (docs/production.md)")

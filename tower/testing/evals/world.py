@@ -13,9 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tower.activities.attest import WORKER_KEY_FILE
 from tower.activities.private_files import write_private
-from tower.activities.trust import tenant_dir
+from tower.activities.trust import WORKER_KEY_FILE, tenant_dir
 from tower.client._decisions import make_decision
 from tower.client.keys import new_key
 from tower.contract.decisions import GateRecord, Verdict
