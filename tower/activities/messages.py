@@ -39,9 +39,6 @@ SETTING = "TOWER_MESSAGES"
 CHUNK = 500  # refs per query: under SQLite's variable limit
 
 
-ref_of = message_ref  # (its name here before the contract had it)
-
-
 def pruned_stub(ref: MessageRef) -> Message:
     """What the model sees instead of a pruned payload."""
     return Message(role=ref.role, name=ref.name, content=(
@@ -49,13 +46,9 @@ def pruned_stub(ref: MessageRef) -> Message:
         f"it is kept as message {ref.ref}]"))
 
 
-def open_messages(spec: str | Path) -> MessageStore:
-    """The message store ``spec`` names: a SQLite file, or a ``postgresql://`` URL."""
-    return MessageStore(spec)
-
-
 class MessageStore:
-    """Messages and windows, with the runs that own them (for retention)."""
+    """Messages and windows, with the runs that own them (for retention), at ``spec``: a
+    SQLite file, or a ``postgresql://`` URL."""
 
     def __init__(self, spec: str | Path) -> None:
         spec = str(spec)
@@ -98,7 +91,7 @@ class MessageStore:
     ) -> tuple[list[MessageRef], WindowRef | None]:
         """Store ``messages`` and, given ``(summary, earlier messages)``, the window that ends
         with them: one transaction (one disk sync) for a whole turn."""
-        refs = [ref_of(m) for m in messages]
+        refs = [message_ref(m) for m in messages]
         rows = [(r.ref, m.role, m.name, m.content) for r, m in zip(refs, messages, strict=True)]
         kept = None
         statements: list[tuple[str, Sequence[Sequence[Any]]]] = [
@@ -128,7 +121,7 @@ class MessageStore:
                           for row in rows})
         # Every string is hostile, a shared store's rows too: a row whose content is not
         # what its ref hashes is not that message (the store lacks it: retried, never used).
-        wrong = [ref for ref, m in found.items() if ref_of(m).ref != ref]
+        wrong = [ref for ref, m in found.items() if message_ref(m).ref != ref]
         if wrong:
             raise entry_missing(str(self), f"message {wrong[0]} (its stored content does "
                                 "not match its digest)", SETTING)

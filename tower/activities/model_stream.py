@@ -17,8 +17,7 @@ from tower.contract.stream import DELTA, DISCARD, MODEL_FINISHED, MODEL_STARTED,
 from tower.contract.stream import stream_name as name_of
 from tower.contract.wire import ModelReply, ModelRequest
 
-from .stream_outage import outage_of
-from .streams import StreamStore, new_key
+from .streams import StreamStore, new_key, outage_of
 
 # Said of an attempt that never said it failed: a new attempt of its call began.
 LOST = "attempt lost (its worker stopped or it timed out); retried"
@@ -91,5 +90,5 @@ class AttemptStream:
 
     async def _quietly(self, work: Any) -> None:
         # The stream is for watching: a store that is down costs the watchers, not the run
-        # (said once per outage, not per event: tower/activities/stream_outage.py).
+        # (said once per outage, not per event: tower/activities/streams.py).
         await asyncio.shield(asyncio.to_thread(outage_of(self.store).publish, work))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tower.activities.cleanup import StoreCleanup, retention_from_env
-from tower.activities.messages import open_messages
+from tower.activities.messages import MessageStore
 from tower.activities.model import ModelActivities, ModelSettings
 from tower.activities.scripted import Scripts
 from tower.activities.stores import StoreSettings
@@ -43,7 +43,7 @@ def tower_activities(settings: WorkerSettings, scripts: Scripts, payloads: Any =
     streams = settings.streams
     if streams is None or isinstance(streams, str | Path):
         streams = open_streams(streams or stores.streams)
-    messages = open_messages(str(settings.messages or stores.messages))
+    messages = MessageStore(settings.messages or stores.messages)
     model = ModelActivities(settings.models or ModelSettings.from_env(), messages,
                             scripts=scripts, streams=streams)
     # Retention: what closed runs left in the stores goes (tower/temporal/cleanup.py).

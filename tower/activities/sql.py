@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from tower.activities.stores import is_url, redact
-from tower.activities.wal import wal
 
 Execute = Callable[..., Any]  # (sql, args=()) -> a cursor
 
@@ -104,3 +104,18 @@ class Sql:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+
+
+def wal(db: sqlite3.Connection, tries: int = 200) -> None:
+    """Put the file in SQLite's write-ahead log mode, for a file several processes open
+    (workers starting together): readers never block the writer. The switch needs the file
+    to itself and does not wait (no busy timeout), so a process opening it at the same moment
+    makes it fail: tried again, for up to ~10 s."""
+    for attempt in range(tries):
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or attempt == tries - 1:
+                raise
+            time.sleep(0.05)

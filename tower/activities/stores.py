@@ -23,9 +23,6 @@ from tower.contract.failures import Code, TowerError, failure
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-    from tower.activities.messages import MessageStore
-    from tower.activities.streams import StreamStore
-
 __all__ = ["StoreSettings", "announce", "entry_missing", "probe",
            "redact", "shared_server", "store_unavailable"]
 
@@ -104,17 +101,6 @@ class StoreSettings:
             streams=env.get("TOWER_STREAMS") or url or str(data / "streams.sqlite"),
             payloads=env.get("TOWER_PAYLOAD_DIR") or url or str(DEFAULT_DATA / "payloads"),
             payload_threshold=int(threshold))
-
-    def open_messages(self) -> MessageStore:
-        from tower.activities.messages import open_messages
-
-        return open_messages(self.messages)
-
-    def open_streams(self, *, create: bool = True) -> StreamStore:
-        """The stream store; ``create=False`` (a client) never makes a local file."""
-        from tower.activities.streams import open_streams
-
-        return open_streams(self.streams, create=create)
 
     def specs(self) -> dict[str, str]:
         return {"message store": self.messages, "stream store": self.streams,
