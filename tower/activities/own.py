@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tower.activities.cleanup import StoreCleanup, retention_from_env
+from tower.activities.cleanup import StoreCleanup
 from tower.activities.messages import MessageStore
 from tower.activities.model import ModelActivities, ModelSettings
 from tower.activities.scripted import Scripts
@@ -48,8 +48,7 @@ def tower_activities(settings: WorkerSettings, scripts: Scripts, payloads: Any =
                             scripts=scripts, streams=streams)
     # Retention: what closed runs left in the stores goes (tower/temporal/cleanup.py).
     cleanup = StoreCleanup({"message store": messages, "stream store": streams,
-                            "payload store": payloads},
-                           retention_from_env())
+                            "payload store": payloads})
     trust = Trust(settings.trust_dir)
     return [model.call_model, trust.load_trust, trust.notify_gate, trust.tower_attest,
             cleanup.tower_cleanup_stores], streams

@@ -133,6 +133,7 @@ class Outage:
 
     def __init__(self, store: Any) -> None:
         self.store = store
+        self.name = redact(str(getattr(store, "url", store)))  # a password hidden
         self._lock = threading.Lock()
         self._since: float | None = None  # when publishing started to fail
         self._tried = 0.0
@@ -156,13 +157,13 @@ class Outage:
             if first:
                 log.warning("stream store %s: not published: %s; its events are dropped "
                             "until it answers (watchers miss them, runs go on)",
-                            _name(self.store), why_unreachable(exc))
+                            self.name, why_unreachable(exc))
             return
         with self._lock:
             since, dropped, self._since, self.dropped = self._since, self.dropped, None, 0
         if since is not None:
             log.warning("stream store %s answers again after %.0f s; %d events were not "
-                        "published", _name(self.store), now - since, dropped)
+                        "published", self.name, now - since, dropped)
 
 
 _OUTAGES: dict[int, Outage] = {}
@@ -176,7 +177,3 @@ def outage_of(store: Any) -> Outage:
         if found is None or found.store is not store:
             found = _OUTAGES[id(store)] = Outage(store)
         return found
-
-
-def _name(store: Any) -> str:
-    return redact(str(getattr(store, "url", None) or getattr(store, "path", None) or store))
