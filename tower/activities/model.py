@@ -245,18 +245,7 @@ class ModelActivities:
         if self.store is None:
             raise failure(TowerError("this worker has no message store",
                                      code=Code.NO_MESSAGE_STORE))
-        if request.window or request.windowed:
-            return await windowed_call(self.store, request, answer)
-        # SQLite blocks: keep it off the event loop the other activities share.
-        loaded = await asyncio.to_thread(self.store.get, request.history)
-        reply = await answer(request.model_copy(
-            update={"messages": [*loaded, *request.messages], "history": []}))
-        if request.keep:
-            kept = list(request.messages)
-            if reply.content:
-                kept.append(Message(role="assistant", content=reply.content))
-            reply.stored = await asyncio.to_thread(self.store.put, kept)
-        return reply
+        return await stored_call(self.store, request, answer)
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         """The gateway outside a workflow: an eval's model judge."""
@@ -363,18 +352,12 @@ def _wire_name(tool: str) -> str:
 
 
 def _openai_messages(request: ModelRequest) -> list[dict[str, str]]:
-    out = [{"role": "system", "content": request.system}] if request.system else []
-    for m in request.messages:
-        out.append(_openai_message(m))
-    return out
-
-
-def _openai_message(m: Message) -> dict[str, str]:
     # Tool results go back as plain text: it works on every compatible endpoint,
     # without pairing ids across turns.
-    if m.role == "tool":
-        return {"role": "user", "content": f"[result of tool {m.name}]\n{m.content}"}
-    return {"role": m.role, "content": m.content}
+    return [*([{"role": "system", "content": request.system}] if request.system else []),
+            *({"role": "user", "content": f"[result of tool {m.name}]\n{m.content}"}
+              if m.role == "tool" else {"role": m.role, "content": m.content}
+              for m in request.messages)]
 
 
 def _retried(exc: BaseException) -> bool:
@@ -393,7 +376,7 @@ async def _heartbeat() -> None:
         await asyncio.sleep(max(timeout.total_seconds() / 3, 0.5))
 
 
-# Model calls on a stored conversation window.
+# Model calls on stored messages.
 
 
 def _open(store: MessageStore, request: ModelRequest,
@@ -409,7 +392,9 @@ def _open(store: MessageStore, request: ModelRequest,
     return summary, context, store.get([*([summary] if summary else []), *context])
 
 
-async def windowed_call(store: MessageStore, request: ModelRequest, answer: Answer) -> ModelReply:
+async def stored_call(store: MessageStore, request: ModelRequest, answer: Answer) -> ModelReply:
+    """A call on stored messages (``history``, a window), keeping its own (``keep``): in a
+    window, the new window's ref comes back; otherwise the kept messages' refs."""
     # SQLite blocks: each phase is one trip off the event loop, the write one transaction.
     summary, context, loaded = await asyncio.to_thread(_open, store, request)
     if request.summarise is not None:
@@ -419,7 +404,10 @@ async def windowed_call(store: MessageStore, request: ModelRequest, answer: Answ
     new = list(request.messages) if request.keep else []
     if reply.content and request.keep:
         new.append(Message(role="assistant", content=reply.content))
-    _, reply.window = await asyncio.to_thread(store.put_with_window, new, (summary, context))
+    if request.window or request.windowed:
+        _, reply.window = await asyncio.to_thread(store.put_with_window, new, (summary, context))
+    elif request.keep:
+        reply.stored = await asyncio.to_thread(store.put, new)
     return reply
 
 

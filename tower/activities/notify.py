@@ -14,23 +14,13 @@ SLACK_TEXT = 2900  # characters per section block (Slack takes 3,000)
 SLACK_BLOCKS = 45  # of Slack's 50 blocks per message, for the proposal
 
 
-def link(policy: NotifyPolicy, notice: GateNotice) -> str | None:
-    if not policy.inbox_url:
-        return None
-    return f"{policy.inbox_url.rstrip('/')}/runs/{quote(notice.run, safe='')}"
-
-
-def rendered(notice: GateNotice) -> Rendered:
-    """The notice's proposal as every surface shows it (tower.contract.render), whole."""
-    shown = notice.shown or {"gate": notice.gate, "node": notice.node, "when": "?",
-                             "proposal": notice.proposal}
-    return render_proposal(shown)
-
-
 def message(policy: NotifyPolicy, notice: GateNotice) -> dict[str, Any]:
     """The body to post, in the policy's format; the proposal whole and inert."""
-    url = link(policy, notice)
-    proposal = rendered(notice)
+    url = (f"{policy.inbox_url.rstrip('/')}/runs/{quote(notice.run, safe='')}"
+           if policy.inbox_url else None)
+    # The proposal as every surface shows it (tower.contract.render), whole.
+    proposal = render_proposal(notice.shown or {"gate": notice.gate, "node": notice.node,
+                                                "when": "?", "proposal": notice.proposal})
     if policy.format == "json":
         return {"event": "gate.waiting", **notice.model_dump(mode="json"), "link": url,
                 "rendered": proposal.text(), "hidden": proposal.hidden}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tower.activities.stores import is_url, redact
+from tower.extras import require
 
 Execute = Callable[..., Any]  # (sql, args=()) -> a cursor
 
@@ -33,11 +34,9 @@ class Sql:
         self.schema, self.lock_id, self.create, self.durable = schema, lock_id, create, durable
         self.errors: tuple[type[Exception], ...] = (sqlite3.OperationalError,)
         if self.pg:
-            try:
-                import psycopg
-            except ImportError:
-                raise RuntimeError(f"{redact(spec)} names PostgreSQL but psycopg is not "
-                                   "installed: pip install 'tower[postgres]'") from None
+            require("postgres", f"the store at {redact(spec)}")
+            import psycopg
+
             self._psycopg = psycopg
             self.errors += (psycopg.OperationalError,)
         self._lock = threading.Lock()
