@@ -2,7 +2,7 @@
 
 Content-addressed (a message's ref is the hash of its role, name and content), so
 storing a message twice, or again on an activity retry, is harmless. A SQLite file
-locally; PostgreSQL when several worker hosts share it (``tower.activities.sql``). The
+locally; PostgreSQL when several worker hosts share it (``tower.activities.stores.Sql``). The
 workflow only holds refs.
 
 An entry the store does not have, or a store it cannot reach, fails the attempt with a
@@ -21,8 +21,7 @@ from typing import Any
 from temporalio import activity
 
 from tower import Message
-from tower.activities.sql import Sql
-from tower.activities.stores import entry_missing, store_unavailable
+from tower.activities.stores import Sql, entry_missing, store_unavailable
 from tower.contract.stream import stream_name
 from tower.contract.wire import MessageRef, WindowRef, message_ref
 from tower.core import window

@@ -23,8 +23,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from tower.activities.sql import Sql
-from tower.activities.stores import StoreSettings, redact, why_unreachable
+from tower.activities.stores import Sql, StoreSettings, redact, why_unreachable
 from tower.contract.stream import StreamEvent
 
 log = logging.getLogger("tower.streams")
