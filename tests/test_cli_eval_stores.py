@@ -16,7 +16,9 @@ from pgserver import Postgres
 from test_cli_eval import HISTORIES, example_project
 from towercli import tower_cli
 
+from tower.activities.messages import MessageStore
 from tower.activities.stores import StoreSettings
+from tower.activities.streams import open_streams
 from tower.contract.messages import Message
 from tower.contract.stream import StreamEvent
 
@@ -27,10 +29,10 @@ RECORDED = ("support-1.json", "refund-approved.json")
 
 def live_stores(settings: StoreSettings) -> None:
     """Stores as a deployment left them: one run's conversation and stream in each."""
-    messages = settings.open_messages()
+    messages = MessageStore(settings.messages)
     messages.put([Message(role="user", content="a deployment's message")])
     messages.close()  # closed now, not whenever it is collected (its files would change then)
-    streams = settings.open_streams()
+    streams = open_streams(settings.streams)
     streams.append("acme/refund-live", [StreamEvent(kind="step", data={"node": "review"},
                                                     key="live-1")])
     streams.close()

@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError
 from tower import tool
 from tower.contract.wire import ToolCall
 from tower.effects import Postgres, SQLite, reconcile, run_tool
-from tower.effects._postgres import qmark_to_format
+from tower.effects._db import qmark_to_format
 from tower.effects._tool import Database
 
 START = 10_000

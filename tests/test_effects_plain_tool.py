@@ -1,6 +1,6 @@
 """Reconciling asks the tool's own activity (``ToolCall.reconcile``): only a ``tower.effects``
 tool understands that. A side-effecting tool written without it, its call failed, is not
-called a second time — the run fails the step saying why (tower/effects/_guard.py); a
+called a second time — the run fails the step saying why (tower/effects/_tool.py); a
 tower.effects tool still reconciles (tests/test_effects.py)."""
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from inboxkit import inbox, issuer, signed_in
 from temporalio import activity
 from temporalio.client import Client
 
-from tower.activities.attest import Attester
 from tower.activities.model import ModelSettings
+from tower.activities.trust import Trust
 from tower.cli.approvals import deployment
 from tower.client import pending
 from tower.client._pending import pending_of
@@ -36,9 +36,9 @@ async def test_a_request_waiting_for_its_attestation_is_not_shown_as_forged(
         client: Client, task_queue: str, db_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     attesting, answered = threading.Event(), threading.Event()
-    key_for = Attester.key_for
+    key_for = Trust.key_for
 
-    def slow_key_for(self: Attester, tenant: str) -> dict[str, Any] | None:
+    def slow_key_for(self: Trust, tenant: str) -> dict[str, Any] | None:
         if not activity.in_activity():  # the worker's check of its key as it starts
             return key_for(self, tenant)
         attesting.set()
@@ -46,7 +46,7 @@ async def test_a_request_waiting_for_its_attestation_is_not_shown_as_forged(
         answered.set()
         return key_for(self, tenant)
 
-    monkeypatch.setattr(Attester, "key_for", slow_key_for)
+    monkeypatch.setattr(Trust, "key_for", slow_key_for)
     # The worker's stream store (beside its tools' database), which the inbox reads too.
     monkeypatch.setenv("TOWER_STREAMS", str(db_path.with_name("streams.sqlite")))
     issuer(client)

@@ -12,8 +12,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from tower import Message
-from tower.activities.fallback import Endpoint, parse_models
-from tower.activities.model import ModelActivities, ModelSettings
+from tower.activities.model import Endpoint, ModelActivities, ModelSettings, parse_models
 from tower.cli.agents import scripted_reply
 from tower.contract.wire import ModelReply, ModelRequest
 from tower.testing.model_server import Fault, LoopbackModelServer

@@ -25,8 +25,7 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower.activities.attest import WORKER_KEY_FILE
-from tower.activities.trust import read_trust
+from tower.activities.trust import WORKER_KEY_FILE, read_trust
 from tower.cli.cmd_approve import pending_requests
 from tower.cli.inbox.visibility import waiting_runs
 from tower.client._pending import Deployment, NotGenuine, pending_of

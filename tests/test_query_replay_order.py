@@ -31,9 +31,9 @@ from temporalio.worker import Worker
 from workerkit import activities
 
 from activities.tools import ToolsDb
-from tower.activities.attest import Attester
 from tower.activities.model import ModelSettings
 from tower.activities.own import WorkerSettings, tower_activities
+from tower.activities.trust import Trust
 from tower.contract.trust import AttestRequest
 from tower.temporal import TowerPlugin
 from tower.temporal._start import scripts_of
@@ -57,7 +57,7 @@ E = EventType
 async def test_a_decision_after_a_query_replay_keeps_the_history_replayable(
         client: Client, task_queue: str, db_path: Path, trust: Path, tmp_path: Path) -> None:
     answer = asyncio.Event()  # the attestation waits for it
-    attester = Attester(trust)
+    attester = Trust(trust)
 
     @activity.defn(name="tower_attest")
     async def attest_when_told(request: AttestRequest) -> str:

@@ -13,7 +13,7 @@ from chatkit import say
 from conftest import WorkerFactory
 from temporalio.client import Client
 
-from tower.activities.messages import open_messages
+from tower.activities.messages import MessageStore
 from tower.activities.streams import open_streams
 from tower.contract.stream import stream_name
 from tower.temporal.cleanup import TowerStoreCleanup, ensure_cleanup, schedule_id
@@ -41,7 +41,7 @@ async def test_a_closed_runs_entries_go_and_an_open_runs_stay(
         await closed.execute_update(ChatAgent.close)
         await closed.result()
         gone, kept = (stream_name(client.namespace, t.id) for t in (closed, open_))
-        store, streams = open_messages(messages_db), open_streams(db_path.with_name(
+        store, streams = MessageStore(messages_db), open_streams(db_path.with_name(
             "streams.sqlite"))
         assert {gone, kept} <= set(store.owners(f"{client.namespace}/"))
         assert _owned(messages_db, gone)[0] >= 2 and streams.read(gone)

@@ -21,7 +21,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from tower import Message
-from tower.activities.messages import MessageStore, open_messages
+from tower.activities.messages import MessageStore
 from tower.activities.stores import StoreSettings
 from tower.activities.streams import open_streams
 from tower.cli.errors import user_error
@@ -72,8 +72,8 @@ def test_a_wrong_setting_is_a_clear_error(env: dict[str, str], wrong: str) -> No
 @pytest.fixture(params=["sqlite", "postgres"])
 def messages(request: pytest.FixtureRequest, tmp_path: Path) -> MessageStore:
     if request.param == "sqlite":
-        return open_messages(tmp_path / "messages.sqlite")
-    return open_messages(request.getfixturevalue("pg_url"))
+        return MessageStore(tmp_path / "messages.sqlite")
+    return MessageStore(request.getfixturevalue("pg_url"))
 
 
 def test_messages_and_windows_round_trip_and_a_missing_one_is_retryable(
@@ -95,7 +95,7 @@ def test_messages_and_windows_round_trip_and_a_missing_one_is_retryable(
 
 
 def test_an_unreachable_postgres_store_is_a_retryable_error(pg_url: str) -> None:
-    store = open_messages(pg_url)
+    store = MessageStore(pg_url)
     assert store.db.pg
     store.db.spec = pg_url.replace(pg_url.rsplit(":", 1)[1].split("/")[0], "1")  # no server there
     store.close()

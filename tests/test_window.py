@@ -9,8 +9,9 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from tower import Message
-from tower.activities.messages import MessageStore, ref_of
+from tower.activities.messages import MessageStore
 from tower.contract.wire import MessageRef
+from tower.contract.wire import message_ref as ref_of
 from tower.core.carry import summarize
 from tower.core.engine import Transition
 from tower.core.window import WindowPolicy, estimate_tokens, over_budget, prune, split

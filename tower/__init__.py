@@ -33,35 +33,24 @@ if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
     from tower.temporal._start import agent
 
 # name -> the module that defines it, imported on first use.
-_LAZY = {
-    "ADD": "tower.core.state",
-    "agent": "tower.temporal._start",
-    "AgentState": "tower.core.state",
-    "AgentWorkflow": "tower.temporal._runtime",
-    "Answer": "tower.core.context",
-    "APPEND": "tower.core.state",
-    "custom": "tower.core.state",
-    "DONE": "tower.core.graph",
-    "EffectRefused": "tower.contract.failures",
-    "EventWorkflow": "tower.temporal._event_runtime",
-    "FAILED": "tower.core.graph",
-    "fan_out": "tower.temporal._fanout",
-    "FanOutPolicy": "tower.temporal._fanout",
-    "Gate": "tower.core.gates",
-    "Graph": "tower.core.graph",
-    "Message": "tower.core.state",
-    "NodeContext": "tower.core.context",
-    "NodeFailed": "tower.contract.failures",
-    "ToolCallRequest": "tower.contract.wire",
-    "Tool": "tower.core.tools",
-    "tool": "tower.core.tools",
+_LAZY = {name: module for module, names in {
+    "tower.contract.decisions": ("GateStatus",),
+    "tower.contract.pending": ("EditLimit",),
+    "tower.contract.wire": ("ToolCallRequest",),
     # The module itself: a chat's context window (WindowPolicy, WindowRef, Reduction).
-    "window": "tower.core",
-    # What a project's tools and scripted answers use (tower.contract, tower.activities).
-    "EditLimit": "tower.contract.pending",
-    "GateStatus": "tower.contract.decisions",
-    "stricter": "tower.core.policy",
-}
+    "tower.core": ("window",),
+    "tower.core.context": ("Answer", "NodeContext"),
+    "tower.contract.failures": ("EffectRefused", "NodeFailed"),
+    "tower.core.gates": ("Gate",),
+    "tower.core.graph": ("DONE", "FAILED", "Graph"),
+    "tower.core.policy": ("stricter",),
+    "tower.core.state": ("ADD", "APPEND", "AgentState", "Message", "custom"),
+    "tower.core.tools": ("Tool", "tool"),
+    "tower.temporal._event_runtime": ("EventWorkflow",),
+    "tower.temporal._fanout": ("FanOutPolicy", "fan_out"),
+    "tower.temporal._runtime": ("AgentWorkflow",),
+    "tower.temporal._start": ("agent",),
+}.items() for name in names}
 
 
 class NeedsTowerPlugin(BaseException):

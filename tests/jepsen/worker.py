@@ -29,8 +29,7 @@ from activities.tools import billing
 from tower import Tool
 from tower.contract.wire import ToolCall
 from tower.effects import Postgres
-from tower.effects._guard import MARK
-from tower.effects._tool import Database, EffectTool
+from tower.effects._tool import MARK, Database, EffectTool
 from tower.temporal import _tools
 from tower.temporal.worker import effect_of
 

@@ -1,5 +1,5 @@
 """A store that stops answering is said in a line, not a flood: the stream store's outage
-once when it starts and once when it ends (tower/activities/stream_outage.py), a workflow
+once when it starts and once when it ends (tower/activities/streams.py), a workflow
 task the payload store failed in one line without the SDK's traceback
 (tower/temporal/_interceptors.py). The cluster tier shows the same with PostgreSQL
 stopped for 30 s (tests/test_cluster_outage.py)."""
@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from tower.activities import stream_outage
-from tower.activities.stream_outage import Outage
+from tower.activities import streams
+from tower.activities.streams import Outage
 from tower.temporal._interceptors import quiet_store_tracebacks
 from tower.temporal.payloads import PayloadStoreUnavailable
 
@@ -36,7 +36,7 @@ def test_a_stream_store_outage_is_said_once_and_its_end_once(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = [100.0]
-    monkeypatch.setattr(stream_outage.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(streams.time, "monotonic", lambda: clock[0])
     store = Store()
     outage = Outage(store)
     caplog.set_level(logging.INFO, logger="tower.streams")
@@ -44,11 +44,11 @@ def test_a_stream_store_outage_is_said_once_and_its_end_once(
     store.up = False
     for _ in range(500):  # a reply's deltas while the store is down: tried once
         outage.publish(store.append)
-    clock[0] += stream_outage.RETRY_SECONDS  # tried again, still down: nothing more said
+    clock[0] += streams.RETRY_SECONDS  # tried again, still down: nothing more said
     outage.publish(store.append)
     store.up = True
     outage.publish(store.append)  # within RETRY_SECONDS of the last try: dropped
-    clock[0] += stream_outage.RETRY_SECONDS
+    clock[0] += streams.RETRY_SECONDS
     outage.publish(store.append)
     said = [r.getMessage() for r in caplog.records]
     assert store.appended == 2 and len(said) == 2, said

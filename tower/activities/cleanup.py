@@ -46,41 +46,36 @@ def retention_from_env(env: Mapping[str, str] | None = None) -> timedelta | None
 class StoreCleanup:
     """The cleanup activity over this worker's stores (those that record owners)."""
 
-    def __init__(self, stores: Mapping[str, Any], retention: timedelta | None = None) -> None:
-        self.stores = {name: s for name, s in stores.items()
-                       if hasattr(s, "owners") and hasattr(s, "forget")}
-        self.retention = retention
+    def __init__(self, stores: Mapping[str, Any]) -> None:
+        self.stores: dict[str, Owned] = {name: s for name, s in stores.items()
+                                         if hasattr(s, "owners") and hasattr(s, "forget")}
+        self.retention = retention_from_env()
 
     @activity.defn  # named by the function: CLEANUP_ACTIVITY
     async def tower_cleanup_stores(self, retention_seconds: float | None = None) -> dict[str, int]:
-        """Remove closed runs' entries; how many runs' entries each store lost."""
+        """Forget, in each store, the owners of the client's namespace closed over the
+        period ago; how many runs' entries each store lost."""
         client = activity.client()
-        period = (timedelta(seconds=retention_seconds) if retention_seconds is not None
-                  else self.retention or await namespace_retention(client))
-        return await clean(client, self.stores, datetime.now(UTC) - period)
-
-
-async def namespace_retention(client: Client) -> timedelta:
-    described = await client.workflow_service.describe_namespace(
-        DescribeNamespaceRequest(namespace=client.namespace))
-    return described.config.workflow_execution_retention_ttl.ToTimedelta()
-
-
-async def clean(client: Client, stores: Mapping[str, Owned], cutoff: datetime
-                ) -> dict[str, int]:
-    """Forget, in each store, the owners of ``client``'s namespace closed before ``cutoff``."""
-    prefix = f"{client.namespace}/"
-    removed = dict.fromkeys(stores, 0)
-    verdicts: dict[str, bool] = {}
-    for name, store in stores.items():
-        for owner in await asyncio.to_thread(store.owners, prefix):
-            if owner not in verdicts:
-                verdicts[owner] = await _closed_before(client, owner[len(prefix):], cutoff)
-                activity.heartbeat(owner)
-            if verdicts[owner]:
-                await asyncio.to_thread(store.forget, owner)
-                removed[name] += 1
-    return removed
+        if retention_seconds is not None:
+            period = timedelta(seconds=retention_seconds)
+        elif self.retention is not None:
+            period = self.retention
+        else:
+            described = await client.workflow_service.describe_namespace(
+                DescribeNamespaceRequest(namespace=client.namespace))
+            period = described.config.workflow_execution_retention_ttl.ToTimedelta()
+        cutoff, prefix = datetime.now(UTC) - period, f"{client.namespace}/"
+        removed = dict.fromkeys(self.stores, 0)
+        verdicts: dict[str, bool] = {}
+        for name, store in self.stores.items():
+            for owner in await asyncio.to_thread(store.owners, prefix):
+                if owner not in verdicts:
+                    verdicts[owner] = await _closed_before(client, owner[len(prefix):], cutoff)
+                    activity.heartbeat(owner)
+                if verdicts[owner]:
+                    await asyncio.to_thread(store.forget, owner)
+                    removed[name] += 1
+        return removed
 
 
 async def _closed_before(client: Client, workflow_id: str, cutoff: datetime) -> bool:

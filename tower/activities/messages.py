@@ -2,7 +2,7 @@
 
 Content-addressed (a message's ref is the hash of its role, name and content), so
 storing a message twice, or again on an activity retry, is harmless. A SQLite file
-locally; PostgreSQL when several worker hosts share it (``tower.activities.sql``). The
+locally; PostgreSQL when several worker hosts share it (``tower.activities.stores.Sql``). The
 workflow only holds refs.
 
 An entry the store does not have, or a store it cannot reach, fails the attempt with a
@@ -21,8 +21,7 @@ from typing import Any
 from temporalio import activity
 
 from tower import Message
-from tower.activities.sql import Sql
-from tower.activities.stores import entry_missing, store_unavailable
+from tower.activities.stores import Sql, entry_missing, store_unavailable
 from tower.contract.stream import stream_name
 from tower.contract.wire import MessageRef, WindowRef, message_ref
 from tower.core import window
@@ -39,9 +38,6 @@ SETTING = "TOWER_MESSAGES"
 CHUNK = 500  # refs per query: under SQLite's variable limit
 
 
-ref_of = message_ref  # (its name here before the contract had it)
-
-
 def pruned_stub(ref: MessageRef) -> Message:
     """What the model sees instead of a pruned payload."""
     return Message(role=ref.role, name=ref.name, content=(
@@ -49,13 +45,9 @@ def pruned_stub(ref: MessageRef) -> Message:
         f"it is kept as message {ref.ref}]"))
 
 
-def open_messages(spec: str | Path) -> MessageStore:
-    """The message store ``spec`` names: a SQLite file, or a ``postgresql://`` URL."""
-    return MessageStore(spec)
-
-
 class MessageStore:
-    """Messages and windows, with the runs that own them (for retention)."""
+    """Messages and windows, with the runs that own them (for retention), at ``spec``: a
+    SQLite file, or a ``postgresql://`` URL."""
 
     def __init__(self, spec: str | Path) -> None:
         spec = str(spec)
@@ -98,7 +90,7 @@ class MessageStore:
     ) -> tuple[list[MessageRef], WindowRef | None]:
         """Store ``messages`` and, given ``(summary, earlier messages)``, the window that ends
         with them: one transaction (one disk sync) for a whole turn."""
-        refs = [ref_of(m) for m in messages]
+        refs = [message_ref(m) for m in messages]
         rows = [(r.ref, m.role, m.name, m.content) for r, m in zip(refs, messages, strict=True)]
         kept = None
         statements: list[tuple[str, Sequence[Sequence[Any]]]] = [
@@ -128,7 +120,7 @@ class MessageStore:
                           for row in rows})
         # Every string is hostile, a shared store's rows too: a row whose content is not
         # what its ref hashes is not that message (the store lacks it: retried, never used).
-        wrong = [ref for ref, m in found.items() if ref_of(m).ref != ref]
+        wrong = [ref for ref, m in found.items() if message_ref(m).ref != ref]
         if wrong:
             raise entry_missing(str(self), f"message {wrong[0]} (its stored content does "
                                 "not match its digest)", SETTING)

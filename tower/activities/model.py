@@ -2,16 +2,21 @@
 
 Rate limits (honouring Retry-After), 5xx, timeouts and dropped connections are retryable;
 other 4xx answers and refusals are not. Within one attempt the ordered model list is
-walked. The SDK's own retries are off: every attempt is an attempt in the history.
+walked (a model, optionally at its own endpoint). The SDK's own retries are off: every
+attempt is an attempt in the history. A call on a stored conversation window sends one
+window ref and gets one back: the messages, summary and list stay in the message store
+(the mechanics: tower/core/window.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Mapping
+import sys
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -20,28 +25,118 @@ from temporalio.exceptions import ApplicationError
 
 from tower import Message
 from tower.contract.failures import Code, TowerError, failure
-from tower.contract.wire import ModelReply, ModelRequest
+from tower.contract.render import inert
+from tower.contract.wire import AGENT_HEADER, NODE_HEADER, MessageRef, ModelReply, ModelRequest
+from tower.core import window
+from tower.core.state import Usage
+from tower.core.window import WindowPolicy
 
-from .fallback import (
-    AGENT_HEADER,
-    NODE_HEADER,
-    Endpoint,
-    Verdict,
-    brief,
-    classify,
-    parse_models,
-    retry_after,
-)
 from .messages import MessageStore
-from .model_stream import AttemptStream
+from .model_stream import (
+    AttemptStream,
+    EmptyReply,
+    refuses_streaming,
+    reply_of,
+    stream_scripted,
+    streamed,
+)
 from .prices import PriceTable
 from .scripted import SCRIPTED_MODEL, Scripts, scripted_reply
-from .streamed import EmptyReply, published, refuses_streaming, reply_of, stream_scripted, streamed
 from .streams import StreamStore
-from .windowed import windowed_call
 
-if TYPE_CHECKING:  # imported by the first real model call (fallback.py says why)
-    import openai
+if TYPE_CHECKING:  # imported by the first real model call: a worker on the scripted model,
+    import openai  # or one that has made none yet, starts without it (40% of a start-up)
+
+# A gateway asking for more than this gets it capped: the run's own budget decides.
+MAX_RETRY_AFTER = 300.0
+# How much of a server's own words about an error a failure shows.
+SAID_CHARS = 300
+Answer = Callable[[ModelRequest], Awaitable[ModelReply]]
+
+
+# Pure rules of the model activity: which errors are worth retrying, what Retry-After
+# asks for, and the ordered fallback list.
+
+
+class Verdict(StrEnum):
+    RETRY = "retry"  # transient: try the next model now, this one again later
+    SKIP = "skip"  # this model cannot serve (not found, out of quota): the next one might
+    REJECT = "reject"  # the request itself is wrong: no model and no retry will help
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    model: str
+    base_url: str | None = None  # None: the configured OPENAI_BASE_URL
+
+
+def parse_models(entries: list[str]) -> list[Endpoint]:
+    """``["gpt-4o-mini", "llama3@http://127.0.0.1:11434/v1"]`` -> endpoints, in order."""
+    out = []
+    for entry in entries:
+        model, sep, url = entry.strip().partition("@")
+        if not model or (sep and not url.startswith(("http://", "https://"))):
+            raise ValueError(f"bad model entry {entry!r}: use NAME or NAME@http(s)://HOST/v1")
+        out.append(Endpoint(model, url or None))
+    return out
+
+
+def classify(exc: BaseException) -> Verdict:
+    openai = sys.modules.get("openai")  # not imported yet: the error cannot be one of its own
+    if openai is not None and isinstance(exc, openai.RateLimitError):
+        return Verdict.SKIP if _code(exc) == "insufficient_quota" else Verdict.RETRY
+    if openai is not None and isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        if status >= 500 or status in (408, 409):
+            return Verdict.RETRY
+        return Verdict.SKIP if status == 404 else Verdict.REJECT
+    # Timeouts, dropped connections, garbled bodies (JSON, validation): the endpoint's trouble.
+    return Verdict.RETRY
+
+
+def retry_after(exc: BaseException | None) -> float | None:
+    """Seconds the server asked us to wait (Retry-After / retry-after-ms), capped."""
+    response = getattr(exc, "response", None)
+    if response is None:
+        return None
+    headers = response.headers
+    try:
+        if headers.get("retry-after-ms"):
+            seconds = float(headers["retry-after-ms"]) / 1000
+        elif headers.get("retry-after"):
+            seconds = float(headers["retry-after"])
+        else:
+            return None
+    except ValueError:
+        return None  # an HTTP date: rare from model APIs; fall back to our backoff
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+def brief(exc: BaseException) -> str:
+    status = getattr(exc, "status_code", None)
+    name = type(exc).__name__
+    if not status:
+        return f"{name}: {str(exc)[:120]}"
+    words = said(exc)
+    return f"{name} ({status}): the server said {words}" if words else f"{name} ({status})"
+
+
+def said(exc: BaseException) -> str:
+    """The server's own words about an error (its body's message, else its body): hostile,
+    so cut to ``SAID_CHARS``, inert and in double quotes, never mistakable for Tower's own;
+    "" when it said nothing."""
+    body = getattr(exc, "body", None)
+    words = body.get("message") if isinstance(body, dict) else body
+    if not isinstance(words, str) or not words.strip():
+        return ""
+    cut = "…" if len(words) > SAID_CHARS else ""
+    return '"' + inert(words[:SAID_CHARS]).replace('"', '\\"') + '"' + cut
+
+
+def _code(exc: openai.APIStatusError) -> str | None:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error", body)
+    return error.get("code") if isinstance(error, dict) else None
 
 
 def _scripted(request: ModelRequest, scripts: Scripts) -> ModelReply:
@@ -150,18 +245,7 @@ class ModelActivities:
         if self.store is None:
             raise failure(TowerError("this worker has no message store",
                                      code=Code.NO_MESSAGE_STORE))
-        if request.window or request.windowed:
-            return await windowed_call(self.store, request, answer)
-        # SQLite blocks: keep it off the event loop the other activities share.
-        loaded = await asyncio.to_thread(self.store.get, request.history)
-        reply = await answer(request.model_copy(
-            update={"messages": [*loaded, *request.messages], "history": []}))
-        if request.keep:
-            kept = list(request.messages)
-            if reply.content:
-                kept.append(Message(role="assistant", content=reply.content))
-            reply.stored = await asyncio.to_thread(self.store.put, kept)
-        return reply
+        return await stored_call(self.store, request, answer)
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         """The gateway outside a workflow: an eval's model judge."""
@@ -231,20 +315,18 @@ class ModelActivities:
                    live: AttemptStream | None) -> ModelReply:
         kwargs, wire_names = _request_args(endpoint, request)
         client = self._client_for(endpoint.base_url)
-        if live is None:
-            response = await client.chat.completions.create(**kwargs)
-            return reply_of(response, endpoint.model, wire_names)
-        # Every request asks to stream (streamed.py): an endpoint that answered whole
-        # or refused once may stream the next time, so no answer is remembered.
-        try:
-            return await streamed(client, kwargs, wire_names, live)
-        except Exception as exc:
-            if not refuses_streaming(exc):
-                raise
-            activity.logger.info("model %s refused a streaming request (%s); asking once "
-                                 "without streaming", endpoint.model, brief(exc))
+        if live is not None:
+            # Every request asks to stream (model_stream.py): an endpoint that answered
+            # whole or refused once may stream the next time, so no answer is remembered.
+            try:
+                return await streamed(client, kwargs, wire_names, live)
+            except Exception as exc:
+                if not refuses_streaming(exc):
+                    raise
+                activity.logger.info("model %s refused a streaming request (%s); asking once "
+                                     "without streaming", endpoint.model, brief(exc))
         response = await client.chat.completions.create(**kwargs)
-        return await published(reply_of(response, endpoint.model, wire_names), live)
+        return await reply_of(response, endpoint.model, wire_names, live)
 
 
 def _request_args(endpoint: Endpoint, request: ModelRequest
@@ -270,18 +352,12 @@ def _wire_name(tool: str) -> str:
 
 
 def _openai_messages(request: ModelRequest) -> list[dict[str, str]]:
-    out = [{"role": "system", "content": request.system}] if request.system else []
-    for m in request.messages:
-        out.append(_openai_message(m))
-    return out
-
-
-def _openai_message(m: Message) -> dict[str, str]:
     # Tool results go back as plain text: it works on every compatible endpoint,
     # without pairing ids across turns.
-    if m.role == "tool":
-        return {"role": "user", "content": f"[result of tool {m.name}]\n{m.content}"}
-    return {"role": m.role, "content": m.content}
+    return [*([{"role": "system", "content": request.system}] if request.system else []),
+            *({"role": "user", "content": f"[result of tool {m.name}]\n{m.content}"}
+              if m.role == "tool" else {"role": m.role, "content": m.content}
+              for m in request.messages)]
 
 
 def _retried(exc: BaseException) -> bool:
@@ -298,3 +374,62 @@ async def _heartbeat() -> None:
     while True:
         activity.heartbeat()
         await asyncio.sleep(max(timeout.total_seconds() / 3, 0.5))
+
+
+# Model calls on stored messages.
+
+
+def _open(store: MessageStore, request: ModelRequest,
+          ) -> tuple[MessageRef | None, list[MessageRef], list[Message]]:
+    """(summary, messages' refs, the messages to ask with) of the request's window."""
+    summary: MessageRef | None = None
+    context = list(request.history)  # a thread started before windows: its refs, once
+    if request.window is not None:
+        summary, kept = store.get_window(request.window)
+        context += kept
+    if request.summarise is not None:
+        return summary, context, []
+    return summary, context, store.get([*([summary] if summary else []), *context])
+
+
+async def stored_call(store: MessageStore, request: ModelRequest, answer: Answer) -> ModelReply:
+    """A call on stored messages (``history``, a window), keeping its own (``keep``): in a
+    window, the new window's ref comes back; otherwise the kept messages' refs."""
+    # SQLite blocks: each phase is one trip off the event loop, the write one transaction.
+    summary, context, loaded = await asyncio.to_thread(_open, store, request)
+    if request.summarise is not None:
+        return await _reduce(store, request, answer, summary, context)
+    reply = await answer(request.model_copy(update={
+        "messages": [*loaded, *request.messages], "history": [], "window": None}))
+    new = list(request.messages) if request.keep else []
+    if reply.content and request.keep:
+        new.append(Message(role="assistant", content=reply.content))
+    if request.window or request.windowed:
+        _, reply.window = await asyncio.to_thread(store.put_with_window, new, (summary, context))
+    elif request.keep:
+        reply.stored = await asyncio.to_thread(store.put, new)
+    return reply
+
+
+async def _reduce(store: MessageStore, request: ModelRequest, answer: Answer,
+                  summary: MessageRef | None, context: list[MessageRef]) -> ModelReply:
+    """Summarise the older messages (with the previous summary) into the new summary;
+    keep the recent ones, large tool payloads pruned to stubs."""
+    assert request.summarise is not None
+    policy = WindowPolicy(keep_recent=request.summarise.keep_recent,
+                          prune_chars=request.summarise.prune_chars)
+    older, recent = window.split(policy, context)
+    if older:
+        loaded = await asyncio.to_thread(store.get, [*([summary] if summary else []), *older])
+        reply = await answer(request.model_copy(update={
+            "messages": [*loaded, *request.messages], "history": [], "window": None,
+            "summarise": None}))
+        (summary,) = await asyncio.to_thread(
+            store.put, [Message(role="assistant", content=reply.content or "")])
+        # The summary lives in the store; the history only needs to know it was made.
+        reply.content = f"summary kept as message {summary.ref} ({summary.chars} characters)"
+    else:  # only large payloads to prune: no model call
+        reply = ModelReply(model="none", content="nothing older to summarise",
+                           usage=Usage())
+    reply.window = await asyncio.to_thread(store.put_window, summary, window.prune(policy, recent))
+    return reply

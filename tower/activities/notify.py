@@ -1,68 +1,26 @@
-"""Tell approvers that a run waits for them: the ``notify_gate`` activity.
-
-The webhook is the tenant's own file (``<TOWER_TRUST_DIR>/<tenant>/notify.json``), read at
-send time: a webhook URL is often a secret, so it never enters a run (the policy does).
-Formats: ``slack`` (a message linking to the inbox) or ``json``. A 5xx, 429 or timeout is
-retried; other 4xx answers are final.
+"""What ``notify_gate`` (tower/activities/trust.py) posts to the tenant's webhook to tell
+approvers that a run waits for them: ``slack`` (a message linking to the inbox) or ``json``.
 """
 
 from __future__ import annotations
 
-import os
-import re
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from pydantic import ValidationError
-from temporalio import activity
-
-from tower.contract.failures import Code, TowerError, failure
 from tower.contract.notify import GateNotice, NotifyPolicy
 from tower.contract.render import ATOM, WARNING, Rendered, escape, render_proposal
 
-DEFAULT_TRUST_DIR = Path(".tower") / "trust"
-TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-TIMEOUT_SECONDS = 10.0
-NOTIFY_FILE = "notify.json"
 SLACK_TEXT = 2900  # characters per section block (Slack takes 3,000)
 SLACK_BLOCKS = 45  # of Slack's 50 blocks per message, for the proposal
 
 
-def notify_policy(root: Path, tenant: str) -> NotifyPolicy | None:
-    """The tenant's webhook, or None when it has none."""
-    if not TENANT.match(tenant) or tenant in (".", ".."):
-        raise failure(TowerError(f"invalid tenant name {tenant!r}",
-                                 code=Code.BAD_NOTIFY_SETTINGS))
-    path = root / tenant / NOTIFY_FILE
-    if not path.is_file():
-        return None
-    try:
-        return NotifyPolicy.model_validate_json(path.read_bytes())
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}"
-                             for e in exc.errors()[:3])
-        raise failure(TowerError(f"{path} is invalid: {problems}",
-                                 code=Code.BAD_NOTIFY_SETTINGS)) from None
-
-
-def link(policy: NotifyPolicy, notice: GateNotice) -> str | None:
-    if not policy.inbox_url:
-        return None
-    return f"{policy.inbox_url.rstrip('/')}/runs/{quote(notice.run, safe='')}"
-
-
-def rendered(notice: GateNotice) -> Rendered:
-    """The notice's proposal as every surface shows it (tower.contract.render), whole."""
-    shown = notice.shown or {"gate": notice.gate, "node": notice.node, "when": "?",
-                             "proposal": notice.proposal}
-    return render_proposal(shown)
-
-
 def message(policy: NotifyPolicy, notice: GateNotice) -> dict[str, Any]:
     """The body to post, in the policy's format; the proposal whole and inert."""
-    url = link(policy, notice)
-    proposal = rendered(notice)
+    url = (f"{policy.inbox_url.rstrip('/')}/runs/{quote(notice.run, safe='')}"
+           if policy.inbox_url else None)
+    # The proposal as every surface shows it (tower.contract.render), whole.
+    proposal = render_proposal(notice.shown or {"gate": notice.gate, "node": notice.node,
+                                                "when": "?", "proposal": notice.proposal})
     if policy.format == "json":
         return {"event": "gate.waiting", **notice.model_dump(mode="json"), "link": url,
                 "rendered": proposal.text(), "hidden": proposal.hidden}
@@ -135,30 +93,3 @@ def _slack(text: str) -> str:
 def _entities(text: str) -> str:
     """``&``, ``<``, ``>`` as entities (no ``<!channel>``, no link)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-class Notifier:
-    """Hosts ``notify_gate`` on one trust directory."""
-
-    def __init__(self, root: str | Path | None = None) -> None:
-        self.root = Path(root or os.environ.get("TOWER_TRUST_DIR") or DEFAULT_TRUST_DIR)
-
-    @activity.defn
-    def notify_gate(self, notice: GateNotice) -> str:
-        policy = notify_policy(self.root, notice.tenant)
-        if policy is None:
-            return f"no {NOTIFY_FILE} for tenant {notice.tenant}: nobody notified"
-        import httpx  # here: a worker that never notifies is spared its start-up (and rich's)
-
-        try:
-            reply = httpx.post(policy.url, json=message(policy, notice), timeout=TIMEOUT_SECONDS)
-        except httpx.HTTPError as exc:
-            raise failure(TowerError(f"webhook unreachable: {type(exc).__name__}",
-                                     code=Code.WEBHOOK_UNREACHABLE)) from None
-        if reply.status_code == 429 or reply.status_code >= 500:
-            raise failure(TowerError(f"webhook answered {reply.status_code}; retrying",
-                                     code=Code.WEBHOOK_UNREACHABLE))
-        if reply.status_code >= 400:
-            raise failure(TowerError(f"webhook refused the notice: {reply.status_code}",
-                                     code=Code.WEBHOOK_REFUSED))
-        return f"notified {policy.format} webhook ({reply.status_code})"

@@ -10,15 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tower.activities.attest import Attester
-from tower.activities.cleanup import StoreCleanup, retention_from_env
-from tower.activities.messages import open_messages
+from tower.activities.cleanup import StoreCleanup
+from tower.activities.messages import MessageStore
 from tower.activities.model import ModelActivities, ModelSettings
-from tower.activities.notify import Notifier
 from tower.activities.scripted import Scripts
 from tower.activities.stores import StoreSettings
 from tower.activities.streams import StreamStore, open_streams
-from tower.activities.trust import TrustLoader
+from tower.activities.trust import WORKER_KEY_FILE, Trust
 
 __all__ = ["WorkerSettings", "tower_activities"]
 
@@ -45,27 +43,26 @@ def tower_activities(settings: WorkerSettings, scripts: Scripts, payloads: Any =
     streams = settings.streams
     if streams is None or isinstance(streams, str | Path):
         streams = open_streams(streams or stores.streams)
-    messages = open_messages(str(settings.messages or stores.messages))
+    messages = MessageStore(settings.messages or stores.messages)
     model = ModelActivities(settings.models or ModelSettings.from_env(), messages,
                             scripts=scripts, streams=streams)
     # Retention: what closed runs left in the stores goes (tower/temporal/cleanup.py).
     cleanup = StoreCleanup({"message store": messages, "stream store": streams,
-                            "payload store": payloads},
-                           retention_from_env())
-    trust = settings.trust_dir
-    return [model.call_model, TrustLoader(trust).load_trust, Notifier(trust).notify_gate,
-            Attester(trust).tower_attest, cleanup.tower_cleanup_stores], streams
+                            "payload store": payloads})
+    trust = Trust(settings.trust_dir)
+    return [model.call_model, trust.load_trust, trust.notify_gate, trust.tower_attest,
+            cleanup.tower_cleanup_stores], streams
 
 
 def attestation_missing(settings: WorkerSettings, namespace: str) -> str | None:
     """Why this worker cannot attest its gated runs' requests (None: it can)."""
-    attester = Attester(settings.trust_dir)
+    trust = Trust(settings.trust_dir)
     try:
-        key = attester.key_for(namespace)
+        key = trust.key_for(namespace)
     except (OSError, ValueError) as exc:
         return f"its attestation key cannot be read: {exc}"
     if key is None:
-        where = attester.key or f"{attester.root}/{namespace}/worker.jwk"
+        where = trust.key or f"{trust.root}/{namespace}/{WORKER_KEY_FILE}"
         return (f"it has no attestation key ({where}; TOWER_WORKER_KEY): approvers will not "
                 "see its requests in `tower pending` or the inbox. Make one with "
                 "`tower keys worker` (docs/production.md)")

@@ -15,14 +15,20 @@ PostgreSQL's LISTEN/NOTIFY would need.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import threading
+import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from tower.activities.sql import Sql
+from tower.activities.stores import Sql, StoreSettings, redact, why_unreachable
 from tower.contract.stream import StreamEvent
 
+log = logging.getLogger("tower.streams")
 READ_LIMIT = 1000
+RETRY_SECONDS = 2.0  # between tries to publish to a stream store that stopped answering
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS {heads} (stream TEXT PRIMARY KEY, last BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS {events} (
@@ -35,8 +41,6 @@ def open_streams(spec: str | os.PathLike[str] | None = None,
                  env: Mapping[str, str] | None = None, *, create: bool = True) -> StreamStore:
     """The store ``spec`` names, else the settings' (``StoreSettings.from_env``), so a
     worker and a CLI run in the same project agree."""
-    from tower.activities.stores import StoreSettings
-
     return StreamStore(os.fspath(spec or StoreSettings.from_env(env).streams), create=create)
 
 
@@ -118,3 +122,57 @@ class StreamStore:
 
     def close(self) -> None:
         self.db.close()
+
+
+class Outage:
+    """The state of publishing to one stream store, shared by every publisher of a process.
+    A store that stops answering costs its watchers events, never the run: one warning when
+    publishing fails, one line when it works again, and meanwhile at most one try every
+    ``RETRY_SECONDS`` (a reply is not held up by connection attempts)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.name = redact(str(getattr(store, "url", store)))  # a password hidden
+        self._lock = threading.Lock()
+        self._since: float | None = None  # when publishing started to fail
+        self._tried = 0.0
+        self.dropped = 0
+
+    def publish(self, work: Callable[[], object], events: int = 1) -> None:
+        """Run ``work`` (an append of ``events`` events) unless the store is down and was tried
+        less than RETRY_SECONDS ago; never raises."""
+        now = time.monotonic()
+        with self._lock:
+            if self._since is not None and now - self._tried < RETRY_SECONDS:
+                self.dropped += events
+                return
+            self._tried = now
+        try:
+            work()
+        except Exception as exc:  # noqa: BLE001  (watchers lose events; the run does not)
+            with self._lock:
+                self.dropped += events
+                first, self._since = self._since is None, self._since or now
+            if first:
+                log.warning("stream store %s: not published: %s; its events are dropped "
+                            "until it answers (watchers miss them, runs go on)",
+                            self.name, why_unreachable(exc))
+            return
+        with self._lock:
+            since, dropped, self._since, self.dropped = self._since, self.dropped, None, 0
+        if since is not None:
+            log.warning("stream store %s answers again after %.0f s; %d events were not "
+                        "published", self.name, now - since, dropped)
+
+
+_OUTAGES: dict[int, Outage] = {}
+_GUARD = threading.Lock()
+
+
+def outage_of(store: Any) -> Outage:
+    """The one ``Outage`` of ``store`` in this process."""
+    with _GUARD:
+        found = _OUTAGES.get(id(store))
+        if found is None or found.store is not store:
+            found = _OUTAGES[id(store)] = Outage(store)
+        return found

@@ -85,8 +85,7 @@ def enrol(name: str, for_tenant: str, roles: tuple[str, ...], vouches_for: tuple
 @click.option("--trust-dir", type=click.Path(path_type=Path))
 @json_option("the roster member and where the key is, as JSON")
 def worker(for_tenant: str, name: str, trust_dir: Path | None, as_json: bool) -> int:
-    from tower.activities.attest import WORKER_KEY_FILE
-    from tower.activities.trust import tenant_dir
+    from tower.activities.trust import WORKER_KEY_FILE, tenant_dir
     from tower.activities.trust import trust_dir as default_trust_dir
     from tower.cli.trust_files import enrol_worker, ensure_policy
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tower.activities.attest import WORKER_KEY_FILE
 from tower.activities.private_files import write_private
-from tower.activities.trust import tenant_dir
+from tower.activities.trust import WORKER_KEY_FILE, tenant_dir
 from tower.cli.errors import CliError
 from tower.client.keys import create_key, key_path, load_key, member, new_key, with_member
 from tower.contract.trust import Policy, Roster

@@ -63,9 +63,9 @@ def _from_store(spec: str, ref: MessageRef) -> tuple[str | None, str]:
         return None, f"no message store at {spec}"  # a client never makes one
     try:
         if spec not in _stores:
-            from tower.activities.messages import open_messages
+            from tower.activities.messages import MessageStore
 
-            _stores[spec] = open_messages(spec)
+            _stores[spec] = MessageStore(spec)
         (message,) = _stores[spec].get([ref])  # digest-checked (StoreEntryMissing if not)
     except Exception as exc:  # noqa: BLE001 - unreachable, missing, no driver: the history
         return None, str(exc).split(";")[0]

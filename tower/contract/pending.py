@@ -68,7 +68,7 @@ class PendingView(BaseModel):
     agent: str = ""
     fields: list[EditableField] = Field(default_factory=list)  # each editable, typed, bounded
     earlier: list[EarlierDecision] = Field(default_factory=list)
-    # The deployment's worker vouching for this request (tower/activities/attest.py), and
+    # The deployment's worker vouching for this request (tower/activities/trust.py), and
     # the proposal_digest it names: listings show only requests whose attestation verifies.
     proposal_digest: str = ""
     attestation: str = Field(default="", max_length=4000)

@@ -143,7 +143,7 @@ class EventClaims(Signed):
     event: dict[str, Any]
 
 
-ATTEST_ACTIVITY = "tower_attest"  # the activity a gate asks (tower/activities/attest.py)
+ATTEST_ACTIVITY = "tower_attest"  # the activity a gate asks (tower/activities/trust.py)
 
 
 class AttestRequest(BaseModel):

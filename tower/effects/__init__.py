@@ -22,14 +22,12 @@ action returns the first result and acts on nothing::
 would, for a test. The key is the run's logical action (tower/core/keys.py): every
 re-approval of one request, with or without edits, returns the first effect. Reconciling
 is the tool's own activity called with ``reconcile=True``; ``TowerPlugin`` refuses it to
-any other activity (_guard.py).
+any other activity (_tool.py).
 """
 
 from tower.contract.wire import Authority, ToolCall
-from tower.effects._activity import run_tool
-from tower.effects._postgres import Postgres
-from tower.effects._sqlite import SQLite
-from tower.effects._tool import EffectCall, NoEffect, reconcile
+from tower.effects._db import Postgres, SQLite
+from tower.effects._tool import EffectCall, NoEffect, reconcile, run_tool
 
 __all__ = ["Authority", "EffectCall", "NoEffect", "Postgres", "SQLite", "ToolCall", "reconcile",
            "run_tool"]

@@ -5,26 +5,111 @@ before returns its first result), the fence (the attempt claims the key with its
 one given up on fails), the user's function (its invariant and its write), the record of
 the result. Called with ``reconcile=True`` it claims the key with a later epoch and reads
 what was made: once it says "nothing", no attempt given up on can make it.
+
+The bookkeeping is one row per key in ``tower_effects`` (the owning attempt's epoch, then
+the tool, its arguments and its result), in SQL that SQLite and PostgreSQL both take.
+A tool's activity is made from its object (``tower.core.tools.Tool``) and what it is bound
+to: a side effect runs exactly once per action in its database; a read on a
+``tower.effects`` database without its write lock; any other resource is given as it is.
+
+Only a ``tower.effects`` tool is ever asked to reconcile: a tool written without it would
+take that for a new call (the payment made again), so ``TowerPlugin`` puts a guard on every
+worker (``OnlyEffectsReconcile``): a reconcile call reaches only an activity
+``EffectTool.on`` made (``MARK``); any other fails, not retryable, before it runs
+(``Code.NOT_AN_EFFECT``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_jsonable_python
 from temporalio import activity
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from tower.contract.failures import Code, EffectRefused, TowerError, failure
 from tower.contract.wire import Authority, ToolCall
-from tower.effects._guard import MARK
-from tower.effects._ledger import claim, epoch_now, record
+from tower.core.tools import Tool
 
 A = TypeVar("A", bound=BaseModel)
+MARK = "__tower_effect__"  # set on the activities EffectTool.on makes
+UNBOUND = object()
+
+TABLE = """CREATE TABLE IF NOT EXISTS tower_effects (
+    idempotency_key TEXT PRIMARY KEY, epoch BIGINT NOT NULL, tool TEXT, arguments TEXT,
+    result TEXT)"""
+
+
+class Cursor(Protocol):
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> Any: ...
+
+
+class Tx(Protocol):
+    """An open write transaction (``?`` placeholders on every backend)."""
+
+    def execute(self, sql: str, params: tuple[Any, ...] = ()) -> Cursor: ...
+
+
+def claim(tx: Tx, key: str, epoch: int, for_update: str = "") -> dict[str, Any] | None:
+    """Own ``key`` for ``epoch`` inside ``tx``; the result of the effect made under it, if
+    any (the key alone decides). An attempt that finds a later epoch was given up on: it
+    fails, non-retryable, and changes nothing."""
+    tx.execute("INSERT INTO tower_effects (idempotency_key, epoch) VALUES (?, ?) "
+               "ON CONFLICT (idempotency_key) DO NOTHING", (key, epoch))
+    owner, result = tx.execute(
+        "SELECT epoch, result FROM tower_effects WHERE idempotency_key=?" + for_update,
+        (key,)).fetchone()
+    if result is not None:
+        return dict(json.loads(result))
+    if int(owner) > epoch:
+        raise failure(TowerError(
+            f"fenced off: a later attempt (or the run's reconciliation) owns {key}; this "
+            "attempt was given up on and changes nothing", code=Code.FENCED_OFF))
+    tx.execute("UPDATE tower_effects SET epoch=? WHERE idempotency_key=?", (epoch, key))
+    return None
+
+
+def record(tx: Tx, key: str, tool: str | None, arguments: str | None,
+           result: dict[str, Any]) -> None:
+    tx.execute("UPDATE tower_effects SET tool=?, arguments=?, result=? WHERE idempotency_key=?",
+               (tool, arguments, json.dumps(result, sort_keys=True), key))
+
+
+def epoch_now() -> int:
+    """This attempt's epoch: when Temporal scheduled it (µs), so a later attempt always has
+    a larger one; outside an activity (a unit test) the wall clock."""
+    if activity.in_activity():
+        return int(activity.info().current_attempt_scheduled_time.timestamp() * 1_000_000)
+    return time.time_ns() // 1000
+
+
+def waited(what: str) -> None:
+    """Between two tries for the lock: heartbeat, and stop when cancelled or near this
+    attempt's deadline (a slow lock is a retryable failure, never a zombie that commits after
+    the run gave up on it)."""
+    if not activity.in_activity():
+        return
+    activity.heartbeat(what)
+    if activity.is_cancelled():
+        raise failure(TowerError(f"cancelled while {what}", code=Code.TOOL_BUSY))
+    info = activity.info()
+    timeout = info.start_to_close_timeout
+    if timeout is None:
+        return
+    deadline = info.started_time + timeout - min(timedelta(seconds=1), timeout / 5)
+    if datetime.now(deadline.tzinfo) >= deadline:
+        raise failure(TowerError(f"still {what} at this attempt's deadline; nothing was done",
+                                 code=Code.TOOL_BUSY))
 
 
 class NoEffect(TowerError):  # noqa: N818 (an outcome, not an error)
@@ -85,7 +170,7 @@ class EffectTool(Generic[A]):
         # Activity names are part of the history's contract: keep them stable (the
         # function's, as the SDK and TowerPlugin name an activity).
         run.__name__ = run.__qualname__ = self.name
-        setattr(run, MARK, True)  # it answers ``reconcile`` itself (_guard.py)
+        setattr(run, MARK, True)  # it answers ``reconcile`` itself (OnlyEffectsReconcile)
         return activity.defn(run)
 
     def call(self, db: Database, call: ToolCall, *, epoch: int | None = None
@@ -130,3 +215,83 @@ def reconcile(db: Database, key: str, epoch: int | None = None) -> dict[str, Any
     result: dict[str, Any] | None = db.run(lambda tx: claim(tx, key, mine, db.for_update))
     return result
 
+
+def invoke(tool: Tool, resource: Any, args: BaseModel, call: EffectCall) -> Any:
+    """``tool``'s implementation on what it takes: ([resource,] args[, call])."""
+    head = () if tool.resource is None else (resource,)
+    return tool.fn(*head, args, *((call,) if tool.takes_call else ()))
+
+
+def effect_of(tool: Tool) -> EffectTool[Any]:
+    """A side-effecting ``tool`` as a ``tower.effects`` tool: exactly once per key."""
+    return EffectTool(tool.name, tool.args, lambda tx, args, call: invoke(tool, tx, args, call))
+
+
+def activity_for(tool: Tool, bound: Any = UNBOUND) -> Callable[..., Any]:
+    """The activity that runs ``tool`` with ``bound`` (what its resource parameter gets)."""
+    if tool.side_effect:
+        return effect_of(tool).on(bound)
+    # On a tower.effects database: its ``read`` (no write lock), else a transaction of its own.
+    on_db = getattr(bound, "read", None) or (getattr(bound, "run", None)
+                                             if hasattr(bound, "for_update") else None)
+
+    def prepare(call: ToolCall) -> tuple[BaseModel, EffectCall]:
+        return (arguments(tool.name, tool.args, call),
+                EffectCall(tool.name, call.idempotency_key, call.authority))
+
+    if inspect.iscoroutinefunction(tool.fn):
+        async def run_async(call: ToolCall) -> Any:
+            args, context = prepare(call)
+            return to_jsonable_python(await invoke(tool, bound, args, context))
+
+        run: Callable[..., Any] = run_async
+    else:
+        def run_sync(call: ToolCall) -> Any:
+            args, context = prepare(call)
+            if on_db is not None:
+                return to_jsonable_python(on_db(lambda tx: invoke(tool, tx, args, context)))
+            return to_jsonable_python(invoke(tool, bound, args, context))
+
+        run = run_sync
+    # Activity names are part of the history's contract: the tool's name, always (the
+    # function's, as the SDK and TowerPlugin name an activity).
+    run.__name__ = run.__qualname__ = tool.name
+    return activity.defn(run)
+
+
+def run_tool(tool: Tool, bound: Any, call: ToolCall, *, epoch: int | None = None) -> Any:
+    """``tool`` on ``bound``, called as its activity would be (a test's direct call): a side
+    effect exactly once per ``call.idempotency_key`` (``epoch``: the attempt's, for tests of
+    the fence); a refusal raises the failure of an ``EffectRefused``."""
+    if tool.side_effect:
+        return effect_of(tool).call(bound, call, epoch=epoch)
+    return activity_for(tool, bound)(call)
+
+
+def is_effect(fn: Any) -> bool:
+    return getattr(fn, MARK, False) is True
+
+
+def asks_reconcile(args: Any) -> bool:
+    """Whether an activity's input is a reconcile call (a ``ToolCall``, or its dict)."""
+    return any(getattr(arg, "reconcile", None) is True
+               or (isinstance(arg, dict) and arg.get("reconcile") is True) for arg in args)
+
+
+class OnlyEffectsReconcile(Interceptor):
+    """Fails a reconcile call to an activity that is not a ``tower.effects`` tool."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _Inbound(next)
+
+
+class _Inbound(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        if asks_reconcile(input.args) and not is_effect(input.fn):
+            name = getattr(input.fn, "__name__", "?")
+            raise failure(TowerError(
+                f"{name} is declared a side effect but its activity is not a tower.effects "
+                "tool: it cannot say whether it acted, so it was not called again (that "
+                "would act twice). Make it @tool(side_effect=True) to have the run "
+                "reconcile it", code=Code.NOT_AN_EFFECT))
+        return await super().execute_activity(input)

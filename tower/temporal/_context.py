@@ -165,7 +165,7 @@ class TemporalContext(NodeContext):
                 start_to_close_timeout=timedelta(seconds=30), heartbeat_timeout=TOOL_HEARTBEAT,
                 schedule_to_close_timeout=timedelta(minutes=10), retry_policy=RECONCILE_RETRY,
                 summary=f"{self.node.name} · reconcile {name}")
-        except ActivityError as exc:  # a tool not made with tower.effects (effects/_guard.py)
+        except ActivityError as exc:  # a tool not made with tower.effects (effects/_tool.py)
             found = rebuilt(exc)
             if found is not None and found.code == Code.NOT_AN_EFFECT:
                 raise NodeFailed(f"{name} failed and cannot be reconciled: {found}") from exc

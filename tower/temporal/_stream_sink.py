@@ -17,7 +17,7 @@ from typing import Any
 
 from temporalio import workflow
 
-from tower.activities.stream_outage import outage_of
+from tower.activities.streams import outage_of
 from tower.contract.stream import (
     CUSTOM,
     GATE_DECIDED,

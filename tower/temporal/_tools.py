@@ -1,5 +1,5 @@
 """The tools a worker serves: one activity per tool of its agents' graphs, each bound to
-what ``TowerPlugin(bind={...})`` gives its resource (tower/effects/_activity.py makes each),
+what ``TowerPlugin(bind={...})`` gives its resource (tower/effects/_tool.py makes each),
 or the start refused, naming every tool left unbound."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from tower.contract.failures import Code, InvalidGraph, TowerError
 from tower.core.tools import Tool
-from tower.effects._activity import UNBOUND, activity_for
+from tower.effects._tool import UNBOUND, activity_for
 
 
 class WorkerMisconfigured(TowerError, ValueError):  # a ValueError: a setting's bad value

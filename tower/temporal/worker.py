@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from tower.core.tools import ToolSpec
-from tower.effects._activity import activity_for, effect_of
+from tower.effects._tool import activity_for, effect_of
 from tower.temporal._sandbox import sandbox_runner
 from tower.temporal._tools import check_external_tools, tool_activities
 from tower.temporal._unopenable import pydantic_converter

@@ -10,6 +10,7 @@ honouring the key); otherwise ``McpOutcomeUnknown``, final. The tool's own error
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any, cast
@@ -17,19 +18,64 @@ from typing import Any, cast
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from mcp import MCPError
+from mcp import Client, MCPError
 from mcp.types import RequestParamsMeta
 from tower.contract.failures import Code, TowerError, failure
 from tower.contract.wire import ToolCall
 
-from .catalogue import KEY_META, McpTool, _describe
-from .config import TenantMcp
-from .sessions import Session
+from .catalogue import KEY_META, McpTool, _describe, connect
+from .config import ServerConfig, TenantMcp
 
 # Under Temporal's 2 MiB payload limit; results above the payload store's threshold
 # (128 KiB) leave the history for the store, as every large payload does.
 MAX_RESULT_BYTES = 1024 * 1024
 CONNECT_TRIES = 4
+
+
+class Session:
+    """A long-lived client session to one MCP server (a stdio server is a process), owned
+    by its own task (the SDK's transports are anyio contexts, entered and left in one task);
+    a broken transport drops the session and the next call opens one."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self._client: Client | None = None
+        self._stop = asyncio.Event()
+        self._owner: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    async def client(self) -> Client:
+        """The open session, opening one if there is none (raises if that fails)."""
+        async with self._lock:
+            if self._client is None:
+                ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
+                self._stop = asyncio.Event()
+                self._owner = asyncio.create_task(self._own(ready, self._stop))
+                self._client = await ready
+            return self._client
+
+    async def _own(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
+        try:
+            async with connect(self.config) as client:
+                ready.set_result(client)
+                await stop.wait()
+        except BaseException as exc:  # a transport that broke ends its session
+            if not ready.done():
+                ready.set_exception(exc)
+        finally:
+            if self._stop is stop:
+                self._client = None
+
+    def broken(self) -> None:
+        """The transport failed under a call: the next call opens a new session."""
+        self._client = None
+        self._stop.set()
+
+    async def close(self) -> None:
+        self._stop.set()
+        if self._owner is not None:
+            with contextlib.suppress(BaseException):
+                await self._owner
 
 
 class McpToolBox:
@@ -114,19 +160,9 @@ class McpToolBox:
                          if getattr(block, "type", "") == "text")
         if result.is_error:
             return {"is_error": True, "content": text[:4000] or f"{tool.name} failed"}
-        out: dict[str, Any]
-        if result.structured_content is not None:
-            out = dict(result.structured_content)
-            if tool.output_schema is not None:
-                import jsonschema
-
-                errors = sorted(jsonschema.Draft202012Validator(tool.output_schema)
-                                .iter_errors(out), key=str)
-                if errors:
-                    return {"is_error": True, "content": f"{tool.name} returned a result "
-                            f"that breaks its output schema: {errors[0].message}"}
-        else:
-            out = {"content": text}
+        # The SDK's call_tool has checked structured content against the tool's output schema.
+        out = ({"content": text} if result.structured_content is None
+               else dict(result.structured_content))
         size = len(json.dumps(out).encode())
         if size > self.max_result_bytes:
             return {"is_error": True, "content": f"{tool.name} returned {size} bytes, over the "

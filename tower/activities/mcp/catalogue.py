@@ -41,7 +41,6 @@ class McpTool:
     remote: str  # the tool's own name on its server
     description: str
     input_schema: dict[str, Any]
-    output_schema: dict[str, Any] | None
     read_only: bool
     destructive: bool
     idempotent: bool
@@ -95,7 +94,6 @@ def classify(server: str, tool: Any, tenant: TenantMcp, timeout: float) -> McpTo
         name=name, server=server, remote=tool.name,
         description=(tool.description or tool.title or tool.name)[:1024],
         input_schema=dict(tool.input_schema or {"type": "object"}),
-        output_schema=dict(tool.output_schema) if tool.output_schema else None,
         read_only=read_only, destructive=destructive, idempotent=idempotent,
         gated=gated, trusted_hints=trust, retry_after_timeout=idempotent or honours,
         timeout_seconds=timeout)

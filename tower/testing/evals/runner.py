@@ -40,9 +40,8 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from tower.activities.attest import WORKER_KEY_FILE
 from tower.activities.private_files import write_private
-from tower.activities.trust import tenant_dir
+from tower.activities.trust import WORKER_KEY_FILE, tenant_dir
 from tower.client._decisions import make_decision, submit_decision
 from tower.client._follow import waits_for_outside
 from tower.client.keys import new_key
