@@ -9,10 +9,10 @@ from pathlib import Path
 from conftest import WorkerFactory
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from workerkit import final_state
 
 from tower.activities.model import ModelSettings
 from tower.core.engine import Transition
-from tower.temporal._outcome import final_state
 from workflows.account import AccountAgent, AccountRequest, AccountState
 from workflows.support import SupportAgent, SupportRequest
 

@@ -13,11 +13,11 @@ from budget_agents import TightAccount
 from conftest import WorkerFactory
 from temporalio.client import Client
 from towercli import tower_cli
+from workerkit import final_state
 
 from tower.activities.model import ModelSettings
 from tower.activities.prices import PriceTable
 from tower.contract import search
-from tower.temporal._outcome import final_state
 from workflows.account import AccountAgent, AccountRequest, AccountState
 
 

@@ -21,12 +21,12 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of
 from test_time_travel import fork
+from workerkit import final_state
 
 from tower.cli.cmd_operator import send_retry
 from tower.cli.common import CliError
 from tower.contract.failures import Code
 from tower.contract.wire import ModelRequest
-from tower.temporal._outcome import final_state
 from workflows.refund import RefundAgent, RefundState
 
 

@@ -14,11 +14,11 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
 )
+from workerkit import final_state
 
 from tower.activities.model import ModelSettings
 from tower.core.engine import Transition
 from tower.temporal._fanout import FanOutPolicy, OnChildFailure
-from tower.temporal._outcome import final_state
 from worker import build_worker
 from workflows.fanout import FanOutAgent, FanOutRequest, FanOutState
 

@@ -16,9 +16,9 @@ import pytest
 from procs import WorkerProcess
 from temporalio.testing import WorkflowEnvironment
 from test_faults_process import TEXT, address_of, count, start_order
+from workerkit import final_state
 
 from tower.cli.agents import scripted_reply
-from tower.temporal._outcome import final_state
 from tower.testing.model_server import LoopbackModelServer
 from workflows.order import OrderRequest, OrderState
 

@@ -23,12 +23,12 @@ from temporalio.client import (
 )
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
+from workerkit import final_state
 
 from tower.contract.failures import Code
 from tower.core.engine import Transition
 from tower.core.events import Rejection
 from tower.temporal._event_runtime import EVENTS_PER_TASK, REJECTED_KEEP, UNTAKEN
-from tower.temporal._outcome import final_state
 from workflows.lifecycle import (
     MAX_RECOVERIES,
     LifecycleAgent,

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from workerkit import final_state
 
 from activities.tools import TOOLS, ToolsDb
 from tower.activities.model import ModelSettings
 from tower.contract.wire import ToolCall
 from tower.core.engine import Transition
-from tower.temporal._outcome import final_state
 from worker import build_worker
 from workflows.onboarding import (
     GRAPH,

@@ -17,6 +17,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of, tower
+from workerkit import final_state
 
 from tower.activities.model import ModelSettings
 from tower.cli.cmd_operator import send_retry
@@ -25,7 +26,6 @@ from tower.cli.common import CliError
 from tower.contract import search
 from tower.contract.failures import Code
 from tower.core.engine import Transition
-from tower.temporal._outcome import final_state
 from workflows.order import OrderAgent, OrderRequest, OrderState
 
 SCRIPTED = ModelSettings()

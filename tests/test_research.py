@@ -11,9 +11,9 @@ import uuid
 import pytest
 from conftest import WorkerFactory
 from temporalio.client import Client
+from workerkit import final_state
 
 from tower.core.engine import Transition
-from tower.temporal._outcome import final_state
 from workflows.research import (
     MIN_WORDS,
     Control,

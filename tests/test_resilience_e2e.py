@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client
+from workerkit import final_state
 
 from tower.activities.model import ModelSettings
 from tower.cli.agents import scripted_reply
 from tower.core.engine import Transition
-from tower.temporal._outcome import final_state
 from tower.testing.model_server import Fault, LoopbackModelServer
 from worker import build_worker
 from workflows.order import OrderAgent, OrderRequest, OrderState

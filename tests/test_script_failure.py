@@ -11,9 +11,9 @@ from conftest import WorkerFactory
 from script_agents import BrokenScript
 from temporalio.api.enums.v1 import EventType, RetryState
 from temporalio.client import Client
+from workerkit import final_state
 
 from tower.core.state import Status
-from tower.temporal._outcome import final_state
 from workflows.account import AccountRequest, AccountState
 
 

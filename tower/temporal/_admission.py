@@ -22,7 +22,7 @@ from tower.contract.failures import Code, TowerError, failure, types
 from tower.contract.trust import TrustRequest, TrustSnapshot
 from tower.core.graph import Machine
 from tower.core.policy import effective
-from tower.temporal._task_time import in_a_task
+from tower.temporal._task_time import call_activity
 
 # Retried until TRUST_DEADLINE, not a fixed number of times: workers killed one after
 # another (a deploy, a crash loop) must not fail a run before its first step. A missing
@@ -82,21 +82,18 @@ class Trust:
         """Read the roster and policy (again); raises the failure of ``Code.TRUST_MISSING``
         when they cannot be read, keeping the snapshot it had. Either way ``read_at`` is
         now: a failed re-read is not tried again at once."""
-        since = workflow.now()
-        try:
-            snapshot: TrustSnapshot = await workflow.execute_activity(
+        try:  # in a task (``call_activity``): a parked run refreshes its roster, decisions may come
+            snapshot = await call_activity(
                 "load_trust", TrustRequest(tenant=workflow.info().namespace,
                                            agent=self.machine.name),
                 result_type=TrustSnapshot, start_to_close_timeout=timedelta(seconds=30),
                 schedule_to_close_timeout=TRUST_DEADLINE, retry_policy=TRUST_RETRY,
                 summary="trust: the tenant's roster and policy")
         except ActivityError as exc:
-            await in_a_task(since)  # a parked run refreshes its roster: decisions may come
             self.read_at = workflow.now()
             cause = exc.cause if exc.cause is not None else exc
             raise failure(TowerError(f"cannot load the tenant's roster and policy: "
                                      f"{getattr(cause, 'message', cause)}",
                                      code=Code.TRUST_MISSING)) from None
-        await in_a_task(since)
         self.snapshot, self.read_at = snapshot, workflow.now()
         return snapshot

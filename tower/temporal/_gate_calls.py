@@ -12,7 +12,7 @@ from temporalio.exceptions import ActivityError
 
 from tower.contract.notify import GateNotice
 from tower.contract.trust import ATTEST_ACTIVITY, AttestRequest
-from tower.temporal._task_time import in_a_task
+from tower.temporal._task_time import call_activity
 
 NOTIFY_ATTEMPTS = 5
 RUN_ID_ACTIVITY = "tower_run_id"
@@ -22,35 +22,29 @@ async def opening_run_id() -> str:
     """The run id a request opens in, recorded (an activity): a reset run replays earlier
     requests under a new ``workflow.info().run_id`` and would refuse the decisions its
     history shows accepted. Not a local activity: its marker could land a task early."""
-    since = workflow.now()
-    run_id: str = await workflow.execute_activity(
+    # The gate opens in a workflow task, never in a query's replay (``call_activity``).
+    return await call_activity(
         RUN_ID_ACTIVITY, result_type=str, start_to_close_timeout=timedelta(seconds=10),
         retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
                                  maximum_interval=timedelta(seconds=10)),
         summary="the run id this request opens in")
-    await in_a_task(since)  # the gate opens in a workflow task, never in a query's replay
-    return run_id
 
 
 async def attestation(request: AttestRequest) -> str:
     """The deployment's worker vouching for this request: its token, or "" when it has no
     key or cannot answer (the request is then unlisted, still decidable by run id)."""
-    since = workflow.now()
+    # A decision may come in the same workflow task as the answer: the memo is upserted
+    # there, after it, never in an activation a worker ran for a query (``call_activity``).
     try:
-        token: str = await workflow.execute_activity(
+        return await call_activity(
             ATTEST_ACTIVITY, request, result_type=str,
             start_to_close_timeout=timedelta(seconds=10),
             retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5),
                                      maximum_attempts=3),
             summary=f"attest request · gate {request.gate}")
     except ActivityError as exc:
-        await in_a_task(since)
         workflow.logger.warning("gate %s: request not attested: %s", request.gate, exc)
         return ""
-    # A decision may come in the same workflow task as the answer: the memo is upserted
-    # there, after it, never in an activation a worker ran for a query (task_time.py).
-    await in_a_task(since)
-    return token
 
 
 def notify(notice: GateNotice) -> None:

@@ -5,10 +5,11 @@
 into the state, the transition log, the queries, the search attributes, the Web UI's current
 details and the live stream. Its loop starts (or goes on from a carried state), then takes
 ``step`` until the machine is in a terminal, continuing-as-new between steps when due, then
-``settle``; a run that ends FAILED then fails its workflow execution
-(``outcome.agent_failed``), one that ends DONE returns its state. ``AgentWorkflow`` (a node
-and its route) and ``EventWorkflow`` (an event and the guards) say what a step is, and carry
-only the handlers they can honour.
+``settle``; a run that ends FAILED then fails its workflow execution with a non-retryable
+``AgentFailed`` naming the agent, node and step (seen in the Web UI, list queries, alerts,
+``result()``; ``tower retry`` recovers it), one that ends DONE returns its state.
+``AgentWorkflow`` (a node and its route) and ``EventWorkflow`` (an event and the guards) say
+what a step is, and carry only the handlers they can honour.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from tower.core.carry import Carry, LogSummary, summarize
 from tower.core.cost import CallUsage, cost_report
 from tower.core.details import render_details
 from tower.core.engine import Transition, start
-from tower.core.errors import NodeFailed
+from tower.core.errors import AgentFailed, NodeFailed
 from tower.core.gates import pending_record
 from tower.core.graph import FAILED, TERMINALS, Machine
 from tower.core.keys import action_of, authority_of
@@ -38,9 +39,8 @@ from tower.core.state import AgentState, Status
 from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._admission import Trust
 from tower.temporal._context import TemporalContext
-from tower.temporal._outcome import agent_failed
 from tower.temporal._start import match_init
-from tower.temporal._task_time import in_a_task
+from tower.temporal._task_time import call_activity
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -197,9 +197,12 @@ class MachineRun:
                 self.carry_over()
             await self.step()
         await self.settle()
-        if self.current.node == FAILED:
-            raise agent_failed(self.machine.name, self.current,
-                               self._log[-1] if self._log else None)
+        if self.current.node == FAILED:  # a failed execution wherever Temporal users look
+            last, state = (self._log[-1] if self._log else None), self.current
+            raise failure(AgentFailed(
+                state.errors[-1] if state.errors else (last.reason if last else "failed"),
+                agent=self.machine.name, node=last.source if last else state.node,
+                step=state.step))
         return self.current
 
     # --- the host of the loop (tower/core/interpreter.py) --------------------------------
@@ -391,14 +394,13 @@ async def origin_refused() -> str | None:
     info = workflow.info()
     if info.continued_run_id is None:
         return None
-    since = workflow.now()
-    refused: str = await workflow.execute_activity(
+    # In a task (``call_activity``): a carried run takes decisions from its first task.
+    refused = await call_activity(
         ORIGIN_ACTIVITY, info.continued_run_id, result_type=str,
         start_to_close_timeout=timedelta(seconds=30),
         retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
                                  maximum_interval=timedelta(seconds=10)),
         summary="where this run continued from")
-    await in_a_task(since)  # a carried run takes decisions from its first task (task_time.py)
     return refused or None
 
 

@@ -21,8 +21,8 @@ client, asks it again once the task has run, so no caller sees the race.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.client import (
@@ -31,12 +31,15 @@ from temporalio.client import (
     QueryWorkflowInput,
     WorkflowQueryFailedError,
 )
+from temporalio.exceptions import ActivityError
 
 from tower.contract.failures import Code, TowerError
 
 AHEAD_OF_ITS_TASK = ("a query's replay reached an event no workflow task has taken yet; "
                      "the run is replayed again in that task")
 TRIES = 15  # about ten seconds: a task that takes a flood of signals takes a few
+STORE_WAIT = timedelta(seconds=30)  # between rounds of a call's store retries (wait_for_store)
+T = TypeVar("T")
 
 
 class AheadOfItsTask(TowerError):
@@ -50,6 +53,30 @@ async def in_a_task(since: datetime) -> None:
     began to wait for the event it has just been handed): a query's replay ran it."""
     if workflow.now() == since:
         raise AheadOfItsTask(AHEAD_OF_ITS_TASK)
+
+
+async def call_activity(name: str, *args: Any, result_type: type[T], **options: Any) -> T:
+    """``workflow.execute_activity``, its result or failure acted on only in a workflow task
+    (``in_a_task``): a decision may come in that same task."""
+    since = workflow.now()
+    try:
+        result: T = await workflow.execute_activity(name, *args, result_type=result_type,
+                                                    **options)
+    except ActivityError:
+        await in_a_task(since)
+        raise
+    await in_a_task(since)
+    return result
+
+
+async def wait_for_store() -> None:
+    """A call that failed on a store (tower/activities/stores.py; the payload store:
+    tower/temporal/payloads.py) whose retries ran out while the store is still away is asked
+    again after ``STORE_WAIT``, round after round, with the same idempotency key, so an effect
+    made before its result was stored is not made twice: it never fails its run."""
+    since = workflow.now()
+    await workflow.sleep(STORE_WAIT)
+    await in_a_task(since)
 
 
 class QueryAskedAgain(Interceptor):
