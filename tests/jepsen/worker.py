@@ -29,10 +29,10 @@ from activities.tools import billing
 from tower import Tool
 from tower.contract.wire import ToolCall
 from tower.effects import Postgres
+from tower.effects._activity import effect_of
 from tower.effects._guard import MARK
 from tower.effects._tool import Database, EffectTool
 from tower.temporal import _tools
-from tower.temporal.worker import effect_of
 
 TOOL_TIMEOUT_SECONDS = 2.0
 TOOL_ATTEMPTS = 2

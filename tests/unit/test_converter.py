@@ -24,10 +24,9 @@ from temporalio.converter import (
 )
 
 from tower.temporal import _unopenable as converter
-from tower.temporal._unopenable import TowerDataConverter, guarded
+from tower.temporal._unopenable import TowerDataConverter, guarded, pydantic_converter
 from tower.temporal.codec import NoKeys
 from tower.temporal.payloads import tower_data_converter
-from tower.temporal.worker import pydantic_converter
 
 
 class Turn(BaseModel):

@@ -38,9 +38,9 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from temporalio import workflow
-from temporalio.common import RawValue
-from temporalio.exceptions import ApplicationError
+from temporalio import activity, workflow
+from temporalio.common import RawValue, RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.contract.decisions import (
     Decision,
@@ -52,7 +52,7 @@ from tower.contract.decisions import (
 from tower.contract.failures import Code, failure
 from tower.contract.notify import GateNotice
 from tower.contract.pending import PendingView
-from tower.contract.trust import AttestRequest, TrustSnapshot
+from tower.contract.trust import ATTEST_ACTIVITY, AttestRequest, TrustSnapshot
 from tower.core.errors import DecisionRefused
 from tower.core.gates import (
     Check,
@@ -68,9 +68,8 @@ from tower.core.graph import TERMINALS
 from tower.core.pending import pending_view
 from tower.core.state import AgentState
 from tower.temporal import _stream_sink as stream_sink
-from tower.temporal._gate_calls import attestation, notify, opening_run_id
 from tower.temporal._refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget, decoded
-from tower.temporal._task_time import in_a_task
+from tower.temporal._task_time import call_activity, in_a_task
 
 if TYPE_CHECKING:
     from tower.temporal._runtime import AgentWorkflow
@@ -98,6 +97,8 @@ UNKNOWN_FULL = (f"; not kept for the run's next roster read: {UNKNOWN_KEEP} deci
                 "unknown keys wait for it already (a flood?); send it again once the run has "
                 "re-read its roster, or as the decide update")
 UNKNOWN_UNJUDGED = "signed by a key the run's roster did not name"
+NOTIFY_ATTEMPTS = 5
+RUN_ID_ACTIVITY = "tower_run_id"
 
 
 class GateRuntime:
@@ -233,8 +234,7 @@ class GateRuntime:
         try:
             await self.trust.read()
         except ApplicationError as exc:  # keep the snapshot; say why in the audit trail
-            self.audit.add(workflow.now(), "signal", Code.NOT_JUDGED,
-                           f"roster refresh failed: {exc.message}")
+            self.audit.add(Code.NOT_JUDGED, f"roster refresh failed: {exc.message}")
             self._refuse_waiting(f"the roster could not be read again ({exc.message})")
             return
         finally:
@@ -286,7 +286,7 @@ class GateRuntime:
             decision, check = self.judge(raw)
         if decision is None or not check.ok:
             code = check.code or Code.MALFORMED
-            self.audit.add(workflow.now(), "update", code, check.reason, raw)
+            self.audit.add(code, check.reason, raw, via="update")
             raise failure(DecisionRefused(check.reason, code=code))
         if not check.duplicate:
             self.in_flight = decision
@@ -375,8 +375,8 @@ class GateRuntime:
         elif name == "refresh_trust":
             self.refresh_asked = True
         else:
-            self.audit.add_raw(workflow.now(), "signal", Code.UNKNOWN_SIGNAL,
-                               f"unknown signal {name[:80]!r}: nothing changed", args)
+            self.audit.add(Code.UNKNOWN_SIGNAL, f"unknown signal {name[:80]!r}: nothing changed",
+                           args)
 
     def _signalled_decision(self, args: Sequence[RawValue]) -> None:
         """A decision as a signal. Past this task's verify budget (or behind ones held
@@ -387,8 +387,8 @@ class GateRuntime:
             if pending_record(state) is not None:
                 self._held.append(args)
             else:  # no request to decide
-                self.audit.add_raw(self._verify_budget.task_time, "signal",
-                                   Code.OVERLOADED, UNVERIFIED, args)
+                self.audit.add(Code.OVERLOADED, UNVERIFIED, args,
+                               at=self._verify_budget.task_time)
             return
         self._take_decoded(args)
 
@@ -404,7 +404,7 @@ class GateRuntime:
     def _take_decoded(self, args: Sequence[RawValue]) -> None:
         raw, problem = decoded(args)
         if raw is None:
-            self.audit.add_raw(workflow.now(), "signal", Code.MALFORMED, problem, args)
+            self.audit.add(Code.MALFORMED, problem, args)
             return
         self._take_signal(raw, may_hold=True)
 
@@ -416,8 +416,7 @@ class GateRuntime:
             return
         if not check.ok or check.duplicate:
             reason = check.reason or "duplicate of an accepted decision: nothing changed"
-            self.audit.add(workflow.now(), "signal", check.code or Code.DUPLICATE,
-                           reason, raw)
+            self.audit.add(check.code or Code.DUPLICATE, reason, raw)
             return
         self.in_flight = decision
 
@@ -427,29 +426,79 @@ class GateRuntime:
         already (so a flood after it cannot push it out)."""
         code = check.code or Code.UNKNOWN_KEY
         if self.in_flight is not None or pending_record(self.run.state) is None:
-            self.audit.add(workflow.now(), "signal", code, check.reason, raw)
+            self.audit.add(code, check.reason, raw)
         elif len(self._unknown) >= UNKNOWN_KEEP:
-            self.audit.add(workflow.now(), "signal", code, check.reason + UNKNOWN_FULL, raw)
+            self.audit.add(code, check.reason + UNKNOWN_FULL, raw)
         else:  # the token alone: what decides (read_decision reads a token before the rest)
             self._unknown.append((self._reads_begun, {"token": raw["token"]}))
             self.refresh_asked = True
 
     def _refuse_held(self) -> None:
         """The request closed (a decision came first, or it expired): refuse what is held."""
-        while self._held:
-            held = self._held.popleft()
-            if isinstance(held, dict):  # its key unknown when it came
-                self.audit.add(workflow.now(), "signal", Code.NOT_JUDGED,
-                               HELD_UNJUDGED, held)
-            else:
-                self.audit.add_raw(workflow.now(), "signal", Code.NOT_JUDGED,
-                                   HELD_UNJUDGED, held)
+        while self._held:  # as they came, or decoded (their key unknown when they came)
+            self.audit.add(Code.NOT_JUDGED, HELD_UNJUDGED, self._held.popleft())
         self._refuse_waiting("the request closed before the roster was read again")
 
     def _refuse_waiting(self, why: str) -> None:
         """Refuse the decisions waiting for a roster read: the request closed, or the read
         failed (after its retries: waiting longer would hold the run from carrying over)."""
         while self._unknown:
-            self.audit.add(workflow.now(), "signal", Code.NOT_JUDGED,
-                           f"{UNKNOWN_UNJUDGED}; {why}: nothing changed",
+            self.audit.add(Code.NOT_JUDGED, f"{UNKNOWN_UNJUDGED}; {why}: nothing changed",
                            self._unknown.popleft()[1])
+
+
+# --- the activities a gate schedules as a request opens ----------------------------------
+
+
+async def opening_run_id() -> str:
+    """The run id a request opens in, recorded (an activity): a reset run replays earlier
+    requests under a new ``workflow.info().run_id`` and would refuse the decisions its
+    history shows accepted. Not a local activity: its marker could land a task early."""
+    # The gate opens in a workflow task, never in a query's replay (``call_activity``).
+    return await call_activity(
+        RUN_ID_ACTIVITY, result_type=str, start_to_close_timeout=timedelta(seconds=10),
+        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
+                                 maximum_interval=timedelta(seconds=10)),
+        summary="the run id this request opens in")
+
+
+async def attestation(request: AttestRequest) -> str:
+    """The deployment's worker vouching for this request: its token, or "" when it has no
+    key or cannot answer (the request is then unlisted, still decidable by run id)."""
+    # A decision may come in the same workflow task as the answer: the memo is upserted
+    # there, after it, never in an activation a worker ran for a query (``call_activity``).
+    try:
+        return await call_activity(
+            ATTEST_ACTIVITY, request, result_type=str,
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5),
+                                     maximum_attempts=3),
+            summary=f"attest request · gate {request.gate}")
+    except ActivityError as exc:
+        workflow.logger.warning("gate %s: request not attested: %s", request.gate, exc)
+        return ""
+
+
+def notify(notice: GateNotice) -> None:
+    """Tell the tenant's approvers (its webhook). Not awaited: the wait for a decision
+    starts at once; a failure after the retries is only logged."""
+    sent = workflow.start_activity(
+        "notify_gate", notice, start_to_close_timeout=timedelta(seconds=20),
+        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
+                                 maximum_interval=timedelta(seconds=10),
+                                 maximum_attempts=NOTIFY_ATTEMPTS),
+        summary=f"notify approvers · gate {notice.gate}")
+    sent.add_done_callback(lambda done: _log_unsent(notice.gate, done))
+
+
+@activity.defn  # named by the function: RUN_ID_ACTIVITY
+async def tower_run_id() -> str:
+    """The run id of the workflow run that calls it (``opening_run_id``)."""
+    run_id = activity.info().workflow_run_id
+    assert run_id is not None, "called outside a workflow run"
+    return run_id
+
+
+def _log_unsent(gate: str, done: Any) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        workflow.logger.warning("gate %s: approvers not notified: %s", gate, done.exception())

@@ -93,19 +93,17 @@ class AuditTrail:
         self.total = 0
         self._kept: deque[tuple[datetime, Via, Code, str, Kept]] = deque(maxlen=keep)
 
-    def add(self, at: datetime, via: Via, code: Code, reason: str,
-            raw: Any = None) -> None:
-        """Refuse a decoded input (``raw``): only its small part is kept."""
+    def add(self, code: Code, reason: str, raw: Any = None, *, via: Via = "signal",
+            at: datetime | None = None) -> None:
+        """Refuse an input: decoded (a dict: only its small part is kept), or a signal's
+        inputs as they came, decoded only if shown and kept only if small (a flood of large
+        inputs must not be held in memory)."""
         self.total += 1
-        self._kept.append((at, via, code, reason, brief(raw)))
-
-    def add_raw(self, at: datetime, via: Via, code: Code, reason: str,
-                args: Sequence[RawValue]) -> None:
-        """Refuse a signal's inputs as they came: decoded only if shown, kept only if small
-        (a flood of large inputs must not be held in memory)."""
-        self.total += 1
-        small = len(args) == 1 and args[0].payload.ByteSize() <= KEEP_BYTES
-        self._kept.append((at, via, code, reason, args if small else None))
+        if raw is None or isinstance(raw, Mapping):
+            kept: Kept = brief(raw)
+        else:
+            kept = raw if len(raw) == 1 and raw[0].payload.ByteSize() <= KEEP_BYTES else None
+        self._kept.append((at or workflow.now(), via, code, reason, kept))
 
     def refusals(self) -> list[Refusal]:
         return [Refusal(at=at, via=via, code=code, reason=reason, **self._fields(raw))

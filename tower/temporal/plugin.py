@@ -39,7 +39,7 @@ from tower.core.events import EventRejected
 from tower.core.policy import PolicyInvalid, PolicyLoosened
 from tower.core.tools import ToolSpec, register_external
 from tower.effects._guard import OnlyEffectsReconcile
-from tower.temporal._gate_calls import tower_run_id
+from tower.temporal._gate import tower_run_id
 from tower.temporal._interceptors import (
     AttemptsEndQuietly,
     ScheduledByOwnAgents,

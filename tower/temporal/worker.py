@@ -17,17 +17,10 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from tower.core.tools import ToolSpec
-from tower.effects._activity import activity_for, effect_of
-from tower.temporal._sandbox import sandbox_runner
-from tower.temporal._tools import check_external_tools, tool_activities
-from tower.temporal._unopenable import pydantic_converter
-from tower.temporal.plugin import WORKFLOW_FAILURE_TYPES, TowerPlugin, has_tower_plugin
+from tower.temporal.plugin import TowerPlugin, has_tower_plugin
 
 if TYPE_CHECKING:
     from tower.activities.own import WorkerSettings
-
-__all__ = ["WORKFLOW_FAILURE_TYPES", "activity_for", "build_worker", "check_external_tools",
-           "effect_of", "pydantic_converter", "sandbox_runner", "tool_activities"]
 
 
 def build_worker(
