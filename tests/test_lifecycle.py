@@ -28,7 +28,7 @@ from workerkit import final_state
 from tower.contract.failures import Code
 from tower.core.engine import Transition
 from tower.core.events import Rejection
-from tower.temporal._event_runtime import EVENTS_PER_TASK, REJECTED_KEEP, UNTAKEN
+from tower.temporal._runtime import EVENTS_PER_TASK, REJECTED_KEEP, UNTAKEN
 from workflows.lifecycle import (
     MAX_RECOVERIES,
     LifecycleAgent,

@@ -27,9 +27,8 @@ if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
     from tower.core.policy import stricter
     from tower.core.state import ADD, APPEND, AgentState, Message, custom
     from tower.core.tools import Tool, tool
-    from tower.temporal._event_runtime import EventWorkflow
     from tower.temporal._fanout import FanOutPolicy, fan_out
-    from tower.temporal._runtime import AgentWorkflow
+    from tower.temporal._runtime import AgentWorkflow, EventWorkflow
     from tower.temporal._start import agent
 
 # name -> the module that defines it, imported on first use.
@@ -43,7 +42,7 @@ _LAZY = {
     "custom": "tower.core.state",
     "DONE": "tower.core.graph",
     "EffectRefused": "tower.core.errors",
-    "EventWorkflow": "tower.temporal._event_runtime",
+    "EventWorkflow": "tower.temporal._runtime",
     "FAILED": "tower.core.graph",
     "fan_out": "tower.temporal._fanout",
     "FanOutPolicy": "tower.temporal._fanout",

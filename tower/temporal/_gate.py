@@ -2,7 +2,7 @@
 
 ``GateRuntime`` is a gated run's gate, one object that owns all a gate keeps: the roster
 snapshot decisions are judged by and when it was read (``Trust``, tower/temporal/
-_admission.py, which only the gate re-reads), the decision in flight, the intake of signals
+_machine_run.py, which only the gate re-reads), the decision in flight, the intake of signals
 and its budgets, the attestation of the open request and the audit trail of refusals
 (query ``approvals``). The run (``AgentWorkflow``) hands it its update, signal and query,
 and, for the loop's ``hold`` (tower/core/interpreter.py), asks it how a request opens,

@@ -10,6 +10,12 @@ details and the live stream. Its loop starts (or goes on from a carried state), 
 ``result()``; ``tower retry`` recovers it), one that ends DONE returns its state.
 ``AgentWorkflow`` (a node and its route) and ``EventWorkflow`` (an event and the guards) say
 what a step is, and carry only the handlers they can honour.
+
+Admission: at start a run that needs them (gated agents, those with a ``Policy`` and
+event-driven ones) loads its tenant's roster (who may decide or send events, with their
+public keys) and policy (limits, unsigned mode) with the ``load_trust`` activity, and
+refuses an input that tries to loosen either; a gate re-reads the roster while it waits
+(tower/temporal/_gate.py).
 """
 
 from __future__ import annotations
@@ -25,8 +31,9 @@ from temporalio.exceptions import ActivityError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tower.contract import names, search
-from tower.contract.failures import Code, TowerError, failure
+from tower.contract.failures import Code, TowerError, failure, types
 from tower.contract.pending import PendingView
+from tower.contract.trust import TrustRequest, TrustSnapshot
 from tower.core.carry import Carry, LogSummary, summarize
 from tower.core.cost import CallUsage, cost_report
 from tower.core.details import render_details
@@ -35,9 +42,9 @@ from tower.core.errors import AgentFailed, NodeFailed
 from tower.core.gates import pending_record
 from tower.core.graph import FAILED, TERMINALS, Machine
 from tower.core.keys import action_of, authority_of
+from tower.core.policy import effective
 from tower.core.state import AgentState, Status
 from tower.temporal import _stream_sink as stream_sink
-from tower.temporal._admission import Trust
 from tower.temporal._context import TemporalContext
 from tower.temporal._start import match_init
 from tower.temporal._task_time import call_activity
@@ -52,6 +59,47 @@ _EXECUTION_STATUS_SAYS = {search.AGENT_NODE.name, search.AGENT_STATUS.name,
 
 
 ORIGIN_ACTIVITY = "tower_continued_from"  # the activity below, named by its function
+# Retried until TRUST_DEADLINE, not a fixed number of times: workers killed one after
+# another (a deploy, a crash loop) must not fail a run before its first step. A missing
+# or invalid roster or policy (TrustMissing) is not retried: waiting cannot fix it.
+TRUST_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(
+    seconds=10), non_retryable_error_types=types(Code.TRUST_MISSING))
+TRUST_DEADLINE = timedelta(minutes=5)
+
+
+class _NothingAsked(BaseModel):
+    """The input of a carried run, as far as its limits go: its state already holds them."""
+
+
+class Trust:
+    """A run's roster and policy snapshot (``snapshot``, None until admitted) and when it
+    was read (``read_at``): read at admission and when the run's gate re-reads it, taken
+    from the run's own continue-as-new."""
+
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine
+        self.snapshot: TrustSnapshot | None = None
+        self.read_at: datetime | None = None
+
+    async def read(self) -> TrustSnapshot:
+        """Read the roster and policy (again); raises the failure of ``Code.TRUST_MISSING``
+        when they cannot be read, keeping the snapshot it had. Either way ``read_at`` is
+        now: a failed re-read is not tried again at once."""
+        try:  # in a task (``call_activity``): a parked run re-reads it, decisions may come
+            snapshot = await call_activity(
+                "load_trust", TrustRequest(tenant=workflow.info().namespace,
+                                           agent=self.machine.name),
+                result_type=TrustSnapshot, start_to_close_timeout=timedelta(seconds=30),
+                schedule_to_close_timeout=TRUST_DEADLINE, retry_policy=TRUST_RETRY,
+                summary="trust: the tenant's roster and policy")
+        except ActivityError as exc:
+            self.read_at = workflow.now()
+            cause = exc.cause if exc.cause is not None else exc
+            raise failure(TowerError(f"cannot load the tenant's roster and policy: "
+                                     f"{getattr(cause, 'message', cause)}",
+                                     code=Code.TRUST_MISSING)) from None
+        self.snapshot, self.read_at = snapshot, workflow.now()
+        return snapshot
 
 
 class MachineRun:
@@ -95,6 +143,7 @@ class MachineRun:
 
     def __init__(self) -> None:
         self.trust = Trust(self.machine)  # the roster and policy, once admitted
+        self._admitted = False
         # The agent's limits: the tenant's policy, tightened by the run's input (None for
         # an agent without a Policy). Set by admission, before the agent's run code.
         self.limits: Any = None
@@ -146,11 +195,31 @@ class MachineRun:
             await self.admit(request, carried=self._carry_in is not None)
 
     async def admit(self, request: BaseModel, *, carried: bool = False) -> Any:
-        """Bring the tenant's roster and policy into the run (``Trust.admit``); return the
-        agent's limits (the policy's, tightened by ``request``), or None for an agent
-        without limits. Once admitted, the run's limits are returned again."""
-        if not self.trust.admitted:
-            self.limits = await self.trust.admit(self.Policy, request, carried=carried)
+        """Bring the tenant's roster and policy into the run; return the agent's limits
+        (``Policy``'s, tightened by ``request``), or None for an agent without a Policy.
+        Once admitted, the run's limits are returned again.
+
+        Refuses (the run fails at once, with the reason) an input that loosens a limit, a
+        gated agent on a cron schedule, and a tenant without a roster and policy
+        (``TrustMissing``). A ``carried`` run's state already holds its limits: its input
+        tightens nothing."""
+        if self._admitted:
+            return self.limits
+        if self.machine.gates and workflow.info().cron_schedule:
+            # Every cron run repeats the requester's first input and counts as continued:
+            # a gated agent starts only as a run of its own (`tower run`), never on a cron.
+            raise failure(TowerError(
+                f"agent {self.machine.name!r} has approval gates and refuses a cron schedule "
+                f"({workflow.info().cron_schedule!r}): start each run on its own (a "
+                "Temporal Schedule may start them); docs/approvals.md",
+                code=Code.INPUT_REFUSED))
+        snapshot = await self.trust.read()
+        if self.Policy is not None:
+            self.limits = effective(self.Policy, snapshot.policy.agents.get(
+                self.machine.name, {}), _NothingAsked() if carried else request)
+        if snapshot.policy.unsigned_allowed:
+            workflow.upsert_search_attributes([search.UNSIGNED_DECISIONS.value_set(True)])
+        self._admitted = True
         return self.limits
 
     def on_start(self, state: AgentState) -> None:
