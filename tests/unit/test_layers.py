@@ -35,7 +35,7 @@ PROJECT = {"activities", "starter", "workflows", "worker", "bench", "tests"}
 # plugin and worker builder, the test helpers, what a client signs decisions and checks
 # policies with, and the data converter a project's codec and payload store plug into.
 PUBLIC = ("tower", "tower.contract", "tower.testing", "tower.temporal", "tower.temporal.worker",
-          "tower.core.signing", "tower.core.policy", "tower.temporal._unopenable",
+          "tower.core.signing", "tower.core.policy",
           "tower.activities", "tower.client", "tower.temporal.telemetry",
           "tower.temporal.payloads", "tower.temporal.codec", "tower.effects",
           "tower.temporal.cleanup")

@@ -18,7 +18,7 @@ from temporalio.common import RawValue
 
 from tower.contract.failures import Code
 from tower.core.gates import Refusal
-from tower.temporal._unopenable import UnopenablePayload
+from tower.temporal.payloads import UnopenablePayload
 
 Via = Literal["signal", "update"]
 Kept = dict[str, str] | Sequence[RawValue] | None  # what a kept refusal shows, or its inputs

@@ -68,7 +68,7 @@ from tower.core.state import AgentState, S, set_engine_fields
 from tower.temporal._gate import GateRuntime
 from tower.temporal._machine_run import MachineRun, carry_refused
 from tower.temporal._refusals import TaskBudget
-from tower.temporal._unopenable import UnopenablePayload
+from tower.temporal.payloads import UnopenablePayload
 
 
 class AgentWorkflow(MachineRun):

@@ -37,7 +37,7 @@ from tower.contract.failures import Code, TowerError, failure
 from tower.core.carry import Carry
 from tower.core.errors import InvalidGraph
 from tower.core.graph import Machine
-from tower.temporal._unopenable import UnopenablePayload
+from tower.temporal.payloads import UnopenablePayload
 
 W = TypeVar("W", bound=type)
 Script = Callable[[Any], Any]  # ModelRequest -> content or a ToolCallRequest

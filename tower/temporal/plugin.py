@@ -6,7 +6,7 @@
 
 A client with it writes and reads Tower's payloads (``tower.temporal.payloads``). A worker
 made from that client and a replayer given it also get the same settings by construction:
-the converter guarded against inputs it cannot open (``tower.temporal._unopenable``), the
+the converter guarded against inputs it cannot open (``guarded``), the
 sandbox with the engine and the project's packages passed through, Tower's failure types,
 tracing when a replay-safe tracer provider is installed, and sync activities on threads.
 """
@@ -53,10 +53,15 @@ from tower.temporal._start import scripts_of
 from tower.temporal._stream_sink import publish_steps
 from tower.temporal._task_time import QueryAskedAgain
 from tower.temporal._tools import WorkerMisconfigured, check_external_tools, tool_activities
-from tower.temporal._unopenable import TowerDataConverter, UnopenablePayload, guarded
 from tower.temporal.cleanup import EVERY as CLEANUP_EVERY
 from tower.temporal.cleanup import TowerStoreCleanup, ensure_cleanup
-from tower.temporal.payloads import driver_for, tower_data_converter
+from tower.temporal.payloads import (
+    TowerDataConverter,
+    UnopenablePayload,
+    driver_for,
+    guarded,
+    tower_data_converter,
+)
 
 if TYPE_CHECKING:
     from tower.activities.own import WorkerSettings
