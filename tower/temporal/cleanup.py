@@ -49,9 +49,8 @@ async def ensure_cleanup(client: Client, task_queue: str, every: timedelta = EVE
     before ``first``; True if made now."""
     try:
         await client.create_schedule(schedule_id(task_queue), Schedule(
-            action=ScheduleActionStartWorkflow(
-                TowerStoreCleanup.run, id=f"tower-store-cleanup-{task_queue}",
-                task_queue=task_queue),
+            action=ScheduleActionStartWorkflow(TowerStoreCleanup.run, id=schedule_id(
+                task_queue), task_queue=task_queue),
             spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)],
                               start_at=first),
             # One pass at a time; a pass missed while no worker ran is not made up twice.

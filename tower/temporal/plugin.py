@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import sys
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -62,6 +61,7 @@ from tower.temporal.payloads import (
     guarded,
     tower_data_converter,
 )
+from tower.temporal.telemetry import replay_safe
 
 if TYPE_CHECKING:
     from tower.activities.own import WorkerSettings
@@ -127,7 +127,7 @@ class TowerPlugin(SimplePlugin):
         self.bind = dict(bind or {})
         self.serves_tools = tools
         self._from_env: DataConverter | None = None
-        self.traced = _tracer_installed() if tracing is None else tracing
+        self.traced = replay_safe() is not None if tracing is None else tracing
         self.passthrough = (*passthrough,
                             *(("opentelemetry",) if self.traced else ()))
         self.external_tools = dict(external_tools or {})
@@ -333,15 +333,6 @@ def _adding(items: Sequence[T]) -> Callable[[Sequence[T] | None], Sequence[T]] |
         return [*have, *(i for i in items if i not in have)]
 
     return add
-
-
-def _tracer_installed() -> bool:
-    if "temporalio.contrib.opentelemetry" not in sys.modules:
-        return False  # nobody made a replay-safe provider in this process
-    from opentelemetry import trace
-    from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
-
-    return isinstance(trace.get_tracer_provider(), ReplaySafeTracerProvider)
 
 
 def _tracing(on: bool) -> list[ClientInterceptor | WorkerInterceptor]:
