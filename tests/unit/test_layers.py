@@ -112,6 +112,20 @@ def test_the_client_reaches_runs_through_the_contract() -> None:
     assert private_temporal(imports_of(files("tower/client"))) == []
 
 
+def test_a_client_with_the_plugin_loads_no_runtime() -> None:
+    # TowerPlugin on a client brings its converter and interceptors; the workflow runtime
+    # loads only when a worker is configured (tower/temporal/plugin.py).
+    probe = ("import sys\nimport tower.client.connection\nfrom tower.temporal import TowerPlugin\n"
+             "TowerPlugin()\nprint(' '.join(sorted(sys.modules)))\n")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert "tower.temporal.plugin" in loaded
+    assert not [m for m in loaded if m.startswith(("tower.temporal._machine_run",
+                                                  "tower.temporal._gate",
+                                                  "tower.temporal._interceptors",
+                                                  "tower.effects"))]
+
+
 def test_the_client_check_sees_a_runtime_import(tmp_path: Path) -> None:
     bad = tmp_path / "x.py"
     bad.write_text("from typing import TYPE_CHECKING\n"

@@ -7,16 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
-from tower.contract.failures import Code, TowerError
 from tower.core.errors import InvalidGraph
 from tower.core.tools import Tool
 from tower.effects._activity import UNBOUND, activity_for
-
-
-class WorkerMisconfigured(TowerError, ValueError):  # a ValueError: a setting's bad value
-    """A worker that could not run its agents' runs: it refuses to start, saying why."""
-
-    CODE = Code.BAD_SETTINGS
+from tower.temporal.plugin import WorkerMisconfigured
 
 
 def tool_activities(agents: Iterable[type], bind: Mapping[str, Any],

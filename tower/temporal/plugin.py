@@ -4,9 +4,9 @@
     worker = Worker(client, task_queue="tower", workflows=[MyAgent])
     replayer = Replayer(workflows=[MyAgent], plugins=[TowerPlugin()])
 
-A client with it writes and reads Tower's payloads (``tower.temporal.payloads``). A worker
-made from that client and a replayer given it also get the same settings by construction:
-the converter guarded against inputs it cannot open (``guarded``), the
+A client with it writes and reads Tower's payloads (``tower.temporal.payloads``), and loads
+no more of Tower's runtime. A worker made from that client and a replayer given it also get
+the same settings by construction: the converter guarded against inputs it cannot open, the
 sandbox with the engine and the project's packages passed through, Tower's failure types,
 tracing when a replay-safe tracer provider is installed, and sync activities on threads.
 """
@@ -32,28 +32,15 @@ from temporalio.worker import Interceptor as WorkerInterceptor
 from temporalio.worker import ReplayerConfig, Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from tower.activities.stores import StoreSettings, announce
+from tower.activities.stores import StoreSettings
+from tower.contract.failures import Code, TowerError
 from tower.core.errors import IllegalTransition, InvalidGraph, NodeFailed
 from tower.core.events import EventRejected
 from tower.core.policy import PolicyInvalid, PolicyLoosened
 from tower.core.tools import ToolSpec, register_external
-from tower.effects._guard import OnlyEffectsReconcile
-from tower.temporal._gate import tower_run_id
-from tower.temporal._interceptors import (
-    AttemptsEndQuietly,
-    ScheduledByOwnAgents,
-    TraceHeaderGuard,
-    quiet_store_tracebacks,
-)
-from tower.temporal._machine_run import tower_continued_from
 from tower.temporal._process import code_version, frozen_heap
 from tower.temporal._sandbox import project_packages, sandbox_runner
-from tower.temporal._start import scripts_of
-from tower.temporal._stream_sink import publish_steps
 from tower.temporal._task_time import QueryAskedAgain
-from tower.temporal._tools import WorkerMisconfigured, check_external_tools, tool_activities
-from tower.temporal.cleanup import EVERY as CLEANUP_EVERY
-from tower.temporal.cleanup import TowerStoreCleanup, ensure_cleanup
 from tower.temporal.payloads import (
     TowerDataConverter,
     UnopenablePayload,
@@ -66,7 +53,7 @@ from tower.temporal.telemetry import replay_safe
 if TYPE_CHECKING:
     from tower.activities.own import WorkerSettings
 
-__all__ = ["WORKFLOW_FAILURE_TYPES", "TowerPlugin", "WorkerMisconfigured", "has_tower_plugin"]
+__all__ = ["WORKFLOW_FAILURE_TYPES", "TowerPlugin", "WorkerMisconfigured"]
 
 log = logging.getLogger("tower.worker")
 # The objects whose bound methods a TowerPlugin registered as Tower's own activities: a
@@ -86,6 +73,12 @@ WORKFLOW_FAILURE_TYPES: list[type[BaseException]] = [
     UnopenablePayload, ValidationError]
 
 T = TypeVar("T")
+
+
+class WorkerMisconfigured(TowerError, ValueError):  # a ValueError: a setting's bad value
+    """A worker that could not run its agents' runs: it refuses to start, saying why."""
+
+    CODE = Code.BAD_SETTINGS
 
 
 class TowerPlugin(SimplePlugin):
@@ -134,8 +127,7 @@ class TowerPlugin(SimplePlugin):
         super().__init__(
             "tower.TowerPlugin", data_converter=self.converter_for,
             interceptors=[QueryAskedAgain(), *_tracing(self.traced), *interceptors],
-            # The runtime's own: the run id a gate's request opens in, a carry's origin.
-            activities=_adding([tower_run_id, tower_continued_from, *activities]),
+            activities=_adding(activities),
             workflows=_adding(agents),
             workflow_runner=self.runner_for,
             workflow_failure_exception_types=_adding(WORKFLOW_FAILURE_TYPES),
@@ -166,6 +158,12 @@ class TowerPlugin(SimplePlugin):
         return sandbox_runner(*self.passthrough, *sorted(kept))
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        # The runtime, loaded only here: a client of this plugin needs only its converter.
+        from tower.effects._guard import OnlyEffectsReconcile
+        from tower.temporal import _interceptors as guard
+        from tower.temporal._tools import check_external_tools, tool_activities
+        from tower.temporal.cleanup import TowerStoreCleanup
+
         config = super().configure_worker(config)
         if not any(config.get(k) for k in ("build_id", "use_worker_versioning",
                                            "deployment_config")):
@@ -198,9 +196,9 @@ class TowerPlugin(SimplePlugin):
         # line (outermost: its failure carries few frames).
         names = [workflow_name(cls) for cls in workflows]
         hosted = [] if None in names else [str(n) for n in names]
-        quiet_store_tracebacks()
-        config["interceptors"] = [AttemptsEndQuietly(),
-                                  ScheduledByOwnAgents(config["client"], hosted),
+        guard.quiet_store_tracebacks()
+        config["interceptors"] = [guard.AttemptsEndQuietly(),
+                                  guard.ScheduledByOwnAgents(config["client"], hosted),
                                   OnlyEffectsReconcile(),
                                   *(config.get("interceptors") or ())]
         # Tower's heartbeat timeouts are a few seconds: send each beat within a second, not
@@ -218,11 +216,18 @@ class TowerPlugin(SimplePlugin):
                              ) -> list[Callable[..., Any]]:
         """The worker's activities with Tower's own in place of any an earlier TowerPlugin
         added; one the project registered under the same name wins."""
+        from tower.activities.own import WorkerSettings, attestation_missing, tower_activities
+        from tower.temporal._gate import tower_run_id
+        from tower.temporal._machine_run import tower_continued_from
+        from tower.temporal._start import scripts_of
+        from tower.temporal._stream_sink import publish_steps
+
         activities = [a for a in config.get("activities") or ()
                       if getattr(a, "__self__", None) not in _OWN]
+        # The runtime's own: the run id a gate's request opens in, a carry's origin.
+        activities += [a for a in (tower_run_id, tower_continued_from) if a not in activities]
         if not self._hosts_agents(workflows):
             return activities
-        from tower.activities.own import WorkerSettings, attestation_missing, tower_activities
 
         agents = [cls for cls in workflows if hasattr(cls, "machine")]
         settings = self.settings or WorkerSettings()
@@ -247,6 +252,9 @@ class TowerPlugin(SimplePlugin):
                          ) -> None:
         """A worker bringing Tower's own activities says which store each is and ensures the
         stores' retention schedule."""
+        from tower.activities.stores import announce
+        from tower.temporal.cleanup import EVERY, ensure_cleanup
+
         config = worker.config()
         if self._hosts_agents(config.get("workflows") or ()):
             client = config["client"]
@@ -254,7 +262,7 @@ class TowerPlugin(SimplePlugin):
             # The first pass an interval after the first worker: nothing is old enough to
             # go before then, and a short-lived server (a test's) never runs one.
             await ensure_cleanup(client, config["task_queue"],
-                                 first=datetime.now(UTC) + CLEANUP_EVERY)
+                                 first=datetime.now(UTC) + EVERY)
         await super().run_worker(worker, next)
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
@@ -309,10 +317,6 @@ def activity_name(fn: Callable[..., Any]) -> str | None:
     return getattr(fn, "__name__", None)
 
 
-def has_tower_plugin(client: Client) -> bool:
-    return any(isinstance(p, TowerPlugin) for p in client.config()["plugins"])
-
-
 def _with_converter(client: Client, converter: DataConverter) -> Client:
     # The client as its plugins configured it (interceptors included), with another
     # converter; its plugins are not applied again (they would put the first one back).
@@ -341,5 +345,7 @@ def _tracing(on: bool) -> list[ClientInterceptor | WorkerInterceptor]:
     if not on:
         return []
     from temporalio.contrib.opentelemetry import OpenTelemetryInterceptor
+
+    from tower.temporal._interceptors import TraceHeaderGuard
 
     return [TraceHeaderGuard(), OpenTelemetryInterceptor(add_temporal_spans=True)]

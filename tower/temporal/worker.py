@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from tower.core.tools import ToolSpec
-from tower.temporal.plugin import TowerPlugin, has_tower_plugin
+from tower.temporal.plugin import TowerPlugin
 
 if TYPE_CHECKING:
     from tower.activities.own import WorkerSettings
@@ -38,8 +38,8 @@ def build_worker(
     own activities' (None: the environment's)."""
     if not agents:
         raise ValueError("build_worker needs at least one agent")
-    if has_tower_plugin(client):  # this worker's plugin, with these settings, in its place
-        config = client.config()
+    config = client.config()  # this worker's plugin, with these settings, in a client's place
+    if any(isinstance(p, TowerPlugin) for p in config["plugins"]):
         config["plugins"] = [p for p in config["plugins"] if not isinstance(p, TowerPlugin)]
         client = Client(**config)
     plugin = TowerPlugin(bind=bind, tools=tools, external_tools=external_tools,
