@@ -13,7 +13,7 @@ from tower.contract import names
 from tower.contract.failures import rebuilt
 from tower.core.errors import AgentFailed
 from tower.core.state import AgentState
-from tower.temporal._tools import tool_activities
+from tower.temporal.worker import tool_activities
 from worker import bindings
 
 S = TypeVar("S", bound=AgentState)

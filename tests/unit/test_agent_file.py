@@ -11,7 +11,7 @@ from activities.tools import TOOLS
 from tower import AgentState, AgentWorkflow, Graph, Tool, agent
 from tower.core.errors import InvalidGraph
 from tower.temporal._start import agents_by_name, load_agents, scripts_of
-from tower.temporal._tools import check_external_tools
+from tower.temporal.worker import check_external_tools
 from workflows.refund import GRAPH as REFUND
 from workflows.refund import RefundAgent
 from workflows.registry import AGENTS

@@ -161,8 +161,8 @@ class TowerPlugin(SimplePlugin):
         # The runtime, loaded only here: a client of this plugin needs only its converter.
         from tower.effects._guard import OnlyEffectsReconcile
         from tower.temporal import _interceptors as guard
-        from tower.temporal._tools import check_external_tools, tool_activities
         from tower.temporal.cleanup import TowerStoreCleanup
+        from tower.temporal.worker import check_external_tools, tool_activities
 
         config = super().configure_worker(config)
         if not any(config.get(k) for k in ("build_id", "use_worker_versioning",
