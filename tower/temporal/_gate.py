@@ -18,7 +18,10 @@ asked (the ``refresh_trust`` signal, which carries no authority: at most one ref
 ``REFRESH_GAP``). A request is published (search attributes, memo, this query) only once
 the worker's attestation of it is back, so no reader sees a genuine request unattested.
 
-Signals, against a sender who may send anything (tower/temporal/_refusals.py): a decision
+Signals, against a sender who may send anything, thousands in one workflow task (and the
+SDK's deadlock detector gives the task 2 seconds): a signal is decoded only when it is
+judged; a refusal costs a counter and a tuple, and the newest are kept raw (size-capped)
+and made ``Refusal`` records only when the ``approvals`` query asks. A decision
 signal is judged at once while this workflow task's signature budget lasts; past it, it is
 *held*, undecoded and in order, and judged in the tasks that follow. One signed by a key
 the roster snapshot does not know yet (added since the run read it, or forged) waits for
@@ -34,9 +37,9 @@ roster at most once per REFRESH_GAP.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
 
 from temporalio import activity, workflow
 from temporalio.common import RawValue, RetryPolicy
@@ -58,6 +61,7 @@ from tower.core.gates import (
     Check,
     Gate,
     Outcome,
+    Refusal,
     check_decision,
     outcome,
     pending_record,
@@ -68,14 +72,25 @@ from tower.core.graph import TERMINALS
 from tower.core.pending import pending_view
 from tower.core.state import AgentState
 from tower.temporal import _stream_sink as stream_sink
-from tower.temporal._refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget, decoded
-from tower.temporal._task_time import call_activity, in_a_task
+from tower.temporal._task_time import TaskBudget, call_activity, in_a_task
+from tower.temporal.payloads import UnopenablePayload
 
 if TYPE_CHECKING:
     from tower.temporal._runtime import AgentWorkflow
 
 AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` query)
-# Signature checks per workflow task (refusals.TaskBudget): of update validators (the server
+Via = Literal["signal", "update"]
+Kept = dict[str, str] | Sequence[RawValue] | None  # what a kept refusal shows, or its inputs
+KEEP_BYTES = 16 * 1024  # a kept raw input larger than this is remembered by its size only
+FIELDS = ("decision_id", "gate", "approver", "decision")
+FIELD_CHARS = 200
+# Tower's servers take at most this many signals per run (history.maximumSignalsPerExecution:
+# deploy/temporal/dynamicconfig.yaml, the dev server), so one task holds at most this many,
+# well within the SDK's 2 s deadlock detector (docs/approvals.md).
+MAX_SIGNALS_PER_RUN = 1_000
+# A parked run carries over once it has taken this many, before the server's cap is reached.
+CARRY_AFTER_SIGNALS = MAX_SIGNALS_PER_RUN // 2
+# Signature checks per workflow task (TaskBudget): of update validators (the server
 # lets at most 10 updates in at once, so this refuses nothing unless that cap is raised),
 # and of signals. The update handler has none: only updates a validator accepted reach it.
 VALIDATE_PER_TASK = 50
@@ -99,6 +114,63 @@ UNKNOWN_FULL = (f"; not kept for the run's next roster read: {UNKNOWN_KEEP} deci
 UNKNOWN_UNJUDGED = "signed by a key the run's roster did not name"
 NOTIFY_ATTEMPTS = 5
 RUN_ID_ACTIVITY = "tower_run_id"
+
+
+def decoded(args: Sequence[RawValue]) -> tuple[dict[str, Any] | None, str]:
+    """The JSON object a decision signal carries, or why it carries none."""
+    if len(args) != 1:
+        return None, (f"malformed decision: a decision signal carries one JSON object, "
+                      f"this one carried {len(args)} inputs")
+    try:
+        value = workflow.payload_converter().from_payload(args[0].payload, dict[str, Any])
+    except UnopenablePayload as exc:
+        return None, f"malformed decision: {exc}"
+    except Exception:  # whatever the converter raises on input a sender chose
+        value = None
+    if not isinstance(value, dict):
+        return None, "malformed decision: the signal's input is not a JSON object"
+    return value, ""
+
+
+def brief(raw: Any) -> dict[str, str]:
+    """What a refusal shows of its input: only what the run can read without trusting it,
+    each field cut short; a token is named by its size."""
+    if not isinstance(raw, Mapping):
+        return {}
+    if "token" in raw:
+        return {"decision_id": f"token ({len(str(raw['token']))} chars)"}
+    return {k: str(raw.get(k, ""))[:FIELD_CHARS] for k in FIELDS}
+
+
+class AuditTrail:
+    """Every refusal counted (``total``), the newest ``keep`` shown by ``refusals()``."""
+
+    def __init__(self, keep: int) -> None:
+        self.total = 0
+        self._kept: deque[tuple[datetime, Via, Code, str, Kept]] = deque(maxlen=keep)
+
+    def add(self, code: Code, reason: str, raw: Any = None, *, via: Via = "signal",
+            at: datetime | None = None) -> None:
+        """Refuse an input: decoded (a dict: only its small part is kept), or a signal's
+        inputs as they came, decoded only if shown and kept only if small (a flood of large
+        inputs must not be held in memory)."""
+        self.total += 1
+        if raw is None or isinstance(raw, Mapping):
+            kept: Kept = brief(raw)
+        else:
+            kept = raw if len(raw) == 1 and raw[0].payload.ByteSize() <= KEEP_BYTES else None
+        self._kept.append((at or workflow.now(), via, code, reason, kept))
+
+    def refusals(self) -> list[Refusal]:
+        return [Refusal(at=at, via=via, code=code, reason=reason, **self._fields(raw))
+                for at, via, code, reason, raw in self._kept]
+
+    @staticmethod
+    def _fields(raw: Kept) -> dict[str, str]:
+        if raw is None or isinstance(raw, dict):
+            return dict(raw or {})
+        value, _ = decoded(raw)
+        return brief(value)
 
 
 class GateRuntime:
@@ -125,7 +197,7 @@ class GateRuntime:
         self._reads_done = 0  # begun and ended (read or not)
         self._updates_waiting = 0  # decide updates waiting for a roster read
         self._rechecks = 0  # decide updates that waited for one (ROSTER_RECHECKS at most)
-        self._signals_taken = 0  # by this run (the server caps it: refusals.py)
+        self._signals_taken = 0  # by this run (the server caps it: MAX_SIGNALS_PER_RUN)
 
     # --- the request -----------------------------------------------------------------------
 

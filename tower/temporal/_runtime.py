@@ -21,7 +21,7 @@ validation, duplicate check and guards. A refused event is kept in the audit tra
 (query ``rejected``: the newest 100; ``rejected_total`` counts them all) with the reason;
 nothing is ever silently dropped.
 
-Signals are taken raw, as a gated run takes them (tower/temporal/_refusals.py): anyone may
+Signals are taken raw, as a gated run takes them (tower/temporal/_gate.py): anyone may
 send any signal with any inputs, thousands at a time. A malformed ``event`` signal or one
 of another name is refused into the audit trail, not dropped by the SDK or failing the
 workflow task; at most ``EVENTS_PER_TASK`` signalled events enter the inbox per workflow
@@ -67,7 +67,7 @@ from tower.core.signing import SignatureRefused, verify_event
 from tower.core.state import AgentState, S, set_engine_fields
 from tower.temporal._gate import GateRuntime
 from tower.temporal._machine_run import MachineRun, carry_refused
-from tower.temporal._refusals import TaskBudget
+from tower.temporal._task_time import TaskBudget
 from tower.temporal.payloads import UnopenablePayload
 
 

@@ -79,6 +79,33 @@ async def wait_for_store() -> None:
     await in_a_task(since)
 
 
+class TaskBudget:
+    """At most ``limit`` of something per workflow task, so that a flood in one task does
+    not keep it past the SDK's deadlock timeout.
+
+    A task is told apart by the history's length, so a replay counts the same. ``by_time``
+    also tells tasks apart by their time, for update validators: a refused update never
+    reaches the history, so a budget keyed on its length alone stayed spent after a flood,
+    refusing a genuine update too. Validators never run on replay, so time is safe there."""
+
+    def __init__(self, limit: int, *, by_time: bool = False) -> None:
+        self.limit = limit
+        self.by_time = by_time
+        self.task_time = datetime.min  # workflow.now() when this task's count began
+        self._mark: tuple[int, datetime] | None = None
+        self._used = 0
+
+    def take(self) -> bool:
+        """Count one; whether it is within this task's budget."""
+        now = workflow.now()
+        mark = (workflow.info().get_current_history_length(),
+                now if self.by_time else datetime.min)
+        if mark != self._mark:
+            self._mark, self._used, self.task_time = mark, 0, now
+        self._used += 1
+        return self._used <= self.limit
+
+
 class QueryAskedAgain(Interceptor):
     def intercept_client(self, next: OutboundInterceptor) -> OutboundInterceptor:
         return _AskAgain(next)
