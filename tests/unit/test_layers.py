@@ -37,8 +37,7 @@ PROJECT = {"activities", "starter", "workflows", "worker", "bench", "tests"}
 PUBLIC = ("tower", "tower.contract", "tower.testing", "tower.temporal", "tower.temporal.worker",
           "tower.core.signing", "tower.core.policy",
           "tower.activities", "tower.client", "tower.temporal.telemetry",
-          "tower.temporal.payloads", "tower.temporal.codec", "tower.effects",
-          "tower.temporal.cleanup")
+          "tower.temporal.payloads", "tower.temporal.codec", "tower.effects")
 # The packages' own names, not every module below them.
 EXACT = ("tower", "tower.temporal", "tower.effects")
 

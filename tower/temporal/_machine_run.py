@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 from temporalio import activity, workflow
@@ -248,7 +248,10 @@ class MachineRun:
             state, carried = self.machine.state_type.model_validate(self._carry_in.state), \
                 self._carry_in
         self.on_start(state)
-        self._pending_memo = memo_at_start()
+        # The pending request the memo shows as the run starts: a continued run's copy of its
+        # own, or one forged by whoever started it (the start memo is the client's to set):
+        # the first ``publish`` compares the run's own view with it and clears a forgery.
+        self._pending_memo = workflow.memo_value(search.PENDING_MEMO, None)
         if carried is None:
             # Decided from the start event, so a replay decides the same; a continued run
             # (its attributes copied from the run before) keeps the upsert at its end.
@@ -423,16 +426,6 @@ class MachineRun:
     def query_log_summary(self) -> LogSummary:
         self._started()
         return summarize(self._carried, self._log)
-
-
-def memo_at_start() -> dict[str, Any] | None:
-    """The pending request the run's memo shows as it starts: a continued run's copy of its
-    own, or one forged by whoever started it (the start memo is the client's to set). The
-    first ``publish`` then compares the run's own view with it and clears a forgery."""
-    shown = workflow.memo_value(search.PENDING_MEMO, None)
-    if shown is not None:
-        return cast(dict[str, Any], shown)
-    return None
 
 
 def carry_refused(carry: Carry) -> str | None:

@@ -161,8 +161,7 @@ class TowerPlugin(SimplePlugin):
         # The runtime, loaded only here: a client of this plugin needs only its converter.
         from tower.effects._guard import OnlyEffectsReconcile
         from tower.temporal import _interceptors as guard
-        from tower.temporal.cleanup import TowerStoreCleanup
-        from tower.temporal.worker import check_external_tools, tool_activities
+        from tower.temporal.worker import TowerStoreCleanup, check_external_tools, tool_activities
 
         config = super().configure_worker(config)
         if not any(config.get(k) for k in ("build_id", "use_worker_versioning",
@@ -253,7 +252,7 @@ class TowerPlugin(SimplePlugin):
         """A worker bringing Tower's own activities says which store each is and ensures the
         stores' retention schedule."""
         from tower.activities.stores import announce
-        from tower.temporal.cleanup import EVERY, ensure_cleanup
+        from tower.temporal.worker import EVERY, ensure_cleanup
 
         config = worker.config()
         if self._hosts_agents(config.get("workflows") or ()):

@@ -10,16 +10,34 @@ client's own. The engine never imports a project's packages: the agents come in 
 The tools a worker serves: one activity per tool of its agents' graphs, each bound to what
 ``TowerPlugin(bind={...})`` gives its resource (tower/effects/_activity.py makes each), or
 the start refused, naming every tool left unbound.
+
+Tower's housekeeping as Temporal work: a Schedule starts ``TowerStoreCleanup`` every
+``EVERY``, which runs the cleanup activity (tower/activities/cleanup.py) on any worker of
+the queue. One schedule per namespace and queue; every worker may ensure it at start-up.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from temporalio.client import Client
+from temporalio import workflow
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    SchedulePolicy,
+    ScheduleSpec,
+)
+from temporalio.common import RetryPolicy
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from tower.activities.cleanup import CLEANUP_ACTIVITY
 from tower.core.errors import InvalidGraph
 from tower.core.tools import Tool, ToolSpec
 from tower.effects._activity import UNBOUND, activity_for
@@ -27,6 +45,9 @@ from tower.temporal.plugin import TowerPlugin, WorkerMisconfigured
 
 if TYPE_CHECKING:
     from tower.activities.own import WorkerSettings
+
+EVERY = timedelta(hours=1)  # between passes of the stores' cleanup
+log = logging.getLogger("tower.stores")
 
 
 def build_worker(
@@ -109,3 +130,43 @@ def check_external_tools(agents: Iterable[Any], available: Collection[str]) -> N
 def _machines(agents: Iterable[Any]) -> list[Any]:
     """The agents' machines (a plain Temporal workflow hosted beside them has none)."""
     return [cls.machine for cls in agents if getattr(cls, "machine", None) is not None]
+
+
+
+@workflow.defn(name="tower_store_cleanup")
+class TowerStoreCleanup:
+    """One cleanup pass: returns how many runs' entries each store lost."""
+
+    @workflow.run
+    async def run(self, retention_seconds: float | None = None) -> dict[str, int]:
+        removed: dict[str, int] = await workflow.execute_activity(
+            CLEANUP_ACTIVITY, retention_seconds, result_type=dict,
+            start_to_close_timeout=timedelta(minutes=30), heartbeat_timeout=timedelta(minutes=2),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(minutes=5), maximum_attempts=5))
+        return removed
+
+
+def schedule_id(task_queue: str) -> str:
+    return f"tower-store-cleanup-{task_queue}"
+
+
+async def ensure_cleanup(client: Client, task_queue: str, every: timedelta = EVERY,
+                         first: datetime | None = None) -> bool:
+    """Create the cleanup schedule for ``task_queue`` unless it exists, its first pass not
+    before ``first``; True if made now."""
+    try:
+        await client.create_schedule(schedule_id(task_queue), Schedule(
+            action=ScheduleActionStartWorkflow(TowerStoreCleanup.run, id=schedule_id(
+                task_queue), task_queue=task_queue),
+            spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)],
+                              start_at=first),
+            # One pass at a time; a pass missed while no worker ran is not made up twice.
+            policy=SchedulePolicy()))
+    except ScheduleAlreadyRunningError:
+        return False
+    except RPCError as exc:  # e.g. an identity without the right to schedule: say so, go on
+        log.warning("the stores' retention schedule %s was not made (%s): ask an operator "
+                    "to run a worker that may create it (docs/production.md)",
+                    schedule_id(task_queue), exc)
+        return False
+    return True
