@@ -129,7 +129,6 @@ class TowerPlugin(SimplePlugin):
             interceptors=[QueryAskedAgain(), *_tracing(self.traced), *interceptors],
             activities=_adding(activities),
             workflows=_adding(agents),
-            workflow_runner=self.runner_for,
             workflow_failure_exception_types=_adding(WORKFLOW_FAILURE_TYPES),
             run_context=frozen_heap)  # a flood of signals in one task stays within 2 s
 
@@ -149,13 +148,15 @@ class TowerPlugin(SimplePlugin):
             self._from_env = tower_data_converter()
         return self._from_env
 
-    def runner_for(self, existing: WorkflowRunner | None) -> WorkflowRunner:
-        """Tower's sandbox, keeping what another plugin passed through (a runner that is no
-        sandbox at all was chosen on purpose, and is kept)."""
+    def runner_for(self, existing: WorkflowRunner | None, workflows: Iterable[type] = ()
+                   ) -> WorkflowRunner:
+        """Tower's sandbox, with the project's own packages beside ``workflows`` and what
+        another plugin passed through (a runner that is no sandbox at all was chosen on
+        purpose, and is kept)."""
         if existing is not None and not isinstance(existing, SandboxedWorkflowRunner):
             return existing
         kept = existing.restrictions.passthrough_modules if existing is not None else ()
-        return sandbox_runner(*self.passthrough, *sorted(kept))
+        return sandbox_runner(*self.passthrough, *sorted(kept), *project_packages(workflows))
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         # The runtime, loaded only here: a client of this plugin needs only its converter.
@@ -173,8 +174,7 @@ class TowerPlugin(SimplePlugin):
         if converter is not client.data_converter:
             config["client"] = _with_converter(client, converter)
         workflows = list(config.get("workflows") or ())
-        if (runner := _learning(config.get("workflow_runner"), workflows)) is not None:
-            config["workflow_runner"] = runner
+        config["workflow_runner"] = self.runner_for(config.get("workflow_runner"), workflows)
         activities = self._with_own_activities(config, workflows)
         if self._hosts_agents(workflows) and TowerStoreCleanup not in workflows:
             workflows.append(TowerStoreCleanup)  # the stores' retention, on the agents' queue
@@ -267,19 +267,10 @@ class TowerPlugin(SimplePlugin):
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
         config = super().configure_replayer(config)
         config["build_id"] = config.get("build_id") or code_version()  # as a worker's
-        if (runner := _learning(config.get("workflow_runner"), config.get("workflows") or ())):
-            config["workflow_runner"] = runner
+        config["workflow_runner"] = self.runner_for(config.get("workflow_runner"),
+                                                    config.get("workflows") or ())
         config["data_converter"] = guarded(self.converter_for(config.get("data_converter")))
         return config
-
-
-def _learning(runner: WorkflowRunner | None, workflows: Iterable[type]
-              ) -> WorkflowRunner | None:
-    """The sandbox, with the project's own packages beside ``workflows`` passed through."""
-    if not isinstance(runner, SandboxedWorkflowRunner):
-        return runner
-    return sandbox_runner(*sorted(runner.restrictions.passthrough_modules),
-                          *project_packages(workflows))
 
 
 def _foreign(converter: DataConverter) -> str:
