@@ -56,8 +56,8 @@ TOOL_HEARTBEAT = timedelta(seconds=3)
 # gave up on a tool say truthfully whether the effect was made.
 RECONCILE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
                               maximum_interval=timedelta(seconds=10))
-MODEL_RETRY = dataclasses.replace(TOOL_RETRY, maximum_attempts=6, non_retryable_error_types=types(
-    Code.MODEL_REQUEST_REJECTED))
+MODEL_RETRY = dataclasses.replace(TOOL_RETRY, maximum_attempts=6,
+                                  non_retryable_error_types=types(Code.MODEL_REQUEST_REJECTED))
 # A local call's store errors go straight to the queue's workers (``reply``).
 LOCAL_RETRY = dataclasses.replace(MODEL_RETRY, non_retryable_error_types=types(
     Code.MODEL_REQUEST_REJECTED, *STORE_WAITS))
@@ -181,10 +181,9 @@ class TemporalContext(NodeContext):
     async def reply(self, request: ModelRequest, local: bool) -> ModelReply:
         if local:  # one marker holding the result; a lost worker is noticed at the task timeout
             try:  # (no summary: one more payload to convert on every replay)
-                reply: ModelReply = await workflow.execute_local_activity(
+                return await workflow.execute_local_activity(
                     "call_model", request, result_type=ModelReply,
                     start_to_close_timeout=timedelta(seconds=120), retry_policy=LOCAL_RETRY)
-                return reply
             except (ActivityError, ApplicationError) as exc:
                 # (A local activity's failure arrives as its own error, not wrapped.)
                 if not waits_for_store(exc):

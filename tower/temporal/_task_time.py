@@ -15,7 +15,8 @@ hung runs (tests/test_stuck_after_query.py). Anywhere else it returns without yi
 commands and their order are unchanged.
 
 The query meanwhile fails with ``AHEAD_OF_ITS_TASK``; ``QueryAskedAgain``, on every Tower
-client, asks it again once the task has run, so no caller sees the race.
+client, asks it again once the task has run, so no caller sees the race. An activity the
+workflow awaits goes through ``call_activity``, which checks; ``TaskBudget`` counts per task.
 """
 
 from __future__ import annotations
