@@ -45,7 +45,7 @@ def exporter_names(env: Mapping[str, str]) -> list[str]:
              if n.strip()]
     if named:
         return [n for n in named if n != "none"]
-    if _otlp_endpoint(env):
+    if _traces_url(env):
         return ["otlp"]
     return ["console"] if env.get("TOWER_TRACING", "").lower() in TRUE + ("console",) else []
 
@@ -144,10 +144,6 @@ def _skip_noise() -> Callable[[SpanProcessor], SpanProcessor]:
             return self.inner.force_flush(timeout_millis)
 
     return SkipNoise
-
-
-def _otlp_endpoint(env: Mapping[str, str]) -> str | None:
-    return env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
 def _traces_url(env: Mapping[str, str]) -> str | None:
