@@ -389,8 +389,8 @@ class MachineRun:
             workflow.info().workflow_id, self._log))
 
     def _started(self) -> None:
-        """A query on a run whose agent refused its input fails with the reason: it has no
-        state, status, cost or steps (an empty answer would read as "starting")."""
+        """A run whose agent refused its input fails with the reason, and so does a query on
+        it: it has no state, status, cost or steps (an empty answer would read as "starting")."""
         if self._input_refused:
             raise failure(TowerError(self._input_refused, code=Code.INPUT_REFUSED))
 

@@ -148,8 +148,7 @@ def make_workflow(cls: type) -> None:
             self.take_start(request)
 
     async def run(self: Any, *args: Any) -> Any:
-        if self._input_refused:  # replayed (refuse): the run fails as it did
-            raise failure(TowerError(self._input_refused, code=Code.INPUT_REFUSED))
+        self._started()  # an input refused, replayed (``refuse``): the run fails as it did
         request = self._start_input  # opened in __init__ (a subclass's own init, typed)
         await self._begin(request)
         if own_run is not None:
