@@ -20,18 +20,17 @@ the worker's attestation of it is back, so no reader sees a genuine request unat
 
 Signals, against a sender who may send anything, thousands in one workflow task (and the
 SDK's deadlock detector gives the task 2 seconds): a signal is decoded only when it is
-judged; a refusal costs a counter and a tuple, and the newest are kept raw (size-capped)
-and made ``Refusal`` records only when the ``approvals`` query asks. A decision
-signal is judged at once while this workflow task's signature budget lasts; past it, it is
-*held*, undecoded and in order, and judged in the tasks that follow. One signed by a key
-the roster snapshot does not know yet (added since the run read it, or forged) waits for
-the roster's re-read, then is judged again with the held ones. At most UNKNOWN_KEEP wait,
-each kept as its token alone; one arriving when they are that many is refused, never one
-that came before it. A ``decide`` update refused for what the roster says (a key id it
-does not name, a role it does not grant the signer) is accepted by the validator and
-waits, in its handler, for the same re-read, then is judged once more: a roster changed
-after the run started needs no ``refresh_trust``. However many wait, the run reads the
-roster at most once per REFRESH_GAP.
+judged; a refusal costs a counter and a tuple, and the newest are kept raw (size-capped) and
+made ``Refusal`` records only when the ``approvals`` query asks. A decision signal is judged
+at once while this workflow task's signature budget lasts; past it, it is *held*, undecoded
+and in order, and judged in the tasks that follow. One signed by a key the roster snapshot
+does not know yet (added since the run read it, or forged) waits for the roster's re-read,
+then is judged again with the held ones. At most UNKNOWN_KEEP wait, each kept as its token
+alone; one arriving when they are that many is refused, never one that came before it. A
+``decide`` update refused for what the roster says (a key id it does not name, a role it
+does not grant the signer) is accepted by the validator and waits, in its handler, for the
+same re-read, then is judged once more: a roster changed after the run started needs no
+``refresh_trust``. However many wait, the run reads the roster at most once per REFRESH_GAP.
 """
 
 from __future__ import annotations
