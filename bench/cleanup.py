@@ -14,7 +14,7 @@ from temporalio.client import Client
 
 from bench.chat import CHAT_START, message
 from tower.activities.model import ModelSettings
-from tower.temporal.cleanup import TowerStoreCleanup
+from tower.temporal.worker import TowerStoreCleanup
 from worker import build_worker
 from workflows.chat import ChatAgent, ChatInput, UserMessage
 

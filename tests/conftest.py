@@ -13,7 +13,7 @@ import pytest
 import towercli
 from headless import Browser, chromium_path
 from hypothesis import settings
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -21,9 +21,7 @@ from temporalio.worker import Worker
 from tower.activities.model import ModelSettings
 from tower.cli.devserver import dynamic_config_args, temporal_binary
 from tower.cli.trust_files import dev_trust, enrol
-from tower.client._runs import run_state
 from tower.contract import search
-from tower.contract.failures import AgentFailed, rebuilt
 from tower.core.state import AgentState
 from worker import build_worker
 
@@ -107,17 +105,6 @@ def db_path(tmp_path: Path) -> Path:
 
 WorkerFactory = Callable[..., Worker]
 S = TypeVar("S", bound=AgentState)
-
-
-async def final_state(handle: WorkflowHandle[Any, Any], result_type: type[S]) -> S:
-    """The run's final state once it ended DONE or FAILED (tower.client's ``run_state``,
-    with the handle's own client); a run that failed otherwise re-raises its failure."""
-    try:
-        await handle.result()
-    except WorkflowFailureError as exc:
-        if not isinstance(rebuilt(exc), AgentFailed):
-            raise
-    return result_type.model_validate(await run_state(handle._client, handle.id))
 
 
 @pytest.fixture

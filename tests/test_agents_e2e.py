@@ -6,9 +6,10 @@ import sqlite3
 import uuid
 from pathlib import Path
 
-from conftest import WorkerFactory, final_state
+from conftest import WorkerFactory
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from workerkit import final_state
 
 from tower.activities.model import ModelSettings
 from tower.core.engine import Transition

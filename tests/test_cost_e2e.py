@@ -10,9 +10,10 @@ import uuid
 
 import pytest
 from budget_agents import TightAccount
-from conftest import WorkerFactory, final_state
+from conftest import WorkerFactory
 from temporalio.client import Client
 from towercli import tower_cli
+from workerkit import final_state
 
 from tower.activities.model import ModelSettings
 from tower.activities.prices import PriceTable

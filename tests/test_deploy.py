@@ -17,7 +17,7 @@ from temporalio.api.common.v1 import Payloads
 
 from tower.cli.devserver import DYNAMIC_CONFIG, dev_server_command
 from tower.core.signing import MAX_TOKEN_CHARS
-from tower.temporal._refusals import CARRY_AFTER_SIGNALS, MAX_SIGNALS_PER_RUN
+from tower.temporal._gate import CARRY_AFTER_SIGNALS, MAX_SIGNALS_PER_RUN
 from tower.temporal.codec import new_key
 from tower.temporal.payloads import tower_data_converter
 from tower.temporal.telemetry import exporter_names, make_exporter

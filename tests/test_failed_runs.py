@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import WorkerFactory, final_state
+from conftest import WorkerFactory
 from gatekit import decide, new_id, recorded, refund_request, refunds, wait_pending
 from temporalio.client import (
     Client,
@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of
 from test_time_travel import fork
+from workerkit import final_state
 
 from tower.cli.cmd_operator import send_retry
 from tower.cli.common import CliError

@@ -7,7 +7,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import final_state
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
@@ -15,6 +14,7 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
 )
+from workerkit import final_state
 
 from tower.activities.model import ModelSettings
 from tower.core.engine import Transition

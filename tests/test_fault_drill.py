@@ -13,10 +13,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import final_state
 from procs import WorkerProcess
 from temporalio.testing import WorkflowEnvironment
 from test_faults_process import TEXT, address_of, count, start_order
+from workerkit import final_state
 
 from tower.cli.agents import scripted_reply
 from tower.testing.model_server import LoopbackModelServer

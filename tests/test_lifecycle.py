@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 import pytest
-from conftest import WorkerFactory, final_state
+from conftest import WorkerFactory
 from gatekit import signed_event, task_failures
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
@@ -23,11 +23,12 @@ from temporalio.client import (
 )
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
+from workerkit import final_state
 
 from tower.contract.failures import Code
 from tower.core.engine import Transition
 from tower.core.events import Rejection
-from tower.temporal._event_runtime import EVENTS_PER_TASK, REJECTED_KEEP, UNTAKEN
+from tower.temporal._runtime import EVENTS_PER_TASK, REJECTED_KEEP, UNTAKEN
 from workflows.lifecycle import (
     MAX_RECOVERIES,
     LifecycleAgent,

@@ -6,9 +6,9 @@ import sqlite3
 import uuid
 from pathlib import Path
 
-from conftest import final_state
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from workerkit import final_state
 
 from activities.tools import TOOLS, ToolsDb
 from tower.activities.model import ModelSettings

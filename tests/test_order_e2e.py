@@ -10,13 +10,14 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from conftest import WorkerFactory, final_state
+from conftest import WorkerFactory
 from gatekit import recorded
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from test_cli import address_of, tower
+from workerkit import final_state
 
 from tower.activities.model import ModelSettings
 from tower.cli.cmd_operator import send_retry

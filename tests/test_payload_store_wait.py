@@ -25,7 +25,7 @@ from temporalio.client import Client
 from activities.tools import TOOLS
 from tower.activities.model import ModelSettings
 from tower.contract.wire import ModelReply, ModelRequest
-from tower.temporal._store_wait import STORE_WAIT
+from tower.temporal._task_time import STORE_WAIT
 from tower.temporal.payloads import tower_data_converter
 from tower.testing.model_server import LoopbackModelServer
 from workflows.account import AccountAgent, AccountRequest

@@ -45,7 +45,7 @@ from tower.client.keys import load_key, new_key
 from tower.contract.decisions import GateRecord, proposal_digest
 from tower.core.signing import decision_claims
 from tower.temporal import TowerPlugin
-from tower.temporal._refusals import CARRY_AFTER_SIGNALS, MAX_SIGNALS_PER_RUN
+from tower.temporal._gate import CARRY_AFTER_SIGNALS, MAX_SIGNALS_PER_RUN
 from worker import build_worker
 from workflows.refund import RefundAgent
 

@@ -41,9 +41,8 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.converter import ActivitySerializationContext, WorkflowSerializationContext
 
 from tower.activities.model import ModelSettings
-from tower.temporal._unopenable import UnopenablePayload, guarded
 from tower.temporal.codec import ENCODING, KEY_ID, CodecError, new_key
-from tower.temporal.payloads import tower_data_converter
+from tower.temporal.payloads import UnopenablePayload, guarded, tower_data_converter
 from worker import build_worker
 from workflows.refund import RefundAgent
 

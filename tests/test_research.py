@@ -9,8 +9,9 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from conftest import WorkerFactory, final_state
+from conftest import WorkerFactory
 from temporalio.client import Client
+from workerkit import final_state
 
 from tower.core.engine import Transition
 from workflows.research import (

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import final_state
 from temporalio.client import Client
+from workerkit import final_state
 
 from tower.activities.model import ModelSettings
 from tower.cli.agents import scripted_reply

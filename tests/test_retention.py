@@ -16,7 +16,7 @@ from temporalio.client import Client
 from tower.activities.messages import MessageStore
 from tower.activities.streams import open_streams
 from tower.contract.stream import stream_name
-from tower.temporal.cleanup import TowerStoreCleanup, ensure_cleanup, schedule_id
+from tower.temporal.worker import TowerStoreCleanup, ensure_cleanup, schedule_id
 from workflows.chat import ChatAgent, ChatInput
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import time
 import uuid
 
-from conftest import WorkerFactory, final_state
+from conftest import WorkerFactory
 from script_agents import BrokenScript
 from temporalio.api.enums.v1 import EventType, RetryState
 from temporalio.client import Client
+from workerkit import final_state
 
 from tower.core.state import Status
 from workflows.account import AccountRequest, AccountState

@@ -27,9 +27,8 @@ if TYPE_CHECKING:  # what __getattr__ loads, typed for mypy
     from tower.core.policy import stricter
     from tower.core.state import ADD, APPEND, AgentState, Message, custom
     from tower.core.tools import Tool, tool
-    from tower.temporal._event_runtime import EventWorkflow
     from tower.temporal._fanout import FanOutPolicy, fan_out
-    from tower.temporal._runtime import AgentWorkflow
+    from tower.temporal._runtime import AgentWorkflow, EventWorkflow
     from tower.temporal._start import agent
 
 # name -> the module that defines it, imported on first use.
@@ -46,9 +45,8 @@ _LAZY = {name: module for module, names in {
     "tower.core.policy": ("stricter",),
     "tower.core.state": ("ADD", "APPEND", "AgentState", "Message", "custom"),
     "tower.core.tools": ("Tool", "tool"),
-    "tower.temporal._event_runtime": ("EventWorkflow",),
     "tower.temporal._fanout": ("FanOutPolicy", "fan_out"),
-    "tower.temporal._runtime": ("AgentWorkflow",),
+    "tower.temporal._runtime": ("AgentWorkflow", "EventWorkflow"),
     "tower.temporal._start": ("agent",),
 }.items() for name in names}
 

@@ -29,9 +29,8 @@ from activities.tools import billing
 from tower import Tool
 from tower.contract.wire import ToolCall
 from tower.effects import Postgres
-from tower.effects._tool import MARK, Database, EffectTool
-from tower.temporal import _tools
-from tower.temporal.worker import effect_of
+from tower.effects._tool import MARK, Database, EffectTool, effect_of
+from tower.temporal import worker as tower_worker
 
 TOOL_TIMEOUT_SECONDS = 2.0
 TOOL_ATTEMPTS = 2
@@ -113,15 +112,15 @@ def shorten() -> None:
     # The one tool object the workflows and the worker share (a test harness's liberty).
     object.__setattr__(billing.issue_refund, "timeout_seconds", TOOL_TIMEOUT_SECONDS)
     object.__setattr__(billing.issue_refund, "attempts", TOOL_ATTEMPTS)
-    pg, made = os.environ.get("JEPSEN_PG", ""), _tools.activity_for
+    pg, made = os.environ.get("JEPSEN_PG", ""), tower_worker.activity_for
     store = Postgres(pg, schema=PG_SCHEMA) if pg else None
 
-    def activity_for(tool: Tool, bound: Any = _tools.UNBOUND) -> Callable[..., Any]:
+    def activity_for(tool: Tool, bound: Any = tower_worker.UNBOUND) -> Callable[..., Any]:
         if tool.name != "issue_refund":
             return made(tool, bound)
         return refund_activity(tool, store or bound)
 
-    _tools.activity_for = activity_for
+    tower_worker.activity_for = activity_for
 
 
 if __name__ == "__main__":

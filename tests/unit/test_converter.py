@@ -23,11 +23,18 @@ from temporalio.converter import (
     WorkflowSerializationContext,
 )
 
-from tower.temporal import _unopenable as converter
-from tower.temporal._unopenable import TowerDataConverter, guarded
+from tower.temporal import payloads as converter
 from tower.temporal.codec import NoKeys
-from tower.temporal.payloads import tower_data_converter
-from tower.temporal.worker import pydantic_converter
+from tower.temporal.payloads import (
+    TowerDataConverter,
+    TowerPayloadConverter,
+    guarded,
+    tower_data_converter,
+)
+
+# Pydantic's converter as Tower builds it (tower_data_converter adds the store and codec).
+pydantic_converter = dataclasses.replace(pydantic_data_converter,
+                                         payload_converter_class=TowerPayloadConverter)
 
 
 class Turn(BaseModel):

@@ -5,6 +5,7 @@ refused, never silently replaced."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -30,8 +31,7 @@ from tower.contract.failures import (
     failure,
     rebuilt,
 )
-from tower.temporal._unopenable import TowerDataConverter, pydantic_converter
-from tower.temporal.payloads import PayloadMissing
+from tower.temporal.payloads import PayloadMissing, TowerDataConverter, TowerPayloadConverter
 from tower.temporal.plugin import TowerPlugin, WorkerMisconfigured
 
 from .test_bench_surface import ROOT
@@ -40,6 +40,9 @@ from .test_bench_surface import ROOT
 # sent as themselves: test_the_classes_users_catch_come_back_with_their_fields).
 WITH_FIELDS = {Code.EFFECT_REFUSED, Code.DECISION_REFUSED, Code.AGENT_FAILED}
 FAILURE_TYPES = [c for c in Code if c not in REFUSALS and c not in WITH_FIELDS]
+# Pydantic's converter as Tower builds it (tower_data_converter adds the store and codec).
+pydantic_converter = dataclasses.replace(pydantic_data_converter,
+                                         payload_converter_class=TowerPayloadConverter)
 
 
 def sent(error: BaseException) -> ApplicationError:

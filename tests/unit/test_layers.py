@@ -35,10 +35,9 @@ PROJECT = {"activities", "starter", "workflows", "worker", "bench", "tests"}
 # plugin and worker builder, the test helpers, what a client signs decisions and checks
 # policies with, and the data converter a project's codec and payload store plug into.
 PUBLIC = ("tower", "tower.contract", "tower.testing", "tower.temporal", "tower.temporal.worker",
-          "tower.core.signing", "tower.core.policy", "tower.temporal._unopenable",
+          "tower.core.signing", "tower.core.policy",
           "tower.activities", "tower.client", "tower.temporal.telemetry",
-          "tower.temporal.payloads", "tower.temporal.codec", "tower.effects",
-          "tower.temporal.cleanup")
+          "tower.temporal.payloads", "tower.temporal.codec", "tower.effects")
 # The packages' own names, not every module below them.
 EXACT = ("tower", "tower.temporal", "tower.effects")
 
@@ -110,6 +109,20 @@ def test_the_client_reaches_runs_through_the_contract() -> None:
     # Queries, updates and signals by the names tower.contract.names gives them: the
     # client imports no module of the runtime, not even for a type.
     assert private_temporal(imports_of(files("tower/client"))) == []
+
+
+def test_a_client_with_the_plugin_loads_no_runtime() -> None:
+    # TowerPlugin on a client brings its converter and interceptors; the workflow runtime
+    # loads only when a worker is configured (tower/temporal/plugin.py).
+    probe = ("import sys\nimport tower.client.connection\nfrom tower.temporal import TowerPlugin\n"
+             "TowerPlugin()\nprint(' '.join(sorted(sys.modules)))\n")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                            check=True).stdout.split()
+    assert "tower.temporal.plugin" in loaded
+    assert not [m for m in loaded if m.startswith(("tower.temporal._machine_run",
+                                                  "tower.temporal._gate",
+                                                  "tower.temporal._interceptors",
+                                                  "tower.effects"))]
 
 
 def test_the_client_check_sees_a_runtime_import(tmp_path: Path) -> None:

@@ -27,10 +27,10 @@ from tower.contract.failures import InvalidGraph
 from tower.effects import ToolCall
 from tower.temporal import TowerPlugin, WorkerSettings
 from tower.temporal._interceptors import ScheduledByOwnAgents
-from tower.temporal._unopenable import TowerDataConverter
-from tower.temporal.cleanup import TowerStoreCleanup
 from tower.temporal.codec import EncryptionCodec, NoKeys, new_key
+from tower.temporal.payloads import TowerDataConverter
 from tower.temporal.plugin import WORKFLOW_FAILURE_TYPES, WorkerMisconfigured, activity_name
+from tower.temporal.worker import TowerStoreCleanup
 from workflows.registry import AGENTS
 
 AGENT_CLASSES = list(AGENTS.values())

@@ -13,7 +13,7 @@ from opentelemetry import trace
 
 from tower import AgentState
 from tower.core.engine import Transition
-from tower.temporal._tracing import close_state, state_span
+from tower.temporal._runtime import close_state, state_span
 
 
 class Gate:

@@ -3,7 +3,7 @@
 Each store records which run (``namespace/workflow id``) owns an entry. An owner's entries
 go once no execution of its workflow id is open and the last closed over the period ago (or
 its history is gone); an entry another run also owns stays. Idempotent: it runs from a
-Schedule (tower/temporal/cleanup.py). The period: ``TOWER_STORE_RETENTION`` (``30d``,
+Schedule (tower/temporal/worker.py). The period: ``TOWER_STORE_RETENTION`` (``30d``,
 ``12h``, ``90m`` or seconds), else the namespace's retention.
 """
 

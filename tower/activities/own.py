@@ -46,7 +46,7 @@ def tower_activities(settings: WorkerSettings, scripts: Scripts, payloads: Any =
     messages = MessageStore(settings.messages or stores.messages)
     model = ModelActivities(settings.models or ModelSettings.from_env(), messages,
                             scripts=scripts, streams=streams)
-    # Retention: what closed runs left in the stores goes (tower/temporal/cleanup.py).
+    # Retention: what closed runs left in the stores goes (tower/temporal/worker.py).
     cleanup = StoreCleanup({"message store": messages, "stream store": streams,
                             "payload store": payloads})
     trust = Trust(settings.trust_dir)

@@ -59,7 +59,7 @@ async def command(paths: tuple[str, ...], query: str | None, namespace: str | No
                   data: str, timeout: float, judge: bool, scorers: tuple[str, ...],
                   as_json: bool) -> int:
     from tower.activities.model import ModelSettings
-    from tower.temporal._tools import WorkerMisconfigured
+    from tower.temporal.plugin import WorkerMisconfigured
     from tower.testing.evals import candidate_worker
     from tower.testing.evals import report as reports
 

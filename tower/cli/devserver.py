@@ -32,7 +32,7 @@ UI_PORT = 8233  # the Web UI's usual port
 DEV_RETENTION = timedelta(days=1)  # the dev server's own default for its namespaces
 # What deploy/temporal/dynamicconfig.yaml sets that workflows rely on (a test checks they
 # agree): a flood of signals to one run is cut off at the API (MAX_SIGNALS_PER_RUN in
-# tower/temporal/_refusals.py; docs/approvals.md, "What a refusal costs").
+# tower/temporal/_gate.py; docs/approvals.md, "What a refusal costs").
 DYNAMIC_CONFIG = {"history.maximumSignalsPerExecution": 1_000}
 
 

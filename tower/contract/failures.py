@@ -75,7 +75,7 @@ class Code(StrEnum):
     MODEL_UNAVAILABLE = "ModelUnavailable"  # no model answered (retried)
     MODEL_REFUSED = "ModelRefused"  # the model refused to answer
     EMPTY_REPLY = "EmptyReply"  # a model answered nothing (the next model is tried)
-    # Stores (an attempt fails; the run waits for the store: tower/temporal/_store_wait.py).
+    # Stores (an attempt fails; the run waits for the store: tower/temporal/_task_time.py).
     STORE_ENTRY_MISSING = "StoreEntryMissing"
     STORE_UNAVAILABLE = "StoreUnavailable"
     PAYLOAD_MISSING = "PayloadMissing"

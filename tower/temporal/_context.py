@@ -4,6 +4,11 @@ each backed by Temporal (activities, local activities, child workflows, ``workfl
 It is one implementation of ``tower.core.context.NodeContext``; ``tower.testing`` has
 the in-process one. Tools come from the node (``.node(..., tools=[send_payment])``: the
 objects themselves); the engine never imports a project's tools.
+
+A model call is a local activity (only its result is recorded), or an activity on the task
+queue (any worker may take it; heartbeats notice a lost worker). A store a call needs that
+fails the attempt never fails the run: a local call then goes to the queue, and a queued
+call or a tool is asked again until a worker can serve it (``wait_for_store``).
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.contract.failures import (
     NOT_MADE,
+    STORE_WAITS,
     Code,
     EffectRefused,
     NodeFailed,
@@ -37,9 +43,7 @@ from tower.core.graph import Node
 from tower.core.keys import Action, effect_key
 from tower.core.tools import Tool, ToolSpec, called, spec_for
 from tower.temporal import _stream_sink as stream_sink
-from tower.temporal._model_call import call_local, call_queued
-from tower.temporal._store_wait import wait_for_store
-from tower.temporal._task_time import in_a_task
+from tower.temporal._task_time import call_activity, wait_for_store
 
 # Let Temporal own retries so every attempt is visible in the event history.
 TOOL_RETRY = RetryPolicy(
@@ -53,6 +57,15 @@ TOOL_HEARTBEAT = timedelta(seconds=3)
 # gave up on a tool say truthfully whether the effect was made.
 RECONCILE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
                               maximum_interval=timedelta(seconds=10))
+MODEL_RETRY = dataclasses.replace(TOOL_RETRY, maximum_attempts=6,
+                                  non_retryable_error_types=types(Code.MODEL_REQUEST_REJECTED))
+# A local call's store errors go straight to the queue's workers (``reply``).
+LOCAL_RETRY = dataclasses.replace(MODEL_RETRY, non_retryable_error_types=types(
+    Code.MODEL_REQUEST_REJECTED, *STORE_WAITS))
+# A lost worker's call is retried elsewhere this soon (plus MODEL_RETRY's first second),
+# and its readers told (tower/activities/model_stream.py). The activity beats every third
+# of it; the SDK sends at most one beat per 80% of it.
+MODEL_HEARTBEAT = timedelta(seconds=3)
 
 
 class TemporalContext(NodeContext):
@@ -125,18 +138,13 @@ class TemporalContext(NodeContext):
     async def _run_tool(self, name: str, tool: ToolSpec, call: ToolCall) -> dict[str, Any]:
         retry = dataclasses.replace(TOOL_RETRY, maximum_attempts=tool.attempts)
         while True:
-            since = workflow.now()
             try:
-                result: dict[str, Any] = await workflow.execute_activity(
+                return await call_activity(
                     name, call, result_type=dict,
                     start_to_close_timeout=timedelta(seconds=tool.timeout_seconds),
                     heartbeat_timeout=TOOL_HEARTBEAT if tool.side_effect else None,
-                    retry_policy=retry, summary=f"{self.node.name} · tool {name}",
-                )
-                await in_a_task(since)  # see task_time.py: decisions may come in that task
-                return result
+                    retry_policy=retry, summary=f"{self.node.name} · tool {name}")
             except ActivityError as exc:
-                await in_a_task(since)
                 if not waits_for_store(exc):  # the same call again once the store is back
                     return await self._failed(name, tool, call, exc)
             await wait_for_store()
@@ -158,9 +166,8 @@ class TemporalContext(NodeContext):
     async def _reconcile(self, name: str, call: ToolCall) -> dict[str, Any] | None:
         """What the tool made under the call's key (None: nothing, and now nothing can be):
         the tool's own activity, asked to reconcile — every effect tool reconciles itself."""
-        since = workflow.now()
         try:
-            made: dict[str, Any] | None = await workflow.execute_activity(
+            made: dict[str, Any] | None = await call_activity(
                 name, call.model_copy(update={"reconcile": True}), result_type=dict,
                 start_to_close_timeout=timedelta(seconds=30), heartbeat_timeout=TOOL_HEARTBEAT,
                 schedule_to_close_timeout=timedelta(minutes=10), retry_policy=RECONCILE_RETRY,
@@ -170,13 +177,30 @@ class TemporalContext(NodeContext):
             if found is not None and found.code == Code.NOT_AN_EFFECT:
                 raise NodeFailed(f"{name} failed and cannot be reconciled: {found}") from exc
             raise
-        finally:  # nothing runs between the activity and here: no command to order
-            await in_a_task(since)
         return made
 
     async def reply(self, request: ModelRequest, local: bool) -> ModelReply:
-        return await (call_local(request) if local else call_queued(request, self.node.name))
-
+        if local:  # one marker holding the result; a lost worker is noticed at the task timeout
+            try:  # (no summary: one more payload to convert on every replay)
+                return await workflow.execute_local_activity(
+                    "call_model", request, result_type=ModelReply,
+                    start_to_close_timeout=timedelta(seconds=120), retry_policy=LOCAL_RETRY)
+            except (ActivityError, ApplicationError) as exc:
+                # (A local activity's failure arrives as its own error, not wrapped.)
+                if not waits_for_store(exc):
+                    raise
+        while True:  # on the task queue, asked again while its store fails
+            try:
+                # The activity heartbeats while it waits for the model: a worker killed
+                # mid-call is noticed in seconds, not at the start-to-close timeout.
+                return await call_activity(
+                    "call_model", request, result_type=ModelReply,
+                    start_to_close_timeout=timedelta(seconds=120), retry_policy=MODEL_RETRY,
+                    heartbeat_timeout=MODEL_HEARTBEAT, summary=f"{request.node} · model")
+            except ActivityError as exc:
+                if not waits_for_store(exc):
+                    raise
+            await wait_for_store()
 
 
 def unlisted(name: str) -> Tool:

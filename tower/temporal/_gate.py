@@ -2,7 +2,7 @@
 
 ``GateRuntime`` is a gated run's gate, one object that owns all a gate keeps: the roster
 snapshot decisions are judged by and when it was read (``Trust``, tower/temporal/
-_admission.py, which only the gate re-reads), the decision in flight, the intake of signals
+_machine_run.py, which only the gate re-reads), the decision in flight, the intake of signals
 and its budgets, the attestation of the open request and the audit trail of refusals
 (query ``approvals``). The run (``AgentWorkflow``) hands it its update, signal and query,
 and, for the loop's ``hold`` (tower/core/interpreter.py), asks it how a request opens,
@@ -18,29 +18,31 @@ asked (the ``refresh_trust`` signal, which carries no authority: at most one ref
 ``REFRESH_GAP``). A request is published (search attributes, memo, this query) only once
 the worker's attestation of it is back, so no reader sees a genuine request unattested.
 
-Signals, against a sender who may send anything (tower/temporal/_refusals.py): a decision
-signal is judged at once while this workflow task's signature budget lasts; past it, it is
-*held*, undecoded and in order, and judged in the tasks that follow. One signed by a key
-the roster snapshot does not know yet (added since the run read it, or forged) waits for
-the roster's re-read, then is judged again with the held ones. At most UNKNOWN_KEEP wait,
-each kept as its token alone; one arriving when they are that many is refused, never one
-that came before it. A ``decide`` update refused for what the roster says (a key id it
-does not name, a role it does not grant the signer) is accepted by the validator and
-waits, in its handler, for the same re-read, then is judged once more: a roster changed
-after the run started needs no ``refresh_trust``. However many wait, the run reads the
-roster at most once per REFRESH_GAP.
+Signals, against a sender who may send anything, thousands in one workflow task (and the
+SDK's deadlock detector gives the task 2 seconds): a signal is decoded only when it is
+judged; a refusal costs a counter and a tuple, and the newest are kept raw (size-capped) and
+made ``Refusal`` records only when the ``approvals`` query asks. A decision signal is judged
+at once while this workflow task's signature budget lasts; past it, it is *held*, undecoded
+and in order, and judged in the tasks that follow. One signed by a key the roster snapshot
+does not know yet (added since the run read it, or forged) waits for the roster's re-read,
+then is judged again with the held ones. At most UNKNOWN_KEEP wait, each kept as its token
+alone; one arriving when they are that many is refused, never one that came before it. A
+``decide`` update refused for what the roster says (a key id it does not name, a role it
+does not grant the signer) is accepted by the validator and waits, in its handler, for the
+same re-read, then is judged once more: a roster changed after the run started needs no
+``refresh_trust``. However many wait, the run reads the roster at most once per REFRESH_GAP.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal
 
-from temporalio import workflow
-from temporalio.common import RawValue
-from temporalio.exceptions import ApplicationError
+from temporalio import activity, workflow
+from temporalio.common import RawValue, RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 
 from tower.contract.decisions import (
     Decision,
@@ -52,11 +54,12 @@ from tower.contract.decisions import (
 from tower.contract.failures import Code, DecisionRefused, failure
 from tower.contract.notify import GateNotice
 from tower.contract.pending import PendingView
-from tower.contract.trust import AttestRequest, TrustSnapshot
+from tower.contract.trust import ATTEST_ACTIVITY, AttestRequest, TrustSnapshot
 from tower.core.gates import (
     Check,
     Gate,
     Outcome,
+    Refusal,
     check_decision,
     outcome,
     pending_record,
@@ -67,15 +70,25 @@ from tower.core.gates import (
 from tower.core.graph import TERMINALS
 from tower.core.state import AgentState
 from tower.temporal import _stream_sink as stream_sink
-from tower.temporal._gate_calls import attestation, notify, opening_run_id
-from tower.temporal._refusals import CARRY_AFTER_SIGNALS, AuditTrail, TaskBudget, decoded
-from tower.temporal._task_time import in_a_task
+from tower.temporal._task_time import TaskBudget, call_activity, in_a_task
+from tower.temporal.payloads import UnopenablePayload
 
 if TYPE_CHECKING:
     from tower.temporal._runtime import AgentWorkflow
 
 AUDIT_KEEP = 100  # refused decisions kept in memory (and in the `approvals` query)
-# Signature checks per workflow task (refusals.TaskBudget): of update validators (the server
+Via = Literal["signal", "update"]
+Kept = dict[str, str] | Sequence[RawValue] | None  # what a kept refusal shows, or its inputs
+KEEP_BYTES = 16 * 1024  # a kept raw input larger than this is remembered by its size only
+FIELDS = ("decision_id", "gate", "approver", "decision")
+FIELD_CHARS = 200
+# Tower's servers take at most this many signals per run (history.maximumSignalsPerExecution:
+# deploy/temporal/dynamicconfig.yaml, the dev server), so one task holds at most this many,
+# well within the SDK's 2 s deadlock detector (docs/approvals.md).
+MAX_SIGNALS_PER_RUN = 1_000
+# A parked run carries over once it has taken this many, before the server's cap is reached.
+CARRY_AFTER_SIGNALS = MAX_SIGNALS_PER_RUN // 2
+# Signature checks per workflow task (TaskBudget): of update validators (the server
 # lets at most 10 updates in at once, so this refuses nothing unless that cap is raised),
 # and of signals. The update handler has none: only updates a validator accepted reach it.
 VALIDATE_PER_TASK = 50
@@ -97,6 +110,65 @@ UNKNOWN_FULL = (f"; not kept for the run's next roster read: {UNKNOWN_KEEP} deci
                 "unknown keys wait for it already (a flood?); send it again once the run has "
                 "re-read its roster, or as the decide update")
 UNKNOWN_UNJUDGED = "signed by a key the run's roster did not name"
+NOTIFY_ATTEMPTS = 5
+RUN_ID_ACTIVITY = "tower_run_id"
+
+
+def decoded(args: Sequence[RawValue]) -> tuple[dict[str, Any] | None, str]:
+    """The JSON object a decision signal carries, or why it carries none."""
+    if len(args) != 1:
+        return None, (f"malformed decision: a decision signal carries one JSON object, "
+                      f"this one carried {len(args)} inputs")
+    try:
+        value = workflow.payload_converter().from_payload(args[0].payload, dict[str, Any])
+    except UnopenablePayload as exc:
+        return None, f"malformed decision: {exc}"
+    except Exception:  # whatever the converter raises on input a sender chose
+        value = None
+    if not isinstance(value, dict):
+        return None, "malformed decision: the signal's input is not a JSON object"
+    return value, ""
+
+
+def brief(raw: Any) -> dict[str, str]:
+    """What a refusal shows of its input: only what the run can read without trusting it,
+    each field cut short; a token is named by its size."""
+    if not isinstance(raw, Mapping):
+        return {}
+    if "token" in raw:
+        return {"decision_id": f"token ({len(str(raw['token']))} chars)"}
+    return {k: str(raw.get(k, ""))[:FIELD_CHARS] for k in FIELDS}
+
+
+class AuditTrail:
+    """Every refusal counted (``total``), the newest ``keep`` shown by ``refusals()``."""
+
+    def __init__(self, keep: int) -> None:
+        self.total = 0
+        self._kept: deque[tuple[datetime, Via, Code, str, Kept]] = deque(maxlen=keep)
+
+    def add(self, code: Code, reason: str, raw: Any = None, *, via: Via = "signal",
+            at: datetime | None = None) -> None:
+        """Refuse an input: decoded (a dict: only its small part is kept), or a signal's
+        inputs as they came, decoded only if shown and kept only if small (a flood of large
+        inputs must not be held in memory)."""
+        self.total += 1
+        if raw is None or isinstance(raw, Mapping):
+            kept: Kept = brief(raw)
+        else:
+            kept = raw if len(raw) == 1 and raw[0].payload.ByteSize() <= KEEP_BYTES else None
+        self._kept.append((at or workflow.now(), via, code, reason, kept))
+
+    def refusals(self) -> list[Refusal]:
+        return [Refusal(at=at, via=via, code=code, reason=reason, **self._fields(raw))
+                for at, via, code, reason, raw in self._kept]
+
+    @staticmethod
+    def _fields(raw: Kept) -> dict[str, str]:
+        if raw is None or isinstance(raw, dict):
+            return dict(raw or {})
+        value, _ = decoded(raw)
+        return brief(value)
 
 
 class GateRuntime:
@@ -123,7 +195,7 @@ class GateRuntime:
         self._reads_done = 0  # begun and ended (read or not)
         self._updates_waiting = 0  # decide updates waiting for a roster read
         self._rechecks = 0  # decide updates that waited for one (ROSTER_RECHECKS at most)
-        self._signals_taken = 0  # by this run (the server caps it: refusals.py)
+        self._signals_taken = 0  # by this run (the server caps it: MAX_SIGNALS_PER_RUN)
 
     # --- the request -----------------------------------------------------------------------
 
@@ -232,8 +304,7 @@ class GateRuntime:
         try:
             await self.trust.read()
         except ApplicationError as exc:  # keep the snapshot; say why in the audit trail
-            self.audit.add(workflow.now(), "signal", Code.NOT_JUDGED,
-                           f"roster refresh failed: {exc.message}")
+            self.audit.add(Code.NOT_JUDGED, f"roster refresh failed: {exc.message}")
             self._refuse_waiting(f"the roster could not be read again ({exc.message})")
             return
         finally:
@@ -285,7 +356,7 @@ class GateRuntime:
             decision, check = self.judge(raw)
         if decision is None or not check.ok:
             code = check.code or Code.MALFORMED
-            self.audit.add(workflow.now(), "update", code, check.reason, raw)
+            self.audit.add(code, check.reason, raw, via="update")
             raise failure(DecisionRefused(check.reason, code=code))
         if not check.duplicate:
             self.in_flight = decision
@@ -374,8 +445,8 @@ class GateRuntime:
         elif name == "refresh_trust":
             self.refresh_asked = True
         else:
-            self.audit.add_raw(workflow.now(), "signal", Code.UNKNOWN_SIGNAL,
-                               f"unknown signal {name[:80]!r}: nothing changed", args)
+            self.audit.add(Code.UNKNOWN_SIGNAL, f"unknown signal {name[:80]!r}: nothing changed",
+                           args)
 
     def _signalled_decision(self, args: Sequence[RawValue]) -> None:
         """A decision as a signal. Past this task's verify budget (or behind ones held
@@ -386,8 +457,8 @@ class GateRuntime:
             if pending_record(state) is not None:
                 self._held.append(args)
             else:  # no request to decide
-                self.audit.add_raw(self._verify_budget.task_time, "signal",
-                                   Code.OVERLOADED, UNVERIFIED, args)
+                self.audit.add(Code.OVERLOADED, UNVERIFIED, args,
+                               at=self._verify_budget.task_time)
             return
         self._take_decoded(args)
 
@@ -403,7 +474,7 @@ class GateRuntime:
     def _take_decoded(self, args: Sequence[RawValue]) -> None:
         raw, problem = decoded(args)
         if raw is None:
-            self.audit.add_raw(workflow.now(), "signal", Code.MALFORMED, problem, args)
+            self.audit.add(Code.MALFORMED, problem, args)
             return
         self._take_signal(raw, may_hold=True)
 
@@ -415,8 +486,7 @@ class GateRuntime:
             return
         if not check.ok or check.duplicate:
             reason = check.reason or "duplicate of an accepted decision: nothing changed"
-            self.audit.add(workflow.now(), "signal", check.code or Code.DUPLICATE,
-                           reason, raw)
+            self.audit.add(check.code or Code.DUPLICATE, reason, raw)
             return
         self.in_flight = decision
 
@@ -426,29 +496,79 @@ class GateRuntime:
         already (so a flood after it cannot push it out)."""
         code = check.code or Code.UNKNOWN_KEY
         if self.in_flight is not None or pending_record(self.run.state) is None:
-            self.audit.add(workflow.now(), "signal", code, check.reason, raw)
+            self.audit.add(code, check.reason, raw)
         elif len(self._unknown) >= UNKNOWN_KEEP:
-            self.audit.add(workflow.now(), "signal", code, check.reason + UNKNOWN_FULL, raw)
+            self.audit.add(code, check.reason + UNKNOWN_FULL, raw)
         else:  # the token alone: what decides (read_decision reads a token before the rest)
             self._unknown.append((self._reads_begun, {"token": raw["token"]}))
             self.refresh_asked = True
 
     def _refuse_held(self) -> None:
         """The request closed (a decision came first, or it expired): refuse what is held."""
-        while self._held:
-            held = self._held.popleft()
-            if isinstance(held, dict):  # its key unknown when it came
-                self.audit.add(workflow.now(), "signal", Code.NOT_JUDGED,
-                               HELD_UNJUDGED, held)
-            else:
-                self.audit.add_raw(workflow.now(), "signal", Code.NOT_JUDGED,
-                                   HELD_UNJUDGED, held)
+        while self._held:  # as they came, or decoded (their key unknown when they came)
+            self.audit.add(Code.NOT_JUDGED, HELD_UNJUDGED, self._held.popleft())
         self._refuse_waiting("the request closed before the roster was read again")
 
     def _refuse_waiting(self, why: str) -> None:
         """Refuse the decisions waiting for a roster read: the request closed, or the read
         failed (after its retries: waiting longer would hold the run from carrying over)."""
         while self._unknown:
-            self.audit.add(workflow.now(), "signal", Code.NOT_JUDGED,
-                           f"{UNKNOWN_UNJUDGED}; {why}: nothing changed",
+            self.audit.add(Code.NOT_JUDGED, f"{UNKNOWN_UNJUDGED}; {why}: nothing changed",
                            self._unknown.popleft()[1])
+
+
+# --- the activities a gate schedules as a request opens ----------------------------------
+
+
+async def opening_run_id() -> str:
+    """The run id a request opens in, recorded (an activity): a reset run replays earlier
+    requests under a new ``workflow.info().run_id`` and would refuse the decisions its
+    history shows accepted. Not a local activity: its marker could land a task early."""
+    # The gate opens in a workflow task, never in a query's replay (``call_activity``).
+    return await call_activity(
+        RUN_ID_ACTIVITY, result_type=str, start_to_close_timeout=timedelta(seconds=10),
+        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
+                                 maximum_interval=timedelta(seconds=10)),
+        summary="the run id this request opens in")
+
+
+async def attestation(request: AttestRequest) -> str:
+    """The deployment's worker vouching for this request: its token, or "" when it has no
+    key or cannot answer (the request is then unlisted, still decidable by run id)."""
+    # A decision may come in the same workflow task as the answer: the memo is upserted
+    # there, after it, never in an activation a worker ran for a query (``call_activity``).
+    try:
+        return await call_activity(
+            ATTEST_ACTIVITY, request, result_type=str,
+            start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=5),
+                                     maximum_attempts=3),
+            summary=f"attest request · gate {request.gate}")
+    except ActivityError as exc:
+        workflow.logger.warning("gate %s: request not attested: %s", request.gate, exc)
+        return ""
+
+
+def notify(notice: GateNotice) -> None:
+    """Tell the tenant's approvers (its webhook). Not awaited: the wait for a decision
+    starts at once; a failure after the retries is only logged."""
+    sent = workflow.start_activity(
+        "notify_gate", notice, start_to_close_timeout=timedelta(seconds=20),
+        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
+                                 maximum_interval=timedelta(seconds=10),
+                                 maximum_attempts=NOTIFY_ATTEMPTS),
+        summary=f"notify approvers · gate {notice.gate}")
+    sent.add_done_callback(lambda done: _log_unsent(notice.gate, done))
+
+
+@activity.defn  # named by the function: RUN_ID_ACTIVITY
+async def tower_run_id() -> str:
+    """The run id of the workflow run that calls it (``opening_run_id``)."""
+    run_id = activity.info().workflow_run_id
+    assert run_id is not None, "called outside a workflow run"
+    return run_id
+
+
+def _log_unsent(gate: str, done: Any) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        workflow.logger.warning("gate %s: approvers not notified: %s", gate, done.exception())

@@ -5,17 +5,24 @@
 into the state, the transition log, the queries, the search attributes, the Web UI's current
 details and the live stream. Its loop starts (or goes on from a carried state), then takes
 ``step`` until the machine is in a terminal, continuing-as-new between steps when due, then
-``settle``; a run that ends FAILED then fails its workflow execution
-(``outcome.agent_failed``), one that ends DONE returns its state. ``AgentWorkflow`` (a node
-and its route) and ``EventWorkflow`` (an event and the guards) say what a step is, and carry
-only the handlers they can honour.
+``settle``; a run that ends FAILED then fails its workflow execution with a non-retryable
+``AgentFailed`` naming the agent, node and step (seen in the Web UI, list queries, alerts,
+``result()``; ``tower retry`` recovers it), one that ends DONE returns its state.
+``AgentWorkflow`` (a node and its route) and ``EventWorkflow`` (an event and the guards) say
+what a step is, and carry only the handlers they can honour.
+
+Admission: at start a run that needs them (gated agents, those with a ``Policy`` and
+event-driven ones) loads its tenant's roster (who may decide or send events, with their
+public keys) and policy (limits, unsigned mode) with the ``load_trust`` activity, and
+refuses an input that tries to loosen either; a gate re-reads the roster while it waits
+(tower/temporal/_gate.py).
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 from temporalio import activity, workflow
@@ -24,8 +31,9 @@ from temporalio.exceptions import ActivityError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tower.contract import names, search
-from tower.contract.failures import Code, NodeFailed, TowerError, failure
+from tower.contract.failures import AgentFailed, Code, NodeFailed, TowerError, failure, types
 from tower.contract.pending import PendingView
+from tower.contract.trust import TrustRequest, TrustSnapshot
 from tower.core.carry import Carry, LogSummary, summarize
 from tower.core.cost import CallUsage, cost_report
 from tower.core.details import render_details
@@ -33,13 +41,12 @@ from tower.core.engine import Transition, start
 from tower.core.gates import pending_record
 from tower.core.graph import FAILED, TERMINALS, Machine
 from tower.core.keys import action_of, authority_of
+from tower.core.policy import effective
 from tower.core.state import AgentState, Status
 from tower.temporal import _stream_sink as stream_sink
-from tower.temporal._admission import Trust
 from tower.temporal._context import TemporalContext
-from tower.temporal._outcome import agent_failed
 from tower.temporal._start import match_init
-from tower.temporal._task_time import in_a_task
+from tower.temporal._task_time import call_activity
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -51,6 +58,47 @@ _EXECUTION_STATUS_SAYS = {search.AGENT_NODE.name, search.AGENT_STATUS.name,
 
 
 ORIGIN_ACTIVITY = "tower_continued_from"  # the activity below, named by its function
+# Retried until TRUST_DEADLINE, not a fixed number of times: workers killed one after
+# another (a deploy, a crash loop) must not fail a run before its first step. A missing
+# or invalid roster or policy (TrustMissing) is not retried: waiting cannot fix it.
+TRUST_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(
+    seconds=10), non_retryable_error_types=types(Code.TRUST_MISSING))
+TRUST_DEADLINE = timedelta(minutes=5)
+
+
+class _NothingAsked(BaseModel):
+    """The input of a carried run, as far as its limits go: its state already holds them."""
+
+
+class Trust:
+    """A run's roster and policy snapshot (``snapshot``, None until admitted) and when it
+    was read (``read_at``): read at admission and when the run's gate re-reads it, taken
+    from the run's own continue-as-new."""
+
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine
+        self.snapshot: TrustSnapshot | None = None
+        self.read_at: datetime | None = None
+
+    async def read(self) -> TrustSnapshot:
+        """Read the roster and policy (again); raises the failure of ``Code.TRUST_MISSING``
+        when they cannot be read, keeping the snapshot it had. Either way ``read_at`` is
+        now: a failed re-read is not tried again at once."""
+        try:  # in a task (``call_activity``): a parked run re-reads it, decisions may come
+            snapshot = await call_activity(
+                "load_trust", TrustRequest(tenant=workflow.info().namespace,
+                                           agent=self.machine.name),
+                result_type=TrustSnapshot, start_to_close_timeout=timedelta(seconds=30),
+                schedule_to_close_timeout=TRUST_DEADLINE, retry_policy=TRUST_RETRY,
+                summary="trust: the tenant's roster and policy")
+        except ActivityError as exc:
+            self.read_at = workflow.now()
+            cause = exc.cause if exc.cause is not None else exc
+            raise failure(TowerError(f"cannot load the tenant's roster and policy: "
+                                     f"{getattr(cause, 'message', cause)}",
+                                     code=Code.TRUST_MISSING)) from None
+        self.snapshot, self.read_at = snapshot, workflow.now()
+        return snapshot
 
 
 class MachineRun:
@@ -94,6 +142,7 @@ class MachineRun:
 
     def __init__(self) -> None:
         self.trust = Trust(self.machine)  # the roster and policy, once admitted
+        self._admitted = False
         # The agent's limits: the tenant's policy, tightened by the run's input (None for
         # an agent without a Policy). Set by admission, before the agent's run code.
         self.limits: Any = None
@@ -145,11 +194,31 @@ class MachineRun:
             await self.admit(request, carried=self._carry_in is not None)
 
     async def admit(self, request: BaseModel, *, carried: bool = False) -> Any:
-        """Bring the tenant's roster and policy into the run (``Trust.admit``); return the
-        agent's limits (the policy's, tightened by ``request``), or None for an agent
-        without limits. Once admitted, the run's limits are returned again."""
-        if not self.trust.admitted:
-            self.limits = await self.trust.admit(self.Policy, request, carried=carried)
+        """Bring the tenant's roster and policy into the run; return the agent's limits
+        (``Policy``'s, tightened by ``request``), or None for an agent without a Policy.
+        Once admitted, the run's limits are returned again.
+
+        Refuses (the run fails at once, with the reason) an input that loosens a limit, a
+        gated agent on a cron schedule, and a tenant without a roster and policy
+        (``TrustMissing``). A ``carried`` run's state already holds its limits: its input
+        tightens nothing."""
+        if self._admitted:
+            return self.limits
+        if self.machine.gates and workflow.info().cron_schedule:
+            # Every cron run repeats the requester's first input and counts as continued:
+            # a gated agent starts only as a run of its own (`tower run`), never on a cron.
+            raise failure(TowerError(
+                f"agent {self.machine.name!r} has approval gates and refuses a cron schedule "
+                f"({workflow.info().cron_schedule!r}): start each run on its own (a "
+                "Temporal Schedule may start them); docs/approvals.md",
+                code=Code.INPUT_REFUSED))
+        snapshot = await self.trust.read()
+        if self.Policy is not None:
+            self.limits = effective(self.Policy, snapshot.policy.agents.get(
+                self.machine.name, {}), _NothingAsked() if carried else request)
+        if snapshot.policy.unsigned_allowed:
+            workflow.upsert_search_attributes([search.UNSIGNED_DECISIONS.value_set(True)])
+        self._admitted = True
         return self.limits
 
     def on_start(self, state: AgentState) -> None:
@@ -178,7 +247,10 @@ class MachineRun:
             state, carried = self.machine.state_type.model_validate(self._carry_in.state), \
                 self._carry_in
         self.on_start(state)
-        self._pending_memo = memo_at_start()
+        # The pending request the memo shows as the run starts: a continued run's copy of its
+        # own, or one forged by whoever started it (the start memo is the client's to set):
+        # the first ``publish`` compares the run's own view with it and clears a forgery.
+        self._pending_memo = workflow.memo_value(search.PENDING_MEMO, None)
         if carried is None:
             # Decided from the start event, so a replay decides the same; a continued run
             # (its attributes copied from the run before) keeps the upsert at its end.
@@ -196,9 +268,12 @@ class MachineRun:
                 self.carry_over()
             await self.step()
         await self.settle()
-        if self.current.node == FAILED:
-            raise agent_failed(self.machine.name, self.current,
-                               self._log[-1] if self._log else None)
+        if self.current.node == FAILED:  # a failed execution wherever Temporal users look
+            last, state = (self._log[-1] if self._log else None), self.current
+            raise failure(AgentFailed(
+                state.errors[-1] if state.errors else (last.reason if last else "failed"),
+                agent=self.machine.name, node=last.source if last else state.node,
+                step=state.step))
         return self.current
 
     # --- the host of the loop (tower/core/interpreter.py) --------------------------------
@@ -313,8 +388,8 @@ class MachineRun:
             workflow.info().workflow_id, self._log))
 
     def _started(self) -> None:
-        """A query on a run whose agent refused its input fails with the reason: it has no
-        state, status, cost or steps (an empty answer would read as "starting")."""
+        """A run whose agent refused its input fails with the reason, and so does a query on
+        it: it has no state, status, cost or steps (an empty answer would read as "starting")."""
         if self._input_refused:
             raise failure(TowerError(self._input_refused, code=Code.INPUT_REFUSED))
 
@@ -352,16 +427,6 @@ class MachineRun:
         return summarize(self._carried, self._log)
 
 
-def memo_at_start() -> dict[str, Any] | None:
-    """The pending request the run's memo shows as it starts: a continued run's copy of its
-    own, or one forged by whoever started it (the start memo is the client's to set). The
-    first ``publish`` then compares the run's own view with it and clears a forgery."""
-    shown = workflow.memo_value(search.PENDING_MEMO, None)
-    if shown is not None:
-        return cast(dict[str, Any], shown)
-    return None
-
-
 def carry_refused(carry: Carry) -> str | None:
     """Why ``carry`` is not this run's own (None when it is): only a run's own
     continue-as-new hands over state. A raw start has no ``continued_run_id``; a cron or
@@ -390,14 +455,13 @@ async def origin_refused() -> str | None:
     info = workflow.info()
     if info.continued_run_id is None:
         return None
-    since = workflow.now()
-    refused: str = await workflow.execute_activity(
+    # In a task (``call_activity``): a carried run takes decisions from its first task.
+    refused = await call_activity(
         ORIGIN_ACTIVITY, info.continued_run_id, result_type=str,
         start_to_close_timeout=timedelta(seconds=30),
         retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
                                  maximum_interval=timedelta(seconds=10)),
         summary="where this run continued from")
-    await in_a_task(since)  # a carried run takes decisions from its first task (task_time.py)
     return refused or None
 
 

@@ -1,7 +1,7 @@
 """A worker process: its heap kept out of the collector's way while it runs, and its end.
 
 ``frozen_heap``: one workflow task can hold a thousand signals (the servers' per-run cap,
-tower/temporal/_refusals.py); applying them set off full collections that rescan the whole
+tower/temporal/_gate.py); applying them set off full collections that rescan the whole
 heap, which in a process that loaded a lot pushed the task past the SDK's 2 s deadlock
 detector on every retry. Objects frozen with ``gc.freeze`` are skipped by those passes.
 

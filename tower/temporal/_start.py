@@ -36,7 +36,7 @@ from temporalio.common import RawValue
 from tower.contract.failures import Code, InvalidGraph, TowerError, failure
 from tower.core.carry import Carry
 from tower.core.graph import Machine
-from tower.temporal._unopenable import UnopenablePayload
+from tower.temporal.payloads import UnopenablePayload
 
 W = TypeVar("W", bound=type)
 Script = Callable[[Any], Any]  # ModelRequest -> content or a ToolCallRequest
@@ -147,8 +147,7 @@ def make_workflow(cls: type) -> None:
             self.take_start(request)
 
     async def run(self: Any, *args: Any) -> Any:
-        if self._input_refused:  # replayed (refuse): the run fails as it did
-            raise failure(TowerError(self._input_refused, code=Code.INPUT_REFUSED))
+        self._started()  # an input refused, replayed (``refuse``): the run fails as it did
         request = self._start_input  # opened in __init__ (a subclass's own init, typed)
         await self._begin(request)
         if own_run is not None:

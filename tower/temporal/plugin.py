@@ -4,9 +4,9 @@
     worker = Worker(client, task_queue="tower", workflows=[MyAgent])
     replayer = Replayer(workflows=[MyAgent], plugins=[TowerPlugin()])
 
-A client with it writes and reads Tower's payloads (``tower.temporal.payloads``). A worker
-made from that client and a replayer given it also get the same settings by construction:
-the converter guarded against inputs it cannot open (``tower.temporal._unopenable``), the
+A client with it writes and reads Tower's payloads (``tower.temporal.payloads``), and loads
+no more of Tower's runtime. A worker made from that client and a replayer given it also get
+the same settings by construction: the converter guarded against inputs it cannot open, the
 sandbox with the engine and the project's packages passed through, Tower's failure types,
 tracing when a replay-safe tracer provider is installed, and sync activities on threads.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
-import sys
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -33,35 +32,27 @@ from temporalio.worker import Interceptor as WorkerInterceptor
 from temporalio.worker import ReplayerConfig, Worker, WorkerConfig, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-from tower.activities.stores import StoreSettings, announce
-from tower.contract.failures import IllegalTransition, InvalidGraph, NodeFailed
+from tower.activities.stores import StoreSettings
+from tower.contract.failures import Code, IllegalTransition, InvalidGraph, NodeFailed, TowerError
 from tower.core.events import EventRejected
 from tower.core.policy import PolicyInvalid, PolicyLoosened
 from tower.core.tools import ToolSpec, register_external
-from tower.effects._tool import OnlyEffectsReconcile
-from tower.temporal._gate_calls import tower_run_id
-from tower.temporal._interceptors import (
-    AttemptsEndQuietly,
-    ScheduledByOwnAgents,
-    TraceHeaderGuard,
-    quiet_store_tracebacks,
-)
-from tower.temporal._machine_run import tower_continued_from
 from tower.temporal._process import code_version, frozen_heap
 from tower.temporal._sandbox import project_packages, sandbox_runner
-from tower.temporal._start import scripts_of
-from tower.temporal._stream_sink import publish_steps
 from tower.temporal._task_time import QueryAskedAgain
-from tower.temporal._tools import WorkerMisconfigured, check_external_tools, tool_activities
-from tower.temporal._unopenable import TowerDataConverter, UnopenablePayload, guarded
-from tower.temporal.cleanup import EVERY as CLEANUP_EVERY
-from tower.temporal.cleanup import TowerStoreCleanup, ensure_cleanup
-from tower.temporal.payloads import driver_for, tower_data_converter
+from tower.temporal.payloads import (
+    TowerDataConverter,
+    UnopenablePayload,
+    driver_for,
+    guarded,
+    tower_data_converter,
+)
+from tower.temporal.telemetry import replay_safe
 
 if TYPE_CHECKING:
     from tower.activities.own import WorkerSettings
 
-__all__ = ["WORKFLOW_FAILURE_TYPES", "TowerPlugin", "WorkerMisconfigured", "has_tower_plugin"]
+__all__ = ["WORKFLOW_FAILURE_TYPES", "TowerPlugin", "WorkerMisconfigured"]
 
 log = logging.getLogger("tower.worker")
 # The objects whose bound methods a TowerPlugin registered as Tower's own activities: a
@@ -81,6 +72,12 @@ WORKFLOW_FAILURE_TYPES: list[type[BaseException]] = [
     UnopenablePayload, ValidationError]
 
 T = TypeVar("T")
+
+
+class WorkerMisconfigured(TowerError, ValueError):  # a ValueError: a setting's bad value
+    """A worker that could not run its agents' runs: it refuses to start, saying why."""
+
+    CODE = Code.BAD_SETTINGS
 
 
 class TowerPlugin(SimplePlugin):
@@ -122,17 +119,15 @@ class TowerPlugin(SimplePlugin):
         self.bind = dict(bind or {})
         self.serves_tools = tools
         self._from_env: DataConverter | None = None
-        self.traced = _tracer_installed() if tracing is None else tracing
+        self.traced = replay_safe() is not None if tracing is None else tracing
         self.passthrough = (*passthrough,
                             *(("opentelemetry",) if self.traced else ()))
         self.external_tools = dict(external_tools or {})
         super().__init__(
             "tower.TowerPlugin", data_converter=self.converter_for,
             interceptors=[QueryAskedAgain(), *_tracing(self.traced), *interceptors],
-            # The runtime's own: the run id a gate's request opens in, a carry's origin.
-            activities=_adding([tower_run_id, tower_continued_from, *activities]),
+            activities=_adding(activities),
             workflows=_adding(agents),
-            workflow_runner=self.runner_for,
             workflow_failure_exception_types=_adding(WORKFLOW_FAILURE_TYPES),
             run_context=frozen_heap)  # a flood of signals in one task stays within 2 s
 
@@ -152,15 +147,22 @@ class TowerPlugin(SimplePlugin):
             self._from_env = tower_data_converter()
         return self._from_env
 
-    def runner_for(self, existing: WorkflowRunner | None) -> WorkflowRunner:
-        """Tower's sandbox, keeping what another plugin passed through (a runner that is no
-        sandbox at all was chosen on purpose, and is kept)."""
+    def runner_for(self, existing: WorkflowRunner | None, workflows: Iterable[type] = ()
+                   ) -> WorkflowRunner:
+        """Tower's sandbox, with the project's own packages beside ``workflows`` and what
+        another plugin passed through (a runner that is no sandbox at all was chosen on
+        purpose, and is kept)."""
         if existing is not None and not isinstance(existing, SandboxedWorkflowRunner):
             return existing
         kept = existing.restrictions.passthrough_modules if existing is not None else ()
-        return sandbox_runner(*self.passthrough, *sorted(kept))
+        return sandbox_runner(*self.passthrough, *sorted(kept), *project_packages(workflows))
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        # The runtime, loaded only here: a client of this plugin needs only its converter.
+        from tower.effects._tool import OnlyEffectsReconcile
+        from tower.temporal import _interceptors as guard
+        from tower.temporal.worker import TowerStoreCleanup, check_external_tools, tool_activities
+
         config = super().configure_worker(config)
         if not any(config.get(k) for k in ("build_id", "use_worker_versioning",
                                            "deployment_config")):
@@ -171,8 +173,7 @@ class TowerPlugin(SimplePlugin):
         if converter is not client.data_converter:
             config["client"] = _with_converter(client, converter)
         workflows = list(config.get("workflows") or ())
-        if (runner := _learning(config.get("workflow_runner"), workflows)) is not None:
-            config["workflow_runner"] = runner
+        config["workflow_runner"] = self.runner_for(config.get("workflow_runner"), workflows)
         activities = self._with_own_activities(config, workflows)
         if self._hosts_agents(workflows) and TowerStoreCleanup not in workflows:
             workflows.append(TowerStoreCleanup)  # the stores' retention, on the agents' queue
@@ -193,9 +194,9 @@ class TowerPlugin(SimplePlugin):
         # line (outermost: its failure carries few frames).
         names = [workflow_name(cls) for cls in workflows]
         hosted = [] if None in names else [str(n) for n in names]
-        quiet_store_tracebacks()
-        config["interceptors"] = [AttemptsEndQuietly(),
-                                  ScheduledByOwnAgents(config["client"], hosted),
+        guard.quiet_store_tracebacks()
+        config["interceptors"] = [guard.AttemptsEndQuietly(),
+                                  guard.ScheduledByOwnAgents(config["client"], hosted),
                                   OnlyEffectsReconcile(),
                                   *(config.get("interceptors") or ())]
         # Tower's heartbeat timeouts are a few seconds: send each beat within a second, not
@@ -213,11 +214,18 @@ class TowerPlugin(SimplePlugin):
                              ) -> list[Callable[..., Any]]:
         """The worker's activities with Tower's own in place of any an earlier TowerPlugin
         added; one the project registered under the same name wins."""
+        from tower.activities.own import WorkerSettings, attestation_missing, tower_activities
+        from tower.temporal._gate import tower_run_id
+        from tower.temporal._machine_run import tower_continued_from
+        from tower.temporal._start import scripts_of
+        from tower.temporal._stream_sink import publish_steps
+
         activities = [a for a in config.get("activities") or ()
                       if getattr(a, "__self__", None) not in _OWN]
+        # The runtime's own: the run id a gate's request opens in, a carry's origin.
+        activities += [a for a in (tower_run_id, tower_continued_from) if a not in activities]
         if not self._hosts_agents(workflows):
             return activities
-        from tower.activities.own import WorkerSettings, attestation_missing, tower_activities
 
         agents = [cls for cls in workflows if hasattr(cls, "machine")]
         settings = self.settings or WorkerSettings()
@@ -242,6 +250,9 @@ class TowerPlugin(SimplePlugin):
                          ) -> None:
         """A worker bringing Tower's own activities says which store each is and ensures the
         stores' retention schedule."""
+        from tower.activities.stores import announce
+        from tower.temporal.worker import EVERY, ensure_cleanup
+
         config = worker.config()
         if self._hosts_agents(config.get("workflows") or ()):
             client = config["client"]
@@ -249,25 +260,16 @@ class TowerPlugin(SimplePlugin):
             # The first pass an interval after the first worker: nothing is old enough to
             # go before then, and a short-lived server (a test's) never runs one.
             await ensure_cleanup(client, config["task_queue"],
-                                 first=datetime.now(UTC) + CLEANUP_EVERY)
+                                 first=datetime.now(UTC) + EVERY)
         await super().run_worker(worker, next)
 
     def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
         config = super().configure_replayer(config)
         config["build_id"] = config.get("build_id") or code_version()  # as a worker's
-        if (runner := _learning(config.get("workflow_runner"), config.get("workflows") or ())):
-            config["workflow_runner"] = runner
+        config["workflow_runner"] = self.runner_for(config.get("workflow_runner"),
+                                                    config.get("workflows") or ())
         config["data_converter"] = guarded(self.converter_for(config.get("data_converter")))
         return config
-
-
-def _learning(runner: WorkflowRunner | None, workflows: Iterable[type]
-              ) -> WorkflowRunner | None:
-    """The sandbox, with the project's own packages beside ``workflows`` passed through."""
-    if not isinstance(runner, SandboxedWorkflowRunner):
-        return runner
-    return sandbox_runner(*sorted(runner.restrictions.passthrough_modules),
-                          *project_packages(workflows))
 
 
 def _foreign(converter: DataConverter) -> str:
@@ -304,10 +306,6 @@ def activity_name(fn: Callable[..., Any]) -> str | None:
     return getattr(fn, "__name__", None)
 
 
-def has_tower_plugin(client: Client) -> bool:
-    return any(isinstance(p, TowerPlugin) for p in client.config()["plugins"])
-
-
 def _with_converter(client: Client, converter: DataConverter) -> Client:
     # The client as its plugins configured it (interceptors included), with another
     # converter; its plugins are not applied again (they would put the first one back).
@@ -330,20 +328,13 @@ def _adding(items: Sequence[T]) -> Callable[[Sequence[T] | None], Sequence[T]] |
     return add
 
 
-def _tracer_installed() -> bool:
-    if "temporalio.contrib.opentelemetry" not in sys.modules:
-        return False  # nobody made a replay-safe provider in this process
-    from opentelemetry import trace
-    from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
-
-    return isinstance(trace.get_tracer_provider(), ReplaySafeTracerProvider)
-
-
 def _tracing(on: bool) -> list[ClientInterceptor | WorkerInterceptor]:
     """Spans for starting runs, running workflows and activities, the trace context carried
     in headers; in front of the tracer, a guard against headers it cannot read."""
     if not on:
         return []
     from temporalio.contrib.opentelemetry import OpenTelemetryInterceptor
+
+    from tower.temporal._interceptors import TraceHeaderGuard
 
     return [TraceHeaderGuard(), OpenTelemetryInterceptor(add_temporal_spans=True)]

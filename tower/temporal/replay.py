@@ -184,10 +184,8 @@ async def replay(
             yield history
 
     async with rep.workflow_replay_iterator(feed()) as replays:
-        index = 0
-        async for outcome in replays:
-            source, history = histories[index]
-            index += 1
+        async for outcome in replays:  # one per history, in order
+            source, history = histories[len(results)]
             kind = workflow_type(history)
             done = Replayed(source, history.workflow_id, kind)
             instance, recorder.instance = recorder.instance, None

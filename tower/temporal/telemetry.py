@@ -2,8 +2,7 @@
 
 Off unless asked for: OTEL_TRACES_EXPORTER=console|otlp|none (a comma list); unset, it is
 ``otlp`` when an OTLP endpoint is set, ``console`` with TOWER_TRACING=1. OTLP speaks
-http/protobuf (OTEL_EXPORTER_OTLP_PROTOCOL; ``grpc`` needs
-opentelemetry-exporter-otlp-proto-grpc). OTEL_SDK_DISABLED=true turns it all off;
+http/protobuf (the collector's port 4318). OTEL_SDK_DISABLED=true turns it all off;
 OTEL_SERVICE_NAME names the service.
 
 The provider is Temporal's replay-safe one (span ids from the workflow's seeded randomness,
@@ -17,7 +16,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tower.contract.failures import Code, TowerError
 
@@ -46,7 +45,7 @@ def exporter_names(env: Mapping[str, str]) -> list[str]:
              if n.strip()]
     if named:
         return [n for n in named if n != "none"]
-    if _otlp_endpoint(env):
+    if _traces_url(env):
         return ["otlp"]
     return ["console"] if env.get("TOWER_TRACING", "").lower() in TRUE + ("console",) else []
 
@@ -62,19 +61,9 @@ def make_exporter(name: str, env: Mapping[str, str]) -> SpanExporter:
             f"OTEL_TRACES_EXPORTER={name!r} is not supported (use console, otlp or none)")
     protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get(
         "OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
-    if protocol == "grpc":
-        try:
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-                OTLPSpanExporter as GrpcExporter,
-            )
-        except ImportError:
-            raise TracingConfigError(
-                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs the opentelemetry-exporter-otlp-proto-grpc "
-                "package; or use http/protobuf (the collector's port 4318)") from None
-        return GrpcExporter(endpoint=_otlp_endpoint(env))
     if protocol != "http/protobuf":
-        raise TracingConfigError(f"OTLP protocol {protocol!r} is not supported "
-                                 "(use http/protobuf or grpc)")
+        raise TracingConfigError(f"OTLP protocol {protocol!r} is not supported (use "
+                                 "http/protobuf, the collector's port 4318)")
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     return OTLPSpanExporter(endpoint=_traces_url(env))
@@ -91,10 +80,9 @@ def configure_tracing(
     from opentelemetry import trace
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider, create_tracer_provider
+    from temporalio.contrib.opentelemetry import create_tracer_provider
 
-    current = trace.get_tracer_provider()
-    if isinstance(current, ReplaySafeTracerProvider):
+    if (current := replay_safe()) is not None:
         return current  # OpenTelemetry allows one global provider per process
     if exporters is None:
         exporters = [make_exporter(n, env) for n in exporter_names(env)]
@@ -109,14 +97,19 @@ def configure_tracing(
 
 
 def flush_traces() -> None:
+    if (provider := replay_safe()) is not None:
+        provider.force_flush()
+
+
+def replay_safe() -> ReplaySafeTracerProvider | None:
+    """The process's tracer provider if it is Temporal's replay-safe one (made here)."""
     if not _provider_loaded():
-        return
+        return None
     from opentelemetry import trace
     from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
 
     provider = trace.get_tracer_provider()
-    if isinstance(provider, ReplaySafeTracerProvider):
-        provider.force_flush()
+    return provider if isinstance(provider, ReplaySafeTracerProvider) else None
 
 
 def _provider_loaded() -> bool:
@@ -127,7 +120,7 @@ def _provider_loaded() -> bool:
 
 @functools.cache
 def _skip_noise() -> Callable[[SpanProcessor], SpanProcessor]:
-    """``SkipNoise``, a processor of the SDK's: made when first used (module ``__getattr__``)."""
+    """``SkipNoise``, a processor of the SDK's: made when first used (the SDK loads then)."""
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
@@ -151,16 +144,6 @@ def _skip_noise() -> Callable[[SpanProcessor], SpanProcessor]:
             return self.inner.force_flush(timeout_millis)
 
     return SkipNoise
-
-
-def __getattr__(name: str) -> Any:
-    if name == "SkipNoise":
-        return _skip_noise()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _otlp_endpoint(env: Mapping[str, str]) -> str | None:
-    return env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
 def _traces_url(env: Mapping[str, str]) -> str | None:
