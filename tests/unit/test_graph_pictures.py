@@ -20,6 +20,9 @@ def test_gated_node_gate_paths_and_visit_limit() -> None:
     assert "GATE refund_review · role manager" in svg and "<polygon" in svg  # an octagon
     assert "gate rejected / timeout" in svg and "gate stale" in svg
     assert "≤ 3 visits" in svg
+    # The gate's exits are dashed orange, also where a declared move shares their arrow
+    # (rejected and timeout lead to decline, as the payment tool's refusal does).
+    assert svg.count('stroke="#c77800" stroke-width="1.4" stroke-dasharray') == 2
 
 
 def test_visit_limits_and_escalation_edges() -> None:

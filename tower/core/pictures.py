@@ -159,8 +159,9 @@ def _edges(machine: Machine) -> list[Edge]:
     found: dict[tuple[str, str], Edge] = {}
     for source, target, label, kind in moves(machine):
         old = found.get((source, target))
-        if old is not None:  # one arrow, every reason for it
-            label, kind = " / ".join(x for x in (old.label, label) if x), old.kind
+        if old is not None:  # one arrow, every reason for it, drawn as its gate's or error's
+            label = " / ".join(x for x in (old.label, label) if x)
+            kind = min(old.kind, kind, key=("gate", "error", "move").index)
         found[(source, target)] = Edge(source, target, label, kind)
     return list(found.values())
 
