@@ -14,13 +14,19 @@ import re
 import signal
 import socket
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
+from google.protobuf.duration_pb2 import Duration
+from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
+from temporalio.client import Client
+from temporalio.service import RPCError
 from towercli import TOWER, example_project
 
 from tower.cli.demo import RUNS
-from tower.cli.devserver import free_port, port_free, temporal_binary, wait_for_server
+from tower.cli.devserver import free_port, port_free
+from tower.cli.server_setup import missing_attributes
 
 pytestmark = pytest.mark.long
 
@@ -206,24 +212,30 @@ async def test_the_demo_names_a_server_it_did_not_start_and_stays_quiet_when_it_
 
 
 async def test_the_demo_says_when_a_server_it_did_not_start_is_not_set_up(
-    tmp_path: Path,
+    client: Client, tmp_path: Path,
 ) -> None:
+    """The session's server, in a namespace made here without Tower's search attributes (a
+    plain server's own namespace is the same: search attributes are per namespace)."""
     home, here = folders(tmp_path)
-    port = free_port()
-    bare = subprocess.Popen(  # a plain Temporal dev server: none of Tower's search attributes
-        [temporal_binary(), "server", "start-dev", "--ip", "127.0.0.1", "--port", str(port),
-         "--headless", "--db-filename", str(tmp_path / "bare.sqlite"), "--log-level", "error"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        await wait_for_server(bare, f"127.0.0.1:{port}")
-        code, text, err = await demo(here, user_env(home, f"127.0.0.1:{port}"))
-    finally:
-        bare.terminate()
-        bare.wait(timeout=30)
+    namespace = f"bare-{uuid.uuid4().hex[:8]}"
+    await client.workflow_service.register_namespace(RegisterNamespaceRequest(
+        namespace=namespace, workflow_execution_retention_period=Duration(seconds=86400)))
+    bare = Client(client.service_client, namespace=namespace)
+    async with asyncio.timeout(30):  # a new namespace answers once the server's cache has it
+        while True:
+            try:
+                missing = await missing_attributes(bare)
+                break
+            except RPCError:
+                await asyncio.sleep(0.2)
+    assert "AgentName" in missing, missing
+    address = client.service_client.config.target_host
+    code, text, err = await demo(here, {**user_env(home, address),
+                                        "TEMPORAL_NAMESPACE": namespace})
     assert code == 2, text[-2000:] + err
-    assert f"using the Temporal server already running at 127.0.0.1:{port}" in text
-    assert err.startswith(f"error: the Temporal server at 127.0.0.1:{port} is not set up for "
-                          "Tower: namespace default lacks the search attributes Agent")
+    assert f"using the Temporal server already running at {address}" in text
+    assert err.startswith(f"error: the Temporal server at {address} is not set up for "
+                          f"Tower: namespace {namespace} lacks the search attributes Agent")
     assert "`tower setup` registers them" in err and err.count("\n") == 1
     assert "\n== " not in text  # nothing started
 

@@ -1,7 +1,9 @@
 """kill -9 of the worker mid-way through a chat reply, with every kind of reader watching:
 `tower chat` in a real terminal (tmux), ``tower.client.stream``, the inbox's SSE endpoint
 and (browser tier) the inbox's run page in Chromium. Each shows the attempt lost and
-"retrying" within 5 s of the kill, and ends on the thread's reply.
+"retrying" within 5 s of the kill, and ends on the thread's reply; the client is told to
+discard the lost attempt's partial reply before the retry streams, and the thread (its
+message store) holds that one reply.
 
 The chat's model call is a local activity: its worker's loss is noticed when the open
 workflow task times out, which Tower's start sets to the agent's own (MachineRun.task_timeout:
@@ -29,11 +31,12 @@ from temporalio.client import Client, WorkflowHandle
 from termkit import Terminal, cli_env, terminal
 from test_faults_process import until
 
+from tower.activities.messages import MessageStore
 from tower.activities.model import ModelSettings
 from tower.activities.streams import open_streams
 from tower.cli.agents import scripted_reply
 from tower.client import start_run, stream
-from tower.contract.stream import DELTA, DISCARD, RETRYING, Reply, StreamEvent
+from tower.contract.stream import DELTA, DISCARD, MODEL_STARTED, RETRYING, Reply, StreamEvent
 from tower.testing.model_server import LoopbackModelServer
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, ChatState, UserMessage
 from workflows.refund import RefundAgent, RefundRequest
@@ -128,10 +131,11 @@ async def holder(handle: WorkflowHandle[Any, Any], workers: list[WorkerProcess]
 async def kill_mid_reply(
     client: Client, task_queue: str, db_path: Path, tmp_path: Path,
     page: Browser | None = None,
-) -> tuple[dict[str, Seen], float, str, list[StreamEvent], str]:
+) -> tuple[dict[str, Seen], float, ChatState, list[StreamEvent], str, list[str]]:
     """Chat in a terminal, watched by a client and the SSE endpoint (and, given ``page``,
     the inbox's run page); kill the worker mid-reply. Returns what each reader showed, the
-    kill's time, the thread's reply, the client's events, the screen."""
+    kill's time, the thread, the client's events, the screen, the surviving worker's
+    unhandled tracebacks."""
     store = db_path.with_name("streams.sqlite")  # the workers' default, beside TOWER_DB
     address = client.service_client.config.target_host
     seen = {name: Seen() for name in ("terminal", "client", "sse", *(["page"] if page else []))}
@@ -160,8 +164,8 @@ async def kill_mid_reply(
                 paged = None if page is None else asyncio.create_task(
                     page_reader(page, url, run, seen["page"], stop))
                 try:
-                    killed_at, reply, shown = await kill_and_wait(term, client, run, events,
-                                                                  workers)
+                    killed_at, thread, shown, doomed = await kill_and_wait(
+                        term, client, run, events, workers)
                 finally:  # (before the inbox stops: it waits for its open streams)
                     for task in readers:
                         task.cancel()
@@ -173,11 +177,13 @@ async def kill_mid_reply(
         finally:
             for worker in workers:
                 worker.stop()
-    return seen, killed_at, reply, events, shown
+    unhandled = [line for w in workers if w is not doomed for line in w.unhandled()]
+    return seen, killed_at, thread, events, shown, unhandled
 
 
 async def kill_and_wait(term: Terminal, client: Client, run: str, events: list[StreamEvent],
-                        workers: list[WorkerProcess]) -> tuple[float, str, str]:
+                        workers: list[WorkerProcess]
+                        ) -> tuple[float, ChatState, str, WorkerProcess]:
     async def mid_reply() -> bool:
         return sum(e.kind == DELTA for e in events) >= 3
     await until(mid_reply, "the reply to start streaming")
@@ -186,14 +192,16 @@ async def kill_and_wait(term: Terminal, client: Client, run: str, events: list[S
     doomed.kill9()
     killed_at = asyncio.get_running_loop().time()
     shown = await term.wait_for("chat", "[exit ", timeout=120)
-    reply = ChatState.model_validate(await handle.query(ChatAgent.query_state)).reply
+    thread = ChatState.model_validate(await handle.query(ChatAgent.query_state))
     await asyncio.sleep(1)  # each reader's last poll
-    return killed_at, reply, shown
+    return killed_at, thread, shown, doomed
 
 
 def assert_told_fast_and_ended_on_the_reply(seen: dict[str, Seen], killed_at: float,
-                                            reply: str, events: list[StreamEvent],
-                                            screen: str) -> None:
+                                            thread: ChatState, events: list[StreamEvent],
+                                            screen: str, unhandled: list[str],
+                                            messages: Path) -> None:
+    reply = thread.reply
     # (The first time each showed it after the kill: on a loaded host an attempt may have
     # been lost before, its task timed out, and retried too.)
     told = {name: next((round(t - killed_at, 2) for t in s.retrying if t >= killed_at), None)
@@ -206,7 +214,28 @@ def assert_told_fast_and_ended_on_the_reply(seen: dict[str, Seen], killed_at: fl
     assert {name: s.text for name, s in seen.items() if name != "terminal"} == {
         name: reply for name in seen if name != "terminal"}
     assert "[exit 0]" in screen and f"] {reply}\n" in screen, screen[-3000:]
-    assert [e.offset for e in events] == list(range(1, len(events) + 1))
+    assert [e.offset for e in events] == list(range(1, len(events) + 1))  # none lost or twice
+    # Every attempt but the last was lost (the killed one; on a loaded host maybe one
+    # before it), each discarded before the next one started; the last one's is the reply.
+    at = {(e.kind, e.data.get("attempt")): e.offset for e in events
+          if e.kind in (MODEL_STARTED, DISCARD)}
+    starts = [e.data["attempt"] for e in events if e.kind == MODEL_STARTED]
+    assert len(starts) >= 2 and [e.data["attempt"] for e in events if e.kind == DISCARD] == \
+        starts[:-1], [e.kind for e in events]
+    assert all(at[(DISCARD, lost)] < at[(MODEL_STARTED, then)]
+               for lost, then in zip(starts, starts[1:], strict=False))
+    assert any(e.kind == DELTA and e.data["attempt"] == starts[-2] for e in events)
+    folded = Reply()
+    for event in events:
+        folded.take(event)
+    assert folded.text == reply and folded.discarded == starts[:-1]
+    # The thread holds one reply: the retry's.
+    assert thread.turns == 1 and thread.answered == 1 and thread.window is not None
+    assert thread.window.messages == 2  # the user's message and one reply
+    store = MessageStore(messages)
+    kept = store.get(store.get_window(thread.window)[1])
+    assert [m.role for m in kept] == ["user", "assistant"] and kept[1].content == reply
+    assert unhandled == []
 
 
 async def test_a_chat_worker_killed_mid_reply_is_shown_retrying_within_five_seconds(
@@ -215,7 +244,8 @@ async def test_a_chat_worker_killed_mid_reply_is_shown_retrying_within_five_seco
 ) -> None:
     monkeypatch.setenv("TOWER_STREAMS", str(db_path.with_name("streams.sqlite")))
     assert_told_fast_and_ended_on_the_reply(
-        *await kill_mid_reply(client, task_queue, db_path, tmp_path))
+        *await kill_mid_reply(client, task_queue, db_path, tmp_path),
+        messages=db_path.with_name("messages.sqlite"))
 
 
 async def test_a_thread_keeps_its_short_task_timeout_across_continue_as_new(
@@ -282,6 +312,6 @@ async def test_the_inbox_run_page_shows_a_lost_attempt_within_five_seconds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("TOWER_STREAMS", str(db_path.with_name("streams.sqlite")))
-    seen, killed_at, reply, events, screen = await kill_mid_reply(
-        client, task_queue, db_path, tmp_path, page=browser)
-    assert_told_fast_and_ended_on_the_reply(seen, killed_at, reply, events, screen)
+    assert_told_fast_and_ended_on_the_reply(
+        *await kill_mid_reply(client, task_queue, db_path, tmp_path, page=browser),
+        messages=db_path.with_name("messages.sqlite"))
