@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "new": ("cmd_new:command", "create a project: one gated agent, its tools, a worker and tests"),
     "dev": ("cmd_dev:command", "start the embedded Temporal dev server"),
     "setup": ("cmd_setup:command", "create namespaces and register search attributes (idempotent)"),
-    "demo": ("demo:command", "run the demo: server, worker and every demo agent"),
+    "demo": ("cmd_worker:demo", "run the demo (starter/demo.py): server, worker, every demo agent"),
     "worker": ("cmd_worker:command",
                "run the project's worker (its worker.py), draining on SIGTERM or Ctrl-C"),
     "run": ("cmd_run:command", "start an agent run and follow it"),

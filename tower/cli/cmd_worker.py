@@ -1,4 +1,5 @@
-"""`tower worker [ARGS...]`: run the project's worker, as `python worker.py ARGS...` would."""
+"""`tower worker [ARGS...]`: run the project's worker, as `python worker.py ARGS...` would;
+`tower demo [ARGS...]`: run the project's demo, its starter/demo.py."""
 
 from __future__ import annotations
 
@@ -47,3 +48,25 @@ async def _worker_run(result: Any) -> int:
         print(exc.code, file=sys.stderr)
         return 1
     return 0
+
+
+@click.command("demo", add_help_option=False, context_settings={
+    "ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[ARGS]...")
+def demo(args: tuple[str, ...]) -> Any:
+    """Run the demo of the project this command serves (the click ``command`` of its
+    starter/demo.py, which reads ARGS and --help); outside a project, Tower's example's."""
+    if project.find() is None:
+        folder = project.example()
+        if folder is None:
+            raise CliError("the demo runs Tower's example application, which this "
+                           "installation does not have (a source checkout does); "
+                           "`tower new NAME` makes a project of your own")
+        print(f"no Tower project here: the demo runs Tower's example application ({folder})")
+        project.use(folder)
+    folder = project.root()
+    if not (folder / "starter" / "demo.py").is_file():
+        raise CliError(f"the project at {folder} has no starter/demo.py to run "
+                       "(Tower's example has one)")
+    return project.module("starter.demo").command.main(
+        list(args), prog_name="tower demo", standalone_mode=False)
