@@ -23,9 +23,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.tools.migrations import EXAMPLE_SHOP
+from tests.replaykit import report_unreplayable
 from tower.activities.model import ModelSettings
 from tower.cli.devserver import temporal_binary
-from tower.cli.histories import report_unreplayable
 from tower.cli.trust_files import dev_trust
 from tower.client._decisions import make_decision
 from tower.contract import search

@@ -28,10 +28,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from tests.replaykit import report_unreplayable
 from tower.activities.model import ModelSettings
 from tower.cli.agents import scripted_reply
 from tower.cli.devserver import temporal_binary
-from tower.cli.histories import report_unreplayable
 from tower.cli.live import follow
 from tower.cli.trust_files import dev_trust
 from tower.client._decisions import make_decision

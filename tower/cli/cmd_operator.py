@@ -8,13 +8,12 @@ import getpass
 import io
 
 import click
-from temporalio.client import Client
 
+from tower.cli.agents import agents
 from tower.cli.live import follow, watch
 from tower.cli.output import json_option, print_json, tenant_option
 from tower.client import connect
 from tower.client import retry as retry_from
-from tower.client._recovery import Retried
 
 
 @click.command("retry", help=(
@@ -32,7 +31,7 @@ from tower.client._recovery import Retried
 async def retry(run: str, node: str, by: str | None, no_follow: bool, as_json: bool) -> int:
     by = by or getpass.getuser()
     client = await connect()
-    done = await retry_run(client, run, node, by)
+    done = await retry_from(client, run, node, by=by, workflows=list(agents().values()))
     handle = client.get_workflow_handle(run)  # the newest run: the one the reset started
     if as_json:
         status = None if no_follow else (await watch(
@@ -44,15 +43,3 @@ async def retry(run: str, node: str, by: str | None, no_follow: bool, as_json: b
     if not no_follow:
         print(f"status: {await follow(handle, skip=done.skip)}")
     return 0
-
-
-async def send_retry(client: Client, run: str, node: str, by: str) -> str:
-    """What `tower retry` does, without following: the reset."""
-    return (await retry_run(client, run, node, by)).answer
-
-
-async def retry_run(client: Client, run: str, node: str, by: str) -> Retried:
-    """``tower.client.retry`` with the project's agents."""
-    from tower.cli.agents import agents
-
-    return await retry_from(client, run, node, by=by, workflows=list(agents().values()))

@@ -127,11 +127,12 @@ async def failed_state(client: Client, handle: WorkflowHandle[Any, Any],
     """A failed run's final state, from its history replayed here (no worker needed); when
     this code cannot replay it (the agent changed since), a worker of the run's own build
     answers the ``state`` query."""
-    from tower.cli.histories import replay
+    from tower.cli.agents import agents
     from tower.client.connection import connect_config
+    from tower.temporal.replay import replay
 
     history = await handle.fetch_history()
-    [replayed] = await replay([(handle.id, history)],
+    [replayed] = await replay([(handle.id, history)], workflows=list(agents().values()),
                               namespace=connect_config().get("namespace") or client.namespace)
     if not replayed.failure and replayed.states:
         return replayed.states[-1].model_dump(mode="json")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
-import threading
 from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -117,9 +116,3 @@ def build_server(codec: EncryptionCodec, *, token: str, host: str = "127.0.0.1",
             pass  # the path may hold the token and payloads must not reach logs
 
     return ThreadingHTTPServer((host, port), Handler)
-
-
-def serve_in_thread(server: ThreadingHTTPServer) -> threading.Thread:
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    return thread

@@ -1,5 +1,5 @@
-"""Replay with this project's agents (the machinery, the worker's sandbox and converter
-included, is ``tower.temporal.replay``'s)."""
+"""Replay with the example's agents (``tower.temporal.replay``'s machinery, the worker's
+sandbox and converter included): for the suite and its history recorders."""
 
 from __future__ import annotations
 
@@ -8,19 +8,17 @@ from pathlib import Path
 
 from temporalio.client import WorkflowHistory
 
-from tower.cli.agents import agents
-from tower.temporal.replay import DEFAULT_NAMESPACE, HistoryError, Replayed, load
+from tower.temporal.replay import DEFAULT_NAMESPACE, Replayed, load
 from tower.temporal.replay import replay as replay_with
-
-__all__ = ["HistoryError", "Replayed", "load", "replay", "report_unreplayable"]
+from workflows.registry import AGENTS
 
 
 async def replay(
     histories: Sequence[tuple[str, WorkflowHistory]], *, workflows: Sequence[type] | None = None,
     namespace: str = DEFAULT_NAMESPACE,
 ) -> list[Replayed]:
-    """Replay each history; ``workflows`` replaces the project's agents."""
-    return await replay_with(histories, workflows=list(workflows or agents().values()),
+    """Replay each history; ``workflows`` replaces the example's agents."""
+    return await replay_with(histories, workflows=list(workflows or AGENTS.values()),
                              namespace=namespace)
 
 
