@@ -77,8 +77,9 @@ class LazyGroup(click.Group):
         if cmd_name not in COMMANDS:
             return None
         module, _, attr = COMMANDS[cmd_name][0].partition(":")
-        found: click.Command = getattr(importlib.import_module(f"tower.cli.{module}"), attr)
-        return found
+        found = getattr(importlib.import_module(f"tower.cli.{module}"), attr)
+        # A command, or what finds the project's own (`tower demo`: its starter/demo.py).
+        return found if isinstance(found, click.Command) else found()
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

@@ -50,12 +50,9 @@ async def _worker_run(result: Any) -> int:
     return 0
 
 
-@click.command("demo", add_help_option=False, context_settings={
-    "ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED, metavar="[ARGS]...")
-def demo(args: tuple[str, ...]) -> Any:
-    """Run the demo of the project this command serves (the click ``command`` of its
-    starter/demo.py, which reads ARGS and --help); outside a project, Tower's example's."""
+def demo() -> click.Command:
+    """`tower demo`: the click ``command`` of the project's starter/demo.py (outside a
+    project, Tower's example's)."""
     if project.find() is None:
         folder = project.example()
         if folder is None:
@@ -68,5 +65,5 @@ def demo(args: tuple[str, ...]) -> Any:
     if not (folder / "starter" / "demo.py").is_file():
         raise CliError(f"the project at {folder} has no starter/demo.py to run "
                        "(Tower's example has one)")
-    return project.module("starter.demo").command.main(
-        list(args), prog_name="tower demo", standalone_mode=False)
+    command: click.Command = project.module("starter.demo").command
+    return command
