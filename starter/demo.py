@@ -28,10 +28,9 @@ from tower.cli.agents import agents
 from tower.cli.approvals import print_waiting
 from tower.cli.cmd_approve import print_outcome as print_decision
 from tower.cli.cmd_approve import send_decision
-from tower.cli.cmd_dev import prepare_dev_setup
 from tower.cli.cmd_run import print_outcome
 from tower.cli.common import CliError, start_run
-from tower.cli.devserver import DATA_DIR
+from tower.cli.devserver import DATA_DIR, prepare_dev_setup
 from tower.cli.live import follow
 from tower.cli.output import json_option, tenant_option
 from tower.cli.server_setup import missing_attributes
@@ -75,7 +74,7 @@ def requests() -> list[tuple[str, BaseModel, str]]:
             for agent, given, what in RUNS]
 
 
-@click.command("demo", context_settings={"help_option_names": ["-h", "--help"]}, help=(
+@click.command("demo", help=(
     "Start the embedded dev server if none answers, start a worker, run the demo agents and "
     "print their transitions, results and Web UI links."))
 @click.option("--keep-server", is_flag=True,

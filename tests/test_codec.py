@@ -166,7 +166,7 @@ def test_codec_server_decodes_nothing_for_strangers(codec_url: str) -> None:
 
 
 def test_dev_server_gets_the_ui_codec_endpoint() -> None:
-    from tower.cli.cmd_dev import command
+    from tower.cli.devserver import command
     args = command.make_context("dev", ["--ui-codec-endpoint", "http://127.0.0.1:8081",
                                         "--tenant", "acme"]).params
     assert args["ui_codec_endpoint"] == "http://127.0.0.1:8081" and args["tenants"] == ("acme",)

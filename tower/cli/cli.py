@@ -27,8 +27,9 @@ from tower.client.errors import RunUnreadable
 # name: (module:attribute below tower.cli, the one line `tower --help` shows)
 COMMANDS: dict[str, tuple[str, str]] = {
     "new": ("cmd_new:command", "create a project: one gated agent, its tools, a worker and tests"),
-    "dev": ("cmd_dev:command", "start the embedded Temporal dev server"),
-    "setup": ("cmd_setup:command", "create namespaces and register search attributes (idempotent)"),
+    "dev": ("devserver:command", "start the embedded Temporal dev server"),
+    "setup": ("server_setup:command",
+              "create namespaces and register search attributes (idempotent)"),
     "demo": ("cmd_worker:demo", "run the demo (starter/demo.py): server, worker, every demo agent"),
     "worker": ("cmd_worker:command",
                "run the project's worker (its worker.py), draining on SIGTERM or Ctrl-C"),
@@ -56,7 +57,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "where messages, streams and large payloads are kept, and whether each answers"),
     "tools": ("cmd_tools:command",
               "the tools a tenant's agents can use: built in and from MCP servers"),
-    "codec-server": ("cmd_codec:command",
+    "codec-server": ("codec_server:command",
                      "serve /encode and /decode so the Web UI shows encrypted payloads"),
     "model-server": ("cmd_model_server:command",
                      "serve the scripted model over OpenAI-compatible HTTP"),
