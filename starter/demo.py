@@ -29,13 +29,14 @@ from tower.cli.approvals import print_waiting
 from tower.cli.cmd_approve import print_outcome as print_decision
 from tower.cli.cmd_approve import send_decision
 from tower.cli.cmd_run import print_outcome
-from tower.cli.common import CliError, start_run
+from tower.cli.common import CliError
 from tower.cli.devserver import DATA_DIR, prepare_dev_setup
 from tower.cli.live import follow
 from tower.cli.output import json_option, tenant_option
 from tower.cli.server_setup import missing_attributes
 from tower.cli.trust_files import dev_trust
 from tower.cli.ui import run_link, ui_base
+from tower.client import start_run
 from tower.client.connection import connect_config
 from tower.client.keys import config_dir
 from tower.contract import names
@@ -152,11 +153,12 @@ async def _check_set_up(client: Client) -> None:
 async def _start(client: Client, task_queue: str, agent: str, given: dict[str, Any],
                  what: str) -> tuple[str, str]:
     """Start a demo run of ``agent`` and follow it; its id and the status it stopped at."""
-    request = agents()[agent].Input.model_validate(given)
+    cls = agents()[agent]
+    request = cls.Input.model_validate(given)
     run_id = f"demo-{agent}-{uuid.uuid4().hex[:6]}"
     print(f"\n== {agent}: {what}\n   input: {request.model_dump_json(exclude_none=True)}"
           f"\n   run: {run_id}")
-    handle = await start_run(client, agent, request, id=run_id, task_queue=task_queue)
+    handle = await start_run(client, cls, request, id=run_id, task_queue=task_queue)
     status = await follow(handle)
     print_outcome(status, await handle.query(names.STATE.name, result_type=dict))
     return run_id, status

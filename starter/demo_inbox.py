@@ -20,10 +20,11 @@ from tower.activities.trust import trust_dir
 from tower.cli import project
 from tower.cli.agents import agents
 from tower.cli.cmd_inbox import DEV_ACCOUNTS
-from tower.cli.common import CliError, start_run
+from tower.cli.common import CliError
 from tower.cli.inbox.identity import dev_accounts
 from tower.cli.inbox.visibility import waiting_run
 from tower.cli.trust_files import enrol
+from tower.client import start_run
 
 DEMO_LOGINS = (("alice", "manager"), ("dave", "dba"))
 ISSUER = "inbox"  # the inbox's own key, in the roster as an issuer for these roles
@@ -39,7 +40,8 @@ async def park_for_inbox(client: Client, task_queue: str) -> list[str]:
     ids = []
     for agent, request in runs:
         run_id = f"demo-inbox-{agent}-{uuid.uuid4().hex[:6]}"
-        await start_run(client, agent, agents()[agent].Input.model_validate(request),
+        cls = agents()[agent]
+        await start_run(client, cls, cls.Input.model_validate(request),
                         id=run_id, task_queue=task_queue)
         ids.append(run_id)
     async with asyncio.timeout(60):
