@@ -25,9 +25,8 @@ from starter.demo_server import server_if_needed
 from tower.activities.model import ModelSettings
 from tower.activities.trust import trust_dir
 from tower.cli.agents import agents
+from tower.cli.approvals import print_outcome as print_decision
 from tower.cli.approvals import print_waiting
-from tower.cli.cmd_approve import print_outcome as print_decision
-from tower.cli.cmd_approve import send_decision
 from tower.cli.cmd_run import print_outcome
 from tower.cli.common import CliError
 from tower.cli.devserver import DATA_DIR, prepare_dev_setup
@@ -36,7 +35,7 @@ from tower.cli.output import json_option, tenant_option
 from tower.cli.server_setup import missing_attributes
 from tower.cli.trust_files import dev_trust
 from tower.cli.ui import run_link, ui_base
-from tower.client import start_run
+from tower.client import decide, start_run
 from tower.client.connection import connect_config
 from tower.client.keys import config_dir
 from tower.contract import names
@@ -201,7 +200,7 @@ async def _gated(client: Client, task_queue: str, agent: str, request: dict[str,
     print_waiting(await handle.query(names.APPROVALS.name, result_type=dict))
     sets = "".join(f" --set {k}={v}" for k, v in (edits or {}).items())
     print(f"\n$ tower {verdict.value} {run_id} --by {approver}{sets} --note '{note}'")
-    out = await send_decision(client, run_id, verdict, approver=approver, role=role,
+    out = await decide(client, run_id, verdict, approver=approver, role=role,
                               note=note, edits=edits, say=print)
     assert out is not None
     print_decision(out)

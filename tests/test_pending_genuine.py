@@ -27,7 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tower.activities.attest import WORKER_KEY_FILE
 from tower.activities.trust import read_trust
-from tower.cli.cmd_approve import pending_requests
+from tower.cli.approvals import pending_requests
 from tower.cli.inbox.visibility import UnreadableRequest, waiting_run, waiting_runs
 from tower.client._pending import Deployment, NotGenuine, pending_of
 from tower.client.keys import new_key
