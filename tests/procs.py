@@ -36,11 +36,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
-
-
 class WorkerProcess:
     """`python worker.py` pointed at a test's server, task queue, database and model."""
 

@@ -2,7 +2,7 @@
 
 Starts a throw-away dev server (nothing downloaded, in memory), a worker on the
 offline scripted model and a fresh tools database, runs every demo input of
-``starter.demo.requests()`` (every agent that has one) and the gated scenarios below,
+``tower.cli.demo.requests()`` (every agent that has one) and the gated scenarios below,
 and writes each run's history as ``ID.json`` (the workflow id, which replay reads
 back from the name) with an index in ``README.md``. A demo run that stops at a
 gate is recorded as it stands, parked: a history of a run still in flight.
@@ -239,7 +239,7 @@ async def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
-    from starter.demo import requests  # every agent's demo inputs, kept in one place
+    from tower.cli.demo import requests  # every agent's demo inputs, kept in one place
 
     await record(args.out, requests())
     return 1 if await report_unreplayable(args.out) else 0

@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from procs import free_port, port_free
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from towercli import TOWER, tower_cli, until_connected
 
 from tower.activities.model import ModelSettings
-from tower.cli.devserver import temporal_binary
+from tower.cli.devserver import free_port, port_free, temporal_binary
 from worker import build_worker
 
 

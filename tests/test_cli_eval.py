@@ -114,8 +114,8 @@ async def record_today(client: Client, queue: str, live: Path, out: Path) -> lis
     keeps what they did (the refund paid, the column dropped)."""
     from record_histories import GATED, record_gated, record_one
 
-    from starter.demo import requests
     from tower.activities.model import ModelSettings
+    from tower.cli.demo import requests
     from tower.contract.search import start_attributes
     from worker import build_worker
     from workflows.registry import AGENTS

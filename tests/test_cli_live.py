@@ -13,13 +13,13 @@ from typing import Any
 
 import click
 import pytest
-from procs import free_port
 from temporalio.testing import WorkflowEnvironment
 from test_cli import TOWER, address_of, cli_env, tower
 from towercli import tower_cli, until_connected
 
 from tower.activities.model import ModelSettings
 from tower.cli.cli import COMMANDS, cli
+from tower.cli.devserver import free_port
 from tower.cli.live import Progress, format_elapsed
 from worker import build_worker
 

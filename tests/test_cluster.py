@@ -36,8 +36,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from test_faults_process import TEXT, assert_effects_once, started_attempts
 from test_web_ui import ARTIFACTS
 
-from starter.demo import requests
 from tower.cli.agents import scripted_reply
+from tower.cli.demo import requests
 from tower.cli.devserver import temporal_binary
 from tower.contract import search
 from tower.temporal.codec import new_key
@@ -71,7 +71,7 @@ async def agent_status(handle: WorkflowHandle[Any, Any], seconds: float = 240) -
 
 @pytest.fixture(scope="session")
 async def demo_runs(cluster: Cluster, cluster_workers: list[WorkerProcess]) -> dict[str, str]:
-    """Every demo input (starter/demo.py), half started through each server process:
+    """Every demo input (tower/cli/demo.py), half started through each server process:
     run id -> the AgentStatus it ended with."""
     clients = [await cluster.client(0), await cluster.client(1)]
     handles: list[WorkflowHandle[Any, Any]] = []

@@ -17,11 +17,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from procs import free_port, port_free
 from towercli import TOWER, example_project
 
-from starter.demo import RUNS
-from tower.cli.devserver import temporal_binary, wait_for_server
+from tower.cli.demo import RUNS
+from tower.cli.devserver import free_port, port_free, temporal_binary, wait_for_server
 
 pytestmark = pytest.mark.long
 
@@ -235,7 +234,7 @@ async def test_a_ui_port_taken_between_the_check_and_the_start_does_not_stop_the
     """Two demos started at once both saw :8233 free; the second's server could not take it,
     exited, and that demo ended after "started the embedded dev server". Here another
     program holds the UI's port although the check said it was free."""
-    from starter import demo_server
+    from tower.cli import devserver
 
     with socket.socket() as holder:
         holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -250,11 +249,11 @@ async def test_a_ui_port_taken_between_the_check_and_the_start_does_not_stop_the
                 return True
             return port_free(port)
 
-        monkeypatch.setattr(demo_server, "port_free", free_once)
-        monkeypatch.setattr(demo_server, "UI_PORT", taken)
+        monkeypatch.setattr(devserver, "port_free", free_once)
+        monkeypatch.setattr(devserver, "UI_PORT", taken)
         monkeypatch.chdir(tmp_path)
         monkeypatch.setenv("TEMPORAL_ADDRESS", f"127.0.0.1:{free_port()}")
-        async with demo_server.server_if_needed() as server:
+        async with devserver.server_if_needed() as server:
             assert server.started_here and server.ui_port not in (None, taken)
             assert checked == [taken]
             await server.client.count_workflows()  # it answers

@@ -15,8 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 from inboxkit import csrf_of
-from procs import free_port
 from test_demo import demo, folders, user_env
+
+from tower.cli.devserver import free_port
 
 
 async def _sign_in(url: str, name: str, password: str) -> httpx.AsyncClient:

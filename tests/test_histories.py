@@ -15,8 +15,8 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 from test_cli import address_of, tower
 
-from starter.demo import RUNS
 from tower.activities.model import ModelSettings
+from tower.cli.demo import RUNS
 from tower.cli.devserver import temporal_binary
 from tower.core.engine import Transition
 from tower.temporal._divergence import diverged

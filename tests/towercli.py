@@ -101,7 +101,7 @@ def example_project(folder: Path) -> Path:
     """Make ``folder`` a Tower project whose code is this repository's example application
     (as a checkout is): the docs' commands run there with a fresh .tower/ of their own."""
     root = Path(__file__).resolve().parents[1]
-    for name in ("workflows", "activities", "worker.py", "starter"):
+    for name in ("workflows", "activities", "worker.py"):
         link = folder / name
         if not link.exists():
             link.symlink_to(root / name)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from starter import demo_data
-from starter.demo_data import KEEP, DemoData
+from tower.cli import demo_data
+from tower.cli.demo_data import KEEP, DemoData
 
 
 def test_only_the_newest_demos_folders_are_kept_and_never_the_one_being_made(

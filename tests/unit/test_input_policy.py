@@ -19,7 +19,7 @@ SMUGGLED: list[dict[str, Any]] = [{"approvals": {"allow_unsigned": True}}, {"uns
             {"policy": {"limit_cents": 10**9}}, {"allow_unsigned": True}]
 
 
-# The gated agents' inputs (the demo's gated runs are in starter/demo.py).
+# The gated agents' inputs (the demo's gated runs are in tower/cli/demo.py).
 GATED: dict[str, dict[str, Any]] = {
     "refund": {"message": "Please refund $1,200 on invoice INV-2004"},
     "migration": {"database": "shop", "script": "DROP TABLE legacy_notes;"},
@@ -28,7 +28,7 @@ GATED: dict[str, dict[str, Any]] = {
 
 def example(agent: Any) -> dict[str, Any]:
     """A valid input for ``agent``: its demo input."""
-    from starter.demo import requests
+    from tower.cli.demo import requests
 
     for name, request, _ in requests():
         if name == agent.machine.name:

@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "dev": ("devserver:command", "start the embedded Temporal dev server"),
     "setup": ("server_setup:command",
               "create namespaces and register search attributes (idempotent)"),
-    "demo": ("cmd_worker:demo", "run the demo (starter/demo.py): server, worker, every demo agent"),
+    "demo": ("demo:command", "run the demo: server, worker and every demo agent"),
     "worker": ("cmd_worker:command",
                "run the project's worker (its worker.py), draining on SIGTERM or Ctrl-C"),
     "run": ("cmd_run:command", "start an agent run and follow it"),
@@ -78,9 +78,8 @@ class LazyGroup(click.Group):
         if cmd_name not in COMMANDS:
             return None
         module, _, attr = COMMANDS[cmd_name][0].partition(":")
-        found = getattr(importlib.import_module(f"tower.cli.{module}"), attr)
-        # A command, or what finds the project's own (`tower demo`: its starter/demo.py).
-        return found if isinstance(found, click.Command) else found()
+        found: click.Command = getattr(importlib.import_module(f"tower.cli.{module}"), attr)
+        return found
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

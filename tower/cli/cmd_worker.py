@@ -1,5 +1,4 @@
-"""`tower worker [ARGS...]`: run the project's worker, as `python worker.py ARGS...` would;
-`tower demo [ARGS...]`: run the project's demo, its starter/demo.py."""
+"""`tower worker [ARGS...]`: run the project's worker, as `python worker.py ARGS...` would."""
 
 from __future__ import annotations
 
@@ -48,22 +47,3 @@ async def _worker_run(result: Any) -> int:
         print(exc.code, file=sys.stderr)
         return 1
     return 0
-
-
-def demo() -> click.Command:
-    """`tower demo`: the click ``command`` of the project's starter/demo.py (outside a
-    project, Tower's example's)."""
-    if project.find() is None:
-        folder = project.example()
-        if folder is None:
-            raise CliError("the demo runs Tower's example application, which this "
-                           "installation does not have (a source checkout does); "
-                           "`tower new NAME` makes a project of your own")
-        print(f"no Tower project here: the demo runs Tower's example application ({folder})")
-        project.use(folder)
-    folder = project.root()
-    if not (folder / "starter" / "demo.py").is_file():
-        raise CliError(f"the project at {folder} has no starter/demo.py to run "
-                       "(Tower's example has one)")
-    command: click.Command = project.module("starter.demo").command
-    return command

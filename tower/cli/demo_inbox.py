@@ -14,13 +14,13 @@ import uuid
 
 from temporalio.client import Client
 
-from starter.demo_data import DemoData
-from starter.demo_server import free_port, port_free, stop
 from tower.activities.trust import trust_dir
 from tower.cli import project
 from tower.cli.agents import agents
 from tower.cli.cmd_inbox import DEV_ACCOUNTS
 from tower.cli.common import CliError
+from tower.cli.demo_data import DemoData
+from tower.cli.devserver import free_port, port_free, stop
 from tower.cli.inbox.identity import dev_accounts
 from tower.cli.inbox.visibility import waiting_run
 from tower.cli.trust_files import enrol

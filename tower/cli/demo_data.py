@@ -1,8 +1,7 @@
-"""Where one `tower demo` (starter/demo.py) keeps what it makes, so every demo starts from
-the same data: a folder of its own, ``.tower/demo/<tag>/`` (the tools' database, messages,
-the shop database, the SDK's log), and a task queue of its own, so no earlier demo's
-background worker (``--keep-server``) serves its runs. Only the newest ``KEEP`` folders are
-kept."""
+"""Where one `tower demo` keeps what it makes, so every demo starts from the same data: a
+folder of its own, ``.tower/demo/<tag>/`` (the tools' database, messages, the shop database,
+the SDK's log), and a task queue of its own, so no earlier demo's background worker
+(``--keep-server``) serves its runs. Only the newest ``KEEP`` folders are kept."""
 
 from __future__ import annotations
 

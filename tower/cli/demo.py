@@ -1,8 +1,6 @@
-"""The example application's demo, which `tower demo` runs: server (if needed) + worker +
-every demo run, printed as it happens; then a refund paused at a gate and approved, a
-destructive migration paused and rejected, with decisions sent by the same code as
-`tower approve`. Its runs name the example's agents and inputs: a project of one's own
-writes its own starter/demo.py (a click ``command``) for `tower demo` to run."""
+"""`tower demo`: server (if needed) + worker + every demo run, printed as it happens; then
+a refund paused at a gate and approved, a destructive migration paused and rejected, with
+decisions sent by the same code as `tower approve`."""
 
 from __future__ import annotations
 
@@ -18,18 +16,17 @@ from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from activities.tools.migrations import create_example_databases
-from starter.demo_data import DEMOS, DemoData, sdk_logs_to
-from starter.demo_inbox import park_for_inbox, serve_inbox
-from starter.demo_server import server_if_needed
 from tower.activities.model import ModelSettings
 from tower.activities.trust import trust_dir
+from tower.cli import project
 from tower.cli.agents import agents
 from tower.cli.approvals import print_outcome as print_decision
 from tower.cli.approvals import print_waiting
 from tower.cli.cmd_run import print_outcome
 from tower.cli.common import CliError
-from tower.cli.devserver import DATA_DIR, prepare_dev_setup
+from tower.cli.demo_data import DEMOS, DemoData, sdk_logs_to
+from tower.cli.demo_inbox import park_for_inbox, serve_inbox
+from tower.cli.devserver import DATA_DIR, prepare_dev_setup, server_if_needed
 from tower.cli.live import follow
 from tower.cli.output import json_option, tenant_option
 from tower.cli.server_setup import missing_attributes
@@ -40,7 +37,6 @@ from tower.client.connection import connect_config
 from tower.client.keys import config_dir
 from tower.contract import names
 from tower.contract.decisions import Verdict
-from worker import build_worker
 
 # (agent, input, what it shows): the inputs are the example agents' own Input models.
 RUNS: list[tuple[str, dict[str, Any], str]] = [
@@ -82,6 +78,15 @@ def requests() -> list[tuple[str, BaseModel, str]]:
 @json_option("one JSON line per demo run (agent, run, status, Web UI link), the story on stderr")
 @tenant_option
 async def command(keep_server: bool, as_json: bool) -> int:
+    if project.find() is None:  # not in a project: Tower's own example
+        folder = project.example()
+        if folder is None:
+            raise CliError("the demo runs Tower's example application, which this "
+                           "installation does not have (a source checkout does); "
+                           "`tower new NAME` makes a project of your own")
+        print(f"no Tower project here: the demo runs Tower's example application ({folder})")
+        project.use(folder)
+    build_worker = project.module("worker").build_worker
     settings = ModelSettings.from_env()
     data = sys.stdout
     # Under --json the story goes to stderr and stdout carries one JSON line per run.
@@ -173,7 +178,7 @@ async def gated_runs(client: Client, task_queue: str, tools: Path) -> list[tuple
     print(f"\napprovers sign with their own keys in {config_dir() / 'keys'}; the tenant's "
           f"roster ({trust_dir() / client.namespace / 'roster.json'}) lists {kids}")
     # The demo's application database, beside its tools' database (created once).
-    create_example_databases(tools)
+    project.module("activities.tools.migrations").create_example_databases(tools)
     refund = await _gated(
         client, task_queue, "refund", dict(message="Please refund $1,200 on invoice INV-2004"),
         "a human review gate: over the $500 limit the run waits for a manager",
