@@ -1,14 +1,13 @@
 """Replay with the example's agents (``tower.temporal.replay``'s machinery, the worker's
-sandbox and converter included): for the suite and its history recorders."""
+sandbox and converter included)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
 from temporalio.client import WorkflowHistory
 
-from tower.temporal.replay import DEFAULT_NAMESPACE, Replayed, load
+from tower.temporal.replay import DEFAULT_NAMESPACE, Replayed
 from tower.temporal.replay import replay as replay_with
 from workflows.registry import AGENTS
 
@@ -21,11 +20,3 @@ async def replay(
     return await replay_with(histories, workflows=list(workflows or AGENTS.values()),
                              namespace=namespace)
 
-
-async def report_unreplayable(folder: Path) -> int:
-    """Replay a folder just recorded and name what does not replay: a fixture that fails
-    the moment it is written is useless. Returns how many failed."""
-    bad = [r for r in await replay(load([folder])) if not r.ok]
-    for r in bad:
-        print(f"does not replay: {r.source}: {r.failure or '; '.join(r.problems)}")
-    return len(bad)
