@@ -27,6 +27,7 @@ from temporalio.client import Client, WorkflowHandle
 from tower.activities.streams import StreamStore, open_streams
 from tower.cli.common import describe
 from tower.client._follow import Position
+from tower.contract.render import escape
 from tower.contract.stream import (
     CUSTOM,
     DELTA,
@@ -49,8 +50,6 @@ RUN_KINDS = MODEL_KINDS | {CUSTOM}
 def custom_line(event: StreamEvent) -> str:
     """A node's own event as one inert line: ``· node · label {data}`` (its text is the
     run's: escaped, never markup)."""
-    from tower.contract.render import escape
-
     fields = event.data
     data = json.dumps(fields.get("data", {}), ensure_ascii=False, sort_keys=True)
     text = f"· {fields.get('node', '?')} · {fields.get('label', '?')} {data}"
@@ -125,8 +124,6 @@ class LiveText(Region):
     def shown(self) -> str:
         """The text so far, or, once its attempt was lost, that another is coming."""
         if self.reply.state == RETRYING:
-            from tower.contract.render import escape
-
             reason = escape(self.reply.reason)[0]  # an error's text: one inert line
             return f"retrying: {reason}" if reason else "retrying"
         return self.reply.text
