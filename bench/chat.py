@@ -20,13 +20,13 @@ from bench.agents import NaiveChat, NaiveMessage
 from bench.measure import history_bytes, run_chain, turn_costs
 from bench.streaming import REPLY
 from tower.activities.model import ModelSettings
-from tower.cli.histories import replay as replay_checked
 from tower.contract.search import start_attributes
 from tower.contract.wire import ModelReply, ModelRequest
 from tower.core.window import WindowPolicy
 from tower.temporal import TowerPlugin
 from tower.temporal._sandbox import sandbox_runner
 from tower.temporal.payloads import tower_data_converter
+from tower.temporal.replay import replay as replay_checked
 from tower.testing.model_server import LoopbackModelServer
 from worker import build_worker
 from workflows.chat import ChatAgent, ChatConfig, ChatInput, UserMessage
@@ -204,7 +204,8 @@ async def empty_store(address: str, tq: str, folder: Path, *, turns: int,
                for h in chain[:-1]]
     stored = sum(1 for p in store.rglob("*") if p.is_file()) if store.exists() else 0
     shutil.rmtree(store, ignore_errors=True)
-    results = await replay_checked([(f"run {i}", h) for i, h in enumerate(chain)])
+    results = await replay_checked([(f"run {i}", h) for i, h in enumerate(chain)],
+                                   workflows=[ChatAgent])
     failed = [f"{r.source}: {r.failure or r.problems}" for r in results if not r.ok]
     return {"runs": len(chain), "largest_carried": max(carried, default=0),
             "threshold": threshold, "stored_payloads": stored, "failed": failed}

@@ -16,6 +16,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
 from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError
 
+from tower.client import retry
 from tower.client._decisions import submit_decision
 from tower.client.keys import load_key, new_key
 from tower.contract.decisions import GateRecord, Verdict, proposal_digest
@@ -24,6 +25,7 @@ from tower.contract.trust import EventClaims
 from tower.core.signing import EVENT_TYPE, decision_claims, sign
 from tower.temporal._task_time import AHEAD_OF_ITS_TASK
 from workflows.refund import RefundRequest
+from workflows.registry import AGENTS
 
 BIG_REFUND = "Please refund $1,200 on invoice INV-2004"
 NO_PROPOSAL = "sha256:" + "0" * 64  # a decision sent before any request was shown
@@ -31,6 +33,11 @@ NO_PROPOSAL = "sha256:" + "0" * 64  # a decision sent before any request was sho
 
 def refund_request(client: Client, run: str, **kw: Any) -> RefundRequest:
     return RefundRequest(message=kw.pop("message", BIG_REFUND), **kw)
+
+
+async def send_retry(client: Client, run: str, node: str, by: str) -> str:
+    """What `tower retry` does, without following: the reset, and its answer."""
+    return (await retry(client, run, node, by=by, workflows=list(AGENTS.values()))).answer
 
 
 def new_id(prefix: str) -> str:

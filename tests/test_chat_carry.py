@@ -9,13 +9,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from replaykit import replay
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from bench.measure import run_chain
 from tower.activities.model import ModelSettings
-from tower.cli.histories import replay
 from tower.core.window import WindowPolicy
 from tower.temporal.payloads import tower_data_converter
 from worker import build_worker

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import threading
 import urllib.error
 import urllib.request
 import uuid
@@ -14,15 +15,15 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import json_format
+from replaykit import replay
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from towercli import tower_cli
 
 from tower.activities.model import ModelSettings
-from tower.cli.codec_server import build_server, serve_in_thread
+from tower.cli.codec_server import build_server
 from tower.cli.devserver import dev_server_command
-from tower.cli.histories import replay
 from tower.temporal.codec import ENCODING, CodecError, EncryptionCodec, KeyRing, new_key
 from tower.temporal.payloads import tower_data_converter
 from worker import build_worker
@@ -106,7 +107,7 @@ def test_keys_from_a_mounted_secret_file(tmp_path: Path) -> None:
 @pytest.fixture
 def codec_url() -> Iterator[str]:
     server = build_server(EncryptionCodec(ring(f"k1={K1}")), token=TOKEN, port=0)
-    serve_in_thread(server)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
@@ -165,7 +166,7 @@ def test_codec_server_decodes_nothing_for_strangers(codec_url: str) -> None:
 
 
 def test_dev_server_gets_the_ui_codec_endpoint() -> None:
-    from tower.cli.cmd_dev import command
+    from tower.cli.devserver import command
     args = command.make_context("dev", ["--ui-codec-endpoint", "http://127.0.0.1:8081",
                                         "--tenant", "acme"]).params
     assert args["ui_codec_endpoint"] == "http://127.0.0.1:8081" and args["tenants"] == ("acme",)

@@ -21,7 +21,7 @@ from test_cli import cli_env
 from towercli import example_project, tower_cli
 
 from tower.activities.model import ModelSettings
-from tower.cli.cmd_dev import prepare_dev_setup
+from tower.cli.devserver import prepare_dev_setup
 from tower.client.connection import TASK_QUEUE
 from worker import build_worker
 

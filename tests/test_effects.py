@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gatekit import decide, new_id, refund_request, refunds, snapshot, wait_pending
+from gatekit import decide, new_id, refund_request, refunds, send_retry, snapshot, wait_pending
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
 from activities.tools import billing
 from tower.activities.model import ModelSettings
-from tower.cli.cmd_operator import send_retry
 from tower.contract.decisions import Verdict
 from tower.contract.wire import ModelRequest, ToolCallRequest
 from worker import build_worker

@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 from conftest import WorkerFactory
-from gatekit import decide, new_id, recorded, refund_request, refunds, wait_pending
+from gatekit import (
+    decide,
+    new_id,
+    recorded,
+    refund_request,
+    refunds,
+    send_retry,
+    wait_pending,
+)
 from temporalio.client import (
     Client,
     WorkflowFailureError,
@@ -23,7 +31,6 @@ from test_cli import address_of
 from test_time_travel import fork
 from workerkit import final_state
 
-from tower.cli.cmd_operator import send_retry
 from tower.cli.common import CliError
 from tower.contract.failures import Code
 from tower.contract.wire import ModelRequest

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from replaykit import replay
 from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
@@ -17,11 +18,10 @@ from test_cli import address_of, tower
 from tower.activities.model import ModelSettings
 from tower.cli.demo import RUNS
 from tower.cli.devserver import temporal_binary
-from tower.cli.histories import load, replay
 from tower.core.engine import Transition
 from tower.temporal._divergence import diverged
 from tower.temporal.plugin import TowerPlugin
-from tower.temporal.replay import history_files
+from tower.temporal.replay import history_files, load
 from tower.testing import assert_replays
 from worker import build_worker
 from workflows.account import AccountAgent, AccountRequest

@@ -18,7 +18,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.converter import encode_search_attributes
 
 from tower.activities.model import ModelSettings
-from tower.cli.cmd_approve import pending_requests
+from tower.cli.approvals import pending_requests
 from tower.cli.inbox.visibility import waiting_runs
 from tower.client._pending import NotGenuine, pending_of, role_query
 from tower.contract import search

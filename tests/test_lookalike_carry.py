@@ -29,7 +29,7 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.worker import Worker
 from test_decision_binding import forged_carry
 
-from tower.cli.cmd_approve import pending_requests
+from tower.cli.approvals import pending_requests
 from workflows.refund import RefundAgent
 
 pytestmark = pytest.mark.integration

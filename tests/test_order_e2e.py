@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import WorkerFactory
-from gatekit import recorded
+from gatekit import recorded, send_retry
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
@@ -20,7 +20,6 @@ from test_cli import address_of, tower
 from workerkit import final_state
 
 from tower.activities.model import ModelSettings
-from tower.cli.cmd_operator import send_retry
 from tower.cli.common import CliError
 from tower.client._runs import run_state
 from tower.contract import search

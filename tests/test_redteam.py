@@ -264,7 +264,7 @@ async def test_export_never_writes_outside_the_folder_it_was_given(
     client: Client, task_queue: str, db_path: Path, tmp_path: Path, monkeypatch: Any
 ) -> None:
     from tower.cli.cli import main
-    from tower.cli.histories import load
+    from tower.temporal.replay import load
     from workflows.account import AccountAgent, AccountRequest
 
     folder, tag = tmp_path / "exports", new_id("x")

@@ -10,13 +10,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from replaykit import replay
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 
 from bench.agents import BENCH_WORKFLOWS, Baseline, Steps, StepsAgent
 from tower.activities.model import ModelSettings
 from tower.cli.cmd_runs import list_rows
-from tower.cli.histories import replay
 from tower.contract import search
 from worker import build_worker
 

@@ -21,7 +21,7 @@ from inboxkit import PASSWORD, inbox, park_refund, signed_in
 from temporalio.client import Client, WorkflowHandle
 
 from tower.activities.model import ModelSettings
-from tower.cli.streaming import MODEL_KINDS
+from tower.cli.live import MODEL_KINDS
 from tower.contract.stream import DELTA, RUN_END, Reply, StreamEvent
 from workflows.chat import ChatAgent, ChatInput
 

@@ -16,8 +16,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from tower.activities.model import ModelSettings
-from tower.cli.cmd_approve import send_decision
 from tower.cli.trust_files import dev_trust, enrol, read_roster, write_roster
+from tower.client import decide
 from tower.client.keys import load_key, new_key
 from tower.contract.decisions import Verdict
 from tower.temporal._gate import REFRESH_GAP, ROSTER_RECHECKS
@@ -62,7 +62,7 @@ async def test_a_key_added_while_the_run_waits_decides_at_once(
         handle, _ = await parked(client, task_queue)
         enrol(trust, client.namespace, "erin", config=config, roles=["manager"])
         # The run's snapshot does not know erin's key: it reads the roster again, by itself.
-        out = await send_decision(client, handle.id, Verdict.APPROVE, approver="erin",
+        out = await decide(client, handle.id, Verdict.APPROVE, approver="erin",
                                   role=None)
         state = await handle.result()
     assert out is not None and out.result == "approved"

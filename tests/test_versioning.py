@@ -21,6 +21,7 @@ from replay_variants import (
     AccountV2Unpatched,
     SetOrderAgent,
 )
+from replaykit import replay
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
@@ -30,9 +31,9 @@ from workerkit import activities
 
 from tower.activities.messages import MessageStore
 from tower.activities.model import ModelActivities, ModelSettings
-from tower.cli.histories import load, replay
 from tower.temporal import TowerPlugin
 from tower.temporal._start import scripts_of
+from tower.temporal.replay import load
 from tower.testing import assert_replays
 from workflows.account import AccountRequest
 from workflows.registry import AGENTS

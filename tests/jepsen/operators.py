@@ -7,12 +7,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from gatekit import send_retry
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import ResetReapplyExcludeType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowHandle
 
-from tower.cli.cmd_operator import send_retry
 from tower.temporal.replay import task_completed_after
 
 from .bounds import RPC_SECONDS

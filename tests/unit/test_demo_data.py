@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from tower.cli import demo_data
-from tower.cli.demo_data import KEEP, DemoData
+from tower.cli import demo
+from tower.cli.demo import KEEP, DemoData
 
 
 def test_only_the_newest_demos_folders_are_kept_and_never_the_one_being_made(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(demo_data, "DEMOS", tmp_path / "demo")
+    monkeypatch.setattr(demo, "DEMOS", tmp_path / "demo")
     tags = [f"20261203-1200{i:02d}-abcd" for i in range(KEEP + 3)]
     for tag in tags:
         DemoData(tag).make()

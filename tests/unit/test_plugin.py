@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from replaykit import replay
 from subclass_agents import SlowAccount
 from temporalio import activity, workflow
 from temporalio.client import Client
@@ -21,7 +22,6 @@ from temporalio.worker import Replayer, WorkerConfig
 
 from activities.tools import TOOLS, ToolsDb
 from tower import AgentState, Graph
-from tower.cli.histories import load, replay
 from tower.cli.trust_files import enrol_worker
 from tower.contract.failures import InvalidGraph
 from tower.effects import ToolCall
@@ -30,6 +30,7 @@ from tower.temporal._interceptors import ScheduledByOwnAgents
 from tower.temporal.codec import EncryptionCodec, NoKeys, new_key
 from tower.temporal.payloads import TowerDataConverter
 from tower.temporal.plugin import WORKFLOW_FAILURE_TYPES, WorkerMisconfigured, activity_name
+from tower.temporal.replay import load
 from tower.temporal.worker import TowerStoreCleanup
 from workflows.registry import AGENTS
 

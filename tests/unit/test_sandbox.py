@@ -9,11 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from replaykit import replay
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, _importer, _runner
 
-from tower.cli.histories import load, replay
 from tower.temporal import TowerPlugin
 from tower.temporal import _sandbox as tower_sandbox
+from tower.temporal.replay import load
 from workflows.registry import AGENTS
 
 HISTORIES = Path(__file__).parent.parent / "histories"

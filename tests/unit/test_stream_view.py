@@ -1,4 +1,4 @@
-"""How the terminal shows a run's stream (tower.cli.streaming): the reply forming in a
+"""How the terminal shows a run's stream (tower.cli.live): the reply forming in a
 Live region on a terminal, a discarded attempt's text gone, JSON lines with --json, and
 nothing but the final line in a pipe."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import json
 
-from tower.cli.streaming import MODEL_KINDS, RUN_KINDS, LiveText, custom_line
+from tower.cli.live import MODEL_KINDS, RUN_KINDS, LiveText, custom_line
 from tower.contract.stream import (
     CUSTOM,
     DELTA,

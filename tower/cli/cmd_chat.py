@@ -23,10 +23,10 @@ from temporalio.exceptions import FailureError
 
 from tower.activities.streams import StreamStore, open_streams
 from tower.cli import project
-from tower.cli.common import CliError, not_found_is, start_run
+from tower.cli.common import CliError, not_found_is
+from tower.cli.live import LiveText, StreamPump
 from tower.cli.output import json_mode, json_option, print_json, tenant_option
-from tower.cli.streaming import LiveText, StreamPump
-from tower.client import connect, stream, update_while_open
+from tower.client import connect, start_run, stream, update_while_open
 from tower.client._runs import failure_of, has_workers
 from tower.client._stream import folded
 from tower.client.errors import RunClosed

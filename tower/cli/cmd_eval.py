@@ -13,9 +13,8 @@ from tower.activities.stores import is_url, redact
 from tower.cli import project
 from tower.cli.agents import agents
 from tower.cli.common import CliError, imported
-from tower.cli.histories import load
 from tower.cli.output import json_option, print_json
-from tower.temporal.replay import workflow_type
+from tower.temporal.replay import load, workflow_type
 from tower.testing.evals import BUILT_IN, Change, EvalReport, Mode, RunResult, Scorer, evaluate
 from tower.testing.evals.compare import RANK
 

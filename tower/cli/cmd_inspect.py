@@ -1,12 +1,17 @@
-"""`tower inspect RUN [--step N]` and `tower fork RUN --step N`: time travel on a run.
+"""`tower inspect RUN [--step N]` and `tower fork RUN --step N`: time travel on a run; and
+`tower retry RUN --from NODE`, an operator's decision on a FAILED run.
 
-Both replay the run's history (running or closed) locally against the current code, which
-gives the transition log and the state after every step without a worker; fork then asks
-Temporal to reset the run to the workflow task that recorded step N.
+Inspect and fork replay the run's history (running or closed) locally against the current
+code, which gives the transition log and the state after every step without a worker; fork
+then asks Temporal to reset the run to the workflow task that recorded step N. Retry resets a
+FAILED run to just before it last entered NODE (``tower.client.retry``); a retry refused (the
+run did not fail, it never entered NODE) changes nothing.
 """
 
 from __future__ import annotations
 
+import getpass
+import io
 import json
 from pathlib import Path
 
@@ -16,8 +21,10 @@ from temporalio.client import Client, WorkflowHistory
 from tower.cli.agents import agents
 from tower.cli.cmd_replay import fetch
 from tower.cli.common import CliError
+from tower.cli.live import follow, watch
 from tower.cli.output import json_option, print_json, run_argument, table, tenant_option
 from tower.client import connect
+from tower.client import retry as retry_from
 from tower.client._recovery import reset
 from tower.client._runs import history_end, history_failure, refusal
 from tower.client.connection import connect_config
@@ -131,6 +138,35 @@ async def fork(run: str, run_id: str | None, step: int, reason: str, as_json: bo
     print(f"  original run {run_id} keeps its history (workflow type "
           f"{original.workflow_type.name}); if it was still running, the reset terminated it")
     print(f"  follow the new run: tower inspect {run}")
+    return 0
+
+
+@click.command("retry", help=(
+    "Take FAILED run RUN back to NODE and follow it: Temporal resets the run to just before "
+    "it last entered NODE, and the new run goes on from there with the current code. "
+    "Effects already made for the same action are found by their key, not made again."))
+@click.argument("run", metavar="RUN")
+@click.option("--from", "node", required=True, metavar="NODE",
+              help="the node to run again (`tower inspect RUN` shows the path)")
+@click.option("--by", default=None, help="who decides (default: your user name); recorded "
+                                         "in the reset's reason")
+@click.option("--no-follow", is_flag=True, help="do not follow the run")
+@json_option("the reset (new run id) and the run's status after following, as JSON")
+@tenant_option
+async def retry(run: str, node: str, by: str | None, no_follow: bool, as_json: bool) -> int:
+    by = by or getpass.getuser()
+    client = await connect()
+    done = await retry_from(client, run, node, by=by, workflows=list(agents().values()))
+    handle = client.get_workflow_handle(run)  # the newest run: the one the reset started
+    if as_json:
+        status = None if no_follow else (await watch(
+            handle, as_json=False, out=io.StringIO(), progress_line=False)).status
+        print_json({"run": run, "retry_from": node, "by": by, "answer": done.answer,
+                    "new_run_id": done.new_run_id, "status": status})
+        return 0
+    print(done.answer)
+    if not no_follow:
+        print(f"status: {await follow(handle, skip=done.skip)}")
     return 0
 
 

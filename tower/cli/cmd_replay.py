@@ -11,12 +11,13 @@ import click
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
+from tower.cli.agents import agents
 from tower.cli.common import CliError, imported
-from tower.cli.histories import replay as run_replay
 from tower.cli.output import json_option, print_json, run_argument, tenant_option
 from tower.client import connect
 from tower.client.connection import connect_config
 from tower.temporal.replay import Replayed, history_file_name, load, report
+from tower.temporal.replay import replay as run_replay
 
 
 @click.group("history", help="Work with a run's Temporal event history.")
@@ -75,7 +76,7 @@ async def export(run: str, run_id: str | None, target: str | None, as_json: bool
 async def replay(paths: tuple[str, ...], verbose: bool, namespace: str | None,
                  workflows: str | None, as_json: bool) -> int:
     histories = load(list(paths))
-    classes = import_workflows(workflows) if workflows else None
+    classes = import_workflows(workflows) if workflows else list(agents().values())
     namespace = namespace or connect_config().get("namespace") or "default"
     results = await run_replay(histories, workflows=classes, namespace=namespace)
     bad = [r for r in results if not r.ok]

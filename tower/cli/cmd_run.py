@@ -44,10 +44,10 @@ def _agents_help() -> str:
 async def command(agent: str, raw_input: str, run_id: str | None, task_queue: str,
                   follow: bool, ui_url: str | None, as_json: bool) -> int:
     from tower.cli.approvals import check_policy, print_waiting
-    from tower.cli.common import agent_class, parse_input, start_run
+    from tower.cli.common import agent_class, parse_input
     from tower.cli.live import watch
     from tower.cli.ui import run_link, ui_base
-    from tower.client import connect
+    from tower.client import connect, start_run
     from tower.client._runs import has_workers
     from tower.core.details import span
 

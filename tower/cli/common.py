@@ -6,7 +6,7 @@ import contextlib
 import importlib
 import json
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -15,9 +15,6 @@ from tower.cli.agents import agents
 from tower.cli.errors import CliError
 from tower.core.engine import Transition
 from tower.temporal._machine_run import MachineRun
-
-if TYPE_CHECKING:
-    from temporalio.client import Client, WorkflowHandle
 
 
 @contextlib.contextmanager
@@ -53,15 +50,6 @@ def agent_class(name: str) -> type[MachineRun]:
     except KeyError:
         raise CliError(
             f"unknown agent {name!r}; known agents: {', '.join(sorted(known))}") from None
-
-
-async def start_run(client: Client, agent: str | type[MachineRun], request: Any, *, id: str,
-                    task_queue: str, **options: Any) -> WorkflowHandle[Any, Any]:
-    """``tower.client.start_run`` of ``agent``, a class or a project agent's name."""
-    from tower.client import start_run as start
-
-    cls = agent_class(agent) if isinstance(agent, str) else agent
-    return await start(client, cls, request, id=id, task_queue=task_queue, **options)
 
 
 # Input fields a requester never sets, and why.

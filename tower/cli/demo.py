@@ -1,13 +1,31 @@
 """`tower demo`: server (if needed) + worker + every demo run, printed as it happens; then
 a refund paused at a gate and approved, a destructive migration paused and rejected, with
-decisions sent by the same code as `tower approve`."""
+decisions sent by the same code as `tower approve`.
+
+Where one demo keeps what it makes, so every demo starts from the same data: a folder of its
+own, ``.tower/demo/<tag>/`` (the tools' database, messages, the shop database, the SDK's log),
+and a task queue of its own, so no earlier demo's background worker (``--keep-server``)
+serves its runs. Only the newest ``KEEP`` folders are kept.
+
+With ``--keep-server`` it leaves runs waiting in the approvers' inbox, with the inbox and a
+worker running in the background, and prints where to sign in and as whom.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import logging
+import os
+import shutil
+import subprocess
 import sys
+import time
+import urllib.request
 import uuid
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,20 +38,27 @@ from tower.activities.model import ModelSettings
 from tower.activities.trust import trust_dir
 from tower.cli import project
 from tower.cli.agents import agents
+from tower.cli.approvals import print_outcome as print_decision
 from tower.cli.approvals import print_waiting
-from tower.cli.cmd_approve import print_outcome as print_decision
-from tower.cli.cmd_approve import send_decision
-from tower.cli.cmd_dev import prepare_dev_setup
+from tower.cli.cmd_inbox import DEV_ACCOUNTS
 from tower.cli.cmd_run import print_outcome
-from tower.cli.common import CliError, start_run
-from tower.cli.demo_data import DEMOS, DemoData, sdk_logs_to
-from tower.cli.demo_inbox import park_for_inbox, serve_inbox
-from tower.cli.devserver import DATA_DIR, server_if_needed
+from tower.cli.common import CliError
+from tower.cli.devserver import (
+    DATA_DIR,
+    free_port,
+    port_free,
+    prepare_dev_setup,
+    server_if_needed,
+    stop,
+)
+from tower.cli.inbox.identity import dev_accounts
 from tower.cli.live import follow
 from tower.cli.output import json_option, tenant_option
 from tower.cli.server_setup import missing_attributes
-from tower.cli.trust_files import dev_trust
+from tower.cli.trust_files import dev_trust, enrol
 from tower.cli.ui import run_link, ui_base
+from tower.client import decide, start_run
+from tower.client._pending import pending_of
 from tower.client.connection import connect_config
 from tower.client.keys import config_dir
 from tower.contract import names
@@ -158,11 +183,12 @@ async def _check_set_up(client: Client) -> None:
 async def _start(client: Client, task_queue: str, agent: str, given: dict[str, Any],
                  what: str) -> tuple[str, str]:
     """Start a demo run of ``agent`` and follow it; its id and the status it stopped at."""
-    request = agents()[agent].Input.model_validate(given)
+    cls = agents()[agent]
+    request = cls.Input.model_validate(given)
     run_id = f"demo-{agent}-{uuid.uuid4().hex[:6]}"
     print(f"\n== {agent}: {what}\n   input: {request.model_dump_json(exclude_none=True)}"
           f"\n   run: {run_id}")
-    handle = await start_run(client, agent, request, id=run_id, task_queue=task_queue)
+    handle = await start_run(client, cls, request, id=run_id, task_queue=task_queue)
     status = await follow(handle)
     print_outcome(status, await handle.query(names.STATE.name, result_type=dict))
     return run_id, status
@@ -205,10 +231,183 @@ async def _gated(client: Client, task_queue: str, agent: str, request: dict[str,
     print_waiting(await handle.query(names.APPROVALS.name, result_type=dict))
     sets = "".join(f" --set {k}={v}" for k, v in (edits or {}).items())
     print(f"\n$ tower {verdict.value} {run_id} --by {approver}{sets} --note '{note}'")
-    out = await send_decision(client, run_id, verdict, approver=approver, role=role,
+    out = await decide(client, run_id, verdict, approver=approver, role=role,
                               note=note, edits=edits, say=print)
     assert out is not None
     print_decision(out)
     status = await follow(handle, skip=out.requested_step)
     print_outcome(status, await handle.query(names.STATE.name, result_type=dict))
     return run_id
+
+
+# --- the demo's own data ---
+
+DEMOS = DATA_DIR / "demo"
+KEEP = 5  # the newest demos' folders kept: an older demo's --keep-server worker may still run
+
+
+@dataclass(frozen=True)
+class DemoData:
+    tag: str
+
+    @classmethod
+    def new(cls) -> DemoData:
+        return cls(f"{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:4]}")
+
+    @property
+    def folder(self) -> Path:
+        return DEMOS / self.tag
+
+    @property
+    def tools_db(self) -> Path:
+        return self.folder / "tools.sqlite"
+
+    @property
+    def log(self) -> Path:
+        return self.folder / "demo.log"
+
+    @property
+    def inbox_log(self) -> Path:
+        return self.folder / "inbox.log"
+
+    @property
+    def task_queue(self) -> str:
+        return f"tower-demo-{self.tag}"
+
+    def make(self) -> DemoData:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        prune(keep=KEEP, current=self.folder)
+        return self
+
+
+def prune(*, keep: int, current: Path) -> list[Path]:
+    """Remove all but the newest ``keep`` demo folders, ``current`` among them (tags sort
+    by time); the ones removed."""
+    others = sorted(p for p in DEMOS.glob("*") if p.is_dir() and p != current)
+    old = others[:max(len(others) - (keep - 1), 0)]
+    for folder in old:
+        shutil.rmtree(folder, ignore_errors=True)
+    return old
+
+
+def sdk_logs_to(path: Path) -> None:
+    """The SDK's own logs (its core's retry warnings, a traceback for each activity a demo
+    run fails on purpose) go to ``path``, not the terminal the demo tells its story on.
+    Before any client connects: a runtime's logging is fixed when it is made."""
+    from temporalio.runtime import (
+        LogForwardingConfig,
+        LoggingConfig,
+        Runtime,
+        TelemetryConfig,
+        TelemetryFilter,
+    )
+
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    sdk = logging.getLogger("temporalio")
+    sdk.addHandler(handler)
+    sdk.setLevel(logging.INFO)
+    sdk.propagate = False
+    core = LoggingConfig(filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+                         forwarding=LogForwardingConfig(logger=logging.getLogger("temporalio.core")))
+    Runtime.set_default(Runtime(telemetry=TelemetryConfig(logging=core)),
+                        error_if_already_set=False)
+
+
+# --- --keep-server: runs left waiting in the approvers' inbox ---
+
+DEMO_LOGINS = (("alice", "manager"), ("dave", "dba"))
+ISSUER = "inbox"  # the inbox's own key, in the roster as an issuer for these roles
+VOUCHES_FOR = ["manager", "dba"]
+
+
+async def park_for_inbox(client: Client, task_queue: str) -> list[str]:
+    """A refund and a destructive migration, left waiting at their gates (the inbox's
+    issuer key is put in the tenant's roster first: runs read the roster as they start)."""
+    enrol(trust_dir(), client.namespace, ISSUER, vouches_for=VOUCHES_FOR)
+    runs = [("refund", {"message": "Please refund $1,800 on invoice INV-2004"}),
+            ("migration", {"database": "shop", "script": "DROP TABLE legacy_notes;"})]
+    ids = []
+    for agent, request in runs:
+        run_id = f"demo-inbox-{agent}-{uuid.uuid4().hex[:6]}"
+        cls = agents()[agent]
+        await start_run(client, cls, cls.Input.model_validate(request),
+                        id=run_id, task_queue=task_queue)
+        ids.append(run_id)
+    async with asyncio.timeout(60):
+        for run_id in ids:
+            # Listed once the worker's attestation of the request is published too.
+            while not await _attested(client, run_id):
+                await asyncio.sleep(0.2)
+    return ids
+
+
+async def _attested(client: Client, run_id: str) -> bool:
+    view = (await pending_of(client, run_id))[1]
+    return view is not None and bool(view.attestation)
+
+
+async def start_in_background(mine: DemoData, web_ui: str | None) -> tuple[str, list[int]]:
+    """A worker (on this demo's task queue and data) and `tower inbox`, detached; the
+    inbox's address and both process ids. Stopped again if the inbox does not come up or
+    the demo is interrupted first."""
+    _, created = dev_accounts(DEV_ACCOUNTS)
+    port = 8400 if port_free(8400) else free_port()
+    folder = project.root()  # the example's worker also serves a demo run in an empty folder
+    # The inbox lists only requests attested on the deployment's queues: this demo's.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOWER_DB": str(mine.tools_db.resolve()),
+           "TOWER_TASK_QUEUES": mine.task_queue,
+           "PYTHONPATH": os.pathsep.join([str(folder), *filter(None, [
+               os.environ.get("PYTHONPATH")])])}
+    ui = ["--web-ui", web_ui] if web_ui else []
+    with mine.inbox_log.open("ab") as log:
+        worker = subprocess.Popen([sys.executable, "-m", "worker", "--task-queue",
+                                   mine.task_queue], stdout=log, stderr=log, env=env,
+                                  start_new_session=True)
+        inbox = subprocess.Popen([sys.executable, "-m", "tower.cli.cli", "--project", str(folder),
+                                  "inbox", "--port", str(port), "--issuer", ISSUER, *ui],
+                                 stdout=log, stderr=log, start_new_session=True, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        await _wait_healthy(url, inbox, mine)
+    except BaseException:
+        for proc in (inbox, worker):
+            stop(proc)
+        raise
+    return url, [worker.pid, inbox.pid]
+
+
+async def serve_inbox(waiting: list[str], mine: DemoData, web_ui: str | None) -> None:
+    """Start the inbox and a worker in the background; print where and as whom to sign in."""
+    url, pids = await start_in_background(mine, web_ui)
+    print(f"\nApprovers' inbox: {url}  ({len(waiting)} runs wait there: {', '.join(waiting)})")
+    for name, password, role in logins():
+        print(f"  sign in as {name} / {password}  ({role})")
+    print(f"  (the inbox and a worker keep running in the background: `kill "
+          f"{' '.join(map(str, pids))}` stops them; their log is {mine.inbox_log})")
+
+
+def logins() -> list[tuple[str, str, str]]:
+    """(name, password, role) of the demo approvers, from the development accounts."""
+    passwords = json.loads(DEV_ACCOUNTS.with_suffix(".passwords.json").read_text())
+    return [(name, passwords[name], role) for name, role in DEMO_LOGINS]
+
+
+async def _wait_healthy(url: str, proc: subprocess.Popen[bytes], mine: DemoData,
+                        seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise CliError(f"tower inbox exited with code {proc.returncode}; see "
+                           f"{mine.inbox_log}")
+        try:
+            await asyncio.to_thread(_get, f"{url}/healthz")
+            return
+        except OSError:
+            await asyncio.sleep(0.3)
+    raise CliError(f"tower inbox did not answer at {url}; see {mine.inbox_log}")
+
+
+def _get(url: str) -> None:
+    with urllib.request.urlopen(url, timeout=2):
+        pass

@@ -1,4 +1,5 @@
-"""Make a Temporal server ready for Tower: namespaces and search attributes, idempotently.
+"""`tower setup`: make a Temporal server ready for Tower: namespaces and search attributes,
+idempotently.
 
 Any server the connection settings point at (the dev server, a self-hosted cluster, Temporal
 Cloud through an envconfig profile with TLS or an API key). Without the search attributes a
@@ -10,10 +11,12 @@ a server that refuses to add one) becomes an operator action, said plainly, neve
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import cast
+from typing import TypeVar, cast
 
+import click
 from google.protobuf.duration_pb2 import Duration
 from temporalio.api.enums.v1 import IndexedValueType, NamespaceState
 from temporalio.api.operatorservice.v1 import (
@@ -27,6 +30,9 @@ from temporalio.api.workflowservice.v1 import (
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
+from tower.cli.output import json_option, print_json
+from tower.client import connect
+from tower.client.connection import ServerUnreachable, check_tenant, connect_config
 from tower.contract import search
 
 # Codes a server answers when the caller may not do something (Cloud, an authorizer).
@@ -34,6 +40,8 @@ REFUSED = (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNIMPLEMENTED,
            RPCStatusCode.UNAUTHENTICATED)
 KIND_NAMES = {"KEYWORD": "Keyword", "INT": "Int", "DOUBLE": "Double", "TEXT": "Text",
               "BOOL": "Bool", "DATETIME": "Datetime", "KEYWORD_LIST": "KeywordList"}
+T = TypeVar("T")
+E = TypeVar("E", bound=Exception)
 
 
 @dataclass
@@ -167,3 +175,56 @@ async def _ensure_attributes(client: Client, namespace: str, report: SetupReport
         report.changed.append(f"added search attributes to {namespace}: {', '.join(sorted(added))}")
     if present:
         report.present.append(f"search attributes of {namespace}: {', '.join(present)}")
+
+
+@click.command("setup", help=(
+    "Prepare the Temporal server that the connection settings point at (TEMPORAL_ADDRESS, "
+    "TEMPORAL_NAMESPACE, TEMPORAL_PROFILE and its TLS or API key): create the namespace and "
+    "each --tenant's namespace when the server allows it, register every search attribute "
+    "Tower uses, and say what an operator must do about anything setup cannot change. "
+    "Running it again changes nothing. Exit code 0: ready; 1: an operator must act."))
+@click.option("--tenant", "tenants", multiple=True, metavar="NAME",
+              help="also set up tenant NAME's namespace (repeatable)")
+@click.option("--retention", type=click.IntRange(1, 3650), default=30, show_default=True,
+              metavar="DAYS", help="how long closed runs are kept, in namespaces setup creates")
+@click.option("--wait", type=click.FloatRange(0), default=0, metavar="SECONDS",
+              help="wait up to this long for the server to answer (a cluster starting)")
+@json_option("print what was changed, found and left to do as one JSON object")
+async def command(tenants: tuple[str, ...], retention: int, wait: float, as_json: bool) -> int:
+    for tenant in tenants:
+        check_tenant(tenant)
+    client = await _until(wait, lambda: connect(check_namespace=False), ServerUnreachable)
+    namespaces = [client.namespace, *tenants]
+    # A cluster that has just started answers Unavailable until its services have joined.
+    report = await _until(wait, lambda: setup(client, namespaces,
+                                                  retention=timedelta(days=retention)),
+                          RPCError, lambda exc: exc.status == RPCStatusCode.UNAVAILABLE)
+    address = connect_config()["target_host"]
+    if as_json:
+        print_json({"address": address, "namespaces": namespaces, "changed": report.changed,
+                    "present": report.present, "actions": report.actions})
+        return 1 if report.actions else 0
+    print(f"Temporal at {address}")
+    for line in report.changed:
+        print(f"  changed: {line}")
+    for line in report.present:
+        print(f"  present: {line}")
+    if not report.changed and not report.actions:
+        print("nothing to change: the server is ready for Tower")
+    for line in report.actions:
+        print(f"  OPERATOR ACTION: {line}")
+    return 1 if report.actions else 0
+
+
+async def _until(wait: float, attempt: Callable[[], Awaitable[T]], error: type[E],
+                 transient: Callable[[E], bool] = lambda exc: True) -> T:
+    """``attempt()``, tried again each second while it fails with a transient ``error``,
+    for up to ``wait`` seconds."""
+    deadline = asyncio.get_running_loop().time() + wait
+    while True:
+        try:
+            return await attempt()
+        except error as exc:
+            if not transient(exc) or asyncio.get_running_loop().time() >= deadline:
+                raise
+            await asyncio.sleep(1)
