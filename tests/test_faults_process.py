@@ -127,7 +127,9 @@ async def test_worker_killed_during_a_model_call(
     parse = [s.outcome for s in model_server.served if s.node == "parse"]
     assert parse == ["slow", "ok"]  # asked again by the new worker, answered once
     # The activity's retry is attempt 2; the history holds only the attempt that finished.
-    assert await started_attempts(handle, "call_model") == [2, 1]
+    # (A loaded host may time out one more attempt before the new worker's: never fewer.)
+    retried, *rest = await started_attempts(handle, "call_model")
+    assert retried >= 2 and rest == [1]
     assert_effects_once(db_path, 1)
     assert second.unhandled() == []
 

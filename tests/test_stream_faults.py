@@ -74,8 +74,10 @@ async def test_a_queued_call_whose_worker_is_killed_says_retrying_within_five_se
             for worker in workers:
                 worker.stop()
     assert told is not None and told < 5, f"told after {told} s"
-    discard = next(e for e in seen if e.kind == DISCARD)
-    assert discard.data["retrying"] is True and "lost" in discard.data["reason"]
+    # The killed attempt's discard says "retrying" (on a loaded host another attempt may be
+    # timed out and cancelled too: its discard says no retry of its own).
+    assert any(e.data["retrying"] is True and "lost" in e.data["reason"]
+               for e in seen if e.kind == DISCARD)
     folded = Reply()
     for event in seen:
         folded.take(event)
