@@ -4,6 +4,7 @@ and a fresh tools database per test."""
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -23,6 +24,14 @@ from tower.cli.devserver import dynamic_config_args, temporal_binary
 from tower.cli.trust_files import dev_trust, enrol
 from tower.contract import search
 from worker import build_worker
+
+# Bytecode caches stay on, as by Python's default (__pycache__/ is git-ignored), even where
+# PYTHONDONTWRITEBYTECODE is set (CI images, some containers): without them each xdist
+# worker rewrites the asserts of every test module it collects (~7 CPU-s each), and every
+# `tower` or `python worker.py` a test starts compiles the checkout again. The xdist
+# workers, started after this, and every subprocess inherit the environment.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
