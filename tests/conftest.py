@@ -14,6 +14,7 @@ import pytest
 import towercli
 from headless import Browser, chromium_path
 from hypothesis import settings
+from procs import LEAN_GO
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -71,15 +72,18 @@ def trust(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
-    environment = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),  # never download anything
-        data_converter=pydantic_data_converter,
-        search_attributes=search.ALL,
-        dev_server_log_level="error",
-        # Tenants are namespaces: the tenancy tests use these two.
-        dev_server_extra_args=[*dynamic_config_args(),
-                               *(arg for ns in TENANTS for arg in ("--namespace", ns))],
-    )
+    with pytest.MonkeyPatch.context() as server_env:  # the server inherits it at its start
+        for name, value in LEAN_GO.items():
+            server_env.setenv(name, value)
+        environment = await WorkflowEnvironment.start_local(
+            dev_server_existing_path=temporal_binary(),  # never download anything
+            data_converter=pydantic_data_converter,
+            search_attributes=search.ALL,
+            dev_server_log_level="error",
+            # Tenants are namespaces: the tenancy tests use these two.
+            dev_server_extra_args=[*dynamic_config_args(),
+                                   *(arg for ns in TENANTS for arg in ("--namespace", ns))],
+        )
     try:
         yield environment
     finally:
