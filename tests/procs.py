@@ -29,9 +29,9 @@ HANDLED = re.compile(r"temporalio\.exceptions\.(ApplicationError|CancelledError)
                      r"|\._task_time\.AheadOfItsTask: ")
 AHEAD = re.compile(r"\._task_time\.AheadOfItsTask: ")
 # The tests' Temporal dev servers (Go): one thread running Go code and a lazier collector.
-# Four servers and their test processes share two cores: the servers are a third or more
-# of the suite's CPU, and these cut a test file's server CPU by a fifth (4.2 CPU-s to 3.3
-# for tests/test_gates_refund.py), memory being plentiful. Behaviour is the same.
+# Four servers and their test processes share two cores, and a server is much of a test's
+# CPU (4.2 of tests/test_gates_refund.py's 10 CPU-s): these cut it by a fifth (to 3.3),
+# for ~300 MB of memory per server at most. What the server does is the same.
 LEAN_GO = {"GOMAXPROCS": "1", "GOGC": "400"}
 
 
