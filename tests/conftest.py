@@ -4,6 +4,7 @@ and a fresh tools database per test."""
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 import towercli
 from headless import Browser, chromium_path
 from hypothesis import settings
+from procs import LEAN_GO
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -24,6 +26,14 @@ from tower.cli.trust_files import dev_trust, enrol
 from tower.contract import search
 from tower.core.state import AgentState
 from worker import build_worker
+
+# Bytecode caches stay on, as by Python's default (__pycache__/ is git-ignored), even where
+# PYTHONDONTWRITEBYTECODE is set (CI images, some containers): without them each xdist
+# worker rewrites the asserts of every test module it collects (~7 CPU-s each), and every
+# `tower` or `python worker.py` a test starts compiles the checkout again. The xdist
+# workers, started after this, and every subprocess inherit the environment.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -63,15 +73,18 @@ def trust(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 async def env() -> AsyncIterator[WorkflowEnvironment]:
-    environment = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=temporal_binary(),  # never download anything
-        data_converter=pydantic_data_converter,
-        search_attributes=search.ALL,
-        dev_server_log_level="error",
-        # Tenants are namespaces: the tenancy tests use these two.
-        dev_server_extra_args=[*dynamic_config_args(),
-                               *(arg for ns in TENANTS for arg in ("--namespace", ns))],
-    )
+    with pytest.MonkeyPatch.context() as server_env:  # the server inherits it at its start
+        for name, value in LEAN_GO.items():
+            server_env.setenv(name, value)
+        environment = await WorkflowEnvironment.start_local(
+            dev_server_existing_path=temporal_binary(),  # never download anything
+            data_converter=pydantic_data_converter,
+            search_attributes=search.ALL,
+            dev_server_log_level="error",
+            # Tenants are namespaces: the tenancy tests use these two.
+            dev_server_extra_args=[*dynamic_config_args(),
+                                   *(arg for ns in TENANTS for arg in ("--namespace", ns))],
+        )
     try:
         yield environment
     finally:
