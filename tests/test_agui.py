@@ -171,12 +171,15 @@ NODE = Path(__file__).parent / "agui"
 
 
 @pytest.fixture
-def ts_client(tmp_path: Path) -> Path:
-    """tests/agui/ with the official TypeScript client installed (npm, at test time)."""
+def ts_client(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
+    """tests/agui/ with the official TypeScript client installed (npm, at test time), in
+    pytest's cache: a session after the first finds it installed and npm only checks it
+    (half a second of CPU, not four), installing again what package.json changed."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("node and npm are needed to run @ag-ui/client (install Node.js 20)")
-    folder = tmp_path / "agui-client"
-    shutil.copytree(NODE, folder)
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    folder = cache.mkdir("agui-client") if cache is not None else tmp_path / "agui-client"
+    shutil.copytree(NODE, folder, dirs_exist_ok=True)
     done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"],
                           cwd=folder, capture_output=True, text=True, timeout=240)
     if done.returncode != 0:

@@ -138,28 +138,13 @@ async def test_other_commands_print_json(
     assert code == 2 and json.loads(out)["exit_code"] == 2
 
 
-async def test_dev_json_names_the_server_it_starts(tmp_path: Path) -> None:
-    port, ui_port = free_port(), free_port()
-    proc = await asyncio.create_subprocess_exec(
-        TOWER, "dev", "--port", str(port), "--ui-port", str(ui_port), "--db",
-        str(tmp_path / "dev.sqlite"), "--json", stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, env={**os.environ}, start_new_session=True)
-    try:
-        assert proc.stdout is not None
-        info = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
-        assert info["address"] == f"127.0.0.1:{port}"
-        assert info["web_ui"] == f"http://localhost:{ui_port}"
-    finally:
-        proc.terminate()
-        await proc.wait()
-
-
 async def test_dev_writes_only_in_its_project_and_links_find_its_ui_from_anywhere(
     tmp_path: Path,
 ) -> None:
-    """`tower dev`, with a home of its own and no Tower variables: nothing lands outside its
-    project's .tower/. A command run from another folder, with a TOWER_CONFIG_DIR of its
-    own, links to that server's UI port (the server says it), not to :8233."""
+    """`tower dev --json`, with a home of its own and no Tower variables, names the server it
+    starts and its UI, and nothing lands outside its project's .tower/. A command run from
+    another folder, with a TOWER_CONFIG_DIR of its own, links to that server's UI port (the
+    server says it), not to :8233."""
     project, home, elsewhere = tmp_path / "project", tmp_path / "home", tmp_path / "elsewhere"
     for folder in (project, home, elsewhere):
         folder.mkdir()
@@ -173,6 +158,8 @@ async def test_dev_writes_only_in_its_project_and_links_find_its_ui_from_anywher
     try:
         assert proc.stdout is not None
         info = json.loads(await asyncio.wait_for(proc.stdout.readline(), 60))
+        assert info["address"] == f"127.0.0.1:{port}"
+        assert info["web_ui"] == f"http://localhost:{ui_port}"
         code, out, err = await tower_cli(
             ["--project", str(Path(__file__).resolve().parent.parent), "run", "support",
              "--input", '{"message": "hi"}', "--id", "linked", "--no-follow",
