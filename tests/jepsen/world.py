@@ -55,7 +55,7 @@ class ForkedWorker(WorkerProcess):
     the zygote's child, not this process's)."""
 
     def __init__(self, zygote: Zygote, log_path: Path) -> None:
-        super().__init__("", "", log_path, "", log_path)  # (its settings are the zygote's)
+        super().__init__("", "", Path(), "", log_path)  # (its settings are the zygote's)
         self.zygote, self.pid, self.pidfd = zygote, 0, -1
 
     def start(self) -> ForkedWorker:
