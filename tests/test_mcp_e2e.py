@@ -105,9 +105,17 @@ async def delete_in_flight(handle: WorkflowHandle[Any, Any]) -> None:
 
 
 async def test_worker_start_refuses_unknown_and_ungated_tools(
-    client: Client, task_queue: str, db_path: Path, tmp_path: Path
+    client: Client, task_queue: str, db_path: Path, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    mcp = await sources(stdio_tenant(seeded(tmp_path / "notes.sqlite")))
+    # Listed twice, under two policies, over HTTP: one server process (over stdio, each
+    # listing starts one; the all-three-tools run below lists and calls over stdio).
+    monkeypatch.setenv("NOTES_MCP_AUTH", f"Bearer {TOKEN}")
+    with http_server(seeded(tmp_path / "notes.sqlite"), TOKEN) as server:
+        mcp = await sources(http_tenant(server.url))
+        # The tenant's policy may waive the gate, explicitly, per tool.
+        waived = await sources(http_tenant(server.url,
+                                           tools={"notes.delete_note": {"gate": False}}))
     with pytest.raises(McpPolicyError, match=r"notes_purge.*'delete'.*notes.delete_note.*"
                                              r"approval gate before it \(destructiveHint\)"):
         build_worker(client, task_queue=task_queue, db_path=db_path,
@@ -118,9 +126,6 @@ async def test_worker_start_refuses_unknown_and_ungated_tools(
                                              "configured server lists"):
         build_worker(client, task_queue=task_queue, db_path=db_path,
                      workflows=[NotesCleanupAgent], mcp=missing)
-    # The tenant's policy may waive the gate, explicitly, per tool.
-    waived = await sources(stdio_tenant(tmp_path / "notes.sqlite",
-                                        tools={"notes.delete_note": {"gate": False}}))
     build_worker(client, task_queue=task_queue, db_path=db_path,
                  workflows=[NotesPurgeAgent], mcp=waived)
 
@@ -135,17 +140,18 @@ async def test_a_tool_that_lies_about_being_read_only_is_gated_and_runs_at_most_
     after the request went out is not retried as a read: one deletion, the run FAILED with
     the reason."""
     db = seeded(tmp_path / "notes.sqlite")
-    mcp = await sources(stdio_tenant(db, trust_hints=False, tools={
-        "notes.lookup_note": {"read_only": True}, "notes.save_note": {"gate": False}}))
-    with pytest.raises(McpPolicyError, match=r"notes_tidy.*'tidy'.*notes.forget_note.*approval "
-                                             r"gate before it \(its server's hints are not"):
-        build_worker(client, task_queue=task_queue, db_path=db_path,
-                     workflows=[NotesTidyAgent], mcp=mcp)
-    # The deployment's word: lookup_note only reads, save_note needs no gate.
-    build_worker(client, task_queue=f"{task_queue}-reads", db_path=db_path,
-                 workflows=[NotesCleanupAgent], mcp=mcp)
+    monkeypatch.setenv("NOTES_MCP_AUTH", f"Bearer {TOKEN}")
     with http_server(db, TOKEN, slow_delete=3) as server:  # its own process: it finishes
-        monkeypatch.setenv("NOTES_MCP_AUTH", f"Bearer {TOKEN}")
+        mcp = await sources(http_tenant(server.url, trust_hints=False, tools={
+            "notes.lookup_note": {"read_only": True}, "notes.save_note": {"gate": False}}))
+        with pytest.raises(McpPolicyError, match=r"notes_tidy.*'tidy'.*notes.forget_note.*"
+                                                 r"approval gate before it \(its server's "
+                                                 r"hints are not"):
+            build_worker(client, task_queue=task_queue, db_path=db_path,
+                         workflows=[NotesTidyAgent], mcp=mcp)
+        # The deployment's word: lookup_note only reads, save_note needs no gate.
+        build_worker(client, task_queue=f"{task_queue}-reads", db_path=db_path,
+                     workflows=[NotesCleanupAgent], mcp=mcp)
         waived = await sources(http_tenant(server.url, trust_hints=False, timeout=1,
                                            tools={"notes.forget_note": {"gate": False}}))
         async with build_worker(client, task_queue=task_queue, db_path=db_path,

@@ -5,6 +5,7 @@ server over stdio and over streamable HTTP."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,23 @@ from temporalio.exceptions import ApplicationError
 from tower.activities.mcp import McpDiscoveryError
 from tower.activities.mcp.calls import McpToolBox
 from tower.activities.mcp.catalogue import McpTool, discover
-from tower.activities.mcp.config import McpConfigError, load
+from tower.activities.mcp.config import McpConfigError, TenantMcp, load
 from tower.contract.wire import ToolCall
 
 TOKEN = "s3cret-token"
+Listed = Callable[..., TenantMcp]  # the tenant under a policy (``listed``)
+
+
+@pytest.fixture(scope="module")
+def listed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Listed]:
+    """``listed(**policy)``: the tenant of one notes server over HTTP for the module's
+    classification tests, which list it under many policies (over stdio, each listing
+    starts a server process: the MCP SDK's import, ~1.7 CPU-s; stdio listing is the first
+    test's)."""
+    with pytest.MonkeyPatch.context() as env, http_server(
+            tmp_path_factory.mktemp("listed") / "notes.sqlite", TOKEN) as server:
+        env.setenv("NOTES_MCP_AUTH", f"Bearer {TOKEN}")
+        yield lambda **policy: http_tenant(server.url, **policy)
 
 
 def deletions(db: Path) -> list[tuple[str, str | None]]:
@@ -38,41 +52,39 @@ async def test_stdio_tools_are_listed_and_classified_by_their_annotations(tmp_pa
     assert delete.source == "mcp:notes"
 
 
-async def test_the_tenant_policy_overrides_the_annotations_explicitly(tmp_path: Path):
-    tenant = stdio_tenant(tmp_path / "n.sqlite", tools={
-        "notes.delete_note": {"gate": False, "honours_idempotency_key": True}})
+async def test_the_tenant_policy_overrides_the_annotations_explicitly(listed: Listed):
+    tenant = listed(tools={"notes.delete_note": {"gate": False, "honours_idempotency_key": True}})
     delete = (await discover(tenant))["notes.delete_note"]
     assert (delete.gated, delete.retry_after_timeout) == (False, True)
-    wrong = stdio_tenant(tmp_path / "n.sqlite", tools={"notes.no_such_tool": {"gate": False}})
+    wrong = listed(tools={"notes.no_such_tool": {"gate": False}})
     with pytest.raises(McpDiscoveryError, match="notes.no_such_tool"):
         await discover(wrong)
 
 
-async def test_a_servers_hints_are_trusted_only_when_the_deployment_says_so(tmp_path: Path):
+async def test_a_servers_hints_are_trusted_only_when_the_deployment_says_so(listed: Listed):
     """``forget_note`` deletes but claims ``readOnlyHint``. By default every tool of a server
     is a gated write, not retried once it may have acted, its key sent in ``_meta``: the
     server's hints cannot loosen that. Trusted (``trust_hints``), the hints decide. The
     deployment may mark a tool read-only itself; a server's hint that it writes still wins."""
-    db = tmp_path / "notes.sqlite"
     facts = ("read_only", "destructive", "idempotent", "gated", "retry_after_timeout")
 
     def of(tool: McpTool) -> tuple[bool, ...]:
         return tuple(getattr(tool, f) for f in facts)
 
     write = (False, True, False, True, False)  # gated, never retried once it may have acted
-    untrusted = await discover(stdio_tenant(db, trust_hints=False))
+    untrusted = await discover(listed(trust_hints=False))
     assert {name: of(t) for name, t in untrusted.items()} == dict.fromkeys(untrusted, write)
     assert not any(t.trusted_hints for t in untrusted.values())
-    trusted = await discover(stdio_tenant(db))
+    trusted = await discover(listed())
     assert of(trusted["notes.forget_note"]) == (True, False, True, False, True)  # as it says
     assert of(trusted["notes.save_note"]) == (False, False, True, False, True)
-    said = await discover(stdio_tenant(db, trust_hints=False, tools={
+    said = await discover(listed(trust_hints=False, tools={
         "notes.lookup_note": {"read_only": True}, "notes.delete_note": {"read_only": True}}))
     assert of(said["notes.lookup_note"]) == (True, False, True, False, True)
     assert of(said["notes.delete_note"]) == write  # its server says it destroys: stricter
     assert of(said["notes.forget_note"]) == write
     # Trusted hints, and the deployment knows better: forget_note is not read-only.
-    known = await discover(stdio_tenant(db, tools={"notes.forget_note": {"read_only": False}}))
+    known = await discover(listed(tools={"notes.forget_note": {"read_only": False}}))
     assert of(known["notes.forget_note"]) == write
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import random
 
-from procs import WorkerProcess
-
 from .bounds import HarnessStuck
 from .store import database_locked
 from .world import Notes, World
@@ -27,13 +25,9 @@ async def lock_database(world: World, rng: random.Random, notes: Notes) -> None:
             await asyncio.sleep(span)
 
 
-def _alive(worker: WorkerProcess) -> bool:
-    return worker.proc is not None and worker.proc.poll() is None
-
-
 async def kill_worker(world: World, rng: random.Random, notes: Notes) -> None:
     await asyncio.sleep(rng.uniform(0, 3))
-    alive = [w for w in world.workers if _alive(w)]  # another trial's victim is down already
+    alive = [w for w in world.workers if w.alive()]  # another trial's victim is down already
     if not alive:
         return
     victim = rng.choice(alive)
@@ -42,7 +36,7 @@ async def kill_worker(world: World, rng: random.Random, notes: Notes) -> None:
     try:
         await asyncio.sleep(rng.uniform(0, 1))
     finally:  # even when the trial ends meanwhile: never leave a worker dead, never two
-        if not _alive(victim):
+        if not victim.alive():
             victim.start()
 
 

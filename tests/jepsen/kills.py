@@ -15,10 +15,8 @@ import asyncio
 import random
 import time
 
-from procs import WorkerProcess
-
 from .worker import fired_name
-from .world import Notes, World
+from .world import ForkedWorker, Notes, World
 
 POINTS = ("before-claim", "holding-lock", "after-write", "before-commit", "before-result")
 PID_SECONDS = 2.0  # for a worker that took a kill to write its pid (it then dies at once)
@@ -61,14 +59,12 @@ def _handled(world: World, invoice: str, point: str, notes: Notes) -> bool:
     while not (pid := fired.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.01)
     notes.faults.append(f"effect-kill at {point}")
-    victim = next((w for w in world.workers if w.proc is not None and str(w.proc.pid) == pid),
-                  None)
+    victim = next((w for w in world.workers if str(w.pid) == pid), None)
     if victim is not None:
         _restart(victim)
     return True
 
 
-def _restart(worker: WorkerProcess) -> None:
-    assert worker.proc is not None
-    worker.proc.wait(timeout=10)  # it killed itself: gone at once
+def _restart(worker: ForkedWorker) -> None:
+    worker.wait(timeout=10)  # it killed itself: gone at once
     worker.start()

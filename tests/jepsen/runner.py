@@ -20,25 +20,25 @@ from .bounds import HarnessStuck, bounded
 from .histories import keep
 from .store import prepare_pg
 from .trial import LIMITS, trial
-from .world import Notes, Outcome, World
+from .world import ForkedWorker, Notes, Outcome, World, Zygote
 
-Workers = tuple[str, Path, list[WorkerProcess]]
+Workers = tuple[str, Path, list[ForkedWorker]]
 WORKERS = 2
 # A trial that has not ended by then is reported, not waited for (its own steps are bounded
 # far below this: settling twice, and each operator call).
 TRIAL_SECONDS = 900.0
 
 
-def worker_process(address: str, task_queue: str, db_path: Path, log: Path,
-                   trust: Path, pg: str = "", kills: Path | None = None) -> WorkerProcess:
-    proc = WorkerProcess(address, task_queue, db_path, "", log,
-                         argv=("-m", "tests.jepsen.worker"))
+def worker_env(address: str, task_queue: str, db_path: Path, trust: Path, pg: str = "",
+               kills: Path | None = None) -> dict[str, str]:
+    """The checker workers' environment: a worker.py's on this server, queue and database."""
+    env = WorkerProcess(address, task_queue, db_path, "", Path()).env
     for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TOWER_MODELS"):
-        proc.env.pop(name, None)  # the offline scripted model: the checker tests the money
-    proc.env["TOWER_TRUST_DIR"] = str(trust)
-    proc.env["JEPSEN_PG"] = pg  # the checker worker's own settings (worker.py)
-    proc.env["JEPSEN_KILLS"] = str(kills or "")
-    return proc
+        env.pop(name, None)  # the offline scripted model: the checker tests the money
+    env["TOWER_TRUST_DIR"] = str(trust)
+    env["JEPSEN_PG"] = pg  # the checker worker's own settings (worker.py)
+    env["JEPSEN_KILLS"] = str(kills or "")
+    return env
 
 
 def deployment(workdir: Path) -> Path:
@@ -60,14 +60,15 @@ async def workers(address: str, workdir: Path, *, pg: str = "", kills: Path | No
         prepare_pg(pg)
     if kills is not None:
         kills.mkdir(parents=True, exist_ok=True)
-    trust = deployment(workdir)
-    procs = [worker_process(address, task_queue, db_path, workdir / f"worker-{i}.log",
-                            trust, pg, kills).start() for i in range(WORKERS)]
+    env = worker_env(address, task_queue, db_path, deployment(workdir), pg, kills)
+    zygote = Zygote(env, workdir / "zygote.log")
+    procs = [ForkedWorker(zygote, workdir / f"worker-{i}.log").start() for i in range(WORKERS)]
     try:
         yield task_queue, db_path, procs
     finally:
         for proc in procs:
             proc.stop()
+        zygote.close()
 
 
 async def run_trials(world: World, trials: int, seed: int, parallel: int,

@@ -9,6 +9,9 @@ shipped, with two test-only settings of this module (never read by the library):
   effect (kills.py): a file ``<invoice>.<point>`` there is taken (renamed ``.fired``, with
   this process's pid in it) by the first effect on that invoice reaching that point, which
   then kills its own worker.
+
+``python -m tests.jepsen.worker --forks`` starts no worker itself: it forks one per line it
+reads (that worker's log file) and answers the worker's pid (world.py's ``Zygote``).
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import contextlib
 import dataclasses
 import os
 import signal
+import sys
 import threading
+import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from temporalio import activity
 
@@ -123,9 +128,60 @@ def shorten() -> None:
     tower_worker.activity_for = activity_for
 
 
+def forks() -> None:
+    """A worker forked per line read on stdin (its log's path), its pid written back: one
+    Python start-up and import for every worker a run starts and restarts (each fresh one
+    costs a second of CPU; the kills restart workers dozens of times). Nothing runs here but
+    the imports (no thread, no event loop): each child is a whole worker process of its own."""
+    signal.signal(signal.SIGCHLD, reap)
+    for line in sys.stdin:
+        pid = os.fork()
+        if pid == 0:
+            serve(line.strip())
+        print(pid, flush=True)
+
+
+def reap(signum: int, frame: object) -> None:
+    """The workers that died, waited for as they die (so their CPU time counts as this
+    process's children's, as a fresh worker's counts as the test's)."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def serve(log: str) -> NoReturn:
+    """The forked child: its own session, its output to ``log``, the worker until stopped."""
+    code = 0
+    try:
+        os.setsid()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        import worker
+
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(worker.main([]))
+    except SystemExit as exc:  # as a fresh process would end on it
+        code = exc.code if isinstance(exc.code, int) else 1
+        if isinstance(exc.code, str):
+            print(exc.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
 if __name__ == "__main__":
     shorten()
     import worker  # after shorten(): the worker registers the tools as they are now
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(worker.main())
+    if sys.argv[1:] == ["--forks"]:
+        forks()
+    else:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(worker.main())
