@@ -36,7 +36,9 @@ class Postgres:
         # Not under pytest's 0700 tmp dir: the `postgres` user must reach it.
         self.root = Path(tempfile.mkdtemp(prefix="tower-pg-"))
         self.data = self.root / "data"
-        self._as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        # runuser lives in /usr/sbin, which a PATH such as `env -i`'s may lack.
+        runuser = shutil.which("runuser") or "/usr/sbin/runuser"
+        self._as = [runuser, "-u", "postgres", "--"] if os.geteuid() == 0 else []
 
     def _run(self, *args: str) -> None:
         subprocess.run([*self._as, *args], check=True, stdout=subprocess.DEVNULL,
