@@ -12,6 +12,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from tower.effects._db import _begin
+
 from .bounds import RPC_SECONDS, bounded, on_db
 from .worker import PG_SCHEMA
 from .world import World
@@ -66,16 +68,11 @@ async def _take_sqlite(db: sqlite3.Connection, seconds: float) -> bool:
     database would stay locked for minutes). No busy wait inside SQLite: it would block the
     event loop, where another fault's holder must wake to let go."""
     deadline = asyncio.get_running_loop().time() + seconds
-    while True:
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            return True
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc):
-                raise
+    while not _begin(db):  # the ledger's own non-waiting BEGIN IMMEDIATE
         if asyncio.get_running_loop().time() > deadline:
             return False
         await asyncio.sleep(0.02)
+    return True
 
 
 async def _take_pg(db: Any, seconds: float) -> bool:
