@@ -11,11 +11,10 @@ import pytest
 from tower import DONE, FAILED, AgentState, Graph
 from tower.activities.prices import PriceError, PriceTable
 from tower.contract.failures import InvalidGraph
-from tower.core.cost import CallUsage, cost_report
 from tower.core.engine import advance, start
 from tower.core.graph import Machine
 from tower.core.pictures import to_mermaid
-from tower.core.state import Usage
+from tower.core.state import CallUsage, Usage, cost_report
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

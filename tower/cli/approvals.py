@@ -42,7 +42,7 @@ from tower.client._pending import Deployment
 from tower.contract.decisions import GateRecord, Verdict, canonical_proposal
 from tower.contract.render import MORE, WIDTH, Rendered, fit, inert, render_proposal
 from tower.core.gates import Outcome
-from tower.core.policy import PolicyInvalid, PolicyLoosened, effective
+from tower.core.policy import PolicyRefused, effective
 
 # Where a surface's own line goes on when it is too long: in the proposal's values' gutter
 # (shown at indent "  "), never where a name is.
@@ -76,7 +76,7 @@ def check_policy(agent: Any, request: BaseModel, tenant: str,
         return
     try:
         effective(policy_model, snapshot.policy.agents.get(agent.machine.name, {}), request)
-    except (PolicyLoosened, PolicyInvalid) as exc:
+    except PolicyRefused as exc:
         raise CliError(f"this input may not start a run: {exc}") from None
 
 

@@ -26,9 +26,8 @@ from tower.contract.wire import (
     ToolCallRequest,
     WindowRef,
 )
-from tower.core.cost import CallUsage
 from tower.core.graph import Node
-from tower.core.state import Message, Usage
+from tower.core.state import CallUsage, Message, Usage
 from tower.core.tools import Tool, argument_problem, spec_for, specs_of
 
 T = TypeVar("T", bound=BaseModel)
@@ -67,13 +66,9 @@ class NodeContext:
         self.calls: list[str] = []  # what answered so far: "model:NAME", "tool:NAME"
         self.usage = Usage()  # model usage of this node so far
         self.model_calls = [] if model_calls is None else model_calls
-        self._host = host
-
-    @property
-    def host(self) -> Any:
-        """The object that runs this machine: what a node that talks to the run's own
-        handlers (a chat's inbox) reads; the agent class in a unit test's runner."""
-        return self._host
+        # The object that runs this machine: what a node that talks to the run's own
+        # handlers (a chat's inbox) reads; the agent class in a unit test's runner.
+        self.host = host
 
     @property
     def run_id(self) -> str:

@@ -26,10 +26,10 @@ if TYPE_CHECKING:  # gates.py declares the Gate and calls these checks
 # (the planned state, the edits) -> problem: the state as the request was opened, before
 # the edits; the engine has checked the gate's ``limits`` first.
 EditCheck = Callable[[Any, Mapping[str, Any]], str | None]
-# The rules an ``EditLimit`` may name, each as (planned, edited) -> whether it holds.
-RULES: dict[str, Callable[[Any, Any], bool]] = {
-    "lower only": lambda planned, edited: edited <= planned,
-    "higher only": lambda planned, edited: edited >= planned,
+# The rules an ``EditLimit`` may name: (planned, edited) -> whether it holds, and the refusal.
+RULES: dict[str, tuple[Callable[[Any, Any], bool], str]] = {
+    "lower only": (lambda planned, edited: edited <= planned, "lowered: at most"),
+    "higher only": (lambda planned, edited: edited >= planned, "raised: at least"),
 }
 # What a value of a field's type is, in an approver's words.
 KINDS: dict[Any, str] = {int: "a whole number", float: "a number", bool: "true or false",
@@ -58,8 +58,7 @@ def check_edits(gate: Gate, state: AgentState, d: Decision) -> str | None:
     pending = next((r for r in reversed(state.approvals)
                     if r.status == GateStatus.PENDING), None)
     for name in sorted(d.edits):
-        limit = pending.limits.get(name) if pending is not None else None
-        if limit is not None:
+        if pending is not None and (limit := pending.limits.get(name)) is not None:
             problem = limit_problem(name, limit, getattr(state, name), getattr(edited, name))
             if problem:
                 return problem
@@ -116,10 +115,9 @@ def limit_problem(name: str, limit: EditLimit, planned: Any, value: Any) -> str 
         known = ", ".join(repr(r) for r in RULES)
         return (f"{name}: the gate's limit names rule {limit.rule!r}, which Tower does not "
                 f"enforce (known: {known}); no edit of it is accepted")
-    if limit.rule == "lower only" and not RULES[limit.rule](planned, value):
-        return f"{name} may only be lowered: at most {planned} (asked {value})"
-    if limit.rule == "higher only" and not RULES[limit.rule](planned, value):
-        return f"{name} may only be raised: at least {planned} (asked {value})"
+    holds, words = RULES.get(limit.rule, (None, ""))
+    if holds is not None and not holds(planned, value):
+        return f"{name} may only be {words} {planned} (asked {value})"
     numeric = isinstance(value, int | float) and not isinstance(value, bool)
     if (limit.min is not None or limit.max is not None) and not numeric:
         return f"{name} must be a number (asked {value!r})"

@@ -1,14 +1,11 @@
 """One step of a machine, as pure functions, and the transition log it writes.
 
-Every change of a run's step — a node's edge or route, a gate opening or closing, a budget
-escalation, an accepted event — is made by ``move``: it checks the move is declared, counts
-the step and the visit, sets the status, and returns the new state with its ``Transition``.
-The transition's ``kind`` says what made the move; nothing reads meaning from the reason
-text, which is for people. ``advance`` takes the state, the node that just ran and its
-update, and returns the next state and the log entry. It never raises for a bad run: an
-update that does not apply, an illegal move or an exceeded budget all become a logged move
-(to FAILED or to the budget's escalation node). Pure: no Temporal, no clock (time and the
-history event id come from the caller).
+Every change of a run's step (a node's edge or route, a gate opening or closing, a budget
+escalation, an accepted event) is made by ``move``, which returns the new state with its
+``Transition``; its ``kind`` says what made the move (the reason text is for people).
+``advance`` never raises for a bad run: an update that does not apply, an illegal move or
+an exceeded budget become a logged move to FAILED or the escalation node. No clock: the
+time and history event id come from the caller.
 """
 
 from __future__ import annotations
@@ -23,7 +20,7 @@ from pydantic_core import to_jsonable_python
 
 from tower.contract.decisions import GateRecord
 from tower.contract.failures import IllegalTransition
-from tower.core.graph import DONE, FAILED, START, TERMINALS, Machine
+from tower.core.graph import FAILED, START, TERMINALS, Machine
 from tower.core.state import (
     AgentState,
     NodeError,
@@ -59,10 +56,6 @@ class Transition(BaseModel):
     kind: Kind = Kind.NODE
 
 
-def status_for(node: str) -> Status:
-    return {DONE: Status.DONE, FAILED: Status.FAILED}.get(node, Status.RUNNING)
-
-
 def move(
     machine: Machine, state: S, source: str, target: str, kind: Kind, reason: str, *,
     at: datetime, event_id: int, update: Mapping[str, Any] | None = None,
@@ -71,11 +64,9 @@ def move(
 ) -> tuple[S, Transition]:
     """Take ``source -> target`` on ``state`` (already merged with the move's update).
 
-    Raises IllegalTransition unless the graph declares the move. Entering a node counts a
-    visit, except a gate holding the run at its own node, so gates never eat into a node's
-    visit budget. ``status``
-    defaults to the target's (RUNNING, DONE or FAILED); ``approvals`` replaces the
-    gate records (only gates pass it).
+    Entering a node counts a visit, except a gate holding the run at its own node, so gates
+    never eat into a node's visit budget. ``status`` defaults to the target's; ``approvals``
+    replaces the gate records (only gates pass it).
     """
     if not machine.declared(source, target):
         # The runtime only ever asks for declared moves; this is the last line of defence.
@@ -85,8 +76,8 @@ def move(
     holding = kind == Kind.GATE and target == source
     if target not in TERMINALS and not holding:
         visits[target] = visits.get(target, 0) + 1
-    fields: dict[str, Any] = {"step": step, "node": target, "visits": visits,
-                              "status": status or status_for(target)}
+    status = status or Status(target if target in TERMINALS else "RUNNING")
+    fields: dict[str, Any] = {"step": step, "node": target, "visits": visits, "status": status}
     if approvals is not None:
         fields["approvals"] = approvals
     new = set_engine_fields(state, **fields)
@@ -145,20 +136,18 @@ def advance(
     """Apply ``update`` from ``node`` and take the transition the graph allows."""
     if state.node in TERMINALS:
         raise IllegalTransition(state.node, "?", f"{state.node} is terminal")
-    calls = calls or []
     try:
         merged = apply_update(state, update)
     except UpdateError as exc:
         return fail(machine, state, f"bad update from {node}: {exc}", at=at, event_id=event_id,
                     calls=calls)
     try:
-        choice = machine.choose(node, merged)
+        target, reason = machine.choose(node, merged)
     except IllegalTransition as exc:
         return fail(machine, merged, str(exc), at=at, event_id=event_id, update=update,
                     calls=calls)
     kind = Kind.NODE if machine.transitions[node].route is None else Kind.ROUTE
-    merged, target, kind, reason = within_budget(machine, merged, choice.target, kind,
-                                                 choice.reason)
+    merged, target, kind, reason = within_budget(machine, merged, target, kind, reason)
     return move(machine, merged, node, target, kind, reason, at=at, event_id=event_id,
                 update=update, calls=calls)
 
@@ -180,7 +169,6 @@ def node_error(
     """``node`` raised instead of returning an update: record the error in
     ``errors`` and ``last_error``, then go to the node's recovery node
     (``Graph.on_error``) or, without one or past its budget, to FAILED."""
-    calls = calls or []
     errored = set_engine_fields(state, last_error=NodeError(node=node, error=why,
                                                             step=state.step))
     target = machine.recovery.get(node)

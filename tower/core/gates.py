@@ -342,11 +342,10 @@ def _other_request(d: Decision, pending: GateRecord) -> tuple[Code, str] | None:
     return None
 
 
-def _substance(d: Decision) -> tuple[Any, ...]:
+def _substance(d: Decision) -> str:
     """What makes two deliveries the same decision (not when or how it was signed)."""
-    edits = json.dumps(d.edits, sort_keys=True, separators=(",", ":"), default=str)
-    return (d.tenant, d.run, d.gate, d.decision, d.approver, d.role, edits, d.note, d.request,
-            d.run_id, d.proposal)
+    return json.dumps(d.model_dump(mode="json", exclude={"decision_id", "expires_at", "kid"}),
+                      sort_keys=True, default=str)
 
 
 def _not_pending(gate: str, state: AgentState | None, gates: Mapping[str, Gate]

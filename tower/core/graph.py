@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tower.contract.failures import IllegalTransition, InvalidGraph
 from tower.core.state import PROTECTED_FIELDS, AgentState
-from tower.core.tools import Tool, ToolSpec, is_external, names
+from tower.core.tools import Tool, ToolSpec, is_external, own_tools
 
 if TYPE_CHECKING:  # gates.py builds on the graph; a graph only names its gates
     from tower.core.gates import Gate
@@ -83,12 +83,6 @@ class Budget:
         return out
 
 
-@dataclass(frozen=True)
-class Choice:
-    target: str
-    reason: str
-
-
 @dataclass(frozen=True, eq=False)
 class Machine:
     """A validated graph, made by ``Graph.compile``. Immutable; shared by every run of an
@@ -140,8 +134,9 @@ class Machine:
         out = self.transitions.get(source)
         return out is not None and target in out.targets
 
-    def choose(self, source: str, state: AgentState) -> Choice:
-        """The next node after ``source``; IllegalTransition if undeclared or guarded off."""
+    def choose(self, source: str, state: AgentState) -> tuple[str, str]:
+        """The next node after ``source`` and why; IllegalTransition if undeclared or
+        guarded off."""
         out = self.transitions[source]
         if out.route is None:
             target, reason = out.targets[0], "edge"
@@ -157,7 +152,7 @@ class Machine:
             if not guard(state):
                 raise IllegalTransition(source, target, f"guard {guard.__name__} failed")
             reason += f", guard {guard.__name__} held"
-        return Choice(target, reason)
+        return target, reason
 
 
 class Graph:
@@ -190,11 +185,11 @@ class Graph:
             if why is not None and not why.strip():
                 raise InvalidGraph(self.name, f"node {name!r}: {what}= needs a reason")
         tools, proposes = list(tools), list(proposes)
-        _, specs = names(self.name, name, [*tools, *proposes])  # one object per tool name
-        self._nodes[name] = Node(name, fn, prompt, names(self.name, name, tools)[0],
+        specs = own_tools(self.name, name, [*tools, *proposes])
+        self._nodes[name] = Node(name, fn, prompt, _names(tools),
                                  description or (fn.__doc__ or ""), specs=specs,
-                                 proposes=names(self.name, name, proposes)[0],
-                                 ungated=ungated, unbounded=unbounded)
+                                 proposes=_names(proposes), ungated=ungated,
+                                 unbounded=unbounded)
         return self
 
     def require(self, node: str, *, after: str) -> Graph:
@@ -223,10 +218,16 @@ class Graph:
     def guard_rows(self, source: str, rows: Mapping[str, Guard]) -> Graph:
         """A row of a guard table (event-driven agents): the move from ``source`` goes to
         the first target (in order) whose guard holds once an event is applied."""
-        from tower.core.events import by_guards  # (events builds on graphs)
+        def guards(state: Any) -> str:  # exactly one must hold: none or two never moves
+            holding = [target for target, guard in rows.items() if guard(state)]
+            if len(holding) != 1:
+                names = ", ".join(f"{t} if {g.__name__}" for t, g in rows.items())
+                why = "no guard admits the event" if not holding else (
+                    f"ambiguous: {', '.join(holding)} all admit it")
+                raise IllegalTransition(source, "?", f"{why} ({names})")
+            return holding[0]
 
-        return self.route(source, by_guards(source, rows), dict.fromkeys(rows, "on event"),
-                          guards=rows)
+        return self.route(source, guards, dict.fromkeys(rows, "on event"), guards=rows)
 
     def budget(
         self, *, escalate_to: str, max_steps: int | None = None,
@@ -293,6 +294,10 @@ class Graph:
         _check(machine)
         machine.tools()  # one object per tool name
         return replace(machine, proof=prove(machine))
+
+
+def _names(tools: list[Tool | str]) -> tuple[str, ...]:
+    return tuple(t.name if isinstance(t, Tool) else t for t in tools)
 
 
 def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -15,14 +15,9 @@ from tower.contract.failures import Code, TowerError
 P = TypeVar("P", bound=BaseModel)
 
 
-class PolicyLoosened(TowerError):
-    """A run's input asked for a weaker limit than the tenant's policy allows."""
-
-    CODE = Code.BAD_POLICY
-
-
-class PolicyInvalid(TowerError):
-    """The tenant's policy for this agent does not fit the agent's limits."""
+class PolicyRefused(TowerError):
+    """The tenant's policy for this agent does not fit its limits, or a run's input asked
+    for a weaker limit than the policy allows."""
 
     CODE = Code.BAD_POLICY
 
@@ -34,11 +29,11 @@ def stricter(direction: Literal["lower", "higher"]) -> dict[str, Any]:
 
 def effective(model: type[P], deployment: Mapping[str, Any], request: BaseModel) -> P:
     """The tenant's limits for this agent, tightened by the fields of ``request`` that
-    name them (None: not asked). Raises ``PolicyLoosened`` naming the field."""
+    name them (None: not asked). Raises ``PolicyRefused`` naming the field."""
     try:
         base = model.model_validate(dict(deployment))
     except ValidationError as exc:
-        raise PolicyInvalid(f"the tenant's policy for this agent is invalid: {exc}") from None
+        raise PolicyRefused(f"the tenant's policy for this agent is invalid: {exc}") from None
     values = base.model_dump()
     for name, field in model.model_fields.items():
         asked = getattr(request, name, None)
@@ -48,11 +43,11 @@ def effective(model: type[P], deployment: Mapping[str, Any], request: BaseModel)
         direction = extra.get("stricter") if isinstance(extra, dict) else None
         have = values[name]
         if (direction == "lower" and asked > have) or (direction == "higher" and asked < have):
-            raise PolicyLoosened(
+            raise PolicyRefused(
                 f"{name}={asked} would loosen the tenant's policy ({name}={have}): a run's "
                 f"input may only make it {direction}")
         if direction is None and asked != have:
-            raise PolicyLoosened(f"{name} is set by the tenant's policy ({have}); a run's input "
+            raise PolicyRefused(f"{name} is set by the tenant's policy ({have}); a run's input "
                                  "cannot change it")
         values[name] = asked
     return model.model_validate(values)

@@ -70,10 +70,10 @@ class Proof:
 def prove(m: Machine) -> Proof:
     """The proof of ``m``'s safety properties; InvalidGraph naming the path that breaks one."""
     succ = successors(m)
-    unreachable = sorted(set(m.nodes) - _reach(succ, m.entry))
+    unreachable = sorted(set(m.nodes) - set(_search(succ, m.entry)))
     if unreachable:
         raise InvalidGraph(m.name, f"unreachable from {m.entry!r}: {', '.join(unreachable)}")
-    stuck = [n for n in sorted(m.nodes) if not _reach(succ, n) & TERMINALS]
+    stuck = [n for n in sorted(m.nodes) if not TERMINALS & set(_search(succ, n))]
     if stuck:
         raise InvalidGraph(m.name, f"no path to DONE or FAILED from: {', '.join(stuck)}")
     return Proof(_loops(m), _effects(m), _requires(m))
@@ -113,10 +113,6 @@ def path_to(succ: Mapping[str, Collection[str]], entry: str, goal: str) -> list[
     return [START, *reversed(path)]
 
 
-def _reach(succ: Mapping[str, Collection[str]], start: str) -> set[str]:
-    return set(_search(succ, start))
-
-
 def _search(succ: Mapping[str, Collection[str]], start: str) -> dict[str, str | None]:
     """Every node reachable from ``start`` in ``succ``, each with its parent on a shortest
     path (breadth first, in name order: a path is the same on every run)."""
@@ -147,9 +143,7 @@ def _loops(m: Machine) -> tuple[Loop, ...]:
                                "max_steps, or declare .node(..., unbounded=\"why\")")
     loops = []
     order = list(m.nodes)
-    for part in _strongly_connected(succ):
-        if len(part) == 1 and part[0] not in succ.get(part[0], ()):
-            continue
+    for part in _cyclic_parts(succ):
         nodes = tuple(sorted(part, key=order.index))
         bounds = [f"{n} ≤ {visits[n]} visits" for n in nodes if n in visits]
         bounds += [f"{n} (unbounded: {outside[n]})" for n in nodes if n in outside]
@@ -240,8 +234,7 @@ def _requires(m: Machine) -> tuple[tuple[str, str], ...]:
 def _cycle(succ: Mapping[str, Collection[str]]) -> list[str] | None:
     """A cycle in ``succ`` as a path that ends where it began (through the smallest node on
     one), or None."""
-    cyclic = [part for part in _strongly_connected(succ)
-              if len(part) > 1 or part[0] in succ.get(part[0], ())]
+    cyclic = _cyclic_parts(succ)
     if not cyclic:
         return None
     part = set(min(cyclic, key=min))
@@ -252,8 +245,8 @@ def _cycle(succ: Mapping[str, Collection[str]]) -> list[str] | None:
     return [start, *path[1:]]
 
 
-def _strongly_connected(succ: Mapping[str, Collection[str]]) -> list[list[str]]:
-    """Tarjan's strongly connected components of ``succ``."""
+def _cyclic_parts(succ: Mapping[str, Collection[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of ``succ`` that hold a cycle."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -277,4 +270,4 @@ def _strongly_connected(succ: Mapping[str, Collection[str]]) -> list[list[str]]:
     for v in sorted(succ):
         if v not in index:
             visit(v)
-    return parts
+    return [part for part in parts if len(part) > 1 or part[0] in succ.get(part[0], ())]

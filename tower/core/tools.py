@@ -108,25 +108,20 @@ def tool(fn: Callable[..., Any] | None = None, *, side_effect: bool = False,
     return make if fn is None else make(fn)
 
 
-def names(graph: str, node: str, tools: Iterable[Tool | str]) -> tuple[tuple[str, ...],
-                                                                       dict[str, Tool]]:
-    """A node's tool names and its own tools' objects."""
-    found: list[str] = []
-    specs: dict[str, Tool] = {}
+def own_tools(graph: str, node: str, tools: Iterable[Tool | str]) -> dict[str, Tool]:
+    """A node's own tools' objects by name: one object per name, and a string only an
+    external tool's name."""
+    found: dict[str, Tool] = {}
     for t in tools:
         if isinstance(t, Tool):
-            if specs.get(t.name, t) is not t:
+            if found.setdefault(t.name, t) is not t:
                 raise InvalidGraph(graph, f"node {node!r} has two different tools named "
                                           f"{t.name!r}")
-            specs[t.name] = t
-            found.append(t.name)
-        elif isinstance(t, str) and is_external(t):
-            found.append(t)
-        else:
+        elif not (isinstance(t, str) and is_external(t)):
             raise InvalidGraph(graph, f"node {node!r}: {t!r} is not a tool: pass the object "
                                       "@tool made (a string names only an external "
                                       "'server.tool')")
-    return tuple(found), specs
+    return found
 
 
 def is_external(name: str) -> bool:

@@ -38,9 +38,9 @@ from tower.contract.failures import (
 from tower.contract.stream import TOOL_FINISHED, TOOL_STARTED, custom_data
 from tower.contract.wire import Authority, ModelReply, ModelRequest, ToolCall, ToolCallRequest
 from tower.core.context import NodeContext
-from tower.core.cost import CallUsage
 from tower.core.graph import Node
 from tower.core.keys import Action, effect_key
+from tower.core.state import CallUsage
 from tower.core.tools import Tool, ToolSpec, called, spec_for
 from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._task_time import call_activity, wait_for_store

@@ -35,14 +35,13 @@ from tower.contract.failures import AgentFailed, Code, NodeFailed, TowerError, f
 from tower.contract.pending import PendingView
 from tower.contract.trust import TrustRequest, TrustSnapshot
 from tower.core.carry import Carry, LogSummary, summarize
-from tower.core.cost import CallUsage, cost_report
 from tower.core.details import render_details
 from tower.core.engine import Transition, start
 from tower.core.gates import pending_record
 from tower.core.graph import FAILED, TERMINALS, Machine
 from tower.core.keys import action_of, authority_of
 from tower.core.policy import effective
-from tower.core.state import AgentState, Status
+from tower.core.state import AgentState, CallUsage, Status, cost_report
 from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._context import TemporalContext
 from tower.temporal._start import match_init

@@ -35,7 +35,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from tower.activities.stores import StoreSettings
 from tower.contract.failures import Code, IllegalTransition, InvalidGraph, NodeFailed, TowerError
 from tower.core.events import EventRejected
-from tower.core.policy import PolicyInvalid, PolicyLoosened
+from tower.core.policy import PolicyRefused
 from tower.core.tools import ToolSpec, register_external
 from tower.temporal._process import code_version, frozen_heap
 from tower.temporal._sandbox import project_packages, sandbox_runner
@@ -68,7 +68,7 @@ HEARTBEAT_SENT_WITHIN = timedelta(seconds=1)
 # does not answer (PayloadMissing) or a query's activation ahead of its task (AheadOfItsTask)
 # fails the task, to be tried again.
 WORKFLOW_FAILURE_TYPES: list[type[BaseException]] = [
-    InvalidGraph, IllegalTransition, NodeFailed, EventRejected, PolicyInvalid, PolicyLoosened,
+    InvalidGraph, IllegalTransition, NodeFailed, EventRejected, PolicyRefused,
     UnopenablePayload, ValidationError]
 
 T = TypeVar("T")
