@@ -25,7 +25,7 @@ from tower.activities.streams import StreamStore, open_streams
 from tower.cli import project
 from tower.cli.common import CliError, not_found_is
 from tower.cli.live import LiveText, StreamPump
-from tower.cli.output import json_mode, json_option, print_json, tenant_option
+from tower.cli.output import emit, json_mode, json_option, tenant_option
 from tower.client import connect, start_run, stream, update_while_open
 from tower.client._runs import failure_of, has_workers
 from tower.client._stream import folded
@@ -91,8 +91,7 @@ async def command(thread: str | None, given: tuple[str, ...], close: bool, timeo
         except WorkflowUpdateFailedError as exc:  # the validator's reason; nothing recorded
             cause = exc.cause  # typed BaseException; a failure from the server has .message
             reason = cause.message if isinstance(cause, FailureError) else str(exc)
-            emit({"event": "refused", "reason": reason}, f"refused: {reason}",
-                 err=True)
+            emit({"event": "refused", "reason": reason}, f"refused: {reason}", err=True)
             if not interactive:
                 return 2
             continue
@@ -201,10 +200,3 @@ async def messages(given: Iterable[str], interactive: bool) -> AsyncIterator[str
 def reply_line(reply: Any) -> str:
     # A model's text is hostile: shown whole, on one line, every control character inert.
     return f"[turn {reply.turn}, step {reply.step}] {escape(reply.reply)[0]}"
-
-
-def emit(event: dict[str, Any], text: str, err: bool = False) -> None:
-    if json_mode():
-        print_json(event, line=True)
-    else:
-        print(text, file=sys.stderr if err else sys.stdout, flush=True)

@@ -6,7 +6,6 @@ reads Temporal's visibility (search attributes) only, so it answers with no work
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -72,9 +71,8 @@ async def watch(run: str, until_pause: bool, timeout: float | None, as_json: boo
                             stop_at_pause=until_pause, timeout=timeout)
     if as_json:
         why = {"reason": progress.reason} if progress.reason else {}
-        print(json.dumps({"event": "end", "run": progress.run, "status": progress.status,
-                          "step": progress.step, "node": progress.node, **why},
-                         sort_keys=True, default=str), flush=True)
+        print_json({"event": "end", "run": progress.run, "status": progress.status,
+                    "step": progress.step, "node": progress.node, **why}, line=True)
     elif progress.reason:
         # The run's words (a tool's, a model's): one inert line, whatever they hold.
         print(f"{progress.run} ended {progress.status}: {inert(progress.reason)}", flush=True)

@@ -8,7 +8,6 @@ extra (`pip install 'tower[dev]'`): workers and production servers never need it
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import shutil
 import signal
@@ -25,7 +24,7 @@ from temporalio.client import Client
 
 from tower.cli.errors import CliError
 from tower.cli.output import json_option, print_json
-from tower.cli.server_setup import SetupReport, setup
+from tower.cli.server_setup import SetupReport, setup, until
 from tower.cli.ui import record_ui
 from tower.client import connect
 from tower.client.connection import ServerUnreachable, connect_config
@@ -183,20 +182,18 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 async def wait_for_server(proc: subprocess.Popen[bytes], address: str | None = None,
                           seconds: float = 60) -> Client:
     """A client of the dev server ``proc`` once it answers (its namespace unchecked)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    while True:
+    async def attempt() -> Client:
         if proc.poll() is not None:
-            raise ServerUnreachable(
-                f"the dev server exited with code {proc.returncode}; see "
-                f"{DATA_DIR / 'devserver.log'}")
-        try:
-            return await connect(address, check_namespace=False)
-        except ServerUnreachable:
-            if loop.time() > deadline:
-                proc.kill()
-                raise
-            await asyncio.sleep(0.5)
+            raise ServerUnreachable(f"the dev server exited with code {proc.returncode}; see "
+                                    f"{DATA_DIR / 'devserver.log'}")
+        return await connect(address, check_namespace=False)
+
+    try:
+        return await until(seconds, attempt, ServerUnreachable, lambda _: proc.poll() is None,
+                           every=0.5)
+    except ServerUnreachable:
+        proc.kill()  # (nothing, when it has exited)
+        raise
 
 
 def prepare_dev_setup(tenants: list[str] | None = None) -> list[str]:
@@ -276,6 +273,4 @@ async def command(port: int, ui_port: int, metrics_port: int | None, http_port: 
             print(f"Workers and commands connect with TEMPORAL_ADDRESS={address}", flush=True)
         return proc.wait()
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=30)
+        stop(proc)

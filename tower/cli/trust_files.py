@@ -89,12 +89,9 @@ def dev_trust(root: Path, tenant: str, *, config: Path | None = None,
     """A development tenant: each approver's key (made if missing, in ``config``) in the
     roster with its roles, and a policy (defaults, or ``policy``'s fields) — for the demo,
     the history recorders and tests. A real deployment writes its own files."""
-    roster = read_roster(root, tenant)
     for name, roles in (DEV_APPROVERS if approvers is None else approvers).items():
-        roster = enrol(root, tenant, name, config=config, roles=roles)
-    roster = enrol_worker(root, tenant)
-    if not (tenant_dir(root, tenant) / "roster.json").is_file():
-        write_roster(root, roster)
+        enrol(root, tenant, name, config=config, roles=roles)
+    roster = enrol_worker(root, tenant)  # the roster file exists from here on
     if policy or not (tenant_dir(root, tenant) / "policy.json").is_file():
         write_policy(root, Policy.model_validate({"tenant": tenant, **policy}))
     return roster
