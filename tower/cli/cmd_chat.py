@@ -101,7 +101,9 @@ async def command(thread: str | None, given: tuple[str, ...], close: bool, timeo
         finally:
             await pump.stop()
             offset = view.offset
-        emit({"event": "reply", **reply.model_dump(exclude={"reply_ref"})}, reply_line(reply))
+        # A model's text is hostile: shown whole, on one line, every control character inert.
+        emit({"event": "reply", **reply.model_dump(exclude={"reply_ref"})},
+             f"[turn {reply.turn}, step {reply.step}] {escape(reply.reply)[0]}")
     if close:
         # With --json the thread's last events print too, up to its run_end.
         last = None if not json_mode() else await StreamPump(
@@ -195,8 +197,3 @@ async def messages(given: Iterable[str], interactive: bool) -> AsyncIterator[str
             return
         if line.strip():
             yield line.rstrip("\n")
-
-
-def reply_line(reply: Any) -> str:
-    # A model's text is hostile: shown whole, on one line, every control character inert.
-    return f"[turn {reply.turn}, step {reply.step}] {escape(reply.reply)[0]}"

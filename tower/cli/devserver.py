@@ -27,7 +27,7 @@ from tower.cli.output import json_option, print_json
 from tower.cli.server_setup import SetupReport, setup, until
 from tower.cli.ui import record_ui
 from tower.client import connect
-from tower.client.connection import ServerUnreachable, connect_config
+from tower.client.connection import ServerUnreachable, check_tenant, connect_config
 from tower.contract.failures import Code
 
 DATA_DIR = Path(".tower")
@@ -229,7 +229,7 @@ def prepare_dev_setup(tenants: list[str] | None = None) -> list[str]:
 @click.option("--db", default=str(DEFAULT_DB), show_default=True,
               help="SQLite file for the server's state")
 @click.option("--headless", is_flag=True, help="no Web UI")
-@click.option("--tenant", "tenants", multiple=True, metavar="NAME",
+@click.option("--tenant", "tenants", multiple=True, metavar="NAME", type=check_tenant,
               help="create the namespace of tenant NAME (repeatable)")
 @click.option("--ui-codec-endpoint", metavar="URL",
               help="the Web UI decodes payloads through this codec server "
@@ -238,10 +238,6 @@ def prepare_dev_setup(tenants: list[str] | None = None) -> list[str]:
 async def command(port: int, ui_port: int, metrics_port: int | None, http_port: int | None,
                   db: str, headless: bool, tenants: tuple[str, ...],
                   ui_codec_endpoint: str | None, as_json: bool) -> int:
-    from tower.client.connection import check_tenant
-
-    for tenant in tenants:
-        check_tenant(tenant)
     extra = ["--ui-codec-endpoint", ui_codec_endpoint] if ui_codec_endpoint else []
     # Pinned, so a firewall or a scraper can be told them (else the server picks free ones).
     extra += ["--metrics-port", str(metrics_port)] if metrics_port else []

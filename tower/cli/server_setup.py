@@ -170,7 +170,7 @@ async def _ensure_attributes(client: Client, namespace: str, report: SetupReport
     "each --tenant's namespace when the server allows it, register every search attribute "
     "Tower uses, and say what an operator must do about anything setup cannot change. "
     "Running it again changes nothing. Exit code 0: ready; 1: an operator must act."))
-@click.option("--tenant", "tenants", multiple=True, metavar="NAME",
+@click.option("--tenant", "tenants", multiple=True, metavar="NAME", type=check_tenant,
               help="also set up tenant NAME's namespace (repeatable)")
 @click.option("--retention", type=click.IntRange(1, 3650), default=30, show_default=True,
               metavar="DAYS", help="how long closed runs are kept, in namespaces setup creates")
@@ -178,8 +178,6 @@ async def _ensure_attributes(client: Client, namespace: str, report: SetupReport
               help="wait up to this long for the server to answer (a cluster starting)")
 @json_option("print what was changed, found and left to do as one JSON object")
 async def command(tenants: tuple[str, ...], retention: int, wait: float, as_json: bool) -> int:
-    for tenant in tenants:
-        check_tenant(tenant)
     client = await until(wait, lambda: connect(check_namespace=False), ServerUnreachable)
     namespaces = [client.namespace, *tenants]
     # A cluster that has just started answers Unavailable until its services have joined.

@@ -152,12 +152,11 @@ def new(name: str, kid: str | None, as_json: bool) -> int:
               help="(an issuer, e.g. a web inbox) a role it may vouch for")
 @click.option("--events", multiple=True, metavar="AGENT",
               help="an agent whose events NAME may send")
-@click.option("--trust-dir", type=click.Path(path_type=Path))
+@click.option("--trust-dir", "root", type=click.Path(path_type=Path), default=default_trust_dir)
 @json_option("the roster member, as JSON")
 def enrol_command(name: str, for_tenant: str, roles: tuple[str, ...],
-                  vouches_for: tuple[str, ...], events: tuple[str, ...], trust_dir: Path | None,
+                  vouches_for: tuple[str, ...], events: tuple[str, ...], root: Path,
                   as_json: bool) -> int:
-    root = trust_dir or default_trust_dir()
     was = next((m for m in read_roster(root, for_tenant).members if m.name == name), None)
     roster = enrol(root, for_tenant, name, roles=list(roles), vouches_for=list(vouches_for),
                  events=list(events))
@@ -182,10 +181,9 @@ def enrol_command(name: str, for_tenant: str, roles: tuple[str, ...],
     "list none. Give the key to every worker (the same trust dir, or TOWER_WORKER_KEY)."))
 @click.option("--for-tenant", default="default", show_default=True, metavar="TENANT")
 @click.option("--name", default="worker", show_default=True, help="its name in the roster")
-@click.option("--trust-dir", type=click.Path(path_type=Path))
+@click.option("--trust-dir", "root", type=click.Path(path_type=Path), default=default_trust_dir)
 @json_option("the roster member and where the key is, as JSON")
-def worker(for_tenant: str, name: str, trust_dir: Path | None, as_json: bool) -> int:
-    root = trust_dir or default_trust_dir()
+def worker(for_tenant: str, name: str, root: Path, as_json: bool) -> int:
     roster = enrol_worker(root, for_tenant, name)
     ensure_policy(root, for_tenant)
     who = next(m for m in roster.members if m.attests)
