@@ -158,8 +158,11 @@ def _exit_code(exc: BaseException) -> int:
         return 130
     if isinstance(exc, BrokenPipeError):
         return 1  # `tower list | head -3`: the reader has gone; click exits 1 there too
-    if isinstance(exc, SystemExit):
-        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    if isinstance(exc, SystemExit):  # as Python exits: SystemExit("error: ...") says it
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr, flush=True)
+        return 1
     if isinstance(exc, click.ClickException):
         message = exc.format_message()
         if isinstance(exc, click.UsageError) and exc.ctx is not None:

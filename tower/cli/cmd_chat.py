@@ -23,13 +23,13 @@ from temporalio.exceptions import FailureError
 
 from tower.activities.streams import StreamStore, open_streams
 from tower.cli import project
-from tower.cli.common import CliError, not_found_is
+from tower.cli.common import CliError
 from tower.cli.live import LiveText, StreamPump
 from tower.cli.output import emit, json_mode, json_option, tenant_option
 from tower.client import connect, start_run, stream, update_while_open
-from tower.client._runs import failure_of, has_workers
+from tower.client._runs import describe, failure_of, has_workers
 from tower.client._stream import folded
-from tower.client.errors import RunClosed
+from tower.client.errors import RunClosed, RunNotFound
 from tower.contract.render import escape
 from tower.contract.stream import FINISHED, MODEL_FINISHED, RETRYING, STREAMING, stream_name
 
@@ -168,8 +168,10 @@ def chat_agent() -> Any:
 async def open_thread(client: Client, thread: str) -> WorkflowHandle[Any, Any]:
     """The latest run of THREAD (a thread continues-as-new), if it is an open chat."""
     handle = client.get_workflow_handle(thread)
-    with not_found_is(f"thread {thread!r} not found"):
-        info = await handle.describe()
+    try:
+        info = await describe(handle)
+    except RunNotFound:
+        raise CliError(f"thread {thread!r} not found") from None
     if info.workflow_type != "chat":
         raise CliError(f"{thread!r} is a run of {info.workflow_type!r}, not a chat thread")
     if info.status != WorkflowExecutionStatus.RUNNING:

@@ -11,7 +11,7 @@ from typing import Any
 import click
 from temporalio.client import Client
 
-from tower.cli.common import CliError, not_found_is
+from tower.cli.common import CliError
 from tower.cli.output import json_option, print_json, table, tenant_option
 from tower.client import connect
 from tower.client._runs import query, run_state
@@ -86,10 +86,9 @@ async def watch(run: str, until_pause: bool, timeout: float | None, as_json: boo
 @json_option("print the report as JSON")
 @tenant_option
 async def cost(run: str, as_json: bool) -> int:
-    client = await connect()
-    with not_found_is(f"run {run!r} not found"):
-        report: dict[str, Any] = await query(client, client.get_workflow_handle(run),
-                                             names.COST.name, dict)
+    client = await connect()  # (a run the server does not know: RunNotFound, as `state`)
+    report: dict[str, Any] = await query(client, client.get_workflow_handle(run),
+                                         names.COST.name, dict)
     if as_json:
         print_json(report)
         return 0
