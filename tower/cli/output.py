@@ -65,8 +65,7 @@ def emit(event: dict[str, Any], text: str, *, err: bool = False) -> None:
     """``event`` as a JSON line under --json, else ``text`` for people."""
     if _Mode.json:
         print_json(event, line=True)
-    else:
-        print(text, file=sys.stderr if err else sys.stdout, flush=True)
+    say(text, err=err)
 
 
 def fail(message: str, code: int) -> int:

@@ -67,8 +67,7 @@ def enrol(root: Path, tenant: str, name: str, *, config: Path | None = None,
     if known and not given:
         return roster
     if not known:  # a member of that name gets the new key added (a rotation)
-        roster = with_member(roster, member(name, public, roles=roles or [],
-                                            vouches_for=vouches_for or [], events=events or []))
+        roster = with_member(roster, member(name, public))  # ``given`` is set just below
     members = [type(m).model_validate({**m.model_dump(), **given}) if m.name == name else m
                for m in roster.members]
     write_roster(root, roster.model_copy(update={"members": members}))
