@@ -23,6 +23,7 @@ from temporalio.exceptions import FailureError
 
 from tower.activities.streams import StreamStore, open_streams
 from tower.cli import project
+from tower.cli.agents import agents
 from tower.cli.common import CliError
 from tower.cli.live import LiveText, StreamPump
 from tower.cli.output import emit, json_mode, json_option, tenant_option
@@ -57,7 +58,10 @@ async def command(thread: str | None, given: tuple[str, ...], close: bool, timeo
                   task_queue: str, as_json: bool) -> int:
     if timeout <= 0:
         raise CliError(f"--timeout must be positive, not {timeout}")
-    agent = chat_agent()
+    agent = agents().get("chat")  # Tower's example has one; a project may not
+    if agent is None:
+        raise CliError("this project has no `chat` agent (its workflows/ define "
+                       f"{', '.join(sorted(agents())) or 'none'})")
     kinds = sys.modules[agent.__module__]  # the agent's file defines its messages
     client = await connect()
     if thread:
@@ -152,17 +156,6 @@ async def attached(client: Client, thread: str, store: StreamStore, timeout: flo
     emit({"event": "caught_up", "text": view.reply.text, "state": view.reply.state},
          f"(in flight when you came) {escape(view.reply.text)[0]}")
     return view.offset
-
-
-def chat_agent() -> Any:
-    """The project's ``chat`` agent (Tower's example has one; a project may not)."""
-    from tower.cli.agents import agents
-
-    found = agents().get("chat")
-    if found is None:
-        raise CliError("this project has no `chat` agent (its workflows/ define "
-                       f"{', '.join(sorted(agents())) or 'none'})")
-    return found
 
 
 async def open_thread(client: Client, thread: str) -> WorkflowHandle[Any, Any]:
