@@ -20,7 +20,8 @@ from typing import Any
 
 import click
 
-from tower.cli import output
+from tower.cli import output, project
+from tower.cli.agents import use_agents
 from tower.cli.errors import user_error
 from tower.client.errors import RunUnreadable
 
@@ -86,28 +87,16 @@ class LazyGroup(click.Group):
             formatter.write_dl([(name, line) for name, (_, line) in COMMANDS.items()])
 
 
-def _use_agents(ctx: click.Context, param: click.Parameter, modules: str | None) -> None:
-    # Eager: a command's module (which may list the agents in its help) loads after this.
-    from tower.cli.agents import use_agents
-
-    use_agents(modules)
-
-
-def _use_project(ctx: click.Context, param: click.Parameter, folder: str | None) -> None:
-    from tower.cli import project
-
-    project.use(folder)
-
-
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
              epilog=EPILOG)
 @output.tenant_option
 @click.option("--project", metavar="DIR", expose_value=False, is_eager=True,
-              callback=_use_project,
+              callback=lambda ctx, param, folder: project.use(folder),
               help="the Tower project to serve (default: the nearest folder at or above "
                    "this one with a workflows/ package)")
 @click.option("--agents", metavar="MODULE[,MODULE]", expose_value=False, is_eager=True,
-              callback=_use_agents,
+              # Eager: a command's module (which may list the agents in its help) loads after.
+              callback=lambda ctx, param, modules: use_agents(modules),
               help="the project's modules or packages holding its @agent classes (default: "
                    "workflows/registry.py's AGENTS, else every agent in workflows/)")
 def cli() -> None:
@@ -120,27 +109,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "tower.client.connection" in sys.modules:  # a previous in-process call chose a tenant
         sys.modules["tower.client.connection"].use_tenant(None)
     args = list(sys.argv[1:] if argv is None else argv)
-    stopped_by = 0
+    stopped_by: list[int] = []
     try:
         result = cli.main(args=args, prog_name="tower", standalone_mode=False)
         if asyncio.iscoroutine(result):
-            result, stopped_by = _run(result)
-    except BaseException as exc:  # noqa: BLE001  (turned into an exit code below)
-        result = _Failed(exc)
-    if not isinstance(result, _Failed):
-        return int(result or 0)
-    # Interrupted: what it started is stopped; a teardown error is no news to the user.
-    return 128 + stopped_by if stopped_by else _exit_code(result.exc)
+            result = _run(result, stopped_by)
+    except BaseException as exc:  # noqa: BLE001  (turned into an exit code)
+        # Interrupted: what it started is stopped; a teardown error is no news to the user.
+        return 128 + stopped_by[0] if stopped_by else _exit_code(exc)
+    return int(result or 0)
 
 
-def _run(coro: Any) -> tuple[Any, int]:
-    """Run a command's coroutine; the result, and the signal that cancelled it (Ctrl-C,
-    SIGTERM: its ``finally`` blocks stop what it started before it exits 128 + signal)."""
+def _run(coro: Any, stopped_by: list[int]) -> Any:
+    """Run a command's coroutine; the signal that cancels it (Ctrl-C, SIGTERM: its
+    ``finally`` blocks stop what it started before it exits 128 + signal) goes in
+    ``stopped_by``."""
     # Not asyncio.run: closing the loop while the SDK's Rust runtime still holds
     # callbacks on it can abort the process. entry() exits right after instead.
     loop = asyncio.new_event_loop()
-    task = loop.create_task(_guarded(coro))
-    stopped_by: list[int] = []
+    task = loop.create_task(coro)
 
     def stop(signum: int) -> None:
         stopped_by.append(signum)
@@ -157,25 +144,10 @@ def _run(coro: Any) -> tuple[Any, int]:
             except (NotImplementedError, RuntimeError, ValueError):
                 pass  # not on this platform or in this thread: the default handling stays
     try:
-        result = loop.run_until_complete(task)
-    except asyncio.CancelledError as exc:
-        result = _Failed(exc)
+        return loop.run_until_complete(task)
     finally:
         for signum in handled:
             loop.remove_signal_handler(signum)
-    return result, (stopped_by[0] if stopped_by else 0)
-
-
-class _Failed:
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
-async def _guarded(coro: Any) -> Any:
-    try:
-        return await coro
-    except BaseException as exc:  # noqa: BLE001
-        return _Failed(exc)
 
 
 def _exit_code(exc: BaseException) -> int:
@@ -186,8 +158,11 @@ def _exit_code(exc: BaseException) -> int:
         return 130
     if isinstance(exc, BrokenPipeError):
         return 1  # `tower list | head -3`: the reader has gone; click exits 1 there too
-    if isinstance(exc, SystemExit):
-        return exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    if isinstance(exc, SystemExit):  # as Python exits: SystemExit("error: ...") says it
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr, flush=True)
+        return 1
     if isinstance(exc, click.ClickException):
         message = exc.format_message()
         if isinstance(exc, click.UsageError) and exc.ctx is not None:

@@ -23,13 +23,14 @@ from temporalio.exceptions import FailureError
 
 from tower.activities.streams import StreamStore, open_streams
 from tower.cli import project
-from tower.cli.common import CliError, not_found_is
+from tower.cli.agents import agents
+from tower.cli.common import CliError
 from tower.cli.live import LiveText, StreamPump
-from tower.cli.output import json_mode, json_option, print_json, tenant_option
+from tower.cli.output import emit, json_mode, json_option, tenant_option
 from tower.client import connect, start_run, stream, update_while_open
-from tower.client._runs import failure_of, has_workers
+from tower.client._runs import describe, failure_of, has_workers
 from tower.client._stream import folded
-from tower.client.errors import RunClosed
+from tower.client.errors import RunClosed, RunNotFound
 from tower.contract.render import escape
 from tower.contract.stream import FINISHED, MODEL_FINISHED, RETRYING, STREAMING, stream_name
 
@@ -57,7 +58,10 @@ async def command(thread: str | None, given: tuple[str, ...], close: bool, timeo
                   task_queue: str, as_json: bool) -> int:
     if timeout <= 0:
         raise CliError(f"--timeout must be positive, not {timeout}")
-    agent = chat_agent()
+    agent = agents().get("chat")  # Tower's example has one; a project may not
+    if agent is None:
+        raise CliError("this project has no `chat` agent (its workflows/ define "
+                       f"{', '.join(sorted(agents())) or 'none'})")
     kinds = sys.modules[agent.__module__]  # the agent's file defines its messages
     client = await connect()
     if thread:
@@ -91,8 +95,7 @@ async def command(thread: str | None, given: tuple[str, ...], close: bool, timeo
         except WorkflowUpdateFailedError as exc:  # the validator's reason; nothing recorded
             cause = exc.cause  # typed BaseException; a failure from the server has .message
             reason = cause.message if isinstance(cause, FailureError) else str(exc)
-            emit({"event": "refused", "reason": reason}, f"refused: {reason}",
-                 err=True)
+            emit({"event": "refused", "reason": reason}, f"refused: {reason}", err=True)
             if not interactive:
                 return 2
             continue
@@ -102,7 +105,9 @@ async def command(thread: str | None, given: tuple[str, ...], close: bool, timeo
         finally:
             await pump.stop()
             offset = view.offset
-        emit({"event": "reply", **reply.model_dump(exclude={"reply_ref"})}, reply_line(reply))
+        # A model's text is hostile: shown whole, on one line, every control character inert.
+        emit({"event": "reply", **reply.model_dump(exclude={"reply_ref"})},
+             f"[turn {reply.turn}, step {reply.step}] {escape(reply.reply)[0]}")
     if close:
         # With --json the thread's last events print too, up to its run_end.
         last = None if not json_mode() else await StreamPump(
@@ -153,22 +158,13 @@ async def attached(client: Client, thread: str, store: StreamStore, timeout: flo
     return view.offset
 
 
-def chat_agent() -> Any:
-    """The project's ``chat`` agent (Tower's example has one; a project may not)."""
-    from tower.cli.agents import agents
-
-    found = agents().get("chat")
-    if found is None:
-        raise CliError("this project has no `chat` agent (its workflows/ define "
-                       f"{', '.join(sorted(agents())) or 'none'})")
-    return found
-
-
 async def open_thread(client: Client, thread: str) -> WorkflowHandle[Any, Any]:
     """The latest run of THREAD (a thread continues-as-new), if it is an open chat."""
     handle = client.get_workflow_handle(thread)
-    with not_found_is(f"thread {thread!r} not found"):
-        info = await handle.describe()
+    try:
+        info = await describe(handle)
+    except RunNotFound:
+        raise CliError(f"thread {thread!r} not found") from None
     if info.workflow_type != "chat":
         raise CliError(f"{thread!r} is a run of {info.workflow_type!r}, not a chat thread")
     if info.status != WorkflowExecutionStatus.RUNNING:
@@ -196,15 +192,3 @@ async def messages(given: Iterable[str], interactive: bool) -> AsyncIterator[str
             return
         if line.strip():
             yield line.rstrip("\n")
-
-
-def reply_line(reply: Any) -> str:
-    # A model's text is hostile: shown whole, on one line, every control character inert.
-    return f"[turn {reply.turn}, step {reply.step}] {escape(reply.reply)[0]}"
-
-
-def emit(event: dict[str, Any], text: str, err: bool = False) -> None:
-    if json_mode():
-        print_json(event, line=True)
-    else:
-        print(text, file=sys.stderr if err else sys.stdout, flush=True)

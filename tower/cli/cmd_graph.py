@@ -15,8 +15,6 @@ from tower.cli.output import json_option, print_json
 from tower.core.graph import Machine
 from tower.core.pictures import machine_svg, to_mermaid
 
-FORMATS = ("mermaid", "svg")
-
 
 @click.command("graph", help=(
     "Draw AGENT's graph, built from the compiled machine, with its approval gates and budgets "
@@ -27,7 +25,7 @@ FORMATS = ("mermaid", "svg")
     "load (exit 2, naming the path)."))
 @click.argument("agent", metavar="AGENT", required=False)
 @click.option("--check", is_flag=True, help="print the graph's proof instead of drawing it")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="mermaid",
+@click.option("--format", "fmt", type=click.Choice(["mermaid", "svg"]), default="mermaid",
               show_default=True)
 @click.option("--out", help="write to this file instead of stdout")
 @click.option("--all", "every", is_flag=True, help="every agent, into --out-dir")
@@ -35,9 +33,17 @@ FORMATS = ("mermaid", "svg")
 @json_option("the graph as JSON (nodes, transitions, gates, budget, mermaid)")
 def command(agent: str | None, check: bool, fmt: str, out: str | None, every: bool,
             out_dir: str | None, as_json: bool) -> int:
-    if check:
-        return show_proofs([agent_class(agent).machine] if agent
-                           else [cls.machine for _, cls in sorted(agents().items())], as_json)
+    if check:  # compile() made each proof; a graph without one does not load
+        machines = ([agent_class(agent).machine] if agent
+                    else [cls.machine for _, cls in sorted(agents().items())])
+        proofs = {m.name: m.proof.lines() if m.proof else ["not proven"] for m in machines}
+        if as_json:
+            print_json({"proven": proofs})
+            return 0
+        for name, lines in proofs.items():
+            print(f"{name}: proven")
+            print("".join(f"  {line}\n" for line in lines), end="")
+        return 0
     if every:
         if not out_dir:
             raise CliError("--all needs --out-dir DIR")
@@ -64,18 +70,6 @@ def command(agent: str | None, check: bool, fmt: str, out: str | None, every: bo
         print(f"wrote {out}", file=sys.stderr)
     else:
         sys.stdout.write(text)
-    return 0
-
-
-def show_proofs(machines: list[Machine], as_json: bool) -> int:
-    """Each machine's proof (compile() made it; a graph without one does not load)."""
-    proofs = {m.name: m.proof.lines() if m.proof else ["not proven"] for m in machines}
-    if as_json:
-        print_json({"proven": proofs})
-    else:
-        for name, lines in proofs.items():
-            print(f"{name}: proven")
-            print("".join(f"  {line}\n" for line in lines), end="")
     return 0
 
 

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 import click
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import WorkflowHistory
 
 from tower.cli.agents import agents
 from tower.cli.cmd_replay import fetch
@@ -170,15 +170,15 @@ async def retry(run: str, node: str, by: str | None, no_follow: bool, as_json: b
     return 0
 
 
-async def replayed(run: str, run_id: str | None, client: Client | None = None, *,
-                   ended: bool = False) -> tuple[WorkflowHistory, Replayed]:
+async def replayed(run: str, run_id: str | None, *, ended: bool = False
+                   ) -> tuple[WorkflowHistory, Replayed]:
     """The history of RUN (a file or a workflow id) and its replay.
     ``ended``: a run that closed before its first step is no error (it has no log)."""
-    namespace = client.namespace if client else connect_config().get("namespace") or "default"
+    namespace = connect_config().get("namespace") or "default"
     if run.endswith(".json") and Path(run).is_file():
         histories = load([run])
     else:
-        histories = [(run, await fetch(client or await connect(), run, run_id))]
+        histories = [(run, await fetch(await connect(), run, run_id))]
     (source, history), = histories
     await readable(source, history)
     why = refusal(await history_failure(history))

@@ -12,22 +12,17 @@ from temporalio.client import WorkflowQueryFailedError
 from temporalio.service import RPCError
 
 from tower.cli import project
+from tower.cli.agents import help_names
 from tower.cli.errors import CliError
-from tower.cli.output import json_option, print_json, say, tenant_option
+from tower.cli.output import emit, json_option, print_json, say, tenant_option
 from tower.contract import names
 from tower.contract.render import inert
-
-
-def _agents_help() -> str:
-    from tower.cli.agents import help_names
-
-    return f"AGENT is {help_names()}"
 
 
 @click.command("run", help=(
     "Start a run of AGENT with --input (JSON validated against the agent's input model) and "
     "print each transition until the run ends, pauses at a gate or waits for input from "
-    "outside. A worker (`python worker.py`) must be running."), epilog=_agents_help())
+    "outside. A worker (`python worker.py`) must be running."), epilog=f"AGENT is {help_names()}")
 @click.argument("agent", metavar="AGENT")
 @click.option("--input", "raw_input", required=True,
               help='e.g. \'{"question": "Check ACC-1001"}\'')
@@ -65,11 +60,8 @@ async def command(agent: str, raw_input: str, run_id: str | None, task_queue: st
         static_summary=f"{cls.machine.name}: {span(raw_input[:200])}",
     )
     link = run_link(ui_url or await ui_base(client), client.namespace, run_id)
-    if as_json:
-        print_json({"event": "started", "run": run_id, "agent": cls.machine.name,
-                    "task_queue": task_queue, "web_ui": link}, line=True)
-    else:
-        print(f"started {run_id}", flush=True)
+    emit({"event": "started", "run": run_id, "agent": cls.machine.name,
+          "task_queue": task_queue, "web_ui": link}, f"started {run_id}")
     if not follow:
         return 0
     if getattr(cls, "waits_for_messages", False):  # a chat: days long, nothing to follow

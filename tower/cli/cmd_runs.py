@@ -6,13 +6,12 @@ reads Temporal's visibility (search attributes) only, so it answers with no work
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 from temporalio.client import Client
 
-from tower.cli.common import CliError, not_found_is
+from tower.cli.common import CliError
 from tower.cli.output import json_option, print_json, table, tenant_option
 from tower.client import connect
 from tower.client._runs import query, run_state
@@ -72,9 +71,8 @@ async def watch(run: str, until_pause: bool, timeout: float | None, as_json: boo
                             stop_at_pause=until_pause, timeout=timeout)
     if as_json:
         why = {"reason": progress.reason} if progress.reason else {}
-        print(json.dumps({"event": "end", "run": progress.run, "status": progress.status,
-                          "step": progress.step, "node": progress.node, **why},
-                         sort_keys=True, default=str), flush=True)
+        print_json({"event": "end", "run": progress.run, "status": progress.status,
+                    "step": progress.step, "node": progress.node, **why}, line=True)
     elif progress.reason:
         # The run's words (a tool's, a model's): one inert line, whatever they hold.
         print(f"{progress.run} ended {progress.status}: {inert(progress.reason)}", flush=True)
@@ -88,10 +86,9 @@ async def watch(run: str, until_pause: bool, timeout: float | None, as_json: boo
 @json_option("print the report as JSON")
 @tenant_option
 async def cost(run: str, as_json: bool) -> int:
-    client = await connect()
-    with not_found_is(f"run {run!r} not found"):
-        report: dict[str, Any] = await query(client, client.get_workflow_handle(run),
-                                             names.COST.name, dict)
+    client = await connect()  # (a run the server does not know: RunNotFound, as `state`)
+    report: dict[str, Any] = await query(client, client.get_workflow_handle(run),
+                                         names.COST.name, dict)
     if as_json:
         print_json(report)
         return 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import sys
 from typing import Any
 
@@ -34,16 +33,6 @@ def command(args: tuple[str, ...], as_json: bool) -> Any:
     if as_json:
         print_json({"project": str(folder), "worker": sys.argv[0], "args": list(args)},
                    line=True)
-    result = main()
-    return _worker_run(result) if inspect.isawaitable(result) else result
-
-
-async def _worker_run(result: Any) -> int:
-    try:
-        await result
-    except SystemExit as exc:  # the worker's own `error: ...` line, as python worker.py
-        if isinstance(exc.code, int) or exc.code is None:
-            return exc.code or 0
-        print(exc.code, file=sys.stderr)
-        return 1
-    return 0
+    # An async main's coroutine is run as any command's; its SystemExit("error: ...") is
+    # said and exits 1, as `python worker.py` would.
+    return main()

@@ -38,10 +38,6 @@ MAX_BODY = 8 * 1024 * 1024
 MIN_TOKEN_CHARS = 16
 
 
-def new_token() -> str:
-    return secrets.token_urlsafe(24)
-
-
 def origin_of(url: str) -> str:
     """``scheme://host[:port]`` of a URL: what a browser sends as ``Origin``."""
     parts = urlsplit(url)
@@ -156,7 +152,7 @@ async def command(port: int, host: str, ui_url: str | None, origins: tuple[str, 
                        "`tower codec-server --new-key` and set TOWER_CODEC_KEYS=k1=<key>")
     ui = ui_url or await _dev_ui()
     allowed = [origin_of(u) for u in (ui, *origins) if u]
-    token = os.environ.get("TOWER_CODEC_TOKEN", "").strip() or new_token()
+    token = os.environ.get("TOWER_CODEC_TOKEN", "").strip() or secrets.token_urlsafe(24)
     server = build_server(codec, token=token, host=host, port=port, origins=allowed)
     ring: KeyRing = codec.ring
     url = f"http://{host}:{server.server_address[1]}"

@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
-from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from temporalio.service import RPCError, RPCStatusCode
 
 from tower.cli.agents import agents
 from tower.cli.errors import CliError
 from tower.core.engine import Transition
 from tower.temporal._machine_run import MachineRun
-
-
-@contextlib.contextmanager
-def not_found_is(message: str) -> Iterator[None]:
-    """The server's NOT_FOUND for a run becomes ``error: MESSAGE``; other errors pass."""
-    try:
-        yield
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise CliError(message) from None
-        raise
 
 
 def imported(option: str, spec: str) -> Any:

@@ -22,14 +22,14 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import click
+import httpx
 from pydantic import BaseModel
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -118,7 +118,7 @@ async def command(keep_server: bool, as_json: bool) -> int:
     # Under --json the story goes to stderr and stdout carries one JSON line per run.
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         print(f"model: {settings.describe()}")
-        mine = DemoData.new().make()
+        mine = DemoData().make()
         sdk_logs_to(mine.log)  # before the first client: the runtime's logging is fixed then
         print(f"demo data: {mine.folder} (tools' database, messages, SDK log; new for each "
               f"demo, `rm -rf {DEMOS}` removes them)")
@@ -246,33 +246,19 @@ DEMOS = DATA_DIR / "demo"
 KEEP = 5  # the newest demos' folders kept: an older demo's --keep-server worker may still run
 
 
-@dataclass(frozen=True)
+@dataclass
 class DemoData:
-    tag: str
+    """One demo's own folder and task queue, named by its tag (tags sort by time)."""
 
-    @classmethod
-    def new(cls) -> DemoData:
-        return cls(f"{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:4]}")
+    tag: str = field(
+        default_factory=lambda: f"{datetime.now():%Y%m%d-%H%M%S}-{uuid.uuid4().hex[:4]}")
 
-    @property
-    def folder(self) -> Path:
-        return DEMOS / self.tag
-
-    @property
-    def tools_db(self) -> Path:
-        return self.folder / "tools.sqlite"
-
-    @property
-    def log(self) -> Path:
-        return self.folder / "demo.log"
-
-    @property
-    def inbox_log(self) -> Path:
-        return self.folder / "inbox.log"
-
-    @property
-    def task_queue(self) -> str:
-        return f"tower-demo-{self.tag}"
+    def __post_init__(self) -> None:
+        self.folder = DEMOS / self.tag
+        self.tools_db = self.folder / "tools.sqlite"
+        self.log = self.folder / "demo.log"
+        self.inbox_log = self.folder / "inbox.log"
+        self.task_queue = f"tower-demo-{self.tag}"
 
     def make(self) -> DemoData:
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -347,11 +333,11 @@ async def _attested(client: Client, run_id: str) -> bool:
     return view is not None and bool(view.attestation)
 
 
-async def start_in_background(mine: DemoData, web_ui: str | None) -> tuple[str, list[int]]:
-    """A worker (on this demo's task queue and data) and `tower inbox`, detached; the
-    inbox's address and both process ids. Stopped again if the inbox does not come up or
-    the demo is interrupted first."""
-    _, created = dev_accounts(DEV_ACCOUNTS)
+async def serve_inbox(waiting: list[str], mine: DemoData, web_ui: str | None) -> None:
+    """A worker (on this demo's task queue and data) and `tower inbox`, detached, stopped
+    again if the inbox does not come up or the demo is interrupted first; then where and as
+    whom to sign in."""
+    dev_accounts(DEV_ACCOUNTS)
     port = 8400 if port_free(8400) else free_port()
     folder = project.root()  # the example's worker also serves a demo run in an empty folder
     # The inbox lists only requests attested on the deployment's queues: this demo's.
@@ -369,45 +355,28 @@ async def start_in_background(mine: DemoData, web_ui: str | None) -> tuple[str, 
                                  stdout=log, stderr=log, start_new_session=True, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        await _wait_healthy(url, inbox, mine)
+        await _wait_healthy(url, inbox, mine.inbox_log)
     except BaseException:
         for proc in (inbox, worker):
             stop(proc)
         raise
-    return url, [worker.pid, inbox.pid]
-
-
-async def serve_inbox(waiting: list[str], mine: DemoData, web_ui: str | None) -> None:
-    """Start the inbox and a worker in the background; print where and as whom to sign in."""
-    url, pids = await start_in_background(mine, web_ui)
     print(f"\nApprovers' inbox: {url}  ({len(waiting)} runs wait there: {', '.join(waiting)})")
-    for name, password, role in logins():
-        print(f"  sign in as {name} / {password}  ({role})")
-    print(f"  (the inbox and a worker keep running in the background: `kill "
-          f"{' '.join(map(str, pids))}` stops them; their log is {mine.inbox_log})")
-
-
-def logins() -> list[tuple[str, str, str]]:
-    """(name, password, role) of the demo approvers, from the development accounts."""
     passwords = json.loads(DEV_ACCOUNTS.with_suffix(".passwords.json").read_text())
-    return [(name, passwords[name], role) for name, role in DEMO_LOGINS]
+    for name, role in DEMO_LOGINS:
+        print(f"  sign in as {name} / {passwords[name]}  ({role})")
+    print(f"  (the inbox and a worker keep running in the background: `kill "
+          f"{worker.pid} {inbox.pid}` stops them; their log is {mine.inbox_log})")
 
 
-async def _wait_healthy(url: str, proc: subprocess.Popen[bytes], mine: DemoData,
+async def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path,
                         seconds: float = 60) -> None:
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise CliError(f"tower inbox exited with code {proc.returncode}; see "
-                           f"{mine.inbox_log}")
-        try:
-            await asyncio.to_thread(_get, f"{url}/healthz")
-            return
-        except OSError:
+    async with httpx.AsyncClient(timeout=2) as http:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise CliError(f"tower inbox exited with code {proc.returncode}; see {log}")
+            with contextlib.suppress(httpx.HTTPError):
+                if (await http.get(f"{url}/healthz")).is_success:
+                    return
             await asyncio.sleep(0.3)
-    raise CliError(f"tower inbox did not answer at {url}; see {mine.inbox_log}")
-
-
-def _get(url: str) -> None:
-    with urllib.request.urlopen(url, timeout=2):
-        pass
+    raise CliError(f"tower inbox did not answer at {url}; see {log}")

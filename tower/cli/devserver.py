@@ -8,7 +8,6 @@ extra (`pip install 'tower[dev]'`): workers and production servers never need it
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import shutil
 import signal
@@ -25,10 +24,10 @@ from temporalio.client import Client
 
 from tower.cli.errors import CliError
 from tower.cli.output import json_option, print_json
-from tower.cli.server_setup import SetupReport, setup
+from tower.cli.server_setup import SetupReport, setup, until
 from tower.cli.ui import record_ui
 from tower.client import connect
-from tower.client.connection import ServerUnreachable, connect_config
+from tower.client.connection import ServerUnreachable, check_tenant, connect_config
 from tower.contract.failures import Code
 
 DATA_DIR = Path(".tower")
@@ -183,20 +182,18 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 async def wait_for_server(proc: subprocess.Popen[bytes], address: str | None = None,
                           seconds: float = 60) -> Client:
     """A client of the dev server ``proc`` once it answers (its namespace unchecked)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    while True:
+    async def attempt() -> Client:
         if proc.poll() is not None:
-            raise ServerUnreachable(
-                f"the dev server exited with code {proc.returncode}; see "
-                f"{DATA_DIR / 'devserver.log'}")
-        try:
-            return await connect(address, check_namespace=False)
-        except ServerUnreachable:
-            if loop.time() > deadline:
-                proc.kill()
-                raise
-            await asyncio.sleep(0.5)
+            raise ServerUnreachable(f"the dev server exited with code {proc.returncode}; see "
+                                    f"{DATA_DIR / 'devserver.log'}")
+        return await connect(address, check_namespace=False)
+
+    try:
+        return await until(seconds, attempt, ServerUnreachable, lambda _: proc.poll() is None,
+                           every=0.5)
+    except ServerUnreachable:
+        proc.kill()  # (nothing, when it has exited)
+        raise
 
 
 def prepare_dev_setup(tenants: list[str] | None = None) -> list[str]:
@@ -232,7 +229,7 @@ def prepare_dev_setup(tenants: list[str] | None = None) -> list[str]:
 @click.option("--db", default=str(DEFAULT_DB), show_default=True,
               help="SQLite file for the server's state")
 @click.option("--headless", is_flag=True, help="no Web UI")
-@click.option("--tenant", "tenants", multiple=True, metavar="NAME",
+@click.option("--tenant", "tenants", multiple=True, metavar="NAME", type=check_tenant,
               help="create the namespace of tenant NAME (repeatable)")
 @click.option("--ui-codec-endpoint", metavar="URL",
               help="the Web UI decodes payloads through this codec server "
@@ -241,10 +238,6 @@ def prepare_dev_setup(tenants: list[str] | None = None) -> list[str]:
 async def command(port: int, ui_port: int, metrics_port: int | None, http_port: int | None,
                   db: str, headless: bool, tenants: tuple[str, ...],
                   ui_codec_endpoint: str | None, as_json: bool) -> int:
-    from tower.client.connection import check_tenant
-
-    for tenant in tenants:
-        check_tenant(tenant)
     extra = ["--ui-codec-endpoint", ui_codec_endpoint] if ui_codec_endpoint else []
     # Pinned, so a firewall or a scraper can be told them (else the server picks free ones).
     extra += ["--metrics-port", str(metrics_port)] if metrics_port else []
@@ -276,6 +269,4 @@ async def command(port: int, ui_port: int, metrics_port: int | None, http_port: 
             print(f"Workers and commands connect with TEMPORAL_ADDRESS={address}", flush=True)
         return proc.wait()
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            proc.wait(timeout=30)
+        stop(proc)

@@ -41,11 +41,10 @@ def _use_tenant(ctx: click.Context, param: click.Parameter, value: str | None) -
         use_tenant(value)
 
 
-TENANT_HELP = ("act within tenant NAME (its own Temporal namespace); default "
-               "TEMPORAL_NAMESPACE or 'default'")
 # `tower state RUN --tenant acme` works as well as `tower --tenant acme state RUN`.
-tenant_option = click.option("--tenant", metavar="NAME", help=TENANT_HELP, callback=_use_tenant,
-                             expose_value=False)
+tenant_option = click.option("--tenant", metavar="NAME", callback=_use_tenant, expose_value=False,
+                             help="act within tenant NAME (its own Temporal namespace); default "
+                                  "TEMPORAL_NAMESPACE or 'default'")
 
 
 def run_argument(help: str = "workflow id") -> Callable[[F], F]:
@@ -60,6 +59,13 @@ def print_json(data: Any, *, line: bool = False) -> None:
     """One JSON document on stdout: indented, or one line (JSON Lines) with ``line``."""
     text = json.dumps(data, sort_keys=True, default=str, indent=None if line else 2)
     print(text, flush=True)
+
+
+def emit(event: dict[str, Any], text: str, *, err: bool = False) -> None:
+    """``event`` as a JSON line under --json, else ``text`` for people."""
+    if _Mode.json:
+        print_json(event, line=True)
+    say(text, err=err)
 
 
 def fail(message: str, code: int) -> int:

@@ -53,10 +53,6 @@ def root() -> Path:
         raise CliError(f"no Tower project here ({Path.cwd()}): no workflows/ package in this "
                        "folder or above. Run it in your project, pass --project DIR, or "
                        "start one with `tower new NAME`")
-    return activate(folder)
-
-
-def activate(folder: Path) -> Path:
     entry = str(folder)
     if sys.path[:1] != [entry]:
         if entry in sys.path:

@@ -38,8 +38,6 @@ from tower.contract import search
 # Codes a server answers when the caller may not do something (Cloud, an authorizer).
 REFUSED = (RPCStatusCode.PERMISSION_DENIED, RPCStatusCode.UNIMPLEMENTED,
            RPCStatusCode.UNAUTHENTICATED)
-KIND_NAMES = {"KEYWORD": "Keyword", "INT": "Int", "DOUBLE": "Double", "TEXT": "Text",
-              "BOOL": "Bool", "DATETIME": "Datetime", "KEYWORD_LIST": "KeywordList"}
 T = TypeVar("T")
 E = TypeVar("E", bound=Exception)
 
@@ -61,8 +59,9 @@ def wanted_attributes() -> dict[str, IndexedValueType.ValueType]:
 
 
 def kind_name(kind: int) -> str:
+    """As the `temporal` CLI names it: INDEXED_VALUE_TYPE_KEYWORD_LIST -> KeywordList."""
     name = IndexedValueType.Name(cast("IndexedValueType.ValueType", kind))
-    return KIND_NAMES.get(name.removeprefix("INDEXED_VALUE_TYPE_"), name)
+    return name.removeprefix("INDEXED_VALUE_TYPE_").title().replace("_", "")
 
 
 async def missing_attributes(client: Client) -> list[str]:
@@ -121,23 +120,11 @@ async def _ensure_namespace(client: Client, namespace: str, retention: timedelta
             f"create --namespace {namespace}`), then run `tower setup` again")
         return False
     report.changed.append(f"created namespace {namespace} (retention {retention.days} days)")
-    await _until_known(client, namespace)
+    # Until the servers' caches (refreshed every few seconds) know the new namespace, adding
+    # its search attributes answers 'namespace not found'.
+    await until(60, lambda: _listed(client, namespace), RPCError,
+                lambda exc: exc.status == RPCStatusCode.NOT_FOUND, every=0.25)
     return True
-
-
-async def _until_known(client: Client, namespace: str, seconds: float = 60) -> None:
-    """Wait for a new namespace to reach the servers' caches (refreshed every few seconds):
-    until then adding its search attributes answers 'namespace not found'."""
-    for _ in range(int(seconds * 4)):
-        try:
-            await _listed(client, namespace)
-            return
-        except RPCError as exc:
-            if exc.status != RPCStatusCode.NOT_FOUND:
-                raise
-        await asyncio.sleep(0.25)
-    raise TimeoutError(f"namespace {namespace} was created but no server knows it after "
-                       f"{seconds:g}s")
 
 
 async def _ensure_attributes(client: Client, namespace: str, report: SetupReport) -> None:
@@ -183,7 +170,7 @@ async def _ensure_attributes(client: Client, namespace: str, report: SetupReport
     "each --tenant's namespace when the server allows it, register every search attribute "
     "Tower uses, and say what an operator must do about anything setup cannot change. "
     "Running it again changes nothing. Exit code 0: ready; 1: an operator must act."))
-@click.option("--tenant", "tenants", multiple=True, metavar="NAME",
+@click.option("--tenant", "tenants", multiple=True, metavar="NAME", type=check_tenant,
               help="also set up tenant NAME's namespace (repeatable)")
 @click.option("--retention", type=click.IntRange(1, 3650), default=30, show_default=True,
               metavar="DAYS", help="how long closed runs are kept, in namespaces setup creates")
@@ -191,14 +178,12 @@ async def _ensure_attributes(client: Client, namespace: str, report: SetupReport
               help="wait up to this long for the server to answer (a cluster starting)")
 @json_option("print what was changed, found and left to do as one JSON object")
 async def command(tenants: tuple[str, ...], retention: int, wait: float, as_json: bool) -> int:
-    for tenant in tenants:
-        check_tenant(tenant)
-    client = await _until(wait, lambda: connect(check_namespace=False), ServerUnreachable)
+    client = await until(wait, lambda: connect(check_namespace=False), ServerUnreachable)
     namespaces = [client.namespace, *tenants]
     # A cluster that has just started answers Unavailable until its services have joined.
-    report = await _until(wait, lambda: setup(client, namespaces,
-                                                  retention=timedelta(days=retention)),
-                          RPCError, lambda exc: exc.status == RPCStatusCode.UNAVAILABLE)
+    report = await until(wait, lambda: setup(client, namespaces,
+                                             retention=timedelta(days=retention)),
+                         RPCError, lambda exc: exc.status == RPCStatusCode.UNAVAILABLE)
     address = connect_config()["target_host"]
     if as_json:
         print_json({"address": address, "namespaces": namespaces, "changed": report.changed,
@@ -216,10 +201,10 @@ async def command(tenants: tuple[str, ...], retention: int, wait: float, as_json
     return 1 if report.actions else 0
 
 
-async def _until(wait: float, attempt: Callable[[], Awaitable[T]], error: type[E],
-                 transient: Callable[[E], bool] = lambda exc: True) -> T:
-    """``attempt()``, tried again each second while it fails with a transient ``error``,
-    for up to ``wait`` seconds."""
+async def until(wait: float, attempt: Callable[[], Awaitable[T]], error: type[E],
+                transient: Callable[[E], bool] = lambda exc: True, every: float = 1) -> T:
+    """``attempt()``, tried again ``every`` seconds while it fails with a transient
+    ``error``, for up to ``wait`` seconds."""
     deadline = asyncio.get_running_loop().time() + wait
     while True:
         try:
@@ -227,4 +212,4 @@ async def _until(wait: float, attempt: Callable[[], Awaitable[T]], error: type[E
         except error as exc:
             if not transient(exc) or asyncio.get_running_loop().time() >= deadline:
                 raise
-            await asyncio.sleep(1)
+            await asyncio.sleep(every)

@@ -67,8 +67,7 @@ def enrol(root: Path, tenant: str, name: str, *, config: Path | None = None,
     if known and not given:
         return roster
     if not known:  # a member of that name gets the new key added (a rotation)
-        roster = with_member(roster, member(name, public, roles=roles or [],
-                                            vouches_for=vouches_for or [], events=events or []))
+        roster = with_member(roster, member(name, public))  # ``given`` is set just below
     members = [type(m).model_validate({**m.model_dump(), **given}) if m.name == name else m
                for m in roster.members]
     write_roster(root, roster.model_copy(update={"members": members}))
@@ -89,12 +88,9 @@ def dev_trust(root: Path, tenant: str, *, config: Path | None = None,
     """A development tenant: each approver's key (made if missing, in ``config``) in the
     roster with its roles, and a policy (defaults, or ``policy``'s fields) — for the demo,
     the history recorders and tests. A real deployment writes its own files."""
-    roster = read_roster(root, tenant)
     for name, roles in (DEV_APPROVERS if approvers is None else approvers).items():
-        roster = enrol(root, tenant, name, config=config, roles=roles)
-    roster = enrol_worker(root, tenant)
-    if not (tenant_dir(root, tenant) / "roster.json").is_file():
-        write_roster(root, roster)
+        enrol(root, tenant, name, config=config, roles=roles)
+    roster = enrol_worker(root, tenant)  # the roster file exists from here on
     if policy or not (tenant_dir(root, tenant) / "policy.json").is_file():
         write_policy(root, Policy.model_validate({"tenant": tenant, **policy}))
     return roster
@@ -155,12 +151,11 @@ def new(name: str, kid: str | None, as_json: bool) -> int:
               help="(an issuer, e.g. a web inbox) a role it may vouch for")
 @click.option("--events", multiple=True, metavar="AGENT",
               help="an agent whose events NAME may send")
-@click.option("--trust-dir", type=click.Path(path_type=Path))
+@click.option("--trust-dir", "root", type=click.Path(path_type=Path), default=default_trust_dir)
 @json_option("the roster member, as JSON")
 def enrol_command(name: str, for_tenant: str, roles: tuple[str, ...],
-                  vouches_for: tuple[str, ...], events: tuple[str, ...], trust_dir: Path | None,
+                  vouches_for: tuple[str, ...], events: tuple[str, ...], root: Path,
                   as_json: bool) -> int:
-    root = trust_dir or default_trust_dir()
     was = next((m for m in read_roster(root, for_tenant).members if m.name == name), None)
     roster = enrol(root, for_tenant, name, roles=list(roles), vouches_for=list(vouches_for),
                  events=list(events))
@@ -185,10 +180,9 @@ def enrol_command(name: str, for_tenant: str, roles: tuple[str, ...],
     "list none. Give the key to every worker (the same trust dir, or TOWER_WORKER_KEY)."))
 @click.option("--for-tenant", default="default", show_default=True, metavar="TENANT")
 @click.option("--name", default="worker", show_default=True, help="its name in the roster")
-@click.option("--trust-dir", type=click.Path(path_type=Path))
+@click.option("--trust-dir", "root", type=click.Path(path_type=Path), default=default_trust_dir)
 @json_option("the roster member and where the key is, as JSON")
-def worker(for_tenant: str, name: str, trust_dir: Path | None, as_json: bool) -> int:
-    root = trust_dir or default_trust_dir()
+def worker(for_tenant: str, name: str, root: Path, as_json: bool) -> int:
     roster = enrol_worker(root, for_tenant, name)
     ensure_policy(root, for_tenant)
     who = next(m for m in roster.members if m.attests)
