@@ -96,11 +96,6 @@ def configure_tracing(
     return provider
 
 
-def flush_traces() -> None:
-    if (provider := replay_safe()) is not None:
-        provider.force_flush()
-
-
 def replay_safe() -> ReplaySafeTracerProvider | None:
     """The process's tracer provider if it is Temporal's replay-safe one (made here)."""
     if not _provider_loaded():
