@@ -46,6 +46,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import (
     DataConverter,
+    DefaultFailureConverter,
     DefaultFailureConverterWithEncodedAttributes,
     EncodingPayloadConverter,
     ExternalStorage,
@@ -388,11 +389,10 @@ def tower_data_converter(
                       str(driver))
     storage = ExternalStorage(drivers=[driver, other], payload_size_threshold=limit,
                               driver_selector=lambda context, payload: driver)
-    converter = TowerDataConverter(payload_converter_class=TowerPayloadConverter,
-                                   external_storage=storage)
-    codec = codec_from_env(env)
-    if codec is None:  # writes in clear; an encrypted payload gets one clear error
-        return dataclasses.replace(converter, payload_codec=NoKeys())
     # Encrypted at rest (tower/temporal/codec.py): payloads and failure messages alike.
-    return dataclasses.replace(converter, payload_codec=codec,
-                               failure_converter_class=DefaultFailureConverterWithEncodedAttributes)
+    # Without keys: written in clear, and an encrypted payload gets one clear error.
+    codec = codec_from_env(env)
+    return TowerDataConverter(
+        payload_converter_class=TowerPayloadConverter, external_storage=storage,
+        payload_codec=codec or NoKeys(), failure_converter_class=(
+            DefaultFailureConverterWithEncodedAttributes if codec else DefaultFailureConverter))
