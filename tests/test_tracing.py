@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 from conftest import WorkerFactory
@@ -30,7 +29,6 @@ from tower.activities.model import ModelSettings
 from tower.temporal import TowerPlugin
 from tower.temporal.telemetry import (
     TracingConfigError,
-    _skip_noise,
     configure_tracing,
     exporter_names,
     make_exporter,
@@ -40,7 +38,6 @@ from workflows.refund import RefundAgent
 from workflows.registry import AGENTS
 
 SCRIPTED = ModelSettings()
-SkipNoise: Any = _skip_noise()  # the SDK's processor class, made when first asked for
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +46,13 @@ def exporter() -> Iterator[InMemorySpanExporter]:
     provider = configure_tracing(env={}, exporters=[memory])
     assert isinstance(provider, ReplaySafeTracerProvider)
     if memory not in _exporters(provider):  # another module installed the provider first
-        provider.add_span_processor(SkipNoise(SimpleSpanProcessor(memory)))
+        provider.add_span_processor(SimpleSpanProcessor(memory))
     yield memory
 
 
 def _exporters(provider: ReplaySafeTracerProvider) -> list[object]:
     inner = provider._tracer_provider._active_span_processor._span_processors  # noqa: SLF001
-    return [getattr(p.inner, "span_exporter", None) for p in inner if isinstance(p, SkipNoise)]
+    return [getattr(p, "span_exporter", None) for p in inner]
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import os
 import signal
 import sys
 import threading
@@ -185,16 +184,9 @@ def entry() -> None:
     except BaseException:  # an unexpected error still exits without interpreter teardown
         traceback.print_exc()
         code = 1
-    if "opentelemetry" in sys.modules:
-        from tower.temporal.telemetry import flush_traces
+    from tower.temporal._process import flush_and_exit
 
-        flush_traces()  # os._exit skips atexit, where the exporters would otherwise flush
-    try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        code = 1
-    sys.stderr.flush()
-    os._exit(code)
+    flush_and_exit(code)
 
 
 if __name__ == "__main__":

@@ -306,11 +306,6 @@ def code_of(exc: BaseException | None) -> Code | None:
     return Code(found.code) if found is not None and found.code in set(Code) else None
 
 
-def types(*codes: Code) -> list[str]:
-    """The failure types of ``codes``, for a retry policy's ``non_retryable_error_types``."""
-    return [str(c) for c in codes]
-
-
 def failure_reason(exc: BaseException) -> str:
     """What failed, in the failing call's own words (an activity's message is its cause's)."""
     from temporalio.exceptions import ActivityError, ApplicationError

@@ -32,7 +32,6 @@ from tower.contract.failures import (
     code_of,
     failure_reason,
     rebuilt,
-    types,
     waits_for_store,
 )
 from tower.contract.stream import TOOL_FINISHED, TOOL_STARTED, custom_data
@@ -49,7 +48,7 @@ from tower.temporal._task_time import call_activity, wait_for_store
 TOOL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30), maximum_attempts=5,
-    non_retryable_error_types=types(*NOT_MADE),
+    non_retryable_error_types=[*NOT_MADE],
 )
 # A side effect heartbeats while it waits for its database: a dead worker is noticed fast.
 TOOL_HEARTBEAT = timedelta(seconds=3)
@@ -58,10 +57,10 @@ TOOL_HEARTBEAT = timedelta(seconds=3)
 RECONCILE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
                               maximum_interval=timedelta(seconds=10))
 MODEL_RETRY = dataclasses.replace(TOOL_RETRY, maximum_attempts=6,
-                                  non_retryable_error_types=types(Code.MODEL_REQUEST_REJECTED))
+                                  non_retryable_error_types=[Code.MODEL_REQUEST_REJECTED])
 # A local call's store errors go straight to the queue's workers (``reply``).
-LOCAL_RETRY = dataclasses.replace(MODEL_RETRY, non_retryable_error_types=types(
-    Code.MODEL_REQUEST_REJECTED, *STORE_WAITS))
+LOCAL_RETRY = dataclasses.replace(MODEL_RETRY, non_retryable_error_types=[
+    Code.MODEL_REQUEST_REJECTED, *STORE_WAITS])
 # A lost worker's call is retried elsewhere this soon (plus MODEL_RETRY's first second),
 # and its readers told (tower/activities/model_stream.py). The activity beats every third
 # of it; the SDK sends at most one beat per 80% of it.

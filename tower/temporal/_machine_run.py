@@ -31,7 +31,7 @@ from temporalio.exceptions import ActivityError
 from temporalio.service import RPCError, RPCStatusCode
 
 from tower.contract import names, search
-from tower.contract.failures import AgentFailed, Code, NodeFailed, TowerError, failure, types
+from tower.contract.failures import AgentFailed, Code, NodeFailed, TowerError, failure
 from tower.contract.pending import PendingView
 from tower.contract.trust import TrustRequest, TrustSnapshot
 from tower.core.carry import Carry, LogSummary, summarize
@@ -61,7 +61,7 @@ ORIGIN_ACTIVITY = "tower_continued_from"  # the activity below, named by its fun
 # another (a deploy, a crash loop) must not fail a run before its first step. A missing
 # or invalid roster or policy (TrustMissing) is not retried: waiting cannot fix it.
 TRUST_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(
-    seconds=10), non_retryable_error_types=types(Code.TRUST_MISSING))
+    seconds=10), non_retryable_error_types=[Code.TRUST_MISSING])
 TRUST_DEADLINE = timedelta(minutes=5)
 
 

@@ -12,7 +12,7 @@ a worker's start-up CPU. A digest of their sources tells the same code apart as 
 ``run_main``: the SDK's Rust runtime calls back into Python from its threads; an interpreter
 finalizing meanwhile aborts the process (exit 134, after a drain that went well). So the
 worker's shutdown is awaited in ``main``, then the process flushes and ends with
-``os._exit``. The `tower` command line ends the same way (tower/cli/cli.py ``entry``).
+``os._exit`` (``flush_and_exit``, the `tower` command line's end too).
 """
 
 from __future__ import annotations
@@ -144,6 +144,10 @@ def flush_and_exit(code: int) -> NoReturn:
         if flush is not None:
             flush()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(BrokenPipeError, ValueError):  # a reader gone, a closed stream
+        try:
             stream.flush()
+        except BrokenPipeError:  # a reader gone: what it was sent did not all arrive
+            code = code or 1
+        except ValueError:  # a closed stream
+            pass
     os._exit(code)

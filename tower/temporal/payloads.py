@@ -38,7 +38,6 @@ import dataclasses
 import functools
 import hashlib
 import os
-import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar, cast
@@ -47,6 +46,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import (
     DataConverter,
+    DefaultFailureConverter,
     DefaultFailureConverterWithEncodedAttributes,
     EncodingPayloadConverter,
     ExternalStorage,
@@ -59,7 +59,7 @@ from temporalio.converter import (
     WorkflowSerializationContext,
 )
 
-from tower.activities.stores import SHARED, StoreSettings, is_url, redact, why_unreachable
+from tower.activities.stores import SHARED, Sql, StoreSettings, is_url, why_unreachable
 from tower.contract.failures import Code, TowerError
 from tower.temporal.codec import NoKeys, codec_from_env
 
@@ -308,66 +308,46 @@ class PostgresDriver(_ByDigest):
 
     def __init__(self, url: str, name: str = "tower-postgres") -> None:
         super().__init__(name)
-        self.url = url
-        self._lock = threading.Lock()
-        self._db: Any = None
-        self._ready = False
+        self.db = Sql(url, _SCHEMA, lock_id=7246132, create=False)  # connects on first use
 
     def __str__(self) -> str:
-        return redact(self.url)
+        return str(self.db)
 
-    def _conn(self) -> Any:
+    def _rows(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """``sql``'s rows, asked again once on a new connection after the server dropped
+        the last one (it restarted); a server that does not answer is
+        PayloadStoreUnavailable."""
         try:
-            import psycopg
-        except ImportError:
-            raise RuntimeError("the payload store names PostgreSQL but psycopg is not "
-                               "installed: pip install 'tower[postgres]'") from None
-        if self._db is None or self._db.closed or self._db.broken:
-            self._db = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
-        if not self._ready:
-            with self._db.transaction():
-                self._db.execute("SELECT pg_advisory_xact_lock(7246132)")
-                self._db.execute(_SCHEMA)
-            self._ready = True
-        return self._db
-
-    def _execute(self, sql: str, args: tuple[Any, ...]) -> Any:
-        """``sql`` on the connection, made again once after the server dropped it (it
-        restarted); a server that does not answer is PayloadStoreUnavailable."""
-        import psycopg
-
-        try:
-            with self._lock:
-                try:
-                    return self._conn().execute(sql, args).fetchall()
-                except psycopg.OperationalError:
-                    if self._db is None or not (self._db.closed or self._db.broken):
-                        raise
-                return self._conn().execute(sql, args).fetchall()
-        except psycopg.OperationalError as exc:
+            try:
+                return self.db.rows(sql, args)
+            except self.db.errors:
+                last = self.db._db  # noqa: SLF001
+                if last is None or not (last.closed or last.broken):
+                    raise
+            return self.db.rows(sql, args)
+        except self.db.errors as exc:
             raise PayloadStoreUnavailable(
                 f"payload store {self} is unreachable: {why_unreachable(exc)}") from None
 
     def _put(self, digest: str, data: bytes, owner: str) -> None:
-        self._execute("INSERT INTO tower_payloads (sha256, data, owner) VALUES (%s, %s, %s) "
-                      "ON CONFLICT DO NOTHING RETURNING 1", (digest, data, owner))
+        self._rows("INSERT INTO tower_payloads (sha256, data, owner) VALUES (?, ?, ?) "
+                   "ON CONFLICT DO NOTHING RETURNING 1", (digest, data, owner))
 
     def _get(self, digest: str) -> bytes | None:
-        rows = self._execute("SELECT data FROM tower_payloads WHERE sha256 = %s LIMIT 1",
-                             (digest,))
+        rows = self._rows("SELECT data FROM tower_payloads WHERE sha256 = ? LIMIT 1", (digest,))
         return bytes(rows[0][0]) if rows else None
 
     def owners(self, prefix: str, settled: float = 3600) -> list[str]:
         """Owners under ``prefix`` of payloads stored over ``settled`` seconds ago (a client
         stores a run's input just before the run exists)."""
-        rows = self._execute(
-            "SELECT DISTINCT owner FROM tower_payloads WHERE starts_with(owner, %s) AND "
-            "stored < now() - make_interval(secs => %s)", (prefix, settled))
+        rows = self._rows(
+            "SELECT DISTINCT owner FROM tower_payloads WHERE starts_with(owner, ?) AND "
+            "stored < now() - make_interval(secs => ?)", (prefix, settled))
         return [row[0] for row in rows]
 
     def forget(self, owner: str) -> None:
-        with self._lock:
-            self._conn().execute("DELETE FROM tower_payloads WHERE owner = %s", (owner,))
+        with self.db.transaction() as execute:
+            execute("DELETE FROM tower_payloads WHERE owner = ?", (owner,))
 
 
 class Elsewhere(StorageDriver):
@@ -409,11 +389,10 @@ def tower_data_converter(
                       str(driver))
     storage = ExternalStorage(drivers=[driver, other], payload_size_threshold=limit,
                               driver_selector=lambda context, payload: driver)
-    converter = TowerDataConverter(payload_converter_class=TowerPayloadConverter,
-                                   external_storage=storage)
-    codec = codec_from_env(env)
-    if codec is None:  # writes in clear; an encrypted payload gets one clear error
-        return dataclasses.replace(converter, payload_codec=NoKeys())
     # Encrypted at rest (tower/temporal/codec.py): payloads and failure messages alike.
-    return dataclasses.replace(converter, payload_codec=codec,
-                               failure_converter_class=DefaultFailureConverterWithEncodedAttributes)
+    # Without keys: written in clear, and an encrypted payload gets one clear error.
+    codec = codec_from_env(env)
+    return TowerDataConverter(
+        payload_converter_class=TowerPayloadConverter, external_storage=storage,
+        payload_codec=codec or NoKeys(), failure_converter_class=(
+            DefaultFailureConverterWithEncodedAttributes if codec else DefaultFailureConverter))

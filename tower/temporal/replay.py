@@ -265,9 +265,9 @@ async def replay_run(
     await readable(source, history)
     result, = await replay([(source, history)], workflows=workflows, namespace=namespace)
     if result.failure:
-        missing = await missing_payload(history)
-        if missing is not None:  # not the code: the payload store this process reads
-            raise HistoryError(f"cannot read {source}: {missing}")
+        why = await _unopened(p for e in history.events for p in payloads_in(e))
+        if why is not None:  # not the code: the payload store this process reads
+            raise HistoryError(f"cannot read {source}: {why}")
         raise HistoryError(f"{source} does not replay against the current code, so its "
                            f"steps cannot be read: {result.failure}")
     return result
@@ -276,31 +276,28 @@ async def replay_run(
 async def readable(source: str, history: WorkflowHistory) -> None:
     """A HistoryError naming the keys when this process cannot decrypt the history (a
     replay would fail as if the code had changed)."""
-    from tower.temporal.codec import ENCODING, CodecError
-    from tower.temporal.payloads import tower_data_converter
+    from tower.temporal.codec import ENCODING
 
-    codec = tower_data_converter().payload_codec
     sealed = next((p for e in history.events for p in payloads_in(e)
                    if p.metadata.get("encoding") == ENCODING), None)
-    if codec is None or sealed is None:
-        return
-    try:
-        await codec.decode([sealed])
-    except CodecError as exc:
-        raise HistoryError(f"cannot read {source}: {exc}") from None
+    why = await _unopened([sealed] if sealed else [])
+    if why is not None:
+        raise HistoryError(f"cannot read {source}: {why}")
 
 
-async def missing_payload(history: WorkflowHistory) -> str | None:
-    """Why a payload of the history cannot be read from the payload store, if one cannot."""
+async def _unopened(payloads: Iterable[Payload]) -> str | None:
+    """Why one of ``payloads`` cannot be opened with this process's keys and payload store
+    (None: each opens, or fails for a reason that is the replay's to say)."""
+    from tower.temporal.codec import CodecError
     from tower.temporal.payloads import PayloadMissing, tower_data_converter
 
     converter = tower_data_converter()
-    for payload in (p for e in history.events for p in payloads_in(e)):
+    for payload in payloads:
         try:
             await converter.decode([payload])
-        except Exception as exc:  # noqa: BLE001  (other problems are the replay's to say)
+        except Exception as exc:  # noqa: BLE001
             seen: BaseException | None = exc  # the SDK may wrap the driver's error
-            while seen is not None and not isinstance(seen, PayloadMissing):
+            while seen is not None and not isinstance(seen, PayloadMissing | CodecError):
                 seen = seen.__cause__ or seen.__context__
             if seen is not None:
                 return str(seen)

@@ -15,14 +15,14 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from tower.contract.failures import Code, TowerError
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import SpanProcessor
     from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.sdk.trace.sampling import Sampler, SamplingResult
     from temporalio.contrib.opentelemetry import ReplaySafeTracerProvider
 
 TRUE = ("1", "true", "yes", "on")
@@ -89,16 +89,11 @@ def configure_tracing(
     if not exporters:
         return None
     attributes = {} if env.get("OTEL_SERVICE_NAME") else {"service.name": "tower"}
-    provider = create_tracer_provider(resource=Resource.create(attributes))
+    provider = create_tracer_provider(sampler=_quiet(), resource=Resource.create(attributes))
     for exporter in exporters:
-        provider.add_span_processor(_skip_noise()(BatchSpanProcessor(exporter)))
+        provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     return provider
-
-
-def flush_traces() -> None:
-    if (provider := replay_safe()) is not None:
-        provider.force_flush()
 
 
 def replay_safe() -> ReplaySafeTracerProvider | None:
@@ -119,31 +114,24 @@ def _provider_loaded() -> bool:
 
 
 @functools.cache
-def _skip_noise() -> Callable[[SpanProcessor], SpanProcessor]:
-    """``SkipNoise``, a processor of the SDK's: made when first used (the SDK loads then)."""
-    from opentelemetry.context import Context
-    from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+def _quiet() -> Sampler:
+    """The sampler of Tower's provider: every span but the query polling ones (made when
+    first used: the SDK loads then)."""
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Decision, ParentBased, SamplingResult
+    from opentelemetry.sdk.trace.sampling import Sampler as Base
 
-    class SkipNoise(SpanProcessor):
-        """Passes every span to ``inner`` except the query polling ones."""
+    class Quiet(Base):
+        def should_sample(self, parent_context: Any, trace_id: int, name: str,
+                          *args: Any, **kwargs: Any) -> SamplingResult:
+            if name.startswith(NOISE):
+                return SamplingResult(Decision.DROP)
+            return ParentBased(ALWAYS_ON).should_sample(parent_context, trace_id, name,
+                                                        *args, **kwargs)
 
-        def __init__(self, inner: SpanProcessor) -> None:
-            self.inner = inner
+        def get_description(self) -> str:
+            return "tower: all but query polling"
 
-        def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-            self.inner.on_start(span, parent_context)
-
-        def on_end(self, span: ReadableSpan) -> None:
-            if not span.name.startswith(NOISE):
-                self.inner.on_end(span)
-
-        def shutdown(self) -> None:
-            self.inner.shutdown()
-
-        def force_flush(self, timeout_millis: int = 30000) -> bool:
-            return self.inner.force_flush(timeout_millis)
-
-    return SkipNoise
+    return Quiet()
 
 
 def _traces_url(env: Mapping[str, str]) -> str | None:
