@@ -1,7 +1,7 @@
 """Compare a candidate run with its baseline: a scorer is ``(baseline, candidate) -> Score
 | None``, sync or async, and the run's verdict is the worst score (``regressed`` beats
 ``changed`` beats ``same``). The built-in scorers compare status, path, tool calls, gates
-and the answer (similar, not equal); ``judge`` asks a model.
+and the answer (similar, not equal); ``gateway_judge`` asks a model.
 """
 
 from __future__ import annotations
@@ -12,11 +12,16 @@ import json
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from tower.contract.messages import Message
+from tower.contract.wire import ModelRequest
 from tower.testing.evals.recording import RunSummary
+
+if TYPE_CHECKING:
+    from tower.activities.model import ModelSettings
 
 
 class Change(StrEnum):
@@ -125,16 +130,23 @@ JUDGE_PROMPT = (
     "the customer, else changed.")
 
 
-def judge(ask: Callable[[str, str], Awaitable[str]]) -> Scorer:
-    """A model judge: ``ask(system, user)`` returns the model's text. An answer it cannot
-    read is a change, never a silent pass."""
+def gateway_judge(settings: ModelSettings) -> Scorer:
+    """A model judge (``tower eval --judge``): ``settings``' models, asked as agent ``eval``,
+    node ``judge``. An answer it cannot read is a change, never a silent pass (the scripted
+    model has no script for it: offline, every changed answer is a change)."""
+    from tower.activities.model import ModelActivities
+
+    gateway = ModelActivities(settings)
 
     async def judged(base: RunSummary, cand: RunSummary) -> Score | None:
         if base.answer == cand.answer:
             return None
-        text = await ask(JUDGE_PROMPT, json.dumps({"request": base.workflow_id,
-                                                   "baseline": base.answer,
-                                                   "candidate": cand.answer}))
+        asked = json.dumps({"request": base.workflow_id, "baseline": base.answer,
+                            "candidate": cand.answer})
+        reply = await gateway.complete(ModelRequest(
+            agent="eval", node="judge", system=JUDGE_PROMPT,
+            messages=[Message(role="user", content=asked)]))
+        text = reply.content or ""
         try:
             said = json.loads(text)
             verdict, why = Change(said["verdict"]), str(said.get("why", ""))
