@@ -96,19 +96,18 @@ def gates_equal(base: RunSummary, cand: RunSummary) -> Score | None:
                         f"{cand.gates or '-'} ({cand.decisions} decided)")
 
 
-def answer_similar(threshold: float = 0.8) -> Scorer:
-    """The final answers are at least ``threshold`` alike (difflib's ratio)."""
+ALIKE = 0.8  # difflib's ratio two answers must reach to be the same
 
-    def answer(base: RunSummary, cand: RunSummary) -> Score | None:
-        made = {**base.made, **cand.made}
-        ratio = difflib.SequenceMatcher(None, _named(base.answer, made),
-                                        _named(cand.answer, made)).ratio()
-        if ratio >= threshold:
-            return None
-        return Score(scorer="answer", verdict=Change.CHANGED,
-                     detail=f"{ratio:.0%} alike: {cand.answer[:160]!r}")
 
-    return answer
+def answer_similar(base: RunSummary, cand: RunSummary) -> Score | None:
+    """The final answers are alike (``ALIKE``), not equal."""
+    made = {**base.made, **cand.made}
+    ratio = difflib.SequenceMatcher(None, _named(base.answer, made),
+                                    _named(cand.answer, made)).ratio()
+    if ratio >= ALIKE:
+        return None
+    return Score(scorer="answer", verdict=Change.CHANGED,
+                 detail=f"{ratio:.0%} alike: {cand.answer[:160]!r}")
 
 
 def _named(answer: str, made: dict[str, str]) -> str:
@@ -120,8 +119,7 @@ def _named(answer: str, made: dict[str, str]) -> str:
     return answer
 
 
-BUILT_IN: list[Scorer] = [status_equal, path_equal, tools_equal, gates_equal,
-                          answer_similar()]
+BUILT_IN: list[Scorer] = [status_equal, path_equal, tools_equal, gates_equal, answer_similar]
 
 JUDGE_PROMPT = (
     "You compare two answers an AI agent gave to the same request: the baseline and the "
