@@ -14,8 +14,7 @@ from tower.contract.wire import ModelReply, ModelRequest
 from tower.core.pictures import machine_svg
 from tower.temporal.replay import load
 from tower.testing.evals import Change, EvalReport, Mode, RunResult
-from tower.testing.evals.compare import BUILT_IN, plural, score, transition_diff
-from tower.testing.evals.judge import gateway_judge
+from tower.testing.evals.compare import BUILT_IN, gateway_judge, plural, score, transition_diff
 from tower.testing.evals.recording import Recording, RunSummary, ToolCall, chains
 from tower.testing.evals.report import load_baseline, markdown, write
 from tower.testing.model_server import LoopbackModelServer

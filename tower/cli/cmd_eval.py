@@ -74,7 +74,7 @@ async def command(paths: tuple[str, ...], query: str | None, namespace: str | No
     scoring: list[Scorer] = list(BUILT_IN) + [_import(spec) for spec in scorers]
     settings = ModelSettings.from_env()
     if judge:
-        from tower.testing.evals.judge import gateway_judge
+        from tower.testing.evals.compare import gateway_judge
 
         scoring.append(gateway_judge(settings))
     # The project's agents, their tools bound as its worker.py binds them (tower new's has it).

@@ -9,7 +9,7 @@ import click
 
 from tower.cli.errors import CliError
 from tower.cli.output import json_option, print_json
-from tower.testing.model_sse import STREAMING
+from tower.testing.model_server import STREAMING
 
 
 @click.command("model-server", help=(

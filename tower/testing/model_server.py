@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import re
 import threading
 import time
 from collections import deque
@@ -22,13 +23,15 @@ from typing import Any
 
 from tower import Message
 from tower.contract.wire import AGENT_HEADER, NODE_HEADER, ModelReply, ModelRequest, ToolCallRequest
-from tower.testing.model_sse import STREAMING, sse_chunks, text_of
 
 TOOL_RESULT_PREFIX = "[result of tool "
 # What answers a request that gets no fault: the project's scripted model, typically
 # (``tower.activities.scripted.scripted_reply`` in Tower's own tests and `tower model-server`).
 Replies = Callable[[ModelRequest], ModelReply]
 RANDOM_KINDS = ("rate_limit", "server_error", "slow", "malformed", "schema", "unknown_tool")
+# How a streaming request is answered: server-sent events (as OpenAI does), one whole JSON
+# completion, a 400 when it carries stream_options, a 400 to any streaming one.
+STREAMING = ("sse", "json", "no_stream_options", "no_stream")
 
 
 @dataclass(frozen=True)
@@ -255,6 +258,34 @@ def _completion(model: str, content: str | None, calls: list[ToolCallRequest],
     }).encode()
 
 
+def sse_chunks(payload: bytes) -> list[bytes]:
+    """A complete chat completion as the chunks a streamed one arrives in: its text a word
+    at a time, a refusal and each tool call whole, the finish, the usage, then [DONE]. A
+    body that is not JSON (a "malformed" fault) goes out as is, for the client to reject."""
+    try:
+        done = json.loads(payload)
+        message, finish = done["choices"][0]["message"], done["choices"][0]["finish_reason"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return [payload, b"[DONE]"]
+    head = {"id": done["id"], "object": "chat.completion.chunk", "created": 0,
+            "model": done["model"]}
+
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        return json.dumps({**head, "choices": [{"index": 0, "delta": delta,
+                                                "finish_reason": finish_reason}]}).encode()
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    words = re.findall(r"\S+\s*|\s+", message.get("content") or "")
+    out += [chunk({"content": piece}) for piece in words]
+    if message.get("refusal"):
+        out.append(chunk({"refusal": message["refusal"]}))
+    for i, call in enumerate(message.get("tool_calls") or []):
+        out.append(chunk({"tool_calls": [{"index": i, **call}]}))
+    out.append(chunk({}, finish))
+    out.append(json.dumps({**head, "choices": [], "usage": done["usage"]}).encode())
+    return [*out, b"[DONE]"]
+
+
 def _error(message: str, code: str) -> bytes:
     return json.dumps({"error": {"message": message, "type": code, "code": code}}).encode()
 
@@ -295,7 +326,8 @@ def _handler_for(server: LoopbackModelServer) -> type[BaseHTTPRequestHandler]:
                     self.wfile.flush()
                     if i == 1:  # the first chunk with text (the first is the role)
                         server.first_token_at.append(time.time())
-                        if server.holding is not None and text_of(event):
+                        # (a word of text, as sse_chunks writes it: not a tool call)
+                        if server.holding is not None and b'"delta": {"content"' in event:
                             server.holding.wait(timeout=600)
                 self.wfile.write(b"0\r\n\r\n")
 

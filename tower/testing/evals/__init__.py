@@ -25,7 +25,7 @@ from tower.temporal.worker import build_worker as tower_worker
 from tower.testing.evals.compare import BUILT_IN, RANK, Change, RunResult, Score, Scorer
 from tower.testing.evals.models import Mode
 from tower.testing.evals.recording import RunSummary, chains
-from tower.testing.evals.runner import WorkerFactory, isolated
+from tower.testing.evals.runner import WorkerFactory, digests, isolated
 
 __all__ = ["BUILT_IN", "EvalReport", "Mode", "RunResult", "Score", "Scorer", "Change",
            "assert_verdicts", "candidate_worker", "evaluate", "run_eval"]
@@ -103,14 +103,17 @@ async def evaluate(
     recording's own); ``worker_options`` go to ``build_worker``."""
     recordings = chains(histories)
     report = EvalReport(mode=mode, baseline=baseline_name, data=str(data or "fresh"))
-    async with isolated(recordings, build_worker, mode=mode, data=data, watch=watch,
-                        timeout=timeout, **worker_options) as (world, guard):
+    before = digests(data, watch)  # the real files, hashed before and after
+    async with isolated(recordings, build_worker, mode=mode, data=data, timeout=timeout,
+                        **worker_options) as world:
         for i, recording in enumerate(recordings, 1):
             base = (baseline or {}).get(recording.workflow_id) or recording.summary
             report.runs.append(await world.run(recording, base, scorers))
             if progress is not None:
                 progress(i, len(recordings), report.runs[-1])
-    report.data_checked, report.data_untouched = list(guard.data), guard.untouched
+    after = digests(data, watch)
+    report.data_checked = list(before)
+    report.data_untouched = all(after.get(f) == digest for f, digest in before.items())
     return report
 
 

@@ -1,7 +1,7 @@
 """Compare a candidate run with its baseline: a scorer is ``(baseline, candidate) -> Score
 | None``, sync or async, and the run's verdict is the worst score (``regressed`` beats
 ``changed`` beats ``same``). The built-in scorers compare status, path, tool calls, gates
-and the answer (similar, not equal); ``judge`` asks a model.
+and the answer (similar, not equal); ``gateway_judge`` asks a model.
 """
 
 from __future__ import annotations
@@ -12,11 +12,16 @@ import json
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from tower.contract.messages import Message
+from tower.contract.wire import ModelRequest
 from tower.testing.evals.recording import RunSummary
+
+if TYPE_CHECKING:
+    from tower.activities.model import ModelSettings
 
 
 class Change(StrEnum):
@@ -91,19 +96,18 @@ def gates_equal(base: RunSummary, cand: RunSummary) -> Score | None:
                         f"{cand.gates or '-'} ({cand.decisions} decided)")
 
 
-def answer_similar(threshold: float = 0.8) -> Scorer:
-    """The final answers are at least ``threshold`` alike (difflib's ratio)."""
+ALIKE = 0.8  # difflib's ratio two answers must reach to be the same
 
-    def answer(base: RunSummary, cand: RunSummary) -> Score | None:
-        made = {**base.made, **cand.made}
-        ratio = difflib.SequenceMatcher(None, _named(base.answer, made),
-                                        _named(cand.answer, made)).ratio()
-        if ratio >= threshold:
-            return None
-        return Score(scorer="answer", verdict=Change.CHANGED,
-                     detail=f"{ratio:.0%} alike: {cand.answer[:160]!r}")
 
-    return answer
+def answer_similar(base: RunSummary, cand: RunSummary) -> Score | None:
+    """The final answers are alike (``ALIKE``), not equal."""
+    made = {**base.made, **cand.made}
+    ratio = difflib.SequenceMatcher(None, _named(base.answer, made),
+                                    _named(cand.answer, made)).ratio()
+    if ratio >= ALIKE:
+        return None
+    return Score(scorer="answer", verdict=Change.CHANGED,
+                 detail=f"{ratio:.0%} alike: {cand.answer[:160]!r}")
 
 
 def _named(answer: str, made: dict[str, str]) -> str:
@@ -115,8 +119,7 @@ def _named(answer: str, made: dict[str, str]) -> str:
     return answer
 
 
-BUILT_IN: list[Scorer] = [status_equal, path_equal, tools_equal, gates_equal,
-                          answer_similar()]
+BUILT_IN: list[Scorer] = [status_equal, path_equal, tools_equal, gates_equal, answer_similar]
 
 JUDGE_PROMPT = (
     "You compare two answers an AI agent gave to the same request: the baseline and the "
@@ -125,16 +128,23 @@ JUDGE_PROMPT = (
     "the customer, else changed.")
 
 
-def judge(ask: Callable[[str, str], Awaitable[str]]) -> Scorer:
-    """A model judge: ``ask(system, user)`` returns the model's text. An answer it cannot
-    read is a change, never a silent pass."""
+def gateway_judge(settings: ModelSettings) -> Scorer:
+    """A model judge (``tower eval --judge``): ``settings``' models, asked as agent ``eval``,
+    node ``judge``. An answer it cannot read is a change, never a silent pass (the scripted
+    model has no script for it: offline, every changed answer is a change)."""
+    from tower.activities.model import ModelActivities
+
+    gateway = ModelActivities(settings)
 
     async def judged(base: RunSummary, cand: RunSummary) -> Score | None:
         if base.answer == cand.answer:
             return None
-        text = await ask(JUDGE_PROMPT, json.dumps({"request": base.workflow_id,
-                                                   "baseline": base.answer,
-                                                   "candidate": cand.answer}))
+        asked = json.dumps({"request": base.workflow_id, "baseline": base.answer,
+                            "candidate": cand.answer})
+        reply = await gateway.complete(ModelRequest(
+            agent="eval", node="judge", system=JUDGE_PROMPT,
+            messages=[Message(role="user", content=asked)]))
+        text = reply.content or ""
         try:
             said = json.loads(text)
             verdict, why = Change(said["verdict"]), str(said.get("why", ""))

