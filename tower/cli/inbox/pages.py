@@ -54,6 +54,7 @@ from tower.cli.inbox.visibility import (
     run_story,
     waiting_runs,
 )
+from tower.cli.live import MODEL_KINDS
 from tower.cli.ui import run_link
 from tower.client import DecisionRefused
 from tower.client._decisions import send_decision
@@ -61,7 +62,7 @@ from tower.client._pending import NotGenuine, pending_of
 from tower.contract.decisions import GateStatus
 from tower.contract.failures import Code
 from tower.contract.pending import PendingView
-from tower.contract.stream import DELTA, DISCARD, MODEL_FINISHED, MODEL_STARTED, Reply, stream_name
+from tower.contract.stream import Reply, stream_name
 from tower.core.gates import Outcome
 
 if TYPE_CHECKING:
@@ -71,7 +72,6 @@ DECIDE_SECONDS = 30.0
 WATCH_ONLY = ("This inbox only watches: it was started without a signing key (--watch-only), "
               "so it decides nothing.")
 CACHE_SECONDS = 1.0  # live updates: many open pages, one visibility call a second
-MODEL_KINDS = frozenset({MODEL_STARTED, DELTA, MODEL_FINISHED, DISCARD})
 KEEP_ALIVE_SECONDS = 15.0  # a comment line, so proxies keep the connection open
 MAX_SECONDS = 30 * 60  # then the browser reconnects, with the session checked again
 WAIT_SECONDS = 60.0  # the longest a stream waits for its run to appear
@@ -127,11 +127,9 @@ class Inbox:
             except NotGenuine as exc:
                 return (f"Run {run!r} is not a request this inbox can show: {exc}. Nothing here "
                         "can be decided.")
-            past: frozenset[str] = frozenset()
-            if status is not None and self.scope.needs_past_roles(approver, view):
-                story = functools.partial(run_story, self.client, run, status)
-                past = (await self._cached(("story", run), story)).gate_roles
-            if status is not None and self.scope.may_see(approver, status, view, past):
+            past = functools.partial(self._past_roles, run, status)
+            # A run that does not exist (no status) is seen by nobody.
+            if status is not None and await self.scope.may_see(approver, view, past):
                 return status, view
             if time.monotonic() >= deadline:  # not there, or not theirs: the same answer
                 return not_found(run, self.config.tenant)
@@ -313,6 +311,10 @@ class Inbox:
                 raise NotGenuine(why)
             return status, view
         return await read() if fresh else await self._cached(("run", run), read)
+
+    async def _past_roles(self, run: str, status: WorkflowExecutionStatus | None) -> Any:
+        story = functools.partial(run_story, self.client, run, status)
+        return (await self._cached(("story", run), story)).gate_roles
 
     async def _cached(self, key: Any, load: Any) -> Any:
         hit = self._cache.get(key)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,25 +142,16 @@ class Scope:
         roles = set(approver.roles)
         return roles | gate_roles() if self.watches(approver) else roles
 
-    def may_see(self, approver: Approver, status: WorkflowExecutionStatus | None,
-                view: PendingView | None, past_roles: Iterable[str] = ()) -> bool:
+    async def may_see(self, approver: Approver, view: PendingView | None,
+                      past_roles: Callable[[], Awaitable[Iterable[str]]]) -> bool:
         """``view``: the open request (None if nothing waits); ``past_roles``: the roles of
-        the gates it recorded. A run that does not exist (``status`` None) is seen by nobody."""
-        if status is None:
-            return False
-        if self.watches(approver):
-            return True
+        the gates the run recorded, asked for (a query) only when nothing else decides."""
         mine = set(approver.roles)
-        if view is not None and view.role in mine:
+        if self.watches(approver) or (view is not None and view.role in mine):
             return True
         # Only roles some gate of this deployment's agents needs: a state that names a
         # made-up role grants nothing.
-        return bool(mine & set(past_roles) & gate_roles())
-
-    def needs_past_roles(self, approver: Approver, view: PendingView | None) -> bool:
-        """Whether ``may_see`` needs the run's recorded gates (a query) to decide."""
-        return not self.watches(approver) and not (view is not None
-                                                   and view.role in approver.roles)
+        return bool(mine & set(await past_roles()) & gate_roles())
 
 
 def not_found(run: str, tenant: str) -> str:
