@@ -36,8 +36,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from temporalio.client import Client
 
-from tower.cli.inbox import money, pages
-from tower.cli.inbox.forms import is_money, num
+from tower.cli.inbox import pages
+from tower.cli.inbox.forms import is_money, money, num, plain_money
 from tower.cli.inbox.guard import InboxStore, SignInLimits
 from tower.cli.inbox.identity import Accounts, Approver, ProxyAuth
 from tower.client._pending import Deployment
@@ -79,8 +79,8 @@ class InboxConfig:
 
 def create_app(config: InboxConfig, client: Client) -> Starlette:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
-    templates.env.filters.update(ago=ago, until=until, num=num, money=money.text,
-                                 plain_money=money.plain, rendered=PendingView.rendered,
+    templates.env.filters.update(ago=ago, until=until, num=num, money=money,
+                                 plain_money=plain_money, rendered=PendingView.rendered,
                                  inert=lambda text: escape(str(text), multiline=True)[0])
     templates.env.globals["hidden_warning"] = WARNING
     templates.env.tests["money"] = is_money

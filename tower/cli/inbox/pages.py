@@ -34,11 +34,13 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tower.activities.streams import open_streams
 from tower.cli.approvals import unattested
-from tower.cli.inbox import money
 from tower.cli.inbox.forms import (
     DecisionForm,
     FormError,
+    headline,
     is_money,
+    label,
+    money,
     money_field,
     read_form,
     shown_request,
@@ -147,7 +149,7 @@ class Inbox:
         return self.render(
             request, "run.html", approver, run=run, run_status=status.name, view=view,
             story=story, picture=picture(view.agent, view.node) if view else "",
-            amount=money.headline(view.proposal) if view else None,
+            amount=headline(view.proposal) if view else None,
             proposal_digest=shown[1] if shown else "",
             may_decide=view is not None and view.role in approver.roles and self.signs,
             signs=self.signs, watch_only=WATCH_ONLY,
@@ -384,13 +386,13 @@ def receipt_of(run: str, view: PendingView, form: DecisionForm, approver: Approv
     for f in view.fields:
         if is_money(f) and form.verdict.value == "approve":
             new = form.edits.get(f.name, f.value)
-            amounts.append({"label": money.label(f.name), "amount": money.text(new),
-                            "proposed": money.text(f.value) if new != f.value else ""})
+            amounts.append({"label": label(f.name), "amount": money(new),
+                            "proposed": money(f.value) if new != f.value else ""})
     edits = {k: v for k, v in form.edits.items() if not money_field(k, view)}
-    headline = money.headline(view.proposal)
+    limit = headline(view.proposal)
     return {"run": run, "agent": view.agent, "gate": view.gate, "node": view.node,
             "verdict": form.verdict.value, "result": outcome.result.value,
             "approver": approver.name, "role": view.role, "note": form.note,
-            "amounts": amounts, "edits": edits, "limit": headline[1] if headline else "",
+            "amounts": amounts, "edits": edits, "limit": limit[1] if limit else "",
             "at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
             "outcome": outcome_text(outcome)}
