@@ -4,7 +4,7 @@ Security in one place: identity comes from the session (built-in accounts) or fr
 trusted proxy's header, never from a form; a session is good only for the tenant that
 signed it in, with the roles its account holds now, and only while the server keeps its
 id (sign-out revokes it: a copied cookie stops working); failed sign-ins slow down per
-(name, client address) only, never for long (429, guard.py); a user sees
+(name, client address) only, never for long (429, identity.py); a user sees
 only the runs their roles decide (visibility.py); every POST carries the session's CSRF token;
 the session cookie is HttpOnly, SameSite=Lax and Secure when served over TLS; pages
 carry a strict Content-Security-Policy (scripts and styles from this app only).
@@ -38,8 +38,7 @@ from temporalio.client import Client
 
 from tower.cli.inbox import pages
 from tower.cli.inbox.forms import is_money, money, num, plain_money
-from tower.cli.inbox.guard import InboxStore, SignInLimits
-from tower.cli.inbox.identity import Accounts, Approver, ProxyAuth
+from tower.cli.inbox.identity import Accounts, Approver, InboxStore, ProxyAuth, SignInLimits
 from tower.client._pending import Deployment
 from tower.contract.pending import PendingView
 from tower.contract.render import WARNING, escape

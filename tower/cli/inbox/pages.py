@@ -46,8 +46,7 @@ from tower.cli.inbox.forms import (
     shown_request,
     signed_decision,
 )
-from tower.cli.inbox.guard import InboxStore
-from tower.cli.inbox.identity import Approver
+from tower.cli.inbox.identity import Approver, InboxStore
 from tower.cli.inbox.visibility import (
     Scope,
     not_found,
