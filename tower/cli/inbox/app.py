@@ -415,7 +415,7 @@ class Inbox:
                                 **back)
         if view is None:
             story = await run_story(self.client, run, status)
-            what = story.last_request or f"the run is {status.name if status else 'unknown'}"
+            what = story.last_request or f"the run is {status.name}"
             return self.refused(request, approver, 409, "Refused: this run is no longer "
                                 f"waiting for a decision ({what}). Nothing was sent.", **back)
         if view.role not in approver.roles:
@@ -601,9 +601,8 @@ def list_fingerprint(runs: list[Any]) -> str:
     return "|".join(f"{w.run}@{w.view.step}" for w in runs)
 
 
-def run_fingerprint(status: WorkflowExecutionStatus | None, view: PendingView | None) -> str:
-    return f"{status.name if status else 'NONE'}:{view.gate if view else ''}:" \
-           f"{view.step if view else ''}"
+def run_fingerprint(status: WorkflowExecutionStatus, view: PendingView | None) -> str:
+    return f"{status.name}:{view.gate if view else ''}:{view.step if view else ''}"
 
 
 def refusal_text(refused: DecisionRefused) -> str:
