@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tower.cli.inbox.guard import InboxStore
-from tower.cli.inbox.identity import dev_accounts
+from tower.cli.inbox.identity import InboxStore, dev_accounts
 from tower.cli.trust_files import enrol, enrol_worker
 from tower.client.keys import create_key
 from tower.testing.evals.runner import EvalTrust

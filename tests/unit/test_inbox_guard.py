@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tower.cli.inbox.guard import InboxStore
+from tower.cli.inbox.identity import InboxStore
 
 
 def test_a_session_counts_only_while_the_store_keeps_it(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tower.cli.inbox.guard import SignInLimits
+from tower.cli.inbox.identity import SignInLimits
 
 
 class Clock:

@@ -118,13 +118,7 @@ def print_pending(row: dict[str, Any]) -> None:
     head = (f"{inert(row['run'])} · agent {inert(row['agent'])} · step {row.get('step')} · "
             f"role {inert(row['role'])} · expires {inert(row.get('expires_at') or '?')}")
     lines = fit(head, GUTTER, width)  # the run's id is the requester's text
-    shown = row.get("shown")
-    if not shown:
-        lines += fit(f"  gate {inert(row['gate'])} ({inert(row['when'])} "
-                     f"{inert(row['node'])}): proposal unknown (the run published none)",
-                     GUTTER, width)
-    else:
-        lines += render_proposal(shown).lines(indent="  ", width=width)
+    lines += render_proposal(row["shown"]).lines(indent="  ", width=width)
     print("\n".join(lines), end="\n\n", flush=True)
 
 
@@ -206,27 +200,12 @@ async def pending_requests(client: Client, *, agent: str | None = None,
     rows = []
     for w in await pending_runs(client, agent=agent, limit=limit,
                                 deployment=deployment(client.namespace)):
-        if w.view is None:  # a memo this process cannot open: what the graph says
-            memo = _gate_from_graph(w.agent, w.node)
-        else:
-            memo = w.view.model_dump(mode="json")
-            memo["hidden"] = bool(w.view.shown) and render_proposal(w.view.shown).hidden
-        rows.append({"run": w.run, "agent": w.agent, "step": w.step, **memo})
+        # Listed with a deployment: its memo was read, attested and shows the whole proposal.
+        assert w.view is not None and w.view.shown
+        rows.append({"run": w.run, "agent": w.agent, "step": w.step,
+                     **w.view.model_dump(mode="json"),
+                     "hidden": render_proposal(w.view.shown).hidden})
     return rows
-
-
-def _gate_from_graph(agent: str, node: str) -> dict[str, Any]:
-    from tower.cli.agents import agents
-
-    try:
-        cls = agents().get(agent)
-    except ValueError:  # run outside the project: the memo's own words only
-        cls = None
-    gate = cls.machine.gates.get(node) if cls else None
-    return {"gate": gate.name if gate else "?", "node": node,
-            "when": gate.when if gate else "?", "role": gate.role if gate else "?",
-            "editable": list(gate.editable) if gate else [], "expires_at": None,
-            "requested_at": None, "proposal": None}
 
 
 def _decision_command(verdict: Verdict) -> click.Command:

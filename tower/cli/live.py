@@ -224,9 +224,9 @@ def format_elapsed(seconds: float) -> str:
 class _Screen(Region):
     """Where transitions go: plain lines, JSON Lines, or lines above a live progress line."""
 
-    def __init__(self, out: TextIO, as_json: bool, show: Callable[[Transition], str] | None):
+    def __init__(self, out: TextIO, as_json: bool):
         super().__init__(out, live=not as_json)
-        self.as_json, self.show = as_json, show or describe
+        self.as_json = as_json
         self._line = ""
         self._reply = ""  # the model's text as it forms, under the progress line
 
@@ -245,7 +245,7 @@ class _Screen(Region):
                                        **t.model_dump(mode="json")}) + "\n")
         else:
             self._reply = ""  # a move: the text shown so far was that node's
-            self.line(self.show(t))
+            self.line(describe(t))
 
     def progress(self, line: str, *, last: bool) -> None:
         self._line = line
@@ -262,8 +262,7 @@ class _Screen(Region):
 async def watch(
     handle: WorkflowHandle[Any, Any], *, as_json: bool = False, out: TextIO | None = None,
     stop_at_pause: bool = True, stop_when_idle: bool = False, poll_seconds: float = 0.25,
-    timeout: float | None = None, skip: int = 0, progress_line: bool = True,
-    show: Callable[[Transition], str] | None = None, client: Any = None,
+    timeout: float | None = None, skip: int = 0, progress_line: bool = True, client: Any = None,
 ) -> Progress:
     """Show the run's transitions as they happen until it ends (or pauses at a gate, if
     ``stop_at_pause``; or waits for outside input, if ``stop_when_idle``); return the last
@@ -274,7 +273,7 @@ async def watch(
     from tower.client import RunEnd, follow
     from tower.client._runs import describe as describe_run
 
-    screen = _Screen(out or sys.stdout, as_json, show)
+    screen = _Screen(out or sys.stdout, as_json)
     pump = None
     if client is not None:
         pump = await StreamPump(client, handle.id, LiveText(

@@ -5,7 +5,9 @@ The checks here give the approver a clear message early; the run checks everythi
 (role, signature, expiry, edit rules), so a form forged past them changes nothing. An amount
 (an int field named ``*_cents``) is typed in currency, as ``money.<field>``, and sent in
 cents; the same field posted as cents (``edit.<field>``) is refused: a form must never leave
-it to guess whether "500" meant $500 or $5.
+it to guess whether "500" meant $500 or $5. Every ``*_cents`` value shows as currency
+($1,200.00); a typed amount reads back to cents exactly (Decimal, never float), refusing what
+is not plainly an amount (a third decimal, a sign, an exponent, a misplaced comma).
 
 The inbox is a member of the tenant's roster whose ``vouches_for`` lists the roles it may
 vouch for (docs/approvals.md). Its token's ``sub`` is the approver the inbox authenticated
@@ -16,17 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from tower.cli.inbox import money
 from tower.contract import names
 from tower.contract.decisions import GateRecord, Verdict, canonical_proposal, proposal_digest
 from tower.contract.failures import Code, TowerError
@@ -36,10 +39,14 @@ from tower.core.signing import decision_claims, sign
 MAX_NOTE = 1000
 LIFETIME_SECONDS = 300  # a decision is sent at once; it need not live long
 QUERY_SECONDS = 5.0
+SUFFIX = "_cents"
+# 1200 · 1,200 · 1200.5 · 1,200.50 · $1,200.00 · .50 — nothing else.
+AMOUNT = re.compile(r"\$?[ ]?(?P<whole>[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)?(?:\.(?P<frac>[0-9]*))?")
 
 
 class FormError(TowerError, ValueError):  # a ValueError: read with the values it rejects
-    """The form cannot become a decision; nothing was sent."""
+    """The form cannot become a decision (or typed text is not an amount); nothing was
+    sent."""
 
     CODE = Code.BAD_INPUT
 
@@ -90,7 +97,7 @@ def read_form(form: Mapping[str, str], view: PendingView) -> DecisionForm:
 
 
 def is_money(f: EditableField) -> bool:
-    return f.type == "int" and money.is_money(f.name)
+    return f.type == "int" and f.name.endswith(SUFFIX)
 
 
 def input_name(f: EditableField) -> str:
@@ -107,7 +114,7 @@ def parse_value(f: EditableField, raw: str) -> Any:
     try:
         value: Any
         if is_money(f):
-            value = money.cents_of(raw)
+            value = cents_of(raw)
         elif f.type == "int":
             value = int(raw)
         elif f.type == "float":
@@ -118,18 +125,71 @@ def parse_value(f: EditableField, raw: str) -> Any:
             value = raw.lower() in ("1", "true", "on", "yes")
         else:
             value = raw
-    except money.AmountError as exc:
-        raise FormError(f"{money.label(f.name)}: {exc}") from None
+    except FormError as exc:
+        raise FormError(f"{label(f.name)}: {exc}") from None
     except ValueError:
         raise FormError(f"{f.name}: {raw!r} is not a valid {f.type}") from None
     if isinstance(value, int | float) and not isinstance(value, bool):
         low, high = f.limit.min, f.limit.max
         if (low is not None and value < low) or (high is not None and value > high):
             rule = f" ({f.limit.rule})" if f.limit.rule else ""
-            show = money.text if is_money(f) else num
-            raise FormError(f"{money.label(f.name) if is_money(f) else f.name} must be between "
+            show = money if is_money(f) else num
+            raise FormError(f"{label(f.name) if is_money(f) else f.name} must be between "
                             f"{show(low)} and {show(high)}{rule}; got {show(value)}")
     return value
+
+
+def label(name: str) -> str:
+    """What a cents field is called on the page: ``amount_cents`` is the amount."""
+    return name.removesuffix(SUFFIX)
+
+
+def money(cents: int | float | None) -> str:
+    """``120000`` as ``$1,200.00``; ``None`` (no bound) as ``any``."""
+    if cents is None:
+        return "any"
+    whole = Decimal(int(cents))
+    sign = "-" if whole < 0 else ""
+    return f"{sign}${abs(whole) / 100:,.2f}"
+
+
+def plain_money(cents: int) -> str:
+    """``120000`` as ``1200.00``: what an input field holds (no symbol, no commas)."""
+    return f"{Decimal(cents) / 100:.2f}"
+
+
+def cents_of(raw: str) -> int:
+    """Cents of an amount typed in currency: ``"1,200.5"`` is 120050."""
+    typed = raw.strip()
+    found = AMOUNT.fullmatch(typed)
+    if not typed or found is None or (found["whole"] is None and not found["frac"]):
+        raise FormError(f"{raw!r} is not an amount in dollars, such as 1,200.00")
+    frac = found["frac"] or ""
+    if len(frac) > 2:
+        raise FormError(f"{raw!r} has more than two decimals: amounts are whole cents")
+    whole = (found["whole"] or "0").replace(",", "")
+    return int(whole) * 100 + int(frac.ljust(2, "0"))
+
+
+def cents_value(value: object) -> int | None:
+    """A proposal's ``*_cents`` value (text in the memo) as an int, or None if it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,18}", value.strip()):
+        return int(value)
+    return None
+
+
+def headline(proposal: Mapping[str, str]) -> tuple[str, str] | None:
+    """(amount, limit) in currency when the proposal has an amount, else None; the limit
+    is ``any`` when the proposal names none."""
+    amount = cents_value(proposal.get("amount_cents"))
+    if amount is None:
+        return None
+    limit = cents_value(proposal.get("limit_cents"))
+    return money(amount), (money(limit) if limit is not None else proposal.get("limit", "any"))
 
 
 def num(value: float | None) -> str:

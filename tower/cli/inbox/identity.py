@@ -7,6 +7,21 @@ Behind a reverse proxy that authenticates users (oauth2-proxy in front of an OID
 provider, an SSO gateway), the inbox trusts the proxy's user header, but only on
 connections from the proxy's own addresses; roles then come from the role map
 (``{"alice": ["manager"]}``), never from the request.
+
+The inbox keeps, on its own side, sessions it can revoke, the decisions it restates, and
+how many sign-ins failed lately.
+
+A signed cookie alone cannot be taken back: copied before sign-out, it would work until it
+expires. So the cookie carries a random session id, and a session counts only while that
+id is in the store (SQLite, or in memory); sign-out deletes it. The store keeps ids hashed:
+reading it gives no cookie.
+
+Failed sign-ins slow down per (name, address) only. A limit per name is a lockout (whoever
+knows an approver's name keeps it refused from everywhere), and so is one per address
+(colleagues share an office's address, everyone a proxy's). So another account's failures
+delay a sign-in by nothing; a flood of wrong passwords for alice from one address leaves her
+free to sign in from any other address at once, and from that one within ``most_delay``
+seconds (under a minute); a guesser gets a few tries a minute per name and address.
 """
 
 from __future__ import annotations
@@ -15,11 +30,14 @@ import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import Mapping
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from tower.activities.private_files import write_private
+from tower.activities.private_files import create_private, write_private
 from tower.cli.errors import CliError
 
 _N, _R, _P = 2**14, 8, 1  # scrypt cost: ~16 MiB, tens of milliseconds
@@ -119,3 +137,134 @@ class ProxyAuth:
             return {str(name): tuple(str(r) for r in roles) for name, roles in raw.items()}
         except (OSError, ValueError, AttributeError, TypeError) as exc:
             raise CliError(f"cannot read the inbox role map {path}: {exc}") from None
+
+
+RECEIPT_DAYS = 7
+NAME_CHARS = 100  # a name longer than any account's counts as its first 100 characters
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, tenant TEXT NOT NULL,
+  user TEXT NOT NULL, expires REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS receipts (id TEXT PRIMARY KEY, tenant TEXT NOT NULL,
+  user TEXT NOT NULL, created REAL NOT NULL, body TEXT NOT NULL);
+"""
+
+
+def _hashed(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class InboxStore:
+    """Sessions and receipts of the inboxes sharing one file (each row names its tenant)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        if path is not None:
+            create_private(path)  # 0600 before SQLite writes a byte (its journals follow it)
+        self._db = sqlite3.connect(str(path) if path else ":memory:", check_same_thread=False,
+                                   isolation_level=None)
+        self._db.executescript(SCHEMA)
+
+    def open_session(self, tenant: str, user: str, seconds: float) -> str:
+        sid = secrets.token_urlsafe(32)
+        now = time.time()
+        self._db.execute("DELETE FROM sessions WHERE expires < ?", (now,))
+        self._db.execute("INSERT INTO sessions VALUES (?, ?, ?, ?)",
+                         (_hashed(sid), tenant, user, now + seconds))
+        return sid
+
+    def session_user(self, tenant: str, sid: object) -> str | None:
+        """The user of a live session ``sid`` of ``tenant``, else None."""
+        if not isinstance(sid, str) or not sid:
+            return None
+        row = self._db.execute("SELECT user FROM sessions WHERE id = ? AND tenant = ? AND "
+                               "expires >= ?", (_hashed(sid), tenant, time.time())).fetchone()
+        return str(row[0]) if row else None
+
+    def close_session(self, sid: object) -> None:
+        if isinstance(sid, str) and sid:
+            self._db.execute("DELETE FROM sessions WHERE id = ?", (_hashed(sid),))
+
+    def keep_receipt(self, tenant: str, user: str, body: dict[str, Any]) -> str:
+        rid = secrets.token_urlsafe(16)
+        now = time.time()
+        self._db.execute("DELETE FROM receipts WHERE created < ?", (now - RECEIPT_DAYS * 86400,))
+        self._db.execute("INSERT INTO receipts VALUES (?, ?, ?, ?, ?)",
+                         (rid, tenant, user, now, json.dumps(body)))
+        return rid
+
+    def receipt(self, tenant: str, user: str, rid: str) -> dict[str, Any] | None:
+        """A receipt, only for the approver who decided (anyone else: None)."""
+        row = self._db.execute("SELECT body FROM receipts WHERE id = ? AND tenant = ? AND "
+                               "user = ?", (rid, tenant, user)).fetchone()
+        return dict(json.loads(row[0])) if row else None
+
+
+@dataclass
+class _Count:
+    failures: int
+    last: float
+
+
+@dataclass
+class SignInLimits:
+    """Failed sign-ins per (name, address). After ``free`` failures, each further one makes
+    the next attempt wait ``first_delay`` seconds, doubling up to ``most_delay``. Attempts
+    refused while waiting are not failures. A count is forgotten ``forget_after`` seconds
+    after its last failure; a success clears it."""
+
+    free: int = 5
+    first_delay: float = 1.0
+    most_delay: float = 30.0
+    forget_after: float = 15 * 60
+    clock: Callable[[], float] = time.monotonic
+    most_keys: int = 10_000
+    _counts: dict[tuple[str, str], _Count] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.first_delay <= self.most_delay < 60:
+            raise ValueError("sign-in delays must be positive and under a minute: a longer "
+                             "one locks users out")
+
+    def wait(self, user: str, address: str) -> float:
+        """Seconds before ``user`` may try again from ``address`` (0: now)."""
+        now = self.clock()
+        count = self._counts.get(self._key(user, address))
+        if count is None or now - count.last > self.forget_after:
+            return 0.0
+        return max(0.0, count.last + self.delay(count.failures) - now)
+
+    def failed(self, user: str, address: str) -> None:
+        now, key = self.clock(), self._key(user, address)
+        count = self._counts.get(key)
+        if count is None or now - count.last > self.forget_after:
+            count = self._counts[key] = _Count(0, now)
+        count.failures, count.last = count.failures + 1, now
+        if len(self._counts) > self.most_keys:
+            self._forget(now)
+
+    def succeeded(self, user: str, address: str) -> None:
+        self._counts.pop(self._key(user, address), None)
+
+    def delay(self, failures: int) -> float:
+        """The wait after ``failures`` failures of one name from one address."""
+        if failures < self.free:
+            return 0.0
+        # Capped before it is raised to a power: a million failures is still most_delay.
+        return min(self.most_delay, self.first_delay * 2.0 ** min(failures - self.free, 32))
+
+    @staticmethod
+    def _key(user: str, address: str) -> tuple[str, str]:
+        return (user[:NAME_CHARS], address)
+
+    def _forget(self, now: float) -> None:
+        # Bounded memory under a spray of names: drop the stale, then the counts with the
+        # fewest failures (oldest first), a tenth at a time. A spray of new names, one
+        # failure each, cannot flush the count of a name guessed at many times.
+        for key in [k for k, c in self._counts.items() if now - c.last > self.forget_after]:
+            del self._counts[key]
+        excess = len(self._counts) - self.most_keys
+        if excess > 0:
+            least = sorted(self._counts, key=lambda k: (self._counts[k].failures,
+                                                        self._counts[k].last))
+            for key in least[:excess + self.most_keys // 10]:
+                del self._counts[key]
