@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -113,24 +114,20 @@ def retry_after(exc: BaseException | None) -> float | None:
 
 
 def brief(exc: BaseException) -> str:
+    """``exc`` in one line. A server's own words (its body's message, else its body) are
+    hostile: cut to ``SAID_CHARS``, inert and in double quotes, never mistakable for
+    Tower's own."""
     status = getattr(exc, "status_code", None)
     name = type(exc).__name__
     if not status:
         return f"{name}: {str(exc)[:120]}"
-    words = said(exc)
-    return f"{name} ({status}): the server said {words}" if words else f"{name} ({status})"
-
-
-def said(exc: BaseException) -> str:
-    """The server's own words about an error (its body's message, else its body): hostile,
-    so cut to ``SAID_CHARS``, inert and in double quotes, never mistakable for Tower's own;
-    "" when it said nothing."""
     body = getattr(exc, "body", None)
     words = body.get("message") if isinstance(body, dict) else body
     if not isinstance(words, str) or not words.strip():
-        return ""
+        return f"{name} ({status})"
     cut = "…" if len(words) > SAID_CHARS else ""
-    return '"' + inert(words[:SAID_CHARS]).replace('"', '\\"') + '"' + cut
+    said = inert(words[:SAID_CHARS]).replace('"', '\\"')
+    return f'{name} ({status}): the server said "{said}"{cut}'
 
 
 def _code(exc: openai.APIStatusError) -> str | None:
@@ -237,9 +234,7 @@ class ModelActivities:
 
     async def _with_store(self, request: ModelRequest, live: AttemptStream | None
                           ) -> ModelReply:
-        def answer(r: ModelRequest) -> Awaitable[ModelReply]:
-            return self._answer(r, live)
-
+        answer = partial(self._answer, live=live)
         if not (request.history or request.keep or request.window or request.windowed):
             return await answer(request)
         if self.store is None:
@@ -282,7 +277,7 @@ class ModelActivities:
                     await live.begin()
                 reply = await self._ask(endpoint, request, live)
                 if not reply.content and not reply.tool_calls:
-                    raise EmptyReply(endpoint.model, self._url(endpoint))
+                    raise EmptyReply(endpoint.model, endpoint.base_url or self.settings.base_url)
                 return reply
             except ApplicationError:
                 raise  # a refusal: already classified
@@ -307,9 +302,6 @@ class ModelActivities:
         delay = timedelta(seconds=min(waits)) if waits else None
         raise failure(TowerError(f"no model answered: {'; '.join(failures)}",
                                  code=Code.MODEL_UNAVAILABLE, retry_after=delay)) from last
-
-    def _url(self, endpoint: Endpoint) -> str | None:
-        return endpoint.base_url or self.settings.base_url
 
     async def _ask(self, endpoint: Endpoint, request: ModelRequest,
                    live: AttemptStream | None) -> ModelReply:

@@ -59,6 +59,7 @@ class StreamStore:
         self.heads, self.events = f"{prefix}stream_heads", f"{prefix}stream_events"
         self.db = Sql(spec, SCHEMA.format(heads=self.heads, events=self.events),
                       lock_id=7246130, create=create, durable=False)
+        self.outage = Outage(self)  # shared by every publisher to this store
 
     def __str__(self) -> str:
         return str(self.db)
@@ -125,7 +126,7 @@ class StreamStore:
 
 
 class Outage:
-    """The state of publishing to one stream store, shared by every publisher of a process.
+    """The state of publishing to one stream store (``StreamStore.outage``).
     A store that stops answering costs its watchers events, never the run: one warning when
     publishing fails, one line when it works again, and meanwhile at most one try every
     ``RETRY_SECONDS`` (a reply is not held up by connection attempts)."""
@@ -164,15 +165,3 @@ class Outage:
             log.warning("stream store %s answers again after %.0f s; %d events were not "
                         "published", self.name, now - since, dropped)
 
-
-_OUTAGES: dict[int, Outage] = {}
-_GUARD = threading.Lock()
-
-
-def outage_of(store: Any) -> Outage:
-    """The one ``Outage`` of ``store`` in this process."""
-    with _GUARD:
-        found = _OUTAGES.get(id(store))
-        if found is None or found.store is not store:
-            found = _OUTAGES[id(store)] = Outage(store)
-        return found

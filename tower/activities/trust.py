@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
 from tower.activities.notify import message
-from tower.contract.failures import Code, TowerError, failure
+from tower.contract.failures import Code, TowerError, brief, failure
 from tower.contract.notify import GateNotice, NotifyPolicy
 from tower.contract.trust import (
     AttestClaims,
@@ -79,16 +79,11 @@ def _read(path: Path, model: type[M], tenant: str) -> M:
     try:
         value = model.model_validate_json(path.read_bytes())
     except ValidationError as exc:
-        raise TrustError(f"{path} is invalid: {_problems(exc, 5)}") from None
+        raise TrustError(f"{path} is invalid: {brief(exc)}") from None
     named = getattr(value, "tenant", tenant)
     if named != tenant:
         raise TrustError(f"{path} is for tenant {named!r}, not {tenant!r}")
     return value
-
-
-def _problems(exc: ValidationError, most: int) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}"
-                     for e in exc.errors()[:most])
 
 
 def notify_policy(root: Path, tenant: str) -> NotifyPolicy | None:
@@ -102,7 +97,7 @@ def notify_policy(root: Path, tenant: str) -> NotifyPolicy | None:
     try:
         return NotifyPolicy.model_validate_json(path.read_bytes())
     except ValidationError as exc:
-        raise failure(TowerError(f"{path} is invalid: {_problems(exc, 3)}",
+        raise failure(TowerError(f"{path} is invalid: {brief(exc)}",
                                  code=Code.BAD_NOTIFY_SETTINGS)) from None
 
 
