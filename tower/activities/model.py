@@ -55,10 +55,6 @@ SAID_CHARS = 300
 Answer = Callable[[ModelRequest], Awaitable[ModelReply]]
 
 
-# Pure rules of the model activity: which errors are worth retrying, what Retry-After
-# asks for, and the ordered fallback list.
-
-
 class Verdict(StrEnum):
     RETRY = "retry"  # transient: try the next model now, this one again later
     SKIP = "skip"  # this model cannot serve (not found, out of quota): the next one might
@@ -136,21 +132,6 @@ def _code(exc: openai.APIStatusError) -> str | None:
     return error.get("code") if isinstance(error, dict) else None
 
 
-def _scripted(request: ModelRequest, scripts: Scripts) -> ModelReply:
-    """The scripted model's reply; a script that raises is a bug in the project, not an
-    outage: the call fails at once, naming the node and the script."""
-    try:
-        return scripted_reply(request, scripts)
-    except ApplicationError:
-        raise  # the script stands in for a model failure on purpose: classified already
-    except Exception as exc:
-        script = scripts.get((request.agent, request.node))
-        name = getattr(script, "__qualname__", repr(script))
-        raise failure(TowerError(
-            f"the scripted model's script for {request.agent}/{request.node} ({name}) "
-            f"raised {type(exc).__name__}: {exc}", code=Code.SCRIPT_FAILED)) from exc
-
-
 @dataclass(frozen=True)
 class ModelSettings:
     """Where model calls go. No API key means the offline scripted model."""
@@ -221,7 +202,13 @@ class ModelActivities:
         beat = asyncio.create_task(_heartbeat())
         live = AttemptStream.for_activity(self.streams, request)
         try:
-            reply = await self._with_store(request, live)
+            if not (request.history or request.keep or request.window or request.windowed):
+                reply = await self._answer(request, live)
+            elif self.store is None:
+                raise failure(TowerError("this worker has no message store",
+                                         code=Code.NO_MESSAGE_STORE))
+            else:
+                reply = await stored_call(self.store, request, partial(self._answer, live=live))
         except BaseException as exc:
             if live is not None:  # subscribers drop this attempt's partial text
                 await live.discard(brief(exc), retrying=_retried(exc))
@@ -231,16 +218,6 @@ class ModelActivities:
         if live is not None:
             await live.finish(reply)
         return reply
-
-    async def _with_store(self, request: ModelRequest, live: AttemptStream | None
-                          ) -> ModelReply:
-        answer = partial(self._answer, live=live)
-        if not (request.history or request.keep or request.window or request.windowed):
-            return await answer(request)
-        if self.store is None:
-            raise failure(TowerError("this worker has no message store",
-                                     code=Code.NO_MESSAGE_STORE))
-        return await stored_call(self.store, request, answer)
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         """The gateway outside a workflow: an eval's model judge."""
@@ -262,7 +239,7 @@ class ModelActivities:
 
     async def _fallback(self, request: ModelRequest, live: AttemptStream | None) -> ModelReply:
         if self.settings.scripted:
-            reply = _scripted(request, self.scripts)
+            reply = scripted_reply(request, self.scripts)
             if live is not None:
                 await live.begin()
                 await stream_scripted(reply, live, self.settings.scripted_tokens_per_second)
