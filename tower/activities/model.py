@@ -35,7 +35,6 @@ from tower.core.window import WindowPolicy
 from .messages import MessageStore
 from .model_stream import (
     AttemptStream,
-    EmptyReply,
     refuses_streaming,
     reply_of,
     stream_scripted,
@@ -52,6 +51,7 @@ if TYPE_CHECKING:  # imported by the first real model call: a worker on the scri
 MAX_RETRY_AFTER = 300.0
 # How much of a server's own words about an error a failure shows.
 SAID_CHARS = 300
+DEFAULT_ENDPOINT = "the OpenAI default endpoint"
 Answer = Callable[[ModelRequest], Awaitable[ModelReply]]
 
 
@@ -81,7 +81,7 @@ def parse_models(entries: list[str]) -> list[Endpoint]:
 def classify(exc: BaseException) -> Verdict:
     openai = sys.modules.get("openai")  # not imported yet: the error cannot be one of its own
     if openai is not None and isinstance(exc, openai.RateLimitError):
-        return Verdict.SKIP if _code(exc) == "insufficient_quota" else Verdict.RETRY
+        return Verdict.SKIP if exc.code == "insufficient_quota" else Verdict.RETRY
     if openai is not None and isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         if status >= 500 or status in (408, 409):
@@ -114,7 +114,7 @@ def brief(exc: BaseException) -> str:
     hostile: cut to ``SAID_CHARS``, inert and in double quotes, never mistakable for
     Tower's own."""
     status = getattr(exc, "status_code", None)
-    name = type(exc).__name__
+    name = exc.code if isinstance(exc, TowerError) else type(exc).__name__
     if not status:
         return f"{name}: {str(exc)[:120]}"
     body = getattr(exc, "body", None)
@@ -124,12 +124,6 @@ def brief(exc: BaseException) -> str:
     cut = "…" if len(words) > SAID_CHARS else ""
     said = inert(words[:SAID_CHARS]).replace('"', '\\"')
     return f'{name} ({status}): the server said "{said}"{cut}'
-
-
-def _code(exc: openai.APIStatusError) -> str | None:
-    body = exc.body if isinstance(exc.body, dict) else {}
-    error = body.get("error", body)
-    return error.get("code") if isinstance(error, dict) else None
 
 
 @dataclass(frozen=True)
@@ -172,7 +166,7 @@ class ModelSettings:
     def describe(self) -> str:
         if self.scripted:
             return f"{SCRIPTED_MODEL} (built-in, offline; set OPENAI_API_KEY for a real model)"
-        return f"{', '.join(self.models)} at {self.base_url or 'the OpenAI default endpoint'}"
+        return f"{', '.join(self.models)} at {self.base_url or DEFAULT_ENDPOINT}"
 
 
 class ModelActivities:
@@ -253,8 +247,10 @@ class ModelActivities:
                 if live is not None:  # each model tried is an attempt of its own
                     await live.begin()
                 reply = await self._ask(endpoint, request, live)
-                if not reply.content and not reply.tool_calls:
-                    raise EmptyReply(endpoint.model, endpoint.base_url or self.settings.base_url)
+                if not reply.content and not reply.tool_calls:  # and no refusal: next model
+                    where = endpoint.base_url or self.settings.base_url or DEFAULT_ENDPOINT
+                    raise TowerError(f"the server returned an empty reply (model "
+                                     f"{endpoint.model} at {where})", code=Code.EMPTY_REPLY)
                 return reply
             except ApplicationError:
                 raise  # a refusal: already classified

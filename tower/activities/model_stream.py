@@ -119,16 +119,6 @@ def refuses_streaming(exc: BaseException) -> bool:
             and exc.status_code in (400, 422))
 
 
-class EmptyReply(TowerError):
-    """The server answered with no text, no tool call and no refusal."""
-
-    CODE = Code.EMPTY_REPLY
-
-    def __init__(self, model: str, base_url: str | None) -> None:
-        where = base_url or "the OpenAI default endpoint"
-        super().__init__(f"the server returned an empty reply (model {model} at {where})")
-
-
 async def streamed(client: openai.AsyncOpenAI, kwargs: dict[str, Any],
                    wire_names: dict[str, str], live: AttemptStream) -> ModelReply:
     """One completion asked as a stream, its text published as it arrives."""
