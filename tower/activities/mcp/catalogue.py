@@ -43,10 +43,6 @@ KEY_META = "tower/idempotency-key"
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-class AnyArguments(BaseModel, extra="allow"):
-    """MCP tools check arguments against their JSON Schema (``McpTool.check``)."""
-
-
 @dataclass(frozen=True)
 class McpTool:
     """One MCP tool as Tower's catalogue knows it."""
@@ -63,7 +59,7 @@ class McpTool:
     trusted_hints: bool  # the deployment trusts the server's annotations
     retry_after_timeout: bool
     timeout_seconds: float
-    args: type[BaseModel] = AnyArguments  # validated by ``check`` instead
+    args: type[BaseModel] = BaseModel  # unused: ``check`` validates by the JSON Schema
     # Tower's reconciled effects are its own store's (fenced, read back by key); an MCP
     # server's effects are kept at most once by the key in ``_meta`` and by never
     # retrying a call that may have acted (McpToolBox), not by a reconcile call.
