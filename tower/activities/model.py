@@ -35,7 +35,6 @@ from tower.core.window import WindowPolicy
 from .messages import MessageStore
 from .model_stream import (
     AttemptStream,
-    refuses_streaming,
     reply_of,
     stream_scripted,
     streamed,
@@ -286,7 +285,8 @@ class ModelActivities:
             try:
                 return await streamed(client, kwargs, wire_names, live)
             except Exception as exc:
-                if not refuses_streaming(exc):
+                openai = sys.modules["openai"]  # a 400 (or 422) may be the streaming's
+                if not (isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 422)):
                     raise
                 activity.logger.info("model %s refused a streaming request (%s); asking once "
                                      "without streaming", endpoint.model, brief(exc))

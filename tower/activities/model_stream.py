@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
 from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
@@ -110,13 +109,6 @@ class AttemptStream:
         # The stream is for watching: a store that is down costs the watchers, not the run
         # (said once per outage, not per event: tower/activities/streams.py).
         await asyncio.shield(asyncio.to_thread(self.store.outage.publish, work))
-
-
-def refuses_streaming(exc: BaseException) -> bool:
-    """A 400 (or 422) to a streaming request: maybe the streaming, so ask once plainer."""
-    openai = sys.modules.get("openai")
-    return (openai is not None and isinstance(exc, openai.APIStatusError)
-            and exc.status_code in (400, 422))
 
 
 async def streamed(client: openai.AsyncOpenAI, kwargs: dict[str, Any],

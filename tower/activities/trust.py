@@ -86,21 +86,6 @@ def _read(path: Path, model: type[M], tenant: str) -> M:
     return value
 
 
-def notify_policy(root: Path, tenant: str) -> NotifyPolicy | None:
-    """The tenant's webhook, or None when it has none."""
-    try:
-        path = tenant_dir(root, tenant) / NOTIFY_FILE
-    except TrustError as exc:
-        raise failure(TowerError(str(exc), code=Code.BAD_NOTIFY_SETTINGS)) from None
-    if not path.is_file():
-        return None
-    try:
-        return NotifyPolicy.model_validate_json(path.read_bytes())
-    except ValidationError as exc:
-        raise failure(TowerError(f"{path} is invalid: {brief(exc)}",
-                                 code=Code.BAD_NOTIFY_SETTINGS)) from None
-
-
 class Trust:
     """Hosts ``load_trust``, ``tower_attest`` and ``notify_gate`` on one trust directory
     (and the worker key ``key``, else ``TOWER_WORKER_KEY``, else each tenant's file)."""
@@ -134,7 +119,7 @@ class Trust:
         info = activity.info()
         try:
             key = self.key_for(request.tenant)
-        except (TrustError, OSError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # a TrustError too
             log.warning("cannot read the worker key for tenant %r: %s", request.tenant, exc)
             return ""
         if key is None:
@@ -153,9 +138,17 @@ class Trust:
     def notify_gate(self, notice: GateNotice) -> str:
         """Tell approvers that a run waits for them (tower/activities/notify.py's message).
         A 5xx, 429 or timeout is retried; other 4xx answers are final."""
-        policy = notify_policy(self.root, notice.tenant)
-        if policy is None:
+        try:
+            path = tenant_dir(self.root, notice.tenant) / NOTIFY_FILE
+        except TrustError as exc:
+            raise failure(TowerError(str(exc), code=Code.BAD_NOTIFY_SETTINGS)) from None
+        if not path.is_file():
             return f"no {NOTIFY_FILE} for tenant {notice.tenant}: nobody notified"
+        try:
+            policy = NotifyPolicy.model_validate_json(path.read_bytes())
+        except ValidationError as exc:
+            raise failure(TowerError(f"{path} is invalid: {brief(exc)}",
+                                     code=Code.BAD_NOTIFY_SETTINGS)) from None
         import httpx  # here: a worker that never notifies is spared its start-up (and rich's)
 
         try:
