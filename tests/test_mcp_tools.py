@@ -12,10 +12,8 @@ import pytest
 from mcp_notes.fixtures import SERVER, http_server, http_tenant, stdio_tenant
 from temporalio.exceptions import ApplicationError
 
-from tower.activities.mcp import McpDiscoveryError
-from tower.activities.mcp.calls import McpToolBox
-from tower.activities.mcp.catalogue import McpTool, discover
-from tower.activities.mcp.config import McpConfigError, TenantMcp, load
+from tower.activities.mcp import McpConfigError, McpDiscoveryError, TenantMcp, load
+from tower.activities.mcp.catalogue import McpTool, McpToolBox, discover
 from tower.contract.wire import ToolCall
 
 TOKEN = "s3cret-token"

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tower.activities.mcp.config import TenantMcp
+from tower.activities.mcp import TenantMcp
 
 SERVER = Path(__file__).resolve().with_name("notes_server.py")
 

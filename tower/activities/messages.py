@@ -21,7 +21,7 @@ from typing import Any
 from temporalio import activity
 
 from tower import Message
-from tower.activities.stores import Sql, entry_missing, store_unavailable
+from tower.activities.stores import Sql, entry_missing, is_url, store_unavailable
 from tower.contract.stream import stream_name
 from tower.contract.wire import MessageRef, WindowRef, message_ref
 from tower.core import window
@@ -52,9 +52,8 @@ class MessageStore:
     def __init__(self, spec: str | Path) -> None:
         spec = str(spec)
         # PostgreSQL shares a database with the other stores: prefixed names.
-        pg = spec.startswith(("postgresql://", "postgres://"))
         self.MESSAGES, self.WINDOWS, self.OWNERS = (
-            ("tower_messages", "tower_windows", "tower_message_owners") if pg
+            ("tower_messages", "tower_windows", "tower_message_owners") if is_url(spec)
             else ("messages", "windows", "owners"))
         self.db = Sql(spec, SCHEMA.format(messages=self.MESSAGES, windows=self.WINDOWS,
                                           owners=self.OWNERS), lock_id=7246131)
@@ -147,7 +146,6 @@ class MessageStore:
         body = json.loads(rows[0][0])
         summary = MessageRef.model_validate(body["summary"]) if body["summary"] else None
         return summary, [MessageRef.model_validate(r) for r in body["context"]]
-
 
     def owners(self, prefix: str) -> list[str]:
         """The owners (``namespace/workflow id``) under ``prefix`` that own entries."""

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -34,8 +35,6 @@ from tower.core.window import WindowPolicy
 from .messages import MessageStore
 from .model_stream import (
     AttemptStream,
-    EmptyReply,
-    refuses_streaming,
     reply_of,
     stream_scripted,
     streamed,
@@ -51,11 +50,8 @@ if TYPE_CHECKING:  # imported by the first real model call: a worker on the scri
 MAX_RETRY_AFTER = 300.0
 # How much of a server's own words about an error a failure shows.
 SAID_CHARS = 300
+DEFAULT_ENDPOINT = "the OpenAI default endpoint"
 Answer = Callable[[ModelRequest], Awaitable[ModelReply]]
-
-
-# Pure rules of the model activity: which errors are worth retrying, what Retry-After
-# asks for, and the ordered fallback list.
 
 
 class Verdict(StrEnum):
@@ -84,7 +80,7 @@ def parse_models(entries: list[str]) -> list[Endpoint]:
 def classify(exc: BaseException) -> Verdict:
     openai = sys.modules.get("openai")  # not imported yet: the error cannot be one of its own
     if openai is not None and isinstance(exc, openai.RateLimitError):
-        return Verdict.SKIP if _code(exc) == "insufficient_quota" else Verdict.RETRY
+        return Verdict.SKIP if exc.code == "insufficient_quota" else Verdict.RETRY
     if openai is not None and isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         if status >= 500 or status in (408, 409):
@@ -113,45 +109,20 @@ def retry_after(exc: BaseException | None) -> float | None:
 
 
 def brief(exc: BaseException) -> str:
+    """``exc`` in one line. A server's own words (its body's message, else its body) are
+    hostile: cut to ``SAID_CHARS``, inert and in double quotes, never mistakable for
+    Tower's own."""
     status = getattr(exc, "status_code", None)
-    name = type(exc).__name__
+    name = exc.code if isinstance(exc, TowerError) else type(exc).__name__
     if not status:
         return f"{name}: {str(exc)[:120]}"
-    words = said(exc)
-    return f"{name} ({status}): the server said {words}" if words else f"{name} ({status})"
-
-
-def said(exc: BaseException) -> str:
-    """The server's own words about an error (its body's message, else its body): hostile,
-    so cut to ``SAID_CHARS``, inert and in double quotes, never mistakable for Tower's own;
-    "" when it said nothing."""
     body = getattr(exc, "body", None)
     words = body.get("message") if isinstance(body, dict) else body
     if not isinstance(words, str) or not words.strip():
-        return ""
+        return f"{name} ({status})"
     cut = "…" if len(words) > SAID_CHARS else ""
-    return '"' + inert(words[:SAID_CHARS]).replace('"', '\\"') + '"' + cut
-
-
-def _code(exc: openai.APIStatusError) -> str | None:
-    body = exc.body if isinstance(exc.body, dict) else {}
-    error = body.get("error", body)
-    return error.get("code") if isinstance(error, dict) else None
-
-
-def _scripted(request: ModelRequest, scripts: Scripts) -> ModelReply:
-    """The scripted model's reply; a script that raises is a bug in the project, not an
-    outage: the call fails at once, naming the node and the script."""
-    try:
-        return scripted_reply(request, scripts)
-    except ApplicationError:
-        raise  # the script stands in for a model failure on purpose: classified already
-    except Exception as exc:
-        script = scripts.get((request.agent, request.node))
-        name = getattr(script, "__qualname__", repr(script))
-        raise failure(TowerError(
-            f"the scripted model's script for {request.agent}/{request.node} ({name}) "
-            f"raised {type(exc).__name__}: {exc}", code=Code.SCRIPT_FAILED)) from exc
+    said = inert(words[:SAID_CHARS]).replace('"', '\\"')
+    return f'{name} ({status}): the server said "{said}"{cut}'
 
 
 @dataclass(frozen=True)
@@ -194,7 +165,7 @@ class ModelSettings:
     def describe(self) -> str:
         if self.scripted:
             return f"{SCRIPTED_MODEL} (built-in, offline; set OPENAI_API_KEY for a real model)"
-        return f"{', '.join(self.models)} at {self.base_url or 'the OpenAI default endpoint'}"
+        return f"{', '.join(self.models)} at {self.base_url or DEFAULT_ENDPOINT}"
 
 
 class ModelActivities:
@@ -224,7 +195,13 @@ class ModelActivities:
         beat = asyncio.create_task(_heartbeat())
         live = AttemptStream.for_activity(self.streams, request)
         try:
-            reply = await self._with_store(request, live)
+            if not (request.history or request.keep or request.window or request.windowed):
+                reply = await self._answer(request, live)
+            elif self.store is None:
+                raise failure(TowerError("this worker has no message store",
+                                         code=Code.NO_MESSAGE_STORE))
+            else:
+                reply = await stored_call(self.store, request, partial(self._answer, live=live))
         except BaseException as exc:
             if live is not None:  # subscribers drop this attempt's partial text
                 await live.discard(brief(exc), retrying=_retried(exc))
@@ -234,18 +211,6 @@ class ModelActivities:
         if live is not None:
             await live.finish(reply)
         return reply
-
-    async def _with_store(self, request: ModelRequest, live: AttemptStream | None
-                          ) -> ModelReply:
-        def answer(r: ModelRequest) -> Awaitable[ModelReply]:
-            return self._answer(r, live)
-
-        if not (request.history or request.keep or request.window or request.windowed):
-            return await answer(request)
-        if self.store is None:
-            raise failure(TowerError("this worker has no message store",
-                                     code=Code.NO_MESSAGE_STORE))
-        return await stored_call(self.store, request, answer)
 
     async def complete(self, request: ModelRequest) -> ModelReply:
         """The gateway outside a workflow: an eval's model judge."""
@@ -267,7 +232,7 @@ class ModelActivities:
 
     async def _fallback(self, request: ModelRequest, live: AttemptStream | None) -> ModelReply:
         if self.settings.scripted:
-            reply = _scripted(request, self.scripts)
+            reply = scripted_reply(request, self.scripts)
             if live is not None:
                 await live.begin()
                 await stream_scripted(reply, live, self.settings.scripted_tokens_per_second)
@@ -281,8 +246,10 @@ class ModelActivities:
                 if live is not None:  # each model tried is an attempt of its own
                     await live.begin()
                 reply = await self._ask(endpoint, request, live)
-                if not reply.content and not reply.tool_calls:
-                    raise EmptyReply(endpoint.model, self._url(endpoint))
+                if not reply.content and not reply.tool_calls:  # and no refusal: next model
+                    where = endpoint.base_url or self.settings.base_url or DEFAULT_ENDPOINT
+                    raise TowerError(f"the server returned an empty reply (model "
+                                     f"{endpoint.model} at {where})", code=Code.EMPTY_REPLY)
                 return reply
             except ApplicationError:
                 raise  # a refusal: already classified
@@ -308,9 +275,6 @@ class ModelActivities:
         raise failure(TowerError(f"no model answered: {'; '.join(failures)}",
                                  code=Code.MODEL_UNAVAILABLE, retry_after=delay)) from last
 
-    def _url(self, endpoint: Endpoint) -> str | None:
-        return endpoint.base_url or self.settings.base_url
-
     async def _ask(self, endpoint: Endpoint, request: ModelRequest,
                    live: AttemptStream | None) -> ModelReply:
         kwargs, wire_names = _request_args(endpoint, request)
@@ -321,7 +285,8 @@ class ModelActivities:
             try:
                 return await streamed(client, kwargs, wire_names, live)
             except Exception as exc:
-                if not refuses_streaming(exc):
+                openai = sys.modules["openai"]  # a 400 (or 422) may be the streaming's
+                if not (isinstance(exc, openai.APIStatusError) and exc.status_code in (400, 422)):
                     raise
                 activity.logger.info("model %s refused a streaming request (%s); asking once "
                                      "without streaming", endpoint.model, brief(exc))

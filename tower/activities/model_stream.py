@@ -18,11 +18,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import sys
 from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from tower.contract.failures import Code, TowerError, failure
 from tower.contract.stream import DELTA, DISCARD, MODEL_FINISHED, MODEL_STARTED, StreamEvent
@@ -30,7 +28,7 @@ from tower.contract.stream import stream_name as name_of
 from tower.contract.wire import ModelReply, ModelRequest, ToolCallRequest
 from tower.core.state import Usage
 
-from .streams import StreamStore, new_key, outage_of
+from .streams import StreamStore, new_key
 
 if TYPE_CHECKING:
     import openai
@@ -110,24 +108,7 @@ class AttemptStream:
     async def _quietly(self, work: Any) -> None:
         # The stream is for watching: a store that is down costs the watchers, not the run
         # (said once per outage, not per event: tower/activities/streams.py).
-        await asyncio.shield(asyncio.to_thread(outage_of(self.store).publish, work))
-
-
-def refuses_streaming(exc: BaseException) -> bool:
-    """A 400 (or 422) to a streaming request: maybe the streaming, so ask once plainer."""
-    openai = sys.modules.get("openai")
-    return (openai is not None and isinstance(exc, openai.APIStatusError)
-            and exc.status_code in (400, 422))
-
-
-class EmptyReply(TowerError):
-    """The server answered with no text, no tool call and no refusal."""
-
-    CODE = Code.EMPTY_REPLY
-
-    def __init__(self, model: str, base_url: str | None) -> None:
-        where = base_url or "the OpenAI default endpoint"
-        super().__init__(f"the server returned an empty reply (model {model} at {where})")
+        await asyncio.shield(asyncio.to_thread(self.store.outage.publish, work))
 
 
 async def streamed(client: openai.AsyncOpenAI, kwargs: dict[str, Any],
@@ -148,13 +129,11 @@ async def streamed(client: openai.AsyncOpenAI, kwargs: dict[str, Any],
         return await reply_of(ChatCompletion.model_validate_json(body), model, wire_names, live)
     text: list[str] = []
     refusal: list[str] = []
-    calls: dict[int, dict[str, str]] = {}
-    usage, answered = Usage(calls=1), model
+    calls: dict[int, list[str]] = {}
+    usage, answered = None, model
     async for chunk in chunks:
         answered = chunk.model or answered
-        if chunk.usage is not None:
-            usage = Usage(calls=1, prompt_tokens=chunk.usage.prompt_tokens,
-                          completion_tokens=chunk.usage.completion_tokens)
+        usage = chunk.usage or usage
         for choice in chunk.choices:
             delta = choice.delta
             if delta.content:
@@ -163,17 +142,12 @@ async def streamed(client: openai.AsyncOpenAI, kwargs: dict[str, Any],
             if getattr(delta, "refusal", None):
                 refusal.append(str(delta.refusal))
             for call in delta.tool_calls or []:
-                entry = calls.setdefault(call.index, {"name": "", "arguments": ""})
+                name_args = calls.setdefault(call.index, ["", ""])
                 if call.function is not None:
-                    entry["name"] += call.function.name or ""
-                    entry["arguments"] += call.function.arguments or ""
-    if refusal:
-        raise refused(model, "".join(refusal))
-    tool_calls = [ToolCallRequest(name=wire_names.get(c["name"], c["name"]),
-                                  arguments=arguments_of(c["arguments"]))
-                  for _, c in sorted(calls.items())]
-    return ModelReply(model=answered, content="".join(text) if text else None,
-                      tool_calls=tool_calls, usage=usage)
+                    name_args[0] += call.function.name or ""
+                    name_args[1] += call.function.arguments or ""
+    return _reply(model, answered, "".join(text) if text else None, "".join(refusal),
+                  [c for _, c in sorted(calls.items())], usage, wire_names)
 
 
 async def reply_of(response: ChatCompletion, model: str, wire_names: dict[str, str],
@@ -183,19 +157,28 @@ async def reply_of(response: ChatCompletion, model: str, wire_names: dict[str, s
     if not response.choices:
         return ModelReply(model=response.model or model, usage=Usage(calls=1))
     message = response.choices[0].message
-    if getattr(message, "refusal", None):
-        raise refused(model, message.refusal)
-    calls = [ToolCallRequest(name=wire_names.get(c.function.name, c.function.name),
-                             arguments=arguments_of(c.function.arguments))
+    calls = [[c.function.name, c.function.arguments]
              for c in (message.tool_calls or []) if c.type == "function"]
-    usage = Usage(calls=1)
-    if response.usage is not None:
-        usage = Usage(calls=1, prompt_tokens=response.usage.prompt_tokens,
-                      completion_tokens=response.usage.completion_tokens)
+    reply = _reply(model, response.model, message.content, getattr(message, "refusal", None),
+                   calls, response.usage, wire_names)
     if live is not None:
         await live.delta(message.content or "")
-    return ModelReply(model=response.model or model, content=message.content,
-                      tool_calls=calls, usage=usage)
+    return reply
+
+
+def _reply(model: str, answered: str | None, content: str | None, refusal: str | None,
+           calls: list[list[str]], usage: Any, wire_names: dict[str, str]) -> ModelReply:
+    """Tower's reply from a completion's parts (streamed or whole); a refusal fails."""
+    if refusal:
+        raise failure(TowerError(f"{model} refused: {refusal}", code=Code.MODEL_REFUSED))
+    return ModelReply(
+        model=answered or model, content=content,
+        tool_calls=[ToolCallRequest(name=wire_names.get(name, name),
+                                    arguments=arguments_of(arguments))
+                    for name, arguments in calls],
+        usage=Usage(calls=1) if usage is None else Usage(
+            calls=1, prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens))
 
 
 async def stream_scripted(reply: ModelReply, live: AttemptStream, tokens_per_second: float,
@@ -205,10 +188,6 @@ async def stream_scripted(reply: ModelReply, live: AttemptStream, tokens_per_sec
         if tokens_per_second > 0:
             await asyncio.sleep(1 / tokens_per_second)
         await live.delta(piece)
-
-
-def refused(model: str, refusal: str | None) -> ApplicationError:
-    return failure(TowerError(f"{model} refused: {refusal}", code=Code.MODEL_REFUSED))
 
 
 def arguments_of(raw: str | None) -> dict[str, Any]:

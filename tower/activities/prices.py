@@ -65,16 +65,11 @@ class PriceTable(BaseModel):
         except OSError as exc:
             raise PriceError(f"TOWER_PRICES names {path}, which cannot be read: {exc}") from None
 
-    def price_of(self, model: str) -> Price | None:
-        if model in self.prices:
-            return self.prices[model]
-        prefixes = [name for name in self.prices if model.startswith(name)]
-        return self.prices[max(prefixes, key=len)] if prefixes else None
-
     def priced(self, model: str, usage: Usage) -> Usage:
         """``usage`` with its estimated cost filled in from this table."""
-        price = self.price_of(model)
-        if price is None:
+        names = [name for name in self.prices if model.startswith(name)]  # its own too
+        if not names:
             return usage
+        price = self.prices[max(names, key=len)]
         cost = (usage.prompt_tokens * price.prompt + usage.completion_tokens * price.completion)
         return usage.model_copy(update={"cost_usd": round(cost / 1000, 8)})

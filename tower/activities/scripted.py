@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 
+from temporalio.exceptions import ApplicationError
+
+from tower.contract.failures import Code, TowerError, failure
 from tower.contract.wire import ModelReply, ModelRequest, ToolCallRequest
 from tower.core.state import Usage
 
@@ -28,7 +31,15 @@ def scripted_reply(request: ModelRequest, scripts: Scripts) -> ModelReply:
         answer: str | ToolCallRequest = (
             f"(the scripted model has no script for {request.agent}/{request.node})")
     else:
-        answer = script(request)
+        try:
+            answer = script(request)
+        except ApplicationError:
+            raise  # the script stands in for a model failure on purpose: classified already
+        except Exception as exc:  # a bug in the project, not an outage: it fails at once
+            name = getattr(script, "__qualname__", repr(script))
+            raise failure(TowerError(
+                f"the scripted model's script for {request.agent}/{request.node} ({name}) "
+                f"raised {type(exc).__name__}: {exc}", code=Code.SCRIPT_FAILED)) from exc
     prompt_chars = len(request.system) + sum(len(m.content) for m in request.messages)
     if isinstance(answer, ToolCallRequest):
         text, reply = json.dumps(answer.arguments), ModelReply(model=SCRIPTED_MODEL,

@@ -20,10 +20,10 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from tower.activities.stores import Sql, StoreSettings, redact, why_unreachable
+from tower.activities.stores import Sql, StoreSettings, is_url, redact, why_unreachable
 from tower.contract.stream import StreamEvent
 
 log = logging.getLogger("tower.streams")
@@ -37,11 +37,11 @@ CREATE TABLE IF NOT EXISTS {events} (
 """
 
 
-def open_streams(spec: str | os.PathLike[str] | None = None,
-                 env: Mapping[str, str] | None = None, *, create: bool = True) -> StreamStore:
+def open_streams(spec: str | os.PathLike[str] | None = None, *, create: bool = True
+                 ) -> StreamStore:
     """The store ``spec`` names, else the settings' (``StoreSettings.from_env``), so a
     worker and a CLI run in the same project agree."""
-    return StreamStore(os.fspath(spec or StoreSettings.from_env(env).streams), create=create)
+    return StreamStore(os.fspath(spec or StoreSettings.from_env().streams), create=create)
 
 
 def new_key() -> str:
@@ -55,10 +55,11 @@ class StreamStore:
     def __init__(self, spec: str | os.PathLike[str], *, create: bool = True) -> None:
         spec = os.fspath(spec)
         # PostgreSQL shares a database with the other stores: prefixed names.
-        prefix = "tower_" if spec.startswith(("postgresql://", "postgres://")) else ""
+        prefix = "tower_" if is_url(spec) else ""
         self.heads, self.events = f"{prefix}stream_heads", f"{prefix}stream_events"
         self.db = Sql(spec, SCHEMA.format(heads=self.heads, events=self.events),
                       lock_id=7246130, create=create, durable=False)
+        self.outage = Outage(self)  # shared by every publisher to this store
 
     def __str__(self) -> str:
         return str(self.db)
@@ -125,7 +126,7 @@ class StreamStore:
 
 
 class Outage:
-    """The state of publishing to one stream store, shared by every publisher of a process.
+    """The state of publishing to one stream store (``StreamStore.outage``).
     A store that stops answering costs its watchers events, never the run: one warning when
     publishing fails, one line when it works again, and meanwhile at most one try every
     ``RETRY_SECONDS`` (a reply is not held up by connection attempts)."""
@@ -164,15 +165,3 @@ class Outage:
             log.warning("stream store %s answers again after %.0f s; %d events were not "
                         "published", self.name, now - since, dropped)
 
-
-_OUTAGES: dict[int, Outage] = {}
-_GUARD = threading.Lock()
-
-
-def outage_of(store: Any) -> Outage:
-    """The one ``Outage`` of ``store`` in this process."""
-    with _GUARD:
-        found = _OUTAGES.get(id(store))
-        if found is None or found.store is not store:
-            found = _OUTAGES[id(store)] = Outage(store)
-        return found

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
 from tower.activities.notify import message
-from tower.contract.failures import Code, TowerError, failure
+from tower.contract.failures import Code, TowerError, brief, failure
 from tower.contract.notify import GateNotice, NotifyPolicy
 from tower.contract.trust import (
     AttestClaims,
@@ -79,31 +79,11 @@ def _read(path: Path, model: type[M], tenant: str) -> M:
     try:
         value = model.model_validate_json(path.read_bytes())
     except ValidationError as exc:
-        raise TrustError(f"{path} is invalid: {_problems(exc, 5)}") from None
+        raise TrustError(f"{path} is invalid: {brief(exc)}") from None
     named = getattr(value, "tenant", tenant)
     if named != tenant:
         raise TrustError(f"{path} is for tenant {named!r}, not {tenant!r}")
     return value
-
-
-def _problems(exc: ValidationError, most: int) -> str:
-    return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}"
-                     for e in exc.errors()[:most])
-
-
-def notify_policy(root: Path, tenant: str) -> NotifyPolicy | None:
-    """The tenant's webhook, or None when it has none."""
-    try:
-        path = tenant_dir(root, tenant) / NOTIFY_FILE
-    except TrustError as exc:
-        raise failure(TowerError(str(exc), code=Code.BAD_NOTIFY_SETTINGS)) from None
-    if not path.is_file():
-        return None
-    try:
-        return NotifyPolicy.model_validate_json(path.read_bytes())
-    except ValidationError as exc:
-        raise failure(TowerError(f"{path} is invalid: {_problems(exc, 3)}",
-                                 code=Code.BAD_NOTIFY_SETTINGS)) from None
 
 
 class Trust:
@@ -139,7 +119,7 @@ class Trust:
         info = activity.info()
         try:
             key = self.key_for(request.tenant)
-        except (TrustError, OSError, ValueError) as exc:
+        except (OSError, ValueError) as exc:  # a TrustError too
             log.warning("cannot read the worker key for tenant %r: %s", request.tenant, exc)
             return ""
         if key is None:
@@ -158,9 +138,17 @@ class Trust:
     def notify_gate(self, notice: GateNotice) -> str:
         """Tell approvers that a run waits for them (tower/activities/notify.py's message).
         A 5xx, 429 or timeout is retried; other 4xx answers are final."""
-        policy = notify_policy(self.root, notice.tenant)
-        if policy is None:
+        try:
+            path = tenant_dir(self.root, notice.tenant) / NOTIFY_FILE
+        except TrustError as exc:
+            raise failure(TowerError(str(exc), code=Code.BAD_NOTIFY_SETTINGS)) from None
+        if not path.is_file():
             return f"no {NOTIFY_FILE} for tenant {notice.tenant}: nobody notified"
+        try:
+            policy = NotifyPolicy.model_validate_json(path.read_bytes())
+        except ValidationError as exc:
+            raise failure(TowerError(f"{path} is invalid: {brief(exc)}",
+                                     code=Code.BAD_NOTIFY_SETTINGS)) from None
         import httpx  # here: a worker that never notifies is spared its start-up (and rich's)
 
         try:

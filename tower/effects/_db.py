@@ -23,8 +23,6 @@ class _Database:
     """What both databases share: the tool's own ``schema`` (``CREATE TABLE IF NOT EXISTS
     ...`` statements), run once with Tower's table (``_create``)."""
 
-    for_update = ""
-
     def __init__(self, schema: str) -> None:
         self.schema = schema
         self._ready = False

@@ -268,10 +268,6 @@ def run_tool(tool: Tool, bound: Any, call: ToolCall, *, epoch: int | None = None
     return activity_for(tool, bound)(call)
 
 
-def is_effect(fn: Any) -> bool:
-    return getattr(fn, MARK, False) is True
-
-
 def asks_reconcile(args: Any) -> bool:
     """Whether an activity's input is a reconcile call (a ``ToolCall``, or its dict)."""
     return any(getattr(arg, "reconcile", None) is True
@@ -287,7 +283,7 @@ class OnlyEffectsReconcile(Interceptor):
 
 class _Inbound(ActivityInboundInterceptor):
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-        if asks_reconcile(input.args) and not is_effect(input.fn):
+        if asks_reconcile(input.args) and getattr(input.fn, MARK, False) is not True:
             name = getattr(input.fn, "__name__", "?")
             raise failure(TowerError(
                 f"{name} is declared a side effect but its activity is not a tower.effects "

@@ -17,7 +17,6 @@ from typing import Any
 
 from temporalio import workflow
 
-from tower.activities.streams import outage_of
 from tower.contract.stream import (
     CUSTOM,
     GATE_DECIDED,
@@ -78,7 +77,7 @@ def _drain() -> None:
             by_target.setdefault((id(store), stream), (store, []))[1].append(event)
         for (_, stream), (store, events) in by_target.items():
             # Watchers lose events while the store is down; the run does not (said once).
-            outage_of(store).publish(partial(store.append, stream, events), len(events))
+            store.outage.publish(partial(store.append, stream, events), len(events))
 
 
 def emit_move(before: Any, after: Any, transition: Any, updates: bool = False) -> None:
