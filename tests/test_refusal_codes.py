@@ -12,7 +12,7 @@ from gatekit import decide, decision, new_id, refund_request, refunds, wait_pend
 from temporalio.client import Client
 
 from tower.activities.model import ModelSettings
-from tower.cli.inbox.app import refusal_text
+from tower.cli.inbox.pages import refusal_text
 from tower.client import DecisionRefused
 from tower.client._decisions import send_decision
 from tower.contract.failures import Code

@@ -23,7 +23,8 @@ from test_stream_inbox import chat_thread, parse_sse, reply_as_it_forms
 from tower.activities.model import ModelSettings
 from tower.cli.cmd_inbox import build_config
 from tower.cli.errors import CliError
-from tower.cli.inbox.app import STOP_GRACE_SECONDS, WATCH_ONLY
+from tower.cli.inbox.app import STOP_GRACE_SECONDS
+from tower.cli.inbox.pages import WATCH_ONLY
 from tower.contract.stream import DELTA
 from workflows.chat import ChatAgent, ChatInput
 from workflows.refund import RefundAgent, RefundState
