@@ -2,38 +2,19 @@
 and the Web UI's current details are ``MachineRun``'s (tower/temporal/_machine_run.py).
 
 ``AgentWorkflow``, node-driven: a step runs the current node (behind its gate, if one
-applies) and takes the move its route picks (tower/core/interpreter.py ``node_step``, the
-same in-process); the gate's waiting is ``GateRuntime``'s. The loop is the checkpoint: every
-model and tool call inside a node is an activity, so its result is in the history and a new
-worker resumes from there. A span for each state a run passes through (agent, step,
-from/to, model, tokens): only the OpenTelemetry API, a no-op without a provider; with
-Temporal's replay-safe one (telemetry.py), span ids are deterministic and a replay exports
+applies: ``GateRuntime``) and takes the move its route picks (tower/core/interpreter.py
+``node_step``). A span for each state a run passes through: only the OpenTelemetry API, a
+no-op without a provider; with Temporal's replay-safe one (telemetry.py) a replay exports
 nothing.
 
-``EventWorkflow``, event-driven: a step enters the state, waits for an event and applies it
-through the guards (``event_step``). The class carries only the handlers it can honour (no
-operator retry/abort, no approval gates). Each state's node function is its *entry
-action*: it runs once when the state is entered (model and tool calls are activities, so
-the history holds their results) and returns the data of an event, or None to wait for
-one from outside. Events from the entry action, from the run's input and from the
-``event`` signal all go through one inbox, in arrival order, and through the same
-validation, duplicate check and guards. A refused event is kept in the audit trail
-(query ``rejected``: the newest 100; ``rejected_total`` counts them all) with the reason;
-nothing is ever silently dropped.
-
-Signals are taken raw, as a gated run takes them (tower/temporal/_gate.py): anyone may
-send any signal with any inputs, thousands at a time. A malformed ``event`` signal or one
-of another name is refused into the audit trail, not dropped by the SDK or failing the
-workflow task; at most ``EVENTS_PER_TASK`` signalled events enter the inbox per workflow
-task (each is verified when applied), the rest of a flood are refused as they arrive, each
-costing a counter and a small record.
-
-Events from outside carry authority (they pick the next move), so they are signed: a
-JWS (``tower-event+jwt``, docs/approvals.md) by a roster member whose ``events`` name this
-agent, bound to this tenant, run and agent. The ``send_event`` update's validator refuses
-a bad one before it enters the history; the ``event`` signal checks it when applied. An
-agent that sets ``trusted_events = True`` declares its events trusted-internal instead:
-anyone who can signal the run can move it (only for workers on a private task queue).
+``EventWorkflow``, event-driven (docs/machines.md): a step enters the state, waits for an
+event and applies it through the guards (``event_step``). Events from the entry action, the
+run's input and the ``event`` signal go through one inbox, in arrival order; a refused one
+is kept in the audit trail (queries ``rejected`` and ``rejected_total``), never silently
+dropped. Signals are taken raw, as a gated run takes them (_gate.py). Events from outside
+pick the next move, so they are signed by a roster member whose ``events`` name this agent
+(docs/approvals.md), unless the agent sets ``trusted_events``; the ``send_event`` update's
+validator refuses a bad one before it enters the history.
 """
 
 from __future__ import annotations
@@ -83,8 +64,8 @@ class AgentWorkflow(MachineRun):
     def __init__(self) -> None:
         super().__init__()
         self._gate = GateRuntime(self)
-        # Asked once a run: a provider is installed with the worker (telemetry.py), before
-        # its runs; without one, a step opens no span at all.
+        # Asked once a run (in the sandbox, an environment lookup): a provider is installed
+        # with the worker (telemetry.py), before its runs; without one, no span at all.
         self._traced = installed()
 
     @workflow.update(name=names.DECIDE.name)
@@ -106,36 +87,30 @@ class AgentWorkflow(MachineRun):
         """The pending request, every request so far, and the refused decisions."""
         return self._gate.approvals()
 
-    async def drive(self, state: S, *, carried: Carry | None = None) -> S:
-        """Run the machine from its entry node until DONE (its final state) or FAILED
-        (raises ``ApplicationError(type="AgentFailed")``: the workflow execution fails).
-
-        With ``carried`` (a run continued-as-new), ``state`` (made from ``carried.state``)
-        already stands on its node: the run goes on from there, with no new START
-        transition; a carry that is not the run's own fails it at once.
-        """
+    async def drive(self, state: S) -> S:
+        """Run the machine until DONE (its final state) or FAILED (the workflow execution
+        fails with ``AgentFailed``); a continued run goes on from its carried state."""
         trust = self.trust.snapshot
         if trust is not None and trust.policy.unsigned_allowed:
             state = set_engine_fields(state, unsigned_decisions=True)
         # The engine hands back the state type it is given: the run ends in the agent's own.
-        return cast(S, await self.run_machine(state, carried=carried))
+        return cast(S, await self.run_machine(state))
 
     async def run_from(self, state: AgentState, request: Any) -> AgentState:
         return await self.drive(state)
 
-    def take_carried(self, carry: Carry | None) -> None:
+    def take_start(self, request: Any) -> None:
         """A run continued-as-new takes its carried state and roster snapshot before its
         first workflow task, so a decision that reaches it in that task is judged, not
         refused as "not started yet". Only from the run's own continue-as-new
         (``carry_refused``: not a raw, cron or retry start's input, which ``drive`` then
         refuses); the run still re-reads the roster at once."""
+        super().take_start(request)
+        carry: Carry | None = getattr(request, "carry", None)
         if carry is None or carry.trust is None or carry_refused(carry) is not None:
             return
         self._state = self.machine.state_type.model_validate(carry.state)
         self.trust.snapshot = carry.trust  # the run still re-reads it at once
-
-    def carry(self) -> Carry:
-        return super().carry().model_copy(update={"trust": self.trust.snapshot})
 
     def carry_over_due(self) -> bool:
         # A gate that returned to carry over after a flood of signals is due.
@@ -180,11 +155,11 @@ class EventWorkflow(MachineRun):
     ``on_event``."""
 
     EventModel: ClassVar[type[BaseModel]]
-    # True: events from outside are trusted-internal and need no signature (see above).
+    # True: events from outside are trusted-internal and need no signature: anyone who can
+    # signal the run can move it (only for workers on a private task queue).
     trusted_events: ClassVar[bool] = False
     # The roster says who may send events: every run is admitted; none carries over.
     admits: ClassVar[bool | None] = True
-    carries_state: ClassVar[bool] = False
     carries_over: ClassVar[bool] = False
 
     def __init__(self) -> None:
