@@ -132,8 +132,7 @@ class MachineRun:
     task_timeout: ClassVar[timedelta | None] = None
 
     def __init__(self) -> None:
-        self.trust = Trust(self.machine)  # the roster and policy, once admitted
-        self._admitted = False
+        self.trust = Trust(self.machine)  # the roster and policy: read once admitted
         # The agent's limits: the tenant's policy, tightened by the run's input (None for
         # an agent without a Policy). Set by admission, before the agent's run code.
         self.limits: Any = None
@@ -187,7 +186,7 @@ class MachineRun:
         gated agent on a cron schedule, and a tenant without a roster and policy
         (``TrustMissing``). A ``carried`` run's state already holds its limits: its input
         tightens nothing."""
-        if self._admitted:
+        if self.trust.read_at is not None:  # admitted (a carried snapshot is read again)
             return self.limits
         if self.machine.gates and workflow.info().cron_schedule:
             # Every cron run repeats the requester's first input and counts as continued:
@@ -203,7 +202,6 @@ class MachineRun:
                 self.machine.name, {}), _NothingAsked() if carried else request)
         if snapshot.policy.unsigned_allowed:
             workflow.upsert_search_attributes([search.UNSIGNED_DECISIONS.value_set(True)])
-        self._admitted = True
         return self.limits
 
     def on_start(self, state: AgentState) -> None:

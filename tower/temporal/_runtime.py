@@ -31,7 +31,6 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json, to_jsonable_python
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ApplicationError
 
 from tower.contract import names
 from tower.contract.decisions import Decision, GateRecord
@@ -225,11 +224,10 @@ class EventWorkflow(MachineRun):
                 raw = workflow.payload_converter().from_payload(args[0].payload)
             except UnopenablePayload as exc:
                 self._refuse(f"malformed event: {exc}")
-                return
             except Exception:  # whatever the converter raises on input a sender chose
                 self._refuse("malformed event: the signal's input cannot be decoded")
-                return
-            self._inbox.append((raw, "signal", []))
+            else:
+                self._inbox.append((raw, "signal", []))
 
     @workflow.update(name=names.SEND_EVENT.name)
     def send_event(self, raw: Any = None) -> str:
@@ -240,17 +238,18 @@ class EventWorkflow(MachineRun):
     @send_event.validator
     def _check_event(self, raw: Any = None) -> None:
         if self._state is None or self.current.node in TERMINALS:
-            raise refused("the run is not waiting for events")
+            raise failure(EventRejected("the run is not waiting for events"))
         opened, why = self._open(raw, "signal")
         if opened is None:
-            raise refused(why)
+            raise failure(EventRejected(why))
         try:
             parsed = self.EventModel.model_validate(opened)
         except ValidationError as exc:
-            raise refused(f"invalid event: {brief(exc)}") from None
+            raise failure(EventRejected(f"invalid event: {brief(exc)}")) from None
         step = getattr(parsed, "step", None)
         if step != self.current.step:
-            raise refused(f"event for step {step}, but the run is at step {self.current.step}")
+            raise failure(EventRejected(
+                f"event for step {step}, but the run is at step {self.current.step}"))
 
     def _open(self, raw: Any, source: str) -> tuple[Any, str]:
         """The event inside a signed message from outside, or why there is none. Events
@@ -290,27 +289,18 @@ class EventWorkflow(MachineRun):
         size = len(to_json(raw, fallback=repr))
         event = (to_jsonable_python(raw, fallback=repr) if size <= KEEP_EVENT_BYTES
                  else f"({size} bytes, not kept)")
-        self._keep(Rejection(step=self.current.step, node=self.current.node, source=source,
-                             reason=reason, at=workflow.now(), event=event))
+        self._refuse(reason, source, event)
         workflow.logger.warning("event refused at step %s (%s): %s", self.current.step,
                                 source, reason)
 
-    def _refuse(self, reason: str) -> None:
-        """A signal refused as it arrives (perhaps before the run has started): its input is
-        in the history, not in the audit trail."""
+    def _refuse(self, reason: str, source: str = "signal", event: Any = None) -> None:
+        """Keep a refusal in the audit trail. A signal refused as it arrives (perhaps before
+        the run has started) keeps no input: it is in the history."""
         state = self._state
-        self._keep(Rejection(step=state.step if state else 0,
-                             node=state.node if state else "STARTING", source="signal",
-                             reason=reason, at=workflow.now(), event=None))
-
-    def _keep(self, rejection: Rejection) -> None:
         self._rejected_total += 1
-        self._rejected.append(rejection)
-
-
-def refused(why: str) -> ApplicationError:
-    """The ``send_event`` validator's refusal: the sender reads why; nothing changed."""
-    return failure(EventRejected(why))
+        self._rejected.append(Rejection(
+            step=state.step if state else 0, node=state.node if state else "STARTING",
+            source=source, reason=reason, at=workflow.now(), event=event))
 
 
 TRACER = "tower.agent"
