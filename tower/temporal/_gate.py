@@ -449,27 +449,21 @@ class GateRuntime:
                 self.audit.add(Code.MALFORMED, problem, held)
                 return
         decision, check = self.judge(raw)
-        if check.by_roster and not isinstance(held, dict):
-            # Perhaps a key or role added since the run's last refresh: judged after one.
-            self._wait_for_roster(raw, check)
-        elif not check.ok or check.duplicate:
-            reason = check.reason or "duplicate of an accepted decision: nothing changed"
-            self.audit.add(check.code or Code.DUPLICATE, reason, raw)
-        else:
-            self.in_flight = decision
-
-    def _wait_for_roster(self, raw: Any, check: Check) -> None:
-        """Keep a decision the roster refused until a roster read begun after it came and
-        ask for one; refuse it if no request waits for a decision or UNKNOWN_KEEP wait
-        already (so a flood after it cannot push it out)."""
-        code = check.code or Code.UNKNOWN_KEY
-        if self.in_flight is not None or pending_record(self.run.state) is None:
-            self.audit.add(code, check.reason, raw)
-        elif len(self._unknown) >= UNKNOWN_KEEP:
-            self.audit.add(code, check.reason + UNKNOWN_FULL, raw)
-        else:  # the token alone: what decides (read_decision reads a token before the rest)
+        # Refused for what the roster says: perhaps a key or role added since the run's last
+        # read. Unless it waited once already, or no request waits for a decision, it is kept
+        # (the token alone: what decides) for a roster read begun after it came, and one is
+        # asked for; if UNKNOWN_KEEP wait already it is refused (a flood after it cannot push
+        # it out).
+        waits = check.by_roster and not isinstance(held, dict) and self._awaiting()
+        if waits and len(self._unknown) < UNKNOWN_KEEP:
             self._unknown.append((self._reads_begun, {"token": raw["token"]}))
             self.refresh_asked = True
+        elif not check.ok or check.duplicate:
+            reason = check.reason or "duplicate of an accepted decision: nothing changed"
+            self.audit.add(check.code or Code.DUPLICATE, reason + (UNKNOWN_FULL if waits else ""),
+                           raw)
+        else:
+            self.in_flight = decision
 
     def _refuse_waiting(self, why: str) -> None:
         """Refuse the decisions waiting for a roster read: the request closed, or the read

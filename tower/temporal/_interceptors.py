@@ -1,11 +1,5 @@
-"""The interceptors ``TowerPlugin`` installs on every worker.
-
-- ``AttemptsEndQuietly``: an attempt that failed on a store, or that the server timed out
-  already, ends in one warning line, not a traceback per attempt while a store is down.
-- ``ScheduledByOwnAgents``: an activity runs only for a run of this worker's own agents on
-  its own task queue.
-- ``TraceHeaderGuard``: a trace header the tracer cannot read is dropped, not a stalled run.
-"""
+"""The interceptors ``TowerPlugin`` installs on every worker: ``AttemptsEndQuietly``,
+``ScheduledByOwnAgents`` and ``TraceHeaderGuard``."""
 
 from __future__ import annotations
 

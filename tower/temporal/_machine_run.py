@@ -167,9 +167,17 @@ class MachineRun:
         raise NotImplementedError  # the agent base's
 
     def take_start(self, request: Any) -> None:
-        """The runtime's ``@workflow.init``: keep the input (a gated run takes its carried
-        state here: AgentWorkflow)."""
+        """The runtime's ``@workflow.init``: keep the input. A gated run continued-as-new
+        takes its carried state and roster snapshot now, so a decision that reaches it in its
+        first workflow task is judged, not refused as "not started yet". Only from the run's
+        own continue-as-new (``carry_refused``: not a raw, cron or retry start's input, which
+        ``run_machine`` then refuses); the run still re-reads the roster at once."""
         self._start_input = request
+        carry: Carry | None = getattr(request, "carry", None)
+        if carry is None or carry.trust is None or carry_refused(carry) is not None:
+            return
+        self._state = self.machine.state_type.model_validate(carry.state)
+        self.trust.snapshot = carry.trust
 
     async def _begin(self, request: BaseModel) -> None:
         """The runtime's start (tower/temporal/_start.py), before the agent's run code."""

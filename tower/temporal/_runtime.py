@@ -36,7 +36,6 @@ from tower.contract import names
 from tower.contract.decisions import Decision, GateRecord
 from tower.contract.failures import brief, failure
 from tower.contract.pending import PendingView
-from tower.core.carry import Carry
 from tower.core.engine import Transition
 from tower.core.events import EventRejected, Rejection
 from tower.core.gates import Gate, Outcome
@@ -45,7 +44,7 @@ from tower.core.interpreter import Arrival, Ledger, event_step, node_step
 from tower.core.signing import SignatureRefused, verify_event
 from tower.core.state import AgentState, S, set_engine_fields
 from tower.temporal._gate import GateRuntime
-from tower.temporal._machine_run import MachineRun, carry_refused
+from tower.temporal._machine_run import MachineRun
 from tower.temporal._task_time import TaskBudget
 from tower.temporal.payloads import UnopenablePayload
 
@@ -97,19 +96,6 @@ class AgentWorkflow(MachineRun):
 
     async def run_from(self, state: AgentState, request: Any) -> AgentState:
         return await self.drive(state)
-
-    def take_start(self, request: Any) -> None:
-        """A run continued-as-new takes its carried state and roster snapshot before its
-        first workflow task, so a decision that reaches it in that task is judged, not
-        refused as "not started yet". Only from the run's own continue-as-new
-        (``carry_refused``: not a raw, cron or retry start's input, which ``drive`` then
-        refuses); the run still re-reads the roster at once."""
-        super().take_start(request)
-        carry: Carry | None = getattr(request, "carry", None)
-        if carry is None or carry.trust is None or carry_refused(carry) is not None:
-            return
-        self._state = self.machine.state_type.model_validate(carry.state)
-        self.trust.snapshot = carry.trust  # the run still re-reads it at once
 
     def carry_over_due(self) -> bool:
         # A gate that returned to carry over after a flood of signals is due.
