@@ -183,16 +183,16 @@ class MachineRun:
         """The runtime's start (tower/temporal/_start.py), before the agent's run code."""
         self._carry_in = getattr(request, "carry", None)
         if self.admits if self.admits is not None else bool(self.machine.gates or self.Policy):
-            await self.admit(request, carried=self._carry_in is not None)
+            await self.admit(request)
 
-    async def admit(self, request: BaseModel, *, carried: bool = False) -> Any:
+    async def admit(self, request: BaseModel) -> Any:
         """Bring the tenant's roster and policy into the run; return the agent's limits
         (``Policy``'s, tightened by ``request``), or None for an agent without a Policy.
         Once admitted, the run's limits are returned again.
 
         Refuses (the run fails at once, with the reason) an input that loosens a limit, a
         gated agent on a cron schedule, and a tenant without a roster and policy
-        (``TrustMissing``). A ``carried`` run's state already holds its limits: its input
+        (``TrustMissing``). A carried run's state already holds its limits: its input
         tightens nothing."""
         if self.trust.read_at is not None:  # admitted (a carried snapshot is read again)
             return self.limits
@@ -207,7 +207,7 @@ class MachineRun:
         snapshot = await self.trust.read()
         if self.Policy is not None:
             self.limits = effective(self.Policy, snapshot.policy.agents.get(
-                self.machine.name, {}), _NothingAsked() if carried else request)
+                self.machine.name, {}), _NothingAsked() if self._carry_in is not None else request)
         if snapshot.policy.unsigned_allowed:
             workflow.upsert_search_attributes([search.UNSIGNED_DECISIONS.value_set(True)])
         return self.limits
