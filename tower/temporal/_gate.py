@@ -424,7 +424,8 @@ class GateRuntime:
                            args)
         elif self.run.state is not None and (self._held or not self._verify_budget.take()):
             # Past this task's verify budget (or behind ones held already): held, undecoded,
-            # and judged in a later task; with no request to decide, refused now.
+            # and judged in a later task (a flood delays a genuine decision, never refuses
+            # it); with no request to decide, refused now.
             if pending_record(self.run.state) is not None:
                 self._held.append(args)
             else:

@@ -68,7 +68,6 @@ class AgentWorkflow(MachineRun):
 
     @workflow.update(name=names.DECIDE.name)
     async def decide(self, raw: dict[str, Any]) -> Outcome:
-        """A decision as an update: answers with the outcome the run reported."""
         return await self._gate.decide(raw)
 
     @decide.validator
@@ -82,7 +81,6 @@ class AgentWorkflow(MachineRun):
 
     @workflow.query(name=names.APPROVALS.name)
     def query_approvals(self) -> dict[str, Any]:
-        """The pending request, every request so far, and the refused decisions."""
         return self._gate.approvals()
 
     async def drive(self, state: S) -> S:
