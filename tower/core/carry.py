@@ -38,7 +38,7 @@ class Carry(BaseModel):
     state: dict[str, Any]
     log: LogSummary
     # The roster and policy the run verified with (public keys only), so the next run can
-    # judge a decision from its first workflow task (AgentWorkflow.take_carried).
+    # judge a decision from its first workflow task (MachineRun.take_start).
     trust: TrustSnapshot | None = None
 
 

@@ -151,31 +151,26 @@ class TemporalContext(NodeContext):
     async def _failed(self, name: str, tool: ToolSpec, call: ToolCall, exc: ActivityError
                       ) -> dict[str, Any]:
         """A tool call whose attempts all failed: its refusal, or what it made if it made
-        anything (reconciled), else its error."""
+        anything, else its error. What a side effect made is read back under the call's key
+        by the tool's own activity, asked to reconcile: every effect tool reconciles itself."""
         found = rebuilt(exc)
         if isinstance(found, EffectRefused):  # the node may route on its code
             raise EffectRefused(found.code, found.reason, tool=name) from exc
         if not tool.side_effect or code_of(found) in NOT_MADE:
             raise exc
-        made = await self._reconcile(name, call)
-        if made is None:
-            raise exc
-        return made
-
-    async def _reconcile(self, name: str, call: ToolCall) -> dict[str, Any] | None:
-        """What the tool made under the call's key (None: nothing, and now nothing can be):
-        the tool's own activity, asked to reconcile — every effect tool reconciles itself."""
         try:
             made: dict[str, Any] | None = await call_activity(
                 name, call.model_copy(update={"reconcile": True}), result_type=dict,
                 start_to_close_timeout=timedelta(seconds=30), heartbeat_timeout=TOOL_HEARTBEAT,
                 schedule_to_close_timeout=timedelta(minutes=10), retry_policy=RECONCILE_RETRY,
                 summary=f"{self.node.name} · reconcile {name}")
-        except ActivityError as exc:  # a tool not made with tower.effects (effects/_tool.py)
-            found = rebuilt(exc)
-            if found is not None and found.code == Code.NOT_AN_EFFECT:
-                raise NodeFailed(f"{name} failed and cannot be reconciled: {found}") from exc
+        except ActivityError as err:  # a tool not made with tower.effects (effects/_tool.py)
+            again = rebuilt(err)
+            if again is not None and again.code == Code.NOT_AN_EFFECT:
+                raise NodeFailed(f"{name} failed and cannot be reconciled: {again}") from err
             raise
+        if made is None:  # nothing was made, and now nothing can be
+            raise exc
         return made
 
     async def reply(self, request: ModelRequest, local: bool) -> ModelReply:

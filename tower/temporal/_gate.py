@@ -1,36 +1,16 @@
 """Gates on Temporal: hold a run for a human decision without holding a worker.
 
-``GateRuntime`` is a gated run's gate, one object that owns all a gate keeps: the roster
-snapshot decisions are judged by and when it was read (``Trust``, tower/temporal/
-_machine_run.py, which only the gate re-reads), the decision in flight, the intake of signals
-and its budgets, the attestation of the open request and the audit trail of refusals
-(query ``approvals``). The run (``AgentWorkflow``) hands it its update, signal and query,
-and, for the loop's ``hold`` (tower/core/interpreter.py), asks it how a request opens,
-to ``wait`` for its decision and whether a state's request may be published
-(``request_shown``). The rules a decision must pass are pure (tower/core/gates.py).
-
-A held run waits on ``workflow.wait_condition`` with the gate's timeout, so it costs
-nothing while it waits and any worker resumes it from the history. Decisions arrive as the
+``GateRuntime`` is a gated run's one gate object: it owns the roster snapshot decisions are
+judged by (``Trust``, which only the gate re-reads), the decision in flight, the intake of
+signals and its budgets, the attestation of the open request and the audit trail of
+refusals (query ``approvals``). The rules a decision must pass are pure
+(tower/core/gates.py). A held run waits on ``workflow.wait_condition``: it costs nothing
+while it waits and any worker resumes it from the history. Decisions arrive as the
 ``decide`` update (its validator refuses bad ones before they enter the history) or the
-``decision`` signal. The roster is re-read while the run waits: every
-``roster_refresh_seconds`` (so a revoked key stops working within that time), and when
-asked (the ``refresh_trust`` signal, which carries no authority: at most one refresh per
-``REFRESH_GAP``). A request is published (search attributes, memo, this query) only once
-the worker's attestation of it is back, so no reader sees a genuine request unattested.
-
-Signals, against a sender who may send anything, thousands in one workflow task (and the
-SDK's deadlock detector gives the task 2 seconds): a signal is decoded only when it is
-judged; a refusal costs a counter and a tuple, and the newest are kept raw (size-capped) and
-made ``Refusal`` records only when the ``approvals`` query asks. A decision signal is judged
-at once while this workflow task's signature budget lasts; past it, it is *held*, undecoded
-and in order, and judged in the tasks that follow. One signed by a key the roster snapshot
-does not know yet (added since the run read it, or forged) waits for the roster's re-read,
-then is judged again with the held ones. At most UNKNOWN_KEEP wait, each kept as its token
-alone; one arriving when they are that many is refused, never one that came before it. A
-``decide`` update refused for what the roster says (a key id it does not name, a role it
-does not grant the signer) is accepted by the validator and waits, in its handler, for the
-same re-read, then is judged once more: a roster changed after the run started needs no
-``refresh_trust``. However many wait, the run reads the roster at most once per REFRESH_GAP.
+``decision`` signal. A request is published (search attributes, memo, this query) only
+once the worker's attestation of it is back, so no reader sees a genuine request
+unattested. The roster is re-read while the run waits, and how a flood of signals is
+survived is docs/approvals.md's ("A flood"); the constants below say the bounds.
 """
 
 from __future__ import annotations
@@ -184,9 +164,9 @@ class GateRuntime:
         self.audit = AuditTrail(AUDIT_KEEP)  # refusals: all counted, the newest kept
         self._validate_budget = TaskBudget(VALIDATE_PER_TASK, by_time=True)
         self._verify_budget = TaskBudget(VERIFY_PER_TASK)
-        # Signalled decisions past a task's verify budget, judged in the next tasks
-        # (_take_held), each as it came; ahead of them, decoded, those that waited for a
-        # roster read (judged once more, refused if their key is still unknown).
+        # Signalled decisions past a task's verify budget, judged in the next tasks, each as
+        # it came; ahead of them, decoded, those that waited for a roster read (judged once
+        # more, refused if their key is still unknown).
         self._held: deque[Sequence[RawValue] | dict[str, Any]] = deque()
         # Signalled decisions under unknown key ids, oldest first, each with the number of
         # roster reads begun before it came: it waits for a later one.
@@ -203,15 +183,22 @@ class GateRuntime:
         """The run id a request of ``gate`` opens in, and the tenant's role and shortest
         review window for it."""
         rule = self._snapshot().policy.gates.get(gate.name)
-        run_id = await opening_run_id()
+        # Recorded (an activity): a reset run replays earlier requests under a new
+        # ``workflow.info().run_id`` and would refuse the decisions its history shows
+        # accepted. Not a local activity: its marker could land a task early.
+        run_id = await call_activity(
+            RUN_ID_ACTIVITY, result_type=str, start_to_close_timeout=timedelta(seconds=10),
+            retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
+                                     maximum_interval=timedelta(seconds=10)),
+            summary="the run id this request opens in")
         return (run_id, rule.role if rule else None,
                 timedelta(seconds=rule.min_review_seconds if rule else 0))
 
     async def wait(self, gate: Gate, pending: GateRecord, *, resume: bool) -> Decision | None:
         """Publish the request the run holds at (with its attestation), then wait for a
-        decision until it expires: the decision taken, or None (expired, or the history is
-        long — a flood of signals — and the run carries over first, still waiting). The
-        loop (tower/core/interpreter.py ``hold``) opens and closes the request."""
+        decision until it expires, re-reading the roster on time and when asked: the
+        decision taken, or None (expired, or the history is long — a flood of signals — and
+        the run carries over first, still waiting)."""
         run = self.run
         digest = proposal_digest(pending)
         token = await attestation(AttestRequest(
@@ -227,36 +214,6 @@ class GateRuntime:
                               node=pending.node, expires_at=pending.expires_at,
                               proposal=dict(pending.proposal),
                               shown=canonical_proposal(pending)))
-        await self._wait_refreshing(gate, pending)
-        return self.in_flight
-
-    def closed(self) -> None:
-        """The request is closed: no decision is in flight; what is held is refused (a
-        decision came first, or the request expired)."""
-        self.in_flight = None
-        self._refuse_held()
-
-    def request_shown(self, state: AgentState) -> tuple[bool, PendingView | None]:
-        """Whether ``state`` may be published, and the request its memo shows: a request is
-        not, until the worker's attestation of it is back."""
-        pending = pending_record(state)
-        if pending is None:
-            return True, None
-        if not self._attested(pending.step):
-            return False, None
-        view = pending_view(self.run.machine, state)
-        _, digest, token = self.attested or (0, "", "")
-        if not token or view is None:  # not attested: shown, never listed
-            return True, view
-        return True, view.model_copy(update={"proposal_digest": digest, "attestation": token})
-
-    def _attested(self, step: int) -> bool:
-        """Has the worker answered for the request opened at ``step`` (token or not)?"""
-        return self.attested is not None and self.attested[0] == step
-
-    async def _wait_refreshing(self, gate: Gate, pending: GateRecord) -> None:
-        """Wait for a decision until the request expires, re-reading the roster on time and
-        when asked."""
         while self.in_flight is None and workflow.now() < pending.expires_at:
             if self._held:  # judged as far as this task's budget goes, the rest in the next
                 self._take_held()
@@ -264,7 +221,7 @@ class GateRuntime:
                     await workflow.sleep(HELD_PAUSE)
                 continue
             if self._carry_now():
-                return
+                break
             every = timedelta(seconds=self._snapshot().policy.roster_refresh_seconds)
             assert self.trust.read_at is not None  # admitted, or carried and re-read
             due = self.trust.read_at + (min(every, REFRESH_GAP) if self.refresh_asked
@@ -280,6 +237,29 @@ class GateRuntime:
                     timeout_summary=f"gate {gate.name}: roster refresh or expiry")
             except TimeoutError:  # the timeout is a route, not an error: taken in a task
                 await in_a_task(since)
+        return self.in_flight
+
+    def closed(self) -> None:
+        """The request is closed (a decision came first, or it expired): no decision is in
+        flight, and what is held or waits for the roster is refused."""
+        self.in_flight = None
+        while self._held:  # as they came, or decoded (their key unknown when they came)
+            self.audit.add(Code.NOT_JUDGED, HELD_UNJUDGED, self._held.popleft())
+        self._refuse_waiting("the request closed before the roster was read again")
+
+    def request_shown(self, state: AgentState) -> tuple[bool, PendingView | None]:
+        """Whether ``state`` may be published, and the request its memo shows: a request is
+        not, until the worker's attestation of it is back."""
+        pending = pending_record(state)
+        if pending is None:
+            return True, None
+        if not self._attested(pending.step):
+            return False, None
+        view = pending_view(self.run.machine, state)
+        _, digest, token = self.attested or (0, "", "")
+        if not token or view is None:  # not attested: shown, never listed
+            return True, view
+        return True, view.model_copy(update={"proposal_digest": digest, "attestation": token})
 
     def _decided_or_asked(self, was_asked: bool) -> Callable[[], bool]:
         return lambda: (self.in_flight is not None or self.refresh_asked != was_asked
@@ -309,8 +289,8 @@ class GateRuntime:
             return
         finally:
             self._reads_done += 1
-        # After a roster read: the decisions that waited for it go to the front of the held
-        # ones, in the order they came (those that came while it was read wait for the next).
+        # The decisions that waited for this read go to the front of the held ones, in the
+        # order they came (those that came while it was read wait for the next).
         read: list[dict[str, Any]] = []
         while self._unknown and self._unknown[0][0] < self._reads_begun:
             read.append(self._unknown.popleft()[1])
@@ -322,16 +302,11 @@ class GateRuntime:
         assert self.trust.snapshot is not None  # run_machine refuses a gated run without one
         return self.trust.snapshot
 
-    def judge(self, raw: Any, *, budget: TaskBudget | None = None,
-              ) -> tuple[Decision | None, Check]:
-        """``budget``: the signature checks this one counts against, if not counted yet."""
+    def judge(self, raw: Any) -> tuple[Decision | None, Check]:
         state = self.run.state
         if state is None:  # not started: no roster read yet, nothing pending
             return None, Check(False, "the run is not awaiting a decision: it has not "
                                       "started yet", code=Code.NOT_PENDING)
-        if budget is not None and not budget.take():
-            return None, Check(False, UNVALIDATED if budget is self._validate_budget
-                               else UNVERIFIED, code=Code.OVERLOADED)
         decision, read = read_decision(raw, trust=self._snapshot(), now=workflow.now())
         if decision is None:
             return None, read
@@ -351,8 +326,16 @@ class GateRuntime:
         # budget: the validator accepted it, and the handler must judge alike on replay.
         decision, check = self.judge(raw)
         if check.by_roster and self._awaiting():  # perhaps enrolled since the last read
+            # Judged again once a roster read begun after now has ended (asked for: at most
+            # one per REFRESH_GAP, however many wait), or the request closed.
             self._rechecks += 1
-            await self._read_roster_again()
+            begun, self.refresh_asked = self._reads_begun, True
+            self._updates_waiting += 1
+            try:
+                await workflow.wait_condition(
+                    lambda: self._reads_done > begun or not self._awaiting())
+            finally:
+                self._updates_waiting -= 1
             decision, check = self.judge(raw)
         if decision is None or not check.ok:
             code = check.code or Code.MALFORMED
@@ -374,12 +357,14 @@ class GateRuntime:
     def validate(self, raw: dict[str, Any]) -> None:
         """The ``decide`` update's validator: refuses before the history holds it, but
         one the roster refuses while a request waits (judged again after a re-read)."""
-        _, check = self.judge(raw, budget=self._validate_budget)
-        if check.ok or (check.by_roster and self._awaiting()
-                        and self._rechecks < ROSTER_RECHECKS):
+        if self.run.state is not None and not self._validate_budget.take():
+            raise failure(DecisionRefused(UNVALIDATED, code=Code.OVERLOADED))
+        _, check = self.judge(raw)
+        rechecked = check.by_roster and self._awaiting()
+        if check.ok or (rechecked and self._rechecks < ROSTER_RECHECKS):
             return
         reason = check.reason
-        if check.by_roster and self._awaiting():
+        if rechecked:
             reason += (f"; this run has re-read its roster for {ROSTER_RECHECKS} decisions "
                        "already: it reads it again on its timer, or when sent refresh_trust")
         raise failure(DecisionRefused(reason, code=check.code or Code.MALFORMED))
@@ -388,17 +373,9 @@ class GateRuntime:
         """A request waits for a decision (and none is being applied)."""
         return self.in_flight is None and pending_record(self.run.state) is not None
 
-    async def _read_roster_again(self) -> None:
-        """Wait until a roster read begun after now has ended, or the request closed. The
-        read is asked for (at most one per REFRESH_GAP, however many wait for it)."""
-        begun = self._reads_begun
-        self.refresh_asked = True
-        self._updates_waiting += 1
-        try:
-            await workflow.wait_condition(
-                lambda: self._reads_done > begun or not self._awaiting())
-        finally:
-            self._updates_waiting -= 1
+    def _attested(self, step: int) -> bool:
+        """Has the worker answered for the request opened at ``step`` (token or not)?"""
+        return self.attested is not None and self.attested[0] == step
 
     def _settled(self, decision_id: str) -> bool:
         record = record_of(self.run.current, decision_id)
@@ -440,74 +417,54 @@ class GateRuntime:
         retry, on inputs it cannot decode): ``decision``, or ``refresh_trust`` (no authority:
         anyone may ask the roster be re-read soon); any other name is refused."""
         self._signals_taken += 1
-        if name == "decision":
-            self._signalled_decision(args)
-        elif name == "refresh_trust":
+        if name == "refresh_trust":
             self.refresh_asked = True
-        else:
+        elif name != "decision":
             self.audit.add(Code.UNKNOWN_SIGNAL, f"unknown signal {name[:80]!r}: nothing changed",
                            args)
-
-    def _signalled_decision(self, args: Sequence[RawValue]) -> None:
-        """A decision as a signal. Past this task's verify budget (or behind ones held
-        already) it is held, undecoded, and judged in a later task: a flood delays a genuine
-        decision by a few tasks, never refuses it."""
-        state = self.run.state
-        if state is not None and (self._held or not self._verify_budget.take()):
-            if pending_record(state) is not None:
+        elif self.run.state is not None and (self._held or not self._verify_budget.take()):
+            # Past this task's verify budget (or behind ones held already): held, undecoded,
+            # and judged in a later task (a flood delays a genuine decision, never refuses
+            # it); with no request to decide, refused now.
+            if pending_record(self.run.state) is not None:
                 self._held.append(args)
-            else:  # no request to decide
+            else:
                 self.audit.add(Code.OVERLOADED, UNVERIFIED, args,
                                at=self._verify_budget.task_time)
-            return
-        self._take_decoded(args)
+        else:
+            self._take_signal(args)
 
     def _take_held(self) -> None:
         """Judge held decisions, oldest first, while this task's verify budget lasts."""
         while self._held and self.in_flight is None and self._verify_budget.take():
-            held = self._held.popleft()
-            if isinstance(held, dict):
-                self._take_signal(held, may_hold=False)
-            else:
-                self._take_decoded(held)
+            self._take_signal(self._held.popleft())
 
-    def _take_decoded(self, args: Sequence[RawValue]) -> None:
-        raw, problem = decoded(args)
-        if raw is None:
-            self.audit.add(Code.MALFORMED, problem, args)
-            return
-        self._take_signal(raw, may_hold=True)
-
-    def _take_signal(self, raw: Any, *, may_hold: bool) -> None:
+    def _take_signal(self, held: Sequence[RawValue] | dict[str, Any]) -> None:
+        """Judge a signalled decision: its inputs as they came, or (a dict) one that waited
+        for a roster read already."""
+        if isinstance(held, dict):
+            raw: Any = held
+        else:
+            raw, problem = decoded(held)
+            if raw is None:
+                self.audit.add(Code.MALFORMED, problem, held)
+                return
         decision, check = self.judge(raw)
-        if may_hold and check.by_roster:
-            # Perhaps a key or role added since the run's last refresh: judged after one.
-            self._wait_for_roster(raw, check)
-            return
-        if not check.ok or check.duplicate:
-            reason = check.reason or "duplicate of an accepted decision: nothing changed"
-            self.audit.add(check.code or Code.DUPLICATE, reason, raw)
-            return
-        self.in_flight = decision
-
-    def _wait_for_roster(self, raw: Any, check: Check) -> None:
-        """Keep a decision the roster refused until a roster read begun after it came and
-        ask for one; refuse it if no request waits for a decision or UNKNOWN_KEEP wait
-        already (so a flood after it cannot push it out)."""
-        code = check.code or Code.UNKNOWN_KEY
-        if self.in_flight is not None or pending_record(self.run.state) is None:
-            self.audit.add(code, check.reason, raw)
-        elif len(self._unknown) >= UNKNOWN_KEEP:
-            self.audit.add(code, check.reason + UNKNOWN_FULL, raw)
-        else:  # the token alone: what decides (read_decision reads a token before the rest)
+        # Refused for what the roster says: perhaps a key or role added since the run's last
+        # read. Unless it waited once already, or no request waits for a decision, it is kept
+        # (the token alone: what decides) for a roster read begun after it came, and one is
+        # asked for; if UNKNOWN_KEEP wait already it is refused (a flood after it cannot push
+        # it out).
+        waits = check.by_roster and not isinstance(held, dict) and self._awaiting()
+        if waits and len(self._unknown) < UNKNOWN_KEEP:
             self._unknown.append((self._reads_begun, {"token": raw["token"]}))
             self.refresh_asked = True
-
-    def _refuse_held(self) -> None:
-        """The request closed (a decision came first, or it expired): refuse what is held."""
-        while self._held:  # as they came, or decoded (their key unknown when they came)
-            self.audit.add(Code.NOT_JUDGED, HELD_UNJUDGED, self._held.popleft())
-        self._refuse_waiting("the request closed before the roster was read again")
+        elif not check.ok or check.duplicate:
+            reason = check.reason or "duplicate of an accepted decision: nothing changed"
+            self.audit.add(check.code or Code.DUPLICATE, reason + (UNKNOWN_FULL if waits else ""),
+                           raw)
+        else:
+            self.in_flight = decision
 
     def _refuse_waiting(self, why: str) -> None:
         """Refuse the decisions waiting for a roster read: the request closed, or the read
@@ -518,18 +475,6 @@ class GateRuntime:
 
 
 # --- the activities a gate schedules as a request opens ----------------------------------
-
-
-async def opening_run_id() -> str:
-    """The run id a request opens in, recorded (an activity): a reset run replays earlier
-    requests under a new ``workflow.info().run_id`` and would refuse the decisions its
-    history shows accepted. Not a local activity: its marker could land a task early."""
-    # The gate opens in a workflow task, never in a query's replay (``call_activity``).
-    return await call_activity(
-        RUN_ID_ACTIVITY, result_type=str, start_to_close_timeout=timedelta(seconds=10),
-        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
-                                 maximum_interval=timedelta(seconds=10)),
-        summary="the run id this request opens in")
 
 
 async def attestation(request: AttestRequest) -> str:
@@ -563,7 +508,7 @@ def notify(notice: GateNotice) -> None:
 
 @activity.defn  # named by the function: RUN_ID_ACTIVITY
 async def tower_run_id() -> str:
-    """The run id of the workflow run that calls it (``opening_run_id``)."""
+    """The run id of the workflow run that calls it (``GateRuntime.opening``)."""
     run_id = activity.info().workflow_run_id
     assert run_id is not None, "called outside a workflow run"
     return run_id

@@ -1,11 +1,5 @@
-"""The interceptors ``TowerPlugin`` installs on every worker.
-
-- ``AttemptsEndQuietly``: an attempt that failed on a store, or that the server timed out
-  already, ends in one warning line, not a traceback per attempt while a store is down.
-- ``ScheduledByOwnAgents``: an activity runs only for a run of this worker's own agents on
-  its own task queue.
-- ``TraceHeaderGuard``: a trace header the tracer cannot read is dropped, not a stalled run.
-"""
+"""The interceptors ``TowerPlugin`` installs on every worker: ``AttemptsEndQuietly``,
+``ScheduledByOwnAgents`` and ``TraceHeaderGuard``."""
 
 from __future__ import annotations
 
@@ -13,7 +7,7 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Collection
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import temporalio.client
 import temporalio.worker
@@ -128,19 +122,15 @@ class ScheduledByOwnAgents(Interceptor):
                     f"{info.workflow_type!r}, which this worker does not host")
         run_id = info.workflow_run_id or ""
         if run_id not in self.verdicts:  # one description per run, not per activity
-            self.verdicts[run_id] = await self._queue_refusal(info)
+            # The worker's client: activity.client() exists only in async activities.
+            was = await run_origin(self.client, info.workflow_id or "", run_id)
+            self.verdicts[run_id] = "" if was == (info.workflow_type, info.task_queue) else (
+                f"activity {info.activity_type!r} was scheduled by run {run_id} of workflow "
+                f"{was[0]!r} on task queue {was[1]!r}; this worker runs activities only for "
+                f"its own runs on task queue {info.task_queue!r}")
             while len(self.verdicts) > _REMEMBERED:
                 del self.verdicts[next(iter(self.verdicts))]
         return self.verdicts[run_id]
-
-    async def _queue_refusal(self, info: activity.Info) -> str:
-        # The worker's client: activity.client() exists only in async activities.
-        was = await run_origin(self.client, info.workflow_id or "", info.workflow_run_id or "")
-        if was == (info.workflow_type, info.task_queue):
-            return ""
-        return (f"activity {info.activity_type!r} was scheduled by run {info.workflow_run_id} "
-                f"of workflow {was[0]!r} on task queue {was[1]!r}; this worker runs "
-                f"activities only for its own runs on task queue {info.task_queue!r}")
 
 
 class _Guarded(ActivityInboundInterceptor):
@@ -155,13 +145,6 @@ class _Guarded(ActivityInboundInterceptor):
         return await super().execute_activity(input)
 
 
-class _HasHeaders(Protocol):
-    headers: Any
-
-
-In = TypeVar("In", bound=_HasHeaders)
-
-
 def is_trace_context(payload: Payload) -> bool:
     """Whether ``payload`` is what the tracer reads: a JSON object of strings."""
     try:
@@ -172,12 +155,12 @@ def is_trace_context(payload: Payload) -> bool:
         isinstance(k, str) and isinstance(v, str) for k, v in carrier.items())
 
 
-def readable(input: In) -> In:
+def readable(input: Any) -> Any:
     """``input`` without a trace header the tracer could not read."""
     header = input.headers.get(TRACE_HEADER)
     if header is None or is_trace_context(header):
         return input
-    return dataclasses.replace(  # type: ignore[type-var]
+    return dataclasses.replace(
         input, headers={k: v for k, v in input.headers.items() if k != TRACE_HEADER})
 
 

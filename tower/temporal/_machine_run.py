@@ -3,19 +3,14 @@
 ``MachineRun`` is the Temporal host of tower/core/interpreter.py's loop: the clock is
 ``workflow.now``, a node's calls are activities (``TemporalContext``), each move is recorded
 into the state, the transition log, the queries, the search attributes, the Web UI's current
-details and the live stream. Its loop starts (or goes on from a carried state), then takes
-``step`` until the machine is in a terminal, continuing-as-new between steps when due, then
-``settle``; a run that ends FAILED then fails its workflow execution with a non-retryable
-``AgentFailed`` naming the agent, node and step (seen in the Web UI, list queries, alerts,
-``result()``; ``tower retry`` recovers it), one that ends DONE returns its state.
-``AgentWorkflow`` (a node and its route) and ``EventWorkflow`` (an event and the guards) say
-what a step is, and carry only the handlers they can honour.
+details and the live stream. A run that ends FAILED fails its workflow execution with a
+non-retryable ``AgentFailed`` naming the agent, node and step (seen in the Web UI, list
+queries, alerts, ``result()``; ``tower retry`` recovers it). ``AgentWorkflow`` and
+``EventWorkflow`` (tower/temporal/_runtime.py) say what a step is.
 
-Admission: at start a run that needs them (gated agents, those with a ``Policy`` and
-event-driven ones) loads its tenant's roster (who may decide or send events, with their
-public keys) and policy (limits, unsigned mode) with the ``load_trust`` activity, and
-refuses an input that tries to loosen either; a gate re-reads the roster while it waits
-(tower/temporal/_gate.py).
+Admission: a run that needs them (gated agents, those with a ``Policy``, event-driven ones)
+loads its tenant's roster and policy (``load_trust``) at start and refuses an input that
+tries to loosen either; a gate re-reads the roster while it waits (_gate.py).
 """
 
 from __future__ import annotations
@@ -108,7 +103,7 @@ class MachineRun:
     # A node failed: it raised NodeFailed, or an activity it called failed for good.
     node_failures: ClassVar[tuple[type[BaseException], ...]] = (NodeFailed, ActivityError)
     # May the run continue-as-new between steps (when Temporal suggests it, or past
-    # ``continue_as_new_after``)?
+    # ``continue_as_new_after``)? If so, its input takes a carry (tower/temporal/_start.py).
     carries_over: ClassVar[bool] = True
 
     machine: ClassVar[Machine]
@@ -129,19 +124,14 @@ class MachineRun:
     # Each transition event on the run's live stream carries the update it applied
     # (LangGraph's ``updates`` mode); outside the history, off as updates can be large.
     stream_updates: ClassVar[bool] = False
-    # The workflow task timeout Tower starts its runs with (``tower.client.start_run``; None:
-    # the server's 10 s). An agent whose model calls run as local activities (``ask_window``)
-    # keeps its task open while a reply forms: a short one (3 s) lets a lost worker's call run
-    # again, and its readers be told, within seconds. Others keep the default: a short task
-    # timeout times out more tasks on a loaded host (docs/reliability.md).
+    # The workflow task timeout Tower starts its runs with (None: the server's 10 s). A short
+    # one (3 s) suits an agent whose model calls are local activities (``ask_window``): a lost
+    # worker's call runs again within seconds; elsewhere it times out more tasks on a loaded
+    # host (docs/reliability.md).
     task_timeout: ClassVar[timedelta | None] = None
 
-    # Does this agent continue-as-new with its state (tower/temporal/_start.py)?
-    carries_state: ClassVar[bool] = True
-
     def __init__(self) -> None:
-        self.trust = Trust(self.machine)  # the roster and policy, once admitted
-        self._admitted = False
+        self.trust = Trust(self.machine)  # the roster and policy: read once admitted
         # The agent's limits: the tenant's policy, tightened by the run's input (None for
         # an agent without a Policy). Set by admission, before the agent's run code.
         self.limits: Any = None
@@ -173,35 +163,37 @@ class MachineRun:
         tenant's policy as the input tightened it). Pure: no I/O, no clock."""
 
     async def run_from(self, state: AgentState, request: Any) -> AgentState:
-        """Run the machine from the first state to its end (the agent base's)."""
-        raise NotImplementedError
+        raise NotImplementedError  # the agent base's
 
     def take_start(self, request: Any) -> None:
-        """The runtime's ``@workflow.init``: keep the input, and take a carried state."""
+        """The runtime's ``@workflow.init``: keep the input. A gated run continued-as-new
+        takes its carried state and roster snapshot now, so a decision that reaches it in its
+        first workflow task is judged, not refused as "not started yet". Only from the run's
+        own continue-as-new (``carry_refused``: not a raw, cron or retry start's input, which
+        ``run_machine`` then refuses); the run still re-reads the roster at once."""
         self._start_input = request
-        self.take_carried(getattr(request, "carry", None))
-
-    def take_carried(self, carry: Carry | None) -> None:
-        """A run continued-as-new that judges decisions takes its state before its first
-        workflow task (AgentWorkflow)."""
+        carry: Carry | None = getattr(request, "carry", None)
+        if carry is None or carry.trust is None or carry_refused(carry) is not None:
+            return
+        self._state = self.machine.state_type.model_validate(carry.state)
+        self.trust.snapshot = carry.trust
 
     async def _begin(self, request: BaseModel) -> None:
-        """The runtime's start (tower/temporal/_start.py), before the agent's run code: take
-        the carry, and admit the input when the agent needs a roster and policy."""
+        """The runtime's start (tower/temporal/_start.py), before the agent's run code."""
         self._carry_in = getattr(request, "carry", None)
         if self.admits if self.admits is not None else bool(self.machine.gates or self.Policy):
-            await self.admit(request, carried=self._carry_in is not None)
+            await self.admit(request)
 
-    async def admit(self, request: BaseModel, *, carried: bool = False) -> Any:
+    async def admit(self, request: BaseModel) -> Any:
         """Bring the tenant's roster and policy into the run; return the agent's limits
         (``Policy``'s, tightened by ``request``), or None for an agent without a Policy.
         Once admitted, the run's limits are returned again.
 
         Refuses (the run fails at once, with the reason) an input that loosens a limit, a
         gated agent on a cron schedule, and a tenant without a roster and policy
-        (``TrustMissing``). A ``carried`` run's state already holds its limits: its input
+        (``TrustMissing``). A carried run's state already holds its limits: its input
         tightens nothing."""
-        if self._admitted:
+        if self.trust.read_at is not None:  # admitted (a carried snapshot is read again)
             return self.limits
         if self.machine.gates and workflow.info().cron_schedule:
             # Every cron run repeats the requester's first input and counts as continued:
@@ -214,10 +206,9 @@ class MachineRun:
         snapshot = await self.trust.read()
         if self.Policy is not None:
             self.limits = effective(self.Policy, snapshot.policy.agents.get(
-                self.machine.name, {}), _NothingAsked() if carried else request)
+                self.machine.name, {}), _NothingAsked() if self._carry_in is not None else request)
         if snapshot.policy.unsigned_allowed:
             workflow.upsert_search_attributes([search.UNSIGNED_DECISIONS.value_set(True)])
-        self._admitted = True
         return self.limits
 
     def on_start(self, state: AgentState) -> None:
@@ -226,25 +217,23 @@ class MachineRun:
         counters) sets it up here. Must not block; may start tasks."""
 
     async def step(self) -> None:
-        """One step of the machine (the run is not in a terminal)."""
-        raise NotImplementedError
+        raise NotImplementedError  # the agent base's
 
     async def settle(self) -> None:
         """The run reached a terminal: whatever must happen before it ends."""
 
-    async def run_machine(self, state: AgentState, *, carried: Carry | None = None
-                          ) -> AgentState:
-        """The loop. With ``carried`` (a run continued-as-new), ``state`` (made from it)
-        already stands on its node: the run goes on from there, with no new START
-        transition. A carry that is not the run's own fails the run at once, and so does a
-        gated agent that did not ``admit`` its input (no roster: no decision could count)."""
+    async def run_machine(self, state: AgentState) -> AgentState:
+        """The loop. A run continued-as-new goes on from its carried state, on its node, with
+        no new START transition. A carry that is not the run's own fails the run at once, and
+        so does a gated agent that did not ``admit`` its input (no roster: no decision could
+        count)."""
         if self.machine.gates and self.trust.snapshot is None:
             raise failure(TowerError(
                 f"agent {self.machine.name!r} has approval gates but no roster and policy: "
                 "call `await self.admit(request)` before `drive`", code=Code.TRUST_MISSING))
-        if carried is None and self._carry_in is not None:
-            state, carried = self.machine.state_type.model_validate(self._carry_in.state), \
-                self._carry_in
+        carried = self._carry_in
+        if carried is not None:
+            state = self.machine.state_type.model_validate(carried.state)
         self.on_start(state)
         # The pending request the memo shows as the run starts: a continued run's copy of its
         # own, or one forged by whoever started it (the start memo is the client's to set):
@@ -292,8 +281,7 @@ class MachineRun:
             action=action_of(state, node) if visit else None, model_calls=self._calls)
 
     @property
-    def state(self) -> AgentState | None:
-        """The state, or None until the run has started."""
+    def state(self) -> AgentState | None:  # None until the run has started
         return self._state
 
     @property
@@ -302,9 +290,8 @@ class MachineRun:
         return self._state
 
     def carry_input(self, carry: Carry) -> Any | None:
-        """The input of this agent's next run, made from ``carry``: the run's own input
-        with the carry (tower/temporal/_start.py); None: this agent does not
-        continue-as-new."""
+        """The input of this agent's next run: its own, with ``carry``; None: this agent
+        does not continue-as-new."""
         start = self._start_input
         if start is None or "carry" not in type(start).model_fields:
             return None
@@ -318,7 +305,7 @@ class MachineRun:
 
     def carry(self) -> Carry:
         return Carry(run_id=workflow.info().run_id, state=self.current.model_dump(mode="json"),
-                     log=summarize(self._carried, self._log))
+                     log=summarize(self._carried, self._log), trust=self.trust.snapshot)
 
     def carry_over(self) -> None:
         """Continue-as-new with the state and the log summary, if this agent can. Call it
@@ -330,8 +317,8 @@ class MachineRun:
         workflow.continue_as_new(args)
 
     def publish(self, *, ending: bool = False) -> None:
-        """Bring the run's search attributes up to date; upserts (one history event)
-        only the ones that changed. Call it before the run parks on a long wait."""
+        """Upsert (one history event) the search attributes that changed. Call it before
+        the run parks on a long wait."""
         state = self.current
         wanted = search.state_attributes(self.machine.name, state)
         if state.errors:  # why it failed, searchable
@@ -350,17 +337,15 @@ class MachineRun:
         shown, view = self.request_shown(state)
         if changed and shown:
             workflow.upsert_search_attributes(changed)
-        # A run waiting at a gate shows the request in its memo (None removes it once
-        # decided), so `tower pending` and the inbox need no worker; a run with no gate
-        # is untouched.
+        # A run waiting at a gate shows the request in its memo (None once decided), so
+        # `tower pending` and the inbox need no worker.
         memo = view.memo() if view else None
         if memo != self._pending_memo:
             workflow.upsert_memo({search.PENDING_MEMO: memo})
             self._pending_memo = memo
 
     def request_shown(self, state: AgentState) -> tuple[bool, PendingView | None]:
-        """Whether ``state`` may be published, and the request its memo shows (a gated
-        run's gate says: AgentWorkflow)."""
+        """Whether ``state`` may be published, and the request its memo shows (the gate's)."""
         return True, None
 
     def record(self, state: AgentState, transition: Transition) -> None:
@@ -375,13 +360,11 @@ class MachineRun:
                 or state.node in TERMINALS):
             self.publish(ending=state.node in TERMINALS)
         self.show_details()
-        # To the run's live stream, outside the history (only while not replaying).
         stream_sink.emit_move(before, state, transition, self.stream_updates)
 
     def show_details(self) -> None:
-        # The Web UI's current details: the state and its newest move (and its request, the
-        # decisions taken, the reply at the end). A closed run keeps the last: a worker
-        # answers the Web UI's query for it by replaying the run to its end.
+        # The Web UI's current details. A closed run keeps the last: a worker answers the
+        # Web UI's query for it by replaying the run to its end.
         workflow.set_current_details(render_details(
             self.machine, self.current, self._log[-1] if self._log else None,
             workflow.info().workflow_id, self._log))
@@ -443,20 +426,17 @@ def carry_refused(carry: Carry) -> str | None:
 
 
 async def origin_refused() -> str | None:
-    """Why the run this one continued from is not a run of this agent on this task queue
-    (None when it is). Anyone who runs a worker of their own can continue-as-new *into*
-    this agent, with a carry naming their own run: ``carry_refused`` alone would take it.
-    The server's description of that run, asked by a worker of this queue (an activity,
-    recorded: the answer, not the question, so a replayer with a queue of its own replays
-    it), says which workflow and queue it was. Not a local activity: its marker can land in
-    one workflow task and the run's next commands in another, which a replay with an update
-    in between did not get through (as for gating's ``_opening_run_id``)."""
-    info = workflow.info()
-    if info.continued_run_id is None:
-        return None
+    """Why the run this one continued from (``carry_refused`` passed) is not a run of this
+    agent on this task queue (None when it is). Anyone who runs a worker of their own can
+    continue-as-new *into* this agent, with a carry naming their own run. The server's
+    description of that run, asked by a worker of this queue (an activity: the answer is
+    recorded, so a replayer with a queue of its own replays it), says which workflow and
+    queue it was. Not a local activity: its marker can land in one workflow task and the
+    run's next commands in another, which a replay with an update in between did not get
+    through."""
     # In a task (``call_activity``): a carried run takes decisions from its first task.
     refused = await call_activity(
-        ORIGIN_ACTIVITY, info.continued_run_id, result_type=str,
+        ORIGIN_ACTIVITY, workflow.info().continued_run_id, result_type=str,
         start_to_close_timeout=timedelta(seconds=30),
         retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
                                  maximum_interval=timedelta(seconds=10)),

@@ -2,38 +2,19 @@
 and the Web UI's current details are ``MachineRun``'s (tower/temporal/_machine_run.py).
 
 ``AgentWorkflow``, node-driven: a step runs the current node (behind its gate, if one
-applies) and takes the move its route picks (tower/core/interpreter.py ``node_step``, the
-same in-process); the gate's waiting is ``GateRuntime``'s. The loop is the checkpoint: every
-model and tool call inside a node is an activity, so its result is in the history and a new
-worker resumes from there. A span for each state a run passes through (agent, step,
-from/to, model, tokens): only the OpenTelemetry API, a no-op without a provider; with
-Temporal's replay-safe one (telemetry.py), span ids are deterministic and a replay exports
+applies: ``GateRuntime``) and takes the move its route picks (tower/core/interpreter.py
+``node_step``). A span for each state a run passes through: only the OpenTelemetry API, a
+no-op without a provider; with Temporal's replay-safe one (telemetry.py) a replay exports
 nothing.
 
-``EventWorkflow``, event-driven: a step enters the state, waits for an event and applies it
-through the guards (``event_step``). The class carries only the handlers it can honour (no
-operator retry/abort, no approval gates). Each state's node function is its *entry
-action*: it runs once when the state is entered (model and tool calls are activities, so
-the history holds their results) and returns the data of an event, or None to wait for
-one from outside. Events from the entry action, from the run's input and from the
-``event`` signal all go through one inbox, in arrival order, and through the same
-validation, duplicate check and guards. A refused event is kept in the audit trail
-(query ``rejected``: the newest 100; ``rejected_total`` counts them all) with the reason;
-nothing is ever silently dropped.
-
-Signals are taken raw, as a gated run takes them (tower/temporal/_gate.py): anyone may
-send any signal with any inputs, thousands at a time. A malformed ``event`` signal or one
-of another name is refused into the audit trail, not dropped by the SDK or failing the
-workflow task; at most ``EVENTS_PER_TASK`` signalled events enter the inbox per workflow
-task (each is verified when applied), the rest of a flood are refused as they arrive, each
-costing a counter and a small record.
-
-Events from outside carry authority (they pick the next move), so they are signed: a
-JWS (``tower-event+jwt``, docs/approvals.md) by a roster member whose ``events`` name this
-agent, bound to this tenant, run and agent. The ``send_event`` update's validator refuses
-a bad one before it enters the history; the ``event`` signal checks it when applied. An
-agent that sets ``trusted_events = True`` declares its events trusted-internal instead:
-anyone who can signal the run can move it (only for workers on a private task queue).
+``EventWorkflow``, event-driven (docs/machines.md): a step enters the state, waits for an
+event and applies it through the guards (``event_step``). Events from the entry action, the
+run's input and the ``event`` signal go through one inbox, in arrival order; a refused one
+is kept in the audit trail (queries ``rejected`` and ``rejected_total``), never silently
+dropped. Signals are taken raw, as a gated run takes them (_gate.py). Events from outside
+pick the next move, so they are signed by a roster member whose ``events`` name this agent
+(docs/approvals.md), unless the agent sets ``trusted_events``; the ``send_event`` update's
+validator refuses a bad one before it enters the history.
 """
 
 from __future__ import annotations
@@ -50,13 +31,11 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json, to_jsonable_python
 from temporalio import workflow
 from temporalio.common import RawValue
-from temporalio.exceptions import ApplicationError
 
 from tower.contract import names
 from tower.contract.decisions import Decision, GateRecord
 from tower.contract.failures import brief, failure
 from tower.contract.pending import PendingView
-from tower.core.carry import Carry
 from tower.core.engine import Transition
 from tower.core.events import EventRejected, Rejection
 from tower.core.gates import Gate, Outcome
@@ -65,7 +44,7 @@ from tower.core.interpreter import Arrival, Ledger, event_step, node_step
 from tower.core.signing import SignatureRefused, verify_event
 from tower.core.state import AgentState, S, set_engine_fields
 from tower.temporal._gate import GateRuntime
-from tower.temporal._machine_run import MachineRun, carry_refused
+from tower.temporal._machine_run import MachineRun
 from tower.temporal._task_time import TaskBudget
 from tower.temporal.payloads import UnopenablePayload
 
@@ -83,13 +62,12 @@ class AgentWorkflow(MachineRun):
     def __init__(self) -> None:
         super().__init__()
         self._gate = GateRuntime(self)
-        # Asked once a run: a provider is installed with the worker (telemetry.py), before
-        # its runs; without one, a step opens no span at all.
+        # Asked once a run (in the sandbox, an environment lookup): a provider is installed
+        # with the worker (telemetry.py), before its runs; without one, no span at all.
         self._traced = installed()
 
     @workflow.update(name=names.DECIDE.name)
     async def decide(self, raw: dict[str, Any]) -> Outcome:
-        """A decision as an update: answers with the outcome the run reported."""
         return await self._gate.decide(raw)
 
     @decide.validator
@@ -103,39 +81,19 @@ class AgentWorkflow(MachineRun):
 
     @workflow.query(name=names.APPROVALS.name)
     def query_approvals(self) -> dict[str, Any]:
-        """The pending request, every request so far, and the refused decisions."""
         return self._gate.approvals()
 
-    async def drive(self, state: S, *, carried: Carry | None = None) -> S:
-        """Run the machine from its entry node until DONE (its final state) or FAILED
-        (raises ``ApplicationError(type="AgentFailed")``: the workflow execution fails).
-
-        With ``carried`` (a run continued-as-new), ``state`` (made from ``carried.state``)
-        already stands on its node: the run goes on from there, with no new START
-        transition; a carry that is not the run's own fails it at once.
-        """
+    async def drive(self, state: S) -> S:
+        """Run the machine until DONE (its final state) or FAILED (the workflow execution
+        fails with ``AgentFailed``); a continued run goes on from its carried state."""
         trust = self.trust.snapshot
         if trust is not None and trust.policy.unsigned_allowed:
             state = set_engine_fields(state, unsigned_decisions=True)
         # The engine hands back the state type it is given: the run ends in the agent's own.
-        return cast(S, await self.run_machine(state, carried=carried))
+        return cast(S, await self.run_machine(state))
 
     async def run_from(self, state: AgentState, request: Any) -> AgentState:
         return await self.drive(state)
-
-    def take_carried(self, carry: Carry | None) -> None:
-        """A run continued-as-new takes its carried state and roster snapshot before its
-        first workflow task, so a decision that reaches it in that task is judged, not
-        refused as "not started yet". Only from the run's own continue-as-new
-        (``carry_refused``: not a raw, cron or retry start's input, which ``drive`` then
-        refuses); the run still re-reads the roster at once."""
-        if carry is None or carry.trust is None or carry_refused(carry) is not None:
-            return
-        self._state = self.machine.state_type.model_validate(carry.state)
-        self.trust.snapshot = carry.trust  # the run still re-reads it at once
-
-    def carry(self) -> Carry:
-        return super().carry().model_copy(update={"trust": self.trust.snapshot})
 
     def carry_over_due(self) -> bool:
         # A gate that returned to carry over after a flood of signals is due.
@@ -180,11 +138,11 @@ class EventWorkflow(MachineRun):
     ``on_event``."""
 
     EventModel: ClassVar[type[BaseModel]]
-    # True: events from outside are trusted-internal and need no signature (see above).
+    # True: events from outside are trusted-internal and need no signature: anyone who can
+    # signal the run can move it (only for workers on a private task queue).
     trusted_events: ClassVar[bool] = False
     # The roster says who may send events: every run is admitted; none carries over.
     admits: ClassVar[bool | None] = True
-    carries_state: ClassVar[bool] = False
     carries_over: ClassVar[bool] = False
 
     def __init__(self) -> None:
@@ -250,11 +208,10 @@ class EventWorkflow(MachineRun):
                 raw = workflow.payload_converter().from_payload(args[0].payload)
             except UnopenablePayload as exc:
                 self._refuse(f"malformed event: {exc}")
-                return
             except Exception:  # whatever the converter raises on input a sender chose
                 self._refuse("malformed event: the signal's input cannot be decoded")
-                return
-            self._inbox.append((raw, "signal", []))
+            else:
+                self._inbox.append((raw, "signal", []))
 
     @workflow.update(name=names.SEND_EVENT.name)
     def send_event(self, raw: Any = None) -> str:
@@ -265,17 +222,18 @@ class EventWorkflow(MachineRun):
     @send_event.validator
     def _check_event(self, raw: Any = None) -> None:
         if self._state is None or self.current.node in TERMINALS:
-            raise refused("the run is not waiting for events")
+            raise failure(EventRejected("the run is not waiting for events"))
         opened, why = self._open(raw, "signal")
         if opened is None:
-            raise refused(why)
+            raise failure(EventRejected(why))
         try:
             parsed = self.EventModel.model_validate(opened)
         except ValidationError as exc:
-            raise refused(f"invalid event: {brief(exc)}") from None
+            raise failure(EventRejected(f"invalid event: {brief(exc)}")) from None
         step = getattr(parsed, "step", None)
         if step != self.current.step:
-            raise refused(f"event for step {step}, but the run is at step {self.current.step}")
+            raise failure(EventRejected(
+                f"event for step {step}, but the run is at step {self.current.step}"))
 
     def _open(self, raw: Any, source: str) -> tuple[Any, str]:
         """The event inside a signed message from outside, or why there is none. Events
@@ -315,27 +273,18 @@ class EventWorkflow(MachineRun):
         size = len(to_json(raw, fallback=repr))
         event = (to_jsonable_python(raw, fallback=repr) if size <= KEEP_EVENT_BYTES
                  else f"({size} bytes, not kept)")
-        self._keep(Rejection(step=self.current.step, node=self.current.node, source=source,
-                             reason=reason, at=workflow.now(), event=event))
+        self._refuse(reason, source, event)
         workflow.logger.warning("event refused at step %s (%s): %s", self.current.step,
                                 source, reason)
 
-    def _refuse(self, reason: str) -> None:
-        """A signal refused as it arrives (perhaps before the run has started): its input is
-        in the history, not in the audit trail."""
+    def _refuse(self, reason: str, source: str = "signal", event: Any = None) -> None:
+        """Keep a refusal in the audit trail. A signal refused as it arrives (perhaps before
+        the run has started) keeps no input: it is in the history."""
         state = self._state
-        self._keep(Rejection(step=state.step if state else 0,
-                             node=state.node if state else "STARTING", source="signal",
-                             reason=reason, at=workflow.now(), event=None))
-
-    def _keep(self, rejection: Rejection) -> None:
         self._rejected_total += 1
-        self._rejected.append(rejection)
-
-
-def refused(why: str) -> ApplicationError:
-    """The ``send_event`` validator's refusal: the sender reads why; nothing changed."""
-    return failure(EventRejected(why))
+        self._rejected.append(Rejection(
+            step=state.step if state else 0, node=state.node if state else "STARTING",
+            source=source, reason=reason, at=workflow.now(), event=event))
 
 
 TRACER = "tower.agent"
@@ -350,10 +299,8 @@ def installed() -> bool:
 
 @contextmanager
 def state_span(agent: str, state: AgentState) -> Iterator[Span]:
-    """Open the span of the state ``state`` stands on; model and tool spans nest in it."""
-    if not installed():
-        yield trace.INVALID_SPAN  # every span would be dropped
-        return
+    """Open the span of the state ``state`` stands on; model and tool spans nest in it
+    (opened only with a tracer provider installed: ``AgentWorkflow.step``)."""
     span = _tracer.start_span(f"state {state.node}", attributes={
         "tower.agent": agent, "tower.node": state.node, "tower.step": state.step,
     })

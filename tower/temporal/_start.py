@@ -1,18 +1,14 @@
 """``@agent(GRAPH)``: an agent is one file, and the library makes its workflow class.
 
-The graph's name is written once (``Graph("refund", ...)``) and becomes the workflow's
-name; the decorator attaches the machine and the scripted model's answers and marks the
-class, so the worker and the ``tower`` CLI find it in its module (``load_agents``).
-
-An agent file says what a run starts from: ``Input`` (its input model) and
-``start(self, request)`` (the first state, a pure function of the input and
-``self.limits``); ``@agent`` makes the ``@workflow.init`` and ``@workflow.run`` from them.
-Before the first step the runtime admits the input (``MachineRun.admit``: the tenant's
-roster and policy) when the agent has gates, a ``Policy`` or takes events; takes a carried
-state (the run's own continue-as-new, in a ``carry`` field added to the input model: a
-gated run has it from ``@workflow.init``, so a decision in its first task is judged); and
-continues-as-new with the same input plus the carry when the history grows. Only the run's
-own continue-as-new may hand over state (tower/temporal/_machine_run.py refuses any other).
+The graph's name becomes the workflow's; the decorator attaches the machine and the scripted
+model's answers and marks the class, so the worker and the ``tower`` CLI find it in its
+module (``load_agents``). From the agent's ``Input`` and ``start(self, request)`` (its first
+state, a pure function of the input and ``self.limits``) ``@agent`` makes the
+``@workflow.init`` and ``@workflow.run``: before the first step the run is admitted
+(``MachineRun.admit``) when the agent has gates, a ``Policy`` or takes events, and takes a
+carried state (the run's own continue-as-new, in a ``carry`` field added to the input
+model; a gated run has it from ``@workflow.init``, so a decision in its first task is
+judged).
 
 A Temporal user may still write the ``run`` (an ``@workflow.run`` of an ``@agent`` class,
 or of a plain ``@workflow.defn`` subclass of one): the runtime's start still comes first,
@@ -125,7 +121,7 @@ def make_workflow(cls: type) -> None:
     if own_run is None and (start is None or getattr(start, "__isabstractmethod__", False)):
         raise TypeError(f"{cls.__name__}: an agent says how a run starts: "
                         "def start(self, request) -> its first state")
-    carries = getattr(cls, "carries_state", True) and "carry" not in given.model_fields
+    carries = getattr(cls, "carries_over", True) and "carry" not in given.model_fields
     started: type[BaseModel] = create_model(  # the input as it travels: + the runtime's carry
         given.__name__, __base__=given, __module__=given.__module__,
         **({"carry": (Carry | None, None)} if carries else {}))  # type: ignore[call-overload]

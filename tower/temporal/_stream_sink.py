@@ -108,10 +108,9 @@ def emit_move(before: Any, after: Any, transition: Any, updates: bool = False) -
 
 def gate_opened(record: Any) -> None:
     """From the gate, once its request is published with the worker's attestation."""
-    if not workflow.unsafe.is_replaying() and _SINKS:
-        emit(GATE_OPENED, record.step, {"gate": record.gate, "node": record.node,
-                                        "role": record.role,
-                                        "expires_at": record.expires_at.isoformat()})
+    emit(GATE_OPENED, record.step, {"gate": record.gate, "node": record.node,
+                                    "role": record.role,
+                                    "expires_at": record.expires_at.isoformat()})
 
 
 def emit_custom(step: int, n: int, node: str, event: dict[str, Any]) -> None:
