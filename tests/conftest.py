@@ -21,7 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from tower.activities.model import ModelSettings
-from tower.cli.devserver import dynamic_config_args, temporal_binary
+from tower.cli.devserver import STARTUP_TIMEOUT, dynamic_config_args, temporal_binary
 from tower.cli.trust_files import dev_trust, enrol
 from tower.contract import search
 from tower.core.state import AgentState
@@ -78,6 +78,7 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
             server_env.setenv(name, value)
         environment = await WorkflowEnvironment.start_local(
             dev_server_existing_path=temporal_binary(),  # never download anything
+            dev_server_startup_timeout=STARTUP_TIMEOUT,
             data_converter=pydantic_data_converter,
             search_attributes=search.ALL,
             dev_server_log_level="error",

@@ -27,7 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from test_details import HOSTILE
 
 from tower.activities.model import ModelSettings
-from tower.cli.devserver import temporal_binary
+from tower.cli.devserver import STARTUP_TIMEOUT, temporal_binary
 from tower.client import start_run
 from tower.client.keys import load_key
 from tower.contract import search
@@ -88,7 +88,8 @@ async def ui_env() -> AsyncIterator[tuple[WorkflowEnvironment, int]]:
     ui_port = _free_port()
     environment = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(), data_converter=pydantic_data_converter,
-        search_attributes=search.ALL, dev_server_log_level="error", ui=True, ui_port=ui_port)
+        search_attributes=search.ALL, dev_server_log_level="error", ui=True, ui_port=ui_port,
+        dev_server_startup_timeout=STARTUP_TIMEOUT)
     try:
         yield environment, ui_port
     finally:

@@ -64,7 +64,7 @@ async def trial(world: World, number: int, rng: random.Random, notes: Notes) -> 
             points = kills.arm(world, number, invoice, random.Random(rng.random()))
             chaos.append(asyncio.create_task(kills.restart_killed(world, invoice, points, notes),
                                              name="kills at the effect"))
-        views = await play(world, handles, rng, notes)
+        views = await play(world, handles, rng, notes, must_fork=number % 2 == 0)
     except HarnessStuck as stuck:
         notes.harness.append(str(stuck))
     except Exception as exc:  # the harness's own failure: named, never a pass
@@ -88,13 +88,16 @@ async def trial(world: World, number: int, rng: random.Random, notes: Notes) -> 
                    stuck=[v.workflow_id for v in views if v.idle], refused=notes.refused)
 
 
-async def play(world: World, handles: list[Handle], rng: random.Random,
-               notes: Notes) -> list[RunView]:
-    """Settle the runs, let operators act, settle again, read what every run says."""
+async def play(world: World, handles: list[Handle], rng: random.Random, notes: Notes,
+               must_fork: bool) -> list[RunView]:
+    """Settle the runs, let operators act, settle again, read what every run says. Every
+    other trial forks at least one DONE run: chance alone left a few trials with none."""
     client = world.client
     if await settle(handles, notes):
+        forked = False
         for handle in handles:
-            await operate(client, handle, rng, notes)
+            fork_chance = 1.0 if must_fork and not forked else 0.3
+            forked = await operate(client, handle, rng, notes, fork_chance) or forked
         await settle(handles, notes)
     logs = [w.log_path for w in world.workers]
     return [await read(client, handle, notes, logs) for handle in handles]
@@ -157,12 +160,14 @@ async def settle(handles: list[Handle], notes: Notes) -> bool:
     return True
 
 
-async def operate(client: Client, handle: Handle, rng: random.Random, notes: Notes) -> None:
-    """An operator retries most FAILED runs and forks some DONE ones back to the payment."""
+async def operate(client: Client, handle: Handle, rng: random.Random, notes: Notes,
+                  fork_chance: float) -> bool:
+    """An operator retries most FAILED runs and forks some DONE ones back to the payment;
+    True if it forked."""
     status = await status_of(handle)  # the server answers: no query for runs left alone
     if not (status == "FAILED" and rng.random() < 0.8
-            or status == "DONE" and rng.random() < 0.3):
-        return
+            or status == "DONE" and rng.random() < fork_chance):
+        return False
     notes.doing = f"querying {handle.id}"
     state = await persist(notes.doing, QUERY_SECONDS, lambda: query_state(handle))
     if state.get("status") == "FAILED":
@@ -178,4 +183,6 @@ async def operate(client: Client, handle: Handle, rng: random.Random, notes: Not
         if await persist(notes.doing, QUERY_SECONDS,
                          lambda: operators.fork_at_payment(client, handle, request_id)):
             notes.faults.append(f"fork {handle.id} at issue_refund")
+            return True
+    return False
 

@@ -38,6 +38,8 @@ DEV_RETENTION = timedelta(days=1)  # the dev server's own default for its namesp
 # agree): a flood of signals to one run is cut off at the API (MAX_SIGNALS_PER_RUN in
 # tower/temporal/_gate.py; docs/approvals.md, "What a refusal costs").
 DYNAMIC_CONFIG = {"history.maximumSignalsPerExecution": 1_000}
+# How long a dev server may take to answer: a loaded machine needs more than the SDK's 5 s.
+STARTUP_TIMEOUT = timedelta(seconds=60)
 
 
 class TemporalCliMissing(CliError):
@@ -180,7 +182,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 async def wait_for_server(proc: subprocess.Popen[bytes], address: str | None = None,
-                          seconds: float = 60) -> Client:
+                          seconds: float = STARTUP_TIMEOUT.total_seconds()) -> Client:
     """A client of the dev server ``proc`` once it answers (its namespace unchecked)."""
     async def attempt() -> Client:
         if proc.poll() is not None:

@@ -22,6 +22,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -310,6 +311,7 @@ async def isolated(
         with _stdout_to_stderr():  # the server's banner must not mix with a --json report
             env = await WorkflowEnvironment.start_local(
                 namespace=NAMESPACE, dev_server_existing_path=temporal_binary(),
+                dev_server_startup_timeout=timedelta(seconds=60),  # the SDK's 5 s: too few loaded
                 data_converter=pydantic_data_converter, search_attributes=search.ALL,
                 # Its shutdown logs errors about queues it is closing: nothing to act on.
                 dev_server_log_level="never")
