@@ -49,7 +49,9 @@ def test_roundtrip_rotation_and_unknown_keys() -> None:
     assert rotated.encrypt(plain).metadata["encryption-key-id"] == b"k2"
     with pytest.raises(CodecError, match="key 'k1', which is not in TOWER_CODEC_KEYS"):
         EncryptionCodec(ring(f"k2={K2}")).decrypt(sealed)
-    tampered = Payload(metadata=sealed.metadata, data=sealed.data[:-1] + b"\x00")
+    # The last byte flipped, never set: setting it is a no-op when it already was that byte.
+    tampered = Payload(metadata=sealed.metadata,
+                       data=sealed.data[:-1] + bytes([sealed.data[-1] ^ 0xFF]))
     with pytest.raises(CodecError, match="fails authentication"):
         old.decrypt(tampered)
     assert old.decrypt(plain) == plain, "payloads from before encryption pass through"
