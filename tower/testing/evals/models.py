@@ -69,30 +69,32 @@ class RecordedModels(Interceptor):
 
     def answer(self, request: ModelRequest) -> ModelReply | None:
         """The recorded reply for this call, or None: let the live model answer it."""
-        run = activity.info().workflow_id or ""
+        info = activity.info()
+        run = info.workflow_id or ""
         calls = self.answered.setdefault(run, Counter())
+        once = int(info.attempt == 1)  # a retried attempt is the same call: counted once
         recording = self.recordings.get(run)
         if self.mode is Mode.LIVE:
-            calls["live"] += 1
+            calls["live"] += once
             return None
         if recording is None:
-            calls["live: not recorded"] += 1
+            calls["live: not recorded"] += once
             return None
         run, n = self._nth(request.node)
         recorded = [c for c in recording.model_calls if c.node == request.node]
         if request.history or request.keep or request.window or request.windowed:
-            calls["live: message store"] += 1
+            calls["live: message store"] += once
             return None
         if n >= len(recorded):
-            calls["live: beyond the recording"] += 1
+            calls["live: beyond the recording"] += once
             return None
         changed = _changed(request, recorded[n])
         if self.mode is Mode.CHANGED and changed:
-            calls["live: prompt or model changed"] += 1
+            calls["live: prompt or model changed"] += once
             return None
         if changed:
             self.unseen.setdefault(run, {})[request.node] = changed
-        calls["recorded"] += 1
+        calls["recorded"] += once
         return ModelReply.model_validate(recorded[n].reply)
 
 
