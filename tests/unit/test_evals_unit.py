@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
+
+from temporalio.testing import ActivityEnvironment
 
 from tower.activities.model import ModelSettings
 from tower.cli.agents import agents
@@ -15,6 +18,7 @@ from tower.core.pictures import machine_svg
 from tower.temporal.replay import load
 from tower.testing.evals import Change, EvalReport, Mode, RunResult
 from tower.testing.evals.compare import BUILT_IN, gateway_judge, plural, score, transition_diff
+from tower.testing.evals.models import RecordedModels
 from tower.testing.evals.recording import Recording, RunSummary, ToolCall, chains
 from tower.testing.evals.report import load_baseline, markdown, write
 from tower.testing.model_server import LoopbackModelServer
@@ -211,3 +215,18 @@ async def test_the_model_judge_asks_through_the_gateway() -> None:
         assert await score(base, base, [judge]) == (Change.SAME, [])  # equal: not asked
     offline = gateway_judge(ModelSettings())  # the scripted model cannot judge: a change
     assert (await score(base, summary(answer="x"), [offline]))[0] is Change.CHANGED
+
+
+def test_a_retried_model_call_is_counted_once() -> None:
+    """A live call retried (its first attempt timed out) is one call in the eval's count."""
+    models = RecordedModels({}, Mode.LIVE)
+    request = ModelRequest(agent="support", node="classify", system="s", messages=[])
+    first = replace(ActivityEnvironment.default_info(), workflow_id="support-1")
+    for attempt in (1, 2, 3):
+        env = ActivityEnvironment()
+        env.info = replace(first, attempt=attempt)
+        assert env.run(models.answer, request) is None  # the live model answers
+    env = ActivityEnvironment()
+    env.info = replace(first, activity_id="2")  # the node's next call
+    env.run(models.answer, request)
+    assert models.answered == {"support-1": {"live": 2}}
