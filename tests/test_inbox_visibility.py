@@ -19,7 +19,7 @@ from temporalio.converter import encode_search_attributes
 
 from tower.activities.model import ModelSettings
 from tower.cli.approvals import pending_requests
-from tower.cli.inbox.pages import waiting_runs
+from tower.cli.inbox.visibility import waiting_runs
 from tower.client._pending import NotGenuine, pending_of, role_query
 from tower.contract import search
 from tower.contract.pending import PendingView

@@ -27,7 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from tower.activities.trust import WORKER_KEY_FILE, read_trust
 from tower.cli.approvals import pending_requests
-from tower.cli.inbox.pages import waiting_runs
+from tower.cli.inbox.visibility import waiting_runs
 from tower.client._pending import Deployment, NotGenuine, pending_of
 from tower.client.keys import new_key
 from tower.contract import search

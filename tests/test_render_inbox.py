@@ -25,7 +25,7 @@ from test_render_terminal import LONG, MESSAGE, REASON, SCRIPT
 
 from tower.activities.notify import message
 from tower.activities.trust import read_trust
-from tower.cli.inbox.pages import waiting_runs
+from tower.cli.inbox.visibility import waiting_runs
 from tower.client._pending import Deployment
 from tower.contract.decisions import GateRecord, canonical_proposal, proposal_digest
 from tower.contract.notify import GateNotice, NotifyPolicy

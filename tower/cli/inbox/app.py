@@ -5,8 +5,8 @@ trusted proxy's header, never from a form; a session is good only for the tenant
 signed it in, with the roles its account holds now, and only while the server keeps its
 id (sign-out revokes it: a copied cookie stops working); failed sign-ins slow down per
 (name, client address) only, never for long (429, identity.py); a user sees
-only the runs their roles decide (pages.py, Scope); every POST carries the session's CSRF token;
-the session cookie is HttpOnly, SameSite=Lax and Secure when served over TLS; pages
+only the runs their roles decide (visibility.py, Scope); every POST carries the session's
+CSRF token; the session cookie is HttpOnly, SameSite=Lax and Secure when served over TLS; pages
 carry a strict Content-Security-Policy (scripts and styles from this app only).
 """
 

@@ -311,7 +311,9 @@ async def isolated(
         with _stdout_to_stderr():  # the server's banner must not mix with a --json report
             env = await WorkflowEnvironment.start_local(
                 namespace=NAMESPACE, dev_server_existing_path=temporal_binary(),
-                dev_server_startup_timeout=timedelta(seconds=60),  # the SDK's 5 s: too few loaded
+                # tower dev's wait (cli.devserver.STARTUP_TIMEOUT; the CLI imports this
+                # package, not the reverse): the SDK's 5 s is too short on a loaded machine.
+                dev_server_startup_timeout=timedelta(seconds=60),
                 data_converter=pydantic_data_converter, search_attributes=search.ALL,
                 # Its shutdown logs errors about queues it is closing: nothing to act on.
                 dev_server_log_level="never")
