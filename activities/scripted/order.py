@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from activities.scripted import first_user_text, last_message
+from activities.scripted import first_user_text
 from tower.testing import ModelRequest, Script
 
 ITEM = re.compile(r"(\d+)\s*(?:x|×|of)?\s*([A-Z]+-\d+)")
@@ -23,8 +23,10 @@ def parse(request: ModelRequest) -> str:
 
 
 def confirm(request: ModelRequest) -> str:
-    last = last_message(request)
-    facts = json.loads(last.content) if last is not None else {}
+    # The newest user message that is JSON holds the figures: after an invalid answer the
+    # newest one is the engine's correction.
+    facts = next((json.loads(m.content) for m in reversed(request.messages)
+                  if m.role == "user" and m.content.startswith("{")), {})
     lines = "\n".join(f"  {i['quantity']} x {i['name']} ({i['sku']}) at {i['unit_price']}"
                       for i in facts.get("items", []))
     email = (f"Thank you for your order.\n{lines}\nSubtotal {facts.get('subtotal')}, "

@@ -1,5 +1,6 @@
 """tower.testing means what it says: ``model={node: ...}`` replaces that node's answers
-only, and a script that raises fails at once, naming its node."""
+only, and a script that raises fails at once, naming its node; the example's order script
+answers again after a correction."""
 
 from __future__ import annotations
 
@@ -43,3 +44,26 @@ async def test_a_script_that_raises_fails_at_once_naming_its_node() -> None:
         await run_agent(RefundAgent, state(), model={"confirm": broken}, tools=tools())
     assert any("node 'confirm'" in note and "broken" in note
                for note in caught.value.__notes__)
+
+
+async def test_the_order_script_answers_again_after_a_correction() -> None:
+    """Under the fault drill's malformed answers the engine feeds the bad answer back; the
+    order's confirm script must still find the figures (not parse the correction)."""
+    from activities.scripted.order import confirm
+    from workflows.order import OrderAgent, OrderState
+
+    answers = iter(["not JSON at all"])
+
+    def malformed_once(request: ModelRequest) -> str:
+        return next(answers, None) or confirm(request)
+
+    line = {"sku": "WIDGET-1", "name": "Widget", "quantity": 2, "unit_price": "10.00"}
+    run = await run_agent(
+        OrderAgent, OrderState(messages=[Message(role="user",
+                                                 content="2 x WIDGET-1 to 1 Main St, US")]),
+        model={"confirm": malformed_once},
+        tools={"reserve_stock": {"ok": True, "reservation_id": "rs_0123456789ab", "lines": [line]},
+               "charge_payment": {"status": "paid", "charge_id": "ch_1"},
+               "create_shipment": {"shipment_id": "sh_1"}})
+    assert run.path[-3:] == ["ship", "confirm", DONE]
+    assert "total 21.45 USD, charged as ch_1. Shipment sh_1" in run.state.email
