@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from activities.scripted import first_user_text
 from tower.testing import ModelRequest, Script
@@ -25,8 +26,8 @@ def parse(request: ModelRequest) -> str:
 def confirm(request: ModelRequest) -> str:
     # The newest user message that is JSON holds the figures: after an invalid answer the
     # newest one is the engine's correction.
-    facts = next((json.loads(m.content) for m in reversed(request.messages)
-                  if m.role == "user" and m.content.startswith("{")), {})
+    facts: dict[str, Any] = next((json.loads(m.content) for m in reversed(request.messages)
+                                  if m.role == "user" and m.content.startswith("{")), {})
     lines = "\n".join(f"  {i['quantity']} x {i['name']} ({i['sku']}) at {i['unit_price']}"
                       for i in facts.get("items", []))
     email = (f"Thank you for your order.\n{lines}\nSubtotal {facts.get('subtotal')}, "
