@@ -85,8 +85,7 @@ class Gate:
 
     @property
     def targets(self) -> tuple[str, ...]:
-        extra = (self.on_stale,) if self.on_stale else ()
-        return (self.on_reject, self.on_timeout, *extra)
+        return (self.on_reject, self.on_timeout, *([self.on_stale] if self.on_stale else []))
 
     def timeout_for(self, state: Any) -> timedelta:
         return self.timeout(state) if callable(self.timeout) else self.timeout
@@ -371,7 +370,8 @@ def _not_pending(gate: str, state: AgentState | None, gates: Mapping[str, Gate]
 
 # --- what approvers see ------------------------------------------------------------------
 
-_TYPES = {int: "int", float: "float", str: "str", bool: "bool"}
+# An editable field's input type: int, float, str or bool (str when unsure).
+_TYPES: dict[Any, Any] = {int: "int", float: "float", str: "str", bool: "bool"}
 
 
 def pending_view(machine: Machine, state: AgentState) -> PendingView | None:
@@ -380,10 +380,11 @@ def pending_view(machine: Machine, state: AgentState) -> PendingView | None:
     record = pending_record(state)
     if record is None:
         return None
-    fields = [EditableField(name=name, type=field_type(machine, name),
-                            value=getattr(state, name, None),
-                            limit=record.limits.get(name, EditLimit()))
-              for name in record.editable]
+    info = machine.state_type.model_fields
+    fields = [EditableField(
+        name=name, type=_TYPES.get(getattr(info.get(name), "annotation", None), "str"),
+        value=getattr(state, name, None), limit=record.limits.get(name, EditLimit()))
+        for name in record.editable]
     earlier = [EarlierDecision(
         gate=r.gate, status=r.status.value, requested_at=r.requested_at,
         reason=short(r.reason), approver=r.decision.approver if r.decision else "",
@@ -395,9 +396,3 @@ def pending_view(machine: Machine, state: AgentState) -> PendingView | None:
         role=record.role, step=record.step, requested_at=record.requested_at,
         expires_at=record.expires_at, editable=list(record.editable), fields=fields,
         earlier=earlier, shown=canonical_proposal(record))
-
-
-def field_type(machine: Machine, name: str) -> Any:
-    """The input type of a state field: int, float, str or bool (str when unsure)."""
-    info = machine.state_type.model_fields.get(name)
-    return _TYPES.get(info.annotation, "str") if info is not None else "str"  # type: ignore[arg-type]

@@ -46,7 +46,6 @@ class Host(Protocol):
     @property
     def node_failures(self) -> tuple[type[BaseException], ...]:
         """What a node raising means "this node failed" (a worker adds its activities')."""
-        ...
 
     @property
     def current(self) -> AgentState: ...  # the run's state now
@@ -57,12 +56,10 @@ class Host(Protocol):
 
     def record(self, state: AgentState, transition: Transition) -> None:
         """Take ``state`` as the run's, log ``transition``, publish what readers see."""
-        ...
 
     def context(self, node: str, *, visit: bool = False) -> NodeContext:
         """The world ``node`` reaches for this step; ``visit``: the node's own visit, with
         what the run authorizes its side effects to do (not a re-check, an entry action)."""
-        ...
 
 
 class NodeHost(Host, Protocol):
@@ -71,12 +68,10 @@ class NodeHost(Host, Protocol):
     async def opening(self, gate: Gate) -> tuple[str, str | None, timedelta]:
         """For a request of ``gate`` about to open: the run id decisions must name, and the
         tenant's role and shortest review window for it (None, 0: the gate's own)."""
-        ...
 
     async def decision(self, gate: Gate, pending: GateRecord, *, resume: bool) -> Decision | None:
         """Wait for a decision on ``pending`` (``resume``: a request a carried-over run left
         open). None: none came by its expiry, or the host stopped waiting before it."""
-        ...
 
     def closed(self) -> None: ...  # the request ``decision`` answered is closed
 
@@ -89,15 +84,12 @@ class EventHost(Host, Protocol):
 
     def on_event(self, state: AgentState, event: Any) -> Mapping[str, Any]:
         """What an accepted event changes in the state (before the guards look)."""
-        ...
 
     async def next_event(self, action: Arrival | None) -> Arrival:
         """The next event to apply, ``action`` (the entry action's) in its place in line."""
-        ...
 
     def reject(self, raw: Any, source: str, why: str) -> None:
         """An event that changes nothing: keep it, and why, in the audit trail."""
-        ...
 
 
 # --- node-driven machines -------------------------------------------------------------------

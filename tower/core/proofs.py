@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from tower.contract.failures import InvalidGraph
-from tower.core.graph import START, TERMINALS, Machine, Node
+from tower.core.graph import START, TERMINALS, Machine
 
 ARROW = " → "
 
@@ -159,7 +159,7 @@ def _effects(m: Machine) -> tuple[Effect, ...]:
     everywhere = successors(m, blocked=set(m.gates))
     effects = []
     for name, node in m.nodes.items():
-        tools = side_effects(node)
+        tools = tuple(t for t in node.tools if getattr(node.specs.get(t), "side_effect", False))
         if not tools:
             if node.ungated is not None and not m.external_tools() & set(node.tools):
                 raise InvalidGraph(m.name, f"node {name!r} declares ungated= but calls no "
@@ -183,12 +183,6 @@ def _effects(m: Machine) -> tuple[Effect, ...]:
         else:
             effects.append(Effect(name, tools, (), node.ungated))
     return tuple(effects)
-
-
-def side_effects(node: Node) -> tuple[str, ...]:
-    """The node's tools that change the world (the tool's ``side_effect``)."""
-    return tuple(t for t in node.tools
-                 if getattr(node.specs.get(t), "side_effect", False))
 
 
 def _behind(m: Machine, node: str) -> tuple[str, ...]:

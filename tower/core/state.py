@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic.fields import FieldInfo
 
 from tower.contract.decisions import GateRecord
 from tower.contract.failures import Code, TowerError
@@ -24,12 +23,8 @@ class Reducer:
     fn: Callable[[Any, Any], Any]
 
 
-def _append(old: list[Any], new: Any) -> list[Any]:
-    items = new if isinstance(new, list | tuple) else [new]
-    return [*old, *items]
-
-
-APPEND = Reducer("append", _append)
+APPEND = Reducer("append", lambda old, new: [*old, *(new if isinstance(new, list | tuple)
+                                                      else [new])])
 ADD = Reducer("add", lambda old, new: old + new)
 REPLACE = Reducer("replace", lambda old, new: new)
 
@@ -95,13 +90,6 @@ class UpdateError(TowerError, ValueError):  # a ValueError: pydantic validators 
 S = TypeVar("S", bound=AgentState)
 
 
-def _reducer(info: FieldInfo) -> Reducer:
-    for meta in info.metadata:
-        if isinstance(meta, Reducer):
-            return meta
-    return REPLACE
-
-
 def apply_update(
     state: S, update: Mapping[str, Any], *, protected: frozenset[str] = PROTECTED_FIELDS
 ) -> S:
@@ -120,7 +108,8 @@ def apply_update(
         if field in protected:
             raise UpdateError(f"update may not set protected field {field!r}")
         try:
-            merged[field] = _reducer(info).fn(merged[field], value)
+            reducer = next((m for m in info.metadata if isinstance(m, Reducer)), REPLACE)
+            merged[field] = reducer.fn(merged[field], value)
         except Exception as exc:  # a reducer given a value of the wrong shape
             raise UpdateError(f"cannot merge field {field!r}: {exc}") from exc
     try:
