@@ -167,8 +167,7 @@ class InvalidGraph(TowerError):
 
     def __init__(self, graph: str, problem: str) -> None:
         super().__init__(f"graph {graph!r} is invalid: {problem}")
-        self.graph = graph
-        self.problem = problem
+        self.graph, self.problem = graph, problem
 
 
 class IllegalTransition(TowerError):
@@ -178,9 +177,7 @@ class IllegalTransition(TowerError):
 
     def __init__(self, source: str, target: str, why: str) -> None:
         super().__init__(f"illegal transition {source} -> {target}: {why}")
-        self.source = source
-        self.target = target
-        self.why = why
+        self.source, self.target, self.why = source, target, why
 
 
 class NodeFailed(TowerError):
@@ -200,9 +197,7 @@ class EffectRefused(NodeFailed):
 
     def __init__(self, code: str, reason: str, *, tool: str = "") -> None:
         super().__init__(f"{tool + ' ' if tool else ''}refused ({code}): {reason}")
-        self.tool = tool
-        self.code = code
-        self.reason = reason
+        self.tool, self.code, self.reason = tool, code, reason
 
     @property
     def message(self) -> str:
@@ -222,8 +217,7 @@ class DecisionRefused(TowerError):
 
     def __init__(self, reason: str, *, code: Code | None = None) -> None:
         super().__init__(reason)
-        self.reason = reason
-        self.code = code
+        self.reason, self.code = reason, code
 
     @property
     def unknown_key(self) -> bool:

@@ -67,10 +67,8 @@ def escape(text: str, *, multiline: bool = False,
             out.append("\\\\")
         elif ch == "⟨":
             out.append("⟨U+27E8⟩")
-        elif ch == "\n" and multiline:
-            out.append("\n")
         elif ch == "\n":
-            out.append("\\n")
+            out.append("\n" if multiline else "\\n")
         elif not _hidden_char(ch, lookalikes):
             out.append(ch)
         else:

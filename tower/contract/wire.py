@@ -51,14 +51,10 @@ class StoredReply(BaseModel):
     @classmethod
     def of(cls, text: str, *, from_model: bool = True, **fields: Any) -> Self:
         """The result for ``text``, the reply an update returns (``fields``: a subclass's).
-
-        Args:
-            text: the reply.
-            from_model: whether ``text`` is a model's answer this run's history recorded (its
-                model call's result; a windowed call keeps it in the message store too): it
-                travels as its ref. Text the workflow wrote itself (a fixed fallback) is in no
-                result: it travels whole.
-        """
+        ``from_model``: ``text`` is a model's answer this run's history recorded (its model
+        call's result; a windowed call keeps it in the message store too), so it travels as
+        its ref; text the workflow wrote itself (a fixed fallback) is in no result: it travels
+        whole."""
         if from_model and text:
             return cls(reply_ref=message_ref(Message(role="assistant", content=text)), **fields)
         return cls(reply=text, **fields)

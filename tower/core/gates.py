@@ -145,7 +145,6 @@ def open_gate(
 ) -> tuple[S, Transition]:
     """Record a pending approval and hold the run at the gate's node; ``run_id`` is the
     Temporal run it opens in, ``role`` and ``min_review`` the tenant's policy for the gate."""
-    calls = calls or []
     try:
         merged = apply_update(state, update or {})
     except UpdateError as exc:
@@ -184,7 +183,6 @@ def close_gate(
         raise IllegalTransition(state.node, target, f"gate {gate.name} is not pending")
     if not machine.declared(gate.node, target):
         raise IllegalTransition(gate.node, target, f"not a declared route of gate {gate.name}")
-    calls = calls or []
     closed = pending.model_copy(update={"status": status, "decision": decision, "reason": why})
     approvals = [closed if r is pending else r for r in state.approvals]
     try:
