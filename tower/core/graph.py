@@ -144,9 +144,8 @@ class Machine:
             target = out.route(state)
             reason = f"route {out.route.__name__} -> {target}"
             if target not in out.targets:
-                raise IllegalTransition(
-                    source, target, f"route {out.route.__name__} returned an undeclared target"
-                )
+                raise IllegalTransition(source, target,
+                                        f"route {out.route.__name__} returned an undeclared target")
         guard = out.guards.get(target)
         if guard is not None:
             if not guard(state):

@@ -73,9 +73,5 @@ def effect_key(*, workflow_id: str, chain: str, action: Action, tool: str, nth: 
     if action.gate:
         digest = action.proposal.removeprefix("sha256:")[:16]
         return f"{head}/{action.gate}@{action.visit}/{digest}/{tool}#{nth}"
-    return f"{head}/{action.node}@{action.visit}/-/{tool}#{nth}/{_digest(arguments)}"
-
-
-def _digest(arguments: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()
-                          ).hexdigest()[:16]
+    args = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode())
+    return f"{head}/{action.node}@{action.visit}/-/{tool}#{nth}/{args.hexdigest()[:16]}"

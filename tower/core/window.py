@@ -31,9 +31,8 @@ def over_budget(policy: WindowPolicy, messages: int, tokens: int) -> bool:
     return messages > policy.max_messages or tokens > policy.max_tokens
 
 
-def split(policy: WindowPolicy, refs: Sequence[MessageRef]) -> tuple[
-    list[MessageRef], list[MessageRef]
-]:
+def split(policy: WindowPolicy,
+          refs: Sequence[MessageRef]) -> tuple[list[MessageRef], list[MessageRef]]:
     """(older messages to summarise, recent messages to keep)."""
     cut = max(len(refs) - policy.keep_recent, 0)
     # Never keep a tool result without the message that asked for it.
