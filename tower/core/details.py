@@ -76,10 +76,8 @@ def _pending(record: GateRecord, run_id: str) -> list[str]:
         "", *fenced(rendered.text())]
     if rendered.hidden:
         lines += ["", "**the proposal holds hidden characters**, shown as escapes"]
-    return lines + [
-        "", f"{span(f'tower approve {run_id} --gate {record.gate} --by NAME --role {record.role}')}"
-            " (or `tower reject ...`)",
-    ]
+    approve = f"tower approve {run_id} --gate {record.gate} --by NAME --role {record.role}"
+    return [*lines, "", f"{span(approve)} (or `tower reject ...`)"]
 
 
 def _decided(record: GateRecord, at: datetime | None) -> str:

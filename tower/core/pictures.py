@@ -130,8 +130,7 @@ def machine_svg(machine: Machine, waiting: str | None,
     routes = _long_edges(edges, rank, boxes, layers)
     _place(boxes, _untangle(layers, edges, routes))
     drawing = Drawing()
-    right = max(b.x + b.w / 2 for b in boxes.values())
-    lane = right
+    lane = max(b.x + b.w / 2 for b in boxes.values())  # moves back up go right of every node
     for edge in edges:
         a, b = boxes[edge.source], boxes[edge.target]
         if edge.source == edge.target:
@@ -141,8 +140,7 @@ def machine_svg(machine: Machine, waiting: str | None,
             drawing.back(a, b, edge, lane)
         else:
             drawing.forward(_ends(a, b, edges, boxes), [boxes[d] for d in routes[edge]], edge)
-    title = escape(f"agent {machine.name}, waiting at {waiting}" if waiting else
-                   f"agent {machine.name}")
+    title = escape(f"agent {machine.name}" + (f", waiting at {waiting}" if waiting else ""))
     return drawing.svg([_box(b, b.name == waiting) for b in boxes.values()
                         if b.kind != "dummy"], title)
 
