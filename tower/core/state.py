@@ -90,9 +90,7 @@ class UpdateError(TowerError, ValueError):  # a ValueError: pydantic validators 
 S = TypeVar("S", bound=AgentState)
 
 
-def apply_update(
-    state: S, update: Mapping[str, Any], *, protected: frozenset[str] = PROTECTED_FIELDS
-) -> S:
+def apply_update(state: S, update: Mapping[str, Any]) -> S:
     """A new state with ``update`` merged through each field's reducer; UpdateError naming
     the field (unknown, protected, or failing validation), ``state`` untouched."""
     state_type = type(state)
@@ -105,7 +103,7 @@ def apply_update(
         info = fields.get(field)
         if info is None:
             raise UpdateError(f"update names unknown field {field!r} of {state_type.__name__}")
-        if field in protected:
+        if field in PROTECTED_FIELDS:
             raise UpdateError(f"update may not set protected field {field!r}")
         try:
             reducer = next((m for m in info.metadata if isinstance(m, Reducer)), REPLACE)
