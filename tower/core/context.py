@@ -156,8 +156,7 @@ class NodeContext:
 
     async def _ask(self, messages: list[Message], schema: type[Any] | None,
                    max_corrections: int, extra: dict[str, Any], *, local: bool) -> Answer[Any]:
-        """Ask with this node's prompt and only its own tools (``extra``: the stored history,
-        the window, whether to keep the exchange); an invalid answer is fed back."""
+        """What ``ask`` and ``ask_window`` share; ``extra``: the request's other fields."""
         node, convo, problem = self.node, list(messages), ""
         for _ in range(max_corrections + 1):
             request = ModelRequest(

@@ -40,11 +40,8 @@ class Node:
     # The tools' objects for ``tools`` and ``proposes`` (external ``server.tool``s aside):
     # what the node's context shows the model and checks arguments and timeouts against.
     specs: Mapping[str, ToolSpec] = field(default_factory=dict)
-    # Tools the model may propose here but the node may not call: a plan that another,
-    # gated node carries out (``ctx.tool`` refuses them).
-    proposes: tuple[str, ...] = ()
-    # Declarations the graph's proof reads (tower/core/proofs.py), each with its reason:
-    # this node's side effects need no gate; cycles through it are bounded from outside.
+    proposes: tuple[str, ...] = ()  # the model may propose them; ``ctx.tool`` refuses them
+    # Why its side effects need no gate, why its cycles need no budget (``Graph.node``).
     ungated: str | None = None
     unbounded: str | None = None
 

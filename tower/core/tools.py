@@ -10,7 +10,7 @@ import inspect
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from pydantic import BaseModel, ValidationError
 
@@ -154,10 +154,8 @@ def specs_of(node: Any) -> list[ToolSpec]:
 
 def argument_problem(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
     """Why ``arguments`` do not fit the tool, or None (a spec with ``check`` checks itself)."""
-    check = getattr(spec, "check", None)
-    if check is not None:
-        problem: str | None = check(arguments)
-        return problem
+    if (check := getattr(spec, "check", None)) is not None:
+        return cast("str | None", check(arguments))
     try:
         spec.args.model_validate(arguments)
     except ValidationError as exc:
