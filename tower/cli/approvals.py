@@ -40,7 +40,7 @@ from tower.client._decisions import NotConfirmed
 from tower.client._decisions import prepare as prepare_decision
 from tower.client._pending import Deployment
 from tower.contract.decisions import GateRecord, Verdict, canonical_proposal
-from tower.contract.render import MORE, WIDTH, Rendered, fit, inert, render_proposal
+from tower.contract.render import MORE, WIDTH, fit, inert, render_proposal
 from tower.core.gates import Outcome
 from tower.core.policy import PolicyRefused, effective
 
@@ -80,13 +80,13 @@ def check_policy(agent: Any, request: BaseModel, tenant: str,
         raise CliError(f"this input may not start a run: {exc}") from None
 
 
-def deployment(tenant: str, root: Path | None = None) -> Deployment:
+def deployment(tenant: str) -> Deployment:
     """The tenant's roster (its attesting worker keys), the project's agents and the
     deployment's task queues (TOWER_TASK_QUEUES, comma-separated; default the project's)."""
     from tower.cli.agents import agents
 
     try:
-        roster = read_trust(root or trust_dir(), tenant).roster
+        roster = read_trust(trust_dir(), tenant).roster
         names = frozenset(agents())
     except (TrustError, ValueError) as exc:
         raise CliError(f"cannot tell genuine requests from forged ones: {exc}") from None
@@ -136,26 +136,21 @@ def print_waiting(approvals: dict[str, Any]) -> None:
           f"the roster must give NAME role {p['role']}; or tower reject ...)")
 
 
-def show_request(request: GateRecord, digest: str, *, verb: str, err: bool) -> Rendered:
-    """Print the whole request a decision is about to be signed for, and the proposal
-    digest it will name (on stderr with ``err``: under --json stdout is data only)."""
-    rendered = render_proposal(canonical_proposal(request))
-    out = sys.stderr if err else sys.stdout
-    width = columns(out)
-    lines = fit(f"You are about to {verb} this request (step {request.step} of run id "
-                f"{inert(request.run_id)}, role {inert(request.role)}):", GUTTER, width)
-    lines += rendered.lines(indent="  ", width=width)
-    lines += fit(f"  digest {digest}", GUTTER, width)
-    print("\n".join(lines), file=out, flush=True)
-    return rendered
-
-
 def confirmer(verb: str, *, yes: bool, ask: bool, err: bool
               ) -> Callable[[GateRecord, str], bool]:
-    """The ``confirm`` hook of ``tower.client.decide``: show the request whole, then sign
-    only with ``yes`` or, when ``ask``, an explicit "y" typed on the terminal."""
+    """The ``confirm`` hook of ``tower.client.decide``: print the whole request and the
+    proposal digest the decision will name (on stderr with ``err``: under --json stdout is
+    data only), then sign only with ``yes`` or, when ``ask``, an explicit "y" typed on the
+    terminal."""
     def confirm(request: GateRecord, digest: str) -> bool:
-        rendered = show_request(request, digest, verb=verb, err=err)
+        rendered = render_proposal(canonical_proposal(request))
+        out = sys.stderr if err else sys.stdout
+        width = columns(out)
+        lines = fit(f"You are about to {verb} this request (step {request.step} of run id "
+                    f"{inert(request.run_id)}, role {inert(request.role)}):", GUTTER, width)
+        lines += rendered.lines(indent="  ", width=width)
+        lines += fit(f"  digest {digest}", GUTTER, width)
+        print("\n".join(lines), file=out, flush=True)
         if yes or not ask:
             return True
         if not sys.stdin.isatty():

@@ -159,8 +159,7 @@ def _import(spec: str) -> Scorer:
     found = imported("--scorer", spec)
     if not callable(found):
         raise CliError(f"--scorer {spec}: not a function")
-    scorer: Scorer = found
-    return scorer
+    return found
 
 
 def _progress(i: int, n: int, r: RunResult) -> None:

@@ -25,7 +25,6 @@ from rich.text import Text
 from temporalio.client import Client, WorkflowHandle
 
 from tower.activities.streams import StreamStore, open_streams
-from tower.cli.common import describe
 from tower.client._follow import Position
 from tower.contract.render import escape
 from tower.contract.stream import (
@@ -245,16 +244,15 @@ class _Screen(Region):
                                        **t.model_dump(mode="json")}) + "\n")
         else:
             self._reply = ""  # a move: the text shown so far was that node's
-            self.line(describe(t))
+            calls = f"  [{', '.join(t.calls)}]" if t.calls else ""
+            self.line(f"  step {t.step:>3}  {t.source:>16} → {t.target:<16} {t.reason}{calls}")
 
     def progress(self, line: str, *, last: bool) -> None:
         self._line = line
         if self.live is not None and not last:
             self._draw()
-        elif self.live is not None:
-            self.live.stop()
-            self.out.write(line + "\n")
-        elif last and not self.as_json:
+        elif last and not self.as_json:  # (a live region is never shown under --json)
+            self.close()
             self.out.write(line + "\n")
         self.out.flush()
 
@@ -269,7 +267,7 @@ async def watch(
     progress. ``skip`` transitions already shown are not printed again; ``timeout``
     bounds the wait (seconds). With ``client``, the model's text from the run's live stream
     shows as it forms (under the progress line; its events as JSON lines with --json)."""
-    from tower.cli.agents import agents
+    from tower.cli.agents import project_agents
     from tower.client import RunEnd, follow
     from tower.client._runs import describe as describe_run
 
@@ -292,7 +290,7 @@ async def watch(
         async for seen in follow(handle, skip=skip, stop_at_pause=stop_at_pause,
                                  stop_when_idle=stop_when_idle, poll_seconds=poll_seconds,
                                  timeout=timeout, on_poll=polled,
-                                 workflows=_project_agents(agents)):
+                                 workflows=project_agents()):
             if isinstance(seen, RunEnd):
                 if pump is not None:
                     await pump.stop()
@@ -310,15 +308,6 @@ async def watch(
         if pump is not None:
             await pump.stop()
         screen.close()
-
-
-def _project_agents(agents: Callable[[], dict[str, type]]) -> list[type]:
-    """The project's agents, to read a closed run's log with no worker; none outside a
-    project (the log then comes from a worker, or is not shown)."""
-    try:
-        return list(agents().values())
-    except ValueError:
-        return []
 
 
 async def follow(handle: WorkflowHandle[Any, Any], *, skip: int = 0,

@@ -57,8 +57,7 @@ def run_argument(help: str = "workflow id") -> Callable[[F], F]:
 
 def print_json(data: Any, *, line: bool = False) -> None:
     """One JSON document on stdout: indented, or one line (JSON Lines) with ``line``."""
-    text = json.dumps(data, sort_keys=True, default=str, indent=None if line else 2)
-    print(text, flush=True)
+    print(json.dumps(data, sort_keys=True, default=str, indent=None if line else 2), flush=True)
 
 
 def emit(event: dict[str, Any], text: str, *, err: bool = False) -> None:

@@ -66,9 +66,8 @@ def password_ok(password: str, stored: str) -> bool:
         scheme, salt, _ = stored.split("$")
     except ValueError:
         return False
-    if scheme != "scrypt":
-        return False
-    return hmac.compare_digest(hash_password(password, bytes.fromhex(salt)), stored)
+    return scheme == "scrypt" and hmac.compare_digest(
+        hash_password(password, bytes.fromhex(salt)), stored)
 
 
 @dataclass(frozen=True)
