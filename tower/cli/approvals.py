@@ -112,16 +112,6 @@ def columns(out: IO[str]) -> int:
         return shutil.get_terminal_size((WIDTH, 24)).columns
 
 
-def print_pending(row: dict[str, Any]) -> None:
-    """One waiting run of `tower pending`: who must decide, until when, and the proposal."""
-    width = columns(sys.stdout)
-    head = (f"{inert(row['run'])} · agent {inert(row['agent'])} · step {row.get('step')} · "
-            f"role {inert(row['role'])} · expires {inert(row.get('expires_at') or '?')}")
-    lines = fit(head, GUTTER, width)  # the run's id is the requester's text
-    lines += render_proposal(row["shown"]).lines(indent="  ", width=width)
-    print("\n".join(lines), end="\n\n", flush=True)
-
-
 def print_waiting(approvals: dict[str, Any]) -> None:
     """What a followed run waits for at its gate (its ``approvals`` query), and how to decide."""
     p = approvals.get("pending")
@@ -182,8 +172,13 @@ async def pending(agent: str | None, limit: int, as_json: bool) -> int:
         return 0
     if not rows:
         print("(no runs awaiting approval)", flush=True)
-    for row in rows:
-        print_pending(row)
+    width = columns(sys.stdout)
+    for row in rows:  # who must decide, until when, and the proposal
+        head = (f"{inert(row['run'])} · agent {inert(row['agent'])} · step {row.get('step')} · "
+                f"role {inert(row['role'])} · expires {inert(row.get('expires_at') or '?')}")
+        lines = fit(head, GUTTER, width)  # the run's id is the requester's text
+        lines += render_proposal(row["shown"]).lines(indent="  ", width=width)
+        print("\n".join(lines), end="\n\n", flush=True)
     return 0
 
 

@@ -196,7 +196,6 @@ class Progress:
     node: str = "START"
     status: str = "STARTING"
     started: datetime | None = None
-    seen: int = 0
     transitions: list[Transition] = field(default_factory=list)
     # The run is RUNNING but waits for something from outside (a signal or an update):
     # no workflow task, no activity, no child is pending.
@@ -280,7 +279,7 @@ async def watch(
             on_line=screen.line)).start()
     try:
         info = await describe_run(handle)
-        progress = Progress(run=handle.id, started=info.start_time, seen=skip)
+        progress = Progress(run=handle.id, started=info.start_time)
 
         def polled(at: Position) -> None:
             progress.status, progress.step, progress.node = at.status, at.step, at.node
@@ -302,7 +301,6 @@ async def watch(
                 return progress
             screen.transition(handle.id, seen)
             progress.transitions.append(seen)
-            progress.seen += 1
         raise AssertionError("follow ends with a RunEnd")  # pragma: no cover
     finally:
         if pump is not None:

@@ -173,9 +173,7 @@ def cents_of(raw: str) -> int:
 
 def cents_value(value: object) -> int | None:
     """A proposal's ``*_cents`` value (text in the memo) as an int, or None if it is not one."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,18}", value.strip()):
         return int(value)
