@@ -3,16 +3,10 @@ what the CLI's other sides of decisions share: ``--set`` edits, the policy check
 starts, the deployment `tower pending` and the inbox trust, how the terminal shows a proposal.
 
 A decision goes to the run as the ``decide`` update, so the command prints the outcome the
-run itself reported (or why it refused the decision, which then changed nothing). Every
-proposal is printed whole, and a decision is printed before it is signed: `tower approve`
-then asks (y/N) on a terminal, ``--yes`` signs what it printed without asking, and nothing
-else signs.
-
-A proposal is printed by the library's one rendering (``tower.contract.render``), whole and
-as plain text: never through rich markup, so ``[/x]`` in a refund message is text, and
-never cut, so a script's last line is on screen before it is signed. The renderer wraps it
-to the terminal's width: a line the terminal wrapped would carry no gutter, and could read
-as a field. Making, signing and sending a decision is the client's.
+run itself reported. Nothing is signed before the whole request is printed, by the library's
+one rendering (``tower.contract.render``: plain text, never markup, wrapped to the terminal's
+width; docs/approvals.md, "What the approver sees"). Making, signing and sending a decision
+is the client's.
 """
 
 from __future__ import annotations

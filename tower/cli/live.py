@@ -1,13 +1,9 @@
-"""A run live on the terminal. Following it: each transition as a line, and a progress line
-(step, node, status, elapsed) redrawn in place on a terminal; JSON Lines with ``--json``.
-What is followed, and when following ends, is the client's (``tower.client.follow``).
-
-Its live stream: the reply as it forms, redrawn in place (rich's Live display); with
-``--json``, each stream event as one JSON line. `tower chat` shows each turn's reply forming,
-`tower run` the model's text under its progress line. The stream is read with
-``tower.client.stream`` from the store the workers write (TOWER_STREAMS, else beside TOWER_DB:
-docs/streaming.md); a worker that keeps no stream, or a store this host cannot see, only means
-the reply shows when it is whole.
+"""A run live on the terminal: each transition as a line under a progress line (step, node,
+status, elapsed) redrawn in place, and the model's reply as it forms (rich's Live display);
+JSON Lines with ``--json``. Following is the client's (``tower.client.follow``), and so is
+reading the stream (``tower.client.stream``, from the store the workers write:
+docs/streaming.md); a worker that keeps no stream, or a store this host cannot see, only
+means the reply shows when it is whole.
 """
 
 from __future__ import annotations

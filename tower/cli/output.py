@@ -47,12 +47,10 @@ tenant_option = click.option("--tenant", metavar="NAME", callback=_use_tenant, e
                                   "TEMPORAL_NAMESPACE or 'default'")
 
 
-def run_argument(help: str = "workflow id") -> Callable[[F], F]:
+def run_argument(f: F) -> F:
     """RUN and --run-id: how every command that reads one run's history names it."""
-    def decorate(f: F) -> F:
-        f = click.option("--run-id", help="a particular run of RUN (default: the latest)")(f)
-        return click.argument("run", metavar="RUN")(f)
-    return decorate
+    f = click.option("--run-id", help="a particular run of RUN (default: the latest)")(f)
+    return click.argument("run", metavar="RUN")(f)
 
 
 def print_json(data: Any, *, line: bool = False) -> None:
