@@ -98,8 +98,12 @@ async def prepare(client: Client, tenants: list[str] | None = None, *,
 class Server:
     client: Client
     started_here: bool
-    ui_url: str | None = None  # the UI of a server started here
+    ui_port: int | None = None  # the UI of a server started here
     pid: int | None = None  # the process of a server started here
+
+    @property
+    def ui_url(self) -> str | None:
+        return f"http://localhost:{self.ui_port}" if self.ui_port else None
 
 
 def port_free(port: int) -> bool:
@@ -149,9 +153,8 @@ async def server_if_needed(*, keep: bool = False) -> AsyncIterator[Server]:
             ui_port = free_port()
             proc = _start(int(port), ui_port)
             client = await wait_for_server(proc)
-        ui = f"http://localhost:{ui_port}"
-        await prepare(client, ui=ui)
-        yield Server(client, started_here=True, ui_url=ui, pid=proc.pid)
+        await prepare(client, ui=f"http://localhost:{ui_port}")
+        yield Server(client, started_here=True, ui_port=ui_port, pid=proc.pid)
         finished = True
     finally:
         if not (keep and finished):
