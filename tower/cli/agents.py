@@ -33,6 +33,15 @@ def agents() -> dict[str, Any]:
         raise ValueError(f"cannot load the agents of {where}: {exc}") from None
 
 
+def project_agents() -> list[Any]:
+    """The project's agents, to read a closed run's log with no worker; none outside a
+    project (the log then comes from a worker, or is not shown)."""
+    try:
+        return list(agents().values())
+    except ValueError:
+        return []
+
+
 def help_names() -> str:
     """For a command's help: the agents it can name (outside a project, says so)."""
     from tower.cli.errors import CliError

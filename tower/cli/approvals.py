@@ -3,16 +3,10 @@ what the CLI's other sides of decisions share: ``--set`` edits, the policy check
 starts, the deployment `tower pending` and the inbox trust, how the terminal shows a proposal.
 
 A decision goes to the run as the ``decide`` update, so the command prints the outcome the
-run itself reported (or why it refused the decision, which then changed nothing). Every
-proposal is printed whole, and a decision is printed before it is signed: `tower approve`
-then asks (y/N) on a terminal, ``--yes`` signs what it printed without asking, and nothing
-else signs.
-
-A proposal is printed by the library's one rendering (``tower.contract.render``), whole and
-as plain text: never through rich markup, so ``[/x]`` in a refund message is text, and
-never cut, so a script's last line is on screen before it is signed. The renderer wraps it
-to the terminal's width: a line the terminal wrapped would carry no gutter, and could read
-as a field. Making, signing and sending a decision is the client's.
+run itself reported. Nothing is signed before the whole request is printed, by the library's
+one rendering (``tower.contract.render``: plain text, never markup, wrapped to the terminal's
+width; docs/approvals.md, "What the approver sees"). Making, signing and sending a decision
+is the client's.
 """
 
 from __future__ import annotations
@@ -40,7 +34,7 @@ from tower.client._decisions import NotConfirmed
 from tower.client._decisions import prepare as prepare_decision
 from tower.client._pending import Deployment
 from tower.contract.decisions import GateRecord, Verdict, canonical_proposal
-from tower.contract.render import MORE, WIDTH, Rendered, fit, inert, render_proposal
+from tower.contract.render import MORE, WIDTH, fit, inert, render_proposal
 from tower.core.gates import Outcome
 from tower.core.policy import PolicyRefused, effective
 
@@ -80,13 +74,13 @@ def check_policy(agent: Any, request: BaseModel, tenant: str,
         raise CliError(f"this input may not start a run: {exc}") from None
 
 
-def deployment(tenant: str, root: Path | None = None) -> Deployment:
+def deployment(tenant: str) -> Deployment:
     """The tenant's roster (its attesting worker keys), the project's agents and the
     deployment's task queues (TOWER_TASK_QUEUES, comma-separated; default the project's)."""
     from tower.cli.agents import agents
 
     try:
-        roster = read_trust(root or trust_dir(), tenant).roster
+        roster = read_trust(trust_dir(), tenant).roster
         names = frozenset(agents())
     except (TrustError, ValueError) as exc:
         raise CliError(f"cannot tell genuine requests from forged ones: {exc}") from None
@@ -112,16 +106,6 @@ def columns(out: IO[str]) -> int:
         return shutil.get_terminal_size((WIDTH, 24)).columns
 
 
-def print_pending(row: dict[str, Any]) -> None:
-    """One waiting run of `tower pending`: who must decide, until when, and the proposal."""
-    width = columns(sys.stdout)
-    head = (f"{inert(row['run'])} · agent {inert(row['agent'])} · step {row.get('step')} · "
-            f"role {inert(row['role'])} · expires {inert(row.get('expires_at') or '?')}")
-    lines = fit(head, GUTTER, width)  # the run's id is the requester's text
-    lines += render_proposal(row["shown"]).lines(indent="  ", width=width)
-    print("\n".join(lines), end="\n\n", flush=True)
-
-
 def print_waiting(approvals: dict[str, Any]) -> None:
     """What a followed run waits for at its gate (its ``approvals`` query), and how to decide."""
     p = approvals.get("pending")
@@ -136,26 +120,21 @@ def print_waiting(approvals: dict[str, Any]) -> None:
           f"the roster must give NAME role {p['role']}; or tower reject ...)")
 
 
-def show_request(request: GateRecord, digest: str, *, verb: str, err: bool) -> Rendered:
-    """Print the whole request a decision is about to be signed for, and the proposal
-    digest it will name (on stderr with ``err``: under --json stdout is data only)."""
-    rendered = render_proposal(canonical_proposal(request))
-    out = sys.stderr if err else sys.stdout
-    width = columns(out)
-    lines = fit(f"You are about to {verb} this request (step {request.step} of run id "
-                f"{inert(request.run_id)}, role {inert(request.role)}):", GUTTER, width)
-    lines += rendered.lines(indent="  ", width=width)
-    lines += fit(f"  digest {digest}", GUTTER, width)
-    print("\n".join(lines), file=out, flush=True)
-    return rendered
-
-
 def confirmer(verb: str, *, yes: bool, ask: bool, err: bool
               ) -> Callable[[GateRecord, str], bool]:
-    """The ``confirm`` hook of ``tower.client.decide``: show the request whole, then sign
-    only with ``yes`` or, when ``ask``, an explicit "y" typed on the terminal."""
+    """The ``confirm`` hook of ``tower.client.decide``: print the whole request and the
+    proposal digest the decision will name (on stderr with ``err``: under --json stdout is
+    data only), then sign only with ``yes`` or, when ``ask``, an explicit "y" typed on the
+    terminal."""
     def confirm(request: GateRecord, digest: str) -> bool:
-        rendered = show_request(request, digest, verb=verb, err=err)
+        rendered = render_proposal(canonical_proposal(request))
+        out = sys.stderr if err else sys.stdout
+        width = columns(out)
+        lines = fit(f"You are about to {verb} this request (step {request.step} of run id "
+                    f"{inert(request.run_id)}, role {inert(request.role)}):", GUTTER, width)
+        lines += rendered.lines(indent="  ", width=width)
+        lines += fit(f"  digest {digest}", GUTTER, width)
+        print("\n".join(lines), file=out, flush=True)
         if yes or not ask:
             return True
         if not sys.stdin.isatty():
@@ -187,8 +166,13 @@ async def pending(agent: str | None, limit: int, as_json: bool) -> int:
         return 0
     if not rows:
         print("(no runs awaiting approval)", flush=True)
-    for row in rows:
-        print_pending(row)
+    width = columns(sys.stdout)
+    for row in rows:  # who must decide, until when, and the proposal
+        head = (f"{inert(row['run'])} · agent {inert(row['agent'])} · step {row.get('step')} · "
+                f"role {inert(row['role'])} · expires {inert(row.get('expires_at') or '?')}")
+        lines = fit(head, GUTTER, width)  # the run's id is the requester's text
+        lines += render_proposal(row["shown"]).lines(indent="  ", width=width)
+        print("\n".join(lines), end="\n\n", flush=True)
     return 0
 
 

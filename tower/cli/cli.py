@@ -78,8 +78,7 @@ class LazyGroup(click.Group):
         if cmd_name not in COMMANDS:
             return None
         module, _, attr = COMMANDS[cmd_name][0].partition(":")
-        found: click.Command = getattr(importlib.import_module(f"tower.cli.{module}"), attr)
-        return found
+        return getattr(importlib.import_module(f"tower.cli.{module}"), attr)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

@@ -110,7 +110,10 @@ async def command(paths: tuple[str, ...], query: str | None, namespace: str | No
         print_json(reports.to_json(report))
     else:
         print(_totals(report))
-    return _exit(report, fail_on)
+    if not report.data_untouched:
+        print("error: the real data changed during the eval", file=sys.stderr)
+        return 1
+    return 1 if fail_on and RANK[report.worst] >= RANK[Change(fail_on)] else 0
 
 
 async def _query(query: str, namespace: str | None) -> list[tuple[str, WorkflowHistory]]:
@@ -159,8 +162,7 @@ def _import(spec: str) -> Scorer:
     found = imported("--scorer", spec)
     if not callable(found):
         raise CliError(f"--scorer {spec}: not a function")
-    scorer: Scorer = found
-    return scorer
+    return found
 
 
 def _progress(i: int, n: int, r: RunResult) -> None:
@@ -182,12 +184,3 @@ def _totals(report: EvalReport) -> str:
         lines.append(f"  real data {'unchanged' if report.data_untouched else 'CHANGED'}: "
                      + ", ".join(report.data_checked))
     return "\n".join(lines)
-
-
-def _exit(report: EvalReport, fail_on: str | None) -> int:
-    if not report.data_untouched:
-        print("error: the real data changed during the eval", file=sys.stderr)
-        return 1
-    if fail_on is None:
-        return 0
-    return 1 if RANK[report.worst] >= RANK[Change(fail_on)] else 0

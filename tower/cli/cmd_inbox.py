@@ -109,11 +109,9 @@ def build_config(tenant: str, *, issuer: str | None, accounts: Path | None = Non
                        "nothing") from None
 
     secret = os.environ.get("TOWER_INBOX_SESSION_SECRET") or secrets.token_urlsafe(32)
-    common: dict[str, Any] = {"tenant": tenant, "session_secret": secret,
-                              "secure_cookies": tls, "web_ui": web_ui,
-                              "issuer": key, "store": STORE,
-                              "deployment": deployment(tenant),
-                              "watchers": frozenset(watchers)}
+    common: dict[str, Any] = {"tenant": tenant, "session_secret": secret, "secure_cookies": tls,
+                              "web_ui": web_ui, "issuer": key, "store": STORE,
+                              "deployment": deployment(tenant), "watchers": frozenset(watchers)}
     if proxy_header:
         if not trusted_proxies or roles is None:
             raise CliError("--proxy-header needs --trusted-proxy IP (the proxy's address) and "

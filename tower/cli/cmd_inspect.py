@@ -44,7 +44,7 @@ from tower.temporal.replay import (
     "Print the transition table of RUN (step, from, to, reason, time, history event) and, "
     "with --step N, the full state as it was after step N. RUN is a workflow id (running or "
     "closed) or a history JSON file; the history is replayed locally, no worker needed."))
-@run_argument("workflow id, or a history .json file")
+@run_argument  # RUN: a workflow id, or a history .json file
 @click.option("--step", type=int, help="print the full state after this step")
 @json_option("the run, its transitions (and the state after --step) as JSON")
 @tenant_option
@@ -91,7 +91,7 @@ async def inspect(run: str, run_id: str | None, step: int | None, as_json: bool)
     "point run again, but a side effect already made for the same action is not: an "
     "approval of the same request (gate, visit, proposal digest), with or without edits, "
     "gets the first effect's result."))
-@run_argument()
+@run_argument
 @click.option("--step", type=int, required=True, help="the step to restart after")
 @click.option("--reason", default="tower fork", show_default=True,
               help="recorded in the history")

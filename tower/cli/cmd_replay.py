@@ -29,7 +29,7 @@ def history() -> None:
     "Write the event history of RUN (a workflow id) as JSON, the format the Web UI and "
     "`temporal workflow show --output json` produce. The file's name is the workflow id "
     "(plus @RUN_ID for a chosen run), which `tower replay` reads back."))
-@run_argument()
+@run_argument
 @click.option("-o", "--output", "target",
               help="file or folder to write (default: RUN.json, or RUN@RUN_ID.json with "
                    "--run-id)")

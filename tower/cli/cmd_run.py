@@ -98,14 +98,13 @@ async def command(agent: str, raw_input: str, run_id: str | None, task_queue: st
 async def _final_state(client: Any, handle: Any, progress: Any) -> dict[str, Any]:
     """The run's state where following stopped (``run_state``); nothing for a run that
     closed before its first step, or whose state nothing here or no worker can read."""
-    from tower.cli.agents import agents
-    from tower.cli.live import _project_agents
+    from tower.cli.agents import project_agents
     from tower.client._runs import run_state
 
     if progress.closed and not progress.transitions:
         return {}
     try:
-        return await run_state(client, handle.id, workflows=lambda: _project_agents(agents))
+        return await run_state(client, handle.id, workflows=project_agents)
     except (CliError, RPCError, WorkflowQueryFailedError):
         if not progress.closed:
             raise

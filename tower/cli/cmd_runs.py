@@ -26,10 +26,9 @@ from tower.contract.render import inert
 @json_option("the same JSON (it is always JSON)")
 @tenant_option
 async def state(run: str, as_json: bool) -> int:
-    from tower.cli.agents import agents
-    from tower.cli.live import _project_agents
+    from tower.cli.agents import project_agents
 
-    print_json(await run_state(await connect(), run, workflows=lambda: _project_agents(agents)))
+    print_json(await run_state(await connect(), run, workflows=project_agents))
     return 0
 
 

@@ -24,11 +24,10 @@ async def command(as_json: bool) -> int:
     tenant = connect_config().get("namespace") or "default"
     mcp = await load_sources(tenant)
     users = used_by(agents().values())
-    rows: list[dict[str, Any]] = []
-    for name, tool in sorted(built_in(agents().values()).items()):
-        rows.append({"tool": name, "source": "built-in",
-                     "kind": "side effect" if tool.side_effect else "read",
-                     "gated": gated_in(name, users), "used_by": users.get(name, [])})
+    rows: list[dict[str, Any]] = [
+        {"tool": name, "source": "built-in", "kind": "side effect" if tool.side_effect else "read",
+         "gated": gated_in(name, users), "used_by": users.get(name, [])}
+        for name, tool in sorted(built_in(agents().values()).items())]
     for name, mcp_tool in sorted(mcp.tools.items()):
         kind = ("read-only" if mcp_tool.read_only else "destructive" if mcp_tool.destructive
                 else "idempotent write" if mcp_tool.idempotent else "write")

@@ -1,17 +1,11 @@
-"""`tower codec-server`: a remote codec endpoint for the Temporal Web UI and CLI, POST /encode
-and /decode (decrypting payloads for the Web UI, and encrypting for it).
+"""`tower codec-server`: Temporal's remote codec endpoint (POST /encode and /decode, bodies
+``{"payloads": [...]}`` in protobuf JSON form) for the Web UI and CLI (docs/operations.md).
 
-The protocol is Temporal's: a JSON body ``{"payloads": [...]}`` in protobuf JSON form,
-answered in the same form. Whoever can call /decode reads every run's payloads, so:
-
-- every request must carry the server's token, as ``Authorization: Bearer TOKEN`` (the
-  `temporal` CLI's ``--codec-auth``, or a UI whose auth forwards it) or as the first
-  part of the path, ``/TOKEN/decode``: the endpoint URL given to the dev server's UI
-  (``--ui-codec-endpoint``), which cannot add headers. Compared in constant time.
-- a browser request is served only from the Web UI's own origin (CORS and a check of
-  the ``Origin`` header); any other origin gets 403, token or not.
-
-The keys never leave this process, and nothing about a payload is logged.
+Whoever can call /decode reads every run's payloads, so every request shows the server's
+token, compared in constant time: as ``Authorization: Bearer TOKEN``, or as the path's first
+part (``/TOKEN/decode``) for the dev server's UI, which cannot add headers. A browser is
+served from the Web UI's own origin only (CORS and the ``Origin`` header). The keys never
+leave this process, and nothing about a payload is logged.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ from pydantic import BaseModel, ValidationError
 
 from tower.cli.agents import agents
 from tower.cli.errors import CliError
-from tower.core.engine import Transition
 from tower.temporal._machine_run import MachineRun
 
 
@@ -66,8 +65,3 @@ def parse_input(agent: type[MachineRun], raw: str) -> BaseModel:
             f"field {'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}" for e in exc.errors())
         raise CliError(
             f"input for {agent.machine.name!r} is invalid: {problems} ({expected})") from None
-
-
-def describe(t: Transition) -> str:
-    calls = f"  [{', '.join(t.calls)}]" if t.calls else ""
-    return f"  step {t.step:>3}  {t.source:>16} → {t.target:<16} {t.reason}{calls}"

@@ -261,19 +261,13 @@ class DemoData:
         self.task_queue = f"tower-demo-{self.tag}"
 
     def make(self) -> DemoData:
+        """Its folder, made; all but the newest ``KEEP`` demo folders, this one among them,
+        removed."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        prune(keep=KEEP, current=self.folder)
+        others = sorted(p for p in DEMOS.glob("*") if p.is_dir() and p != self.folder)
+        for folder in others[:max(len(others) - (KEEP - 1), 0)]:
+            shutil.rmtree(folder, ignore_errors=True)
         return self
-
-
-def prune(*, keep: int, current: Path) -> list[Path]:
-    """Remove all but the newest ``keep`` demo folders, ``current`` among them (tags sort
-    by time); the ones removed."""
-    others = sorted(p for p in DEMOS.glob("*") if p.is_dir() and p != current)
-    old = others[:max(len(others) - (keep - 1), 0)]
-    for folder in old:
-        shutil.rmtree(folder, ignore_errors=True)
-    return old
 
 
 def sdk_logs_to(path: Path) -> None:

@@ -20,11 +20,10 @@ def user_error(exc: BaseException) -> str | None:
         # A path the user chose or can fix (an unwritable folder, a missing parent).
         return f"{exc.filename}: {exc.strerror or exc}"
     # A payload this process cannot decrypt, or one its payload store lacks.
-    unreadable = _in_chain(exc, "CodecError") or _in_chain(exc, "PayloadMissing")
-    if unreadable is not None:
+    if (unreadable := _in_chain(exc, "CodecError") or _in_chain(exc, "PayloadMissing")) is not None:
         return f"cannot read the run's payloads: {unreadable}"
-    down = _in_chain(exc, "PayloadStoreUnavailable")
-    if down is not None:  # a payload over the threshold, and its store does not answer
+    # A payload over the size threshold, and its store does not answer.
+    if (down := _in_chain(exc, "PayloadStoreUnavailable")) is not None:
         return f"{down}; try again when it answers"
     if isinstance(exc, TowerError):  # Tower's own errors are written for the user
         return str(exc)

@@ -1,13 +1,9 @@
-"""A run live on the terminal. Following it: each transition as a line, and a progress line
-(step, node, status, elapsed) redrawn in place on a terminal; JSON Lines with ``--json``.
-What is followed, and when following ends, is the client's (``tower.client.follow``).
-
-Its live stream: the reply as it forms, redrawn in place (rich's Live display); with
-``--json``, each stream event as one JSON line. `tower chat` shows each turn's reply forming,
-`tower run` the model's text under its progress line. The stream is read with
-``tower.client.stream`` from the store the workers write (TOWER_STREAMS, else beside TOWER_DB:
-docs/streaming.md); a worker that keeps no stream, or a store this host cannot see, only means
-the reply shows when it is whole.
+"""A run live on the terminal: each transition as a line under a progress line (step, node,
+status, elapsed) redrawn in place, and the model's reply as it forms (rich's Live display);
+JSON Lines with ``--json``. Following is the client's (``tower.client.follow``), and so is
+reading the stream (``tower.client.stream``, from the store the workers write:
+docs/streaming.md); a worker that keeps no stream, or a store this host cannot see, only
+means the reply shows when it is whole.
 """
 
 from __future__ import annotations
@@ -25,7 +21,6 @@ from rich.text import Text
 from temporalio.client import Client, WorkflowHandle
 
 from tower.activities.streams import StreamStore, open_streams
-from tower.cli.common import describe
 from tower.client._follow import Position
 from tower.contract.render import escape
 from tower.contract.stream import (
@@ -197,7 +192,6 @@ class Progress:
     node: str = "START"
     status: str = "STARTING"
     started: datetime | None = None
-    seen: int = 0
     transitions: list[Transition] = field(default_factory=list)
     # The run is RUNNING but waits for something from outside (a signal or an update):
     # no workflow task, no activity, no child is pending.
@@ -245,16 +239,15 @@ class _Screen(Region):
                                        **t.model_dump(mode="json")}) + "\n")
         else:
             self._reply = ""  # a move: the text shown so far was that node's
-            self.line(describe(t))
+            calls = f"  [{', '.join(t.calls)}]" if t.calls else ""
+            self.line(f"  step {t.step:>3}  {t.source:>16} → {t.target:<16} {t.reason}{calls}")
 
     def progress(self, line: str, *, last: bool) -> None:
         self._line = line
         if self.live is not None and not last:
             self._draw()
-        elif self.live is not None:
-            self.live.stop()
-            self.out.write(line + "\n")
-        elif last and not self.as_json:
+        elif last and not self.as_json:  # (a live region is never shown under --json)
+            self.close()
             self.out.write(line + "\n")
         self.out.flush()
 
@@ -269,7 +262,7 @@ async def watch(
     progress. ``skip`` transitions already shown are not printed again; ``timeout``
     bounds the wait (seconds). With ``client``, the model's text from the run's live stream
     shows as it forms (under the progress line; its events as JSON lines with --json)."""
-    from tower.cli.agents import agents
+    from tower.cli.agents import project_agents
     from tower.client import RunEnd, follow
     from tower.client._runs import describe as describe_run
 
@@ -282,7 +275,7 @@ async def watch(
             on_line=screen.line)).start()
     try:
         info = await describe_run(handle)
-        progress = Progress(run=handle.id, started=info.start_time, seen=skip)
+        progress = Progress(run=handle.id, started=info.start_time)
 
         def polled(at: Position) -> None:
             progress.status, progress.step, progress.node = at.status, at.step, at.node
@@ -292,7 +285,7 @@ async def watch(
         async for seen in follow(handle, skip=skip, stop_at_pause=stop_at_pause,
                                  stop_when_idle=stop_when_idle, poll_seconds=poll_seconds,
                                  timeout=timeout, on_poll=polled,
-                                 workflows=_project_agents(agents)):
+                                 workflows=project_agents()):
             if isinstance(seen, RunEnd):
                 if pump is not None:
                     await pump.stop()
@@ -304,21 +297,11 @@ async def watch(
                 return progress
             screen.transition(handle.id, seen)
             progress.transitions.append(seen)
-            progress.seen += 1
         raise AssertionError("follow ends with a RunEnd")  # pragma: no cover
     finally:
         if pump is not None:
             await pump.stop()
         screen.close()
-
-
-def _project_agents(agents: Callable[[], dict[str, type]]) -> list[type]:
-    """The project's agents, to read a closed run's log with no worker; none outside a
-    project (the log then comes from a worker, or is not shown)."""
-    try:
-        return list(agents().values())
-    except ValueError:
-        return []
 
 
 async def follow(handle: WorkflowHandle[Any, Any], *, skip: int = 0,

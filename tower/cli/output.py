@@ -47,18 +47,15 @@ tenant_option = click.option("--tenant", metavar="NAME", callback=_use_tenant, e
                                   "TEMPORAL_NAMESPACE or 'default'")
 
 
-def run_argument(help: str = "workflow id") -> Callable[[F], F]:
+def run_argument(f: F) -> F:
     """RUN and --run-id: how every command that reads one run's history names it."""
-    def decorate(f: F) -> F:
-        f = click.option("--run-id", help="a particular run of RUN (default: the latest)")(f)
-        return click.argument("run", metavar="RUN")(f)
-    return decorate
+    f = click.option("--run-id", help="a particular run of RUN (default: the latest)")(f)
+    return click.argument("run", metavar="RUN")(f)
 
 
 def print_json(data: Any, *, line: bool = False) -> None:
     """One JSON document on stdout: indented, or one line (JSON Lines) with ``line``."""
-    text = json.dumps(data, sort_keys=True, default=str, indent=None if line else 2)
-    print(text, flush=True)
+    print(json.dumps(data, sort_keys=True, default=str, indent=None if line else 2), flush=True)
 
 
 def emit(event: dict[str, Any], text: str, *, err: bool = False) -> None:

@@ -18,11 +18,8 @@ _chosen: Path | None = None
 
 def use(path: str | Path | None) -> None:
     global _chosen
-    if path is None:
-        _chosen = None
-        return
-    folder = Path(path).expanduser().resolve()
-    if not is_project(folder):
+    folder = None if path is None else Path(path).expanduser().resolve()
+    if folder is not None and not is_project(folder):
         raise CliError(f"--project {path}: no workflows/ package there (a Tower project "
                        "keeps its agents in workflows/; `tower new NAME` makes one)")
     _chosen = folder
@@ -75,11 +72,8 @@ def task_queue() -> str:
     if os.environ.get("TOWER_TASK_QUEUE"):
         return os.environ["TOWER_TASK_QUEUE"]
     folder = find()
-    config = folder / "pyproject.toml" if folder is not None else None
-    if config is None or not config.is_file():
-        return TASK_QUEUE
-    try:
-        tower = tomllib.loads(config.read_text()).get("tool", {}).get("tower", {})
+    try:  # (no pyproject.toml: an OSError)
+        config = tomllib.loads((folder / "pyproject.toml").read_text()) if folder else {}
     except (OSError, tomllib.TOMLDecodeError):
         return TASK_QUEUE
-    return str(tower.get("task-queue") or TASK_QUEUE)
+    return str(config.get("tool", {}).get("tower", {}).get("task-queue") or TASK_QUEUE)

@@ -1,17 +1,11 @@
 """A decision form, read and checked before anything is signed or sent, and signed: a JWS
-under the inbox's own issuer key.
+under the inbox's own issuer key, whose ``sub`` is the approver the inbox authenticated
+(never a form field) and ``role`` the gate's (docs/inbox.md, docs/approvals.md).
 
-The checks here give the approver a clear message early; the run checks everything again
-(role, signature, expiry, edit rules), so a form forged past them changes nothing. An amount
-(an int field named ``*_cents``) is typed in currency, as ``money.<field>``, and sent in
-cents; the same field posted as cents (``edit.<field>``) is refused: a form must never leave
-it to guess whether "500" meant $500 or $5. Every ``*_cents`` value shows as currency
-($1,200.00); a typed amount reads back to cents exactly (Decimal, never float), refusing what
-is not plainly an amount (a third decimal, a sign, an exponent, a misplaced comma).
-
-The inbox is a member of the tenant's roster whose ``vouches_for`` lists the roles it may
-vouch for (docs/approvals.md). Its token's ``sub`` is the approver the inbox authenticated
-(never a form field) and ``role`` the gate's, which the inbox checked the approver holds.
+The checks here give the approver a clear message early; the run checks everything again,
+so a form forged past them changes nothing. An amount (an int field named ``*_cents``) is
+typed in currency (``money.<field>``) and read back to cents exactly (Decimal, never float);
+posted in cents (``edit.<field>``) it is refused: "500" must never be left to mean $500 or $5.
 """
 
 from __future__ import annotations
@@ -173,9 +167,7 @@ def cents_of(raw: str) -> int:
 
 def cents_value(value: object) -> int | None:
     """A proposal's ``*_cents`` value (text in the memo) as an int, or None if it is not one."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,18}", value.strip()):
         return int(value)

@@ -1,27 +1,13 @@
-"""Who is signed in: built-in accounts (development) or a trusted reverse proxy's header.
+"""Who is signed in: built-in accounts (development: a JSON file, passwords as scrypt hashes,
+``{"alice": {"password": "scrypt$<salt hex>$<hash hex>", "roles": ["manager"]}}``) or a
+reverse proxy's user header, trusted on connections from the proxy's own addresses only,
+with roles from a role map, never from the request. And what the inbox keeps on its own
+side: sessions it can revoke, the decisions it restates, how many sign-ins failed lately.
 
-Built-in accounts live in a JSON file, passwords as scrypt hashes:
-``{"alice": {"password": "scrypt$<salt hex>$<hash hex>", "roles": ["manager"]}}``.
-
-Behind a reverse proxy that authenticates users (oauth2-proxy in front of an OIDC
-provider, an SSO gateway), the inbox trusts the proxy's user header, but only on
-connections from the proxy's own addresses; roles then come from the role map
-(``{"alice": ["manager"]}``), never from the request.
-
-The inbox keeps, on its own side, sessions it can revoke, the decisions it restates, and
-how many sign-ins failed lately.
-
-A signed cookie alone cannot be taken back: copied before sign-out, it would work until it
-expires. So the cookie carries a random session id, and a session counts only while that
-id is in the store (SQLite, or in memory); sign-out deletes it. The store keeps ids hashed:
-reading it gives no cookie.
-
-Failed sign-ins slow down per (name, address) only. A limit per name is a lockout (whoever
-knows an approver's name keeps it refused from everywhere), and so is one per address
-(colleagues share an office's address, everyone a proxy's). So another account's failures
-delay a sign-in by nothing; a flood of wrong passwords for alice from one address leaves her
-free to sign in from any other address at once, and from that one within ``most_delay``
-seconds (under a minute); a guesser gets a few tries a minute per name and address.
+Why (docs/inbox.md, "Sessions and forms"): a signed cookie alone cannot be taken back, so it
+carries a random session id that counts only while the store (SQLite, or in memory) keeps
+it, hashed: reading the store gives no cookie. Failed sign-ins slow down per (name,
+address) only: a limit per name, or per address (an office's, a proxy's), is a lockout.
 """
 
 from __future__ import annotations
@@ -66,9 +52,8 @@ def password_ok(password: str, stored: str) -> bool:
         scheme, salt, _ = stored.split("$")
     except ValueError:
         return False
-    if scheme != "scrypt":
-        return False
-    return hmac.compare_digest(hash_password(password, bytes.fromhex(salt)), stored)
+    return scheme == "scrypt" and hmac.compare_digest(
+        hash_password(password, bytes.fromhex(salt)), stored)
 
 
 @dataclass(frozen=True)

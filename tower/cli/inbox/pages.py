@@ -1,19 +1,11 @@
 """The inbox's pages: the list, the decision page, a decision and what was decided; and
-their server-sent events (docs/streaming.md). A run whose request this deployment could not
-have made (an unknown agent, node or gate, a memo that cannot be read) is a 404 that says
-why; a run the user may not see is the same 404 as a run nobody started.
+their server-sent events (docs/streaming.md, "In a browser"). A run whose request this
+deployment could not have made (an unknown agent, node or gate, a memo that cannot be read)
+is a 404 that says why; a run the user may not see is the same 404 as a run nobody started.
 
-- ``GET /api/changes`` (``?run=RUN``): what a live page shows, sent again whenever it
-  changes (checked every second, from a one-second cache of visibility): the list's rendered
-  rows, or what became of the run. ``?fingerprint=`` is what the page shows already.
-- ``GET /api/runs/RUN/stream``: run RUN's live stream (the model's text as it forms, each
-  step), one SSE event per stream event, its offset as the event id: a browser's
-  EventSource that reconnects sends ``Last-Event-ID`` and resumes there (``?after=N``
-  does the same by hand). It ends with an ``end`` event once the run has ended. A run that
-  is not there yet is waited for, up to ``?wait=`` seconds (WAIT_SECONDS, at most that),
-  then 404; the first line is ``retry:``, so a dropped EventSource comes back soon. Each
-  model event carries ``reply``: the fold (``Reply``) after it, the whole text shown and
-  its state, for a client that does not fold attempts itself.
+``/api/changes`` sends what a live page shows again whenever it changes (checked every
+second, from a one-second cache of visibility; ``?fingerprint=`` is what the page shows
+already); ``/api/runs/RUN/stream`` is a run's live stream, each event's offset its SSE id.
 """
 
 from __future__ import annotations
