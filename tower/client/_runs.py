@@ -249,7 +249,7 @@ async def run_state(client: Client, run: str, *,
         return replayed.states[-1].model_dump(mode="json")
     if not await has_workers(client, info.task_queue):
         why = (replayed.failure or "no transitions") if replayed else "no agents to replay it"
-        raise ClientError(f"run {run!r} ended {_status(info)}, and its history does not "
+        raise ClientError(f"run {run!r} ended {status_of(info)}, and its history does not "
                           f"replay against this code ({why}); start a worker of the code "
                           "that ran it and ask again")
     state = await ask(handle, names.STATE.name, dict)
@@ -291,7 +291,7 @@ async def update_while_open(handle: WorkflowHandle[Any, Any], update: Any, *args
             info = watch.result()
         else:
             raise TimeoutError(f"no answer from {handle.id} in {timeout:g} s")
-        raise RunClosed(handle.id, _status(info), await failure_of(handle)) from None
+        raise RunClosed(handle.id, status_of(info), await failure_of(handle)) from None
     finally:
         for task in (sent, watch):
             task.cancel()
@@ -319,7 +319,7 @@ async def _until_closed(handle: WorkflowHandle[Any, Any], poll_seconds: float
         await asyncio.sleep(poll_seconds)
 
 
-def _status(info: WorkflowExecutionDescription) -> str:
+def status_of(info: WorkflowExecutionDescription) -> str:
     return info.status.name if info.status else "UNKNOWN"
 
 

@@ -167,11 +167,8 @@ class EffectTool(Generic[A]):
                 return reconcile(db, call.idempotency_key)
             return self.call(db, call)
 
-        # Activity names are part of the history's contract: keep them stable (the
-        # function's, as the SDK and TowerPlugin name an activity).
-        run.__name__ = run.__qualname__ = self.name
         setattr(run, MARK, True)  # it answers ``reconcile`` itself (OnlyEffectsReconcile)
-        return activity.defn(run)
+        return named_activity(run, self.name)
 
     def call(self, db: Database, call: ToolCall, *, epoch: int | None = None
              ) -> dict[str, Any]:
@@ -244,19 +241,22 @@ def activity_for(tool: Tool, bound: Any = UNBOUND) -> Callable[..., Any]:
             args, context = prepare(call)
             return to_jsonable_python(await invoke(tool, bound, args, context))
 
-        run: Callable[..., Any] = run_async
-    else:
-        def run_sync(call: ToolCall) -> Any:
-            args, context = prepare(call)
-            if on_db is not None:
-                return to_jsonable_python(on_db(lambda tx: invoke(tool, tx, args, context)))
-            return to_jsonable_python(invoke(tool, bound, args, context))
+        return named_activity(run_async, tool.name)
 
-        run = run_sync
-    # Activity names are part of the history's contract: the tool's name, always (the
-    # function's, as the SDK and TowerPlugin name an activity).
-    run.__name__ = run.__qualname__ = tool.name
-    return activity.defn(run)
+    def run_sync(call: ToolCall) -> Any:
+        args, context = prepare(call)
+        if on_db is not None:
+            return to_jsonable_python(on_db(lambda tx: invoke(tool, tx, args, context)))
+        return to_jsonable_python(invoke(tool, bound, args, context))
+
+    return named_activity(run_sync, tool.name)
+
+
+def named_activity(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``fn`` as the activity ``name``. Activity names are part of the history's contract:
+    stable, the function's (as the SDK and TowerPlugin name an activity)."""
+    fn.__name__ = fn.__qualname__ = name
+    return activity.defn(fn)
 
 
 def run_tool(tool: Tool, bound: Any, call: ToolCall, *, epoch: int | None = None) -> Any:
