@@ -56,14 +56,10 @@ class NeedsTowerPlugin(BaseException):
     that the SDK's "Failed validating workflow" does not bury the one line saying so."""
 
 
-def _in_a_sandbox_of_its_own() -> bool:
-    # TowerPlugin passes all of ``tower`` through: loaded once, outside any run's sandbox.
-    # Loaded afresh inside one, this module was imported by a worker or replayer without it.
-    workflow = sys.modules.get("temporalio.workflow")
-    return workflow is not None and bool(workflow.unsafe.in_sandbox())
-
-
-_WITHOUT_PLUGIN = _in_a_sandbox_of_its_own()
+# TowerPlugin passes all of ``tower`` through: loaded once, outside any run's sandbox.
+# Loaded afresh inside one, this module was imported by a worker or replayer without it.
+_workflow = sys.modules.get("temporalio.workflow")
+_WITHOUT_PLUGIN = _workflow is not None and bool(_workflow.unsafe.in_sandbox())
 
 
 def _import(module: str) -> Any:

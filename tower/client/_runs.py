@@ -238,11 +238,9 @@ async def run_state(client: Client, run: str, *,
     handle = client.get_workflow_handle(run, result_type=dict)
     info = await describe(handle)
     if info.status == WorkflowExecutionStatus.COMPLETED:
-        result: dict[str, Any] = await handle.result()
-        return result
+        return await handle.result()
     if not closed(info):
-        state: dict[str, Any] = await query(client, handle, names.STATE.name, dict)
-        return state
+        return await query(client, handle, names.STATE.name, dict)
     await check_started(handle, info)
     replayed = await replay_closed(handle, info, workflows())
     if replayed is not None and not replayed.failure and replayed.states:
@@ -252,8 +250,7 @@ async def run_state(client: Client, run: str, *,
         raise ClientError(f"run {run!r} ended {status_of(info)}, and its history does not "
                           f"replay against this code ({why}); start a worker of the code "
                           "that ran it and ask again")
-    state = await ask(handle, names.STATE.name, dict)
-    return state
+    return await ask(handle, names.STATE.name, dict)
 
 
 async def replay_closed(handle: WorkflowHandle[Any, Any], info: WorkflowExecutionDescription,

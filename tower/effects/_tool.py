@@ -51,8 +51,6 @@ TABLE = """CREATE TABLE IF NOT EXISTS tower_effects (
 class Cursor(Protocol):
     def fetchone(self) -> Any: ...
 
-    def fetchall(self) -> Any: ...
-
 
 class Tx(Protocol):
     """An open write transaction (``?`` placeholders on every backend)."""
@@ -163,9 +161,7 @@ class EffectTool(Generic[A]):
     def on(self, db: Database) -> Callable[[ToolCall], dict[str, Any] | None]:
         """The activity that runs this tool's effects in ``db``, exactly once per key."""
         def run(call: ToolCall) -> dict[str, Any] | None:
-            if call.reconcile:
-                return reconcile(db, call.idempotency_key)
-            return self.call(db, call)
+            return reconcile(db, call.idempotency_key) if call.reconcile else self.call(db, call)
 
         setattr(run, MARK, True)  # it answers ``reconcile`` itself (OnlyEffectsReconcile)
         return named_activity(run, self.name)
@@ -209,8 +205,7 @@ def reconcile(db: Database, key: str, epoch: int | None = None) -> dict[str, Any
     """The effect made under ``key``, if any, after fencing off every earlier attempt:
     once this returns None, no attempt given up on can make it any more."""
     mine = epoch_now() if epoch is None else epoch
-    result: dict[str, Any] | None = db.run(lambda tx: claim(tx, key, mine, db.for_update))
-    return result
+    return db.run(lambda tx: claim(tx, key, mine, db.for_update))
 
 
 def invoke(tool: Tool, resource: Any, args: BaseModel, call: EffectCall) -> Any:

@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from tower.activities.scripted import Script
 from tower.contract.decisions import Decision, GateRecord, Verdict, proposal_digest
 from tower.contract.failures import Code, DecisionRefused, NodeFailed, TowerError
 from tower.contract.stream import custom_data
@@ -40,8 +41,6 @@ from tower.core.tools import Tool, argument_problem, called, spec_for
 S = TypeVar("S", bound=AgentState)
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
-# What the model says to a request: content, or one tool call (the scripted model's shape).
-Script = Callable[[ModelRequest], "str | ToolCallRequest"]
 # A node's answers: a script, or a list of answers given in order (across its visits).
 ModelAnswers = Script | Sequence["str | ToolCallRequest"]
 # A tool's answer: a fixed result, a function of the arguments, or a function of the

@@ -148,8 +148,7 @@ class Outside:
         token = wire.get("token")
         if not isinstance(token, str) or token.count(".") != 2:
             return None
-        claims: dict[str, Any] = json.loads(jws.extract_compact(token.encode()).payload)
-        return claims
+        return json.loads(jws.extract_compact(token.encode()).payload)
 
 
 @dataclass
