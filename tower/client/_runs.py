@@ -178,7 +178,9 @@ async def query(client: Client, handle: WorkflowHandle[Any, Any], query: Any,
             say(f"the worker that ran {handle.id} does not answer (stopped?); handing the "
                 f"run to another worker on task queue {info.task_queue!r} "
                 f"({left:.0f} s left)")
-        await hand_over(client, handle.id)
+        # Released from the worker that last ran it: its next task goes to the queue.
+        await client.workflow_service.reset_sticky_task_queue(ResetStickyTaskQueueRequest(
+            namespace=client.namespace, execution=WorkflowExecution(workflow_id=handle.id)))
         wait = timedelta(seconds=min(QUERY_TIMEOUT.total_seconds(), max(left, 1.0)))
 
 
@@ -220,12 +222,6 @@ def unanswered(exc: RPCError) -> bool:
     return (exc.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.FAILED_PRECONDITION,
                            RPCStatusCode.CANCELLED) or "timeout" in exc.message.lower()
             or "timed out" in exc.message.lower())
-
-
-async def hand_over(client: Client, run: str) -> None:
-    """Release the run from the worker that last ran it: its next task goes to the queue."""
-    await client.workflow_service.reset_sticky_task_queue(ResetStickyTaskQueueRequest(
-        namespace=client.namespace, execution=WorkflowExecution(workflow_id=run)))
 
 
 async def run_state(client: Client, run: str, *,

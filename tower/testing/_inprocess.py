@@ -219,7 +219,6 @@ async def run_agent(
                      list(decisions), [dict(e) for e in events], host, children, expire)
     if state.node == START:
         runner.record(*start(runner.machine, state, at=T0, event_id=1))
-    # else: the state of a run that stopped on a node (a carried-over run) goes on from there.
     ledger = Ledger() if hasattr(agent, "EventModel") else None
     try:
         while runner.current.node not in TERMINALS and len(runner.log) < max_steps:

@@ -104,7 +104,6 @@ def answer(state: dict[str, Any]) -> str:
     return str(said[-1]) if said else ""
 
 
-
 class EvalError(TowerError):
     """An eval that cannot be made: a history it cannot read (an encoding it cannot decode,
     no start event), a --baseline folder that holds no eval report, no `temporal` binary
