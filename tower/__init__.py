@@ -62,20 +62,16 @@ _workflow = sys.modules.get("temporalio.workflow")
 _WITHOUT_PLUGIN = _workflow is not None and bool(_workflow.unsafe.in_sandbox())
 
 
-def _import(module: str) -> Any:
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tower' has no attribute {name!r}")
     if _WITHOUT_PLUGIN:
         raise NeedsTowerPlugin(
             "Tower agents need TowerPlugin (its converter, sandbox and failure types): "
             "Replayer(workflows=[...], plugins=[TowerPlugin()]), or a Worker on a client "
             "connected with plugins=[TowerPlugin()] (from tower.temporal import TowerPlugin)")
-    return importlib.import_module(module)
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tower' has no attribute {name!r}")
-    found = _import(module)
+    found = importlib.import_module(module)
     # `window` is a module: `from tower.core import window`.
     value = getattr(found, name) if hasattr(found, name) else importlib.import_module(
         f"{module}.{name}")

@@ -141,9 +141,8 @@ class Eval:
 
     def __init__(self, client: Client, folder: Path, models: RecordedModels,
                  timeout: float, db: Path, trust: EvalTrust) -> None:
-        self.client, self.folder, self.models, self.timeout = client, folder, models, timeout
-        self.trust = trust
-        self.db = db
+        self.client, self.models, self.timeout, self.db, self.trust = (
+            client, models, timeout, db, trust)
         # Every run starts from the same data, whatever the runs before it changed.
         self.pristine = private_copy(db, folder / "pristine")
 
