@@ -35,7 +35,6 @@ from mcp import Client, MCPError, StdioServerParameters
 from mcp.types import RequestParamsMeta
 from tower.contract.failures import Code, TowerError, failure
 from tower.contract.wire import ToolCall, ToolSchema
-from tower.effects._tool import named_activity
 
 from . import McpDiscoveryError, ServerConfig, TenantMcp
 
@@ -248,7 +247,10 @@ class McpToolBox:
         async def run(call: ToolCall) -> dict[str, Any]:
             return await self.call(tool, call)
 
-        return named_activity(run, tool.name)  # the catalogue name
+        # Activity names are part of the history's contract: the catalogue name, stable (the
+        # function's, as the SDK and TowerPlugin name an activity).
+        run.__name__ = run.__qualname__ = tool.name
+        return activity.defn(run)
 
     async def call(self, tool: McpTool, call: ToolCall) -> dict[str, Any]:
         problem = tool.check(call.arguments)
