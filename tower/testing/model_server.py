@@ -91,8 +91,7 @@ class FaultPlan:
                 self.queue.remove(fault)
                 return fault
         if self.rate and self.rng.random() < self.rate:
-            kind = self.rng.choice(RANDOM_KINDS)
-            return Fault(kind, seconds=self.slow_seconds)
+            return Fault(self.rng.choice(RANDOM_KINDS), seconds=self.slow_seconds)
         return None
 
 

@@ -246,8 +246,7 @@ async def _asked(handle: WorkflowHandle[Any, Any], query: str) -> dict[str, Any]
 
 
 def _cause(exc: Exception) -> str:
-    cause = getattr(exc, "cause", None)
-    return str(getattr(cause, "message", None) or exc)[:300]
+    return str(getattr(getattr(exc, "cause", None), "message", None) or exc)[:300]
 
 
 @contextmanager
