@@ -87,8 +87,8 @@ async def follow(
                 yield t
             moved = len(log) > seen
             seen = max(seen, len(log))
-            position = Position(status, *((log[-1].step, log[-1].target) if log
-                                          else (position.step, position.node)))
+            at = (log[-1].step, log[-1].target) if log else (position.step, position.node)
+            position = Position(status, *at)
             if on_poll is not None:
                 on_poll(position)
             end = await _end(handle, info, position, moved, stop_at_pause, stop_when_idle)
