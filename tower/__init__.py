@@ -56,30 +56,22 @@ class NeedsTowerPlugin(BaseException):
     that the SDK's "Failed validating workflow" does not bury the one line saying so."""
 
 
-def _in_a_sandbox_of_its_own() -> bool:
-    # TowerPlugin passes all of ``tower`` through: loaded once, outside any run's sandbox.
-    # Loaded afresh inside one, this module was imported by a worker or replayer without it.
-    workflow = sys.modules.get("temporalio.workflow")
-    return workflow is not None and bool(workflow.unsafe.in_sandbox())
-
-
-_WITHOUT_PLUGIN = _in_a_sandbox_of_its_own()
-
-
-def _import(module: str) -> Any:
-    if _WITHOUT_PLUGIN:
-        raise NeedsTowerPlugin(
-            "Tower agents need TowerPlugin (its converter, sandbox and failure types): "
-            "Replayer(workflows=[...], plugins=[TowerPlugin()]), or a Worker on a client "
-            "connected with plugins=[TowerPlugin()] (from tower.temporal import TowerPlugin)")
-    return importlib.import_module(module)
+# TowerPlugin passes all of ``tower`` through: loaded once, outside any run's sandbox.
+# Loaded afresh inside one, this module was imported by a worker or replayer without it.
+_workflow = sys.modules.get("temporalio.workflow")
+_WITHOUT_PLUGIN = _workflow is not None and bool(_workflow.unsafe.in_sandbox())
 
 
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tower' has no attribute {name!r}")
-    found = _import(module)
+    if _WITHOUT_PLUGIN:
+        raise NeedsTowerPlugin(
+            "Tower agents need TowerPlugin (its converter, sandbox and failure types): "
+            "Replayer(workflows=[...], plugins=[TowerPlugin()]), or a Worker on a client "
+            "connected with plugins=[TowerPlugin()] (from tower.temporal import TowerPlugin)")
+    found = importlib.import_module(module)
     # `window` is a module: `from tower.core import window`.
     value = getattr(found, name) if hasattr(found, name) else importlib.import_module(
         f"{module}.{name}")

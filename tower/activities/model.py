@@ -341,9 +341,6 @@ async def _heartbeat() -> None:
         await asyncio.sleep(max(timeout.total_seconds() / 3, 0.5))
 
 
-# Model calls on stored messages.
-
-
 def _open(store: MessageStore, request: ModelRequest,
           ) -> tuple[MessageRef | None, list[MessageRef], list[Message]]:
     """(summary, messages' refs, the messages to ask with) of the request's window."""

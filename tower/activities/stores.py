@@ -120,11 +120,9 @@ class StoreSettings:
 
     def described(self) -> dict[str, str]:
         """Each store's name and where it is (passwords hidden), for start-up lines."""
-        def where(name: str, spec: str) -> str:
-            kind = "directory" if name == "payload store" else "file"
-            return f"PostgreSQL {redact(spec)}" if is_url(spec) else f"local {kind} {spec}"
-
-        return {name: where(name, spec) for name, spec in self.specs().items()}
+        return {name: f"PostgreSQL {redact(spec)}" if is_url(spec)
+                else f"local {'directory' if name == 'payload store' else 'file'} {spec}"
+                for name, spec in self.specs().items()}
 
     def local(self) -> list[str]:
         """The stores that are one host's own files."""

@@ -132,7 +132,6 @@ class Outage:
     ``RETRY_SECONDS`` (a reply is not held up by connection attempts)."""
 
     def __init__(self, store: Any) -> None:
-        self.store = store
         self.name = redact(str(getattr(store, "url", store)))  # a password hidden
         self._lock = threading.Lock()
         self._since: float | None = None  # when publishing started to fail

@@ -104,9 +104,7 @@ class Trust:
 
     def key_for(self, tenant: str) -> dict[str, Any] | None:
         path = Path(self.key) if self.key else tenant_dir(self.root, tenant) / WORKER_KEY_FILE
-        if not path.is_file():
-            return None
-        return dict(json.loads(path.read_text()))
+        return dict(json.loads(path.read_text())) if path.is_file() else None
 
     @activity.defn  # named by the function: ATTEST_ACTIVITY
     def tower_attest(self, request: AttestRequest) -> str:

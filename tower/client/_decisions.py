@@ -143,9 +143,7 @@ async def _approvals(client: Client, run: str, *, say: Callable[[str], None] | N
             state = await client.get_workflow_handle(run, result_type=dict).result()
             last = "; " + last_request({"records": state.get("approvals", [])})
         raise ClientError(f"run {run!r} is closed ({status}): nothing to decide{last}")
-    result: dict[str, Any] = await query(client, handle, names.APPROVALS.name, dict,
-                                         takeover=takeover, say=say)
-    return result
+    return await query(client, handle, names.APPROVALS.name, dict, takeover=takeover, say=say)
 
 
 def last_request(approvals: dict[str, Any]) -> str:

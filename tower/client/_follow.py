@@ -26,7 +26,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from tower.client._runs import check_started, closed, describe, failure_of, replay_closed
+from tower.client._runs import check_started, closed, describe, failure_of, replay_closed, status_of
 from tower.client.errors import ClientError, RunNotFound
 from tower.contract import names, search
 from tower.core.engine import Transition
@@ -87,10 +87,8 @@ async def follow(
                 yield t
             moved = len(log) > seen
             seen = max(seen, len(log))
-            if log:
-                position = Position(status, log[-1].step, log[-1].target)
-            else:
-                position = Position(status, position.step, position.node)
+            at = (log[-1].step, log[-1].target) if log else (position.step, position.node)
+            position = Position(status, *at)
             if on_poll is not None:
                 on_poll(position)
             end = await _end(handle, info, position, moved, stop_at_pause, stop_when_idle)
@@ -124,9 +122,7 @@ async def _poll(handle: WorkflowHandle[Any, Any], workflows: Sequence[type], beg
     for a running run this time."""
     info = await describe(handle)
     if not began:  # no workflow task completed: nothing to ask, nothing moved
-        if not closed(info):
-            return None
-        return info.status.name if info.status else "UNKNOWN", [], info
+        return (status_of(info), [], info) if closed(info) else None
     if closed(info) and workflows:
         # Replayed here, not asked of a worker: a worker would replay the same history, and
         # asking waits out the query's timeout when none is left (~30 s after one stopped:
@@ -146,10 +142,8 @@ async def _poll(handle: WorkflowHandle[Any, Any], workflows: Sequence[type], beg
 
 
 def _closed_status(info: WorkflowExecutionDescription, status: str) -> str:
-    if closed(info) and status not in AGENT_ENDS:
-        # It closed without reaching a terminal node: the execution says how.
-        return info.status.name if info.status else "UNKNOWN"
-    return status
+    # Closed without reaching a terminal node: the execution says how.
+    return status_of(info) if closed(info) and status not in AGENT_ENDS else status
 
 
 async def _replayed(handle: WorkflowHandle[Any, Any], info: WorkflowExecutionDescription,

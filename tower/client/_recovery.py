@@ -19,7 +19,7 @@ from temporalio.api.enums.v1 import ResetReapplyExcludeType
 from temporalio.api.workflowservice.v1 import ResetWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
 
-from tower.client._runs import check_started, describe
+from tower.client._runs import check_started, describe, status_of
 from tower.client.errors import ClientError
 from tower.contract import search
 from tower.core.engine import Transition
@@ -55,7 +55,7 @@ def entry_into(log: Sequence[Transition], node: str, nodes: Sequence[str], run: 
 
 def check_retryable(run: str, info: WorkflowExecutionDescription) -> None:
     """ClientError unless RUN ended FAILED (a failed workflow execution)."""
-    status = info.status.name if info.status else "UNKNOWN"
+    status = status_of(info)
     agent = info.typed_search_attributes.get(search.AGENT_STATUS) or "?"
     if info.status == WorkflowExecutionStatus.RUNNING:
         raise ClientError(f"run {run!r} is still running ({agent}): retry is for a run that "

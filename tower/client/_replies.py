@@ -24,8 +24,6 @@ from tower.contract.wire import MessageRef, StoredReply, message_ref
 if TYPE_CHECKING:
     from tower.activities.messages import MessageStore
 
-_MARKER = EventType.EVENT_TYPE_MARKER_RECORDED
-_COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
 _PAGE = 64  # events per page, newest first: a turn's model call is a few events back
 _stores: dict[str, MessageStore] = {}  # one per setting and process (a connection each)
 
@@ -101,9 +99,9 @@ async def _from_history(client: Client, workflow_id: str, run_id: str | None,
 async def _text_in(client: Client, event: HistoryEvent, ref: MessageRef) -> str | None:
     """The reply in ``event`` (a local activity's marker or an activity's result) when its
     content hashes to ``ref``."""
-    if event.event_type == _MARKER:
+    if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
         payloads = event.marker_recorded_event_attributes.details["result"].payloads
-    elif event.event_type == _COMPLETED:
+    elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
         payloads = event.activity_task_completed_event_attributes.result.payloads
     else:
         return None

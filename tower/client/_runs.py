@@ -178,7 +178,9 @@ async def query(client: Client, handle: WorkflowHandle[Any, Any], query: Any,
             say(f"the worker that ran {handle.id} does not answer (stopped?); handing the "
                 f"run to another worker on task queue {info.task_queue!r} "
                 f"({left:.0f} s left)")
-        await hand_over(client, handle.id)
+        # Released from the worker that last ran it: its next task goes to the queue.
+        await client.workflow_service.reset_sticky_task_queue(ResetStickyTaskQueueRequest(
+            namespace=client.namespace, execution=WorkflowExecution(workflow_id=handle.id)))
         wait = timedelta(seconds=min(QUERY_TIMEOUT.total_seconds(), max(left, 1.0)))
 
 
@@ -222,12 +224,6 @@ def unanswered(exc: RPCError) -> bool:
             or "timed out" in exc.message.lower())
 
 
-async def hand_over(client: Client, run: str) -> None:
-    """Release the run from the worker that last ran it: its next task goes to the queue."""
-    await client.workflow_service.reset_sticky_task_queue(ResetStickyTaskQueueRequest(
-        namespace=client.namespace, execution=WorkflowExecution(workflow_id=run)))
-
-
 async def run_state(client: Client, run: str, *,
                     workflows: Callable[[], Sequence[type]] = tuple) -> dict[str, Any]:
     """RUN's state: a running run's from its ``state`` query (a worker answers), a completed
@@ -238,22 +234,19 @@ async def run_state(client: Client, run: str, *,
     handle = client.get_workflow_handle(run, result_type=dict)
     info = await describe(handle)
     if info.status == WorkflowExecutionStatus.COMPLETED:
-        result: dict[str, Any] = await handle.result()
-        return result
+        return await handle.result()
     if not closed(info):
-        state: dict[str, Any] = await query(client, handle, names.STATE.name, dict)
-        return state
+        return await query(client, handle, names.STATE.name, dict)
     await check_started(handle, info)
     replayed = await replay_closed(handle, info, workflows())
     if replayed is not None and not replayed.failure and replayed.states:
         return replayed.states[-1].model_dump(mode="json")
     if not await has_workers(client, info.task_queue):
         why = (replayed.failure or "no transitions") if replayed else "no agents to replay it"
-        raise ClientError(f"run {run!r} ended {_status(info)}, and its history does not "
+        raise ClientError(f"run {run!r} ended {status_of(info)}, and its history does not "
                           f"replay against this code ({why}); start a worker of the code "
                           "that ran it and ask again")
-    state = await ask(handle, names.STATE.name, dict)
-    return state
+    return await ask(handle, names.STATE.name, dict)
 
 
 async def replay_closed(handle: WorkflowHandle[Any, Any], info: WorkflowExecutionDescription,
@@ -291,7 +284,7 @@ async def update_while_open(handle: WorkflowHandle[Any, Any], update: Any, *args
             info = watch.result()
         else:
             raise TimeoutError(f"no answer from {handle.id} in {timeout:g} s")
-        raise RunClosed(handle.id, _status(info), await failure_of(handle)) from None
+        raise RunClosed(handle.id, status_of(info), await failure_of(handle)) from None
     finally:
         for task in (sent, watch):
             task.cancel()
@@ -319,7 +312,7 @@ async def _until_closed(handle: WorkflowHandle[Any, Any], poll_seconds: float
         await asyncio.sleep(poll_seconds)
 
 
-def _status(info: WorkflowExecutionDescription) -> str:
+def status_of(info: WorkflowExecutionDescription) -> str:
     return info.status.name if info.status else "UNKNOWN"
 
 

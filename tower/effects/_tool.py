@@ -51,8 +51,6 @@ TABLE = """CREATE TABLE IF NOT EXISTS tower_effects (
 class Cursor(Protocol):
     def fetchone(self) -> Any: ...
 
-    def fetchall(self) -> Any: ...
-
 
 class Tx(Protocol):
     """An open write transaction (``?`` placeholders on every backend)."""
@@ -163,15 +161,10 @@ class EffectTool(Generic[A]):
     def on(self, db: Database) -> Callable[[ToolCall], dict[str, Any] | None]:
         """The activity that runs this tool's effects in ``db``, exactly once per key."""
         def run(call: ToolCall) -> dict[str, Any] | None:
-            if call.reconcile:
-                return reconcile(db, call.idempotency_key)
-            return self.call(db, call)
+            return reconcile(db, call.idempotency_key) if call.reconcile else self.call(db, call)
 
-        # Activity names are part of the history's contract: keep them stable (the
-        # function's, as the SDK and TowerPlugin name an activity).
-        run.__name__ = run.__qualname__ = self.name
         setattr(run, MARK, True)  # it answers ``reconcile`` itself (OnlyEffectsReconcile)
-        return activity.defn(run)
+        return named_activity(run, self.name)
 
     def call(self, db: Database, call: ToolCall, *, epoch: int | None = None
              ) -> dict[str, Any]:
@@ -212,8 +205,7 @@ def reconcile(db: Database, key: str, epoch: int | None = None) -> dict[str, Any
     """The effect made under ``key``, if any, after fencing off every earlier attempt:
     once this returns None, no attempt given up on can make it any more."""
     mine = epoch_now() if epoch is None else epoch
-    result: dict[str, Any] | None = db.run(lambda tx: claim(tx, key, mine, db.for_update))
-    return result
+    return db.run(lambda tx: claim(tx, key, mine, db.for_update))
 
 
 def invoke(tool: Tool, resource: Any, args: BaseModel, call: EffectCall) -> Any:
@@ -244,19 +236,22 @@ def activity_for(tool: Tool, bound: Any = UNBOUND) -> Callable[..., Any]:
             args, context = prepare(call)
             return to_jsonable_python(await invoke(tool, bound, args, context))
 
-        run: Callable[..., Any] = run_async
-    else:
-        def run_sync(call: ToolCall) -> Any:
-            args, context = prepare(call)
-            if on_db is not None:
-                return to_jsonable_python(on_db(lambda tx: invoke(tool, tx, args, context)))
-            return to_jsonable_python(invoke(tool, bound, args, context))
+        return named_activity(run_async, tool.name)
 
-        run = run_sync
-    # Activity names are part of the history's contract: the tool's name, always (the
-    # function's, as the SDK and TowerPlugin name an activity).
-    run.__name__ = run.__qualname__ = tool.name
-    return activity.defn(run)
+    def run_sync(call: ToolCall) -> Any:
+        args, context = prepare(call)
+        if on_db is not None:
+            return to_jsonable_python(on_db(lambda tx: invoke(tool, tx, args, context)))
+        return to_jsonable_python(invoke(tool, bound, args, context))
+
+    return named_activity(run_sync, tool.name)
+
+
+def named_activity(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``fn`` as the activity ``name``. Activity names are part of the history's contract:
+    stable, the function's (as the SDK and TowerPlugin name an activity)."""
+    fn.__name__ = fn.__qualname__ = name
+    return activity.defn(fn)
 
 
 def run_tool(tool: Tool, bound: Any, call: ToolCall, *, epoch: int | None = None) -> Any:

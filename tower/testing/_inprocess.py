@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from tower.activities.scripted import Script
 from tower.contract.decisions import Decision, GateRecord, Verdict, proposal_digest
 from tower.contract.failures import Code, DecisionRefused, NodeFailed, TowerError
 from tower.contract.stream import custom_data
@@ -40,8 +41,6 @@ from tower.core.tools import Tool, argument_problem, called, spec_for
 S = TypeVar("S", bound=AgentState)
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
-# What the model says to a request: content, or one tool call (the scripted model's shape).
-Script = Callable[[ModelRequest], "str | ToolCallRequest"]
 # A node's answers: a script, or a list of answers given in order (across its visits).
 ModelAnswers = Script | Sequence["str | ToolCallRequest"]
 # A tool's answer: a fixed result, a function of the arguments, or a function of the
@@ -220,7 +219,6 @@ async def run_agent(
                      list(decisions), [dict(e) for e in events], host, children, expire)
     if state.node == START:
         runner.record(*start(runner.machine, state, at=T0, event_id=1))
-    # else: the state of a run that stopped on a node (a carried-over run) goes on from there.
     ledger = Ledger() if hasattr(agent, "EventModel") else None
     try:
         while runner.current.node not in TERMINALS and len(runner.log) < max_steps:

@@ -166,8 +166,7 @@ async def score(base: RunSummary, cand: RunSummary,
             result = await result
         if result is not None:
             found.append(result)
-    verdict = max((s.verdict for s in found), key=RANK.__getitem__, default=Change.SAME)
-    return verdict, found
+    return max((s.verdict for s in found), key=RANK.__getitem__, default=Change.SAME), found
 
 
 def transition_diff(base: RunSummary, cand: RunSummary) -> str:

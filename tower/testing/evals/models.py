@@ -97,7 +97,6 @@ class RecordedModels(Interceptor):
         calls["recorded"] += once
         return ModelReply.model_validate(recorded[n].reply)
 
-
     def tool_answer(self, call: ToolCall) -> tuple[bool, Any]:
         """(True, the recorded answer) for a tool call made after the recorded world changed
         where the recording made the same call; else (False, None): run the tool."""

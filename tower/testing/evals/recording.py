@@ -104,7 +104,6 @@ def answer(state: dict[str, Any]) -> str:
     return str(said[-1]) if said else ""
 
 
-
 class EvalError(TowerError):
     """An eval that cannot be made: a history it cannot read (an encoding it cannot decode,
     no start event), a --baseline folder that holds no eval report, no `temporal` binary
@@ -148,8 +147,7 @@ class Outside:
         token = wire.get("token")
         if not isinstance(token, str) or token.count(".") != 2:
             return None
-        claims: dict[str, Any] = json.loads(jws.extract_compact(token.encode()).payload)
-        return claims
+        return json.loads(jws.extract_compact(token.encode()).payload)
 
 
 @dataclass

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -141,9 +141,8 @@ class Eval:
 
     def __init__(self, client: Client, folder: Path, models: RecordedModels,
                  timeout: float, db: Path, trust: EvalTrust) -> None:
-        self.client, self.folder, self.models, self.timeout = client, folder, models, timeout
-        self.trust = trust
-        self.db = db
+        self.client, self.models, self.timeout, self.db, self.trust = (
+            client, models, timeout, db, trust)
         # Every run starts from the same data, whatever the runs before it changed.
         self.pristine = private_copy(db, folder / "pristine")
 
@@ -204,31 +203,27 @@ class Eval:
                     while not await waits_for_outside(handle):  # its own work done
                         await asyncio.sleep(0.05)
                     return
-                waiting.remove(message)
                 payload = self.trust.decision(handle.id, pending, message.decision or {})
-                try:
-                    if message.kind == "signal":
-                        await handle.signal(names.DECISION.name, payload)
-                    else:  # sent again while the server aborts it with its task
-                        await submit_decision(handle, payload)
-                except (WorkflowUpdateFailedError, RPCError) as exc:
-                    notes.append(f"the candidate refused the recorded decision at gate "
-                                 f"{pending.gate}: {_cause(exc)}")
-                continue
-            step = int((await _asked(handle, names.STATE.name)).get("step", 0))
-            message = next((m for m in waiting if m.decision is None), None)
-            if message is not None and step >= message.step:
-                waiting.remove(message)
-                try:
-                    if message.kind == "signal":
-                        await handle.signal(message.name, args=message.args)
-                    else:
-                        await handle.execute_update(message.name, args=message.args)
-                except (WorkflowUpdateFailedError, RPCError) as exc:
-                    notes.append(f"the candidate refused {message.kind} {message.name}: "
-                                 f"{_cause(exc)}")
-                continue
-            await asyncio.sleep(0.05)
+                what = f"the recorded decision at gate {pending.gate}"
+                # An update is sent again while the server aborts it with its task.
+                send: Awaitable[Any] = (handle.signal(names.DECISION.name, payload)
+                                        if message.kind == "signal"
+                                        else submit_decision(handle, payload))
+            else:
+                step = int((await _asked(handle, names.STATE.name)).get("step", 0))
+                message = next((m for m in waiting if m.decision is None), None)
+                if message is None or step < message.step:
+                    await asyncio.sleep(0.05)
+                    continue
+                what = f"{message.kind} {message.name}"
+                send = (handle.signal(message.name, args=message.args)
+                        if message.kind == "signal"
+                        else handle.execute_update(message.name, args=message.args))
+            waiting.remove(message)
+            try:
+                await send
+            except (WorkflowUpdateFailedError, RPCError) as exc:
+                notes.append(f"the candidate refused {what}: {_cause(exc)}")
 
     async def _histories(self, run_id: str, workflow_id: str) -> list[WorkflowHistory]:
         chain: list[WorkflowHistory] = []
@@ -251,8 +246,7 @@ async def _asked(handle: WorkflowHandle[Any, Any], query: str) -> dict[str, Any]
 
 
 def _cause(exc: Exception) -> str:
-    cause = getattr(exc, "cause", None)
-    return str(getattr(cause, "message", None) or exc)[:300]
+    return str(getattr(getattr(exc, "cause", None), "message", None) or exc)[:300]
 
 
 @contextmanager
