@@ -113,9 +113,11 @@ class TemporalContext(NodeContext):
         """
         name, arguments = called(self.node, tool, arguments)
         # A worker checks at start that it has every tool its agents name; only a
-        # replayer without the MCP servers lacks an external spec, and replay reads
-        # the result from the history, whatever the options.
-        spec, info = spec_for(self.node, name) or unlisted(name), workflow.info()
+        # replayer without the MCP servers lacks an external spec: replay compares the
+        # activity's name, not its options, and reads the result from the history.
+        spec = spec_for(self.node, name) or Tool(name, "", BaseModel, fn=lambda: None,
+                                                 timeout_seconds=60.0)
+        info = workflow.info()
         nth = self.calls.count(f"tool:{name}")
         key = effect_key(workflow_id=info.workflow_id, chain=info.first_execution_run_id,
                          action=self.action, tool=name, nth=nth, arguments=arguments)
@@ -195,9 +197,3 @@ class TemporalContext(NodeContext):
                 if not waits_for_store(exc):
                     raise
             await wait_for_store()
-
-
-def unlisted(name: str) -> Tool:
-    """The options of an external tool a replayer has no spec for (replay compares the
-    activity's name, not its options; the result comes from the history)."""
-    return Tool(name, "", BaseModel, fn=lambda: None, timeout_seconds=60.0)

@@ -215,8 +215,9 @@ class GateRuntime:
                               proposal=dict(pending.proposal),
                               shown=canonical_proposal(pending)))
         while self.in_flight is None and workflow.now() < pending.expires_at:
-            if self._held:  # judged as far as this task's budget goes, the rest in the next
-                self._take_held()
+            if self._held:  # judged as far as this task's budget goes, oldest first
+                while self._held and self.in_flight is None and self._verify_budget.take():
+                    self._take_signal(self._held.popleft())
                 if self.in_flight is None and self._held:
                     await workflow.sleep(HELD_PAUSE)
                 continue
@@ -433,11 +434,6 @@ class GateRuntime:
                                at=self._verify_budget.task_time)
         else:
             self._take_signal(args)
-
-    def _take_held(self) -> None:
-        """Judge held decisions, oldest first, while this task's verify budget lasts."""
-        while self._held and self.in_flight is None and self._verify_budget.take():
-            self._take_signal(self._held.popleft())
 
     def _take_signal(self, held: Sequence[RawValue] | dict[str, Any]) -> None:
         """Judge a signalled decision: its inputs as they came, or (a dict) one that waited

@@ -60,10 +60,6 @@ TRUST_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interva
 TRUST_DEADLINE = timedelta(minutes=5)
 
 
-class _NothingAsked(BaseModel):
-    """The input of a carried run, as far as its limits go: its state already holds them."""
-
-
 class Trust:
     """A run's roster and policy snapshot (``snapshot``, None until admitted) and when it
     was read (``read_at``): read at admission and when the run's gate re-reads it, taken
@@ -204,9 +200,9 @@ class MachineRun:
                 "Temporal Schedule may start them); docs/approvals.md",
                 code=Code.INPUT_REFUSED))
         snapshot = await self.trust.read()
-        if self.Policy is not None:
+        if self.Policy is not None:  # a carried run's state holds its limits: nothing asked
             self.limits = effective(self.Policy, snapshot.policy.agents.get(
-                self.machine.name, {}), _NothingAsked() if self._carry_in is not None else request)
+                self.machine.name, {}), BaseModel() if self._carry_in is not None else request)
         if snapshot.policy.unsigned_allowed:
             workflow.upsert_search_attributes([search.UNSIGNED_DECISIONS.value_set(True)])
         return self.limits
@@ -311,10 +307,9 @@ class MachineRun:
         """Continue-as-new with the state and the log summary, if this agent can. Call it
         only once ``workflow.all_handlers_finished()``: a handler cut off loses its reply."""
         args = self.carry_input(self.carry())
-        if args is None:
-            return None
-        self.publish()
-        workflow.continue_as_new(args)
+        if args is not None:
+            self.publish()
+            workflow.continue_as_new(args)
 
     def publish(self, *, ending: bool = False) -> None:
         """Upsert (one history event) the search attributes that changed. Call it before

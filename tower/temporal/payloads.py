@@ -165,11 +165,11 @@ class TowerDataConverter(DataConverter):
     async def _each(self, step: Step, payloads: Sequence[Payload], why: str) -> list[Payload]:
         """``step`` over all payloads; from outside, one that fails it becomes a marker
         (``why``, else the error's own message: the codec's names only a key id)."""
-        if not self.outside:
-            return await step(payloads)
         try:
             return await step(payloads)
         except Exception:
+            if not self.outside:
+                raise
             opened: list[Payload] = []
             for payload in payloads:
                 try:
