@@ -45,17 +45,13 @@ from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._task_time import call_activity, wait_for_store
 
 # Let Temporal own retries so every attempt is visible in the event history.
-TOOL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30), maximum_attempts=5,
-    non_retryable_error_types=[*NOT_MADE],
-)
+TOOL_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=30), maximum_attempts=5,
+                         non_retryable_error_types=[*NOT_MADE])
 # A side effect heartbeats while it waits for its database: a dead worker is noticed fast.
 TOOL_HEARTBEAT = timedelta(seconds=3)
 # Reading back an effect by key must outlast a slow database: it is what lets a run that
 # gave up on a tool say truthfully whether the effect was made.
-RECONCILE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-                              maximum_interval=timedelta(seconds=10))
+RECONCILE_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10))
 MODEL_RETRY = dataclasses.replace(TOOL_RETRY, maximum_attempts=6,
                                   non_retryable_error_types=[Code.MODEL_REQUEST_REJECTED])
 # A local call's store errors go straight to the queue's workers (``reply``).

@@ -188,8 +188,7 @@ class GateRuntime:
         # accepted. Not a local activity: its marker could land a task early.
         run_id = await call_activity(
             RUN_ID_ACTIVITY, result_type=str, start_to_close_timeout=timedelta(seconds=10),
-            retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
-                                     maximum_interval=timedelta(seconds=10)),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
             summary="the run id this request opens in")
         return (run_id, rule.role if rule else None,
                 timedelta(seconds=rule.min_review_seconds if rule else 0))
@@ -495,8 +494,7 @@ def notify(notice: GateNotice) -> None:
     starts at once; a failure after the retries is only logged."""
     sent = workflow.start_activity(
         "notify_gate", notice, start_to_close_timeout=timedelta(seconds=20),
-        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
-                                 maximum_interval=timedelta(seconds=10),
+        retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10),
                                  maximum_attempts=NOTIFY_ATTEMPTS),
         summary=f"notify approvers · gate {notice.gate}")
     sent.add_done_callback(lambda done: _log_unsent(notice.gate, done))
