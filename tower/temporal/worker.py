@@ -7,10 +7,6 @@
 A ``Worker`` with ``TowerPlugin`` (tower.temporal.plugin), which takes the place of a
 client's own. The engine never imports a project's packages: the agents come in here.
 
-The tools a worker serves: one activity per tool of its agents' graphs, each bound to what
-``TowerPlugin(bind={...})`` gives its resource (tower/effects/_activity.py makes each), or
-the start refused, naming every tool left unbound.
-
 Tower's housekeeping as Temporal work: a Schedule starts ``TowerStoreCleanup`` every
 ``EVERY``, which runs the cleanup activity (tower/activities/cleanup.py) on any worker of
 the queue. One schedule per namespace and queue; every worker may ensure it at start-up.
