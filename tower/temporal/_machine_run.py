@@ -60,6 +60,10 @@ TRUST_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10),
 TRUST_DEADLINE = timedelta(minutes=5)
 
 
+class _NothingAsked(BaseModel):
+    """The input of a carried run, as far as its limits go: its state already holds them."""
+
+
 class Trust:
     """A run's roster and policy snapshot (``snapshot``, None until admitted) and when it
     was read (``read_at``): read at admission and when the run's gate re-reads it, taken
@@ -200,9 +204,9 @@ class MachineRun:
                 "Temporal Schedule may start them); docs/approvals.md",
                 code=Code.INPUT_REFUSED))
         snapshot = await self.trust.read()
-        if self.Policy is not None:  # a carried run's state holds its limits: nothing asked
+        if self.Policy is not None:
             self.limits = effective(self.Policy, snapshot.policy.agents.get(
-                self.machine.name, {}), BaseModel() if self._carry_in is not None else request)
+                self.machine.name, {}), _NothingAsked() if self._carry_in is not None else request)
         if snapshot.policy.unsigned_allowed:
             workflow.upsert_search_attributes([search.UNSIGNED_DECISIONS.value_set(True)])
         return self.limits

@@ -73,10 +73,6 @@ class UnopenablePayload(TowerError):
     CODE = Code.UNOPENABLE_PAYLOAD
 
 
-def marker(reason: str) -> Payload:
-    return Payload(metadata={"encoding": UNOPENABLE.encode()}, data=reason.encode()[:300])
-
-
 class _Refuse(EncodingPayloadConverter):
     """Reads a marker by raising; never writes one."""
 
@@ -175,7 +171,8 @@ class TowerDataConverter(DataConverter):
                 try:
                     opened += await step([payload])
                 except Exception as exc:
-                    opened.append(marker(why or str(exc)))
+                    opened.append(Payload(metadata={"encoding": UNOPENABLE.encode()},
+                                          data=(why or str(exc)).encode()[:300]))
             return opened
 
 
