@@ -45,17 +45,13 @@ from tower.temporal import _stream_sink as stream_sink
 from tower.temporal._task_time import call_activity, wait_for_store
 
 # Let Temporal own retries so every attempt is visible in the event history.
-TOOL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30), maximum_attempts=5,
-    non_retryable_error_types=[*NOT_MADE],
-)
+TOOL_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=30), maximum_attempts=5,
+                         non_retryable_error_types=[*NOT_MADE])
 # A side effect heartbeats while it waits for its database: a dead worker is noticed fast.
 TOOL_HEARTBEAT = timedelta(seconds=3)
 # Reading back an effect by key must outlast a slow database: it is what lets a run that
 # gave up on a tool say truthfully whether the effect was made.
-RECONCILE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
-                              maximum_interval=timedelta(seconds=10))
+RECONCILE_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10))
 MODEL_RETRY = dataclasses.replace(TOOL_RETRY, maximum_attempts=6,
                                   non_retryable_error_types=[Code.MODEL_REQUEST_REJECTED])
 # A local call's store errors go straight to the queue's workers (``reply``).
@@ -113,9 +109,11 @@ class TemporalContext(NodeContext):
         """
         name, arguments = called(self.node, tool, arguments)
         # A worker checks at start that it has every tool its agents name; only a
-        # replayer without the MCP servers lacks an external spec, and replay reads
-        # the result from the history, whatever the options.
-        spec, info = spec_for(self.node, name) or unlisted(name), workflow.info()
+        # replayer without the MCP servers lacks an external spec: replay compares the
+        # activity's name, not its options, and reads the result from the history.
+        spec = spec_for(self.node, name) or Tool(name, "", BaseModel, fn=lambda: None,
+                                                 timeout_seconds=60.0)
+        info = workflow.info()
         nth = self.calls.count(f"tool:{name}")
         key = effect_key(workflow_id=info.workflow_id, chain=info.first_execution_run_id,
                          action=self.action, tool=name, nth=nth, arguments=arguments)
@@ -195,9 +193,3 @@ class TemporalContext(NodeContext):
                 if not waits_for_store(exc):
                     raise
             await wait_for_store()
-
-
-def unlisted(name: str) -> Tool:
-    """The options of an external tool a replayer has no spec for (replay compares the
-    activity's name, not its options; the result comes from the history)."""
-    return Tool(name, "", BaseModel, fn=lambda: None, timeout_seconds=60.0)

@@ -85,7 +85,8 @@ def describe_failure(
     inner = _CORE_MESSAGE.search(text)  # the SDK core wraps its message in a debug dump
     said = inner.group(1) if inner else text
     found = _EVENT_ID.search(text)
-    event = _event(history, int(found.group(1) or found.group(2))) if found else None
+    event_id = int(found.group(1) or found.group(2)) if found else None
+    event = next((e for e in history.events if e.event_id == event_id), None)
     last = log[-1] if log else None
     where = (f"at step {last.step} (node {last.target})" if last
              else "before its first step")
@@ -108,10 +109,6 @@ def describe_failure(
         return f"failed {where}: {cause}"
     kind = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")
     return f"failed {where}, at event {event.event_id} ({kind}): {cause}"
-
-
-def _event(history: WorkflowHistory, event_id: int) -> HistoryEvent | None:
-    return next((e for e in history.events if e.event_id == event_id), None)
 
 
 def _what(history: WorkflowHistory, event: HistoryEvent) -> str:

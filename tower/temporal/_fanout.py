@@ -69,7 +69,9 @@ async def fan_out(
     if len(items) > policy.max_children:
         raise NodeFailed(f"{ctx.node.name}: {len(items)} items is more than the "
                          f"{policy.max_children} children the policy allows")
-    parent = _parent(ctx)
+    # The children's ids (the module doc); a test run in process is named by its run id.
+    info = workflow.info() if workflow.in_workflow() else None
+    parent = f"{info.workflow_type}-{info.first_execution_run_id}" if info else ctx.run_id
     attempts = 1 + (policy.retries if policy.on_failure == OnChildFailure.RETRY else 0)
 
     async def one(index: int, item: I) -> ChildOutcome[I, Any]:
@@ -96,13 +98,3 @@ async def fan_out(
                          f"(policy {policy.on_failure.value}); item {first.index} "
                          f"{first.item!r} after {first.attempts} attempt(s): {first.reason}")
     return outcomes
-
-
-def _parent(ctx: NodeContext) -> str:
-    """What the run's children are named after: on a worker, its agent and the first run
-    id of its chain (the Replayer gives a run the workflow id it is asked to replay under,
-    and these as recorded); in a test run in process, ``ctx.run_id``."""
-    if not workflow.in_workflow():
-        return ctx.run_id
-    info = workflow.info()
-    return f"{info.workflow_type}-{info.first_execution_run_id}"

@@ -188,8 +188,7 @@ class GateRuntime:
         # accepted. Not a local activity: its marker could land a task early.
         run_id = await call_activity(
             RUN_ID_ACTIVITY, result_type=str, start_to_close_timeout=timedelta(seconds=10),
-            retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
-                                     maximum_interval=timedelta(seconds=10)),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
             summary="the run id this request opens in")
         return (run_id, rule.role if rule else None,
                 timedelta(seconds=rule.min_review_seconds if rule else 0))
@@ -215,8 +214,9 @@ class GateRuntime:
                               proposal=dict(pending.proposal),
                               shown=canonical_proposal(pending)))
         while self.in_flight is None and workflow.now() < pending.expires_at:
-            if self._held:  # judged as far as this task's budget goes, the rest in the next
-                self._take_held()
+            if self._held:  # judged as far as this task's budget goes, oldest first
+                while self._held and self.in_flight is None and self._verify_budget.take():
+                    self._take_signal(self._held.popleft())
                 if self.in_flight is None and self._held:
                     await workflow.sleep(HELD_PAUSE)
                 continue
@@ -434,11 +434,6 @@ class GateRuntime:
         else:
             self._take_signal(args)
 
-    def _take_held(self) -> None:
-        """Judge held decisions, oldest first, while this task's verify budget lasts."""
-        while self._held and self.in_flight is None and self._verify_budget.take():
-            self._take_signal(self._held.popleft())
-
     def _take_signal(self, held: Sequence[RawValue] | dict[str, Any]) -> None:
         """Judge a signalled decision: its inputs as they came, or (a dict) one that waited
         for a roster read already."""
@@ -499,8 +494,7 @@ def notify(notice: GateNotice) -> None:
     starts at once; a failure after the retries is only logged."""
     sent = workflow.start_activity(
         "notify_gate", notice, start_to_close_timeout=timedelta(seconds=20),
-        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
-                                 maximum_interval=timedelta(seconds=10),
+        retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10),
                                  maximum_attempts=NOTIFY_ATTEMPTS),
         summary=f"notify approvers · gate {notice.gate}")
     sent.add_done_callback(lambda done: _log_unsent(notice.gate, done))

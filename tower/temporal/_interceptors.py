@@ -12,7 +12,6 @@ from typing import Any
 import temporalio.client
 import temporalio.worker
 from temporalio import activity
-from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.converter import PayloadConverter
 from temporalio.exceptions import ApplicationError
@@ -145,20 +144,18 @@ class _Guarded(ActivityInboundInterceptor):
         return await super().execute_activity(input)
 
 
-def is_trace_context(payload: Payload) -> bool:
-    """Whether ``payload`` is what the tracer reads: a JSON object of strings."""
-    try:
-        carrier = PayloadConverter.default.from_payloads([payload])[0]
-    except Exception:  # whatever the converter raises on bytes a sender chose
-        return False
-    return isinstance(carrier, dict) and all(
-        isinstance(k, str) and isinstance(v, str) for k, v in carrier.items())
-
-
 def readable(input: Any) -> Any:
-    """``input`` without a trace header the tracer could not read."""
+    """``input`` without a trace header the tracer could not read (what it reads: a JSON
+    object of strings)."""
     header = input.headers.get(TRACE_HEADER)
-    if header is None or is_trace_context(header):
+    if header is None:
+        return input
+    try:
+        carrier = PayloadConverter.default.from_payloads([header])[0]
+    except Exception:  # whatever the converter raises on bytes a sender chose
+        carrier = None
+    if isinstance(carrier, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in carrier.items()):
         return input
     return dataclasses.replace(
         input, headers={k: v for k, v in input.headers.items() if k != TRACE_HEADER})

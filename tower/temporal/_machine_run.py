@@ -55,8 +55,8 @@ ORIGIN_ACTIVITY = "tower_continued_from"  # the activity below, named by its fun
 # Retried until TRUST_DEADLINE, not a fixed number of times: workers killed one after
 # another (a deploy, a crash loop) must not fail a run before its first step. A missing
 # or invalid roster or policy (TrustMissing) is not retried: waiting cannot fix it.
-TRUST_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(
-    seconds=10), non_retryable_error_types=[Code.TRUST_MISSING])
+TRUST_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10),
+                          non_retryable_error_types=[Code.TRUST_MISSING])
 TRUST_DEADLINE = timedelta(minutes=5)
 
 
@@ -311,10 +311,9 @@ class MachineRun:
         """Continue-as-new with the state and the log summary, if this agent can. Call it
         only once ``workflow.all_handlers_finished()``: a handler cut off loses its reply."""
         args = self.carry_input(self.carry())
-        if args is None:
-            return None
-        self.publish()
-        workflow.continue_as_new(args)
+        if args is not None:
+            self.publish()
+            workflow.continue_as_new(args)
 
     def publish(self, *, ending: bool = False) -> None:
         """Upsert (one history event) the search attributes that changed. Call it before
@@ -438,8 +437,7 @@ async def origin_refused() -> str | None:
     refused = await call_activity(
         ORIGIN_ACTIVITY, workflow.info().continued_run_id, result_type=str,
         start_to_close_timeout=timedelta(seconds=30),
-        retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1),
-                                 maximum_interval=timedelta(seconds=10)),
+        retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
         summary="where this run continued from")
     return refused or None
 

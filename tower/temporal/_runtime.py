@@ -64,7 +64,7 @@ class AgentWorkflow(MachineRun):
         self._gate = GateRuntime(self)
         # Asked once a run (in the sandbox, an environment lookup): a provider is installed
         # with the worker (telemetry.py), before its runs; without one, no span at all.
-        self._traced = installed()
+        self._traced = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
     @workflow.update(name=names.DECIDE.name)
     async def decide(self, raw: dict[str, Any]) -> Outcome:
@@ -287,14 +287,8 @@ class EventWorkflow(MachineRun):
             source=source, reason=reason, at=workflow.now(), event=event))
 
 
-TRACER = "tower.agent"
 # The API's tracer: it follows the provider installed later too, so one serves every run.
-_tracer = trace.get_tracer(TRACER)
-
-
-def installed() -> bool:
-    """Whether a tracer provider is installed (without one, every span is dropped)."""
-    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+_tracer = trace.get_tracer("tower.agent")
 
 
 @contextmanager
@@ -305,25 +299,20 @@ def state_span(agent: str, state: AgentState) -> Iterator[Span]:
         "tower.agent": agent, "tower.node": state.node, "tower.step": state.step,
     })
     token = context.attach(trace.set_span_in_context(span))
+    # A GeneratorExit (no Exception) leaves the span open: the worker evicted the run
+    # mid-state and its coroutine is being closed, often in another context (garbage
+    # collection), where the token cannot be detached. The state is not over either:
+    # replaying the run reopens it.
     try:
         yield span
-    except GeneratorExit:
-        # The worker evicted the run mid-state and its coroutine is being closed, often in
-        # another context (garbage collection), where the token cannot be detached. The
-        # state is not over either: leave the span open; replaying the run reopens it.
-        raise
     except Exception as exc:
         span.record_exception(exc)
         span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        _close(span, token)
+        span.end()
+        context.detach(token)
         raise
-    else:
-        _close(span, token)
-
-
-def _close(span: Span, token: object) -> None:
     span.end()
-    context.detach(token)  # type: ignore[arg-type]
+    context.detach(token)
 
 
 def close_state(span: Span, before: AgentState, after: AgentState,

@@ -27,7 +27,6 @@ PASSED_THROUGH = ("tower", "joserfc", "cryptography")
 
 _ACTIVITY = CommandType.COMMAND_TYPE_SCHEDULE_ACTIVITY_TASK  # local ones too
 _VALIDATED: set[type] = set()  # workflow classes already checked in a sandbox, this process
-_UNASKED: Any = object()
 
 
 class _Answers(WorkflowInstance):
@@ -51,10 +50,8 @@ class _Answers(WorkflowInstance):
     def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
         # The run's commands change here, and only here; its identity (None) never does.
         for answers in (self._contexts, self._stores):
-            own = answers.get(None, _UNASKED)
-            answers.clear()
-            if own is not _UNASKED:
-                answers[None] = own
+            for key in [k for k in answers if k is not None]:
+                del answers[key]
         return self._run.activate(act)
 
     def get_serialization_context(self, command_info: Any) -> SerializationContext | None:

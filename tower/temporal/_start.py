@@ -94,11 +94,8 @@ def load_agents(*modules: str) -> dict[str, Any]:
 
 def scripts_of(agents: Iterable[type]) -> dict[tuple[str, str], Script]:
     """The scripted model's table, ``(agent, node) -> script``, from the agents' files."""
-    table: dict[tuple[str, str], Script] = {}
-    for cls in agents:
-        for node, script in getattr(cls, "scripts", {}).items():
-            table[(cls.machine.name, node)] = script  # type: ignore[attr-defined]
-    return table
+    return {(cls.machine.name, node): script  # type: ignore[attr-defined]
+            for cls in agents for node, script in getattr(cls, "scripts", {}).items()}
 
 
 def _walk(module: ModuleType) -> list[ModuleType]:

@@ -65,8 +65,7 @@ def emit(kind: str, step: int, data: dict[str, Any], nth: str = "") -> None:
 
 def _drain() -> None:
     while True:
-        item = _QUEUE.get()
-        batch = [item]
+        batch = [_QUEUE.get()]
         while True:  # what queued meanwhile goes in the same write
             try:
                 batch.append(_QUEUE.get_nowait())

@@ -73,10 +73,6 @@ class UnopenablePayload(TowerError):
     CODE = Code.UNOPENABLE_PAYLOAD
 
 
-def marker(reason: str) -> Payload:
-    return Payload(metadata={"encoding": UNOPENABLE.encode()}, data=reason.encode()[:300])
-
-
 class _Refuse(EncodingPayloadConverter):
     """Reads a marker by raising; never writes one."""
 
@@ -165,17 +161,18 @@ class TowerDataConverter(DataConverter):
     async def _each(self, step: Step, payloads: Sequence[Payload], why: str) -> list[Payload]:
         """``step`` over all payloads; from outside, one that fails it becomes a marker
         (``why``, else the error's own message: the codec's names only a key id)."""
-        if not self.outside:
-            return await step(payloads)
         try:
             return await step(payloads)
         except Exception:
+            if not self.outside:
+                raise
             opened: list[Payload] = []
             for payload in payloads:
                 try:
                     opened += await step([payload])
                 except Exception as exc:
-                    opened.append(marker(why or str(exc)))
+                    opened.append(Payload(metadata={"encoding": UNOPENABLE.encode()},
+                                          data=(why or str(exc)).encode()[:300]))
             return opened
 
 

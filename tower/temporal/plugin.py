@@ -120,8 +120,7 @@ class TowerPlugin(SimplePlugin):
         self.serves_tools = tools
         self._from_env: DataConverter | None = None
         self.traced = replay_safe() is not None if tracing is None else tracing
-        self.passthrough = (*passthrough,
-                            *(("opentelemetry",) if self.traced else ()))
+        self.passthrough = (*passthrough, *(("opentelemetry",) if self.traced else ()))
         self.external_tools = dict(external_tools or {})
         super().__init__(
             "tower.TowerPlugin", data_converter=self.converter_for,

@@ -221,11 +221,8 @@ def _completed(
 def task_completed_after(history: WorkflowHistory, event_id: int) -> HistoryEvent | None:
     """The WorkflowTaskCompleted event that closed the task a step was recorded in (a
     transition's ``event_id`` is its task's WorkflowTaskStarted event)."""
-    for event in history.events:
-        if (event.event_id > event_id
-                and event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED):
-            return event
-    return None
+    return next((e for e in history.events if e.event_id > event_id
+                 and e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED), None)
 
 
 def report(result: Replayed, *, verbose: bool = False) -> str:

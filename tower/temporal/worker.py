@@ -7,10 +7,6 @@
 A ``Worker`` with ``TowerPlugin`` (tower.temporal.plugin), which takes the place of a
 client's own. The engine never imports a project's packages: the agents come in here.
 
-The tools a worker serves: one activity per tool of its agents' graphs, each bound to what
-``TowerPlugin(bind={...})`` gives its resource (tower/effects/_activity.py makes each), or
-the start refused, naming every tool left unbound.
-
 Tower's housekeeping as Temporal work: a Schedule starts ``TowerStoreCleanup`` every
 ``EVERY``, which runs the cleanup activity (tower/activities/cleanup.py) on any worker of
 the queue. One schedule per namespace and queue; every worker may ensure it at start-up.
@@ -132,18 +128,16 @@ def _machines(agents: Iterable[Any]) -> list[Any]:
     return [cls.machine for cls in agents if getattr(cls, "machine", None) is not None]
 
 
-
 @workflow.defn(name="tower_store_cleanup")
 class TowerStoreCleanup:
     """One cleanup pass: returns how many runs' entries each store lost."""
 
     @workflow.run
     async def run(self, retention_seconds: float | None = None) -> dict[str, int]:
-        removed: dict[str, int] = await workflow.execute_activity(
+        return await workflow.execute_activity(
             CLEANUP_ACTIVITY, retention_seconds, result_type=dict,
             start_to_close_timeout=timedelta(minutes=30), heartbeat_timeout=timedelta(minutes=2),
             retry_policy=RetryPolicy(maximum_interval=timedelta(minutes=5), maximum_attempts=5))
-        return removed
 
 
 def schedule_id(task_queue: str) -> str:
