@@ -51,6 +51,7 @@ class Readers:
     """The polling thread and the audit hook, both watching ``root`` while active."""
 
     hooked: Readers | None = None  # audit hooks cannot be removed: one, switched per test
+    installed = False
 
     def __init__(self, root: Path) -> None:
         self.root, self.seen = root, set[str]()
@@ -79,11 +80,13 @@ def _audit(event: str, args: tuple[object, ...]) -> None:
         Readers.hooked.audit(event, args)
 
 
-sys.addaudithook(_audit)
-
-
 @pytest.fixture
 def readers(tmp_path: Path) -> Iterator[Readers]:
+    # Added on first use, not at import: every xdist worker imports this module, and a
+    # Python hook then runs on every audited event of every test on that worker.
+    if not Readers.installed:
+        sys.addaudithook(_audit)
+        Readers.installed = True
     old = os.umask(0o022)  # the usual umask: a plain write makes a file 0644
     watching = Readers(tmp_path)
     Readers.hooked = watching
