@@ -74,8 +74,9 @@ def test_every_docs_page_is_linked_from_the_readme_or_another_page() -> None:
 
 
 def test_the_quick_start_is_what_ci_runs() -> None:
-    """.ci/run runs the README's test command, then reads both quick-start commands (the
-    demo, the tests) from the README to run them verbatim in a fresh clone."""
+    """.ci/run runs the README's test command and its tiers as the README gives them, then
+    reads both quick-start commands (the demo, the tests) from the README to run them
+    verbatim in a fresh clone."""
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     readme = README.read_text(encoding="utf-8")
     demo = re.findall(r"^    (.*\.venv/bin/tower demo)$", readme, re.M)
@@ -84,7 +85,9 @@ def test_the_quick_start_is_what_ci_runs() -> None:
     assert f"\n{tests[0]}\n" in ci, f".ci/run no longer runs the README's test command: {tests}"
     for pattern in (r"\.venv/bin/tower demo$", r"\.venv/bin/pytest$"):
         assert pattern in ci, f".ci/run no longer reads the README's command {pattern!r}"
-    for tier in ("-m cluster", "-m browser", "-m soak"):
+    tiers = re.findall(r"^- `pytest (-m [^`]+)`", readme, re.M)  # as the README gives them
+    assert [t.split()[1] for t in tiers] == ["cluster", "browser", "soak"], tiers
+    for tier in tiers:
         assert f".venv/bin/pytest {tier}\n" in ci, tier
 
 
