@@ -203,22 +203,25 @@ class LoopbackModelServer:
 
 def _fault_response(fault: Fault, model: str, scripted: Callable[[], bytes],
                     ) -> tuple[int, dict[str, str], bytes, float]:
-    if fault.kind == "slow":
-        return 200, {}, scripted(), fault.seconds
     if fault.kind == "rate_limit":
         return 429, {"Retry-After": f"{fault.retry_after:g}"}, _error(
             "Rate limit reached, retry later", "rate_limit_exceeded"), 0.0
-    status, body = {
-        "server_error": (500, _error("The server had an error", "server_error")),
-        "bad_request": (400, _error(fault.message, "invalid_request_error")),
-        "malformed": (200, b'{"id": "chatcmpl-broken", "choices": [{"message": '),
-        "schema": (200, _completion(model, fault.content, [])),
-        "empty": (200, _completion(model, None, [])),  # 200, and nothing in it
-        "unknown_tool": (200, _completion(model, None, [ToolCallRequest(
-            name="transfer_all_funds", arguments={"to": "attacker"})])),
-        "refusal": (200, _completion(model, None, [], refusal="I can't help with that.")),
-    }[fault.kind]
-    return status, {}, body, 0.0
+    if fault.kind == "server_error":
+        return 500, {}, _error("The server had an error", "server_error"), 0.0
+    if fault.kind == "bad_request":
+        return 400, {}, _error(fault.message, "invalid_request_error"), 0.0
+    if fault.kind == "slow":
+        return 200, {}, scripted(), fault.seconds
+    if fault.kind == "malformed":
+        return 200, {}, b'{"id": "chatcmpl-broken", "choices": [{"message": ', 0.0
+    if fault.kind == "schema":
+        return 200, {}, _completion(model, fault.content, []), 0.0
+    if fault.kind == "empty":  # 200, and nothing in it
+        return 200, {}, _completion(model, None, []), 0.0
+    if fault.kind == "unknown_tool":
+        return 200, {}, _completion(model, None, [ToolCallRequest(
+            name="transfer_all_funds", arguments={"to": "attacker"})]), 0.0
+    return 200, {}, _completion(model, None, [], refusal="I can't help with that."), 0.0
 
 
 def _messages(raw: list[dict[str, Any]]) -> list[Message]:
