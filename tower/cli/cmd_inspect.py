@@ -26,13 +26,15 @@ from tower.cli.output import json_option, print_json, run_argument, table, tenan
 from tower.client import connect
 from tower.client import retry as retry_from
 from tower.client._recovery import reset
-from tower.client._runs import history_end, history_failure, refusal
+from tower.client._runs import refusal
 from tower.client.connection import connect_config
 from tower.client.errors import NeverStarted
 from tower.contract.render import inert
 from tower.temporal.replay import (
     HistoryError,
     Replayed,
+    history_end,
+    history_failure,
     load,
     readable,
     replay_run,

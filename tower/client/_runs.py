@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import TaskQueueType, WorkerStatus
-from temporalio.api.failure.v1 import Failure
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import (
     DescribeTaskQueueRequest,
@@ -24,20 +23,9 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
-    WorkflowHistory,
     WorkflowQueryFailedError,
     WorkflowUpdateStage,
 )
-from temporalio.converter import DataConverter
-from temporalio.exceptions import (
-    ActivityError,
-    ApplicationError,
-    CancelledError,
-    ChildWorkflowError,
-    FailureError,
-    TerminatedError,
-)
-from temporalio.exceptions import TimeoutError as TemporalTimeout
 from temporalio.service import RPCError, RPCStatusCode
 
 from tower.client.connection import TASK_QUEUE
@@ -326,6 +314,8 @@ async def failure_of(handle: WorkflowHandle[Any, Any], wait: float = 2.0) -> str
     try:
         await handle.result(follow_runs=False, rpc_timeout=timedelta(seconds=wait))
     except WorkflowFailureError as exc:
+        from tower.temporal.replay import reason_of
+
         return reason_of(exc.cause)
     except RPCError as exc:
         if unanswered(exc):
@@ -334,73 +324,3 @@ async def failure_of(handle: WorkflowHandle[Any, Any], wait: float = 2.0) -> str
     except Exception as exc:  # noqa: BLE001  (continued as new, a codec error: said as is)
         return str(exc) or type(exc).__name__
     return None
-
-
-async def history_end(history: WorkflowHistory, converter: DataConverter | None = None
-                      ) -> tuple[str, str] | None:
-    """How a recorded run ended when it did not complete: (status, reason) from its close
-    event, also for a history file; None when it completed, continued, or is open.
-    ``converter`` opens the failure (default: Tower's)."""
-    last = history.events[-1] if history.events else None
-    if last is None:
-        return None
-    failure = await history_failure(history, converter)
-    if failure is not None:
-        return "FAILED", failure if isinstance(failure, str) else reason_of(failure)
-    if last.HasField("workflow_execution_terminated_event_attributes"):
-        why = last.workflow_execution_terminated_event_attributes.reason
-        return "TERMINATED", f"terminated: {why}" if why else "terminated"
-    if last.HasField("workflow_execution_timed_out_event_attributes"):
-        return "TIMED_OUT", "timed out: the run's execution timeout passed"
-    if last.HasField("workflow_execution_canceled_event_attributes"):
-        return "CANCELED", "canceled"
-    return None
-
-
-async def history_failure(history: WorkflowHistory, converter: DataConverter | None = None
-                          ) -> BaseException | str | None:
-    """A recorded run's failure from its close event, opened, or its text when it cannot
-    be; None unless it failed."""
-    last = history.events[-1] if history.events else None
-    if last is None or not last.HasField("workflow_execution_failed_event_attributes"):
-        return None
-    failure = Failure()
-    failure.CopyFrom(last.workflow_execution_failed_event_attributes.failure)
-    if converter is None:
-        from tower.temporal.payloads import tower_data_converter
-
-        converter = tower_data_converter()
-    try:
-        return await converter.decode_failure(failure)
-    except Exception:  # noqa: BLE001  (a failure this process cannot open: its text)
-        return failure.message
-
-
-def reason_of(error: BaseException) -> str:
-    """One line from a failure chain: the innermost cause's type and message, and the
-    activity or child it came from."""
-    where = ""
-    while True:
-        if isinstance(error, ActivityError):
-            where = f" (activity {error.activity_type})"
-        elif isinstance(error, ChildWorkflowError):
-            where = f" (child run {error.workflow_id})"
-        cause = error.__cause__
-        if cause is None or not isinstance(error, ActivityError | ChildWorkflowError):
-            break
-        error = cause
-    return _said(error) + where
-
-
-def _said(error: BaseException) -> str:
-    if isinstance(error, ApplicationError):
-        return f"{error.type}: {error.message}" if error.type else error.message
-    if isinstance(error, TerminatedError):
-        return f"terminated: {error.message}" if error.message else "terminated"
-    if isinstance(error, TemporalTimeout):
-        return f"timed out: {error.message}"
-    if isinstance(error, CancelledError):
-        return f"canceled: {error.message}" if error.message else "canceled"
-    if isinstance(error, FailureError):
-        return error.message
-    return str(error) or type(error).__name__
