@@ -18,8 +18,9 @@ from tower.contract.decisions import (
     canonical_proposal,
     digest_of,
     proposal_digest,
+    same_request,
 )
-from tower.contract.pending import EditLimit
+from tower.contract.pending import EditLimit, PendingView
 
 AT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -111,3 +112,18 @@ def test_a_value_no_other_language_can_digest_is_refused_by_name(value: Any) -> 
     with pytest.raises(ProposalNotCanonical, match="cannot be canonicalized"):
         proposal_digest(record(proposal={"amount_cents": value}))
     assert proposal_digest(record(proposal={"amount_cents": 2**53 - 1})).startswith("sha256:")
+
+
+def test_a_request_is_signed_only_as_its_published_view_shows_it() -> None:
+    """The inbox and the AG-UI endpoint sign only when the run's pending request is the one
+    its memo published; any field of it that differs (editable ones too) is another."""
+    base = record()
+    view = PendingView(gate=base.gate, node=base.node, when=base.when, step=base.step,
+                       role=base.role, requested_at=AT, expires_at=AT,
+                       editable=list(base.editable), shown=canonical_proposal(base))
+    assert same_request(base, view)
+    changes: list[dict[str, Any]] = [{"step": 4}, {"role": "dba"}, {"editable": []},
+                                     {"proposal": {**base.proposal, "amount_cents": 1}}]
+    for changed in changes:
+        assert not same_request(record(**changed), view), changed
+    assert not same_request(base, view.model_copy(update={"editable": []}))

@@ -72,7 +72,13 @@ from tower.client._runs import start_run
 from tower.client._stream import stream
 from tower.client.connection import TASK_QUEUE
 from tower.client.errors import DecisionRefused, RunNotFound
-from tower.contract.decisions import GateRecord, Verdict, canonical_proposal, proposal_digest
+from tower.contract.decisions import (
+    GateRecord,
+    Verdict,
+    canonical_proposal,
+    proposal_digest,
+    same_request,
+)
 from tower.contract.failures import Code
 from tower.contract.messages import Status
 from tower.contract.pending import PendingView
@@ -362,7 +368,7 @@ class Run:
             while True:
                 _, view = await pending_of(self.client, self.thread, self.deployment)
                 record = await self.pending() if view is not None else None
-                if view is not None and record is not None and same(record, view):
+                if view is not None and record is not None and same_request(record, view):
                     break
                 await asyncio.sleep(0.2)
         shown, digest = canonical_proposal(record), proposal_digest(record)
@@ -515,14 +521,6 @@ class Run:
                                                       arguments=found[2] if found else "{}"))]))
                 out.append(ToolMessage(id=mid, content=content, tool_call_id=call_id))
         return out
-
-
-def same(record: GateRecord, view: PendingView) -> bool:
-    """The run's own pending request is the one its memo published (and, with a deployment,
-    its worker attested): the same gate, step and whole proposal."""
-    return ((record.gate, record.step, record.node, record.role)
-            == (view.gate, view.step, view.node, view.role)
-            and canonical_proposal(record) == view.shown)
 
 
 def answer_schema(view: PendingView) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import rfc8785
 from pydantic import BaseModel, ConfigDict, Field
 
 from tower.contract.failures import Code, TowerError
-from tower.contract.pending import EditLimit
+from tower.contract.pending import EditLimit, PendingView
 
 DIGEST = r"^sha256:[0-9a-f]{64}$"
 
@@ -104,6 +104,15 @@ def canonical_proposal(record: GateRecord) -> dict[str, Any]:
     return {"v": 1, "gate": record.gate, "node": record.node, "when": record.when,
             "proposal": record.proposal, "editable": sorted(record.editable),
             "limits": {k: v.model_dump(mode="json") for k, v in record.limits.items()}}
+
+
+def same_request(record: GateRecord, view: PendingView) -> bool:
+    """``record`` (what the run's query says waits) is the request ``view`` published: same
+    gate, step, node, role, editable fields and whole canonical proposal. A surface signs a
+    decision only on a request that passes this."""
+    return ((record.gate, record.step, record.node, record.role, record.editable)
+            == (view.gate, view.step, view.node, view.role, view.editable)
+            and canonical_proposal(record) == view.shown)
 
 
 def canonical_bytes(record: GateRecord) -> bytes:

@@ -25,7 +25,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from tower.contract import names
-from tower.contract.decisions import GateRecord, Verdict, canonical_proposal, proposal_digest
+from tower.contract.decisions import GateRecord, Verdict, proposal_digest, same_request
 from tower.contract.failures import Code, TowerError
 from tower.contract.pending import EditableField, PendingView
 from tower.core.signing import decision_claims, sign
@@ -193,8 +193,7 @@ def num(value: float | None) -> str:
 async def shown_request(client: Client, run: str, view: PendingView
                         ) -> tuple[GateRecord, str] | None:
     """The run's pending request (its ``approvals`` query) when it is the one ``view``
-    shows: same gate, step, node, role, editable fields and the whole canonical proposal;
-    with the digest a decision on it names (``proposal_digest``).
+    shows (``same_request``), with the digest a decision on it names (``proposal_digest``).
     None when no worker answers or it differs: then nothing is signed."""
     try:
         approvals = await asyncio.wait_for(client.get_workflow_handle(run).query(
@@ -202,10 +201,7 @@ async def shown_request(client: Client, run: str, view: PendingView
         record = GateRecord.model_validate(approvals["pending"])
     except (TimeoutError, RPCError, ValidationError, KeyError, TypeError):
         return None
-    same = ((record.gate, record.step, record.node, record.role, record.editable)
-            == (view.gate, view.step, view.node, view.role, view.editable)
-            and canonical_proposal(record) == view.shown)
-    return (record, proposal_digest(record)) if same else None
+    return (record, proposal_digest(record)) if same_request(record, view) else None
 
 
 def signed_decision(*, issuer: Mapping[str, Any], tenant: str, run: str, request: GateRecord,
